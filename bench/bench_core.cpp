@@ -1,0 +1,92 @@
+// Core benchmarks: GEMM against raw Eigen, elementwise add against memcpy bandwidth, and the
+// dispatch overhead of a one-element add against libtorch 1.13 (measured in the same run by
+// the torch_anchor_core binary when it was built, else its published figure).
+#include <Eigen/Core>
+#include <cstring>
+#include <vector>
+
+#include "bench/harness.h"
+#include "core/ops.h"
+
+namespace {
+
+using gw::bench::Reporter;
+using gw::bench::seconds_per_call;
+
+void bench_gemm(Reporter& report) {
+  for (int64_t n : {64, 128, 256, 512, 1024, 2048}) {
+    std::string name = "f32 " + std::to_string(n);
+    if (!report.wants("gemm", name)) continue;
+    gw::Generator gen(n);
+    gw::Tensor a = gw::randn({n, n}, gen), b = gw::randn({n, n}, gen);
+    double t = seconds_per_call([&] { gw::bench::do_not_optimize(gw::mm(a, b)); });
+
+    using Mat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+    Eigen::Map<const Mat> A(a.data_ptr<float>(), n, n), B(b.data_ptr<float>(), n, n);
+    Mat C(n, n);
+    double r = seconds_per_call([&] {
+      C.noalias() = A * B;
+      gw::bench::do_not_optimize(C.data());
+    });
+    double flop = 2.0 * n * n * n;
+    report.add({"gemm", name, flop / t / 1e9, "GFLOP/s", "eigen", flop / r / 1e9});
+  }
+}
+
+void bench_add(Reporter& report) {
+  constexpr int64_t kElems = 16 << 20;  // 64 MiB of float32 per operand
+  constexpr double kBytes = kElems * 4.0;
+  gw::Generator gen(1);
+  gw::Tensor x = gw::rand({kElems}, gen), y = gw::rand({kElems}, gen);
+  gw::Tensor out = gw::zeros({kElems});
+  std::vector<char> src(kBytes, 1), dst(kBytes, 0);
+  double m = seconds_per_call([&] {
+    std::memcpy(dst.data(), src.data(), src.size());
+    gw::bench::do_not_optimize(dst.data());
+  });
+  // Bandwidth counts every byte read and written: 2 streams for memcpy, 3 for add.
+  double memcpy_bw = 2 * kBytes / m / 1e9;
+  if (report.wants("add", "64MiB out=")) {
+    double t = seconds_per_call([&] { gw::add_out(out, x, y); });
+    report.add({"add", "64MiB out=", 3 * kBytes / t / 1e9, "GB/s", "memcpy", memcpy_bw});
+  }
+  if (report.wants("add", "64MiB new output")) {
+    double t = seconds_per_call([&] { gw::bench::do_not_optimize(gw::add(x, y)); });
+    report.add({"add", "64MiB new output", 3 * kBytes / t / 1e9, "GB/s", "memcpy", memcpy_bw,
+                "includes first-touch of the fresh output"});
+  }
+}
+
+void bench_dispatch(Reporter& report) {
+  gw::Tensor a = gw::ones({1}), b = gw::ones({1});
+  double out_of_place = seconds_per_call([&] { gw::bench::do_not_optimize(gw::add(a, b)); });
+  double in_place = seconds_per_call([&] { a.add_(b); });
+
+  // libtorch 1.13 measured now by the sibling anchor binary, when it was built.
+  std::optional<double> torch_add, torch_add_;
+  auto anchor_out = gw::bench::run_capture(gw::bench::executable_dir() + "/torch_anchor_core");
+  if (anchor_out) {
+    torch_add = gw::bench::json_number(*anchor_out, "add_ns");
+    torch_add_ = gw::bench::json_number(*anchor_out, "add_inplace_ns");
+  }
+  constexpr double kPublishedNs = 520;  // libtorch 1.13, 1-element add, as published
+  const char* note = torch_add ? "" : "published figure";
+  if (report.wants("dispatch", "add 1 elem")) {
+    report.add({"dispatch", "add 1 elem", out_of_place * 1e9, "ns", "libtorch 1.13",
+                torch_add.value_or(kPublishedNs), note});
+  }
+  if (report.wants("dispatch", "add_ 1 elem")) {
+    report.add({"dispatch", "add_ 1 elem", in_place * 1e9, "ns", "libtorch 1.13",
+                torch_add_.value_or(kPublishedNs), note});
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Reporter report(argc, argv);
+  bench_dispatch(report);
+  bench_add(report);
+  bench_gemm(report);
+  return 0;
+}

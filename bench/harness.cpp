@@ -1,0 +1,131 @@
+#include "bench/harness.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+namespace gw::bench {
+
+bool lower_is_better(const std::string& unit) {
+  return unit == "ns" || unit == "us" || unit == "ms" || unit == "s";
+}
+
+double speedup(const Row& row) {
+  if (row.value <= 0 || row.anchor_value <= 0) return 0;
+  return lower_is_better(row.unit) ? row.anchor_value / row.value : row.value / row.anchor_value;
+}
+
+Reporter::Reporter(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--json") {
+      json_ = true;
+    } else {
+      filter_ = arg;
+    }
+  }
+}
+
+Reporter::~Reporter() { std::cout.flush(); }
+
+bool Reporter::wants(const std::string& bench, const std::string& name) const {
+  return filter_.empty() || (bench + "/" + name).find(filter_) != std::string::npos;
+}
+
+namespace {
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+std::string fmt(double v) {
+  std::ostringstream os;
+  os << std::setprecision(v >= 100 ? 5 : 4) << v;
+  return os.str();
+}
+}  // namespace
+
+void Reporter::add(const Row& row) {
+  double s = speedup(row);
+  if (json_) {
+    std::cout << "{\"bench\":\"" << json_escape(row.bench) << "\",\"case\":\""
+              << json_escape(row.name) << "\",\"value\":" << fmt(row.value) << ",\"unit\":\""
+              << json_escape(row.unit) << "\",\"anchor\":\"" << json_escape(row.anchor)
+              << "\",\"anchor_value\":" << fmt(row.anchor_value) << ",\"speedup\":" << fmt(s);
+    if (!row.note.empty()) std::cout << ",\"note\":\"" << json_escape(row.note) << "\"";
+    std::cout << "}" << std::endl;
+    return;
+  }
+  if (!header_printed_) {
+    std::cout << std::left << std::setw(12) << "bench" << std::setw(26) << "case" << std::right
+              << std::setw(12) << "gradwire" << "  " << std::left << std::setw(9) << "unit"
+              << std::setw(16) << "anchor" << std::right << std::setw(12) << "anchor"
+              << std::setw(10) << "speedup" << "\n";
+    header_printed_ = true;
+  }
+  std::cout << std::left << std::setw(12) << row.bench << std::setw(26) << row.name << std::right
+            << std::setw(12) << fmt(row.value) << "  " << std::left << std::setw(9) << row.unit
+            << std::setw(16) << row.anchor << std::right << std::setw(12)
+            << fmt(row.anchor_value) << std::setw(9) << fmt(s) << "x"
+            << (row.note.empty() ? "" : "  (" + row.note + ")") << std::endl;
+}
+
+double seconds_per_call(const std::function<void()>& f, double min_seconds, int trials) {
+  using Clock = std::chrono::steady_clock;
+  f();  // warm up caches, allocator, page tables
+  int64_t batch = 1;
+  double best = INFINITY;
+  for (int t = 0; t < trials;) {
+    auto start = Clock::now();
+    for (int64_t i = 0; i < batch; ++i) f();
+    double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    if (elapsed < min_seconds) {
+      batch = std::max<int64_t>(batch * 2, static_cast<int64_t>(batch * min_seconds / (elapsed + 1e-9) * 0.5));
+      continue;
+    }
+    best = std::min(best, elapsed / static_cast<double>(batch));
+    ++t;
+  }
+  return best;
+}
+
+std::optional<std::string> run_capture(const std::string& command) {
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return std::nullopt;
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
+  if (pclose(pipe) != 0) return std::nullopt;
+  return out;
+}
+
+std::string executable_dir() {
+  std::array<char, 4096> buf{};
+  ssize_t n = readlink("/proc/self/exe", buf.data(), buf.size() - 1);
+  if (n <= 0) return ".";
+  std::string path(buf.data(), static_cast<size_t>(n));
+  return path.substr(0, path.rfind('/'));
+}
+
+std::optional<double> json_number(const std::string& text, const std::string& key) {
+  std::string needle = "\"" + key + "\":";
+  size_t pos = text.find(needle);
+  if (pos == std::string::npos) return std::nullopt;
+  try {
+    return std::stod(text.substr(pos + needle.size()));
+  } catch (...) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace gw::bench

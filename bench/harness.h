@@ -1,0 +1,73 @@
+// The benchmark harness shared by every bench_* executable.
+//
+// Each case is measured beside an anchor — the same work done by a reference (raw Eigen,
+// memcpy, raw TCP, Gloo, PyTorch) in the same process run — and reported as one row:
+//
+//   gw::bench::Reporter report(argc, argv);           // --json, optional name filter
+//   double t = gw::bench::seconds_per_call([&] { gw::mm(a, b); });
+//   double r = gw::bench::seconds_per_call([&] { raw_eigen(); });
+//   report.add({"gemm", "f32 512", 2 * n * n * n / t / 1e9, "GFLOP/s",
+//               "eigen", 2 * n * n * n / r / 1e9});
+//
+// The table prints one aligned line per row; --json prints one JSON object per row with
+// bench, case, value, unit, anchor, anchor_value and speedup (> 1: gradwire is faster).
+// Units decide the direction: times (ns, us, ms, s) are lower-is-better, rates higher.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gw::bench {
+
+struct Row {
+  std::string bench;
+  std::string name;  // the case
+  double value = 0;
+  std::string unit;
+  std::string anchor;
+  double anchor_value = 0;
+  std::string note = {};  // e.g. "published figure" when the anchor was not measured here
+};
+
+bool lower_is_better(const std::string& unit);
+double speedup(const Row& row);
+
+class Reporter {
+ public:
+  Reporter(int argc, char** argv);
+  ~Reporter();
+  // Whether a case whose name is "bench/case" passes the command-line filter.
+  bool wants(const std::string& bench, const std::string& name) const;
+  void add(const Row& row);
+  bool json() const { return json_; }
+
+ private:
+  bool json_ = false;
+  std::string filter_;
+  bool header_printed_ = false;
+};
+
+// Mean seconds per call of f: warms up, then times batches of growing size until one batch
+// lasts at least `min_seconds`, and returns the best mean over `trials` such batches (the
+// least disturbed by the rest of the machine).
+double seconds_per_call(const std::function<void()>& f, double min_seconds = 0.1,
+                        int trials = 5);
+
+// Runs a command and returns its standard output (empty if it could not run or failed).
+std::optional<std::string> run_capture(const std::string& command);
+// The directory holding the running executable (where sibling anchor binaries live).
+std::string executable_dir();
+// Extracts the number after "key": in a flat JSON line; nullopt when absent.
+std::optional<double> json_number(const std::string& text, const std::string& key);
+
+// Keeps the optimizer from deleting a computation whose result is unused.
+template <typename T>
+inline void do_not_optimize(const T& value) {
+  asm volatile("" : : "r,m"(value) : "memory");
+}
+
+}  // namespace gw::bench

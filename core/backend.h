@@ -1,0 +1,98 @@
+// The device seam. Operations in core/ops do everything that does not depend on the device —
+// argument checks, broadcasting, dtype promotion, output allocation, views — and then call
+// the Backend registered for the tensors' DeviceType to run the kernel. CPU kernels live in
+// core/cpu (Eigen); the CUDA layer registers its own Backend at load time, so op call sites
+// never change when a device is added.
+//
+// Contract for every kernel: inputs and outputs are on this backend's device; elementwise
+// inputs are already expanded to the output's shape (stride 0 on broadcast dims) and converted
+// to the compute dtype; outputs are freshly allocated or explicitly passed by the user, and may
+// be strided.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+
+#include "core/device.h"
+#include "core/scalar.h"
+#include "core/storage.h"
+#include "core/tensor.h"
+
+namespace gw {
+
+class Generator;
+
+enum class UnaryOp : uint8_t {
+  Neg, Abs, Exp, Log, Sqrt, Rsqrt, Sigmoid, Tanh, Relu, Gelu, GeluTanh, Sin, Cos, Sign,
+  LogicalNot, Square, Reciprocal, Log1p, Expm1, Floor, Ceil, Round, Erf,
+};
+enum class BinaryOp : uint8_t {
+  Add, Sub, Mul, Div, Pow, Maximum, Minimum, Eq, Ne, Lt, Le, Gt, Ge, LogicalAnd, LogicalOr,
+};
+enum class ReduceOp : uint8_t { Sum, Prod, Max, Min };
+enum class RandomKind : uint8_t { Uniform, Normal, RandInt, Bernoulli };
+
+const char* op_name(UnaryOp op);
+const char* op_name(BinaryOp op);
+inline bool is_comparison(BinaryOp op) {
+  return op >= BinaryOp::Eq && op <= BinaryOp::LogicalOr;
+}
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual DeviceType device_type() const = 0;
+
+  virtual std::shared_ptr<Storage> allocate(size_t nbytes, Device device) = 0;
+  // dst = src elementwise (same shape, any strides, converts dtype). Either side may be on this
+  // backend's device; the other one may be on the CPU (host <-> device copies).
+  virtual void copy(const Tensor& src, const Tensor& dst) = 0;
+  virtual void fill(const Tensor& dst, const Scalar& value) = 0;
+  // out[i] = start + i * step over the flattened (contiguous) out.
+  virtual void iota(const Tensor& out, double start, double step) = 0;
+
+  virtual void unary(UnaryOp op, const Tensor& in, const Tensor& out) = 0;
+  // a, b have the compute dtype; out has it too, or bool for comparisons.
+  virtual void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) = 0;
+  virtual void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) = 0;
+  virtual void clamp(const Tensor& in, std::optional<Scalar> lo, std::optional<Scalar> hi,
+                     const Tensor& out) = 0;
+  // `out` is given with in's shape, stride 0 on the reduced dims; the kernel overwrites it.
+  virtual void reduce(ReduceOp op, const Tensor& in, const Tensor& out) = 0;
+  // Max/Min along `dim`, writing values and int64 indices of in's shape minus that dim.
+  virtual void reduce_with_index(ReduceOp op, const Tensor& in, int64_t dim,
+                                 const Tensor& values, const Tensor& indices) = 0;
+  // Batched matrix product: a (B,n,k), b (B,k,m), out (B,n,m) contiguous, or the same without
+  // the batch dim. Either input may be strided (transposed views are used without copies).
+  virtual void bmm(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
+  virtual void softmax(const Tensor& in, int64_t dim, bool log, const Tensor& out) = 0;
+  virtual void index_select(const Tensor& in, int64_t dim, const Tensor& index,
+                            const Tensor& out) = 0;
+  virtual void gather(const Tensor& in, int64_t dim, const Tensor& index, const Tensor& out) = 0;
+  // self[index[i][j]][j] += src[i][j] (for dim 0), in place on self.
+  virtual void scatter_add(const Tensor& self, int64_t dim, const Tensor& index,
+                           const Tensor& src) = 0;
+  // im2col and its adjoint for 2-D convolution. x (N,C,H,W) <-> cols (N, C*kh*kw, oh*ow);
+  // params: kernel h/w, stride h/w, padding h/w, dilation h/w. fold2d overwrites x.
+  virtual void unfold2d(const Tensor& x, const std::array<int64_t, 8>& params,
+                        const Tensor& cols) = 0;
+  virtual void fold2d(const Tensor& cols, const std::array<int64_t, 8>& params,
+                      const Tensor& x) = 0;
+  // Uniform: [a, b); Normal: mean a, std b; RandInt: [a, b); Bernoulli: probability a.
+  virtual void random(RandomKind kind, const Tensor& out, double a, double b,
+                      Generator& gen) = 0;
+  // out = (uniform < p) elementwise, with a tensor of probabilities p (already expanded).
+  virtual void bernoulli(const Tensor& p, const Tensor& out, Generator& gen) = 0;
+};
+
+// The backend for a device type; throws naming `op` when none is registered (e.g. CUDA in a
+// build without it).
+Backend& backend_for(DeviceType type, const char* op);
+inline Backend& backend_for(const Tensor& t, const char* op) {
+  return backend_for(t.device().type, op);
+}
+// Called once by a device layer at load time.
+void register_backend(DeviceType type, Backend* backend);
+
+}  // namespace gw

@@ -1,0 +1,109 @@
+#include "core/cpu/cpu_allocator.h"
+
+#include <cstdlib>
+#include <mutex>
+#include <new>
+#include <unordered_map>
+#include <vector>
+
+#include "core/error.h"
+
+namespace gw {
+
+namespace {
+
+constexpr size_t kAlignment = 64;
+constexpr size_t kCachedMin = 16 << 10;
+constexpr size_t kPage = 4096;
+
+size_t rounded(size_t nbytes) {
+  if (nbytes < kCachedMin) return (std::max<size_t>(nbytes, 1) + kAlignment - 1) & ~(kAlignment - 1);
+  return (nbytes + kPage - 1) & ~(kPage - 1);
+}
+
+class BlockCache {
+ public:
+  void* take(size_t size) {
+    std::lock_guard lock(mu_);
+    auto it = free_.find(size);
+    if (it == free_.end() || it->second.empty()) return nullptr;
+    void* p = it->second.back();
+    it->second.pop_back();
+    cached_ -= size;
+    return p;
+  }
+  // Keeps the block if it fits under the limit; otherwise the caller frees it.
+  bool give(void* p, size_t size) {
+    std::lock_guard lock(mu_);
+    if (cached_ + size > limit_) return false;
+    free_[size].push_back(p);
+    cached_ += size;
+    return true;
+  }
+  void set_limit(size_t bytes) {
+    std::lock_guard lock(mu_);
+    limit_ = bytes;
+    trim_locked();
+  }
+  void clear() {
+    std::lock_guard lock(mu_);
+    size_t keep = limit_;
+    limit_ = 0;
+    trim_locked();
+    limit_ = keep;
+  }
+  size_t cached() {
+    std::lock_guard lock(mu_);
+    return cached_;
+  }
+
+ private:
+  void trim_locked() {
+    for (auto& [size, blocks] : free_) {
+      while (cached_ > limit_ && !blocks.empty()) {
+        std::free(blocks.back());
+        blocks.pop_back();
+        cached_ -= size;
+      }
+    }
+  }
+
+  std::mutex mu_;
+  std::unordered_map<size_t, std::vector<void*>> free_;
+  size_t cached_ = 0;
+  size_t limit_ = size_t{256} << 20;
+};
+
+// Leaked on purpose: tensors freed during static destruction must still find it.
+BlockCache& cache() {
+  static auto* c = new BlockCache;
+  return *c;
+}
+
+}  // namespace
+
+void set_cpu_cache_limit(size_t bytes) { cache().set_limit(bytes); }
+void empty_cpu_cache() { cache().clear(); }
+size_t cpu_cached_bytes() { return cache().cached(); }
+
+namespace cpu {
+
+void* alloc_block(size_t nbytes) {
+  size_t size = rounded(nbytes);
+  if (size >= kCachedMin) {
+    if (void* p = cache().take(size)) return p;
+  }
+  void* p = std::aligned_alloc(kAlignment, size);
+  GW_CHECK(p != nullptr, InvalidArgumentError, "[allocate] out of memory allocating ", nbytes,
+           " bytes");
+  return p;
+}
+
+void free_block(void* ptr, size_t nbytes) {
+  size_t size = rounded(nbytes);
+  if (size >= kCachedMin && cache().give(ptr, size)) return;
+  std::free(ptr);
+}
+
+}  // namespace cpu
+}  // namespace gw

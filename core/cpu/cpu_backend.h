@@ -1,0 +1,41 @@
+// The CPU implementation of the Backend interface (core/backend.h). Kernels are split by
+// family across cpu/*_kernels.cpp; this class only ties them together.
+#pragma once
+
+#include "core/backend.h"
+
+namespace gw::cpu {
+
+class CpuBackend final : public Backend {
+ public:
+  DeviceType device_type() const override { return DeviceType::CPU; }
+  std::shared_ptr<Storage> allocate(size_t nbytes, Device device) override;
+  void copy(const Tensor& src, const Tensor& dst) override;
+  void fill(const Tensor& dst, const Scalar& value) override;
+  void iota(const Tensor& out, double start, double step) override;
+  void unary(UnaryOp op, const Tensor& in, const Tensor& out) override;
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void clamp(const Tensor& in, std::optional<Scalar> lo, std::optional<Scalar> hi,
+             const Tensor& out) override;
+  void reduce(ReduceOp op, const Tensor& in, const Tensor& out) override;
+  void reduce_with_index(ReduceOp op, const Tensor& in, int64_t dim, const Tensor& values,
+                         const Tensor& indices) override;
+  void bmm(const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void softmax(const Tensor& in, int64_t dim, bool log, const Tensor& out) override;
+  void index_select(const Tensor& in, int64_t dim, const Tensor& index,
+                    const Tensor& out) override;
+  void gather(const Tensor& in, int64_t dim, const Tensor& index, const Tensor& out) override;
+  void scatter_add(const Tensor& self, int64_t dim, const Tensor& index,
+                   const Tensor& src) override;
+  void unfold2d(const Tensor& x, const std::array<int64_t, 8>& params,
+                const Tensor& cols) override;
+  void fold2d(const Tensor& cols, const std::array<int64_t, 8>& params, const Tensor& x) override;
+  void random(RandomKind kind, const Tensor& out, double a, double b, Generator& gen) override;
+  void bernoulli(const Tensor& p, const Tensor& out, Generator& gen) override;
+};
+
+// The process's CPU backend (backend_for(CPU) returns it; no registration needed).
+Backend& cpu_backend();
+
+}  // namespace gw::cpu

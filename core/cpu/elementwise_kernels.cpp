@@ -1,0 +1,239 @@
+// Unary, binary, ternary (where) and clamp kernels. Each op is a small functor applied by
+// `map_rows`, which picks a contiguous loop (vectorized by the compiler), a broadcast-scalar
+// loop, or a generic strided loop from the inner strides of the current row.
+#include <cmath>
+#include <numbers>
+
+#include "core/cpu/cpu_backend.h"
+#include "core/cpu/loops.h"
+
+namespace gw::cpu {
+
+namespace {
+
+template <typename Out, typename In, typename F>
+void map_unary(const Tensor& in, const Tensor& out, F f) {
+  for_each_row<2>(out.sizes(), {&out, &in}, [&f](auto& p, auto& s, int64_t n) {
+    auto* o = reinterpret_cast<Out*>(p[0]);
+    auto* x = reinterpret_cast<const In*>(p[1]);
+    if (s[0] == sizeof(Out) && s[1] == sizeof(In)) {
+      for (int64_t i = 0; i < n; ++i) o[i] = f(x[i]);
+    } else {
+      for (int64_t i = 0; i < n; ++i) {
+        *reinterpret_cast<Out*>(p[0] + i * s[0]) = f(*reinterpret_cast<const In*>(p[1] + i * s[1]));
+      }
+    }
+  });
+}
+
+template <typename Out, typename In, typename F>
+void map_binary(const Tensor& a, const Tensor& b, const Tensor& out, F f) {
+  for_each_row<3>(out.sizes(), {&out, &a, &b}, [&f](auto& p, auto& s, int64_t n) {
+    auto* o = reinterpret_cast<Out*>(p[0]);
+    auto* x = reinterpret_cast<const In*>(p[1]);
+    auto* y = reinterpret_cast<const In*>(p[2]);
+    constexpr int64_t so = sizeof(Out), si = sizeof(In);
+    if (s[0] == so && s[1] == si && s[2] == si) {
+      for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], y[i]);
+    } else if (s[0] == so && s[1] == si && s[2] == 0) {
+      const In yv = *y;
+      for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], yv);
+    } else if (s[0] == so && s[1] == 0 && s[2] == si) {
+      const In xv = *x;
+      for (int64_t i = 0; i < n; ++i) o[i] = f(xv, y[i]);
+    } else {
+      for (int64_t i = 0; i < n; ++i) {
+        *reinterpret_cast<Out*>(p[0] + i * s[0]) =
+            f(*reinterpret_cast<const In*>(p[1] + i * s[1]),
+              *reinterpret_cast<const In*>(p[2] + i * s[2]));
+      }
+    }
+  });
+}
+
+template <typename T>
+T gelu_exact(T x) {
+  return T(0.5) * x * (T(1) + std::erf(x * T(std::numbers::sqrt2 / 2)));
+}
+template <typename T>
+T gelu_tanh(T x) {
+  constexpr T k = T(0.7978845608028654);  // sqrt(2/pi)
+  return T(0.5) * x * (T(1) + std::tanh(k * (x + T(0.044715) * x * x * x)));
+}
+template <typename T>
+T sigmoid(T x) {
+  // Split by sign so exp never overflows.
+  if (x >= 0) return T(1) / (T(1) + std::exp(-x));
+  T e = std::exp(x);
+  return e / (T(1) + e);
+}
+
+template <typename T>
+void unary_typed(UnaryOp op, const Tensor& in, const Tensor& out) {
+  using U = UnaryOp;
+  constexpr bool kFloat = std::is_floating_point_v<T>;
+  if constexpr (std::is_same_v<T, bool>) {
+    switch (op) {
+      case U::Abs:
+      case U::Relu: return map_unary<T, T>(in, out, [](T x) { return x; });
+      case U::LogicalNot: return map_unary<bool, T>(in, out, [](T x) { return !x; });
+      default:
+        throw DTypeError(detail::str("[", op_name(op), "] is not supported for bool tensors"));
+    }
+  } else {
+    switch (op) {
+      case U::Neg: return map_unary<T, T>(in, out, [](T x) { return T(-x); });
+      case U::Abs: return map_unary<T, T>(in, out, [](T x) { return x < 0 ? T(-x) : x; });
+      case U::Square: return map_unary<T, T>(in, out, [](T x) { return T(x * x); });
+      case U::Sign:
+        return map_unary<T, T>(in, out, [](T x) { return T((T(0) < x) - (x < T(0))); });
+      case U::Relu: return map_unary<T, T>(in, out, [](T x) { return x > T(0) ? x : T(0); });
+      case U::LogicalNot: return map_unary<bool, T>(in, out, [](T x) { return !x; });
+      default: break;
+    }
+  }
+  if constexpr (kFloat) {
+    switch (op) {
+      case U::Exp: return map_unary<T, T>(in, out, [](T x) { return std::exp(x); });
+      case U::Log: return map_unary<T, T>(in, out, [](T x) { return std::log(x); });
+      case U::Log1p: return map_unary<T, T>(in, out, [](T x) { return std::log1p(x); });
+      case U::Expm1: return map_unary<T, T>(in, out, [](T x) { return std::expm1(x); });
+      case U::Sqrt: return map_unary<T, T>(in, out, [](T x) { return std::sqrt(x); });
+      case U::Rsqrt: return map_unary<T, T>(in, out, [](T x) { return T(1) / std::sqrt(x); });
+      case U::Reciprocal: return map_unary<T, T>(in, out, [](T x) { return T(1) / x; });
+      case U::Sigmoid: return map_unary<T, T>(in, out, sigmoid<T>);
+      case U::Tanh: return map_unary<T, T>(in, out, [](T x) { return std::tanh(x); });
+      case U::Gelu: return map_unary<T, T>(in, out, gelu_exact<T>);
+      case U::GeluTanh: return map_unary<T, T>(in, out, gelu_tanh<T>);
+      case U::Sin: return map_unary<T, T>(in, out, [](T x) { return std::sin(x); });
+      case U::Erf: return map_unary<T, T>(in, out, [](T x) { return std::erf(x); });
+      case U::Cos: return map_unary<T, T>(in, out, [](T x) { return std::cos(x); });
+      case U::Floor: return map_unary<T, T>(in, out, [](T x) { return std::floor(x); });
+      case U::Ceil: return map_unary<T, T>(in, out, [](T x) { return std::ceil(x); });
+      case U::Round: return map_unary<T, T>(in, out, [](T x) { return std::nearbyint(x); });
+      default: break;
+    }
+  } else {
+    switch (op) {  // rounding integers is the identity
+      case U::Floor:
+      case U::Ceil:
+      case U::Round: return map_unary<T, T>(in, out, [](T x) { return x; });
+      default: break;
+    }
+  }
+  throw DTypeError(detail::str("[", op_name(op), "] is not supported for dtype ", in.dtype()));
+}
+
+template <typename T>
+T int_pow(T base, T exp) {
+  GW_CHECK(exp >= 0, InvalidArgumentError,
+           "[pow] integers to negative integer powers are not allowed (exponent ", exp, ")");
+  T result = 1;
+  while (exp) {
+    if (exp & 1) result *= base;
+    base *= base;
+    exp >>= 1;
+  }
+  return result;
+}
+
+template <typename T>
+void binary_typed(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  using B = BinaryOp;
+  switch (op) {
+    case B::Eq: return map_binary<bool, T>(a, b, out, [](T x, T y) { return x == y; });
+    case B::Ne: return map_binary<bool, T>(a, b, out, [](T x, T y) { return x != y; });
+    case B::Lt: return map_binary<bool, T>(a, b, out, [](T x, T y) { return x < y; });
+    case B::Le: return map_binary<bool, T>(a, b, out, [](T x, T y) { return x <= y; });
+    case B::Gt: return map_binary<bool, T>(a, b, out, [](T x, T y) { return x > y; });
+    case B::Ge: return map_binary<bool, T>(a, b, out, [](T x, T y) { return x >= y; });
+    case B::LogicalAnd:
+      return map_binary<bool, T>(a, b, out, [](T x, T y) { return bool(x) && bool(y); });
+    case B::LogicalOr:
+      return map_binary<bool, T>(a, b, out, [](T x, T y) { return bool(x) || bool(y); });
+    default: break;
+  }
+  if constexpr (std::is_same_v<T, bool>) {
+    switch (op) {  // PyTorch: + and * on bools are or/and
+      case B::Add:
+      case B::Maximum: return map_binary<T, T>(a, b, out, [](T x, T y) { return x || y; });
+      case B::Mul:
+      case B::Minimum: return map_binary<T, T>(a, b, out, [](T x, T y) { return x && y; });
+      default:
+        throw DTypeError(detail::str("[", op_name(op), "] is not supported for bool tensors"));
+    }
+  } else {
+    switch (op) {
+      case B::Add: return map_binary<T, T>(a, b, out, [](T x, T y) { return T(x + y); });
+      case B::Sub: return map_binary<T, T>(a, b, out, [](T x, T y) { return T(x - y); });
+      case B::Mul: return map_binary<T, T>(a, b, out, [](T x, T y) { return T(x * y); });
+      case B::Div:
+        if constexpr (std::is_floating_point_v<T>) {
+          return map_binary<T, T>(a, b, out, [](T x, T y) { return x / y; });
+        } else {
+          break;  // integer division goes through floating point (the front end converts)
+        }
+      case B::Pow:
+        if constexpr (std::is_floating_point_v<T>) {
+          return map_binary<T, T>(a, b, out, [](T x, T y) { return std::pow(x, y); });
+        } else {
+          return map_binary<T, T>(a, b, out, int_pow<T>);
+        }
+      case B::Maximum:
+        return map_binary<T, T>(a, b, out, [](T x, T y) {
+          if constexpr (std::is_floating_point_v<T>) {
+            if (std::isnan(x) || std::isnan(y)) return std::numeric_limits<T>::quiet_NaN();
+          }
+          return x > y ? x : y;
+        });
+      case B::Minimum:
+        return map_binary<T, T>(a, b, out, [](T x, T y) {
+          if constexpr (std::is_floating_point_v<T>) {
+            if (std::isnan(x) || std::isnan(y)) return std::numeric_limits<T>::quiet_NaN();
+          }
+          return x < y ? x : y;
+        });
+      default: break;
+    }
+  }
+  throw InternalError(detail::str("[", op_name(op), "] no CPU kernel for dtype ", a.dtype()));
+}
+
+}  // namespace
+
+void CpuBackend::unary(UnaryOp op, const Tensor& in, const Tensor& out) {
+  dispatch<AllTypes>(in.dtype(), op_name(op), [&]<typename T>() { unary_typed<T>(op, in, out); });
+}
+
+void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  dispatch<AllTypes>(a.dtype(), op_name(op),
+                     [&]<typename T>() { binary_typed<T>(op, a, b, out); });
+}
+
+void CpuBackend::where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
+  dispatch<AllTypes>(out.dtype(), "where", [&]<typename T>() {
+    for_each_row<4>(out.sizes(), {&out, &cond, &a, &b}, [](auto& p, auto& s, int64_t n) {
+      for (int64_t i = 0; i < n; ++i) {
+        bool c = *reinterpret_cast<const bool*>(p[1] + i * s[1]);
+        *reinterpret_cast<T*>(p[0] + i * s[0]) =
+            *reinterpret_cast<const T*>(c ? p[2] + i * s[2] : p[3] + i * s[3]);
+      }
+    });
+  });
+}
+
+void CpuBackend::clamp(const Tensor& in, std::optional<Scalar> lo, std::optional<Scalar> hi,
+                       const Tensor& out) {
+  dispatch<NumericTypes>(in.dtype(), "clamp", [&]<typename T>() {
+    const T l = lo ? lo->to<T>() : std::numeric_limits<T>::lowest();
+    const T h = hi ? hi->to<T>() : std::numeric_limits<T>::max();
+    map_unary<T, T>(in, out, [l, h](T x) {
+      if constexpr (std::is_floating_point_v<T>) {
+        if (std::isnan(x)) return x;
+      }
+      return std::min(std::max(x, l), h);  // min > max gives max everywhere, as in PyTorch
+    });
+  });
+}
+
+}  // namespace gw::cpu

@@ -1,0 +1,97 @@
+// Batched matrix products on Eigen's GEMM. Each operand matrix is mapped in place as
+// row-major (unit column stride) or column-major (unit row stride), so transposed views cost
+// nothing; only matrices with neither layout are copied.
+#include <Eigen/Core>
+
+#include "core/cpu/cpu_backend.h"
+
+namespace gw::cpu {
+
+namespace {
+
+template <typename T, int Order>
+using MatMap = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>, 0,
+                          Eigen::OuterStride<>>;
+template <typename T, int Alignment>
+using OutMap =
+    Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, Alignment>;
+
+// How a (rows, cols) matrix with the given strides can be read without copying.
+enum class Layout { RowMajor, ColMajor, Copy };
+struct MatView {
+  Layout layout;
+  int64_t outer;  // leading dimension for the chosen layout
+};
+
+MatView classify(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride) {
+  // The stride of a size-1 dim is never used, so it does not constrain the layout.
+  const int64_t r = std::max<int64_t>(rows, 1), c = std::max<int64_t>(cols, 1);
+  if ((cols <= 1 || col_stride == 1) && (rows <= 1 || row_stride >= c)) {
+    return {Layout::RowMajor, rows <= 1 ? c : row_stride};
+  }
+  if ((rows <= 1 || row_stride == 1) && (cols <= 1 || col_stride >= r)) {
+    return {Layout::ColMajor, cols <= 1 ? r : col_stride};
+  }
+  return {Layout::Copy, 0};
+}
+
+template <typename T, int OA, int OB>
+void gemm(const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t n, int64_t k,
+          int64_t m) {
+  MatMap<T, OA> A(a, n, k, Eigen::OuterStride<>(lda));
+  MatMap<T, OB> B(b, k, m, Eigen::OuterStride<>(ldb));
+  // Eigen stores faster into an output it knows is aligned; fresh outputs are 64-aligned.
+  if (reinterpret_cast<uintptr_t>(c) % 64 == 0) {
+    OutMap<T, Eigen::Aligned64> C(c, n, m);
+    C.noalias() = A * B;
+  } else {
+    OutMap<T, Eigen::Unaligned> C(c, n, m);
+    C.noalias() = A * B;
+  }
+}
+
+template <typename T>
+void gemm_dispatch(const T* a, MatView va, const T* b, MatView vb, T* c, int64_t n, int64_t k,
+                   int64_t m) {
+  constexpr int R = Eigen::RowMajor, C = Eigen::ColMajor;
+  bool ar = va.layout == Layout::RowMajor, br = vb.layout == Layout::RowMajor;
+  if (ar && br) return gemm<T, R, R>(a, va.outer, b, vb.outer, c, n, k, m);
+  if (ar && !br) return gemm<T, R, C>(a, va.outer, b, vb.outer, c, n, k, m);
+  if (!ar && br) return gemm<T, C, R>(a, va.outer, b, vb.outer, c, n, k, m);
+  return gemm<T, C, C>(a, va.outer, b, vb.outer, c, n, k, m);
+}
+
+}  // namespace
+
+void CpuBackend::bmm(const Tensor& a_in, const Tensor& b_in, const Tensor& out) {
+  dispatch<NumericTypes>(a_in.dtype(), "matmul", [&]<typename T>() {
+    // 2-D operands are a batch of one (saves mm three views).
+    const int64_t r = a_in.dim() - 2;
+    const int64_t batch = r ? a_in.size(0) : 1, n = a_in.size(r), k = a_in.size(r + 1),
+                  m = b_in.size(r + 1);
+    Tensor a = a_in, b = b_in;
+    MatView va = classify(n, k, a.stride(r), a.stride(r + 1));
+    MatView vb = classify(k, m, b.stride(r), b.stride(r + 1));
+    if (va.layout == Layout::Copy) {
+      a = a.contiguous();
+      va = {Layout::RowMajor, k};
+    }
+    if (vb.layout == Layout::Copy) {
+      b = b.contiguous();
+      vb = {Layout::RowMajor, m};
+    }
+    T* pc = out.data_ptr<T>();
+    if (k == 0) {
+      std::fill_n(pc, out.numel(), T(0));
+      return;
+    }
+    const T* pa = a.data_ptr<T>();
+    const T* pb = b.data_ptr<T>();
+    const int64_t sa = r ? a.stride(0) : 0, sb = r ? b.stride(0) : 0;
+    for (int64_t i = 0; i < batch; ++i) {
+      gemm_dispatch<T>(pa + i * sa, va, pb + i * sb, vb, pc + i * n * m, n, k, m);
+    }
+  });
+}
+
+}  // namespace gw::cpu

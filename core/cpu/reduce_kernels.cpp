@@ -1,0 +1,196 @@
+// Reductions and softmax. A reduction walks the input in memory order and accumulates into an
+// accumulator laid over the input's shape with stride 0 on the reduced dims, so reducing a
+// row (inner stride 0) and reducing across rows (unit inner stride) are both cache friendly.
+// Floating sums accumulate in double.
+#include <cmath>
+#include <limits>
+
+#include "core/cpu/cpu_backend.h"
+#include "core/cpu/loops.h"
+#include "core/ops/creation.h"
+
+namespace gw::cpu {
+
+namespace {
+
+template <typename T>
+bool better(ReduceOp op, T v, T best) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (std::isnan(v)) return !std::isnan(best);  // NaN wins, first NaN kept
+    if (std::isnan(best)) return false;
+  }
+  return op == ReduceOp::Max ? v > best : v < best;
+}
+
+template <typename Acc>
+Acc identity(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return Acc(0);
+    case ReduceOp::Prod: return Acc(1);
+    case ReduceOp::Max:
+      return std::numeric_limits<Acc>::has_infinity ? -std::numeric_limits<Acc>::infinity()
+                                                    : std::numeric_limits<Acc>::lowest();
+    case ReduceOp::Min:
+      return std::numeric_limits<Acc>::has_infinity ? std::numeric_limits<Acc>::infinity()
+                                                    : std::numeric_limits<Acc>::max();
+  }
+  return Acc(0);
+}
+
+template <typename Acc, typename T>
+Acc combine(ReduceOp op, Acc acc, T v) {
+  switch (op) {
+    case ReduceOp::Sum:
+      if constexpr (std::is_same_v<Acc, bool>) return acc || v;
+      else return acc + static_cast<Acc>(v);
+    case ReduceOp::Prod:
+      if constexpr (std::is_same_v<Acc, bool>) return acc && v;
+      else return acc * static_cast<Acc>(v);
+    case ReduceOp::Max:
+    case ReduceOp::Min: return better<Acc>(op, static_cast<Acc>(v), acc) ? static_cast<Acc>(v) : acc;
+  }
+  return acc;
+}
+
+// Sum of a contiguous run with four independent accumulators (breaks the add dependency
+// chain, which matters more than vector width for double accumulation of floats).
+template <typename Acc, typename T>
+Acc sum_contiguous(const T* x, int64_t n) {
+  Acc a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    a0 += static_cast<Acc>(x[i]);
+    a1 += static_cast<Acc>(x[i + 1]);
+    a2 += static_cast<Acc>(x[i + 2]);
+    a3 += static_cast<Acc>(x[i + 3]);
+  }
+  for (; i < n; ++i) a0 += static_cast<Acc>(x[i]);
+  return (a0 + a1) + (a2 + a3);
+}
+
+}  // namespace
+
+void CpuBackend::reduce(ReduceOp op, const Tensor& in, const Tensor& out) {
+  dispatch<AllTypes>(in.dtype(), "reduce", [&]<typename T>() {
+    // Sums and products accumulate wide (double for floats, int64 for ints and bools);
+    // max/min stay in T.
+    auto run = [&]<typename Acc>() {
+      const Acc init = identity<Acc>(op);
+      if (in.is_contiguous() && out.numel() == 1) {
+        const T* x = static_cast<const T*>(in.raw_data());
+        int64_t n = in.numel();
+        Acc acc = init;
+        if (op == ReduceOp::Sum) {
+          acc = sum_contiguous<Acc>(x, n);
+        } else {
+          for (int64_t i = 0; i < n; ++i) acc = combine(op, acc, x[i]);
+        }
+        dispatch<AllTypes>(out.dtype(), "reduce", [&]<typename O>() {
+          *static_cast<O*>(out.raw_data()) = static_cast<O>(acc);
+        });
+        return;
+      }
+      Tensor acc = full(out.sizes(), Scalar(0), TensorOptions(dtype_of_v<Acc>));
+      acc.fill_(Scalar(init));
+      Tensor acc_view = acc.expand(in.sizes());
+      std::array<const Tensor*, 2> ts{&acc_view, &in};
+      Operands<2> ops = collapse<2>(in.sizes(), ts);
+      if (in.numel() > 0) {
+        int64_t rows = numel(ops.shape) / ops.shape.back();
+        auto row = [op](auto& p, auto& s, int64_t n) {
+          if (s[0] == 0) {  // the whole row folds into one accumulator
+            Acc* a = reinterpret_cast<Acc*>(p[0]);
+            if (op == ReduceOp::Sum && s[1] == sizeof(T)) {
+              *a += sum_contiguous<Acc>(reinterpret_cast<const T*>(p[1]), n);
+              return;
+            }
+            Acc v = *a;
+            for (int64_t i = 0; i < n; ++i) {
+              v = combine(op, v, *reinterpret_cast<const T*>(p[1] + i * s[1]));
+            }
+            *a = v;
+          } else {
+            for (int64_t i = 0; i < n; ++i) {
+              Acc* a = reinterpret_cast<Acc*>(p[0] + i * s[0]);
+              *a = combine(op, *a, *reinterpret_cast<const T*>(p[1] + i * s[1]));
+            }
+          }
+        };
+        run_rows(ops, 0, rows, row);  // serial: rows may share accumulators
+      }
+      Tensor(out).copy_(acc);
+    };
+    if (op == ReduceOp::Max || op == ReduceOp::Min) {
+      run.template operator()<T>();
+    } else {
+      run.template operator()<acc_type_t<T>>();
+    }
+  });
+}
+
+void CpuBackend::reduce_with_index(ReduceOp op, const Tensor& in, int64_t dim,
+                                   const Tensor& values, const Tensor& indices) {
+  dispatch<NumericTypes>(in.dtype(), op == ReduceOp::Max ? "max" : "min", [&]<typename T>() {
+    // Move `dim` last (keeping the others in order) so each output element scans one row.
+    Shape perm;
+    for (int64_t d = 0; d < in.dim(); ++d) {
+      if (d != dim) perm.push_back(d);
+    }
+    perm.push_back(dim);
+    Tensor x = in.permute(perm).contiguous();
+    const int64_t n = in.size(dim);
+    const int64_t rows = n == 0 ? 0 : x.numel() / n;
+    const T* px = x.data_ptr<T>();
+    T* pv = values.data_ptr<T>();
+    int64_t* pi = indices.data_ptr<int64_t>();
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* row = px + r * n;
+      int64_t best = 0;
+      for (int64_t i = 1; i < n; ++i) {
+        if (better(op, row[i], row[best])) best = i;
+      }
+      pv[r] = row[best];
+      pi[r] = best;
+    }
+  });
+}
+
+void CpuBackend::softmax(const Tensor& in, int64_t dim, bool log, const Tensor& out) {
+  dispatch<FloatTypes>(in.dtype(), log ? "log_softmax" : "softmax", [&]<typename T>() {
+    Tensor x = in.contiguous();
+    // View as (outer, n, inner): elements of one softmax are `inner` apart.
+    const int64_t n = x.size(dim);
+    int64_t inner = 1, outer = 1;
+    for (int64_t d = 0; d < dim; ++d) outer *= x.size(d);
+    for (int64_t d = dim + 1; d < x.dim(); ++d) inner *= x.size(d);
+    const T* px = x.data_ptr<T>();
+    T* po = out.data_ptr<T>();
+    parallel_for(0, outer * inner, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(n, 1)),
+                 [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        const T* xr = px + (r / inner) * n * inner + (r % inner);
+        T* orow = po + (r / inner) * n * inner + (r % inner);
+        T m = -std::numeric_limits<T>::infinity();
+        for (int64_t i = 0; i < n; ++i) m = std::max(m, xr[i * inner]);
+        if (std::isinf(m) && m < 0) m = 0;  // an all -inf row: avoid inf - inf
+        acc_type_t<T> sum = 0;
+        if (log) {
+          for (int64_t i = 0; i < n; ++i) sum += std::exp(xr[i * inner] - m);
+          // (x - m) - log(sum), not x - (m + log(sum)): m may be large next to the result.
+          T log_sum = static_cast<T>(std::log(sum));
+          for (int64_t i = 0; i < n; ++i) orow[i * inner] = (xr[i * inner] - m) - log_sum;
+        } else {
+          for (int64_t i = 0; i < n; ++i) {
+            T e = std::exp(xr[i * inner] - m);
+            orow[i * inner] = e;
+            sum += e;
+          }
+          T inv = static_cast<T>(1 / sum);
+          for (int64_t i = 0; i < n; ++i) orow[i * inner] *= inv;
+        }
+      }
+    });
+  });
+}
+
+}  // namespace gw::cpu

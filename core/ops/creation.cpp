@@ -1,0 +1,90 @@
+#include "core/ops/creation.h"
+
+#include <cmath>
+
+#include "core/backend.h"
+
+namespace gw {
+
+Tensor empty(Shape shape, TensorOptions options) {
+  for (int64_t s : shape) {
+    GW_CHECK(s >= 0, ShapeError, "[empty] negative size in shape ", shape_str(shape));
+  }
+  auto storage = Storage::allocate(numel(shape) * itemsize(options.dtype), options.device);
+  Shape strides = contiguous_strides(shape);
+  Tensor t = Tensor::make(std::move(storage), std::move(shape), std::move(strides), 0,
+                          options.dtype);
+  if (options.requires_grad) t.requires_grad_(true);
+  return t;
+}
+
+Tensor full(Shape shape, const Scalar& value, TensorOptions options) {
+  Tensor t = empty(std::move(shape), options.with_requires_grad(false));
+  backend_for(t, "full").fill(t, value);
+  if (options.requires_grad) t.requires_grad_(true);
+  return t;
+}
+
+Tensor zeros(Shape shape, TensorOptions options) { return full(std::move(shape), 0, options); }
+Tensor ones(Shape shape, TensorOptions options) { return full(std::move(shape), 1, options); }
+
+Tensor eye(int64_t n, TensorOptions options) { return eye(n, n, options); }
+
+Tensor eye(int64_t n, int64_t m, TensorOptions options) {
+  GW_CHECK(n >= 0 && m >= 0, ShapeError, "[eye] sizes must be non-negative, got ", n, "x", m);
+  Tensor t = zeros({n, m}, options.with_requires_grad(false));
+  int64_t k = std::min(n, m);
+  // The diagonal is a strided view: stride m + 1 through the flat storage.
+  Tensor diag = Tensor::make(t.storage(), {k}, {m + 1}, 0, t.dtype());
+  backend_for(t, "eye").fill(diag, 1);
+  if (options.requires_grad) t.requires_grad_(true);
+  return t;
+}
+
+Tensor arange(const Scalar& end) { return arange(0, end, 1); }
+Tensor arange(const Scalar& end, TensorOptions options) { return arange(0, end, 1, options); }
+
+Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step) {
+  bool any_float = start.is_floating() || end.is_floating() || step.is_floating();
+  return arange(start, end, step, TensorOptions(any_float ? kFloat32 : kInt64));
+}
+
+Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step,
+              TensorOptions options) {
+  double s = start.to_double(), e = end.to_double(), st = step.to_double();
+  GW_CHECK(st != 0, InvalidArgumentError, "[arange] step must be nonzero");
+  GW_CHECK((st > 0 && e >= s) || (st < 0 && e <= s), InvalidArgumentError, "[arange] step ",
+           st, " does not lead from ", s, " to ", e);
+  auto n = static_cast<int64_t>(std::ceil((e - s) / st));
+  Tensor t = empty({n}, options.with_requires_grad(false));
+  backend_for(t, "arange").iota(t, s, st);
+  if (options.requires_grad) t.requires_grad_(true);
+  return t;
+}
+
+Tensor linspace(double start, double end, int64_t steps, TensorOptions options) {
+  GW_CHECK(steps >= 0, InvalidArgumentError, "[linspace] steps must be non-negative, got ",
+           steps);
+  // Like PyTorch: the first half counts up from start, the second half down from end, so
+  // both endpoints are exact.
+  std::vector<double> v(steps);
+  double step = steps > 1 ? (end - start) / static_cast<double>(steps - 1) : 0;
+  int64_t half = steps / 2;
+  for (int64_t i = 0; i < steps; ++i) {
+    v[i] = (i < half || steps == 1) ? start + step * i : end - step * (steps - 1 - i);
+  }
+  Tensor t = from_vector(v, {steps}).to(options.dtype).to(options.device);
+  if (options.requires_grad) t.requires_grad_(true);
+  return t;
+}
+
+Tensor empty_like(const Tensor& t) { return empty(t.sizes(), t.options()); }
+Tensor zeros_like(const Tensor& t) { return zeros(t.sizes(), t.options()); }
+Tensor ones_like(const Tensor& t) { return ones(t.sizes(), t.options()); }
+Tensor full_like(const Tensor& t, const Scalar& value) {
+  return full(t.sizes(), value, t.options());
+}
+Tensor empty_like(const Tensor& t, TensorOptions options) { return empty(t.sizes(), options); }
+Tensor zeros_like(const Tensor& t, TensorOptions options) { return zeros(t.sizes(), options); }
+
+}  // namespace gw

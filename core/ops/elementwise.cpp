@@ -1,0 +1,397 @@
+// Front end of the elementwise ops: dtype promotion, broadcasting, output allocation. The
+// arithmetic itself is the device backend's (core/cpu/elementwise_kernels.cpp on CPU).
+#include "core/ops/elementwise.h"
+
+#include <cmath>
+
+#include "core/grad_hooks.h"
+#include "core/ops/creation.h"
+#include "core/ops/reduce.h"
+
+namespace gw {
+
+namespace {
+
+enum class Category { Bool, Integral, Floating };
+Category category(DType t) {
+  return t == kBool ? Category::Bool : is_floating(t) ? Category::Floating : Category::Integral;
+}
+
+// PyTorch's combine_categories: the operand group of higher priority (dimensioned tensors over
+// 0-dim tensors over Scalars) keeps its dtype unless a lower group has a higher category.
+DType combine(std::optional<DType> higher, DType lower) {
+  if (!higher) return lower;
+  if (category(*higher) == Category::Floating) return *higher;
+  if (*higher == kBool || category(lower) == Category::Floating) {
+    return promote_types(*higher, lower);
+  }
+  return *higher;
+}
+
+void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
+  GW_CHECK(a.device() == b.device(), InvalidArgumentError, "[", op,
+           "] expected tensors on the same device, got ", a.device(), " and ", b.device());
+}
+
+bool is_float_only(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::Exp: case UnaryOp::Log: case UnaryOp::Sqrt: case UnaryOp::Rsqrt:
+    case UnaryOp::Sigmoid: case UnaryOp::Tanh: case UnaryOp::Gelu: case UnaryOp::GeluTanh:
+    case UnaryOp::Sin: case UnaryOp::Cos: case UnaryOp::Reciprocal: case UnaryOp::Log1p:
+    case UnaryOp::Expm1: case UnaryOp::Erf:
+      return true;
+    default:
+      return false;
+  }
+}
+
+Tensor unary_op(UnaryOp op, const Tensor& x) {
+  GradRecorder* rec = detail::recorder_for(x);
+  detail::NoRecordScope no_record;
+  Tensor in = x;
+  if (is_float_only(op) && !x.is_floating_point()) in = x.to(kFloat32);  // like torch.exp(int)
+  GW_CHECK(in.dtype() != kBool || op == UnaryOp::LogicalNot || op == UnaryOp::Abs ||
+               op == UnaryOp::Relu,
+           DTypeError, "[", op_name(op), "] is not supported for bool tensors");
+  Tensor out = empty(in.sizes(), in.options().with_dtype(op == UnaryOp::LogicalNot ? kBool
+                                                                                     : in.dtype()));
+  backend_for(in, op_name(op)).unary(op, in, out);
+  if (rec) rec->unary(op, x, out);
+  return out;
+}
+
+// Runs a binary kernel with both operands converted to `compute` and broadcast.
+Tensor binary_op(BinaryOp op, const Tensor& a, const Tensor& b, DType compute) {
+  check_same_device(op_name(op), a, b);
+  GradRecorder* rec = detail::recorder_for({&a, &b});
+  detail::NoRecordScope no_record;
+  const bool same_shape = a.sizes() == b.sizes();
+  Shape shape = same_shape ? a.sizes() : broadcast_shapes(a.sizes(), b.sizes(), op_name(op));
+  Tensor x = a.to(compute), y = b.to(compute);
+  if (!same_shape) {
+    x = x.expand(shape);
+    y = y.expand(shape);
+  }
+  Tensor out = empty(std::move(shape), a.options().with_dtype(is_comparison(op) ? kBool : compute));
+  backend_for(a, op_name(op)).binary(op, x, y, out);
+  if (rec) rec->binary(op, a, b, out);
+  return out;
+}
+
+// A Scalar as a 0-dim tensor; it takes part in promotion as a "wrapped number".
+Tensor wrap(const Scalar& s, DType dtype, Device device) {
+  return full({}, s, TensorOptions(dtype).with_device(device));
+}
+
+DType scalar_compute_type(const Tensor& a, const Scalar& b) { return result_type(a, b); }
+
+// In-place binary op: the result must fit self's dtype and shape.
+Tensor& binary_inplace(BinaryOp op, Tensor& self, const Tensor& other) {
+  check_same_device(op_name(op), self, other);
+  detail::check_inplace_allowed(self, op_name(op));
+  DType rt = result_type(self, other);
+  GW_CHECK(category(rt) <= category(self.dtype()), DTypeError, "[", op_name(op),
+           "_] result type ", rt, " can't be cast to the in-place output type ", self.dtype());
+  for (int64_t d = 0; d < self.dim(); ++d) {
+    GW_CHECK(self.stride(d) != 0 || self.size(d) <= 1, InvalidArgumentError, "[", op_name(op),
+             "_] cannot write in place to an expanded tensor (shape ", shape_str(self.sizes()),
+             ", strides ", shape_str(self.strides()), ")");
+  }
+  Tensor y = other.to(self.dtype());
+  if (y.sizes() != self.sizes()) {
+    Shape shape = broadcast_shapes(self.sizes(), y.sizes(), op_name(op));
+    GW_CHECK(shape == self.sizes(), ShapeError, "[", op_name(op), "_] output of shape ",
+             shape_str(self.sizes()), " does not match the broadcast shape ", shape_str(shape));
+    y = y.expand(shape);
+  }
+  if (y.storage() == self.storage() && !y.same(self)) y = y.clone();  // overlapping views
+  backend_for(self, op_name(op)).binary(op, self, y, self);
+  self.bump_version();
+  return self;
+}
+
+DType division_type(DType t) { return is_floating(t) ? t : kFloat32; }
+
+}  // namespace
+
+DType result_type(const Tensor& a, const Tensor& b) {
+  std::optional<DType> dim_result, zero_result;
+  for (const Tensor* t : {&a, &b}) {
+    auto& slot = t->dim() > 0 ? dim_result : zero_result;
+    slot = slot ? promote_types(*slot, t->dtype()) : t->dtype();
+  }
+  if (!zero_result) return *dim_result;
+  return combine(dim_result, *zero_result);
+}
+
+DType result_type(const Tensor& a, const Scalar& b) {
+  std::optional<DType> dim_result, zero_result;
+  (a.dim() > 0 ? dim_result : zero_result) = a.dtype();
+  DType wrapped = b.default_dtype();  // float scalars count as the default dtype (float32)
+  return combine(dim_result, combine(zero_result, wrapped));
+}
+
+// --- arithmetic -------------------------------------------------------------------------------
+
+Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha) {
+  if (alpha.to_double() != 1.0) return binary_op(BinaryOp::Add, a, mul(b, alpha), result_type(a, b));
+  return binary_op(BinaryOp::Add, a, b, result_type(a, b));
+}
+Tensor add(const Tensor& a, const Scalar& b) {
+  DType t = scalar_compute_type(a, b);
+  return binary_op(BinaryOp::Add, a, wrap(b, t, a.device()), t);
+}
+Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha) {
+  GW_CHECK(a.dtype() != kBool || b.dtype() != kBool, DTypeError,
+           "[sub] subtracting two bool tensors is not supported; use logical_xor");
+  if (alpha.to_double() != 1.0) return binary_op(BinaryOp::Sub, a, mul(b, alpha), result_type(a, b));
+  return binary_op(BinaryOp::Sub, a, b, result_type(a, b));
+}
+Tensor sub(const Tensor& a, const Scalar& b) {
+  DType t = scalar_compute_type(a, b);
+  return binary_op(BinaryOp::Sub, a, wrap(b, t, a.device()), t);
+}
+Tensor mul(const Tensor& a, const Tensor& b) {
+  return binary_op(BinaryOp::Mul, a, b, result_type(a, b));
+}
+Tensor mul(const Tensor& a, const Scalar& b) {
+  DType t = scalar_compute_type(a, b);
+  return binary_op(BinaryOp::Mul, a, wrap(b, t, a.device()), t);
+}
+Tensor div(const Tensor& a, const Tensor& b) {
+  return binary_op(BinaryOp::Div, a, b, division_type(result_type(a, b)));
+}
+Tensor div(const Tensor& a, const Scalar& b) {
+  DType t = division_type(scalar_compute_type(a, b));
+  return binary_op(BinaryOp::Div, a, wrap(b, t, a.device()), t);
+}
+Tensor pow(const Tensor& a, const Tensor& exponent) {
+  return binary_op(BinaryOp::Pow, a, exponent, result_type(a, exponent));
+}
+Tensor pow(const Tensor& a, const Scalar& exponent) {
+  DType t = scalar_compute_type(a, exponent);
+  if (exponent.to_double() == 2.0 && is_floating(t)) return square(a.to(t));
+  return binary_op(BinaryOp::Pow, a, wrap(exponent, t, a.device()), t);
+}
+Tensor maximum(const Tensor& a, const Tensor& b) {
+  return binary_op(BinaryOp::Maximum, a, b, result_type(a, b));
+}
+Tensor minimum(const Tensor& a, const Tensor& b) {
+  return binary_op(BinaryOp::Minimum, a, b, result_type(a, b));
+}
+
+namespace {
+Tensor& binary_out(BinaryOp op, Tensor& out, const Tensor& a, const Tensor& b) {
+  check_same_device(op_name(op), a, b);
+  check_same_device(op_name(op), out, a);
+  Shape shape = broadcast_shapes(a.sizes(), b.sizes(), op_name(op));
+  GW_CHECK(shape == out.sizes(), ShapeError, "[", op_name(op), "_out] out has shape ",
+           shape_str(out.sizes()), " but the result has shape ", shape_str(shape));
+  DType t = result_type(a, b);
+  GW_CHECK(t == out.dtype(), DTypeError, "[", op_name(op), "_out] out has dtype ", out.dtype(),
+           " but the result has dtype ", t);
+  GW_CHECK(!detail::recorder_for({&a, &b, &out}), InvalidArgumentError, "[", op_name(op),
+           "_out] out= variants do not record gradients; use ", op_name(op), "()");
+  backend_for(a, op_name(op)).binary(op, a.to(t).expand(shape), b.to(t).expand(shape), out);
+  out.bump_version();
+  return out;
+}
+}  // namespace
+
+Tensor& add_out(Tensor& out, const Tensor& a, const Tensor& b) {
+  return binary_out(BinaryOp::Add, out, a, b);
+}
+Tensor& mul_out(Tensor& out, const Tensor& a, const Tensor& b) {
+  return binary_out(BinaryOp::Mul, out, a, b);
+}
+
+// --- unary ------------------------------------------------------------------------------------
+
+Tensor neg(const Tensor& x) { return unary_op(UnaryOp::Neg, x); }
+Tensor abs(const Tensor& x) { return unary_op(UnaryOp::Abs, x); }
+Tensor exp(const Tensor& x) { return unary_op(UnaryOp::Exp, x); }
+Tensor log(const Tensor& x) { return unary_op(UnaryOp::Log, x); }
+Tensor log1p(const Tensor& x) { return unary_op(UnaryOp::Log1p, x); }
+Tensor expm1(const Tensor& x) { return unary_op(UnaryOp::Expm1, x); }
+Tensor sqrt(const Tensor& x) { return unary_op(UnaryOp::Sqrt, x); }
+Tensor rsqrt(const Tensor& x) { return unary_op(UnaryOp::Rsqrt, x); }
+Tensor square(const Tensor& x) { return unary_op(UnaryOp::Square, x); }
+Tensor reciprocal(const Tensor& x) { return unary_op(UnaryOp::Reciprocal, x); }
+Tensor sin(const Tensor& x) { return unary_op(UnaryOp::Sin, x); }
+Tensor erf(const Tensor& x) { return unary_op(UnaryOp::Erf, x); }
+Tensor cos(const Tensor& x) { return unary_op(UnaryOp::Cos, x); }
+Tensor sign(const Tensor& x) { return unary_op(UnaryOp::Sign, x); }
+Tensor floor(const Tensor& x) { return unary_op(UnaryOp::Floor, x); }
+Tensor ceil(const Tensor& x) { return unary_op(UnaryOp::Ceil, x); }
+Tensor round(const Tensor& x) { return unary_op(UnaryOp::Round, x); }
+Tensor relu(const Tensor& x) { return unary_op(UnaryOp::Relu, x); }
+Tensor sigmoid(const Tensor& x) { return unary_op(UnaryOp::Sigmoid, x); }
+Tensor tanh(const Tensor& x) { return unary_op(UnaryOp::Tanh, x); }
+Tensor gelu(const Tensor& x, std::string_view approximate) {
+  GW_CHECK(approximate == "none" || approximate == "tanh", InvalidArgumentError,
+           "[gelu] approximate must be \"none\" or \"tanh\", got \"", approximate, "\"");
+  return unary_op(approximate == "none" ? UnaryOp::Gelu : UnaryOp::GeluTanh, x);
+}
+
+Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max) {
+  GW_CHECK(min || max, InvalidArgumentError, "[clamp] at least one of min and max is required");
+  DType t = x.dtype();
+  if (min) t = promote_types(t, result_type(x, *min));  // clamp(int_tensor, 0.5) is float
+  if (max) t = promote_types(t, result_type(x, *max));
+  GradRecorder* rec = detail::recorder_for(x);
+  detail::NoRecordScope no_record;
+  Tensor in = x.to(t);
+  Tensor out = empty(in.sizes(), in.options());
+  backend_for(in, "clamp").clamp(in, min, max, out);
+  if (rec) rec->clamp(x, min, max, out);
+  return out;
+}
+
+// --- comparisons and logic --------------------------------------------------------------------
+
+#define GW_COMPARISON(name, Op)                                                    \
+  Tensor name(const Tensor& a, const Tensor& b) {                                  \
+    return binary_op(BinaryOp::Op, a, b, result_type(a, b));                       \
+  }                                                                                \
+  Tensor name(const Tensor& a, const Scalar& b) {                                  \
+    DType t = scalar_compute_type(a, b);                                           \
+    return binary_op(BinaryOp::Op, a, wrap(b, t, a.device()), t);                  \
+  }
+GW_COMPARISON(eq, Eq)
+GW_COMPARISON(ne, Ne)
+GW_COMPARISON(lt, Lt)
+GW_COMPARISON(le, Le)
+GW_COMPARISON(gt, Gt)
+GW_COMPARISON(ge, Ge)
+#undef GW_COMPARISON
+
+Tensor logical_and(const Tensor& a, const Tensor& b) {
+  return binary_op(BinaryOp::LogicalAnd, a, b, result_type(a, b));
+}
+Tensor logical_or(const Tensor& a, const Tensor& b) {
+  return binary_op(BinaryOp::LogicalOr, a, b, result_type(a, b));
+}
+Tensor logical_not(const Tensor& a) { return unary_op(UnaryOp::LogicalNot, a); }
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  GW_CHECK(cond.dtype() == kBool, DTypeError, "[where] condition must be bool, got ",
+           cond.dtype());
+  check_same_device("where", cond, a);
+  check_same_device("where", a, b);
+  Shape shape = broadcast_shapes(broadcast_shapes(cond.sizes(), a.sizes(), "where"), b.sizes(),
+                                 "where");
+  DType t = result_type(a, b);
+  GradRecorder* rec = detail::recorder_for({&a, &b});
+  detail::NoRecordScope no_record;
+  Tensor out = empty(shape, a.options().with_dtype(t));
+  backend_for(a, "where").where(cond.expand(shape), a.to(t).expand(shape),
+                                b.to(t).expand(shape), out);
+  if (rec) rec->where(cond, a, b, out);
+  return out;
+}
+Tensor where(const Tensor& cond, const Scalar& a, const Tensor& b) {
+  DType t = result_type(b, a);
+  return where(cond, wrap(a, t, b.device()), b.to(t));
+}
+Tensor where(const Tensor& cond, const Tensor& a, const Scalar& b) {
+  DType t = result_type(a, b);
+  return where(cond, a.to(t), wrap(b, t, a.device()));
+}
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value) {
+  GW_CHECK(mask.dtype() == kBool, DTypeError, "[masked_fill] mask must be bool, got ",
+           mask.dtype());
+  return where(mask, wrap(value, x.dtype(), x.device()), x);
+}
+
+bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol) {
+  Shape shape = broadcast_shapes(a.sizes(), b.sizes(), "allclose");
+  std::vector<double> x = a.expand(shape).to_vector<double>();
+  std::vector<double> y = b.expand(shape).to_vector<double>();
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (x[i] == y[i]) continue;  // also equal infinities
+    if (std::isinf(x[i]) || std::isinf(y[i])) return false;  // inf is close only to itself
+    if (!(std::abs(x[i] - y[i]) <= atol + rtol * std::abs(y[i]))) return false;
+  }
+  return true;
+}
+
+bool equal(const Tensor& a, const Tensor& b) {
+  return a.sizes() == b.sizes() && a.to_vector<double>() == b.to_vector<double>();
+}
+
+// --- operators --------------------------------------------------------------------------------
+
+Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+Tensor operator+(const Tensor& a, const Scalar& b) { return add(a, b); }
+Tensor operator-(const Tensor& a, const Scalar& b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, const Scalar& b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, const Scalar& b) { return div(a, b); }
+Tensor operator+(const Scalar& a, const Tensor& b) { return add(b, a); }
+Tensor operator-(const Scalar& a, const Tensor& b) { return add(neg(b), a); }
+Tensor operator*(const Scalar& a, const Tensor& b) { return mul(b, a); }
+Tensor operator/(const Scalar& a, const Tensor& b) {
+  DType t = division_type(result_type(b, a));
+  return div(wrap(a, t, b.device()), b);
+}
+Tensor operator-(const Tensor& x) { return neg(x); }
+Tensor& operator+=(Tensor& a, const Tensor& b) { return a.add_(b); }
+Tensor& operator-=(Tensor& a, const Tensor& b) { return a.sub_(b); }
+Tensor& operator*=(Tensor& a, const Tensor& b) { return a.mul_(b); }
+Tensor& operator/=(Tensor& a, const Tensor& b) { return a.div_(b); }
+Tensor& operator+=(Tensor& a, const Scalar& b) { return a.add_(b); }
+Tensor& operator-=(Tensor& a, const Scalar& b) { return a.sub_(b); }
+Tensor& operator*=(Tensor& a, const Scalar& b) { return a.mul_(b); }
+Tensor& operator/=(Tensor& a, const Scalar& b) { return a.div_(b); }
+
+// --- in-place methods of Tensor -----------------------------------------------------------------
+
+Tensor& Tensor::add_(const Tensor& other, const Scalar& alpha) {
+  return binary_inplace(BinaryOp::Add, *this, alpha.to_double() == 1.0 ? other : mul(other, alpha));
+}
+Tensor& Tensor::add_(const Scalar& other) {
+  return binary_inplace(BinaryOp::Add, *this, wrap(other, result_type(*this, other), device()));
+}
+Tensor& Tensor::sub_(const Tensor& other, const Scalar& alpha) {
+  return binary_inplace(BinaryOp::Sub, *this, alpha.to_double() == 1.0 ? other : mul(other, alpha));
+}
+Tensor& Tensor::sub_(const Scalar& other) {
+  return binary_inplace(BinaryOp::Sub, *this, wrap(other, result_type(*this, other), device()));
+}
+Tensor& Tensor::mul_(const Tensor& other) { return binary_inplace(BinaryOp::Mul, *this, other); }
+Tensor& Tensor::mul_(const Scalar& other) {
+  return binary_inplace(BinaryOp::Mul, *this, wrap(other, result_type(*this, other), device()));
+}
+Tensor& Tensor::div_(const Tensor& other) {
+  GW_CHECK(is_floating_point(), DTypeError, "[div_] true division cannot write into a ",
+           dtype(), " tensor");
+  return binary_inplace(BinaryOp::Div, *this, other);
+}
+Tensor& Tensor::div_(const Scalar& other) {
+  GW_CHECK(is_floating_point(), DTypeError, "[div_] true division cannot write into a ",
+           dtype(), " tensor");
+  return binary_inplace(BinaryOp::Div, *this, wrap(other, dtype(), device()));
+}
+
+Tensor& Tensor::clamp_(std::optional<Scalar> min, std::optional<Scalar> max) {
+  detail::check_inplace_allowed(*this, "clamp_");
+  return copy_(clamp(*this, min, max));
+}
+
+Tensor& Tensor::masked_fill_(const Tensor& mask, const Scalar& value) {
+  detail::check_inplace_allowed(*this, "masked_fill_");
+  GW_CHECK(mask.dtype() == kBool, DTypeError, "[masked_fill_] mask must be bool, got ",
+           mask.dtype());
+  Shape shape = broadcast_shapes(sizes(), mask.sizes(), "masked_fill_");
+  GW_CHECK(shape == sizes(), ShapeError, "[masked_fill_] mask of shape ",
+           shape_str(mask.sizes()), " does not broadcast to ", shape_str(sizes()));
+  backend_for(*this, "masked_fill_")
+      .where(mask.expand(shape), wrap(value, dtype(), device()).expand(shape), *this, *this);
+  bump_version();
+  return *this;
+}
+
+}  // namespace gw

@@ -1,0 +1,17 @@
+// Matrix products on Eigen's GEMM. Transposed views are read as such (no copies); matmul
+// follows torch.matmul: 1-D·1-D is a dot product, 1-D operands are promoted to matrices and
+// the added dim removed again, and batch dims broadcast.
+#pragma once
+
+#include "core/tensor.h"
+
+namespace gw {
+
+Tensor mm(const Tensor& a, const Tensor& b);    // (n,k) @ (k,m)
+Tensor bmm(const Tensor& a, const Tensor& b);   // (B,n,k) @ (B,k,m)
+Tensor matmul(const Tensor& a, const Tensor& b);
+Tensor dot(const Tensor& a, const Tensor& b);   // 1-D · 1-D
+// x @ weight.T + bias, as torch.nn.functional.linear (bias may be undefined).
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
+
+}  // namespace gw

@@ -1,0 +1,54 @@
+// A number passed to tensor operations (fill values, clamp bounds, `t + 2.5`). It remembers
+// whether it was a bool, an integer or a floating value, which drives type promotion exactly
+// like a Python number does in PyTorch: `int_tensor * 2` stays int64, `int_tensor * 2.5`
+// becomes float32.
+#pragma once
+
+#include <concepts>
+#include <cstdint>
+#include <ostream>
+
+#include "core/dtype.h"
+
+namespace gw {
+
+class Scalar {
+ public:
+  enum class Kind : uint8_t { Bool, Int, Float };
+
+  Scalar() : Scalar(int64_t{0}) {}
+  Scalar(bool v) : kind_(Kind::Bool), i_(v) {}  // NOLINT: implicit, like a Python number
+  template <std::integral T>
+    requires(!std::same_as<T, bool>)
+  Scalar(T v) : kind_(Kind::Int), i_(static_cast<int64_t>(v)) {}  // NOLINT
+  template <std::floating_point T>
+  Scalar(T v) : kind_(Kind::Float), d_(static_cast<double>(v)) {}  // NOLINT
+
+  Kind kind() const { return kind_; }
+  bool is_floating() const { return kind_ == Kind::Float; }
+  bool is_integral() const { return kind_ == Kind::Int; }
+  bool is_bool() const { return kind_ == Kind::Bool; }
+
+  template <typename T>
+  T to() const {
+    if (kind_ == Kind::Float) return static_cast<T>(d_);
+    return static_cast<T>(i_);
+  }
+  double to_double() const { return to<double>(); }
+
+  // The dtype a tensor made from this scalar gets by default (bool, int64, float32).
+  DType default_dtype() const {
+    return kind_ == Kind::Float ? kFloat32 : kind_ == Kind::Int ? kInt64 : kBool;
+  }
+
+ private:
+  Kind kind_;
+  union {
+    int64_t i_;
+    double d_;
+  };
+};
+
+std::ostream& operator<<(std::ostream& os, const Scalar& s);
+
+}  // namespace gw

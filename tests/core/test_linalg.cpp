@@ -1,0 +1,255 @@
+// Matrix products (core/ops/linalg.h) against a naive triple loop in double: float32 and
+// float64, transposed and sliced operands, every matmul rank combination with batch
+// broadcasting, and zero-size dims.
+#include <catch2/catch.hpp>
+
+#include <random>
+#include <vector>
+
+#include "core/ops.h"
+
+using gw::Shape;
+using gw::Tensor;
+
+namespace {
+
+// Normal random values from the standard library (independent of gradwire's generator).
+Tensor rnd(Shape shape, gw::DType dtype, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> dist;
+  std::vector<double> v(static_cast<size_t>(gw::numel(shape)));
+  for (double& x : v) x = dist(rng);
+  Tensor t = shape.empty() ? gw::scalar_tensor(v[0], gw::kFloat64) : gw::from_vector(v, shape);
+  return t.to(dtype);
+}
+
+Shape broadcast_ref(const Shape& a, const Shape& b) {
+  size_t n = std::max(a.size(), b.size());
+  Shape out(n);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t da = i + a.size() >= n ? a[i + a.size() - n] : 1;
+    int64_t db = i + b.size() >= n ? b[i + b.size() - n] : 1;
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+// Flat index of the batch `idx` (of the broadcast batch shape) in a batch of shape `s`.
+int64_t batch_index(const Shape& s, const std::vector<int64_t>& idx) {
+  int64_t flat = 0;
+  size_t lead = idx.size() - s.size();
+  for (size_t d = 0; d < s.size(); ++d) flat = flat * s[d] + (s[d] == 1 ? 0 : idx[lead + d]);
+  return flat;
+}
+
+// torch.matmul semantics written out: 1-D operands become a row / a column, batch dims
+// broadcast, and the added dims are dropped from the result. Inputs are read in logical order.
+std::vector<double> ref_matmul(const Tensor& ta, const Tensor& tb, Shape* out_shape) {
+  Shape sa = ta.sizes(), sb = tb.sizes();
+  std::vector<double> a = ta.to_vector<double>(), b = tb.to_vector<double>();
+  bool a_vec = sa.size() == 1, b_vec = sb.size() == 1;
+  if (a_vec) sa.insert(sa.begin(), 1);
+  if (b_vec) sb.push_back(1);
+  const int64_t n = sa[sa.size() - 2], k = sa.back(), m = sb.back();
+  REQUIRE(sb[sb.size() - 2] == k);
+  Shape ba(sa.begin(), sa.end() - 2), bb(sb.begin(), sb.end() - 2);
+  Shape batch = broadcast_ref(ba, bb);
+  std::vector<double> out;
+  std::vector<int64_t> idx(batch.size(), 0);
+  for (int64_t i = 0; i < gw::numel(batch); ++i) {
+    const double* pa = a.data() + batch_index(ba, idx) * n * k;
+    const double* pb = b.data() + batch_index(bb, idx) * k * m;
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t c = 0; c < m; ++c) {
+        double s = 0;
+        for (int64_t j = 0; j < k; ++j) s += pa[r * k + j] * pb[j * m + c];
+        out.push_back(s);
+      }
+    for (size_t d = batch.size(); d-- > 0;) {
+      if (++idx[d] < batch[d]) break;
+      idx[d] = 0;
+    }
+  }
+  *out_shape = batch;
+  if (!a_vec) out_shape->push_back(n);
+  if (!b_vec) out_shape->push_back(m);
+  return out;
+}
+
+double tolerance(gw::DType dtype) { return dtype == gw::kFloat32 ? 1e-5 : 1e-12; }
+
+// result == a @ b (torch.matmul semantics), in shape and values.
+void check_product(const Tensor& result, const Tensor& a, const Tensor& b) {
+  Shape want_shape;
+  std::vector<double> want = ref_matmul(a, b, &want_shape);
+  CHECK(result.sizes() == want_shape);
+  CHECK(result.dtype() == a.dtype());
+  std::vector<double> got = result.to_vector<double>();
+  REQUIRE(got.size() == want.size());
+  const double eps = tolerance(a.dtype());
+  for (size_t i = 0; i < got.size(); ++i) {
+    CAPTURE(i);
+    CHECK(got[i] == Approx(want[i]).epsilon(eps * 10).margin(eps * 10));
+  }
+}
+
+const gw::DType kTypes[] = {gw::kFloat32, gw::kFloat64};
+
+}  // namespace
+
+TEST_CASE("mm matches a naive triple loop", "[core][linalg]") {
+  for (gw::DType dt : kTypes) {
+    CAPTURE(dt);
+    Tensor a = rnd({5, 7}, dt, 1), b = rnd({7, 3}, dt, 2);
+    check_product(gw::mm(a, b), a, b);
+    Tensor big_a = rnd({33, 65}, dt, 3), big_b = rnd({65, 17}, dt, 4);
+    check_product(gw::mm(big_a, big_b), big_a, big_b);
+    Tensor v = rnd({1, 4}, dt, 5), w = rnd({4, 1}, dt, 6);
+    check_product(gw::mm(v, w), v, w);
+    check_product(gw::mm(w, v), w, v);
+  }
+}
+
+TEST_CASE("mm reads transposed and sliced operands in place", "[core][linalg]") {
+  for (gw::DType dt : kTypes) {
+    CAPTURE(dt);
+    Tensor at = rnd({7, 5}, dt, 1).t();                    // column-major (5,7)
+    Tensor bt = rnd({3, 7}, dt, 2).t();                    // column-major (7,3)
+    Tensor a_cols = rnd({5, 10}, dt, 3).narrow(1, 2, 7);  // row stride 10
+    Tensor a_step = rnd({5, 14}, dt, 4).slice(1, 0, 14, 2);  // column stride 2
+    Tensor b_step = rnd({14, 3}, dt, 5).slice(0, 1, 14, 2);  // row stride 6
+    Tensor b_both = rnd({7, 6}, dt, 6).slice(1, 0, 6, 2);    // column stride 2
+    Tensor b_rev = rnd({9, 7}, dt, 7).t().slice(1, 2, 9, 3);  // (7,3), column-major, ld 21
+    Tensor b_odd = rnd({14, 9}, dt, 8).slice(0, 0, 14, 2).slice(1, 0, 9, 3);  // no unit stride
+    for (const Tensor& a : {at, a_cols, a_step}) {
+      for (const Tensor& b : {bt, b_step, b_both, b_rev, b_odd}) {
+        CAPTURE(gw::shape_str(a.strides()), gw::shape_str(b.strides()));
+        check_product(gw::mm(a, b), a, b);
+      }
+    }
+  }
+}
+
+TEST_CASE("mm of integer matrices is exact", "[core][linalg]") {
+  Tensor a = gw::from_vector<int64_t>({1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor b = gw::from_vector<int64_t>({7, 8, 9, 10, 11, 12}, {3, 2});
+  Tensor r = gw::mm(a, b);
+  CHECK(r.dtype() == gw::kInt64);
+  CHECK(r.to_vector<int64_t>() == std::vector<int64_t>{58, 64, 139, 154});
+  Tensor i32 = gw::mm(a.to(gw::kInt32).t(), a.to(gw::kInt32));
+  CHECK(i32.dtype() == gw::kInt32);
+  CHECK(i32.to_vector<int32_t>() == std::vector<int32_t>{17, 22, 27, 22, 29, 36, 27, 36, 45});
+}
+
+TEST_CASE("bmm multiplies matching batches", "[core][linalg]") {
+  for (gw::DType dt : kTypes) {
+    CAPTURE(dt);
+    Tensor a = rnd({4, 5, 6}, dt, 1), b = rnd({4, 6, 3}, dt, 2);
+    check_product(gw::bmm(a, b), a, b);
+    Tensor at = rnd({4, 6, 5}, dt, 3).transpose(1, 2);
+    Tensor bp = rnd({3, 6, 4}, dt, 4).permute({2, 1, 0});  // (4,6,3), no unit stride
+    Tensor be = rnd({1, 6, 3}, dt, 5).expand({4, 6, 3});    // batch stride 0
+    Tensor bs = rnd({8, 6, 3}, dt, 6).slice(0, 0, 8, 2);    // every other batch
+    for (const Tensor& x : {a, at}) {
+      for (const Tensor& y : {b, bp, be, bs}) {
+        CAPTURE(gw::shape_str(x.strides()), gw::shape_str(y.strides()));
+        check_product(gw::bmm(x, y), x, y);
+      }
+    }
+  }
+}
+
+TEST_CASE("matmul covers every rank combination", "[core][linalg]") {
+  const std::vector<std::pair<Shape, Shape>> cases{
+      {{4}, {4}},                // dot
+      {{4}, {4, 3}},             // vector @ matrix
+      {{5, 4}, {4}},             // matrix @ vector
+      {{5, 4}, {4, 3}},          // matrix @ matrix
+      {{2, 5, 4}, {4, 3}},       // batch @ matrix (folded into one GEMM)
+      {{2, 5, 4}, {4}},          // batch @ vector
+      {{4}, {2, 4, 3}},          // vector @ batch
+      {{5, 4}, {2, 4, 3}},       // matrix @ batch
+      {{2, 5, 4}, {2, 4, 3}},    // batch @ batch
+      {{2, 1, 3, 4}, {5, 4, 2}}, // broadcast batch dims
+      {{3, 1, 2, 4}, {1, 4, 4, 3}},
+      {{1, 5, 4}, {3, 4, 2}},
+  };
+  for (gw::DType dt : kTypes) {
+    unsigned seed = 1;
+    for (const auto& [sa, sb] : cases) {
+      CAPTURE(dt, gw::shape_str(sa), gw::shape_str(sb));
+      Tensor a = rnd(sa, dt, seed++), b = rnd(sb, dt, seed++);
+      check_product(gw::matmul(a, b), a, b);
+      check_product(a.matmul(b), a, b);
+    }
+  }
+}
+
+TEST_CASE("matmul with non-contiguous batched operands", "[core][linalg]") {
+  for (gw::DType dt : kTypes) {
+    CAPTURE(dt);
+    Tensor a = rnd({5, 2, 4}, dt, 1).transpose(0, 1);  // (2,5,4), not contiguous
+    Tensor b = rnd({4, 3}, dt, 2);
+    check_product(gw::matmul(a, b), a, b);
+    Tensor bt = rnd({3, 4}, dt, 3).t();
+    check_product(gw::matmul(a, bt), a, bt);
+    Tensor c = rnd({2, 4, 10}, dt, 4).slice(2, 0, 10, 2);  // (2,4,5) stepped
+    Tensor d = rnd({2, 5, 3}, dt, 5).transpose(1, 2).transpose(1, 2);
+    check_product(gw::matmul(c, d), c, d);
+    Tensor e = rnd({3, 1, 4}, dt, 6).expand({3, 5, 4});  // rows repeated by stride 0
+    check_product(gw::matmul(e, b), e, b);
+  }
+}
+
+TEST_CASE("dot of 1-D tensors", "[core][linalg]") {
+  for (gw::DType dt : kTypes) {
+    CAPTURE(dt);
+    Tensor a = rnd({9}, dt, 1), b = rnd({9}, dt, 2);
+    Tensor r = gw::dot(a, b);
+    CHECK(r.dim() == 0);
+    check_product(r, a, b);
+    Tensor s = rnd({18}, dt, 3).slice(0, 1, 18, 2);  // stride 2
+    check_product(gw::dot(s, a), s, a);
+  }
+  CHECK(gw::dot(gw::from_vector<int64_t>({1, 2, 3}), gw::from_vector<int64_t>({4, 5, 6}))
+            .item<int64_t>() == 32);
+}
+
+TEST_CASE("linear is x @ weight.T + bias", "[core][linalg]") {
+  for (gw::DType dt : kTypes) {
+    CAPTURE(dt);
+    for (const Shape& xs : {Shape{3, 4}, Shape{2, 3, 4}, Shape{4}}) {
+      CAPTURE(gw::shape_str(xs));
+      Tensor x = rnd(xs, dt, 1), w = rnd({5, 4}, dt, 2), bias = rnd({5}, dt, 3);
+      Tensor plain = gw::linear(x, w);
+      check_product(plain, x, w.t());
+      Tensor r = gw::linear(x, w, bias);
+      CHECK(r.sizes() == plain.sizes());
+      std::vector<double> p = plain.to_vector<double>(), got = r.to_vector<double>();
+      std::vector<double> bv = bias.to_vector<double>();
+      for (size_t i = 0; i < got.size(); ++i)
+        CHECK(got[i] == Approx(p[i] + bv[i % 5]).epsilon(tolerance(dt) * 10));
+    }
+  }
+}
+
+TEST_CASE("matrix products with zero-size dims", "[core][linalg]") {
+  SECTION("empty rows or columns give empty results") {
+    CHECK(gw::mm(gw::zeros({0, 3}), gw::zeros({3, 4})).sizes() == Shape{0, 4});
+    CHECK(gw::mm(gw::zeros({3, 4}), gw::zeros({4, 0})).sizes() == Shape{3, 0});
+    CHECK(gw::bmm(gw::zeros({0, 2, 3}), gw::zeros({0, 3, 4})).sizes() == Shape{0, 2, 4});
+    CHECK(gw::matmul(gw::zeros({2, 0, 3}), gw::zeros({3, 4})).sizes() == Shape{2, 0, 4});
+    CHECK(gw::matmul(gw::zeros({0, 3}), gw::zeros({3})).sizes() == Shape{0});
+  }
+  SECTION("an empty inner dim sums nothing: zeros") {
+    Tensor r = gw::mm(gw::ones({3, 0}), gw::ones({0, 4}));
+    CHECK(r.sizes() == Shape{3, 4});
+    CHECK(gw::equal(r, gw::zeros({3, 4})));
+    Tensor rb = gw::bmm(gw::ones({2, 3, 0}), gw::ones({2, 0, 4}));
+    CHECK(gw::equal(rb, gw::zeros({2, 3, 4})));
+    CHECK(gw::dot(gw::ones({0}), gw::ones({0})).item<float>() == 0.f);
+    Tensor rm = gw::matmul(gw::ones({2, 3, 0}), gw::ones({0, 4}));
+    CHECK(rm.sizes() == Shape{2, 3, 4});
+    CHECK(gw::equal(rm, gw::zeros({2, 3, 4})));
+  }
+}
