@@ -20,12 +20,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <optional>
 #include <ostream>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/device.h"
@@ -39,6 +41,7 @@ namespace gw {
 
 namespace autograd {
 struct AutogradMeta;  // defined by the autograd layer
+class Node;
 }
 
 // What a creation function makes: dtype, device and whether it requires grad.
@@ -146,6 +149,17 @@ class Tensor {
     return checked()->autograd_meta;
   }
 
+  // --- autograd (defined in the autograd layer: these need gw_autograd) ---------------------
+  // Accumulates d(this)/d(leaf) into every leaf's .grad; `gradient` may be omitted for scalars.
+  void backward(const Tensor& gradient = {}, bool retain_graph = false) const;
+  Tensor grad() const;  // undefined until a backward pass reaches this leaf
+  void set_grad(const Tensor& grad) const;  // e.g. set_grad({}) to clear it
+  std::shared_ptr<autograd::Node> grad_fn() const;
+  bool is_leaf() const;
+  void retain_grad() const;  // keep .grad of a non-leaf tensor
+  // hook(grad) runs when this tensor's gradient is computed; a defined result replaces it.
+  void register_hook(std::function<Tensor(const Tensor&)> hook) const;
+
   // --- in-place ops (bump the version counter) ----------------------------------------------
   Tensor& zero_();
   Tensor& fill_(const Scalar& value);
@@ -199,6 +213,16 @@ class Tensor {
 };
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+// Hash and equality by identity (the same TensorImpl), for maps keyed by parameters.
+struct TensorIdentityHash {
+  size_t operator()(const Tensor& t) const { return std::hash<const void*>()(t.impl()); }
+};
+struct TensorIdentityEqual {
+  bool operator()(const Tensor& a, const Tensor& b) const { return a.same(b); }
+};
+template <typename V>
+using TensorMap = std::unordered_map<Tensor, V, TensorIdentityHash, TensorIdentityEqual>;
 
 // --- creation from C++ data ---------------------------------------------------------------
 // Copies `values` into a new tensor of `shape` (empty: 1-D); the dtype follows T (int is

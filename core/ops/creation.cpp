@@ -86,5 +86,6 @@ Tensor full_like(const Tensor& t, const Scalar& value) {
 }
 Tensor empty_like(const Tensor& t, TensorOptions options) { return empty(t.sizes(), options); }
 Tensor zeros_like(const Tensor& t, TensorOptions options) { return zeros(t.sizes(), options); }
+Tensor ones_like(const Tensor& t, TensorOptions options) { return ones(t.sizes(), options); }
 
 }  // namespace gw

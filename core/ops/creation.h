@@ -26,5 +26,6 @@ Tensor ones_like(const Tensor& t);
 Tensor full_like(const Tensor& t, const Scalar& value);
 Tensor empty_like(const Tensor& t, TensorOptions options);
 Tensor zeros_like(const Tensor& t, TensorOptions options);
+Tensor ones_like(const Tensor& t, TensorOptions options);
 
 }  // namespace gw

@@ -88,7 +88,7 @@ DType scalar_compute_type(const Tensor& a, const Scalar& b) { return result_type
 // In-place binary op: the result must fit self's dtype and shape.
 Tensor& binary_inplace(BinaryOp op, Tensor& self, const Tensor& other) {
   check_same_device(op_name(op), self, other);
-  detail::check_inplace_allowed(self, op_name(op));
+  detail::check_inplace_allowed(self, (std::string(op_name(op)) + "_").c_str());
   DType rt = result_type(self, other);
   GW_CHECK(category(rt) <= category(self.dtype()), DTypeError, "[", op_name(op),
            "_] result type ", rt, " can't be cast to the in-place output type ", self.dtype());
@@ -150,6 +150,10 @@ Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha) {
 Tensor sub(const Tensor& a, const Scalar& b) {
   DType t = scalar_compute_type(a, b);
   return binary_op(BinaryOp::Sub, a, wrap(b, t, a.device()), t);
+}
+Tensor sub(const Scalar& a, const Tensor& b) {
+  DType t = scalar_compute_type(b, a);
+  return binary_op(BinaryOp::Sub, wrap(a, t, b.device()), b, t);
 }
 Tensor mul(const Tensor& a, const Tensor& b) {
   return binary_op(BinaryOp::Mul, a, b, result_type(a, b));
@@ -331,7 +335,7 @@ Tensor operator-(const Tensor& a, const Scalar& b) { return sub(a, b); }
 Tensor operator*(const Tensor& a, const Scalar& b) { return mul(a, b); }
 Tensor operator/(const Tensor& a, const Scalar& b) { return div(a, b); }
 Tensor operator+(const Scalar& a, const Tensor& b) { return add(b, a); }
-Tensor operator-(const Scalar& a, const Tensor& b) { return add(neg(b), a); }
+Tensor operator-(const Scalar& a, const Tensor& b) { return sub(a, b); }
 Tensor operator*(const Scalar& a, const Tensor& b) { return mul(b, a); }
 Tensor operator/(const Scalar& a, const Tensor& b) {
   DType t = division_type(result_type(b, a));

@@ -19,6 +19,7 @@ Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha = 1);  // a + a
 Tensor add(const Tensor& a, const Scalar& b);
 Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha = 1);
 Tensor sub(const Tensor& a, const Scalar& b);
+Tensor sub(const Scalar& a, const Tensor& b);  // a - b
 Tensor mul(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Scalar& b);
 Tensor div(const Tensor& a, const Tensor& b);

@@ -1,0 +1,21 @@
+// The sink of a leaf's gradient: runs the leaf's hooks, accumulates into `.grad` (or hands the
+// gradient to the task's leaf_sink), then runs post-accumulate hooks (DDP's readiness signal).
+#pragma once
+
+#include "autograd/node.h"
+
+namespace gw::autograd {
+
+class AccumulateGrad final : public Node {
+ public:
+  explicit AccumulateGrad(Tensor variable) : variable(std::move(variable)) {}
+  TensorList apply(TensorList&& grads) override;
+  std::string name() const override { return "AccumulateGrad"; }
+
+  Tensor variable;
+};
+
+// Adds `grad` to the leaf's .grad (steals it when nothing else refers to it).
+void accumulate_into_grad(const Tensor& leaf, const Tensor& grad);
+
+}  // namespace gw::autograd

@@ -1,0 +1,140 @@
+// The user-facing entry points: Tensor's autograd methods, backward, grad, and hooks. This file
+// also installs the recorder: any program that calls backward or grad links it, so its
+// static initializer runs before the first op.
+#include "autograd/autograd.h"
+#include "autograd/functions/recorder.h"
+
+namespace gw {
+
+namespace {
+struct InstallRecorder {
+  InstallRecorder() {
+    static autograd::Recorder recorder;
+    install_grad_recorder(&recorder);
+  }
+} install_recorder;
+
+Tensor root_gradient(const Tensor& t, const Tensor& given, const char* op, size_t i) {
+  GW_CHECK(t.requires_grad(), InvalidArgumentError, "[", op, "] element ", i,
+           " of tensors does not require grad and does not have a grad_fn");
+  if (given.defined()) {
+    GW_CHECK(given.sizes() == t.sizes(), ShapeError, "[", op, "] gradient of shape ",
+             shape_str(given.sizes()), " given for a tensor of shape ", shape_str(t.sizes()));
+    return given;
+  }
+  GW_CHECK(t.numel() == 1, InvalidArgumentError, "[", op,
+           "] grad can be implicitly created only for scalar outputs; tensor ", i, " has shape ",
+           shape_str(t.sizes()), ", pass a gradient");
+  return ones_like(t);
+}
+}  // namespace
+
+void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
+  autograd::backward({*this}, {gradient}, retain_graph);
+}
+
+Tensor Tensor::grad() const {
+  autograd::AutogradMeta* m = autograd::meta_if(*this);
+  if (!m) return {};
+  std::lock_guard lock(m->mutex);
+  return m->grad;
+}
+
+void Tensor::set_grad(const Tensor& grad) const {
+  GW_CHECK(!grad.defined() || grad.sizes() == sizes(), ShapeError, "[set_grad] gradient of shape ",
+           shape_str(grad.sizes()), " for a tensor of shape ", shape_str(sizes()));
+  autograd::AutogradMeta& m = autograd::meta(*this);
+  std::lock_guard lock(m.mutex);
+  m.grad = grad;
+}
+
+std::shared_ptr<autograd::Node> Tensor::grad_fn() const {
+  autograd::AutogradMeta* m = autograd::meta_if(*this);
+  return m ? m->grad_fn : nullptr;
+}
+
+bool Tensor::is_leaf() const { return grad_fn() == nullptr; }
+
+void Tensor::retain_grad() const {
+  GW_CHECK(requires_grad(), InvalidArgumentError,
+           "[retain_grad] can't retain_grad on a tensor that does not require grad");
+  if (is_leaf()) return;  // leaves keep .grad anyway
+  autograd::AutogradMeta& m = autograd::meta(*this);
+  if (m.retains_grad) return;
+  m.retains_grad = true;
+  // The hook holds the meta weakly: it must not keep the tensor's state alive.
+  std::weak_ptr<autograd::AutogradMeta> weak_meta = autograd_meta();
+  m.grad_fn->pre_hooks.emplace_back(m.output_nr, [weak_meta](const Tensor& g) -> Tensor {
+    if (auto meta = weak_meta.lock()) {
+      std::lock_guard lock(meta->mutex);
+      meta->grad = meta->grad.defined() ? add(meta->grad, g) : g.clone();
+    }
+    return {};
+  });
+}
+
+void Tensor::register_hook(std::function<Tensor(const Tensor&)> hook) const {
+  GW_CHECK(requires_grad(), InvalidArgumentError,
+           "[register_hook] cannot register a hook on a tensor that does not require grad");
+  autograd::AutogradMeta& m = autograd::meta(*this);
+  if (m.grad_fn) {
+    m.grad_fn->pre_hooks.emplace_back(m.output_nr, std::move(hook));
+  } else {
+    m.leaf_hooks.push_back(std::move(hook));
+  }
+}
+
+namespace autograd {
+
+void backward(const std::vector<Tensor>& tensors, const std::vector<Tensor>& grad_tensors,
+              bool retain_graph) {
+  GW_CHECK(grad_tensors.empty() || grad_tensors.size() == tensors.size(), InvalidArgumentError,
+           "[backward] got ", grad_tensors.size(), " gradients for ", tensors.size(), " tensors");
+  std::vector<Edge> roots;
+  std::vector<Tensor> grads;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    grads.push_back(root_gradient(tensors[i], grad_tensors.empty() ? Tensor() : grad_tensors[i],
+                                  "backward", i));
+    roots.push_back(gradient_edge(tensors[i]));
+  }
+  ExecuteOptions options;
+  options.keep_graph = retain_graph;
+  run_backward(roots, grads, std::move(options));
+}
+
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const GradOptions& options) {
+  const auto& given = options.grad_outputs;
+  GW_CHECK(given.empty() || given.size() == outputs.size(), InvalidArgumentError, "[grad] got ",
+           given.size(), " grad_outputs for ", outputs.size(), " outputs");
+  std::vector<Edge> roots;
+  std::vector<Tensor> grads;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    grads.push_back(root_gradient(outputs[i], given.empty() ? Tensor() : given[i], "grad", i));
+    roots.push_back(gradient_edge(outputs[i]));
+  }
+  ExecuteOptions exec;
+  exec.keep_graph = options.retain_graph;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    GW_CHECK(inputs[i].requires_grad(), InvalidArgumentError, "[grad] input ", i,
+             " does not require grad");
+    exec.capture.push_back(gradient_edge(inputs[i]));
+  }
+  std::vector<Tensor> result = run_backward(roots, grads, std::move(exec));
+  for (size_t i = 0; i < result.size(); ++i) {
+    GW_CHECK(result[i].defined() || options.allow_unused, InvalidArgumentError, "[grad] input ",
+             i, " was not used to compute the outputs; pass allow_unused = true");
+  }
+  return result;
+}
+
+void register_post_accumulate_grad_hook(const Tensor& leaf, PostAccumulateHook hook) {
+  GW_CHECK(leaf.requires_grad() && leaf.is_leaf(), InvalidArgumentError,
+           "[register_post_accumulate_grad_hook] expects a leaf tensor that requires grad");
+  AutogradMeta& m = meta(leaf);
+  std::lock_guard lock(m.mutex);
+  m.post_accumulate_hooks.push_back(std::move(hook));
+}
+
+}  // namespace autograd
+}  // namespace gw

@@ -1,0 +1,49 @@
+// gradwire autograd — the tape.
+//
+// Mental model (PyTorch's): mark leaves with requires_grad_(); every op on them records a
+// backward Node in the output's grad_fn, pointing at the nodes of its inputs. backward()
+// walks that graph from the result, in reverse creation order, and accumulates d(result)/d(leaf)
+// into each leaf's .grad. The graph is freed by backward unless retain_graph is set. Under
+// NoGradGuard nothing is recorded (optimizer steps, evaluation).
+//
+//   gw::Tensor w = gw::randn({3, 2}, gen).requires_grad_();
+//   gw::Tensor x = gw::ones({4, 3});
+//   gw::Tensor loss = gw::matmul(x, w).relu().sum();
+//   loss.backward();
+//   std::cout << w.grad() << "\n";                     // d loss / d w
+//   auto [gx] = gw::autograd::grad({loss2}, {x2});     // gradients returned, .grad untouched
+//
+// The engine (autograd/engine.h) is also what distributed autograd runs on: extra roots,
+// tasks that stay open for gradients arriving later, and leaf gradients sent to a map.
+#pragma once
+
+#include <vector>
+
+#include "autograd/engine.h"
+#include "autograd/grad_mode.h"
+#include "autograd/gradcheck.h"
+#include "autograd/meta.h"
+#include "autograd/node.h"
+#include "core/ops.h"
+
+namespace gw::autograd {
+
+// Runs backward from several roots at once; grad_tensors[i] is d(loss)/d(tensors[i]) (may be
+// omitted for scalar roots).
+void backward(const std::vector<Tensor>& tensors, const std::vector<Tensor>& grad_tensors = {},
+              bool retain_graph = false);
+
+struct GradOptions {
+  std::vector<Tensor> grad_outputs;  // default: ones for scalar outputs
+  bool retain_graph = false;
+  bool allow_unused = false;  // an input the outputs do not depend on gets an undefined tensor
+};
+// d(outputs)/d(inputs) returned rather than accumulated into .grad.
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const GradOptions& options = {});
+
+// hook(leaf) runs after the leaf's .grad was updated by a backward pass (DDP's signal that a
+// parameter's gradient is ready).
+void register_post_accumulate_grad_hook(const Tensor& leaf, PostAccumulateHook hook);
+
+}  // namespace gw::autograd

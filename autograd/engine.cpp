@@ -1,0 +1,181 @@
+#include "autograd/engine.h"
+
+#include <unordered_set>
+
+#include "autograd/meta.h"
+#include "core/grad_hooks.h"
+#include "core/ops.h"
+
+namespace gw::autograd {
+
+namespace {
+
+thread_local const LeafSink* t_leaf_sink = nullptr;
+
+// The synthetic first node of a task: hands the caller's root gradients to the roots.
+class GraphRoot final : public Node {
+ public:
+  GraphRoot(const std::vector<Edge>& roots, std::vector<Tensor> grads) : grads_(std::move(grads)) {
+    next_edges = roots;
+    num_inputs = 0;
+  }
+  TensorList apply(TensorList&&) override { return grads_; }
+  std::string name() const override { return "GraphRoot"; }
+
+ private:
+  std::vector<Tensor> grads_;
+};
+
+Tensor accumulate(Tensor acc, Tensor grad) {
+  if (!acc.defined()) return grad;
+  if (!grad.defined()) return acc;
+  return add(acc, grad);
+}
+
+}  // namespace
+
+const LeafSink* current_leaf_sink() { return t_leaf_sink; }
+
+GraphTask::GraphTask(std::shared_ptr<Node> graph_root, ExecuteOptions options)
+    : options_(std::move(options)) {
+  std::vector<Node*> starts;
+  if (graph_root) starts.push_back(graph_root.get());
+  for (const auto& r : options_.extra_roots) {
+    starts.push_back(r.get());
+    pending_[r.get()].dependencies += 1;  // its gradient arrives through add_gradient
+  }
+  compute_dependencies(starts);
+  if (!options_.capture.empty()) {
+    captured_.resize(options_.capture.size());
+    compute_needed();
+  }
+  if (graph_root) ready_.push(std::move(graph_root));
+}
+
+void GraphTask::compute_dependencies(const std::vector<Node*>& starts) {
+  std::unordered_set<Node*> seen;
+  std::vector<Node*> stack;
+  for (Node* n : starts) {
+    if (seen.insert(n).second) stack.push_back(n);
+  }
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (const Edge& e : n->next_edges) {
+      if (!e.valid()) continue;
+      pending_[e.fn.get()].dependencies += 1;
+      if (seen.insert(e.fn.get()).second) stack.push_back(e.fn.get());
+    }
+  }
+}
+
+void GraphTask::compute_needed() {
+  // A node is needed when a path through its next edges reaches a captured edge: only those
+  // run in autograd::grad, so nothing accumulates into .grad on the side.
+  std::unordered_set<Node*> targets;
+  for (const Edge& e : options_.capture) targets.insert(e.fn.get());
+  std::function<bool(Node*)> visit = [&](Node* n) -> bool {
+    auto it = needed_.find(n);
+    if (it != needed_.end()) return it->second;
+    needed_[n] = false;  // the graph is acyclic; this only guards repeated visits
+    bool needed = false;
+    for (const Edge& e : n->next_edges) {
+      if (!e.valid()) continue;
+      bool child = visit(e.fn.get());
+      needed = needed || child || targets.count(e.fn.get()) > 0;
+    }
+    needed_[n] = needed;
+    return needed;
+  };
+  std::vector<Node*> nodes;
+  for (auto& [node, _] : pending_) nodes.push_back(node);
+  for (Node* n : nodes) visit(n);
+}
+
+void GraphTask::add_gradient(const std::shared_ptr<Node>& node, uint32_t input_nr, Tensor grad) {
+  std::lock_guard lock(mu_);
+  deliver_locked(node.get(), node, input_nr, std::move(grad));
+}
+
+void GraphTask::deliver_locked(Node* node, const std::shared_ptr<Node>& owner, uint32_t input_nr,
+                               Tensor grad) {
+  for (size_t i = 0; i < options_.capture.size(); ++i) {
+    const Edge& c = options_.capture[i];
+    if (c.fn.get() == node && c.input_nr == input_nr) {
+      captured_[i] = accumulate(std::move(captured_[i]), grad);
+    }
+  }
+  Pending& p = pending_[node];
+  if (p.inputs.size() < node->num_inputs) p.inputs.resize(node->num_inputs);
+  p.inputs[input_nr] = accumulate(std::move(p.inputs[input_nr]), std::move(grad));
+  if (--p.dependencies == 0) {
+    bool needed = options_.capture.empty() || needed_[node];
+    if (needed) {
+      ready_.push(owner);
+    } else {
+      pending_.erase(node);
+    }
+  }
+}
+
+void GraphTask::run() {
+  const LeafSink* prev_sink = t_leaf_sink;
+  t_leaf_sink = options_.leaf_sink ? &options_.leaf_sink : nullptr;
+  struct Restore {
+    const LeafSink* prev;
+    ~Restore() { t_leaf_sink = prev; }
+  } restore{prev_sink};
+  // Backward functions compute with recording off (no higher-order graphs).
+  detail::NoRecordScope no_record;
+  while (true) {
+    std::shared_ptr<Node> node;
+    std::vector<Tensor> inputs;
+    {
+      std::lock_guard lock(mu_);
+      if (ready_.empty()) return;
+      node = ready_.top();
+      ready_.pop();
+      auto it = pending_.find(node.get());
+      if (it != pending_.end()) {
+        inputs = std::move(it->second.inputs);
+        pending_.erase(it);
+      }
+    }
+    execute(node, std::move(inputs));
+  }
+}
+
+void GraphTask::execute(const std::shared_ptr<Node>& node, std::vector<Tensor> inputs) {
+  inputs.resize(node->num_inputs);
+  for (auto& [input_nr, hook] : node->pre_hooks) {
+    if (input_nr < inputs.size() && inputs[input_nr].defined()) {
+      Tensor replaced = hook(inputs[input_nr]);
+      if (replaced.defined()) inputs[input_nr] = std::move(replaced);
+    }
+  }
+  bool any_defined = node->num_inputs == 0;
+  for (const Tensor& g : inputs) any_defined = any_defined || g.defined();
+  TensorList outputs;
+  if (any_defined) outputs = node->apply(std::move(inputs));
+  if (!options_.keep_graph) node->release_variables();
+  outputs.resize(node->next_edges.size());
+  std::lock_guard lock(mu_);
+  for (size_t i = 0; i < node->next_edges.size(); ++i) {
+    const Edge& e = node->next_edges[i];
+    if (e.valid()) deliver_locked(e.fn.get(), e.fn, e.input_nr, std::move(outputs[i]));
+  }
+}
+
+bool GraphTask::finished() const {
+  std::lock_guard lock(mu_);
+  return ready_.empty() && pending_.empty();
+}
+
+std::vector<Tensor> run_backward(const std::vector<Edge>& roots, const std::vector<Tensor>& grads,
+                                 ExecuteOptions options) {
+  GraphTask task(std::make_shared<GraphRoot>(roots, grads), std::move(options));
+  task.run();
+  return task.captured();
+}
+
+}  // namespace gw::autograd

@@ -1,0 +1,72 @@
+#include "autograd/node.h"
+
+#include "autograd/accumulate_grad.h"
+#include "autograd/meta.h"
+
+namespace gw::autograd {
+
+namespace {
+std::atomic<uint64_t> g_next_sequence_nr{0};
+std::mutex g_meta_creation;
+}  // namespace
+
+Node::Node() : sequence_nr_(g_next_sequence_nr.fetch_add(1, std::memory_order_relaxed)) {}
+
+SavedTensor::SavedTensor(const Tensor& t) {
+  if (!t.defined()) return;
+  data_ = t.detach();
+  version_ = t.storage()->version();
+}
+
+Tensor SavedTensor::unpack(const Node& owner) const {
+  GW_CHECK(data_.defined(), StateError, "[backward] trying to backward through the graph a "
+           "second time (the saved tensors of ", owner.name(), " were freed after the first "
+           "backward); pass retain_graph=true to the first backward if you need to");
+  GW_CHECK(data_.storage()->version() == version_, StateError,
+           "[backward] a tensor saved by ", owner.name(), " for the backward pass was modified "
+           "by an in-place operation (version ", version_, " when saved, now ",
+           data_.storage()->version(), ")");
+  return data_;
+}
+
+AutogradMeta& meta(const Tensor& t) {
+  auto& slot = const_cast<std::shared_ptr<AutogradMeta>&>(t.autograd_meta());
+  if (!slot) {
+    std::lock_guard lock(g_meta_creation);
+    if (!slot) slot = std::make_shared<AutogradMeta>();
+  }
+  return *slot;
+}
+
+AutogradMeta* meta_if(const Tensor& t) { return t.autograd_meta().get(); }
+
+Edge gradient_edge(const Tensor& t) {
+  if (!t.defined() || !t.requires_grad()) return {};
+  AutogradMeta& m = meta(t);
+  if (m.grad_fn) return {m.grad_fn, m.output_nr};
+  // A leaf: reuse its AccumulateGrad while some graph holds it, so gradients from several
+  // uses of one leaf meet in one node.
+  std::lock_guard lock(m.mutex);
+  std::shared_ptr<Node> acc = m.grad_accumulator.lock();
+  if (!acc) {
+    acc = std::make_shared<AccumulateGrad>(t);
+    m.grad_accumulator = acc;
+  }
+  return {acc, 0};
+}
+
+std::vector<Edge> collect_edges(std::initializer_list<const Tensor*> inputs) {
+  std::vector<Edge> edges;
+  edges.reserve(inputs.size());
+  for (const Tensor* t : inputs) edges.push_back(gradient_edge(*t));
+  return edges;
+}
+
+void set_history(const Tensor& out, const std::shared_ptr<Node>& node, uint32_t output_nr) {
+  out.impl()->requires_grad = true;
+  AutogradMeta& m = meta(out);
+  m.grad_fn = node;
+  m.output_nr = output_nr;
+}
+
+}  // namespace gw::autograd

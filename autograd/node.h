@@ -1,0 +1,84 @@
+// The pieces of the tape: a Node is one backward function of the graph recorded during the
+// forward pass; its next_edges point at the nodes that produced its inputs (an Edge names
+// the node and which of its inputs the gradient feeds). Leaves that require grad end in an
+// AccumulateGrad node. The engine (autograd/engine.h) runs nodes in reverse.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace gw::autograd {
+
+class Node;
+using TensorList = std::vector<Tensor>;
+
+struct Edge {
+  std::shared_ptr<Node> fn;
+  uint32_t input_nr = 0;
+  bool valid() const { return fn != nullptr; }
+};
+
+// A tensor kept for the backward pass. It is stored without its own history (no reference
+// cycle output -> node -> output) and remembers the storage version at save time, so that an
+// in-place change before backward is reported instead of silently giving wrong gradients.
+class SavedTensor {
+ public:
+  SavedTensor() = default;
+  explicit SavedTensor(const Tensor& t);
+  Tensor unpack(const Node& owner) const;
+  bool defined() const { return data_.defined(); }
+  void reset() { data_ = Tensor(); }
+
+ private:
+  Tensor data_;
+  uint64_t version_ = 0;
+};
+
+// A gradient hook: returns a replacement gradient, or an undefined tensor to keep it.
+using GradHook = std::function<Tensor(const Tensor&)>;
+
+class Node : public std::enable_shared_from_this<Node> {
+ public:
+  Node();
+  virtual ~Node() = default;
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  // Gradients w.r.t. this node's outputs in, gradients w.r.t. its inputs out (one per edge;
+  // undefined where an input needs none).
+  virtual TensorList apply(TensorList&& grads) = 0;
+  virtual std::string name() const = 0;
+  // Frees saved tensors after a backward pass that did not ask to retain the graph.
+  virtual void release_variables() {}
+
+  std::vector<Edge> next_edges;
+  // Later nodes run first when several are ready (PyTorch's order; DDP relies on it).
+  uint64_t sequence_nr() const { return sequence_nr_; }
+  // Hooks run on the gradient arriving at input `input_nr` before apply (tensor hooks of
+  // non-leaf tensors, retain_grad).
+  std::vector<std::pair<uint32_t, GradHook>> pre_hooks;
+  // Number of gradients the node receives (outputs of the forward op).
+  uint32_t num_inputs = 1;
+  bool released() const { return released_; }
+  void mark_released() { released_ = true; }
+
+ private:
+  uint64_t sequence_nr_;
+  bool released_ = false;
+};
+
+// Edge to where the gradient of `t` should flow: its grad_fn, or its AccumulateGrad when it is
+// a leaf that requires grad; invalid when t needs no gradient.
+Edge gradient_edge(const Tensor& t);
+
+// Connects `node` to the inputs' history and makes `out` its output number `output_nr`.
+void set_history(const Tensor& out, const std::shared_ptr<Node>& node, uint32_t output_nr = 0);
+std::vector<Edge> collect_edges(std::initializer_list<const Tensor*> inputs);
+
+}  // namespace gw::autograd

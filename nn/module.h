@@ -1,0 +1,99 @@
+// gradwire nn — modules, as in torch.nn.
+//
+// Mental model: a Module owns named parameters (leaf tensors that require grad), buffers
+// (state that is saved but not trained, e.g. running statistics) and child modules, each
+// registered in order. parameters() walks them depth-first in registration order, which is the
+// order optimizers, state_dict and DDP's buckets use. Modules are held by shared_ptr so that
+// containers, optimizers and remote references can share them.
+//
+//   struct Mlp : gw::nn::Module {
+//     std::shared_ptr<gw::nn::Linear> fc1, fc2;
+//     explicit Mlp(gw::Generator& gen)
+//         : fc1(register_module("fc1", std::make_shared<gw::nn::Linear>(784, 128, gen))),
+//           fc2(register_module("fc2", std::make_shared<gw::nn::Linear>(128, 10, gen))) {}
+//     gw::Tensor forward(const gw::Tensor& x) override { return fc2->forward(fc1->forward(x).relu()); }
+//   };
+//   auto model = std::make_shared<Mlp>(gen);
+//   gw::Tensor loss = gw::nn::functional::cross_entropy(model->forward(x), y);
+//   loss.backward();
+//   model->save("mlp.safetensors");
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/serialize.h"
+#include "core/tensor.h"
+
+namespace gw::nn {
+
+class Module : public std::enable_shared_from_this<Module> {
+ public:
+  explicit Module(std::string type_name = "Module") : type_name_(std::move(type_name)) {}
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // Single-input modules override this; others define their own forward signature.
+  virtual Tensor forward(const Tensor& input);
+  Tensor operator()(const Tensor& input) { return forward(input); }
+
+  std::vector<Tensor> parameters(bool recurse = true) const;
+  std::vector<std::pair<std::string, Tensor>> named_parameters(bool recurse = true) const;
+  std::vector<Tensor> buffers(bool recurse = true) const;
+  std::vector<std::pair<std::string, Tensor>> named_buffers(bool recurse = true) const;
+  std::vector<std::shared_ptr<Module>> children() const;
+  const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& named_children() const {
+    return children_;
+  }
+
+  // Training mode affects Dropout and friends; applies to all submodules.
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+
+  // Clears every parameter's gradient (set to none, as PyTorch 2 does by default).
+  void zero_grad();
+
+  // Parameters and buffers by dotted name ("fc1.weight"), as in PyTorch.
+  NamedTensors state_dict() const;
+  // Copies values into the existing tensors. With strict, missing or unexpected keys and shape
+  // mismatches throw naming the key.
+  void load_state_dict(const NamedTensors& state, bool strict = true);
+  void save(const std::string& path) const;  // safetensors
+  void load(const std::string& path, bool strict = true);
+
+  const std::string& type_name() const { return type_name_; }
+  // A PyTorch-like description of the module tree.
+  std::string repr() const;
+
+ protected:
+  // The registered tensor is made a leaf that requires grad (unless requires_grad is false).
+  Tensor register_parameter(const std::string& name, Tensor tensor, bool requires_grad = true);
+  Tensor register_buffer(const std::string& name, Tensor tensor);
+  template <typename M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
+    add_child(name, module);
+    return module;
+  }
+  // Replaces a registered parameter or buffer (e.g. after loading).
+  void set_tensor(const std::string& name, const Tensor& tensor);
+  // Extra text for repr(), e.g. "in_features=784, out_features=128".
+  virtual std::string extra_repr() const { return ""; }
+
+ private:
+  void add_child(const std::string& name, std::shared_ptr<Module> module);
+  void collect(const std::string& prefix, bool params, bool recurse,
+               std::vector<std::pair<std::string, Tensor>>& out) const;
+  std::string repr_indented(int indent) const;
+
+  std::string type_name_;
+  bool training_ = true;
+  std::vector<std::pair<std::string, Tensor>> parameters_;
+  std::vector<std::pair<std::string, Tensor>> buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+};
+
+}  // namespace gw::nn
