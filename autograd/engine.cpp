@@ -1,5 +1,6 @@
 #include "autograd/engine.h"
 
+#include <algorithm>
 #include <unordered_set>
 
 #include "autograd/meta.h"
@@ -53,18 +54,20 @@ GraphTask::GraphTask(std::shared_ptr<Node> graph_root, ExecuteOptions options)
 }
 
 void GraphTask::compute_dependencies(const std::vector<Node*>& starts) {
-  std::unordered_set<Node*> seen;
-  std::vector<Node*> stack;
-  for (Node* n : starts) {
-    if (seen.insert(n).second) stack.push_back(n);
-  }
+  // pending_ doubles as the visited set: a node gets its entry when first reached.
+  pending_.reserve(256);
+  std::vector<Node*> stack(starts);
+  std::sort(stack.begin(), stack.end());
+  stack.erase(std::unique(stack.begin(), stack.end()), stack.end());
+  for (Node* n : stack) pending_.try_emplace(n);
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
     for (const Edge& e : n->next_edges) {
       if (!e.valid()) continue;
-      pending_[e.fn.get()].dependencies += 1;
-      if (seen.insert(e.fn.get()).second) stack.push_back(e.fn.get());
+      auto [it, inserted] = pending_.try_emplace(e.fn.get());
+      it->second.dependencies += 1;
+      if (inserted) stack.push_back(e.fn.get());
     }
   }
 }

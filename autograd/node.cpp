@@ -7,14 +7,13 @@ namespace gw::autograd {
 
 namespace {
 std::atomic<uint64_t> g_next_sequence_nr{0};
-std::mutex g_meta_creation;
 }  // namespace
 
 Node::Node() : sequence_nr_(g_next_sequence_nr.fetch_add(1, std::memory_order_relaxed)) {}
 
-SavedTensor::SavedTensor(const Tensor& t) {
+SavedTensor::SavedTensor(const Tensor& t, bool is_output) {
   if (!t.defined()) return;
-  data_ = t.detach();
+  data_ = is_output ? t.detach() : t;
   version_ = t.storage()->version();
 }
 
@@ -30,15 +29,25 @@ Tensor SavedTensor::unpack(const Node& owner) const {
 }
 
 AutogradMeta& meta(const Tensor& t) {
-  auto& slot = const_cast<std::shared_ptr<AutogradMeta>&>(t.autograd_meta());
-  if (!slot) {
-    std::lock_guard lock(g_meta_creation);
-    if (!slot) slot = std::make_shared<AutogradMeta>();
+  TensorImpl* impl = t.impl();
+  GW_CHECK(impl != nullptr, StateError, "[autograd] use of an undefined tensor");
+  if (!impl->has_autograd_meta.load(std::memory_order_acquire)) {
+    // Two threads may touch a leaf first at once; creation is rare, one lock is enough.
+    static std::mutex creation;
+    std::lock_guard lock(creation);
+    if (!impl->has_autograd_meta.load(std::memory_order_relaxed)) {
+      impl->autograd_meta = std::make_shared<AutogradMeta>();
+      impl->has_autograd_meta.store(true, std::memory_order_release);
+    }
   }
-  return *slot;
+  return *impl->autograd_meta;
 }
 
-AutogradMeta* meta_if(const Tensor& t) { return t.autograd_meta().get(); }
+AutogradMeta* meta_if(const Tensor& t) {
+  TensorImpl* impl = t.impl();
+  if (!impl || !impl->has_autograd_meta.load(std::memory_order_acquire)) return nullptr;
+  return impl->autograd_meta.get();
+}
 
 Edge gradient_edge(const Tensor& t) {
   if (!t.defined() || !t.requires_grad()) return {};
@@ -64,7 +73,13 @@ std::vector<Edge> collect_edges(std::initializer_list<const Tensor*> inputs) {
 
 void set_history(const Tensor& out, const std::shared_ptr<Node>& node, uint32_t output_nr) {
   out.impl()->requires_grad = true;
-  AutogradMeta& m = meta(out);
+  // `out` was just made by the op: no other thread can see it yet, so no creation lock.
+  TensorImpl* impl = out.impl();
+  if (!impl->has_autograd_meta.load(std::memory_order_relaxed)) {
+    impl->autograd_meta = std::make_shared<AutogradMeta>();
+    impl->has_autograd_meta.store(true, std::memory_order_release);
+  }
+  AutogradMeta& m = *impl->autograd_meta;
   m.grad_fn = node;
   m.output_nr = output_nr;
 }

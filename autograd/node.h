@@ -24,13 +24,14 @@ struct Edge {
   bool valid() const { return fn != nullptr; }
 };
 
-// A tensor kept for the backward pass. It is stored without its own history (no reference
-// cycle output -> node -> output) and remembers the storage version at save time, so that an
-// in-place change before backward is reported instead of silently giving wrong gradients.
+// A tensor kept for the backward pass. It remembers the storage version at save time, so that
+// an in-place change before backward is reported instead of silently giving wrong gradients.
+// An op's own output is stored without its history: output -> node -> output would be a
+// reference cycle. Inputs are kept as they are (their history points backwards, no cycle).
 class SavedTensor {
  public:
   SavedTensor() = default;
-  explicit SavedTensor(const Tensor& t);
+  explicit SavedTensor(const Tensor& t, bool is_output = false);
   Tensor unpack(const Node& owner) const;
   bool defined() const { return data_.defined(); }
   void reset() { data_ = Tensor(); }

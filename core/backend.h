@@ -55,6 +55,10 @@ class Backend {
   virtual void unary(UnaryOp op, const Tensor& in, const Tensor& out) = 0;
   // a, b have the compute dtype; out has it too, or bool for comparisons.
   virtual void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) = 0;
+  // out = a + alpha * b (axpy), a and b of out's dtype: one pass for add(a, b, alpha) and the
+  // optimizers' param.add_(grad, -lr).
+  virtual void add_scaled(const Tensor& a, const Tensor& b, const Scalar& alpha,
+                          const Tensor& out) = 0;
   virtual void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) = 0;
   virtual void clamp(const Tensor& in, std::optional<Scalar> lo, std::optional<Scalar> hi,
                      const Tensor& out) = 0;

@@ -19,6 +19,7 @@
 // cheaply whether to record.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
@@ -65,7 +66,9 @@ struct TensorImpl {
   int64_t offset = 0;  // in elements
   DType dtype = kFloat32;
   bool requires_grad = false;
+  // Created at most once; has_autograd_meta (release/acquire) publishes it to other threads.
   std::shared_ptr<autograd::AutogradMeta> autograd_meta;
+  std::atomic<bool> has_autograd_meta{false};
 };
 
 class Tensor {

@@ -60,10 +60,16 @@ class Module : public std::enable_shared_from_this<Module> {
   // Parameters and buffers by dotted name ("fc1.weight"), as in PyTorch.
   NamedTensors state_dict() const;
   // Copies values into the existing tensors. With strict, missing or unexpected keys and shape
-  // mismatches throw naming the key.
+  // mismatches throw naming the key. Shape mismatches throw even when not strict (as in
+  // PyTorch), and nothing is copied unless every check passes.
   void load_state_dict(const NamedTensors& state, bool strict = true);
   void save(const std::string& path) const;  // safetensors
   void load(const std::string& path, bool strict = true);
+
+  // Converts every floating parameter and buffer to `dtype` in place, as PyTorch's
+  // module.double() does: handles held elsewhere (members, optimizers) see the new values.
+  // Gradients are cleared, since they no longer match.
+  void to(DType dtype);
 
   const std::string& type_name() const { return type_name_; }
   // A PyTorch-like description of the module tree.
@@ -82,9 +88,13 @@ class Module : public std::enable_shared_from_this<Module> {
   void set_tensor(const std::string& name, const Tensor& tensor);
   // Extra text for repr(), e.g. "in_features=784, out_features=128".
   virtual std::string extra_repr() const { return ""; }
+  // A double as Python's repr prints it (0.5, 1e-05), for extra_repr.
+  static std::string float_repr(double value);
 
  private:
   void add_child(const std::string& name, std::shared_ptr<Module> module);
+  void check_new_name(const std::string& name, const char* what) const;
+  Tensor* find_tensor(const std::string& name);
   void collect(const std::string& prefix, bool params, bool recurse,
                std::vector<std::pair<std::string, Tensor>>& out) const;
   std::string repr_indented(int indent) const;

@@ -9,6 +9,10 @@
 //   gw::optim::SGD opt(model->parameters(), gw::optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
 //   for (...) { opt.zero_grad(); loss.backward(); opt.step(); }
 //   gw::optim::Adam adam(params, {.lr = 1e-3});
+//
+// Updates write into the parameter's own storage, so every view or handle of it (a Module's
+// member, an RRef's value) sees the new values. The arithmetic follows PyTorch 1.13's
+// single-tensor (foreach=False) implementations operation by operation.
 #pragma once
 
 #include <memory>
@@ -24,6 +28,7 @@ using GradMap = TensorMap<Tensor>;
 
 class Optimizer {
  public:
+  // Parameters must be defined, floating point leaves, each listed once.
   explicit Optimizer(std::vector<Tensor> params, std::string name);
   virtual ~Optimizer() = default;
   Optimizer(const Optimizer&) = delete;
@@ -31,29 +36,41 @@ class Optimizer {
 
   // Updates every parameter that has a .grad; parameters without one are skipped.
   void step();
-  // The same with gradients given per parameter (parameters absent from the map are skipped).
+  // The same with gradients given per parameter (parameters absent from the map are skipped,
+  // entries for tensors that are not parameters are ignored). Every gradient is checked before
+  // any parameter changes, so a ShapeError leaves the parameters and state untouched.
   void step(const GradMap& grads);
   void zero_grad();  // sets every .grad to none
 
   const std::vector<Tensor>& parameters() const { return params_; }
   double lr() const { return lr_; }
-  void set_lr(double lr) { lr_ = lr; }  // for schedules
+  void set_lr(double lr);  // for schedules; a negative lr throws InvalidArgumentError
 
-  // State tensors by "state.<param index>.<name>" (e.g. "state.0.exp_avg"), plus "lr". The
-  // layout mirrors torch.optim's state_dict.
+  // State tensors by "state.<param index>.<name>" (e.g. "state.0.exp_avg"), plus "lr" (a 0-dim
+  // float64 tensor). The layout mirrors torch.optim's state_dict. The tensors are copies: later
+  // steps do not change a dict already taken.
   NamedTensors state_dict() const;
+  // Replaces all state (parameters absent from `state` start fresh). Keys, names and shapes are
+  // checked before anything changes; errors name the key.
   void load_state_dict(const NamedTensors& state);
   const std::string& name() const { return name_; }
 
  protected:
   // Updates params_[index] with `grad`; runs with recording off.
   virtual void update(size_t index, Tensor& param, const Tensor& grad) = 0;
+  // The state names one parameter has once stepped, under the current options. "step" is a
+  // 0-dim float32 count (as in torch); every other entry is shaped like the parameter.
+  virtual std::vector<std::string> state_names() const = 0;
   // The named state of one parameter, created on first use by the subclass.
   NamedTensors& state(size_t index) { return state_[index]; }
+  // Adds one to state["step"] (created at 0 when absent) and returns the new count.
+  static double increment_step(NamedTensors& state);
 
   double lr_ = 0;
 
  private:
+  void update_all(const std::vector<std::pair<size_t, Tensor>>& grads);
+
   std::vector<Tensor> params_;
   std::vector<NamedTensors> state_;
   std::string name_;

@@ -11,7 +11,7 @@ namespace {
 
 class UnaryBackward final : public Node {
  public:
-  UnaryBackward(UnaryOp op, const Tensor& x, const Tensor& out) : op_(op), x_(x), out_(out) {}
+  UnaryBackward(UnaryOp op, const Tensor& x, const Tensor& out) : op_(op), x_(x), out_(out, /*is_output=*/true) {}
   std::string name() const override { return std::string(op_name(op_)) + "Backward"; }
   void release_variables() override {
     x_.reset();
@@ -37,7 +37,7 @@ class UnaryBackward final : public Node {
       case UnaryOp::Cos: r = neg(mul(g, sin(x))); break;
       case UnaryOp::Sigmoid: r = mul(g, mul(y, sub(1, y))); break;
       case UnaryOp::Tanh: r = mul(g, sub(1, square(y))); break;
-      case UnaryOp::Relu: r = mul(g, gt(y, 0)); break;
+      case UnaryOp::Relu: r = where(gt(y, 0), g, Scalar(0.0)); break;
       case UnaryOp::Gelu: {
         // d/dx x·Φ(x) = Φ(x) + x·φ(x)
         Tensor cdf = mul(add(erf(mul(x, std::numbers::sqrt2 / 2)), 1), 0.5);
@@ -74,7 +74,7 @@ class BinaryBackward final : public Node {
         // Save only what the rule reads: add and sub need no values at all.
         a_(op == BinaryOp::Add || op == BinaryOp::Sub || op == BinaryOp::Div ? Tensor() : a),
         b_(op == BinaryOp::Add || op == BinaryOp::Sub ? Tensor() : b),
-        out_(op == BinaryOp::Div || op == BinaryOp::Pow ? out : Tensor()),
+        out_(op == BinaryOp::Div || op == BinaryOp::Pow ? out : Tensor(), /*is_output=*/true),
         a_shape_(a.sizes()), b_shape_(b.sizes()), a_dtype_(a.dtype()), b_dtype_(b.dtype()) {}
   std::string name() const override { return std::string(op_name(op_)) + "Backward"; }
   void release_variables() override {

@@ -52,19 +52,33 @@ class GatherBackward final : public Node {
 
 class ScatterAddBackward final : public Node {
  public:
-  ScatterAddBackward(int64_t dim, const Tensor& index) : dim_(dim), index_(index) {}
+  ScatterAddBackward(int64_t dim, const Tensor& index, const Tensor& src)
+      : dim_(dim), index_(index), src_shape_(src.sizes()), src_dtype_(src.dtype()) {}
   std::string name() const override { return "ScatterAddBackward"; }
   void release_variables() override { index_.reset(); }
   TensorList apply(TensorList&& grads) override {
     const Tensor& g = grads[0];
     Tensor gsrc;
-    if (wants(*this, 1)) gsrc = gather(g, dim_, index_.unpack(*this));
+    if (wants(*this, 1)) {
+      Tensor index = index_.unpack(*this);
+      gsrc = gather(g, dim_, index);
+      if (gsrc.sizes() != src_shape_) {
+        // index may cover only a corner of src: the rest of src was not added anywhere.
+        Tensor full = zeros(src_shape_, TensorOptions(src_dtype_).with_device(g.device()));
+        Tensor corner = full;
+        for (int64_t d = 0; d < index.dim(); ++d) corner = corner.narrow(d, 0, index.size(d));
+        corner.copy_(gsrc);
+        gsrc = full;
+      }
+    }
     return {g, gsrc};
   }
 
  private:
   int64_t dim_;
   SavedTensor index_;
+  Shape src_shape_;
+  DType src_dtype_;
 };
 
 }  // namespace
@@ -82,7 +96,7 @@ void Recorder::gather(const Tensor& x, int64_t dim, const Tensor& index, const T
 void Recorder::scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src,
                            const Tensor& out) {
   if (!out.is_floating_point()) return;
-  record<ScatterAddBackward>({&x, &src}, out, dim, index);
+  record<ScatterAddBackward>({&x, &src}, out, dim, index, src);
 }
 
 }  // namespace gw::autograd

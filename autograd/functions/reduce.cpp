@@ -9,7 +9,7 @@ namespace {
 class ReduceBackward final : public Node {
  public:
   ReduceBackward(ReduceOp op, const Tensor& x, const Shape& dims, bool keepdim, const Tensor& out)
-      : op_(op), x_(op == ReduceOp::Sum ? Tensor() : x), out_(op == ReduceOp::Sum ? Tensor() : out),
+      : op_(op), x_(op == ReduceOp::Sum ? Tensor() : x), out_(op == ReduceOp::Sum ? Tensor() : out, /*is_output=*/true),
         shape_(x.sizes()), dims_(dims), keepdim_(keepdim), dtype_(x.dtype()) {}
   std::string name() const override {
     static constexpr const char* kNames[] = {"SumBackward", "ProdBackward", "MaxBackward",
@@ -71,7 +71,7 @@ class IndexedExtremeBackward final : public Node {
 
 class SoftmaxBackward final : public Node {
  public:
-  SoftmaxBackward(const Tensor& out, int64_t dim, bool log) : out_(out), dim_(dim), log_(log) {}
+  SoftmaxBackward(const Tensor& out, int64_t dim, bool log) : out_(out, /*is_output=*/true), dim_(dim), log_(log) {}
   std::string name() const override { return log_ ? "LogSoftmaxBackward" : "SoftmaxBackward"; }
   void release_variables() override { out_.reset(); }
   TensorList apply(TensorList&& grads) override {

@@ -15,6 +15,8 @@ class CpuBackend final : public Backend {
   void iota(const Tensor& out, double start, double step) override;
   void unary(UnaryOp op, const Tensor& in, const Tensor& out) override;
   void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void add_scaled(const Tensor& a, const Tensor& b, const Scalar& alpha,
+                  const Tensor& out) override;
   void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) override;
   void clamp(const Tensor& in, std::optional<Scalar> lo, std::optional<Scalar> hi,
              const Tensor& out) override;

@@ -210,6 +210,14 @@ void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Ten
                      [&]<typename T>() { binary_typed<T>(op, a, b, out); });
 }
 
+void CpuBackend::add_scaled(const Tensor& a, const Tensor& b, const Scalar& alpha,
+                            const Tensor& out) {
+  dispatch<NumericTypes>(out.dtype(), "add", [&]<typename T>() {
+    const T k = alpha.to<T>();
+    map_binary<T, T>(a, b, out, [k](T x, T y) { return T(x + k * y); });
+  });
+}
+
 void CpuBackend::where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
   dispatch<AllTypes>(out.dtype(), "where", [&]<typename T>() {
     for_each_row<4>(out.sizes(), {&out, &cond, &a, &b}, [](auto& p, auto& s, int64_t n) {

@@ -90,8 +90,7 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& in, const Tensor& out) {
         });
         return;
       }
-      Tensor acc = full(out.sizes(), Scalar(0), TensorOptions(dtype_of_v<Acc>));
-      acc.fill_(Scalar(init));
+      Tensor acc = full(out.sizes(), Scalar(init), TensorOptions(dtype_of_v<Acc>));
       Tensor acc_view = acc.expand(in.sizes());
       std::array<const Tensor*, 2> ts{&acc_view, &in};
       Operands<2> ops = collapse<2>(in.sizes(), ts);
@@ -109,6 +108,11 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& in, const Tensor& out) {
               v = combine(op, v, *reinterpret_cast<const T*>(p[1] + i * s[1]));
             }
             *a = v;
+          } else if (op == ReduceOp::Sum && s[0] == sizeof(Acc) && s[1] == sizeof(T)) {
+            // Across rows (e.g. a bias gradient): a vectorizable running sum per column.
+            Acc* a = reinterpret_cast<Acc*>(p[0]);
+            const T* x = reinterpret_cast<const T*>(p[1]);
+            for (int64_t i = 0; i < n; ++i) a[i] += static_cast<Acc>(x[i]);
           } else {
             for (int64_t i = 0; i < n; ++i) {
               Acc* a = reinterpret_cast<Acc*>(p[0] + i * s[0]);

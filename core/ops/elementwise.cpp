@@ -85,8 +85,10 @@ Tensor wrap(const Scalar& s, DType dtype, Device device) {
 
 DType scalar_compute_type(const Tensor& a, const Scalar& b) { return result_type(a, b); }
 
-// In-place binary op: the result must fit self's dtype and shape.
-Tensor& binary_inplace(BinaryOp op, Tensor& self, const Tensor& other) {
+// In-place binary op: the result must fit self's dtype and shape. With `alpha` (Add only),
+// self += alpha * other in one pass.
+Tensor& binary_inplace(BinaryOp op, Tensor& self, const Tensor& other,
+                       const Scalar* alpha = nullptr) {
   check_same_device(op_name(op), self, other);
   detail::check_inplace_allowed(self, (std::string(op_name(op)) + "_").c_str());
   DType rt = result_type(self, other);
@@ -105,12 +107,22 @@ Tensor& binary_inplace(BinaryOp op, Tensor& self, const Tensor& other) {
     y = y.expand(shape);
   }
   if (y.storage() == self.storage() && !y.same(self)) y = y.clone();  // overlapping views
-  backend_for(self, op_name(op)).binary(op, self, y, self);
+  if (alpha) {
+    GW_CHECK(self.is_floating_point() || !alpha->is_floating(), DTypeError, "[", op_name(op),
+             "_] alpha ", *alpha, " must be an integer for ", self.dtype(), " tensors");
+    backend_for(self, op_name(op)).add_scaled(self, y, *alpha, self);
+  } else {
+    backend_for(self, op_name(op)).binary(op, self, y, self);
+  }
   self.bump_version();
   return self;
 }
 
 DType division_type(DType t) { return is_floating(t) ? t : kFloat32; }
+
+Scalar neg_scalar(const Scalar& s) {
+  return s.is_floating() ? Scalar(-s.to_double()) : Scalar(-s.to<int64_t>());
+}
 
 }  // namespace
 
@@ -133,8 +145,25 @@ DType result_type(const Tensor& a, const Scalar& b) {
 
 // --- arithmetic -------------------------------------------------------------------------------
 
+namespace {
+// a + alpha * b in one pass; with history to record it is the composite add(a, mul(b, alpha)).
+Tensor add_scaled(const Tensor& a, const Tensor& b, const Scalar& alpha) {
+  DType t = result_type(a, b);
+  GW_CHECK(is_floating(t) || !alpha.is_floating(), DTypeError,
+           "[add] alpha ", alpha, " must be an integer for ", t, " tensors");
+  if (detail::recorder_for({&a, &b}) || t == kBool) {
+    return binary_op(BinaryOp::Add, a, mul(b, alpha), t);
+  }
+  check_same_device("add", a, b);
+  Shape shape = a.sizes() == b.sizes() ? a.sizes() : broadcast_shapes(a.sizes(), b.sizes(), "add");
+  Tensor out = empty(shape, a.options().with_dtype(t));
+  backend_for(a, "add").add_scaled(a.to(t).expand(shape), b.to(t).expand(shape), alpha, out);
+  return out;
+}
+}  // namespace
+
 Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha) {
-  if (alpha.to_double() != 1.0) return binary_op(BinaryOp::Add, a, mul(b, alpha), result_type(a, b));
+  if (alpha.to_double() != 1.0) return add_scaled(a, b, alpha);
   return binary_op(BinaryOp::Add, a, b, result_type(a, b));
 }
 Tensor add(const Tensor& a, const Scalar& b) {
@@ -144,7 +173,7 @@ Tensor add(const Tensor& a, const Scalar& b) {
 Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha) {
   GW_CHECK(a.dtype() != kBool || b.dtype() != kBool, DTypeError,
            "[sub] subtracting two bool tensors is not supported; use logical_xor");
-  if (alpha.to_double() != 1.0) return binary_op(BinaryOp::Sub, a, mul(b, alpha), result_type(a, b));
+  if (alpha.to_double() != 1.0) return add_scaled(a, b, neg_scalar(alpha));
   return binary_op(BinaryOp::Sub, a, b, result_type(a, b));
 }
 Tensor sub(const Tensor& a, const Scalar& b) {
@@ -354,13 +383,16 @@ Tensor& operator/=(Tensor& a, const Scalar& b) { return a.div_(b); }
 // --- in-place methods of Tensor -----------------------------------------------------------------
 
 Tensor& Tensor::add_(const Tensor& other, const Scalar& alpha) {
-  return binary_inplace(BinaryOp::Add, *this, alpha.to_double() == 1.0 ? other : mul(other, alpha));
+  if (alpha.to_double() == 1.0) return binary_inplace(BinaryOp::Add, *this, other);
+  return binary_inplace(BinaryOp::Add, *this, other, &alpha);
 }
 Tensor& Tensor::add_(const Scalar& other) {
   return binary_inplace(BinaryOp::Add, *this, wrap(other, result_type(*this, other), device()));
 }
 Tensor& Tensor::sub_(const Tensor& other, const Scalar& alpha) {
-  return binary_inplace(BinaryOp::Sub, *this, alpha.to_double() == 1.0 ? other : mul(other, alpha));
+  if (alpha.to_double() == 1.0) return binary_inplace(BinaryOp::Sub, *this, other);
+  Scalar negated = neg_scalar(alpha);
+  return binary_inplace(BinaryOp::Add, *this, other, &negated);
 }
 Tensor& Tensor::sub_(const Scalar& other) {
   return binary_inplace(BinaryOp::Sub, *this, wrap(other, result_type(*this, other), device()));

@@ -1,0 +1,28 @@
+// The moment updates Adam and AdamW share (internal; not installed). They differ only in how
+// weight decay enters: Adam adds it to the gradient, AdamW shrinks the parameter directly.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/serialize.h"
+#include "core/tensor.h"
+
+namespace gw::optim::detail {
+
+struct AdamStep {
+  double lr;
+  double beta1;
+  double beta2;
+  double eps;
+  bool amsgrad;
+  double step;  // the count after this step (1 on the first)
+};
+
+// Updates exp_avg, exp_avg_sq (and max_exp_avg_sq) in `state`, creating them at zero, then
+// param -= lr / (1 - beta1^step) * exp_avg / (sqrt(v) / sqrt(1 - beta2^step) + eps).
+void adam_step(NamedTensors& state, Tensor& param, const Tensor& grad, const AdamStep& h);
+
+std::vector<std::string> adam_state_names(bool amsgrad);
+
+}  // namespace gw::optim::detail

@@ -1,0 +1,38 @@
+#include "optim/adamw.h"
+
+#include "core/ops.h"
+#include "optim/adam_step.h"
+#include "optim/check.h"
+
+namespace gw::optim {
+
+AdamW::AdamW(std::vector<Tensor> params, const AdamWOptions& options)
+    : Optimizer(std::move(params), "AdamW"), options_(options) {
+  detail::check_at_least("AdamW", "lr", options.lr);
+  detail::check_at_least("AdamW", "eps", options.eps);
+  detail::check_unit_interval("AdamW", "betas[0]", options.betas[0]);
+  detail::check_unit_interval("AdamW", "betas[1]", options.betas[1]);
+  detail::check_at_least("AdamW", "weight_decay", options.weight_decay);
+  lr_ = options.lr;
+}
+
+std::vector<std::string> AdamW::state_names() const {
+  return detail::adam_state_names(options_.amsgrad);
+}
+
+void AdamW::update(size_t index, Tensor& param, const Tensor& grad) {
+  const AdamWOptions& o = options_;
+  NamedTensors& st = state(index);
+  double step = increment_step(st);
+  Tensor g = o.maximize ? neg(grad) : grad;
+  param.mul_(1 - lr_ * o.weight_decay);
+  detail::adam_step(st, param, g,
+                    {.lr = lr_,
+                     .beta1 = o.betas[0],
+                     .beta2 = o.betas[1],
+                     .eps = o.eps,
+                     .amsgrad = o.amsgrad,
+                     .step = step});
+}
+
+}  // namespace gw::optim

@@ -1,0 +1,148 @@
+// Options: torch's defaults, rejected hyperparameters (errors name the option and the value),
+// make_optimizer, and the StepLR schedule.
+#include <catch2/catch.hpp>
+
+#include <functional>
+#include <string>
+
+#include "optim_test_util.h"
+
+using gw::Tensor;
+using namespace gw::optim;
+
+namespace {
+
+std::vector<Tensor> params() { return optim_test::make_params(); }
+
+// `make` must throw InvalidArgumentError whose message names the optimizer, option and value.
+void expect_invalid(const std::function<void()>& make, const std::string& optimizer,
+                    const std::string& option, const std::string& value) {
+  INFO(optimizer << " " << option << " = " << value);
+  try {
+    make();
+    FAIL("no error");
+  } catch (const gw::InvalidArgumentError& e) {
+    std::string msg = e.what();
+    CHECK_THAT(msg, Catch::Contains("[" + optimizer + "]"));
+    CHECK_THAT(msg, Catch::Contains(option));
+    CHECK_THAT(msg, Catch::Contains(value));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("options default to torch.optim's defaults", "[optim][options]") {
+  // torch.optim 1.13 signatures; SGD's lr has no default there ("required").
+  SGDOptions sgd;
+  CHECK(std::isnan(sgd.lr));
+  CHECK(sgd.momentum == 0);
+  CHECK(sgd.dampening == 0);
+  CHECK_FALSE(sgd.nesterov);
+  CHECK(sgd.weight_decay == 0);
+  CHECK_FALSE(sgd.maximize);
+
+  AdamOptions adam;
+  CHECK(adam.lr == 1e-3);
+  CHECK(adam.betas[0] == 0.9);
+  CHECK(adam.betas[1] == 0.999);
+  CHECK(adam.eps == 1e-8);
+  CHECK(adam.weight_decay == 0);
+  CHECK_FALSE(adam.amsgrad);
+
+  AdamWOptions adamw;
+  CHECK(adamw.lr == 1e-3);
+  CHECK(adamw.weight_decay == 1e-2);
+  CHECK(adamw.eps == 1e-8);
+
+  AdagradOptions adagrad;
+  CHECK(adagrad.lr == 1e-2);
+  CHECK(adagrad.lr_decay == 0);
+  CHECK(adagrad.initial_accumulator_value == 0);
+  CHECK(adagrad.eps == 1e-10);
+
+  RMSpropOptions rms;
+  CHECK(rms.lr == 1e-2);
+  CHECK(rms.alpha == 0.99);
+  CHECK(rms.eps == 1e-8);
+  CHECK(rms.momentum == 0);
+  CHECK_FALSE(rms.centered);
+}
+
+TEST_CASE("SGD requires an lr", "[optim][options]") {
+  CHECK_THROWS_WITH(SGD(params(), SGDOptions{.momentum = 0.9}),
+                    Catch::Contains("[SGD]") && Catch::Contains("lr is required"));
+  CHECK(SGD::options(0.05).lr == 0.05);
+  CHECK(Adam::options(0.5).lr == 0.5);
+  CHECK(Adam::options(0.5).betas[1] == 0.999);
+}
+
+TEST_CASE("invalid hyperparameters throw naming the option and the value", "[optim][options]") {
+  expect_invalid([] { SGD(params(), {.lr = -0.1}); }, "SGD", "lr", "-0.1");
+  expect_invalid([] { SGD(params(), {.lr = 0.1, .momentum = -0.5}); }, "SGD", "momentum", "-0.5");
+  expect_invalid([] { SGD(params(), {.lr = 0.1, .weight_decay = -1}); }, "SGD", "weight_decay",
+                 "-1");
+  expect_invalid([] { SGD(params(), {.lr = 0.1, .nesterov = true}); }, "SGD", "nesterov",
+                 "momentum 0");
+  expect_invalid(
+      [] { SGD(params(), {.lr = 0.1, .momentum = 0.9, .dampening = 0.1, .nesterov = true}); },
+      "SGD", "nesterov", "dampening 0.1");
+
+  expect_invalid([] { Adam(params(), {.lr = -1e-3}); }, "Adam", "lr", "-0.001");
+  expect_invalid([] { Adam(params(), {.betas = {1.0, 0.999}}); }, "Adam", "betas[0]", "1");
+  expect_invalid([] { Adam(params(), {.betas = {-0.1, 0.999}}); }, "Adam", "betas[0]", "-0.1");
+  expect_invalid([] { Adam(params(), {.betas = {0.9, 1.5}}); }, "Adam", "betas[1]", "1.5");
+  expect_invalid([] { Adam(params(), {.eps = -1e-8}); }, "Adam", "eps", "-1e-08");
+  expect_invalid([] { Adam(params(), {.weight_decay = -0.25}); }, "Adam", "weight_decay", "-0.25");
+
+  expect_invalid([] { AdamW(params(), {.lr = -2}); }, "AdamW", "lr", "-2");
+  expect_invalid([] { AdamW(params(), {.betas = {0.9, 1.0}}); }, "AdamW", "betas[1]", "1");
+  expect_invalid([] { AdamW(params(), {.weight_decay = -0.01}); }, "AdamW", "weight_decay",
+                 "-0.01");
+
+  expect_invalid([] { Adagrad(params(), {.lr = -0.5}); }, "Adagrad", "lr", "-0.5");
+  expect_invalid([] { Adagrad(params(), {.lr_decay = -0.5}); }, "Adagrad", "lr_decay", "-0.5");
+  expect_invalid([] { Adagrad(params(), {.initial_accumulator_value = -3}); }, "Adagrad",
+                 "initial_accumulator_value", "-3");
+  expect_invalid([] { Adagrad(params(), {.eps = -1}); }, "Adagrad", "eps", "-1");
+
+  expect_invalid([] { RMSprop(params(), {.lr = -0.5}); }, "RMSprop", "lr", "-0.5");
+  expect_invalid([] { RMSprop(params(), {.alpha = -0.9}); }, "RMSprop", "alpha", "-0.9");
+  expect_invalid([] { RMSprop(params(), {.momentum = -0.9}); }, "RMSprop", "momentum", "-0.9");
+  expect_invalid([] { RMSprop(params(), {.eps = -1e-3}); }, "RMSprop", "eps", "-0.001");
+  expect_invalid([] { RMSprop(params(), {.weight_decay = -2}); }, "RMSprop", "weight_decay", "-2");
+
+  // NaN compares false with everything: it must not slip through a ">= 0" check.
+  expect_invalid([] { Adam(params(), {.lr = std::nan("")}); }, "Adam", "lr", "nan");
+}
+
+TEST_CASE("make_optimizer builds the optimizer its options name", "[optim][options]") {
+  CHECK(make_optimizer(params(), SGDOptions{.lr = 0.1})->name() == "SGD");
+  CHECK(make_optimizer(params(), AdamOptions{})->name() == "Adam");
+  CHECK(make_optimizer(params(), AdamWOptions{})->name() == "AdamW");
+  CHECK(make_optimizer(params(), AdagradOptions{})->name() == "Adagrad");
+  CHECK(make_optimizer(params(), RMSpropOptions{.lr = 0.25})->lr() == 0.25);
+  CHECK_THROWS_AS(make_optimizer(params(), AdamOptions{.eps = -1}), gw::InvalidArgumentError);
+}
+
+TEST_CASE("StepLR multiplies the lr by gamma every step_size epochs", "[optim][lr_scheduler]") {
+  std::vector<Tensor> p = params();
+  SGD opt(p, {.lr = 0.8});
+  StepLR sched(opt, {.step_size = 2, .gamma = 0.5});
+  // Powers of two: exact in binary, so == is the right comparison.
+  std::vector<double> expected = {0.8, 0.4, 0.4, 0.2, 0.2, 0.1};
+  for (size_t epoch = 1; epoch <= expected.size(); ++epoch) {
+    sched.step();
+    INFO("epoch " << epoch);
+    CHECK(sched.last_epoch() == static_cast<int64_t>(epoch));
+    CHECK(opt.lr() == expected[epoch - 1]);
+    CHECK(sched.get_last_lr() == opt.lr());
+  }
+  // The schedule drives the update: a step now moves p by 0.1 * g.
+  opt.step(optim_test::grad_map(p, optim_test::fixed_grads(0)));
+  optim_test::check_close(p[1], params()[1] - optim_test::fixed_grads(0)[1] * 0.1, 1e-15,
+                          "p - 0.1 g");
+
+  CHECK_THROWS_WITH(StepLR(opt, {.step_size = 0}),
+                    Catch::Contains("step_size") && Catch::Contains("0"));
+  CHECK_THROWS_WITH(StepLR(opt, {.step_size = 3, .gamma = -1}), Catch::Contains("gamma"));
+}
