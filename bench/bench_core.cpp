@@ -19,15 +19,15 @@ void bench_gemm(Reporter& report) {
     if (!report.wants("gemm", name)) continue;
     gw::Generator gen(n);
     gw::Tensor a = gw::randn({n, n}, gen), b = gw::randn({n, n}, gen);
-    double t = seconds_per_call([&] { gw::bench::do_not_optimize(gw::mm(a, b)); });
-
     using Mat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
     Eigen::Map<const Mat> A(a.data_ptr<float>(), n, n), B(b.data_ptr<float>(), n, n);
     Mat C(n, n);
-    double r = seconds_per_call([&] {
-      C.noalias() = A * B;
-      gw::bench::do_not_optimize(C.data());
-    });
+    auto [t, r] = gw::bench::seconds_per_call_pair(
+        [&] { gw::bench::do_not_optimize(gw::mm(a, b)); },
+        [&] {
+          C.noalias() = A * B;
+          gw::bench::do_not_optimize(C.data());
+        });
     double flop = 2.0 * n * n * n;
     report.add({"gemm", name, flop / t / 1e9, "GFLOP/s", "eigen", flop / r / 1e9});
   }
@@ -40,20 +40,20 @@ void bench_add(Reporter& report) {
   gw::Tensor x = gw::rand({kElems}, gen), y = gw::rand({kElems}, gen);
   gw::Tensor out = gw::zeros({kElems});
   std::vector<char> src(kBytes, 1), dst(kBytes, 0);
-  double m = seconds_per_call([&] {
+  auto copy = [&] {
     std::memcpy(dst.data(), src.data(), src.size());
     gw::bench::do_not_optimize(dst.data());
-  });
+  };
   // Bandwidth counts every byte read and written: 2 streams for memcpy, 3 for add.
-  double memcpy_bw = 2 * kBytes / m / 1e9;
   if (report.wants("add", "64MiB out=")) {
-    double t = seconds_per_call([&] { gw::add_out(out, x, y); });
-    report.add({"add", "64MiB out=", 3 * kBytes / t / 1e9, "GB/s", "memcpy", memcpy_bw});
+    auto [t, m] = gw::bench::seconds_per_call_pair([&] { gw::add_out(out, x, y); }, copy);
+    report.add({"add", "64MiB out=", 3 * kBytes / t / 1e9, "GB/s", "memcpy", 2 * kBytes / m / 1e9});
   }
   if (report.wants("add", "64MiB new output")) {
-    double t = seconds_per_call([&] { gw::bench::do_not_optimize(gw::add(x, y)); });
-    report.add({"add", "64MiB new output", 3 * kBytes / t / 1e9, "GB/s", "memcpy", memcpy_bw,
-                "includes first-touch of the fresh output"});
+    auto [t, m] = gw::bench::seconds_per_call_pair(
+        [&] { gw::bench::do_not_optimize(gw::add(x, y)); }, copy);
+    report.add({"add", "64MiB new output", 3 * kBytes / t / 1e9, "GB/s", "memcpy",
+                2 * kBytes / m / 1e9, "includes first-touch of the fresh output"});
   }
 }
 

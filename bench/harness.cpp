@@ -98,6 +98,17 @@ double seconds_per_call(const std::function<void()>& f, double min_seconds, int 
   return best;
 }
 
+std::pair<double, double> seconds_per_call_pair(const std::function<void()>& f,
+                                                const std::function<void()>& g,
+                                                double min_seconds, int trials) {
+  double best_f = INFINITY, best_g = INFINITY;
+  for (int t = 0; t < trials; ++t) {
+    best_f = std::min(best_f, seconds_per_call(f, min_seconds, 1));
+    best_g = std::min(best_g, seconds_per_call(g, min_seconds, 1));
+  }
+  return {best_f, best_g};
+}
+
 std::optional<std::string> run_capture(const std::string& command) {
   FILE* pipe = popen(command.c_str(), "r");
   if (!pipe) return std::nullopt;

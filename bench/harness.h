@@ -19,6 +19,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace gw::bench {
@@ -56,6 +57,12 @@ class Reporter {
 // least disturbed by the rest of the machine).
 double seconds_per_call(const std::function<void()>& f, double min_seconds = 0.1,
                         int trials = 5);
+
+// Times f and its anchor g in alternating rounds (best of `trials` each), so that a busy
+// moment on the machine hits both sides alike. Returns {seconds per f, seconds per g}.
+std::pair<double, double> seconds_per_call_pair(const std::function<void()>& f,
+                                                const std::function<void()>& g,
+                                                double min_seconds = 0.05, int trials = 9);
 
 // Runs a command and returns its standard output (empty if it could not run or failed).
 std::optional<std::string> run_capture(const std::string& command);

@@ -11,7 +11,11 @@
 #include <vector>
 
 #include "core/ops.h"
+#include "test_util.h"
 
+using core_test::broadcast_ref;
+using core_test::make;
+using core_test::source_index;
 using gw::Shape;
 using gw::Tensor;
 
@@ -24,34 +28,7 @@ std::vector<double> sample(int64_t n, int seed) {
   return v;
 }
 
-Tensor make(const std::vector<double>& v, Shape shape, gw::DType dtype = gw::kFloat64) {
-  Tensor t = shape.empty() ? gw::scalar_tensor(v.at(0), gw::kFloat64)
-                           : gw::from_vector(v, shape);
-  return t.to(dtype);
-}
-
-// --- a broadcasting reference that uses no gradwire code ---
-
-Shape broadcast_ref(const Shape& a, const Shape& b) {
-  size_t n = std::max(a.size(), b.size());
-  Shape out(n);
-  for (size_t i = 0; i < n; ++i) {
-    int64_t da = i + a.size() >= n ? a[i + a.size() - n] : 1;
-    int64_t db = i + b.size() >= n ? b[i + b.size() - n] : 1;
-    out[i] = da == 1 ? db : da;
-  }
-  return out;
-}
-
-// Flat row-major index into a contiguous tensor of shape `s` for an output multi-index `idx`
-// of the (longer or equal) broadcast shape.
-int64_t source_index(const Shape& s, const std::vector<int64_t>& idx) {
-  int64_t flat = 0;
-  size_t lead = idx.size() - s.size();
-  for (size_t d = 0; d < s.size(); ++d) flat = flat * s[d] + (s[d] == 1 ? 0 : idx[lead + d]);
-  return flat;
-}
-
+// f applied elementwise to a and b broadcast together, in plain C++ (no gradwire code).
 template <typename F>
 std::vector<double> binary_ref(const std::vector<double>& a, const Shape& sa,
                                const std::vector<double>& b, const Shape& sb, F f) {

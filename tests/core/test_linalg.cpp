@@ -7,7 +7,10 @@
 #include <vector>
 
 #include "core/ops.h"
+#include "test_util.h"
 
+using core_test::broadcast_ref;
+using core_test::source_index;
 using gw::Shape;
 using gw::Tensor;
 
@@ -19,27 +22,7 @@ Tensor rnd(Shape shape, gw::DType dtype, unsigned seed) {
   std::normal_distribution<double> dist;
   std::vector<double> v(static_cast<size_t>(gw::numel(shape)));
   for (double& x : v) x = dist(rng);
-  Tensor t = shape.empty() ? gw::scalar_tensor(v[0], gw::kFloat64) : gw::from_vector(v, shape);
-  return t.to(dtype);
-}
-
-Shape broadcast_ref(const Shape& a, const Shape& b) {
-  size_t n = std::max(a.size(), b.size());
-  Shape out(n);
-  for (size_t i = 0; i < n; ++i) {
-    int64_t da = i + a.size() >= n ? a[i + a.size() - n] : 1;
-    int64_t db = i + b.size() >= n ? b[i + b.size() - n] : 1;
-    out[i] = da == 1 ? db : da;
-  }
-  return out;
-}
-
-// Flat index of the batch `idx` (of the broadcast batch shape) in a batch of shape `s`.
-int64_t batch_index(const Shape& s, const std::vector<int64_t>& idx) {
-  int64_t flat = 0;
-  size_t lead = idx.size() - s.size();
-  for (size_t d = 0; d < s.size(); ++d) flat = flat * s[d] + (s[d] == 1 ? 0 : idx[lead + d]);
-  return flat;
+  return core_test::make(v, shape, dtype);
 }
 
 // torch.matmul semantics written out: 1-D operands become a row / a column, batch dims
@@ -57,8 +40,8 @@ std::vector<double> ref_matmul(const Tensor& ta, const Tensor& tb, Shape* out_sh
   std::vector<double> out;
   std::vector<int64_t> idx(batch.size(), 0);
   for (int64_t i = 0; i < gw::numel(batch); ++i) {
-    const double* pa = a.data() + batch_index(ba, idx) * n * k;
-    const double* pb = b.data() + batch_index(bb, idx) * k * m;
+    const double* pa = a.data() + source_index(ba, idx) * n * k;
+    const double* pb = b.data() + source_index(bb, idx) * k * m;
     for (int64_t r = 0; r < n; ++r)
       for (int64_t c = 0; c < m; ++c) {
         double s = 0;

@@ -3,31 +3,17 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
-#include <numeric>
 #include <vector>
 
 #include "core/ops.h"
+#include "test_util.h"
 
+using core_test::at;
+using core_test::iota;
 using gw::Shape;
 using gw::Tensor;
 
 namespace {
-
-// A float32 tensor holding 0, 1, 2, ... in row-major order, built without any gradwire op.
-Tensor iota(Shape shape) {
-  std::vector<float> v(static_cast<size_t>(gw::numel(shape)));
-  std::iota(v.begin(), v.end(), 0.f);
-  return gw::from_vector(v, shape);
-}
-
-// Element `idx` of a float32 tensor read straight from its storage through its strides, so the
-// checks below test the view geometry rather than a copy kernel.
-float at(const Tensor& t, std::vector<int64_t> idx) {
-  REQUIRE(static_cast<int64_t>(idx.size()) == t.dim());
-  int64_t off = t.storage_offset();
-  for (size_t d = 0; d < idx.size(); ++d) off += idx[d] * t.strides()[d];
-  return static_cast<const float*>(t.storage()->data())[off];
-}
 
 // The elements of a contiguous tensor of any computable dtype, read raw and widened to double.
 std::vector<double> raw_values(const Tensor& t) {
