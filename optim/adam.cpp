@@ -50,11 +50,7 @@ std::vector<std::string> adam_state_names(bool amsgrad) {
 
 Adam::Adam(std::vector<Tensor> params, const AdamOptions& options)
     : Optimizer(std::move(params), "Adam"), options_(options) {
-  detail::check_at_least("Adam", "lr", options.lr);
-  detail::check_at_least("Adam", "eps", options.eps);
-  detail::check_unit_interval("Adam", "betas[0]", options.betas[0]);
-  detail::check_unit_interval("Adam", "betas[1]", options.betas[1]);
-  detail::check_at_least("Adam", "weight_decay", options.weight_decay);
+  detail::check_adam_options("Adam", options);
   lr_ = options.lr;
 }
 

@@ -8,11 +8,7 @@ namespace gw::optim {
 
 AdamW::AdamW(std::vector<Tensor> params, const AdamWOptions& options)
     : Optimizer(std::move(params), "AdamW"), options_(options) {
-  detail::check_at_least("AdamW", "lr", options.lr);
-  detail::check_at_least("AdamW", "eps", options.eps);
-  detail::check_unit_interval("AdamW", "betas[0]", options.betas[0]);
-  detail::check_unit_interval("AdamW", "betas[1]", options.betas[1]);
-  detail::check_at_least("AdamW", "weight_decay", options.weight_decay);
+  detail::check_adam_options("AdamW", options);
   lr_ = options.lr;
 }
 

@@ -18,4 +18,14 @@ inline void check_unit_interval(const char* op, const char* option, double value
            value, " (must be in [0, 1))");
 }
 
+// The hyperparameters Adam and AdamW share (their options structs have the same fields).
+template <typename Options>
+void check_adam_options(const char* op, const Options& o) {
+  check_at_least(op, "lr", o.lr);
+  check_at_least(op, "eps", o.eps);
+  check_unit_interval(op, "betas[0]", o.betas[0]);
+  check_unit_interval(op, "betas[1]", o.betas[1]);
+  check_at_least(op, "weight_decay", o.weight_decay);
+}
+
 }  // namespace gw::optim::detail
