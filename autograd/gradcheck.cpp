@@ -17,10 +17,11 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
   for (size_t i = 0; i < inputs.size(); ++i) {
     GW_CHECK(inputs[i].requires_grad(), InvalidArgumentError, "[gradcheck] input ", i,
              " must require grad");
+    // Elements are nudged in place through a flat view of the input itself.
+    GW_CHECK(inputs[i].is_contiguous(), InvalidArgumentError, "[gradcheck] input ", i,
+             " must be contiguous");
   }
-  Tensor out = fn(inputs);
-  const int64_t n_out = out.numel();
-  std::vector<double> base = flat(out);
+  const int64_t n_out = fn(inputs).numel();
 
   // Analytical Jacobian, one row per output element: grad of out.flatten()[k].
   std::vector<std::vector<std::vector<double>>> analytical(inputs.size());  // [input][k][j]
@@ -48,9 +49,7 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
       std::vector<double> plus, minus;
       {
         NoGradGuard no_grad;
-        Tensor e = x.contiguous().view({-1}).select(0, j);
-        GW_CHECK(x.is_contiguous(), InvalidArgumentError,
-                 "[gradcheck] inputs must be contiguous, input ", i, " is not");
+        Tensor e = x.view({-1}).select(0, j);
         double orig = e.item<double>();
         e.fill_(orig + options.eps);
         plus = flat(fn(inputs));
@@ -68,7 +67,6 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
       }
     }
   }
-  (void)base;
   return {};
 }
 

@@ -64,13 +64,7 @@ void Adam::update(size_t index, Tensor& param, const Tensor& grad) {
   double step = increment_step(st);
   Tensor g = o.maximize ? neg(grad) : grad;
   if (o.weight_decay != 0) g = add(g, param, o.weight_decay);
-  detail::adam_step(st, param, g,
-                    {.lr = lr_,
-                     .beta1 = o.betas[0],
-                     .beta2 = o.betas[1],
-                     .eps = o.eps,
-                     .amsgrad = o.amsgrad,
-                     .step = step});
+  detail::adam_step(st, param, g, detail::adam_settings(o, lr_, step));
 }
 
 }  // namespace gw::optim

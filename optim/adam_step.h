@@ -25,4 +25,15 @@ void adam_step(NamedTensors& state, Tensor& param, const Tensor& grad, const Ada
 
 std::vector<std::string> adam_state_names(bool amsgrad);
 
+// The step settings from Adam's or AdamW's options (the two structs share these fields).
+template <typename Options>
+AdamStep adam_settings(const Options& o, double lr, double step) {
+  return {.lr = lr,
+          .beta1 = o.betas[0],
+          .beta2 = o.betas[1],
+          .eps = o.eps,
+          .amsgrad = o.amsgrad,
+          .step = step};
+}
+
 }  // namespace gw::optim::detail

@@ -22,13 +22,7 @@ void AdamW::update(size_t index, Tensor& param, const Tensor& grad) {
   double step = increment_step(st);
   Tensor g = o.maximize ? neg(grad) : grad;
   param.mul_(1 - lr_ * o.weight_decay);
-  detail::adam_step(st, param, g,
-                    {.lr = lr_,
-                     .beta1 = o.betas[0],
-                     .beta2 = o.betas[1],
-                     .eps = o.eps,
-                     .amsgrad = o.amsgrad,
-                     .step = step});
+  detail::adam_step(st, param, g, detail::adam_settings(o, lr_, step));
 }
 
 }  // namespace gw::optim

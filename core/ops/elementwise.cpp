@@ -83,8 +83,6 @@ Tensor wrap(const Scalar& s, DType dtype, Device device) {
   return full({}, s, TensorOptions(dtype).with_device(device));
 }
 
-DType scalar_compute_type(const Tensor& a, const Scalar& b) { return result_type(a, b); }
-
 // In-place binary op: the result must fit self's dtype and shape. With `alpha` (Add only),
 // self += alpha * other in one pass.
 Tensor& binary_inplace(BinaryOp op, Tensor& self, const Tensor& other,
@@ -167,7 +165,7 @@ Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha) {
   return binary_op(BinaryOp::Add, a, b, result_type(a, b));
 }
 Tensor add(const Tensor& a, const Scalar& b) {
-  DType t = scalar_compute_type(a, b);
+  DType t = result_type(a, b);
   return binary_op(BinaryOp::Add, a, wrap(b, t, a.device()), t);
 }
 Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha) {
@@ -177,32 +175,32 @@ Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha) {
   return binary_op(BinaryOp::Sub, a, b, result_type(a, b));
 }
 Tensor sub(const Tensor& a, const Scalar& b) {
-  DType t = scalar_compute_type(a, b);
+  DType t = result_type(a, b);
   return binary_op(BinaryOp::Sub, a, wrap(b, t, a.device()), t);
 }
 Tensor sub(const Scalar& a, const Tensor& b) {
-  DType t = scalar_compute_type(b, a);
+  DType t = result_type(b, a);
   return binary_op(BinaryOp::Sub, wrap(a, t, b.device()), b, t);
 }
 Tensor mul(const Tensor& a, const Tensor& b) {
   return binary_op(BinaryOp::Mul, a, b, result_type(a, b));
 }
 Tensor mul(const Tensor& a, const Scalar& b) {
-  DType t = scalar_compute_type(a, b);
+  DType t = result_type(a, b);
   return binary_op(BinaryOp::Mul, a, wrap(b, t, a.device()), t);
 }
 Tensor div(const Tensor& a, const Tensor& b) {
   return binary_op(BinaryOp::Div, a, b, division_type(result_type(a, b)));
 }
 Tensor div(const Tensor& a, const Scalar& b) {
-  DType t = division_type(scalar_compute_type(a, b));
+  DType t = division_type(result_type(a, b));
   return binary_op(BinaryOp::Div, a, wrap(b, t, a.device()), t);
 }
 Tensor pow(const Tensor& a, const Tensor& exponent) {
   return binary_op(BinaryOp::Pow, a, exponent, result_type(a, exponent));
 }
 Tensor pow(const Tensor& a, const Scalar& exponent) {
-  DType t = scalar_compute_type(a, exponent);
+  DType t = result_type(a, exponent);
   if (exponent.to_double() == 2.0 && is_floating(t)) return square(a.to(t));
   return binary_op(BinaryOp::Pow, a, wrap(exponent, t, a.device()), t);
 }
@@ -287,7 +285,7 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> m
     return binary_op(BinaryOp::Op, a, b, result_type(a, b));                       \
   }                                                                                \
   Tensor name(const Tensor& a, const Scalar& b) {                                  \
-    DType t = scalar_compute_type(a, b);                                           \
+    DType t = result_type(a, b);                                           \
     return binary_op(BinaryOp::Op, a, wrap(b, t, a.device()), t);                  \
   }
 GW_COMPARISON(eq, Eq)
