@@ -1,0 +1,36 @@
+// gwrun, gradwire's torchrun: starts --nproc-per-node workers with the torch.distributed
+// environment, forwards their output prefixed by rank, and stops them all if one fails.
+#include <cstdio>
+#include <exception>
+#include <utility>
+
+#include "core/error.h"
+#include "dist/launcher/options.h"
+#include "dist/launcher/supervisor.h"
+
+namespace {
+
+constexpr int kUsageExitCode = 2;  // what argparse-based torchrun uses for bad usage
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace gw::launcher;
+  try {
+    LaunchOptions options = parse_launch_options(argc, argv);
+    if (options.help) {
+      std::fputs(help_text().c_str(), stdout);
+      return 0;
+    }
+    int master_port = resolve_master_port(options);
+    Supervisor supervisor(std::move(options), master_port);
+    supervisor.start();
+    return supervisor.run();
+  } catch (const gw::InvalidArgumentError& e) {
+    std::fprintf(stderr, "%s\n%s", e.what(), usage_text());
+    return kUsageExitCode;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,32 @@
+// gwrun's command line: torchrun's flags parsed into LaunchOptions, plus the usage texts.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace gw::launcher {
+
+struct LaunchOptions {
+  int nproc_per_node = 0;  // required; 0 until --nproc-per-node is seen
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;          // 0: not given, see resolve_master_port
+  double term_timeout_s = 5.0;  // grace between SIGTERM and SIGKILL when stopping workers
+  bool help = false;
+  std::vector<std::string> command;  // the program and its arguments
+};
+
+// Accepts `--flag value` and `--flag=value` (and torchrun's `--nproc_per_node` spelling);
+// options stop at `--` or at the first argument that is not an option. Throws
+// InvalidArgumentError naming the flag and the value on bad usage.
+LaunchOptions parse_launch_options(int argc, const char* const argv[]);
+
+// The port workers rendezvous on: the one given, else on a single node a port that was free
+// on 127.0.0.1 a moment ago (so concurrent jobs don't collide), else torchrun's 29500.
+int resolve_master_port(const LaunchOptions& options);
+
+const char* usage_text();  // the synopsis, printed after a usage error
+std::string help_text();   // synopsis and flags, for --help
+
+}  // namespace gw::launcher

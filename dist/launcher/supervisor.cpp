@@ -1,0 +1,185 @@
+// The worker supervision loop.
+#include "dist/launcher/supervisor.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include "core/error.h"
+#include "dist/launcher/worker_spawn.h"
+
+namespace gw::launcher {
+namespace {
+
+// A pipe whose read end gwrun polls (non-blocking) and whose write end only the worker keeps:
+// gwrun closes its copy right after the spawn, or it would never see end of file.
+struct Pipe {
+  int read_fd = -1;
+  int write_fd = -1;
+  Pipe() {
+    int fds[2];
+    GW_CHECK(::pipe2(fds, O_CLOEXEC) == 0, IoError, "[gwrun] pipe2 failed: ", strerror(errno));
+    read_fd = fds[0];
+    write_fd = fds[1];
+    ::fcntl(read_fd, F_SETFL, O_NONBLOCK);
+  }
+  ~Pipe() {
+    if (read_fd >= 0) ::close(read_fd);
+    ::close(write_fd);
+  }
+  Pipe(const Pipe&) = delete;
+  Pipe& operator=(const Pipe&) = delete;
+  int release_read() { return std::exchange(read_fd, -1); }
+};
+
+// "signal 9 (SIGKILL)": the number for scripts, the name for people.
+std::string describe_signal(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  std::string name = abbrev != nullptr ? " (SIG" + std::string(abbrev) + ")" : "";
+  return "signal " + std::to_string(sig) + name;
+}
+
+}  // namespace
+
+Supervisor::Supervisor(LaunchOptions options, int master_port)
+    : options_(std::move(options)), master_port_(master_port) {}
+
+Supervisor::~Supervisor() {
+  kill_alive(SIGKILL);
+  for (Worker& worker : workers_) {
+    if (worker.alive) ::waitpid(worker.pid, nullptr, 0);
+  }
+}
+
+void Supervisor::start() {
+  workers_.reserve(options_.nproc_per_node);
+  for (int local_rank = 0; local_rank < options_.nproc_per_node; ++local_rank) {
+    int rank = options_.node_rank * options_.nproc_per_node + local_rank;
+    std::string prefix = "[" + std::to_string(rank) + "] ";
+    Pipe out, err;
+    pid_t pid =
+        spawn_worker(options_.command, worker_environment(options_, master_port_, local_rank),
+                     out.write_fd, err.write_fd);
+    workers_.push_back(Worker{rank, pid, true,
+                              LineForwarder(out.release_read(), STDOUT_FILENO, prefix),
+                              LineForwarder(err.release_read(), STDERR_FILENO, prefix)});
+  }
+}
+
+int Supervisor::run() {
+  std::vector<pollfd> fds;
+  std::vector<LineForwarder*> sources;
+  while (any_alive()) {
+    fds.assign(1, pollfd{signals_.fd(), POLLIN, 0});
+    sources.clear();
+    for (Worker& worker : workers_) {
+      for (LineForwarder* source : {&worker.out, &worker.err}) {
+        if (!source->is_open()) continue;
+        fds.push_back(pollfd{source->fd(), POLLIN, 0});
+        sources.push_back(source);
+      }
+    }
+    int ready = ::poll(fds.data(), fds.size(), poll_timeout_ms());
+    GW_CHECK(ready >= 0 || errno == EINTR, IoError, "[gwrun] poll failed: ", strerror(errno));
+    if (ready > 0) {
+      // Signals first: an interrupt that also killed workers is not reported as their failure.
+      if (fds[0].revents != 0) {
+        for (int sig : signals_.take()) on_signal(sig);
+      }
+      for (size_t i = 0; i < sources.size(); ++i) {
+        if (fds[i + 1].revents != 0) sources[i]->pump(false);
+      }
+    }
+    reap();  // every round, not only on SIGCHLD: a byte lost to a full pipe must not hang us
+    if (kill_deadline_ && Clock::now() >= *kill_deadline_) {
+      kill_alive(SIGKILL);
+      kill_deadline_.reset();
+    }
+  }
+  return exit_code_;
+}
+
+void Supervisor::on_signal(int sig) {
+  if (sig != SIGINT && sig != SIGTERM) return;  // SIGCHLD only wakes poll(); reap() follows
+  if (stopping_) {
+    kill_alive(SIGKILL);  // a second Ctrl-C means "now"
+    return;
+  }
+  std::string message =
+      "[gwrun] received " + describe_signal(sig) + ", forwarding it to the workers\n";
+  write_all(STDERR_FILENO, message);
+  exit_code_ = 128 + sig;
+  stop(sig);
+}
+
+void Supervisor::reap() {
+  for (Worker& worker : workers_) {
+    if (!worker.alive) continue;
+    int status = 0;
+    pid_t pid;
+    do {
+      pid = ::waitpid(worker.pid, &status, WNOHANG);
+    } while (pid < 0 && errno == EINTR);
+    if (pid == worker.pid) on_exit(worker, status);
+  }
+}
+
+void Supervisor::on_exit(Worker& worker, int status) {
+  worker.alive = false;
+  // Everything the worker wrote is in its pipes now; a grandchild still holding them must
+  // not keep gwrun alive, so forward what is there and close.
+  worker.out.pump(true);
+  worker.err.pump(true);
+  bool failed = !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+  if (!failed || stopping_) return;  // workers dying because we stopped them are no news
+  std::string what;
+  if (WIFSIGNALED(status)) {
+    exit_code_ = 128 + WTERMSIG(status);
+    what = "was killed by " + describe_signal(WTERMSIG(status));
+  } else {
+    exit_code_ = WEXITSTATUS(status);
+    what = "exited with code " + std::to_string(exit_code_);
+  }
+  write_all(STDERR_FILENO, "[gwrun] rank " + std::to_string(worker.rank) + " (pid " +
+                               std::to_string(worker.pid) + ") " + what +
+                               "; stopping the other workers\n");
+  stop(SIGTERM);
+}
+
+void Supervisor::stop(int sig) {
+  stopping_ = true;
+  kill_alive(sig);
+  kill_deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                      std::chrono::duration<double>(options_.term_timeout_s));
+}
+
+void Supervisor::kill_alive(int sig) {
+  // Only unreaped pids: a reaped one may already belong to an unrelated process.
+  for (const Worker& worker : workers_) {
+    if (worker.alive) ::kill(worker.pid, sig);
+  }
+}
+
+bool Supervisor::any_alive() const {
+  for (const Worker& worker : workers_) {
+    if (worker.alive) return true;
+  }
+  return false;
+}
+
+int Supervisor::poll_timeout_ms() const {
+  if (!kill_deadline_) return -1;
+  auto left = std::chrono::duration<double, std::milli>(*kill_deadline_ - Clock::now());
+  return static_cast<int>(std::max(0.0, std::ceil(left.count())));
+}
+
+}  // namespace gw::launcher

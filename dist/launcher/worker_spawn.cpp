@@ -1,0 +1,85 @@
+// Worker environment and process creation.
+#include "dist/launcher/worker_spawn.h"
+
+#include <signal.h>
+#include <spawn.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstring>
+#include <string_view>
+#include <utility>
+
+#include "core/error.h"
+#include "dist/launcher/signal_pipe.h"
+
+extern char** environ;
+
+namespace gw::launcher {
+namespace {
+
+std::vector<char*> c_strings(const std::vector<std::string>& strings) {
+  std::vector<char*> result;
+  result.reserve(strings.size() + 1);
+  for (const std::string& s : strings) result.push_back(const_cast<char*>(s.c_str()));
+  result.push_back(nullptr);
+  return result;
+}
+
+}  // namespace
+
+std::vector<std::string> worker_environment(const LaunchOptions& options, int master_port,
+                                            int local_rank) {
+  int n = options.nproc_per_node;
+  std::array<std::pair<const char*, std::string>, 7> vars{{
+      {"RANK", std::to_string(options.node_rank * n + local_rank)},
+      {"WORLD_SIZE", std::to_string(options.nnodes * n)},
+      {"LOCAL_RANK", std::to_string(local_rank)},
+      {"LOCAL_WORLD_SIZE", std::to_string(n)},
+      {"GROUP_RANK", std::to_string(options.node_rank)},
+      {"MASTER_ADDR", options.master_addr},
+      {"MASTER_PORT", std::to_string(master_port)},
+  }};
+  std::vector<std::string> env;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    std::string_view name(*entry, std::strcspn(*entry, "="));
+    bool overridden = false;
+    for (const auto& var : vars) overridden = overridden || name == var.first;
+    if (!overridden) env.emplace_back(*entry);  // a stale RANK must not shadow the new one
+  }
+  for (const auto& [name, value] : vars) env.push_back(std::string(name) + "=" + value);
+  return env;
+}
+
+pid_t spawn_worker(const std::vector<std::string>& command, const std::vector<std::string>& env,
+                   int out_fd, int err_fd) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out_fd, STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, err_fd, STDERR_FILENO);
+
+  // gwrun's handlers vanish at exec anyway, but its ignored SIGPIPE and any blocked signals
+  // would be inherited.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none, defaults;
+  sigemptyset(&none);
+  sigemptyset(&defaults);
+  for (int sig : SignalPipe::handled_signals()) sigaddset(&defaults, sig);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+
+  std::vector<char*> argv = c_strings(command);
+  std::vector<char*> envp = c_strings(env);
+  pid_t pid = -1;
+  // glibc reports exec failures here (not as exit status 127), so they are usage errors.
+  int error = posix_spawnp(&pid, argv[0], &actions, &attr, argv.data(), envp.data());
+  posix_spawnattr_destroy(&attr);
+  posix_spawn_file_actions_destroy(&actions);
+  GW_CHECK(error == 0, InvalidArgumentError, "[gwrun] cannot execute '", command[0],
+           "': ", std::strerror(error));
+  return pid;
+}
+
+}  // namespace gw::launcher

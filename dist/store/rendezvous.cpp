@@ -1,0 +1,83 @@
+#include "dist/store/rendezvous.h"
+
+#include <charconv>
+#include <cstdlib>
+
+#include "core/error.h"
+#include "dist/store/file_store.h"
+#include "dist/store/tcp_store.h"
+
+namespace gw::dist {
+namespace {
+
+constexpr const char* kOp = "rendezvous";
+
+uint16_t parse_port(const std::string& text, const std::string& source) {
+  int port = -1;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), port);
+  GW_CHECK(ec == std::errc() && ptr == text.data() + text.size() && port >= 0 && port <= 65535,
+           InvalidArgumentError, "[", kOp, "] ", source, " has port '", text,
+           "', expected an integer in [0, 65535]");
+  return static_cast<uint16_t>(port);
+}
+
+std::shared_ptr<Store> tcp_store(const std::string& host, uint16_t port, int rank, int world_size,
+                                 Milliseconds timeout, const std::string& source) {
+  GW_CHECK(!host.empty(), InvalidArgumentError, "[", kOp, "] ", source, " has an empty host");
+  GW_CHECK(port != 0 || rank == 0, InvalidArgumentError, "[", kOp, "] ", source,
+           " has port 0, which only the master (rank 0) can use; rank ", rank, " must connect");
+  return std::make_shared<TCPStore>(host, port, world_size, rank == 0, timeout);
+}
+
+std::string env_var(const char* name) {
+  const char* v = std::getenv(name);
+  GW_CHECK(v != nullptr && *v != '\0', InvalidArgumentError, "[", kOp,
+           "] init_method env:// needs the environment variable ", name, ", which is not set");
+  return v;
+}
+
+}  // namespace
+
+std::shared_ptr<Store> rendezvous(const std::string& init_method, int rank, int world_size,
+                                  Milliseconds timeout) {
+  GW_CHECK(world_size >= 1, InvalidArgumentError, "[", kOp, "] world_size ", world_size,
+           " must be at least 1");
+  GW_CHECK(rank >= 0 && rank < world_size, InvalidArgumentError, "[", kOp, "] rank ", rank,
+           " is outside [0, ", world_size, ")");
+
+  const auto scheme_end = init_method.find("://");
+  GW_CHECK(scheme_end != std::string::npos, InvalidArgumentError, "[", kOp, "] init_method '",
+           init_method, "' is not a URL; expected env://, tcp://host:port or file:///path");
+  const std::string scheme = init_method.substr(0, scheme_end);
+  const std::string rest = init_method.substr(scheme_end + 3);
+
+  if (scheme == "env") {
+    GW_CHECK(rest.empty(), InvalidArgumentError, "[", kOp, "] init_method '", init_method,
+             "': env:// takes no address, it reads MASTER_ADDR and MASTER_PORT");
+    std::string port = env_var("MASTER_PORT");
+    return tcp_store(env_var("MASTER_ADDR"), parse_port(port, "MASTER_PORT"), rank, world_size,
+                     timeout, "MASTER_ADDR/MASTER_PORT");
+  }
+  if (scheme == "tcp") {
+    // "host:port" or "[v6 literal]:port"; the port is after the last colon.
+    const auto colon = rest.rfind(':');
+    GW_CHECK(colon != std::string::npos, InvalidArgumentError, "[", kOp, "] init_method '",
+             init_method, "' has no port; expected tcp://host:port");
+    std::string host = rest.substr(0, colon);
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+      host = host.substr(1, host.size() - 2);
+    const std::string source = "init_method '" + init_method + "'";
+    return tcp_store(host, parse_port(rest.substr(colon + 1), source), rank, world_size, timeout,
+                     source);
+  }
+  if (scheme == "file") {
+    GW_CHECK(!rest.empty() && rest.front() == '/', InvalidArgumentError, "[", kOp,
+             "] init_method '", init_method, "' needs an absolute path: file:///path/to/file");
+    return std::make_shared<FileStore>(rest, world_size, timeout);
+  }
+  throw InvalidArgumentError(gw::detail::str("[", kOp, "] init_method '", init_method,
+                                             "' has unknown scheme '", scheme,
+                                             "'; expected env://, tcp:// or file://"));
+}
+
+}  // namespace gw::dist

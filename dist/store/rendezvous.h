@@ -1,0 +1,25 @@
+// rendezvous: builds the Store a job's ranks meet in, from PyTorch's init_method URLs.
+//
+//   "env://"              MASTER_ADDR and MASTER_PORT from the environment, TCPStore
+//   "tcp://host:port"     TCPStore; rank 0 runs the server ("[::1]:port" for IPv6 literals)
+//   "file:///abs/path"    FileStore on that file
+//
+// Rank 0 is the TCPStore master; port 0 lets it pick a free port (only useful when it can tell
+// the others some other way). Bad URLs, variables and ranks are InvalidArgumentErrors naming
+// the value.
+//
+//   auto store = gw::dist::rendezvous("env://", rank, world_size);
+//   store->set("worker/" + std::to_string(rank), "ready");
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "dist/store/store.h"
+
+namespace gw::dist {
+
+std::shared_ptr<Store> rendezvous(const std::string& init_method, int rank, int world_size,
+                                  Milliseconds timeout = kDefaultStoreTimeout);
+
+}  // namespace gw::dist

@@ -1,0 +1,192 @@
+#include "dist/store/tcp_store.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "core/error.h"
+#include "dist/store/store_util.h"
+#include "dist/store/tcp_store_server.h"
+
+namespace gw::dist {
+
+using detail::ByteReader;
+using detail::ByteWriter;
+using detail::Clock;
+using detail::Command;
+using detail::Status;
+
+namespace {
+
+// How long past its own timeout a get/wait waits for the server's timeout reply before
+// declaring the server unresponsive.
+constexpr Milliseconds kReplyGrace{1000};
+
+ByteWriter request(const char* op, Command cmd) {
+  ByteWriter w(op);
+  w.u8(static_cast<uint8_t>(cmd));
+  return w;
+}
+
+Status read_status(const char* op, ByteReader& reply) {
+  auto status = static_cast<Status>(reply.u8());
+  switch (status) {
+    case Status::kOk:
+    case Status::kTimeout:
+      return status;
+    case Status::kInvalidArgument:
+      throw InvalidArgumentError(reply.str());  // the server's message names op and key
+  }
+  throw IoError(gw::detail::str("[", op, "] unknown reply status ", static_cast<int>(status)));
+}
+
+}  // namespace
+
+TCPStore::TCPStore(std::string host, const TCPStoreOptions& options)
+    : Store(options.timeout),
+      host_(std::move(host)),
+      port_(options.port),
+      world_size_(options.world_size) {
+  GW_CHECK(!host_.empty(), InvalidArgumentError, "[TCPStore] host is empty");
+  GW_CHECK(options.is_master || port_ != 0, InvalidArgumentError,
+           "[TCPStore] port 0 is only meaningful for the master (it picks a free port)");
+  if (options.is_master) {
+    server_ = std::make_unique<detail::TCPStoreServer>(port_);
+    port_ = server_->port();
+  }
+  // Connect now so a missing master is reported by the constructor, as in PyTorch.
+  auto socket = detail::TcpSocket::connect(host_, port_, deadline(), "TCPStore");
+  std::lock_guard lock(idle_mu_);
+  idle_.push_back(std::move(socket));
+}
+
+TCPStore::TCPStore(std::string host, uint16_t port, int world_size, bool is_master,
+                   Milliseconds timeout)
+    : TCPStore(std::move(host), TCPStoreOptions{port, world_size, is_master, timeout}) {}
+
+TCPStore::~TCPStore() = default;
+
+ByteReader TCPStore::call(const char* op, const ByteWriter& request, Clock::time_point deadline) {
+  std::optional<detail::TcpSocket> socket;
+  {
+    std::lock_guard lock(idle_mu_);
+    if (!idle_.empty()) {
+      socket.emplace(std::move(idle_.back()));
+      idle_.pop_back();
+    }
+  }
+  if (!socket) socket.emplace(detail::TcpSocket::connect(host_, port_, deadline, op));
+
+  const Bytes& body = request.buffer();
+  Bytes header(detail::kFrameHeaderBytes);
+  auto n = static_cast<uint32_t>(body.size());
+  for (int i = 0; i < 4; ++i) header[i] = static_cast<uint8_t>(n >> (8 * i));
+  socket->send_all({&header, &body}, deadline, op);
+
+  ByteReader reply_header(socket->recv_exact(detail::kFrameHeaderBytes, deadline, op), op);
+  uint32_t reply_size = reply_header.u32();
+  GW_CHECK(reply_size > 0 && reply_size <= detail::kMaxFrameBytes, IoError, "[", op,
+           "] store server sent a reply of ", reply_size, " bytes");
+  ByteReader reply(socket->recv_exact(reply_size, deadline, op), op);
+
+  std::lock_guard lock(idle_mu_);
+  idle_.push_back(std::move(*socket));
+  return reply;
+}
+
+ByteReader TCPStore::call_ok(const char* op, const ByteWriter& request) {
+  ByteReader reply = call(op, request, deadline());
+  GW_CHECK(read_status(op, reply) == Status::kOk, IoError, "[", op,
+           "] unexpected timeout reply from the store server");
+  return reply;
+}
+
+Bytes TCPStore::wait_on_server(const char* op, Command cmd, const std::vector<std::string>& keys,
+                               Milliseconds timeout) {
+  ByteWriter w = request(op, cmd);
+  if (cmd == Command::kGet)
+    w.str(keys.at(0));
+  else
+    w.strings(keys);
+  w.u64(static_cast<uint64_t>(std::max<int64_t>(timeout.count(), 0)));
+  ByteReader reply = call(op, w, Clock::now() + timeout + kReplyGrace);
+  if (read_status(op, reply) == Status::kTimeout) {
+    std::vector<std::string> missing = reply.strings();
+    throw TimeoutError(wait_timeout_message(op, keys, timeout, [&](const std::string& k) {
+      return std::find(missing.begin(), missing.end(), k) == missing.end();
+    }));
+  }
+  Bytes value = cmd == Command::kGet ? reply.bytes() : Bytes();
+  reply.expect_done();
+  return value;
+}
+
+void TCPStore::set(const std::string& key, const Bytes& value) {
+  const char* op = "TCPStore::set";
+  ByteWriter w = request(op, Command::kSet);
+  w.str(key);
+  w.bytes(value);
+  ByteReader reply = call_ok(op, w);
+  reply.expect_done();
+}
+
+Bytes TCPStore::get(const std::string& key) {
+  return wait_on_server("TCPStore::get", Command::kGet, {key}, timeout());
+}
+
+int64_t TCPStore::add(const std::string& key, int64_t delta) {
+  const char* op = "TCPStore::add";
+  ByteWriter w = request(op, Command::kAdd);
+  w.str(key);
+  w.u64(static_cast<uint64_t>(delta));
+  ByteReader reply = call_ok(op, w);
+  auto value = static_cast<int64_t>(reply.u64());
+  reply.expect_done();
+  return value;
+}
+
+Bytes TCPStore::compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) {
+  const char* op = "TCPStore::compare_set";
+  ByteWriter w = request(op, Command::kCompareSet);
+  w.str(key);
+  w.bytes(expected);
+  w.bytes(desired);
+  ByteReader reply = call_ok(op, w);
+  Bytes value = reply.bytes();
+  reply.expect_done();
+  return value;
+}
+
+bool TCPStore::check(const std::vector<std::string>& keys) {
+  const char* op = "TCPStore::check";
+  ByteWriter w = request(op, Command::kCheck);
+  w.strings(keys);
+  ByteReader reply = call_ok(op, w);
+  bool all = reply.u8() != 0;
+  reply.expect_done();
+  return all;
+}
+
+bool TCPStore::delete_key(const std::string& key) {
+  const char* op = "TCPStore::delete_key";
+  ByteWriter w = request(op, Command::kDeleteKey);
+  w.str(key);
+  ByteReader reply = call_ok(op, w);
+  bool existed = reply.u8() != 0;
+  reply.expect_done();
+  return existed;
+}
+
+int64_t TCPStore::num_keys() {
+  const char* op = "TCPStore::num_keys";
+  ByteWriter w = request(op, Command::kNumKeys);
+  ByteReader reply = call_ok(op, w);
+  auto n = static_cast<int64_t>(reply.u64());
+  reply.expect_done();
+  return n;
+}
+
+void TCPStore::wait(const std::vector<std::string>& keys, Milliseconds timeout) {
+  wait_on_server("TCPStore::wait", Command::kWait, keys, timeout);
+}
+
+}  // namespace gw::dist

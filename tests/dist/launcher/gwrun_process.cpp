@@ -1,0 +1,126 @@
+// Spawning gwrun from the tests and collecting its output.
+#include "tests/dist/launcher/gwrun_process.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <sstream>
+#include <stdexcept>
+
+extern char** environ;
+
+namespace gw::test {
+namespace {
+
+// A hung gwrun fails the test with a message instead of hanging until meson's timeout.
+constexpr int kReadTimeoutMs = 120'000;
+
+void check(bool ok, const char* what) {
+  if (!ok) throw std::runtime_error(std::string(what) + ": " + std::strerror(errno));
+}
+
+}  // namespace
+
+GwrunProcess::GwrunProcess(const std::vector<std::string>& args) {
+  int out[2], err[2];
+  check(::pipe2(out, O_CLOEXEC) == 0 && ::pipe2(err, O_CLOEXEC) == 0, "pipe2");
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, err[1], STDERR_FILENO);
+  // Catch2 installs signal handlers; gwrun must start with the defaults and nothing blocked.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+
+  std::vector<char*> argv{const_cast<char*>(GW_GWRUN)};
+  for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  started_ = std::chrono::steady_clock::now();
+  int error = posix_spawn(&pid_, GW_GWRUN, &actions, &attr, argv.data(), environ);
+  posix_spawnattr_destroy(&attr);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(out[1]);
+  ::close(err[1]);
+  out_fd_ = out[0];
+  err_fd_ = err[0];
+  errno = error;
+  check(error == 0, "posix_spawn " GW_GWRUN);
+}
+
+GwrunProcess::~GwrunProcess() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  if (out_fd_ >= 0) ::close(out_fd_);
+  if (err_fd_ >= 0) ::close(err_fd_);
+}
+
+bool GwrunProcess::read_some() {
+  if (out_fd_ < 0 && err_fd_ < 0) return false;
+  pollfd fds[2] = {{out_fd_, POLLIN, 0}, {err_fd_, POLLIN, 0}};
+  int ready = ::poll(fds, 2, kReadTimeoutMs);
+  if (ready < 0 && errno == EINTR) return true;
+  check(ready >= 0, "poll");
+  if (ready == 0) throw std::runtime_error("gwrun produced no output and did not exit in 120 s");
+  int* fd_of[2] = {&out_fd_, &err_fd_};
+  std::string* text_of[2] = {&result_.out, &result_.err};
+  for (int i = 0; i < 2; ++i) {
+    if (fds[i].revents == 0) continue;
+    char buffer[1 << 16];
+    ssize_t n = ::read(*fd_of[i], buffer, sizeof buffer);
+    if (n > 0) {
+      text_of[i]->append(buffer, static_cast<size_t>(n));
+    } else if (n == 0 || errno != EINTR) {
+      ::close(*fd_of[i]);
+      *fd_of[i] = -1;  // poll() ignores negative fds
+    }
+  }
+  return out_fd_ >= 0 || err_fd_ >= 0;
+}
+
+bool GwrunProcess::wait_for_stdout(std::string_view needle) {
+  while (result_.out.find(needle) == std::string::npos) {
+    if (!read_some()) return false;
+  }
+  return true;
+}
+
+GwrunResult GwrunProcess::finish() {
+  while (read_some()) {
+  }
+  int status = 0;
+  pid_t waited;
+  do {
+    waited = ::waitpid(pid_, &status, 0);
+  } while (waited < 0 && errno == EINTR);
+  check(waited == pid_, "waitpid");
+  pid_ = -1;
+  result_.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  result_.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+  return result_;
+}
+
+GwrunResult run_gwrun(const std::vector<std::string>& args) { return GwrunProcess(args).finish(); }
+
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(std::move(line));
+  return lines;
+}
+
+}  // namespace gw::test

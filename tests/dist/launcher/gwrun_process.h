@@ -1,0 +1,51 @@
+// Test helper: runs the real gwrun binary as a child of the test, capturing its stdout and
+// stderr through pipes and its exit status.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gw::test {
+
+struct GwrunResult {
+  std::string out;
+  std::string err;
+  int exit_code = -1;  // gwrun's exit status, or -signal if gwrun itself was killed
+  double seconds = 0;  // from start to exit
+};
+
+class GwrunProcess {
+ public:
+  explicit GwrunProcess(const std::vector<std::string>& args);
+  ~GwrunProcess();  // kills and reaps gwrun if a failed test left it running
+  GwrunProcess(const GwrunProcess&) = delete;
+  GwrunProcess& operator=(const GwrunProcess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  // Reads output until stdout contains `needle`; false if gwrun closed stdout first.
+  bool wait_for_stdout(std::string_view needle);
+  // Reads both pipes to end of file and waits for gwrun to exit.
+  GwrunResult finish();
+
+ private:
+  // Reads what is available from the open pipes; false once both are closed.
+  bool read_some();
+
+  pid_t pid_ = -1;
+  int out_fd_ = -1;
+  int err_fd_ = -1;
+  GwrunResult result_;
+  std::chrono::steady_clock::time_point started_;
+};
+
+// Runs gwrun with `args` to completion.
+GwrunResult run_gwrun(const std::vector<std::string>& args);
+
+// Splits `text` into lines without their newlines.
+std::vector<std::string> split_lines(const std::string& text);
+
+}  // namespace gw::test

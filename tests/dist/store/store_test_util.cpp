@@ -1,0 +1,121 @@
+#include "tests/dist/store/store_test_util.h"
+
+#include <netinet/in.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+
+#include "dist/store/file_store.h"
+#include "dist/store/hash_store.h"
+#include "dist/store/prefix_store.h"
+
+extern char** environ;
+
+namespace gw::dist::test {
+
+TempDir::TempDir() {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string pattern =
+      std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/gw_store_test_XXXXXX";
+  if (::mkdtemp(pattern.data()) == nullptr)
+    throw std::runtime_error("mkdtemp " + pattern + ": " + std::strerror(errno));
+  path_ = pattern;
+}
+
+TempDir::~TempDir() {
+  std::error_code ignored;
+  std::filesystem::remove_all(path_, ignored);
+}
+
+StoreUnderTest::StoreUnderTest(const std::string& kind, milliseconds timeout)
+    : kind_(kind), timeout_(timeout) {
+  if (kind == "hash") {
+    store_ = std::make_shared<HashStore>(timeout);
+  } else if (kind == "file") {
+    dir_ = std::make_unique<TempDir>();
+    store_ = std::make_shared<FileStore>(dir_->path() + "/store", 2, timeout);
+  } else if (kind == "tcp") {
+    store_ = std::make_shared<TCPStore>("127.0.0.1", 0, 2, true, timeout);
+  } else if (kind == "prefix") {
+    base_ = std::make_shared<HashStore>(timeout);
+    store_ = std::make_shared<PrefixStore>("pg0", base_);
+  } else {
+    throw std::invalid_argument("unknown store kind " + kind);
+  }
+}
+
+StoreUnderTest::~StoreUnderTest() = default;
+
+std::shared_ptr<Store> StoreUnderTest::open_another() {
+  if (kind_ == "file")
+    return std::make_shared<FileStore>(dynamic_cast<FileStore&>(*store_).path(), 2, timeout_);
+  if (kind_ == "tcp")
+    return std::make_shared<TCPStore>("127.0.0.1", dynamic_cast<TCPStore&>(*store_).port(), 2,
+                                      false, timeout_);
+  if (kind_ == "prefix") return std::make_shared<PrefixStore>("pg0", base_);
+  return store_;  // hash: threads share the one object
+}
+
+std::string StoreUnderTest::shown_key(const std::string& key) const {
+  return kind_ == "prefix" ? "pg0/" + key : key;
+}
+
+Bytes bytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
+
+void ThreadGroup::spawn(std::function<void()> fn) {
+  threads_.emplace_back([this, fn = std::move(fn)] {
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      std::lock_guard lock(mu_);
+      errors_.push_back(e.what());
+    }
+  });
+}
+
+std::vector<std::string> ThreadGroup::join() {
+  for (auto& t : threads_) t.join();
+  threads_.clear();
+  return errors_;
+}
+
+pid_t spawn(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  int rc = ::posix_spawn(&pid, args[0], nullptr, nullptr, args.data(), environ);
+  if (rc != 0) throw std::runtime_error("posix_spawn " + argv[0] + ": " + std::strerror(rc));
+  return pid;
+}
+
+int wait_exit(pid_t pid) {
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) throw std::runtime_error(std::string("waitpid: ") + std::strerror(errno));
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return 128 + WTERMSIG(status);
+}
+
+SilentListener::SilentListener() {
+  fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::listen(fd_, 16) != 0 || ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+    throw std::runtime_error(std::string("SilentListener: ") + std::strerror(errno));
+  port_ = ntohs(addr.sin_port);
+}
+
+SilentListener::~SilentListener() { ::close(fd_); }
+
+}  // namespace gw::dist::test
