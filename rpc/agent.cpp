@@ -1,0 +1,519 @@
+#include "rpc/agent.h"
+
+#include <algorithm>
+#include <map>
+#include <regex>
+#include <set>
+
+#include <asio.hpp>
+
+#include "dist/store/rendezvous.h"
+#include "rpc/connection.h"
+#include "rpc/function_table.h"
+#include "rpc/log.h"
+#include "rpc/message.h"
+#include "rpc/thread_pool.h"
+
+namespace gw::rpc {
+
+namespace {
+thread_local Agent* t_current_agent = nullptr;
+
+void check_name(const std::string& name) {
+  static const std::regex kValid("[A-Za-z0-9_:\\-]+");
+  GW_CHECK(!name.empty() && name.size() < 128 && std::regex_match(name, kValid),
+           InvalidArgumentError, "[init_rpc] worker name '", name,
+           "' must be 1-127 characters of letters, digits, '_', ':' or '-'");
+}
+
+std::string key(const std::string& phase, int rank) {
+  return "rpc/" + phase + "/" + std::to_string(rank);
+}
+}  // namespace
+
+// A call waiting for its response.
+struct PendingCall {
+  Future<IValue> future;
+  int peer;
+  std::string function;
+  Milliseconds timeout{0};  // 0: none
+  std::multimap<std::chrono::steady_clock::time_point, uint64_t>::iterator deadline;
+};
+
+// Completes a call's future. Callbacks run inline here; one that throws must not take the
+// network thread down with it.
+template <typename F>
+void settle(PendingCall& p, F&& complete) {
+  try {
+    complete(p.future);
+  } catch (const std::exception& e) {
+    log_error("a callback on the future of '", p.function, "' threw: ", e.what());
+  }
+}
+
+struct Agent::Impl {
+  asio::io_context io;
+  asio::executor_work_guard<asio::io_context::executor_type> work{io.get_executor()};
+  asio::ip::tcp::acceptor acceptor{io};
+  std::thread io_thread;
+  std::unique_ptr<ThreadPool> pool;
+  std::shared_ptr<dist::Store> store;
+  std::vector<asio::ip::tcp::endpoint> endpoints;  // by worker id
+
+  std::mutex conn_mu;
+  std::vector<std::shared_ptr<Connection>> outbound;  // by worker id
+  std::vector<std::unique_ptr<std::mutex>> connecting;  // one connect at a time per peer
+  std::set<std::shared_ptr<Connection>> inbound;
+
+  std::mutex pending_mu;
+  std::condition_variable idle;  // pending empty / no handler running
+  std::unordered_map<uint64_t, PendingCall> pending;
+  // Deadlines of the pending calls that have one, and the one timer that fires at the earliest.
+  // A new call touches the timer only if its deadline is the new earliest, which keeps timer
+  // syscalls and network-thread wake-ups off the common path.
+  std::multimap<std::chrono::steady_clock::time_point, uint64_t> deadlines;
+  std::chrono::steady_clock::time_point armed_for = std::chrono::steady_clock::time_point::max();
+  asio::steady_timer timer{io};
+  int active_handlers = 0;
+  std::atomic<uint64_t> next_id{1};
+};
+
+// Caller holds pending_mu. The timer may stay armed for a deadline that is gone: it then
+// fires, finds nothing due, and re-arms.
+void Agent::forget_deadline(PendingCall& p) {
+  if (p.deadline != impl_->deadlines.end()) impl_->deadlines.erase(p.deadline);
+  p.deadline = impl_->deadlines.end();
+}
+
+Agent* Agent::current() { return t_current_agent; }
+Agent::Use::Use(Agent& agent) : previous_(t_current_agent) { t_current_agent = &agent; }
+Agent::Use::~Use() { t_current_agent = previous_; }
+
+Agent::Agent(std::string name, int rank, int world_size, RpcBackendOptions options)
+    : impl_(std::make_unique<Impl>()),
+      options_(std::move(options)),
+      self_{std::move(name), rank},
+      rpc_timeout_ms_(options_.rpc_timeout.count()) {
+  check_name(self_.name);
+  GW_CHECK(world_size > 0 && rank >= 0 && rank < world_size, InvalidArgumentError,
+           "[init_rpc] rank ", rank, " is outside [0, world_size=", world_size, ")");
+  GW_CHECK(options_.num_worker_threads > 0, InvalidArgumentError,
+           "[init_rpc] num_worker_threads must be positive, got ", options_.num_worker_threads);
+  GW_CHECK(options_.rpc_timeout.count() >= 0, InvalidArgumentError,
+           "[init_rpc] rpc_timeout must be >= 0 ms (0 = none), got ", options_.rpc_timeout.count());
+  impl_->store = options_.store ? options_.store
+                                : dist::rendezvous(options_.init_method, rank, world_size);
+  rendezvous(world_size);
+  impl_->pool = std::make_unique<ThreadPool>(options_.num_worker_threads,
+                                             [this] { t_current_agent = this; });
+  accept_next();
+  impl_->io_thread = std::thread([this] {
+    t_current_agent = this;
+    impl_->io.run();
+  });
+  running_ = true;
+}
+
+Agent::~Agent() {
+  if (running_) stop("the RPC agent was destroyed without shutdown()");
+}
+
+// Publishes this worker's address, then learns everyone's.
+void Agent::rendezvous(int world_size) {
+  auto& a = impl_->acceptor;
+  asio::ip::tcp::endpoint ep(asio::ip::make_address(options_.address), 0);
+  a.open(ep.protocol());
+  a.set_option(asio::ip::tcp::acceptor::reuse_address(true));
+  a.bind(ep);
+  a.listen();
+  const std::string mine = self_.name + "\n" + options_.address + "\n" +
+                           std::to_string(a.local_endpoint().port());
+  const dist::Bytes mine_bytes(mine.begin(), mine.end());
+  dist::Bytes got = impl_->store->compare_set(key("worker", self_.id), {}, mine_bytes);
+  GW_CHECK(got == mine_bytes, InvalidArgumentError, "[init_rpc] rank ", self_.id,
+           " is already taken (by '", std::string(got.begin(), got.end()), "')");
+  std::vector<std::string> keys;
+  for (int r = 0; r < world_size; ++r) keys.push_back(key("worker", r));
+  impl_->store->wait(keys);
+  for (int r = 0; r < world_size; ++r) {
+    std::string v = impl_->store->get_string(keys[r]);
+    auto nl1 = v.find('\n'), nl2 = v.rfind('\n');
+    GW_CHECK(nl1 != std::string::npos && nl2 > nl1, IoError, "[init_rpc] malformed address '",
+             v, "' published for rank ", r);
+    WorkerInfo w{v.substr(0, nl1), r};
+    GW_CHECK(!ids_.contains(w.name), InvalidArgumentError, "[init_rpc] worker name '", w.name,
+             "' is used by ranks ", ids_[w.name], " and ", r);
+    ids_[w.name] = r;
+    workers_.push_back(w);
+    impl_->endpoints.emplace_back(asio::ip::make_address(v.substr(nl1 + 1, nl2 - nl1 - 1)),
+                                  static_cast<uint16_t>(std::stoi(v.substr(nl2 + 1))));
+    impl_->outbound.emplace_back();
+    impl_->connecting.push_back(std::make_unique<std::mutex>());
+  }
+}
+
+const WorkerInfo& Agent::get_worker_info(const std::string& name) const {
+  auto it = ids_.find(name);
+  GW_CHECK(it != ids_.end(), InvalidArgumentError, "[rpc] unknown worker '", name, "'");
+  return workers_[it->second];
+}
+
+const WorkerInfo& Agent::get_worker_info(int id) const {
+  GW_CHECK(id >= 0 && id < static_cast<int>(workers_.size()), InvalidArgumentError,
+           "[rpc] unknown worker id ", id, " (world size ", workers_.size(), ")");
+  return workers_[id];
+}
+
+const WorkerInfo& Agent::resolve(const To& to) const {
+  if (auto* n = std::get_if<std::string>(&to.worker)) return get_worker_info(*n);
+  if (auto* i = std::get_if<int>(&to.worker)) return get_worker_info(*i);
+  const auto& w = std::get<WorkerInfo>(to.worker);
+  const WorkerInfo& known = get_worker_info(w.id);
+  GW_CHECK(known == w, InvalidArgumentError, "[rpc] WorkerInfo(", w.name, ", ", w.id,
+           ") does not match this group's worker ", w.id, " ('", known.name, "')");
+  return known;
+}
+
+// --- connections -----------------------------------------------------------------------------
+
+void Agent::accept_next() {
+  impl_->acceptor.async_accept([this](const std::error_code& ec, asio::ip::tcp::socket s) {
+    if (ec) return;  // the acceptor was closed
+    try {
+      auto c = std::make_shared<Connection>(
+          std::move(s), options_.max_frame_bytes,
+          [this](const auto& c, Message m) { on_message(c, std::move(m)); },
+          [this](const auto& c, const std::string& why) { on_close(c, why); });
+      {
+        std::lock_guard lock(impl_->conn_mu);
+        impl_->inbound.insert(c);
+      }
+      c->start();
+    } catch (const std::exception& e) {
+      log_error(self_.name, ": could not set up an accepted connection: ", e.what());
+    }
+    accept_next();
+  });
+}
+
+std::shared_ptr<Connection> Agent::connection_to(int id) {
+  {
+    std::lock_guard lock(impl_->conn_mu);
+    if (auto& c = impl_->outbound[id]; c && !c->closed()) return c;
+  }
+  std::lock_guard connecting(*impl_->connecting[id]);
+  {
+    std::lock_guard lock(impl_->conn_mu);
+    if (auto& c = impl_->outbound[id]; c && !c->closed()) return c;
+  }
+  asio::ip::tcp::socket s(impl_->io);
+  std::error_code ec;
+  s.connect(impl_->endpoints[id], ec);
+  GW_CHECK(!ec, IoError, "[rpc] cannot connect to worker '", workers_[id].name, "' at ",
+           impl_->endpoints[id].address().to_string(), ":", impl_->endpoints[id].port(), ": ",
+           ec.message());
+  auto c = std::make_shared<Connection>(
+      std::move(s), options_.max_frame_bytes,
+      [this](const auto& c, Message m) { on_message(c, std::move(m)); },
+      [this](const auto& c, const std::string& why) { on_close(c, why); });
+  c->set_peer_id(id);
+  Message hello;
+  hello.kind = MessageKind::kHandshake;
+  hello.worker_name = self_.name;
+  hello.worker_id = self_.id;
+  c->send(hello);
+  c->start();
+  std::lock_guard lock(impl_->conn_mu);
+  impl_->outbound[id] = c;
+  return c;
+}
+
+void Agent::on_close(const std::shared_ptr<Connection>& c, const std::string& why) {
+  bool was_outbound = false;
+  {
+    std::lock_guard lock(impl_->conn_mu);
+    impl_->inbound.erase(c);
+    int peer = c->peer_id();
+    if (peer >= 0 && impl_->outbound[peer] == c) {
+      impl_->outbound[peer].reset();
+      was_outbound = true;
+    }
+  }
+  if (was_outbound) fail_pending_to(c->peer_id(), why);
+}
+
+void Agent::fail_pending_to(int peer, const std::string& why) {
+  std::vector<PendingCall> failed;
+  {
+    std::lock_guard lock(impl_->pending_mu);
+    for (auto it = impl_->pending.begin(); it != impl_->pending.end();) {
+      if (it->second.peer == peer) {
+        forget_deadline(it->second);
+        failed.push_back(std::move(it->second));
+        it = impl_->pending.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& p : failed)
+    settle(p, [&](Future<IValue>& f) {
+      f.set_exception(std::make_exception_ptr(
+          IoError(gw::detail::str("[rpc] call of '", p.function, "' on worker '",
+                              workers_[peer].name, "' failed: connection lost (", why, ")"))));
+    });
+  impl_->idle.notify_all();
+}
+
+// --- calls -----------------------------------------------------------------------------------
+
+Future<IValue> Agent::call(const To& to, const std::string& function, IValueList args,
+                           Milliseconds timeout) {
+  GW_CHECK(running_, StateError, "[rpc] the RPC agent '", self_.name, "' is shut down");
+  const WorkerInfo& dst = resolve(to);
+  if (timeout == kUseDefaultTimeout) timeout = rpc_timeout();
+  GW_CHECK(timeout.count() >= 0, InvalidArgumentError, "[rpc] timeout must be >= 0 ms, got ",
+           timeout.count());
+  Message m;
+  m.kind = MessageKind::kRequest;
+  m.id = impl_->next_id.fetch_add(1);
+  m.function = function;
+  m.args = std::move(args);
+  Future<IValue> result;
+  {
+    std::lock_guard lock(impl_->pending_mu);
+    PendingCall& p = impl_->pending[m.id];
+    p.future = result;
+    p.peer = dst.id;
+    p.function = function;
+    p.timeout = timeout;
+    p.deadline = impl_->deadlines.end();
+    if (timeout.count() > 0) {
+      auto when = std::chrono::steady_clock::now() + timeout;
+      p.deadline = impl_->deadlines.emplace(when, m.id);
+      if (when < impl_->armed_for) {
+        impl_->armed_for = when;
+        asio::post(impl_->io, [this] { arm_timer(); });
+      }
+    }
+  }
+  try {
+    connection_to(dst.id)->send(m);
+  } catch (...) {
+    std::unique_lock lock(impl_->pending_mu);
+    // The connection may already have failed it (connection lost) on the network thread.
+    if (auto it = impl_->pending.find(m.id); it != impl_->pending.end()) {
+      forget_deadline(it->second);
+      impl_->pending.erase(it);
+      lock.unlock();
+      result.set_exception(std::current_exception());
+      impl_->idle.notify_all();
+    }
+  }
+  return result;
+}
+
+// Network thread: points the timer at the earliest deadline.
+void Agent::arm_timer() {
+  std::lock_guard lock(impl_->pending_mu);
+  if (impl_->deadlines.empty()) {
+    impl_->armed_for = std::chrono::steady_clock::time_point::max();
+    impl_->timer.cancel();
+    return;
+  }
+  impl_->armed_for = impl_->deadlines.begin()->first;
+  impl_->timer.expires_at(impl_->armed_for);
+  impl_->timer.async_wait([this](const std::error_code& ec) {
+    if (!ec) expire_due();
+  });
+}
+
+// Network thread: fails every call whose deadline has passed, then re-arms.
+void Agent::expire_due() {
+  std::vector<PendingCall> expired;
+  {
+    std::lock_guard lock(impl_->pending_mu);
+    auto now = std::chrono::steady_clock::now();
+    while (!impl_->deadlines.empty() && impl_->deadlines.begin()->first <= now) {
+      auto it = impl_->pending.find(impl_->deadlines.begin()->second);
+      impl_->deadlines.erase(impl_->deadlines.begin());
+      expired.push_back(std::move(it->second));
+      impl_->pending.erase(it);
+    }
+  }
+  for (auto& p : expired)
+    settle(p, [&](Future<IValue>& f) {
+      f.set_exception(std::make_exception_ptr(TimeoutError(
+          gw::detail::str("[rpc] call of '", p.function, "' on worker '", workers_[p.peer].name,
+                          "' timed out after ", p.timeout.count(), " ms"))));
+    });
+  impl_->idle.notify_all();
+  arm_timer();
+}
+
+void Agent::complete(uint64_t id, Message& response) {
+  PendingCall p;
+  {
+    std::lock_guard lock(impl_->pending_mu);
+    auto it = impl_->pending.find(id);
+    if (it == impl_->pending.end()) return;  // timed out or failed already
+    p = std::move(it->second);
+    forget_deadline(p);
+    impl_->pending.erase(it);
+  }
+  settle(p, [&](Future<IValue>& f) {
+    if (response.error)
+      f.set_exception(
+          std::make_exception_ptr(RemoteError(response.error->worker, response.error->message)));
+    else
+      f.set_result(std::move(response.value));
+  });
+  impl_->idle.notify_all();
+}
+
+// --- serving ---------------------------------------------------------------------------------
+
+void Agent::on_message(const std::shared_ptr<Connection>& c, Message m) {
+  switch (m.kind) {
+    case MessageKind::kHandshake: {
+      int id = m.worker_id;
+      GW_CHECK(m.protocol_version == kProtocolVersion, IoError, "[rpc] peer speaks protocol ",
+               m.protocol_version, ", this worker ", kProtocolVersion);
+      GW_CHECK(id >= 0 && id < static_cast<int>(workers_.size()) &&
+                   workers_[id].name == m.worker_name,
+               IoError, "[rpc] handshake from unknown worker '", m.worker_name, "' (id ", id, ")");
+      c->set_peer_id(id);
+      return;
+    }
+    case MessageKind::kRequest:
+      GW_CHECK(c->peer_id() >= 0, IoError, "[rpc] request before handshake");
+      handle_request(c, std::move(m));
+      return;
+    case MessageKind::kResponse:
+      complete(m.id, m);
+      return;
+  }
+}
+
+void Agent::handle_request(const std::shared_ptr<Connection>& c, Message m) {
+  {
+    std::lock_guard lock(impl_->pending_mu);
+    ++impl_->active_handlers;
+  }
+  impl_->pool->submit([this, c, m = std::move(m)]() mutable {
+    Future<IValue> result;
+    try {
+      result = functions().invoke(m.function, m.args);
+    } catch (...) {
+      result = Future<IValue>::failed(std::current_exception());
+    }
+    // Async functions complete later, on whichever thread finishes their future.
+    result.add_done_callback([this, c, id = m.id](Future<IValue>& done) {
+      Message r;
+      r.kind = MessageKind::kResponse;
+      r.id = id;
+      auto fail = [&](const std::string& what, ErrorCode code) {
+        r.error = Failure{self_.name, what, code};
+      };
+      try {
+        r.value = done.value();
+      } catch (const Error& e) {
+        fail(e.what(), e.code());
+      } catch (const std::exception& e) {
+        fail(e.what(), ErrorCode::kRemote);
+      }
+      try {
+        c->send(r);
+      } catch (const IoError&) {
+        // The caller's connection is gone; its side has already failed the call.
+      } catch (const Error& e) {
+        // The result cannot be sent (e.g. a CUDA tensor): tell the caller why.
+        r.value = IValue();
+        fail(e.what(), e.code());
+        try {
+          c->send(r);
+        } catch (const Error&) {
+        }
+      }
+      {
+        std::lock_guard lock(impl_->pending_mu);
+        --impl_->active_handlers;
+      }
+      impl_->idle.notify_all();
+    });
+  });
+}
+
+// --- shutdown --------------------------------------------------------------------------------
+
+void Agent::barrier(const std::string& phase) {
+  impl_->store->set(key(phase, self_.id), std::string("1"));
+  std::vector<std::string> keys;
+  for (const auto& w : workers_) keys.push_back(key(phase, w.id));
+  impl_->store->wait(keys);
+}
+
+void Agent::shutdown(bool graceful) {
+  if (!running_) return;
+  if (graceful) {
+    auto wait_idle = [&](bool handlers_too) {
+      std::unique_lock lock(impl_->pending_mu);
+      impl_->idle.wait(lock, [&] {
+        return impl_->pending.empty() && (!handlers_too || impl_->active_handlers == 0);
+      });
+    };
+    wait_idle(false);            // our own calls are answered
+    barrier("shutdown-arrive");  // nobody starts new work for us now
+    wait_idle(true);             // ... and what we serve for others is done
+    barrier("shutdown-leave");   // everyone is done: connections may close
+  }
+  stop("the RPC agent was shut down");
+  if (graceful) {
+    // Rank 0 may own the store (TCPStore): keep it alive until everyone has left the barrier.
+    impl_->store->set(key("shutdown-exit", self_.id), std::string("1"));
+    if (self_.id == 0) {
+      std::vector<std::string> keys;
+      for (const auto& w : workers_) keys.push_back(key("shutdown-exit", w.id));
+      impl_->store->wait(keys);
+    }
+  }
+}
+
+void Agent::stop(const std::string& why) {
+  running_ = false;
+  // Fail what is still pending with the reason, before closing connections would fail it
+  // with "connection lost".
+  std::unordered_map<uint64_t, PendingCall> left;
+  {
+    std::lock_guard lock(impl_->pending_mu);
+    left.swap(impl_->pending);
+    impl_->deadlines.clear();
+  }
+  for (auto& [id, p] : left)
+    settle(p, [&](Future<IValue>& f) {
+      f.set_exception(std::make_exception_ptr(StateError(gw::detail::str(
+          "[rpc] call of '", p.function, "' on worker '", workers_[p.peer].name, "' failed: ",
+          why))));
+    });
+  asio::post(impl_->io, [this, why] {
+    std::error_code ignored;
+    impl_->acceptor.close(ignored);
+    impl_->timer.cancel();
+    std::vector<std::shared_ptr<Connection>> all;
+    {
+      std::lock_guard lock(impl_->conn_mu);
+      all.assign(impl_->inbound.begin(), impl_->inbound.end());
+      for (auto& c : impl_->outbound)
+        if (c) all.push_back(c);
+    }
+    for (auto& c : all) c->close(why);
+    impl_->work.reset();
+  });
+  impl_->io_thread.join();
+  impl_->pool.reset();  // runs what was queued (their responses find closed connections)
+  std::lock_guard lock(impl_->conn_mu);
+  impl_->inbound.clear();
+  for (auto& c : impl_->outbound) c.reset();
+}
+
+}  // namespace gw::rpc

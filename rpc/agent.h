@@ -1,0 +1,141 @@
+// gw::rpc::Agent — one worker's endpoint in an RPC group: the object behind init_rpc.
+//
+// Mental model (PyTorch's RpcAgent): every worker has a name and an id (its rank). At start the
+// agent listens on a TCP port and publishes "name, address" in the rendezvous Store, then reads
+// everyone else's. Connections open on demand, one per caller->callee direction, starting with
+// a handshake. A request is run by the callee's pool of `num_worker_threads` threads using the
+// function table; its response completes the caller's Future. A call fails on its Future with
+// gw::TimeoutError after its timeout, with gw::IoError as soon as the connection to the callee
+// drops, and with gw::RemoteError (naming the callee) when the function threw there.
+//
+// Most code uses the free functions in rpc/api.h (init_rpc, rpc_sync, ...), which act on the
+// process's default agent, or on the agent running the current request handler. Tests create
+// several agents in one process (threads as ranks) sharing a HashStore.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include "dist/store/store.h"
+#include "rpc/future.h"
+#include "rpc/ivalue.h"
+
+namespace gw::rpc {
+
+class Connection;
+struct Message;
+struct PendingCall;
+class ThreadPool;
+
+using Milliseconds = std::chrono::milliseconds;
+inline constexpr Milliseconds kDefaultRpcTimeout{60000};
+// A per-call timeout of zero means no timeout; kUseDefaultTimeout means the agent's default.
+inline constexpr Milliseconds kNoTimeout{0};
+inline constexpr Milliseconds kUseDefaultTimeout{-1};
+
+struct RpcBackendOptions {
+  int num_worker_threads = 16;
+  Milliseconds rpc_timeout = kDefaultRpcTimeout;
+  // Rendezvous: "env://" (MASTER_ADDR, MASTER_PORT), "tcp://host:port" or "file:///path".
+  std::string init_method = "env://";
+  // If set, used instead of init_method (e.g. a HashStore shared by threads as ranks).
+  std::shared_ptr<dist::Store> store;
+  // The address this worker listens on and publishes to the others.
+  std::string address = "127.0.0.1";
+  // Frames larger than this (header + tensors) are refused and close the connection.
+  uint64_t max_frame_bytes = uint64_t{4} << 30;
+};
+
+struct WorkerInfo {
+  std::string name;
+  int id = -1;
+  bool operator==(const WorkerInfo&) const = default;
+};
+
+// The destination of a call: a worker's name, id (rank) or WorkerInfo.
+struct To {
+  std::variant<std::string, int, WorkerInfo> worker;
+  To(const char* name) : worker(std::string(name)) {}          // NOLINT: implicit on purpose
+  To(std::string name) : worker(std::move(name)) {}            // NOLINT
+  To(int id) : worker(id) {}                                    // NOLINT
+  To(WorkerInfo info) : worker(std::move(info)) {}             // NOLINT
+};
+
+class Agent {
+ public:
+  // Joins the group: listens, rendezvouses through the store, and returns once every worker
+  // has published its address. Throws InvalidArgumentError on a bad name or rank, and
+  // TimeoutError if the others do not show up within the store's timeout.
+  Agent(std::string name, int rank, int world_size, RpcBackendOptions options = {});
+  ~Agent();  // a local (non-graceful) shutdown if shutdown() was not called
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+
+  const WorkerInfo& get_worker_info() const { return self_; }
+  const WorkerInfo& get_worker_info(const std::string& name) const;
+  const WorkerInfo& get_worker_info(int id) const;
+  const WorkerInfo& resolve(const To& to) const;
+  std::vector<WorkerInfo> get_worker_infos() const { return workers_; }
+  const RpcBackendOptions& options() const { return options_; }
+  Milliseconds rpc_timeout() const { return Milliseconds(rpc_timeout_ms_.load()); }
+  void set_rpc_timeout(Milliseconds t) { rpc_timeout_ms_.store(t.count()); }
+
+  // Sends a request to run `function` on `to`; the future completes with its result.
+  Future<IValue> call(const To& to, const std::string& function, IValueList args,
+                      Milliseconds timeout = kUseDefaultTimeout);
+
+  // graceful: waits for this worker's outstanding calls, then for every worker to reach
+  // shutdown and finish its work, then stops. Otherwise stops now and fails pending calls.
+  void shutdown(bool graceful = true);
+  bool running() const { return running_.load(); }
+
+  // The agent whose thread this is (a request handler, a callback on its network thread), or
+  // nullptr.
+  static Agent* current();
+  // Makes `agent` this thread's current agent until destroyed (several agents in one process).
+  class Use {
+   public:
+    explicit Use(Agent& agent);
+    ~Use();
+    Use(const Use&) = delete;
+    Use& operator=(const Use&) = delete;
+
+   private:
+    Agent* previous_;
+  };
+
+ private:
+  void rendezvous(int world_size);
+  void accept_next();
+  std::shared_ptr<Connection> connection_to(int id);
+  void on_message(const std::shared_ptr<Connection>& c, Message m);
+  void on_close(const std::shared_ptr<Connection>& c, const std::string& why);
+  void handle_request(const std::shared_ptr<Connection>& c, Message m);
+  // Completes pending call `id` with `response` (a value or the callee's failure).
+  void complete(uint64_t id, Message& response);
+  void arm_timer();
+  void expire_due();
+  void forget_deadline(PendingCall& p);
+  void fail_pending_to(int peer, const std::string& why);
+  void stop(const std::string& why);
+  void barrier(const std::string& phase);
+
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  RpcBackendOptions options_;
+  WorkerInfo self_;
+  std::vector<WorkerInfo> workers_;
+  std::unordered_map<std::string, int> ids_;
+  std::atomic<int64_t> rpc_timeout_ms_;
+  std::atomic<bool> running_{false};
+};
+
+}  // namespace gw::rpc

@@ -1,0 +1,45 @@
+#include "rpc/api.h"
+
+#include <mutex>
+
+namespace gw::rpc {
+
+namespace {
+// The process's agent (init_rpc). The one permitted singleton: see DESIGN.md.
+std::mutex g_mu;
+std::unique_ptr<Agent> g_agent;
+}  // namespace
+
+void init_rpc(const std::string& name, int rank, int world_size, RpcBackendOptions options) {
+  std::lock_guard lock(g_mu);
+  GW_CHECK(!g_agent, StateError, "[init_rpc] RPC is already initialized on this process as '",
+           g_agent->get_worker_info().name, "'");
+  g_agent = std::make_unique<Agent>(name, rank, world_size, std::move(options));
+}
+
+void shutdown(bool graceful) {
+  std::unique_ptr<Agent> agent;
+  {
+    std::lock_guard lock(g_mu);
+    GW_CHECK(g_agent, StateError, "[shutdown] RPC is not initialized on this process");
+    agent = std::move(g_agent);
+  }
+  agent->shutdown(graceful);
+}
+
+Agent& current_agent() {
+  if (Agent* a = Agent::current()) return *a;
+  std::lock_guard lock(g_mu);
+  GW_CHECK(g_agent, StateError, "[rpc] RPC is not initialized: call gw::rpc::init_rpc first");
+  return *g_agent;
+}
+
+WorkerInfo get_worker_info() { return current_agent().get_worker_info(); }
+WorkerInfo get_worker_info(const std::string& worker_name) {
+  return current_agent().get_worker_info(worker_name);
+}
+std::vector<WorkerInfo> get_worker_infos() { return current_agent().get_worker_infos(); }
+void set_rpc_timeout(Milliseconds timeout) { current_agent().set_rpc_timeout(timeout); }
+Milliseconds get_rpc_timeout() { return current_agent().rpc_timeout(); }
+
+}  // namespace gw::rpc

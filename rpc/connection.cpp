@@ -1,0 +1,242 @@
+#include "rpc/connection.h"
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "rpc/log.h"
+
+namespace gw::rpc {
+
+namespace {
+constexpr size_t kReadBufferBytes = 64 * 1024;
+// Payload left to read beyond this goes straight into tensor storage, not through buf_.
+constexpr size_t kDirectReadBytes = 16 * 1024;
+constexpr size_t kMaxIov = 512;
+}  // namespace
+
+// A frame's byte ranges still to be written, and the tensors that keep them alive.
+struct Connection::Pending {
+  OutgoingFrame frame;
+  std::vector<iovec> iov;
+  size_t next = 0;  // first iov entry not fully written
+
+  explicit Pending(OutgoingFrame f) : frame(std::move(f)) {
+    iov.reserve(2 + frame.tensors.size());
+    iov.push_back({frame.prefix.data(), frame.prefix.size()});
+    iov.push_back({frame.header.begin(), frame.header.size() * sizeof(capnp::word)});
+    for (const auto& t : frame.tensors)
+      if (t.nbytes() > 0) iov.push_back({t.raw_data(), t.nbytes()});
+  }
+  bool done() const { return next == iov.size(); }
+  void advance(size_t n) {
+    while (n > 0) {
+      iovec& v = iov[next];
+      size_t take = std::min(n, v.iov_len);
+      v.iov_base = static_cast<uint8_t*>(v.iov_base) + take;
+      v.iov_len -= take;
+      n -= take;
+      if (v.iov_len == 0) ++next;
+    }
+  }
+};
+
+Connection::Connection(asio::ip::tcp::socket socket, uint64_t max_frame_bytes,
+                       MessageHandler on_message, CloseHandler on_close)
+    : socket_(std::move(socket)),
+      fd_(socket_.native_handle()),
+      max_frame_bytes_(max_frame_bytes),
+      on_message_(std::move(on_message)),
+      on_close_(std::move(on_close)),
+      buf_(kReadBufferBytes) {
+  socket_.set_option(asio::ip::tcp::no_delay(true));
+  // Set once, before any other thread sees the socket: senders write to fd_ themselves.
+  socket_.non_blocking(true);
+  std::error_code ec;
+  auto ep = socket_.remote_endpoint(ec);
+  remote_ = ec ? "?" : ep.address().to_string() + ":" + std::to_string(ep.port());
+}
+
+Connection::~Connection() = default;
+
+void Connection::start() {
+  asio::post(socket_.get_executor(), [self = shared_from_this()] { self->read_more(); });
+}
+
+// --- reading (Asio thread) -------------------------------------------------------------------
+
+void Connection::read_more() {
+  if (closed()) return;
+  auto self = shared_from_this();
+  if (stage_ == Stage::kPayload) {
+    const Tensor& t = tensors_[tensor_index_];
+    size_t left = t.nbytes() - got_;
+    if (left >= kDirectReadBytes) {
+      asio::async_read(socket_, asio::buffer(static_cast<uint8_t*>(t.raw_data()) + got_, left),
+                       [self](const std::error_code& ec, size_t n) { self->on_read(ec, n, true); });
+      return;
+    }
+  }
+  socket_.async_read_some(asio::buffer(buf_), [self](const std::error_code& ec, size_t n) {
+    self->on_read(ec, n, false);
+  });
+}
+
+void Connection::on_read(const std::error_code& ec, size_t n, bool direct) {
+  if (ec) {
+    close_on_io_thread(ec == asio::error::eof ? "the peer closed the connection" : ec.message());
+    return;
+  }
+  try {
+    if (direct) {
+      next_tensor();  // the direct read took the rest of this tensor
+    } else {
+      consume(buf_.data(), n);
+    }
+  } catch (const std::exception& e) {
+    log_error("closing connection from ", remote_, ": ", e.what());
+    close_on_io_thread(e.what());
+    return;
+  }
+  read_more();
+}
+
+void Connection::consume(const uint8_t* data, size_t n) {
+  while (n > 0 && !closed()) {
+    switch (stage_) {
+      case Stage::kPrefix: {
+        size_t take = std::min(n, kFramePrefixBytes - got_);
+        std::memcpy(prefix_ + got_, data, take);
+        got_ += take, data += take, n -= take;
+        if (got_ < kFramePrefixBytes) break;
+        frame_ = parse_prefix(prefix_, max_frame_bytes_);
+        header_ = kj::heapArray<capnp::word>(frame_.header_bytes / sizeof(capnp::word));
+        stage_ = Stage::kHeader, got_ = 0;
+        break;
+      }
+      case Stage::kHeader: {
+        size_t take = std::min<size_t>(n, frame_.header_bytes - got_);
+        std::memcpy(reinterpret_cast<uint8_t*>(header_.begin()) + got_, data, take);
+        got_ += take, data += take, n -= take;
+        if (got_ == frame_.header_bytes) begin_payload();
+        break;
+      }
+      case Stage::kPayload: {
+        const Tensor& t = tensors_[tensor_index_];
+        size_t take = std::min(n, t.nbytes() - got_);
+        std::memcpy(static_cast<uint8_t*>(t.raw_data()) + got_, data, take);
+        got_ += take, data += take, n -= take;
+        if (got_ == t.nbytes()) next_tensor();
+        break;
+      }
+    }
+  }
+}
+
+void Connection::begin_payload() {
+  tensors_.clear();
+  for (auto& l : tensor_layouts(header_.asPtr(), frame_.payload_bytes)) {
+    Tensor t = Tensor::make(Storage::allocate(l.nbytes, kCPU), l.sizes,
+                            contiguous_strides(l.sizes), 0, l.dtype);
+    if (l.requires_grad) t.requires_grad_(true);
+    tensors_.push_back(std::move(t));
+  }
+  stage_ = Stage::kPayload;
+  tensor_index_ = 0;
+  skip_empty_tensors();
+}
+
+void Connection::next_tensor() {
+  ++tensor_index_;
+  skip_empty_tensors();
+}
+
+void Connection::skip_empty_tensors() {
+  got_ = 0;
+  while (tensor_index_ < tensors_.size() && tensors_[tensor_index_].nbytes() == 0) ++tensor_index_;
+  if (tensor_index_ == tensors_.size()) finish_frame();
+}
+
+void Connection::finish_frame() {
+  Message m = decode(header_.asPtr(), std::move(tensors_));
+  tensors_.clear();
+  header_ = nullptr;
+  stage_ = Stage::kPrefix, got_ = 0;
+  on_message_(shared_from_this(), std::move(m));
+}
+
+// --- writing (any thread) -------------------------------------------------------------------
+
+void Connection::send(const Message& m) {
+  auto pending = std::make_unique<Pending>(encode(m));
+  std::lock_guard lock(write_mu_);
+  GW_CHECK(!close_started_, IoError, "[rpc] connection to ", remote_, " is closed");
+  queue_.push_back(std::move(pending));
+  if (queue_.size() > 1 || waiting_writable_) return;  // the Asio thread is draining the queue
+  if (!write_queued_locked()) return;
+  if (!queue_.empty()) wait_writable();
+}
+
+bool Connection::write_queued_locked() {
+  while (!queue_.empty()) {
+    Pending& p = *queue_.front();
+    while (!p.done()) {
+      msghdr msg{};
+      msg.msg_iov = p.iov.data() + p.next;
+      msg.msg_iovlen = std::min(p.iov.size() - p.next, kMaxIov);
+      ssize_t n = ::sendmsg(fd_, &msg, MSG_NOSIGNAL);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+        std::string why = std::string("send failed: ") + std::strerror(errno);
+        close_started_ = true;
+        asio::post(socket_.get_executor(),
+                   [self = shared_from_this(), why] { self->close_on_io_thread(why); });
+        return false;
+      }
+      p.advance(static_cast<size_t>(n));
+    }
+    queue_.pop_front();
+  }
+  return true;
+}
+
+void Connection::wait_writable() {
+  waiting_writable_ = true;
+  asio::post(socket_.get_executor(), [self = shared_from_this()] {
+    if (self->closed()) return;
+    self->socket_.async_wait(asio::socket_base::wait_write, [self](const std::error_code& ec) {
+      std::lock_guard lock(self->write_mu_);
+      self->waiting_writable_ = false;
+      if (ec || self->close_started_) return;
+      if (self->write_queued_locked() && !self->queue_.empty()) self->wait_writable();
+    });
+  });
+}
+
+// --- closing ---------------------------------------------------------------------------------
+
+void Connection::close(const std::string& why) {
+  asio::post(socket_.get_executor(),
+             [self = shared_from_this(), why] { self->close_on_io_thread(why); });
+}
+
+void Connection::close_on_io_thread(const std::string& why) {
+  if (closed_.exchange(true)) return;
+  {
+    // Senders use fd_ under write_mu_: close it under the same lock so the number is not
+    // reused beneath them.
+    std::lock_guard lock(write_mu_);
+    close_started_ = true;
+    queue_.clear();
+    std::error_code ignored;
+    socket_.shutdown(asio::socket_base::shutdown_both, ignored);
+    socket_.close(ignored);
+  }
+  on_close_(shared_from_this(), why);
+}
+
+}  // namespace gw::rpc

@@ -1,0 +1,92 @@
+// One TCP connection between two RPC agents, carrying frames (see message.h and wire.capnp).
+//
+// Reading runs on the agent's Asio thread: small frames are parsed out of a 64 KiB buffer, and
+// large tensor payloads are read straight into newly allocated tensor storage. Everything the
+// peer claims (sizes, counts, indices) is validated before it is used; a bad frame closes this
+// connection only. Writing is done by the sending thread itself with one gathered sendmsg()
+// on the socket (no copy of tensor bytes, no hop to another thread); only when the kernel's
+// buffer is full does the rest wait for the Asio thread. `send` is thread-safe.
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <asio.hpp>
+
+#include "rpc/message.h"
+
+namespace gw::rpc {
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  using MessageHandler = std::function<void(const std::shared_ptr<Connection>&, Message)>;
+  using CloseHandler = std::function<void(const std::shared_ptr<Connection>&, const std::string&)>;
+
+  Connection(asio::ip::tcp::socket socket, uint64_t max_frame_bytes, MessageHandler on_message,
+             CloseHandler on_close);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  // Starts the read loop; call once, from any thread.
+  void start();
+  // Queues `m` for the peer; throws IoError if the connection is closed.
+  void send(const Message& m);
+  // Closes the socket (from any thread); the close handler runs once, with `why`.
+  void close(const std::string& why);
+  bool closed() const { return closed_.load(std::memory_order_acquire); }
+
+  // Who is on the other side, once the handshake has told us (-1 before).
+  int peer_id() const { return peer_id_.load(std::memory_order_acquire); }
+  void set_peer_id(int id) { peer_id_.store(id, std::memory_order_release); }
+  std::string remote_endpoint() const { return remote_; }
+
+ private:
+  struct Pending;  // a frame the kernel has not fully taken yet
+
+  void read_more();
+  void on_read(const std::error_code& ec, size_t n, bool direct);
+  void consume(const uint8_t* data, size_t n);
+  void begin_payload();
+  void next_tensor();
+  void skip_empty_tensors();  // finishes the frame when no tensor bytes are left
+  void finish_frame();
+  // Writes as much of the queue as the socket takes now; caller holds write_mu_. Returns
+  // false on a socket error (then the connection is being closed).
+  bool write_queued_locked();
+  void wait_writable();
+  void close_on_io_thread(const std::string& why);
+
+  asio::ip::tcp::socket socket_;
+  const int fd_;
+  const uint64_t max_frame_bytes_;
+  MessageHandler on_message_;
+  CloseHandler on_close_;
+  std::string remote_;
+  std::atomic<int> peer_id_{-1};
+  std::atomic<bool> closed_{false};
+
+  // Read state, touched only by the Asio thread.
+  enum class Stage { kPrefix, kHeader, kPayload };
+  Stage stage_ = Stage::kPrefix;
+  std::vector<uint8_t> buf_;
+  uint8_t prefix_[kFramePrefixBytes];
+  size_t got_ = 0;  // bytes of the current stage (or tensor) received so far
+  FramePrefix frame_{};
+  kj::Array<capnp::word> header_;
+  std::vector<Tensor> tensors_;
+  size_t tensor_index_ = 0;
+
+  // Write state.
+  std::mutex write_mu_;
+  std::deque<std::unique_ptr<Pending>> queue_;
+  bool waiting_writable_ = false;
+  bool close_started_ = false;
+};
+
+}  // namespace gw::rpc

@@ -1,0 +1,53 @@
+#include "rpc/function_table.h"
+
+namespace gw::rpc {
+
+namespace {
+std::string describe_args(const IValueList& args) {
+  std::string s = "(";
+  for (size_t i = 0; i < args.size(); ++i) s += (i ? ", " : "") + std::string(args[i].kind_name());
+  return s + ")";
+}
+}  // namespace
+
+void FunctionTable::add_overload(const std::string& name, Overload o) {
+  std::lock_guard lock(mu_);
+  table_[name].push_back(std::move(o));
+}
+
+std::string FunctionTable::name_of(const void* fn) const {
+  std::lock_guard lock(mu_);
+  auto it = names_.find(fn);
+  GW_CHECK(it != names_.end(), InvalidArgumentError,
+           "[rpc] this function is not registered for RPC: register it with GW_RPC_FUNCTION or "
+           "gw::rpc::functions().add(name, fn) on every worker");
+  return it->second;
+}
+
+bool FunctionTable::contains(const std::string& name) const {
+  std::lock_guard lock(mu_);
+  return table_.contains(name);
+}
+
+Future<IValue> FunctionTable::invoke(const std::string& name, const IValueList& args) const {
+  const Overload* match = nullptr;
+  std::string candidates;
+  {
+    std::lock_guard lock(mu_);
+    auto it = table_.find(name);
+    GW_CHECK(it != table_.end(), InvalidArgumentError, "[rpc] unknown function '", name,
+             "': it is not registered on this worker");
+    for (const auto& o : it->second) {
+      if (o.accepts(args)) {
+        match = &o;  // overloads are never removed, so the pointer outlives the lock
+        break;
+      }
+      candidates += "\n  " + o.signature;
+    }
+  }
+  GW_CHECK(match, InvalidArgumentError, "[rpc] no overload of '", name, "' accepts arguments ",
+           describe_args(args), "; candidates:", candidates);
+  return match->invoke(args);
+}
+
+}  // namespace gw::rpc

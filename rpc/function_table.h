@@ -1,0 +1,137 @@
+// The function table: what a worker may run on behalf of another, by name.
+//
+// RPC never runs arbitrary code: a callee runs only functions registered here under a name, and
+// every worker runs the same registration code (static registrars or code before init_rpc). A
+// name may have several overloads (builtin `add` takes (Tensor, Tensor) and (Tensor, Scalar));
+// the first whose parameters accept the arguments runs. A function returning gw::Future<T> runs
+// with async execution: the worker thread is released and the response is sent when the
+// future completes, so nested RPCs cannot starve the pool.
+//
+//   Tensor my_add(Tensor a, Tensor b) { return a + b; }
+//   GW_RPC_FUNCTION(my_add);                                // registers "my_add"
+//   gw::rpc::functions().add("scale", [](Tensor t, double s) { return t * s; });
+//
+// The table is process-wide, like PyTorch's operator registry: code identity is a property of
+// the program, not of an agent. Builtin tensor ops are registered on first use.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "rpc/future.h"
+#include "rpc/ivalue.h"
+
+namespace gw::rpc {
+
+template <typename T>
+struct UnwrapFuture {
+  using type = T;
+};
+template <typename T>
+struct UnwrapFuture<Future<T>> {
+  using type = T;
+};
+// What a caller receives from a function returning R (async functions: the future's value).
+template <typename R>
+using rpc_result_t = typename UnwrapFuture<std::decay_t<R>>::type;
+
+class FunctionTable {
+ public:
+  using Invoker = std::function<Future<IValue>(const IValueList& args)>;
+
+  struct Overload {
+    std::string signature;  // "my_add(Tensor, Tensor) -> Tensor"
+    std::function<bool(const IValueList&)> accepts;
+    Invoker invoke;
+  };
+
+  // Registers `fn` (function pointer, lambda or std::function) under `name`, as an overload.
+  template <typename F>
+  void add(const std::string& name, F fn) {
+    add_overload(name, make_overload(name, std::function(std::move(fn))));
+  }
+  // Same, and remembers the pointer so callers may pass `fn` itself instead of its name.
+  template <typename R, typename... A>
+  void add(const std::string& name, R (*fn)(A...)) {
+    add_overload(name, make_overload(name, std::function<R(A...)>(fn)));
+    std::lock_guard lock(mu_);
+    names_[reinterpret_cast<const void*>(fn)] = name;
+  }
+
+  // The name `fn` was registered under; throws InvalidArgumentError if it never was.
+  std::string name_of(const void* fn) const;
+  bool contains(const std::string& name) const;
+  // Runs the overload of `name` that accepts `args`; unknown names and arguments no overload
+  // accepts throw InvalidArgumentError listing the candidates.
+  Future<IValue> invoke(const std::string& name, const IValueList& args) const;
+
+ private:
+  void add_overload(const std::string& name, Overload o);
+
+  template <typename R, typename... A>
+  static Overload make_overload(const std::string& name, std::function<R(A...)> fn) {
+    Overload o;
+    o.signature = name + "(";
+    ((o.signature += IValueTraits<std::decay_t<A>>::name() + ", "), ...);
+    if constexpr (sizeof...(A) > 0) o.signature.resize(o.signature.size() - 2);
+    o.signature += ") -> " + IValueTraits<rpc_result_t<R>>::name();
+    o.accepts = [](const IValueList& args) {
+      return args.size() == sizeof...(A) && accepts_all<A...>(args, std::index_sequence_for<A...>{});
+    };
+    o.invoke = [fn = std::move(fn)](const IValueList& args) -> Future<IValue> {
+      auto call = [&]<size_t... I>(std::index_sequence<I...>) -> R {
+        return fn(IValueTraits<std::decay_t<A>>::from(args[I])...);
+      };
+      if constexpr (is_future_v<R>) {
+        return call(std::index_sequence_for<A...>{}).then([](auto& done) -> IValue {
+          if constexpr (std::is_void_v<rpc_result_t<R>>) {
+            done.wait();
+            return IValue();
+          } else {
+            return to_ivalue(done.wait());
+          }
+        });
+      } else if constexpr (std::is_void_v<R>) {
+        call(std::index_sequence_for<A...>{});
+        return Future<IValue>::ready(IValue());
+      } else {
+        return Future<IValue>::ready(to_ivalue(call(std::index_sequence_for<A...>{})));
+      }
+    };
+    return o;
+  }
+
+  template <typename... A, size_t... I>
+  static bool accepts_all(const IValueList& args, std::index_sequence<I...>) {
+    return (IValueTraits<std::decay_t<A>>::accepts(args[I]) && ...);
+  }
+
+  mutable std::mutex mu_;
+  std::map<std::string, std::vector<Overload>> table_;
+  std::unordered_map<const void*, std::string> names_;
+};
+
+// The process's function table, with the builtin tensor ops registered.
+FunctionTable& functions();
+
+namespace detail {
+struct Registrar {
+  template <typename F>
+  Registrar(const char* name, F fn) {
+    functions().add(name, fn);
+  }
+};
+}  // namespace detail
+
+}  // namespace gw::rpc
+
+// Registers a free function under its own name at static-initialization time.
+#define GW_RPC_FUNCTION(fn) \
+  static const ::gw::rpc::detail::Registrar gw_rpc_registrar_##fn(#fn, &fn)

@@ -1,0 +1,41 @@
+#include "rpc/ivalue.h"
+
+namespace gw::rpc {
+
+const char* IValue::kind_name() const {
+  switch (kind()) {
+    case Kind::kNone: return "None";
+    case Kind::kBool: return "bool";
+    case Kind::kInt: return "int";
+    case Kind::kDouble: return "float";
+    case Kind::kString: return "str";
+    case Kind::kTensor: return "Tensor";
+    case Kind::kList: return "list";
+    case Kind::kBytes: return "bytes";
+  }
+  return "?";
+}
+
+void IValue::for_each_tensor(const std::function<void(const Tensor&)>& f) const {
+  if (const auto* t = std::get_if<Tensor>(&v_)) {
+    f(*t);
+  } else if (const auto* l = std::get_if<IValueList>(&v_)) {
+    for (const auto& x : *l) x.for_each_tensor(f);
+  }
+}
+
+IValue IValueTraits<Scalar>::to(const Scalar& s) {
+  if (s.is_bool()) return IValue(s.to<bool>());
+  if (s.is_integral()) return IValue(s.to<int64_t>());
+  return IValue(s.to_double());
+}
+
+Scalar IValueTraits<Scalar>::from(const IValue& v) {
+  switch (v.kind()) {
+    case IValue::Kind::kBool: return Scalar(v.to_bool());
+    case IValue::Kind::kInt: return Scalar(v.to_int());
+    default: return Scalar(v.to_double());
+  }
+}
+
+}  // namespace gw::rpc

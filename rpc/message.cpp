@@ -1,0 +1,252 @@
+#include "rpc/message.h"
+
+#include <bit>
+#include <cstring>
+
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+
+#include "rpc/wire.capnp.h"
+
+namespace gw::rpc {
+
+static_assert(std::endian::native == std::endian::little, "the frame prefix is little endian");
+
+namespace {
+
+constexpr uint32_t kMagic = 0x31525747;  // "GWR1"
+constexpr int kMaxNesting = 64;           // how deep values may nest (lists of lists ...)
+
+// --- encoding -------------------------------------------------------------------------------
+
+void write_value(wire::Value::Builder out, const IValue& v, std::vector<Tensor>& tensors) {
+  switch (v.kind()) {
+    case IValue::Kind::kNone: out.setNone(); break;
+    case IValue::Kind::kBool: out.setBoolean(v.to_bool()); break;
+    case IValue::Kind::kInt: out.setInt(v.to_int()); break;
+    case IValue::Kind::kDouble: out.setFloat(v.to_double()); break;
+    case IValue::Kind::kString: out.setText(v.to_string()); break;
+    case IValue::Kind::kTensor: {
+      const Tensor& t = v.to_tensor();
+      GW_CHECK(t.defined(), InvalidArgumentError, "[rpc] cannot send an undefined tensor");
+      GW_CHECK(t.device().is_cpu(), InvalidArgumentError, "[rpc] cannot send a tensor on ",
+               t.device(), ": move it to the CPU first");
+      out.setTensor(static_cast<uint32_t>(tensors.size()));
+      tensors.push_back(t);
+      break;
+    }
+    case IValue::Kind::kList: {
+      const IValueList& l = v.to_list();
+      auto items = out.initList(static_cast<unsigned>(l.size()));
+      for (size_t i = 0; i < l.size(); ++i) write_value(items[i], l[i], tensors);
+      break;
+    }
+    case IValue::Kind::kBytes: {
+      const Bytes& b = v.to_bytes();
+      out.setBytes(kj::arrayPtr(b.data(), b.size()));
+      break;
+    }
+  }
+}
+
+void put_u32(uint8_t* p, uint32_t v) { std::memcpy(p, &v, 4); }
+void put_u64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
+
+// --- decoding -------------------------------------------------------------------------------
+
+IValue read_value(wire::Value::Reader in, const std::vector<Tensor>& tensors, int depth) {
+  GW_CHECK(depth < kMaxNesting, IoError, "[rpc] value nested deeper than ", kMaxNesting);
+  switch (in.which()) {
+    case wire::Value::NONE: return IValue();
+    case wire::Value::BOOLEAN: return IValue(in.getBoolean());
+    case wire::Value::INT: return IValue(in.getInt());
+    case wire::Value::FLOAT: return IValue(in.getFloat());
+    case wire::Value::TEXT: return IValue(std::string(in.getText().cStr()));
+    case wire::Value::TENSOR: {
+      uint32_t i = in.getTensor();
+      GW_CHECK(i < tensors.size(), IoError, "[rpc] value refers to tensor ", i, " of ",
+               tensors.size());
+      return IValue(tensors[i]);
+    }
+    case wire::Value::LIST: {
+      IValueList l;
+      for (auto item : in.getList()) l.push_back(read_value(item, tensors, depth + 1));
+      return IValue(std::move(l));
+    }
+    case wire::Value::BYTES: {
+      auto b = in.getBytes();
+      return IValue::bytes(Bytes(b.begin(), b.end()));
+    }
+  }
+  throw IoError(gw::detail::str("[rpc] unknown value kind ", static_cast<int>(in.which())));
+}
+
+capnp::ReaderOptions reader_options(size_t header_words) {
+  capnp::ReaderOptions o;
+  o.traversalLimitInWords = header_words * 2 + 64;  // a valid header is read at most ~twice
+  o.nestingLimit = kMaxNesting + 8;
+  return o;
+}
+
+// Runs `f`, turning Cap'n Proto's exceptions about malformed bytes into gw::IoError.
+template <typename F>
+auto guard_capnp(F&& f) {
+  try {
+    return f();
+  } catch (const kj::Exception& e) {
+    throw IoError(gw::detail::str("[rpc] malformed message header: ", e.getDescription().cStr()));
+  }
+}
+
+}  // namespace
+
+size_t OutgoingFrame::total_bytes() const {
+  size_t n = prefix.size() + header.size() * sizeof(capnp::word);
+  for (const auto& t : tensors) n += t.nbytes();
+  return n;
+}
+
+OutgoingFrame encode(const Message& m) {
+  capnp::MallocMessageBuilder builder;
+  auto env = builder.initRoot<wire::Envelope>();
+  env.setId(m.id);
+  OutgoingFrame frame;
+  auto body = env.initBody();
+  switch (m.kind) {
+    case MessageKind::kHandshake: {
+      auto h = body.initHandshake();
+      h.setProtocolVersion(m.protocol_version);
+      h.setWorkerName(m.worker_name);
+      h.setWorkerId(m.worker_id);
+      break;
+    }
+    case MessageKind::kRequest: {
+      auto r = body.initRequest();
+      r.setFunction(m.function);
+      auto args = r.initArgs(static_cast<unsigned>(m.args.size()));
+      for (size_t i = 0; i < m.args.size(); ++i) write_value(args[i], m.args[i], frame.tensors);
+      break;
+    }
+    case MessageKind::kResponse: {
+      auto r = body.initResponse();
+      if (m.error) {
+        auto e = r.initError();
+        e.setWorker(m.error->worker);
+        e.setMessage(m.error->message);
+        e.setCode(static_cast<uint16_t>(m.error->code));
+      } else {
+        write_value(r.initValue(), m.value, frame.tensors);
+      }
+      break;
+    }
+  }
+  auto metas = env.initTensors(static_cast<unsigned>(frame.tensors.size()));
+  uint64_t payload = 0;
+  for (size_t i = 0; i < frame.tensors.size(); ++i) {
+    Tensor& t = frame.tensors[i];
+    const bool requires_grad = t.requires_grad();
+    t = t.contiguous();  // the payload is row-major; views are sent as their own elements only
+    auto meta = metas[static_cast<unsigned>(i)];
+    meta.setDtype(static_cast<uint8_t>(t.dtype()));
+    auto sizes = meta.initSizes(static_cast<unsigned>(t.dim()));
+    for (int64_t d = 0; d < t.dim(); ++d) sizes.set(static_cast<unsigned>(d), t.size(d));
+    meta.setRequiresGrad(requires_grad);
+    payload += t.nbytes();
+  }
+  frame.header = capnp::messageToFlatArray(builder);
+  put_u32(frame.prefix.data(), kMagic);
+  put_u32(frame.prefix.data() + 4, static_cast<uint32_t>(frame.header.size() * 8));
+  put_u64(frame.prefix.data() + 8, payload);
+  return frame;
+}
+
+FramePrefix parse_prefix(const uint8_t* bytes, uint64_t max_frame_bytes) {
+  uint32_t magic;
+  FramePrefix p;
+  std::memcpy(&magic, bytes, 4);
+  std::memcpy(&p.header_bytes, bytes + 4, 4);
+  std::memcpy(&p.payload_bytes, bytes + 8, 8);
+  GW_CHECK(magic == kMagic, IoError, "[rpc] bad frame magic 0x", std::hex, magic,
+           " (not a gradwire RPC peer?)");
+  GW_CHECK(p.header_bytes > 0 && p.header_bytes % 8 == 0, IoError, "[rpc] bad header size ",
+           p.header_bytes, " (must be a positive multiple of 8)");
+  GW_CHECK(p.header_bytes <= max_frame_bytes && p.payload_bytes <= max_frame_bytes - p.header_bytes,
+           IoError, "[rpc] frame of ", p.header_bytes, " + ", p.payload_bytes,
+           " bytes exceeds the maximum frame size ", max_frame_bytes);
+  return p;
+}
+
+std::vector<TensorLayout> tensor_layouts(kj::ArrayPtr<const capnp::word> header,
+                                         uint64_t payload_bytes) {
+  return guard_capnp([&] {
+    capnp::FlatArrayMessageReader reader(header, reader_options(header.size()));
+    auto metas = reader.getRoot<wire::Envelope>().getTensors();
+    std::vector<TensorLayout> out;
+    out.reserve(metas.size());
+    uint64_t total = 0;
+    for (auto meta : metas) {
+      GW_CHECK(meta.getDtype() <= static_cast<uint8_t>(DType::Float64), IoError,
+               "[rpc] unknown dtype code ", int{meta.getDtype()});
+      TensorLayout l{static_cast<DType>(meta.getDtype()), {}, 0, meta.getRequiresGrad()};
+      uint64_t numel = 1;
+      for (int64_t s : meta.getSizes()) {
+        GW_CHECK(s >= 0 && (s == 0 || numel <= payload_bytes / static_cast<uint64_t>(s)), IoError,
+                 "[rpc] tensor size ", s, " is negative or larger than the payload");
+        numel *= static_cast<uint64_t>(s);
+        l.sizes.push_back(s);
+      }
+      l.nbytes = numel * itemsize(l.dtype);
+      GW_CHECK(l.nbytes <= payload_bytes - total, IoError,
+               "[rpc] tensors need more bytes than the payload's ", payload_bytes);
+      total += l.nbytes;
+      out.push_back(std::move(l));
+    }
+    GW_CHECK(total == payload_bytes, IoError, "[rpc] tensors take ", total,
+             " bytes but the payload has ", payload_bytes);
+    return out;
+  });
+}
+
+Message decode(kj::ArrayPtr<const capnp::word> header, std::vector<Tensor> tensors) {
+  return guard_capnp([&] {
+    capnp::FlatArrayMessageReader reader(header, reader_options(header.size()));
+    auto env = reader.getRoot<wire::Envelope>();
+    Message m;
+    m.id = env.getId();
+    auto body = env.getBody();
+    switch (body.which()) {
+      case wire::Envelope::Body::HANDSHAKE: {
+        auto h = body.getHandshake();
+        m.kind = MessageKind::kHandshake;
+        m.protocol_version = h.getProtocolVersion();
+        m.worker_name = h.getWorkerName().cStr();
+        m.worker_id = h.getWorkerId();
+        break;
+      }
+      case wire::Envelope::Body::REQUEST: {
+        auto r = body.getRequest();
+        m.kind = MessageKind::kRequest;
+        m.function = r.getFunction().cStr();
+        for (auto a : r.getArgs()) m.args.push_back(read_value(a, tensors, 0));
+        break;
+      }
+      case wire::Envelope::Body::RESPONSE: {
+        auto r = body.getResponse();
+        m.kind = MessageKind::kResponse;
+        if (r.isError()) {
+          auto e = r.getError();
+          m.error = Failure{e.getWorker().cStr(), e.getMessage().cStr(),
+                            static_cast<ErrorCode>(e.getCode())};
+        } else {
+          m.value = read_value(r.getValue(), tensors, 0);
+        }
+        break;
+      }
+      default:
+        throw IoError(gw::detail::str("[rpc] unknown message kind ", static_cast<int>(body.which())));
+    }
+    return m;
+  });
+}
+
+}  // namespace gw::rpc

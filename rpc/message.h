@@ -1,0 +1,87 @@
+// RPC messages and their frames (see wire.capnp for the layout on the socket).
+//
+// A Message is what the agent works with: a request (function name + IValue arguments), a
+// response (an IValue or a failure) or the handshake that opens a connection. `encode` turns it
+// into an OutgoingFrame whose buffers point at the Cap'n Proto header and straight at tensor
+// storage, for one gathered write. Reading goes the other way in two steps, so that tensor bytes
+// land directly in new tensor storage: `parse_prefix` and `tensor_layouts` validate what the
+// peer claims before anything is allocated, then `decode` builds the Message once the payload
+// has been read into the tensors.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <capnp/common.h>
+#include <kj/array.h>
+
+#include "core/dtype.h"
+#include "core/shape.h"
+#include "core/tensor.h"
+#include "rpc/ivalue.h"
+
+namespace gw::rpc {
+
+inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr size_t kFramePrefixBytes = 16;
+
+enum class MessageKind { kHandshake, kRequest, kResponse };
+
+// An error raised by the callee, carried back to the caller.
+struct Failure {
+  std::string worker;
+  std::string message;
+  ErrorCode code = ErrorCode::kRemote;
+};
+
+struct Message {
+  uint64_t id = 0;
+  MessageKind kind = MessageKind::kRequest;
+  // kHandshake
+  uint32_t protocol_version = kProtocolVersion;
+  std::string worker_name;
+  int32_t worker_id = -1;
+  // kRequest
+  std::string function;
+  IValueList args;
+  // kResponse: `value`, or `error` when the call failed
+  IValue value;
+  std::optional<Failure> error;
+};
+
+struct OutgoingFrame {
+  std::array<uint8_t, kFramePrefixBytes> prefix{};
+  kj::Array<capnp::word> header;
+  std::vector<Tensor> tensors;  // contiguous; keeps the payload alive until written
+  size_t total_bytes() const;
+};
+
+OutgoingFrame encode(const Message& m);
+
+struct FramePrefix {
+  uint32_t header_bytes = 0;
+  uint64_t payload_bytes = 0;
+};
+
+// Validates magic, alignment and sizes against `max_frame_bytes`; throws IoError.
+FramePrefix parse_prefix(const uint8_t* bytes, uint64_t max_frame_bytes);
+
+struct TensorLayout {
+  DType dtype;
+  Shape sizes;
+  size_t nbytes;
+  bool requires_grad;
+};
+
+// The tensors a header announces, checked against the prefix's payload size; throws IoError on
+// a malformed header.
+std::vector<TensorLayout> tensor_layouts(kj::ArrayPtr<const capnp::word> header,
+                                         uint64_t payload_bytes);
+
+// The message of a frame whose payload has been read into `tensors` (one per layout).
+Message decode(kj::ArrayPtr<const capnp::word> header, std::vector<Tensor> tensors);
+
+}  // namespace gw::rpc

@@ -1,0 +1,63 @@
+# The RPC envelope. Every frame on an RPC connection is
+#   prefix (16 bytes: magic "GWR1", u32 header bytes, u64 payload bytes, little endian)
+#   header (this Envelope as a Cap'n Proto flat array)
+#   payload (the raw bytes of each tensor in `tensors`, in order, contiguous row-major)
+# Tensor bytes never pass through Cap'n Proto: they are written from and read into tensor
+# storage directly. Values refer to tensors by their index in `tensors`.
+@0xd3b5f2a1c4e69b07;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("gw::rpc::wire");
+
+struct TensorMeta {
+  dtype @0 :UInt8;           # gw::DType
+  sizes @1 :List(Int64);     # the payload holds numel * itemsize bytes for it
+  requiresGrad @2 :Bool;
+}
+
+struct Value {
+  union {
+    none @0 :Void;
+    boolean @1 :Bool;
+    int @2 :Int64;
+    float @3 :Float64;
+    text @4 :Text;
+    tensor @5 :UInt32;       # index into Envelope.tensors
+    list @6 :List(Value);    # vectors, tuples, pairs
+    bytes @7 :Data;          # user types (gw::rpc::Serializer)
+  }
+}
+
+struct Handshake {
+  protocolVersion @0 :UInt32;
+  workerName @1 :Text;
+  workerId @2 :Int32;
+}
+
+struct Request {
+  function @0 :Text;         # a name in the callee's function table
+  args @1 :List(Value);
+}
+
+struct Failure {
+  worker @0 :Text;           # where it was raised
+  message @1 :Text;
+  code @2 :UInt16;           # gw::ErrorCode
+}
+
+struct Response {
+  union {
+    value @0 :Value;
+    error @1 :Failure;
+  }
+}
+
+struct Envelope {
+  id @0 :UInt64;             # pairs a response with its request
+  tensors @1 :List(TensorMeta);
+  body :union {
+    handshake @2 :Handshake;
+    request @3 :Request;
+    response @4 :Response;
+  }
+}

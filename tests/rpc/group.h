@@ -1,0 +1,43 @@
+// Threads as ranks: N RPC agents in this process, rendezvousing through one HashStore.
+#pragma once
+
+#include <future>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/store/hash_store.h"
+#include "rpc/agent.h"
+
+namespace gw::rpc::testing {
+
+struct Group {
+  std::shared_ptr<dist::HashStore> store = std::make_shared<dist::HashStore>();
+  std::vector<std::unique_ptr<Agent>> agents;
+
+  explicit Group(int n, RpcBackendOptions options = {}) {
+    options.store = store;
+    options.num_worker_threads = options.num_worker_threads == 16 ? 4 : options.num_worker_threads;
+    // Each constructor waits for the others to publish their address: start them together.
+    std::vector<std::future<std::unique_ptr<Agent>>> starting;
+    for (int r = 0; r < n; ++r)
+      starting.push_back(std::async(std::launch::async, [r, n, options] {
+        return std::make_unique<Agent>("worker" + std::to_string(r), r, n, options);
+      }));
+    for (auto& s : starting) agents.push_back(s.get());
+  }
+  ~Group() { shutdown(); }
+
+  Agent& operator[](int r) { return *agents[r]; }
+
+  // Graceful shutdown of every agent, concurrently (each waits for the others).
+  void shutdown() {
+    std::vector<std::future<void>> done;
+    for (auto& a : agents)
+      if (a->running())
+        done.push_back(std::async(std::launch::async, [&a] { a->shutdown(true); }));
+    for (auto& d : done) d.get();
+  }
+};
+
+}  // namespace gw::rpc::testing

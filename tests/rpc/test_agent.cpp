@@ -1,0 +1,152 @@
+// RPC between agents that are threads of this process (see group.h).
+#include <catch2/catch.hpp>
+
+#include "core/ops.h"
+#include "tests/rpc/group.h"
+#include "tests/rpc/test_functions.h"
+
+using namespace gw;
+using namespace gw::rpc;
+using namespace gw::rpc::testing;
+using namespace std::chrono_literals;
+
+TEST_CASE("rpc_sync runs a registered function on the callee", "[rpc]") {
+  Group g(2);
+  Agent::Use use(g[0]);
+  Tensor r = rpc_sync("worker1", my_add, ones({2}), full({2}, 2.f));
+  CHECK(r.to_vector<float>() == std::vector<float>{3.f, 3.f});
+  // By rank and by WorkerInfo, and the builtin add with a Scalar (the spec's first example).
+  CHECK(rpc_sync<Tensor>(1, "add", ones({2}), 3).to_vector<float>() == std::vector<float>{4, 4});
+  CHECK(rpc_sync<Tensor>(get_worker_info("worker1"), "add", ones({2}), 3).sum().item<float>() == 8);
+  CHECK(rpc_sync(1, whoami) == "worker1");
+  CHECK(rpc_sync(0, whoami) == "worker0");  // a worker may call itself
+}
+
+TEST_CASE("rpc_async returns futures that complete with the results", "[rpc]") {
+  Group g(2);
+  Agent::Use use(g[0]);
+  auto fut1 = rpc_async<Tensor>("worker1", "add", ones({2}), 3);
+  auto fut2 = rpc_async<int64_t>("worker1", "min", 1, 2);
+  Tensor result = fut1.wait() + fut2.wait();
+  CHECK(result.to_vector<float>() == std::vector<float>{5.f, 5.f});
+  std::vector<Future<int64_t>> many;
+  for (int64_t i = 0; i < 64; ++i) many.push_back(rpc_async<int64_t>("worker1", "max", i, 10));
+  auto values = wait_all(many);
+  for (int64_t i = 0; i < 64; ++i) CHECK(values[i] == std::max<int64_t>(i, 10));
+}
+
+TEST_CASE("tensors of every dtype and size round trip exactly", "[rpc]") {
+  Group g(2);
+  Agent::Use use(g[0]);
+  for (DType dt : {kFloat32, kFloat64, kInt64, kInt32, kBool}) {
+    Tensor t = arange(0, 1000).to(dt).reshape({10, 100});
+    Tensor back = rpc_sync<Tensor>("worker1", "clone", t);
+    CHECK(back.dtype() == dt);
+    CHECK(back.sizes() == t.sizes());
+    CHECK(back.to(kFloat64).to_vector<double>() == t.to(kFloat64).to_vector<double>());
+  }
+  Generator gen(7);
+  Tensor big = randn({4, 1 << 20}, gen);  // 16 MiB: read straight into tensor storage
+  Tensor back = rpc_sync<Tensor>("worker1", "clone", big);
+  CHECK(gw::equal(back, big));
+  // A non-contiguous view travels as its own elements.
+  Tensor view = big.t().slice(0, 5, 9);
+  CHECK(gw::equal(rpc_sync<Tensor>("worker1", "clone", view), view.contiguous()));
+  CHECK(rpc_sync<Tensor>("worker1", "clone", zeros({0, 3})).sizes() == Shape{0, 3});
+}
+
+TEST_CASE("a callee's exception arrives as RemoteError naming the worker", "[rpc]") {
+  Group g(2);
+  Agent::Use use(g[0]);
+  try {
+    rpc_sync("worker1", fail_with, std::string("boom"));
+    FAIL("no exception");
+  } catch (const RemoteError& e) {
+    CHECK(e.worker() == "worker1");
+    CHECK(std::string(e.what()).find("boom") != std::string::npos);
+  }
+}
+
+TEST_CASE("unknown functions and mismatched arguments fail on the caller", "[rpc]") {
+  Group g(2);
+  Agent::Use use(g[0]);
+  CHECK_THROWS_WITH(rpc_sync("worker1", "no_such_function", 1),
+                    Catch::Contains("unknown function 'no_such_function'"));
+  CHECK_THROWS_WITH(rpc_sync("worker1", "my_add", ones({2}), std::string("x")),
+                    Catch::Contains("my_add(Tensor, Tensor) -> Tensor") &&
+                        Catch::Contains("(Tensor, str)"));
+  CHECK_THROWS_WITH(rpc_sync("worker1", "my_add", ones({2})), Catch::Contains("no overload"));
+  // The result type the caller asked for is checked too.
+  CHECK_THROWS_WITH(rpc_sync<std::string>("worker1", "min", 1, 2),
+                    Catch::Contains("expected a result of type str, got int"));
+  CHECK_THROWS_WITH(rpc_sync("nobody", "min", 1, 2), Catch::Contains("unknown worker 'nobody'"));
+  CHECK_THROWS_WITH(rpc_sync(7, "min", 1, 2), Catch::Contains("unknown worker id 7"));
+}
+
+TEST_CASE("a call that runs past its timeout fails with TimeoutError", "[rpc]") {
+  arm_blocked();
+  Group g(2);
+  Agent::Use use(g[0]);
+  auto fut = rpc_async("worker1", block_until_released, timeout(100ms));
+  CHECK_THROWS_AS(fut.wait(), TimeoutError);
+  CHECK_THROWS_WITH(fut.wait(), Catch::Contains("timed out after 100 ms"));
+  // The default timeout applies when none is given.
+  g[0].set_rpc_timeout(50ms);
+  CHECK_THROWS_AS(rpc_sync("worker1", block_until_released), TimeoutError);
+  g[0].set_rpc_timeout(kDefaultRpcTimeout);
+  release_blocked();  // let the blocked handlers finish so shutdown can drain
+  CHECK(rpc_sync("worker1", block_until_released) == 42);
+}
+
+TEST_CASE("async execution chains calls across three workers without blocking a thread",
+          "[rpc]") {
+  RpcBackendOptions options;
+  options.num_worker_threads = 1;  // a blocking implementation would deadlock here
+  Group g(3, options);
+  Agent::Use use(g[0]);
+  Tensor ret = rpc_sync("worker1", async_add_chained, std::string("worker2"), ones({2}), 1, 1);
+  CHECK(ret.to_vector<float>() == std::vector<float>{3.f, 3.f});
+  // Nested on the same single-threaded worker: worker1 calls itself.
+  ret = rpc_sync("worker1", async_add_chained, std::string("worker1"), ones({2}), 1, 2);
+  CHECK(ret.to_vector<float>() == std::vector<float>{4.f, 4.f});
+}
+
+TEST_CASE("graceful shutdown waits for calls in flight", "[rpc]") {
+  arm_blocked();
+  Group g(2);
+  Future<int64_t> fut;
+  {
+    Agent::Use use(g[0]);
+    fut = rpc_async("worker1", block_until_released, timeout(0ms));
+  }
+  auto shutting = std::async(std::launch::async, [&] { g.shutdown(); });
+  CHECK(shutting.wait_for(0ms) != std::future_status::ready);
+  release_blocked();
+  shutting.get();
+  CHECK(fut.done());
+  CHECK(fut.value() == 42);
+}
+
+TEST_CASE("non-graceful shutdown fails the calls still pending", "[rpc]") {
+  arm_blocked();
+  Group g(2);
+  Agent::Use use(g[0]);
+  auto fut = rpc_async("worker1", block_until_released, timeout(0ms));
+  g[0].shutdown(false);
+  CHECK_THROWS_AS(fut.wait(), StateError);
+  CHECK_THROWS_WITH(rpc_sync("worker1", whoami), Catch::Contains("shut down"));
+  release_blocked();
+  g[1].shutdown(false);
+}
+
+TEST_CASE("init_rpc rejects bad names, ranks and duplicate names", "[rpc]") {
+  auto store = std::make_shared<dist::HashStore>(std::chrono::milliseconds(200));
+  RpcBackendOptions o;
+  o.store = store;
+  CHECK_THROWS_WITH(Agent("bad name!", 0, 1, o), Catch::Contains("worker name 'bad name!'"));
+  CHECK_THROWS_WITH(Agent(std::string(128, 'a'), 0, 1, o), Catch::Contains("1-127 characters"));
+  CHECK_THROWS_WITH(Agent("w", 2, 2, o), Catch::Contains("rank 2 is outside"));
+  CHECK_THROWS_AS(Agent("alone", 0, 2, o), TimeoutError);  // rank 1 never shows up
+  Group g(1);
+  CHECK(g[0].get_worker_info() == WorkerInfo{"worker0", 0});
+}

@@ -1,0 +1,147 @@
+// RPC between real processes over 127.0.0.1, and what a misbehaving peer does to an agent.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <asio.hpp>
+
+#include "core/ops.h"
+#include "dist/store/tcp_store.h"
+#include "tests/rpc/group.h"
+#include "tests/rpc/test_functions.h"
+
+extern char** environ;
+
+using namespace gw;
+using namespace gw::rpc;
+using namespace gw::rpc::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Starts rpc_peer processes for ranks 1..world_size-1; this process is rank 0 and owns the
+// store.
+struct Peers {
+  std::vector<pid_t> pids;
+  Peers(int world_size, uint16_t port) {
+    for (int r = 1; r < world_size; ++r) {
+      std::vector<std::string> args{GW_RPC_PEER, std::to_string(r), std::to_string(world_size),
+                                    std::to_string(port)};
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      pid_t pid;
+      REQUIRE(posix_spawn(&pid, GW_RPC_PEER, nullptr, nullptr, argv.data(), environ) == 0);
+      pids.push_back(pid);
+    }
+  }
+  // Exit code of every peer (128 + signal when killed).
+  std::vector<int> wait() {
+    std::vector<int> codes;
+    for (pid_t p : pids) {
+      int status = 0;
+      waitpid(p, &status, 0);
+      codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+    }
+    pids.clear();
+    return codes;
+  }
+  ~Peers() {
+    for (pid_t p : pids) kill(p, SIGKILL);
+    wait();
+  }
+};
+
+RpcBackendOptions with_store(std::shared_ptr<dist::Store> store) {
+  RpcBackendOptions o;
+  o.store = std::move(store);
+  o.num_worker_threads = 4;
+  return o;
+}
+
+std::shared_ptr<dist::TCPStore> master_store() {
+  return std::make_shared<dist::TCPStore>("127.0.0.1", 0, -1, true, std::chrono::seconds(60));
+}
+
+// The port worker `rank` listens on, as published in the store.
+uint16_t rpc_port(dist::Store& store, int rank) {
+  std::string v = store.get_string("rpc/worker/" + std::to_string(rank));
+  return static_cast<uint16_t>(std::stoi(v.substr(v.rfind('\n') + 1)));
+}
+
+// Connects a raw socket to worker `rank`, sends `bytes`, and reports whether the agent then
+// closed the connection (reads EOF).
+bool agent_closes_after(dist::Store& store, int rank, const std::vector<uint8_t>& bytes) {
+  asio::io_context io;
+  asio::ip::tcp::socket s(io);
+  s.connect({asio::ip::make_address("127.0.0.1"), rpc_port(store, rank)});
+  asio::write(s, asio::buffer(bytes));
+  uint8_t buf[64];
+  std::error_code ec;
+  while (!ec) s.read_some(asio::buffer(buf), ec);
+  return ec == asio::error::eof || ec == asio::error::connection_reset;
+}
+
+}  // namespace
+
+TEST_CASE("three processes call each other over TCP and shut down gracefully", "[rpc][process]") {
+  auto store = master_store();
+  Peers peers(3, store->port());
+  Agent agent("worker0", 0, 3, with_store(store));
+  Agent::Use use(agent);
+  CHECK(rpc_sync("worker1", my_add, ones({2}), ones({2})).to_vector<float>() ==
+        std::vector<float>{2.f, 2.f});
+  CHECK(rpc_sync(2, whoami) == "worker2");
+  Tensor ret = rpc_sync("worker1", async_add_chained, std::string("worker2"), ones({2}), 1, 1);
+  CHECK(ret.to_vector<float>() == std::vector<float>{3.f, 3.f});
+  Generator gen(3);
+  Tensor big = randn({1 << 22}, gen);
+  CHECK(gw::equal(rpc_sync<Tensor>("worker2", "clone", big), big));
+  agent.shutdown();
+  CHECK(peers.wait() == std::vector<int>{0, 0});
+}
+
+TEST_CASE("a peer killed mid-call fails the pending call at once, not at the timeout",
+          "[rpc][process]") {
+  auto store = master_store();
+  Peers peers(2, store->port());
+  Agent agent("worker0", 0, 2, with_store(store));
+  Agent::Use use(agent);
+  CHECK(rpc_sync(1, whoami) == "worker1");  // connected and serving
+  auto fut = rpc_async("worker1", block_until_released, timeout(600s));
+  auto second = rpc_async("worker1", block_until_released, timeout(600s));
+  kill(peers.pids[0], SIGKILL);
+  CHECK_THROWS_WITH(fut.wait(), Catch::Contains("connection lost"));
+  CHECK_THROWS_AS(second.wait(), IoError);
+  CHECK(peers.wait() == std::vector<int>{128 + SIGKILL});
+  // A new call to the dead worker fails too, rather than hanging.
+  CHECK_THROWS_AS(rpc_sync(1, whoami), IoError);
+  agent.shutdown(false);
+}
+
+TEST_CASE("a malformed frame closes only that connection", "[rpc][process]") {
+  Group g(2);
+  Agent::Use use(g[0]);
+  std::vector<uint8_t> garbage(64, 0x5a);
+  CHECK(agent_closes_after(*g.store, 1, garbage));
+  // A frame whose header is not Cap'n Proto: right magic, nonsense header words.
+  std::vector<uint8_t> bad_header{'G', 'W', 'R', '1', 16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  bad_header.insert(bad_header.end(), 16, 0xff);
+  CHECK(agent_closes_after(*g.store, 1, bad_header));
+  CHECK(rpc_sync(1, whoami) == "worker1");  // everyone else is still served
+}
+
+TEST_CASE("an oversized frame is refused without allocating it", "[rpc][process]") {
+  RpcBackendOptions o;
+  o.max_frame_bytes = 1 << 20;
+  Group g(2, o);
+  Agent::Use use(g[0]);
+  // Claims a 1 TiB payload.
+  std::vector<uint8_t> huge{'G', 'W', 'R', '1', 8, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0};
+  CHECK(agent_closes_after(*g.store, 1, huge));
+  // A real call that is too large fails on the caller; the callee keeps serving.
+  CHECK_THROWS_AS(rpc_sync<Tensor>("worker1", "clone", ones({1 << 19})), IoError);
+  CHECK(rpc_sync(1, whoami) == "worker1");
+}
