@@ -40,6 +40,7 @@ struct PendingCall {
   std::multimap<std::chrono::steady_clock::time_point, uint64_t>::iterator deadline;
 };
 
+namespace {
 // Completes a call's future. Callbacks run inline here; one that throws must not take the
 // network thread down with it.
 template <typename F>
@@ -51,6 +52,16 @@ void settle(PendingCall& p, F&& complete) {
   }
 }
 
+// Fails a call with E("[rpc] call of 'f' on worker 'w' <what>").
+template <typename E>
+void fail(PendingCall& p, const std::string& worker, const std::string& what) {
+  settle(p, [&](Future<IValue>& f) {
+    f.set_exception(std::make_exception_ptr(
+        E(gw::detail::str("[rpc] call of '", p.function, "' on worker '", worker, "' ", what))));
+  });
+}
+}  // namespace
+
 struct Agent::Impl {
   asio::io_context io;
   asio::executor_work_guard<asio::io_context::executor_type> work{io.get_executor()};
@@ -61,7 +72,7 @@ struct Agent::Impl {
   std::vector<asio::ip::tcp::endpoint> endpoints;  // by worker id
 
   std::mutex conn_mu;
-  std::vector<std::shared_ptr<Connection>> outbound;  // by worker id
+  std::vector<std::shared_ptr<Connection>> outbound;    // by worker id
   std::vector<std::unique_ptr<std::mutex>> connecting;  // one connect at a time per peer
   std::set<std::shared_ptr<Connection>> inbound;
 
@@ -101,11 +112,11 @@ Agent::Agent(std::string name, int rank, int world_size, RpcBackendOptions optio
            "[init_rpc] num_worker_threads must be positive, got ", options_.num_worker_threads);
   GW_CHECK(options_.rpc_timeout.count() >= 0, InvalidArgumentError,
            "[init_rpc] rpc_timeout must be >= 0 ms (0 = none), got ", options_.rpc_timeout.count());
-  impl_->store = options_.store ? options_.store
-                                : dist::rendezvous(options_.init_method, rank, world_size);
+  impl_->store =
+      options_.store ? options_.store : dist::rendezvous(options_.init_method, rank, world_size);
   rendezvous(world_size);
-  impl_->pool = std::make_unique<ThreadPool>(options_.num_worker_threads,
-                                             [this] { t_current_agent = this; });
+  impl_->pool =
+      std::make_unique<ThreadPool>(options_.num_worker_threads, [this] { t_current_agent = this; });
   accept_next();
   impl_->io_thread = std::thread([this] {
     t_current_agent = this;
@@ -126,8 +137,8 @@ void Agent::rendezvous(int world_size) {
   a.set_option(asio::ip::tcp::acceptor::reuse_address(true));
   a.bind(ep);
   a.listen();
-  const std::string mine = self_.name + "\n" + options_.address + "\n" +
-                           std::to_string(a.local_endpoint().port());
+  const std::string mine =
+      self_.name + "\n" + options_.address + "\n" + std::to_string(a.local_endpoint().port());
   const dist::Bytes mine_bytes(mine.begin(), mine.end());
   dist::Bytes got = impl_->store->compare_set(key("worker", self_.id), {}, mine_bytes);
   GW_CHECK(got == mine_bytes, InvalidArgumentError, "[init_rpc] rank ", self_.id,
@@ -138,8 +149,8 @@ void Agent::rendezvous(int world_size) {
   for (int r = 0; r < world_size; ++r) {
     std::string v = impl_->store->get_string(keys[r]);
     auto nl1 = v.find('\n'), nl2 = v.rfind('\n');
-    GW_CHECK(nl1 != std::string::npos && nl2 > nl1, IoError, "[init_rpc] malformed address '",
-             v, "' published for rank ", r);
+    GW_CHECK(nl1 != std::string::npos && nl2 > nl1, IoError, "[init_rpc] malformed address '", v,
+             "' published for rank ", r);
     WorkerInfo w{v.substr(0, nl1), r};
     GW_CHECK(!ids_.contains(w.name), InvalidArgumentError, "[init_rpc] worker name '", w.name,
              "' is used by ranks ", ids_[w.name], " and ", r);
@@ -257,11 +268,7 @@ void Agent::fail_pending_to(int peer, const std::string& why) {
     }
   }
   for (auto& p : failed)
-    settle(p, [&](Future<IValue>& f) {
-      f.set_exception(std::make_exception_ptr(
-          IoError(gw::detail::str("[rpc] call of '", p.function, "' on worker '",
-                              workers_[peer].name, "' failed: connection lost (", why, ")"))));
-    });
+    fail<IoError>(p, workers_[peer].name, "failed: connection lost (" + why + ")");
   impl_->idle.notify_all();
 }
 
@@ -342,11 +349,8 @@ void Agent::expire_due() {
     }
   }
   for (auto& p : expired)
-    settle(p, [&](Future<IValue>& f) {
-      f.set_exception(std::make_exception_ptr(TimeoutError(
-          gw::detail::str("[rpc] call of '", p.function, "' on worker '", workers_[p.peer].name,
-                          "' timed out after ", p.timeout.count(), " ms"))));
-    });
+    fail<TimeoutError>(p, workers_[p.peer].name,
+                       gw::detail::str("timed out after ", p.timeout.count(), " ms"));
   impl_->idle.notify_all();
   arm_timer();
 }
@@ -379,9 +383,9 @@ void Agent::on_message(const std::shared_ptr<Connection>& c, Message m) {
       int id = m.worker_id;
       GW_CHECK(m.protocol_version == kProtocolVersion, IoError, "[rpc] peer speaks protocol ",
                m.protocol_version, ", this worker ", kProtocolVersion);
-      GW_CHECK(id >= 0 && id < static_cast<int>(workers_.size()) &&
-                   workers_[id].name == m.worker_name,
-               IoError, "[rpc] handshake from unknown worker '", m.worker_name, "' (id ", id, ")");
+      GW_CHECK(
+          id >= 0 && id < static_cast<int>(workers_.size()) && workers_[id].name == m.worker_name,
+          IoError, "[rpc] handshake from unknown worker '", m.worker_name, "' (id ", id, ")");
       c->set_peer_id(id);
       return;
     }
@@ -490,11 +494,7 @@ void Agent::stop(const std::string& why) {
     impl_->deadlines.clear();
   }
   for (auto& [id, p] : left)
-    settle(p, [&](Future<IValue>& f) {
-      f.set_exception(std::make_exception_ptr(StateError(gw::detail::str(
-          "[rpc] call of '", p.function, "' on worker '", workers_[p.peer].name, "' failed: ",
-          why))));
-    });
+    fail<StateError>(p, workers_[p.peer].name, "failed: " + why);
   asio::post(impl_->io, [this, why] {
     std::error_code ignored;
     impl_->acceptor.close(ignored);

@@ -63,10 +63,10 @@ struct WorkerInfo {
 // The destination of a call: a worker's name, id (rank) or WorkerInfo.
 struct To {
   std::variant<std::string, int, WorkerInfo> worker;
-  To(const char* name) : worker(std::string(name)) {}          // NOLINT: implicit on purpose
-  To(std::string name) : worker(std::move(name)) {}            // NOLINT
-  To(int id) : worker(id) {}                                    // NOLINT
-  To(WorkerInfo info) : worker(std::move(info)) {}             // NOLINT
+  To(const char* name) : worker(std::string(name)) {}  // NOLINT: implicit on purpose
+  To(std::string name) : worker(std::move(name)) {}    // NOLINT
+  To(int id) : worker(id) {}                           // NOLINT
+  To(WorkerInfo info) : worker(std::move(info)) {}     // NOLINT
 };
 
 class Agent {

@@ -29,8 +29,7 @@
 namespace gw::rpc {
 
 // Creates this process's agent (see Agent). Throws StateError if RPC is already initialized.
-void init_rpc(const std::string& name, int rank, int world_size,
-              RpcBackendOptions options = {});
+void init_rpc(const std::string& name, int rank, int world_size, RpcBackendOptions options = {});
 // Shuts the process's agent down (graceful: see Agent::shutdown) and destroys it.
 void shutdown(bool graceful = true);
 
@@ -79,8 +78,9 @@ Future<R> typed(Future<IValue> f) {
         done.wait();
       } else {
         IValue v = done.wait();
-        GW_CHECK(IValueTraits<R>::accepts(v), InvalidArgumentError, "[rpc] expected a result of type ",
-                 IValueTraits<R>::name(), ", got ", v.kind_name());
+        GW_CHECK(IValueTraits<R>::accepts(v), InvalidArgumentError,
+                 "[rpc] expected a result of type ", IValueTraits<R>::name(), ", got ",
+                 v.kind_name());
         return IValueTraits<R>::from(v);
       }
     });
@@ -91,8 +91,7 @@ Future<R> typed(Future<IValue> f) {
 template <typename R = IValue, typename... Args>
 Future<R> rpc_async(const To& to, const std::string& function, Args&&... args) {
   auto call = detail::pack(std::forward<Args>(args)...);
-  return detail::typed<R>(
-      current_agent().call(to, function, std::move(call.args), call.timeout));
+  return detail::typed<R>(current_agent().call(to, function, std::move(call.args), call.timeout));
 }
 
 template <typename R, typename... P, typename... Args>

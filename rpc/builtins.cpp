@@ -35,10 +35,19 @@ void register_builtins(FunctionTable& t) {
   t.add("dot", [](T a, T b) { return gw::dot(a, b); });
   // Unary ops.
   for (auto [name, fn] : std::initializer_list<std::pair<const char*, Tensor (*)(T)>>{
-           {"neg", gw::neg}, {"abs", gw::abs}, {"exp", gw::exp}, {"log", gw::log},
-           {"sqrt", gw::sqrt}, {"rsqrt", gw::rsqrt}, {"relu", gw::relu},
-           {"sigmoid", gw::sigmoid}, {"tanh", gw::tanh}, {"square", gw::square},
-           {"sum", gw::sum}, {"mean", gw::mean}, {"clone", [](T x) { return x.clone(); }},
+           {"neg", gw::neg},
+           {"abs", gw::abs},
+           {"exp", gw::exp},
+           {"log", gw::log},
+           {"sqrt", gw::sqrt},
+           {"rsqrt", gw::rsqrt},
+           {"relu", gw::relu},
+           {"sigmoid", gw::sigmoid},
+           {"tanh", gw::tanh},
+           {"square", gw::square},
+           {"sum", gw::sum},
+           {"mean", gw::mean},
+           {"clone", [](T x) { return x.clone(); }},
            {"t", [](T x) { return x.t(); }}})
     t.add(name, fn);
   t.add("sum", [](T x, std::vector<int64_t> dims, bool keepdim) {

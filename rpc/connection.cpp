@@ -139,8 +139,8 @@ void Connection::consume(const uint8_t* data, size_t n) {
 void Connection::begin_payload() {
   tensors_.clear();
   for (auto& l : tensor_layouts(header_.asPtr(), frame_.payload_bytes)) {
-    Tensor t = Tensor::make(Storage::allocate(l.nbytes, kCPU), l.sizes,
-                            contiguous_strides(l.sizes), 0, l.dtype);
+    Tensor t = Tensor::make(Storage::allocate(l.nbytes, kCPU), l.sizes, contiguous_strides(l.sizes),
+                            0, l.dtype);
     if (l.requires_grad) t.requires_grad_(true);
     tensors_.push_back(std::move(t));
   }

@@ -83,10 +83,11 @@ class FunctionTable {
     if constexpr (sizeof...(A) > 0) o.signature.resize(o.signature.size() - 2);
     o.signature += ") -> " + IValueTraits<rpc_result_t<R>>::name();
     o.accepts = [](const IValueList& args) {
-      return args.size() == sizeof...(A) && accepts_all<A...>(args, std::index_sequence_for<A...>{});
+      return args.size() == sizeof...(A) &&
+             accepts_all<A...>(args, std::index_sequence_for<A...>{});
     };
     o.invoke = [fn = std::move(fn)](const IValueList& args) -> Future<IValue> {
-      auto call = [&]<size_t... I>(std::index_sequence<I...>) -> R {
+      auto call = [&]<size_t... I>(std::index_sequence<I...>)->R {
         return fn(IValueTraits<std::decay_t<A>>::from(args[I])...);
       };
       if constexpr (is_future_v<R>) {

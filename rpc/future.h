@@ -54,15 +54,12 @@ class Future {
 
   // A future that is already complete.
   template <typename U = T>
-    requires(!std::is_void_v<U>)
-  static Future ready(U value) {
+  requires(!std::is_void_v<U>) static Future ready(U value) {
     Future f;
     f.set_result(std::move(value));
     return f;
   }
-  static Future ready()
-    requires std::is_void_v<T>
-  {
+  static Future ready() requires std::is_void_v<T> {
     Future f;
     f.set_result();
     return f;
@@ -111,13 +108,10 @@ class Future {
   }
 
   template <typename U = T>
-    requires(!std::is_void_v<U>)
-  void set_result(U value) {
+  requires(!std::is_void_v<U>) void set_result(U value) {
     complete([&](State& s) { s.value.emplace(std::move(value)); });
   }
-  void set_result()
-    requires std::is_void_v<T>
-  {
+  void set_result() requires std::is_void_v<T> {
     complete([](State& s) { s.value.emplace(); });
   }
   void set_exception(std::exception_ptr error) {

@@ -4,14 +4,22 @@ namespace gw::rpc {
 
 const char* IValue::kind_name() const {
   switch (kind()) {
-    case Kind::kNone: return "None";
-    case Kind::kBool: return "bool";
-    case Kind::kInt: return "int";
-    case Kind::kDouble: return "float";
-    case Kind::kString: return "str";
-    case Kind::kTensor: return "Tensor";
-    case Kind::kList: return "list";
-    case Kind::kBytes: return "bytes";
+    case Kind::kNone:
+      return "None";
+    case Kind::kBool:
+      return "bool";
+    case Kind::kInt:
+      return "int";
+    case Kind::kDouble:
+      return "float";
+    case Kind::kString:
+      return "str";
+    case Kind::kTensor:
+      return "Tensor";
+    case Kind::kList:
+      return "list";
+    case Kind::kBytes:
+      return "bytes";
   }
   return "?";
 }
@@ -32,9 +40,12 @@ IValue IValueTraits<Scalar>::to(const Scalar& s) {
 
 Scalar IValueTraits<Scalar>::from(const IValue& v) {
   switch (v.kind()) {
-    case IValue::Kind::kBool: return Scalar(v.to_bool());
-    case IValue::Kind::kInt: return Scalar(v.to_int());
-    default: return Scalar(v.to_double());
+    case IValue::Kind::kBool:
+      return Scalar(v.to_bool());
+    case IValue::Kind::kInt:
+      return Scalar(v.to_int());
+    default:
+      return Scalar(v.to_double());
   }
 }
 

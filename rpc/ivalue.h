@@ -15,8 +15,8 @@
 #pragma once
 
 #include <concepts>
-#include <functional>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -43,12 +43,12 @@ class IValue {
       std::variant<std::monostate, bool, int64_t, double, std::string, Tensor, IValueList, Bytes>;
 
   IValue() = default;
-  IValue(bool v) : v_(v) {}                      // NOLINT: implicit like PyTorch's IValue
-  IValue(int64_t v) : v_(v) {}                   // NOLINT
-  IValue(double v) : v_(v) {}                    // NOLINT
-  IValue(std::string v) : v_(std::move(v)) {}    // NOLINT
-  IValue(Tensor v) : v_(std::move(v)) {}         // NOLINT
-  IValue(IValueList v) : v_(std::move(v)) {}     // NOLINT
+  IValue(bool v) : v_(v) {}                    // NOLINT: implicit like PyTorch's IValue
+  IValue(int64_t v) : v_(v) {}                 // NOLINT
+  IValue(double v) : v_(v) {}                  // NOLINT
+  IValue(std::string v) : v_(std::move(v)) {}  // NOLINT
+  IValue(Tensor v) : v_(std::move(v)) {}       // NOLINT
+  IValue(IValueList v) : v_(std::move(v)) {}   // NOLINT
   static IValue bytes(Bytes b) {
     IValue v;
     v.v_ = std::move(b);
@@ -189,7 +189,11 @@ struct IValueTraits<std::vector<T>> {
 template <typename... Ts>
 struct IValueTraits<std::tuple<Ts...>> {
   static IValue to(const std::tuple<Ts...>& t) {
-    return std::apply([](const auto&... x) { return IValue(IValueList{IValueTraits<std::decay_t<decltype(x)>>::to(x)...}); }, t);
+    return std::apply(
+        [](const auto&... x) {
+          return IValue(IValueList{IValueTraits<std::decay_t<decltype(x)>>::to(x)...});
+        },
+        t);
   }
   static bool accepts(const IValue& v) {
     if (!v.is(IValue::Kind::kList) || v.to_list().size() != sizeof...(Ts)) return false;

@@ -15,17 +15,27 @@ static_assert(std::endian::native == std::endian::little, "the frame prefix is l
 namespace {
 
 constexpr uint32_t kMagic = 0x31525747;  // "GWR1"
-constexpr int kMaxNesting = 64;           // how deep values may nest (lists of lists ...)
+constexpr int kMaxNesting = 64;          // how deep values may nest (lists of lists ...)
 
 // --- encoding -------------------------------------------------------------------------------
 
 void write_value(wire::Value::Builder out, const IValue& v, std::vector<Tensor>& tensors) {
   switch (v.kind()) {
-    case IValue::Kind::kNone: out.setNone(); break;
-    case IValue::Kind::kBool: out.setBoolean(v.to_bool()); break;
-    case IValue::Kind::kInt: out.setInt(v.to_int()); break;
-    case IValue::Kind::kDouble: out.setFloat(v.to_double()); break;
-    case IValue::Kind::kString: out.setText(v.to_string()); break;
+    case IValue::Kind::kNone:
+      out.setNone();
+      break;
+    case IValue::Kind::kBool:
+      out.setBoolean(v.to_bool());
+      break;
+    case IValue::Kind::kInt:
+      out.setInt(v.to_int());
+      break;
+    case IValue::Kind::kDouble:
+      out.setFloat(v.to_double());
+      break;
+    case IValue::Kind::kString:
+      out.setText(v.to_string());
+      break;
     case IValue::Kind::kTensor: {
       const Tensor& t = v.to_tensor();
       GW_CHECK(t.defined(), InvalidArgumentError, "[rpc] cannot send an undefined tensor");
@@ -57,11 +67,16 @@ void put_u64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
 IValue read_value(wire::Value::Reader in, const std::vector<Tensor>& tensors, int depth) {
   GW_CHECK(depth < kMaxNesting, IoError, "[rpc] value nested deeper than ", kMaxNesting);
   switch (in.which()) {
-    case wire::Value::NONE: return IValue();
-    case wire::Value::BOOLEAN: return IValue(in.getBoolean());
-    case wire::Value::INT: return IValue(in.getInt());
-    case wire::Value::FLOAT: return IValue(in.getFloat());
-    case wire::Value::TEXT: return IValue(std::string(in.getText().cStr()));
+    case wire::Value::NONE:
+      return IValue();
+    case wire::Value::BOOLEAN:
+      return IValue(in.getBoolean());
+    case wire::Value::INT:
+      return IValue(in.getInt());
+    case wire::Value::FLOAT:
+      return IValue(in.getFloat());
+    case wire::Value::TEXT:
+      return IValue(std::string(in.getText().cStr()));
     case wire::Value::TENSOR: {
       uint32_t i = in.getTensor();
       GW_CHECK(i < tensors.size(), IoError, "[rpc] value refers to tensor ", i, " of ",
@@ -236,14 +251,17 @@ Message decode(kj::ArrayPtr<const capnp::word> header, std::vector<Tensor> tenso
         if (r.isError()) {
           auto e = r.getError();
           m.error = Failure{e.getWorker().cStr(), e.getMessage().cStr(),
-                            static_cast<ErrorCode>(e.getCode())};
+                            e.getCode() <= static_cast<uint16_t>(ErrorCode::kInternal)
+                                ? static_cast<ErrorCode>(e.getCode())
+                                : ErrorCode::kRemote};
         } else {
           m.value = read_value(r.getValue(), tensors, 0);
         }
         break;
       }
       default:
-        throw IoError(gw::detail::str("[rpc] unknown message kind ", static_cast<int>(body.which())));
+        throw IoError(
+            gw::detail::str("[rpc] unknown message kind ", static_cast<int>(body.which())));
     }
     return m;
   });

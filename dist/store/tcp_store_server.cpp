@@ -1,10 +1,3 @@
-// GCC cannot instrument the fences in Asio's handler invocation and, under TSan, warns about
-// them (-Wtsan, an error with -Werror). Asio's scheduler orders handlers through its mutex, which
-// TSan does see. Before any include, because the warning points into <atomic>.
-#if defined(__SANITIZE_THREAD__) && defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wtsan"
-#endif
-
 #include "dist/store/tcp_store_server.h"
 
 #include <array>

@@ -34,8 +34,7 @@ struct Group {
   void shutdown() {
     std::vector<std::future<void>> done;
     for (auto& a : agents)
-      if (a->running())
-        done.push_back(std::async(std::launch::async, [&a] { a->shutdown(true); }));
+      if (a->running()) done.push_back(std::async(std::launch::async, [&a] { a->shutdown(true); }));
     for (auto& d : done) d.get();
   }
 };

@@ -72,9 +72,9 @@ TEST_CASE("unknown functions and mismatched arguments fail on the caller", "[rpc
   Agent::Use use(g[0]);
   CHECK_THROWS_WITH(rpc_sync("worker1", "no_such_function", 1),
                     Catch::Contains("unknown function 'no_such_function'"));
-  CHECK_THROWS_WITH(rpc_sync("worker1", "my_add", ones({2}), std::string("x")),
-                    Catch::Contains("my_add(Tensor, Tensor) -> Tensor") &&
-                        Catch::Contains("(Tensor, str)"));
+  CHECK_THROWS_WITH(
+      rpc_sync("worker1", "my_add", ones({2}), std::string("x")),
+      Catch::Contains("my_add(Tensor, Tensor) -> Tensor") && Catch::Contains("(Tensor, str)"));
   CHECK_THROWS_WITH(rpc_sync("worker1", "my_add", ones({2})), Catch::Contains("no overload"));
   // The result type the caller asked for is checked too.
   CHECK_THROWS_WITH(rpc_sync<std::string>("worker1", "min", 1, 2),
@@ -98,8 +98,7 @@ TEST_CASE("a call that runs past its timeout fails with TimeoutError", "[rpc]") 
   CHECK(rpc_sync("worker1", block_until_released) == 42);
 }
 
-TEST_CASE("async execution chains calls across three workers without blocking a thread",
-          "[rpc]") {
+TEST_CASE("async execution chains calls across three workers without blocking a thread", "[rpc]") {
   RpcBackendOptions options;
   options.num_worker_threads = 1;  // a blocking implementation would deadlock here
   Group g(3, options);

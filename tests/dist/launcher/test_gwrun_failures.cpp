@@ -94,11 +94,13 @@ TEST_CASE("gwrun exits 0 when every worker succeeds", "[gwrun]") {
 
 TEST_CASE("gwrun forwards SIGINT and SIGTERM to its workers", "[gwrun]") {
   int sig = GENERATE(SIGINT, SIGTERM);
-  // Each worker reports the signal and exits 0: gwrun's own code must still say it was
-  // interrupted. The background sleep keeps the shell in `wait`, where traps run at once.
+  TempFifo fifo;
+  // Each worker blocks reading a FIFO nobody writes (no child process that could outlive
+  // it), then reports the signal and exits 0: gwrun's own code must still say it was
+  // interrupted.
   GwrunProcess gwrun({"--nproc-per-node", "2", "sh", "-c",
-                      "trap 'kill $!; echo got signal; exit 0' INT TERM; "
-                      "sleep 600 & echo ready; wait"});
+                      "trap 'echo got signal; exit 0' INT TERM; exec 3<> " + fifo.path() +
+                          "; echo ready; read x <&3"});
   REQUIRE(gwrun.wait_for_stdout("[0] ready"));
   REQUIRE(gwrun.wait_for_stdout("[1] ready"));
   REQUIRE(::kill(gwrun.pid(), sig) == 0);  // gwrun alone: only forwarding reaches the workers

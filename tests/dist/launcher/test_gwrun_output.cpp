@@ -22,7 +22,7 @@ struct WorkerEnv {
   std::string master_addr, master_port;
 };
 
-const char* kPrintEnv =
+constexpr const char* kPrintEnv =
     "echo \"$RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $GROUP_RANK $MASTER_ADDR "
     "$MASTER_PORT\"";
 
