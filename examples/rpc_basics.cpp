@@ -22,6 +22,21 @@ gw::Future<Tensor> async_add_chained(std::string to, Tensor x, int64_t y, int64_
 }
 GW_RPC_FUNCTION(async_add_chained);
 
+// The spec's AsyncExecutionClass: its method runs on the RRef's owner with async execution.
+struct AsyncExecutionClass {
+  gw::Future<Tensor> async_add(std::string to, Tensor x, int64_t y, int64_t z) {
+    return async_add_chained(std::move(to), std::move(x), y, z);
+  }
+};
+static const bool kRegistered = [] {
+  rpc::functions()
+      .add_class<AsyncExecutionClass>("AsyncExecutionClass")
+      .add_method("static_async_add", &AsyncExecutionClass::async_add);
+  rpc::functions().add("AsyncExecutionClass",
+                       [] { return std::make_shared<AsyncExecutionClass>(); });
+  return true;
+}();
+
 static int env_int(const char* name) {
   const char* v = std::getenv(name);
   if (!v) {
@@ -52,6 +67,24 @@ int main() {
     // async_execution chained across three workers
     ret = rpc::rpc_sync("worker1", async_add_chained, std::string("worker2"), gw::ones({2}), 1, 1);
     std::cout << "async_add_chained:   " << ret << "   # tensor([3., 3.])\n";
+
+    // remote + to_here: the values live on worker1 until fetched
+    auto rref1 = rpc::remote<Tensor>("worker1", "add", gw::ones({2}), 3);
+    auto rref2 = rpc::remote<Tensor>("worker1", "add", gw::ones({2}), 1);
+    Tensor x = rref1.to_here() + rref2.to_here();
+    std::cout << "remote + to_here:    " << x << "   # tensor([6., 6.])\n";
+
+    // RRef helpers: run a method of the owner's object on the owner
+    auto rref = rpc::remote<std::shared_ptr<AsyncExecutionClass>>("worker1", "AsyncExecutionClass");
+    ret =
+        rref.rpc_sync(&AsyncExecutionClass::async_add, std::string("worker2"), gw::ones({2}), 1, 2);
+    std::cout << "rref.rpc_sync():     " << ret << "   # tensor([4., 4.])\n";
+    ret = rref.rpc_async<Tensor>("static_async_add", std::string("worker2"), gw::ones({2}), 1, 2)
+              .wait();
+    std::cout << "rref.rpc_async():    " << ret << "   # tensor([4., 4.])\n";
+    ret = rref.remote<Tensor>("static_async_add", std::string("worker2"), gw::ones({2}), 1, 2)
+              .to_here();
+    std::cout << "rref.remote():       " << ret << "   # tensor([4., 4.])\n";
 
     // WorkerInfo avoids passing the name on every call.
     rpc::WorkerInfo w2 = rpc::get_worker_info("worker2");

@@ -12,6 +12,7 @@
 #include "rpc/function_table.h"
 #include "rpc/log.h"
 #include "rpc/message.h"
+#include "rpc/rref_context.h"
 #include "rpc/thread_pool.h"
 
 namespace gw::rpc {
@@ -115,6 +116,7 @@ Agent::Agent(std::string name, int rank, int world_size, RpcBackendOptions optio
   impl_->store =
       options_.store ? options_.store : dist::rendezvous(options_.init_method, rank, world_size);
   rendezvous(world_size);
+  rrefs_ = std::make_shared<RRefContext>(*this);
   impl_->pool =
       std::make_unique<ThreadPool>(options_.num_worker_threads, [this] { t_current_agent = this; });
   accept_next();
@@ -286,6 +288,7 @@ Future<IValue> Agent::call(const To& to, const std::string& function, IValueList
   m.id = impl_->next_id.fetch_add(1);
   m.function = function;
   m.args = std::move(args);
+  for (auto& a : m.args) fork_rrefs(a, dst.id);
   Future<IValue> result;
   {
     std::lock_guard lock(impl_->pending_mu);
@@ -391,54 +394,35 @@ void Agent::on_message(const std::shared_ptr<Connection>& c, Message m) {
     }
     case MessageKind::kRequest:
       GW_CHECK(c->peer_id() >= 0, IoError, "[rpc] request before handshake");
-      handle_request(c, std::move(m));
+      for (auto& a : m.args) materialize_rrefs(a);
+      if (m.function.starts_with("gw."))
+        handle_system(c, m);
+      else
+        handle_request(c, std::move(m));
       return;
     case MessageKind::kResponse:
+      materialize_rrefs(m.value);
       complete(m.id, m);
       return;
   }
 }
 
-void Agent::handle_request(const std::shared_ptr<Connection>& c, Message m) {
+void Agent::run_function(const std::string& function, IValueList args,
+                         std::function<void(Future<IValue>&)> done) {
   {
     std::lock_guard lock(impl_->pending_mu);
     ++impl_->active_handlers;
   }
-  impl_->pool->submit([this, c, m = std::move(m)]() mutable {
+  impl_->pool->submit([this, function, args = std::move(args), done = std::move(done)] {
     Future<IValue> result;
     try {
-      result = functions().invoke(m.function, m.args);
+      result = functions().invoke(function, args);
     } catch (...) {
       result = Future<IValue>::failed(std::current_exception());
     }
     // Async functions complete later, on whichever thread finishes their future.
-    result.add_done_callback([this, c, id = m.id](Future<IValue>& done) {
-      Message r;
-      r.kind = MessageKind::kResponse;
-      r.id = id;
-      auto fail = [&](const std::string& what, ErrorCode code) {
-        r.error = Failure{self_.name, what, code};
-      };
-      try {
-        r.value = done.value();
-      } catch (const Error& e) {
-        fail(e.what(), e.code());
-      } catch (const std::exception& e) {
-        fail(e.what(), ErrorCode::kRemote);
-      }
-      try {
-        c->send(r);
-      } catch (const IoError&) {
-        // The caller's connection is gone; its side has already failed the call.
-      } catch (const Error& e) {
-        // The result cannot be sent (e.g. a CUDA tensor): tell the caller why.
-        r.value = IValue();
-        fail(e.what(), e.code());
-        try {
-          c->send(r);
-        } catch (const Error&) {
-        }
-      }
+    result.add_done_callback([this, done](Future<IValue>& r) {
+      done(r);
       {
         std::lock_guard lock(impl_->pending_mu);
         --impl_->active_handlers;
@@ -446,6 +430,141 @@ void Agent::handle_request(const std::shared_ptr<Connection>& c, Message m) {
       impl_->idle.notify_all();
     });
   });
+}
+
+void Agent::handle_request(const std::shared_ptr<Connection>& c, Message m) {
+  run_function(m.function, std::move(m.args),
+               [this, c, id = m.id](Future<IValue>& done) { respond(c, id, done); });
+}
+
+void Agent::respond(const std::shared_ptr<Connection>& c, uint64_t id, Future<IValue>& result) {
+  Message r;
+  r.kind = MessageKind::kResponse;
+  r.id = id;
+  auto fail = [&](const std::string& what, ErrorCode code) {
+    r.value = IValue();
+    r.error = Failure{self_.name, what, code};
+  };
+  try {
+    r.value = result.value();
+    fork_rrefs(r.value, c->peer_id());
+  } catch (const Error& e) {
+    fail(e.what(), e.code());
+  } catch (const std::exception& e) {
+    fail(e.what(), ErrorCode::kRemote);
+  }
+  try {
+    c->send(r);
+  } catch (const IoError&) {
+    // The caller's connection is gone; its side has already failed the call.
+  } catch (const Error& e) {
+    // The result cannot be sent (e.g. a CUDA tensor, an object): tell the caller why.
+    fail(e.what(), e.code());
+    try {
+      c->send(r);
+    } catch (const Error&) {
+    }
+  }
+}
+
+// --- RRefs -----------------------------------------------------------------------------------
+
+void Agent::fork_rrefs(IValue& v, int dst) {
+  if (!v.contains(IValue::Kind::kRRef)) return;
+  v.transform([&](const IValue& x) -> std::optional<IValue> {
+    if (!x.is(IValue::Kind::kRRef)) return std::nullopt;
+    return IValue::rref_fork(rrefs_->fork(x.to_rref(), dst));
+  });
+}
+
+void Agent::materialize_rrefs(IValue& v) {
+  if (!v.contains(IValue::Kind::kRRefFork)) return;
+  v.transform([&](const IValue& x) -> std::optional<IValue> {
+    if (!x.is(IValue::Kind::kRRefFork)) return std::nullopt;
+    return IValue::rref(rrefs_->materialize(x.to_rref_fork()));
+  });
+}
+
+std::shared_ptr<RRefHandle> Agent::remote(const To& to, const std::string& function,
+                                          IValueList args, const std::string& type_name,
+                                          Milliseconds timeout) {
+  GW_CHECK(running_, StateError, "[remote] the RPC agent '", self_.name, "' is shut down");
+  const WorkerInfo& dst = resolve(to);
+  if (dst.id == self_.id) {  // this worker owns the result
+    Future<IValue> value;
+    auto h = rrefs_->create_owner(value, type_name);
+    run_function(function, std::move(args),
+                 [value](Future<IValue>& r) mutable { value.follow(r); });
+    return h;
+  }
+  using namespace rref_messages;
+  auto h = rrefs_->create_user_for_remote(dst.id, type_name);
+  IValueList msg{id_value(h->rref_id()), id_value(h->fork_id()), IValue(type_name),
+                 IValue(function), IValue(std::move(args))};
+  std::weak_ptr<RRefHandle> weak = h;
+  call(dst, kRemote, std::move(msg), timeout).add_done_callback([weak](Future<IValue>& ack) {
+    if (auto h = weak.lock()) {
+      if (auto e = ack.exception())
+        h->confirmed().set_exception(e);
+      else
+        h->confirmed().set_result();
+    }
+  });
+  return h;
+}
+
+Future<IValue> Agent::fetch(const std::shared_ptr<RRefHandle>& rref, Milliseconds timeout) {
+  GW_CHECK(rref, InvalidArgumentError, "[to_here] the RRef is empty");
+  if (rref->is_owner()) return rref->owner_state()->value;
+  // A creation that failed (its remote() call raised or timed out) fails every use.
+  if (rref->confirmed().has_error()) return Future<IValue>::failed(rref->confirmed().exception());
+  return call(rref->owner(), rref_messages::kFetch, {rref_messages::id_value(rref->rref_id())},
+              timeout);
+}
+
+size_t Agent::num_owner_rrefs() const { return rrefs_->num_owned(); }
+
+void Agent::handle_system(const std::shared_ptr<Connection>& c, Message& m) {
+  using namespace rref_messages;
+  Future<IValue> none = Future<IValue>::ready(IValue());
+  try {
+    const IValueList& a = m.args;
+    auto need = [&](size_t n) {
+      GW_CHECK(a.size() == n, IoError, "[rpc] ", m.function, " takes ", n, " arguments, got ",
+               a.size());
+    };
+    if (m.function == kRemote) {  // rref id, fork id, type, function, args
+      need(5);
+      auto owner = rrefs_->owner_entry(id_from(a[0]), a[2].to_string());
+      rrefs_->add_fork(id_from(a[0]), id_from(a[1]));
+      respond(c, m.id, none);  // confirmed: the owner knows the fork
+      run_function(a[3].to_string(), a[4].to_list(), [owner](Future<IValue>& r) {
+        if (!owner->value.done()) owner->value.follow(r);
+      });
+    } else if (m.function == kFetch) {  // rref id
+      need(1);
+      auto owner = rrefs_->owner_entry(id_from(a[0]), "");
+      owner->value.add_done_callback(
+          [this, c, id = m.id](Future<IValue>& v) { respond(c, id, v); });
+    } else if (m.function == kFork) {  // rref id, fork id
+      need(2);
+      rrefs_->add_fork(id_from(a[0]), id_from(a[1]));
+      respond(c, m.id, none);
+    } else if (m.function == kAccept) {  // fork id
+      need(1);
+      rrefs_->accept_child(id_from(a[0]));
+      respond(c, m.id, none);
+    } else if (m.function == kDelete) {  // rref id, fork id
+      need(2);
+      rrefs_->delete_fork(id_from(a[0]), id_from(a[1]));
+      respond(c, m.id, none);
+    } else {
+      throw InvalidArgumentError("[rpc] unknown system function '" + m.function + "'");
+    }
+  } catch (...) {
+    Future<IValue> failed = Future<IValue>::failed(std::current_exception());
+    respond(c, m.id, failed);
+  }
 }
 
 // --- shutdown --------------------------------------------------------------------------------
@@ -466,7 +585,9 @@ void Agent::shutdown(bool graceful) {
         return impl_->pending.empty() && (!handlers_too || impl_->active_handlers == 0);
       });
     };
-    wait_idle(false);            // our own calls are answered
+    wait_idle(false);  // our own calls are answered
+    rrefs_->release_users(rpc_timeout());
+    wait_idle(false);            // ... and so are the deletes of our RRefs
     barrier("shutdown-arrive");  // nobody starts new work for us now
     wait_idle(true);             // ... and what we serve for others is done
     barrier("shutdown-leave");   // everyone is done: connections may close
@@ -493,8 +614,7 @@ void Agent::stop(const std::string& why) {
     left.swap(impl_->pending);
     impl_->deadlines.clear();
   }
-  for (auto& [id, p] : left)
-    fail<StateError>(p, workers_[p.peer].name, "failed: " + why);
+  for (auto& [id, p] : left) fail<StateError>(p, workers_[p.peer].name, "failed: " + why);
   asio::post(impl_->io, [this, why] {
     std::error_code ignored;
     impl_->acceptor.close(ignored);

@@ -33,6 +33,8 @@ namespace gw::rpc {
 class Connection;
 struct Message;
 struct PendingCall;
+class RRefContext;
+class RRefHandle;
 class ThreadPool;
 
 using Milliseconds = std::chrono::milliseconds;
@@ -92,6 +94,19 @@ class Agent {
   Future<IValue> call(const To& to, const std::string& function, IValueList args,
                       Milliseconds timeout = kUseDefaultTimeout);
 
+  // Runs `function` on `to`, which keeps the result and owns it; returns this worker's
+  // reference (see rpc/rref_context.h for the protocol). A failure or timeout of the creation
+  // fails the handle's confirmation and surfaces on to_here().
+  std::shared_ptr<RRefHandle> remote(const To& to, const std::string& function, IValueList args,
+                                     const std::string& type_name,
+                                     Milliseconds timeout = kUseDefaultTimeout);
+  // The value an RRef refers to: the owner's own future, or a fetch from the owner.
+  Future<IValue> fetch(const std::shared_ptr<RRefHandle>& rref,
+                       Milliseconds timeout = kUseDefaultTimeout);
+  RRefContext& rrefs() { return *rrefs_; }
+  // How many values this worker owns that are still referenced (0 after a graceful shutdown).
+  size_t num_owner_rrefs() const;
+
   // graceful: waits for this worker's outstanding calls, then for every worker to reach
   // shutdown and finish its work, then stops. Otherwise stops now and fails pending calls.
   void shutdown(bool graceful = true);
@@ -119,6 +134,16 @@ class Agent {
   void on_message(const std::shared_ptr<Connection>& c, Message m);
   void on_close(const std::shared_ptr<Connection>& c, const std::string& why);
   void handle_request(const std::shared_ptr<Connection>& c, Message m);
+  // The RRef protocol's messages, handled on the network thread in arrival order.
+  void handle_system(const std::shared_ptr<Connection>& c, Message& m);
+  // Runs `function` on the pool; `done` receives its outcome.
+  void run_function(const std::string& function, IValueList args,
+                    std::function<void(Future<IValue>&)> done);
+  // Sends the outcome of `result` (done) as the response to request `id`.
+  void respond(const std::shared_ptr<Connection>& c, uint64_t id, Future<IValue>& result);
+  // RRefs in outgoing values become forks for `dst`; forks in incoming values become RRefs.
+  void fork_rrefs(IValue& v, int dst);
+  void materialize_rrefs(IValue& v);
   // Completes pending call `id` with `response` (a value or the callee's failure).
   void complete(uint64_t id, Message& response);
   void arm_timer();
@@ -130,6 +155,7 @@ class Agent {
 
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  std::shared_ptr<RRefContext> rrefs_;
   RpcBackendOptions options_;
   WorkerInfo self_;
   std::vector<WorkerInfo> workers_;

@@ -1,5 +1,9 @@
 #include "rpc/function_table.h"
 
+#include <cxxabi.h>
+
+#include <cstdlib>
+
 namespace gw::rpc {
 
 namespace {
@@ -23,6 +27,27 @@ std::string FunctionTable::name_of(const void* fn) const {
            "gw::rpc::functions().add(name, fn) on every worker");
   return it->second;
 }
+
+std::string FunctionTable::name_of_key(const std::string& key, const char* what) const {
+  std::lock_guard lock(mu_);
+  auto it = names_by_key_.find(key);
+  GW_CHECK(it != names_by_key_.end(), InvalidArgumentError, "[rpc] this ", what,
+           " is not registered for RPC: register it with gw::rpc::functions().add_method");
+  return it->second;
+}
+
+std::string FunctionTable::class_name(const std::type_info& type) const {
+  std::lock_guard lock(mu_);
+  auto it = class_names_.find(std::type_index(type));
+  if (it != class_names_.end()) return it->second;
+  int status = 0;
+  char* demangled = abi::__cxa_demangle(type.name(), nullptr, nullptr, &status);
+  std::string name = status == 0 ? demangled : type.name();
+  std::free(demangled);
+  return name;
+}
+
+std::string class_name_of(const std::type_info& type) { return functions().class_name(type); }
 
 bool FunctionTable::contains(const std::string& name) const {
   std::lock_guard lock(mu_);

@@ -21,6 +21,7 @@
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <typeindex>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -65,6 +66,32 @@ class FunctionTable {
     names_[reinterpret_cast<const void*>(fn)] = name;
   }
 
+  // Names class C (its objects live on RRef owners) for methods and messages.
+  template <typename C>
+  FunctionTable& add_class(const std::string& name) {
+    std::lock_guard lock(mu_);
+    class_names_[std::type_index(typeid(C))] = name;
+    return *this;
+  }
+  // Registers C::method as "<class name>.<method>", callable through RRef helpers with the
+  // owner's object as `self`.
+  template <typename C, typename R, typename... A>
+  FunctionTable& add_method(const std::string& method, R (C::*m)(A...)) {
+    return add_method_impl<C, R, A...>(
+        method, m, [m](C& self, A... a) -> R { return (self.*m)(std::forward<A>(a)...); });
+  }
+  template <typename C, typename R, typename... A>
+  FunctionTable& add_method(const std::string& method, R (C::*m)(A...) const) {
+    return add_method_impl<C, R, A...>(
+        method, m, [m](C& self, A... a) -> R { return (self.*m)(std::forward<A>(a)...); });
+  }
+  std::string class_name(const std::type_info& type) const;
+  // The registered name of a method; throws InvalidArgumentError if it never was.
+  template <typename M>
+  std::string method_name(M m) const {
+    return name_of_key(member_key(m), "method");
+  }
+
   // The name `fn` was registered under; throws InvalidArgumentError if it never was.
   std::string name_of(const void* fn) const;
   bool contains(const std::string& name) const;
@@ -74,6 +101,23 @@ class FunctionTable {
 
  private:
   void add_overload(const std::string& name, Overload o);
+  std::string name_of_key(const std::string& key, const char* what) const;
+
+  template <typename M>
+  static std::string member_key(M m) {
+    return std::string(reinterpret_cast<const char*>(&m), sizeof(m)) + typeid(M).name();
+  }
+  template <typename C, typename R, typename... A, typename M, typename Call>
+  FunctionTable& add_method_impl(const std::string& method, M m, Call call) {
+    const std::string full = class_name(typeid(C)) + "." + method;
+    add(full,
+        std::function<R(std::shared_ptr<C>, A...)>([call](std::shared_ptr<C> self, A... a) -> R {
+          return call(*self, std::forward<A>(a)...);
+        }));
+    std::lock_guard lock(mu_);
+    names_by_key_[member_key(m)] = full;
+    return *this;
+  }
 
   template <typename R, typename... A>
   static Overload make_overload(const std::string& name, std::function<R(A...)> fn) {
@@ -117,6 +161,8 @@ class FunctionTable {
   mutable std::mutex mu_;
   std::map<std::string, std::vector<Overload>> table_;
   std::unordered_map<const void*, std::string> names_;
+  std::unordered_map<std::string, std::string> names_by_key_;  // methods
+  std::unordered_map<std::type_index, std::string> class_names_;
 };
 
 // The process's function table, with the builtin tensor ops registered.

@@ -20,6 +20,11 @@ const char* IValue::kind_name() const {
       return "list";
     case Kind::kBytes:
       return "bytes";
+    case Kind::kRRef:
+    case Kind::kRRefFork:
+      return "RRef";
+    case Kind::kObject:
+      return "object";
   }
   return "?";
 }
@@ -30,6 +35,22 @@ void IValue::for_each_tensor(const std::function<void(const Tensor&)>& f) const 
   } else if (const auto* l = std::get_if<IValueList>(&v_)) {
     for (const auto& x : *l) x.for_each_tensor(f);
   }
+}
+
+void IValue::transform(const std::function<std::optional<IValue>(const IValue&)>& f) {
+  if (auto r = f(*this)) {
+    *this = std::move(*r);
+  } else if (auto* l = std::get_if<IValueList>(&v_)) {
+    for (auto& x : *l) x.transform(f);
+  }
+}
+
+bool IValue::contains(Kind k) const {
+  if (kind() == k) return true;
+  if (const auto* l = std::get_if<IValueList>(&v_))
+    for (const auto& x : *l)
+      if (x.contains(k)) return true;
+  return false;
 }
 
 IValue IValueTraits<Scalar>::to(const Scalar& s) {

@@ -22,6 +22,7 @@
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <typeinfo>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -29,6 +30,7 @@
 #include "core/error.h"
 #include "core/scalar.h"
 #include "core/tensor.h"
+#include "rpc/rref_id.h"
 
 namespace gw::rpc {
 
@@ -38,9 +40,24 @@ using Bytes = std::vector<uint8_t>;
 
 class IValue {
  public:
-  enum class Kind { kNone, kBool, kInt, kDouble, kString, kTensor, kList, kBytes };
+  // kRRef: a reference held on this worker; kRRefFork: that reference as sent to another
+  // worker (the agent converts between them); kObject: a C++ object that stays on this worker.
+  enum class Kind {
+    kNone,
+    kBool,
+    kInt,
+    kDouble,
+    kString,
+    kTensor,
+    kList,
+    kBytes,
+    kRRef,
+    kRRefFork,
+    kObject
+  };
   using Storage =
-      std::variant<std::monostate, bool, int64_t, double, std::string, Tensor, IValueList, Bytes>;
+      std::variant<std::monostate, bool, int64_t, double, std::string, Tensor, IValueList, Bytes,
+                   std::shared_ptr<RRefHandle>, RRefForkData, Object>;
 
   IValue() = default;
   IValue(bool v) : v_(v) {}                    // NOLINT: implicit like PyTorch's IValue
@@ -49,11 +66,10 @@ class IValue {
   IValue(std::string v) : v_(std::move(v)) {}  // NOLINT
   IValue(Tensor v) : v_(std::move(v)) {}       // NOLINT
   IValue(IValueList v) : v_(std::move(v)) {}   // NOLINT
-  static IValue bytes(Bytes b) {
-    IValue v;
-    v.v_ = std::move(b);
-    return v;
-  }
+  static IValue bytes(Bytes b) { return IValue(Storage(std::move(b))); }
+  static IValue rref(std::shared_ptr<RRefHandle> h) { return IValue(Storage(std::move(h))); }
+  static IValue rref_fork(RRefForkData d) { return IValue(Storage(std::move(d))); }
+  static IValue object(Object o) { return IValue(Storage(std::move(o))); }
 
   Kind kind() const { return static_cast<Kind>(v_.index()); }
   const char* kind_name() const;
@@ -67,11 +83,22 @@ class IValue {
   const IValueList& to_list() const { return get<IValueList>("list"); }
   IValueList& to_list() { return const_cast<IValueList&>(std::as_const(*this).to_list()); }
   const Bytes& to_bytes() const { return get<Bytes>("bytes"); }
+  const std::shared_ptr<RRefHandle>& to_rref() const {
+    return get<std::shared_ptr<RRefHandle>>("RRef");
+  }
+  const RRefForkData& to_rref_fork() const { return get<RRefForkData>("RRef"); }
+  const Object& to_object() const { return get<Object>("object"); }
+
+  // Replaces, depth first, every value for which `f` returns a replacement (the agent uses it
+  // to turn RRefs into forks when sending, and forks into RRefs when receiving).
+  void transform(const std::function<std::optional<IValue>(const IValue&)>& f);
+  bool contains(Kind k) const;
 
   // Every tensor inside this value, depth first (distributed autograd looks for them).
   void for_each_tensor(const std::function<void(const Tensor&)>& f) const;
 
  private:
+  explicit IValue(Storage s) : v_(std::move(s)) {}
   template <typename V>
   const V& get(const char* want) const {
     const V* p = std::get_if<V>(&v_);
@@ -253,6 +280,32 @@ struct IValueTraits<T> {
   static bool accepts(const IValue& v) { return v.is(IValue::Kind::kBytes); }
   static T from(const IValue& v) { return Serializer<T>::deserialize(v.to_bytes()); }
   static std::string name() { return "bytes"; }
+};
+
+// The name a class was registered under (FunctionTable::add_class), else its C++ type name.
+std::string class_name_of(const std::type_info& type);
+// The object `v` holds, or that the owner's RRef `v` refers to (waiting for the value to be
+// created, as PyTorch's local_value does); nullopt for anything else.
+std::optional<Object> local_object(const IValue& v);
+
+// Objects of registered classes: they stay on the worker that made them (an RRef's owner).
+template <typename C>
+requires std::is_class_v<C>
+struct IValueTraits<std::shared_ptr<C>> {
+  static IValue to(const std::shared_ptr<C>& p) {
+    return IValue::object(Object{p, &typeid(C), class_name_of(typeid(C))});
+  }
+  static bool accepts(const IValue& v) {
+    return (v.is(IValue::Kind::kObject) && *v.to_object().type == typeid(C)) ||
+           v.is(IValue::Kind::kRRef);  // checked by from(), once the value exists
+  }
+  static std::shared_ptr<C> from(const IValue& v) {
+    std::optional<Object> o = local_object(v);
+    GW_CHECK(o && *o->type == typeid(C), InvalidArgumentError, "[rpc] expected an object of type ",
+             name(), " on this worker, got ", o ? o->type_name : std::string(v.kind_name()));
+    return std::static_pointer_cast<C>(o->ptr);
+  }
+  static std::string name() { return class_name_of(typeid(C)); }
 };
 
 // String literals become std::string arguments.

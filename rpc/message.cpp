@@ -56,6 +56,24 @@ void write_value(wire::Value::Builder out, const IValue& v, std::vector<Tensor>&
       out.setBytes(kj::arrayPtr(b.data(), b.size()));
       break;
     }
+    case IValue::Kind::kRRefFork: {
+      const RRefForkData& d = v.to_rref_fork();
+      auto r = out.initRref();
+      r.setOwner(d.owner);
+      r.getRrefId().setWorker(d.rref_id.worker);
+      r.getRrefId().setLocal(d.rref_id.local);
+      r.getForkId().setWorker(d.fork_id.worker);
+      r.getForkId().setLocal(d.fork_id.local);
+      r.setParent(d.parent);
+      r.setTypeName(d.type_name);
+      break;
+    }
+    case IValue::Kind::kRRef:
+      throw InternalError("[rpc] an RRef must be forked by the agent before it is sent");
+    case IValue::Kind::kObject:
+      throw InvalidArgumentError(gw::detail::str(
+          "[rpc] cannot send an object of type ", v.to_object().type_name,
+          " to another worker: objects stay on their owner; pass an RRef to it instead"));
   }
 }
 
@@ -91,6 +109,14 @@ IValue read_value(wire::Value::Reader in, const std::vector<Tensor>& tensors, in
     case wire::Value::BYTES: {
       auto b = in.getBytes();
       return IValue::bytes(Bytes(b.begin(), b.end()));
+    }
+    case wire::Value::RREF: {
+      auto r = in.getRref();
+      return IValue::rref_fork(RRefForkData{r.getOwner(),
+                                            {r.getRrefId().getWorker(), r.getRrefId().getLocal()},
+                                            {r.getForkId().getWorker(), r.getForkId().getLocal()},
+                                            r.getParent(),
+                                            r.getTypeName().cStr()});
     }
   }
   throw IoError(gw::detail::str("[rpc] unknown value kind ", static_cast<int>(in.which())));

@@ -7,3 +7,4 @@
 #include "rpc/function_table.h"
 #include "rpc/future.h"
 #include "rpc/ivalue.h"
+#include "rpc/rref.h"

@@ -25,7 +25,21 @@ struct Value {
     tensor @5 :UInt32;       # index into Envelope.tensors
     list @6 :List(Value);    # vectors, tuples, pairs
     bytes @7 :Data;          # user types (gw::rpc::Serializer)
+    rref @8 :RRefFork;       # a new reference to a value owned by `owner`
   }
+}
+
+struct Id {
+  worker @0 :Int32;
+  local @1 :Int64;
+}
+
+struct RRefFork {
+  owner @0 :Int32;
+  rrefId @1 :Id;
+  forkId @2 :Id;
+  parent @3 :Int32;          # the sender, which keeps the value alive until this is accepted
+  typeName @4 :Text;
 }
 
 struct Handshake {

@@ -3,6 +3,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <mutex>
+#include <vector>
 
 #include "core/ops.h"
 
@@ -44,6 +45,45 @@ Future<Tensor> async_add_chained(std::string to, Tensor x, int64_t y, int64_t z)
 int64_t crash() { std::_Exit(3); }
 
 std::string whoami() { return current_agent().get_worker_info().name; }
+
+namespace {
+std::mutex g_kept_mu;
+std::vector<RRef<Tensor>> g_kept;
+}  // namespace
+
+Tensor rref_sum(RRef<Tensor> r) { return r.to_here().sum(); }
+int64_t rref_int(RRef<int64_t> r) { return r.to_here(); }
+void keep_rref(RRef<Tensor> r) {
+  std::lock_guard lock(g_kept_mu);
+  g_kept.push_back(std::move(r));
+}
+void drop_kept_rrefs() {
+  std::vector<RRef<Tensor>> dropped;
+  std::lock_guard lock(g_kept_mu);
+  dropped.swap(g_kept);
+}
+RRef<Tensor> make_local_rref(Tensor t) { return RRef<Tensor>(t); }
+
+GW_RPC_FUNCTION(rref_sum);
+GW_RPC_FUNCTION(rref_int);
+GW_RPC_FUNCTION(keep_rref);
+GW_RPC_FUNCTION(drop_kept_rrefs);
+GW_RPC_FUNCTION(make_local_rref);
+
+namespace {
+const bool kCounterRegistered = [] {
+  functions()
+      .add_class<Counter>("Counter")
+      .add_method("add", &Counter::add)
+      .add_method("get", &Counter::get);
+  functions().add("make_counter", [](int64_t start) {
+    auto c = std::make_shared<Counter>();
+    c->n = start;
+    return c;
+  });
+  return true;
+}();
+}  // namespace
 
 GW_RPC_FUNCTION(my_add);
 GW_RPC_FUNCTION(fail_with);

@@ -19,4 +19,18 @@ Future<Tensor> async_add_chained(std::string to, Tensor x, int64_t y, int64_t z)
 int64_t crash();
 std::string whoami();
 
+// RRefs received by a worker.
+Tensor rref_sum(RRef<Tensor> r);    // r.to_here().sum(), on the receiving worker
+int64_t rref_int(RRef<int64_t> r);  // r.to_here()
+void keep_rref(RRef<Tensor> r);     // holds r until drop_kept_rrefs()
+void drop_kept_rrefs();
+RRef<Tensor> make_local_rref(Tensor t);  // an RRef owned by the worker running this
+
+// A class whose objects live on RRef owners (registered as "Counter").
+struct Counter {
+  int64_t n = 0;
+  int64_t add(int64_t k) { return n += k; }
+  int64_t get() const { return n; }
+};
+
 }  // namespace gw::rpc::testing

@@ -99,6 +99,11 @@ TEST_CASE("three processes call each other over TCP and shut down gracefully", "
   Generator gen(3);
   Tensor big = randn({1 << 22}, gen);
   CHECK(gw::equal(rpc_sync<Tensor>("worker2", "clone", big), big));
+  // An RRef owned by worker1, passed on to worker2, which fetches the value from worker1.
+  auto rref = remote<Tensor>("worker1", "ones", std::vector<int64_t>{3});
+  CHECK(rpc_sync("worker2", rref_sum, rref).item<float>() == 3.f);
+  auto counter = remote<std::shared_ptr<Counter>>("worker2", "make_counter", 1);
+  CHECK(counter.rpc_sync(&Counter::add, 1) == 2);
   agent.shutdown();
   CHECK(peers.wait() == std::vector<int>{0, 0});
 }

@@ -1,0 +1,218 @@
+#include "rpc/rref_context.h"
+
+#include "rpc/agent.h"
+#include "rpc/log.h"
+
+namespace gw::rpc {
+
+namespace rref_messages {
+IValue id_value(const GloballyUniqueId& id) {
+  return IValue(IValueList{IValue(int64_t{id.worker}), IValue(id.local)});
+}
+GloballyUniqueId id_from(const IValue& v) {
+  const IValueList& l = v.to_list();
+  GW_CHECK(l.size() == 2, IoError, "[rpc] malformed RRef id");
+  return {static_cast<int32_t>(l[0].to_int()), l[1].to_int()};
+}
+}  // namespace rref_messages
+
+using namespace rref_messages;
+
+namespace {
+// Sends a control message and ignores its answer (it is tracked as a pending call, so a
+// graceful shutdown waits for it). Failures mean the peer is gone: nothing left to tell it.
+Future<IValue> notify(Agent& agent, int to, const char* what, IValueList args) {
+  try {
+    return agent.call(to, what, std::move(args));
+  } catch (const std::exception&) {
+    return Future<IValue>::failed(std::current_exception());
+  }
+}
+}  // namespace
+
+std::optional<Object> local_object(const IValue& v) {
+  if (v.is(IValue::Kind::kObject)) return v.to_object();
+  if (!v.is(IValue::Kind::kRRef) || !v.to_rref()->is_owner()) return std::nullopt;
+  IValue value = v.to_rref()->owner_state()->value.wait();
+  if (!value.is(IValue::Kind::kObject)) return std::nullopt;
+  return value.to_object();
+}
+
+RRefHandle::~RRefHandle() {
+  if (auto ctx = ctx_.lock()) ctx->on_handle_destroyed(*this);
+}
+
+ForkId RRefContext::new_id() {
+  std::lock_guard lock(mu_);
+  return {agent_.get_worker_info().id, next_local_++};
+}
+
+std::shared_ptr<RRefHandle> RRefContext::create_owner(Future<IValue> value,
+                                                      const std::string& type_name) {
+  RRefId id = new_id();
+  auto state = std::make_shared<OwnerRRef>();
+  state->value = std::move(value);
+  state->type_name = type_name;
+  state->local_handles = 1;
+  auto h = std::make_shared<RRefHandle>(weak_from_this(), id.worker, id, id, type_name);
+  h->owner_state_ = state;
+  h->confirmed_.set_result();
+  std::lock_guard lock(mu_);
+  owners_[id] = state;
+  return h;
+}
+
+std::shared_ptr<RRefHandle> RRefContext::create_user_for_remote(int owner,
+                                                                const std::string& type_name) {
+  RRefId id = new_id();
+  auto h = std::make_shared<RRefHandle>(weak_from_this(), owner, id, id, type_name);
+  std::lock_guard lock(mu_);
+  users_[id] = h;
+  return h;
+}
+
+RRefForkData RRefContext::fork(const std::shared_ptr<RRefHandle>& h, int dst) {
+  const int self = agent_.get_worker_info().id;
+  ForkId fork = new_id();
+  std::lock_guard lock(mu_);
+  if (h->is_owner()) {
+    // The owner knows the fork at once; a reference to itself needs no fork at all.
+    if (dst != self) h->owner_state_->forks.insert(fork);
+  } else {
+    pending_children_[fork] = h;  // keeps our own fork alive until the child is accepted
+  }
+  return {h->owner(), h->rref_id(), fork, self, h->type_name()};
+}
+
+std::shared_ptr<RRefHandle> RRefContext::materialize(const RRefForkData& d) {
+  const int self = agent_.get_worker_info().id;
+  agent_.get_worker_info(d.owner);  // validates the owner id
+  auto h =
+      std::make_shared<RRefHandle>(weak_from_this(), d.owner, d.rref_id, d.fork_id, d.type_name);
+  if (d.owner == self) {
+    h->owner_state_ = owner_entry(d.rref_id, d.type_name);
+    {
+      std::lock_guard lock(mu_);
+      ++h->owner_state_->local_handles;
+    }
+    h->confirmed_.set_result();
+    if (d.parent != self) notify(agent_, d.parent, kAccept, {id_value(d.fork_id)});
+    return h;
+  }
+  {
+    std::lock_guard lock(mu_);
+    users_[d.fork_id] = h;
+  }
+  if (d.parent == d.owner) {  // the owner made this fork: it is registered already
+    h->confirmed_.set_result();
+    return h;
+  }
+  // A user made it: register it with the owner, then release the parent's hold.
+  std::weak_ptr<RRefHandle> weak = h;
+  notify(agent_, d.owner, kFork, {id_value(d.rref_id), id_value(d.fork_id)})
+      .add_done_callback([this, weak, d, self = shared_from_this()](Future<IValue>& done) {
+        if (auto h = weak.lock()) {
+          if (auto e = done.exception())
+            h->confirmed_.set_exception(e);
+          else
+            h->confirmed_.set_result();
+        }
+        notify(agent_, d.parent, kAccept, {id_value(d.fork_id)});
+      });
+  return h;
+}
+
+std::shared_ptr<OwnerRRef> RRefContext::owner_entry(const RRefId& id,
+                                                    const std::string& type_name) {
+  std::lock_guard lock(mu_);
+  auto& e = owners_[id];
+  if (!e) {
+    e = std::make_shared<OwnerRRef>();
+    e->type_name = type_name;
+  }
+  return e;
+}
+
+void RRefContext::add_fork(const RRefId& id, const ForkId& fork) {
+  auto entry = owner_entry(id, "");
+  std::lock_guard lock(mu_);
+  entry->forks.insert(fork);
+}
+
+std::shared_ptr<OwnerRRef> RRefContext::maybe_drop_locked(const RRefId& id) {
+  auto it = owners_.find(id);
+  if (it == owners_.end() || !it->second->forks.empty() || it->second->local_handles > 0)
+    return nullptr;
+  auto dropped = std::move(it->second);
+  owners_.erase(it);
+  return dropped;
+}
+
+void RRefContext::delete_fork(const RRefId& id, const ForkId& fork) {
+  std::shared_ptr<OwnerRRef> dropped;  // destroyed after the lock is released
+  std::lock_guard lock(mu_);
+  auto it = owners_.find(id);
+  if (it == owners_.end()) return;
+  it->second->forks.erase(fork);
+  dropped = maybe_drop_locked(id);
+}
+
+void RRefContext::accept_child(const ForkId& fork) {
+  std::shared_ptr<RRefHandle> child;  // may be our last reference: released outside the lock
+  {
+    std::lock_guard lock(mu_);
+    auto it = pending_children_.find(fork);
+    if (it == pending_children_.end()) return;
+    child = std::move(it->second);
+    pending_children_.erase(it);
+  }
+  child.reset();  // sends our delete, if that was our last reference, before waiters wake
+  children_accepted_.notify_all();
+}
+
+bool RRefContext::wait_children_accepted(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  return children_accepted_.wait_for(lock, timeout, [&] { return pending_children_.empty(); });
+}
+
+void RRefContext::on_handle_destroyed(RRefHandle& h) {
+  if (h.is_owner()) {
+    std::shared_ptr<OwnerRRef> dropped;
+    std::lock_guard lock(mu_);
+    --h.owner_state_->local_handles;
+    dropped = maybe_drop_locked(h.rref_id());
+    return;
+  }
+  {
+    std::lock_guard lock(mu_);
+    users_.erase(h.fork_id());
+    if (h.released_) return;
+  }
+  if (agent_.running())
+    notify(agent_, h.owner(), kDelete, {id_value(h.rref_id()), id_value(h.fork_id())});
+}
+
+void RRefContext::release_users(std::chrono::milliseconds timeout) {
+  if (!wait_children_accepted(timeout))
+    log_error(agent_.get_worker_info().name,
+              ": RRefs passed to other workers were never accepted; shutting down anyway");
+  std::vector<std::shared_ptr<RRefHandle>> live;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [fork, weak] : users_)
+      if (auto h = weak.lock()) {
+        h->released_ = true;
+        live.push_back(h);
+      }
+    users_.clear();
+  }
+  for (auto& h : live)
+    notify(agent_, h->owner(), kDelete, {id_value(h->rref_id()), id_value(h->fork_id())});
+}
+
+size_t RRefContext::num_owned() const {
+  std::lock_guard lock(mu_);
+  return owners_.size();
+}
+
+}  // namespace gw::rpc

@@ -1,0 +1,134 @@
+// The RRef protocol's state on one worker (PyTorch's RRefContext).
+//
+// Mental model: a value lives on its owner, in the owner table with the set of forks (user
+// references on other workers) that keep it alive. Every worker that holds a reference holds an
+// RRefHandle: an owner handle on the owner, a user handle (one fork) elsewhere. The protocol:
+//   - remote(): the caller makes a user handle whose fork id is the RRef id and sends gw.remote;
+//     the owner records the fork, acknowledges (the handle is then confirmed) and runs the
+//     function, whose result becomes the value. A fork may reach the owner before gw.remote
+//     does, so the owner creates entries on first sight and fills the value later.
+//   - passing an RRef to worker Y makes a new fork. If the owner sends it, the owner records it
+//     at once. If a user X sends it, X keeps its own handle alive (a pending child) until Y has
+//     registered the fork with the owner (gw.fork) and told X (gw.accept).
+//   - a user handle's last copy going away sends gw.delete; the owner drops the value when no
+//     fork and no local handle is left.
+// All control messages are handled on the receiving agent's network thread, in arrival order.
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+
+#include "rpc/future.h"
+#include "rpc/ivalue.h"
+#include "rpc/rref_id.h"
+
+namespace gw::rpc {
+
+class Agent;
+class RRefContext;
+
+// The owner's record of one value.
+struct OwnerRRef {
+  Future<IValue> value;  // completed when the creating function finishes (or fails)
+  std::set<ForkId> forks;
+  int local_handles = 0;
+  std::string type_name;
+};
+
+class RRefHandle {
+ public:
+  RRefHandle(std::weak_ptr<RRefContext> ctx, int owner, RRefId rref_id, ForkId fork_id,
+             std::string type_name)
+      : ctx_(std::move(ctx)),
+        owner_(owner),
+        rref_id_(rref_id),
+        fork_id_(fork_id),
+        type_name_(std::move(type_name)) {}
+  ~RRefHandle();
+  RRefHandle(const RRefHandle&) = delete;
+  RRefHandle& operator=(const RRefHandle&) = delete;
+
+  int owner() const { return owner_; }
+  bool is_owner() const { return owner_state_ != nullptr; }
+  const RRefId& rref_id() const { return rref_id_; }
+  const ForkId& fork_id() const { return fork_id_; }
+  const std::string& type_name() const { return type_name_; }
+  // Owner handles: the value's record. User handles: nullptr.
+  const std::shared_ptr<OwnerRRef>& owner_state() const { return owner_state_; }
+  // Completed once the owner knows this reference (at once for owner handles); fails if the
+  // creating call failed or timed out.
+  Future<void>& confirmed() { return confirmed_; }
+  const Future<void>& confirmed() const { return confirmed_; }
+
+ private:
+  friend class RRefContext;
+  std::weak_ptr<RRefContext> ctx_;
+  int owner_;
+  RRefId rref_id_;
+  ForkId fork_id_;
+  std::string type_name_;
+  std::shared_ptr<OwnerRRef> owner_state_;
+  Future<void> confirmed_;
+  bool released_ = false;  // its fork was already deleted at shutdown
+};
+
+class RRefContext : public std::enable_shared_from_this<RRefContext> {
+ public:
+  explicit RRefContext(Agent& agent) : agent_(agent) {}
+
+  // A local RRef: this worker owns `value`.
+  std::shared_ptr<RRefHandle> create_owner(Future<IValue> value, const std::string& type_name);
+  // remote() to another worker: a user handle whose fork id is its RRef id, not yet confirmed.
+  std::shared_ptr<RRefHandle> create_user_for_remote(int owner, const std::string& type_name);
+
+  // Sending `h` to worker `dst`: makes the fork that travels.
+  RRefForkData fork(const std::shared_ptr<RRefHandle>& h, int dst);
+  // Receiving a fork from worker `from`: the handle this worker now holds.
+  std::shared_ptr<RRefHandle> materialize(const RRefForkData& d);
+
+  // Owner side of the control messages (network thread).
+  std::shared_ptr<OwnerRRef> owner_entry(const RRefId& id, const std::string& type_name);
+  void add_fork(const RRefId& id, const ForkId& fork);
+  void delete_fork(const RRefId& id, const ForkId& fork);
+  void accept_child(const ForkId& fork);
+
+  // Graceful shutdown: waits (up to `timeout`) for the children this worker passed on to be
+  // accepted, then deletes every user reference still alive here.
+  void release_users(std::chrono::milliseconds timeout);
+  // Waits until every RRef this worker passed on has been accepted by its receiver (and our
+  // own reference released if it was the last); false on timeout.
+  bool wait_children_accepted(std::chrono::milliseconds timeout);
+  size_t num_owned() const;
+
+ private:
+  friend class RRefHandle;
+  void on_handle_destroyed(RRefHandle& h);
+  ForkId new_id();
+  // Drops the owner's record if nothing references it any more; returns it so that it is
+  // destroyed outside the lock. Caller holds mu_.
+  std::shared_ptr<OwnerRRef> maybe_drop_locked(const RRefId& id);
+
+  Agent& agent_;
+  mutable std::mutex mu_;
+  std::condition_variable children_accepted_;
+  std::map<RRefId, std::shared_ptr<OwnerRRef>> owners_;
+  std::map<ForkId, std::shared_ptr<RRefHandle>> pending_children_;
+  std::map<ForkId, std::weak_ptr<RRefHandle>> users_;
+  int64_t next_local_ = 0;
+};
+
+// The system functions of the protocol, by name (requests whose name starts with "gw.").
+namespace rref_messages {
+inline constexpr const char* kRemote = "gw.remote";
+inline constexpr const char* kFetch = "gw.fetch";
+inline constexpr const char* kFork = "gw.fork";
+inline constexpr const char* kAccept = "gw.accept";
+inline constexpr const char* kDelete = "gw.delete";
+IValue id_value(const GloballyUniqueId& id);
+GloballyUniqueId id_from(const IValue& v);
+}  // namespace rref_messages
+
+}  // namespace gw::rpc
