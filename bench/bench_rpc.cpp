@@ -1,10 +1,17 @@
 // RPC benchmarks: two agents in this process talking over 127.0.0.1, each case beside a raw
-// TCP anchor doing the same bytes' round trip with blocking sockets in the same run:
-//   - a small rpc_sync round trip against a 64-byte TCP ping-pong,
-//   - tensor round trips (a registered identity function) against a TCP echo of the same size,
-//   - rpc_async throughput with 64 calls in flight against PyTorch 1.13's published figure.
+// TCP anchor doing the same bytes' round trip with blocking sockets in the same run, and
+// beside PyTorch 1.13's RPC (TensorPipe, two processes, torch_anchor_rpc.py) doing the same
+// calls in the same run:
+//   - a small rpc_sync round trip against a 64-byte TCP ping-pong and PyTorch's rpc_sync,
+//   - rpc_async throughput with 64 calls in flight against PyTorch's rpc_async,
+//   - remote() + to_here() against two raw ping-pongs,
+//   - tensor round trips (a registered identity function) against a TCP echo of the same size
+//     and PyTorch's round trip through an identity function.
+// Where python3-torch cannot run, the first two fall back to published PyTorch figures.
 #include <array>
 #include <future>
+#include <optional>
+#include <string>
 #include <thread>
 
 #include <asio.hpp>
@@ -22,6 +29,36 @@ namespace {
 
 using asio::ip::tcp;
 using gw::bench::Reporter;
+
+constexpr const char* kSmall = "rpc_sync small (min(1, 2))";
+constexpr const char* kAsync = "rpc_async, 64 in flight";
+
+std::string tensor_case(int64_t mib) { return "tensor round trip " + std::to_string(mib) + " MiB"; }
+
+// PyTorch's numbers for every case, from one run of torch_anchor_rpc.py (it needs about ten
+// seconds: process start-up, rendezvous, then all cases), or nothing when it could not run.
+struct TorchAnchor {
+  std::optional<std::string> out;
+  std::string note;  // which TensorPipe path was measured, shown beside each PyTorch row
+
+  std::optional<double> get(const std::string& key) const {
+    return out ? gw::bench::json_number(*out, key) : std::nullopt;
+  }
+};
+
+TorchAnchor run_torch_anchor() {
+  // `timeout` bounds a TensorPipe hang (a peer that never rendezvous, a stuck shutdown) so
+  // the suite still finishes; the rows then fall back as if torch were missing.
+  std::string script = gw::bench::executable_dir() + "/torch_anchor_rpc.py";
+  TorchAnchor a;
+  a.out = gw::bench::run_capture("timeout -k 5 120 /usr/bin/python3 " + script + " 2>/dev/null");
+  if (a.out && a.out->find("\"rpc_sync_us\"") == std::string::npos) a.out.reset();
+  if (a.out) {
+    a.note = a.out->find("\"transport\": \"uv\"") != std::string::npos ? "tensorpipe over tcp"
+                                                                       : "tensorpipe defaults";
+  }
+  return a;
+}
 
 // A TCP echo peer on a thread: reads `size` bytes, writes them back, until the client closes.
 class RawEcho {
@@ -83,20 +120,22 @@ struct Pair {
   }
 };
 
-void bench_small(Reporter& report) {
-  if (!report.wants("rpc", "rpc_sync small")) return;
+void bench_small(Reporter& report, const TorchAnchor& torch) {
+  if (!report.wants("rpc", kSmall)) return;
   RawEcho raw(64);
   auto [t, r] = gw::bench::seconds_per_call_pair(
       [&] { gw::bench::do_not_optimize(gw::rpc::rpc_sync<int64_t>(1, "min", 1, 2)); },
       [&] { raw.round_trip(); });
-  report.add(
-      {"rpc", "rpc_sync small (min(1, 2))", t * 1e6, "us", "raw tcp 64 B ping-pong", r * 1e6});
-  report.add({"rpc", "rpc_sync small (min(1, 2))", t * 1e6, "us", "pytorch 1.13 rpc_sync", 600,
-              "published figure"});
+  report.add({"rpc", kSmall, t * 1e6, "us", "raw tcp 64 B ping-pong", r * 1e6});
+  if (auto us = torch.get("rpc_sync_us")) {
+    report.add({"rpc", kSmall, t * 1e6, "us", "pytorch 1.13", *us, torch.note});
+  } else {
+    report.add({"rpc", kSmall, t * 1e6, "us", "pytorch 1.13", 600, "published figure"});
+  }
 }
 
-void bench_async(Reporter& report) {
-  if (!report.wants("rpc", "rpc_async 64 in flight")) return;
+void bench_async(Reporter& report, const TorchAnchor& torch) {
+  if (!report.wants("rpc", kAsync)) return;
   constexpr int kInFlight = 64;
   double t = gw::bench::seconds_per_call([&] {
     std::vector<gw::Future<int64_t>> futs;
@@ -104,13 +143,32 @@ void bench_async(Reporter& report) {
     for (int i = 0; i < kInFlight; ++i) futs.push_back(gw::rpc::rpc_async<int64_t>(1, "min", i, 2));
     for (auto& f : futs) f.wait();
   });
-  report.add({"rpc", "rpc_async, 64 in flight", kInFlight / t, "calls/s", "pytorch 1.13 rpc_async",
-              5000, "published figure"});
+  if (auto rate = torch.get("async_calls_per_s")) {
+    report.add({"rpc", kAsync, kInFlight / t, "calls/s", "pytorch 1.13", *rate, torch.note});
+  } else {
+    report.add({"rpc", kAsync, kInFlight / t, "calls/s", "pytorch 1.13", 5000, "published figure"});
+  }
 }
 
-void bench_tensors(Reporter& report) {
+// remote() then to_here(): two round trips (the owner's acknowledgement, then the fetch), plus
+// the delete when the RRef goes away; the anchor is two raw ping-pongs.
+void bench_remote(Reporter& report) {
+  const char* name = "remote + to_here (ones(1))";
+  if (!report.wants("rpc", name)) return;
+  RawEcho raw(64);
+  std::vector<int64_t> shape{1};
+  auto [t, r] = gw::bench::seconds_per_call_pair(
+      [&] { gw::bench::do_not_optimize(gw::rpc::remote<gw::Tensor>(1, "ones", shape).to_here()); },
+      [&] {
+        raw.round_trip();
+        raw.round_trip();
+      });
+  report.add({"rpc", name, t * 1e6, "us", "raw tcp, two 64 B ping-pongs", r * 1e6});
+}
+
+void bench_tensors(Reporter& report, const TorchAnchor& torch) {
   for (int64_t mib : {1, 16, 64}) {
-    std::string name = "tensor round trip " + std::to_string(mib) + " MiB";
+    std::string name = tensor_case(mib);
     if (!report.wants("rpc", name)) continue;
     gw::Tensor x = gw::ones({mib << 18});  // float32: 4 bytes each
     RawEcho raw(x.nbytes());
@@ -119,6 +177,10 @@ void bench_tensors(Reporter& report) {
         [&] { raw.round_trip(); }, 0.2, 5);
     double bytes = 2.0 * x.nbytes();
     report.add({"rpc", name, bytes / t / 1e9, "GB/s", "raw tcp echo, same size", bytes / r / 1e9});
+    // No published figure to fall back on for these: without torch there is no PyTorch row.
+    if (auto gbps = torch.get("rt_" + std::to_string(mib) + "mib_gbps")) {
+      report.add({"rpc", name, bytes / t / 1e9, "GB/s", "pytorch 1.13", *gbps, torch.note});
+    }
   }
 }
 
@@ -126,10 +188,16 @@ void bench_tensors(Reporter& report) {
 
 int main(int argc, char** argv) {
   Reporter report(argc, argv);
+  // PyTorch runs first, on its own: its two processes would otherwise share the cores with
+  // the cases measured here.
+  bool any = report.wants("rpc", kSmall) || report.wants("rpc", kAsync);
+  for (int64_t mib : {1, 16, 64}) any = any || report.wants("rpc", tensor_case(mib));
+  TorchAnchor torch = any ? run_torch_anchor() : TorchAnchor{};
   Pair p;
   gw::rpc::Agent::Use use(*p.a);
-  bench_small(report);
-  bench_async(report);
-  bench_tensors(report);
+  bench_small(report, torch);
+  bench_async(report, torch);
+  bench_remote(report);
+  bench_tensors(report, torch);
   return 0;
 }
