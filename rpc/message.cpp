@@ -17,6 +17,10 @@ namespace {
 constexpr uint32_t kMagic = 0x31525747;  // "GWR1"
 constexpr int kMaxNesting = 64;          // how deep values may nest (lists of lists ...)
 
+// Text with its full length: strings may hold NUL bytes, which c_str() would cut off.
+kj::StringPtr text(const std::string& s) { return kj::StringPtr(s.c_str(), s.size()); }
+std::string text(capnp::Text::Reader t) { return std::string(t.begin(), t.size()); }
+
 // --- encoding -------------------------------------------------------------------------------
 
 void write_value(wire::Value::Builder out, const IValue& v, std::vector<Tensor>& tensors) {
@@ -34,7 +38,7 @@ void write_value(wire::Value::Builder out, const IValue& v, std::vector<Tensor>&
       out.setFloat(v.to_double());
       break;
     case IValue::Kind::kString:
-      out.setText(v.to_string());
+      out.setText(text(v.to_string()));
       break;
     case IValue::Kind::kTensor: {
       const Tensor& t = v.to_tensor();
@@ -65,7 +69,7 @@ void write_value(wire::Value::Builder out, const IValue& v, std::vector<Tensor>&
       r.getForkId().setWorker(d.fork_id.worker);
       r.getForkId().setLocal(d.fork_id.local);
       r.setParent(d.parent);
-      r.setTypeName(d.type_name);
+      r.setTypeName(text(d.type_name));
       break;
     }
     case IValue::Kind::kRRef:
@@ -94,7 +98,7 @@ IValue read_value(wire::Value::Reader in, const std::vector<Tensor>& tensors, in
     case wire::Value::FLOAT:
       return IValue(in.getFloat());
     case wire::Value::TEXT:
-      return IValue(std::string(in.getText().cStr()));
+      return IValue(text(in.getText()));
     case wire::Value::TENSOR: {
       uint32_t i = in.getTensor();
       GW_CHECK(i < tensors.size(), IoError, "[rpc] value refers to tensor ", i, " of ",
@@ -116,7 +120,7 @@ IValue read_value(wire::Value::Reader in, const std::vector<Tensor>& tensors, in
                                             {r.getRrefId().getWorker(), r.getRrefId().getLocal()},
                                             {r.getForkId().getWorker(), r.getForkId().getLocal()},
                                             r.getParent(),
-                                            r.getTypeName().cStr()});
+                                            text(r.getTypeName())});
     }
   }
   throw IoError(gw::detail::str("[rpc] unknown value kind ", static_cast<int>(in.which())));
@@ -157,13 +161,13 @@ OutgoingFrame encode(const Message& m) {
     case MessageKind::kHandshake: {
       auto h = body.initHandshake();
       h.setProtocolVersion(m.protocol_version);
-      h.setWorkerName(m.worker_name);
+      h.setWorkerName(text(m.worker_name));
       h.setWorkerId(m.worker_id);
       break;
     }
     case MessageKind::kRequest: {
       auto r = body.initRequest();
-      r.setFunction(m.function);
+      r.setFunction(text(m.function));
       auto args = r.initArgs(static_cast<unsigned>(m.args.size()));
       for (size_t i = 0; i < m.args.size(); ++i) write_value(args[i], m.args[i], frame.tensors);
       break;
@@ -172,8 +176,8 @@ OutgoingFrame encode(const Message& m) {
       auto r = body.initResponse();
       if (m.error) {
         auto e = r.initError();
-        e.setWorker(m.error->worker);
-        e.setMessage(m.error->message);
+        e.setWorker(text(m.error->worker));
+        e.setMessage(text(m.error->message));
         e.setCode(static_cast<uint16_t>(m.error->code));
       } else {
         write_value(r.initValue(), m.value, frame.tensors);
@@ -229,16 +233,21 @@ std::vector<TensorLayout> tensor_layouts(kj::ArrayPtr<const capnp::word> header,
       GW_CHECK(meta.getDtype() <= static_cast<uint8_t>(DType::Float64), IoError,
                "[rpc] unknown dtype code ", int{meta.getDtype()});
       TensorLayout l{static_cast<DType>(meta.getDtype()), {}, 0, meta.getRequiresGrad()};
-      uint64_t numel = 1;
+      // `extent`, the product of max(size, 1), is the largest contiguous stride: it must fit in
+      // int64 even when a zero size makes the tensor empty (and numel small).
+      constexpr uint64_t kMaxExtent = uint64_t{1} << 62;
+      uint64_t numel = 1, extent = 1;
       for (int64_t s : meta.getSizes()) {
-        GW_CHECK(s >= 0 && (s == 0 || numel <= payload_bytes / static_cast<uint64_t>(s)), IoError,
-                 "[rpc] tensor size ", s, " is negative or larger than the payload");
+        const uint64_t at_least_one = s > 0 ? static_cast<uint64_t>(s) : 1;
+        GW_CHECK(s >= 0 && extent <= kMaxExtent / at_least_one, IoError, "[rpc] tensor size ", s,
+                 " is negative or too large");
+        extent *= at_least_one;
         numel *= static_cast<uint64_t>(s);
         l.sizes.push_back(s);
       }
-      l.nbytes = numel * itemsize(l.dtype);
-      GW_CHECK(l.nbytes <= payload_bytes - total, IoError,
+      GW_CHECK(numel <= (payload_bytes - total) / itemsize(l.dtype), IoError,
                "[rpc] tensors need more bytes than the payload's ", payload_bytes);
+      l.nbytes = numel * itemsize(l.dtype);
       total += l.nbytes;
       out.push_back(std::move(l));
     }
@@ -260,14 +269,14 @@ Message decode(kj::ArrayPtr<const capnp::word> header, std::vector<Tensor> tenso
         auto h = body.getHandshake();
         m.kind = MessageKind::kHandshake;
         m.protocol_version = h.getProtocolVersion();
-        m.worker_name = h.getWorkerName().cStr();
+        m.worker_name = text(h.getWorkerName());
         m.worker_id = h.getWorkerId();
         break;
       }
       case wire::Envelope::Body::REQUEST: {
         auto r = body.getRequest();
         m.kind = MessageKind::kRequest;
-        m.function = r.getFunction().cStr();
+        m.function = text(r.getFunction());
         for (auto a : r.getArgs()) m.args.push_back(read_value(a, tensors, 0));
         break;
       }
@@ -276,7 +285,7 @@ Message decode(kj::ArrayPtr<const capnp::word> header, std::vector<Tensor> tenso
         m.kind = MessageKind::kResponse;
         if (r.isError()) {
           auto e = r.getError();
-          m.error = Failure{e.getWorker().cStr(), e.getMessage().cStr(),
+          m.error = Failure{text(e.getWorker()), text(e.getMessage()),
                             e.getCode() <= static_cast<uint16_t>(ErrorCode::kInternal)
                                 ? static_cast<ErrorCode>(e.getCode())
                                 : ErrorCode::kRemote};

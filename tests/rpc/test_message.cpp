@@ -5,6 +5,10 @@
 
 #include "core/ops.h"
 #include "rpc/message.h"
+#include "rpc/wire.capnp.h"
+
+#include <capnp/message.h>
+#include <capnp/serialize.h>
 
 using namespace gw;
 using namespace gw::rpc;
@@ -106,4 +110,35 @@ TEST_CASE("tensors that cannot be sent are refused on the sender", "[message]") 
   Message m;
   m.args = {IValue(Tensor())};
   CHECK_THROWS_WITH(encode(m), Catch::Contains("undefined tensor"));
+}
+
+TEST_CASE("empty tensors and strings with NUL bytes survive the codec", "[message]") {
+  Message m;
+  m.function = std::string("f\0g", 3);
+  m.args = {IValue(empty({7, 0})), IValue(std::string("a\0b", 3))};
+  FrameBytes bytes = frame_bytes(encode(m));
+  auto header = words(bytes.header);
+  FramePrefix p = parse_prefix(bytes.prefix.data(), 1 << 20);
+  auto layouts = tensor_layouts(header.asPtr(), p.payload_bytes);  // found by the fuzzer
+  REQUIRE(layouts.size() == 1);
+  CHECK(layouts[0].sizes == Shape{7, 0});
+  Message d = decode(header.asPtr(), {empty({7, 0})});
+  CHECK(d.function == std::string("f\0g", 3));
+  CHECK(d.args[1].to_string() == std::string("a\0b", 3));
+}
+
+TEST_CASE("a zero size does not let huge sizes through", "[message]") {
+  // Sizes (0, 2^40, 2^40): no bytes, but contiguous strides would overflow int64.
+  Message m;
+  m.args = {IValue(empty({0, 4}))};
+  OutgoingFrame f = encode(m);
+  capnp::FlatArrayMessageReader reader(f.header.asPtr());
+  capnp::MallocMessageBuilder b;
+  b.setRoot(reader.getRoot<rpc::wire::Envelope>());
+  auto sizes = b.getRoot<rpc::wire::Envelope>().getTensors()[0].initSizes(3);
+  sizes.set(0, 0);
+  sizes.set(1, int64_t{1} << 40);
+  sizes.set(2, int64_t{1} << 40);
+  auto header = capnp::messageToFlatArray(b);
+  CHECK_THROWS_WITH(tensor_layouts(header.asPtr(), 0), Catch::Contains("too large"));
 }

@@ -1,0 +1,116 @@
+// Writes the seed corpus of fuzz_frame: a few valid frames made by rpc::encode, one file each.
+//
+//   build-fuzz/fuzz/make_seeds fuzz/corpus/frame     # regenerate the committed seeds
+//
+// `./gw fuzz` also runs it into the working corpus, so the seeds follow wire.capnp changes.
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "core/storage.h"
+#include "fuzz/frame_reader.h"
+
+namespace {
+
+using gw::Tensor;
+using gw::rpc::IValue;
+using gw::rpc::Message;
+using gw::rpc::MessageKind;
+
+// A contiguous tensor whose bytes count up from `first`, so seeds are small but not all zero.
+Tensor counting(gw::Shape sizes, gw::DType dtype, uint8_t first = 1) {
+  size_t nbytes = static_cast<size_t>(gw::numel(sizes)) * gw::itemsize(dtype);
+  Tensor t = Tensor::make(gw::Storage::allocate(nbytes, gw::kCPU), sizes,
+                          gw::contiguous_strides(sizes), 0, dtype);
+  auto* p = static_cast<uint8_t*>(t.raw_data());
+  for (size_t i = 0; i < nbytes; ++i) p[i] = dtype == gw::DType::Bool ? i % 2 : first + i;
+  return t;
+}
+
+Message handshake() {
+  Message m;
+  m.kind = MessageKind::kHandshake;
+  m.worker_name = "worker0";
+  m.worker_id = 0;
+  return m;
+}
+
+Message request_tensors() {
+  Message m;
+  m.id = 1;
+  m.function = "my_add";
+  Tensor x = counting({2, 3}, gw::kFloat32);
+  m.args = {x, counting({}, gw::kFloat64).requires_grad_(true), x};  // x twice: one payload each
+  return m;
+}
+
+Message request_scalars() {
+  Message m;
+  m.id = 2;
+  m.function = "builtin::echo";
+  m.args = {int64_t{-7},
+            2.5,
+            true,
+            IValue(),
+            std::string("text"),
+            IValue::bytes({0, 1, 2, 255}),
+            gw::rpc::IValueList{counting({4}, gw::kInt32), gw::rpc::IValueList{IValue()}},
+            IValue::rref_fork({1, {1, 10}, {0, 11}, 0, "Tensor"})};
+  return m;
+}
+
+Message response_tensors() {
+  Message m;
+  m.id = 3;
+  m.kind = MessageKind::kResponse;
+  m.value = gw::rpc::IValueList{counting({3}, gw::kInt64), counting({2}, gw::kFloat16),
+                                counting({2, 1}, gw::kBFloat16), counting({0, 3}, gw::kFloat32),
+                                counting({5}, gw::kBool)};
+  return m;
+}
+
+Message response_error() {
+  Message m;
+  m.id = 4;
+  m.kind = MessageKind::kResponse;
+  m.error = gw::rpc::Failure{"worker1", "[rpc] boom", gw::ErrorCode::kIo};
+  return m;
+}
+
+bool write(const std::string& path, const std::vector<std::vector<uint8_t>>& frames) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  for (const auto& b : frames) f.write(reinterpret_cast<const char*>(b.data()), b.size());
+  return static_cast<bool>(f);
+}
+
+std::vector<uint8_t> bytes_of(const Message& m) {
+  return gw::fuzz::frame_bytes(gw::rpc::encode(m));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s <corpus dir>\n", argv[0]);
+    return 2;
+  }
+  const std::string dir = argv[1];
+  const std::vector<std::pair<std::string, std::vector<std::vector<uint8_t>>>> seeds = {
+      {"handshake", {bytes_of(handshake())}},
+      {"request_tensors", {bytes_of(request_tensors())}},
+      {"request_scalars", {bytes_of(request_scalars())}},
+      {"response_tensors", {bytes_of(response_tensors())}},
+      {"response_error", {bytes_of(response_error())}},
+      // A connection carries frames back to back: the reader must find the second one.
+      {"stream", {bytes_of(handshake()), bytes_of(request_scalars())}},
+  };
+  for (const auto& [name, frames] : seeds) {
+    if (!write(dir + "/" + name, frames)) {
+      std::fprintf(stderr, "make_seeds: cannot write %s/%s\n", dir.c_str(), name.c_str());
+      return 1;
+    }
+  }
+  return 0;
+}
