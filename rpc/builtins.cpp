@@ -1,6 +1,6 @@
 // The builtin functions every worker can run without registering anything: the public tensor
-// ops under their PyTorch names, and Python's min/max on numbers (the RPC spec's examples use
-// them).
+// ops of core under their PyTorch names (torch.add, torch.matmul, ...), overloaded where core
+// is, and Python's min/max on numbers (the RPC spec's examples use them).
 #include <algorithm>
 
 #include "core/ops.h"
@@ -10,56 +10,149 @@ namespace gw::rpc {
 
 namespace {
 
-Shape to_shape(const std::vector<int64_t>& v) { return Shape(v.begin(), v.end()); }
+using T = const Tensor&;
+using S = const Scalar&;
+using Tensors = const std::vector<Tensor>&;
 
-void register_builtins(FunctionTable& t) {
-  using T = const Tensor&;
-  using S = const Scalar&;
-  // Binary ops: Tensor op Tensor and Tensor op Scalar.
+void register_elementwise(FunctionTable& t) {
+  using Unary = Tensor (*)(T);
+  for (auto [name, fn] :
+       std::initializer_list<std::pair<const char*, Unary>>{{"neg", gw::neg},
+                                                            {"abs", gw::abs},
+                                                            {"exp", gw::exp},
+                                                            {"log", gw::log},
+                                                            {"log1p", gw::log1p},
+                                                            {"expm1", gw::expm1},
+                                                            {"sqrt", gw::sqrt},
+                                                            {"rsqrt", gw::rsqrt},
+                                                            {"square", gw::square},
+                                                            {"reciprocal", gw::reciprocal},
+                                                            {"sin", gw::sin},
+                                                            {"cos", gw::cos},
+                                                            {"erf", gw::erf},
+                                                            {"sign", gw::sign},
+                                                            {"floor", gw::floor},
+                                                            {"ceil", gw::ceil},
+                                                            {"round", gw::round},
+                                                            {"relu", gw::relu},
+                                                            {"sigmoid", gw::sigmoid},
+                                                            {"tanh", gw::tanh},
+                                                            {"logical_not", gw::logical_not}})
+    t.add(name, fn);
+  t.add("gelu", [](T x) { return gw::gelu(x); });
+  t.add("gelu", [](T x, std::string approximate) { return gw::gelu(x, approximate); });
+  t.add("clamp", [](T x, std::optional<Scalar> lo, std::optional<Scalar> hi) {
+    return gw::clamp(x, lo, hi);
+  });
+
+  using Binary = Tensor (*)(T, T);
+  using WithScalar = Tensor (*)(T, S);
   t.add("add", [](T a, T b) { return gw::add(a, b); });
   t.add("add", [](T a, S b) { return gw::add(a, b); });
+  t.add("add", [](T a, T b, S alpha) { return gw::add(a, b, alpha); });
   t.add("sub", [](T a, T b) { return gw::sub(a, b); });
   t.add("sub", [](T a, S b) { return gw::sub(a, b); });
-  t.add("mul", [](T a, T b) { return gw::mul(a, b); });
-  t.add("mul", [](T a, S b) { return gw::mul(a, b); });
-  t.add("div", [](T a, T b) { return gw::div(a, b); });
-  t.add("div", [](T a, S b) { return gw::div(a, b); });
-  t.add("pow", [](T a, T b) { return gw::pow(a, b); });
-  t.add("pow", [](T a, S b) { return gw::pow(a, b); });
-  t.add("maximum", [](T a, T b) { return gw::maximum(a, b); });
-  t.add("minimum", [](T a, T b) { return gw::minimum(a, b); });
-  t.add("eq", [](T a, T b) { return gw::eq(a, b); });
+  t.add("sub", [](T a, T b, S alpha) { return gw::sub(a, b, alpha); });
+  for (auto [name, tt, ts] :
+       std::initializer_list<std::tuple<const char*, Binary, WithScalar>>{{"mul", gw::mul, gw::mul},
+                                                                          {"div", gw::div, gw::div},
+                                                                          {"pow", gw::pow, gw::pow},
+                                                                          {"eq", gw::eq, gw::eq},
+                                                                          {"ne", gw::ne, gw::ne},
+                                                                          {"lt", gw::lt, gw::lt},
+                                                                          {"le", gw::le, gw::le},
+                                                                          {"gt", gw::gt, gw::gt},
+                                                                          {"ge", gw::ge, gw::ge}}) {
+    t.add(name, tt);
+    t.add(name, ts);
+  }
+  for (auto [name, fn] :
+       std::initializer_list<std::pair<const char*, Binary>>{{"maximum", gw::maximum},
+                                                             {"minimum", gw::minimum},
+                                                             {"logical_and", gw::logical_and},
+                                                             {"logical_or", gw::logical_or}})
+    t.add(name, fn);
+  t.add("where", [](T cond, T a, T b) { return gw::where(cond, a, b); });
+  t.add("masked_fill", [](T x, T mask, S v) { return gw::masked_fill(x, mask, v); });
+}
+
+void register_reductions_and_linalg(FunctionTable& t) {
+  t.add("sum", [](T x) { return gw::sum(x); });
+  t.add("sum", [](T x, Shape dims, bool keepdim) { return gw::sum(x, dims, keepdim); });
+  t.add("mean", [](T x) { return gw::mean(x); });
+  t.add("mean", [](T x, Shape dims, bool keepdim) { return gw::mean(x, dims, keepdim); });
+  t.add("prod", [](T x) { return gw::prod(x); });
+  t.add("max", [](T x) { return gw::max(x); });
+  t.add("min", [](T x) { return gw::min(x); });
+  t.add("amax", [](T x, Shape dims, bool keepdim) { return gw::amax(x, dims, keepdim); });
+  t.add("amin", [](T x, Shape dims, bool keepdim) { return gw::amin(x, dims, keepdim); });
+  t.add("argmax", [](T x) { return gw::argmax(x); });
+  t.add("argmax", [](T x, int64_t dim, bool keepdim) { return gw::argmax(x, dim, keepdim); });
+  t.add("argmin", [](T x) { return gw::argmin(x); });
+  t.add("argmin", [](T x, int64_t dim, bool keepdim) { return gw::argmin(x, dim, keepdim); });
+  t.add("var", [](T x, Shape dims, int64_t correction, bool keepdim) {
+    return gw::var(x, dims, correction, keepdim);
+  });
+  t.add("std", [](T x, Shape dims, int64_t correction, bool keepdim) {
+    return gw::std(x, dims, correction, keepdim);
+  });
+  t.add("logsumexp", [](T x, Shape dims, bool keepdim) { return gw::logsumexp(x, dims, keepdim); });
+  t.add("softmax", [](T x, int64_t dim) { return gw::softmax(x, dim); });
+  t.add("log_softmax", [](T x, int64_t dim) { return gw::log_softmax(x, dim); });
   t.add("matmul", [](T a, T b) { return gw::matmul(a, b); });
   t.add("mm", [](T a, T b) { return gw::mm(a, b); });
   t.add("bmm", [](T a, T b) { return gw::bmm(a, b); });
   t.add("dot", [](T a, T b) { return gw::dot(a, b); });
-  // Unary ops.
-  for (auto [name, fn] : std::initializer_list<std::pair<const char*, Tensor (*)(T)>>{
-           {"neg", gw::neg},
-           {"abs", gw::abs},
-           {"exp", gw::exp},
-           {"log", gw::log},
-           {"sqrt", gw::sqrt},
-           {"rsqrt", gw::rsqrt},
-           {"relu", gw::relu},
-           {"sigmoid", gw::sigmoid},
-           {"tanh", gw::tanh},
-           {"square", gw::square},
-           {"sum", gw::sum},
-           {"mean", gw::mean},
-           {"clone", [](T x) { return x.clone(); }},
-           {"t", [](T x) { return x.t(); }}})
-    t.add(name, fn);
-  t.add("sum", [](T x, std::vector<int64_t> dims, bool keepdim) {
-    return gw::sum(x, to_shape(dims), keepdim);
-  });
-  t.add("softmax", [](T x, int64_t dim) { return gw::softmax(x, dim); });
-  t.add("reshape", [](T x, std::vector<int64_t> shape) { return x.reshape(to_shape(shape)); });
-  // Creation.
-  t.add("ones", [](std::vector<int64_t> shape) { return gw::ones(to_shape(shape)); });
-  t.add("zeros", [](std::vector<int64_t> shape) { return gw::zeros(to_shape(shape)); });
-  t.add("full", [](std::vector<int64_t> shape, S v) { return gw::full(to_shape(shape), v); });
-  // Python's min/max on numbers.
+  t.add("linear", [](T x, T w) { return gw::linear(x, w); });
+  t.add("linear", [](T x, T w, T b) { return gw::linear(x, w, b); });
+}
+
+void register_shape_and_index(FunctionTable& t) {
+  t.add("clone", [](T x) { return x.clone(); });
+  t.add("contiguous", [](T x) { return x.contiguous(); });
+  t.add("t", [](T x) { return x.t(); });
+  t.add("reshape", [](T x, Shape s) { return gw::reshape(x, s); });
+  t.add("transpose", [](T x, int64_t a, int64_t b) { return gw::transpose(x, a, b); });
+  t.add("permute", [](T x, Shape dims) { return gw::permute(x, dims); });
+  t.add("flatten", [](T x) { return gw::flatten(x); });
+  t.add("flatten", [](T x, int64_t start, int64_t end) { return gw::flatten(x, start, end); });
+  t.add("squeeze", [](T x) { return gw::squeeze(x); });
+  t.add("squeeze", [](T x, int64_t dim) { return gw::squeeze(x, dim); });
+  t.add("unsqueeze", [](T x, int64_t dim) { return gw::unsqueeze(x, dim); });
+  t.add("expand", [](T x, Shape s) { return gw::expand(x, s); });
+  t.add("narrow", [](T x, int64_t d, int64_t s, int64_t n) { return gw::narrow(x, d, s, n); });
+  t.add("select", [](T x, int64_t d, int64_t i) { return gw::select(x, d, i); });
+  t.add("cat", [](Tensors xs, int64_t dim) { return gw::cat(xs, dim); });
+  t.add("cat", [](Tensors xs) { return gw::cat(xs); });
+  t.add("stack", [](Tensors xs, int64_t dim) { return gw::stack(xs, dim); });
+  t.add("stack", [](Tensors xs) { return gw::stack(xs); });
+  t.add("split", [](T x, int64_t size, int64_t dim) { return gw::split(x, size, dim); });
+  t.add("chunk", [](T x, int64_t n, int64_t dim) { return gw::chunk(x, n, dim); });
+  t.add("index_select", [](T x, int64_t d, T i) { return gw::index_select(x, d, i); });
+  t.add("gather", [](T x, int64_t d, T i) { return gw::gather(x, d, i); });
+  t.add("scatter_add", [](T x, int64_t d, T i, T src) { return gw::scatter_add(x, d, i, src); });
+  t.add("embedding", [](T w, T i) { return gw::embedding(w, i); });
+  t.add("one_hot", [](T i, int64_t n) { return gw::one_hot(i, n); });
+}
+
+void register_creation(FunctionTable& t) {
+  t.add("ones", [](Shape s) { return gw::ones(s); });
+  t.add("zeros", [](Shape s) { return gw::zeros(s); });
+  t.add("full", [](Shape s, S v) { return gw::full(s, v); });
+  t.add("eye", [](int64_t n) { return gw::eye(n); });
+  t.add("arange", [](S end) { return gw::arange(end); });
+  t.add("arange", [](S start, S end) { return gw::arange(start, end); });
+  t.add("linspace", [](double a, double b, int64_t n) { return gw::linspace(a, b, n); });
+  t.add("ones_like", [](T x) { return gw::ones_like(x); });
+  t.add("zeros_like", [](T x) { return gw::zeros_like(x); });
+}
+
+void register_builtins(FunctionTable& t) {
+  register_elementwise(t);
+  register_reductions_and_linalg(t);
+  register_shape_and_index(t);
+  register_creation(t);
+  // Python's min/max on numbers. Registered after the tensor overloads, which take a Tensor.
   t.add("min", [](int64_t a, int64_t b) { return std::min(a, b); });
   t.add("min", [](double a, double b) { return std::min(a, b); });
   t.add("max", [](int64_t a, int64_t b) { return std::max(a, b); });

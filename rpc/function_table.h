@@ -73,6 +73,14 @@ class FunctionTable {
     class_names_[std::type_index(typeid(C))] = name;
     return *this;
   }
+  // Registers `name(A...)` creating a C on the worker that runs it, for remote(): the object
+  // stays there and the caller gets an RRef to it.
+  template <typename C, typename... A>
+  FunctionTable& add_constructor(const std::string& name) {
+    add(name, std::function<std::shared_ptr<C>(A...)>(
+                  [](A... a) { return std::make_shared<C>(std::forward<A>(a)...); }));
+    return *this;
+  }
   // Registers C::method as "<class name>.<method>", callable through RRef helpers with the
   // owner's object as `self`.
   template <typename C, typename R, typename... A>

@@ -213,6 +213,20 @@ struct IValueTraits<std::vector<T>> {
   static std::string name() { return "List[" + IValueTraits<T>::name() + "]"; }
 };
 
+// Shapes travel as lists of ints.
+template <>
+struct IValueTraits<Shape> {
+  static IValue to(const Shape& s) {
+    return IValueTraits<std::vector<int64_t>>::to(std::vector<int64_t>(s.begin(), s.end()));
+  }
+  static bool accepts(const IValue& v) { return IValueTraits<std::vector<int64_t>>::accepts(v); }
+  static Shape from(const IValue& v) {
+    auto d = IValueTraits<std::vector<int64_t>>::from(v);
+    return Shape(d.begin(), d.end());
+  }
+  static std::string name() { return "List[int]"; }
+};
+
 template <typename... Ts>
 struct IValueTraits<std::tuple<Ts...>> {
   static IValue to(const std::tuple<Ts...>& t) {

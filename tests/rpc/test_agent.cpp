@@ -55,6 +55,31 @@ TEST_CASE("tensors of every dtype and size round trip exactly", "[rpc]") {
   CHECK(rpc_sync<Tensor>("worker1", "clone", zeros({0, 3})).sizes() == Shape{0, 3});
 }
 
+TEST_CASE("optionals, pairs, tuples, vectors and user types cross the wire", "[rpc]") {
+  Group g(2);
+  Agent::Use use(g[0]);
+  auto [n, s, p, ts] = rpc_sync("worker1", kinds, std::optional<int64_t>(7),
+                                std::pair<double, std::string>(3.0, "x"), Point{1.5, 2.5},
+                                std::vector<Tensor>{ones({2}), zeros({1})});
+  CHECK(n == 7);
+  CHECK(s == "x3");
+  CHECK(p.x == 2.5);
+  CHECK(p.y == 1.5);
+  REQUIRE(ts.size() == 1);
+  CHECK(ts[0].to_vector<float>() == std::vector<float>{1, 1, 0});
+  CHECK(std::get<0>(rpc_sync("worker1", kinds, std::optional<int64_t>(),
+                             std::pair<double, std::string>(0, ""), Point{},
+                             std::vector<Tensor>{ones({1})})) == -1);
+  // Builtins returning several tensors, and taking shapes.
+  auto parts = rpc_sync<std::vector<Tensor>>("worker1", "split", arange(0, 6), 4, 0);
+  REQUIRE(parts.size() == 2);
+  CHECK(parts[1].to_vector<int64_t>() == std::vector<int64_t>{4, 5});
+  CHECK(rpc_sync<Tensor>("worker1", "permute", ones({2, 3}), Shape{1, 0}).sizes() == Shape{3, 2});
+  // A class constructor registered by name: the object stays on worker1.
+  auto c = remote<std::shared_ptr<Counter>>("worker1", "Counter");
+  CHECK(c.rpc_sync(&Counter::add, 3) == 3);
+}
+
 TEST_CASE("a callee's exception arrives as RemoteError naming the worker", "[rpc]") {
   Group g(2);
   Agent::Use use(g[0]);

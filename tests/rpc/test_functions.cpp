@@ -2,6 +2,7 @@
 
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <vector>
 
@@ -64,6 +65,17 @@ void drop_kept_rrefs() {
 }
 RRef<Tensor> make_local_rref(Tensor t) { return RRef<Tensor>(t); }
 
+std::tuple<int64_t, std::string, Point, std::vector<Tensor>> kinds(
+    std::optional<int64_t> maybe, std::pair<double, std::string> pair, Point p,
+    std::vector<Tensor> ts) {
+  Point swapped{p.y, p.x};
+  return {maybe.value_or(-1),
+          pair.second + std::to_string(static_cast<int>(pair.first)),
+          swapped,
+          {gw::cat(ts)}};
+}
+GW_RPC_FUNCTION(kinds);
+
 GW_RPC_FUNCTION(rref_sum);
 GW_RPC_FUNCTION(rref_int);
 GW_RPC_FUNCTION(keep_rref);
@@ -81,6 +93,7 @@ const bool kCounterRegistered = [] {
     c->n = start;
     return c;
   });
+  functions().add_constructor<Counter>("Counter");
   return true;
 }();
 }  // namespace
@@ -93,3 +106,21 @@ GW_RPC_FUNCTION(crash);
 GW_RPC_FUNCTION(whoami);
 
 }  // namespace gw::rpc::testing
+
+std::vector<uint8_t> gw::rpc::Serializer<gw::rpc::testing::Point>::serialize(
+    const gw::rpc::testing::Point& p) {
+  std::vector<uint8_t> b(sizeof(double) * 2);
+  std::memcpy(b.data(), &p.x, sizeof(double));
+  std::memcpy(b.data() + sizeof(double), &p.y, sizeof(double));
+  return b;
+}
+
+gw::rpc::testing::Point gw::rpc::Serializer<gw::rpc::testing::Point>::deserialize(
+    std::span<const uint8_t> bytes) {
+  GW_CHECK(bytes.size() == 2 * sizeof(double), InvalidArgumentError,
+           "[Point] expected 16 bytes, got ", bytes.size());
+  gw::rpc::testing::Point p;
+  std::memcpy(&p.x, bytes.data(), sizeof(double));
+  std::memcpy(&p.y, bytes.data() + sizeof(double), sizeof(double));
+  return p;
+}

@@ -26,6 +26,15 @@ void keep_rref(RRef<Tensor> r);     // holds r until drop_kept_rrefs()
 void drop_kept_rrefs();
 RRef<Tensor> make_local_rref(Tensor t);  // an RRef owned by the worker running this
 
+// A user type sent through gw::rpc::Serializer.
+struct Point {
+  double x = 0, y = 0;
+};
+// Exercises the argument kinds: optional, pair, user type, vector of tensors; returns a tuple.
+std::tuple<int64_t, std::string, Point, std::vector<Tensor>> kinds(
+    std::optional<int64_t> maybe, std::pair<double, std::string> pair, Point p,
+    std::vector<Tensor> ts);
+
 // A class whose objects live on RRef owners (registered as "Counter").
 struct Counter {
   int64_t n = 0;
@@ -34,3 +43,9 @@ struct Counter {
 };
 
 }  // namespace gw::rpc::testing
+
+template <>
+struct gw::rpc::Serializer<gw::rpc::testing::Point> {
+  static std::vector<uint8_t> serialize(const gw::rpc::testing::Point& p);
+  static gw::rpc::testing::Point deserialize(std::span<const uint8_t> bytes);
+};
