@@ -1,9 +1,10 @@
 # PyTorch 1.13 on bench_mlp's case: one SGD step of the 784-256-128-10 MLP on a batch of 64,
 # single-threaded like gradwire's default. Prints microseconds per step as one JSON line.
 import json
-import time
 
 import torch
+
+from torch_timing import seconds_per_call
 
 torch.set_num_threads(1)
 torch.manual_seed(0)
@@ -21,23 +22,6 @@ def step():
     loss = torch.nn.functional.cross_entropy(model(x), y)
     loss.backward()
     opt.step()
-
-
-def seconds_per_call(f, min_seconds=0.1, trials=5):
-    f()
-    batch, best = 1, float("inf")
-    done = 0
-    while done < trials:
-        start = time.perf_counter()
-        for _ in range(batch):
-            f()
-        elapsed = time.perf_counter() - start
-        if elapsed < min_seconds:
-            batch = max(batch * 2, int(batch * min_seconds / (elapsed + 1e-9) * 0.5))
-            continue
-        best = min(best, elapsed / batch)
-        done += 1
-    return best
 
 
 print(json.dumps({"step_us": seconds_per_call(step) * 1e6}))

@@ -18,9 +18,10 @@ import os
 import socket
 import subprocess
 import sys
-import time
 
 import torch
+
+from torch_timing import seconds_per_call
 import torch.distributed.rpc as rpc
 
 IN_FLIGHT = 64
@@ -31,24 +32,6 @@ SIZES_MIB = (1, 16, 64)
 # file as __main__, can unpickle it by name.
 def identity(t):
     return t
-
-
-def seconds_per_call(f, min_seconds=0.1, trials=5):
-    """Mirror of gw::bench::seconds_per_call: warm up once, grow the batch until one batch
-    lasts min_seconds, and return the best mean over `trials` such batches."""
-    f()
-    batch, best, done = 1, float("inf"), 0
-    while done < trials:
-        start = time.perf_counter()
-        for _ in range(batch):
-            f()
-        elapsed = time.perf_counter() - start
-        if elapsed < min_seconds:
-            batch = max(batch * 2, int(batch * min_seconds / (elapsed + 1e-9) * 0.5))
-            continue
-        best = min(best, elapsed / batch)
-        done += 1
-    return best
 
 
 # TensorPipe's own defaults when the variable is set, else TCP only (see the top comment).
