@@ -631,6 +631,16 @@ void Agent::stop(const std::string& why) {
   });
   impl_->io_thread.join();
   impl_->pool.reset();  // runs what was queued (their responses find closed connections)
+  // An async function's future may complete later, on another thread, and its callback uses
+  // this agent: wait for those (our failed calls above let chains on them finish) so that the
+  // agent can be destroyed. Bounded, for a function waiting on something that never comes.
+  {
+    std::unique_lock lock(impl_->pending_mu);
+    const Milliseconds bound = rpc_timeout().count() > 0 ? rpc_timeout() : kDefaultRpcTimeout;
+    if (!impl_->idle.wait_for(lock, bound, [&] { return impl_->active_handlers == 0; }))
+      log_error(self_.name, ": ", impl_->active_handlers,
+                " request handler(s) still running after shutdown");
+  }
   std::lock_guard lock(impl_->conn_mu);
   impl_->inbound.clear();
   for (auto& c : impl_->outbound) c.reset();

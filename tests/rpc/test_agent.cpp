@@ -163,6 +163,24 @@ TEST_CASE("non-graceful shutdown fails the calls still pending", "[rpc]") {
   g[1].shutdown(false);
 }
 
+TEST_CASE("a local shutdown waits for async handlers to unwind before the agent goes", "[rpc]") {
+  arm_blocked();
+  Group g(3);
+  Future<int64_t> fut;
+  {
+    Agent::Use use(g[0]);
+    fut = rpc_async("worker1", async_wait_on, std::string("worker2"), timeout(0ms));
+    CHECK(rpc_sync("worker1", whoami) == "worker1");  // worker1 is serving
+  }
+  g[1].shutdown(false);  // fails worker1's call to worker2, so the handler's chain unwinds
+  g.agents[1].reset();   // destroying the agent must be safe now (ASan checks)
+  CHECK_THROWS_AS(fut.wait(), Error);
+  release_blocked();
+  g[0].shutdown(false);  // worker1 is gone: a graceful shutdown would wait for it
+  g[2].shutdown(false);
+  g.agents.clear();
+}
+
 TEST_CASE("init_rpc rejects bad names, ranks and duplicate names", "[rpc]") {
   auto store = std::make_shared<dist::HashStore>(std::chrono::milliseconds(200));
   RpcBackendOptions o;

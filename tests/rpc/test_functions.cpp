@@ -43,6 +43,10 @@ Future<Tensor> async_add_chained(std::string to, Tensor x, int64_t y, int64_t z)
   return rpc_async<Tensor>(to, "add", x, y).then([z](Future<Tensor>& f) { return f.wait() + z; });
 }
 
+Future<int64_t> async_wait_on(std::string to) {
+  return rpc_async<int64_t>(to, "block_until_released", timeout(std::chrono::milliseconds(0)));
+}
+
 int64_t crash() { std::_Exit(3); }
 
 std::string whoami() { return current_agent().get_worker_info().name; }
@@ -103,6 +107,7 @@ GW_RPC_FUNCTION(fail_with);
 GW_RPC_FUNCTION(block_until_released);
 GW_RPC_FUNCTION(async_add_chained);
 GW_RPC_FUNCTION(crash);
+GW_RPC_FUNCTION(async_wait_on);
 GW_RPC_FUNCTION(whoami);
 
 }  // namespace gw::rpc::testing

@@ -15,6 +15,8 @@ void release_blocked();
 void arm_blocked();
 // The spec's async_add_chained: runs add(x, y) on `to` with async execution, then adds z.
 Future<Tensor> async_add_chained(std::string to, Tensor x, int64_t y, int64_t z);
+// Async: waits for block_until_released on `to`.
+Future<int64_t> async_wait_on(std::string to);
 // Kills this process at once, as a crash would.
 int64_t crash();
 std::string whoami();
