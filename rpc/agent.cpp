@@ -37,7 +37,8 @@ struct PendingCall {
   Future<IValue> future;
   int peer;
   std::string function;
-  Milliseconds timeout{0};  // 0: none
+  Milliseconds timeout{0};           // 0: none
+  const Connection* conn = nullptr;  // where the request went; its loss fails the call
   std::multimap<std::chrono::steady_clock::time_point, uint64_t>::iterator deadline;
 };
 
@@ -242,25 +243,21 @@ std::shared_ptr<Connection> Agent::connection_to(int id) {
 }
 
 void Agent::on_close(const std::shared_ptr<Connection>& c, const std::string& why) {
-  bool was_outbound = false;
   {
     std::lock_guard lock(impl_->conn_mu);
     impl_->inbound.erase(c);
     int peer = c->peer_id();
-    if (peer >= 0 && impl_->outbound[peer] == c) {
-      impl_->outbound[peer].reset();
-      was_outbound = true;
-    }
+    if (peer >= 0 && impl_->outbound[peer] == c) impl_->outbound[peer].reset();
   }
-  if (was_outbound) fail_pending_to(c->peer_id(), why);
+  fail_pending_on(c.get(), why);
 }
 
-void Agent::fail_pending_to(int peer, const std::string& why) {
+void Agent::fail_pending_on(const Connection* conn, const std::string& why) {
   std::vector<PendingCall> failed;
   {
     std::lock_guard lock(impl_->pending_mu);
     for (auto it = impl_->pending.begin(); it != impl_->pending.end();) {
-      if (it->second.peer == peer) {
+      if (it->second.conn == conn) {
         forget_deadline(it->second);
         failed.push_back(std::move(it->second));
         it = impl_->pending.erase(it);
@@ -270,7 +267,7 @@ void Agent::fail_pending_to(int peer, const std::string& why) {
     }
   }
   for (auto& p : failed)
-    fail<IoError>(p, workers_[peer].name, "failed: connection lost (" + why + ")");
+    fail<IoError>(p, workers_[p.peer].name, "failed: connection lost (" + why + ")");
   impl_->idle.notify_all();
 }
 
@@ -288,10 +285,13 @@ Future<IValue> Agent::call(const To& to, const std::string& function, IValueList
   m.id = impl_->next_id.fetch_add(1);
   m.function = function;
   m.args = std::move(args);
-  for (auto& a : m.args) fork_rrefs(a, dst.id);
+  std::vector<RRefForkData> forks;  // undone if the request never leaves
   Future<IValue> result;
-  {
+  try {
+    for (auto& a : m.args) fork_rrefs(a, dst.id, forks);
     std::lock_guard lock(impl_->pending_mu);
+    // Checked under the lock stop() takes, so no call slips in after stop() drained the table.
+    GW_CHECK(running_, StateError, "[rpc] the RPC agent '", self_.name, "' is shut down");
     PendingCall& p = impl_->pending[m.id];
     p.future = result;
     p.peer = dst.id;
@@ -306,10 +306,20 @@ Future<IValue> Agent::call(const To& to, const std::string& function, IValueList
         asio::post(impl_->io, [this] { arm_timer(); });
       }
     }
+  } catch (...) {
+    for (const auto& d : forks) rrefs_->cancel_fork(d);
+    throw;
   }
   try {
-    connection_to(dst.id)->send(m);
+    std::shared_ptr<Connection> c = connection_to(dst.id);
+    {
+      std::lock_guard lock(impl_->pending_mu);
+      if (auto it = impl_->pending.find(m.id); it != impl_->pending.end())
+        it->second.conn = c.get();
+    }
+    c->send(m);
   } catch (...) {
+    for (const auto& d : forks) rrefs_->cancel_fork(d);
     std::unique_lock lock(impl_->pending_mu);
     // The connection may already have failed it (connection lost) on the network thread.
     if (auto it = impl_->pending.find(m.id); it != impl_->pending.end()) {
@@ -421,8 +431,12 @@ void Agent::run_function(const std::string& function, IValueList args,
       result = Future<IValue>::failed(std::current_exception());
     }
     // Async functions complete later, on whichever thread finishes their future.
-    result.add_done_callback([this, done](Future<IValue>& r) {
-      done(r);
+    result.add_done_callback([this, done, function](Future<IValue>& r) {
+      try {
+        done(r);
+      } catch (const std::exception& e) {
+        log_error(self_.name, ": answering '", function, "' failed: ", e.what());
+      }
       {
         std::lock_guard lock(impl_->pending_mu);
         --impl_->active_handlers;
@@ -441,13 +455,16 @@ void Agent::respond(const std::shared_ptr<Connection>& c, uint64_t id, Future<IV
   Message r;
   r.kind = MessageKind::kResponse;
   r.id = id;
+  std::vector<RRefForkData> forks;  // undone if the response never leaves
   auto fail = [&](const std::string& what, ErrorCode code) {
+    for (const auto& d : forks) rrefs_->cancel_fork(d);
+    forks.clear();
     r.value = IValue();
     r.error = Failure{self_.name, what, code};
   };
   try {
     r.value = result.value();
-    fork_rrefs(r.value, c->peer_id());
+    fork_rrefs(r.value, c->peer_id(), forks);
   } catch (const Error& e) {
     fail(e.what(), e.code());
   } catch (const std::exception& e) {
@@ -457,23 +474,26 @@ void Agent::respond(const std::shared_ptr<Connection>& c, uint64_t id, Future<IV
     c->send(r);
   } catch (const IoError&) {
     // The caller's connection is gone; its side has already failed the call.
-  } catch (const Error& e) {
+    for (const auto& d : forks) rrefs_->cancel_fork(d);
+  } catch (const std::exception& e) {
     // The result cannot be sent (e.g. a CUDA tensor, an object): tell the caller why.
-    fail(e.what(), e.code());
+    const Error* err = dynamic_cast<const Error*>(&e);
+    fail(e.what(), err ? err->code() : ErrorCode::kRemote);
     try {
       c->send(r);
-    } catch (const Error&) {
+    } catch (const std::exception&) {
     }
   }
 }
 
 // --- RRefs -----------------------------------------------------------------------------------
 
-void Agent::fork_rrefs(IValue& v, int dst) {
+void Agent::fork_rrefs(IValue& v, int dst, std::vector<RRefForkData>& made) {
   if (!v.contains(IValue::Kind::kRRef)) return;
   v.transform([&](const IValue& x) -> std::optional<IValue> {
     if (!x.is(IValue::Kind::kRRef)) return std::nullopt;
-    return IValue::rref_fork(rrefs_->fork(x.to_rref(), dst));
+    made.push_back(rrefs_->fork(x.to_rref(), dst));
+    return IValue::rref_fork(made.back());
   });
 }
 
@@ -605,7 +625,10 @@ void Agent::shutdown(bool graceful) {
 }
 
 void Agent::stop(const std::string& why) {
-  running_ = false;
+  {
+    std::lock_guard lock(impl_->pending_mu);
+    running_ = false;
+  }
   // Fail what is still pending with the reason, before closing connections would fail it
   // with "connection lost".
   std::unordered_map<uint64_t, PendingCall> left;

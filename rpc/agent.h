@@ -142,14 +142,15 @@ class Agent {
   // Sends the outcome of `result` (done) as the response to request `id`.
   void respond(const std::shared_ptr<Connection>& c, uint64_t id, Future<IValue>& result);
   // RRefs in outgoing values become forks for `dst`; forks in incoming values become RRefs.
-  void fork_rrefs(IValue& v, int dst);
+  void fork_rrefs(IValue& v, int dst, std::vector<RRefForkData>& made);
   void materialize_rrefs(IValue& v);
   // Completes pending call `id` with `response` (a value or the callee's failure).
   void complete(uint64_t id, Message& response);
   void arm_timer();
   void expire_due();
   void forget_deadline(PendingCall& p);
-  void fail_pending_to(int peer, const std::string& why);
+  // Fails the calls whose request went out on `conn`, which was lost.
+  void fail_pending_on(const Connection* conn, const std::string& why);
   void stop(const std::string& why);
   void barrier(const std::string& phase);
 

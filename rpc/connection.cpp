@@ -209,6 +209,10 @@ void Connection::wait_writable() {
   asio::post(socket_.get_executor(), [self = shared_from_this()] {
     if (self->closed()) return;
     self->socket_.async_wait(asio::socket_base::wait_write, [self](const std::error_code& ec) {
+      if (ec && ec != asio::error::operation_aborted) {
+        self->close_on_io_thread("waiting to write failed: " + ec.message());
+        return;
+      }
       std::lock_guard lock(self->write_mu_);
       self->waiting_writable_ = false;
       if (ec || self->close_started_) return;

@@ -55,7 +55,7 @@ bool FunctionTable::contains(const std::string& name) const {
 }
 
 Future<IValue> FunctionTable::invoke(const std::string& name, const IValueList& args) const {
-  const Overload* match = nullptr;
+  Invoker match;
   std::string candidates;
   {
     std::lock_guard lock(mu_);
@@ -64,7 +64,7 @@ Future<IValue> FunctionTable::invoke(const std::string& name, const IValueList& 
              "': it is not registered on this worker");
     for (const auto& o : it->second) {
       if (o.accepts(args)) {
-        match = &o;  // overloads are never removed, so the pointer outlives the lock
+        match = o.invoke;  // a copy: add() may grow the vector once the lock is released
         break;
       }
       candidates += "\n  " + o.signature;
@@ -72,7 +72,7 @@ Future<IValue> FunctionTable::invoke(const std::string& name, const IValueList& 
   }
   GW_CHECK(match, InvalidArgumentError, "[rpc] no overload of '", name, "' accepts arguments ",
            describe_args(args), "; candidates:", candidates);
-  return match->invoke(args);
+  return match(args);
 }
 
 }  // namespace gw::rpc

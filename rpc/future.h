@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "rpc/log.h"
 
 namespace gw {
 
@@ -227,7 +228,16 @@ class Future {
     }
     state_->cv.notify_all();
     Future self = *this;
-    for (auto& cb : callbacks) cb(self);
+    // One callback that throws must not keep the others (e.g. an RPC response) from running.
+    for (auto& cb : callbacks) {
+      try {
+        cb(self);
+      } catch (const std::exception& e) {
+        rpc::log_error("a Future callback threw: ", e.what());
+      } catch (...) {
+        rpc::log_error("a Future callback threw a non-std exception");
+      }
+    }
   }
 
   std::shared_ptr<State> state_;

@@ -75,9 +75,11 @@ RRefForkData RRefContext::fork(const std::shared_ptr<RRefHandle>& h, int dst) {
   const int self = agent_.get_worker_info().id;
   ForkId fork = new_id();
   std::lock_guard lock(mu_);
+  (void)dst;
   if (h->is_owner()) {
-    // The owner knows the fork at once; a reference to itself needs no fork at all.
-    if (dst != self) h->owner_state_->forks.insert(fork);
+    // The owner records the fork at once, even one sent to itself: until it is received the
+    // message is the only thing referring to the value.
+    h->owner_state_->forks.insert(fork);
   } else {
     pending_children_[fork] = h;  // keeps our own fork alive until the child is accepted
   }
@@ -92,7 +94,9 @@ std::shared_ptr<RRefHandle> RRefContext::materialize(const RRefForkData& d) {
   if (d.owner == self) {
     h->owner_state_ = owner_entry(d.rref_id, d.type_name);
     {
+      // Back home: the fork that carried it becomes a local handle.
       std::lock_guard lock(mu_);
+      h->owner_state_->forks.erase(d.fork_id);
       ++h->owner_state_->local_handles;
     }
     h->confirmed_.set_result();
@@ -131,6 +135,19 @@ std::shared_ptr<OwnerRRef> RRefContext::owner_entry(const RRefId& id,
     e->type_name = type_name;
   }
   return e;
+}
+
+std::shared_ptr<OwnerRRef> RRefContext::find_owner_entry(const RRefId& id) const {
+  std::lock_guard lock(mu_);
+  auto it = owners_.find(id);
+  return it == owners_.end() ? nullptr : it->second;
+}
+
+void RRefContext::cancel_fork(const RRefForkData& d) {
+  if (d.owner == agent_.get_worker_info().id)
+    delete_fork(d.rref_id, d.fork_id);
+  else
+    accept_child(d.fork_id);  // releases the hold we kept for the receiver
 }
 
 void RRefContext::add_fork(const RRefId& id, const ForkId& fork) {

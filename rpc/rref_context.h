@@ -89,8 +89,12 @@ class RRefContext : public std::enable_shared_from_this<RRefContext> {
   // Receiving a fork from worker `from`: the handle this worker now holds.
   std::shared_ptr<RRefHandle> materialize(const RRefForkData& d);
 
+  // Undoes fork() for a message that could not be sent.
+  void cancel_fork(const RRefForkData& d);
+
   // Owner side of the control messages (network thread).
   std::shared_ptr<OwnerRRef> owner_entry(const RRefId& id, const std::string& type_name);
+  std::shared_ptr<OwnerRRef> find_owner_entry(const RRefId& id) const;  // nullptr if gone
   void add_fork(const RRefId& id, const ForkId& fork);
   void delete_fork(const RRefId& id, const ForkId& fork);
   void accept_child(const ForkId& fork);

@@ -136,3 +136,28 @@ TEST_CASE("graceful shutdown releases references still held, leaving owner table
   for (int r = 0; r < 3; ++r) CHECK(g[r].num_owner_rrefs() == 0);
   drop_kept_rrefs();
 }
+
+TEST_CASE("an owner passing its own RRef to itself keeps the value until it arrives", "[rref]") {
+  Group g(1);
+  Agent::Use use(g[0]);
+  for (int i = 0; i < 20; ++i) {
+    Future<Tensor> f;
+    {
+      RRef<Tensor> mine(full({2}, float(i)));
+      f = rpc_async(0, rref_sum, mine);  // the local handle goes before the frame is read
+    }
+    CHECK(f.wait(10s).item<float>() == 2.f * float(i));
+  }
+}
+
+TEST_CASE("a message that cannot be sent does not leave its RRef forks behind", "[rref]") {
+  Group g(2);
+  Agent::Use use(g[0]);
+  {
+    RRef<Tensor> mine(ones({2}));
+    // The undefined tensor makes encoding fail after the RRef was forked for worker1.
+    CHECK_THROWS_WITH(rpc_sync<Tensor>(1, "rref_sum", mine, Tensor()),
+                      Catch::Contains("undefined tensor"));
+  }
+  CHECK(g[0].num_owner_rrefs() == 0);
+}
