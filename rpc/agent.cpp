@@ -19,6 +19,8 @@ namespace gw::rpc {
 
 namespace {
 thread_local Agent* t_current_agent = nullptr;
+// The agent whose network or pool thread this is (Agent::Use does not set it).
+thread_local const Agent* t_owning_agent = nullptr;
 
 void check_name(const std::string& name) {
   static const std::regex kValid("[A-Za-z0-9_:\\-]+");
@@ -118,11 +120,14 @@ Agent::Agent(std::string name, int rank, int world_size, RpcBackendOptions optio
       options_.store ? options_.store : dist::rendezvous(options_.init_method, rank, world_size);
   rendezvous(world_size);
   rrefs_ = std::make_shared<RRefContext>(*this);
-  impl_->pool =
-      std::make_unique<ThreadPool>(options_.num_worker_threads, [this] { t_current_agent = this; });
+  impl_->pool = std::make_unique<ThreadPool>(options_.num_worker_threads, [this] {
+    t_current_agent = this;
+    t_owning_agent = this;
+  });
   accept_next();
   impl_->io_thread = std::thread([this] {
     t_current_agent = this;
+    t_owning_agent = this;
     impl_->io.run();
   });
   running_ = true;
@@ -598,6 +603,8 @@ void Agent::barrier(const std::string& phase) {
 
 void Agent::shutdown(bool graceful) {
   if (!running_) return;
+  GW_CHECK(t_owning_agent != this, StateError, "[shutdown] cannot shut down agent '", self_.name,
+           "' from one of its own threads (a request handler or a future callback)");
   if (graceful) {
     auto wait_idle = [&](bool handlers_too) {
       std::unique_lock lock(impl_->pending_mu);

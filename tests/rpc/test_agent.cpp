@@ -181,6 +181,13 @@ TEST_CASE("a local shutdown waits for async handlers to unwind before the agent 
   g.agents.clear();
 }
 
+TEST_CASE("an agent cannot be shut down from its own handler", "[rpc]") {
+  Group g(2);
+  Agent::Use use(g[0]);
+  CHECK_THAT(rpc_sync(1, shutdown_from_handler), Catch::Contains("from one of its own threads"));
+  CHECK(rpc_sync(1, whoami) == "worker1");  // still serving
+}
+
 TEST_CASE("init_rpc rejects bad names, ranks and duplicate names", "[rpc]") {
   auto store = std::make_shared<dist::HashStore>(std::chrono::milliseconds(200));
   RpcBackendOptions o;

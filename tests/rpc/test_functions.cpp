@@ -51,6 +51,16 @@ int64_t crash() { std::_Exit(3); }
 
 std::string whoami() { return current_agent().get_worker_info().name; }
 
+std::string shutdown_from_handler() {
+  try {
+    current_agent().shutdown(false);
+  } catch (const StateError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+GW_RPC_FUNCTION(shutdown_from_handler);
+
 namespace {
 std::mutex g_kept_mu;
 std::vector<RRef<Tensor>> g_kept;

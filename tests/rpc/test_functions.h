@@ -20,6 +20,8 @@ Future<int64_t> async_wait_on(std::string to);
 // Kills this process at once, as a crash would.
 int64_t crash();
 std::string whoami();
+// Tries to shut the agent down from its own handler; returns the error it got.
+std::string shutdown_from_handler();
 
 // RRefs received by a worker.
 Tensor rref_sum(RRef<Tensor> r);    // r.to_here().sum(), on the receiving worker
