@@ -568,7 +568,10 @@ void Agent::handle_system(const std::shared_ptr<Connection>& c, Message& m) {
       });
     } else if (m.function == kFetch) {  // rref id
       need(1);
-      auto owner = rrefs_->owner_entry(id_from(a[0]), "");
+      // Whoever asks holds a reference, so the value is here unless it was already released.
+      auto owner = rrefs_->find_owner_entry(id_from(a[0]));
+      GW_CHECK(owner, StateError, "[to_here] the RRef's value no longer exists on its owner '",
+               self_.name, "' (all references to it were released)");
       owner->value.add_done_callback(
           [this, c, id = m.id](Future<IValue>& v) { respond(c, id, v); });
     } else if (m.function == kFork) {  // rref id, fork id
