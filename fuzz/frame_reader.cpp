@@ -113,13 +113,9 @@ std::string value_difference(const IValue& a, const IValue& b, const std::string
       return a.to_bytes() == b.to_bytes() ? "" : differ("bytes");
     case IValue::Kind::kRRefFork: {
       const auto &fa = a.to_rref_fork(), &fb = b.to_rref_fork();
-      if (fa.owner != fb.owner || fa.rref_id != fb.rref_id || fa.fork_id != fb.fork_id ||
-          fa.parent != fb.parent)
-        return differ("RRef fork ids");
-      return fa.type_name == fb.type_name
-                 ? ""
-                 : differ(detail::str("RRef type name of ", fa.type_name.size(), " bytes vs ",
-                                      fb.type_name.size()));
+      bool same = fa.owner == fb.owner && fa.rref_id == fb.rref_id && fa.fork_id == fb.fork_id &&
+                  fa.parent == fb.parent;
+      return same ? "" : differ("RRef fork ids");
     }
     case IValue::Kind::kRRef:
     case IValue::Kind::kObject:

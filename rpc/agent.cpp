@@ -45,24 +45,11 @@ struct PendingCall {
 };
 
 namespace {
-// Completes a call's future. Callbacks run inline here; one that throws must not take the
-// network thread down with it.
-template <typename F>
-void settle(PendingCall& p, F&& complete) {
-  try {
-    complete(p.future);
-  } catch (const std::exception& e) {
-    log_error("a callback on the future of '", p.function, "' threw: ", e.what());
-  }
-}
-
 // Fails a call with E("[rpc] call of 'f' on worker 'w' <what>").
 template <typename E>
 void fail(PendingCall& p, const std::string& worker, const std::string& what) {
-  settle(p, [&](Future<IValue>& f) {
-    f.set_exception(std::make_exception_ptr(
-        E(gw::detail::str("[rpc] call of '", p.function, "' on worker '", worker, "' ", what))));
-  });
+  p.future.set_exception(std::make_exception_ptr(
+      E(gw::detail::str("[rpc] call of '", p.function, "' on worker '", worker, "' ", what))));
 }
 }  // namespace
 
@@ -91,13 +78,27 @@ struct Agent::Impl {
   asio::steady_timer timer{io};
   int active_handlers = 0;
   std::atomic<uint64_t> next_id{1};
+
+  uint64_t max_frame_bytes = 0;
+  Connection::MessageHandler on_message;  // both to the agent
+  Connection::CloseHandler on_close;
+
+  PendingCall take_pending_locked(std::unordered_map<uint64_t, PendingCall>::iterator it);
+  std::shared_ptr<Connection> make_connection(asio::ip::tcp::socket socket);
 };
 
-// Caller holds pending_mu. The timer may stay armed for a deadline that is gone: it then
-// fires, finds nothing due, and re-arms.
-void Agent::forget_deadline(PendingCall& p) {
-  if (p.deadline != impl_->deadlines.end()) impl_->deadlines.erase(p.deadline);
-  p.deadline = impl_->deadlines.end();
+// Caller holds pending_mu. Removes call `it` and its deadline. The timer may stay armed for a
+// deadline that is gone: it then fires, finds nothing due, and re-arms.
+PendingCall Agent::Impl::take_pending_locked(
+    std::unordered_map<uint64_t, PendingCall>::iterator it) {
+  PendingCall p = std::move(it->second);
+  pending.erase(it);
+  if (p.deadline != deadlines.end()) deadlines.erase(p.deadline);
+  return p;
+}
+
+std::shared_ptr<Connection> Agent::Impl::make_connection(asio::ip::tcp::socket socket) {
+  return std::make_shared<Connection>(std::move(socket), max_frame_bytes, on_message, on_close);
 }
 
 Agent* Agent::current() { return t_current_agent; }
@@ -116,6 +117,9 @@ Agent::Agent(std::string name, int rank, int world_size, RpcBackendOptions optio
            "[init_rpc] num_worker_threads must be positive, got ", options_.num_worker_threads);
   GW_CHECK(options_.rpc_timeout.count() >= 0, InvalidArgumentError,
            "[init_rpc] rpc_timeout must be >= 0 ms (0 = none), got ", options_.rpc_timeout.count());
+  impl_->max_frame_bytes = options_.max_frame_bytes;
+  impl_->on_message = [this](const auto& c, Message m) { on_message(c, std::move(m)); };
+  impl_->on_close = [this](const auto& c, const std::string& why) { on_close(c, why); };
   impl_->store =
       options_.store ? options_.store : dist::rendezvous(options_.init_method, rank, world_size);
   rendezvous(world_size);
@@ -199,10 +203,7 @@ void Agent::accept_next() {
   impl_->acceptor.async_accept([this](const std::error_code& ec, asio::ip::tcp::socket s) {
     if (ec) return;  // the acceptor was closed
     try {
-      auto c = std::make_shared<Connection>(
-          std::move(s), options_.max_frame_bytes,
-          [this](const auto& c, Message m) { on_message(c, std::move(m)); },
-          [this](const auto& c, const std::string& why) { on_close(c, why); });
+      auto c = impl_->make_connection(std::move(s));
       {
         std::lock_guard lock(impl_->conn_mu);
         impl_->inbound.insert(c);
@@ -231,10 +232,7 @@ std::shared_ptr<Connection> Agent::connection_to(int id) {
   GW_CHECK(!ec, IoError, "[rpc] cannot connect to worker '", workers_[id].name, "' at ",
            impl_->endpoints[id].address().to_string(), ":", impl_->endpoints[id].port(), ": ",
            ec.message());
-  auto c = std::make_shared<Connection>(
-      std::move(s), options_.max_frame_bytes,
-      [this](const auto& c, Message m) { on_message(c, std::move(m)); },
-      [this](const auto& c, const std::string& why) { on_close(c, why); });
+  auto c = impl_->make_connection(std::move(s));
   c->set_peer_id(id);
   Message hello;
   hello.kind = MessageKind::kHandshake;
@@ -262,13 +260,9 @@ void Agent::fail_pending_on(const Connection* conn, const std::string& why) {
   {
     std::lock_guard lock(impl_->pending_mu);
     for (auto it = impl_->pending.begin(); it != impl_->pending.end();) {
-      if (it->second.conn == conn) {
-        forget_deadline(it->second);
-        failed.push_back(std::move(it->second));
-        it = impl_->pending.erase(it);
-      } else {
-        ++it;
-      }
+      auto next = std::next(it);
+      if (it->second.conn == conn) failed.push_back(impl_->take_pending_locked(it));
+      it = next;
     }
   }
   for (auto& p : failed)
@@ -293,7 +287,7 @@ Future<IValue> Agent::call(const To& to, const std::string& function, IValueList
   std::vector<RRefForkData> forks;  // undone if the request never leaves
   Future<IValue> result;
   try {
-    for (auto& a : m.args) fork_rrefs(a, dst.id, forks);
+    for (auto& a : m.args) fork_rrefs(a, forks);
     std::lock_guard lock(impl_->pending_mu);
     // Checked under the lock stop() takes, so no call slips in after stop() drained the table.
     GW_CHECK(running_, StateError, "[rpc] the RPC agent '", self_.name, "' is shut down");
@@ -328,8 +322,7 @@ Future<IValue> Agent::call(const To& to, const std::string& function, IValueList
     std::unique_lock lock(impl_->pending_mu);
     // The connection may already have failed it (connection lost) on the network thread.
     if (auto it = impl_->pending.find(m.id); it != impl_->pending.end()) {
-      forget_deadline(it->second);
-      impl_->pending.erase(it);
+      impl_->take_pending_locked(it);
       lock.unlock();
       result.set_exception(std::current_exception());
       impl_->idle.notify_all();
@@ -359,12 +352,9 @@ void Agent::expire_due() {
   {
     std::lock_guard lock(impl_->pending_mu);
     auto now = std::chrono::steady_clock::now();
-    while (!impl_->deadlines.empty() && impl_->deadlines.begin()->first <= now) {
-      auto it = impl_->pending.find(impl_->deadlines.begin()->second);
-      impl_->deadlines.erase(impl_->deadlines.begin());
-      expired.push_back(std::move(it->second));
-      impl_->pending.erase(it);
-    }
+    while (!impl_->deadlines.empty() && impl_->deadlines.begin()->first <= now)
+      expired.push_back(
+          impl_->take_pending_locked(impl_->pending.find(impl_->deadlines.begin()->second)));
   }
   for (auto& p : expired)
     fail<TimeoutError>(p, workers_[p.peer].name,
@@ -379,17 +369,13 @@ void Agent::complete(uint64_t id, Message& response) {
     std::lock_guard lock(impl_->pending_mu);
     auto it = impl_->pending.find(id);
     if (it == impl_->pending.end()) return;  // timed out or failed already
-    p = std::move(it->second);
-    forget_deadline(p);
-    impl_->pending.erase(it);
+    p = impl_->take_pending_locked(it);
   }
-  settle(p, [&](Future<IValue>& f) {
-    if (response.error)
-      f.set_exception(
-          std::make_exception_ptr(RemoteError(response.error->worker, response.error->message)));
-    else
-      f.set_result(std::move(response.value));
-  });
+  if (response.error)
+    p.future.set_exception(
+        std::make_exception_ptr(RemoteError(response.error->worker, response.error->message)));
+  else
+    p.future.set_result(std::move(response.value));
   impl_->idle.notify_all();
 }
 
@@ -469,7 +455,7 @@ void Agent::respond(const std::shared_ptr<Connection>& c, uint64_t id, Future<IV
   };
   try {
     r.value = result.value();
-    fork_rrefs(r.value, c->peer_id(), forks);
+    fork_rrefs(r.value, forks);
   } catch (const Error& e) {
     fail(e.what(), e.code());
   } catch (const std::exception& e) {
@@ -493,11 +479,11 @@ void Agent::respond(const std::shared_ptr<Connection>& c, uint64_t id, Future<IV
 
 // --- RRefs -----------------------------------------------------------------------------------
 
-void Agent::fork_rrefs(IValue& v, int dst, std::vector<RRefForkData>& made) {
+void Agent::fork_rrefs(IValue& v, std::vector<RRefForkData>& made) {
   if (!v.contains(IValue::Kind::kRRef)) return;
   v.transform([&](const IValue& x) -> std::optional<IValue> {
     if (!x.is(IValue::Kind::kRRef)) return std::nullopt;
-    made.push_back(rrefs_->fork(x.to_rref(), dst));
+    made.push_back(rrefs_->fork(x.to_rref()));
     return IValue::rref_fork(made.back());
   });
 }
@@ -511,21 +497,20 @@ void Agent::materialize_rrefs(IValue& v) {
 }
 
 std::shared_ptr<RRefHandle> Agent::remote(const To& to, const std::string& function,
-                                          IValueList args, const std::string& type_name,
-                                          Milliseconds timeout) {
+                                          IValueList args, Milliseconds timeout) {
   GW_CHECK(running_, StateError, "[remote] the RPC agent '", self_.name, "' is shut down");
   const WorkerInfo& dst = resolve(to);
   if (dst.id == self_.id) {  // this worker owns the result
     Future<IValue> value;
-    auto h = rrefs_->create_owner(value, type_name);
+    auto h = rrefs_->create_owner(value);
     run_function(function, std::move(args),
                  [value](Future<IValue>& r) mutable { value.follow(r); });
     return h;
   }
   using namespace rref_messages;
-  auto h = rrefs_->create_user_for_remote(dst.id, type_name);
-  IValueList msg{id_value(h->rref_id()), id_value(h->fork_id()), IValue(type_name),
-                 IValue(function), IValue(std::move(args))};
+  auto h = rrefs_->create_user_for_remote(dst.id);
+  IValueList msg{id_value(h->rref_id()), id_value(h->fork_id()), IValue(function),
+                 IValue(std::move(args))};
   std::weak_ptr<RRefHandle> weak = h;
   call(dst, kRemote, std::move(msg), timeout).add_done_callback([weak](Future<IValue>& ack) {
     if (auto h = weak.lock()) {
@@ -558,12 +543,12 @@ void Agent::handle_system(const std::shared_ptr<Connection>& c, Message& m) {
       GW_CHECK(a.size() == n, IoError, "[rpc] ", m.function, " takes ", n, " arguments, got ",
                a.size());
     };
-    if (m.function == kRemote) {  // rref id, fork id, type, function, args
-      need(5);
-      auto owner = rrefs_->owner_entry(id_from(a[0]), a[2].to_string());
+    if (m.function == kRemote) {  // rref id, fork id, function, args
+      need(4);
+      auto owner = rrefs_->owner_entry(id_from(a[0]));
       rrefs_->add_fork(id_from(a[0]), id_from(a[1]));
       respond(c, m.id, none);  // confirmed: the owner knows the fork
-      run_function(a[3].to_string(), a[4].to_list(), [owner](Future<IValue>& r) {
+      run_function(a[2].to_string(), a[3].to_list(), [owner](Future<IValue>& r) {
         if (!owner->value.done()) owner->value.follow(r);
       });
     } else if (m.function == kFetch) {  // rref id
@@ -635,15 +620,12 @@ void Agent::shutdown(bool graceful) {
 }
 
 void Agent::stop(const std::string& why) {
-  {
-    std::lock_guard lock(impl_->pending_mu);
-    running_ = false;
-  }
   // Fail what is still pending with the reason, before closing connections would fail it
-  // with "connection lost".
+  // with "connection lost". running_ changes under the lock call() checks it under.
   std::unordered_map<uint64_t, PendingCall> left;
   {
     std::lock_guard lock(impl_->pending_mu);
+    running_ = false;
     left.swap(impl_->pending);
     impl_->deadlines.clear();
   }

@@ -98,7 +98,6 @@ class Agent {
   // reference (see rpc/rref_context.h for the protocol). A failure or timeout of the creation
   // fails the handle's confirmation and surfaces on to_here().
   std::shared_ptr<RRefHandle> remote(const To& to, const std::string& function, IValueList args,
-                                     const std::string& type_name,
                                      Milliseconds timeout = kUseDefaultTimeout);
   // The value an RRef refers to: the owner's own future, or a fetch from the owner.
   Future<IValue> fetch(const std::shared_ptr<RRefHandle>& rref,
@@ -141,14 +140,14 @@ class Agent {
                     std::function<void(Future<IValue>&)> done);
   // Sends the outcome of `result` (done) as the response to request `id`.
   void respond(const std::shared_ptr<Connection>& c, uint64_t id, Future<IValue>& result);
-  // RRefs in outgoing values become forks for `dst`; forks in incoming values become RRefs.
-  void fork_rrefs(IValue& v, int dst, std::vector<RRefForkData>& made);
+  // RRefs in outgoing values become forks (appended to `made`); forks in incoming values
+  // become RRefs.
+  void fork_rrefs(IValue& v, std::vector<RRefForkData>& made);
   void materialize_rrefs(IValue& v);
   // Completes pending call `id` with `response` (a value or the callee's failure).
   void complete(uint64_t id, Message& response);
   void arm_timer();
   void expire_due();
-  void forget_deadline(PendingCall& p);
   // Fails the calls whose request went out on `conn`, which was lost.
   void fail_pending_on(const Connection* conn, const std::string& why);
   void stop(const std::string& why);

@@ -44,7 +44,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Who is on the other side, once the handshake has told us (-1 before).
   int peer_id() const { return peer_id_.load(std::memory_order_acquire); }
   void set_peer_id(int id) { peer_id_.store(id, std::memory_order_release); }
-  std::string remote_endpoint() const { return remote_; }
 
  private:
   struct Pending;  // a frame the kernel has not fully taken yet

@@ -29,14 +29,6 @@ const char* IValue::kind_name() const {
   return "?";
 }
 
-void IValue::for_each_tensor(const std::function<void(const Tensor&)>& f) const {
-  if (const auto* t = std::get_if<Tensor>(&v_)) {
-    f(*t);
-  } else if (const auto* l = std::get_if<IValueList>(&v_)) {
-    for (const auto& x : *l) x.for_each_tensor(f);
-  }
-}
-
 void IValue::transform(const std::function<std::optional<IValue>(const IValue&)>& f) {
   if (auto r = f(*this)) {
     *this = std::move(*r);

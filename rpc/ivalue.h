@@ -94,9 +94,6 @@ class IValue {
   void transform(const std::function<std::optional<IValue>(const IValue&)>& f);
   bool contains(Kind k) const;
 
-  // Every tensor inside this value, depth first (distributed autograd looks for them).
-  void for_each_tensor(const std::function<void(const Tensor&)>& f) const;
-
  private:
   explicit IValue(Storage s) : v_(std::move(s)) {}
   template <typename V>

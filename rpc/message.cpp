@@ -69,7 +69,6 @@ void write_value(wire::Value::Builder out, const IValue& v, std::vector<Tensor>&
       r.getForkId().setWorker(d.fork_id.worker);
       r.getForkId().setLocal(d.fork_id.local);
       r.setParent(d.parent);
-      r.setTypeName(text(d.type_name));
       break;
     }
     case IValue::Kind::kRRef:
@@ -119,8 +118,7 @@ IValue read_value(wire::Value::Reader in, const std::vector<Tensor>& tensors, in
       return IValue::rref_fork(RRefForkData{r.getOwner(),
                                             {r.getRrefId().getWorker(), r.getRrefId().getLocal()},
                                             {r.getForkId().getWorker(), r.getForkId().getLocal()},
-                                            r.getParent(),
-                                            text(r.getTypeName())});
+                                            r.getParent()});
     }
   }
   throw IoError(gw::detail::str("[rpc] unknown value kind ", static_cast<int>(in.which())));

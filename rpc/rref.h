@@ -50,8 +50,7 @@ class RRef {
   explicit RRef(std::shared_ptr<RRefHandle> handle) : h_(std::move(handle)) {}
   // A local RRef: this worker owns `value`.
   explicit RRef(const T& value)
-      : h_(current_agent().rrefs().create_owner(Future<IValue>::ready(to_ivalue(value)),
-                                                IValueTraits<T>::name())) {}
+      : h_(current_agent().rrefs().create_owner(Future<IValue>::ready(to_ivalue(value)))) {}
 
   bool is_owner() const { return handle().is_owner(); }
   WorkerInfo owner() const { return current_agent().get_worker_info(handle().owner()); }
@@ -126,8 +125,7 @@ struct IValueTraits<RRef<T>> {
 template <typename R = IValue, typename... Args>
 RRef<R> remote(const To& to, const std::string& function, Args&&... args) {
   auto call = detail::pack(std::forward<Args>(args)...);
-  return RRef<R>(current_agent().remote(to, function, std::move(call.args), IValueTraits<R>::name(),
-                                        call.timeout));
+  return RRef<R>(current_agent().remote(to, function, std::move(call.args), call.timeout));
 }
 
 template <typename R, typename... P, typename... Args>

@@ -47,14 +47,12 @@ ForkId RRefContext::new_id() {
   return {agent_.get_worker_info().id, next_local_++};
 }
 
-std::shared_ptr<RRefHandle> RRefContext::create_owner(Future<IValue> value,
-                                                      const std::string& type_name) {
+std::shared_ptr<RRefHandle> RRefContext::create_owner(Future<IValue> value) {
   RRefId id = new_id();
   auto state = std::make_shared<OwnerRRef>();
   state->value = std::move(value);
-  state->type_name = type_name;
   state->local_handles = 1;
-  auto h = std::make_shared<RRefHandle>(weak_from_this(), id.worker, id, id, type_name);
+  auto h = std::make_shared<RRefHandle>(weak_from_this(), id.worker, id, id);
   h->owner_state_ = state;
   h->confirmed_.set_result();
   std::lock_guard lock(mu_);
@@ -62,20 +60,18 @@ std::shared_ptr<RRefHandle> RRefContext::create_owner(Future<IValue> value,
   return h;
 }
 
-std::shared_ptr<RRefHandle> RRefContext::create_user_for_remote(int owner,
-                                                                const std::string& type_name) {
+std::shared_ptr<RRefHandle> RRefContext::create_user_for_remote(int owner) {
   RRefId id = new_id();
-  auto h = std::make_shared<RRefHandle>(weak_from_this(), owner, id, id, type_name);
+  auto h = std::make_shared<RRefHandle>(weak_from_this(), owner, id, id);
   std::lock_guard lock(mu_);
   users_[id] = h;
   return h;
 }
 
-RRefForkData RRefContext::fork(const std::shared_ptr<RRefHandle>& h, int dst) {
+RRefForkData RRefContext::fork(const std::shared_ptr<RRefHandle>& h) {
   const int self = agent_.get_worker_info().id;
   ForkId fork = new_id();
   std::lock_guard lock(mu_);
-  (void)dst;
   if (h->is_owner()) {
     // The owner records the fork at once, even one sent to itself: until it is received the
     // message is the only thing referring to the value.
@@ -83,19 +79,18 @@ RRefForkData RRefContext::fork(const std::shared_ptr<RRefHandle>& h, int dst) {
   } else {
     pending_children_[fork] = h;  // keeps our own fork alive until the child is accepted
   }
-  return {h->owner(), h->rref_id(), fork, self, h->type_name()};
+  return {h->owner(), h->rref_id(), fork, self};
 }
 
 std::shared_ptr<RRefHandle> RRefContext::materialize(const RRefForkData& d) {
   const int self = agent_.get_worker_info().id;
   agent_.get_worker_info(d.owner);  // validates the owner id
-  auto h =
-      std::make_shared<RRefHandle>(weak_from_this(), d.owner, d.rref_id, d.fork_id, d.type_name);
+  auto h = std::make_shared<RRefHandle>(weak_from_this(), d.owner, d.rref_id, d.fork_id);
   if (d.owner == self) {
-    h->owner_state_ = owner_entry(d.rref_id, d.type_name);
     {
       // Back home: the fork that carried it becomes a local handle.
       std::lock_guard lock(mu_);
+      h->owner_state_ = owner_entry_locked(d.rref_id);
       h->owner_state_->forks.erase(d.fork_id);
       ++h->owner_state_->local_handles;
     }
@@ -114,7 +109,7 @@ std::shared_ptr<RRefHandle> RRefContext::materialize(const RRefForkData& d) {
   // A user made it: register it with the owner, then release the parent's hold.
   std::weak_ptr<RRefHandle> weak = h;
   notify(agent_, d.owner, kFork, {id_value(d.rref_id), id_value(d.fork_id)})
-      .add_done_callback([this, weak, d, self = shared_from_this()](Future<IValue>& done) {
+      .add_done_callback([this, weak, d, keep_alive = shared_from_this()](Future<IValue>& done) {
         if (auto h = weak.lock()) {
           if (auto e = done.exception())
             h->confirmed_.set_exception(e);
@@ -126,15 +121,15 @@ std::shared_ptr<RRefHandle> RRefContext::materialize(const RRefForkData& d) {
   return h;
 }
 
-std::shared_ptr<OwnerRRef> RRefContext::owner_entry(const RRefId& id,
-                                                    const std::string& type_name) {
-  std::lock_guard lock(mu_);
+std::shared_ptr<OwnerRRef> RRefContext::owner_entry_locked(const RRefId& id) {
   auto& e = owners_[id];
-  if (!e) {
-    e = std::make_shared<OwnerRRef>();
-    e->type_name = type_name;
-  }
+  if (!e) e = std::make_shared<OwnerRRef>();
   return e;
+}
+
+std::shared_ptr<OwnerRRef> RRefContext::owner_entry(const RRefId& id) {
+  std::lock_guard lock(mu_);
+  return owner_entry_locked(id);
 }
 
 std::shared_ptr<OwnerRRef> RRefContext::find_owner_entry(const RRefId& id) const {
@@ -151,9 +146,12 @@ void RRefContext::cancel_fork(const RRefForkData& d) {
 }
 
 void RRefContext::add_fork(const RRefId& id, const ForkId& fork) {
-  auto entry = owner_entry(id, "");
   std::lock_guard lock(mu_);
-  entry->forks.insert(fork);
+  owner_entry_locked(id)->forks.insert(fork);
+}
+
+void RRefContext::send_delete(const RRefHandle& h) {
+  notify(agent_, h.owner(), kDelete, {id_value(h.rref_id()), id_value(h.fork_id())});
 }
 
 std::shared_ptr<OwnerRRef> RRefContext::maybe_drop_locked(const RRefId& id) {
@@ -205,8 +203,7 @@ void RRefContext::on_handle_destroyed(RRefHandle& h) {
     users_.erase(h.fork_id());
     if (h.released_) return;
   }
-  if (agent_.running())
-    notify(agent_, h.owner(), kDelete, {id_value(h.rref_id()), id_value(h.fork_id())});
+  if (agent_.running()) send_delete(h);
 }
 
 void RRefContext::release_users(std::chrono::milliseconds timeout) {
@@ -223,8 +220,7 @@ void RRefContext::release_users(std::chrono::milliseconds timeout) {
       }
     users_.clear();
   }
-  for (auto& h : live)
-    notify(agent_, h->owner(), kDelete, {id_value(h->rref_id()), id_value(h->fork_id())});
+  for (auto& h : live) send_delete(*h);
 }
 
 size_t RRefContext::num_owned() const {

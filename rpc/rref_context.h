@@ -35,18 +35,12 @@ struct OwnerRRef {
   Future<IValue> value;  // completed when the creating function finishes (or fails)
   std::set<ForkId> forks;
   int local_handles = 0;
-  std::string type_name;
 };
 
 class RRefHandle {
  public:
-  RRefHandle(std::weak_ptr<RRefContext> ctx, int owner, RRefId rref_id, ForkId fork_id,
-             std::string type_name)
-      : ctx_(std::move(ctx)),
-        owner_(owner),
-        rref_id_(rref_id),
-        fork_id_(fork_id),
-        type_name_(std::move(type_name)) {}
+  RRefHandle(std::weak_ptr<RRefContext> ctx, int owner, RRefId rref_id, ForkId fork_id)
+      : ctx_(std::move(ctx)), owner_(owner), rref_id_(rref_id), fork_id_(fork_id) {}
   ~RRefHandle();
   RRefHandle(const RRefHandle&) = delete;
   RRefHandle& operator=(const RRefHandle&) = delete;
@@ -55,7 +49,6 @@ class RRefHandle {
   bool is_owner() const { return owner_state_ != nullptr; }
   const RRefId& rref_id() const { return rref_id_; }
   const ForkId& fork_id() const { return fork_id_; }
-  const std::string& type_name() const { return type_name_; }
   // Owner handles: the value's record. User handles: nullptr.
   const std::shared_ptr<OwnerRRef>& owner_state() const { return owner_state_; }
   // Completed once the owner knows this reference (at once for owner handles); fails if the
@@ -69,7 +62,6 @@ class RRefHandle {
   int owner_;
   RRefId rref_id_;
   ForkId fork_id_;
-  std::string type_name_;
   std::shared_ptr<OwnerRRef> owner_state_;
   Future<void> confirmed_;
   bool released_ = false;  // its fork was already deleted at shutdown
@@ -80,12 +72,12 @@ class RRefContext : public std::enable_shared_from_this<RRefContext> {
   explicit RRefContext(Agent& agent) : agent_(agent) {}
 
   // A local RRef: this worker owns `value`.
-  std::shared_ptr<RRefHandle> create_owner(Future<IValue> value, const std::string& type_name);
+  std::shared_ptr<RRefHandle> create_owner(Future<IValue> value);
   // remote() to another worker: a user handle whose fork id is its RRef id, not yet confirmed.
-  std::shared_ptr<RRefHandle> create_user_for_remote(int owner, const std::string& type_name);
+  std::shared_ptr<RRefHandle> create_user_for_remote(int owner);
 
-  // Sending `h` to worker `dst`: makes the fork that travels.
-  RRefForkData fork(const std::shared_ptr<RRefHandle>& h, int dst);
+  // Sending `h` to another worker (or this one): makes the fork that travels.
+  RRefForkData fork(const std::shared_ptr<RRefHandle>& h);
   // Receiving a fork from worker `from`: the handle this worker now holds.
   std::shared_ptr<RRefHandle> materialize(const RRefForkData& d);
 
@@ -93,7 +85,7 @@ class RRefContext : public std::enable_shared_from_this<RRefContext> {
   void cancel_fork(const RRefForkData& d);
 
   // Owner side of the control messages (network thread).
-  std::shared_ptr<OwnerRRef> owner_entry(const RRefId& id, const std::string& type_name);
+  std::shared_ptr<OwnerRRef> owner_entry(const RRefId& id);             // created on first sight
   std::shared_ptr<OwnerRRef> find_owner_entry(const RRefId& id) const;  // nullptr if gone
   void add_fork(const RRefId& id, const ForkId& fork);
   void delete_fork(const RRefId& id, const ForkId& fork);
@@ -110,6 +102,8 @@ class RRefContext : public std::enable_shared_from_this<RRefContext> {
  private:
   friend class RRefHandle;
   void on_handle_destroyed(RRefHandle& h);
+  void send_delete(const RRefHandle& h);
+  std::shared_ptr<OwnerRRef> owner_entry_locked(const RRefId& id);  // caller holds mu_
   ForkId new_id();
   // Drops the owner's record if nothing references it any more; returns it so that it is
   // destroyed outside the lock. Caller holds mu_.

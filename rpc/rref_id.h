@@ -25,7 +25,6 @@ struct RRefForkData {
   RRefId rref_id;
   ForkId fork_id;
   int32_t parent = -1;
-  std::string type_name;
 };
 
 class RRefHandle;  // a worker's reference to one fork of a value (rpc/rref_context.h)

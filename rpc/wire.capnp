@@ -39,7 +39,6 @@ struct RRefFork {
   rrefId @1 :Id;
   forkId @2 :Id;
   parent @3 :Int32;          # the sender, which keeps the value alive until this is accepted
-  typeName @4 :Text;
 }
 
 struct Handshake {
