@@ -32,8 +32,7 @@ static const bool kRegistered = [] {
   rpc::functions()
       .add_class<AsyncExecutionClass>("AsyncExecutionClass")
       .add_method("static_async_add", &AsyncExecutionClass::async_add);
-  rpc::functions().add("AsyncExecutionClass",
-                       [] { return std::make_shared<AsyncExecutionClass>(); });
+  rpc::functions().add_constructor<AsyncExecutionClass>("AsyncExecutionClass");
   return true;
 }();
 

@@ -15,9 +15,15 @@ struct Group {
   std::shared_ptr<dist::HashStore> store = std::make_shared<dist::HashStore>();
   std::vector<std::unique_ptr<Agent>> agents;
 
-  explicit Group(int n, RpcBackendOptions options = {}) {
+  // The options tests start from: a small pool, since several agents share this process.
+  static RpcBackendOptions small_options() {
+    RpcBackendOptions o;
+    o.num_worker_threads = 4;
+    return o;
+  }
+
+  explicit Group(int n, RpcBackendOptions options = small_options()) {
     options.store = store;
-    options.num_worker_threads = options.num_worker_threads == 16 ? 4 : options.num_worker_threads;
     // Each constructor waits for the others to publish their address: start them together.
     std::vector<std::future<std::unique_ptr<Agent>>> starting;
     for (int r = 0; r < n; ++r)

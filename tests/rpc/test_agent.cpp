@@ -124,7 +124,7 @@ TEST_CASE("a call that runs past its timeout fails with TimeoutError", "[rpc]") 
 }
 
 TEST_CASE("async execution chains calls across three workers without blocking a thread", "[rpc]") {
-  RpcBackendOptions options;
+  RpcBackendOptions options = Group::small_options();
   options.num_worker_threads = 1;  // a blocking implementation would deadlock here
   Group g(3, options);
   Agent::Use use(g[0]);

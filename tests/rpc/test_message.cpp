@@ -49,7 +49,8 @@ TEST_CASE("a request survives encode and decode", "[message]") {
   REQUIRE(layouts.size() == 2);
   CHECK(layouts[0].sizes == Shape{2, 3});
   CHECK(layouts[1].dtype == kInt64);
-  Message d = decode(header.asPtr(), {a.clone(), b.clone()});
+  // The payload a peer would read: copies of what encode queued, in its order.
+  Message d = decode(header.asPtr(), {f.tensors[0].clone(), f.tensors[1].clone()});
   CHECK(d.id == 99);
   CHECK(d.kind == MessageKind::kRequest);
   CHECK(d.function == "my_add");

@@ -2,17 +2,14 @@
 #include <catch2/catch.hpp>
 
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 
 #include <asio.hpp>
 
 #include "core/ops.h"
 #include "dist/store/tcp_store.h"
+#include "tests/process_util.h"
 #include "tests/rpc/group.h"
 #include "tests/rpc/test_functions.h"
-
-extern char** environ;
 
 using namespace gw;
 using namespace gw::rpc;
@@ -26,25 +23,14 @@ namespace {
 struct Peers {
   std::vector<pid_t> pids;
   Peers(int world_size, uint16_t port) {
-    for (int r = 1; r < world_size; ++r) {
-      std::vector<std::string> args{GW_RPC_PEER, std::to_string(r), std::to_string(world_size),
-                                    std::to_string(port)};
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      pid_t pid;
-      REQUIRE(posix_spawn(&pid, GW_RPC_PEER, nullptr, nullptr, argv.data(), environ) == 0);
-      pids.push_back(pid);
-    }
+    for (int r = 1; r < world_size; ++r)
+      pids.push_back(gw::test::spawn(
+          {GW_RPC_PEER, std::to_string(r), std::to_string(world_size), std::to_string(port)}));
   }
   // Exit code of every peer (128 + signal when killed).
   std::vector<int> wait() {
     std::vector<int> codes;
-    for (pid_t p : pids) {
-      int status = 0;
-      waitpid(p, &status, 0);
-      codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
-    }
+    for (pid_t p : pids) codes.push_back(gw::test::wait_exit(p));
     pids.clear();
     return codes;
   }
@@ -139,7 +125,7 @@ TEST_CASE("a malformed frame closes only that connection", "[rpc][process]") {
 }
 
 TEST_CASE("an oversized frame is refused without allocating it", "[rpc][process]") {
-  RpcBackendOptions o;
+  RpcBackendOptions o = Group::small_options();
   o.max_frame_bytes = 1 << 20;
   Group g(2, o);
   Agent::Use use(g[0]);

@@ -1,9 +1,7 @@
 #include "tests/dist/store/store_test_util.h"
 
 #include <netinet/in.h>
-#include <spawn.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -15,8 +13,7 @@
 #include "dist/store/file_store.h"
 #include "dist/store/hash_store.h"
 #include "dist/store/prefix_store.h"
-
-extern char** environ;
+#include "dist/store/tcp_store.h"
 
 namespace gw::dist::test {
 
@@ -84,24 +81,6 @@ std::vector<std::string> ThreadGroup::join() {
   for (auto& t : threads_) t.join();
   threads_.clear();
   return errors_;
-}
-
-pid_t spawn(const std::vector<std::string>& argv) {
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = 0;
-  int rc = ::posix_spawn(&pid, args[0], nullptr, nullptr, args.data(), environ);
-  if (rc != 0) throw std::runtime_error("posix_spawn " + argv[0] + ": " + std::strerror(rc));
-  return pid;
-}
-
-int wait_exit(pid_t pid) {
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR) throw std::runtime_error(std::string("waitpid: ") + std::strerror(errno));
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  return 128 + WTERMSIG(status);
 }
 
 SilentListener::SilentListener() {

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "dist/store/store.h"
-#include "dist/store/tcp_store.h"
+#include "tests/process_util.h"
 
 namespace gw::dist::test {
 
@@ -74,10 +74,8 @@ class ThreadGroup {
   std::vector<std::thread> threads_;
 };
 
-// Starts `argv[0]` with posix_spawn (no fork of this multi-threaded process).
-pid_t spawn(const std::vector<std::string>& argv);
-// Waits for the child; its exit code, or 128 + signal if it was killed.
-int wait_exit(pid_t pid);
+using gw::test::spawn;
+using gw::test::wait_exit;
 
 // A socket listening on 127.0.0.1 that never accepts nor answers: a stuck server.
 class SilentListener {
