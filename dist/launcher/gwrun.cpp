@@ -22,8 +22,8 @@ int main(int argc, char** argv) {
       std::fputs(help_text().c_str(), stdout);
       return 0;
     }
-    int master_port = resolve_master_port(options);
-    Supervisor supervisor(std::move(options), master_port);
+    options.master_port = resolve_master_port(options);
+    Supervisor supervisor(std::move(options));
     supervisor.start();
     return supervisor.run();
   } catch (const gw::InvalidArgumentError& e) {

@@ -15,6 +15,8 @@ struct LaunchOptions {
   double term_timeout_s = 5.0;  // grace between SIGTERM and SIGKILL when stopping workers
   bool help = false;
   std::vector<std::string> command;  // the program and its arguments
+
+  int rank_of(int local_rank) const { return node_rank * nproc_per_node + local_rank; }
 };
 
 // Accepts `--flag value` and `--flag=value` (and torchrun's `--nproc_per_node` spelling);

@@ -50,8 +50,7 @@ std::string describe_signal(int sig) {
 
 }  // namespace
 
-Supervisor::Supervisor(LaunchOptions options, int master_port)
-    : options_(std::move(options)), master_port_(master_port) {}
+Supervisor::Supervisor(LaunchOptions options) : options_(std::move(options)) {}
 
 Supervisor::~Supervisor() {
   kill_alive(SIGKILL);
@@ -63,12 +62,11 @@ Supervisor::~Supervisor() {
 void Supervisor::start() {
   workers_.reserve(options_.nproc_per_node);
   for (int local_rank = 0; local_rank < options_.nproc_per_node; ++local_rank) {
-    int rank = options_.node_rank * options_.nproc_per_node + local_rank;
+    int rank = options_.rank_of(local_rank);
     std::string prefix = "[" + std::to_string(rank) + "] ";
     Pipe out, err;
-    pid_t pid =
-        spawn_worker(options_.command, worker_environment(options_, master_port_, local_rank),
-                     out.write_fd, err.write_fd);
+    pid_t pid = spawn_worker(options_.command, worker_environment(options_, local_rank),
+                             out.write_fd, err.write_fd);
     workers_.push_back(Worker{rank, pid, true,
                               LineForwarder(out.release_read(), STDOUT_FILENO, prefix),
                               LineForwarder(err.release_read(), STDERR_FILENO, prefix)});

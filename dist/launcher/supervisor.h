@@ -17,7 +17,8 @@ namespace gw::launcher {
 
 class Supervisor {
  public:
-  Supervisor(LaunchOptions options, int master_port);
+  // options.master_port must be resolved (resolve_master_port).
+  explicit Supervisor(LaunchOptions options);
   // Kills and reaps workers still running, e.g. when start() failed halfway.
   ~Supervisor();
   Supervisor(const Supervisor&) = delete;
@@ -48,7 +49,6 @@ class Supervisor {
   int poll_timeout_ms() const;
 
   LaunchOptions options_;
-  int master_port_;
   SignalPipe signals_;
   std::vector<Worker> workers_;
   bool stopping_ = false;

@@ -28,17 +28,16 @@ std::vector<char*> c_strings(const std::vector<std::string>& strings) {
 
 }  // namespace
 
-std::vector<std::string> worker_environment(const LaunchOptions& options, int master_port,
-                                            int local_rank) {
+std::vector<std::string> worker_environment(const LaunchOptions& options, int local_rank) {
   int n = options.nproc_per_node;
   std::array<std::pair<const char*, std::string>, 7> vars{{
-      {"RANK", std::to_string(options.node_rank * n + local_rank)},
+      {"RANK", std::to_string(options.rank_of(local_rank))},
       {"WORLD_SIZE", std::to_string(options.nnodes * n)},
       {"LOCAL_RANK", std::to_string(local_rank)},
       {"LOCAL_WORLD_SIZE", std::to_string(n)},
       {"GROUP_RANK", std::to_string(options.node_rank)},
       {"MASTER_ADDR", options.master_addr},
-      {"MASTER_PORT", std::to_string(master_port)},
+      {"MASTER_PORT", std::to_string(options.master_port)},
   }};
   std::vector<std::string> env;
   for (char** entry = environ; *entry != nullptr; ++entry) {

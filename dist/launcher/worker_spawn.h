@@ -11,9 +11,8 @@
 namespace gw::launcher {
 
 // gwrun's own environment with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,
-// MASTER_ADDR and MASTER_PORT replaced by this worker's values.
-std::vector<std::string> worker_environment(const LaunchOptions& options, int master_port,
-                                            int local_rank);
+// MASTER_ADDR and MASTER_PORT replaced by this worker's values (options.master_port resolved).
+std::vector<std::string> worker_environment(const LaunchOptions& options, int local_rank);
 
 // Starts command[0] (looked up in PATH) with its stdout and stderr on `out_fd` and `err_fd`.
 // The worker stays in gwrun's process group, so a terminal's Ctrl-C reaches it directly as

@@ -38,7 +38,6 @@ class TcpSocket {
   // Reads exactly `n` bytes; the peer closing first is a gw::IoError.
   Bytes recv_exact(size_t n, Clock::time_point deadline, const char* op);
 
-  int fd() const { return fd_; }
 
  private:
   TcpSocket(int fd, std::string peer) : fd_(fd), peer_(std::move(peer)) {}
