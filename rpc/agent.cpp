@@ -234,14 +234,19 @@ std::shared_ptr<Connection> Agent::connection_to(int id) {
            ec.message());
   auto c = impl_->make_connection(std::move(s));
   c->set_peer_id(id);
+  {
+    // Registered before it starts reading, and only while running: stop() closes what is
+    // registered, and one opened behind its back would keep the network thread alive.
+    std::lock_guard lock(impl_->conn_mu);
+    GW_CHECK(running_, StateError, "[rpc] the RPC agent '", self_.name, "' is shut down");
+    impl_->outbound[id] = c;
+  }
   Message hello;
   hello.kind = MessageKind::kHandshake;
   hello.worker_name = self_.name;
   hello.worker_id = self_.id;
   c->send(hello);
   c->start();
-  std::lock_guard lock(impl_->conn_mu);
-  impl_->outbound[id] = c;
   return c;
 }
 
