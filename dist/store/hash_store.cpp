@@ -14,8 +14,9 @@ void HashStore::set(const std::string& key, const Bytes& value) {
 }
 
 Bytes HashStore::get(const std::string& key) {
-  wait({key});
-  std::lock_guard lock(mu_);
+  // Wait and read under one lock: a delete_key in between must not turn into out_of_range.
+  std::unique_lock lock(mu_);
+  wait_locked(lock, {key}, timeout());
   return map_.at(key);
 }
 
@@ -56,6 +57,11 @@ int64_t HashStore::num_keys() {
 
 void HashStore::wait(const std::vector<std::string>& keys, Milliseconds timeout) {
   std::unique_lock lock(mu_);
+  wait_locked(lock, keys, timeout);
+}
+
+void HashStore::wait_locked(std::unique_lock<std::mutex>& lock,
+                            const std::vector<std::string>& keys, Milliseconds timeout) {
   if (!changed_.wait_for(lock, timeout, [&] { return map_has_all(map_, keys); }))
     throw TimeoutError(wait_timeout_message(
         "HashStore::wait", keys, timeout, [&](const std::string& k) { return map_.contains(k); }));

@@ -24,6 +24,9 @@ class HashStore : public Store {
   using Store::wait;
 
  private:
+  void wait_locked(std::unique_lock<std::mutex>& lock, const std::vector<std::string>& keys,
+                   Milliseconds timeout);
+
   std::mutex mu_;
   std::condition_variable changed_;
   KeyMap map_;
