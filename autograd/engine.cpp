@@ -100,8 +100,22 @@ void GraphTask::add_gradient(const std::shared_ptr<Node>& node, uint32_t input_n
   deliver_locked(node.get(), node, input_nr, std::move(grad));
 }
 
+void GraphTask::add_gradients(const std::shared_ptr<Node>& node, std::vector<Tensor> grads) {
+  GW_CHECK(grads.size() == node->num_inputs, InvalidArgumentError, "[autograd] ", node->name(),
+           " takes ", node->num_inputs, " gradients, got ", grads.size());
+  std::lock_guard lock(mu_);
+  for (uint32_t i = 0; i < grads.size(); ++i)
+    accumulate_input_locked(node.get(), i, std::move(grads[i]));
+  release_dependency_locked(node.get(), node);
+}
+
 void GraphTask::deliver_locked(Node* node, const std::shared_ptr<Node>& owner, uint32_t input_nr,
                                Tensor grad) {
+  accumulate_input_locked(node, input_nr, std::move(grad));
+  release_dependency_locked(node, owner);
+}
+
+void GraphTask::accumulate_input_locked(Node* node, uint32_t input_nr, Tensor grad) {
   for (size_t i = 0; i < options_.capture.size(); ++i) {
     const Edge& c = options_.capture[i];
     if (c.fn.get() == node && c.input_nr == input_nr) {
@@ -111,6 +125,10 @@ void GraphTask::deliver_locked(Node* node, const std::shared_ptr<Node>& owner, u
   Pending& p = pending_[node];
   if (p.inputs.size() < node->num_inputs) p.inputs.resize(node->num_inputs);
   p.inputs[input_nr] = accumulate(std::move(p.inputs[input_nr]), std::move(grad));
+}
+
+void GraphTask::release_dependency_locked(Node* node, const std::shared_ptr<Node>& owner) {
+  Pending& p = pending_[node];
   if (--p.dependencies == 0) {
     bool needed = options_.capture.empty() || needed_[node];
     if (needed) {
@@ -156,7 +174,7 @@ void GraphTask::execute(const std::shared_ptr<Node>& node, std::vector<Tensor> i
       if (replaced.defined()) inputs[input_nr] = std::move(replaced);
     }
   }
-  bool any_defined = node->num_inputs == 0;
+  bool any_defined = node->num_inputs == 0 || node->apply_undefined;
   for (const Tensor& g : inputs) any_defined = any_defined || g.defined();
   TensorList outputs;
   if (any_defined) outputs = node->apply(std::move(inputs));
@@ -172,6 +190,28 @@ void GraphTask::execute(const std::shared_ptr<Node>& node, std::vector<Tensor> i
 bool GraphTask::finished() const {
   std::lock_guard lock(mu_);
   return ready_.empty() && pending_.empty();
+}
+
+bool GraphTask::has_ready() const {
+  std::lock_guard lock(mu_);
+  return !ready_.empty();
+}
+
+size_t GraphTask::stalled_nodes(std::string* example) const {
+  std::lock_guard lock(mu_);
+  size_t n = 0;
+  for (const auto& [node, p] : pending_) {
+    bool some = false;
+    for (const Tensor& g : p.inputs) some = some || g.defined();
+    if (p.dependencies > 0 && some) {
+      if (n++ == 0 && example) *example = node->name();
+    }
+  }
+  return n;
+}
+
+std::shared_ptr<Node> make_graph_root(const std::vector<Edge>& roots, std::vector<Tensor> grads) {
+  return std::make_shared<GraphRoot>(roots, std::move(grads));
 }
 
 std::vector<Tensor> run_backward(const std::vector<Edge>& roots, const std::vector<Tensor>& grads,

@@ -45,10 +45,17 @@ class GraphTask {
   // Delivers a gradient for input `input_nr` of `node` (thread-safe); the node runs once all
   // its dependencies have arrived.
   void add_gradient(const std::shared_ptr<Node>& node, uint32_t input_nr, Tensor grad);
+  // Delivers the gradients of all of `node`'s inputs as one dependency (a message that carries
+  // every gradient of a distributed send function).
+  void add_gradients(const std::shared_ptr<Node>& node, std::vector<Tensor> grads);
   // Runs ready nodes on the calling thread until none is left.
   void run();
   // True when no node is ready or waiting for gradients.
   bool finished() const;
+  bool has_ready() const;
+  // Nodes that received some defined gradient but still wait for others: gradient that will
+  // be lost if those never come. `example` gets the name of one of them.
+  size_t stalled_nodes(std::string* example = nullptr) const;
   const std::vector<Tensor>& captured() const { return captured_; }
   const ExecuteOptions& options() const { return options_; }
 
@@ -67,6 +74,8 @@ class GraphTask {
   void compute_needed();
   void deliver_locked(Node* node, const std::shared_ptr<Node>& owner, uint32_t input_nr,
                       Tensor grad);
+  void accumulate_input_locked(Node* node, uint32_t input_nr, Tensor grad);
+  void release_dependency_locked(Node* node, const std::shared_ptr<Node>& owner);
   void execute(const std::shared_ptr<Node>& node, std::vector<Tensor> inputs);
 
   ExecuteOptions options_;
@@ -80,6 +89,9 @@ class GraphTask {
 
 // The leaf_sink of the task running on this thread, if it has one.
 const LeafSink* current_leaf_sink();
+
+// A GraphTask's first node: hands grads[i] to roots[i].
+std::shared_ptr<Node> make_graph_root(const std::vector<Edge>& roots, std::vector<Tensor> grads);
 
 // Runs a whole backward pass: roots[i] receives grads[i]. Returns the captured gradients when
 // options.capture is set.

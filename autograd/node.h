@@ -66,6 +66,9 @@ class Node : public std::enable_shared_from_this<Node> {
   std::vector<std::pair<uint32_t, GradHook>> pre_hooks;
   // Number of gradients the node receives (outputs of the forward op).
   uint32_t num_inputs = 1;
+  // Run apply even when every incoming gradient is undefined (distributed autograd's recv
+  // functions must always answer their sender). Otherwise such a node is skipped.
+  bool apply_undefined = false;
   bool released() const { return released_; }
   void mark_released() { released_ = true; }
 

@@ -8,6 +8,7 @@
 #include <asio.hpp>
 
 #include "dist/store/rendezvous.h"
+#include "rpc/autograd_hook.h"
 #include "rpc/connection.h"
 #include "rpc/function_table.h"
 #include "rpc/log.h"
@@ -31,6 +32,19 @@ void check_name(const std::string& name) {
 
 std::string key(const std::string& phase, int rank) {
   return "rpc/" + phase + "/" + std::to_string(rank);
+}
+
+// Requests that join the caller's distributed autograd context: user functions, and the RRef
+// messages that create or copy values (remote, to_here). Not the protocol's bookkeeping.
+bool joins_autograd_context(const std::string& function) {
+  using namespace rref_messages;
+  return !function.starts_with("gw.") || function == kRemote || function == kFetch;
+}
+
+std::vector<Tensor> tensors_of(const IValueList& values) {
+  std::vector<Tensor> out;
+  for (const auto& v : values) v.collect_tensors(out);
+  return out;
 }
 }  // namespace
 
@@ -124,6 +138,7 @@ Agent::Agent(std::string name, int rank, int world_size, RpcBackendOptions optio
       options_.store ? options_.store : dist::rendezvous(options_.init_method, rank, world_size);
   rendezvous(world_size);
   rrefs_ = std::make_shared<RRefContext>(*this);
+  if (auto make = autograd_hook_factory()) autograd_ = make(*this);
   impl_->pool = std::make_unique<ThreadPool>(options_.num_worker_threads, [this] {
     t_current_agent = this;
     t_owning_agent = this;
@@ -293,6 +308,8 @@ Future<IValue> Agent::call(const To& to, const std::string& function, IValueList
   Future<IValue> result;
   try {
     for (auto& a : m.args) fork_rrefs(a, forks);
+    if (uint64_t ctx = current_autograd_context(); ctx && autograd_ && joins_autograd_context(function))
+      m.autograd = autograd_->record_send(ctx, dst.id, tensors_of(m.args));
     std::lock_guard lock(impl_->pending_mu);
     // Checked under the lock stop() takes, so no call slips in after stop() drained the table.
     GW_CHECK(running_, StateError, "[rpc] the RPC agent '", self_.name, "' is shut down");
@@ -398,40 +415,79 @@ void Agent::on_message(const std::shared_ptr<Connection>& c, Message m) {
       c->set_peer_id(id);
       return;
     }
-    case MessageKind::kRequest:
+    case MessageKind::kRequest: {
       GW_CHECK(c->peer_id() >= 0, IoError, "[rpc] request before handshake");
       for (auto& a : m.args) materialize_rrefs(a);
-      if (m.function.starts_with("gw."))
+      try {
+        record_recv(c->peer_id(), m);
+      } catch (...) {
+        Future<IValue> failed = Future<IValue>::failed(std::current_exception());
+        respond(c, m.id, failed);
+        return;
+      }
+      if (m.function.starts_with(kAutogradPrefix)) {
+        GW_CHECK(autograd_, IoError, "[rpc] '", m.function, "' needs distributed autograd");
+        run_on_pool([this, from = c->peer_id(), f = m.function, args = std::move(m.args)] {
+          return autograd_->handle(from, f, args);
+        }, 0, [this, c, id = m.id](Future<IValue>& done) { respond(c, id, done); });
+      } else if (m.function.starts_with("gw.")) {
         handle_system(c, m);
-      else
+      } else {
         handle_request(c, std::move(m));
+      }
       return;
+    }
     case MessageKind::kResponse:
       materialize_rrefs(m.value);
+      if (m.autograd && !m.error) {
+        try {
+          record_recv(c->peer_id(), m);
+        } catch (const std::exception& e) {
+          const Error* err = dynamic_cast<const Error*>(&e);
+          m.error = Failure{self_.name, e.what(), err ? err->code() : ErrorCode::kRemote};
+        }
+      }
       complete(m.id, m);
       return;
   }
 }
 
-void Agent::run_function(const std::string& function, IValueList args,
+void Agent::record_recv(int from, const Message& m) {
+  if (!m.autograd) return;
+  GW_CHECK(autograd_, InvalidArgumentError, "[rpc] worker '", self_.name,
+           "' received a message recorded in distributed autograd context ",
+           m.autograd->context_id, " but does not link distributed autograd (gw_dist)");
+  autograd_->record_recv(from, *m.autograd,
+                         m.kind == MessageKind::kRequest ? tensors_of(m.args)
+                                                         : tensors_of({m.value}));
+}
+
+void Agent::run_function(const std::string& function, IValueList args, uint64_t autograd_ctx,
                          std::function<void(Future<IValue>&)> done) {
+  run_on_pool([function, args = std::move(args)] { return functions().invoke(function, args); },
+              autograd_ctx, std::move(done));
+}
+
+void Agent::run_on_pool(std::function<Future<IValue>()> work, uint64_t autograd_ctx,
+                        std::function<void(Future<IValue>&)> done) {
   {
     std::lock_guard lock(impl_->pending_mu);
     ++impl_->active_handlers;
   }
-  impl_->pool->submit([this, function, args = std::move(args), done = std::move(done)] {
+  impl_->pool->submit([this, autograd_ctx, work = std::move(work), done = std::move(done)] {
     Future<IValue> result;
     try {
-      result = functions().invoke(function, args);
+      AutogradContextScope in_context(autograd_ctx);
+      result = work();
     } catch (...) {
       result = Future<IValue>::failed(std::current_exception());
     }
     // Async functions complete later, on whichever thread finishes their future.
-    result.add_done_callback([this, done, function](Future<IValue>& r) {
+    result.add_done_callback([this, done](Future<IValue>& r) {
       try {
         done(r);
       } catch (const std::exception& e) {
-        log_error(self_.name, ": answering '", function, "' failed: ", e.what());
+        log_error(self_.name, ": answering a request failed: ", e.what());
       }
       {
         std::lock_guard lock(impl_->pending_mu);
@@ -443,11 +499,13 @@ void Agent::run_function(const std::string& function, IValueList args,
 }
 
 void Agent::handle_request(const std::shared_ptr<Connection>& c, Message m) {
-  run_function(m.function, std::move(m.args),
-               [this, c, id = m.id](Future<IValue>& done) { respond(c, id, done); });
+  const uint64_t ctx = m.autograd ? m.autograd->context_id : 0;
+  run_function(m.function, std::move(m.args), ctx,
+               [this, c, id = m.id, ctx](Future<IValue>& done) { respond(c, id, done, ctx); });
 }
 
-void Agent::respond(const std::shared_ptr<Connection>& c, uint64_t id, Future<IValue>& result) {
+void Agent::respond(const std::shared_ptr<Connection>& c, uint64_t id, Future<IValue>& result,
+                    uint64_t autograd_ctx) {
   Message r;
   r.kind = MessageKind::kResponse;
   r.id = id;
@@ -461,6 +519,10 @@ void Agent::respond(const std::shared_ptr<Connection>& c, uint64_t id, Future<IV
   try {
     r.value = result.value();
     fork_rrefs(r.value, forks);
+    if (autograd_ctx && autograd_) {
+      AutogradInfo info = autograd_->record_send(autograd_ctx, c->peer_id(), tensors_of({r.value}));
+      if (info.message_id) r.autograd = info;
+    }
   } catch (const Error& e) {
     fail(e.what(), e.code());
   } catch (const std::exception& e) {
@@ -508,7 +570,7 @@ std::shared_ptr<RRefHandle> Agent::remote(const To& to, const std::string& funct
   if (dst.id == self_.id) {  // this worker owns the result
     Future<IValue> value;
     auto h = rrefs_->create_owner(value);
-    run_function(function, std::move(args),
+    run_function(function, std::move(args), current_autograd_context(),
                  [value](Future<IValue>& r) mutable { value.follow(r); });
     return h;
   }
@@ -542,6 +604,7 @@ size_t Agent::num_owner_rrefs() const { return rrefs_->num_owned(); }
 void Agent::handle_system(const std::shared_ptr<Connection>& c, Message& m) {
   using namespace rref_messages;
   Future<IValue> none = Future<IValue>::ready(IValue());
+  const uint64_t ctx = m.autograd ? m.autograd->context_id : 0;
   try {
     const IValueList& a = m.args;
     auto need = [&](size_t n) {
@@ -553,7 +616,7 @@ void Agent::handle_system(const std::shared_ptr<Connection>& c, Message& m) {
       auto owner = rrefs_->owner_entry(id_from(a[0]));
       rrefs_->add_fork(id_from(a[0]), id_from(a[1]));
       respond(c, m.id, none);  // confirmed: the owner knows the fork
-      run_function(a[2].to_string(), a[3].to_list(), [owner](Future<IValue>& r) {
+      run_function(a[2].to_string(), a[3].to_list(), ctx, [owner](Future<IValue>& r) {
         if (!owner->value.done()) owner->value.follow(r);
       });
     } else if (m.function == kFetch) {  // rref id
@@ -563,7 +626,7 @@ void Agent::handle_system(const std::shared_ptr<Connection>& c, Message& m) {
       GW_CHECK(owner, StateError, "[to_here] the RRef's value no longer exists on its owner '",
                self_.name, "' (all references to it were released)");
       owner->value.add_done_callback(
-          [this, c, id = m.id](Future<IValue>& v) { respond(c, id, v); });
+          [this, c, id = m.id, ctx](Future<IValue>& v) { respond(c, id, v, ctx); });
     } else if (m.function == kFork) {  // rref id, fork id
       need(2);
       rrefs_->add_fork(id_from(a[0]), id_from(a[1]));

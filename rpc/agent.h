@@ -30,6 +30,7 @@
 
 namespace gw::rpc {
 
+class AutogradHook;
 class Connection;
 struct Message;
 struct PendingCall;
@@ -103,6 +104,8 @@ class Agent {
   Future<IValue> fetch(const std::shared_ptr<RRefHandle>& rref,
                        Milliseconds timeout = kUseDefaultTimeout);
   RRefContext& rrefs() { return *rrefs_; }
+  // Distributed autograd's hook (rpc/autograd_hook.h); nullptr when it is not linked in.
+  AutogradHook* autograd_hook() const { return autograd_.get(); }
   // How many values this worker owns that are still referenced (0 after a graceful shutdown).
   size_t num_owner_rrefs() const;
 
@@ -135,11 +138,18 @@ class Agent {
   void handle_request(const std::shared_ptr<Connection>& c, Message m);
   // The RRef protocol's messages, handled on the network thread in arrival order.
   void handle_system(const std::shared_ptr<Connection>& c, Message& m);
-  // Runs `function` on the pool; `done` receives its outcome.
-  void run_function(const std::string& function, IValueList args,
+  // Runs `work` on the pool with distributed autograd context `autograd_ctx` (0: none)
+  // current; `done` receives its outcome.
+  void run_on_pool(std::function<Future<IValue>()> work, uint64_t autograd_ctx,
+                   std::function<void(Future<IValue>&)> done);
+  void run_function(const std::string& function, IValueList args, uint64_t autograd_ctx,
                     std::function<void(Future<IValue>&)> done);
-  // Sends the outcome of `result` (done) as the response to request `id`.
-  void respond(const std::shared_ptr<Connection>& c, uint64_t id, Future<IValue>& result);
+  // Sends the outcome of `result` (done) as the response to request `id`, recording it in
+  // distributed autograd context `autograd_ctx` (0: none).
+  void respond(const std::shared_ptr<Connection>& c, uint64_t id, Future<IValue>& result,
+               uint64_t autograd_ctx = 0);
+  // Attaches the recv function of an incoming message that carried autograd info.
+  void record_recv(int from, const Message& m);
   // RRefs in outgoing values become forks (appended to `made`); forks in incoming values
   // become RRefs.
   void fork_rrefs(IValue& v, std::vector<RRefForkData>& made);
@@ -156,6 +166,7 @@ class Agent {
   struct Impl;
   std::unique_ptr<Impl> impl_;
   std::shared_ptr<RRefContext> rrefs_;
+  std::shared_ptr<AutogradHook> autograd_;
   RpcBackendOptions options_;
   WorkerInfo self_;
   std::vector<WorkerInfo> workers_;

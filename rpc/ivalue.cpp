@@ -45,6 +45,14 @@ bool IValue::contains(Kind k) const {
   return false;
 }
 
+void IValue::collect_tensors(std::vector<Tensor>& out) const {
+  if (const auto* t = std::get_if<Tensor>(&v_)) {
+    out.push_back(*t);
+  } else if (const auto* l = std::get_if<IValueList>(&v_)) {
+    for (const auto& x : *l) x.collect_tensors(out);
+  }
+}
+
 IValue IValueTraits<Scalar>::to(const Scalar& s) {
   if (s.is_bool()) return IValue(s.to<bool>());
   if (s.is_integral()) return IValue(s.to<int64_t>());

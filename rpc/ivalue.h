@@ -93,6 +93,8 @@ class IValue {
   // to turn RRefs into forks when sending, and forks into RRefs when receiving).
   void transform(const std::function<std::optional<IValue>(const IValue&)>& f);
   bool contains(Kind k) const;
+  // Appends the tensors inside, depth first: the order they take on the wire.
+  void collect_tensors(std::vector<Tensor>& out) const;
 
  private:
   explicit IValue(Storage s) : v_(std::move(s)) {}

@@ -183,6 +183,11 @@ OutgoingFrame encode(const Message& m) {
       break;
     }
   }
+  if (m.autograd) {
+    auto a = env.initAutograd();
+    a.setContextId(m.autograd->context_id);
+    a.setMessageId(m.autograd->message_id);
+  }
   auto metas = env.initTensors(static_cast<unsigned>(frame.tensors.size()));
   uint64_t payload = 0;
   for (size_t i = 0; i < frame.tensors.size(); ++i) {
@@ -295,6 +300,10 @@ Message decode(kj::ArrayPtr<const capnp::word> header, std::vector<Tensor> tenso
       default:
         throw IoError(
             gw::detail::str("[rpc] unknown message kind ", static_cast<int>(body.which())));
+    }
+    if (env.hasAutograd()) {
+      auto a = env.getAutograd();
+      m.autograd = AutogradInfo{a.getContextId(), a.getMessageId()};
     }
     return m;
   });

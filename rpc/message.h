@@ -25,7 +25,7 @@
 
 namespace gw::rpc {
 
-inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr uint32_t kProtocolVersion = 2;  // 2: autograd info
 inline constexpr size_t kFramePrefixBytes = 16;
 
 enum class MessageKind { kHandshake, kRequest, kResponse };
@@ -35,6 +35,14 @@ struct Failure {
   std::string worker;
   std::string message;
   ErrorCode code = ErrorCode::kRemote;
+};
+
+// The autograd part of a message (rpc/autograd_hook.h): the distributed autograd context it was
+// sent in and, when it carries tensors that require grad, the send function recorded for them
+// (message_id 0: none).
+struct AutogradInfo {
+  uint64_t context_id = 0;
+  uint64_t message_id = 0;
 };
 
 struct Message {
@@ -50,6 +58,8 @@ struct Message {
   // kResponse: `value`, or `error` when the call failed
   IValue value;
   std::optional<Failure> error;
+  // kRequest, kResponse: set when sent inside a distributed autograd context
+  std::optional<AutogradInfo> autograd;
 };
 
 struct OutgoingFrame {

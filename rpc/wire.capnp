@@ -65,6 +65,12 @@ struct Response {
   }
 }
 
+# A request or response sent inside a distributed autograd context.
+struct AutogradInfo {
+  contextId @0 :UInt64;
+  messageId @1 :UInt64;      # the send function recorded for its tensors; 0: none
+}
+
 struct Envelope {
   id @0 :UInt64;             # pairs a response with its request
   tensors @1 :List(TensorMeta);
@@ -73,4 +79,5 @@ struct Envelope {
     request @3 :Request;
     response @4 :Response;
   }
+  autograd @5 :AutogradInfo; # absent outside a context
 }

@@ -1,0 +1,206 @@
+#include "dist/autograd/container.h"
+
+#include "autograd/meta.h"
+#include "core/ops.h"
+#include "dist/autograd/engine.h"
+#include "rpc/agent.h"
+#include "rpc/api.h"
+#include "rpc/rref_context.h"
+
+namespace gw::dist_autograd {
+
+namespace {
+inline constexpr int kWorkerIdBits = 16;
+inline constexpr uint64_t kLocalIdMask = (uint64_t{1} << (64 - kWorkerIdBits)) - 1;
+inline constexpr const char* kGradients = "gw.autograd.grad";
+inline constexpr const char* kRelease = "gw.autograd.release";
+inline constexpr const char* kBackward = "gw.autograd.backward";
+
+// Every agent made after this library is loaded gets a container as its autograd hook.
+const bool kRegistered = [] {
+  rpc::set_autograd_hook_factory(
+      [](rpc::Agent& agent) -> std::shared_ptr<rpc::AutogradHook> {
+        return std::make_shared<Container>(agent);
+      });
+  return true;
+}();
+
+int64_t as_int(uint64_t id) { return static_cast<int64_t>(id); }
+uint64_t as_id(const rpc::IValue& v) { return static_cast<uint64_t>(v.to_int()); }
+}  // namespace
+
+Container::Container(rpc::Agent& agent)
+    : agent_(agent), worker_bits_(static_cast<uint64_t>(agent.get_worker_info().id)
+                                  << (64 - kWorkerIdBits)) {
+  (void)kRegistered;
+  GW_CHECK(agent.get_worker_info().id < (1 << kWorkerIdBits), InvalidArgumentError,
+           "[dist_autograd] worker id ", agent.get_worker_info().id, " does not fit in ",
+           kWorkerIdBits, " bits");
+}
+
+Container& Container::of(rpc::Agent& agent) {
+  auto* c = dynamic_cast<Container*>(agent.autograd_hook());
+  GW_CHECK(c, StateError, "[dist_autograd] the RPC agent '", agent.get_worker_info().name,
+           "' has no distributed autograd");
+  return *c;
+}
+
+Container& Container::current() { return of(rpc::current_agent()); }
+
+uint64_t Container::next_id(std::atomic<uint64_t>& counter) const {
+  uint64_t local = counter.fetch_add(1);
+  GW_CHECK(local <= kLocalIdMask, StateError, "[dist_autograd] ran out of ids");
+  return worker_bits_ | local;
+}
+
+std::shared_ptr<DistAutogradContext> Container::new_context() {
+  auto ctx = std::make_shared<DistAutogradContext>(next_id(next_context_));
+  std::lock_guard lock(mu_);
+  contexts_.emplace(ctx->id(), ctx);
+  return ctx;
+}
+
+std::shared_ptr<DistAutogradContext> Container::retrieve(uint64_t context_id) const {
+  std::lock_guard lock(mu_);
+  auto it = contexts_.find(context_id);
+  GW_CHECK(it != contexts_.end(), InvalidArgumentError, "[dist_autograd] worker '",
+           agent_.get_worker_info().name, "' has no context ", context_id,
+           " (never created here, or already released)");
+  return it->second;
+}
+
+bool Container::has_context(uint64_t context_id) const {
+  std::lock_guard lock(mu_);
+  return contexts_.contains(context_id);
+}
+
+size_t Container::num_contexts() const {
+  std::lock_guard lock(mu_);
+  return contexts_.size();
+}
+
+std::shared_ptr<DistAutogradContext> Container::get_or_create(uint64_t context_id) {
+  std::lock_guard lock(mu_);
+  auto& slot = contexts_[context_id];
+  if (!slot) slot = std::make_shared<DistAutogradContext>(context_id);
+  return slot;
+}
+
+Future<void> Container::release(uint64_t context_id, int except) {
+  std::shared_ptr<DistAutogradContext> ctx;
+  {
+    std::lock_guard lock(mu_);
+    auto it = contexts_.find(context_id);
+    if (it == contexts_.end()) return Future<void>::ready();  // released already
+    ctx = std::move(it->second);
+    contexts_.erase(it);
+  }
+  std::vector<Future<rpc::IValue>> released;
+  for (int w : ctx->known_workers()) {
+    if (w == except || w == agent_.get_worker_info().id || !agent_.running()) continue;
+    try {
+      released.push_back(agent_.call(w, kRelease, {rpc::IValue(as_int(context_id))}));
+    } catch (...) {
+      released.push_back(Future<rpc::IValue>::failed(std::current_exception()));
+    }
+  }
+  return collect_all(std::move(released)).then([](auto& all) {
+    for (auto& f : all.value()) f.wait();  // the first failure fails the release
+  });
+}
+
+rpc::AutogradInfo Container::record_send(uint64_t context_id, int to,
+                                         const std::vector<Tensor>& tensors) {
+  auto ctx = retrieve(context_id);
+  ctx->add_known_worker(to);
+  rpc::AutogradInfo info{context_id, 0};
+  bool any = false;
+  for (const Tensor& t : tensors) any = any || t.requires_grad();
+  if (!any) return info;
+  auto send = std::make_shared<SendRpcBackward>(static_cast<uint32_t>(tensors.size()));
+  send->next_edges.reserve(tensors.size());
+  for (const Tensor& t : tensors) send->next_edges.push_back(autograd::gradient_edge(t));
+  info.message_id = next_id(next_message_);
+  ctx->add_send_function(info.message_id, std::move(send));
+  return info;
+}
+
+void Container::record_recv(int from, const rpc::AutogradInfo& info,
+                            const std::vector<Tensor>& tensors) {
+  auto ctx = get_or_create(info.context_id);
+  ctx->add_known_worker(from);
+  if (info.message_id == 0) return;
+  auto recv = std::make_shared<RecvRpcBackward>(info.context_id, info.message_id, from,
+                                                static_cast<uint32_t>(tensors.size()));
+  for (uint32_t i = 0; i < tensors.size(); ++i)
+    if (tensors[i].requires_grad()) autograd::set_history(tensors[i], recv, i);
+  ctx->add_recv_function(info.message_id, std::move(recv));
+}
+
+Future<rpc::IValue> Container::handle(int from, const std::string& function,
+                                           rpc::IValueList args) {
+  if (function == kGradients) {  // context, message, pass, retain_graph, gradients
+    GW_CHECK(args.size() == 5, IoError, "[dist_autograd] malformed gradient message");
+    auto ctx = retrieve(as_id(args[0]));
+    const uint64_t pass_id = as_id(args[2]);
+    const bool retain = args[3].to_bool();
+    auto pass = ctx->pass(pass_id, [&](DistAutogradContext::NodeList sends) {
+      return std::make_shared<Pass>(agent_, ctx, pass_id, retain, nullptr, std::move(sends));
+    });
+    std::vector<Tensor> grads;
+    for (const auto& g : args[4].to_list())
+      grads.push_back(g.is(rpc::IValue::Kind::kNone) ? Tensor() : g.to_tensor());
+    return pass->receive(as_id(args[1]), std::move(grads));
+  }
+  if (function == kRelease) {  // context
+    GW_CHECK(args.size() == 1, IoError, "[dist_autograd] malformed release message");
+    return release(as_id(args[0]), from).then([](auto& done) {
+      done.wait();
+      return rpc::IValue();
+    });
+  }
+  if (function == kBackward) {  // rref, context (0: local autograd), retain_graph
+    GW_CHECK(args.size() == 3, IoError, "[dist_autograd] malformed backward message");
+    const auto& h = args[0].to_rref();
+    GW_CHECK(h->is_owner(), StateError, "[RRef::backward] worker '",
+             agent_.get_worker_info().name, "' does not own the RRef");
+    Tensor root = rpc::IValueTraits<Tensor>::from(h->owner_state()->value.wait());
+    return backward(as_id(args[1]), {root}, args[2].to_bool()).then([](auto& done) {
+      done.wait();
+      return rpc::IValue();
+    });
+  }
+  throw InvalidArgumentError("[dist_autograd] unknown message '" + function + "'");
+}
+
+Future<void> Container::backward(uint64_t context_id, std::vector<Tensor> roots,
+                                      bool retain_graph) {
+  GW_CHECK(!roots.empty(), InvalidArgumentError, "[dist_autograd.backward] no roots given");
+  std::vector<autograd::Edge> edges;
+  std::vector<Tensor> seeds;
+  for (const Tensor& r : roots) {
+    GW_CHECK(r.defined() && r.numel() == 1, InvalidArgumentError,
+             "[dist_autograd.backward] roots must be scalars, got a tensor of shape ",
+             r.defined() ? shape_str(r.sizes()) : "(undefined)");
+    GW_CHECK(r.requires_grad(), InvalidArgumentError,
+             "[dist_autograd.backward] a root does not require grad and has no grad_fn");
+    edges.push_back(autograd::gradient_edge(r));
+    seeds.push_back(ones_like(r));
+  }
+  if (context_id == 0) {  // RRef::backward without a context: local autograd on the owner
+    autograd::ExecuteOptions options;
+    options.keep_graph = retain_graph;
+    autograd::run_backward(edges, seeds, std::move(options));
+    return Future<void>::ready();
+  }
+  auto ctx = retrieve(context_id);
+  const uint64_t pass_id = next_id(next_pass_);
+  auto pass = ctx->pass(pass_id, [&](DistAutogradContext::NodeList sends) {
+    return std::make_shared<Pass>(agent_, ctx, pass_id, retain_graph,
+                                  autograd::make_graph_root(edges, std::move(seeds)),
+                                  std::move(sends));
+  });
+  return pass->run_root();
+}
+
+}  // namespace gw::dist_autograd

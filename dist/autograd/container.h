@@ -1,0 +1,65 @@
+// The distributed autograd state of one worker (PyTorch's DistAutogradContainer): its contexts
+// by id, and the id generators. It is the RPC agent's AutogradHook (rpc/autograd_hook.h), so
+// there is one per agent, made when the agent starts.
+//
+// Ids are 64 bits with the worker id in the top 16, so ids made on different workers never
+// collide. A context exists on every worker that sent or received a message in it; leaving it
+// on the worker that made it releases it there and, through the workers each one exchanged
+// messages with, everywhere else.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "dist/autograd/context.h"
+#include "rpc/autograd_hook.h"
+
+namespace gw::rpc {
+class Agent;
+}
+
+namespace gw::dist_autograd {
+
+class Container final : public rpc::AutogradHook {
+ public:
+  explicit Container(rpc::Agent& agent);
+
+  // The container of `agent` / of the agent calls go through on this thread.
+  static Container& of(rpc::Agent& agent);
+  static Container& current();
+
+  rpc::Agent& agent() const { return agent_; }
+  std::shared_ptr<DistAutogradContext> new_context();
+  // Throws InvalidArgumentError for an unknown or released id.
+  std::shared_ptr<DistAutogradContext> retrieve(uint64_t context_id) const;
+  bool has_context(uint64_t context_id) const;
+  size_t num_contexts() const;
+  // Drops the context here and on every worker it reached; the future completes once they all
+  // have (worker `except` is skipped: it asked).
+  Future<void> release(uint64_t context_id, int except = -1);
+
+  rpc::AutogradInfo record_send(uint64_t context_id, int to,
+                                const std::vector<Tensor>& tensors) override;
+  void record_recv(int from, const rpc::AutogradInfo& info,
+                   const std::vector<Tensor>& tensors) override;
+  Future<rpc::IValue> handle(int from, const std::string& function,
+                                  rpc::IValueList args) override;
+  Future<void> backward(uint64_t context_id, std::vector<Tensor> roots,
+                             bool retain_graph) override;
+
+ private:
+  std::shared_ptr<DistAutogradContext> get_or_create(uint64_t context_id);
+  uint64_t next_id(std::atomic<uint64_t>& counter) const;
+
+  rpc::Agent& agent_;
+  const uint64_t worker_bits_;
+  std::atomic<uint64_t> next_context_{1};
+  std::atomic<uint64_t> next_message_{1};
+  std::atomic<uint64_t> next_pass_{1};
+  mutable std::mutex mu_;
+  std::unordered_map<uint64_t, std::shared_ptr<DistAutogradContext>> contexts_;
+};
+
+}  // namespace gw::dist_autograd

@@ -1,0 +1,60 @@
+// One distributed autograd context on one worker (spec: "Distributed Autograd Context").
+//
+// It holds what a forward pass recorded here (send and recv functions by autograd_message_id, the
+// workers this worker exchanged messages with in the context), the gradients that backward
+// passes accumulated for this worker's leaves, and the backward pass currently running here.
+// Gradients go to this map, never to `.grad`.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <vector>
+
+#include "core/tensor.h"
+#include "dist/autograd/functions.h"
+
+namespace gw::dist_autograd {
+
+class Pass;
+using GradientMap = TensorMap<Tensor>;
+
+class DistAutogradContext {
+ public:
+  explicit DistAutogradContext(uint64_t id) : id_(id) {}
+  uint64_t id() const { return id_; }
+
+  void add_send_function(uint64_t message_id, std::shared_ptr<SendRpcBackward> fn);
+  void add_recv_function(uint64_t message_id, std::shared_ptr<RecvRpcBackward> fn);
+  // Throws InvalidArgumentError naming the context when there is none for `message_id`.
+  std::shared_ptr<SendRpcBackward> send_function(uint64_t message_id) const;
+  size_t num_send_functions() const;
+  size_t num_recv_functions() const;
+
+  void add_known_worker(int worker);
+  std::set<int> known_workers() const;
+
+  void accumulate_grad(const Tensor& leaf, const Tensor& grad);
+  GradientMap gradients() const;
+
+  // The backward pass `pass_id` on this worker: the running one, or a new one that `make`
+  // builds from the context's send functions when the previous pass is over. Throws
+  // StateError while another pass runs.
+  using NodeList = std::vector<std::shared_ptr<autograd::Node>>;
+  std::shared_ptr<Pass> pass(uint64_t pass_id,
+                             const std::function<std::shared_ptr<Pass>(NodeList)>& make);
+
+ private:
+  const uint64_t id_;
+  mutable std::mutex mu_;
+  std::map<uint64_t, std::shared_ptr<SendRpcBackward>> sends_;
+  std::map<uint64_t, std::shared_ptr<RecvRpcBackward>> recvs_;
+  std::set<int> known_workers_;
+  GradientMap grads_;
+  std::shared_ptr<Pass> pass_;
+};
+
+}  // namespace gw::dist_autograd

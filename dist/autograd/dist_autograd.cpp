@@ -1,0 +1,45 @@
+#include "dist/autograd/dist_autograd.h"
+
+#include "dist/autograd/container.h"
+#include "rpc/agent.h"
+#include "rpc/log.h"
+
+namespace gw::dist_autograd {
+
+namespace {
+uint64_t new_context_id(Container& c) {
+  GW_CHECK(rpc::current_autograd_context() == 0, StateError,
+           "[dist_autograd.context] this thread is already in context ",
+           rpc::current_autograd_context(), "; contexts do not nest");
+  return c.new_context()->id();
+}
+}  // namespace
+
+Context::Context()
+    : container_(Container::current()), id_(new_context_id(container_)), scope_(id_) {}
+
+Context::~Context() {
+  try {
+    rpc::Agent& agent = container_.agent();
+    auto released = container_.release(id_);
+    const auto timeout = agent.rpc_timeout().count() > 0 ? agent.rpc_timeout()
+                                                          : rpc::kDefaultRpcTimeout;
+    released.wait(timeout);
+  } catch (const std::exception& e) {
+    rpc::log_error("[dist_autograd.context] releasing context ", id_, " failed: ", e.what());
+  }
+}
+
+void backward(uint64_t context_id, const std::vector<Tensor>& roots, bool retain_graph) {
+  Container::current().backward(context_id, roots, retain_graph).wait();
+}
+
+GradientMap get_gradients(uint64_t context_id) {
+  return Container::current().retrieve(context_id)->gradients();
+}
+
+uint64_t current_context_id() { return rpc::current_autograd_context(); }
+bool has_context(uint64_t context_id) { return Container::current().has_context(context_id); }
+size_t num_contexts() { return Container::current().num_contexts(); }
+
+}  // namespace gw::dist_autograd

@@ -1,0 +1,66 @@
+// gw::dist_autograd — distributed autograd (torch.distributed.autograd).
+//
+// Mental model (the spec's design note): inside a Context, every RPC that carries tensors
+// requiring grad records a send function on the sender and a recv function on the receiver, so
+// the autograd graph continues across workers. backward(context_id, roots) runs it everywhere
+// (FAST mode, see engine.h) and returns when every worker that took part is done; gradients land
+// in the context of each worker, not in `.grad`, and get_gradients reads them there. Leaving the
+// Context releases it on every worker it reached.
+//
+//   {
+//     gw::dist_autograd::Context ctx;
+//     Tensor t1 = gw::rand({3, 3}).requires_grad_(), t2 = gw::rand({3, 3}).requires_grad_();
+//     Tensor t3 = gw::rpc::rpc_sync("worker1", my_add, t1, t2);
+//     Tensor loss = (t3 * t4).sum();
+//     gw::dist_autograd::backward(ctx.id(), {loss});
+//     auto grads = gw::dist_autograd::get_gradients(ctx.id());   // grads[t1], grads[t4], ...
+//   }
+//
+// These functions use the RPC agent calls go through (rpc/api.h: current_agent()).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/tensor.h"
+#include "dist/autograd/context.h"
+#include "rpc/autograd_hook.h"
+
+namespace gw::dist_autograd {
+
+class Container;
+
+// A distributed autograd context, current on this thread while it lives (torch's
+// `with dist_autograd.context() as context_id`). Contexts do not nest on one thread.
+class Context {
+ public:
+  Context();
+  // Releases the context here and on every worker it reached, waiting for them (bounded by the
+  // RPC timeout; failures are logged, not thrown).
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  uint64_t id() const { return id_; }
+
+ private:
+  Container& container_;
+  uint64_t id_;
+  rpc::AutogradContextScope scope_;
+};
+
+// Runs the distributed backward pass of `context_id` from `roots` (local scalars) and waits
+// until every worker that took part is done. Throws the first error of any worker.
+void backward(uint64_t context_id, const std::vector<Tensor>& roots, bool retain_graph = false);
+
+// The gradients accumulated on this worker in `context_id`, by tensor.
+GradientMap get_gradients(uint64_t context_id);
+
+// The context of this thread (0: none).
+uint64_t current_context_id();
+// Whether this worker holds `context_id`, and how many contexts it holds (tests, diagnostics).
+bool has_context(uint64_t context_id);
+size_t num_contexts();
+
+}  // namespace gw::dist_autograd

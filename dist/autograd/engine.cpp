@@ -1,0 +1,202 @@
+#include "dist/autograd/engine.h"
+
+#include "rpc/agent.h"
+#include "rpc/autograd_hook.h"
+
+namespace gw::dist_autograd {
+
+namespace {
+thread_local Pass* t_pass = nullptr;
+
+}  // namespace
+
+// The engaging message's answer, completed outside the lock.
+struct Pass::Finished {
+  Future<rpc::IValue> answer;
+  rpc::IValue value;
+  std::exception_ptr error;
+  void complete() {
+    if (error)
+      answer.set_exception(error);
+    else
+      answer.set_result(std::move(value));
+  }
+};
+
+inline constexpr const char* kGradientsMessage = "gw.autograd.grad";
+
+Pass* Pass::current() { return t_pass; }
+
+Pass::Pass(rpc::Agent& agent, const std::shared_ptr<DistAutogradContext>& ctx, uint64_t pass_id,
+           bool retain_graph, std::shared_ptr<autograd::Node> graph_root,
+           std::vector<std::shared_ptr<autograd::Node>> sends)
+    : agent_(agent),
+      ctx_(ctx),
+      context_id_(ctx->id()),
+      id_(pass_id),
+      retain_graph_(retain_graph) {
+  autograd::ExecuteOptions options;
+  options.keep_graph = retain_graph;
+  options.extra_roots = std::move(sends);
+  options.leaf_sink = [weak = ctx_](const Tensor& leaf, const Tensor& grad) {
+    if (auto c = weak.lock()) c->accumulate_grad(leaf, grad);
+  };
+  task_ = std::make_unique<autograd::GraphTask>(std::move(graph_root), std::move(options));
+}
+
+bool Pass::busy() const {
+  std::lock_guard lock(mu_);
+  return draining_ || engaged_.has_value();
+}
+
+Future<void> Pass::run_root() {
+  Future<rpc::IValue> done;
+  {
+    std::lock_guard lock(mu_);
+    engaged_ = done;
+    draining_ = true;
+  }
+  drain();
+  return done.then([self = shared_from_this()](Future<rpc::IValue>& f) {
+    int64_t stalled = 0;
+    std::string where;
+    const rpc::IValue reports = f.value();
+    for (const auto& r : reports.to_list()) {
+      const auto& fields = r.to_list();
+      if (fields[2].to_int() == 0) continue;
+      stalled += fields[2].to_int();
+      if (where.empty())
+        where = fields[3].to_string() + " on worker '" +
+                self->agent_.get_worker_info(static_cast<int>(fields[0].to_int())).name + "'";
+    }
+    GW_CHECK(stalled == 0, StateError, "[dist_autograd.backward] context ", self->context_id_,
+             ": ", stalled, " autograd function(s) (e.g. ", where,
+             ") received gradients but still wait for others that will never come: an RPC made "
+             "in this context returned tensors the loss does not use. FAST mode requires every "
+             "RPC in a context to be part of the backward pass.");
+  });
+}
+
+Future<rpc::IValue> Pass::receive(uint64_t message_id, std::vector<Tensor> grads) {
+  auto ctx = ctx_.lock();
+  GW_CHECK(ctx, StateError, "[dist_autograd] context ", context_id_, " was released on worker '",
+           agent_.get_worker_info().name, "' during its backward pass");
+  auto send = ctx->send_function(message_id);
+  Future<rpc::IValue> answer;
+  {
+    std::lock_guard lock(mu_);
+    if (error_) return Future<rpc::IValue>::failed(error_);
+    GW_CHECK(received_.insert(message_id).second, StateError, "[dist_autograd] send function ",
+             message_id, " of context ", context_id_, " received gradients twice in one pass");
+    task_->add_gradients(send, std::move(grads));
+    if (engaged_)
+      answer = Future<rpc::IValue>::ready(rpc::IValue(rpc::IValueList{}));
+    else
+      engaged_ = answer;  // answered when this worker is done (see take_finished_locked)
+    if (draining_) return answer;
+    draining_ = true;
+  }
+  drain();
+  return answer;
+}
+
+void Pass::drain() {
+  Pass* previous = t_pass;
+  t_pass = this;
+  std::optional<Finished> finished;
+  while (true) {
+    std::exception_ptr failed;
+    try {
+      task_->run();
+    } catch (...) {
+      failed = std::current_exception();
+    }
+    std::lock_guard lock(mu_);
+    if (failed && !error_) error_ = failed;
+    if (!error_ && task_->has_ready()) continue;  // gradients arrived while we ran
+    draining_ = false;
+    finished = take_finished_locked();
+    break;
+  }
+  t_pass = previous;
+  if (finished) finished->complete();
+}
+
+void Pass::send_gradients(int to, uint64_t context_id, uint64_t message_id,
+                          const std::vector<Tensor>& grads) {
+  GW_CHECK(context_id == context_id_, StateError, "[dist_autograd] a recv function of context ",
+           context_id, " was reached by a backward pass of context ", context_id_);
+  {
+    std::lock_guard lock(mu_);
+    if (error_) return;
+    ++outstanding_;
+  }
+  rpc::IValueList values;
+  values.reserve(grads.size());
+  for (const Tensor& g : grads) values.push_back(g.defined() ? rpc::IValue(g) : rpc::IValue());
+  rpc::IValueList args{rpc::IValue(static_cast<int64_t>(context_id)),
+                       rpc::IValue(static_cast<int64_t>(message_id)),
+                       rpc::IValue(static_cast<int64_t>(id_)), rpc::IValue(retain_graph_),
+                       rpc::IValue(std::move(values))};
+  Future<rpc::IValue> answer;
+  try {
+    answer = agent_.call(to, kGradientsMessage, std::move(args));
+  } catch (...) {
+    answer = Future<rpc::IValue>::failed(std::current_exception());
+  }
+  answer.add_done_callback([self = shared_from_this()](Future<rpc::IValue>& a) {
+    self->on_answer(a);
+  });
+}
+
+void Pass::on_answer(Future<rpc::IValue>& answer) {
+  std::optional<Finished> finished;
+  {
+    std::lock_guard lock(mu_);
+    --outstanding_;
+    if (auto e = answer.exception()) {
+      if (!error_) error_ = e;
+    } else {
+      merge_reports_locked(answer.value());
+    }
+    finished = take_finished_locked();
+  }
+  if (finished) finished->complete();
+}
+
+std::optional<Pass::Finished> Pass::take_finished_locked() {
+  if (!engaged_ || draining_) return std::nullopt;
+  // A failure is answered at once; otherwise only when nothing here can send gradients again.
+  if (!error_ && (outstanding_ > 0 || task_->has_ready())) return std::nullopt;
+  Finished f{std::move(*engaged_), {}, error_};
+  engaged_.reset();
+  if (!error_) {
+    Report& mine = reports_[agent_.get_worker_info().id];
+    mine.seq = ++report_seq_;
+    mine.stalled = static_cast<int64_t>(task_->stalled_nodes(&mine.example));
+    f.value = reports_value_locked();
+  }
+  return f;
+}
+
+// [[worker, seq, stalled, example], ...]: every worker's latest state seen by this one.
+rpc::IValue Pass::reports_value_locked() const {
+  rpc::IValueList out;
+  for (const auto& [worker, r] : reports_)
+    out.push_back(rpc::IValue(rpc::IValueList{
+        rpc::IValue(static_cast<int64_t>(worker)), rpc::IValue(static_cast<int64_t>(r.seq)),
+        rpc::IValue(r.stalled), rpc::IValue(r.example)}));
+  return rpc::IValue(std::move(out));
+}
+
+void Pass::merge_reports_locked(const rpc::IValue& v) {
+  for (const auto& item : v.to_list()) {
+    const auto& f = item.to_list();
+    GW_CHECK(f.size() == 4, IoError, "[dist_autograd] malformed pass report");
+    Report& r = reports_[static_cast<int>(f[0].to_int())];
+    const auto seq = static_cast<uint64_t>(f[1].to_int());
+    if (seq > r.seq) r = Report{seq, f[2].to_int(), f[3].to_string()};
+  }
+}
+
+}  // namespace gw::dist_autograd

@@ -1,0 +1,69 @@
+// How the RPC agent takes part in distributed autograd without depending on it.
+//
+// Distributed autograd (dist/autograd) sits above rpc. The agent sees each message go out and
+// come in, so it calls an AutogradHook at those points: a request made inside a distributed
+// autograd context, and the response to it, carry the context id and, when they hold tensors
+// that require grad, the id of the send function recorded for them. The receiver attaches the
+// matching recv function to the tensors it read and runs the request's handler with the context
+// current, so nested calls join the same context. Requests named "gw.autograd.*" (gradients,
+// context release) go to the hook.
+//
+// dist/autograd registers a factory with set_autograd_hook_factory when it is linked; every
+// agent created afterwards gets its own hook (several agents may share a process).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "rpc/future.h"
+#include "rpc/ivalue.h"
+#include "rpc/message.h"
+
+namespace gw::rpc {
+
+class Agent;
+
+// The distributed autograd context of this thread (0: none). Context ids are globally unique.
+uint64_t current_autograd_context();
+
+// Makes `context_id` current on this thread until destroyed.
+class AutogradContextScope {
+ public:
+  explicit AutogradContextScope(uint64_t context_id);
+  ~AutogradContextScope();
+  AutogradContextScope(const AutogradContextScope&) = delete;
+  AutogradContextScope& operator=(const AutogradContextScope&) = delete;
+
+ private:
+  uint64_t previous_;
+};
+
+class AutogradHook {
+ public:
+  virtual ~AutogradHook() = default;
+
+  // A message to worker `to` in context `context_id` carries `tensors` (in wire order): records
+  // a send function when some require grad. Returns what the message carries.
+  virtual AutogradInfo record_send(uint64_t context_id, int to,
+                                   const std::vector<Tensor>& tensors) = 0;
+  // A message from worker `from` carried `info`: joins the context and attaches the recv
+  // function to `tensors` (in wire order) that require grad.
+  virtual void record_recv(int from, const AutogradInfo& info,
+                           const std::vector<Tensor>& tensors) = 0;
+  // Serves a "gw.autograd.*" request from worker `from`.
+  virtual Future<IValue> handle(int from, const std::string& function, IValueList args) = 0;
+  // Runs a distributed backward pass from local `roots` (RRef::backward on the owner).
+  virtual Future<void> backward(uint64_t context_id, std::vector<Tensor> roots,
+                                bool retain_graph) = 0;
+};
+
+using AutogradHookFactory = std::shared_ptr<AutogradHook> (*)(Agent& agent);
+void set_autograd_hook_factory(AutogradHookFactory factory);
+AutogradHookFactory autograd_hook_factory();
+
+inline constexpr const char* kAutogradPrefix = "gw.autograd.";
+
+}  // namespace gw::rpc

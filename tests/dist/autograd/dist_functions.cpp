@@ -1,0 +1,58 @@
+#include "tests/dist/autograd/dist_functions.h"
+
+#include <cstdlib>
+
+#include "core/ops.h"
+#include "core/random.h"
+
+namespace gw::dist_autograd::testing {
+
+Tensor d_add(Tensor a, Tensor b) { return a + b; }
+Tensor d_mul(Tensor a, Tensor b) { return a * b; }
+
+Tensor d_nested(std::string to, Tensor a, Tensor b) {
+  return rpc::rpc_sync(to, d_mul, a, b) + a;
+}
+
+Tensor d_leaf(int64_t seed) {
+  Generator gen(static_cast<uint64_t>(seed));
+  return rand({3, 3}, gen).requires_grad_();
+}
+
+Tensor d_fetch_triple(rpc::RRef<Tensor> r) { return r.to_here() * 3.0; }
+
+Tensor d_failing_backward(Tensor a) {
+  Tensor out = a * 2.0;
+  out.register_hook([](const Tensor&) -> Tensor {
+    throw InvalidArgumentError("backward failed on purpose");
+  });
+  return out;
+}
+
+Tensor d_crashing_backward(Tensor a) {
+  Tensor out = a * 2.0;
+  out.register_hook([](const Tensor&) -> Tensor { std::_Exit(3); });
+  return out;
+}
+
+Tensor d_grad_of(int64_t context_id, rpc::RRef<Tensor> r) {
+  auto grads = get_gradients(static_cast<uint64_t>(context_id));
+  auto it = grads.find(r.local_value());
+  GW_CHECK(it != grads.end(), InvalidArgumentError, "[d_grad_of] no gradient in context ",
+           context_id);
+  return it->second;
+}
+
+int64_t d_num_contexts() { return static_cast<int64_t>(num_contexts()); }
+
+GW_RPC_FUNCTION(d_add);
+GW_RPC_FUNCTION(d_mul);
+GW_RPC_FUNCTION(d_nested);
+GW_RPC_FUNCTION(d_leaf);
+GW_RPC_FUNCTION(d_fetch_triple);
+GW_RPC_FUNCTION(d_failing_backward);
+GW_RPC_FUNCTION(d_crashing_backward);
+GW_RPC_FUNCTION(d_grad_of);
+GW_RPC_FUNCTION(d_num_contexts);
+
+}  // namespace gw::dist_autograd::testing

@@ -1,0 +1,30 @@
+// Functions the distributed autograd tests run remotely; registered in the test binary and in
+// the peer process (dist_autograd_peer), which both link dist_functions.cpp.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "dist/autograd/dist_autograd.h"
+#include "rpc/rpc.h"
+
+namespace gw::dist_autograd::testing {
+
+Tensor d_add(Tensor a, Tensor b);
+Tensor d_mul(Tensor a, Tensor b);
+// rpc_sync(to, d_mul, a, b) + a: a nested call whose result flows back through this worker.
+Tensor d_nested(std::string to, Tensor a, Tensor b);
+// A 3x3 leaf requiring grad, drawn from a generator seeded with `seed`.
+Tensor d_leaf(int64_t seed);
+// r.to_here() * 3 on the worker running it.
+Tensor d_fetch_triple(rpc::RRef<Tensor> r);
+// a * 2, whose backward throws InvalidArgumentError("backward failed on purpose").
+Tensor d_failing_backward(Tensor a);
+// a * 2, whose backward ends this process at once, as a crash would.
+Tensor d_crashing_backward(Tensor a);
+// The gradient that this worker's context `context_id` holds for the value `r` owns here.
+Tensor d_grad_of(int64_t context_id, rpc::RRef<Tensor> r);
+// How many distributed autograd contexts this worker holds.
+int64_t d_num_contexts();
+
+}  // namespace gw::dist_autograd::testing

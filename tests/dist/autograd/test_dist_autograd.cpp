@@ -1,0 +1,225 @@
+// Distributed autograd with ranks as threads: every gradient is compared with local autograd
+// on the same computation, with the same values.
+#include <catch2/catch.hpp>
+
+#include <future>
+#include <thread>
+
+#include "core/ops.h"
+#include "core/random.h"
+#include "dist/autograd/dist_autograd.h"
+#include "tests/dist/autograd/dist_functions.h"
+#include "tests/rpc/group.h"
+
+using namespace gw;
+using namespace gw::dist_autograd;
+using namespace gw::dist_autograd::testing;
+using gw::rpc::testing::Group;
+
+namespace {
+Tensor leaf(uint64_t seed) {
+  Generator gen(seed);
+  return rand({3, 3}, gen).requires_grad_();
+}
+
+// The local gradients of `f` at fresh copies of `inputs`.
+template <typename F>
+std::vector<Tensor> local_grads(const std::vector<Tensor>& inputs, F f) {
+  std::vector<Tensor> copies;
+  for (const auto& t : inputs) copies.push_back(t.detach().clone().requires_grad_());
+  f(copies).backward();
+  std::vector<Tensor> out;
+  for (const auto& c : copies) out.push_back(c.grad());
+  return out;
+}
+
+void check_grads(const GradientMap& grads, const std::vector<Tensor>& leaves,
+                 const std::vector<Tensor>& expected) {
+  REQUIRE(grads.size() == leaves.size());
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    INFO("leaf " << i);
+    REQUIRE(grads.contains(leaves[i]));
+    CHECK(allclose(grads.at(leaves[i]), expected[i]));
+  }
+}
+
+int64_t contexts_on(Group& g, int rank) {
+  rpc::Agent::Use use(g[rank]);
+  return static_cast<int64_t>(num_contexts());
+}
+}  // namespace
+
+TEST_CASE("the spec's example: gradients through rpc_sync equal local ones", "[dist_autograd]") {
+  Group g(2);
+  rpc::Agent::Use use(g[0]);
+  Tensor t1 = leaf(1), t2 = leaf(2), t4 = leaf(4);
+  auto f = [](const std::vector<Tensor>& t) { return ((t[0] + t[1]) * t[2]).sum(); };
+  uint64_t id;
+  {
+    Context ctx;
+    id = ctx.id();
+    CHECK(current_context_id() == id);
+    CHECK(id >> 48 == 0);  // made on worker 0
+    Tensor t3 = rpc::rpc_sync("worker1", d_add, t1, t2);
+    CHECK(t3.grad_fn() != nullptr);  // its history is the recv function
+    Tensor loss = (t3 * t4).sum();
+    backward(id, {loss});
+    check_grads(get_gradients(id), {t1, t2, t4}, local_grads({t1, t2, t4}, f));
+    CHECK_FALSE(t1.grad().defined());  // gradients go to the context, not .grad
+    CHECK(contexts_on(g, 1) == 1);     // worker1 joined the context
+  }
+  CHECK(current_context_id() == 0);
+  CHECK(num_contexts() == 0);
+  CHECK(contexts_on(g, 1) == 0);  // leaving it released it everywhere
+  CHECK_THROWS_WITH(get_gradients(id), Catch::Contains("has no context"));
+}
+
+TEST_CASE("nested RPCs: A -> B -> C with tensors flowing back", "[dist_autograd]") {
+  Group g(3);
+  rpc::Agent::Use use(g[0]);
+  Tensor a = leaf(5), b = leaf(6);
+  auto f = [](const std::vector<Tensor>& t) { return ((t[0] * t[1] + t[0]) * t[0]).sum(); };
+  {
+    Context ctx;
+    Tensor r = rpc::rpc_sync("worker1", d_nested, std::string("worker2"), a, b);
+    backward(ctx.id(), {(r * a).sum()});
+    check_grads(get_gradients(ctx.id()), {a, b}, local_grads({a, b}, f));
+    CHECK(contexts_on(g, 2) == 1);  // worker2 was reached only through worker1
+  }
+  CHECK(contexts_on(g, 1) == 0);
+  CHECK(contexts_on(g, 2) == 0);  // released through worker1
+}
+
+TEST_CASE("RRef.to_here chains record send and recv functions", "[dist_autograd][rref]") {
+  Group g(3);
+  rpc::Agent::Use use(g[0]);
+  // The value lives on worker1; worker2 fetches it and triples it; worker0 fetches it too.
+  Context ctx;
+  auto x = rpc::remote("worker1", d_leaf, int64_t{7});
+  Tensor y = rpc::rpc_sync("worker2", d_fetch_triple, x);
+  Tensor loss = (y * y).sum() + x.to_here().sum();
+  backward(ctx.id(), {loss});
+  Tensor value = leaf(7).detach();
+  Tensor expected = local_grads({value}, [](const std::vector<Tensor>& t) {
+    return ((t[0] * 3.0) * (t[0] * 3.0)).sum() + t[0].sum();
+  })[0];
+  CHECK(allclose(rpc::rpc_sync("worker1", d_grad_of, static_cast<int64_t>(ctx.id()), x),
+                 expected));
+  CHECK(get_gradients(ctx.id()).empty());  // no leaf of worker0 took part
+}
+
+TEST_CASE("retain_graph allows a second backward; gradients accumulate in the context",
+          "[dist_autograd]") {
+  Group g(2);
+  rpc::Agent::Use use(g[0]);
+  Tensor a = leaf(8), b = leaf(9);
+  Context ctx;
+  Tensor loss = (rpc::rpc_sync("worker1", d_mul, a, b) * a).sum();
+  backward(ctx.id(), {loss}, /*retain_graph=*/true);
+  auto once = local_grads({a, b}, [](const auto& t) { return (t[0] * t[1] * t[0]).sum(); });
+  check_grads(get_gradients(ctx.id()), {a, b}, once);
+  backward(ctx.id(), {loss});
+  check_grads(get_gradients(ctx.id()), {a, b}, {once[0] * 2.0, once[1] * 2.0});
+  // The graph was freed by the second pass (on both workers).
+  CHECK_THROWS(backward(ctx.id(), {loss}));
+}
+
+TEST_CASE("contexts of several threads run at once", "[dist_autograd][threads]") {
+  Group g(2);
+  constexpr int kThreads = 4, kIterations = 20;
+  std::vector<std::future<int>> runs;
+  for (int t = 0; t < kThreads; ++t)
+    runs.push_back(std::async(std::launch::async, [&g, t] {
+      rpc::Agent::Use use(g[t % 2]);
+      const std::string other = t % 2 ? "worker0" : "worker1";
+      int good = 0;
+      for (int i = 0; i < kIterations; ++i) {
+        Tensor a = leaf(100 + t * kIterations + i), b = leaf(7 * t + i);
+        Context ctx;
+        Tensor loss = (rpc::rpc_sync(other, d_mul, a, b) + a).sum();
+        backward(ctx.id(), {loss});
+        auto want = local_grads({a, b}, [](const auto& x) { return (x[0] * x[1] + x[0]).sum(); });
+        auto grads = get_gradients(ctx.id());
+        good += allclose(grads.at(a), want[0]) && allclose(grads.at(b), want[1]);
+      }
+      return good;
+    }));
+  for (auto& r : runs) CHECK(r.get() == kIterations);
+  CHECK(contexts_on(g, 0) == 0);
+  CHECK(contexts_on(g, 1) == 0);
+}
+
+TEST_CASE("an unused RPC result that shares no leaf does not change the gradients",
+          "[dist_autograd][fast]") {
+  Group g(2);
+  rpc::Agent::Use use(g[0]);
+  Tensor a = leaf(10), b = leaf(11), c = leaf(12), e = leaf(13);
+  Context ctx;
+  Tensor d = rpc::rpc_sync("worker1", d_add, a, b);
+  Tensor unused = rpc::rpc_sync("worker1", d_mul, c, e);  // never reaches the loss
+  backward(ctx.id(), {d.sum()});
+  auto grads = get_gradients(ctx.id());
+  CHECK(allclose(grads.at(a), ones({3, 3})));
+  CHECK(allclose(grads.at(b), ones({3, 3})));
+  CHECK_FALSE(grads.contains(c));  // as in local autograd: no path, no gradient
+  CHECK_FALSE(grads.contains(e));
+}
+
+TEST_CASE("an unused RPC result whose inputs feed the loss raises instead of losing gradients",
+          "[dist_autograd][fast]") {
+  // The spec's own example: b feeds both RPCs, e is unused. FAST mode would wait forever for
+  // e's gradient (PyTorch hangs); gradwire finishes and says why b's gradient is incomplete.
+  Group g(2);
+  rpc::Agent::Use use(g[0]);
+  Tensor a = leaf(14), b = leaf(15), c = leaf(16);
+  Context ctx;
+  Tensor d = rpc::rpc_sync("worker1", d_add, a, b);
+  Tensor e = rpc::rpc_sync("worker1", d_mul, b, c);
+  (void)e;
+  CHECK_THROWS_WITH(backward(ctx.id(), {d.sum()}),
+                    Catch::Contains("FAST mode") && Catch::Contains("AccumulateGrad"));
+}
+
+TEST_CASE("an exception in a remote backward function is raised on the caller",
+          "[dist_autograd][errors]") {
+  Group g(3);
+  rpc::Agent::Use use(g[0]);
+  Tensor a = leaf(17);
+  {
+    Context ctx;
+    Tensor r = rpc::rpc_sync("worker1", d_failing_backward, a);
+    CHECK_THROWS_WITH(backward(ctx.id(), {r.sum()}),
+                      Catch::Contains("worker1") && Catch::Contains("backward failed on purpose"));
+  }
+  {  // one hop further: worker2's failure travels through worker1
+    Context ctx;
+    Tensor r = rpc::rpc_sync("worker1", d_nested, std::string("worker2"), a, a);
+    Tensor bad = rpc::rpc_sync("worker2", d_failing_backward, r);
+    CHECK_THROWS_WITH(backward(ctx.id(), {bad.sum()}),
+                      Catch::Contains("backward failed on purpose"));
+  }
+  // The group still works afterwards.
+  Context ctx;
+  Tensor r = rpc::rpc_sync("worker1", d_add, a, a);
+  backward(ctx.id(), {r.sum()});
+  CHECK(allclose(get_gradients(ctx.id()).at(a), full({3, 3}, 2.0)));
+}
+
+TEST_CASE("bad arguments to the distributed autograd API are clear errors",
+          "[dist_autograd][errors]") {
+  Group g(1);
+  rpc::Agent::Use use(g[0]);
+  Tensor a = leaf(18);
+  CHECK_THROWS_WITH(backward(12345, {a.sum()}), Catch::Contains("has no context 12345"));
+  Context ctx;
+  CHECK_THROWS_WITH(backward(ctx.id(), {a * 2.0}), Catch::Contains("roots must be scalars"));
+  CHECK_THROWS_WITH(backward(ctx.id(), {}), Catch::Contains("no roots"));
+  CHECK_THROWS_WITH(backward(ctx.id(), {ones({})}), Catch::Contains("does not require grad"));
+  CHECK_THROWS_WITH(Context(), Catch::Contains("do not nest"));
+  // A local graph in a context: the gradients still go to the context.
+  backward(ctx.id(), {(a * a).sum()});
+  CHECK(allclose(get_gradients(ctx.id()).at(a), a.detach() * 2.0));
+  // A graph with a recv function outside distributed backward.
+  Tensor r = rpc::rpc_sync("worker0", d_add, a, a);
+  CHECK_THROWS_WITH(r.sum().backward(), Catch::Contains("dist_autograd::backward"));
+}
