@@ -7,4 +7,5 @@
 #include "rpc/function_table.h"
 #include "rpc/future.h"
 #include "rpc/ivalue.h"
+#include "rpc/remote_module.h"
 #include "rpc/rref.h"

@@ -24,6 +24,7 @@
 #include <type_traits>
 
 #include "rpc/api.h"
+#include "rpc/autograd_hook.h"
 #include "rpc/rref_context.h"
 
 namespace gw::rpc {
@@ -95,6 +96,20 @@ class RRef {
   auto rpc_sync(M m, Args&&... args) const {
     return rpc_async(m, std::forward<Args>(args)...).wait();
   }
+  // Runs backward from the value (a scalar tensor) on its owner: a distributed backward pass
+  // in `context_id`, or local autograd there (gradients in the owner's .grad) when it is 0.
+  void backward(uint64_t context_id = 0, bool retain_graph = false) const
+  requires std::is_same_v<T, Tensor> {
+    if (is_owner()) {
+      AutogradHook* hook = current_agent().autograd_hook();
+      GW_CHECK(hook, StateError, "[RRef::backward] distributed autograd is not linked in");
+      hook->backward(context_id, {local_value()}, retain_graph).wait();
+    } else {
+      gw::rpc::rpc_sync<void>(handle().owner(), "gw.autograd.backward", *this,
+                              static_cast<int64_t>(context_id), retain_graph);
+    }
+  }
+
   // Like rpc_async, but the result stays on the owner: returns an RRef to it.
   template <typename R = IValue, typename... Args>
   RRef<R> remote(const std::string& method, Args&&... args) const;

@@ -115,11 +115,12 @@ rpc::AutogradInfo Container::record_send(uint64_t context_id, int to,
   ctx->add_known_worker(to);
   rpc::AutogradInfo info{context_id, 0};
   bool any = false;
-  for (const Tensor& t : tensors) any = any || t.requires_grad();
+  for (const Tensor& t : tensors) any = any || (t.defined() && t.requires_grad());
   if (!any) return info;
   auto send = std::make_shared<SendRpcBackward>(static_cast<uint32_t>(tensors.size()));
   send->next_edges.reserve(tensors.size());
-  for (const Tensor& t : tensors) send->next_edges.push_back(autograd::gradient_edge(t));
+  for (const Tensor& t : tensors)
+    send->next_edges.push_back(t.defined() ? autograd::gradient_edge(t) : autograd::Edge{});
   info.message_id = next_id(next_message_);
   ctx->add_send_function(info.message_id, std::move(send));
   return info;

@@ -56,3 +56,38 @@ GW_RPC_FUNCTION(d_grad_of);
 GW_RPC_FUNCTION(d_num_contexts);
 
 }  // namespace gw::dist_autograd::testing
+
+#include "nn/linear.h"
+#include "rpc/remote_module.h"
+
+namespace gw::dist_autograd::testing {
+
+Tensor d_random_tensor() { return rand({3, 3}).requires_grad_(); }
+Tensor d_square_sum(rpc::RRef<Tensor> r) {
+  Tensor v = r.to_here();
+  return (v * v).sum();
+}
+std::optional<Tensor> d_grad_field(rpc::RRef<Tensor> r) {
+  Tensor g = r.local_value().grad();
+  return g.defined() ? std::optional<Tensor>(g) : std::nullopt;
+}
+GW_RPC_FUNCTION(d_random_tensor);
+GW_RPC_FUNCTION(d_square_sum);
+GW_RPC_FUNCTION(d_grad_field);
+
+namespace {
+struct SeededLinear : nn::Linear {
+  SeededLinear(int64_t in, int64_t out, int64_t seed)
+      : nn::Linear(in, out, [&]() -> Generator& {
+          static thread_local Generator gen;
+          gen.manual_seed(static_cast<uint64_t>(seed));
+          return gen;
+        }()) {}
+};
+const bool kLinear = [] {
+  rpc::add_module_constructor<SeededLinear, int64_t, int64_t, int64_t>("d_linear");
+  return true;
+}();
+}  // namespace
+
+}  // namespace gw::dist_autograd::testing

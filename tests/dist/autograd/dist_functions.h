@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "dist/autograd/dist_autograd.h"
@@ -27,4 +28,15 @@ Tensor d_grad_of(int64_t context_id, rpc::RRef<Tensor> r);
 // How many distributed autograd contexts this worker holds.
 int64_t d_num_contexts();
 
+}  // namespace gw::dist_autograd::testing
+
+namespace gw::dist_autograd::testing {
+// torch.rand((3, 3), requires_grad=True) as in the spec's end-to-end example.
+Tensor d_random_tensor();
+// (r.to_here() ** 2).sum() on the worker running it.
+Tensor d_square_sum(rpc::RRef<Tensor> r);
+// The .grad of the value `r` owns here, if it has one.
+std::optional<Tensor> d_grad_field(rpc::RRef<Tensor> r);
+// RemoteModule's constructor "d_linear"(in, out, seed): an nn::Linear drawn from a generator
+// seeded with `seed`.
 }  // namespace gw::dist_autograd::testing

@@ -1,0 +1,54 @@
+// gw::dist::DistributedOptimizer (torch.distributed.optim.DistributedOptimizer).
+//
+// Mental model (the spec's "Distributed Optimizer"): it takes RRefs to parameters, remote or
+// local, and optimizer options. For every distinct owner it creates, over RPC, one local
+// optimizer of that kind on the owner over the parameters it owns, and keeps an RRef to it.
+// step(context_id) runs all of them at once, each with the gradients that distributed autograd
+// accumulated on its worker in that context, and waits. Steps of several distributed
+// optimizers on one worker are serialized by a lock there.
+//
+//   gw::dist::DistributedOptimizer opt(gw::optim::SGD::options(0.05), {rref1, rref2});
+//   opt.step(ctx.id());
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "optim/factory.h"
+#include "rpc/rref.h"
+
+namespace gw::dist {
+
+// The worker-side optimizer (PyTorch's _LocalOptimizer).
+class LocalOptimizer {
+ public:
+  LocalOptimizer(const optim::OptimizerOptions& options, std::vector<Tensor> params);
+  // Applies this worker's gradients of `context_id`.
+  void step(int64_t context_id);
+
+ private:
+  std::unique_ptr<optim::Optimizer> optimizer_;
+};
+
+class DistributedOptimizer {
+ public:
+  DistributedOptimizer(const optim::OptimizerOptions& options,
+                       const std::vector<rpc::RRef<Tensor>>& params);
+  // Steps every owner's optimizer with the gradients of `context_id`; throws the first error.
+  void step(uint64_t context_id);
+
+ private:
+  std::vector<rpc::RRef<std::shared_ptr<LocalOptimizer>>> optimizers_;
+};
+
+}  // namespace gw::dist
+
+// Optimizer options travel to the owners as bytes: the variant's index and the options struct
+// (every worker runs the same program, so the layout is the same).
+template <>
+struct gw::rpc::Serializer<gw::optim::OptimizerOptions> {
+  static std::vector<uint8_t> serialize(const gw::optim::OptimizerOptions& o);
+  static gw::optim::OptimizerOptions deserialize(std::span<const uint8_t> bytes);
+};

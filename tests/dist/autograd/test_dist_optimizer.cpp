@@ -1,0 +1,135 @@
+// DistributedOptimizer, RemoteModule and RRef::backward, with ranks as threads.
+#include <catch2/catch.hpp>
+
+#include <future>
+
+#include "core/ops.h"
+#include "core/random.h"
+#include "dist/autograd/dist_autograd.h"
+#include "dist/optim/distributed_optimizer.h"
+#include "nn/functional.h"
+#include "nn/linear.h"
+#include "optim/sgd.h"
+#include "rpc/remote_module.h"
+#include "tests/dist/autograd/dist_functions.h"
+#include "tests/rpc/group.h"
+
+using namespace gw;
+using namespace gw::dist_autograd;
+using namespace gw::dist_autograd::testing;
+using gw::rpc::testing::Group;
+
+namespace {
+Tensor grad_on_owner(uint64_t ctx, const rpc::RRef<Tensor>& r) {
+  return rpc::rpc_sync(r.owner_name(), d_grad_of, static_cast<int64_t>(ctx), r);
+}
+
+// The spec's end-to-end example on one worker, checking the update it makes.
+bool run_spec_example(const std::string& dst) {
+  Context ctx;
+  auto rref1 = rpc::remote(dst, d_random_tensor);
+  auto rref2 = rpc::remote(dst, d_random_tensor);
+  Tensor loss = rref1.to_here() + rref2.to_here();
+  backward(ctx.id(), {loss.sum()});
+  dist::DistributedOptimizer opt(optim::SGD::options(0.05), {rref1, rref2});
+  Tensor before1 = rref1.to_here(), before2 = rref2.to_here();
+  Tensor g1 = grad_on_owner(ctx.id(), rref1), g2 = grad_on_owner(ctx.id(), rref2);
+  opt.step(ctx.id());
+  return allclose(g1, ones({3, 3})) && allclose(g2, ones({3, 3})) &&
+         allclose(rref1.to_here(), before1 - g1 * 0.05) &&
+         allclose(rref2.to_here(), before2 - g2 * 0.05);
+}
+}  // namespace
+
+TEST_CASE("the spec's end-to-end example: both workers at once", "[dist_optimizer]") {
+  Group g(2);
+  std::vector<std::future<bool>> runs;
+  for (int rank = 0; rank < 2; ++rank)
+    runs.push_back(std::async(std::launch::async, [&g, rank] {
+      rpc::Agent::Use use(g[rank]);
+      return run_spec_example("worker" + std::to_string((rank + 1) % 2));
+    }));
+  for (auto& r : runs) CHECK(r.get());
+}
+
+TEST_CASE("DistributedOptimizer steps local and remote parameters", "[dist_optimizer]") {
+  Group g(3);
+  rpc::Agent::Use use(g[0]);
+  Tensor mine = rand({3, 3}).requires_grad_();
+  rpc::RRef<Tensor> local(mine);
+  Context ctx;
+  auto remote1 = rpc::remote("worker1", d_random_tensor);
+  auto remote2 = rpc::remote("worker2", d_random_tensor);
+  Tensor loss = (remote1.to_here() * mine + remote2.to_here()).sum();
+  backward(ctx.id(), {loss});
+  Tensor v1 = remote1.to_here(), v2 = remote2.to_here(), before = mine.detach().clone();
+  dist::DistributedOptimizer opt(optim::SGDOptions{.lr = 0.1, .momentum = 0.9},
+                                 {local, remote1, remote2});
+  opt.step(ctx.id());
+  CHECK(allclose(mine.detach(), before - v1 * 0.1));       // d/dmine = v1
+  CHECK(allclose(remote1.to_here(), v1 - before * 0.1));   // d/dv1 = mine
+  CHECK(allclose(remote2.to_here(), v2 - ones({3, 3}) * 0.1));
+  CHECK_FALSE(mine.grad().defined());
+  CHECK_THROWS_WITH(opt.step(987654321), Catch::Contains("has no context 987654321"));
+  CHECK_THROWS_WITH(dist::DistributedOptimizer(optim::SGD::options(0.1), {}),
+                    Catch::Contains("no parameters"));
+}
+
+TEST_CASE("RemoteModule: forward runs remotely; training it matches local training",
+          "[remote_module]") {
+  Group g(2);
+  rpc::Agent::Use use(g[0]);
+  rpc::RemoteModule remote_linear("worker1/cpu", "d_linear", int64_t{4}, int64_t{3}, int64_t{5});
+  Generator gen(5);
+  nn::Linear local_linear(4, 3, gen);  // the same parameters
+  Tensor x = randn({8, 4});
+  Tensor y = from_vector<int64_t>({0, 1, 2, 0, 1, 2, 0, 1});
+  CHECK(allclose(remote_linear.forward(x), local_linear.forward(x)));
+  CHECK(allclose(remote_linear.forward_async(x).wait(), local_linear.forward(x)));
+  auto params = remote_linear.remote_parameters();
+  REQUIRE(params.size() == 2);
+  CHECK(params[0].owner_name() == "worker1");
+  CHECK_FALSE(remote_linear.get_module_rref().is_owner());
+
+  dist::DistributedOptimizer opt(optim::SGD::options(0.5), params);
+  optim::SGD local_opt(local_linear.parameters(), optim::SGD::options(0.5));
+  for (int step = 0; step < 3; ++step) {
+    Context ctx;
+    Tensor loss = nn::functional::cross_entropy(remote_linear.forward(x), y);
+    backward(ctx.id(), {loss});
+    opt.step(ctx.id());
+    local_opt.zero_grad();
+    nn::functional::cross_entropy(local_linear.forward(x), y).backward();
+    local_opt.step();
+  }
+  CHECK(allclose(params[0].to_here(), local_linear.weight, 1e-5, 1e-6));
+  CHECK(allclose(params[1].to_here(), local_linear.bias, 1e-5, 1e-6));
+  remote_linear.eval();
+  remote_linear.train();
+  CHECK_THROWS_WITH(rpc::RemoteModule("worker1/cuda:0", "d_linear", int64_t{1}, int64_t{1},
+                                      int64_t{1}),
+                    Catch::Contains("cuda:0"));
+}
+
+TEST_CASE("RRef::backward runs backward on the owner", "[rref_backward]") {
+  Group g(2);
+  rpc::Agent::Use use(g[0]);
+  {
+    Context ctx;
+    auto x = rpc::remote("worker1", d_leaf, int64_t{3});
+    auto s = rpc::remote("worker1", d_square_sum, x);
+    s.backward(ctx.id());
+    CHECK(allclose(grad_on_owner(ctx.id(), x), x.to_here() * 2.0));
+    CHECK_FALSE(rpc::rpc_sync("worker1", d_grad_field, x).has_value());  // the context, not .grad
+  }
+  // Without a context: local autograd on the owner, into .grad.
+  auto x = rpc::remote("worker1", d_leaf, int64_t{4});
+  auto s = rpc::remote("worker1", d_square_sum, x);
+  s.backward();
+  CHECK(allclose(rpc::rpc_sync("worker1", d_grad_field, x).value(), x.to_here() * 2.0));
+  // On the owner itself.
+  Tensor v = rand({2}).requires_grad_();
+  rpc::RRef<Tensor> mine((v * v).sum());
+  mine.backward();
+  CHECK(allclose(v.grad(), v.detach() * 2.0));
+}
