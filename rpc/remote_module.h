@@ -45,6 +45,10 @@ class RemoteModule {
         module_(gw::rpc::remote<std::shared_ptr<nn::Module>>(owner_, constructor,
                                                              std::forward<Args>(args)...)) {}
 
+  // A handle on a module that already lives somewhere (e.g. a parameter server's model).
+  explicit RemoteModule(ModuleRRef module)
+      : owner_(module.owner_name()), module_(std::move(module)) {}
+
   Tensor forward(const Tensor& input) const { return forward_async(input).wait(); }
   Future<Tensor> forward_async(const Tensor& input) const;
   // RRefs to the module's parameters (and its submodules' with `recurse`), owned remotely.

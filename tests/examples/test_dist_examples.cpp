@@ -1,0 +1,47 @@
+// The distributed autograd examples, end to end: real processes under gwrun, checked on what
+// they print and on their exit status.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+
+#include "tests/dist/launcher/gwrun_process.h"
+
+using gw::test::run_gwrun;
+
+namespace {
+size_t count(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+}  // namespace
+
+TEST_CASE("the spec's end-to-end example passes its own check on both workers",
+          "[examples][dist]") {
+  auto r = run_gwrun({"--nproc-per-node", "2", GW_SEED_EXAMPLE});
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(count(r.out, "moved by -0.05 x gradient: yes") == 4);
+  CHECK(count(r.out, "gradient [1 1 1 1 1 1 1 1 1]") == 4);  // d(sum(a + b))/da = 1
+  CHECK(count(r.out, "check passed") == 2);
+}
+
+TEST_CASE("the parameter server trains a model with two trainers", "[examples][dist]") {
+  // A short run on 6400 samples: well above chance (10%), far from the full run's 85%.
+  auto r = run_gwrun({"--nproc-per-node", "3", GW_PS_EXAMPLE, "--epochs", "1", "--limit", "6400",
+                      "--target", "0.6"});
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(count(r.out, "trainer0: mean loss") == 1);
+  CHECK(count(r.out, "trainer1: mean loss") == 1);
+  CHECK(count(r.out, "test accuracy") == 1);
+}
+
+TEST_CASE("the model-parallel trainer trains a model split across two workers",
+          "[examples][dist]") {
+  auto r = run_gwrun({"--nproc-per-node", "3", GW_MP_EXAMPLE, "--epochs", "1", "--limit", "6400",
+                      "--target", "0.6"});
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(count(r.out, "epoch 1: test accuracy") == 1);
+}
