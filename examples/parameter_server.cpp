@@ -20,8 +20,8 @@
 #include "dist/optim/distributed_optimizer.h"
 #include "examples/common/fashion_mnist.h"
 #include "examples/common/progress.h"
+#include "examples/common/server_mlp.h"
 #include "nn/functional.h"
-#include "nn/linear.h"
 #include "optim/sgd.h"
 #include "rpc/rpc.h"
 
@@ -35,25 +35,6 @@ namespace {
 struct Args {
   int64_t epochs = 2, batch_size = 64, limit = 0;
   double lr = 0.02, target = 0.85;
-};
-
-// The server's model. Trainers update the weights while another trainer's backward pass still
-// needs the values its forward pass used, so each forward works on a snapshot of the weights
-// (the gradient still reaches the parameters through the copy), as asynchronous parameter
-// servers do; the biases are not needed by backward and are used as they are.
-struct ServerMlp : gw::nn::Module {
-  std::shared_ptr<gw::nn::Linear> fc1, fc2, fc3;
-  explicit ServerMlp(gw::Generator& gen)
-      : Module("ServerMlp"),
-        fc1(register_module("fc1", std::make_shared<gw::nn::Linear>(784, 256, true, gen))),
-        fc2(register_module("fc2", std::make_shared<gw::nn::Linear>(256, 128, true, gen))),
-        fc3(register_module("fc3", std::make_shared<gw::nn::Linear>(128, 10, true, gen))) {}
-  Tensor forward(const Tensor& x) override {
-    auto layer = [](const Tensor& h, const gw::nn::Linear& l) {
-      return F::linear(h, l.weight.clone(), l.bias);
-    };
-    return layer(F::relu(layer(F::relu(layer(x, *fc1)), *fc2)), *fc3);
-  }
 };
 
 }  // namespace
@@ -147,7 +128,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     gw::Generator gen(0);
-    auto model = std::make_shared<ServerMlp>(gen);
+    auto model = std::make_shared<gw::examples::ServerMlp>(gen);
     const rpc::ModuleRRef model_rref{std::shared_ptr<gw::nn::Module>(model)};
     const int64_t trainers = world_size - 1;
     std::printf("parameter server: %s\n%lld trainers, SGD lr %g momentum 0.9, batch %lld, "

@@ -273,6 +273,7 @@ void Agent::on_close(const std::shared_ptr<Connection>& c, const std::string& wh
     if (peer >= 0 && impl_->outbound[peer] == c) impl_->outbound[peer].reset();
   }
   fail_pending_on(c.get(), why);
+  if (autograd_ && c->peer_id() >= 0) autograd_->on_connection_lost(c->peer_id(), why);
 }
 
 void Agent::fail_pending_on(const Connection* conn, const std::string& why) {
@@ -662,6 +663,13 @@ void Agent::shutdown(bool graceful) {
   GW_CHECK(t_owning_agent != this, StateError, "[shutdown] cannot shut down agent '", self_.name,
            "' from one of its own threads (a request handler or a future callback)");
   if (graceful) {
+    if (autograd_) {
+      try {
+        autograd_->flush(rpc_timeout().count() > 0 ? rpc_timeout() : kDefaultRpcTimeout);
+      } catch (const std::exception& e) {
+        log_error(self_.name, ": distributed autograd did not finish before shutdown: ", e.what());
+      }
+    }
     auto wait_idle = [&](bool handlers_too) {
       std::unique_lock lock(impl_->pending_mu);
       impl_->idle.wait(lock, [&] {

@@ -12,6 +12,7 @@
 // agent created afterwards gets its own hook (several agents may share a process).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -55,6 +56,11 @@ class AutogradHook {
                            const std::vector<Tensor>& tensors) = 0;
   // Serves a "gw.autograd.*" request from worker `from`.
   virtual Future<IValue> handle(int from, const std::string& function, IValueList args) = 0;
+  // Sends what distributed autograd still owes other workers (context releases) and waits for
+  // it: the agent's graceful shutdown calls this first.
+  virtual void flush(std::chrono::milliseconds timeout) = 0;
+  // The connection to `worker` was lost (it may have died).
+  virtual void on_connection_lost(int worker, const std::string& why) = 0;
   // Runs a distributed backward pass from local `roots` (RRef::backward on the owner).
   virtual Future<void> backward(uint64_t context_id, std::vector<Tensor> roots,
                                 bool retain_graph) = 0;

@@ -1,10 +1,13 @@
 #include "dist/autograd/container.h"
 
+#include <map>
+
 #include "autograd/meta.h"
 #include "core/ops.h"
 #include "dist/autograd/engine.h"
 #include "rpc/agent.h"
 #include "rpc/api.h"
+#include "rpc/log.h"
 #include "rpc/rref_context.h"
 
 namespace gw::dist_autograd {
@@ -15,6 +18,8 @@ inline constexpr uint64_t kLocalIdMask = (uint64_t{1} << (64 - kWorkerIdBits)) -
 inline constexpr const char* kGradients = "gw.autograd.grad";
 inline constexpr const char* kRelease = "gw.autograd.release";
 inline constexpr const char* kBackward = "gw.autograd.backward";
+// How often a worker sends its batch of released contexts to each worker they reached.
+inline constexpr std::chrono::microseconds kReleaseInterval{1000};
 
 // Every agent made after this library is loaded gets a container as its autograd hook.
 const bool kRegistered = [] {
@@ -30,8 +35,13 @@ uint64_t as_id(const rpc::IValue& v) { return static_cast<uint64_t>(v.to_int());
 }  // namespace
 
 Container::Container(rpc::Agent& agent)
-    : agent_(agent), worker_bits_(static_cast<uint64_t>(agent.get_worker_info().id)
-                                  << (64 - kWorkerIdBits)) {
+    : agent_(agent),
+      worker_bits_(static_cast<uint64_t>(agent.get_worker_info().id) << (64 - kWorkerIdBits)),
+      releases_(std::make_unique<ReleaseBatcher>(
+          [this](int worker, std::vector<uint64_t> ids) {
+            return send_release(worker, std::move(ids));
+          },
+          kReleaseInterval)) {
   (void)kRegistered;
   GW_CHECK(agent.get_worker_info().id < (1 << kWorkerIdBits), InvalidArgumentError,
            "[dist_autograd] worker id ", agent.get_worker_info().id, " does not fit in ",
@@ -86,27 +96,64 @@ std::shared_ptr<DistAutogradContext> Container::get_or_create(uint64_t context_i
   return slot;
 }
 
-Future<void> Container::release(uint64_t context_id, int except) {
-  std::shared_ptr<DistAutogradContext> ctx;
-  {
-    std::lock_guard lock(mu_);
-    auto it = contexts_.find(context_id);
-    if (it == contexts_.end()) return Future<void>::ready();  // released already
-    ctx = std::move(it->second);
-    contexts_.erase(it);
+std::shared_ptr<DistAutogradContext> Container::take(uint64_t context_id) {
+  std::lock_guard lock(mu_);
+  auto it = contexts_.find(context_id);
+  if (it == contexts_.end()) return nullptr;
+  auto ctx = std::move(it->second);
+  contexts_.erase(it);
+  return ctx;
+}
+
+Future<void> Container::send_release(int worker, std::vector<uint64_t> context_ids) {
+  rpc::IValueList ids;
+  for (uint64_t id : context_ids) ids.push_back(rpc::IValue(as_int(id)));
+  Future<rpc::IValue> sent;
+  try {
+    sent = agent_.call(worker, kRelease, {rpc::IValue(std::move(ids))});
+  } catch (...) {
+    sent = Future<rpc::IValue>::failed(std::current_exception());
   }
-  std::vector<Future<rpc::IValue>> released;
-  for (int w : ctx->known_workers()) {
-    if (w == except || w == agent_.get_worker_info().id || !agent_.running()) continue;
+  return sent.then([this, worker](Future<rpc::IValue>& f) {
     try {
-      released.push_back(agent_.call(w, kRelease, {rpc::IValue(as_int(context_id))}));
-    } catch (...) {
-      released.push_back(Future<rpc::IValue>::failed(std::current_exception()));
+      f.wait();
+    } catch (const std::exception& e) {
+      rpc::log_error("[dist_autograd] releasing contexts on worker '",
+                     agent_.get_worker_info(worker).name, "' failed: ", e.what());
+      throw;
     }
-  }
+  });
+}
+
+Future<void> Container::release(const std::vector<uint64_t>& context_ids, int except) {
+  std::map<int, std::vector<uint64_t>> by_worker;
+  for (uint64_t id : context_ids)
+    if (auto ctx = take(id))
+      for (int w : ctx->known_workers())
+        if (w != except && w != agent_.get_worker_info().id) by_worker[w].push_back(id);
+  std::vector<Future<void>> released;
+  for (auto& [w, ids] : by_worker) released.push_back(send_release(w, std::move(ids)));
   return collect_all(std::move(released)).then([](auto& all) {
     for (auto& f : all.value()) f.wait();  // the first failure fails the release
   });
+}
+
+void Container::release_later(uint64_t context_id) {
+  if (auto ctx = take(context_id))
+    for (int w : ctx->known_workers())
+      if (w != agent_.get_worker_info().id) releases_->enqueue(w, context_id);
+}
+
+void Container::flush(std::chrono::milliseconds timeout) { releases_->flush(timeout); }
+
+void Container::on_connection_lost(int worker, const std::string& why) {
+  std::vector<std::shared_ptr<DistAutogradContext>> all;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [id, ctx] : contexts_) all.push_back(ctx);
+  }
+  for (const auto& ctx : all)
+    if (auto pass = ctx->current_pass()) pass->peer_lost(worker, why);
 }
 
 rpc::AutogradInfo Container::record_send(uint64_t context_id, int to,
@@ -140,8 +187,8 @@ void Container::record_recv(int from, const rpc::AutogradInfo& info,
 
 Future<rpc::IValue> Container::handle(int from, const std::string& function,
                                            rpc::IValueList args) {
-  if (function == kGradients) {  // context, message, pass, retain_graph, gradients
-    GW_CHECK(args.size() == 5, IoError, "[dist_autograd] malformed gradient message");
+  if (function == kGradients) {  // context, message, pass, retain_graph, gradients, returned
+    GW_CHECK(args.size() == 6, IoError, "[dist_autograd] malformed gradient message");
     auto ctx = retrieve(as_id(args[0]));
     const uint64_t pass_id = as_id(args[2]);
     const bool retain = args[3].to_bool();
@@ -151,11 +198,13 @@ Future<rpc::IValue> Container::handle(int from, const std::string& function,
     std::vector<Tensor> grads;
     for (const auto& g : args[4].to_list())
       grads.push_back(g.is(rpc::IValue::Kind::kNone) ? Tensor() : g.to_tensor());
-    return pass->receive(as_id(args[1]), std::move(grads));
+    return pass->receive(from, as_id(args[1]), std::move(grads), args[5].to_bool());
   }
-  if (function == kRelease) {  // context
+  if (function == kRelease) {  // context ids
     GW_CHECK(args.size() == 1, IoError, "[dist_autograd] malformed release message");
-    return release(as_id(args[0]), from).then([](auto& done) {
+    std::vector<uint64_t> ids;
+    for (const auto& id : args[0].to_list()) ids.push_back(as_id(id));
+    return release(ids, from).then([](auto& done) {
       done.wait();
       return rpc::IValue();
     });

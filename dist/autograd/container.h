@@ -9,11 +9,13 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
 
 #include "dist/autograd/context.h"
+#include "dist/autograd/release_batcher.h"
 #include "rpc/autograd_hook.h"
 
 namespace gw::rpc {
@@ -36,9 +38,14 @@ class Container final : public rpc::AutogradHook {
   std::shared_ptr<DistAutogradContext> retrieve(uint64_t context_id) const;
   bool has_context(uint64_t context_id) const;
   size_t num_contexts() const;
-  // Drops the context here and on every worker it reached; the future completes once they all
-  // have (worker `except` is skipped: it asked).
-  Future<void> release(uint64_t context_id, int except = -1);
+  // Drops the contexts here and on every worker they reached; the future completes once they
+  // all have (worker `except` is skipped: it asked).
+  Future<void> release(const std::vector<uint64_t>& context_ids, int except);
+  // A Context going out of scope: drops it here now and tells the workers it reached in the
+  // next batch (release_batcher.h).
+  void release_later(uint64_t context_id);
+  // Sends the queued releases and waits for every release sent so far.
+  void flush(std::chrono::milliseconds timeout) override;
 
   rpc::AutogradInfo record_send(uint64_t context_id, int to,
                                 const std::vector<Tensor>& tensors) override;
@@ -48,9 +55,12 @@ class Container final : public rpc::AutogradHook {
                                   rpc::IValueList args) override;
   Future<void> backward(uint64_t context_id, std::vector<Tensor> roots,
                              bool retain_graph) override;
+  void on_connection_lost(int worker, const std::string& why) override;
 
  private:
   std::shared_ptr<DistAutogradContext> get_or_create(uint64_t context_id);
+  std::shared_ptr<DistAutogradContext> take(uint64_t context_id);  // nullptr if absent
+  Future<void> send_release(int worker, std::vector<uint64_t> context_ids);
   uint64_t next_id(std::atomic<uint64_t>& counter) const;
 
   rpc::Agent& agent_;
@@ -60,6 +70,7 @@ class Container final : public rpc::AutogradHook {
   std::atomic<uint64_t> next_pass_{1};
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, std::shared_ptr<DistAutogradContext>> contexts_;
+  std::unique_ptr<ReleaseBatcher> releases_;  // last: its thread calls into the others
 };
 
 }  // namespace gw::dist_autograd

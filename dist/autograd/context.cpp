@@ -60,6 +60,11 @@ GradientMap DistAutogradContext::gradients() const {
   return grads_;
 }
 
+std::shared_ptr<Pass> DistAutogradContext::current_pass() const {
+  std::lock_guard lock(mu_);
+  return pass_;
+}
+
 std::shared_ptr<Pass> DistAutogradContext::pass(
     uint64_t pass_id, const std::function<std::shared_ptr<Pass>(NodeList)>& make) {
   std::lock_guard lock(mu_);

@@ -44,6 +44,7 @@ class DistAutogradContext {
   // builds from the context's send functions when the previous pass is over. Throws
   // StateError while another pass runs.
   using NodeList = std::vector<std::shared_ptr<autograd::Node>>;
+  std::shared_ptr<Pass> current_pass() const;
   std::shared_ptr<Pass> pass(uint64_t pass_id,
                              const std::function<std::shared_ptr<Pass>(NodeList)>& make);
 

@@ -18,17 +18,7 @@ uint64_t new_context_id(Container& c) {
 Context::Context()
     : container_(Container::current()), id_(new_context_id(container_)), scope_(id_) {}
 
-Context::~Context() {
-  try {
-    rpc::Agent& agent = container_.agent();
-    auto released = container_.release(id_);
-    const auto timeout = agent.rpc_timeout().count() > 0 ? agent.rpc_timeout()
-                                                          : rpc::kDefaultRpcTimeout;
-    released.wait(timeout);
-  } catch (const std::exception& e) {
-    rpc::log_error("[dist_autograd.context] releasing context ", id_, " failed: ", e.what());
-  }
-}
+Context::~Context() { container_.release_later(id_); }
 
 void backward(uint64_t context_id, const std::vector<Tensor>& roots, bool retain_graph) {
   Container::current().backward(context_id, roots, retain_graph).wait();
@@ -41,5 +31,9 @@ GradientMap get_gradients(uint64_t context_id) {
 uint64_t current_context_id() { return rpc::current_autograd_context(); }
 bool has_context(uint64_t context_id) { return Container::current().has_context(context_id); }
 size_t num_contexts() { return Container::current().num_contexts(); }
+
+void wait_for_releases(std::chrono::milliseconds timeout) {
+  Container::current().flush(timeout);
+}
 
 }  // namespace gw::dist_autograd

@@ -19,6 +19,7 @@
 // These functions use the RPC agent calls go through (rpc/api.h: current_agent()).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -36,8 +37,8 @@ class Container;
 class Context {
  public:
   Context();
-  // Releases the context here and on every worker it reached, waiting for them (bounded by the
-  // RPC timeout; failures are logged, not thrown).
+  // Releases the context here at once, and on every worker it reached in the background (in
+  // batches; wait_for_releases() waits for that; failures are logged).
   ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
@@ -62,5 +63,8 @@ uint64_t current_context_id();
 // Whether this worker holds `context_id`, and how many contexts it holds (tests, diagnostics).
 bool has_context(uint64_t context_id);
 size_t num_contexts();
+// Waits until the contexts this worker left are released on every worker they reached.
+// Throws TimeoutError after `timeout`.
+void wait_for_releases(std::chrono::milliseconds timeout = std::chrono::seconds(60));
 
 }  // namespace gw::dist_autograd

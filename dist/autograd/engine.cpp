@@ -60,8 +60,8 @@ Future<void> Pass::run_root() {
   return done.then([self = shared_from_this()](Future<rpc::IValue>& f) {
     int64_t stalled = 0;
     std::string where;
-    const rpc::IValue reports = f.value();
-    for (const auto& r : reports.to_list()) {
+    const rpc::IValue value = f.value();
+    for (const auto& r : value.to_list().at(0).to_list()) {
       const auto& fields = r.to_list();
       if (fields[2].to_int() == 0) continue;
       stalled += fields[2].to_int();
@@ -77,7 +77,8 @@ Future<void> Pass::run_root() {
   });
 }
 
-Future<rpc::IValue> Pass::receive(uint64_t message_id, std::vector<Tensor> grads) {
+Future<rpc::IValue> Pass::receive(int from, uint64_t message_id, std::vector<Tensor> grads,
+                                  bool returned) {
   auto ctx = ctx_.lock();
   GW_CHECK(ctx, StateError, "[dist_autograd] context ", context_id_, " was released on worker '",
            agent_.get_worker_info().name, "' during its backward pass");
@@ -89,10 +90,14 @@ Future<rpc::IValue> Pass::receive(uint64_t message_id, std::vector<Tensor> grads
     GW_CHECK(received_.insert(message_id).second, StateError, "[dist_autograd] send function ",
              message_id, " of context ", context_id_, " received gradients twice in one pass");
     task_->add_gradients(send, std::move(grads));
-    if (engaged_)
-      answer = Future<rpc::IValue>::ready(rpc::IValue(rpc::IValueList{}));
-    else
+    if (returned) ++returned_received_[from];
+    if (engaged_ || returned) {
+      answer = Future<rpc::IValue>::ready(rpc::IValue());
+    } else {
       engaged_ = answer;  // answered when this worker is done (see take_finished_locked)
+      engaged_by_ = from;
+      returned_sent_ = 0;
+    }
     if (draining_) return answer;
     draining_ = true;
   }
@@ -126,10 +131,15 @@ void Pass::send_gradients(int to, uint64_t context_id, uint64_t message_id,
                           const std::vector<Tensor>& grads) {
   GW_CHECK(context_id == context_id_, StateError, "[dist_autograd] a recv function of context ",
            context_id, " was reached by a backward pass of context ", context_id_);
+  bool returned;
   {
     std::lock_guard lock(mu_);
     if (error_) return;
-    ++outstanding_;
+    returned = engaged_ && to == engaged_by_;
+    if (returned)
+      ++returned_sent_;
+    else
+      ++outstanding_;
   }
   rpc::IValueList values;
   values.reserve(grads.size());
@@ -137,19 +147,21 @@ void Pass::send_gradients(int to, uint64_t context_id, uint64_t message_id,
   rpc::IValueList args{rpc::IValue(static_cast<int64_t>(context_id)),
                        rpc::IValue(static_cast<int64_t>(message_id)),
                        rpc::IValue(static_cast<int64_t>(id_)), rpc::IValue(retain_graph_),
-                       rpc::IValue(std::move(values))};
+                       rpc::IValue(std::move(values)), rpc::IValue(returned)};
   Future<rpc::IValue> answer;
   try {
     answer = agent_.call(to, kGradientsMessage, std::move(args));
   } catch (...) {
     answer = Future<rpc::IValue>::failed(std::current_exception());
   }
-  answer.add_done_callback([self = shared_from_this()](Future<rpc::IValue>& a) {
-    self->on_answer(a);
+  // The receiver counts a returned message in itself, and reports its own failures.
+  if (returned) return;
+  answer.add_done_callback([self = shared_from_this(), to](Future<rpc::IValue>& a) {
+    self->on_answer(to, a);
   });
 }
 
-void Pass::on_answer(Future<rpc::IValue>& answer) {
+void Pass::on_answer(int from, Future<rpc::IValue>& answer) {
   std::optional<Finished> finished;
   {
     std::lock_guard lock(mu_);
@@ -157,8 +169,34 @@ void Pass::on_answer(Future<rpc::IValue>& answer) {
     if (auto e = answer.exception()) {
       if (!error_) error_ = e;
     } else {
-      merge_reports_locked(answer.value());
+      const rpc::IValue value = answer.value();  // [reports, returned]
+      if (value.is(rpc::IValue::Kind::kList)) {  // not a non-engaging message's empty answer
+        merge_reports_locked(value.to_list().at(0));
+        returned_expected_[from] += value.to_list().at(1).to_int();
+      }
     }
+    finished = take_finished_locked();
+  }
+  if (finished) finished->complete();
+}
+
+bool Pass::returned_all_locked() const {
+  for (const auto& [worker, n] : returned_expected_) {
+    auto it = returned_received_.find(worker);
+    if ((it == returned_received_.end() ? 0 : it->second) < n) return false;
+  }
+  return true;
+}
+
+void Pass::peer_lost(int worker, const std::string& why) {
+  std::optional<Finished> finished;
+  {
+    std::lock_guard lock(mu_);
+    if (error_ || returned_all_locked()) return;
+    error_ = std::make_exception_ptr(IoError(gw::detail::str(
+        "[dist_autograd.backward] context ", context_id_, ": the connection to worker '",
+        agent_.get_worker_info(worker).name, "' was lost (", why,
+        ") before the gradients it sent arrived")));
     finished = take_finished_locked();
   }
   if (finished) finished->complete();
@@ -167,14 +205,15 @@ void Pass::on_answer(Future<rpc::IValue>& answer) {
 std::optional<Pass::Finished> Pass::take_finished_locked() {
   if (!engaged_ || draining_) return std::nullopt;
   // A failure is answered at once; otherwise only when nothing here can send gradients again.
-  if (!error_ && (outstanding_ > 0 || task_->has_ready())) return std::nullopt;
+  if (!error_ && (outstanding_ > 0 || task_->has_ready() || !returned_all_locked()))
+    return std::nullopt;
   Finished f{std::move(*engaged_), {}, error_};
   engaged_.reset();
   if (!error_) {
     Report& mine = reports_[agent_.get_worker_info().id];
     mine.seq = ++report_seq_;
     mine.stalled = static_cast<int64_t>(task_->stalled_nodes(&mine.example));
-    f.value = reports_value_locked();
+    f.value = rpc::IValue(rpc::IValueList{reports_value_locked(), rpc::IValue(returned_sent_)});
   }
   return f;
 }

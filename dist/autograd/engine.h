@@ -11,7 +11,10 @@
 // message that finds a worker idle engages it and is answered only when that worker is idle
 // again with every gradient message it sent answered; any other message is answered at once.
 // The root is engaged by backward() itself, which therefore completes exactly when no worker
-// has work left or gradients in flight. An error anywhere answers upwards at once and fails the
+// has work left or gradients in flight. One shortcut saves a round trip on the common path:
+// gradients a worker sends back to the worker that engaged it are not waited for; the answer
+// says how many there were, and that worker counts them in before it can finish (or fails if
+// the connection to the sender is lost first). An error anywhere answers upwards at once and fails the
 // pass on every worker it reaches. The answers also carry, per worker, how many nodes still
 // hold gradients while waiting for more: FAST mode's limitation (an RPC result the loss does not
 // use leaves its send function without a gradient forever) then raises instead of silently
@@ -53,11 +56,16 @@ class Pass : public std::enable_shared_from_this<Pass> {
 
   // The root: runs the pass; the future completes when every worker is done, or fails.
   Future<void> run_root();
-  // A gradient message for send function `message_id`; returns its answer.
-  Future<rpc::IValue> receive(uint64_t message_id, std::vector<Tensor> grads);
+  // A gradient message from worker `from` for send function `message_id`; `returned` when
+  // `from` sent it back to this worker, which engaged it, without waiting for the answer.
+  Future<rpc::IValue> receive(int from, uint64_t message_id, std::vector<Tensor> grads,
+                              bool returned);
   // Called by RecvRpcBackward on the thread running this pass.
   void send_gradients(int to, uint64_t context_id, uint64_t message_id,
                       const std::vector<Tensor>& grads);
+
+  // The connection to `worker` was lost: fails the pass if gradients from it are still due.
+  void peer_lost(int worker, const std::string& why);
 
   // The pass running on this thread, if any.
   static Pass* current();
@@ -71,7 +79,8 @@ class Pass : public std::enable_shared_from_this<Pass> {
 
   // Runs ready nodes until none is left, then answers the engaging message if it can.
   void drain();
-  void on_answer(Future<rpc::IValue>& answer);
+  void on_answer(int from, Future<rpc::IValue>& answer);
+  bool returned_all_locked() const;
   struct Finished;
   // Takes the engaging message's answer if this worker is done (caller holds mu_).
   std::optional<Finished> take_finished_locked();
@@ -89,6 +98,10 @@ class Pass : public std::enable_shared_from_this<Pass> {
   bool draining_ = false;
   int outstanding_ = 0;                          // gradient messages sent, not yet answered
   std::optional<Future<rpc::IValue>> engaged_;  // the engaging message's answer
+  int engaged_by_ = -1;                              // ... and its sender
+  int64_t returned_sent_ = 0;  // to engaged_by_ since the engagement began, not waited for
+  std::map<int, int64_t> returned_expected_;  // by sender: announced in its answers
+  std::map<int, int64_t> returned_received_;  // by sender: arrived
   std::exception_ptr error_;
   std::map<int, Report> reports_;  // by worker id; the latest report of each
   uint64_t report_seq_ = 0;

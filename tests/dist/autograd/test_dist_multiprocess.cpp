@@ -72,6 +72,7 @@ TEST_CASE("three processes: nested RPCs give the local gradients; contexts are r
     CHECK(allclose(grads.at(t4), lt4.grad()));
     CHECK(rpc::rpc_sync("worker2", d_num_contexts) == 1);
   }
+  wait_for_releases();
   CHECK(rpc::rpc_sync("worker1", d_num_contexts) == 0);
   CHECK(rpc::rpc_sync("worker2", d_num_contexts) == 0);
   peers.agent->shutdown();
