@@ -39,21 +39,24 @@ Tensor random_tensor() { return gw::rand({3, 3}).requires_grad_(); }
 GW_RPC_FUNCTION(my_add);
 GW_RPC_FUNCTION(random_tensor);
 
-// A trainer of the parameter-server case: `steps` steps on its own fixed batch; its optimizer
-// and batch are made on the first call (the warm-up) and kept, so that only steps are timed.
+// The trainers of the parameter-server case, by worker id: each one's optimizer and batch are
+// made on its first call (the warm-up) and kept, so that only steps are timed. Cleared while
+// the agents still run, since they hold RRefs.
+struct Trainer {
+  rpc::RemoteModule net;
+  gw::dist::DistributedOptimizer opt;
+  Tensor x, y;
+};
+std::mutex g_trainers_mu;
+std::map<int, std::unique_ptr<Trainer>> g_trainers;
+
+// `steps` steps of one trainer on its own fixed batch.
 double ps_train(rpc::ModuleRRef model, int64_t steps) {
-  struct Trainer {
-    rpc::RemoteModule net;
-    gw::dist::DistributedOptimizer opt;
-    Tensor x, y;
-  };
-  static std::mutex mu;
-  static std::map<int, std::unique_ptr<Trainer>> trainers;  // by worker id
   const int me = rpc::get_worker_info().id;
   Trainer* trainer;
   {
-    std::lock_guard lock(mu);
-    auto& slot = trainers[me];
+    std::lock_guard lock(g_trainers_mu);
+    auto& slot = g_trainers[me];
     if (!slot) {
       gw::Generator gen(static_cast<uint64_t>(me));
       rpc::RemoteModule net(model);
@@ -171,6 +174,8 @@ int main(int argc, char** argv) {
     report.add({"dist_autograd", "parameter server, 2 trainers",
                 2.0 * kPsSteps * kPsBatch / seconds, "samples/s", "pytorch",
                 torch.get("ps_samples_per_s", 5700), torch.note()});
+    std::lock_guard lock(g_trainers_mu);
+    g_trainers.clear();
   }
   return 0;
 }

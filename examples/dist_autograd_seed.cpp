@@ -27,7 +27,11 @@ GW_RPC_FUNCTION(random_tensor);
 
 // The gradient that the owner of `value` accumulated for it in context `context_id`.
 Tensor gradient_in_context(int64_t context_id, rpc::RRef<Tensor> value) {
-  return dist_autograd::get_gradients(static_cast<uint64_t>(context_id)).at(value.local_value());
+  auto grads = dist_autograd::get_gradients(static_cast<uint64_t>(context_id));
+  auto it = grads.find(value.local_value());
+  GW_CHECK(it != grads.end(), gw::StateError, "[gradient_in_context] context ", context_id,
+           " holds no gradient for this RRef's value");
+  return it->second;
 }
 GW_RPC_FUNCTION(gradient_in_context);
 

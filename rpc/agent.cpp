@@ -154,6 +154,7 @@ Agent::Agent(std::string name, int rank, int world_size, RpcBackendOptions optio
 
 Agent::~Agent() {
   if (running_) stop("the RPC agent was destroyed without shutdown()");
+  autograd_.reset();  // first: its threads and callbacks use the rest of the agent
 }
 
 // Publishes this worker's address, then learns everyone's.
@@ -306,10 +307,15 @@ Future<IValue> Agent::call(const To& to, const std::string& function, IValueList
   m.function = function;
   m.args = std::move(args);
   std::vector<RRefForkData> forks;  // undone if the request never leaves
+  auto undo = [&] {
+    for (const auto& d : forks) rrefs_->cancel_fork(d);
+    if (m.autograd) autograd_->discard_send(*m.autograd);
+  };
   Future<IValue> result;
   try {
     for (auto& a : m.args) fork_rrefs(a, forks);
-    if (uint64_t ctx = current_autograd_context(); ctx && autograd_ && joins_autograd_context(function))
+    const uint64_t ctx = current_autograd_context();
+    if (ctx && autograd_ && joins_autograd_context(function))
       m.autograd = autograd_->record_send(ctx, dst.id, tensors_of(m.args));
     std::lock_guard lock(impl_->pending_mu);
     // Checked under the lock stop() takes, so no call slips in after stop() drained the table.
@@ -329,7 +335,7 @@ Future<IValue> Agent::call(const To& to, const std::string& function, IValueList
       }
     }
   } catch (...) {
-    for (const auto& d : forks) rrefs_->cancel_fork(d);
+    undo();
     throw;
   }
   try {
@@ -341,7 +347,7 @@ Future<IValue> Agent::call(const To& to, const std::string& function, IValueList
     }
     c->send(m);
   } catch (...) {
-    for (const auto& d : forks) rrefs_->cancel_fork(d);
+    undo();
     std::unique_lock lock(impl_->pending_mu);
     // The connection may already have failed it (connection lost) on the network thread.
     if (auto it = impl_->pending.find(m.id); it != impl_->pending.end()) {
@@ -427,10 +433,13 @@ void Agent::on_message(const std::shared_ptr<Connection>& c, Message m) {
         return;
       }
       if (m.function.starts_with(kAutogradPrefix)) {
-        GW_CHECK(autograd_, IoError, "[rpc] '", m.function, "' needs distributed autograd");
-        run_on_pool([this, from = c->peer_id(), f = m.function, args = std::move(m.args)] {
-          return autograd_->handle(from, f, args);
-        }, 0, [this, c, id = m.id](Future<IValue>& done) { respond(c, id, done); });
+        run_on_pool(
+            [this, from = c->peer_id(), f = m.function, args = std::move(m.args)] {
+              GW_CHECK(autograd_, InvalidArgumentError, "[rpc] worker '", self_.name,
+                       "' cannot serve '", f, "': it does not link distributed autograd");
+              return autograd_->handle(from, f, args);
+            },
+            0, [this, c, id = m.id](Future<IValue>& done) { respond(c, id, done); });
       } else if (m.function.starts_with("gw.")) {
         handle_system(c, m);
       } else {
@@ -511,9 +520,14 @@ void Agent::respond(const std::shared_ptr<Connection>& c, uint64_t id, Future<IV
   r.kind = MessageKind::kResponse;
   r.id = id;
   std::vector<RRefForkData> forks;  // undone if the response never leaves
-  auto fail = [&](const std::string& what, ErrorCode code) {
+  auto undo = [&] {
     for (const auto& d : forks) rrefs_->cancel_fork(d);
     forks.clear();
+    if (r.autograd) autograd_->discard_send(*r.autograd);
+    r.autograd.reset();
+  };
+  auto fail = [&](const std::string& what, ErrorCode code) {
+    undo();
     r.value = IValue();
     r.error = Failure{self_.name, what, code};
   };
@@ -521,7 +535,8 @@ void Agent::respond(const std::shared_ptr<Connection>& c, uint64_t id, Future<IV
     r.value = result.value();
     fork_rrefs(r.value, forks);
     if (autograd_ctx && autograd_) {
-      AutogradInfo info = autograd_->record_send(autograd_ctx, c->peer_id(), tensors_of({r.value}));
+      AutogradInfo info =
+          autograd_->record_send(autograd_ctx, c->peer_id(), tensors_of({r.value}));
       if (info.message_id) r.autograd = info;
     }
   } catch (const Error& e) {
@@ -533,7 +548,7 @@ void Agent::respond(const std::shared_ptr<Connection>& c, uint64_t id, Future<IV
     c->send(r);
   } catch (const IoError&) {
     // The caller's connection is gone; its side has already failed the call.
-    for (const auto& d : forks) rrefs_->cancel_fork(d);
+    undo();
   } catch (const std::exception& e) {
     // The result cannot be sent (e.g. a CUDA tensor, an object): tell the caller why.
     const Error* err = dynamic_cast<const Error*>(&e);

@@ -50,6 +50,8 @@ class AutogradHook {
   // a send function when some require grad. Returns what the message carries.
   virtual AutogradInfo record_send(uint64_t context_id, int to,
                                    const std::vector<Tensor>& tensors) = 0;
+  // The message record_send returned `info` for could not be sent: forgets its send function.
+  virtual void discard_send(const AutogradInfo& info) = 0;
   // A message from worker `from` carried `info`: joins the context and attaches the recv
   // function to `tensors` (in wire order) that require grad.
   virtual void record_recv(int from, const AutogradInfo& info,

@@ -10,7 +10,9 @@ std::vector<RRef<Tensor>> parameter_rrefs(std::shared_ptr<nn::Module> module, bo
 }
 void set_training(std::shared_ptr<nn::Module> module, bool on) { module->train(on); }
 
-// The methods RemoteModule calls on the owner, with the module as `self`.
+// The methods RemoteModule calls on the owner, with the module as `self`: registered for owners
+// that never make a RemoteModule themselves (gw_rpc_remote_module_linked is what the build's -u
+// flag names to link this file).
 const bool kRegistered = [] {
   functions().add_class<nn::Module>("nn.Module").add_method("forward", &nn::Module::forward);
   functions().add("nn.Module.parameter_rrefs", &parameter_rrefs);
@@ -19,8 +21,10 @@ const bool kRegistered = [] {
 }();
 }  // namespace
 
+extern "C" const bool gw_rpc_remote_module_linked;
+const bool gw_rpc_remote_module_linked = kRegistered;
+
 std::string RemoteModule::parse_worker(const std::string& remote_device) {
-  (void)kRegistered;
   const auto slash = remote_device.find('/');
   const std::string worker = remote_device.substr(0, slash);
   const std::string device = slash == std::string::npos ? "cpu" : remote_device.substr(slash + 1);

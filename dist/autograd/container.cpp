@@ -15,13 +15,11 @@ namespace gw::dist_autograd {
 namespace {
 inline constexpr int kWorkerIdBits = 16;
 inline constexpr uint64_t kLocalIdMask = (uint64_t{1} << (64 - kWorkerIdBits)) - 1;
-inline constexpr const char* kGradients = "gw.autograd.grad";
-inline constexpr const char* kRelease = "gw.autograd.release";
-inline constexpr const char* kBackward = "gw.autograd.backward";
 // How often a worker sends its batch of released contexts to each worker they reached.
 inline constexpr std::chrono::microseconds kReleaseInterval{1000};
 
 // Every agent made after this library is loaded gets a container as its autograd hook.
+// gw_dist_autograd_linked is what the build's -u flag names to pull this file in.
 const bool kRegistered = [] {
   rpc::set_autograd_hook_factory(
       [](rpc::Agent& agent) -> std::shared_ptr<rpc::AutogradHook> {
@@ -30,8 +28,19 @@ const bool kRegistered = [] {
   return true;
 }();
 
+}  // namespace
+
+extern "C" const bool gw_dist_autograd_linked;
+const bool gw_dist_autograd_linked = kRegistered;
+
+namespace {
 int64_t as_int(uint64_t id) { return static_cast<int64_t>(id); }
 uint64_t as_id(const rpc::IValue& v) { return static_cast<uint64_t>(v.to_int()); }
+
+void expect_args(const std::string& function, const rpc::IValueList& args, size_t n) {
+  GW_CHECK(args.size() == n, IoError, "[dist_autograd] '", function, "' takes ", n,
+           " arguments, got ", args.size());
+}
 }  // namespace
 
 Container::Container(rpc::Agent& agent)
@@ -42,7 +51,6 @@ Container::Container(rpc::Agent& agent)
             return send_release(worker, std::move(ids));
           },
           kReleaseInterval)) {
-  (void)kRegistered;
   GW_CHECK(agent.get_worker_info().id < (1 << kWorkerIdBits), InvalidArgumentError,
            "[dist_autograd] worker id ", agent.get_worker_info().id, " does not fit in ",
            kWorkerIdBits, " bits");
@@ -110,7 +118,7 @@ Future<void> Container::send_release(int worker, std::vector<uint64_t> context_i
   for (uint64_t id : context_ids) ids.push_back(rpc::IValue(as_int(id)));
   Future<rpc::IValue> sent;
   try {
-    sent = agent_.call(worker, kRelease, {rpc::IValue(std::move(ids))});
+    sent = agent_.call(worker, kReleaseMessage, {rpc::IValue(std::move(ids))});
   } catch (...) {
     sent = Future<rpc::IValue>::failed(std::current_exception());
   }
@@ -173,9 +181,24 @@ rpc::AutogradInfo Container::record_send(uint64_t context_id, int to,
   return info;
 }
 
+void Container::discard_send(const rpc::AutogradInfo& info) {
+  if (info.message_id == 0) return;
+  std::shared_ptr<DistAutogradContext> ctx;
+  {
+    std::lock_guard lock(mu_);
+    auto it = contexts_.find(info.context_id);
+    if (it == contexts_.end()) return;
+    ctx = it->second;
+  }
+  ctx->remove_send_function(info.message_id);
+}
+
 void Container::record_recv(int from, const rpc::AutogradInfo& info,
                             const std::vector<Tensor>& tensors) {
-  auto ctx = get_or_create(info.context_id);
+  // A context made here exists until it is released here: a late message must not bring a
+  // released one back (nothing would release it again).
+  auto ctx = (info.context_id & ~kLocalIdMask) == worker_bits_ ? retrieve(info.context_id)
+                                                                : get_or_create(info.context_id);
   ctx->add_known_worker(from);
   if (info.message_id == 0) return;
   auto recv = std::make_shared<RecvRpcBackward>(info.context_id, info.message_id, from,
@@ -187,8 +210,8 @@ void Container::record_recv(int from, const rpc::AutogradInfo& info,
 
 Future<rpc::IValue> Container::handle(int from, const std::string& function,
                                            rpc::IValueList args) {
-  if (function == kGradients) {  // context, message, pass, retain_graph, gradients, returned
-    GW_CHECK(args.size() == 6, IoError, "[dist_autograd] malformed gradient message");
+  if (function == kGradientsMessage) {  // context, message, pass, retain_graph, grads, returned
+    expect_args(function, args, 6);
     auto ctx = retrieve(as_id(args[0]));
     const uint64_t pass_id = as_id(args[2]);
     const bool retain = args[3].to_bool();
@@ -200,8 +223,8 @@ Future<rpc::IValue> Container::handle(int from, const std::string& function,
       grads.push_back(g.is(rpc::IValue::Kind::kNone) ? Tensor() : g.to_tensor());
     return pass->receive(from, as_id(args[1]), std::move(grads), args[5].to_bool());
   }
-  if (function == kRelease) {  // context ids
-    GW_CHECK(args.size() == 1, IoError, "[dist_autograd] malformed release message");
+  if (function == kReleaseMessage) {  // context ids
+    expect_args(function, args, 1);
     std::vector<uint64_t> ids;
     for (const auto& id : args[0].to_list()) ids.push_back(as_id(id));
     return release(ids, from).then([](auto& done) {
@@ -209,15 +232,21 @@ Future<rpc::IValue> Container::handle(int from, const std::string& function,
       return rpc::IValue();
     });
   }
-  if (function == kBackward) {  // rref, context (0: local autograd), retain_graph
-    GW_CHECK(args.size() == 3, IoError, "[dist_autograd] malformed backward message");
+  if (function == kBackwardMessage) {  // rref, context (0: local autograd), retain_graph
+    expect_args(function, args, 3);
     const auto& h = args[0].to_rref();
     GW_CHECK(h->is_owner(), StateError, "[RRef::backward] worker '",
-             agent_.get_worker_info().name, "' does not own the RRef");
-    Tensor root = rpc::IValueTraits<Tensor>::from(h->owner_state()->value.wait());
-    return backward(as_id(args[1]), {root}, args[2].to_bool()).then([](auto& done) {
-      done.wait();
-      return rpc::IValue();
+             agent_.get_worker_info().name, "' does not own RRef ", h->rref_id().worker, ":",
+             h->rref_id().local);
+    const uint64_t context_id = as_id(args[1]);
+    const bool retain = args[2].to_bool();
+    // The value may still be being computed: run once it exists, without holding a thread.
+    return h->owner_state()->value.then([this, context_id, retain](Future<rpc::IValue>& v) {
+      Tensor root = rpc::IValueTraits<Tensor>::from(v.value());
+      return backward(context_id, {root}, retain).then([](auto& done) {
+        done.wait();
+        return rpc::IValue();
+      });
     });
   }
   throw InvalidArgumentError("[dist_autograd] unknown message '" + function + "'");

@@ -24,7 +24,8 @@ class Agent;
 
 namespace gw::dist_autograd {
 
-class Container final : public rpc::AutogradHook {
+class Container final : public rpc::AutogradHook,
+                        public std::enable_shared_from_this<Container> {
  public:
   explicit Container(rpc::Agent& agent);
 
@@ -49,6 +50,7 @@ class Container final : public rpc::AutogradHook {
 
   rpc::AutogradInfo record_send(uint64_t context_id, int to,
                                 const std::vector<Tensor>& tensors) override;
+  void discard_send(const rpc::AutogradInfo& info) override;
   void record_recv(int from, const rpc::AutogradInfo& info,
                    const std::vector<Tensor>& tensors) override;
   Future<rpc::IValue> handle(int from, const std::string& function,

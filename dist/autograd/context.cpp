@@ -17,22 +17,17 @@ void DistAutogradContext::add_recv_function(uint64_t message_id,
   recvs_[message_id] = std::move(fn);
 }
 
+void DistAutogradContext::remove_send_function(uint64_t message_id) {
+  std::lock_guard lock(mu_);
+  sends_.erase(message_id);
+}
+
 std::shared_ptr<SendRpcBackward> DistAutogradContext::send_function(uint64_t message_id) const {
   std::lock_guard lock(mu_);
   auto it = sends_.find(message_id);
   GW_CHECK(it != sends_.end(), InvalidArgumentError, "[dist_autograd] context ", id_,
            " has no send function for autograd message ", message_id);
   return it->second;
-}
-
-size_t DistAutogradContext::num_send_functions() const {
-  std::lock_guard lock(mu_);
-  return sends_.size();
-}
-
-size_t DistAutogradContext::num_recv_functions() const {
-  std::lock_guard lock(mu_);
-  return recvs_.size();
 }
 
 void DistAutogradContext::add_known_worker(int worker) {
@@ -48,11 +43,13 @@ std::set<int> DistAutogradContext::known_workers() const {
 void DistAutogradContext::accumulate_grad(const Tensor& leaf, const Tensor& grad) {
   std::lock_guard lock(mu_);
   auto [it, inserted] = grads_.try_emplace(leaf, Tensor());
-  // The map owns its gradients: a later pass adds in place, so never keep the caller's tensor.
-  if (inserted)
-    it->second = grad.clone();
-  else
+  if (inserted) {
+    it->second = grad.clone();  // the map's own: a later pass may add to it in place
+  } else if (it->second.use_count() > 1) {
+    it->second = it->second + grad;  // someone holds it (get_gradients): leave theirs alone
+  } else {
     it->second.add_(grad);
+  }
 }
 
 GradientMap DistAutogradContext::gradients() const {
@@ -69,8 +66,16 @@ std::shared_ptr<Pass> DistAutogradContext::pass(
     uint64_t pass_id, const std::function<std::shared_ptr<Pass>(NodeList)>& make) {
   std::lock_guard lock(mu_);
   if (pass_ && pass_->id() == pass_id) return pass_;
+  // Pass ids grow on the worker that starts them (its id in the top bits): gradients of an
+  // older pass (one that failed and was retried) must not start it again.
+  uint64_t& newest = newest_pass_[pass_id >> 48];
+  GW_CHECK(pass_id > newest, StateError, "[dist_autograd.backward] context ", id_,
+           ": gradients of backward pass ", pass_id, " arrived after pass ", newest,
+           " started");
   GW_CHECK(!pass_ || !pass_->busy(), StateError, "[dist_autograd.backward] context ", id_,
-           " already runs a backward pass; passes of one context must not overlap");
+           " already runs a backward pass (", pass_->id(),
+           "); passes of one context must not overlap");
+  newest = pass_id;
   NodeList sends;
   sends.reserve(sends_.size());
   for (const auto& [id, fn] : sends_) sends.push_back(fn);

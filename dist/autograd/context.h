@@ -29,10 +29,9 @@ class DistAutogradContext {
 
   void add_send_function(uint64_t message_id, std::shared_ptr<SendRpcBackward> fn);
   void add_recv_function(uint64_t message_id, std::shared_ptr<RecvRpcBackward> fn);
+  void remove_send_function(uint64_t message_id);  // its message never left
   // Throws InvalidArgumentError naming the context when there is none for `message_id`.
   std::shared_ptr<SendRpcBackward> send_function(uint64_t message_id) const;
-  size_t num_send_functions() const;
-  size_t num_recv_functions() const;
 
   void add_known_worker(int worker);
   std::set<int> known_workers() const;
@@ -56,6 +55,7 @@ class DistAutogradContext {
   std::set<int> known_workers_;
   GradientMap grads_;
   std::shared_ptr<Pass> pass_;
+  std::map<uint64_t, uint64_t> newest_pass_;  // by the worker that started it
 };
 
 }  // namespace gw::dist_autograd

@@ -16,9 +16,13 @@ uint64_t new_context_id(Container& c) {
 }  // namespace
 
 Context::Context()
-    : container_(Container::current()), id_(new_context_id(container_)), scope_(id_) {}
+    : container_(Container::current().weak_from_this()),
+      id_(new_context_id(Container::current())),
+      scope_(id_) {}
 
-Context::~Context() { container_.release_later(id_); }
+Context::~Context() {
+  if (auto c = container_.lock()) c->release_later(id_);
+}
 
 void backward(uint64_t context_id, const std::vector<Tensor>& roots, bool retain_graph) {
   Container::current().backward(context_id, roots, retain_graph).wait();

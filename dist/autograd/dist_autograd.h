@@ -46,7 +46,7 @@ class Context {
   uint64_t id() const { return id_; }
 
  private:
-  Container& container_;
+  std::weak_ptr<Container> container_;  // the agent (and its container) may go first
   uint64_t id_;
   rpc::AutogradContextScope scope_;
 };

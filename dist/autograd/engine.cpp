@@ -23,8 +23,6 @@ struct Pass::Finished {
   }
 };
 
-inline constexpr const char* kGradientsMessage = "gw.autograd.grad";
-
 Pass* Pass::current() { return t_pass; }
 
 Pass::Pass(rpc::Agent& agent, const std::shared_ptr<DistAutogradContext>& ctx, uint64_t pass_id,
@@ -79,29 +77,41 @@ Future<void> Pass::run_root() {
 
 Future<rpc::IValue> Pass::receive(int from, uint64_t message_id, std::vector<Tensor> grads,
                                   bool returned) {
-  auto ctx = ctx_.lock();
-  GW_CHECK(ctx, StateError, "[dist_autograd] context ", context_id_, " was released on worker '",
-           agent_.get_worker_info().name, "' during its backward pass");
-  auto send = ctx->send_function(message_id);
   Future<rpc::IValue> answer;
+  std::optional<Finished> failed;
   {
     std::lock_guard lock(mu_);
-    if (error_) return Future<rpc::IValue>::failed(error_);
-    GW_CHECK(received_.insert(message_id).second, StateError, "[dist_autograd] send function ",
-             message_id, " of context ", context_id_, " received gradients twice in one pass");
-    task_->add_gradients(send, std::move(grads));
+    // A returned message counts as arrived even when it cannot be used: its sender does not
+    // wait for this answer, so a failure must end the pass here.
     if (returned) ++returned_received_[from];
-    if (engaged_ || returned) {
-      answer = Future<rpc::IValue>::ready(rpc::IValue());
-    } else {
-      engaged_ = answer;  // answered when this worker is done (see take_finished_locked)
-      engaged_by_ = from;
-      returned_sent_ = 0;
+    try {
+      if (error_) std::rethrow_exception(error_);
+      auto ctx = ctx_.lock();
+      GW_CHECK(ctx, StateError, "[dist_autograd] context ", context_id_,
+               " was released on worker '", agent_.get_worker_info().name,
+               "' during its backward pass");
+      GW_CHECK(received_.insert(message_id).second, StateError, "[dist_autograd] send function ",
+               message_id, " of context ", context_id_, " received gradients twice in one pass");
+      task_->add_gradients(ctx->send_function(message_id), std::move(grads));
+    } catch (...) {
+      if (!error_) error_ = std::current_exception();
+      if (returned) failed = take_finished_locked();
+      answer = Future<rpc::IValue>::failed(error_);
     }
-    if (draining_) return answer;
-    draining_ = true;
+    if (!failed && !answer.done()) {
+      if (engaged_ || returned) {
+        answer = Future<rpc::IValue>::ready(rpc::IValue());
+      } else {
+        engaged_ = answer;  // answered when this worker is done (see take_finished_locked)
+        engaged_by_ = from;
+        returned_sent_ = 0;
+      }
+      if (draining_) return answer;
+      draining_ = true;
+    }
   }
-  drain();
+  if (failed) failed->complete();
+  if (!answer.has_error()) drain();
   return answer;
 }
 
@@ -154,8 +164,15 @@ void Pass::send_gradients(int to, uint64_t context_id, uint64_t message_id,
   } catch (...) {
     answer = Future<rpc::IValue>::failed(std::current_exception());
   }
-  // The receiver counts a returned message in itself, and reports its own failures.
-  if (returned) return;
+  if (returned) {
+    // The receiver counts a returned message in and reports its own failures; one that could
+    // not even leave fails this worker's pass, which answers the receiver with the error.
+    if (auto e = answer.done() ? answer.exception() : nullptr) {
+      std::lock_guard lock(mu_);
+      if (!error_) error_ = e;
+    }
+    return;
+  }
   answer.add_done_callback([self = shared_from_this(), to](Future<rpc::IValue>& a) {
     self->on_answer(to, a);
   });
@@ -166,14 +183,23 @@ void Pass::on_answer(int from, Future<rpc::IValue>& answer) {
   {
     std::lock_guard lock(mu_);
     --outstanding_;
-    if (auto e = answer.exception()) {
-      if (!error_) error_ = e;
-    } else {
-      const rpc::IValue value = answer.value();  // [reports, returned]
-      if (value.is(rpc::IValue::Kind::kList)) {  // not a non-engaging message's empty answer
-        merge_reports_locked(value.to_list().at(0));
-        returned_expected_[from] += value.to_list().at(1).to_int();
+    try {
+      const rpc::IValue value = answer.value();  // [reports, returned], or none
+      if (value.is(rpc::IValue::Kind::kList)) {  // not a non-engaging message's answer
+        const auto& fields = value.to_list();
+        GW_CHECK(fields.size() == 2, IoError, "[dist_autograd] an answer from worker '",
+                 agent_.get_worker_info(from).name, "' has ", fields.size(),
+                 " fields instead of 2");
+        merge_reports_locked(fields[0]);
+        const int64_t returned = fields[1].to_int();
+        returned_expected_[from] += returned;
+        GW_CHECK(returned == 0 || !lost_.contains(from), IoError,
+                 "[dist_autograd.backward] context ", context_id_, ": the connection to worker '",
+                 agent_.get_worker_info(from).name, "' was lost before the ", returned,
+                 " gradient message(s) it sent arrived");
       }
+    } catch (...) {
+      if (!error_) error_ = std::current_exception();
     }
     finished = take_finished_locked();
   }
@@ -192,6 +218,7 @@ void Pass::peer_lost(int worker, const std::string& why) {
   std::optional<Finished> finished;
   {
     std::lock_guard lock(mu_);
+    lost_.insert(worker);  // gradients it announces later can no longer come
     if (error_ || returned_all_locked()) return;
     error_ = std::make_exception_ptr(IoError(gw::detail::str(
         "[dist_autograd.backward] context ", context_id_, ": the connection to worker '",
@@ -205,8 +232,7 @@ void Pass::peer_lost(int worker, const std::string& why) {
 std::optional<Pass::Finished> Pass::take_finished_locked() {
   if (!engaged_ || draining_) return std::nullopt;
   // A failure is answered at once; otherwise only when nothing here can send gradients again.
-  if (!error_ && (outstanding_ > 0 || task_->has_ready() || !returned_all_locked()))
-    return std::nullopt;
+  if (!error_ && (outstanding_ > 0 || !returned_all_locked())) return std::nullopt;
   Finished f{std::move(*engaged_), {}, error_};
   engaged_.reset();
   if (!error_) {
@@ -231,7 +257,8 @@ rpc::IValue Pass::reports_value_locked() const {
 void Pass::merge_reports_locked(const rpc::IValue& v) {
   for (const auto& item : v.to_list()) {
     const auto& f = item.to_list();
-    GW_CHECK(f.size() == 4, IoError, "[dist_autograd] malformed pass report");
+    GW_CHECK(f.size() == 4, IoError, "[dist_autograd] a pass report has ", f.size(),
+             " fields instead of 4");
     Report& r = reports_[static_cast<int>(f[0].to_int())];
     const auto seq = static_cast<uint64_t>(f[1].to_int());
     if (seq > r.seq) r = Report{seq, f[2].to_int(), f[3].to_string()};

@@ -41,6 +41,12 @@ class Agent;
 
 namespace gw::dist_autograd {
 
+// The system messages of distributed autograd (rpc/autograd_hook.h routes them to the
+// container): gradients for a send function, context releases, RRef::backward on the owner.
+inline constexpr const char* kGradientsMessage = "gw.autograd.grad";
+inline constexpr const char* kReleaseMessage = "gw.autograd.release";
+inline constexpr const char* kBackwardMessage = "gw.autograd.backward";
+
 class Pass : public std::enable_shared_from_this<Pass> {
  public:
   // Counts dependencies from `graph_root` (the root worker's GraphRoot; null elsewhere) and
@@ -50,7 +56,6 @@ class Pass : public std::enable_shared_from_this<Pass> {
        std::vector<std::shared_ptr<autograd::Node>> sends);
 
   uint64_t id() const { return id_; }
-  bool retain_graph() const { return retain_graph_; }
   // Between a first message (or backward) and the answer to its engaging message.
   bool busy() const;
 
@@ -102,6 +107,7 @@ class Pass : public std::enable_shared_from_this<Pass> {
   int64_t returned_sent_ = 0;  // to engaged_by_ since the engagement began, not waited for
   std::map<int, int64_t> returned_expected_;  // by sender: announced in its answers
   std::map<int, int64_t> returned_received_;  // by sender: arrived
+  std::set<int> lost_;                        // workers whose connection dropped
   std::exception_ptr error_;
   std::map<int, Report> reports_;  // by worker id; the latest report of each
   uint64_t report_seq_ = 0;

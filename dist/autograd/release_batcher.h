@@ -43,7 +43,10 @@ class ReleaseBatcher {
   std::condition_variable wake_;
   std::map<int, std::vector<uint64_t>> queued_;
   std::vector<Future<void>> in_flight_;
+  int sending_ = 0;  // batches taken from queued_ but not yet in in_flight_
+  std::condition_variable sent_;
   bool stopping_ = false;
+  bool idle_ = false;  // waiting for work (not pausing between batches)
   std::thread thread_;
 };
 

@@ -8,13 +8,13 @@
 
 namespace gw::dist {
 
-namespace {
 // One lock per process, as PyTorch's: concurrent steps on a worker never interleave.
-std::mutex& step_lock() {
+std::mutex& optimizer_step_lock() {
   static std::mutex mu;
   return mu;
 }
 
+namespace {
 std::shared_ptr<LocalOptimizer> make_local_optimizer(optim::OptimizerOptions options,
                                                      std::vector<rpc::RRef<Tensor>> params) {
   std::vector<Tensor> local;
@@ -22,6 +22,8 @@ std::shared_ptr<LocalOptimizer> make_local_optimizer(optim::OptimizerOptions opt
   return std::make_shared<LocalOptimizer>(options, std::move(local));
 }
 
+// Registered for the owners, which may never construct a DistributedOptimizer themselves
+// (gw_dist_optimizer_linked is what the build's -u flag names to link this file).
 const bool kRegistered = [] {
   rpc::functions()
       .add_class<LocalOptimizer>("dist.LocalOptimizer")
@@ -47,20 +49,20 @@ V variant_from_index(size_t index, std::span<const uint8_t> bytes) {
 }
 }  // namespace
 
+extern "C" const bool gw_dist_optimizer_linked;
+const bool gw_dist_optimizer_linked = kRegistered;
+
 LocalOptimizer::LocalOptimizer(const optim::OptimizerOptions& options, std::vector<Tensor> params)
-    : optimizer_(optim::make_optimizer(std::move(params), options)) {
-  (void)kRegistered;
-}
+    : optimizer_(optim::make_optimizer(std::move(params), options)) {}
 
 void LocalOptimizer::step(int64_t context_id) {
   auto grads = dist_autograd::get_gradients(static_cast<uint64_t>(context_id));
-  std::lock_guard lock(step_lock());
+  std::lock_guard lock(optimizer_step_lock());
   optimizer_->step(grads);
 }
 
 DistributedOptimizer::DistributedOptimizer(const optim::OptimizerOptions& options,
                                            const std::vector<rpc::RRef<Tensor>>& params) {
-  (void)kRegistered;
   GW_CHECK(!params.empty(), InvalidArgumentError, "[DistributedOptimizer] no parameters given");
   std::map<int, std::vector<rpc::RRef<Tensor>>> by_owner;
   for (const auto& p : params) by_owner[p.handle().owner()].push_back(p);

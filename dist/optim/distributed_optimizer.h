@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <vector>
 
@@ -20,6 +21,10 @@
 #include "rpc/rref.h"
 
 namespace gw::dist {
+
+// The lock that serializes the steps of every LocalOptimizer in this process; code that must
+// not see parameters mid-update (a parameter server's forward snapshot) can take it too.
+std::mutex& optimizer_step_lock();
 
 // The worker-side optimizer (PyTorch's _LocalOptimizer).
 class LocalOptimizer {

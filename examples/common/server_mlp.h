@@ -5,11 +5,13 @@
 // forward pass used, so each forward works on a snapshot of the weights (the gradient still
 // reaches the parameters through the copy), as asynchronous parameter servers do; without it
 // autograd's version check rejects the backward ("modified in place"), in PyTorch as here.
-// The biases are not saved for backward and are used as they are.
+// The snapshot is taken under the distributed optimizer's step lock, so that it never sees a
+// half-applied step.
 #pragma once
 
 #include <memory>
 
+#include "dist/optim/distributed_optimizer.h"
 #include "nn/functional.h"
 #include "nn/linear.h"
 
@@ -24,10 +26,13 @@ struct ServerMlp : nn::Module {
         fc3(register_module("fc3", std::make_shared<nn::Linear>(128, 10, true, gen))) {}
   Tensor forward(const Tensor& x) override {
     namespace F = nn::functional;
-    auto layer = [](const Tensor& h, const nn::Linear& l) {
-      return F::linear(h, l.weight.clone(), l.bias);
-    };
-    return layer(F::relu(layer(F::relu(layer(x, *fc1)), *fc2)), *fc3);
+    Tensor w1, w2, w3, b1, b2, b3;
+    {
+      std::lock_guard lock(dist::optimizer_step_lock());
+      w1 = fc1->weight.clone(), w2 = fc2->weight.clone(), w3 = fc3->weight.clone();
+      b1 = fc1->bias.clone(), b2 = fc2->bias.clone(), b3 = fc3->bias.clone();
+    }
+    return F::linear(F::relu(F::linear(F::relu(F::linear(x, w1, b1)), w2, b2)), w3, b3);
   }
 };
 

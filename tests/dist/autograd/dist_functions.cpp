@@ -1,6 +1,8 @@
 #include "tests/dist/autograd/dist_functions.h"
 
+#include <condition_variable>
 #include <cstdlib>
+#include <mutex>
 
 #include "core/ops.h"
 #include "core/random.h"
@@ -43,6 +45,33 @@ Tensor d_grad_of(int64_t context_id, rpc::RRef<Tensor> r) {
   return it->second;
 }
 
+Tensor d_relay(std::string to, std::string function, Tensor a) {
+  return rpc::rpc_sync<Tensor>(to, function, a);
+}
+
+namespace {
+std::mutex g_gate_mu;
+std::condition_variable g_gate_cv;
+bool g_gate_open = false;
+}  // namespace
+
+Tensor d_gated(Tensor a) {
+  std::unique_lock lock(g_gate_mu);
+  g_gate_cv.wait(lock, [] { return g_gate_open; });
+  return a * 1.0;
+}
+void d_open_gate() {
+  {
+    std::lock_guard lock(g_gate_mu);
+    g_gate_open = true;
+  }
+  g_gate_cv.notify_all();
+}
+void d_close_gate() {
+  std::lock_guard lock(g_gate_mu);
+  g_gate_open = false;
+}
+
 int64_t d_num_contexts() { return static_cast<int64_t>(num_contexts()); }
 
 GW_RPC_FUNCTION(d_add);
@@ -54,6 +83,8 @@ GW_RPC_FUNCTION(d_failing_backward);
 GW_RPC_FUNCTION(d_crashing_backward);
 GW_RPC_FUNCTION(d_grad_of);
 GW_RPC_FUNCTION(d_num_contexts);
+GW_RPC_FUNCTION(d_relay);
+GW_RPC_FUNCTION(d_gated);
 
 }  // namespace gw::dist_autograd::testing
 

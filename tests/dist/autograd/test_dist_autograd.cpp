@@ -59,7 +59,7 @@ TEST_CASE("the spec's example: gradients through rpc_sync equal local ones", "[d
     Context ctx;
     id = ctx.id();
     CHECK(current_context_id() == id);
-    CHECK(id >> 48 == 0);  // made on worker 0
+    CHECK(id >> 48 == 0);  // made on worker 0 ...
     Tensor t3 = rpc::rpc_sync("worker1", d_add, t1, t2);
     CHECK(t3.grad_fn() != nullptr);  // its history is the recv function
     Tensor loss = (t3 * t4).sum();
@@ -73,6 +73,9 @@ TEST_CASE("the spec's example: gradients through rpc_sync equal local ones", "[d
   wait_for_releases();
   CHECK(contexts_on(g, 1) == 0);  // ... and on every worker it reached
   CHECK_THROWS_WITH(get_gradients(id), Catch::Contains("has no context"));
+  rpc::Agent::Use on_worker1(g[1]);
+  Context other;
+  CHECK(other.id() >> 48 == 1);  // ... and this one on worker 1
 }
 
 TEST_CASE("nested RPCs: A -> B -> C with tensors flowing back", "[dist_autograd]") {
@@ -123,7 +126,7 @@ TEST_CASE("retain_graph allows a second backward; gradients accumulate in the co
   backward(ctx.id(), {loss});
   check_grads(get_gradients(ctx.id()), {a, b}, {once[0] * 2.0, once[1] * 2.0});
   // The graph was freed by the second pass (on both workers).
-  CHECK_THROWS(backward(ctx.id(), {loss}));
+  CHECK_THROWS_WITH(backward(ctx.id(), {loss}), Catch::Contains("second time"));
 }
 
 TEST_CASE("contexts of several threads run at once", "[dist_autograd][threads]") {
@@ -197,12 +200,13 @@ TEST_CASE("an exception in a remote backward function is raised on the caller",
     CHECK_THROWS_WITH(backward(ctx.id(), {r.sum()}),
                       Catch::Contains("worker1") && Catch::Contains("backward failed on purpose"));
   }
-  {  // one hop further: worker2's failure travels through worker1
+  {  // one hop further: worker2's failure travels back through worker1
     Context ctx;
-    Tensor r = rpc::rpc_sync("worker1", d_nested, std::string("worker2"), a, a);
-    Tensor bad = rpc::rpc_sync("worker2", d_failing_backward, r);
+    Tensor bad = rpc::rpc_sync("worker1", d_relay, std::string("worker2"),
+                               std::string("d_failing_backward"), a);
     CHECK_THROWS_WITH(backward(ctx.id(), {bad.sum()}),
-                      Catch::Contains("backward failed on purpose"));
+                      Catch::Contains("worker1") && Catch::Contains("worker2") &&
+                          Catch::Contains("backward failed on purpose"));
   }
   // The group still works afterwards.
   Context ctx;
@@ -228,4 +232,31 @@ TEST_CASE("bad arguments to the distributed autograd API are clear errors",
   // A graph with a recv function outside distributed backward.
   Tensor r = rpc::rpc_sync("worker0", d_add, a, a);
   CHECK_THROWS_WITH(r.sum().backward(), Catch::Contains("dist_autograd::backward"));
+}
+
+TEST_CASE("a response that arrives after its context was left fails instead of reviving it",
+          "[dist_autograd][errors]") {
+  Group g(2);
+  rpc::Agent::Use use(g[0]);
+  d_close_gate();
+  Future<Tensor> late;
+  {
+    Context ctx;
+    late = rpc::rpc_async("worker1", d_gated, leaf(19));
+  }
+  d_open_gate();  // the response, recorded in the context, arrives now
+  CHECK_THROWS_WITH(late.wait(), Catch::Contains("has no context"));
+  CHECK(num_contexts() == 0);
+}
+
+TEST_CASE("a call that cannot be sent leaves no send function behind", "[dist_autograd][fast]") {
+  Group g(2);
+  rpc::Agent::Use use(g[0]);
+  Tensor a = leaf(20);
+  Context ctx;
+  // An object cannot travel: the request fails before it leaves, after being recorded.
+  CHECK_THROWS(rpc::rpc_sync("worker1", "no_such_function", a, rpc::IValue::object({})));
+  Tensor r = rpc::rpc_sync("worker1", d_add, a, a);
+  backward(ctx.id(), {r.sum()});  // would wait for the failed call's gradient otherwise
+  CHECK(allclose(get_gradients(ctx.id()).at(a), full({3, 3}, 2.0)));
 }
