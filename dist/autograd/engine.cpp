@@ -77,6 +77,17 @@ Future<void> Pass::run_root() {
 
 Future<rpc::IValue> Pass::receive(int from, uint64_t message_id, std::vector<Tensor> grads,
                                   bool returned) {
+  // Looked up before taking mu_: the context's lock is never taken inside it.
+  std::shared_ptr<SendRpcBackward> send;
+  std::exception_ptr lookup_failed;
+  try {
+    auto ctx = ctx_.lock();
+    GW_CHECK(ctx, StateError, "[dist_autograd] context ", context_id_, " was released on worker '",
+             agent_.get_worker_info().name, "' during its backward pass");
+    send = ctx->send_function(message_id);
+  } catch (...) {
+    lookup_failed = std::current_exception();
+  }
   Future<rpc::IValue> answer;
   std::optional<Finished> failed;
   {
@@ -86,13 +97,10 @@ Future<rpc::IValue> Pass::receive(int from, uint64_t message_id, std::vector<Ten
     if (returned) ++returned_received_[from];
     try {
       if (error_) std::rethrow_exception(error_);
-      auto ctx = ctx_.lock();
-      GW_CHECK(ctx, StateError, "[dist_autograd] context ", context_id_,
-               " was released on worker '", agent_.get_worker_info().name,
-               "' during its backward pass");
+      if (lookup_failed) std::rethrow_exception(lookup_failed);
       GW_CHECK(received_.insert(message_id).second, StateError, "[dist_autograd] send function ",
                message_id, " of context ", context_id_, " received gradients twice in one pass");
-      task_->add_gradients(ctx->send_function(message_id), std::move(grads));
+      task_->add_gradients(send, std::move(grads));
     } catch (...) {
       if (!error_) error_ = std::current_exception();
       if (returned) failed = take_finished_locked();
