@@ -66,14 +66,14 @@ void Reporter::add(const Row& row) {
     return;
   }
   if (!header_printed_) {
-    std::cout << std::left << std::setw(12) << "bench" << std::setw(26) << "case" << std::right
-              << std::setw(12) << "gradwire" << "  " << std::left << std::setw(9) << "unit"
+    std::cout << std::left << std::setw(15) << "bench" << std::setw(30) << "case" << std::right
+              << std::setw(12) << "gradwire" << "  " << std::left << std::setw(10) << "unit"
               << std::setw(16) << "anchor" << std::right << std::setw(12) << "anchor"
               << std::setw(10) << "speedup" << "\n";
     header_printed_ = true;
   }
-  std::cout << std::left << std::setw(12) << row.bench << std::setw(26) << row.name << std::right
-            << std::setw(12) << fmt(row.value) << "  " << std::left << std::setw(9) << row.unit
+  std::cout << std::left << std::setw(15) << row.bench << std::setw(30) << row.name << std::right
+            << std::setw(12) << fmt(row.value) << "  " << std::left << std::setw(10) << row.unit
             << std::setw(16) << row.anchor << std::right << std::setw(12)
             << fmt(row.anchor_value) << std::setw(9) << fmt(s) << "x"
             << (row.note.empty() ? "" : "  (" + row.note + ")") << std::endl;
