@@ -25,14 +25,9 @@
 #   torch_anchor_dist_autograd.py              run the benchmark (rank 0; starts ranks 1, 2)
 #   torch_anchor_dist_autograd.py --peer P R   be rank R of the run whose store listens on P
 #
-# TensorPipe is pinned to its TCP transport ("uv") and the channel that sends tensor bytes on
-# that same connection ("basic"): gradwire moves bytes over loopback TCP connections, and
-# TensorPipe's defaults on one host (shared-memory transport, cross-memory-attach channel)
-# would measure a different path. Set GW_TORCH_RPC_DEFAULT_TRANSPORTS=1 to measure PyTorch's
-# defaults instead.
+# TensorPipe runs over TCP as torch_rpc_setup.py pins it.
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -45,9 +40,12 @@ import torch.nn.functional as F
 from torch import optim
 from torch.distributed.optim import DistributedOptimizer
 
+from torch_rpc_setup import backend_options, free_port, transport_fields
 from torch_timing import seconds_per_call
 
 WORLD_SIZE = 3
+# A trainer's train() holds one of its threads while its own nested calls complete.
+NUM_THREADS = 8
 TRAINERS = ("worker1", "worker2")
 PS_BATCH = 64
 PS_STEPS = 150  # per trainer, timed: about 3 s on an idle 2-core machine
@@ -114,31 +112,9 @@ def train(model_rref, steps, batch):
     return loss.item()
 
 
-# TensorPipe's own defaults when the variable is set, else TCP only (see the top comment).
-PINNED = {} if os.environ.get("GW_TORCH_RPC_DEFAULT_TRANSPORTS") else {
-    "_transports": ["uv"], "_channels": ["basic"]}
-
-
-def backend_options(port):
-    # Generous timeouts: a loaded 2-core machine must not turn a slow call into an error,
-    # and the C++ side bounds the whole run with `timeout` anyway. 8 threads rather than 4:
-    # a trainer's train() holds one of its threads while its own nested calls complete.
-    return rpc.TensorPipeRpcBackendOptions(
-        num_worker_threads=8, rpc_timeout=120, init_method=f"tcp://127.0.0.1:{port}", **PINNED)
-
-
-def free_port():
-    # Port 0 lets the kernel pick; rank 0's store binds it again right after. Another process
-    # could take it in between, which is unlikely enough: the run then fails and the bench
-    # falls back to published figures.
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def peer(port, rank):
     rpc.init_rpc(f"worker{rank}", rank=rank, world_size=WORLD_SIZE,
-                 rpc_backend_options=backend_options(port))
+                 rpc_backend_options=backend_options(port, NUM_THREADS))
     rpc.shutdown()  # graceful: returns once every rank has finished and shut down too
 
 
@@ -198,10 +174,9 @@ def main():
         stdout=subprocess.DEVNULL) for rank in range(1, WORLD_SIZE)]
     try:
         rpc.init_rpc("worker0", rank=0, world_size=WORLD_SIZE,
-                     rpc_backend_options=backend_options(port))
+                     rpc_backend_options=backend_options(port, NUM_THREADS))
         results = bench()
-        results["transport"] = ",".join(PINNED.get("_transports", ["default"]))
-        results["channel"] = ",".join(PINNED.get("_channels", ["default"]))
+        results.update(transport_fields())
         rpc.shutdown()
         if any([child.wait(timeout=60) != 0 for child in children]):
             sys.exit(1)

@@ -8,23 +8,20 @@
 #   torch_anchor_rpc.py            run the benchmark (rank 0; starts rank 1 itself)
 #   torch_anchor_rpc.py --peer P   be rank 1 of the run whose store listens on port P
 #
-# TensorPipe is pinned to its TCP transport ("uv") and the channel that sends tensor bytes on
-# that same connection ("basic"): gradwire moves bytes over one loopback TCP connection, and
-# TensorPipe's defaults on one host (shared-memory transport, cross-memory-attach channel)
-# would measure a different path. Set GW_TORCH_RPC_DEFAULT_TRANSPORTS=1 to measure PyTorch's
-# defaults instead.
+# TensorPipe runs over TCP as torch_rpc_setup.py pins it.
 import json
 import os
-import socket
 import subprocess
 import sys
 
 import torch
 
+from torch_rpc_setup import backend_options, free_port, transport_fields
 from torch_timing import seconds_per_call
 import torch.distributed.rpc as rpc
 
 IN_FLIGHT = 64
+NUM_THREADS = 4
 SIZES_MIB = (1, 16, 64)
 
 
@@ -34,29 +31,9 @@ def identity(t):
     return t
 
 
-# TensorPipe's own defaults when the variable is set, else TCP only (see the top comment).
-PINNED = {} if os.environ.get("GW_TORCH_RPC_DEFAULT_TRANSPORTS") else {
-    "_transports": ["uv"], "_channels": ["basic"]}
-
-
-def backend_options(port):
-    # Generous timeouts: a loaded 2-core machine must not turn a slow call into an error,
-    # and the C++ side bounds the whole run with `timeout` anyway.
-    return rpc.TensorPipeRpcBackendOptions(
-        num_worker_threads=4, rpc_timeout=120, init_method=f"tcp://127.0.0.1:{port}", **PINNED)
-
-
-def free_port():
-    # Port 0 lets the kernel pick; rank 0's store binds it again right after. Another process
-    # could take it in between, which is unlikely enough: the run then fails and the bench
-    # falls back to published figures.
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def peer(port):
-    rpc.init_rpc("worker1", rank=1, world_size=2, rpc_backend_options=backend_options(port))
+    rpc.init_rpc("worker1", rank=1, world_size=2,
+                 rpc_backend_options=backend_options(port, NUM_THREADS))
     rpc.shutdown()  # graceful: returns once rank 0 has finished and shut down too
 
 
@@ -89,10 +66,10 @@ def main():
     child = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--peer", str(port)],
                              stdout=subprocess.DEVNULL)
     try:
-        rpc.init_rpc("worker0", rank=0, world_size=2, rpc_backend_options=backend_options(port))
+        rpc.init_rpc("worker0", rank=0, world_size=2,
+                     rpc_backend_options=backend_options(port, NUM_THREADS))
         results = bench()
-        results["transport"] = ",".join(PINNED.get("_transports", ["default"]))
-        results["channel"] = ",".join(PINNED.get("_channels", ["default"]))
+        results.update(transport_fields())
         rpc.shutdown()
         if child.wait(timeout=60) != 0:
             sys.exit(1)

@@ -14,6 +14,7 @@
 #include "core/ops.h"
 #include "dist/autograd/dist_autograd.h"
 #include "dist/optim/distributed_optimizer.h"
+#include "examples/common/launch.h"
 #include "optim/sgd.h"
 #include "rpc/rpc.h"
 
@@ -36,15 +37,6 @@ Tensor gradient_in_context(int64_t context_id, rpc::RRef<Tensor> value) {
 GW_RPC_FUNCTION(gradient_in_context);
 
 namespace {
-
-int env_int(const char* name) {
-  const char* v = std::getenv(name);
-  if (!v) {
-    std::fprintf(stderr, "dist_autograd_seed: %s is not set; run me under gwrun\n", name);
-    std::exit(2);
-  }
-  return std::atoi(v);
-}
 
 std::string fmt(float v) {
   char buf[32];
@@ -92,7 +84,8 @@ bool run_process(int rank, int dst_rank) {
 }  // namespace
 
 int main() {
-  const int rank = env_int("RANK"), world_size = env_int("WORLD_SIZE");
+  const int rank = gw::examples::env_int("dist_autograd_seed", "RANK");
+  const int world_size = gw::examples::env_int("dist_autograd_seed", "WORLD_SIZE");
   try {
     rpc::init_rpc("worker" + std::to_string(rank), rank, world_size);
     const bool ok = run_process(rank, (rank + 1) % world_size);

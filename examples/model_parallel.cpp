@@ -16,6 +16,7 @@
 #include "dist/autograd/dist_autograd.h"
 #include "dist/optim/distributed_optimizer.h"
 #include "examples/common/fashion_mnist.h"
+#include "examples/common/launch.h"
 #include "examples/common/progress.h"
 #include "nn/activation.h"
 #include "nn/container.h"
@@ -52,39 +53,6 @@ const bool kRegistered = [] {
   return true;
 }();
 
-struct Args {
-  int64_t epochs = 2, batch_size = 64, limit = 0;
-  double lr = 0.02, target = 0.85;
-};
-
-Args parse(int argc, char** argv) {
-  Args a;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string k = argv[i];
-    double v = std::atof(argv[i + 1]);
-    if (k == "--epochs") a.epochs = static_cast<int64_t>(v);
-    else if (k == "--batch-size") a.batch_size = static_cast<int64_t>(v);
-    else if (k == "--lr") a.lr = v;
-    else if (k == "--limit") a.limit = static_cast<int64_t>(v);
-    else if (k == "--target") a.target = v;
-    else {
-      std::fprintf(stderr, "usage: model_parallel [--epochs N] [--batch-size N] [--lr X] "
-                           "[--limit N] [--target ACCURACY]\n");
-      std::exit(2);
-    }
-  }
-  return a;
-}
-
-int env_int(const char* name) {
-  const char* v = std::getenv(name);
-  if (!v) {
-    std::fprintf(stderr, "model_parallel: %s is not set; run me under gwrun\n", name);
-    std::exit(2);
-  }
-  return std::atoi(v);
-}
-
 // The model as worker0 sees it: two remote halves.
 struct SplitModel {
   rpc::RemoteModule first{"worker1/cpu", "FirstHalf", int64_t{1}};
@@ -106,8 +74,9 @@ double accuracy(const SplitModel& model, const gw::data::Dataset& test) {
 
 int main(int argc, char** argv) {
   (void)kRegistered;
-  const Args args = parse(argc, argv);
-  const int rank = env_int("RANK"), world_size = env_int("WORLD_SIZE");
+  const auto args = gw::examples::parse_train_args("model_parallel", argc, argv);
+  const int rank = gw::examples::env_int("model_parallel", "RANK");
+  const int world_size = gw::examples::env_int("model_parallel", "WORLD_SIZE");
   if (world_size != 3) {
     std::fprintf(stderr, "model_parallel runs on 3 workers (--nproc-per-node 3)\n");
     return 2;

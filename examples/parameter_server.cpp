@@ -19,6 +19,7 @@
 #include "dist/autograd/dist_autograd.h"
 #include "dist/optim/distributed_optimizer.h"
 #include "examples/common/fashion_mnist.h"
+#include "examples/common/launch.h"
 #include "examples/common/progress.h"
 #include "examples/common/server_mlp.h"
 #include "nn/functional.h"
@@ -29,15 +30,6 @@ using gw::Tensor;
 namespace F = gw::nn::functional;
 namespace rpc = gw::rpc;
 namespace dist_autograd = gw::dist_autograd;
-
-namespace {
-
-struct Args {
-  int64_t epochs = 2, batch_size = 64, limit = 0;
-  double lr = 0.02, target = 0.85;
-};
-
-}  // namespace
 
 // Runs on trainer `index` (of `count`): trains the server's model for `epochs` on its shard.
 // Returns the mean loss of its last epoch.
@@ -78,34 +70,6 @@ GW_RPC_FUNCTION(train);
 
 namespace {
 
-int env_int(const char* name) {
-  const char* v = std::getenv(name);
-  if (!v) {
-    std::fprintf(stderr, "parameter_server: %s is not set; run me under gwrun\n", name);
-    std::exit(2);
-  }
-  return std::atoi(v);
-}
-
-Args parse(int argc, char** argv) {
-  Args a;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string k = argv[i];
-    double v = std::atof(argv[i + 1]);
-    if (k == "--epochs") a.epochs = static_cast<int64_t>(v);
-    else if (k == "--batch-size") a.batch_size = static_cast<int64_t>(v);
-    else if (k == "--lr") a.lr = v;
-    else if (k == "--limit") a.limit = static_cast<int64_t>(v);
-    else if (k == "--target") a.target = v;
-    else {
-      std::fprintf(stderr, "usage: parameter_server [--epochs N] [--batch-size N] [--lr X] "
-                           "[--limit N] [--target ACCURACY]\n");
-      std::exit(2);
-    }
-  }
-  return a;
-}
-
 double accuracy(gw::nn::Module& model, const gw::data::Dataset& test) {
   gw::autograd::NoGradGuard no_grad;
   Tensor logits = model.forward(test.images);
@@ -115,8 +79,9 @@ double accuracy(gw::nn::Module& model, const gw::data::Dataset& test) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Args args = parse(argc, argv);
-  const int rank = env_int("RANK"), world_size = env_int("WORLD_SIZE");
+  const auto args = gw::examples::parse_train_args("parameter_server", argc, argv);
+  const int rank = gw::examples::env_int("parameter_server", "RANK");
+  const int world_size = gw::examples::env_int("parameter_server", "WORLD_SIZE");
   if (world_size < 2) {
     std::fprintf(stderr, "parameter_server needs a server and a trainer (--nproc-per-node 2+)\n");
     return 2;

@@ -3,6 +3,8 @@
 #include <spawn.h>
 #include <sys/wait.h>
 
+#include <csignal>
+
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
@@ -27,6 +29,24 @@ int wait_exit(pid_t pid) {
     if (errno != EINTR) throw std::runtime_error(std::string("waitpid: ") + std::strerror(errno));
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   return 128 + WTERMSIG(status);
+}
+
+PeerProcesses::PeerProcesses(const std::string& binary, int world_size, uint16_t store_port) {
+  for (int r = 1; r < world_size; ++r)
+    pids_.push_back(
+        spawn({binary, std::to_string(r), std::to_string(world_size), std::to_string(store_port)}));
+}
+
+PeerProcesses::~PeerProcesses() {
+  for (pid_t p : pids_) ::kill(p, SIGKILL);
+  wait();
+}
+
+std::vector<int> PeerProcesses::wait() {
+  std::vector<int> codes;
+  for (pid_t p : pids_) codes.push_back(wait_exit(p));
+  pids_.clear();
+  return codes;
 }
 
 }  // namespace gw::test

@@ -1,5 +1,6 @@
-// A worker process for the multi-process RPC tests: joins the group through the TCPStore the
-// test runs, serves the test functions, and shuts down gracefully.
+// A worker process for the multi-process RPC and distributed autograd tests: joins the group
+// through the TCPStore the test runs, serves the test functions linked with it, and shuts down
+// gracefully.
 //   rpc_peer <rank> <world_size> <store_port>
 #include <cstdlib>
 #include <iostream>

@@ -18,26 +18,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// Starts rpc_peer processes for ranks 1..world_size-1; this process is rank 0 and owns the
-// store.
-struct Peers {
-  std::vector<pid_t> pids;
-  Peers(int world_size, uint16_t port) {
-    for (int r = 1; r < world_size; ++r)
-      pids.push_back(gw::test::spawn(
-          {GW_RPC_PEER, std::to_string(r), std::to_string(world_size), std::to_string(port)}));
-  }
-  // Exit code of every peer (128 + signal when killed).
-  std::vector<int> wait() {
-    std::vector<int> codes;
-    for (pid_t p : pids) codes.push_back(gw::test::wait_exit(p));
-    pids.clear();
-    return codes;
-  }
-  ~Peers() {
-    for (pid_t p : pids) kill(p, SIGKILL);
-    wait();
-  }
+// rpc_peer processes for ranks 1..world_size-1; this process is rank 0 and owns the store.
+struct Peers : gw::test::PeerProcesses {
+  Peers(int world_size, uint16_t port) : PeerProcesses(GW_RPC_PEER, world_size, port) {}
 };
 
 RpcBackendOptions with_store(std::shared_ptr<dist::Store> store) {
@@ -103,7 +86,7 @@ TEST_CASE("a peer killed mid-call fails the pending call at once, not at the tim
   CHECK(rpc_sync(1, whoami) == "worker1");  // connected and serving
   auto fut = rpc_async("worker1", block_until_released, timeout(600s));
   auto second = rpc_async("worker1", block_until_released, timeout(600s));
-  kill(peers.pids[0], SIGKILL);
+  kill(peers.pids()[0], SIGKILL);
   CHECK_THROWS_WITH(fut.wait(), Catch::Contains("connection lost"));
   CHECK_THROWS_AS(second.wait(), IoError);
   CHECK(peers.wait() == std::vector<int>{128 + SIGKILL});

@@ -21,28 +21,19 @@ namespace {
 struct Peers {
   std::shared_ptr<dist::TCPStore> store =
       std::make_shared<dist::TCPStore>("127.0.0.1", 0, -1, true, std::chrono::seconds(60));
-  std::vector<pid_t> pids;
+  gw::test::PeerProcesses processes;
   std::unique_ptr<rpc::Agent> agent;
 
-  explicit Peers(int world_size) {
-    for (int r = 1; r < world_size; ++r)
-      pids.push_back(gw::test::spawn({GW_DIST_AUTOGRAD_PEER, std::to_string(r),
-                                      std::to_string(world_size), std::to_string(store->port())}));
+  explicit Peers(int world_size)
+      : processes(GW_DIST_AUTOGRAD_PEER, world_size, store->port()) {
     rpc::RpcBackendOptions o;
     o.store = store;
     o.num_worker_threads = 4;
     agent = std::make_unique<rpc::Agent>("worker0", 0, world_size, o);
   }
-  std::vector<int> wait() {
-    std::vector<int> codes;
-    for (pid_t p : pids) codes.push_back(gw::test::wait_exit(p));
-    pids.clear();
-    return codes;
-  }
+  std::vector<int> wait() { return processes.wait(); }
   ~Peers() {
     if (agent->running()) agent->shutdown(false);
-    for (pid_t p : pids) kill(p, SIGKILL);
-    wait();
   }
 };
 

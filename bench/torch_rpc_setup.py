@@ -1,0 +1,38 @@
+# The torch.distributed.rpc set-up the PyTorch anchor scripts share (torch_anchor_rpc.py,
+# torch_anchor_dist_autograd.py).
+#
+# TensorPipe is pinned to its TCP transport ("uv") and the channel that sends tensor bytes on
+# that same connection ("basic"): gradwire moves bytes over loopback TCP connections, and
+# TensorPipe's defaults on one host (shared-memory transport, cross-memory-attach channel)
+# would measure a different path. Set GW_TORCH_RPC_DEFAULT_TRANSPORTS=1 to measure PyTorch's
+# defaults instead.
+import os
+import socket
+
+import torch.distributed.rpc as rpc
+
+PINNED = {} if os.environ.get("GW_TORCH_RPC_DEFAULT_TRANSPORTS") else {
+    "_transports": ["uv"], "_channels": ["basic"]}
+
+
+def backend_options(port, num_worker_threads):
+    # Generous timeouts: a loaded 2-core machine must not turn a slow call into an error,
+    # and the C++ side bounds the whole run with `timeout` anyway.
+    return rpc.TensorPipeRpcBackendOptions(
+        num_worker_threads=num_worker_threads, rpc_timeout=120,
+        init_method=f"tcp://127.0.0.1:{port}", **PINNED)
+
+
+def transport_fields():
+    # Which path was measured, for the JSON line.
+    return {"transport": ",".join(PINNED.get("_transports", ["default"])),
+            "channel": ",".join(PINNED.get("_channels", ["default"]))}
+
+
+def free_port():
+    # Port 0 lets the kernel pick; rank 0's store binds it again right after. Another process
+    # could take it in between, which is unlikely enough: the run then fails and the bench
+    # falls back to published figures.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
