@@ -31,10 +31,14 @@ int wait_exit(pid_t pid) {
   return 128 + WTERMSIG(status);
 }
 
-PeerProcesses::PeerProcesses(const std::string& binary, int world_size, uint16_t store_port) {
-  for (int r = 1; r < world_size; ++r)
-    pids_.push_back(
-        spawn({binary, std::to_string(r), std::to_string(world_size), std::to_string(store_port)}));
+PeerProcesses::PeerProcesses(const std::string& binary, int world_size, uint16_t store_port,
+                             const std::vector<std::string>& extra) {
+  for (int r = 1; r < world_size; ++r) {
+    std::vector<std::string> argv{binary, std::to_string(r), std::to_string(world_size),
+                                  std::to_string(store_port)};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    pids_.push_back(spawn(argv));
+  }
 }
 
 PeerProcesses::~PeerProcesses() {

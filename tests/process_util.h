@@ -15,11 +15,13 @@ pid_t spawn(const std::vector<std::string>& argv);
 // Waits for the child; its exit code, or 128 + signal if it was killed.
 int wait_exit(pid_t pid);
 
-// Ranks 1..world_size-1 of a group as `binary <rank> <world_size> <store_port>` processes (the
-// test process is rank 0 and runs the store). Kills and reaps whatever is left when destroyed.
+// Ranks 1..world_size-1 of a group as `binary <rank> <world_size> <store_port> <extra...>`
+// processes (the test process is rank 0 and runs the store). Kills and reaps whatever is left
+// when destroyed.
 class PeerProcesses {
  public:
-  PeerProcesses(const std::string& binary, int world_size, uint16_t store_port);
+  PeerProcesses(const std::string& binary, int world_size, uint16_t store_port,
+                const std::vector<std::string>& extra = {});
   ~PeerProcesses();
   PeerProcesses(const PeerProcesses&) = delete;
   PeerProcesses& operator=(const PeerProcesses&) = delete;

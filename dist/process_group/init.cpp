@@ -1,0 +1,100 @@
+#include "dist/process_group/init.h"
+
+#include <algorithm>
+#include <mutex>
+
+#include "dist/store/prefix_store.h"
+#include "dist/store/rendezvous.h"
+
+namespace gw::dist {
+
+namespace {
+// The process's default group, like the agent of init_rpc: what the free functions act on.
+struct Default {
+  std::mutex mu;
+  std::shared_ptr<ProcessGroup> group;
+  std::shared_ptr<Store> store;
+  int groups_made = 0;  // names each new_group's part of the store
+};
+Default& state() {
+  static Default d;
+  return d;
+}
+
+void check_backend(const std::string& backend) {
+  GW_CHECK(backend == "gloo", InvalidArgumentError, "[init_process_group] backend '", backend,
+           "' is not available (CPU: \"gloo\")");
+}
+}  // namespace
+
+std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend,
+                                                 const std::string& init_method, int rank,
+                                                 int world_size, Milliseconds timeout) {
+  check_backend(backend);
+  return init_process_group(backend, rendezvous(init_method, rank, world_size), rank,
+                            world_size, timeout);
+}
+
+std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend,
+                                                 std::shared_ptr<Store> store, int rank,
+                                                 int world_size, Milliseconds timeout) {
+  check_backend(backend);
+  auto& s = state();
+  std::lock_guard lock(s.mu);
+  GW_CHECK(!s.group, StateError, "[init_process_group] the default process group exists already");
+  auto group = std::make_shared<ProcessGroupGloo>(
+      std::make_shared<PrefixStore>("default_pg/", store), rank, world_size,
+      GlooOptions{.timeout = timeout});
+  s.store = std::move(store);
+  s.group = group;
+  s.groups_made = 0;
+  return group;
+}
+
+std::shared_ptr<ProcessGroup> default_process_group() {
+  auto& s = state();
+  std::lock_guard lock(s.mu);
+  GW_CHECK(s.group, StateError,
+           "[process_group] the default process group is not initialized: call "
+           "init_process_group first");
+  return s.group;
+}
+
+bool is_initialized() {
+  auto& s = state();
+  std::lock_guard lock(s.mu);
+  return s.group != nullptr;
+}
+
+void destroy_process_group() {
+  auto& s = state();
+  std::lock_guard lock(s.mu);
+  s.group.reset();
+  s.store.reset();
+}
+
+std::shared_ptr<ProcessGroup> new_group(std::vector<int> ranks, Milliseconds timeout) {
+  auto world = default_process_group();
+  std::sort(ranks.begin(), ranks.end());
+  GW_CHECK(!ranks.empty() && std::adjacent_find(ranks.begin(), ranks.end()) == ranks.end() &&
+               ranks.front() >= 0 && ranks.back() < world->size(),
+           InvalidArgumentError, "[new_group] ranks must be distinct and in [0, ",
+           world->size(), "), got ", ranks.size(), " ranks from ", ranks.front(), " to ",
+           ranks.back());
+  std::shared_ptr<Store> store;
+  int index;
+  {
+    auto& s = state();
+    std::lock_guard lock(s.mu);
+    store = s.store;
+    index = s.groups_made++;
+  }
+  auto me = std::find(ranks.begin(), ranks.end(), world->rank());
+  if (me == ranks.end()) return nullptr;
+  return std::make_shared<ProcessGroupGloo>(
+      std::make_shared<PrefixStore>("group" + std::to_string(index) + "/", store),
+      static_cast<int>(me - ranks.begin()), static_cast<int>(ranks.size()),
+      GlooOptions{.timeout = timeout});
+}
+
+}  // namespace gw::dist

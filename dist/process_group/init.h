@@ -1,0 +1,37 @@
+// torch.distributed's module-level API: the process's default group, and subgroups.
+//
+//   gw::dist::init_process_group("gloo", "env://", rank, world_size);   // MASTER_ADDR/PORT
+//   auto pg = gw::dist::default_process_group();
+//   auto evens = gw::dist::new_group({0, 2});   // every rank calls it; others get nullptr
+//   gw::dist::destroy_process_group();
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/process_group/process_group_gloo.h"
+
+namespace gw::dist {
+
+// Creates the default group. `backend` is "gloo" (CPU); throws InvalidArgumentError for
+// others, and StateError if a default group exists already.
+std::shared_ptr<ProcessGroup> init_process_group(
+    const std::string& backend, const std::string& init_method, int rank, int world_size,
+    Milliseconds timeout = kDefaultCollectiveTimeout);
+// The same over a store the caller made.
+std::shared_ptr<ProcessGroup> init_process_group(
+    const std::string& backend, std::shared_ptr<Store> store, int rank, int world_size,
+    Milliseconds timeout = kDefaultCollectiveTimeout);
+
+// StateError if init_process_group was not called.
+std::shared_ptr<ProcessGroup> default_process_group();
+bool is_initialized();
+void destroy_process_group();
+
+// A group of the default group's `ranks` (sorted, distinct). Every rank of the default group
+// must call it, in the same order as the others; ranks not in `ranks` get nullptr.
+std::shared_ptr<ProcessGroup> new_group(std::vector<int> ranks,
+                                        Milliseconds timeout = kDefaultCollectiveTimeout);
+
+}  // namespace gw::dist

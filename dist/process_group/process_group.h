@@ -1,0 +1,77 @@
+// gw::dist::ProcessGroup — collectives over a fixed group of ranks (c10d's ProcessGroup).
+//
+// Mental model (torch.distributed): every rank of the group calls the same collectives in the
+// same order; each returns a Work at once and runs in the background, in order. Tensors are
+// dense CPU tensors (CUDA tensors go to the NCCL group) and are updated in place, as in PyTorch:
+//
+//   auto pg = gw::dist::init_process_group("gloo", "env://", rank, world_size);
+//   gw::Tensor t = gw::ones({4}) * (rank + 1);
+//   pg->allreduce(t)->wait();                         // every rank: 1 + 2 + ... + world_size
+//   pg->broadcast(t, {.root = 0})->wait();
+//   std::vector<gw::Tensor> all = ...;                 // world_size tensors shaped like t
+//   pg->allgather(all, t)->wait();
+//
+// A rank that dies, or a collective that passes its timeout, fails the Work on every other
+// rank (gw::IoError / gw::TimeoutError), and the group is unusable afterwards, as in PyTorch.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "dist/process_group/types.h"
+#include "dist/process_group/work.h"
+
+namespace gw::dist {
+
+class ProcessGroup {
+ public:
+  ProcessGroup(int rank, int size) : rank_(rank), size_(size) {}
+  virtual ~ProcessGroup() = default;
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  virtual std::string backend() const = 0;
+
+  virtual WorkPtr allreduce(Tensor& tensor, AllreduceOptions options = {}) = 0;
+  // Several tensors reduced as one buffer (DDP's buckets, small tensors).
+  virtual WorkPtr allreduce_coalesced(std::vector<Tensor>& tensors,
+                                      AllreduceOptions options = {}) = 0;
+  virtual WorkPtr broadcast(Tensor& tensor, BroadcastOptions options = {}) = 0;
+  // The result lands in `tensor` on the root only.
+  virtual WorkPtr reduce(Tensor& tensor, ReduceOptions options = {}) = 0;
+  // outputs: size() tensors shaped like `input`.
+  virtual WorkPtr allgather(std::vector<Tensor>& outputs, const Tensor& input,
+                            CollectiveOptions options = {}) = 0;
+  // outputs: size() tensors on the root, empty elsewhere.
+  virtual WorkPtr gather(std::vector<Tensor>& outputs, const Tensor& input,
+                         GatherOptions options = {}) = 0;
+  // inputs: size() tensors on the root, empty elsewhere.
+  virtual WorkPtr scatter(Tensor& output, const std::vector<Tensor>& inputs,
+                          ScatterOptions options = {}) = 0;
+  // inputs: size() tensors shaped like `output`; output = op over ranks of inputs[rank()].
+  virtual WorkPtr reduce_scatter(Tensor& output, const std::vector<Tensor>& inputs,
+                                 CollectiveOptions options = {}) = 0;
+  // inputs[i] goes to rank i; outputs[j] comes from rank j.
+  virtual WorkPtr alltoall(std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                           CollectiveOptions options = {}) = 0;
+  virtual WorkPtr barrier(CollectiveOptions options = {}) = 0;
+  virtual WorkPtr send(const Tensor& tensor, int dst, int tag = 0,
+                       CollectiveOptions options = {}) = 0;
+  virtual WorkPtr recv(Tensor& tensor, int src, int tag = 0,
+                       CollectiveOptions options = {}) = 0;
+
+  // Checks that every rank passes a tensor of the same shape and dtype (one small allgather);
+  // throws InvalidArgumentError naming both shapes and ranks otherwise. DDP runs it on its
+  // parameters; `what` names the tensors in the message.
+  void check_same_shape(const Tensor& tensor, const std::string& what);
+
+ private:
+  int rank_;
+  int size_;
+};
+
+}  // namespace gw::dist

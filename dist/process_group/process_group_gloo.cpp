@@ -1,0 +1,508 @@
+#include "dist/process_group/process_group_gloo.h"
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/gather.h>
+#include <gloo/math.h>
+#include <gloo/reduce.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/scatter.h>
+#include <gloo/transport/tcp/device.h>
+
+#include "core/ops.h"
+
+namespace gw::dist {
+
+namespace {
+
+// Gloo's view of our store.
+class GlooStore final : public gloo::rendezvous::Store {
+ public:
+  explicit GlooStore(std::shared_ptr<dist::Store> store) : store_(std::move(store)) {}
+  void set(const std::string& key, const std::vector<char>& data) override {
+    store_->set(key, Bytes(data.begin(), data.end()));
+  }
+  std::vector<char> get(const std::string& key) override {
+    Bytes b = store_->get(key);
+    return {b.begin(), b.end()};
+  }
+  void wait(const std::vector<std::string>& keys) override { store_->wait(keys); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& t) override {
+    store_->wait(keys, t);
+  }
+
+ private:
+  std::shared_ptr<dist::Store> store_;
+};
+
+using ReduceTypes = TypeList<float, double, int64_t, int32_t>;
+using GlooReduce = void (*)(void*, const void*, const void*, size_t);
+// Point-to-point slots live apart from the collectives' (Gloo builds those from small
+// prefixes in the top byte).
+constexpr uint64_t kSendRecvSlot = uint64_t{1} << 63;
+
+template <typename T>
+GlooReduce reduce_function(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::SUM:
+    case ReduceOp::AVG:
+      return static_cast<GlooReduce>(&gloo::sum<T>);
+    case ReduceOp::PRODUCT:
+      return static_cast<GlooReduce>(&gloo::product<T>);
+    case ReduceOp::MIN:
+      return static_cast<GlooReduce>(&gloo::min<T>);
+    case ReduceOp::MAX:
+      return static_cast<GlooReduce>(&gloo::max<T>);
+  }
+  throw InvalidArgumentError("[process_group] unknown reduce op");
+}
+
+void check_dense(const char* op, const Tensor& t, const char* what = "tensor") {
+  GW_CHECK(t.defined(), InvalidArgumentError, "[", op, "] the ", what, " is undefined");
+  GW_CHECK(t.device().is_cpu(), InvalidArgumentError, "[", op, "] the gloo group takes CPU ",
+           "tensors; the ", what, " is on ", t.device().str());
+  GW_CHECK(t.is_contiguous(), InvalidArgumentError, "[", op, "] the ", what,
+           " must be contiguous");
+}
+
+void check_like(const char* op, const Tensor& t, const Tensor& like, const char* what) {
+  check_dense(op, t, what);
+  GW_CHECK(t.dtype() == like.dtype() && t.numel() == like.numel(), InvalidArgumentError, "[",
+           op, "] every ", what, " must have ", like.numel(), " elements of ",
+           dtype_name(like.dtype()), "; got ", t.numel(), " of ", dtype_name(t.dtype()));
+}
+
+void check_count(const char* op, size_t got, int want, const char* what) {
+  GW_CHECK(got == static_cast<size_t>(want), InvalidArgumentError, "[", op, "] needs ", want,
+           " ", what, " (one per rank), got ", got);
+}
+
+void check_rank(const char* op, int r, int size, const char* what) {
+  GW_CHECK(r >= 0 && r < size, InvalidArgumentError, "[", op, "] ", what, " ", r,
+           " is outside [0, ", size, ")");
+}
+
+uint8_t* bytes_of(const Tensor& t) { return static_cast<uint8_t*>(t.raw_data()); }
+
+// One contiguous buffer holding `parts` back to back, and the way back.
+Tensor concat(const std::vector<Tensor>& parts) {
+  std::vector<Tensor> flat;
+  for (const auto& p : parts) flat.push_back(p.reshape({-1}));
+  return cat(flat, 0);
+}
+void split_into(const Tensor& flat, std::vector<Tensor>& parts) {
+  size_t offset = 0;
+  for (auto& p : parts) {
+    std::memcpy(p.raw_data(), bytes_of(flat) + offset, p.nbytes());
+    offset += p.nbytes();
+  }
+}
+
+void divide_by(const Tensor& t, int n, const char* op) {
+  dispatch<FloatTypes>(t.dtype(), op, [&]<typename T>() {
+    T* p = t.data_ptr<T>();
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] /= static_cast<T>(n);
+  });
+}
+
+}  // namespace
+
+std::string to_string(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::SUM: return "SUM";
+    case ReduceOp::AVG: return "AVG";
+    case ReduceOp::PRODUCT: return "PRODUCT";
+    case ReduceOp::MIN: return "MIN";
+    case ReduceOp::MAX: return "MAX";
+  }
+  return "?";
+}
+
+struct ProcessGroupGloo::Impl {
+  using Job = std::function<void(uint32_t tag, Milliseconds timeout)>;
+  struct Queued {
+    WorkPtr work;
+    Milliseconds timeout;
+    Job job;
+  };
+
+  int rank = 0, size = 0;
+  GlooOptions options;
+  std::shared_ptr<gloo::rendezvous::Context> context;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Queued> queue;
+  bool stopping = false;
+  std::exception_ptr broken;  // the failure that made the group unusable
+  uint32_t next_tag = 0;
+  std::thread worker;
+  std::vector<std::thread> p2p_threads;  // send/recv waiters, joined at destruction
+
+  Milliseconds timeout_of(Milliseconds t) const { return t.count() > 0 ? t : options.timeout; }
+  WorkPtr enqueue(const std::string& op, Milliseconds timeout, Job job);
+  void run();
+  // Runs `job` and turns Gloo's errors into ours, naming the op and this rank.
+  std::exception_ptr attempt(const std::string& op, Milliseconds timeout,
+                             const std::function<void()>& job) const;
+  template <typename Post, typename Wait>
+  WorkPtr p2p(const char* op, Milliseconds timeout, Post post, Wait wait);
+};
+
+std::exception_ptr ProcessGroupGloo::Impl::attempt(const std::string& op, Milliseconds timeout,
+                                                   const std::function<void()>& job) const {
+  try {
+    job();
+    return nullptr;
+  } catch (const gloo::Exception& e) {
+    const std::string what = e.what();
+    const std::string where = gw::detail::str("[", op, "] rank ", rank, " of ", size, " ");
+    if (what.find("Timed out") != std::string::npos || what.find("timed out") != std::string::npos)
+      return std::make_exception_ptr(TimeoutError(
+          where + gw::detail::str("timed out after ", timeout.count(), " ms: ", what)));
+    return std::make_exception_ptr(IoError(where + "failed (a peer died?): " + what));
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+WorkPtr ProcessGroupGloo::Impl::enqueue(const std::string& op, Milliseconds timeout, Job job) {
+  auto work = std::make_shared<Work>(op);
+  {
+    std::lock_guard lock(mu);
+    queue.push_back({work, timeout_of(timeout), std::move(job)});
+  }
+  cv.notify_one();
+  return work;
+}
+
+void ProcessGroupGloo::Impl::run() {
+  std::unique_lock lock(mu);
+  while (true) {
+    cv.wait(lock, [&] { return stopping || !queue.empty(); });
+    if (queue.empty()) return;  // stopping, and everything queued is done
+    Queued q = std::move(queue.front());
+    queue.pop_front();
+    const uint32_t tag = next_tag++;  // every rank numbers its collectives alike
+    std::exception_ptr failed = broken;
+    lock.unlock();
+    if (failed) {
+      try {
+        std::rethrow_exception(failed);
+      } catch (const std::exception& e) {
+        failed = std::make_exception_ptr(StateError(gw::detail::str(
+            "[", q.work->op(), "] the gloo group is unusable after an earlier failure: ",
+            e.what())));
+      }
+    } else {
+      failed = attempt(q.work->op(), q.timeout, [&] { q.job(tag, q.timeout); });
+    }
+    lock.lock();
+    // Gloo's pairs are unusable after an error in a collective: later ones would hang.
+    if (failed && !broken) broken = failed;
+    lock.unlock();
+    if (failed)
+      q.work->future().set_exception(failed);
+    else
+      q.work->future().set_result();
+    lock.lock();
+  }
+}
+
+ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int size,
+                                   GlooOptions options)
+    : ProcessGroup(rank, size), impl_(std::make_unique<Impl>()) {
+  GW_CHECK(store, InvalidArgumentError, "[ProcessGroupGloo] no store given");
+  GW_CHECK(size > 0 && rank >= 0 && rank < size, InvalidArgumentError,
+           "[ProcessGroupGloo] rank ", rank, " is outside [0, world_size=", size, ")");
+  GW_CHECK(options.timeout.count() > 0, InvalidArgumentError,
+           "[ProcessGroupGloo] the timeout must be positive, got ", options.timeout.count(),
+           " ms");
+  impl_->rank = rank;
+  impl_->size = size;
+  impl_->options = options;
+  gloo::transport::tcp::attr attr;
+  attr.hostname = options.hostname;
+  std::exception_ptr failed = impl_->attempt("init_process_group", options.timeout, [&] {
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    impl_->context = std::make_shared<gloo::rendezvous::Context>(rank, size);
+    impl_->context->setTimeout(options.timeout);
+    GlooStore gloo_store(std::move(store));
+    impl_->context->connectFullMesh(gloo_store, device);
+  });
+  if (failed) std::rethrow_exception(failed);
+  impl_->worker = std::thread([impl = impl_.get()] { impl->run(); });
+}
+
+ProcessGroupGloo::~ProcessGroupGloo() {
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->stopping = true;
+  }
+  impl_->cv.notify_all();
+  impl_->worker.join();
+  for (auto& t : impl_->p2p_threads) t.join();
+}
+
+Milliseconds ProcessGroupGloo::timeout() const { return impl_->options.timeout; }
+
+WorkPtr ProcessGroupGloo::allreduce(Tensor& tensor, AllreduceOptions o) {
+  check_dense("allreduce", tensor);
+  if (o.op == ReduceOp::AVG)
+    GW_CHECK(tensor.is_floating_point(), InvalidArgumentError,
+             "[allreduce] AVG needs a floating point tensor, got ", dtype_name(tensor.dtype()));
+  dispatch<ReduceTypes>(tensor.dtype(), "allreduce", []<typename T>() {});  // supported dtype
+  return impl_->enqueue("allreduce", o.timeout, [this, t = tensor, op = o.op](uint32_t tag,
+                                                                              Milliseconds to) {
+    if (t.numel() == 0) return;
+    dispatch<ReduceTypes>(t.dtype(), "allreduce", [&]<typename T>() {
+      gloo::AllreduceOptions g(impl_->context);
+      g.setOutput<T>(t.data_ptr<T>(), static_cast<size_t>(t.numel()));
+      g.setReduceFunction(reduce_function<T>(op));
+      g.setTag(tag);
+      g.setTimeout(to);
+      gloo::allreduce(g);
+    });
+    if (op == ReduceOp::AVG) divide_by(t, size(), "allreduce");
+  });
+}
+
+WorkPtr ProcessGroupGloo::allreduce_coalesced(std::vector<Tensor>& tensors, AllreduceOptions o) {
+  GW_CHECK(!tensors.empty(), InvalidArgumentError, "[allreduce_coalesced] no tensors given");
+  for (const auto& t : tensors) check_like("allreduce_coalesced", t, t, "tensor");
+  for (const auto& t : tensors)
+    GW_CHECK(t.dtype() == tensors[0].dtype(), InvalidArgumentError,
+             "[allreduce_coalesced] every tensor must be ", dtype_name(tensors[0].dtype()),
+             "; got ", dtype_name(t.dtype()));
+  Tensor flat = concat(tensors);
+  auto work = allreduce(flat, o);
+  // Copied back on this group's thread, before the next collective starts.
+  auto copied = std::make_shared<Work>("allreduce_coalesced");
+  work->future().add_done_callback([copied, flat, tensors](Future<void>& f) mutable {
+    if (auto e = f.exception()) return copied->future().set_exception(e);
+    split_into(flat, tensors);
+    copied->future().set_result();
+  });
+  return copied;
+}
+
+WorkPtr ProcessGroupGloo::broadcast(Tensor& tensor, BroadcastOptions o) {
+  check_dense("broadcast", tensor);
+  check_rank("broadcast", o.root, size(), "root");
+  return impl_->enqueue("broadcast", o.timeout, [this, t = tensor, root = o.root](
+                                                     uint32_t tag, Milliseconds to) {
+    if (t.nbytes() == 0) return;
+    gloo::BroadcastOptions g(impl_->context);
+    g.setOutput<uint8_t>(bytes_of(t), t.nbytes());
+    g.setRoot(root);
+    g.setTag(tag);
+    g.setTimeout(to);
+    gloo::broadcast(g);
+  });
+}
+
+WorkPtr ProcessGroupGloo::reduce(Tensor& tensor, ReduceOptions o) {
+  check_dense("reduce", tensor);
+  check_rank("reduce", o.root, size(), "root");
+  if (o.op == ReduceOp::AVG)
+    GW_CHECK(tensor.is_floating_point(), InvalidArgumentError,
+             "[reduce] AVG needs a floating point tensor, got ", dtype_name(tensor.dtype()));
+  dispatch<ReduceTypes>(tensor.dtype(), "reduce", []<typename T>() {});
+  const bool root = rank() == o.root;
+  // Gloo uses the output of other ranks as scratch space: theirs stay as they were.
+  Tensor out = root ? tensor : tensor.clone();
+  return impl_->enqueue("reduce", o.timeout, [this, out, o, root](uint32_t tag, Milliseconds to) {
+    if (out.numel() == 0) return;
+    dispatch<ReduceTypes>(out.dtype(), "reduce", [&]<typename T>() {
+      gloo::ReduceOptions g(impl_->context);
+      g.setOutput<T>(out.data_ptr<T>(), static_cast<size_t>(out.numel()));
+      g.setRoot(o.root);
+      g.setReduceFunction(reduce_function<T>(o.op));
+      g.setTag(tag);
+      g.setTimeout(to);
+      gloo::reduce(g);
+    });
+    if (root && o.op == ReduceOp::AVG) divide_by(out, size(), "reduce");
+  });
+}
+
+WorkPtr ProcessGroupGloo::allgather(std::vector<Tensor>& outputs, const Tensor& input,
+                                    CollectiveOptions o) {
+  check_dense("allgather", input, "input");
+  check_count("allgather", outputs.size(), size(), "outputs");
+  for (const auto& t : outputs) check_like("allgather", t, input, "output");
+  Tensor flat = empty({input.numel() * size()}, TensorOptions().with_dtype(input.dtype()));
+  return impl_->enqueue("allgather", o.timeout, [this, flat, input, outputs](
+                                                     uint32_t tag, Milliseconds to) mutable {
+    if (input.nbytes() == 0) return;
+    gloo::AllgatherOptions g(impl_->context);
+    g.setInput<uint8_t>(bytes_of(input), input.nbytes());
+    g.setOutput<uint8_t>(bytes_of(flat), flat.nbytes());
+    g.setTag(tag);
+    g.setTimeout(to);
+    gloo::allgather(g);
+    split_into(flat, outputs);
+  });
+}
+
+WorkPtr ProcessGroupGloo::gather(std::vector<Tensor>& outputs, const Tensor& input,
+                                 GatherOptions o) {
+  check_dense("gather", input, "input");
+  check_rank("gather", o.root, size(), "root");
+  const bool root = rank() == o.root;
+  if (root) {
+    check_count("gather", outputs.size(), size(), "outputs on the root");
+    for (const auto& t : outputs) check_like("gather", t, input, "output");
+  } else {
+    GW_CHECK(outputs.empty(), InvalidArgumentError, "[gather] only the root (rank ", o.root,
+             ") takes outputs; rank ", rank(), " got ", outputs.size());
+  }
+  Tensor flat = root ? empty({input.numel() * size()}, TensorOptions().with_dtype(input.dtype()))
+                     : Tensor();
+  return impl_->enqueue("gather", o.timeout, [this, flat, input, outputs, root, r = o.root](
+                                                  uint32_t tag, Milliseconds to) mutable {
+    if (input.nbytes() == 0) return;
+    gloo::GatherOptions g(impl_->context);
+    g.setInput<uint8_t>(bytes_of(input), input.nbytes());
+    if (root) g.setOutput<uint8_t>(bytes_of(flat), flat.nbytes());
+    g.setRoot(r);
+    g.setTag(tag);
+    g.setTimeout(to);
+    gloo::gather(g);
+    if (root) split_into(flat, outputs);
+  });
+}
+
+WorkPtr ProcessGroupGloo::scatter(Tensor& output, const std::vector<Tensor>& inputs,
+                                  ScatterOptions o) {
+  check_dense("scatter", output, "output");
+  check_rank("scatter", o.root, size(), "root");
+  const bool root = rank() == o.root;
+  if (root) {
+    check_count("scatter", inputs.size(), size(), "inputs on the root");
+    for (const auto& t : inputs) check_like("scatter", t, output, "input");
+  } else {
+    GW_CHECK(inputs.empty(), InvalidArgumentError, "[scatter] only the root (rank ", o.root,
+             ") takes inputs; rank ", rank(), " got ", inputs.size());
+  }
+  return impl_->enqueue("scatter", o.timeout, [this, output, inputs, r = o.root](
+                                                   uint32_t tag, Milliseconds to) {
+    if (output.nbytes() == 0) return;
+    gloo::ScatterOptions g(impl_->context);
+    std::vector<uint8_t*> ptrs;
+    for (const auto& t : inputs) ptrs.push_back(bytes_of(t));
+    if (!ptrs.empty()) g.setInputs<uint8_t>(ptrs, output.nbytes());
+    g.setOutput<uint8_t>(bytes_of(output), output.nbytes());
+    g.setRoot(r);
+    g.setTag(tag);
+    g.setTimeout(to);
+    gloo::scatter(g);
+  });
+}
+
+WorkPtr ProcessGroupGloo::reduce_scatter(Tensor& output, const std::vector<Tensor>& inputs,
+                                         CollectiveOptions o) {
+  check_dense("reduce_scatter", output, "output");
+  check_count("reduce_scatter", inputs.size(), size(), "inputs");
+  for (const auto& t : inputs) check_like("reduce_scatter", t, output, "input");
+  // Gloo has no reduce-scatter for these buffers: an allreduce of all inputs, keeping ours.
+  Tensor flat = concat(inputs);
+  auto reduced = allreduce(flat, {.op = o.op, .timeout = o.timeout});
+  auto done = std::make_shared<Work>("reduce_scatter");
+  reduced->future().add_done_callback([done, flat, output, r = rank()](Future<void>& f) {
+    if (auto e = f.exception()) return done->future().set_exception(e);
+    std::memcpy(output.raw_data(), bytes_of(flat) + output.nbytes() * static_cast<size_t>(r),
+                output.nbytes());
+    done->future().set_result();
+  });
+  return done;
+}
+
+WorkPtr ProcessGroupGloo::alltoall(std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                                   CollectiveOptions o) {
+  check_count("alltoall", inputs.size(), size(), "inputs");
+  check_count("alltoall", outputs.size(), size(), "outputs");
+  for (const auto& t : inputs) check_like("alltoall", t, inputs[0], "input");
+  for (const auto& t : outputs) check_like("alltoall", t, inputs[0], "output");
+  Tensor in = concat(inputs);
+  Tensor out = empty_like(in);
+  return impl_->enqueue("alltoall", o.timeout, [this, in, out, outputs](
+                                                    uint32_t tag, Milliseconds to) mutable {
+    if (in.nbytes() == 0) return;
+    gloo::AlltoallOptions g(impl_->context);
+    g.setInput<uint8_t>(bytes_of(in), in.nbytes());
+    g.setOutput<uint8_t>(bytes_of(out), out.nbytes());
+    g.setTag(tag);
+    g.setTimeout(to);
+    gloo::alltoall(g);
+    split_into(out, outputs);
+  });
+}
+
+WorkPtr ProcessGroupGloo::barrier(CollectiveOptions o) {
+  return impl_->enqueue("barrier", o.timeout, [this](uint32_t tag, Milliseconds to) {
+    gloo::BarrierOptions g(impl_->context);
+    g.setTag(tag);
+    g.setTimeout(to);
+    gloo::barrier(g);
+  });
+}
+
+
+// Point-to-point transfers do not take part in the collectives' order: each runs on its own
+// thread, which waits for Gloo's transfer and completes the Work.
+template <typename Post, typename Wait>
+WorkPtr ProcessGroupGloo::Impl::p2p(const char* op, Milliseconds timeout, Post post, Wait wait) {
+  auto work = std::make_shared<Work>(op);
+  std::lock_guard lock(mu);
+  p2p_threads.emplace_back([this, work, op, timeout = timeout_of(timeout), post, wait] {
+    std::exception_ptr failed = attempt(op, timeout, [&] {
+      post();
+      GW_CHECK(wait(timeout), TimeoutError, "[", op, "] rank ", rank, " of ", size,
+               " timed out after ", timeout.count(), " ms");
+    });
+    if (failed)
+      work->future().set_exception(failed);
+    else
+      work->future().set_result();
+  });
+  return work;
+}
+
+WorkPtr ProcessGroupGloo::send(const Tensor& tensor, int dst, int tag, CollectiveOptions o) {
+  check_dense("send", tensor);
+  check_rank("send", dst, size(), "destination");
+  GW_CHECK(tag >= 0, InvalidArgumentError, "[send] tag must be >= 0, got ", tag);
+  auto buf = std::shared_ptr<gloo::transport::UnboundBuffer>(
+      impl_->context->createUnboundBuffer(tensor.raw_data(), tensor.nbytes()));
+  const uint64_t slot = kSendRecvSlot | static_cast<uint64_t>(tag);
+  return impl_->p2p(
+      "send", o.timeout, [buf, dst, slot] { buf->send(dst, slot); },
+      [buf, tensor](Milliseconds to) { return buf->waitSend(to); });
+}
+
+WorkPtr ProcessGroupGloo::recv(Tensor& tensor, int src, int tag, CollectiveOptions o) {
+  check_dense("recv", tensor);
+  check_rank("recv", src, size(), "source");
+  GW_CHECK(tag >= 0, InvalidArgumentError, "[recv] tag must be >= 0, got ", tag);
+  auto buf = std::shared_ptr<gloo::transport::UnboundBuffer>(
+      impl_->context->createUnboundBuffer(tensor.raw_data(), tensor.nbytes()));
+  const uint64_t slot = kSendRecvSlot | static_cast<uint64_t>(tag);
+  return impl_->p2p(
+      "recv", o.timeout, [buf, src, slot] { buf->recv(src, slot); },
+      [buf, tensor](Milliseconds to) { return buf->waitRecv(to); });
+}
+
+}  // namespace gw::dist

@@ -1,0 +1,64 @@
+// gw::dist::ProcessGroupGloo — the CPU ProcessGroup, on Gloo (Debian's libgloo).
+//
+// The ranks find each other through a gw::dist::Store (an adapter gives Gloo the store it
+// expects) and connect a full mesh of TCP pairs. Collectives run in call order on one worker
+// thread per group; each gets the next tag, which is the same on every rank because every rank
+// calls the same collectives in the same order. send/recv run beside them.
+//
+//   auto store = std::make_shared<gw::dist::HashStore>();        // threads as ranks
+//   gw::dist::ProcessGroupGloo pg(store, rank, world_size);
+//   pg.allreduce(t, {.op = gw::dist::ReduceOp::MAX})->wait();
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "dist/process_group/process_group.h"
+#include "dist/store/store.h"
+
+namespace gw::dist {
+
+// PyTorch's default collective timeout.
+inline constexpr Milliseconds kDefaultCollectiveTimeout{std::chrono::minutes(30)};
+
+struct GlooOptions {
+  Milliseconds timeout = kDefaultCollectiveTimeout;  // per collective, unless it sets its own
+  std::string hostname = "127.0.0.1";                // the address the pairs listen on
+};
+
+class ProcessGroupGloo final : public ProcessGroup {
+ public:
+  // Connects to every other rank through `store` (which several groups may share: give each
+  // its own PrefixStore). Throws TimeoutError if the others do not come within the timeout.
+  ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int size, GlooOptions options = {});
+  ~ProcessGroupGloo() override;  // finishes what was queued
+
+  std::string backend() const override { return "gloo"; }
+  Milliseconds timeout() const;
+
+  WorkPtr allreduce(Tensor& tensor, AllreduceOptions options = {}) override;
+  WorkPtr allreduce_coalesced(std::vector<Tensor>& tensors,
+                              AllreduceOptions options = {}) override;
+  WorkPtr broadcast(Tensor& tensor, BroadcastOptions options = {}) override;
+  WorkPtr reduce(Tensor& tensor, ReduceOptions options = {}) override;
+  WorkPtr allgather(std::vector<Tensor>& outputs, const Tensor& input,
+                    CollectiveOptions options = {}) override;
+  WorkPtr gather(std::vector<Tensor>& outputs, const Tensor& input,
+                 GatherOptions options = {}) override;
+  WorkPtr scatter(Tensor& output, const std::vector<Tensor>& inputs,
+                  ScatterOptions options = {}) override;
+  WorkPtr reduce_scatter(Tensor& output, const std::vector<Tensor>& inputs,
+                         CollectiveOptions options = {}) override;
+  WorkPtr alltoall(std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                   CollectiveOptions options = {}) override;
+  WorkPtr barrier(CollectiveOptions options = {}) override;
+  WorkPtr send(const Tensor& tensor, int dst, int tag = 0,
+               CollectiveOptions options = {}) override;
+  WorkPtr recv(Tensor& tensor, int src, int tag = 0, CollectiveOptions options = {}) override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gw::dist
