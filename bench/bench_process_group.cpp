@@ -1,0 +1,135 @@
+// ProcessGroupGloo allreduce: latency and bus bandwidth from 4 B to 64 MiB with two ranks as
+// threads of this process over 127.0.0.1, beside raw Gloo doing the same allreduce (the same
+// ring algorithm on a Gloo context made directly, no ProcessGroup, no Work) in the same run,
+// and beside PyTorch 1.13's torch.distributed.all_reduce over its gloo backend (two processes,
+// torch_anchor_allreduce.py). Bus bandwidth is bytes * 2 (n - 1) / n per second, as
+// nccl-tests counts it.
+#include <chrono>
+#include <future>
+#include <string>
+#include <vector>
+
+#include <gloo/allreduce.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/hash_store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include "bench/harness.h"
+#include "core/ops.h"
+#include "dist/process_group/process_group_gloo.h"
+#include "dist/store/hash_store.h"
+
+namespace {
+
+constexpr int kRanks = 2;
+
+struct Case {
+  size_t bytes;
+  int iters;
+};
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (size_t bytes : {size_t{4}, size_t{4} << 10, size_t{256} << 10, size_t{4} << 20,
+                       size_t{64} << 20}) {
+    // About 64 MiB moved per round, at least 4 and at most 500 iterations.
+    int iters = static_cast<int>(std::clamp<size_t>((size_t{64} << 20) / bytes, 4, 500));
+    out.push_back({bytes, iters});
+  }
+  return out;
+}
+
+std::string label(size_t bytes) {
+  if (bytes >= (size_t{1} << 20)) return std::to_string(bytes >> 20) + " MiB";
+  if (bytes >= (size_t{1} << 10)) return std::to_string(bytes >> 10) + " KiB";
+  return std::to_string(bytes) + " B";
+}
+
+// One timed loop of `iters` calls after a warm-up; the first call lines the ranks up.
+template <typename Op>
+double loop(int iters, Op op) {
+  for (int i = 0; i < 3; ++i) op();
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) op();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iters;
+}
+
+struct Times {
+  double gradwire = 1e30, raw = 1e30;  // best seconds per allreduce over the rounds
+};
+
+// Both ranks run, in alternating rounds, the ProcessGroupGloo allreduce and the raw Gloo one,
+// so that a busy moment on the machine hits both alike; rank 0's best of each is returned.
+Times measure(const Case& c, int rounds = 5) {
+  auto store = std::make_shared<gw::dist::HashStore>();
+  gloo::rendezvous::HashStore raw_store;
+  auto rank_main = [&](int rank) {
+    gw::dist::ProcessGroupGloo pg(store, rank, kRanks);
+    gloo::transport::tcp::attr attr;
+    attr.hostname = "127.0.0.1";
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    auto context = std::make_shared<gloo::rendezvous::Context>(rank, kRanks);
+    context->connectFullMesh(raw_store, device);
+    const size_t n = std::max<size_t>(c.bytes / 4, 1);
+    gw::Tensor t = gw::ones({static_cast<int64_t>(n)});
+    std::vector<float> data(n, 1.f);
+    uint32_t tag = 0;
+    auto raw_allreduce = [&] {
+      gloo::AllreduceOptions o(context);
+      o.setOutput<float>(data.data(), data.size());
+      o.setReduceFunction(
+          static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+      o.setTag(tag++);
+      gloo::allreduce(o);
+    };
+    Times best;
+    for (int round = 0; round < rounds; ++round) {
+      best.gradwire = std::min(best.gradwire, loop(c.iters, [&] { pg.allreduce(t)->wait(); }));
+      best.raw = std::min(best.raw, loop(c.iters, raw_allreduce));
+    }
+    return best;
+  };
+  std::vector<std::future<Times>> ranks;
+  for (int r = 0; r < kRanks; ++r) ranks.push_back(std::async(std::launch::async, rank_main, r));
+  Times rank0 = ranks[0].get();
+  for (int r = 1; r < kRanks; ++r) ranks[r].get();
+  return rank0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gw::bench::Reporter report(argc, argv);
+  std::vector<Case> wanted;
+  for (const auto& c : cases())
+    if (report.wants("process_group", "allreduce " + label(c.bytes))) wanted.push_back(c);
+  if (wanted.empty()) return 0;
+
+  std::string args;
+  for (const auto& c : wanted) args += " " + std::to_string(c.bytes) + ":" + std::to_string(c.iters);
+  auto torch = gw::bench::run_capture("timeout -k 5 300 /usr/bin/python3 " +
+                                      gw::bench::executable_dir() +
+                                      "/torch_anchor_allreduce.py" + args + " 2>/dev/null");
+
+  for (const auto& c : wanted) {
+    const Times times = measure(c);
+    const double ours = times.gradwire, raw = times.raw;
+    const std::string name = "allreduce " + label(c.bytes);
+    const double bus = static_cast<double>(c.bytes) * 2.0 * (kRanks - 1) / kRanks / 1e9;
+    if (c.bytes <= (size_t{4} << 10)) {
+      report.add({"process_group", name, ours * 1e6, "us", "raw gloo", raw * 1e6});
+    } else {
+      report.add({"process_group", name, bus / ours, "GB/s", "raw gloo", bus / raw});
+    }
+    auto t = torch ? gw::bench::json_number(*torch, "allreduce_" + std::to_string(c.bytes) + "_us")
+                   : std::nullopt;
+    if (t) {
+      if (c.bytes <= (size_t{4} << 10))
+        report.add({"process_group", name, ours * 1e6, "us", "pytorch gloo", *t});
+      else
+        report.add({"process_group", name, bus / ours, "GB/s", "pytorch gloo", bus / (*t / 1e6)});
+    }
+  }
+  return 0;
+}
