@@ -10,61 +10,15 @@
 #include "core/ops.h"
 #include "dist/process_group/process_group_gloo.h"
 #include "dist/store/hash_store.h"
+#include "tests/dist/process_group/ranks.h"
 
 using namespace gw;
 using namespace gw::dist;
 using namespace std::chrono_literals;
+using gw::dist::testing::Checks;
+using gw::dist::testing::run_ranks;
 
 namespace {
-// Catch2's assertions are not thread-safe: the ranks record their checks here, and the test's
-// thread asserts on them once every rank is done.
-struct Checks {
-  std::mutex mu;
-  int count = 0;
-  std::vector<std::string> failures;
-  void expect(bool ok, const std::string& what) {
-    std::lock_guard lock(mu);
-    ++count;
-    if (!ok) failures.push_back(what);
-  }
-  // f() must throw E whose message contains every needle.
-  template <typename E = std::exception>
-  void expect_throws(const std::function<void()>& f, std::vector<std::string> needles,
-                     const std::string& what) {
-    try {
-      f();
-    } catch (const std::exception& e) {
-      bool ok = dynamic_cast<const E*>(&e) != nullptr;
-      for (const auto& n : needles) ok = ok && std::string(e.what()).find(n) != std::string::npos;
-      return expect(ok, what + ": threw " + e.what());
-    }
-    expect(false, what + ": did not throw");
-  }
-};
-#define EXPECT(c, cond) (c).expect((cond), #cond " (line " + std::to_string(__LINE__) + ")")
-#define EXPECT_THROWS(c, E, expr, ...) \
-  (c).expect_throws<E>([&] { expr; }, {__VA_ARGS__}, #expr " (line " + std::to_string(__LINE__) + ")")
-
-// Runs fn(pg, checks) on `n` ranks at once (threads, one HashStore), then asserts that every
-// check held.
-void run_ranks(int n, const std::function<void(ProcessGroupGloo&, Checks&)>& fn,
-               GlooOptions options = {}) {
-  auto store = std::make_shared<HashStore>();
-  Checks checks;
-  std::vector<std::future<void>> ranks;
-  for (int r = 0; r < n; ++r)
-    ranks.push_back(std::async(std::launch::async, [&, r] {
-      ProcessGroupGloo pg(store, r, n, options);
-      fn(pg, checks);
-    }));
-  for (auto& f : ranks) f.get();
-  std::string failed;
-  for (const auto& f : checks.failures) failed += f + "\n";
-  INFO(failed);
-  CHECK(checks.failures.empty());
-  CHECK(checks.count > 0);
-}
-
 // Rank r's tensor of a case: values that differ per rank and per element.
 Tensor values(int r, DType dtype, int64_t n = 5) {
   return (arange(n, kFloat64) + (r + 1) * 10.0 + 1.0).to(dtype);

@@ -1,0 +1,68 @@
+// gw::ddp::DistributedDataParallel — data-parallel training of an nn::Module
+// (torch.nn.parallel.DistributedDataParallel; ddp_design.txt).
+//
+// Mental model: every rank holds a replica of the model and trains it on its own shard of each
+// batch. At construction DDP checks that every rank's parameters have the same shapes and
+// copies rank 0's parameters and buffers to the others. In backward, the Reducer (reducer.h)
+// averages the gradients across ranks bucket by bucket while backward still runs, so after
+// loss.backward() every rank holds the same averaged `.grad`, and identical optimizer steps
+// keep the replicas identical.
+//
+//   auto pg = gw::dist::init_process_group("gloo", "env://", rank, world_size);
+//   gw::ddp::DistributedDataParallel model(make_mlp(), pg);
+//   gw::optim::SGD opt(model.module()->parameters(), {.lr = 0.02});
+//   for (auto [x, y] : my_shard) {
+//     opt.zero_grad();
+//     gw::nn::functional::cross_entropy(model.forward(x), y).backward();  // averaged here
+//     opt.step();
+//   }
+#pragma once
+
+#include <memory>
+
+#include "ddp/reducer.h"
+#include "dist/process_group/process_group.h"
+#include "nn/module.h"
+
+namespace gw::ddp {
+
+struct DDPOptions {
+  double bucket_cap_mb = 25;        // later buckets; the first one is capped at 1 MiB
+  double first_bucket_cap_mb = 1;
+  bool broadcast_buffers = true;    // rank 0's buffers to every rank before each forward
+};
+
+class DistributedDataParallel {
+ public:
+  DistributedDataParallel(std::shared_ptr<nn::Module> module,
+                          std::shared_ptr<dist::ProcessGroup> group, DDPOptions options = {});
+
+  Tensor forward(const Tensor& input);
+  Tensor operator()(const Tensor& input) { return forward(input); }
+  const std::shared_ptr<nn::Module>& module() const { return module_; }
+  const Reducer& reducer() const { return *reducer_; }
+
+  // Within its scope gradients accumulate locally without communication (gradient
+  // accumulation); the first backward after it averages everything accumulated.
+  class NoSync {
+   public:
+    explicit NoSync(DistributedDataParallel& ddp) : ddp_(ddp) { ddp_.reducer_->set_sync(false); }
+    ~NoSync() { ddp_.reducer_->set_sync(true); }
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
+
+   private:
+    DistributedDataParallel& ddp_;
+  };
+  NoSync no_sync() { return NoSync(*this); }
+
+ private:
+  void broadcast_from_rank0(const std::vector<Tensor>& tensors);
+
+  std::shared_ptr<nn::Module> module_;
+  std::shared_ptr<dist::ProcessGroup> group_;
+  DDPOptions options_;
+  std::shared_ptr<Reducer> reducer_;
+};
+
+}  // namespace gw::ddp
