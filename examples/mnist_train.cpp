@@ -13,6 +13,7 @@
 
 #include "autograd/autograd.h"
 #include "examples/common/fashion_mnist.h"
+#include "examples/common/models.h"
 #include "examples/common/progress.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
@@ -65,49 +66,6 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-std::shared_ptr<gw::nn::Sequential> make_model(const std::string& kind, gw::Generator& gen) {
-  using namespace gw::nn;
-  auto model = std::make_shared<Sequential>();
-  if (kind == "mlp") {
-    model->push_back(std::make_shared<Linear>(784, 256, true, gen));
-    model->push_back(std::make_shared<ReLU>());
-    model->push_back(std::make_shared<Linear>(256, 128, true, gen));
-    model->push_back(std::make_shared<ReLU>());
-    model->push_back(std::make_shared<Linear>(128, 10, true, gen));
-  } else {
-    gw::Conv2dOptions same{.padding = {1, 1}};
-    model->push_back(std::make_shared<Conv2d>(1, 16, std::array<int64_t, 2>{3, 3}, same, true, gen));
-    model->push_back(std::make_shared<ReLU>());
-    model->push_back(std::make_shared<MaxPool2d>(std::array<int64_t, 2>{2, 2}));
-    model->push_back(std::make_shared<Conv2d>(16, 32, std::array<int64_t, 2>{3, 3}, same, true, gen));
-    model->push_back(std::make_shared<ReLU>());
-    model->push_back(std::make_shared<MaxPool2d>(std::array<int64_t, 2>{2, 2}));
-    model->push_back(std::make_shared<Flatten>());
-    model->push_back(std::make_shared<Linear>(32 * 7 * 7, 128, true, gen));
-    model->push_back(std::make_shared<ReLU>());
-    model->push_back(std::make_shared<Linear>(128, 10, true, gen));
-  }
-  return model;
-}
-
-// Images as the model wants them: flat for the MLP, (N,1,28,28) for the CNN.
-gw::Tensor shape_input(const gw::Tensor& x, const std::string& kind) {
-  return kind == "cnn" ? x.view({-1, 1, 28, 28}) : x;
-}
-
-double accuracy(gw::nn::Module& model, const gw::data::Dataset& test, const std::string& kind) {
-  gw::autograd::NoGradGuard no_grad;
-  model.eval();
-  int64_t correct = 0;
-  for (int64_t start = 0; start < test.size(); start += 1000) {
-    int64_t n = std::min<int64_t>(1000, test.size() - start);
-    gw::Tensor logits = model.forward(shape_input(test.images.narrow(0, start, n), kind));
-    correct += gw::eq(gw::argmax(logits, 1), test.labels.narrow(0, start, n)).sum().item<int64_t>();
-  }
-  model.train();
-  return static_cast<double>(correct) / static_cast<double>(test.size());
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -117,7 +75,7 @@ int main(int argc, char** argv) {
     gw::data::Dataset train = gw::data::load_fashion_mnist(gw::data::Split::Train, args.limit);
     gw::data::Dataset test = gw::data::load_fashion_mnist(gw::data::Split::Test);
     gw::Generator gen(args.seed);
-    auto model = make_model(args.model, gen);
+    auto model = gw::examples::fashion_model(args.model, gen);
     std::unique_ptr<gw::optim::Optimizer> opt;
     if (args.optimizer == "sgd") {
       opt = std::make_unique<gw::optim::SGD>(model->parameters(),
@@ -139,7 +97,7 @@ int main(int argc, char** argv) {
       for (int64_t b = 0; b < loader.num_batches(); ++b) {
         auto [x, y] = loader.batch(epoch, b);
         opt->zero_grad();
-        gw::Tensor loss = gw::nn::functional::cross_entropy(model->forward(shape_input(x, args.model)), y);
+        gw::Tensor loss = gw::nn::functional::cross_entropy(model->forward(gw::examples::shape_input(x, args.model)), y);
         loss.backward();
         opt->step();
         losses.push_back(loss.item<double>());
@@ -147,7 +105,7 @@ int main(int argc, char** argv) {
         bar.update(b + 1, losses.back(), seen);
       }
       bar.finish();
-      acc = accuracy(*model, test, args.model);
+      acc = gw::examples::test_accuracy(*model, test, args.model);
       std::printf("epoch %d: test accuracy %.2f%% (lr %g)\n", epoch + 1, acc * 100, opt->lr());
       schedule.step();
     }

@@ -1,5 +1,5 @@
-// The distributed autograd examples, end to end: real processes under gwrun, checked on what
-// they print and on their exit status.
+// The distributed examples, end to end: real processes under gwrun, checked on what they print
+// and on their exit status.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -44,4 +44,14 @@ TEST_CASE("the model-parallel trainer trains a model split across two workers",
   INFO(r.out << r.err);
   CHECK(r.exit_code == 0);
   CHECK(count(r.out, "epoch 1: test accuracy") == 1);
+}
+
+TEST_CASE("DDP training keeps the replicas identical", "[examples][dist][ddp]") {
+  // A short run on 3200 samples: above chance, with bit-identical replicas on both ranks.
+  auto r = run_gwrun({"--nproc-per-node", "2", GW_DDP_EXAMPLE, "--epochs", "1", "--limit",
+                      "3200", "--target", "0.5"});
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(count(r.out, "parameters identical to rank 0's: yes") == 2);
+  CHECK(count(r.out, "epoch 1: test accuracy") == 1);  // rank 0 only
 }
