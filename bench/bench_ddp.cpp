@@ -1,0 +1,111 @@
+// DistributedDataParallel: the cost DDP adds to a training step, and DDP training throughput,
+// with two ranks as threads of this process over Gloo on 127.0.0.1, beside PyTorch 1.13's DDP
+// over gloo on the same models in the same run (two processes, torch_anchor_ddp.py):
+//   - DDP overhead per step of the 784-4096-2560-10 MLP (13.7M parameters), batch 32: the DDP
+//     step minus the same step without DDP, both ranks stepping at once in both cases;
+//   - samples per second (both ranks) of DDP training of the Fashion-MNIST MLP 784-256-128-10
+//     with batch 32 per rank (random data of the same shape: speed does not depend on values).
+#include <chrono>
+#include <future>
+#include <optional>
+#include <string>
+
+#include "bench/harness.h"
+#include "core/ops.h"
+#include "core/random.h"
+#include "ddp/distributed_data_parallel.h"
+#include "dist/process_group/process_group_gloo.h"
+#include "dist/store/hash_store.h"
+#include "nn/nn.h"
+#include "optim/sgd.h"
+
+namespace {
+
+constexpr int kRanks = 2, kBatch = 32, kBigSteps = 10, kMnistSteps = 200;
+
+std::shared_ptr<gw::nn::Sequential> mlp(const std::vector<int64_t>& sizes) {
+  gw::Generator gen(0);
+  auto model = std::make_shared<gw::nn::Sequential>();
+  for (size_t i = 0; i + 1 < sizes.size(); ++i) {
+    if (i) model->push_back(std::make_shared<gw::nn::ReLU>());
+    model->push_back(std::make_shared<gw::nn::Linear>(sizes[i], sizes[i + 1], true, gen));
+  }
+  return model;
+}
+
+// Seconds per SGD step of `forward` over `params`, after two warm-up steps.
+template <typename Forward>
+double seconds_per_step(Forward forward, const std::vector<gw::Tensor>& params, int steps,
+                        gw::dist::ProcessGroup& pg) {
+  gw::optim::SGD opt(params, gw::optim::SGD::options(0.01));
+  gw::Generator gen(1);
+  gw::Tensor x = gw::randn({kBatch, 784}, gen), y = gw::randint(0, 10, {kBatch}, gen);
+  auto step = [&] {
+    opt.zero_grad();
+    gw::nn::functional::cross_entropy(forward(x), y).backward();
+    opt.step();
+  };
+  step();
+  step();
+  pg.barrier()->wait();
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < steps; ++i) step();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / steps;
+}
+
+struct Results {
+  double big_local = 0, big_ddp = 0, mnist_step = 0;
+};
+
+Results run_rank(std::shared_ptr<gw::dist::Store> store, int rank) {
+  auto pg = std::make_shared<gw::dist::ProcessGroupGloo>(store, rank, kRanks);
+  Results r;
+  auto big = mlp({784, 4096, 2560, 10});
+  r.big_local = seconds_per_step([&](const gw::Tensor& x) { return big->forward(x); },
+                                 big->parameters(), kBigSteps, *pg);
+  gw::ddp::DistributedDataParallel big_ddp(big, pg);
+  r.big_ddp = seconds_per_step([&](const gw::Tensor& x) { return big_ddp.forward(x); },
+                               big->parameters(), kBigSteps, *pg);
+  auto small = mlp({784, 256, 128, 10});
+  gw::ddp::DistributedDataParallel small_ddp(small, pg);
+  r.mnist_step = seconds_per_step([&](const gw::Tensor& x) { return small_ddp.forward(x); },
+                                  small->parameters(), kMnistSteps, *pg);
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gw::bench::Reporter report(argc, argv);
+  const bool overhead = report.wants("ddp", "overhead per step, 13.7M-parameter MLP");
+  const bool mnist = report.wants("ddp", "Fashion-MNIST MLP training, 2 ranks");
+  if (!overhead && !mnist) return 0;
+  auto torch = gw::bench::run_capture("timeout -k 5 300 /usr/bin/python3 " +
+                                      gw::bench::executable_dir() +
+                                      "/torch_anchor_ddp.py 2>/dev/null");
+  auto get = [&](const std::string& key) {
+    return torch ? gw::bench::json_number(*torch, key) : std::nullopt;
+  };
+
+  auto store = std::make_shared<gw::dist::HashStore>();
+  auto peer = std::async(std::launch::async, run_rank, store, 1);
+  Results r = run_rank(store, 0);
+  peer.get();
+
+  if (overhead) {
+    auto local = get("big_local_ms"), ddp = get("big_ddp_ms");
+    const double ours = (r.big_ddp - r.big_local) * 1e3;
+    std::printf("ddp: 13.7M MLP step %.1f ms without DDP, %.1f ms with DDP\n",
+                r.big_local * 1e3, r.big_ddp * 1e3);
+    if (local && ddp)
+      report.add({"ddp", "overhead per step, 13.7M-parameter MLP", ours, "ms",
+                  "pytorch ddp overhead", *ddp - *local});
+  }
+  if (mnist) {
+    auto theirs = get("mnist_samples_per_s");
+    if (theirs)
+      report.add({"ddp", "Fashion-MNIST MLP training, 2 ranks", kRanks * kBatch / r.mnist_step,
+                  "samples/s", "pytorch ddp", *theirs});
+  }
+  return 0;
+}
