@@ -50,7 +50,9 @@ void DistributedDataParallel::broadcast_from_rank0(const std::vector<Tensor>& te
 Tensor DistributedDataParallel::forward(const Tensor& input) {
   reducer_->prepare_for_forward();
   if (options_.broadcast_buffers) broadcast_from_rank0(module_->buffers());
-  return module_->forward(input);
+  Tensor output = module_->forward(input);
+  if (options_.find_unused_parameters) reducer_->mark_unused_ready(output);
+  return output;
 }
 
 }  // namespace gw::ddp

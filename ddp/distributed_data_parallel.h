@@ -30,6 +30,9 @@ struct DDPOptions {
   double bucket_cap_mb = 25;        // later buckets; the first one is capped at 1 MiB
   double first_bucket_cap_mb = 1;
   bool broadcast_buffers = true;    // rank 0's buffers to every rank before each forward
+  // Parameters the output does not depend on get a zero gradient instead of stalling the
+  // reduction (costs a graph traversal per forward).
+  bool find_unused_parameters = false;
 };
 
 class DistributedDataParallel {
@@ -41,6 +44,8 @@ class DistributedDataParallel {
   Tensor operator()(const Tensor& input) { return forward(input); }
   const std::shared_ptr<nn::Module>& module() const { return module_; }
   const Reducer& reducer() const { return *reducer_; }
+  // Replaces the averaging allreduce of each bucket (before the first backward pass).
+  void register_comm_hook(CommHook hook) { reducer_->set_comm_hook(std::move(hook)); }
 
   // Within its scope gradients accumulate locally without communication (gradient
   // accumulation); the first backward after it averages everything accumulated.

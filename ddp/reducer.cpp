@@ -3,10 +3,46 @@
 #include <algorithm>
 #include <cstring>
 
+#include <unordered_set>
+
+#include "autograd/accumulate_grad.h"
 #include "autograd/autograd.h"
 #include "core/ops.h"
 
 namespace gw::ddp {
+
+namespace hooks {
+
+CommHook allreduce() {
+  return [](dist::ProcessGroup& group, GradBucket& bucket) {
+    Future<Tensor> out;
+    Tensor buffer = bucket.buffer;
+    group.allreduce(buffer, {.op = dist::ReduceOp::AVG})
+        ->future()
+        .add_done_callback([out, buffer](Future<void>& done) mutable {
+          if (auto e = done.exception()) return out.set_exception(e);
+          out.set_result(buffer);
+        });
+    return out;
+  };
+}
+
+CommHook fp16_compress() {
+  return [](dist::ProcessGroup& group, GradBucket& bucket) {
+    Future<Tensor> out;
+    Tensor compressed = (bucket.buffer / static_cast<double>(group.size())).to(kFloat16);
+    const DType dtype = bucket.buffer.dtype();
+    group.allreduce(compressed, {.op = dist::ReduceOp::SUM})
+        ->future()
+        .add_done_callback([out, compressed, dtype](Future<void>& done) mutable {
+          if (auto e = done.exception()) return out.set_exception(e);
+          out.set_result(compressed.to(dtype));
+        });
+    return out;
+  };
+}
+
+}  // namespace hooks
 
 Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names,
                  std::shared_ptr<dist::ProcessGroup> group, size_t bucket_cap_bytes,
@@ -51,6 +87,34 @@ void Reducer::install_hooks() {
     });
 }
 
+void Reducer::set_comm_hook(CommHook hook) {
+  GW_CHECK(hook, InvalidArgumentError, "[register_comm_hook] the hook is empty");
+  GW_CHECK(!started_, StateError,
+           "[register_comm_hook] register the hook before the first backward pass");
+  hook_ = std::move(hook);
+}
+
+void Reducer::mark_unused_ready(const Tensor& output) {
+  if (!sync_) return;
+  // The leaves `output` reaches, through its graph's AccumulateGrad nodes.
+  std::unordered_set<const TensorImpl*> used;
+  if (output.defined() && output.requires_grad()) {
+    std::vector<autograd::Node*> stack;
+    std::unordered_set<autograd::Node*> seen;
+    if (auto root = autograd::gradient_edge(output); root.valid()) stack.push_back(root.fn.get());
+    while (!stack.empty()) {
+      autograd::Node* n = stack.back();
+      stack.pop_back();
+      if (!seen.insert(n).second) continue;
+      if (auto* acc = dynamic_cast<autograd::AccumulateGrad*>(n)) used.insert(acc->variable.impl());
+      for (const auto& e : n->next_edges)
+        if (e.valid()) stack.push_back(e.fn.get());
+    }
+  }
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (!used.contains(params_[i].impl()) && !ready_[i]) mark_ready(i);
+}
+
 void Reducer::prepare_for_forward() {
   if (ready_count_ == 0) return;
   std::string missing;
@@ -59,8 +123,8 @@ void Reducer::prepare_for_forward() {
   throw StateError(
       "[DistributedDataParallel] Expected to have finished reduction in the prior iteration "
       "before starting a new one: parameters that did not receive a gradient: " + missing +
-      ". Every parameter must be used in producing the loss (find_unused_parameters is not "
-      "supported yet)");
+      ". Every parameter must be used in producing the loss, or pass "
+      "find_unused_parameters = true");
 }
 
 void Reducer::mark_ready(size_t index) {
@@ -71,11 +135,15 @@ void Reducer::mark_ready(size_t index) {
   ready_[index] = true;
   ++ready_count_;
   Bucket& b = buckets_[bucket_of_[index]];
-  const Tensor grad = params_[index].grad();
+  const Tensor& p = params_[index];
+  const Tensor grad = p.grad();  // undefined for a parameter unused in this iteration
   const size_t slot =
       static_cast<size_t>(std::find(b.params.begin(), b.params.end(), index) - b.params.begin());
-  std::memcpy(static_cast<uint8_t*>(b.flat.raw_data()) + b.offsets[slot] * grad.element_size(),
-              grad.contiguous().raw_data(), grad.nbytes());
+  uint8_t* dst = static_cast<uint8_t*>(b.flat.raw_data()) + b.offsets[slot] * p.element_size();
+  if (grad.defined())
+    std::memcpy(dst, grad.contiguous().raw_data(), grad.nbytes());
+  else
+    std::memset(dst, 0, p.nbytes());
   --b.pending;
   launch_ready_buckets();
   if (ready_count_ == params_.size()) finish_iteration();
@@ -83,22 +151,34 @@ void Reducer::mark_ready(size_t index) {
 
 void Reducer::launch_ready_buckets() {
   while (next_to_launch_ < buckets_.size() && buckets_[next_to_launch_].pending == 0) {
-    Bucket& b = buckets_[next_to_launch_++];
-    b.work = group_->allreduce(b.flat, {.op = dist::ReduceOp::AVG});
+    const size_t index = next_to_launch_++;
+    Bucket& b = buckets_[index];
+    GradBucket view{index, b.flat, {}, index + 1 == buckets_.size()};
+    for (size_t i : b.params) view.parameters.push_back(params_[i]);
+    started_ = true;
+    b.reduced = hook_(*group_, view);
     ++launched_;
     if (ready_count_ < params_.size()) ++launched_early_;
   }
 }
 
 void Reducer::finish_iteration() {
-  for (auto& b : buckets_) {
-    b.work->wait();
+  for (size_t k = 0; k < buckets_.size(); ++k) {
+    Bucket& b = buckets_[k];
+    Tensor reduced = b.reduced->wait();
+    GW_CHECK(reduced.defined() && reduced.numel() == b.flat.numel(), InvalidArgumentError,
+             "[DistributedDataParallel] the communication hook returned ",
+             reduced.defined() ? reduced.numel() : 0, " elements for bucket ", k, " of ",
+             b.flat.numel());
     for (size_t s = 0; s < b.params.size(); ++s) {
       const Tensor& p = params_[b.params[s]];
-      Tensor averaged = b.flat.narrow(0, b.offsets[s], p.numel()).view(p.sizes());
-      p.grad().copy_(averaged);
+      Tensor averaged = reduced.narrow(0, b.offsets[s], p.numel()).view(p.sizes());
+      if (p.grad().defined())
+        p.grad().copy_(averaged);
+      else
+        p.set_grad(averaged.clone());  // a parameter unused here but used on another rank
     }
-    b.work.reset();
+    b.reduced.reset();
     b.pending = b.params.size();
   }
   ready_.assign(params_.size(), false);

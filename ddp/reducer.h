@@ -11,21 +11,45 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/tensor.h"
 #include "dist/process_group/process_group.h"
+#include "rpc/future.h"
 
 namespace gw::ddp {
 
+// A bucket as a communication hook sees it (PyTorch's GradBucket).
+struct GradBucket {
+  size_t index = 0;
+  Tensor buffer;                   // the bucket's gradients, flattened
+  std::vector<Tensor> parameters;  // whose gradients they are, in buffer order
+  bool is_last = false;            // the last bucket of the iteration
+};
+
+// Reduces a bucket across the group: returns a future of the averaged gradients (a tensor shaped
+// like bucket.buffer, which the hook may also write in place and return). PyTorch's
+// register_comm_hook(state, hook); state is whatever the function captures.
+using CommHook = std::function<Future<Tensor>(dist::ProcessGroup& group, GradBucket& bucket)>;
+
+namespace hooks {
+// The default: an averaging allreduce of the buffer.
+CommHook allreduce();
+// Halves the bytes on the wire: the buffer is divided by the world size, sent as float16,
+// summed, and widened again (PyTorch's fp16_compress_hook).
+CommHook fp16_compress();
+}  // namespace hooks
+
 struct Bucket {
-  std::vector<size_t> params;  // indices into the reducer's parameters
+  std::vector<size_t> params;    // indices into the reducer's parameters
   std::vector<int64_t> offsets;  // of each parameter's gradient in `flat`
-  Tensor flat;                 // the bucket's gradients, back to back
-  size_t pending = 0;          // parameters not ready yet in this iteration
-  dist::WorkPtr work;          // its allreduce, once launched
+  Tensor flat;                   // the bucket's gradients, back to back
+  size_t pending = 0;            // parameters not ready yet in this iteration
+  std::optional<Future<Tensor>> reduced;  // its reduction, once launched
 };
 
 class Reducer : public std::enable_shared_from_this<Reducer> {
@@ -36,6 +60,10 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
 
   // Registers the hooks (after construction: they hold a weak reference to this reducer).
   void install_hooks();
+  void set_comm_hook(CommHook hook);
+  // find_unused_parameters: the parameters `output` does not depend on are marked ready now,
+  // with a zero gradient, since no hook will fire for them in this backward.
+  void mark_unused_ready(const Tensor& output);
   // A new forward pass: throws if the previous iteration's reduction did not finish (some
   // parameters never got a gradient: they are named).
   void prepare_for_forward();
@@ -63,6 +91,8 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   size_t ready_count_ = 0;
   size_t next_to_launch_ = 0;
   bool sync_ = true;
+  CommHook hook_ = hooks::allreduce();
+  bool started_ = false;  // a bucket was reduced once: the hook is fixed from then on
   int64_t launched_ = 0, launched_early_ = 0;
 };
 

@@ -48,6 +48,19 @@ class GlooStore final : public gloo::rendezvous::Store {
 };
 
 using ReduceTypes = TypeList<float, double, int64_t, int32_t>;
+
+// Calls f.template operator()<T>() with the element type Gloo reduces for `dtype`: ours, or
+// Gloo's own float16 for float16 tensors (summed only: DDP's fp16 compression).
+template <typename F>
+void dispatch_reduce(DType dtype, ReduceOp op, const char* name, F&& f) {
+  if (dtype == DType::Float16) {
+    GW_CHECK(op == ReduceOp::SUM, InvalidArgumentError, "[", name,
+             "] float16 tensors are reduced with SUM only, got ", to_string(op));
+    f.template operator()<gloo::float16>();
+  } else {
+    dispatch<ReduceTypes>(dtype, name, std::forward<F>(f));
+  }
+}
 using GlooReduce = void (*)(void*, const void*, const void*, size_t);
 // Point-to-point slots live apart from the collectives' (Gloo builds those from small
 // prefixes in the top byte).
@@ -271,13 +284,13 @@ WorkPtr ProcessGroupGloo::allreduce(Tensor& tensor, AllreduceOptions o) {
   if (o.op == ReduceOp::AVG)
     GW_CHECK(tensor.is_floating_point(), InvalidArgumentError,
              "[allreduce] AVG needs a floating point tensor, got ", dtype_name(tensor.dtype()));
-  dispatch<ReduceTypes>(tensor.dtype(), "allreduce", []<typename T>() {});  // supported dtype
+  dispatch_reduce(tensor.dtype(), o.op, "allreduce", []<typename T>() {});  // supported dtype
   return impl_->enqueue("allreduce", o.timeout, [this, t = tensor, op = o.op](uint32_t tag,
                                                                               Milliseconds to) {
     if (t.numel() == 0) return;
-    dispatch<ReduceTypes>(t.dtype(), "allreduce", [&]<typename T>() {
+    dispatch_reduce(t.dtype(), op, "allreduce", [&]<typename T>() {
       gloo::AllreduceOptions g(impl_->context);
-      g.setOutput<T>(t.data_ptr<T>(), static_cast<size_t>(t.numel()));
+      g.setOutput<T>(static_cast<T*>(t.raw_data()), static_cast<size_t>(t.numel()));
       g.setReduceFunction(reduce_function<T>(op));
       g.setTag(tag);
       g.setTimeout(to);

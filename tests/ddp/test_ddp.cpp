@@ -129,3 +129,73 @@ TEST_CASE("DDP checks parameter shapes across ranks at construction", "[ddp][err
                   "parameter weight", "(2, 3) float32", "(2, 4) float32");
   });
 }
+
+namespace {
+// Two heads; forward uses only the first: the second's parameters are unused.
+struct TwoHeads : nn::Module {
+  std::shared_ptr<nn::Linear> used, unused;
+  explicit TwoHeads(uint64_t seed) : Module("TwoHeads") {
+    Generator gen(seed);
+    used = register_module("used", std::make_shared<nn::Linear>(8, 4, true, gen));
+    unused = register_module("unused", std::make_shared<nn::Linear>(8, 4, true, gen));
+  }
+  Tensor forward(const Tensor& x) override { return used->forward(x); }
+};
+}  // namespace
+
+TEST_CASE("find_unused_parameters: unused parameters get a zero gradient, not a stall",
+          "[ddp]") {
+  run_ranks(2, [](dist::ProcessGroupGloo& pg, Checks& c) {
+    auto net = std::make_shared<TwoHeads>(5);
+    ddp::DistributedDataParallel model(net, borrow(pg), {.find_unused_parameters = true});
+    auto reference = std::make_shared<TwoHeads>(5);
+    for (int step = 0; step < 2; ++step) {  // a second forward must not raise
+      auto [x, y] = batch(2, step);
+      net->zero_grad();
+      reference->zero_grad();
+      Tensor mine = x.narrow(0, pg.rank() * kShard, kShard);
+      nn::functional::cross_entropy(model.forward(mine), y.narrow(0, pg.rank() * kShard, kShard))
+          .backward();
+      nn::functional::cross_entropy(reference->forward(x), y).backward();
+      EXPECT(c, allclose(net->used->weight.grad(), reference->used->weight.grad(), 1e-4, 1e-6));
+      EXPECT(c, allclose(net->unused->weight.grad(), zeros({4, 8})));
+    }
+  });
+}
+
+TEST_CASE("communication hooks: fp16 compression and a hook of one's own", "[ddp][hooks]") {
+  run_ranks(2, [](dist::ProcessGroupGloo& pg, Checks& c) {
+    auto [x, y] = batch(2, 3);
+    Tensor mine = x.narrow(0, pg.rank() * kShard, kShard);
+    Tensor my_y = y.narrow(0, pg.rank() * kShard, kShard);
+    auto reference = mlp(6);
+    nn::functional::cross_entropy(reference->forward(x), y).backward();
+
+    ddp::DistributedDataParallel fp16(mlp(6), borrow(pg));
+    fp16.register_comm_hook(ddp::hooks::fp16_compress());
+    nn::functional::cross_entropy(fp16.forward(mine), my_y).backward();
+    auto p = fp16.module()->parameters(), q = reference->parameters();
+    for (size_t i = 0; i < p.size(); ++i)
+      EXPECT(c, allclose(p[i].grad(), q[i].grad(), 1e-2, 1e-3));  // float16 on the wire
+
+    // A hook that does not communicate: each rank keeps its own local gradients, and the hook
+    // sees every bucket once, in index order, the last one flagged.
+    std::vector<size_t> seen;
+    bool last_flagged = false;
+    ddp::DistributedDataParallel local(mlp(6), borrow(pg), {.bucket_cap_mb = 1e-4,
+                                                             .first_bucket_cap_mb = 1e-4});
+    local.register_comm_hook([&](dist::ProcessGroup&, ddp::GradBucket& b) {
+      seen.push_back(b.index);
+      last_flagged = b.is_last;
+      return Future<Tensor>::ready(b.buffer);
+    });
+    auto solo = mlp(6);
+    nn::functional::cross_entropy(local.forward(mine), my_y).backward();
+    nn::functional::cross_entropy(solo->forward(mine), my_y).backward();
+    EXPECT(c, same_grads(*local.module(), *solo));
+    EXPECT(c, (seen == std::vector<size_t>{0, 1, 2, 3}));
+    EXPECT(c, last_flagged);
+    EXPECT_THROWS(c, StateError, local.register_comm_hook(ddp::hooks::allreduce()),
+                  "before the first backward");
+  });
+}
