@@ -22,10 +22,15 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   std::vector<std::string> names;
   for (auto& [name, p] : module_->named_parameters()) {
     if (!p.requires_grad()) continue;
-    group_->check_same_shape(p, "DistributedDataParallel: parameter " + name);
     params.push_back(p);
-    names.push_back(name);
+    names.push_back("parameter " + name);
   }
+  group_->check_same_shapes(params, names, "DistributedDataParallel");  // on every rank first
+  for (auto& n : names) n.erase(0, std::string("parameter ").size());
+  for (size_t i = 0; i < params.size(); ++i)
+    GW_CHECK(params[i].dtype() == kFloat32 || params[i].dtype() == kFloat64,
+             InvalidArgumentError, "[DistributedDataParallel] parameter ", names[i], " is ",
+             dtype_name(params[i].dtype()), "; gradients are averaged in float32 or float64");
   GW_CHECK(!params.empty(), InvalidArgumentError,
            "[DistributedDataParallel] the module has no parameter that requires grad");
   broadcast_from_rank0(module_->parameters());
@@ -51,7 +56,7 @@ Tensor DistributedDataParallel::forward(const Tensor& input) {
   reducer_->prepare_for_forward();
   if (options_.broadcast_buffers) broadcast_from_rank0(module_->buffers());
   Tensor output = module_->forward(input);
-  if (options_.find_unused_parameters) reducer_->mark_unused_ready(output);
+  reducer_->prepare_for_backward(output, options_.find_unused_parameters);
   return output;
 }
 

@@ -47,17 +47,21 @@ class DistributedDataParallel {
   // Replaces the averaging allreduce of each bucket (before the first backward pass).
   void register_comm_hook(CommHook hook) { reducer_->set_comm_hook(std::move(hook)); }
 
-  // Within its scope gradients accumulate locally without communication (gradient
-  // accumulation); the first backward after it averages everything accumulated.
+  // Forward passes made within its scope are not reduced in their backward: gradients
+  // accumulate locally (gradient accumulation) until a backward of a forward made outside it
+  // averages everything accumulated. Guards nest.
   class NoSync {
    public:
-    explicit NoSync(DistributedDataParallel& ddp) : ddp_(ddp) { ddp_.reducer_->set_sync(false); }
-    ~NoSync() { ddp_.reducer_->set_sync(true); }
+    explicit NoSync(DistributedDataParallel& ddp) : ddp_(ddp), previous_(ddp.reducer_->sync()) {
+      ddp_.reducer_->set_sync(false);
+    }
+    ~NoSync() { ddp_.reducer_->set_sync(previous_); }
     NoSync(const NoSync&) = delete;
     NoSync& operator=(const NoSync&) = delete;
 
    private:
     DistributedDataParallel& ddp_;
+    bool previous_;
   };
   NoSync no_sync() { return NoSync(*this); }
 

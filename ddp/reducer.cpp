@@ -83,7 +83,7 @@ void Reducer::install_hooks() {
   std::weak_ptr<Reducer> weak = weak_from_this();
   for (size_t i = 0; i < params_.size(); ++i)
     autograd::register_post_accumulate_grad_hook(params_[i], [weak, i](const Tensor&) {
-      if (auto r = weak.lock()) r->mark_ready(i);
+      if (auto r = weak.lock()) r->on_gradient(i);
     });
 }
 
@@ -94,8 +94,10 @@ void Reducer::set_comm_hook(CommHook hook) {
   hook_ = std::move(hook);
 }
 
-void Reducer::mark_unused_ready(const Tensor& output) {
-  if (!sync_) return;
+void Reducer::prepare_for_backward(const Tensor& output, bool find_unused) {
+  iteration_sync_ = sync_;
+  unused_.clear();
+  if (!find_unused || !iteration_sync_ || !autograd::is_grad_enabled()) return;
   // The leaves `output` reaches, through its graph's AccumulateGrad nodes.
   std::unordered_set<const TensorImpl*> used;
   if (output.defined() && output.requires_grad()) {
@@ -112,7 +114,7 @@ void Reducer::mark_unused_ready(const Tensor& output) {
     }
   }
   for (size_t i = 0; i < params_.size(); ++i)
-    if (!used.contains(params_[i].impl()) && !ready_[i]) mark_ready(i);
+    if (!used.contains(params_[i].impl())) unused_.push_back(i);
 }
 
 void Reducer::prepare_for_forward() {
@@ -127,8 +129,31 @@ void Reducer::prepare_for_forward() {
       "find_unused_parameters = true");
 }
 
+void Reducer::on_gradient(size_t index) {
+  if (!iteration_sync_) return;  // no_sync(): gradients accumulate locally
+  try {
+    std::vector<size_t> unused;
+    unused.swap(unused_);
+    for (size_t i : unused) mark_ready(i);
+    mark_ready(index);
+  } catch (...) {
+    reset_iteration();
+    throw;
+  }
+}
+
+void Reducer::reset_iteration() {
+  for (auto& b : buckets_) {
+    b.reduced.reset();
+    b.pending = b.params.size();
+  }
+  ready_.assign(params_.size(), false);
+  ready_count_ = 0;
+  next_to_launch_ = 0;
+  unused_.clear();
+}
+
 void Reducer::mark_ready(size_t index) {
-  if (!sync_) return;  // no_sync(): gradients accumulate locally
   GW_CHECK(!ready_[index], StateError, "[DistributedDataParallel] parameter ", names_[index],
            " was marked ready twice in one iteration (a second backward before the reduction "
            "of the first finished)");
@@ -178,12 +203,8 @@ void Reducer::finish_iteration() {
       else
         p.set_grad(averaged.clone());  // a parameter unused here but used on another rank
     }
-    b.reduced.reset();
-    b.pending = b.params.size();
   }
-  ready_.assign(params_.size(), false);
-  ready_count_ = 0;
-  next_to_launch_ = 0;
+  reset_iteration();
 }
 
 }  // namespace gw::ddp

@@ -61,13 +61,16 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   // Registers the hooks (after construction: they hold a weak reference to this reducer).
   void install_hooks();
   void set_comm_hook(CommHook hook);
-  // find_unused_parameters: the parameters `output` does not depend on are marked ready now,
-  // with a zero gradient, since no hook will fire for them in this backward.
-  void mark_unused_ready(const Tensor& output);
+  // The end of a forward pass: fixes whether its backward reduces (no_sync), and with
+  // `find_unused` notes the parameters `output` does not depend on, which the first hook of the
+  // backward then marks ready with a zero gradient (no hook fires for them). Marking them only
+  // once backward runs keeps every collective inside backward, in the same order everywhere.
+  void prepare_for_backward(const Tensor& output, bool find_unused);
   // A new forward pass: throws if the previous iteration's reduction did not finish (some
   // parameters never got a gradient: they are named).
   void prepare_for_forward();
-  // Gradients accumulate locally and are not reduced while this is false (no_sync()).
+  // Gradients accumulate locally and are not reduced for forward passes made while this is
+  // false (no_sync()).
   void set_sync(bool sync) { sync_ = sync; }
   bool sync() const { return sync_; }
 
@@ -78,9 +81,11 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   int64_t launched_before_last_ready() const { return launched_early_; }
 
  private:
+  void on_gradient(size_t index);  // a parameter's post-accumulate hook
   void mark_ready(size_t index);
   void launch_ready_buckets();
   void finish_iteration();
+  void reset_iteration();  // after a failure: the next iteration starts clean
 
   std::vector<Tensor> params_;
   std::vector<std::string> names_;
@@ -90,7 +95,9 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   std::vector<bool> ready_;        // by parameter, this iteration
   size_t ready_count_ = 0;
   size_t next_to_launch_ = 0;
-  bool sync_ = true;
+  bool sync_ = true;            // the no_sync() state, read at the end of each forward
+  bool iteration_sync_ = true;  // whether the current iteration's backward reduces
+  std::vector<size_t> unused_;  // found by prepare_for_backward, marked by the first hook
   CommHook hook_ = hooks::allreduce();
   bool started_ = false;  // a bucket was reduced once: the hook is fixed from then on
   int64_t launched_ = 0, launched_early_ = 0;

@@ -1,6 +1,7 @@
 #include "dist/process_group/init.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <mutex>
 
 #include "dist/store/prefix_store.h"
@@ -24,6 +25,16 @@ Default& state() {
 void check_backend(const std::string& backend) {
   GW_CHECK(backend == "gloo", InvalidArgumentError, "[init_process_group] backend '", backend,
            "' is not available (CPU: \"gloo\")");
+  GW_CHECK(!is_initialized(), StateError,
+           "[init_process_group] the default process group exists already");
+}
+
+// The address this rank's Gloo pairs listen on: GW_GLOO_HOSTNAME for runs across machines,
+// else loopback.
+GlooOptions gloo_options(Milliseconds timeout) {
+  GlooOptions o{.timeout = timeout};
+  if (const char* host = std::getenv("GW_GLOO_HOSTNAME"); host && *host) o.hostname = host;
+  return o;
 }
 }  // namespace
 
@@ -39,12 +50,12 @@ std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend,
                                                  std::shared_ptr<Store> store, int rank,
                                                  int world_size, Milliseconds timeout) {
   check_backend(backend);
+  // Connecting takes as long as the slowest rank: not under the lock.
+  auto group = std::make_shared<ProcessGroupGloo>(std::make_shared<PrefixStore>("default_pg", store),
+                                                  rank, world_size, gloo_options(timeout));
   auto& s = state();
   std::lock_guard lock(s.mu);
   GW_CHECK(!s.group, StateError, "[init_process_group] the default process group exists already");
-  auto group = std::make_shared<ProcessGroupGloo>(
-      std::make_shared<PrefixStore>("default_pg/", store), rank, world_size,
-      GlooOptions{.timeout = timeout});
   s.store = std::move(store);
   s.group = group;
   s.groups_made = 0;
@@ -76,11 +87,13 @@ void destroy_process_group() {
 std::shared_ptr<ProcessGroup> new_group(std::vector<int> ranks, Milliseconds timeout) {
   auto world = default_process_group();
   std::sort(ranks.begin(), ranks.end());
-  GW_CHECK(!ranks.empty() && std::adjacent_find(ranks.begin(), ranks.end()) == ranks.end() &&
-               ranks.front() >= 0 && ranks.back() < world->size(),
-           InvalidArgumentError, "[new_group] ranks must be distinct and in [0, ",
-           world->size(), "), got ", ranks.size(), " ranks from ", ranks.front(), " to ",
-           ranks.back());
+  GW_CHECK(!ranks.empty(), InvalidArgumentError, "[new_group] no ranks given");
+  auto dup = std::adjacent_find(ranks.begin(), ranks.end());
+  GW_CHECK(dup == ranks.end(), InvalidArgumentError, "[new_group] rank ", *dup,
+           " is listed twice");
+  GW_CHECK(ranks.front() >= 0 && ranks.back() < world->size(), InvalidArgumentError,
+           "[new_group] rank ", ranks.front() < 0 ? ranks.front() : ranks.back(),
+           " is outside [0, ", world->size(), ")");
   std::shared_ptr<Store> store;
   int index;
   {
@@ -92,9 +105,9 @@ std::shared_ptr<ProcessGroup> new_group(std::vector<int> ranks, Milliseconds tim
   auto me = std::find(ranks.begin(), ranks.end(), world->rank());
   if (me == ranks.end()) return nullptr;
   return std::make_shared<ProcessGroupGloo>(
-      std::make_shared<PrefixStore>("group" + std::to_string(index) + "/", store),
+      std::make_shared<PrefixStore>("group" + std::to_string(index), store),
       static_cast<int>(me - ranks.begin()), static_cast<int>(ranks.size()),
-      GlooOptions{.timeout = timeout});
+      gloo_options(timeout));
 }
 
 }  // namespace gw::dist

@@ -1,5 +1,7 @@
 #include "dist/process_group/process_group.h"
 
+#include <algorithm>
+
 #include "core/ops.h"
 
 namespace gw::dist {
@@ -17,19 +19,49 @@ std::string describe(const Tensor& summary) {
 }  // namespace
 
 void ProcessGroup::check_same_shape(const Tensor& tensor, const std::string& what) {
-  GW_CHECK(tensor.dim() <= kMaxDims, InvalidArgumentError, "[", what, "] tensors of more than ",
-           kMaxDims, " dimensions cannot be checked across ranks");
-  std::vector<int64_t> mine(2 + kMaxDims, 0);
-  mine[0] = static_cast<int64_t>(tensor.dtype());
-  mine[1] = tensor.dim();
-  for (int64_t d = 0; d < tensor.dim(); ++d) mine[2 + d] = tensor.size(d);
-  Tensor summary = from_vector<int64_t>(mine);
-  std::vector<Tensor> all;
-  for (int r = 0; r < size(); ++r) all.push_back(empty_like(summary));
-  allgather(all, summary)->wait();
+  check_same_shapes({tensor}, {"tensor"}, what);
+}
+
+void ProcessGroup::check_same_shapes(const std::vector<Tensor>& tensors,
+                                     const std::vector<std::string>& names,
+                                     const std::string& what) {
+  GW_CHECK(tensors.size() == names.size(), InvalidArgumentError, "[", what, "] ",
+           tensors.size(), " tensors but ", names.size(), " names");
+  auto gather = [&](const Tensor& mine) {
+    std::vector<Tensor> all;
+    for (int r = 0; r < size(); ++r) all.push_back(empty_like(mine));
+    allgather(all, mine)->wait();
+    return all;
+  };
+  // Every rank takes part in both steps, even one that is about to fail, so none is left
+  // waiting in a collective the others never join.
+  const auto count = static_cast<int64_t>(tensors.size());
+  auto counts = gather(from_vector<int64_t>({count}));
   for (int r = 0; r < size(); ++r)
-    GW_CHECK(equal(all[r], summary), InvalidArgumentError, "[", what, "] rank ", rank(),
-             " has ", describe(summary), " but rank ", r, " has ", describe(all[r]));
+    GW_CHECK(counts[r].item<int64_t>() == count, InvalidArgumentError, "[", what, "] rank ",
+             rank(), " has ", count, " tensors but rank ", r, " has ",
+             counts[r].item<int64_t>());
+  if (count == 0) return;
+  constexpr int64_t kRow = 2 + kMaxDims;  // dtype, dims (-1: too many), sizes
+  std::vector<int64_t> mine(static_cast<size_t>(count * kRow), 0);
+  for (int64_t i = 0; i < count; ++i) {
+    const Tensor& t = tensors[static_cast<size_t>(i)];
+    mine[i * kRow] = static_cast<int64_t>(t.dtype());
+    mine[i * kRow + 1] = t.dim() <= kMaxDims ? t.dim() : -1;
+    for (int64_t d = 0; d < std::min(t.dim(), kMaxDims); ++d) mine[i * kRow + 2 + d] = t.size(d);
+  }
+  Tensor summary = from_vector<int64_t>(mine).view({count, kRow});
+  auto all = gather(summary);
+  for (int64_t i = 0; i < count; ++i) {
+    const std::string& name = names[static_cast<size_t>(i)];
+    Tensor row = summary.select(0, i);
+    GW_CHECK(row[1].item<int64_t>() >= 0, InvalidArgumentError, "[", what, "] ", name,
+             " has more than ", kMaxDims, " dimensions: shapes cannot be compared across ranks");
+    for (int r = 0; r < size(); ++r)
+      GW_CHECK(equal(all[r].select(0, i), row), InvalidArgumentError, "[", what, "] ", name,
+               ": rank ", rank(), " has ", describe(row), " but rank ", r, " has ",
+               describe(all[r].select(0, i)));
+  }
 }
 
 }  // namespace gw::dist

@@ -64,9 +64,11 @@ class ProcessGroup {
   virtual WorkPtr recv(Tensor& tensor, int src, int tag = 0,
                        CollectiveOptions options = {}) = 0;
 
-  // Checks that every rank passes a tensor of the same shape and dtype (one small allgather);
-  // throws InvalidArgumentError naming both shapes and ranks otherwise. DDP runs it on its
-  // parameters; `what` names the tensors in the message.
+  // Checks that every rank passes tensors of the same count, shapes and dtypes (two small
+  // allgathers); throws InvalidArgumentError on every rank otherwise, naming the tensor, both
+  // shapes and both ranks. DDP runs it on its parameters; `what` names the caller.
+  void check_same_shapes(const std::vector<Tensor>& tensors, const std::vector<std::string>& names,
+                         const std::string& what);
   void check_same_shape(const Tensor& tensor, const std::string& what);
 
  private:

@@ -1,5 +1,6 @@
 #include "dist/process_group/process_group_gloo.h"
 
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -13,6 +14,7 @@
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
+#include <gloo/common/logging.h>
 #include <gloo/gather.h>
 #include <gloo/math.h>
 #include <gloo/reduce.h>
@@ -87,7 +89,8 @@ void check_dense(const char* op, const Tensor& t, const char* what = "tensor") {
   GW_CHECK(t.device().is_cpu(), InvalidArgumentError, "[", op, "] the gloo group takes CPU ",
            "tensors; the ", what, " is on ", t.device().str());
   GW_CHECK(t.is_contiguous(), InvalidArgumentError, "[", op, "] the ", what,
-           " must be contiguous");
+           " must be contiguous; got shape ", shape_str(t.sizes()), " with strides ",
+           shape_str(t.strides()));
 }
 
 void check_like(const char* op, const Tensor& t, const Tensor& like, const char* what) {
@@ -162,7 +165,12 @@ struct ProcessGroupGloo::Impl {
   std::exception_ptr broken;  // the failure that made the group unusable
   uint32_t next_tag = 0;
   std::thread worker;
-  std::vector<std::thread> p2p_threads;  // send/recv waiters, joined at destruction
+  struct Waiter {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::vector<Waiter> p2p_threads;  // send/recv waiters: finished ones are joined as new ones
+                                    // start, the rest at destruction
 
   Milliseconds timeout_of(Milliseconds t) const { return t.count() > 0 ? t : options.timeout; }
   WorkPtr enqueue(const std::string& op, Milliseconds timeout, Job job);
@@ -171,7 +179,7 @@ struct ProcessGroupGloo::Impl {
   std::exception_ptr attempt(const std::string& op, Milliseconds timeout,
                              const std::function<void()>& job) const;
   template <typename Post, typename Wait>
-  WorkPtr p2p(const char* op, Milliseconds timeout, Post post, Wait wait);
+  WorkPtr p2p(const char* op, int peer, int tag, Milliseconds timeout, Post post, Wait wait);
 };
 
 std::exception_ptr ProcessGroupGloo::Impl::attempt(const std::string& op, Milliseconds timeout,
@@ -179,6 +187,9 @@ std::exception_ptr ProcessGroupGloo::Impl::attempt(const std::string& op, Millis
   try {
     job();
     return nullptr;
+  } catch (const gloo::EnforceNotMet& e) {
+    return std::make_exception_ptr(InvalidArgumentError(gw::detail::str(
+        "[", op, "] rank ", rank, " of ", size, ": Gloo refused the operation: ", e.what())));
   } catch (const gloo::Exception& e) {
     const std::string what = e.what();
     const std::string where = gw::detail::str("[", op, "] rank ", rank, " of ", size, " ");
@@ -219,6 +230,7 @@ void ProcessGroupGloo::Impl::run() {
     const uint32_t tag = next_tag++;  // every rank numbers its collectives alike
     std::exception_ptr failed = broken;
     lock.unlock();
+    detail::GroupThreadScope on_group_thread;
     if (failed) {
       try {
         std::rethrow_exception(failed);
@@ -274,7 +286,7 @@ ProcessGroupGloo::~ProcessGroupGloo() {
   }
   impl_->cv.notify_all();
   impl_->worker.join();
-  for (auto& t : impl_->p2p_threads) t.join();
+  for (auto& w : impl_->p2p_threads) w.thread.join();
 }
 
 Milliseconds ProcessGroupGloo::timeout() const { return impl_->options.timeout; }
@@ -481,48 +493,61 @@ WorkPtr ProcessGroupGloo::barrier(CollectiveOptions o) {
   });
 }
 
-
 // Point-to-point transfers do not take part in the collectives' order: each runs on its own
 // thread, which waits for Gloo's transfer and completes the Work.
 template <typename Post, typename Wait>
-WorkPtr ProcessGroupGloo::Impl::p2p(const char* op, Milliseconds timeout, Post post, Wait wait) {
+WorkPtr ProcessGroupGloo::Impl::p2p(const char* op, int peer, int tag, Milliseconds timeout,
+                                    Post post, Wait wait) {
   auto work = std::make_shared<Work>(op);
+  auto done = std::make_shared<std::atomic<bool>>(false);
   std::lock_guard lock(mu);
-  p2p_threads.emplace_back([this, work, op, timeout = timeout_of(timeout), post, wait] {
-    std::exception_ptr failed = attempt(op, timeout, [&] {
-      post();
-      GW_CHECK(wait(timeout), TimeoutError, "[", op, "] rank ", rank, " of ", size,
-               " timed out after ", timeout.count(), " ms");
-    });
-    if (failed)
-      work->future().set_exception(failed);
-    else
-      work->future().set_result();
+  std::erase_if(p2p_threads, [](Waiter& w) {
+    if (!w.done->load()) return false;
+    w.thread.join();
+    return true;
   });
+  p2p_threads.push_back({std::thread([this, work, done, op, peer, tag,
+                                      timeout = timeout_of(timeout), post, wait] {
+                           std::exception_ptr failed = attempt(op, timeout, [&] {
+                             post();
+                             GW_CHECK(wait(timeout), TimeoutError, "[", op, "] rank ", rank,
+                                      " of ", size, " with peer ", peer, ", tag ", tag,
+                                      ": timed out after ", timeout.count(), " ms");
+                           });
+                           if (failed)
+                             work->future().set_exception(failed);
+                           else
+                             work->future().set_result();
+                           done->store(true);
+                         }),
+                         done});
   return work;
 }
 
 WorkPtr ProcessGroupGloo::send(const Tensor& tensor, int dst, int tag, CollectiveOptions o) {
   check_dense("send", tensor);
   check_rank("send", dst, size(), "destination");
+  GW_CHECK(dst != rank(), InvalidArgumentError, "[send] rank ", rank(), " cannot send to itself");
   GW_CHECK(tag >= 0, InvalidArgumentError, "[send] tag must be >= 0, got ", tag);
   auto buf = std::shared_ptr<gloo::transport::UnboundBuffer>(
       impl_->context->createUnboundBuffer(tensor.raw_data(), tensor.nbytes()));
   const uint64_t slot = kSendRecvSlot | static_cast<uint64_t>(tag);
   return impl_->p2p(
-      "send", o.timeout, [buf, dst, slot] { buf->send(dst, slot); },
+      "send", dst, tag, o.timeout, [buf, dst, slot] { buf->send(dst, slot); },
       [buf, tensor](Milliseconds to) { return buf->waitSend(to); });
 }
 
 WorkPtr ProcessGroupGloo::recv(Tensor& tensor, int src, int tag, CollectiveOptions o) {
   check_dense("recv", tensor);
   check_rank("recv", src, size(), "source");
+  GW_CHECK(src != rank(), InvalidArgumentError, "[recv] rank ", rank(),
+           " cannot receive from itself");
   GW_CHECK(tag >= 0, InvalidArgumentError, "[recv] tag must be >= 0, got ", tag);
   auto buf = std::shared_ptr<gloo::transport::UnboundBuffer>(
       impl_->context->createUnboundBuffer(tensor.raw_data(), tensor.nbytes()));
   const uint64_t slot = kSendRecvSlot | static_cast<uint64_t>(tag);
   return impl_->p2p(
-      "recv", o.timeout, [buf, src, slot] { buf->recv(src, slot); },
+      "recv", src, tag, o.timeout, [buf, src, slot] { buf->recv(src, slot); },
       [buf, tensor](Milliseconds to) { return buf->waitRecv(to); });
 }
 

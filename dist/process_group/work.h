@@ -10,9 +10,20 @@
 #include <memory>
 #include <string>
 
+#include "core/error.h"
 #include "rpc/future.h"
 
 namespace gw::dist {
+
+namespace detail {
+// Set while a process group's own thread runs a collective or its callbacks: waiting for another
+// collective there would wait for itself.
+inline thread_local bool t_on_group_thread = false;
+struct GroupThreadScope {
+  GroupThreadScope() { t_on_group_thread = true; }
+  ~GroupThreadScope() { t_on_group_thread = false; }
+};
+}  // namespace detail
 
 class Work {
  public:
@@ -20,8 +31,20 @@ class Work {
 
   // Throws what the collective raised. With a timeout: TimeoutError if it is still running
   // then (the collective itself goes on and fails by its own timeout).
-  void wait() const { done_.wait(); }
-  void wait(std::chrono::milliseconds timeout) const { done_.wait(timeout); }
+  void wait() const {
+    check_not_on_group_thread();
+    done_.wait();
+  }
+  void wait(std::chrono::milliseconds timeout) const {
+    check_not_on_group_thread();
+    try {
+      done_.wait(timeout);
+    } catch (const TimeoutError&) {
+      if (done_.done()) throw;  // the collective's own timeout
+      throw TimeoutError(gw::detail::str("[", op_, "] not completed within ", timeout.count(),
+                                         " ms (it keeps running)"));
+    }
+  }
   bool is_completed() const { return done_.done(); }
   bool is_success() const { return done_.done() && !done_.has_error(); }
   std::exception_ptr exception() const { return done_.exception(); }
@@ -31,6 +54,12 @@ class Work {
   Future<void>& future() { return done_; }
 
  private:
+  void check_not_on_group_thread() const {
+    GW_CHECK(done_.done() || !detail::t_on_group_thread, StateError, "[", op_,
+             "] Work::wait on a process group's own thread (in a callback or communication "
+             "hook) would wait for itself; chain on future() instead");
+  }
+
   std::string op_;
   Future<void> done_;
 };

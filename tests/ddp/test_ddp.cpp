@@ -131,35 +131,64 @@ TEST_CASE("DDP checks parameter shapes across ranks at construction", "[ddp][err
 }
 
 namespace {
-// Two heads; forward uses only the first: the second's parameters are unused.
+// Two heads; forward uses the second one only when `both`: on the other ranks its parameters
+// are unused.
 struct TwoHeads : nn::Module {
   std::shared_ptr<nn::Linear> used, unused;
-  explicit TwoHeads(uint64_t seed) : Module("TwoHeads") {
+  bool both;
+  TwoHeads(uint64_t seed, bool both) : Module("TwoHeads"), both(both) {
     Generator gen(seed);
     used = register_module("used", std::make_shared<nn::Linear>(8, 4, true, gen));
     unused = register_module("unused", std::make_shared<nn::Linear>(8, 4, true, gen));
   }
-  Tensor forward(const Tensor& x) override { return used->forward(x); }
+  Tensor forward(const Tensor& x) override {
+    return both ? used->forward(x) + unused->forward(x) : used->forward(x);
+  }
 };
 }  // namespace
 
-TEST_CASE("find_unused_parameters: unused parameters get a zero gradient, not a stall",
+TEST_CASE("find_unused_parameters: a head unused on one rank is averaged with zeros there",
           "[ddp]") {
   run_ranks(2, [](dist::ProcessGroupGloo& pg, Checks& c) {
-    auto net = std::make_shared<TwoHeads>(5);
+    // Rank 1 uses both heads, rank 0 only the first.
+    auto net = std::make_shared<TwoHeads>(5, pg.rank() == 1);
     ddp::DistributedDataParallel model(net, borrow(pg), {.find_unused_parameters = true});
-    auto reference = std::make_shared<TwoHeads>(5);
     for (int step = 0; step < 2; ++step) {  // a second forward must not raise
       auto [x, y] = batch(2, step);
       net->zero_grad();
-      reference->zero_grad();
-      Tensor mine = x.narrow(0, pg.rank() * kShard, kShard);
-      nn::functional::cross_entropy(model.forward(mine), y.narrow(0, pg.rank() * kShard, kShard))
+      auto shard = [](const Tensor& t, int r) { return t.narrow(0, r * kShard, kShard); };
+      nn::functional::cross_entropy(model.forward(shard(x, pg.rank())), shard(y, pg.rank()))
           .backward();
-      nn::functional::cross_entropy(reference->forward(x), y).backward();
-      EXPECT(c, allclose(net->used->weight.grad(), reference->used->weight.grad(), 1e-4, 1e-6));
-      EXPECT(c, allclose(net->unused->weight.grad(), zeros({4, 8})));
+      // The second head's gradient: rank 1's, halved (rank 0 contributes zero).
+      auto reference = std::make_shared<TwoHeads>(5, true);  // the same initial weights
+      nn::functional::cross_entropy(reference->forward(shard(x, 1)), shard(y, 1)).backward();
+      if (step == 0)
+        EXPECT(c, allclose(net->unused->weight.grad(), reference->unused->weight.grad() * 0.5,
+                           1e-4, 1e-6));
+      EXPECT(c, net->unused->weight.grad().abs().sum().item<double>() > 0);
     }
+  });
+}
+
+TEST_CASE("no_sync is decided by the forward pass, and guards nest", "[ddp]") {
+  run_ranks(2, [](dist::ProcessGroupGloo& pg, Checks& c) {
+    ddp::DistributedDataParallel model(mlp(8), borrow(pg));
+    auto [x, y] = batch(2, 0);
+    Tensor mine = x.narrow(0, pg.rank() * kShard, kShard);
+    Tensor my_y = y.narrow(0, pg.rank() * kShard, kShard);
+    Tensor loss;
+    {
+      auto outer = model.no_sync();
+      {
+        auto inner = model.no_sync();
+      }
+      // Still inside the outer guard after the inner one ended.
+      loss = nn::functional::cross_entropy(model.forward(mine), my_y);
+    }
+    loss.backward();  // outside the guards, but its forward was inside: no reduction
+    EXPECT(c, model.reducer().launched() == 0);
+    nn::functional::cross_entropy(model.forward(mine), my_y).backward();
+    EXPECT(c, model.reducer().launched() > 0);
   });
 }
 

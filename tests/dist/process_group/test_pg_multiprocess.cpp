@@ -35,6 +35,9 @@ TEST_CASE("three processes: allreduce in the default group and in a subgroup",
   Tensor t = ones({4});
   pg->allreduce(t)->wait();
   CHECK(allclose(t, full({4}, 6.0)));  // 1 + 2 + 3
+  CHECK_THROWS_WITH(dist::new_group({}), Catch::Contains("no ranks"));
+  CHECK_THROWS_WITH(dist::new_group({1, 1}), Catch::Contains("rank 1 is listed twice"));
+  CHECK_THROWS_WITH(dist::new_group({0, 3}), Catch::Contains("rank 3 is outside [0, 3)"));
   auto pair = dist::new_group({0, 1});
   REQUIRE(pair);
   CHECK(pair->size() == 2);

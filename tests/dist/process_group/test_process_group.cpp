@@ -146,6 +146,7 @@ TEST_CASE("collectives reject bad arguments with clear errors", "[process_group]
     EXPECT_THROWS(c, std::exception, pg.allgather(wrong, t), "5 elements of int64; got 4");
     Tensor strided = zeros({4, 4}).t();
     EXPECT_THROWS(c, std::exception, pg.allreduce(strided), "must be contiguous");
+    EXPECT_THROWS(c, InvalidArgumentError, pg.send(t, pg.rank()), "cannot send to itself");
     Tensor flags = zeros({2}, kBool);
     EXPECT_THROWS(c, std::exception, pg.allreduce(flags), "allreduce");
     // The group still works: argument errors are raised before anything is queued.
