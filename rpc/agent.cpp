@@ -250,6 +250,12 @@ std::shared_ptr<Connection> Agent::connection_to(int id) {
            ec.message());
   auto c = impl_->make_connection(std::move(s));
   c->set_peer_id(id);
+  // The handshake goes first, before other threads can find the connection and send on it.
+  Message hello;
+  hello.kind = MessageKind::kHandshake;
+  hello.worker_name = self_.name;
+  hello.worker_id = self_.id;
+  c->send(hello);
   {
     // Registered before it starts reading, and only while running: stop() closes what is
     // registered, and one opened behind its back would keep the network thread alive.
@@ -257,11 +263,6 @@ std::shared_ptr<Connection> Agent::connection_to(int id) {
     GW_CHECK(running_, StateError, "[rpc] the RPC agent '", self_.name, "' is shut down");
     impl_->outbound[id] = c;
   }
-  Message hello;
-  hello.kind = MessageKind::kHandshake;
-  hello.worker_name = self_.name;
-  hello.worker_id = self_.id;
-  c->send(hello);
   c->start();
   return c;
 }
