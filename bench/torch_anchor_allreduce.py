@@ -5,16 +5,13 @@
 #
 #   torch_anchor_allreduce.py SIZE:ITERS ...      run (rank 0; starts rank 1 itself)
 #   torch_anchor_allreduce.py --peer PORT SIZE:ITERS ...
-import json
-import os
-import subprocess
 import sys
 import time
 
 import torch
 import torch.distributed as dist
 
-from torch_rpc_setup import free_port
+from torch_rpc_setup import free_port, run_with_peer
 
 
 def run(rank, port, cases):
@@ -42,16 +39,7 @@ def main():
         return
     cases = [tuple(map(int, c.split(":"))) for c in sys.argv[1:]]
     port = free_port()
-    child = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--peer", str(port)] +
-                             sys.argv[1:], stdout=subprocess.DEVNULL)
-    try:
-        results = run(0, port, cases)
-        if child.wait(timeout=120) != 0:
-            sys.exit(1)
-    finally:
-        if child.poll() is None:
-            child.kill()
-    print(json.dumps(results), flush=True)
+    run_with_peer(__file__, [str(port)] + sys.argv[1:], lambda: run(0, port, cases))
 
 
 if __name__ == "__main__":

@@ -8,9 +8,6 @@
 #
 #   torch_anchor_ddp.py               run (rank 0; starts rank 1 itself)
 #   torch_anchor_ddp.py --peer PORT   be rank 1
-import json
-import os
-import subprocess
 import sys
 import time
 
@@ -19,7 +16,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-from torch_rpc_setup import free_port
+from torch_rpc_setup import free_port, run_with_peer
 
 BIG_STEPS = 10
 MNIST_STEPS = 200
@@ -72,16 +69,7 @@ def main():
         run(1, int(sys.argv[2]))
         return
     port = free_port()
-    child = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--peer", str(port)],
-                             stdout=subprocess.DEVNULL)
-    try:
-        results = run(0, port)
-        if child.wait(timeout=120) != 0:
-            sys.exit(1)
-    finally:
-        if child.poll() is None:
-            child.kill()
-    print(json.dumps(results), flush=True)
+    run_with_peer(__file__, [str(port)], lambda: run(0, port))
 
 
 if __name__ == "__main__":

@@ -9,14 +9,11 @@
 #   torch_anchor_rpc.py --peer P   be rank 1 of the run whose store listens on port P
 #
 # TensorPipe runs over TCP as torch_rpc_setup.py pins it.
-import json
-import os
-import subprocess
 import sys
 
 import torch
 
-from torch_rpc_setup import backend_options, free_port, transport_fields
+from torch_rpc_setup import backend_options, free_port, run_with_peer, transport_fields
 from torch_timing import seconds_per_call
 import torch.distributed.rpc as rpc
 
@@ -63,20 +60,16 @@ def main():
         peer(int(sys.argv[2]))
         return
     port = free_port()
-    child = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--peer", str(port)],
-                             stdout=subprocess.DEVNULL)
-    try:
+
+    def rank0():
         rpc.init_rpc("worker0", rank=0, world_size=2,
                      rpc_backend_options=backend_options(port, NUM_THREADS))
         results = bench()
         results.update(transport_fields())
         rpc.shutdown()
-        if child.wait(timeout=60) != 0:
-            sys.exit(1)
-    finally:
-        if child.poll() is None:
-            child.kill()
-    print(json.dumps(results), flush=True)
+        return results
+
+    run_with_peer(__file__, [str(port)], rank0)
 
 
 if __name__ == "__main__":

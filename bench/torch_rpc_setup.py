@@ -1,13 +1,16 @@
-# The torch.distributed.rpc set-up the PyTorch anchor scripts share (torch_anchor_rpc.py,
-# torch_anchor_dist_autograd.py).
+# What the PyTorch anchor scripts share: the torch.distributed.rpc set-up, a free port, and
+# running rank 0 beside a peer process.
 #
 # TensorPipe is pinned to its TCP transport ("uv") and the channel that sends tensor bytes on
 # that same connection ("basic"): gradwire moves bytes over loopback TCP connections, and
 # TensorPipe's defaults on one host (shared-memory transport, cross-memory-attach channel)
 # would measure a different path. Set GW_TORCH_RPC_DEFAULT_TRANSPORTS=1 to measure PyTorch's
 # defaults instead.
+import json
 import os
 import socket
+import subprocess
+import sys
 
 import torch.distributed.rpc as rpc
 
@@ -36,3 +39,18 @@ def free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def run_with_peer(script, peer_args, rank0):
+    """Starts `script --peer PEER_ARGS...` as rank 1, runs rank0() here, waits for the peer and
+    prints rank0's result as one JSON line; exits 1 if the peer failed."""
+    child = subprocess.Popen([sys.executable, os.path.abspath(script), "--peer"] + peer_args,
+                             stdout=subprocess.DEVNULL)
+    try:
+        results = rank0()
+        if child.wait(timeout=120) != 0:
+            sys.exit(1)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    print(json.dumps(results), flush=True)
