@@ -1,7 +1,7 @@
 // A rank for the multi-process process-group tests; rank 0 is the test, which runs the store.
 //   pg_peer <rank> <world_size> <store_port> collectives|die
 // collectives: the sequence test_pg_multiprocess runs on rank 0, checking its own results;
-// die: exits right after joining the group, as a crash would.
+// die: exits right after a first barrier, as a crash would.
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -19,7 +19,10 @@ int main(int argc, char** argv) {
   try {
     auto pg = gw::dist::init_process_group("gloo", std::string("tcp://127.0.0.1:") + argv[3],
                                            rank, world);
-    if (scenario == "die") std::_Exit(3);
+    if (scenario == "die") {  // once rank 0 is connected too
+      pg->barrier()->wait();
+      std::_Exit(3);
+    }
     gw::Tensor t = gw::ones({4}) * static_cast<double>(rank + 1);
     pg->allreduce(t)->wait();
     bool ok = gw::allclose(t, gw::full({4}, world * (world + 1) / 2.0));
