@@ -47,10 +47,21 @@ CommHook fp16_compress() {
 Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names,
                  std::shared_ptr<dist::ProcessGroup> group, size_t bucket_cap_bytes,
                  size_t first_bucket_cap_bytes)
-    : params_(std::move(params)), names_(std::move(names)), group_(std::move(group)) {
-  bucket_of_.resize(params_.size());
+    : params_(std::move(params)),
+      names_(std::move(names)),
+      group_(std::move(group)),
+      bucket_cap_bytes_(bucket_cap_bytes),
+      first_bucket_cap_bytes_(first_bucket_cap_bytes) {
   ready_.assign(params_.size(), false);
-  // Reverse order: the last layers' gradients are ready first.
+  // Reverse order: the last layers' gradients are usually ready first.
+  std::vector<size_t> order(params_.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = order.size() - 1 - k;
+  build_buckets(order);
+}
+
+void Reducer::build_buckets(const std::vector<size_t>& order) {
+  buckets_.clear();
+  bucket_of_.assign(params_.size(), 0);
   Bucket current;
   size_t bytes = 0;
   auto close = [&] {
@@ -65,9 +76,9 @@ Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names,
     current = Bucket{};
     bytes = 0;
   };
-  for (size_t k = params_.size(); k-- > 0;) {
+  for (size_t k : order) {
     const Tensor& p = params_[k];
-    const size_t cap = buckets_.empty() ? first_bucket_cap_bytes : bucket_cap_bytes;
+    const size_t cap = buckets_.empty() ? first_bucket_cap_bytes_ : bucket_cap_bytes_;
     const bool other_dtype =
         !current.params.empty() && params_[current.params[0]].dtype() != p.dtype();
     if (!current.params.empty() && (bytes + p.nbytes() > cap || other_dtype)) close();
@@ -147,6 +158,7 @@ void Reducer::reset_iteration() {
     b.reduced.reset();
     b.pending = b.params.size();
   }
+  ready_order_.clear();
   ready_.assign(params_.size(), false);
   ready_count_ = 0;
   next_to_launch_ = 0;
@@ -159,6 +171,7 @@ void Reducer::mark_ready(size_t index) {
            "of the first finished)");
   ready_[index] = true;
   ++ready_count_;
+  if (!rebuilt_) ready_order_.push_back(index);
   Bucket& b = buckets_[bucket_of_[index]];
   const Tensor& p = params_[index];
   const Tensor grad = p.grad();  // undefined for a parameter unused in this iteration
@@ -204,7 +217,21 @@ void Reducer::finish_iteration() {
         p.set_grad(averaged.clone());  // a parameter unused here but used on another rank
     }
   }
+  if (!rebuilt_) rebuild_buckets();
   reset_iteration();
+}
+
+// After the first iteration the buckets follow the order gradients actually became ready in
+// (PyTorch's bucket rebuild), so that each bucket fills as early as it can. Every rank must
+// bucket alike: rank 0's order is the one used.
+void Reducer::rebuild_buckets() {
+  rebuilt_ = true;
+  std::vector<int64_t> mine(ready_order_.begin(), ready_order_.end());
+  Tensor order = from_vector<int64_t>(mine);
+  group_->broadcast(order, {.root = 0})->wait();
+  std::vector<size_t> observed;
+  for (int64_t k : order.to_vector<int64_t>()) observed.push_back(static_cast<size_t>(k));
+  build_buckets(observed);
 }
 
 }  // namespace gw::ddp

@@ -2,7 +2,8 @@
 //
 // Parameters are assigned to buckets in reverse parameters() order (roughly the order their
 // gradients become ready in backward), the first bucket capped at 1 MiB so that communication
-// starts early, the others at bucket_cap_mb. A post-accumulate hook on each parameter copies its
+// starts early, the others at bucket_cap_mb; after the first iteration the buckets are rebuilt
+// in the order the gradients actually became ready (rank 0's, so that all ranks agree). A post-accumulate hook on each parameter copies its
 // gradient into its bucket and marks it ready; a bucket whose parameters are all ready is
 // averaged across ranks with an asynchronous allreduce, always in bucket-index order, so that
 // every rank issues the same collectives in the same order while the rest of backward runs.
@@ -86,12 +87,17 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   void launch_ready_buckets();
   void finish_iteration();
   void reset_iteration();  // after a failure: the next iteration starts clean
+  void build_buckets(const std::vector<size_t>& order);  // parameters in `order`, capped
+  void rebuild_buckets();
 
   std::vector<Tensor> params_;
   std::vector<std::string> names_;
   std::shared_ptr<dist::ProcessGroup> group_;
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;  // by parameter
+  size_t bucket_cap_bytes_, first_bucket_cap_bytes_;
+  bool rebuilt_ = false;             // buckets follow the first iteration's ready order
+  std::vector<size_t> ready_order_;  // of the first synced iteration
   std::vector<bool> ready_;        // by parameter, this iteration
   size_t ready_count_ = 0;
   size_t next_to_launch_ = 0;

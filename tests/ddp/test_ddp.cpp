@@ -228,3 +228,39 @@ TEST_CASE("communication hooks: fp16 compression and a hook of one's own", "[ddp
                   "before the first backward");
   });
 }
+
+namespace {
+// Registered as (first, second) but applied second-then-first: backward makes `first`'s
+// gradients ready before `second`'s, the opposite of the initial reverse-registration buckets.
+struct Swapped : nn::Module {
+  std::shared_ptr<nn::Linear> first, second;
+  explicit Swapped(uint64_t seed) : Module("Swapped") {
+    Generator gen(seed);
+    first = register_module("first", std::make_shared<nn::Linear>(8, 4, true, gen));
+    second = register_module("second", std::make_shared<nn::Linear>(8, 8, true, gen));
+  }
+  Tensor forward(const Tensor& x) override { return first->forward(second->forward(x).relu()); }
+};
+}  // namespace
+
+TEST_CASE("buckets are rebuilt in the order gradients became ready", "[ddp]") {
+  run_ranks(2, [](dist::ProcessGroupGloo& pg, Checks& c) {
+    auto net = std::make_shared<Swapped>(9);
+    ddp::DistributedDataParallel model(net, borrow(pg),
+                                       {.bucket_cap_mb = 1e-4, .first_bucket_cap_mb = 1e-4});
+    auto reference = std::make_shared<Swapped>(9);
+    auto first_param = [&] { return model.reducer().buckets()[0].params[0]; };
+    EXPECT(c, first_param() == 3u);  // second.bias: reverse registration order
+    for (int step = 0; step < 3; ++step) {
+      auto [x, y] = batch(2, step);
+      net->zero_grad();
+      reference->zero_grad();
+      auto shard = [&](const Tensor& t) { return t.narrow(0, pg.rank() * kShard, kShard); };
+      nn::functional::cross_entropy(model.forward(shard(x)), shard(y)).backward();
+      nn::functional::cross_entropy(reference->forward(x), y).backward();
+      EXPECT(c, same_grads(*net, *reference));  // before and after the rebuild
+    }
+    EXPECT(c, first_param() < 2u);  // first.weight or first.bias: ready first in backward
+    EXPECT(c, model.reducer().buckets().size() == 4u);
+  });
+}
