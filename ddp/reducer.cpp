@@ -15,30 +15,23 @@ namespace hooks {
 
 CommHook allreduce() {
   return [](dist::ProcessGroup& group, GradBucket& bucket) {
-    Future<Tensor> out;
     Tensor buffer = bucket.buffer;
-    group.allreduce(buffer, {.op = dist::ReduceOp::AVG})
-        ->future()
-        .add_done_callback([out, buffer](Future<void>& done) mutable {
-          if (auto e = done.exception()) return out.set_exception(e);
-          out.set_result(buffer);
+    return group.allreduce(buffer, {.op = dist::ReduceOp::AVG})->future().then(
+        [buffer](Future<void>& done) {
+          done.wait();
+          return buffer;
         });
-    return out;
   };
 }
 
 CommHook fp16_compress() {
   return [](dist::ProcessGroup& group, GradBucket& bucket) {
-    Future<Tensor> out;
     Tensor compressed = (bucket.buffer / static_cast<double>(group.size())).to(kFloat16);
-    const DType dtype = bucket.buffer.dtype();
-    group.allreduce(compressed, {.op = dist::ReduceOp::SUM})
-        ->future()
-        .add_done_callback([out, compressed, dtype](Future<void>& done) mutable {
-          if (auto e = done.exception()) return out.set_exception(e);
-          out.set_result(compressed.to(dtype));
+    return group.allreduce(compressed, {.op = dist::ReduceOp::SUM})->future().then(
+        [compressed, dtype = bucket.buffer.dtype()](Future<void>& done) {
+          done.wait();
+          return compressed.to(dtype);
         });
-    return out;
   };
 }
 

@@ -18,6 +18,17 @@ std::string describe(const Tensor& summary) {
 }
 }  // namespace
 
+std::string to_string(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::SUM: return "SUM";
+    case ReduceOp::AVG: return "AVG";
+    case ReduceOp::PRODUCT: return "PRODUCT";
+    case ReduceOp::MIN: return "MIN";
+    case ReduceOp::MAX: return "MAX";
+  }
+  return "?";
+}
+
 void ProcessGroup::check_same_shape(const Tensor& tensor, const std::string& what) {
   check_same_shapes({tensor}, {"tensor"}, what);
 }

@@ -135,16 +135,6 @@ void divide_by(const Tensor& t, int n, const char* op) {
 
 }  // namespace
 
-std::string to_string(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::SUM: return "SUM";
-    case ReduceOp::AVG: return "AVG";
-    case ReduceOp::PRODUCT: return "PRODUCT";
-    case ReduceOp::MIN: return "MIN";
-    case ReduceOp::MAX: return "MAX";
-  }
-  return "?";
-}
 
 struct ProcessGroupGloo::Impl {
   using Job = std::function<void(uint32_t tag, Milliseconds timeout)>;
@@ -178,6 +168,8 @@ struct ProcessGroupGloo::Impl {
   // Runs `job` and turns Gloo's errors into ours, naming the op and this rank.
   std::exception_ptr attempt(const std::string& op, Milliseconds timeout,
                              const std::function<void()>& job) const;
+  // Runs an allreduce of `t` on the group's thread (the body of the reducing collectives).
+  void allreduce_now(const Tensor& t, ReduceOp op, uint32_t tag, Milliseconds timeout);
   template <typename Post, typename Wait>
   WorkPtr p2p(const char* op, int peer, int tag, Milliseconds timeout, Post post, Wait wait);
 };
@@ -291,44 +283,51 @@ ProcessGroupGloo::~ProcessGroupGloo() {
 
 Milliseconds ProcessGroupGloo::timeout() const { return impl_->options.timeout; }
 
+// The checks every reducing collective makes before anything is queued.
+static void check_reducible(const char* name, const Tensor& t, ReduceOp op) {
+  if (op == ReduceOp::AVG)
+    GW_CHECK(t.is_floating_point(), InvalidArgumentError, "[", name,
+             "] AVG needs a floating point tensor, got ", dtype_name(t.dtype()));
+  dispatch_reduce(t.dtype(), op, name, []<typename T>() {});  // a supported dtype
+}
+
+void ProcessGroupGloo::Impl::allreduce_now(const Tensor& t, ReduceOp op, uint32_t tag,
+                                           Milliseconds timeout) {
+  if (t.numel() == 0) return;
+  dispatch_reduce(t.dtype(), op, "allreduce", [&]<typename T>() {
+    gloo::AllreduceOptions g(context);
+    g.setOutput<T>(static_cast<T*>(t.raw_data()), static_cast<size_t>(t.numel()));
+    g.setReduceFunction(reduce_function<T>(op));
+    g.setTag(tag);
+    g.setTimeout(timeout);
+    gloo::allreduce(g);
+  });
+  if (op == ReduceOp::AVG) divide_by(t, size, "allreduce");
+}
+
 WorkPtr ProcessGroupGloo::allreduce(Tensor& tensor, AllreduceOptions o) {
   check_dense("allreduce", tensor);
-  if (o.op == ReduceOp::AVG)
-    GW_CHECK(tensor.is_floating_point(), InvalidArgumentError,
-             "[allreduce] AVG needs a floating point tensor, got ", dtype_name(tensor.dtype()));
-  dispatch_reduce(tensor.dtype(), o.op, "allreduce", []<typename T>() {});  // supported dtype
-  return impl_->enqueue("allreduce", o.timeout, [this, t = tensor, op = o.op](uint32_t tag,
-                                                                              Milliseconds to) {
-    if (t.numel() == 0) return;
-    dispatch_reduce(t.dtype(), op, "allreduce", [&]<typename T>() {
-      gloo::AllreduceOptions g(impl_->context);
-      g.setOutput<T>(static_cast<T*>(t.raw_data()), static_cast<size_t>(t.numel()));
-      g.setReduceFunction(reduce_function<T>(op));
-      g.setTag(tag);
-      g.setTimeout(to);
-      gloo::allreduce(g);
-    });
-    if (op == ReduceOp::AVG) divide_by(t, size(), "allreduce");
-  });
+  check_reducible("allreduce", tensor, o.op);
+  return impl_->enqueue("allreduce", o.timeout,
+                        [this, t = tensor, op = o.op](uint32_t tag, Milliseconds to) {
+                          impl_->allreduce_now(t, op, tag, to);
+                        });
 }
 
 WorkPtr ProcessGroupGloo::allreduce_coalesced(std::vector<Tensor>& tensors, AllreduceOptions o) {
   GW_CHECK(!tensors.empty(), InvalidArgumentError, "[allreduce_coalesced] no tensors given");
-  for (const auto& t : tensors) check_like("allreduce_coalesced", t, t, "tensor");
+  for (const auto& t : tensors) check_dense("allreduce_coalesced", t);
   for (const auto& t : tensors)
     GW_CHECK(t.dtype() == tensors[0].dtype(), InvalidArgumentError,
              "[allreduce_coalesced] every tensor must be ", dtype_name(tensors[0].dtype()),
              "; got ", dtype_name(t.dtype()));
+  check_reducible("allreduce_coalesced", tensors[0], o.op);
   Tensor flat = concat(tensors);
-  auto work = allreduce(flat, o);
-  // Copied back on this group's thread, before the next collective starts.
-  auto copied = std::make_shared<Work>("allreduce_coalesced");
-  work->future().add_done_callback([copied, flat, tensors](Future<void>& f) mutable {
-    if (auto e = f.exception()) return copied->future().set_exception(e);
-    split_into(flat, tensors);
-    copied->future().set_result();
-  });
-  return copied;
+  return impl_->enqueue("allreduce_coalesced", o.timeout,
+                        [this, flat, tensors, op = o.op](uint32_t tag, Milliseconds to) mutable {
+                          impl_->allreduce_now(flat, op, tag, to);
+                          split_into(flat, tensors);
+                        });
 }
 
 WorkPtr ProcessGroupGloo::broadcast(Tensor& tensor, BroadcastOptions o) {
@@ -349,10 +348,9 @@ WorkPtr ProcessGroupGloo::broadcast(Tensor& tensor, BroadcastOptions o) {
 WorkPtr ProcessGroupGloo::reduce(Tensor& tensor, ReduceOptions o) {
   check_dense("reduce", tensor);
   check_rank("reduce", o.root, size(), "root");
-  if (o.op == ReduceOp::AVG)
-    GW_CHECK(tensor.is_floating_point(), InvalidArgumentError,
-             "[reduce] AVG needs a floating point tensor, got ", dtype_name(tensor.dtype()));
-  dispatch<ReduceTypes>(tensor.dtype(), "reduce", []<typename T>() {});
+  GW_CHECK(tensor.dtype() != DType::Float16, InvalidArgumentError,
+           "[reduce] float16 tensors are reduced with allreduce only");
+  check_reducible("reduce", tensor, o.op);
   const bool root = rank() == o.root;
   // Gloo uses the output of other ranks as scratch space: theirs stay as they were.
   Tensor out = root ? tensor : tensor.clone();
@@ -450,17 +448,16 @@ WorkPtr ProcessGroupGloo::reduce_scatter(Tensor& output, const std::vector<Tenso
   check_dense("reduce_scatter", output, "output");
   check_count("reduce_scatter", inputs.size(), size(), "inputs");
   for (const auto& t : inputs) check_like("reduce_scatter", t, output, "input");
+  check_reducible("reduce_scatter", output, o.op);
   // Gloo has no reduce-scatter for these buffers: an allreduce of all inputs, keeping ours.
   Tensor flat = concat(inputs);
-  auto reduced = allreduce(flat, {.op = o.op, .timeout = o.timeout});
-  auto done = std::make_shared<Work>("reduce_scatter");
-  reduced->future().add_done_callback([done, flat, output, r = rank()](Future<void>& f) {
-    if (auto e = f.exception()) return done->future().set_exception(e);
-    std::memcpy(output.raw_data(), bytes_of(flat) + output.nbytes() * static_cast<size_t>(r),
-                output.nbytes());
-    done->future().set_result();
-  });
-  return done;
+  return impl_->enqueue("reduce_scatter", o.timeout,
+                        [this, flat, output, op = o.op](uint32_t tag, Milliseconds to) {
+                          impl_->allreduce_now(flat, op, tag, to);
+                          std::memcpy(output.raw_data(),
+                                      bytes_of(flat) + output.nbytes() * static_cast<size_t>(rank()),
+                                      output.nbytes());
+                        });
 }
 
 WorkPtr ProcessGroupGloo::alltoall(std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,

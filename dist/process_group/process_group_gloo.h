@@ -18,9 +18,6 @@
 
 namespace gw::dist {
 
-// PyTorch's default collective timeout.
-inline constexpr Milliseconds kDefaultCollectiveTimeout{std::chrono::minutes(30)};
-
 struct GlooOptions {
   Milliseconds timeout = kDefaultCollectiveTimeout;  // per collective, unless it sets its own
   std::string hostname = "127.0.0.1";                // the address the pairs listen on

@@ -13,6 +13,8 @@ std::string to_string(ReduceOp op);
 
 using Milliseconds = std::chrono::milliseconds;
 inline constexpr Milliseconds kGroupTimeout{0};  // use the group's timeout
+// PyTorch's default collective timeout.
+inline constexpr Milliseconds kDefaultCollectiveTimeout{std::chrono::minutes(30)};
 
 struct AllreduceOptions {
   ReduceOp op = ReduceOp::SUM;
