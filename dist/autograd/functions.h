@@ -28,10 +28,6 @@ class RecvRpcBackward final : public autograd::Node {
   autograd::TensorList apply(autograd::TensorList&& grads) override;
   std::string name() const override { return "RecvRpcBackward"; }
 
-  uint64_t context_id() const { return context_id_; }
-  uint64_t message_id() const { return message_id_; }
-  int from() const { return from_; }
-
  private:
   uint64_t context_id_;
   uint64_t message_id_;
