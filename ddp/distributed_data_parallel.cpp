@@ -35,9 +35,12 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
            "[DistributedDataParallel] the module has no parameter that requires grad");
   broadcast_from_rank0(module_->parameters());
   broadcast_from_rank0(module_->buffers());
-  reducer_ = std::make_shared<Reducer>(std::move(params), std::move(names), group_,
-                                       static_cast<size_t>(options.bucket_cap_mb * kMiB),
-                                       static_cast<size_t>(options.first_bucket_cap_mb * kMiB));
+  reducer_ = std::make_shared<Reducer>(
+      std::move(params), std::move(names), group_,
+      ReducerOptions{.bucket_cap_bytes = static_cast<size_t>(options.bucket_cap_mb * kMiB),
+                     .first_bucket_cap_bytes =
+                         static_cast<size_t>(options.first_bucket_cap_mb * kMiB),
+                     .gradient_as_bucket_view = options.gradient_as_bucket_view});
   reducer_->install_hooks();
 }
 

@@ -33,6 +33,10 @@ struct DDPOptions {
   // Parameters the output does not depend on get a zero gradient instead of stalling the
   // reduction (costs a graph traversal per forward).
   bool find_unused_parameters = false;
+  // .grad of each parameter becomes a view into its bucket (saves a copy and the memory of a
+  // second set of gradients). As in PyTorch, zero_grad() dropping .grad undoes it until the
+  // parameter's next reduction.
+  bool gradient_as_bucket_view = false;
 };
 
 class DistributedDataParallel {

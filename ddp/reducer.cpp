@@ -1,8 +1,6 @@
 #include "ddp/reducer.h"
 
 #include <algorithm>
-#include <cstring>
-
 #include <unordered_set>
 
 #include "autograd/accumulate_grad.h"
@@ -10,6 +8,13 @@
 #include "core/ops.h"
 
 namespace gw::ddp {
+
+namespace {
+bool same_memory(const Tensor& a, const Tensor& b) {
+  return a.storage() == b.storage() && a.storage_offset() == b.storage_offset() &&
+         a.strides() == b.strides();
+}
+}  // namespace
 
 namespace hooks {
 
@@ -38,13 +43,11 @@ CommHook fp16_compress() {
 }  // namespace hooks
 
 Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names,
-                 std::shared_ptr<dist::ProcessGroup> group, size_t bucket_cap_bytes,
-                 size_t first_bucket_cap_bytes)
+                 std::shared_ptr<dist::ProcessGroup> group, ReducerOptions options)
     : params_(std::move(params)),
       names_(std::move(names)),
       group_(std::move(group)),
-      bucket_cap_bytes_(bucket_cap_bytes),
-      first_bucket_cap_bytes_(first_bucket_cap_bytes) {
+      options_(options) {
   ready_.assign(params_.size(), false);
   // Reverse order: the last layers' gradients are usually ready first.
   std::vector<size_t> order(params_.size());
@@ -71,7 +74,8 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
   };
   for (size_t k : order) {
     const Tensor& p = params_[k];
-    const size_t cap = buckets_.empty() ? first_bucket_cap_bytes_ : bucket_cap_bytes_;
+    const size_t cap =
+        buckets_.empty() ? options_.first_bucket_cap_bytes : options_.bucket_cap_bytes;
     const bool other_dtype =
         !current.params.empty() && params_[current.params[0]].dtype() != p.dtype();
     if (!current.params.empty() && (bytes + p.nbytes() > cap || other_dtype)) close();
@@ -101,6 +105,7 @@ void Reducer::set_comm_hook(CommHook hook) {
 void Reducer::prepare_for_backward(const Tensor& output, bool find_unused) {
   iteration_sync_ = sync_;
   unused_.clear();
+  used_map_ = Tensor();
   if (!find_unused || !iteration_sync_ || !autograd::is_grad_enabled()) return;
   // The leaves `output` reaches, through its graph's AccumulateGrad nodes.
   std::unordered_set<const TensorImpl*> used;
@@ -117,8 +122,13 @@ void Reducer::prepare_for_backward(const Tensor& output, bool find_unused) {
         if (e.valid()) stack.push_back(e.fn.get());
     }
   }
+  std::vector<int32_t> used_map(params_.size(), 1);
   for (size_t i = 0; i < params_.size(); ++i)
-    if (!used.contains(params_[i].impl())) unused_.push_back(i);
+    if (!used.contains(params_[i].impl())) {
+      unused_.push_back(i);
+      used_map[i] = 0;
+    }
+  used_map_ = from_vector<int32_t>(used_map);
 }
 
 void Reducer::prepare_for_forward() {
@@ -136,6 +146,8 @@ void Reducer::prepare_for_forward() {
 void Reducer::on_gradient(size_t index) {
   if (!iteration_sync_) return;  // no_sync(): gradients accumulate locally
   try {
+    if (used_map_.defined() && !used_reduced_)
+      used_reduced_ = group_->allreduce(used_map_, {.op = dist::ReduceOp::SUM})->future();
     std::vector<size_t> unused;
     unused.swap(unused_);
     for (size_t i : unused) mark_ready(i);
@@ -156,6 +168,8 @@ void Reducer::reset_iteration() {
   ready_count_ = 0;
   next_to_launch_ = 0;
   unused_.clear();
+  used_map_ = Tensor();
+  used_reduced_.reset();
 }
 
 void Reducer::mark_ready(size_t index) {
@@ -170,11 +184,13 @@ void Reducer::mark_ready(size_t index) {
   const Tensor grad = p.grad();  // undefined for a parameter unused in this iteration
   const size_t slot =
       static_cast<size_t>(std::find(b.params.begin(), b.params.end(), index) - b.params.begin());
-  uint8_t* dst = static_cast<uint8_t*>(b.flat.raw_data()) + b.offsets[slot] * p.element_size();
-  if (grad.defined())
-    std::memcpy(dst, grad.contiguous().raw_data(), grad.nbytes());
-  else
-    std::memset(dst, 0, p.nbytes());
+  Tensor dst = grad_slot(b, slot);
+  if (!grad.defined()) {
+    dst.zero_();
+  } else if (!same_memory(grad, dst)) {  // a bucket view already holds it
+    dst.copy_(grad);
+    if (options_.gradient_as_bucket_view) p.set_grad(dst);
+  }
   --b.pending;
   launch_ready_buckets();
   if (ready_count_ == params_.size()) finish_iteration();
@@ -193,7 +209,22 @@ void Reducer::launch_ready_buckets() {
   }
 }
 
+Tensor Reducer::grad_slot(const Bucket& b, size_t slot) const {
+  const Tensor& p = params_[b.params[slot]];
+  return b.flat.narrow(0, b.offsets[slot], p.numel()).view(p.sizes());
+}
+
+std::vector<bool> Reducer::used_anywhere() {
+  std::vector<bool> used(params_.size(), true);
+  if (!used_reduced_) return used;
+  used_reduced_->wait();
+  const std::vector<int32_t> counts = used_map_.to_vector<int32_t>();
+  for (size_t i = 0; i < used.size(); ++i) used[i] = counts[i] > 0;
+  return used;
+}
+
 void Reducer::finish_iteration() {
+  const std::vector<bool> used = used_anywhere();
   for (size_t k = 0; k < buckets_.size(); ++k) {
     Bucket& b = buckets_[k];
     Tensor reduced = b.reduced->wait();
@@ -203,11 +234,14 @@ void Reducer::finish_iteration() {
              b.flat.numel());
     for (size_t s = 0; s < b.params.size(); ++s) {
       const Tensor& p = params_[b.params[s]];
+      if (!used[b.params[s]]) continue;  // no rank used it: its .grad stays as it was
       Tensor averaged = reduced.narrow(0, b.offsets[s], p.numel()).view(p.sizes());
-      if (p.grad().defined())
-        p.grad().copy_(averaged);
-      else
-        p.set_grad(averaged.clone());  // a parameter unused here but used on another rank
+      Tensor grad = p.grad();
+      if (!grad.defined()) {  // a parameter unused here but used on another rank
+        grad = options_.gradient_as_bucket_view ? grad_slot(b, s) : averaged.clone();
+        p.set_grad(grad);
+      }
+      if (!same_memory(grad, averaged)) grad.copy_(averaged);
     }
   }
   if (!rebuilt_) rebuild_buckets();
@@ -225,6 +259,15 @@ void Reducer::rebuild_buckets() {
   std::vector<size_t> observed;
   for (int64_t k : order.to_vector<int64_t>()) observed.push_back(static_cast<size_t>(k));
   build_buckets(observed);
+  if (!options_.gradient_as_bucket_view) return;
+  for (const Bucket& b : buckets_)  // the gradients move into the new buckets
+    for (size_t s = 0; s < b.params.size(); ++s) {
+      const Tensor& p = params_[b.params[s]];
+      if (!p.grad().defined()) continue;
+      Tensor slot = grad_slot(b, s);
+      slot.copy_(p.grad());
+      p.set_grad(slot);
+    }
 }
 
 }  // namespace gw::ddp

@@ -45,6 +45,14 @@ CommHook allreduce();
 CommHook fp16_compress();
 }  // namespace hooks
 
+struct ReducerOptions {
+  size_t bucket_cap_bytes = size_t{25} << 20;
+  size_t first_bucket_cap_bytes = size_t{1} << 20;
+  // Each parameter's .grad becomes a view into its bucket once it is ready: no copy back after
+  // the reduction, and no second copy of the gradients in memory.
+  bool gradient_as_bucket_view = false;
+};
+
 struct Bucket {
   std::vector<size_t> params;    // indices into the reducer's parameters
   std::vector<int64_t> offsets;  // of each parameter's gradient in `flat`
@@ -56,8 +64,7 @@ struct Bucket {
 class Reducer : public std::enable_shared_from_this<Reducer> {
  public:
   Reducer(std::vector<Tensor> params, std::vector<std::string> names,
-          std::shared_ptr<dist::ProcessGroup> group, size_t bucket_cap_bytes,
-          size_t first_bucket_cap_bytes);
+          std::shared_ptr<dist::ProcessGroup> group, ReducerOptions options);
 
   // Registers the hooks (after construction: they hold a weak reference to this reducer).
   void install_hooks();
@@ -66,6 +73,8 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   // `find_unused` notes the parameters `output` does not depend on, which the first hook of the
   // backward then marks ready with a zero gradient (no hook fires for them). Marking them only
   // once backward runs keeps every collective inside backward, in the same order everywhere.
+  // The first hook also sums the ranks' used-parameter maps: a parameter no rank used keeps
+  // its .grad untouched, as in PyTorch.
   void prepare_for_backward(const Tensor& output, bool find_unused);
   // A new forward pass: throws if the previous iteration's reduction did not finish (some
   // parameters never got a gradient: they are named).
@@ -89,13 +98,16 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   void reset_iteration();  // after a failure: the next iteration starts clean
   void build_buckets(const std::vector<size_t>& order);  // parameters in `order`, capped
   void rebuild_buckets();
+  // The part of bucket `b` that holds the gradient of its `slot`-th parameter, shaped like it.
+  Tensor grad_slot(const Bucket& b, size_t slot) const;
+  std::vector<bool> used_anywhere();  // the summed used maps, or all true without find_unused
 
   std::vector<Tensor> params_;
   std::vector<std::string> names_;
   std::shared_ptr<dist::ProcessGroup> group_;
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;  // by parameter
-  size_t bucket_cap_bytes_, first_bucket_cap_bytes_;
+  ReducerOptions options_;
   bool rebuilt_ = false;             // buckets follow the first iteration's ready order
   std::vector<size_t> ready_order_;  // of the first synced iteration
   std::vector<bool> ready_;        // by parameter, this iteration
@@ -104,6 +116,8 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   bool sync_ = true;            // the no_sync() state, read at the end of each forward
   bool iteration_sync_ = true;  // whether the current iteration's backward reduces
   std::vector<size_t> unused_;  // found by prepare_for_backward, marked by the first hook
+  Tensor used_map_;             // int32 by parameter, summed across ranks by the first hook
+  std::optional<Future<void>> used_reduced_;
   CommHook hook_ = hooks::allreduce();
   bool started_ = false;  // a bucket was reduced once: the hook is fixed from then on
   int64_t launched_ = 0, launched_early_ = 0;

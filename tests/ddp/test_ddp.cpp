@@ -264,3 +264,73 @@ TEST_CASE("buckets are rebuilt in the order gradients became ready", "[ddp]") {
     EXPECT(c, model.reducer().buckets().size() == 4u);
   });
 }
+
+TEST_CASE("gradient_as_bucket_view: .grad lives in the bucket and stays correct", "[ddp]") {
+  run_ranks(2, [](dist::ProcessGroupGloo& pg, Checks& c) {
+    ddp::DistributedDataParallel model(mlp(4), borrow(pg), {.bucket_cap_mb = 1e-4,
+                                                            .first_bucket_cap_mb = 1e-4,
+                                                            .gradient_as_bucket_view = true});
+    auto reference = mlp(4);
+    optim::SGD opt(model.module()->parameters(), optim::SGD::options(0.1));
+    optim::SGD ref_opt(reference->parameters(), optim::SGD::options(0.1));
+    for (int step = 0; step < 3; ++step) {  // across the bucket rebuild after step 0
+      auto [x, y] = batch(2, step);
+      opt.zero_grad();
+      ref_opt.zero_grad();
+      auto shard = [&](const Tensor& t) { return t.narrow(0, pg.rank() * kShard, kShard); };
+      nn::functional::cross_entropy(model.forward(shard(x)), shard(y)).backward();
+      nn::functional::cross_entropy(reference->forward(x), y).backward();
+      EXPECT(c, same_grads(*model.module(), *reference));
+      const auto params = model.module()->parameters();
+      for (const auto& b : model.reducer().buckets())
+        for (size_t i : b.params) EXPECT(c, params[i].grad().storage() == b.flat.storage());
+      opt.step();
+      ref_opt.step();
+    }
+  });
+}
+
+TEST_CASE("find_unused_parameters: a head no rank uses keeps no gradient", "[ddp]") {
+  run_ranks(2, [](dist::ProcessGroupGloo& pg, Checks& c) {
+    auto net = std::make_shared<TwoHeads>(5, false);  // the second head is unused everywhere
+    ddp::DistributedDataParallel model(net, borrow(pg), {.find_unused_parameters = true});
+    auto reference = std::make_shared<TwoHeads>(5, false);
+    auto [x, y] = batch(2, 0);
+    auto shard = [&](const Tensor& t) { return t.narrow(0, pg.rank() * kShard, kShard); };
+    nn::functional::cross_entropy(model.forward(shard(x)), shard(y)).backward();
+    nn::functional::cross_entropy(reference->forward(x), y).backward();
+    EXPECT(c, !net->unused->weight.grad().defined());
+    EXPECT(c, !net->unused->bias.grad().defined());
+    EXPECT(c, allclose(net->used->weight.grad(), reference->used->weight.grad(), 1e-4, 1e-6));
+  });
+}
+
+namespace {
+// Adds a buffer to its input: the buffer's value is visible in the output.
+struct Shifted : nn::Module {
+  Tensor shift;
+  explicit Shifted(float value) : Module("Shifted") {
+    shift = register_buffer("shift", full({4}, value));
+    lin = register_module("lin", std::make_shared<nn::Linear>(4, 4));
+  }
+  Tensor forward(const Tensor& x) override { return lin->forward(x + shift); }
+  std::shared_ptr<nn::Linear> lin;
+};
+}  // namespace
+
+TEST_CASE("broadcast_buffers: rank 0's buffers reach every rank before each forward", "[ddp]") {
+  for (bool broadcast : {true, false}) {
+    INFO("broadcast_buffers " << broadcast);
+    run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+      auto net = std::make_shared<Shifted>(0.0f);
+      ddp::DistributedDataParallel model(net, borrow(pg), {.broadcast_buffers = broadcast});
+      {
+        autograd::NoGradGuard no_grad;
+        net->shift.fill_(static_cast<double>(pg.rank() + 1));  // e.g. running statistics
+      }
+      model.forward(ones({2, 4}));
+      const double expected = broadcast ? 1.0 : pg.rank() + 1.0;
+      EXPECT(c, allclose(net->shift, full({4}, expected)));
+    });
+  }
+}

@@ -1,6 +1,7 @@
 // A rank for the multi-process process-group tests; rank 0 is the test, which runs the store.
 //   pg_peer <rank> <world_size> <store_port> collectives|die
-// collectives: the sequence test_pg_multiprocess runs on rank 0, checking its own results;
+// collectives: every collective (collective_checks.h) and a subgroup allreduce, the sequence
+// test_pg_multiprocess runs on rank 0; each rank checks its own results;
 // die: exits right after a first barrier, as a crash would.
 #include <cstdlib>
 #include <iostream>
@@ -8,6 +9,7 @@
 
 #include "core/ops.h"
 #include "dist/process_group/init.h"
+#include "tests/dist/process_group/collective_checks.h"
 
 int main(int argc, char** argv) {
   if (argc != 5) {
@@ -23,15 +25,15 @@ int main(int argc, char** argv) {
       pg->barrier()->wait();
       std::_Exit(3);
     }
-    gw::Tensor t = gw::ones({4}) * static_cast<double>(rank + 1);
-    pg->allreduce(t)->wait();
-    bool ok = gw::allclose(t, gw::full({4}, world * (world + 1) / 2.0));
-    auto pair = gw::dist::new_group({0, 1});
-    if (pair) {
+    gw::dist::testing::Checks checks;
+    gw::dist::testing::check_every_collective(*pg, checks);
+    if (auto pair = gw::dist::new_group({0, 1})) {  // null on the ranks outside it
       gw::Tensor u = gw::ones({2}) * static_cast<double>(rank + 1);
       pair->allreduce(u)->wait();
-      ok = ok && gw::allclose(u, gw::full({2}, 3.0));
+      EXPECT(checks, gw::allclose(u, gw::full({2}, 3.0)));
     }
+    for (const auto& f : checks.failures) std::cerr << "pg_peer " << rank << ": " << f << "\n";
+    const bool ok = checks.failures.empty();
     pg->barrier()->wait();
     gw::dist::destroy_process_group();
     return ok ? 0 : 1;

@@ -1,48 +1,20 @@
 // Threads as ranks for the process group and DDP tests: run_ranks starts one Gloo group per
 // rank over a shared HashStore. Catch2's assertions are not thread-safe, so the ranks record
-// their checks in a Checks object and the test's thread asserts on them at the end.
+// their checks in a Checks object (checks.h) and the test's thread asserts on them at the end.
 #pragma once
 
 #include <catch2/catch.hpp>
 
 #include <functional>
 #include <future>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "dist/process_group/process_group_gloo.h"
 #include "dist/store/hash_store.h"
+#include "tests/dist/process_group/checks.h"
 
 namespace gw::dist::testing {
-
-struct Checks {
-  std::mutex mu;
-  int count = 0;
-  std::vector<std::string> failures;
-  void expect(bool ok, const std::string& what) {
-    std::lock_guard lock(mu);
-    ++count;
-    if (!ok) failures.push_back(what);
-  }
-  // f() must throw E whose message contains every needle.
-  template <typename E = std::exception>
-  void expect_throws(const std::function<void()>& f, std::vector<std::string> needles,
-                     const std::string& what) {
-    try {
-      f();
-    } catch (const std::exception& e) {
-      bool ok = dynamic_cast<const E*>(&e) != nullptr;
-      for (const auto& n : needles) ok = ok && std::string(e.what()).find(n) != std::string::npos;
-      return expect(ok, what + ": threw " + e.what());
-    }
-    expect(false, what + ": did not throw");
-  }
-};
-#define EXPECT(c, cond) (c).expect((cond), #cond " (line " + std::to_string(__LINE__) + ")")
-#define EXPECT_THROWS(c, E, expr, ...)                  \
-  (c).expect_throws<E>([&] { expr; }, {__VA_ARGS__}, \
-                       #expr " (line " + std::to_string(__LINE__) + ")")
 
 // Runs fn(pg, checks) on `n` ranks at once (threads, one HashStore), then asserts that every
 // check held.

@@ -6,6 +6,7 @@
 #include "core/ops.h"
 #include "dist/process_group/init.h"
 #include "dist/store/tcp_store.h"
+#include "tests/dist/process_group/collective_checks.h"
 #include "tests/process_util.h"
 
 using namespace gw;
@@ -26,26 +27,39 @@ struct Group {
 };
 }  // namespace
 
-TEST_CASE("three processes: allreduce in the default group and in a subgroup",
+TEST_CASE("every collective between processes at world sizes 1 to 4, and a subgroup",
           "[process_group][process]") {
-  Group g(3, "collectives");
-  auto pg = dist::default_process_group();
-  CHECK(pg->rank() == 0);
-  CHECK(pg->size() == 3);
-  Tensor t = ones({4});
-  pg->allreduce(t)->wait();
-  CHECK(allclose(t, full({4}, 6.0)));  // 1 + 2 + 3
+  for (int world = 1; world <= 4; ++world) {
+    INFO("world " << world);
+    Group g(world, "collectives");
+    auto pg = dist::default_process_group();
+    CHECK(pg->rank() == 0);
+    CHECK(pg->size() == world);
+    dist::testing::Checks checks;
+    dist::testing::check_every_collective(*pg, checks);
+    std::string failed;
+    for (const auto& f : checks.failures) failed += f + "\n";
+    INFO(failed);
+    CHECK(checks.failures.empty());
+    CHECK(checks.count > 0);
+    if (world >= 2) {  // a group the other ranks are not in; every rank must make it
+      auto pair = dist::new_group({0, 1});
+      REQUIRE(pair);
+      CHECK(pair->size() == 2);
+      Tensor u = ones({2});
+      pair->allreduce(u)->wait();
+      CHECK(allclose(u, full({2}, 3.0)));
+    }
+    pg->barrier()->wait();
+    CHECK(g.wait() == std::vector<int>(world - 1, 0));  // each peer checked its own results
+  }
+}
+
+TEST_CASE("new_group rejects bad rank lists", "[process_group][process]") {
+  Group g(1, "collectives");
   CHECK_THROWS_WITH(dist::new_group({}), Catch::Contains("no ranks"));
-  CHECK_THROWS_WITH(dist::new_group({1, 1}), Catch::Contains("rank 1 is listed twice"));
-  CHECK_THROWS_WITH(dist::new_group({0, 3}), Catch::Contains("rank 3 is outside [0, 3)"));
-  auto pair = dist::new_group({0, 1});
-  REQUIRE(pair);
-  CHECK(pair->size() == 2);
-  Tensor u = ones({2});
-  pair->allreduce(u)->wait();
-  CHECK(allclose(u, full({2}, 3.0)));
-  pg->barrier()->wait();
-  CHECK(g.wait() == std::vector<int>{0, 0});  // each peer checked its own results
+  CHECK_THROWS_WITH(dist::new_group({0, 0}), Catch::Contains("rank 0 is listed twice"));
+  CHECK_THROWS_WITH(dist::new_group({0, 1}), Catch::Contains("rank 1 is outside [0, 1)"));
 }
 
 TEST_CASE("a rank that dies fails the collective on the others at once",
