@@ -129,14 +129,15 @@ void split_into(const Tensor& flat, std::vector<Tensor>& parts) {
 void divide_by(const Tensor& t, int n, const char* op) {
   dispatch<FloatTypes>(t.dtype(), op, [&]<typename T>() {
     T* p = t.data_ptr<T>();
-    for (int64_t i = 0; i < t.numel(); ++i) p[i] /= static_cast<T>(n);
+    const T divisor = static_cast<T>(n);
+    for (int64_t i = 0, count = t.numel(); i < count; ++i) p[i] /= divisor;  // vectorized
   });
 }
 
 }  // namespace
 
 
-struct ProcessGroupGloo::Impl {
+struct ProcessGroupGloo::Impl : std::enable_shared_from_this<ProcessGroupGloo::Impl> {
   using Job = std::function<void(uint32_t tag, Milliseconds timeout)>;
   struct Queued {
     WorkPtr work;
@@ -151,6 +152,7 @@ struct ProcessGroupGloo::Impl {
   std::mutex mu;
   std::condition_variable cv;
   std::deque<Queued> queue;
+  bool running = false;  // a collective runs, on the group's thread or inline in a wait()
   bool stopping = false;
   std::exception_ptr broken;  // the failure that made the group unusable
   uint32_t next_tag = 0;
@@ -164,7 +166,11 @@ struct ProcessGroupGloo::Impl {
 
   Milliseconds timeout_of(Milliseconds t) const { return t.count() > 0 ? t : options.timeout; }
   WorkPtr enqueue(const std::string& op, Milliseconds timeout, Job job);
-  void run();
+  void run();  // the group's thread
+  // Runs `work` on the calling thread if it is next and nothing runs (Work::wait).
+  void run_inline(const Work* work);
+  // Runs the front of the queue; called with `lock` held, returns with it held.
+  void run_front(std::unique_lock<std::mutex>& lock);
   // Runs `job` and turns Gloo's errors into ours, naming the op and this rank.
   std::exception_ptr attempt(const std::string& op, Milliseconds timeout,
                              const std::function<void()>& job) const;
@@ -196,6 +202,9 @@ std::exception_ptr ProcessGroupGloo::Impl::attempt(const std::string& op, Millis
 
 WorkPtr ProcessGroupGloo::Impl::enqueue(const std::string& op, Milliseconds timeout, Job job) {
   auto work = std::make_shared<Work>(op);
+  work->set_run_inline([weak = weak_from_this(), w = work.get()] {
+    if (auto self = weak.lock()) self->run_inline(w);
+  });
   {
     std::lock_guard lock(mu);
     queue.push_back({work, timeout_of(timeout), std::move(job)});
@@ -207,21 +216,26 @@ WorkPtr ProcessGroupGloo::Impl::enqueue(const std::string& op, Milliseconds time
 void ProcessGroupGloo::Impl::run() {
   std::unique_lock lock(mu);
   while (true) {
-    // Collectives come in bursts (DDP's buckets, training steps): look for the next one for a
-    // moment before sleeping, which saves a thread wake-up per collective.
-    const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
-    while (queue.empty() && !stopping && std::chrono::steady_clock::now() < spin_until) {
-      lock.unlock();
-      std::this_thread::yield();
-      lock.lock();
-    }
-    cv.wait(lock, [&] { return stopping || !queue.empty(); });
+    cv.wait(lock, [&] { return !running && (stopping || !queue.empty()); });
     if (queue.empty()) return;  // stopping, and everything queued is done
-    Queued q = std::move(queue.front());
-    queue.pop_front();
-    const uint32_t tag = next_tag++;  // every rank numbers its collectives alike
-    std::exception_ptr failed = broken;
-    lock.unlock();
+    run_front(lock);
+  }
+}
+
+void ProcessGroupGloo::Impl::run_inline(const Work* work) {
+  std::unique_lock lock(mu);
+  if (running || queue.empty() || queue.front().work.get() != work) return;
+  run_front(lock);
+}
+
+void ProcessGroupGloo::Impl::run_front(std::unique_lock<std::mutex>& lock) {
+  Queued q = std::move(queue.front());
+  queue.pop_front();
+  running = true;
+  const uint32_t tag = next_tag++;  // every rank numbers its collectives alike
+  std::exception_ptr failed = broken;
+  lock.unlock();
+  {
     detail::GroupThreadScope on_group_thread;
     if (failed) {
       try {
@@ -237,18 +251,20 @@ void ProcessGroupGloo::Impl::run() {
     lock.lock();
     // Gloo's pairs are unusable after an error in a collective: later ones would hang.
     if (failed && !broken) broken = failed;
+    running = false;
     lock.unlock();
+    cv.notify_all();  // the group's thread may take the next one
     if (failed)
       q.work->future().set_exception(failed);
     else
       q.work->future().set_result();
-    lock.lock();
   }
+  lock.lock();
 }
 
 ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int size,
                                    GlooOptions options)
-    : ProcessGroup(rank, size), impl_(std::make_unique<Impl>()) {
+    : ProcessGroup(rank, size), impl_(std::make_shared<Impl>()) {
   GW_CHECK(store, InvalidArgumentError, "[ProcessGroupGloo] no store given");
   GW_CHECK(size > 0 && rank >= 0 && rank < size, InvalidArgumentError,
            "[ProcessGroupGloo] rank ", rank, " is outside [0, world_size=", size, ")");

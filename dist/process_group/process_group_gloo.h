@@ -55,7 +55,7 @@ class ProcessGroupGloo final : public ProcessGroup {
 
  private:
   struct Impl;
-  std::unique_ptr<Impl> impl_;
+  std::shared_ptr<Impl> impl_;  // shared with the Works, which may run their collective
 };
 
 }  // namespace gw::dist

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -33,6 +34,7 @@ class Work {
   // then (the collective itself goes on and fails by its own timeout).
   void wait() const {
     check_not_on_group_thread();
+    if (run_inline_ && !done_.done()) run_inline_();
     done_.wait();
   }
   void wait(std::chrono::milliseconds timeout) const {
@@ -52,6 +54,9 @@ class Work {
 
   // For the process group that runs it.
   Future<void>& future() { return done_; }
+  // How wait() may run the collective itself when it has not started yet: a collective waited
+  // for at once then costs no hand-off to the group's thread and back.
+  void set_run_inline(std::function<void()> run) { run_inline_ = std::move(run); }
 
  private:
   void check_not_on_group_thread() const {
@@ -62,6 +67,7 @@ class Work {
 
   std::string op_;
   Future<void> done_;
+  std::function<void()> run_inline_;
 };
 
 using WorkPtr = std::shared_ptr<Work>;
