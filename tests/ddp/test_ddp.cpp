@@ -334,3 +334,33 @@ TEST_CASE("broadcast_buffers: rank 0's buffers reach every rank before each forw
     });
   }
 }
+
+TEST_CASE("a rank that leaves or stalls makes backward raise on the others", "[ddp][errors]") {
+  SECTION("it leaves: IoError at once") {
+    run_ranks(2, [](dist::ProcessGroupGloo& pg, Checks& c) {
+      ddp::DistributedDataParallel model(mlp(2), borrow(pg));
+      if (pg.rank() == 1) return;  // its group closes its connections
+      auto [x, y] = batch(2, 0);
+      Tensor loss = nn::functional::cross_entropy(model.forward(x), y);
+      EXPECT_THROWS(c, IoError, loss.backward(), "allreduce");
+    });
+  }
+  SECTION("it stalls: TimeoutError within the group's timeout") {
+    std::promise<void> failed;
+    std::shared_future<void> rank0_failed = failed.get_future().share();
+    run_ranks(
+        2,
+        [&](dist::ProcessGroupGloo& pg, Checks& c) {
+          ddp::DistributedDataParallel model(mlp(2), borrow(pg));
+          if (pg.rank() == 1) {  // alive, but never runs backward
+            rank0_failed.wait();
+            return;
+          }
+          auto [x, y] = batch(2, 0);
+          Tensor loss = nn::functional::cross_entropy(model.forward(x), y);
+          EXPECT_THROWS(c, TimeoutError, loss.backward(), "timed out");
+          failed.set_value();
+        },
+        {.timeout = std::chrono::milliseconds(500)});
+  }
+}
