@@ -26,6 +26,19 @@ Backend& backend_for(DeviceType type, const char* op) {
   return *b;
 }
 
+void check_same_device(const char* op, std::initializer_list<const Tensor*> tensors) {
+  const Tensor* first = nullptr;
+  for (const Tensor* t : tensors) {
+    if (!t->defined()) continue;
+    if (!first) {
+      first = t;
+      continue;
+    }
+    GW_CHECK(t->device() == first->device(), InvalidArgumentError, "[", op,
+             "] expected all tensors on one device, got ", first->device(), " and ", t->device());
+  }
+}
+
 const char* op_name(UnaryOp op) {
   static constexpr const char* kNames[] = {
       "neg",  "abs",  "exp",         "log",    "sqrt",       "rsqrt", "sigmoid", "tanh",

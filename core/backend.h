@@ -12,6 +12,7 @@
 
 #include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 
 #include "core/device.h"
@@ -98,5 +99,10 @@ inline Backend& backend_for(const Tensor& t, const char* op) {
 }
 // Called once by a device layer at load time.
 void register_backend(DeviceType type, Backend* backend);
+
+// Throws InvalidArgumentError naming `op` and the devices unless every defined tensor is on one
+// device. Ops with several tensor inputs call it before dispatching: a kernel handed a tensor
+// of another device would read foreign memory.
+void check_same_device(const char* op, std::initializer_list<const Tensor*> tensors);
 
 }  // namespace gw

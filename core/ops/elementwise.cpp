@@ -28,11 +28,6 @@ DType combine(std::optional<DType> higher, DType lower) {
   return *higher;
 }
 
-void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
-  GW_CHECK(a.device() == b.device(), InvalidArgumentError, "[", op,
-           "] expected tensors on the same device, got ", a.device(), " and ", b.device());
-}
-
 bool is_float_only(UnaryOp op) {
   switch (op) {
     case UnaryOp::Exp: case UnaryOp::Log: case UnaryOp::Sqrt: case UnaryOp::Rsqrt:
@@ -62,7 +57,7 @@ Tensor unary_op(UnaryOp op, const Tensor& x) {
 
 // Runs a binary kernel with both operands converted to `compute` and broadcast.
 Tensor binary_op(BinaryOp op, const Tensor& a, const Tensor& b, DType compute) {
-  check_same_device(op_name(op), a, b);
+  check_same_device(op_name(op), {&a, &b});
   GradRecorder* rec = detail::recorder_for({&a, &b});
   detail::NoRecordScope no_record;
   const bool same_shape = a.sizes() == b.sizes();
@@ -87,7 +82,7 @@ Tensor wrap(const Scalar& s, DType dtype, Device device) {
 // self += alpha * other in one pass.
 Tensor& binary_inplace(BinaryOp op, Tensor& self, const Tensor& other,
                        const Scalar* alpha = nullptr) {
-  check_same_device(op_name(op), self, other);
+  check_same_device(op_name(op), {&self, &other});
   detail::check_inplace_allowed(self, (std::string(op_name(op)) + "_").c_str());
   DType rt = result_type(self, other);
   GW_CHECK(category(rt) <= category(self.dtype()), DTypeError, "[", op_name(op),
@@ -152,7 +147,7 @@ Tensor add_scaled(const Tensor& a, const Tensor& b, const Scalar& alpha) {
   if (detail::recorder_for({&a, &b}) || t == kBool) {
     return binary_op(BinaryOp::Add, a, mul(b, alpha), t);
   }
-  check_same_device("add", a, b);
+  check_same_device("add", {&a, &b});
   Shape shape = a.sizes() == b.sizes() ? a.sizes() : broadcast_shapes(a.sizes(), b.sizes(), "add");
   Tensor out = empty(shape, a.options().with_dtype(t));
   backend_for(a, "add").add_scaled(a.to(t).expand(shape), b.to(t).expand(shape), alpha, out);
@@ -213,8 +208,7 @@ Tensor minimum(const Tensor& a, const Tensor& b) {
 
 namespace {
 Tensor& binary_out(BinaryOp op, Tensor& out, const Tensor& a, const Tensor& b) {
-  check_same_device(op_name(op), a, b);
-  check_same_device(op_name(op), out, a);
+  check_same_device(op_name(op), {&a, &b, &out});
   Shape shape = broadcast_shapes(a.sizes(), b.sizes(), op_name(op));
   GW_CHECK(shape == out.sizes(), ShapeError, "[", op_name(op), "_out] out has shape ",
            shape_str(out.sizes()), " but the result has shape ", shape_str(shape));
@@ -307,8 +301,7 @@ Tensor logical_not(const Tensor& a) { return unary_op(UnaryOp::LogicalNot, a); }
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   GW_CHECK(cond.dtype() == kBool, DTypeError, "[where] condition must be bool, got ",
            cond.dtype());
-  check_same_device("where", cond, a);
-  check_same_device("where", a, b);
+  check_same_device("where", {&cond, &a, &b});
   Shape shape = broadcast_shapes(broadcast_shapes(cond.sizes(), a.sizes(), "where"), b.sizes(),
                                  "where");
   DType t = result_type(a, b);
@@ -416,6 +409,7 @@ Tensor& Tensor::clamp_(std::optional<Scalar> min, std::optional<Scalar> max) {
 }
 
 Tensor& Tensor::masked_fill_(const Tensor& mask, const Scalar& value) {
+  check_same_device("masked_fill_", {this, &mask});
   detail::check_inplace_allowed(*this, "masked_fill_");
   GW_CHECK(mask.dtype() == kBool, DTypeError, "[masked_fill_] mask must be bool, got ",
            mask.dtype());

@@ -28,6 +28,7 @@ void check_index_shape(const char* op, const Tensor& index, const Tensor& x, int
 }  // namespace
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
+  check_same_device("index_select", {&x, &index});
   Tensor idx = as_index(index, "index_select");
   GW_CHECK(idx.dim() <= 1, ShapeError, "[index_select] index must be 1-D, got shape ",
            shape_str(idx.sizes()));
@@ -45,6 +46,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
 }
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
+  check_same_device("gather", {&x, &index});
   Tensor idx = as_index(index, "gather");
   if (x.dim() == 0) {  // a 0-dim tensor gathers like a 1-element vector
     wrap_dim(dim, 1, "gather");
@@ -61,6 +63,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
 }
 
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  check_same_device("scatter_add", {&x, &index, &src});
   GradRecorder* rec = detail::recorder_for({&x, &src});
   detail::NoRecordScope no_record;
   Tensor out = x.clone();
@@ -70,6 +73,7 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
 }
 
 Tensor& Tensor::scatter_add_(int64_t dim, const Tensor& index, const Tensor& src) {
+  check_same_device("scatter_add", {this, &index, &src});
   detail::check_inplace_allowed(*this, "scatter_add_");
   Tensor idx = as_index(index, "scatter_add");
   int64_t d = wrap_dim(dim, std::max<int64_t>(this->dim(), 1), "scatter_add");

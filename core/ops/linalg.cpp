@@ -13,8 +13,7 @@ void check_operands(const char* op, const Tensor& a, const Tensor& b) {
   GW_CHECK(a.dtype() == b.dtype(), DTypeError, "[", op, "] expected operands of one dtype, got ",
            a.dtype(), " and ", b.dtype());
   GW_CHECK(a.dtype() != kBool, DTypeError, "[", op, "] is not supported for bool tensors");
-  GW_CHECK(a.device() == b.device(), InvalidArgumentError, "[", op,
-           "] expected operands on one device, got ", a.device(), " and ", b.device());
+  check_same_device(op, {&a, &b});
 }
 
 // (B,n,k) @ (B,k,m) with the batch dims already equal, or (n,k) @ (k,m).
