@@ -30,8 +30,9 @@ struct DDPOptions {
   double bucket_cap_mb = 25;        // later buckets; the first one is capped at 1 MiB
   double first_bucket_cap_mb = 1;
   bool broadcast_buffers = true;    // rank 0's buffers to every rank before each forward
-  // Parameters the output does not depend on get a zero gradient instead of stalling the
-  // reduction (costs a graph traversal per forward).
+  // Parameters the output does not depend on count as ready instead of stalling the reduction
+  // (their gradient is averaged with zeros, and left as it is when no rank used them since the
+  // last synced step); costs a graph traversal per forward.
   bool find_unused_parameters = false;
   // .grad of each parameter becomes a view into its bucket (saves a copy and the memory of a
   // second set of gradients). As in PyTorch, zero_grad() dropping .grad undoes it until the

@@ -49,6 +49,7 @@ Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names,
       group_(std::move(group)),
       options_(options) {
   ready_.assign(params_.size(), false);
+  used_since_sync_.assign(params_.size(), false);
   // Reverse order: the last layers' gradients are usually ready first.
   std::vector<size_t> order(params_.size());
   for (size_t k = 0; k < order.size(); ++k) order[k] = order.size() - 1 - k;
@@ -67,7 +68,8 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
       current.offsets.push_back(numel);
       numel += params_[i].numel();
     }
-    current.flat = zeros({numel}, TensorOptions().with_dtype(params_[current.params[0]].dtype()));
+    const Tensor& first = params_[current.params[0]];
+    current.flat = zeros({numel}, TensorOptions(first.dtype()).with_device(first.device()));
     buckets_.push_back(std::move(current));
     current = Bucket{};
     bytes = 0;
@@ -126,9 +128,10 @@ void Reducer::prepare_for_backward(const Tensor& output, bool find_unused) {
   for (size_t i = 0; i < params_.size(); ++i)
     if (!used.contains(params_[i].impl())) {
       unused_.push_back(i);
-      used_map[i] = 0;
+      // Its gradient from no_sync steps still has to be averaged.
+      used_map[i] = used_since_sync_[i] ? 1 : 0;
     }
-  used_map_ = from_vector<int32_t>(used_map);
+  used_map_ = from_vector<int32_t>(used_map).to(group_->device());
 }
 
 void Reducer::prepare_for_forward() {
@@ -144,7 +147,10 @@ void Reducer::prepare_for_forward() {
 }
 
 void Reducer::on_gradient(size_t index) {
-  if (!iteration_sync_) return;  // no_sync(): gradients accumulate locally
+  if (!iteration_sync_) {  // no_sync(): gradients accumulate locally
+    used_since_sync_[index] = true;
+    return;
+  }
   try {
     if (used_map_.defined() && !used_reduced_)
       used_reduced_ = group_->allreduce(used_map_, {.op = dist::ReduceOp::SUM})->future();
@@ -160,6 +166,13 @@ void Reducer::on_gradient(size_t index) {
 
 void Reducer::reset_iteration() {
   for (auto& b : buckets_) {
+    // After a failure, reductions still running must not write into the next iteration.
+    if (b.reduced) {
+      try {
+        b.reduced->wait();
+      } catch (...) {  // the failure that ended the iteration, or another one
+      }
+    }
     b.reduced.reset();
     b.pending = b.params.size();
   }
@@ -168,8 +181,15 @@ void Reducer::reset_iteration() {
   ready_count_ = 0;
   next_to_launch_ = 0;
   unused_.clear();
+  if (used_reduced_) {
+    try {
+      used_reduced_->wait();
+    } catch (...) {
+    }
+  }
   used_map_ = Tensor();
   used_reduced_.reset();
+  used_since_sync_.assign(params_.size(), false);
 }
 
 void Reducer::mark_ready(size_t index) {
@@ -218,7 +238,7 @@ std::vector<bool> Reducer::used_anywhere() {
   std::vector<bool> used(params_.size(), true);
   if (!used_reduced_) return used;
   used_reduced_->wait();
-  const std::vector<int32_t> counts = used_map_.to_vector<int32_t>();
+  const std::vector<int32_t> counts = used_map_.to(kCPU).to_vector<int32_t>();
   for (size_t i = 0; i < used.size(); ++i) used[i] = counts[i] > 0;
   return used;
 }
@@ -254,10 +274,10 @@ void Reducer::finish_iteration() {
 void Reducer::rebuild_buckets() {
   rebuilt_ = true;
   std::vector<int64_t> mine(ready_order_.begin(), ready_order_.end());
-  Tensor order = from_vector<int64_t>(mine);
+  Tensor order = from_vector<int64_t>(mine).to(group_->device());
   group_->broadcast(order, {.root = 0})->wait();
   std::vector<size_t> observed;
-  for (int64_t k : order.to_vector<int64_t>()) observed.push_back(static_cast<size_t>(k));
+  for (int64_t k : order.to(kCPU).to_vector<int64_t>()) observed.push_back(static_cast<size_t>(k));
   build_buckets(observed);
   if (!options_.gradient_as_bucket_view) return;
   for (const Bucket& b : buckets_)  // the gradients move into the new buckets

@@ -73,8 +73,9 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   // `find_unused` notes the parameters `output` does not depend on, which the first hook of the
   // backward then marks ready with a zero gradient (no hook fires for them). Marking them only
   // once backward runs keeps every collective inside backward, in the same order everywhere.
-  // The first hook also sums the ranks' used-parameter maps: a parameter no rank used keeps
-  // its .grad untouched, as in PyTorch.
+  // The first hook also sums the ranks' used-parameter maps: a parameter no rank used since the
+  // last synced backward (no_sync steps count) keeps its .grad untouched, as in PyTorch (except
+  // that a bucket view is reduced in place).
   void prepare_for_backward(const Tensor& output, bool find_unused);
   // A new forward pass: throws if the previous iteration's reduction did not finish (some
   // parameters never got a gradient: they are named).
@@ -116,6 +117,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   bool sync_ = true;            // the no_sync() state, read at the end of each forward
   bool iteration_sync_ = true;  // whether the current iteration's backward reduces
   std::vector<size_t> unused_;  // found by prepare_for_backward, marked by the first hook
+  std::vector<bool> used_since_sync_;  // got a gradient in a no_sync backward since the last sync
   Tensor used_map_;             // int32 by parameter, summed across ranks by the first hook
   std::optional<Future<void>> used_reduced_;
   CommHook hook_ = hooks::allreduce();

@@ -38,10 +38,12 @@ void ProcessGroup::check_same_shapes(const std::vector<Tensor>& tensors,
                                      const std::string& what) {
   GW_CHECK(tensors.size() == names.size(), InvalidArgumentError, "[", what, "] ",
            tensors.size(), " tensors but ", names.size(), " names");
-  auto gather = [&](const Tensor& mine) {
+  auto gather = [&](const Tensor& mine) {  // on the CPU, through the group's device
+    Tensor sent = mine.to(device());
     std::vector<Tensor> all;
-    for (int r = 0; r < size(); ++r) all.push_back(empty_like(mine));
-    allgather(all, mine)->wait();
+    for (int r = 0; r < size(); ++r) all.push_back(empty_like(sent));
+    allgather(all, sent)->wait();
+    for (auto& t : all) t = t.to(kCPU);
     return all;
   };
   // Every rank takes part in both steps, even one that is about to fail, so none is left

@@ -35,6 +35,8 @@ class ProcessGroup {
   int rank() const { return rank_; }
   int size() const { return size_; }
   virtual std::string backend() const = 0;
+  // Where this group's tensors must be: the CPU for Gloo, this rank's GPU for NCCL.
+  virtual Device device() const { return kCPU; }
 
   virtual WorkPtr allreduce(Tensor& tensor, AllreduceOptions options = {}) = 0;
   // Several tensors reduced as one buffer (DDP's buckets, small tensors).

@@ -244,6 +244,9 @@ void ProcessGroupGloo::Impl::run_front(std::unique_lock<std::mutex>& lock) {
         failed = std::make_exception_ptr(StateError(gw::detail::str(
             "[", q.work->op(), "] the gloo group is unusable after an earlier failure: ",
             e.what())));
+      } catch (...) {
+        failed = std::make_exception_ptr(StateError(gw::detail::str(
+            "[", q.work->op(), "] the gloo group is unusable after an earlier failure")));
       }
     } else {
       failed = attempt(q.work->op(), q.timeout, [&] { q.job(tag, q.timeout); });
@@ -251,15 +254,17 @@ void ProcessGroupGloo::Impl::run_front(std::unique_lock<std::mutex>& lock) {
     lock.lock();
     // Gloo's pairs are unusable after an error in a collective: later ones would hang.
     if (failed && !broken) broken = failed;
-    running = false;
     lock.unlock();
-    cv.notify_all();  // the group's thread may take the next one
+    // Completed (and its callbacks run) before the next collective may start: Works complete
+    // in order.
     if (failed)
       q.work->future().set_exception(failed);
     else
       q.work->future().set_result();
   }
   lock.lock();
+  running = false;
+  cv.notify_all();  // the group's thread may take the next one
 }
 
 ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int size,

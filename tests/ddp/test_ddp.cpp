@@ -305,6 +305,29 @@ TEST_CASE("find_unused_parameters: a head no rank uses keeps no gradient", "[ddp
   });
 }
 
+TEST_CASE("find_unused_parameters: gradients of no_sync steps are averaged at the sync",
+          "[ddp]") {
+  run_ranks(2, [](dist::ProcessGroupGloo& pg, Checks& c) {
+    auto net = std::make_shared<TwoHeads>(5, true);
+    ddp::DistributedDataParallel model(net, borrow(pg), {.find_unused_parameters = true});
+    auto [x, y] = batch(2, 0);
+    auto shard = [](const Tensor& t, int r) { return t.narrow(0, r * kShard, kShard); };
+    {
+      auto guard = model.no_sync();  // both heads get local gradients
+      nn::functional::cross_entropy(model.forward(shard(x, pg.rank())), shard(y, pg.rank()))
+          .backward();
+    }
+    net->both = false;  // the synced step does not use the second head on any rank
+    nn::functional::cross_entropy(model.forward(shard(x, pg.rank())), shard(y, pg.rank()))
+        .backward();
+    auto reference = std::make_shared<TwoHeads>(5, true);
+    for (int r = 0; r < 2; ++r)
+      nn::functional::cross_entropy(reference->forward(shard(x, r)), shard(y, r)).backward();
+    EXPECT(c, allclose(net->unused->weight.grad(), reference->unused->weight.grad() * 0.5, 1e-4,
+                       1e-6));
+  });
+}
+
 namespace {
 // Adds a buffer to its input: the buffer's value is visible in the output.
 struct Shifted : nn::Module {
@@ -336,31 +359,42 @@ TEST_CASE("broadcast_buffers: rank 0's buffers reach every rank before each forw
 }
 
 TEST_CASE("a rank that leaves or stalls makes backward raise on the others", "[ddp][errors]") {
+  using namespace std::chrono_literals;
   SECTION("it leaves: IoError at once") {
-    run_ranks(2, [](dist::ProcessGroupGloo& pg, Checks& c) {
-      ddp::DistributedDataParallel model(mlp(2), borrow(pg));
-      if (pg.rank() == 1) return;  // its group closes its connections
-      auto [x, y] = batch(2, 0);
-      Tensor loss = nn::functional::cross_entropy(model.forward(x), y);
-      EXPECT_THROWS(c, IoError, loss.backward(), "allreduce");
-    });
+    run_ranks(
+        2,
+        [](dist::ProcessGroupGloo& pg, Checks& c) {
+          ddp::DistributedDataParallel model(mlp(2), borrow(pg));
+          if (pg.rank() == 1) return;  // its group closes its connections
+          auto [x, y] = batch(2, 0);
+          Tensor loss = nn::functional::cross_entropy(model.forward(x), y);
+          const auto started = std::chrono::steady_clock::now();
+          EXPECT_THROWS(c, IoError, loss.backward(), "allreduce");  // not the TimeoutError
+          EXPECT(c, std::chrono::steady_clock::now() - started < 20s);
+        },
+        {.timeout = 30s});
   }
   SECTION("it stalls: TimeoutError within the group's timeout") {
     std::promise<void> failed;
     std::shared_future<void> rank0_failed = failed.get_future().share();
+    struct Release {  // rank 1 leaves once rank 0 is done, however rank 0 ends
+      std::promise<void>& done;
+      ~Release() { done.set_value(); }
+    };
     run_ranks(
         2,
         [&](dist::ProcessGroupGloo& pg, Checks& c) {
-          ddp::DistributedDataParallel model(mlp(2), borrow(pg));
           if (pg.rank() == 1) {  // alive, but never runs backward
-            rank0_failed.wait();
+            ddp::DistributedDataParallel model(mlp(2), borrow(pg));
+            EXPECT(c, rank0_failed.wait_for(120s) == std::future_status::ready);
             return;
           }
+          Release release{failed};
+          ddp::DistributedDataParallel model(mlp(2), borrow(pg));
           auto [x, y] = batch(2, 0);
           Tensor loss = nn::functional::cross_entropy(model.forward(x), y);
           EXPECT_THROWS(c, TimeoutError, loss.backward(), "timed out");
-          failed.set_value();
         },
-        {.timeout = std::chrono::milliseconds(500)});
+        {.timeout = 3s});
   }
 }
