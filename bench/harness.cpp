@@ -79,6 +79,16 @@ void Reporter::add(const Row& row) {
             << (row.note.empty() ? "" : "  (" + row.note + ")") << std::endl;
 }
 
+void Reporter::skip(const std::string& bench, const std::string& name, const std::string& why) {
+  if (!wants(bench, name)) return;
+  if (json_)
+    std::cout << "{\"bench\":\"" << json_escape(bench) << "\",\"case\":\"" << json_escape(name)
+              << "\",\"skipped\":\"" << json_escape(why) << "\"}" << std::endl;
+  else
+    std::cout << std::left << std::setw(15) << bench << std::setw(30) << name << "  skipped: "
+              << why << std::endl;
+}
+
 double seconds_per_call(const std::function<void()>& f, double min_seconds, int trials) {
   using Clock = std::chrono::steady_clock;
   f();  // warm up caches, allocator, page tables

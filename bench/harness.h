@@ -44,6 +44,8 @@ class Reporter {
   // Whether a case whose name is "bench/case" passes the command-line filter.
   bool wants(const std::string& bench, const std::string& name) const;
   void add(const Row& row);
+  // A case that cannot run here (e.g. "no device: ..."): one line, or {"skipped": why} in JSON.
+  void skip(const std::string& bench, const std::string& name, const std::string& why);
   bool json() const { return json_; }
 
  private:

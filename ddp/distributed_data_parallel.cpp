@@ -27,10 +27,15 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   }
   group_->check_same_shapes(params, names, "DistributedDataParallel");  // on every rank first
   for (auto& n : names) n.erase(0, std::string("parameter ").size());
-  for (size_t i = 0; i < params.size(); ++i)
+  for (size_t i = 0; i < params.size(); ++i) {
     GW_CHECK(params[i].dtype() == kFloat32 || params[i].dtype() == kFloat64,
              InvalidArgumentError, "[DistributedDataParallel] parameter ", names[i], " is ",
              dtype_name(params[i].dtype()), "; gradients are averaged in float32 or float64");
+    GW_CHECK(params[i].device() == group_->device(), InvalidArgumentError,
+             "[DistributedDataParallel] parameter ", names[i], " is on ",
+             params[i].device().str(), " but the ", group_->backend(), " group takes tensors on ",
+             group_->device().str());
+  }
   GW_CHECK(!params.empty(), InvalidArgumentError,
            "[DistributedDataParallel] the module has no parameter that requires grad");
   broadcast_from_rank0(module_->parameters());

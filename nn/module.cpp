@@ -216,16 +216,17 @@ void Module::load(const std::string& path, bool strict) {
   load_state_dict(load_safetensors(path), strict);
 }
 
-void Module::to(DType dtype) {
+void Module::convert(const std::function<bool(const Tensor&)>& wanted,
+                     const std::function<Tensor(const Tensor&)>& convert_one) {
   std::vector<std::pair<std::string, Tensor>> all;
   collect("", true, true, all);
   collect("", false, true, all);
   for (auto& [name, t] : unique(std::move(all))) {
-    if (!t.is_floating_point() || t.dtype() == dtype) continue;
+    if (!wanted(t)) continue;
     Tensor converted;
     {
       autograd::NoGradGuard no_grad;
-      converted = t.detach().to(dtype).contiguous();
+      converted = convert_one(t.detach()).contiguous();
     }
     if (t.grad().defined()) t.set_grad({});
     // Rebinding the shared TensorImpl (PyTorch's `param.data = ...`) keeps every handle valid.
@@ -236,6 +237,16 @@ void Module::to(DType dtype) {
     impl->offset = converted.storage_offset();
     impl->dtype = converted.dtype();
   }
+}
+
+void Module::to(DType dtype) {
+  convert([&](const Tensor& t) { return t.is_floating_point() && t.dtype() != dtype; },
+          [&](const Tensor& t) { return t.to(dtype); });
+}
+
+void Module::to(Device device) {
+  convert([&](const Tensor& t) { return t.device() != device; },
+          [&](const Tensor& t) { return t.to(device); });
 }
 
 // --- printing -------------------------------------------------------------------------------

@@ -19,6 +19,7 @@
 //   model->save("mlp.safetensors");
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -70,6 +71,8 @@ class Module : public std::enable_shared_from_this<Module> {
   // module.double() does: handles held elsewhere (members, optimizers) see the new values.
   // Gradients are cleared, since they no longer match.
   void to(DType dtype);
+  // Moves every parameter and buffer to `device` in place (module.to("cuda")), the same way.
+  void to(Device device);
 
   const std::string& type_name() const { return type_name_; }
   // A PyTorch-like description of the module tree.
@@ -97,6 +100,9 @@ class Module : public std::enable_shared_from_this<Module> {
   Tensor* find_tensor(const std::string& name);
   void collect(const std::string& prefix, bool params, bool recurse,
                std::vector<std::pair<std::string, Tensor>>& out) const;
+  // Replaces, in place, each parameter and buffer that `wanted` selects by convert_one of it.
+  void convert(const std::function<bool(const Tensor&)>& wanted,
+               const std::function<Tensor(const Tensor&)>& convert_one);
   std::string repr_indented(int indent) const;
 
   std::string type_name_;

@@ -15,6 +15,7 @@ struct Default {
   std::mutex mu;
   std::shared_ptr<ProcessGroup> group;
   std::shared_ptr<Store> store;
+  std::string backend;
   int groups_made = 0;  // names each new_group's part of the store
 };
 Default& state() {
@@ -23,8 +24,15 @@ Default& state() {
 }
 
 void check_backend(const std::string& backend) {
-  GW_CHECK(backend == "gloo", InvalidArgumentError, "[init_process_group] backend '", backend,
-           "' is not available (CPU: \"gloo\")");
+#ifdef GW_HAVE_NCCL
+  const bool known = backend == "gloo" || backend == "nccl";
+  const char* choices = "CPU: \"gloo\", CUDA: \"nccl\"";
+#else
+  const bool known = backend == "gloo";
+  const char* choices = "CPU: \"gloo\"; this build has no NCCL";
+#endif
+  GW_CHECK(known, InvalidArgumentError, "[init_process_group] backend '", backend,
+           "' is not available (", choices, ")");
   GW_CHECK(!is_initialized(), StateError,
            "[init_process_group] the default process group exists already");
 }
@@ -36,7 +44,24 @@ GlooOptions gloo_options(Milliseconds timeout) {
   if (const char* host = std::getenv("GW_GLOO_HOSTNAME"); host && *host) o.hostname = host;
   return o;
 }
+
+std::shared_ptr<ProcessGroup> make_group(const std::string& backend, std::shared_ptr<Store> store,
+                                         int rank, int size, Milliseconds timeout) {
+#ifdef GW_HAVE_NCCL
+  if (backend == "nccl")
+    return std::make_shared<ProcessGroupNCCL>(std::move(store), rank, size,
+                                              NcclOptions{.timeout = timeout});
+#endif
+  return std::make_shared<ProcessGroupGloo>(std::move(store), rank, size, gloo_options(timeout));
+}
 }  // namespace
+
+#ifndef GW_HAVE_NCCL
+bool nccl_available(std::string* why) {
+  if (why) *why = "this build has no NCCL (the nccl feature found no CUDA toolkit or NCCL)";
+  return false;
+}
+#endif
 
 std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend,
                                                  const std::string& init_method, int rank,
@@ -51,12 +76,13 @@ std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend,
                                                  int world_size, Milliseconds timeout) {
   check_backend(backend);
   // Connecting takes as long as the slowest rank: not under the lock.
-  auto group = std::make_shared<ProcessGroupGloo>(std::make_shared<PrefixStore>("default_pg", store),
-                                                  rank, world_size, gloo_options(timeout));
+  auto group = make_group(backend, std::make_shared<PrefixStore>("default_pg", store), rank,
+                          world_size, timeout);
   auto& s = state();
   std::lock_guard lock(s.mu);
   GW_CHECK(!s.group, StateError, "[init_process_group] the default process group exists already");
   s.store = std::move(store);
+  s.backend = backend;
   s.group = group;
   s.groups_made = 0;
   return group;
@@ -95,19 +121,19 @@ std::shared_ptr<ProcessGroup> new_group(std::vector<int> ranks, Milliseconds tim
            "[new_group] rank ", ranks.front() < 0 ? ranks.front() : ranks.back(),
            " is outside [0, ", world->size(), ")");
   std::shared_ptr<Store> store;
+  std::string backend;
   int index;
   {
     auto& s = state();
     std::lock_guard lock(s.mu);
     store = s.store;
+    backend = s.backend;
     index = s.groups_made++;
   }
   auto me = std::find(ranks.begin(), ranks.end(), world->rank());
   if (me == ranks.end()) return nullptr;
-  return std::make_shared<ProcessGroupGloo>(
-      std::make_shared<PrefixStore>("group" + std::to_string(index), store),
-      static_cast<int>(me - ranks.begin()), static_cast<int>(ranks.size()),
-      gloo_options(timeout));
+  return make_group(backend, std::make_shared<PrefixStore>("group" + std::to_string(index), store),
+                    static_cast<int>(me - ranks.begin()), static_cast<int>(ranks.size()), timeout);
 }
 
 }  // namespace gw::dist

@@ -11,11 +11,13 @@
 #include <vector>
 
 #include "dist/process_group/process_group_gloo.h"
+#include "dist/process_group/process_group_nccl.h"
 
 namespace gw::dist {
 
-// Creates the default group. `backend` is "gloo" (CPU); throws InvalidArgumentError for
-// others, and StateError if a default group exists already.
+// Creates the default group. `backend` is "gloo" (CPU tensors) or "nccl" (CUDA tensors, in a
+// build with NCCL; one process per GPU, the device from LOCAL_RANK); throws
+// InvalidArgumentError for others, and StateError if a default group exists already.
 std::shared_ptr<ProcessGroup> init_process_group(
     const std::string& backend, const std::string& init_method, int rank, int world_size,
     Milliseconds timeout = kDefaultCollectiveTimeout);
@@ -29,8 +31,9 @@ std::shared_ptr<ProcessGroup> default_process_group();
 bool is_initialized();
 void destroy_process_group();
 
-// A group of the default group's `ranks` (sorted, distinct). Every rank of the default group
-// must call it, in the same order as the others; ranks not in `ranks` get nullptr.
+// A group of the default group's `ranks` (sorted, distinct), on the default group's backend.
+// Every rank of the default group must call it, in the same order as the others; ranks not in
+// `ranks` get nullptr.
 std::shared_ptr<ProcessGroup> new_group(std::vector<int> ranks,
                                         Milliseconds timeout = kDefaultCollectiveTimeout);
 

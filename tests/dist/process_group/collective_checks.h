@@ -1,6 +1,7 @@
 // Every collective of a process group against values computed locally, run by each rank of a
 // group, whether the ranks are threads (test_process_group) or processes (pg_peer and
-// test_pg_multiprocess). Rank r contributes values(r, ...), so every result is predictable.
+// test_pg_multiprocess), on CPU tensors (Gloo) or on a CUDA device (NCCL, test_nccl). Rank r
+// contributes values(r, ...), so every result is predictable; results are compared on the CPU.
 #pragma once
 
 #include "core/ops.h"
@@ -10,8 +11,12 @@
 namespace gw::dist::testing {
 
 // Rank r's tensor of a case: values that differ per rank and per element.
-inline Tensor values(int r, DType dtype, int64_t n = 5) {
-  return (arange(n, kFloat64) + (r + 1) * 10.0 + 1.0).to(dtype);
+inline Tensor values(int r, DType dtype, int64_t n = 5, Device device = kCPU) {
+  return (arange(n, kFloat64) + (r + 1) * 10.0 + 1.0).to(dtype).to(device);
+}
+inline Tensor on_cpu(const Tensor& t) { return t.to(kCPU); }
+inline Tensor blank(Shape shape, DType dtype, Device device) {
+  return empty(std::move(shape), TensorOptions(dtype).with_device(device));
 }
 
 inline Tensor expected(ReduceOp op, int world, DType dtype, int64_t n = 5) {
@@ -30,97 +35,99 @@ inline Tensor expected(ReduceOp op, int world, DType dtype, int64_t n = 5) {
   return acc.to(dtype);
 }
 
-inline void check_allreduce(ProcessGroup& pg, Checks& c) {
+inline void check_allreduce(ProcessGroup& pg, Checks& c, Device dev = kCPU) {
   for (DType dtype : {kFloat32, kFloat64, kInt32, kInt64})
     for (ReduceOp op :
          {ReduceOp::SUM, ReduceOp::AVG, ReduceOp::PRODUCT, ReduceOp::MIN, ReduceOp::MAX}) {
       if (op == ReduceOp::AVG && !is_floating(dtype)) continue;
-      Tensor t = values(pg.rank(), dtype);
+      Tensor t = values(pg.rank(), dtype, 5, dev);
       pg.allreduce(t, {.op = op})->wait();
-      c.expect(allclose(t.to(kFloat64), expected(op, pg.size(), dtype).to(kFloat64)),
+      c.expect(allclose(on_cpu(t).to(kFloat64), expected(op, pg.size(), dtype).to(kFloat64)),
                gw::detail::str("allreduce world ", pg.size(), " ", dtype_name(dtype), " ",
                                to_string(op)));
     }
 }
 
 // The rooted collectives from every root, and allgather.
-inline void check_rooted(ProcessGroup& pg, Checks& c) {
+inline void check_rooted(ProcessGroup& pg, Checks& c, Device dev = kCPU) {
   const int r = pg.rank(), world = pg.size();
   for (int root = 0; root < world; ++root) {
-    Tensor b = values(r, kFloat32);
+    Tensor b = values(r, kFloat32, 5, dev);
     pg.broadcast(b, {.root = root})->wait();
-    EXPECT(c, equal(b, values(root, kFloat32)));
+    EXPECT(c, equal(on_cpu(b), values(root, kFloat32)));
 
-    Tensor red = values(r, kInt64);
+    Tensor red = values(r, kInt64, 5, dev);
     pg.reduce(red, {.root = root, .op = ReduceOp::SUM})->wait();
-    EXPECT(c, equal(red, r == root ? expected(ReduceOp::SUM, world, kInt64)
+    EXPECT(c, equal(on_cpu(red), r == root ? expected(ReduceOp::SUM, world, kInt64)
                                    : values(r, kInt64)));  // others keep theirs
 
     std::vector<Tensor> gathered;
     if (r == root)
-      for (int i = 0; i < world; ++i) gathered.push_back(empty({5}, kFloat64));
-    pg.gather(gathered, values(r, kFloat64), {.root = root})->wait();
+      for (int i = 0; i < world; ++i) gathered.push_back(blank({5}, kFloat64, dev));
+    pg.gather(gathered, values(r, kFloat64, 5, dev), {.root = root})->wait();
     for (int i = 0; i < static_cast<int>(gathered.size()); ++i)
-      EXPECT(c, equal(gathered[i], values(i, kFloat64)));
+      EXPECT(c, equal(on_cpu(gathered[i]), values(i, kFloat64)));
 
     std::vector<Tensor> parts;
     if (r == root)
-      for (int i = 0; i < world; ++i) parts.push_back(values(100 + i, kInt32));
-    Tensor mine = empty({5}, kInt32);
+      for (int i = 0; i < world; ++i) parts.push_back(values(100 + i, kInt32, 5, dev));
+    Tensor mine = blank({5}, kInt32, dev);
     pg.scatter(mine, parts, {.root = root})->wait();
-    EXPECT(c, equal(mine, values(100 + r, kInt32)));
+    EXPECT(c, equal(on_cpu(mine), values(100 + r, kInt32)));
   }
   std::vector<Tensor> all;
-  for (int i = 0; i < world; ++i) all.push_back(empty({2, 3}, kFloat32));
-  pg.allgather(all, values(r, kFloat32, 6).reshape({2, 3}))->wait();
+  for (int i = 0; i < world; ++i) all.push_back(blank({2, 3}, kFloat32, dev));
+  pg.allgather(all, values(r, kFloat32, 6, dev).reshape({2, 3}))->wait();
   for (int i = 0; i < world; ++i)
-    EXPECT(c, equal(all[i], values(i, kFloat32, 6).reshape({2, 3})));
+    EXPECT(c, equal(on_cpu(all[i]), values(i, kFloat32, 6).reshape({2, 3})));
 }
 
 // reduce_scatter, alltoall, the coalesced allreduce, barrier, and a ring of send/recv.
-inline void check_exchanges(ProcessGroup& pg, Checks& c) {
+inline void check_exchanges(ProcessGroup& pg, Checks& c, Device dev = kCPU) {
   const int r = pg.rank(), world = pg.size();
   // reduce_scatter: rank r gets the sum over ranks of their inputs[r].
   std::vector<Tensor> inputs;
-  for (int i = 0; i < world; ++i) inputs.push_back(values(r * 10 + i, kFloat64));
-  Tensor out = empty({5}, kFloat64);
+  for (int i = 0; i < world; ++i) inputs.push_back(values(r * 10 + i, kFloat64, 5, dev));
+  Tensor out = blank({5}, kFloat64, dev);
   pg.reduce_scatter(out, inputs)->wait();
   Tensor want = zeros({5}, kFloat64);
   for (int s = 0; s < world; ++s) want = want + values(s * 10 + r, kFloat64);
-  EXPECT(c, allclose(out, want));
+  EXPECT(c, allclose(on_cpu(out), want));
 
   // alltoall: outputs[j] is what rank j sent to this rank.
   std::vector<Tensor> send_parts, recv_parts;
   for (int i = 0; i < world; ++i) {
-    send_parts.push_back(values(r * 10 + i, kInt64));
-    recv_parts.push_back(empty({5}, kInt64));
+    send_parts.push_back(values(r * 10 + i, kInt64, 5, dev));
+    recv_parts.push_back(blank({5}, kInt64, dev));
   }
   pg.alltoall(recv_parts, send_parts)->wait();
-  for (int j = 0; j < world; ++j) EXPECT(c, equal(recv_parts[j], values(j * 10 + r, kInt64)));
+  for (int j = 0; j < world; ++j)
+    EXPECT(c, equal(on_cpu(recv_parts[j]), values(j * 10 + r, kInt64)));
 
   // Several tensors of different shapes reduced as one buffer.
-  std::vector<Tensor> many{values(r, kFloat32, 3), values(r, kFloat32, 7).reshape({7, 1})};
+  std::vector<Tensor> many{values(r, kFloat32, 3, dev),
+                          values(r, kFloat32, 7, dev).reshape({7, 1})};
   pg.allreduce_coalesced(many)->wait();
-  EXPECT(c, allclose(many[0], expected(ReduceOp::SUM, world, kFloat32, 3)));
-  EXPECT(c, allclose(many[1], expected(ReduceOp::SUM, world, kFloat32, 7).reshape({7, 1})));
+  EXPECT(c, allclose(on_cpu(many[0]), expected(ReduceOp::SUM, world, kFloat32, 3)));
+  EXPECT(c, allclose(on_cpu(many[1]), expected(ReduceOp::SUM, world, kFloat32, 7).reshape({7, 1})));
 
   pg.barrier()->wait();
   if (world == 1) return;  // nobody to send to
 
   // A ring of send/recv, both posted before either is waited for.
-  Tensor got = empty({5}, kFloat32);
-  auto sent = pg.send(values(r, kFloat32), (r + 1) % world, /*tag=*/7);
+  Tensor got = blank({5}, kFloat32, dev);
+  auto sent = pg.send(values(r, kFloat32, 5, dev), (r + 1) % world, /*tag=*/7);
   auto received = pg.recv(got, (r + world - 1) % world, 7);
   sent->wait();
   received->wait();
-  EXPECT(c, equal(got, values((r + world - 1) % world, kFloat32)));
+  EXPECT(c, equal(on_cpu(got), values((r + world - 1) % world, kFloat32)));
   EXPECT(c, sent->is_success());
 }
 
-inline void check_every_collective(ProcessGroup& pg, Checks& c) {
-  check_allreduce(pg, c);
-  check_rooted(pg, c);
-  check_exchanges(pg, c);
+inline void check_every_collective(ProcessGroup& pg, Checks& c, Device dev = kCPU) {
+  check_allreduce(pg, c, dev);
+  check_rooted(pg, c, dev);
+  check_exchanges(pg, c, dev);
 }
 
 }  // namespace gw::dist::testing

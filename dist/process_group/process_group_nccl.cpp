@@ -1,0 +1,509 @@
+#include "dist/process_group/process_group_nccl.h"
+
+#include <nccl.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "core/ops.h"
+#include "cuda/device.h"
+#include "cuda/stream.h"
+
+namespace gw::dist {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string nccl_message(ncclResult_t r, ncclComm_t comm) {
+  std::string m = ncclGetErrorString(r);
+  if (const char* last = comm ? ncclGetLastError(comm) : nullptr; last && *last)
+    m += std::string(": ") + last;
+  return m;
+}
+
+ncclDataType_t nccl_type(DType dtype, const char* op) {
+  switch (dtype) {
+    case DType::Float32: return ncclFloat32;
+    case DType::Float64: return ncclFloat64;
+    case DType::Float16: return ncclFloat16;
+    case DType::BFloat16: return ncclBfloat16;
+    case DType::Int32: return ncclInt32;
+    case DType::Int64: return ncclInt64;
+    case DType::Bool: return ncclUint8;
+  }
+  throw InvalidArgumentError(gw::detail::str("[", op, "] unsupported dtype"));
+}
+
+ncclRedOp_t nccl_op(ReduceOp op, const Tensor& t, const char* name) {
+  GW_CHECK(t.dtype() != DType::Bool, InvalidArgumentError, "[", name,
+           "] bool tensors cannot be reduced");
+  switch (op) {
+    case ReduceOp::SUM: return ncclSum;
+    case ReduceOp::PRODUCT: return ncclProd;
+    case ReduceOp::MIN: return ncclMin;
+    case ReduceOp::MAX: return ncclMax;
+    case ReduceOp::AVG:
+      GW_CHECK(t.is_floating_point(), InvalidArgumentError, "[", name,
+               "] AVG needs a floating point tensor, got ", dtype_name(t.dtype()));
+      return ncclAvg;
+  }
+  throw InvalidArgumentError(gw::detail::str("[", name, "] unknown reduce op"));
+}
+
+void check_rank(const char* op, int r, int size, const char* what) {
+  GW_CHECK(r >= 0 && r < size, InvalidArgumentError, "[", op, "] ", what, " ", r,
+           " is outside [0, ", size, ")");
+}
+
+void check_count(const char* op, size_t got, int want, const char* what) {
+  GW_CHECK(got == static_cast<size_t>(want), InvalidArgumentError, "[", op, "] needs ", want,
+           " ", what, " (one per rank), got ", got);
+}
+
+size_t count_of(const Tensor& t) { return static_cast<size_t>(t.numel()); }
+
+int default_device() {
+  const int count = cuda::device_count();
+  GW_CHECK(count > 0, CudaError, "[ProcessGroupNCCL] no CUDA device: ",
+           cuda::no_device_reason());
+  const char* local = std::getenv("LOCAL_RANK");
+  return (local && *local ? std::atoi(local) : 0) % count;
+}
+
+}  // namespace
+
+bool nccl_available(std::string* why) {
+  if (cuda::device_count() > 0) return true;
+  if (why) *why = "no CUDA device: " + cuda::no_device_reason();
+  return false;
+}
+
+struct ProcessGroupNCCL::Impl {
+  // Enqueues the NCCL calls of one collective on `stream`.
+  using Body = std::function<ncclResult_t(ncclComm_t comm, cudaStream_t stream)>;
+  struct Pending {
+    WorkPtr work;
+    std::unique_ptr<cuda::Event> done;
+    Clock::time_point deadline;
+    Milliseconds timeout;
+    std::vector<Tensor> keep;  // alive until the GPU is done with them
+  };
+
+  int rank = 0, size = 0, device = 0;
+  NcclOptions options;
+  ncclComm_t comm = nullptr;
+  std::unique_ptr<cuda::Stream> stream;
+
+  std::mutex mu;  // the communicator, `pending`, `broken`
+  std::condition_variable cv;
+  std::deque<Pending> pending;
+  std::exception_ptr broken;
+  bool aborted = false;
+  bool stopping = false;
+  std::thread watchdog;
+
+  Milliseconds timeout_of(Milliseconds t) const { return t.count() > 0 ? t : options.timeout; }
+  void check_tensor(const char* op, const Tensor& t, const char* what = "tensor") const;
+  WorkPtr launch(const char* op, Milliseconds timeout, std::vector<Tensor> keep, Body body);
+  void watch();
+  // Aborts the communicator and fails everything pending with `error` (called with `lock`).
+  void fail_all(std::unique_lock<std::mutex>& lock, std::exception_ptr error);
+};
+
+void ProcessGroupNCCL::Impl::check_tensor(const char* op, const Tensor& t,
+                                          const char* what) const {
+  GW_CHECK(t.defined(), InvalidArgumentError, "[", op, "] the ", what, " is undefined");
+  GW_CHECK(t.device() == cuda_device(device), InvalidArgumentError, "[", op,
+           "] the nccl group of rank ", rank, " takes tensors on cuda:", device, "; the ", what,
+           " is on ", t.device().str());
+  GW_CHECK(t.is_contiguous(), InvalidArgumentError, "[", op, "] the ", what,
+           " must be contiguous; got shape ", shape_str(t.sizes()), " with strides ",
+           shape_str(t.strides()));
+}
+
+WorkPtr ProcessGroupNCCL::Impl::launch(const char* op, Milliseconds timeout,
+                                       std::vector<Tensor> keep, Body body) {
+  auto work = std::make_shared<Work>(op);
+  const Milliseconds limit = timeout_of(timeout);
+  cuda::DeviceGuard on_device(device);
+  std::unique_lock lock(mu);
+  if (broken) {
+    try {
+      std::rethrow_exception(broken);
+    } catch (const std::exception& e) {
+      throw StateError(gw::detail::str("[", op,
+                                       "] the nccl group is unusable after an earlier failure: ",
+                                       e.what()));
+    }
+  }
+  // The group's stream starts where the caller's stream is now.
+  cuda::Event ready(cuda::EventOptions{.timing = false});
+  ready.record(cuda::current_stream(device));
+  ready.block(stream->handle());
+  const ncclResult_t r = body(comm, stream->handle());
+  if (r == ncclInvalidArgument || r == ncclInvalidUsage)
+    throw InvalidArgumentError(gw::detail::str("[", op, "] rank ", rank, " of ", size,
+                                               ": NCCL refused the operation: ",
+                                               nccl_message(r, comm)));
+  if (r != ncclSuccess) {
+    auto error = std::make_exception_ptr(IoError(gw::detail::str(
+        "[", op, "] rank ", rank, " of ", size, " failed: ", nccl_message(r, comm))));
+    fail_all(lock, error);
+    std::rethrow_exception(error);
+  }
+  auto done = std::make_unique<cuda::Event>(cuda::EventOptions{.timing = false});
+  done->record(*stream);
+  pending.push_back({work, std::move(done), Clock::now() + limit, limit, std::move(keep)});
+  lock.unlock();
+  cv.notify_one();
+  return work;
+}
+
+void ProcessGroupNCCL::Impl::fail_all(std::unique_lock<std::mutex>& lock,
+                                      std::exception_ptr error) {
+  if (!broken) broken = error;
+  if (!aborted && comm) {
+    aborted = true;
+    ncclCommAbort(comm);  // kernels waiting for a dead or late peer return
+  }
+  std::deque<Pending> failed;
+  failed.swap(pending);
+  lock.unlock();
+  for (auto& p : failed) p.work->future().set_exception(error);
+  lock.lock();
+}
+
+// Completes Works in order as their events pass, and turns a late collective or an NCCL error
+// into a failure of all of them. It polls: NCCL offers no callback, and a host function on the
+// stream may not call CUDA, which the Works' continuations may do.
+void ProcessGroupNCCL::Impl::watch() {
+  cuda::set_device(device);
+  std::unique_lock lock(mu);
+  while (true) {
+    cv.wait(lock, [&] { return stopping || !pending.empty(); });
+    if (pending.empty()) return;  // stopping, and nothing is left
+    Pending& front = pending.front();
+    bool finished = false;
+    std::exception_ptr error;
+    try {
+      finished = front.done->query();
+    } catch (const std::exception&) {
+      error = std::current_exception();
+    }
+    if (finished) {
+      Pending p = std::move(front);
+      pending.pop_front();
+      lock.unlock();
+      {
+        detail::GroupThreadScope on_group_thread;
+        p.work->future().set_result();
+      }
+      lock.lock();
+      continue;
+    }
+    ncclResult_t async = ncclSuccess;
+    if (!error && ncclCommGetAsyncError(comm, &async) == ncclSuccess && async != ncclSuccess &&
+        async != ncclInProgress)
+      error = std::make_exception_ptr(IoError(gw::detail::str(
+          "[", front.work->op(), "] rank ", rank, " of ", size,
+          " failed (a peer died?): ", nccl_message(async, comm))));
+    if (!error && Clock::now() > front.deadline)
+      error = std::make_exception_ptr(TimeoutError(
+          gw::detail::str("[", front.work->op(), "] rank ", rank, " of ", size,
+                          " timed out after ", front.timeout.count(), " ms")));
+    if (error) {
+      fail_all(lock, error);
+      continue;
+    }
+    lock.unlock();
+    std::this_thread::yield();  // a collective is in flight: look again soon
+    lock.lock();
+  }
+}
+
+ProcessGroupNCCL::ProcessGroupNCCL(std::shared_ptr<Store> store, int rank, int size,
+                                   NcclOptions options)
+    : ProcessGroup(rank, size), impl_(std::make_unique<Impl>()) {
+  GW_CHECK(store, InvalidArgumentError, "[ProcessGroupNCCL] no store given");
+  GW_CHECK(size > 0 && rank >= 0 && rank < size, InvalidArgumentError,
+           "[ProcessGroupNCCL] rank ", rank, " is outside [0, world_size=", size, ")");
+  GW_CHECK(options.timeout.count() > 0, InvalidArgumentError,
+           "[ProcessGroupNCCL] the timeout must be positive, got ", options.timeout.count(),
+           " ms");
+  Impl& m = *impl_;
+  m.rank = rank;
+  m.size = size;
+  m.options = options;
+  m.device = options.device >= 0 ? options.device : default_device();
+  cuda::check_device(cuda_device(m.device), "ProcessGroupNCCL");
+  cuda::DeviceGuard on_device(m.device);
+
+  ncclUniqueId id;
+  if (rank == 0) {
+    const ncclResult_t r = ncclGetUniqueId(&id);
+    GW_CHECK(r == ncclSuccess, IoError, "[ProcessGroupNCCL] ncclGetUniqueId failed: ",
+             ncclGetErrorString(r));
+    const auto* bytes = reinterpret_cast<const uint8_t*>(&id);
+    store->set("nccl_unique_id", Bytes(bytes, bytes + sizeof(id)));
+  } else {
+    store->wait({"nccl_unique_id"}, options.timeout);
+    const Bytes bytes = store->get("nccl_unique_id");
+    GW_CHECK(bytes.size() == sizeof(id), InvalidArgumentError,
+             "[ProcessGroupNCCL] the store holds a unique id of ", bytes.size(),
+             " bytes, expected ", sizeof(id));
+    std::memcpy(&id, bytes.data(), sizeof(id));
+  }
+  const ncclResult_t r = ncclCommInitRank(&m.comm, size, id, rank);
+  GW_CHECK(r == ncclSuccess, IoError, "[ProcessGroupNCCL] rank ", rank, " of ", size,
+           " could not build its communicator on cuda:", m.device, ": ",
+           ncclGetErrorString(r));
+  // Non-blocking: the caller's default stream must not wait for communication it did not ask
+  // to wait for.
+  m.stream = std::make_unique<cuda::Stream>(m.device, cuda::StreamOptions{.non_blocking = true});
+  m.watchdog = std::thread([&m] { m.watch(); });
+}
+
+ProcessGroupNCCL::~ProcessGroupNCCL() {
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->stopping = true;
+  }
+  impl_->cv.notify_all();
+  impl_->watchdog.join();
+  if (impl_->comm && !impl_->aborted) ncclCommDestroy(impl_->comm);
+}
+
+Device ProcessGroupNCCL::device() const { return cuda_device(impl_->device); }
+
+WorkPtr ProcessGroupNCCL::allreduce(Tensor& tensor, AllreduceOptions o) {
+  impl_->check_tensor("allreduce", tensor);
+  const ncclRedOp_t op = nccl_op(o.op, tensor, "allreduce");
+  const ncclDataType_t type = nccl_type(tensor.dtype(), "allreduce");
+  return impl_->launch("allreduce", o.timeout, {tensor}, [=](ncclComm_t c, cudaStream_t s) {
+    return ncclAllReduce(tensor.raw_data(), tensor.raw_data(), count_of(tensor), type, op, c, s);
+  });
+}
+
+WorkPtr ProcessGroupNCCL::allreduce_coalesced(std::vector<Tensor>& tensors, AllreduceOptions o) {
+  GW_CHECK(!tensors.empty(), InvalidArgumentError, "[allreduce_coalesced] no tensors given");
+  std::vector<std::pair<ncclDataType_t, ncclRedOp_t>> kinds;
+  for (const auto& t : tensors) {
+    impl_->check_tensor("allreduce_coalesced", t);
+    kinds.emplace_back(nccl_type(t.dtype(), "allreduce_coalesced"),
+                       nccl_op(o.op, t, "allreduce_coalesced"));
+  }
+  return impl_->launch("allreduce_coalesced", o.timeout, tensors,
+                       [tensors, kinds](ncclComm_t c, cudaStream_t s) {
+                         ncclGroupStart();  // one launch for all of them
+                         for (size_t i = 0; i < tensors.size(); ++i)
+                           ncclAllReduce(tensors[i].raw_data(), tensors[i].raw_data(),
+                                         count_of(tensors[i]), kinds[i].first, kinds[i].second,
+                                         c, s);
+                         return ncclGroupEnd();
+                       });
+}
+
+WorkPtr ProcessGroupNCCL::broadcast(Tensor& tensor, BroadcastOptions o) {
+  impl_->check_tensor("broadcast", tensor);
+  check_rank("broadcast", o.root, size(), "root");
+  const ncclDataType_t type = nccl_type(tensor.dtype(), "broadcast");
+  return impl_->launch("broadcast", o.timeout, {tensor}, [=](ncclComm_t c, cudaStream_t s) {
+    return ncclBroadcast(tensor.raw_data(), tensor.raw_data(), count_of(tensor), type, o.root, c,
+                         s);
+  });
+}
+
+WorkPtr ProcessGroupNCCL::reduce(Tensor& tensor, ReduceOptions o) {
+  impl_->check_tensor("reduce", tensor);
+  check_rank("reduce", o.root, size(), "root");
+  const ncclRedOp_t op = nccl_op(o.op, tensor, "reduce");
+  const ncclDataType_t type = nccl_type(tensor.dtype(), "reduce");
+  // The receive buffer matters on the root only: the other ranks keep their values.
+  return impl_->launch("reduce", o.timeout, {tensor}, [=](ncclComm_t c, cudaStream_t s) {
+    return ncclReduce(tensor.raw_data(), tensor.raw_data(), count_of(tensor), type, op, o.root,
+                      c, s);
+  });
+}
+
+WorkPtr ProcessGroupNCCL::allgather(std::vector<Tensor>& outputs, const Tensor& input,
+                                    CollectiveOptions o) {
+  impl_->check_tensor("allgather", input, "input");
+  check_count("allgather", outputs.size(), size(), "outputs");
+  for (const auto& t : outputs) {
+    impl_->check_tensor("allgather", t, "output");
+    GW_CHECK(t.dtype() == input.dtype() && t.numel() == input.numel(), InvalidArgumentError,
+             "[allgather] every output must have ", input.numel(), " elements of ",
+             dtype_name(input.dtype()), "; got ", t.numel(), " of ", dtype_name(t.dtype()));
+  }
+  const ncclDataType_t type = nccl_type(input.dtype(), "allgather");
+  Tensor flat = empty({input.numel() * size()},
+                      TensorOptions().with_dtype(input.dtype()).with_device(input.device()));
+  std::vector<Tensor> keep = outputs;
+  keep.push_back(input);
+  keep.push_back(flat);
+  return impl_->launch("allgather", o.timeout, std::move(keep),
+                       [=](ncclComm_t c, cudaStream_t s) {
+                         ncclResult_t r = ncclAllGather(input.raw_data(), flat.raw_data(),
+                                                        count_of(input), type, c, s);
+                         if (r != ncclSuccess) return r;
+                         const size_t bytes = input.nbytes();
+                         for (size_t i = 0; i < outputs.size(); ++i)
+                           if (cudaMemcpyAsync(outputs[i].raw_data(),
+                                               static_cast<uint8_t*>(flat.raw_data()) + i * bytes,
+                                               bytes, cudaMemcpyDeviceToDevice, s) != cudaSuccess)
+                             return ncclUnhandledCudaError;
+                         return ncclSuccess;
+                       });
+}
+
+// gather, scatter and alltoall are grouped sends and receives, the copy to itself a memcpy.
+namespace {
+ncclResult_t copy_async(const Tensor& dst, const Tensor& src, cudaStream_t s) {
+  return cudaMemcpyAsync(dst.raw_data(), src.raw_data(), src.nbytes(), cudaMemcpyDeviceToDevice,
+                         s) == cudaSuccess
+             ? ncclSuccess
+             : ncclUnhandledCudaError;
+}
+}  // namespace
+
+WorkPtr ProcessGroupNCCL::gather(std::vector<Tensor>& outputs, const Tensor& input,
+                                 GatherOptions o) {
+  impl_->check_tensor("gather", input, "input");
+  check_rank("gather", o.root, size(), "root");
+  const bool root = rank() == o.root;
+  if (root) {
+    check_count("gather", outputs.size(), size(), "outputs on the root");
+    for (const auto& t : outputs) impl_->check_tensor("gather", t, "output");
+  } else {
+    GW_CHECK(outputs.empty(), InvalidArgumentError, "[gather] only the root (rank ", o.root,
+             ") takes outputs; rank ", rank(), " got ", outputs.size());
+  }
+  const ncclDataType_t type = nccl_type(input.dtype(), "gather");
+  std::vector<Tensor> keep = outputs;
+  keep.push_back(input);
+  const int me = rank(), n = size();
+  return impl_->launch("gather", o.timeout, std::move(keep), [=](ncclComm_t c, cudaStream_t s) {
+    ncclGroupStart();
+    if (!root) {
+      ncclSend(input.raw_data(), count_of(input), type, o.root, c, s);
+    } else {
+      for (int r = 0; r < n; ++r)
+        if (r == me)
+          copy_async(outputs[r], input, s);
+        else
+          ncclRecv(outputs[r].raw_data(), count_of(outputs[r]), type, r, c, s);
+    }
+    return ncclGroupEnd();
+  });
+}
+
+WorkPtr ProcessGroupNCCL::scatter(Tensor& output, const std::vector<Tensor>& inputs,
+                                  ScatterOptions o) {
+  impl_->check_tensor("scatter", output, "output");
+  check_rank("scatter", o.root, size(), "root");
+  const bool root = rank() == o.root;
+  if (root) {
+    check_count("scatter", inputs.size(), size(), "inputs on the root");
+    for (const auto& t : inputs) impl_->check_tensor("scatter", t, "input");
+  } else {
+    GW_CHECK(inputs.empty(), InvalidArgumentError, "[scatter] only the root (rank ", o.root,
+             ") takes inputs; rank ", rank(), " got ", inputs.size());
+  }
+  const ncclDataType_t type = nccl_type(output.dtype(), "scatter");
+  std::vector<Tensor> keep = inputs;
+  keep.push_back(output);
+  const int me = rank(), n = size();
+  return impl_->launch("scatter", o.timeout, std::move(keep), [=](ncclComm_t c, cudaStream_t s) {
+    ncclGroupStart();
+    if (!root) {
+      ncclRecv(output.raw_data(), count_of(output), type, o.root, c, s);
+    } else {
+      for (int r = 0; r < n; ++r)
+        if (r == me)
+          copy_async(output, inputs[r], s);
+        else
+          ncclSend(inputs[r].raw_data(), count_of(inputs[r]), type, r, c, s);
+    }
+    return ncclGroupEnd();
+  });
+}
+
+WorkPtr ProcessGroupNCCL::reduce_scatter(Tensor& output, const std::vector<Tensor>& inputs,
+                                         CollectiveOptions o) {
+  impl_->check_tensor("reduce_scatter", output, "output");
+  check_count("reduce_scatter", inputs.size(), size(), "inputs");
+  for (const auto& t : inputs) impl_->check_tensor("reduce_scatter", t, "input");
+  const ncclRedOp_t op = nccl_op(o.op, output, "reduce_scatter");
+  const ncclDataType_t type = nccl_type(output.dtype(), "reduce_scatter");
+  std::vector<Tensor> flat_parts;
+  for (const auto& t : inputs) flat_parts.push_back(t.reshape({-1}));
+  Tensor flat = cat(flat_parts, 0);  // on the caller's stream, before the group's waits for it
+  return impl_->launch("reduce_scatter", o.timeout, {flat, output},
+                       [=](ncclComm_t c, cudaStream_t s) {
+                         return ncclReduceScatter(flat.raw_data(), output.raw_data(),
+                                                  count_of(output), type, op, c, s);
+                       });
+}
+
+WorkPtr ProcessGroupNCCL::alltoall(std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                                   CollectiveOptions o) {
+  check_count("alltoall", inputs.size(), size(), "inputs");
+  check_count("alltoall", outputs.size(), size(), "outputs");
+  for (const auto& t : inputs) impl_->check_tensor("alltoall", t, "input");
+  for (const auto& t : outputs) impl_->check_tensor("alltoall", t, "output");
+  const ncclDataType_t type = nccl_type(inputs[0].dtype(), "alltoall");
+  std::vector<Tensor> keep = inputs;
+  keep.insert(keep.end(), outputs.begin(), outputs.end());
+  const int me = rank(), n = size();
+  return impl_->launch("alltoall", o.timeout, std::move(keep), [=](ncclComm_t c, cudaStream_t s) {
+    ncclGroupStart();
+    for (int r = 0; r < n; ++r) {
+      if (r == me) {
+        copy_async(outputs[r], inputs[r], s);
+        continue;
+      }
+      ncclSend(inputs[r].raw_data(), count_of(inputs[r]), type, r, c, s);
+      ncclRecv(outputs[r].raw_data(), count_of(outputs[r]), type, r, c, s);
+    }
+    return ncclGroupEnd();
+  });
+}
+
+WorkPtr ProcessGroupNCCL::barrier(CollectiveOptions o) {
+  // An allreduce of one element: waiting for its Work waits for every rank to reach it.
+  Tensor token = zeros({1}, TensorOptions().with_device(device()));
+  return impl_->launch("barrier", o.timeout, {token}, [token](ncclComm_t c, cudaStream_t s) {
+    return ncclAllReduce(token.raw_data(), token.raw_data(), 1, ncclFloat32, ncclSum, c, s);
+  });
+}
+
+WorkPtr ProcessGroupNCCL::send(const Tensor& tensor, int dst, int tag, CollectiveOptions o) {
+  impl_->check_tensor("send", tensor);
+  check_rank("send", dst, size(), "destination");
+  GW_CHECK(dst != rank(), InvalidArgumentError, "[send] rank ", rank(), " cannot send to itself");
+  GW_CHECK(tag >= 0, InvalidArgumentError, "[send] tag must be >= 0, got ", tag);
+  const ncclDataType_t type = nccl_type(tensor.dtype(), "send");
+  return impl_->launch("send", o.timeout, {tensor}, [=](ncclComm_t c, cudaStream_t s) {
+    return ncclSend(tensor.raw_data(), count_of(tensor), type, dst, c, s);
+  });
+}
+
+WorkPtr ProcessGroupNCCL::recv(Tensor& tensor, int src, int tag, CollectiveOptions o) {
+  impl_->check_tensor("recv", tensor);
+  check_rank("recv", src, size(), "source");
+  GW_CHECK(src != rank(), InvalidArgumentError, "[recv] rank ", rank(),
+           " cannot receive from itself");
+  GW_CHECK(tag >= 0, InvalidArgumentError, "[recv] tag must be >= 0, got ", tag);
+  const ncclDataType_t type = nccl_type(tensor.dtype(), "recv");
+  return impl_->launch("recv", o.timeout, {tensor}, [=](ncclComm_t c, cudaStream_t s) {
+    return ncclRecv(tensor.raw_data(), count_of(tensor), type, src, c, s);
+  });
+}
+
+}  // namespace gw::dist
