@@ -475,9 +475,8 @@ WorkPtr ProcessGroupGloo::reduce_scatter(Tensor& output, const std::vector<Tenso
   return impl_->enqueue("reduce_scatter", o.timeout,
                         [this, flat, output, op = o.op](uint32_t tag, Milliseconds to) {
                           impl_->allreduce_now(flat, op, tag, to);
-                          std::memcpy(output.raw_data(),
-                                      bytes_of(flat) + output.nbytes() * static_cast<size_t>(rank()),
-                                      output.nbytes());
+                          const size_t mine = output.nbytes() * static_cast<size_t>(rank());
+                          std::memcpy(output.raw_data(), bytes_of(flat) + mine, output.nbytes());
                         });
 }
 

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -66,15 +67,46 @@ void check_count(const char* op, size_t got, int want, const char* what) {
            " ", what, " (one per rank), got ", got);
 }
 
+void check_like(const char* op, const Tensor& t, const Tensor& like, const char* what) {
+  GW_CHECK(t.dtype() == like.dtype() && t.numel() == like.numel(), InvalidArgumentError, "[",
+           op, "] every ", what, " must have ", like.numel(), " elements of ",
+           dtype_name(like.dtype()), "; got ", t.numel(), " of ", dtype_name(t.dtype()));
+}
+
 size_t count_of(const Tensor& t) { return static_cast<size_t>(t.numel()); }
 
-int default_device() {
+int default_device(int rank) {
   const int count = cuda::device_count();
   GW_CHECK(count > 0, CudaError, "[ProcessGroupNCCL] no CUDA device: ",
            cuda::no_device_reason());
   const char* local = std::getenv("LOCAL_RANK");
-  return (local && *local ? std::atoi(local) : 0) % count;
+  return (local && *local ? std::atoi(local) : rank) % count;
 }
+
+// The communicator is non-blocking, so that a rank that never arrives cannot hang the others:
+// calls may return ncclInProgress, and the communicator is ready again once its asynchronous
+// error leaves that state. Returns its final state, or ncclInProgress past the deadline.
+ncclResult_t settle(ncclComm_t comm, ncclResult_t r, Clock::time_point deadline) {
+  while (r == ncclInProgress) {
+    if (Clock::now() > deadline) return ncclInProgress;
+    std::this_thread::yield();
+    if (ncclCommGetAsyncError(comm, &r) != ncclSuccess) return ncclInternalError;
+  }
+  return r;
+}
+
+// Grouped point-to-point calls: the first error of the calls inside, else ncclGroupEnd's.
+struct GroupCalls {
+  ncclResult_t first = ncclSuccess;
+  GroupCalls() { ncclGroupStart(); }
+  void operator()(ncclResult_t r) {
+    if (first == ncclSuccess && r != ncclSuccess && r != ncclInProgress) first = r;
+  }
+  ncclResult_t end() {
+    const ncclResult_t r = ncclGroupEnd();
+    return first != ncclSuccess ? first : r;
+  }
+};
 
 }  // namespace
 
@@ -89,7 +121,7 @@ struct ProcessGroupNCCL::Impl {
   using Body = std::function<ncclResult_t(ncclComm_t comm, cudaStream_t stream)>;
   struct Pending {
     WorkPtr work;
-    std::unique_ptr<cuda::Event> done;
+    std::shared_ptr<cuda::Event> done;  // shared: the watchdog queries it unlocked
     Clock::time_point deadline;
     Milliseconds timeout;
     std::vector<Tensor> keep;  // alive until the GPU is done with them
@@ -146,18 +178,23 @@ WorkPtr ProcessGroupNCCL::Impl::launch(const char* op, Milliseconds timeout,
   cuda::Event ready(cuda::EventOptions{.timing = false});
   ready.record(cuda::current_stream(device));
   ready.block(stream->handle());
-  const ncclResult_t r = body(comm, stream->handle());
+  const ncclResult_t r = settle(comm, body(comm, stream->handle()), Clock::now() + limit);
   if (r == ncclInvalidArgument || r == ncclInvalidUsage)
     throw InvalidArgumentError(gw::detail::str("[", op, "] rank ", rank, " of ", size,
                                                ": NCCL refused the operation: ",
                                                nccl_message(r, comm)));
   if (r != ncclSuccess) {
-    auto error = std::make_exception_ptr(IoError(gw::detail::str(
-        "[", op, "] rank ", rank, " of ", size, " failed: ", nccl_message(r, comm))));
+    auto error =
+        r == ncclInProgress
+            ? std::make_exception_ptr(TimeoutError(gw::detail::str(
+                  "[", op, "] rank ", rank, " of ", size, " could not start within ",
+                  limit.count(), " ms")))
+            : std::make_exception_ptr(IoError(gw::detail::str(
+                  "[", op, "] rank ", rank, " of ", size, " failed: ", nccl_message(r, comm))));
     fail_all(lock, error);
     std::rethrow_exception(error);
   }
-  auto done = std::make_unique<cuda::Event>(cuda::EventOptions{.timing = false});
+  auto done = std::make_shared<cuda::Event>(cuda::EventOptions{.timing = false});
   done->record(*stream);
   pending.push_back({work, std::move(done), Clock::now() + limit, limit, std::move(keep)});
   lock.unlock();
@@ -175,7 +212,14 @@ void ProcessGroupNCCL::Impl::fail_all(std::unique_lock<std::mutex>& lock,
   std::deque<Pending> failed;
   failed.swap(pending);
   lock.unlock();
+  // The aborted kernels return, but copies queued behind them may still touch the tensors:
+  // they go back to the allocator only once the stream is idle.
+  try {
+    stream->synchronize();
+  } catch (const std::exception&) {
+  }
   for (auto& p : failed) p.work->future().set_exception(error);
+  failed.clear();
   lock.lock();
 }
 
@@ -183,47 +227,60 @@ void ProcessGroupNCCL::Impl::fail_all(std::unique_lock<std::mutex>& lock,
 // into a failure of all of them. It polls: NCCL offers no callback, and a host function on the
 // stream may not call CUDA, which the Works' continuations may do.
 void ProcessGroupNCCL::Impl::watch() {
-  cuda::set_device(device);
   std::unique_lock lock(mu);
-  while (true) {
-    cv.wait(lock, [&] { return stopping || !pending.empty(); });
-    if (pending.empty()) return;  // stopping, and nothing is left
-    Pending& front = pending.front();
-    bool finished = false;
-    std::exception_ptr error;
-    try {
-      finished = front.done->query();
-    } catch (const std::exception&) {
-      error = std::current_exception();
-    }
-    if (finished) {
-      Pending p = std::move(front);
-      pending.pop_front();
+  try {
+    cuda::set_device(device);
+    int idle_polls = 0;
+    while (true) {
+      cv.wait(lock, [&] { return stopping || !pending.empty(); });
+      if (pending.empty()) return;  // stopping, and nothing is left
+      std::shared_ptr<cuda::Event> front = pending.front().done;
       lock.unlock();
-      {
-        detail::GroupThreadScope on_group_thread;
-        p.work->future().set_result();
-      }
+      const bool finished = front->query();
       lock.lock();
-      continue;
+      if (pending.empty() || pending.front().done != front) continue;  // failed meanwhile
+      // Under the lock: abort (fail_all) must not free the communicator meanwhile.
+      ncclResult_t async = ncclSuccess;
+      if (ncclCommGetAsyncError(comm, &async) != ncclSuccess) async = ncclInternalError;
+      std::exception_ptr error;
+      const Pending& p = pending.front();
+      // Checked before success too: a kernel that left early after a remote error finishes.
+      if (async != ncclSuccess && async != ncclInProgress)
+        error = std::make_exception_ptr(IoError(gw::detail::str(
+            "[", p.work->op(), "] rank ", rank, " of ", size,
+            " failed (a peer died?): ", nccl_message(async, comm))));
+      const auto now = Clock::now();
+      for (const Pending& q : pending)
+        if (!error && now > q.deadline)
+          error = std::make_exception_ptr(TimeoutError(
+              gw::detail::str("[", q.work->op(), "] rank ", rank, " of ", size,
+                              " timed out after ", q.timeout.count(), " ms")));
+      if (error) {
+        fail_all(lock, error);
+      } else if (finished) {
+        Pending done = std::move(pending.front());
+        pending.pop_front();
+        idle_polls = 0;
+        lock.unlock();
+        {
+          detail::GroupThreadScope on_group_thread;
+          done.work->future().set_result();
+        }
+        lock.lock();
+      } else {
+        // In flight: look again soon, yielding at first, then sleeping, so that a long
+        // collective does not keep a core busy.
+        lock.unlock();
+        if (++idle_polls < 200)
+          std::this_thread::yield();
+        else
+          std::this_thread::sleep_for(std::chrono::microseconds(50));
+        lock.lock();
+      }
     }
-    ncclResult_t async = ncclSuccess;
-    if (!error && ncclCommGetAsyncError(comm, &async) == ncclSuccess && async != ncclSuccess &&
-        async != ncclInProgress)
-      error = std::make_exception_ptr(IoError(gw::detail::str(
-          "[", front.work->op(), "] rank ", rank, " of ", size,
-          " failed (a peer died?): ", nccl_message(async, comm))));
-    if (!error && Clock::now() > front.deadline)
-      error = std::make_exception_ptr(TimeoutError(
-          gw::detail::str("[", front.work->op(), "] rank ", rank, " of ", size,
-                          " timed out after ", front.timeout.count(), " ms")));
-    if (error) {
-      fail_all(lock, error);
-      continue;
-    }
-    lock.unlock();
-    std::this_thread::yield();  // a collective is in flight: look again soon
-    lock.lock();
+  } catch (...) {  // e.g. a CUDA error: fail what is pending rather than end the process
+    if (!lock.owns_lock()) lock.lock();
+    fail_all(lock, std::current_exception());
   }
 }
 
@@ -240,7 +297,7 @@ ProcessGroupNCCL::ProcessGroupNCCL(std::shared_ptr<Store> store, int rank, int s
   m.rank = rank;
   m.size = size;
   m.options = options;
-  m.device = options.device >= 0 ? options.device : default_device();
+  m.device = options.device >= 0 ? options.device : default_device(rank);
   cuda::check_device(cuda_device(m.device), "ProcessGroupNCCL");
   cuda::DeviceGuard on_device(m.device);
 
@@ -259,14 +316,31 @@ ProcessGroupNCCL::ProcessGroupNCCL(std::shared_ptr<Store> store, int rank, int s
              " bytes, expected ", sizeof(id));
     std::memcpy(&id, bytes.data(), sizeof(id));
   }
-  const ncclResult_t r = ncclCommInitRank(&m.comm, size, id, rank);
-  GW_CHECK(r == ncclSuccess, IoError, "[ProcessGroupNCCL] rank ", rank, " of ", size,
-           " could not build its communicator on cuda:", m.device, ": ",
-           ncclGetErrorString(r));
-  // Non-blocking: the caller's default stream must not wait for communication it did not ask
-  // to wait for.
-  m.stream = std::make_unique<cuda::Stream>(m.device, cuda::StreamOptions{.non_blocking = true});
-  m.watchdog = std::thread([&m] { m.watch(); });
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // see settle()
+  ncclResult_t r = ncclCommInitRankConfig(&m.comm, size, id, rank, &config);
+  r = settle(m.comm, r, Clock::now() + options.timeout);
+  if (r != ncclSuccess) {
+    if (m.comm) ncclCommAbort(m.comm);
+    m.comm = nullptr;
+    if (r == ncclInProgress)
+      throw TimeoutError(gw::detail::str("[ProcessGroupNCCL] rank ", rank, " of ", size,
+                                         ": the other ranks did not join within ",
+                                         options.timeout.count(), " ms"));
+    throw IoError(gw::detail::str("[ProcessGroupNCCL] rank ", rank, " of ", size,
+                                  " could not build its communicator on cuda:", m.device, ": ",
+                                  ncclGetErrorString(r)));
+  }
+  try {
+    // Non-blocking: the caller's default stream must not wait for communication it did not
+    // ask to wait for.
+    m.stream =
+        std::make_unique<cuda::Stream>(m.device, cuda::StreamOptions{.non_blocking = true});
+    m.watchdog = std::thread([&m] { m.watch(); });
+  } catch (...) {
+    ncclCommDestroy(m.comm);
+    throw;
+  }
 }
 
 ProcessGroupNCCL::~ProcessGroupNCCL() {
@@ -300,12 +374,12 @@ WorkPtr ProcessGroupNCCL::allreduce_coalesced(std::vector<Tensor>& tensors, Allr
   }
   return impl_->launch("allreduce_coalesced", o.timeout, tensors,
                        [tensors, kinds](ncclComm_t c, cudaStream_t s) {
-                         ncclGroupStart();  // one launch for all of them
+                         GroupCalls calls;  // one launch for all of them
                          for (size_t i = 0; i < tensors.size(); ++i)
-                           ncclAllReduce(tensors[i].raw_data(), tensors[i].raw_data(),
-                                         count_of(tensors[i]), kinds[i].first, kinds[i].second,
-                                         c, s);
-                         return ncclGroupEnd();
+                           calls(ncclAllReduce(tensors[i].raw_data(), tensors[i].raw_data(),
+                                               count_of(tensors[i]), kinds[i].first,
+                                               kinds[i].second, c, s));
+                         return calls.end();
                        });
 }
 
@@ -337,9 +411,7 @@ WorkPtr ProcessGroupNCCL::allgather(std::vector<Tensor>& outputs, const Tensor& 
   check_count("allgather", outputs.size(), size(), "outputs");
   for (const auto& t : outputs) {
     impl_->check_tensor("allgather", t, "output");
-    GW_CHECK(t.dtype() == input.dtype() && t.numel() == input.numel(), InvalidArgumentError,
-             "[allgather] every output must have ", input.numel(), " elements of ",
-             dtype_name(input.dtype()), "; got ", t.numel(), " of ", dtype_name(t.dtype()));
+    check_like("allgather", t, input, "output");
   }
   const ncclDataType_t type = nccl_type(input.dtype(), "allgather");
   Tensor flat = empty({input.numel() * size()},
@@ -379,7 +451,10 @@ WorkPtr ProcessGroupNCCL::gather(std::vector<Tensor>& outputs, const Tensor& inp
   const bool root = rank() == o.root;
   if (root) {
     check_count("gather", outputs.size(), size(), "outputs on the root");
-    for (const auto& t : outputs) impl_->check_tensor("gather", t, "output");
+    for (const auto& t : outputs) {
+      impl_->check_tensor("gather", t, "output");
+      check_like("gather", t, input, "output");
+    }
   } else {
     GW_CHECK(outputs.empty(), InvalidArgumentError, "[gather] only the root (rank ", o.root,
              ") takes outputs; rank ", rank(), " got ", outputs.size());
@@ -389,17 +464,15 @@ WorkPtr ProcessGroupNCCL::gather(std::vector<Tensor>& outputs, const Tensor& inp
   keep.push_back(input);
   const int me = rank(), n = size();
   return impl_->launch("gather", o.timeout, std::move(keep), [=](ncclComm_t c, cudaStream_t s) {
-    ncclGroupStart();
+    GroupCalls calls;
     if (!root) {
-      ncclSend(input.raw_data(), count_of(input), type, o.root, c, s);
+      calls(ncclSend(input.raw_data(), count_of(input), type, o.root, c, s));
     } else {
       for (int r = 0; r < n; ++r)
-        if (r == me)
-          copy_async(outputs[r], input, s);
-        else
-          ncclRecv(outputs[r].raw_data(), count_of(outputs[r]), type, r, c, s);
+        calls(r == me ? copy_async(outputs[r], input, s)
+                      : ncclRecv(outputs[r].raw_data(), count_of(outputs[r]), type, r, c, s));
     }
-    return ncclGroupEnd();
+    return calls.end();
   });
 }
 
@@ -410,7 +483,10 @@ WorkPtr ProcessGroupNCCL::scatter(Tensor& output, const std::vector<Tensor>& inp
   const bool root = rank() == o.root;
   if (root) {
     check_count("scatter", inputs.size(), size(), "inputs on the root");
-    for (const auto& t : inputs) impl_->check_tensor("scatter", t, "input");
+    for (const auto& t : inputs) {
+      impl_->check_tensor("scatter", t, "input");
+      check_like("scatter", t, output, "input");
+    }
   } else {
     GW_CHECK(inputs.empty(), InvalidArgumentError, "[scatter] only the root (rank ", o.root,
              ") takes inputs; rank ", rank(), " got ", inputs.size());
@@ -420,17 +496,15 @@ WorkPtr ProcessGroupNCCL::scatter(Tensor& output, const std::vector<Tensor>& inp
   keep.push_back(output);
   const int me = rank(), n = size();
   return impl_->launch("scatter", o.timeout, std::move(keep), [=](ncclComm_t c, cudaStream_t s) {
-    ncclGroupStart();
+    GroupCalls calls;
     if (!root) {
-      ncclRecv(output.raw_data(), count_of(output), type, o.root, c, s);
+      calls(ncclRecv(output.raw_data(), count_of(output), type, o.root, c, s));
     } else {
       for (int r = 0; r < n; ++r)
-        if (r == me)
-          copy_async(output, inputs[r], s);
-        else
-          ncclSend(inputs[r].raw_data(), count_of(inputs[r]), type, r, c, s);
+        calls(r == me ? copy_async(output, inputs[r], s)
+                      : ncclSend(inputs[r].raw_data(), count_of(inputs[r]), type, r, c, s));
     }
-    return ncclGroupEnd();
+    return calls.end();
   });
 }
 
@@ -438,7 +512,10 @@ WorkPtr ProcessGroupNCCL::reduce_scatter(Tensor& output, const std::vector<Tenso
                                          CollectiveOptions o) {
   impl_->check_tensor("reduce_scatter", output, "output");
   check_count("reduce_scatter", inputs.size(), size(), "inputs");
-  for (const auto& t : inputs) impl_->check_tensor("reduce_scatter", t, "input");
+  for (const auto& t : inputs) {
+    impl_->check_tensor("reduce_scatter", t, "input");
+    check_like("reduce_scatter", t, output, "input");
+  }
   const ncclRedOp_t op = nccl_op(o.op, output, "reduce_scatter");
   const ncclDataType_t type = nccl_type(output.dtype(), "reduce_scatter");
   std::vector<Tensor> flat_parts;
@@ -455,23 +532,29 @@ WorkPtr ProcessGroupNCCL::alltoall(std::vector<Tensor>& outputs, const std::vect
                                    CollectiveOptions o) {
   check_count("alltoall", inputs.size(), size(), "inputs");
   check_count("alltoall", outputs.size(), size(), "outputs");
-  for (const auto& t : inputs) impl_->check_tensor("alltoall", t, "input");
-  for (const auto& t : outputs) impl_->check_tensor("alltoall", t, "output");
+  for (const auto& t : inputs) {
+    impl_->check_tensor("alltoall", t, "input");
+    check_like("alltoall", t, inputs[0], "input");
+  }
+  for (const auto& t : outputs) {
+    impl_->check_tensor("alltoall", t, "output");
+    check_like("alltoall", t, inputs[0], "output");
+  }
   const ncclDataType_t type = nccl_type(inputs[0].dtype(), "alltoall");
   std::vector<Tensor> keep = inputs;
   keep.insert(keep.end(), outputs.begin(), outputs.end());
   const int me = rank(), n = size();
   return impl_->launch("alltoall", o.timeout, std::move(keep), [=](ncclComm_t c, cudaStream_t s) {
-    ncclGroupStart();
+    GroupCalls calls;
     for (int r = 0; r < n; ++r) {
       if (r == me) {
-        copy_async(outputs[r], inputs[r], s);
+        calls(copy_async(outputs[r], inputs[r], s));
         continue;
       }
-      ncclSend(inputs[r].raw_data(), count_of(inputs[r]), type, r, c, s);
-      ncclRecv(outputs[r].raw_data(), count_of(outputs[r]), type, r, c, s);
+      calls(ncclSend(inputs[r].raw_data(), count_of(inputs[r]), type, r, c, s));
+      calls(ncclRecv(outputs[r].raw_data(), count_of(outputs[r]), type, r, c, s));
     }
-    return ncclGroupEnd();
+    return calls.end();
   });
 }
 

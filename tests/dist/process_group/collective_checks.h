@@ -114,10 +114,13 @@ inline void check_exchanges(ProcessGroup& pg, Checks& c, Device dev = kCPU) {
   pg.barrier()->wait();
   if (world == 1) return;  // nobody to send to
 
-  // A ring of send/recv, both posted before either is waited for.
+  // A ring of send/recv, both posted before either is waited for; odd ranks receive first,
+  // since NCCL runs them in call order and a ring of sends first would wait for itself.
   Tensor got = blank({5}, kFloat32, dev);
-  auto sent = pg.send(values(r, kFloat32, 5, dev), (r + 1) % world, /*tag=*/7);
-  auto received = pg.recv(got, (r + world - 1) % world, 7);
+  WorkPtr sent, received;
+  if (r % 2 == 1) received = pg.recv(got, (r + world - 1) % world, 7);
+  sent = pg.send(values(r, kFloat32, 5, dev), (r + 1) % world, /*tag=*/7);
+  if (r % 2 == 0) received = pg.recv(got, (r + world - 1) % world, 7);
   sent->wait();
   received->wait();
   EXPECT(c, equal(on_cpu(got), values((r + world - 1) % world, kFloat32)));
