@@ -63,7 +63,8 @@ class Backend {
   virtual void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) = 0;
   virtual void clamp(const Tensor& in, std::optional<Scalar> lo, std::optional<Scalar> hi,
                      const Tensor& out) = 0;
-  // `out` is given with in's shape, stride 0 on the reduced dims; the kernel overwrites it.
+  // `out` is given with in's shape but size 1 on the reduced dims (contiguous); the kernel
+  // overwrites it.
   virtual void reduce(ReduceOp op, const Tensor& in, const Tensor& out) = 0;
   // Max/Min along `dim`, writing values and int64 indices of in's shape minus that dim.
   virtual void reduce_with_index(ReduceOp op, const Tensor& in, int64_t dim,

@@ -133,7 +133,8 @@ class BlockCache {
       std::optional<DeviceGuard> guard;
       if (dev >= 0) guard.emplace(dev);
       for (void* p : it->second) {
-        (void)raw_free_(p);  // a failure here leaves nothing we could do about it
+        // A failure here leaves nothing we could do about it; it must not linger either.
+        if (raw_free_(p) != cudaSuccess) clear_last_error();
         stats(dev).reserved_bytes -= size;
       }
       it = free_.erase(it);

@@ -95,6 +95,9 @@ void copy_across_devices(const Tensor& src, const Tensor& dst) {
   GW_CUDA_CHECK(cudaMemcpyPeerAsync(landing.raw_data(), dst.device().index, s.raw_data(),
                                     src.device().index, s.nbytes(), on.stream));
   if (!landing.same(dst)) copy_on_device(landing, dst);
+  // The source's stream is not ordered after this one: wait here, before the caller writes to
+  // src or the temporary goes back to the source device's cache.
+  GW_CUDA_CHECK(cudaStreamSynchronize(on.stream));
 }
 
 }  // namespace

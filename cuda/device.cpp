@@ -72,7 +72,7 @@ DeviceGuard::DeviceGuard(int index) {
 
 DeviceGuard::~DeviceGuard() {
   // A destructor must not throw; restoring a device that worked before does not fail.
-  if (previous_ >= 0) (void)cudaSetDevice(previous_);
+  if (previous_ >= 0 && cudaSetDevice(previous_) != cudaSuccess) clear_last_error();
 }
 
 }  // namespace gw::cuda

@@ -59,7 +59,12 @@ __global__ void random_kernel(T* out, int64_t n, RandomParams p) {
     const Bits4 r = philox(static_cast<uint64_t>(i), p.key);
     const double u = unit(join(r.x, r.y));
     switch (p.kind) {
-      case RandomKind::Uniform: out[i] = cast<T>(p.a + (p.b - p.a) * u); break;
+      case RandomKind::Uniform: {
+        // Rounding to a narrow type can reach b itself: [a, b) maps it back to a.
+        const T v = cast<T>(p.a + (p.b - p.a) * u);
+        out[i] = cast<double>(v) >= p.b ? cast<T>(p.a) : v;
+        break;
+      }
       case RandomKind::Normal: {
         // Box-Muller in double; 1 - u is in (0, 1], so the log stays finite.
         const double u2 = unit(join(r.z, r.w));

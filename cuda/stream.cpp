@@ -31,7 +31,7 @@ Stream::Stream(int device, StreamOptions options) : device_(resolve(device)) {
 
 Stream::~Stream() {
   // Destroying a stream with pending work is allowed: the work completes, then it is freed.
-  if (stream_) (void)cudaStreamDestroy(stream_);
+  if (stream_ && cudaStreamDestroy(stream_) != cudaSuccess) clear_last_error();
 }
 
 Stream::Stream(Stream&& other) noexcept
@@ -39,7 +39,7 @@ Stream::Stream(Stream&& other) noexcept
 
 Stream& Stream::operator=(Stream&& other) noexcept {
   if (this != &other) {
-    if (stream_) (void)cudaStreamDestroy(stream_);
+    if (stream_ && cudaStreamDestroy(stream_) != cudaSuccess) clear_last_error();
     stream_ = std::exchange(other.stream_, nullptr);
     device_ = other.device_;
   }
@@ -65,14 +65,14 @@ Event::Event(EventOptions options) {
 }
 
 Event::~Event() {
-  if (event_) (void)cudaEventDestroy(event_);
+  if (event_ && cudaEventDestroy(event_) != cudaSuccess) clear_last_error();
 }
 
 Event::Event(Event&& other) noexcept : event_(std::exchange(other.event_, nullptr)) {}
 
 Event& Event::operator=(Event&& other) noexcept {
   if (this != &other) {
-    if (event_) (void)cudaEventDestroy(event_);
+    if (event_ && cudaEventDestroy(event_) != cudaSuccess) clear_last_error();
     event_ = std::exchange(other.event_, nullptr);
   }
   return *this;
