@@ -112,6 +112,16 @@ Tensor Tensor::detach() const {
   return make(storage(), sizes(), strides(), storage_offset(), dtype());
 }
 
+void Tensor::set_data(const Tensor& src) const {
+  TensorImpl* impl = checked();
+  GW_CHECK(src.defined(), InvalidArgumentError, "[set_data] the source tensor is undefined");
+  impl->storage = src.storage();
+  impl->sizes = src.sizes();
+  impl->strides = src.strides();
+  impl->offset = src.storage_offset();
+  impl->dtype = src.dtype();
+}
+
 Tensor& Tensor::requires_grad_(bool requires_grad) {
   GW_CHECK(!requires_grad || is_floating_point(), DTypeError,
            "[requires_grad_] only floating point tensors can require gradients, got ", dtype());

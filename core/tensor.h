@@ -127,6 +127,10 @@ class Tensor {
   Tensor to(DType dtype) const;    // *this when already that dtype
   Tensor to(Device device) const;  // *this when already there
   Tensor detach() const;           // same storage, no autograd history
+  // Makes this tensor, through every handle of it, refer to `src`'s data while keeping its own
+  // autograd identity (PyTorch's `t.data = src`): how a parameter moves to another device or
+  // dtype in place.
+  void set_data(const Tensor& src) const;
 
   // --- views (share storage) ----------------------------------------------------------------
   Tensor view(Shape shape) const;

@@ -229,13 +229,7 @@ void Module::convert(const std::function<bool(const Tensor&)>& wanted,
       converted = convert_one(t.detach()).contiguous();
     }
     if (t.grad().defined()) t.set_grad({});
-    // Rebinding the shared TensorImpl (PyTorch's `param.data = ...`) keeps every handle valid.
-    TensorImpl* impl = t.impl();
-    impl->storage = converted.storage();
-    impl->sizes = converted.sizes();
-    impl->strides = converted.strides();
-    impl->offset = converted.storage_offset();
-    impl->dtype = converted.dtype();
+    t.set_data(converted);  // every handle (members, optimizers) sees the new data
   }
 }
 

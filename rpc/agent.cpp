@@ -94,6 +94,9 @@ struct Agent::Impl {
   std::atomic<uint64_t> next_id{1};
 
   uint64_t max_frame_bytes = 0;
+  std::vector<DeviceMap> maps_to;  // by worker id: options.device_maps
+  std::mutex maps_mu;
+  std::vector<DeviceMap> maps_back;  // by worker id: the inverse of its map to us (handshake)
   Connection::MessageHandler on_message;  // both to the agent
   Connection::CloseHandler on_close;
 
@@ -137,6 +140,14 @@ Agent::Agent(std::string name, int rank, int world_size, RpcBackendOptions optio
   impl_->store =
       options_.store ? options_.store : dist::rendezvous(options_.init_method, rank, world_size);
   rendezvous(world_size);
+  impl_->maps_to.resize(workers_.size());
+  impl_->maps_back.resize(workers_.size());
+  for (const auto& [to, map] : options_.device_maps) {
+    RpcBackendOptions checked;
+    checked.set_device_map(to, map);  // invertible
+    const int id = get_worker_info(to).id;
+    for (const auto& [from, dst] : map) impl_->maps_to[id].emplace_back(from, dst);
+  }
   rrefs_ = std::make_shared<RRefContext>(*this);
   if (auto make = autograd_hook_factory()) autograd_ = make(*this);
   impl_->pool = std::make_unique<ThreadPool>(options_.num_worker_threads, [this] {
@@ -150,6 +161,27 @@ Agent::Agent(std::string name, int rank, int world_size, RpcBackendOptions optio
     impl_->io.run();
   });
   running_ = true;
+}
+
+void RpcBackendOptions::set_device_map(const std::string& to, const std::map<int, int>& map) {
+  std::map<int, int>& m = device_maps[to];
+  for (const auto& [from, dst] : map) {
+    GW_CHECK(from >= 0 && dst >= 0, InvalidArgumentError, "[set_device_map] devices are CUDA ",
+             "indices >= 0; got ", from, " -> ", dst, " toward '", to, "'");
+    for (const auto& [other, other_dst] : m)
+      GW_CHECK(other == from || other_dst != dst, InvalidArgumentError, "[set_device_map] the ",
+               "map toward '", to, "' would put cuda:", other, " and cuda:", from,
+               " both on cuda:", dst, ": it must be invertible");
+    m[from] = dst;
+  }
+}
+
+DeviceMap Agent::device_map_to(int peer, bool reply) {
+  if (peer < 0) return {};
+  if (!reply && !impl_->maps_to[static_cast<size_t>(peer)].empty())
+    return impl_->maps_to[static_cast<size_t>(peer)];
+  std::lock_guard lock(impl_->maps_mu);
+  return impl_->maps_back[static_cast<size_t>(peer)];
 }
 
 Agent::~Agent() {
@@ -255,6 +287,7 @@ std::shared_ptr<Connection> Agent::connection_to(int id) {
   hello.kind = MessageKind::kHandshake;
   hello.worker_name = self_.name;
   hello.worker_id = self_.id;
+  hello.device_map = impl_->maps_to[id];
   c->send(hello);
   {
     // Registered before it starts reading, and only while running: stop() closes what is
@@ -307,6 +340,7 @@ Future<IValue> Agent::call(const To& to, const std::string& function, IValueList
   m.id = impl_->next_id.fetch_add(1);
   m.function = function;
   m.args = std::move(args);
+  m.device_map = device_map_to(dst.id, /*reply=*/false);
   std::vector<RRefForkData> forks;  // undone if the request never leaves
   auto undo = [&] {
     for (const auto& d : forks) rrefs_->cancel_fork(d);
@@ -421,12 +455,19 @@ void Agent::on_message(const std::shared_ptr<Connection>& c, Message m) {
           id >= 0 && id < static_cast<int>(workers_.size()) && workers_[id].name == m.worker_name,
           IoError, "[rpc] handshake from unknown worker '", m.worker_name, "' (id ", id, ")");
       c->set_peer_id(id);
+      if (!m.device_map.empty()) {
+        DeviceMap back;
+        for (const auto& [from, to] : m.device_map) back.emplace_back(to, from);
+        std::lock_guard lock(impl_->maps_mu);
+        impl_->maps_back[id] = std::move(back);
+      }
       return;
     }
     case MessageKind::kRequest: {
       GW_CHECK(c->peer_id() >= 0, IoError, "[rpc] request before handshake");
       for (auto& a : m.args) materialize_rrefs(a);
       try {
+        place_on_devices(m);
         record_recv(c->peer_id(), m);
       } catch (...) {
         Future<IValue> failed = Future<IValue>::failed(std::current_exception());
@@ -450,6 +491,12 @@ void Agent::on_message(const std::shared_ptr<Connection>& c, Message m) {
     }
     case MessageKind::kResponse:
       materialize_rrefs(m.value);
+      try {
+        place_on_devices(m);
+      } catch (const std::exception& e) {
+        const Error* err = dynamic_cast<const Error*>(&e);
+        m.error = Failure{self_.name, e.what(), err ? err->code() : ErrorCode::kRemote};
+      }
       if (m.autograd && !m.error) {
         try {
           record_recv(c->peer_id(), m);
@@ -520,6 +567,7 @@ void Agent::respond(const std::shared_ptr<Connection>& c, uint64_t id, Future<IV
   Message r;
   r.kind = MessageKind::kResponse;
   r.id = id;
+  r.device_map = device_map_to(c->peer_id(), /*reply=*/true);
   std::vector<RRefForkData> forks;  // undone if the response never leaves
   auto undo = [&] {
     for (const auto& d : forks) rrefs_->cancel_fork(d);

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -55,6 +56,13 @@ struct RpcBackendOptions {
   std::string address = "127.0.0.1";
   // Frames larger than this (header + tensors) are refused and close the connection.
   uint64_t max_frame_bytes = uint64_t{4} << 30;
+  // Where this worker's CUDA tensors go on each callee: device_maps["worker1"] = {{0, 1}} puts
+  // a tensor sent from cuda:0 on worker1's cuda:1 (staged through host memory). Responses, and
+  // a callee's requests back without a map of its own, follow the inverse map. A CUDA tensor
+  // on a device its destination's map lacks cannot be sent.
+  std::map<std::string, std::map<int, int>> device_maps;
+  // Adds entries to device_maps[to]; throws unless the map stays invertible.
+  void set_device_map(const std::string& to, const std::map<int, int>& map);
 };
 
 struct WorkerInfo {
@@ -146,6 +154,9 @@ class Agent {
                     std::function<void(Future<IValue>&)> done);
   // Sends the outcome of `result` (done) as the response to request `id`, recording it in
   // distributed autograd context `autograd_ctx` (0: none).
+  // Where CUDA tensors sent to `peer` go: this worker's device map toward it or, for replies
+  // (and requests without a map of their own), the inverse of the peer's map toward this one.
+  std::vector<std::pair<int, int>> device_map_to(int peer, bool reply);  // a DeviceMap
   void respond(const std::shared_ptr<Connection>& c, uint64_t id, Future<IValue>& result,
                uint64_t autograd_ctx = 0);
   // Attaches the recv function of an incoming message that carried autograd info.

@@ -43,8 +43,6 @@ void write_value(wire::Value::Builder out, const IValue& v, std::vector<Tensor>&
     case IValue::Kind::kTensor: {
       const Tensor& t = v.to_tensor();
       GW_CHECK(t.defined(), InvalidArgumentError, "[rpc] cannot send an undefined tensor");
-      GW_CHECK(t.device().is_cpu(), InvalidArgumentError, "[rpc] cannot send a tensor on ",
-               t.device(), ": move it to the CPU first");
       out.setTensor(static_cast<uint32_t>(tensors.size()));
       tensors.push_back(t);
       break;
@@ -78,6 +76,17 @@ void write_value(wire::Value::Builder out, const IValue& v, std::vector<Tensor>&
           "[rpc] cannot send an object of type ", v.to_object().type_name,
           " to another worker: objects stay on their owner; pass an RRef to it instead"));
   }
+}
+
+// The receiver's device for a tensor on `device`: -1 for the CPU, else the map's entry.
+int target_device(Device device, const DeviceMap& map) {
+  if (device.is_cpu()) return -1;
+  for (const auto& [from, to] : map)
+    if (from == device.index) return to;
+  throw InvalidArgumentError(gw::detail::str(
+      "[rpc] cannot send a tensor on ", device,
+      ": the device map toward the receiver has no entry for it (set one with "
+      "RpcBackendOptions::set_device_map, or move the tensor to the CPU)"));
 }
 
 void put_u32(uint8_t* p, uint32_t v) { std::memcpy(p, &v, 4); }
@@ -161,6 +170,11 @@ OutgoingFrame encode(const Message& m) {
       h.setProtocolVersion(m.protocol_version);
       h.setWorkerName(text(m.worker_name));
       h.setWorkerId(m.worker_id);
+      auto pairs = h.initDeviceMap(static_cast<unsigned>(m.device_map.size()));
+      for (size_t i = 0; i < m.device_map.size(); ++i) {
+        pairs[static_cast<unsigned>(i)].setFrom(static_cast<int16_t>(m.device_map[i].first));
+        pairs[static_cast<unsigned>(i)].setTo(static_cast<int16_t>(m.device_map[i].second));
+      }
       break;
     }
     case MessageKind::kRequest: {
@@ -193,8 +207,11 @@ OutgoingFrame encode(const Message& m) {
   for (size_t i = 0; i < frame.tensors.size(); ++i) {
     Tensor& t = frame.tensors[i];
     const bool requires_grad = t.requires_grad();
-    t = t.contiguous();  // the payload is row-major; views are sent as their own elements only
+    const int device = target_device(t.device(), m.device_map);
+    // The payload is row-major host memory; views are sent as their own elements only.
+    t = device >= 0 ? t.detach().to(kCPU) : t.contiguous();
     auto meta = metas[static_cast<unsigned>(i)];
+    meta.setDevice(static_cast<int16_t>(device));
     meta.setDtype(static_cast<uint8_t>(t.dtype()));
     auto sizes = meta.initSizes(static_cast<unsigned>(t.dim()));
     for (int64_t d = 0; d < t.dim(); ++d) sizes.set(static_cast<unsigned>(d), t.size(d));
@@ -274,6 +291,7 @@ Message decode(kj::ArrayPtr<const capnp::word> header, std::vector<Tensor> tenso
         m.protocol_version = h.getProtocolVersion();
         m.worker_name = text(h.getWorkerName());
         m.worker_id = h.getWorkerId();
+        for (auto p : h.getDeviceMap()) m.device_map.emplace_back(p.getFrom(), p.getTo());
         break;
       }
       case wire::Envelope::Body::REQUEST: {
@@ -305,8 +323,19 @@ Message decode(kj::ArrayPtr<const capnp::word> header, std::vector<Tensor> tenso
       auto a = env.getAutograd();
       m.autograd = AutogradInfo{a.getContextId(), a.getMessageId()};
     }
+    auto metas = env.getTensors();
+    for (unsigned i = 0; i < metas.size() && i < tensors.size(); ++i) {
+      const int device = metas[i].getDevice();
+      GW_CHECK(device >= -1, IoError, "[rpc] bad device index ", device, " for tensor ", i);
+      if (device >= 0) m.placements.emplace_back(tensors[i], device);
+    }
     return m;
   });
+}
+
+void place_on_devices(Message& m) {
+  for (auto& [t, device] : m.placements) t.set_data(t.detach().to(cuda_device(device)));
+  m.placements.clear();
 }
 
 }  // namespace gw::rpc

@@ -25,7 +25,7 @@
 
 namespace gw::rpc {
 
-inline constexpr uint32_t kProtocolVersion = 2;  // 2: autograd info
+inline constexpr uint32_t kProtocolVersion = 3;  // 2: autograd info; 3: CUDA tensors
 inline constexpr size_t kFramePrefixBytes = 16;
 
 enum class MessageKind { kHandshake, kRequest, kResponse };
@@ -45,6 +45,10 @@ struct AutogradInfo {
   uint64_t message_id = 0;
 };
 
+// A worker's CUDA devices and the devices of another worker they map to (RpcBackendOptions
+// device_maps), as (from, to) pairs.
+using DeviceMap = std::vector<std::pair<int, int>>;
+
 struct Message {
   uint64_t id = 0;
   MessageKind kind = MessageKind::kRequest;
@@ -60,7 +64,18 @@ struct Message {
   std::optional<Failure> error;
   // kRequest, kResponse: set when sent inside a distributed autograd context
   std::optional<AutogradInfo> autograd;
+  // Sending: where CUDA tensors go on the receiver (they travel through host memory); a CUDA
+  // tensor on a device the map lacks cannot be sent. kHandshake: the sender's map toward the
+  // receiver, which the receiver inverts for its responses.
+  DeviceMap device_map;
+  // Received: tensors (already in the values) to move to the given CUDA device
+  // (place_on_devices), which the network thread leaves to the agent.
+  std::vector<std::pair<Tensor, int>> placements;
 };
+
+// Moves every placement to its CUDA device in place (Tensor::set_data), so the values that hold
+// the tensors see them there; throws (e.g. CudaError) without a usable device.
+void place_on_devices(Message& m);
 
 struct OutgoingFrame {
   std::array<uint8_t, kFramePrefixBytes> prefix{};

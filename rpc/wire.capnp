@@ -13,6 +13,12 @@ struct TensorMeta {
   dtype @0 :UInt8;           # gw::DType
   sizes @1 :List(Int64);     # the payload holds numel * itemsize bytes for it
   requiresGrad @2 :Bool;
+  device @3 :Int16 = -1;     # the receiver's CUDA device to place it on; -1: the CPU
+}
+
+struct DevicePair {          # a CUDA device of the sender and the receiver's it maps to
+  from @0 :Int16;
+  to @1 :Int16;
 }
 
 struct Value {
@@ -45,6 +51,7 @@ struct Handshake {
   protocolVersion @0 :UInt32;
   workerName @1 :Text;
   workerId @2 :Int32;
+  deviceMap @3 :List(DevicePair);  # where the sender's CUDA tensors go on the receiver
 }
 
 struct Request {
