@@ -2,6 +2,7 @@
 
 #include "core/cpu/cpu_backend.h"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 
@@ -37,6 +38,36 @@ void check_same_device(const char* op, std::initializer_list<const Tensor*> tens
     GW_CHECK(t->device() == first->device(), InvalidArgumentError, "[", op,
              "] expected all tensors on one device, got ", first->device(), " and ", t->device());
   }
+}
+
+bool is_float_only(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::Exp: case UnaryOp::Log: case UnaryOp::Sqrt: case UnaryOp::Rsqrt:
+    case UnaryOp::Sigmoid: case UnaryOp::Tanh: case UnaryOp::Gelu: case UnaryOp::GeluTanh:
+    case UnaryOp::Sin: case UnaryOp::Cos: case UnaryOp::Reciprocal: case UnaryOp::Log1p:
+    case UnaryOp::Expm1: case UnaryOp::Erf:
+      return true;
+    default:
+      return false;
+  }
+}
+
+MatrixView classify_matrix(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride) {
+  // The stride of a size-1 dim is never used, so it does not constrain the layout.
+  const int64_t r = std::max<int64_t>(rows, 1), c = std::max<int64_t>(cols, 1);
+  if ((cols <= 1 || col_stride == 1) && (rows <= 1 || row_stride >= c))
+    return {MatrixLayout::RowMajor, rows <= 1 ? c : row_stride};
+  if ((rows <= 1 || row_stride == 1) && (cols <= 1 || col_stride >= r))
+    return {MatrixLayout::ColMajor, cols <= 1 ? r : col_stride};
+  return {MatrixLayout::Copy, 0};
+}
+
+Conv2dGeometry conv2d_geometry(const Tensor& x, const std::array<int64_t, 8>& p) {
+  Conv2dGeometry g{x.size(0), x.size(1), x.size(2), x.size(3), p[0], p[1], p[2], p[3],
+                   p[4],      p[5],      p[6],      p[7],      0,    0};
+  g.oh = (g.h + 2 * g.ph - g.dh * (g.kh - 1) - 1) / g.sh + 1;
+  g.ow = (g.w + 2 * g.pw - g.dw * (g.kw - 1) - 1) / g.sw + 1;
+  return g;
 }
 
 const char* op_name(UnaryOp op) {

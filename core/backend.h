@@ -101,6 +101,25 @@ inline Backend& backend_for(const Tensor& t, const char* op) {
 // Called once by a device layer at load time.
 void register_backend(DeviceType type, Backend* backend);
 
+// --- shared by the backends' kernels ---------------------------------------------------------
+
+// Unary ops defined on floating point only (an integer input is promoted to float32 first).
+bool is_float_only(UnaryOp op);
+
+// How a GEMM can read a (rows, cols) matrix with the given element strides without a copy.
+enum class MatrixLayout { RowMajor, ColMajor, Copy };
+struct MatrixView {
+  MatrixLayout layout;
+  int64_t ld;  // leading dimension for that layout
+};
+MatrixView classify_matrix(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride);
+
+// unfold2d / fold2d's shapes: x (n, c, h, w), the params in Backend order, the output size.
+struct Conv2dGeometry {
+  int64_t n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow;
+};
+Conv2dGeometry conv2d_geometry(const Tensor& x, const std::array<int64_t, 8>& params);
+
 // Throws InvalidArgumentError naming `op` and the devices unless every defined tensor is on one
 // device. Ops with several tensor inputs call it before dispatching: a kernel handed a tensor
 // of another device would read foreign memory.

@@ -8,21 +8,9 @@ namespace gw::cuda {
 
 namespace {
 
-struct Geometry {
-  int64_t n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow;
-};
-
-Geometry geometry(const Tensor& x, const std::array<int64_t, 8>& p) {
-  Geometry g{x.size(0), x.size(1), x.size(2), x.size(3), p[0], p[1], p[2], p[3],
-             p[4],      p[5],      p[6],      p[7],      0,    0};
-  g.oh = (g.h + 2 * g.ph - g.dh * (g.kh - 1) - 1) / g.sh + 1;
-  g.ow = (g.w + 2 * g.pw - g.dw * (g.kw - 1) - 1) / g.sw + 1;
-  return g;
-}
-
 // cols (N*C*kh*kw rows, L = oh*ow columns); row (nc, ki, kj) = nc*kh*kw + ki*kw + kj.
 template <typename T>
-__global__ void unfold_kernel(const T* x, T* cols, Geometry g, int64_t total) {
+__global__ void unfold_kernel(const T* x, T* cols, Conv2dGeometry g, int64_t total) {
   const int64_t L = g.oh * g.ow;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
@@ -42,7 +30,7 @@ __global__ void unfold_kernel(const T* x, T* cols, Geometry g, int64_t total) {
 }
 
 template <typename T>
-__global__ void fold_kernel(const T* cols, T* x, Geometry g, int64_t total) {
+__global__ void fold_kernel(const T* cols, T* x, Conv2dGeometry g, int64_t total) {
   using C = compute_t<T>;
   const int64_t L = g.oh * g.ow;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -82,8 +70,8 @@ void CudaBackend::unfold2d(const Tensor& x_in, const std::array<int64_t, 8>& par
     Tensor x = contiguous_on_device(x_in);
     Tensor c = cols.is_contiguous() ? cols : empty(cols.sizes(), cols.options());
     unfold_kernel<<<grid_for(total), kThreads, 0, on.stream>>>(
-        static_cast<const D*>(x.raw_data()), static_cast<D*>(c.raw_data()), geometry(x, params),
-        total);
+        static_cast<const D*>(x.raw_data()), static_cast<D*>(c.raw_data()),
+        conv2d_geometry(x, params), total);
     GW_CUDA_CHECK_LAUNCH();
     if (!c.same(cols)) copy_on_device(c, cols);
   });
@@ -100,7 +88,7 @@ void CudaBackend::fold2d(const Tensor& cols_in, const std::array<int64_t, 8>& pa
     Tensor o = x.is_contiguous() ? x : empty(x.sizes(), x.options());
     fold_kernel<<<grid_for(total), kThreads, 0, on.stream>>>(
         static_cast<const D*>(cols.raw_data()), static_cast<D*>(o.raw_data()),
-        geometry(o, params), total);
+        conv2d_geometry(o, params), total);
     GW_CUDA_CHECK_LAUNCH();
     if (!o.same(x)) copy_on_device(o, x);
   });

@@ -87,18 +87,6 @@ struct LogicalNotFn {
   }
 };
 
-bool is_float_only(UnaryOp op) {
-  switch (op) {
-    case UnaryOp::Exp: case UnaryOp::Log: case UnaryOp::Sqrt: case UnaryOp::Rsqrt:
-    case UnaryOp::Sigmoid: case UnaryOp::Tanh: case UnaryOp::Gelu: case UnaryOp::GeluTanh:
-    case UnaryOp::Sin: case UnaryOp::Cos: case UnaryOp::Reciprocal: case UnaryOp::Log1p:
-    case UnaryOp::Expm1: case UnaryOp::Erf:
-      return true;
-    default:
-      return false;
-  }
-}
-
 template <typename C>
 __device__ C int_pow(C base, C exp, ErrorSlot err) {
   if (exp < 0) {

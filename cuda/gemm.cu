@@ -13,26 +13,6 @@ namespace gw::cuda {
 
 namespace {
 
-// How a (rows, cols) matrix with the given element strides can be read without copying
-// (the same rule as the CPU GEMM).
-enum class Layout { RowMajor, ColMajor, Copy };
-struct MatView {
-  Layout layout;
-  int64_t ld;  // leading dimension for the chosen layout
-};
-
-MatView classify(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride) {
-  // The stride of a size-1 dim is never used, so it does not constrain the layout.
-  const int64_t r = std::max<int64_t>(rows, 1), c = std::max<int64_t>(cols, 1);
-  if ((cols <= 1 || col_stride == 1) && (rows <= 1 || row_stride >= c)) {
-    return {Layout::RowMajor, rows <= 1 ? c : row_stride};
-  }
-  if ((rows <= 1 || row_stride == 1) && (cols <= 1 || col_stride >= r)) {
-    return {Layout::ColMajor, cols <= 1 ? r : col_stride};
-  }
-  return {Layout::Copy, 0};
-}
-
 template <typename T>
 struct BlasTypes;
 template <> struct BlasTypes<float> {
@@ -69,17 +49,17 @@ int checked_int(int64_t v, const char* what) {
 
 struct Operand {
   Tensor t;
-  MatView view;
+  MatrixView view;
   int64_t batch_stride;
 };
 
 // A matrix operand (..., rows, cols) as cuBLAS can read it: copied when neither layout fits.
 Operand prepare(const Tensor& t, int64_t r, int64_t rows, int64_t cols) {
-  Operand o{t, classify(rows, cols, t.stride(r), t.stride(r + 1)), 0};
-  if (o.view.layout == Layout::Copy) {
+  Operand o{t, classify_matrix(rows, cols, t.stride(r), t.stride(r + 1)), 0};
+  if (o.view.layout == MatrixLayout::Copy) {
     o.t = empty(t.sizes(), t.options());
     copy_on_device(t, o.t);
-    o.view = {Layout::RowMajor, cols};
+    o.view = {MatrixLayout::RowMajor, cols};
   }
   o.batch_stride = r ? o.t.stride(0) : 0;
   return o;
@@ -127,8 +107,10 @@ void CudaBackend::bmm(const Tensor& a, const Tensor& b, const Tensor& out) {
     } else {
       Operand A = prepare(a, r, n, k), B = prepare(b, r, k, m);
       // Column-major C^T (m x n, ld m) = op(B) (m x k) * op(A) (k x n).
-      const cublasOperation_t op_b = B.view.layout == Layout::RowMajor ? CUBLAS_OP_N : CUBLAS_OP_T;
-      const cublasOperation_t op_a = A.view.layout == Layout::RowMajor ? CUBLAS_OP_N : CUBLAS_OP_T;
+      const auto op_of = [](const Operand& o) {
+        return o.view.layout == MatrixLayout::RowMajor ? CUBLAS_OP_N : CUBLAS_OP_T;
+      };
+      const cublasOperation_t op_b = op_of(B), op_a = op_of(A);
       using Scale = typename BlasTypes<D>::Scale;
       const Scale alpha = 1, beta = 0;
       constexpr cudaDataType_t type = BlasTypes<D>::data;

@@ -7,21 +7,9 @@ namespace gw::cpu {
 
 namespace {
 
-struct Geometry {
-  int64_t n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow;
-};
-
-Geometry geometry(const Tensor& x, const std::array<int64_t, 8>& p) {
-  Geometry g{x.size(0), x.size(1), x.size(2), x.size(3), p[0], p[1], p[2], p[3],
-             p[4],      p[5],      p[6],      p[7],      0,    0};
-  g.oh = (g.h + 2 * g.ph - g.dh * (g.kh - 1) - 1) / g.sh + 1;
-  g.ow = (g.w + 2 * g.pw - g.dw * (g.kw - 1) - 1) / g.sw + 1;
-  return g;
-}
-
 // Calls f(x_offset_in_plane or -1 for padding, col_index) for every entry of one column row.
 template <typename F>
-void for_each_tap(const Geometry& g, int64_t ki, int64_t kj, F&& f) {
+void for_each_tap(const Conv2dGeometry& g, int64_t ki, int64_t kj, F&& f) {
   for (int64_t oy = 0; oy < g.oh; ++oy) {
     const int64_t y = oy * g.sh - g.ph + ki * g.dh;
     for (int64_t ox = 0; ox < g.ow; ++ox) {
@@ -37,7 +25,7 @@ void for_each_tap(const Geometry& g, int64_t ki, int64_t kj, F&& f) {
 void CpuBackend::unfold2d(const Tensor& x_in, const std::array<int64_t, 8>& params,
                           const Tensor& cols) {
   Tensor x = x_in.contiguous();
-  const Geometry g = geometry(x, params);
+  const Conv2dGeometry g = conv2d_geometry(x, params);
   dispatch<FloatTypes>(x.dtype(), "unfold", [&]<typename T>() {
     const T* px = x.data_ptr<T>();
     T* pc = cols.data_ptr<T>();
@@ -61,7 +49,7 @@ void CpuBackend::unfold2d(const Tensor& x_in, const std::array<int64_t, 8>& para
 void CpuBackend::fold2d(const Tensor& cols_in, const std::array<int64_t, 8>& params,
                         const Tensor& x) {
   Tensor cols = cols_in.contiguous();
-  const Geometry g = geometry(x, params);
+  const Conv2dGeometry g = conv2d_geometry(x, params);
   dispatch<FloatTypes>(x.dtype(), "fold", [&]<typename T>() {
     const T* pc = cols.data_ptr<T>();
     T* px = x.data_ptr<T>();

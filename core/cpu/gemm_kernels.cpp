@@ -16,25 +16,6 @@ template <typename T, int Alignment>
 using OutMap =
     Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, Alignment>;
 
-// How a (rows, cols) matrix with the given strides can be read without copying.
-enum class Layout { RowMajor, ColMajor, Copy };
-struct MatView {
-  Layout layout;
-  int64_t outer;  // leading dimension for the chosen layout
-};
-
-MatView classify(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride) {
-  // The stride of a size-1 dim is never used, so it does not constrain the layout.
-  const int64_t r = std::max<int64_t>(rows, 1), c = std::max<int64_t>(cols, 1);
-  if ((cols <= 1 || col_stride == 1) && (rows <= 1 || row_stride >= c)) {
-    return {Layout::RowMajor, rows <= 1 ? c : row_stride};
-  }
-  if ((rows <= 1 || row_stride == 1) && (cols <= 1 || col_stride >= r)) {
-    return {Layout::ColMajor, cols <= 1 ? r : col_stride};
-  }
-  return {Layout::Copy, 0};
-}
-
 template <typename T, int OA, int OB>
 void gemm(const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t n, int64_t k,
           int64_t m) {
@@ -51,14 +32,14 @@ void gemm(const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t n, int
 }
 
 template <typename T>
-void gemm_dispatch(const T* a, MatView va, const T* b, MatView vb, T* c, int64_t n, int64_t k,
-                   int64_t m) {
+void gemm_dispatch(const T* a, MatrixView va, const T* b, MatrixView vb, T* c, int64_t n,
+                   int64_t k, int64_t m) {
   constexpr int R = Eigen::RowMajor, C = Eigen::ColMajor;
-  bool ar = va.layout == Layout::RowMajor, br = vb.layout == Layout::RowMajor;
-  if (ar && br) return gemm<T, R, R>(a, va.outer, b, vb.outer, c, n, k, m);
-  if (ar && !br) return gemm<T, R, C>(a, va.outer, b, vb.outer, c, n, k, m);
-  if (!ar && br) return gemm<T, C, R>(a, va.outer, b, vb.outer, c, n, k, m);
-  return gemm<T, C, C>(a, va.outer, b, vb.outer, c, n, k, m);
+  bool ar = va.layout == MatrixLayout::RowMajor, br = vb.layout == MatrixLayout::RowMajor;
+  if (ar && br) return gemm<T, R, R>(a, va.ld, b, vb.ld, c, n, k, m);
+  if (ar && !br) return gemm<T, R, C>(a, va.ld, b, vb.ld, c, n, k, m);
+  if (!ar && br) return gemm<T, C, R>(a, va.ld, b, vb.ld, c, n, k, m);
+  return gemm<T, C, C>(a, va.ld, b, vb.ld, c, n, k, m);
 }
 
 }  // namespace
@@ -70,15 +51,15 @@ void CpuBackend::bmm(const Tensor& a_in, const Tensor& b_in, const Tensor& out) 
     const int64_t batch = r ? a_in.size(0) : 1, n = a_in.size(r), k = a_in.size(r + 1),
                   m = b_in.size(r + 1);
     Tensor a = a_in, b = b_in;
-    MatView va = classify(n, k, a.stride(r), a.stride(r + 1));
-    MatView vb = classify(k, m, b.stride(r), b.stride(r + 1));
-    if (va.layout == Layout::Copy) {
+    MatrixView va = classify_matrix(n, k, a.stride(r), a.stride(r + 1));
+    MatrixView vb = classify_matrix(k, m, b.stride(r), b.stride(r + 1));
+    if (va.layout == MatrixLayout::Copy) {
       a = a.contiguous();
-      va = {Layout::RowMajor, k};
+      va = {MatrixLayout::RowMajor, k};
     }
-    if (vb.layout == Layout::Copy) {
+    if (vb.layout == MatrixLayout::Copy) {
       b = b.contiguous();
-      vb = {Layout::RowMajor, m};
+      vb = {MatrixLayout::RowMajor, m};
     }
     T* pc = out.data_ptr<T>();
     if (k == 0) {

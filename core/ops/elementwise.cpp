@@ -28,18 +28,6 @@ DType combine(std::optional<DType> higher, DType lower) {
   return *higher;
 }
 
-bool is_float_only(UnaryOp op) {
-  switch (op) {
-    case UnaryOp::Exp: case UnaryOp::Log: case UnaryOp::Sqrt: case UnaryOp::Rsqrt:
-    case UnaryOp::Sigmoid: case UnaryOp::Tanh: case UnaryOp::Gelu: case UnaryOp::GeluTanh:
-    case UnaryOp::Sin: case UnaryOp::Cos: case UnaryOp::Reciprocal: case UnaryOp::Log1p:
-    case UnaryOp::Expm1: case UnaryOp::Erf:
-      return true;
-    default:
-      return false;
-  }
-}
-
 Tensor unary_op(UnaryOp op, const Tensor& x) {
   GradRecorder* rec = detail::recorder_for(x);
   detail::NoRecordScope no_record;

@@ -13,6 +13,9 @@
 #include "rpc/remote_module.h"
 #include "tests/dist/autograd/dist_functions.h"
 #include "tests/rpc/group.h"
+#ifdef GW_HAVE_CUDA
+#include "cuda/device.h"
+#endif
 
 using namespace gw;
 using namespace gw::dist_autograd;
@@ -133,3 +136,33 @@ TEST_CASE("RRef::backward runs backward on the owner", "[rref_backward]") {
   mine.backward();
   CHECK(allclose(v.grad(), v.detach() * 2.0));
 }
+
+#ifdef GW_HAVE_CUDA
+TEST_CASE("CUDA tensors through distributed autograd and the distributed optimizer",
+          "[dist_autograd][cuda]") {
+  if (!cuda::is_available()) {
+    WARN("skipped: no CUDA device (" << cuda::no_device_reason() << ")");
+    return;
+  }
+  const Device gpu = cuda_device(0);
+  rpc::RpcBackendOptions o = Group::small_options();
+  o.set_device_map("worker1", {{0, 0}});
+  Group g(2, o);
+  rpc::Agent::Use use(g[0]);
+  Generator gen(4);
+  Tensor a = rand({3, 3}, gen).to(gpu).requires_grad_();
+  Tensor w = rand({3, 3}, gen).to(gpu).requires_grad_();
+  const Tensor w_before = w.detach().to(kCPU);
+  dist::DistributedOptimizer opt(optim::SGD::options(0.5), {rpc::RRef<Tensor>(w)});
+  dist_autograd::Context ctx;
+  Tensor product = rpc::rpc_sync("worker1", dist_autograd::testing::d_mul, a, w);
+  CHECK(product.device() == gpu);  // back on the inverse of the device map
+  dist_autograd::backward(ctx.id(), {product.sum()});
+  auto grads = dist_autograd::get_gradients(ctx.id());
+  REQUIRE(grads.contains(w));
+  CHECK(grads.at(w).device() == gpu);
+  CHECK(allclose(grads.at(w).to(kCPU), a.detach().to(kCPU)));  // d(sum(a * w))/dw = a
+  opt.step(ctx.id());
+  CHECK(allclose(w.detach().to(kCPU), w_before - a.detach().to(kCPU) * 0.5));
+}
+#endif
