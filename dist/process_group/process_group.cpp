@@ -29,6 +29,43 @@ std::string to_string(ReduceOp op) {
   return "?";
 }
 
+void ProcessGroup::check_tensor(const char* op, const Tensor& t, const char* what) const {
+  GW_CHECK(t.defined(), InvalidArgumentError, "[", op, "] the ", what, " is undefined");
+  GW_CHECK(t.device() == device(), InvalidArgumentError, "[", op, "] the ", backend(),
+           " group of rank ", rank(), " takes tensors on ", device().str(), "; the ", what,
+           " is on ", t.device().str());
+  GW_CHECK(t.is_contiguous(), InvalidArgumentError, "[", op, "] the ", what,
+           " must be contiguous; got shape ", shape_str(t.sizes()), " with strides ",
+           shape_str(t.strides()));
+}
+
+void ProcessGroup::check_like(const char* op, const Tensor& t, const Tensor& like,
+                              const char* what) const {
+  check_tensor(op, t, what);
+  GW_CHECK(t.dtype() == like.dtype() && t.numel() == like.numel(), InvalidArgumentError, "[",
+           op, "] every ", what, " must have ", like.numel(), " elements of ",
+           dtype_name(like.dtype()), "; got ", t.numel(), " of ", dtype_name(t.dtype()));
+}
+
+void ProcessGroup::check_count(const char* op, size_t got, const char* what) const {
+  GW_CHECK(got == static_cast<size_t>(size()), InvalidArgumentError, "[", op, "] needs ",
+           size(), " ", what, " (one per rank), got ", got);
+}
+
+void ProcessGroup::check_rank(const char* op, int r, const char* what) const {
+  GW_CHECK(r >= 0 && r < size(), InvalidArgumentError, "[", op, "] ", what, " ", r,
+           " is outside [0, ", size(), ")");
+}
+
+void ProcessGroup::check_group_args(const char* who, bool has_store, int rank, int size,
+                                    Milliseconds timeout) {
+  GW_CHECK(has_store, InvalidArgumentError, "[", who, "] no store given");
+  GW_CHECK(size > 0 && rank >= 0 && rank < size, InvalidArgumentError, "[", who, "] rank ",
+           rank, " is outside [0, world_size=", size, ")");
+  GW_CHECK(timeout.count() > 0, InvalidArgumentError, "[", who,
+           "] the timeout must be positive, got ", timeout.count(), " ms");
+}
+
 void ProcessGroup::check_same_shape(const Tensor& tensor, const std::string& what) {
   check_same_shapes({tensor}, {"tensor"}, what);
 }

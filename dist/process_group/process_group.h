@@ -73,6 +73,19 @@ class ProcessGroup {
                          const std::string& what);
   void check_same_shape(const Tensor& tensor, const std::string& what);
 
+ protected:
+  // Argument checks shared by the backends, made before anything is queued; each throws
+  // InvalidArgumentError naming `op` and the values.
+  // Defined, on device(), contiguous.
+  void check_tensor(const char* op, const Tensor& t, const char* what = "tensor") const;
+  // check_tensor, and `like`'s dtype and element count.
+  void check_like(const char* op, const Tensor& t, const Tensor& like, const char* what) const;
+  void check_count(const char* op, size_t got, const char* what) const;  // one per rank
+  void check_rank(const char* op, int r, const char* what) const;        // in [0, size())
+  // A backend constructor's own arguments.
+  static void check_group_args(const char* who, bool has_store, int rank, int size,
+                               Milliseconds timeout);
+
  private:
   int rank_;
   int size_;

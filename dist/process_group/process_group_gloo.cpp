@@ -84,32 +84,6 @@ GlooReduce reduce_function(ReduceOp op) {
   throw InvalidArgumentError("[process_group] unknown reduce op");
 }
 
-void check_dense(const char* op, const Tensor& t, const char* what = "tensor") {
-  GW_CHECK(t.defined(), InvalidArgumentError, "[", op, "] the ", what, " is undefined");
-  GW_CHECK(t.device().is_cpu(), InvalidArgumentError, "[", op, "] the gloo group takes CPU ",
-           "tensors; the ", what, " is on ", t.device().str());
-  GW_CHECK(t.is_contiguous(), InvalidArgumentError, "[", op, "] the ", what,
-           " must be contiguous; got shape ", shape_str(t.sizes()), " with strides ",
-           shape_str(t.strides()));
-}
-
-void check_like(const char* op, const Tensor& t, const Tensor& like, const char* what) {
-  check_dense(op, t, what);
-  GW_CHECK(t.dtype() == like.dtype() && t.numel() == like.numel(), InvalidArgumentError, "[",
-           op, "] every ", what, " must have ", like.numel(), " elements of ",
-           dtype_name(like.dtype()), "; got ", t.numel(), " of ", dtype_name(t.dtype()));
-}
-
-void check_count(const char* op, size_t got, int want, const char* what) {
-  GW_CHECK(got == static_cast<size_t>(want), InvalidArgumentError, "[", op, "] needs ", want,
-           " ", what, " (one per rank), got ", got);
-}
-
-void check_rank(const char* op, int r, int size, const char* what) {
-  GW_CHECK(r >= 0 && r < size, InvalidArgumentError, "[", op, "] ", what, " ", r,
-           " is outside [0, ", size, ")");
-}
-
 uint8_t* bytes_of(const Tensor& t) { return static_cast<uint8_t*>(t.raw_data()); }
 
 // One contiguous buffer holding `parts` back to back, and the way back.
@@ -270,12 +244,7 @@ void ProcessGroupGloo::Impl::run_front(std::unique_lock<std::mutex>& lock) {
 ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int size,
                                    GlooOptions options)
     : ProcessGroup(rank, size), impl_(std::make_shared<Impl>()) {
-  GW_CHECK(store, InvalidArgumentError, "[ProcessGroupGloo] no store given");
-  GW_CHECK(size > 0 && rank >= 0 && rank < size, InvalidArgumentError,
-           "[ProcessGroupGloo] rank ", rank, " is outside [0, world_size=", size, ")");
-  GW_CHECK(options.timeout.count() > 0, InvalidArgumentError,
-           "[ProcessGroupGloo] the timeout must be positive, got ", options.timeout.count(),
-           " ms");
+  check_group_args("ProcessGroupGloo", store != nullptr, rank, size, options.timeout);
   impl_->rank = rank;
   impl_->size = size;
   impl_->options = options;
@@ -327,7 +296,7 @@ void ProcessGroupGloo::Impl::allreduce_now(const Tensor& t, ReduceOp op, uint32_
 }
 
 WorkPtr ProcessGroupGloo::allreduce(Tensor& tensor, AllreduceOptions o) {
-  check_dense("allreduce", tensor);
+  check_tensor("allreduce", tensor);
   check_reducible("allreduce", tensor, o.op);
   return impl_->enqueue("allreduce", o.timeout,
                         [this, t = tensor, op = o.op](uint32_t tag, Milliseconds to) {
@@ -337,7 +306,7 @@ WorkPtr ProcessGroupGloo::allreduce(Tensor& tensor, AllreduceOptions o) {
 
 WorkPtr ProcessGroupGloo::allreduce_coalesced(std::vector<Tensor>& tensors, AllreduceOptions o) {
   GW_CHECK(!tensors.empty(), InvalidArgumentError, "[allreduce_coalesced] no tensors given");
-  for (const auto& t : tensors) check_dense("allreduce_coalesced", t);
+  for (const auto& t : tensors) check_tensor("allreduce_coalesced", t);
   for (const auto& t : tensors)
     GW_CHECK(t.dtype() == tensors[0].dtype(), InvalidArgumentError,
              "[allreduce_coalesced] every tensor must be ", dtype_name(tensors[0].dtype()),
@@ -352,8 +321,8 @@ WorkPtr ProcessGroupGloo::allreduce_coalesced(std::vector<Tensor>& tensors, Allr
 }
 
 WorkPtr ProcessGroupGloo::broadcast(Tensor& tensor, BroadcastOptions o) {
-  check_dense("broadcast", tensor);
-  check_rank("broadcast", o.root, size(), "root");
+  check_tensor("broadcast", tensor);
+  check_rank("broadcast", o.root, "root");
   return impl_->enqueue("broadcast", o.timeout, [this, t = tensor, root = o.root](
                                                      uint32_t tag, Milliseconds to) {
     if (t.nbytes() == 0) return;
@@ -367,8 +336,8 @@ WorkPtr ProcessGroupGloo::broadcast(Tensor& tensor, BroadcastOptions o) {
 }
 
 WorkPtr ProcessGroupGloo::reduce(Tensor& tensor, ReduceOptions o) {
-  check_dense("reduce", tensor);
-  check_rank("reduce", o.root, size(), "root");
+  check_tensor("reduce", tensor);
+  check_rank("reduce", o.root, "root");
   GW_CHECK(tensor.dtype() != DType::Float16, InvalidArgumentError,
            "[reduce] float16 tensors are reduced with allreduce only");
   check_reducible("reduce", tensor, o.op);
@@ -392,8 +361,8 @@ WorkPtr ProcessGroupGloo::reduce(Tensor& tensor, ReduceOptions o) {
 
 WorkPtr ProcessGroupGloo::allgather(std::vector<Tensor>& outputs, const Tensor& input,
                                     CollectiveOptions o) {
-  check_dense("allgather", input, "input");
-  check_count("allgather", outputs.size(), size(), "outputs");
+  check_tensor("allgather", input, "input");
+  check_count("allgather", outputs.size(), "outputs");
   for (const auto& t : outputs) check_like("allgather", t, input, "output");
   Tensor flat = empty({input.numel() * size()}, TensorOptions().with_dtype(input.dtype()));
   return impl_->enqueue("allgather", o.timeout, [this, flat, input, outputs](
@@ -411,11 +380,11 @@ WorkPtr ProcessGroupGloo::allgather(std::vector<Tensor>& outputs, const Tensor& 
 
 WorkPtr ProcessGroupGloo::gather(std::vector<Tensor>& outputs, const Tensor& input,
                                  GatherOptions o) {
-  check_dense("gather", input, "input");
-  check_rank("gather", o.root, size(), "root");
+  check_tensor("gather", input, "input");
+  check_rank("gather", o.root, "root");
   const bool root = rank() == o.root;
   if (root) {
-    check_count("gather", outputs.size(), size(), "outputs on the root");
+    check_count("gather", outputs.size(), "outputs on the root");
     for (const auto& t : outputs) check_like("gather", t, input, "output");
   } else {
     GW_CHECK(outputs.empty(), InvalidArgumentError, "[gather] only the root (rank ", o.root,
@@ -439,11 +408,11 @@ WorkPtr ProcessGroupGloo::gather(std::vector<Tensor>& outputs, const Tensor& inp
 
 WorkPtr ProcessGroupGloo::scatter(Tensor& output, const std::vector<Tensor>& inputs,
                                   ScatterOptions o) {
-  check_dense("scatter", output, "output");
-  check_rank("scatter", o.root, size(), "root");
+  check_tensor("scatter", output, "output");
+  check_rank("scatter", o.root, "root");
   const bool root = rank() == o.root;
   if (root) {
-    check_count("scatter", inputs.size(), size(), "inputs on the root");
+    check_count("scatter", inputs.size(), "inputs on the root");
     for (const auto& t : inputs) check_like("scatter", t, output, "input");
   } else {
     GW_CHECK(inputs.empty(), InvalidArgumentError, "[scatter] only the root (rank ", o.root,
@@ -466,8 +435,8 @@ WorkPtr ProcessGroupGloo::scatter(Tensor& output, const std::vector<Tensor>& inp
 
 WorkPtr ProcessGroupGloo::reduce_scatter(Tensor& output, const std::vector<Tensor>& inputs,
                                          CollectiveOptions o) {
-  check_dense("reduce_scatter", output, "output");
-  check_count("reduce_scatter", inputs.size(), size(), "inputs");
+  check_tensor("reduce_scatter", output, "output");
+  check_count("reduce_scatter", inputs.size(), "inputs");
   for (const auto& t : inputs) check_like("reduce_scatter", t, output, "input");
   check_reducible("reduce_scatter", output, o.op);
   // Gloo has no reduce-scatter for these buffers: an allreduce of all inputs, keeping ours.
@@ -482,8 +451,8 @@ WorkPtr ProcessGroupGloo::reduce_scatter(Tensor& output, const std::vector<Tenso
 
 WorkPtr ProcessGroupGloo::alltoall(std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                                    CollectiveOptions o) {
-  check_count("alltoall", inputs.size(), size(), "inputs");
-  check_count("alltoall", outputs.size(), size(), "outputs");
+  check_count("alltoall", inputs.size(), "inputs");
+  check_count("alltoall", outputs.size(), "outputs");
   for (const auto& t : inputs) check_like("alltoall", t, inputs[0], "input");
   for (const auto& t : outputs) check_like("alltoall", t, inputs[0], "output");
   Tensor in = concat(inputs);
@@ -542,8 +511,8 @@ WorkPtr ProcessGroupGloo::Impl::p2p(const char* op, int peer, int tag, Milliseco
 }
 
 WorkPtr ProcessGroupGloo::send(const Tensor& tensor, int dst, int tag, CollectiveOptions o) {
-  check_dense("send", tensor);
-  check_rank("send", dst, size(), "destination");
+  check_tensor("send", tensor);
+  check_rank("send", dst, "destination");
   GW_CHECK(dst != rank(), InvalidArgumentError, "[send] rank ", rank(), " cannot send to itself");
   GW_CHECK(tag >= 0, InvalidArgumentError, "[send] tag must be >= 0, got ", tag);
   auto buf = std::shared_ptr<gloo::transport::UnboundBuffer>(
@@ -555,8 +524,8 @@ WorkPtr ProcessGroupGloo::send(const Tensor& tensor, int dst, int tag, Collectiv
 }
 
 WorkPtr ProcessGroupGloo::recv(Tensor& tensor, int src, int tag, CollectiveOptions o) {
-  check_dense("recv", tensor);
-  check_rank("recv", src, size(), "source");
+  check_tensor("recv", tensor);
+  check_rank("recv", src, "source");
   GW_CHECK(src != rank(), InvalidArgumentError, "[recv] rank ", rank(),
            " cannot receive from itself");
   GW_CHECK(tag >= 0, InvalidArgumentError, "[recv] tag must be >= 0, got ", tag);

@@ -57,22 +57,6 @@ ncclRedOp_t nccl_op(ReduceOp op, const Tensor& t, const char* name) {
   throw InvalidArgumentError(gw::detail::str("[", name, "] unknown reduce op"));
 }
 
-void check_rank(const char* op, int r, int size, const char* what) {
-  GW_CHECK(r >= 0 && r < size, InvalidArgumentError, "[", op, "] ", what, " ", r,
-           " is outside [0, ", size, ")");
-}
-
-void check_count(const char* op, size_t got, int want, const char* what) {
-  GW_CHECK(got == static_cast<size_t>(want), InvalidArgumentError, "[", op, "] needs ", want,
-           " ", what, " (one per rank), got ", got);
-}
-
-void check_like(const char* op, const Tensor& t, const Tensor& like, const char* what) {
-  GW_CHECK(t.dtype() == like.dtype() && t.numel() == like.numel(), InvalidArgumentError, "[",
-           op, "] every ", what, " must have ", like.numel(), " elements of ",
-           dtype_name(like.dtype()), "; got ", t.numel(), " of ", dtype_name(t.dtype()));
-}
-
 size_t count_of(const Tensor& t) { return static_cast<size_t>(t.numel()); }
 
 int default_device(int rank) {
@@ -141,23 +125,11 @@ struct ProcessGroupNCCL::Impl {
   std::thread watchdog;
 
   Milliseconds timeout_of(Milliseconds t) const { return t.count() > 0 ? t : options.timeout; }
-  void check_tensor(const char* op, const Tensor& t, const char* what = "tensor") const;
   WorkPtr launch(const char* op, Milliseconds timeout, std::vector<Tensor> keep, Body body);
   void watch();
   // Aborts the communicator and fails everything pending with `error` (called with `lock`).
   void fail_all(std::unique_lock<std::mutex>& lock, std::exception_ptr error);
 };
-
-void ProcessGroupNCCL::Impl::check_tensor(const char* op, const Tensor& t,
-                                          const char* what) const {
-  GW_CHECK(t.defined(), InvalidArgumentError, "[", op, "] the ", what, " is undefined");
-  GW_CHECK(t.device() == cuda_device(device), InvalidArgumentError, "[", op,
-           "] the nccl group of rank ", rank, " takes tensors on cuda:", device, "; the ", what,
-           " is on ", t.device().str());
-  GW_CHECK(t.is_contiguous(), InvalidArgumentError, "[", op, "] the ", what,
-           " must be contiguous; got shape ", shape_str(t.sizes()), " with strides ",
-           shape_str(t.strides()));
-}
 
 WorkPtr ProcessGroupNCCL::Impl::launch(const char* op, Milliseconds timeout,
                                        std::vector<Tensor> keep, Body body) {
@@ -287,12 +259,7 @@ void ProcessGroupNCCL::Impl::watch() {
 ProcessGroupNCCL::ProcessGroupNCCL(std::shared_ptr<Store> store, int rank, int size,
                                    NcclOptions options)
     : ProcessGroup(rank, size), impl_(std::make_unique<Impl>()) {
-  GW_CHECK(store, InvalidArgumentError, "[ProcessGroupNCCL] no store given");
-  GW_CHECK(size > 0 && rank >= 0 && rank < size, InvalidArgumentError,
-           "[ProcessGroupNCCL] rank ", rank, " is outside [0, world_size=", size, ")");
-  GW_CHECK(options.timeout.count() > 0, InvalidArgumentError,
-           "[ProcessGroupNCCL] the timeout must be positive, got ", options.timeout.count(),
-           " ms");
+  check_group_args("ProcessGroupNCCL", store != nullptr, rank, size, options.timeout);
   Impl& m = *impl_;
   m.rank = rank;
   m.size = size;
@@ -356,7 +323,7 @@ ProcessGroupNCCL::~ProcessGroupNCCL() {
 Device ProcessGroupNCCL::device() const { return cuda_device(impl_->device); }
 
 WorkPtr ProcessGroupNCCL::allreduce(Tensor& tensor, AllreduceOptions o) {
-  impl_->check_tensor("allreduce", tensor);
+  check_tensor("allreduce", tensor);
   const ncclRedOp_t op = nccl_op(o.op, tensor, "allreduce");
   const ncclDataType_t type = nccl_type(tensor.dtype(), "allreduce");
   return impl_->launch("allreduce", o.timeout, {tensor}, [=](ncclComm_t c, cudaStream_t s) {
@@ -368,7 +335,7 @@ WorkPtr ProcessGroupNCCL::allreduce_coalesced(std::vector<Tensor>& tensors, Allr
   GW_CHECK(!tensors.empty(), InvalidArgumentError, "[allreduce_coalesced] no tensors given");
   std::vector<std::pair<ncclDataType_t, ncclRedOp_t>> kinds;
   for (const auto& t : tensors) {
-    impl_->check_tensor("allreduce_coalesced", t);
+    check_tensor("allreduce_coalesced", t);
     kinds.emplace_back(nccl_type(t.dtype(), "allreduce_coalesced"),
                        nccl_op(o.op, t, "allreduce_coalesced"));
   }
@@ -384,8 +351,8 @@ WorkPtr ProcessGroupNCCL::allreduce_coalesced(std::vector<Tensor>& tensors, Allr
 }
 
 WorkPtr ProcessGroupNCCL::broadcast(Tensor& tensor, BroadcastOptions o) {
-  impl_->check_tensor("broadcast", tensor);
-  check_rank("broadcast", o.root, size(), "root");
+  check_tensor("broadcast", tensor);
+  check_rank("broadcast", o.root, "root");
   const ncclDataType_t type = nccl_type(tensor.dtype(), "broadcast");
   return impl_->launch("broadcast", o.timeout, {tensor}, [=](ncclComm_t c, cudaStream_t s) {
     return ncclBroadcast(tensor.raw_data(), tensor.raw_data(), count_of(tensor), type, o.root, c,
@@ -394,8 +361,8 @@ WorkPtr ProcessGroupNCCL::broadcast(Tensor& tensor, BroadcastOptions o) {
 }
 
 WorkPtr ProcessGroupNCCL::reduce(Tensor& tensor, ReduceOptions o) {
-  impl_->check_tensor("reduce", tensor);
-  check_rank("reduce", o.root, size(), "root");
+  check_tensor("reduce", tensor);
+  check_rank("reduce", o.root, "root");
   const ncclRedOp_t op = nccl_op(o.op, tensor, "reduce");
   const ncclDataType_t type = nccl_type(tensor.dtype(), "reduce");
   // The receive buffer matters on the root only: the other ranks keep their values.
@@ -407,12 +374,9 @@ WorkPtr ProcessGroupNCCL::reduce(Tensor& tensor, ReduceOptions o) {
 
 WorkPtr ProcessGroupNCCL::allgather(std::vector<Tensor>& outputs, const Tensor& input,
                                     CollectiveOptions o) {
-  impl_->check_tensor("allgather", input, "input");
-  check_count("allgather", outputs.size(), size(), "outputs");
-  for (const auto& t : outputs) {
-    impl_->check_tensor("allgather", t, "output");
-    check_like("allgather", t, input, "output");
-  }
+  check_tensor("allgather", input, "input");
+  check_count("allgather", outputs.size(), "outputs");
+  for (const auto& t : outputs) check_like("allgather", t, input, "output");
   const ncclDataType_t type = nccl_type(input.dtype(), "allgather");
   Tensor flat = empty({input.numel() * size()},
                       TensorOptions().with_dtype(input.dtype()).with_device(input.device()));
@@ -446,15 +410,12 @@ ncclResult_t copy_async(const Tensor& dst, const Tensor& src, cudaStream_t s) {
 
 WorkPtr ProcessGroupNCCL::gather(std::vector<Tensor>& outputs, const Tensor& input,
                                  GatherOptions o) {
-  impl_->check_tensor("gather", input, "input");
-  check_rank("gather", o.root, size(), "root");
+  check_tensor("gather", input, "input");
+  check_rank("gather", o.root, "root");
   const bool root = rank() == o.root;
   if (root) {
-    check_count("gather", outputs.size(), size(), "outputs on the root");
-    for (const auto& t : outputs) {
-      impl_->check_tensor("gather", t, "output");
-      check_like("gather", t, input, "output");
-    }
+    check_count("gather", outputs.size(), "outputs on the root");
+    for (const auto& t : outputs) check_like("gather", t, input, "output");
   } else {
     GW_CHECK(outputs.empty(), InvalidArgumentError, "[gather] only the root (rank ", o.root,
              ") takes outputs; rank ", rank(), " got ", outputs.size());
@@ -478,15 +439,12 @@ WorkPtr ProcessGroupNCCL::gather(std::vector<Tensor>& outputs, const Tensor& inp
 
 WorkPtr ProcessGroupNCCL::scatter(Tensor& output, const std::vector<Tensor>& inputs,
                                   ScatterOptions o) {
-  impl_->check_tensor("scatter", output, "output");
-  check_rank("scatter", o.root, size(), "root");
+  check_tensor("scatter", output, "output");
+  check_rank("scatter", o.root, "root");
   const bool root = rank() == o.root;
   if (root) {
-    check_count("scatter", inputs.size(), size(), "inputs on the root");
-    for (const auto& t : inputs) {
-      impl_->check_tensor("scatter", t, "input");
-      check_like("scatter", t, output, "input");
-    }
+    check_count("scatter", inputs.size(), "inputs on the root");
+    for (const auto& t : inputs) check_like("scatter", t, output, "input");
   } else {
     GW_CHECK(inputs.empty(), InvalidArgumentError, "[scatter] only the root (rank ", o.root,
              ") takes inputs; rank ", rank(), " got ", inputs.size());
@@ -510,12 +468,9 @@ WorkPtr ProcessGroupNCCL::scatter(Tensor& output, const std::vector<Tensor>& inp
 
 WorkPtr ProcessGroupNCCL::reduce_scatter(Tensor& output, const std::vector<Tensor>& inputs,
                                          CollectiveOptions o) {
-  impl_->check_tensor("reduce_scatter", output, "output");
-  check_count("reduce_scatter", inputs.size(), size(), "inputs");
-  for (const auto& t : inputs) {
-    impl_->check_tensor("reduce_scatter", t, "input");
-    check_like("reduce_scatter", t, output, "input");
-  }
+  check_tensor("reduce_scatter", output, "output");
+  check_count("reduce_scatter", inputs.size(), "inputs");
+  for (const auto& t : inputs) check_like("reduce_scatter", t, output, "input");
   const ncclRedOp_t op = nccl_op(o.op, output, "reduce_scatter");
   const ncclDataType_t type = nccl_type(output.dtype(), "reduce_scatter");
   std::vector<Tensor> flat_parts;
@@ -530,16 +485,10 @@ WorkPtr ProcessGroupNCCL::reduce_scatter(Tensor& output, const std::vector<Tenso
 
 WorkPtr ProcessGroupNCCL::alltoall(std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                                    CollectiveOptions o) {
-  check_count("alltoall", inputs.size(), size(), "inputs");
-  check_count("alltoall", outputs.size(), size(), "outputs");
-  for (const auto& t : inputs) {
-    impl_->check_tensor("alltoall", t, "input");
-    check_like("alltoall", t, inputs[0], "input");
-  }
-  for (const auto& t : outputs) {
-    impl_->check_tensor("alltoall", t, "output");
-    check_like("alltoall", t, inputs[0], "output");
-  }
+  check_count("alltoall", inputs.size(), "inputs");
+  check_count("alltoall", outputs.size(), "outputs");
+  for (const auto& t : inputs) check_like("alltoall", t, inputs[0], "input");
+  for (const auto& t : outputs) check_like("alltoall", t, inputs[0], "output");
   const ncclDataType_t type = nccl_type(inputs[0].dtype(), "alltoall");
   std::vector<Tensor> keep = inputs;
   keep.insert(keep.end(), outputs.begin(), outputs.end());
@@ -567,8 +516,8 @@ WorkPtr ProcessGroupNCCL::barrier(CollectiveOptions o) {
 }
 
 WorkPtr ProcessGroupNCCL::send(const Tensor& tensor, int dst, int tag, CollectiveOptions o) {
-  impl_->check_tensor("send", tensor);
-  check_rank("send", dst, size(), "destination");
+  check_tensor("send", tensor);
+  check_rank("send", dst, "destination");
   GW_CHECK(dst != rank(), InvalidArgumentError, "[send] rank ", rank(), " cannot send to itself");
   GW_CHECK(tag >= 0, InvalidArgumentError, "[send] tag must be >= 0, got ", tag);
   const ncclDataType_t type = nccl_type(tensor.dtype(), "send");
@@ -578,8 +527,8 @@ WorkPtr ProcessGroupNCCL::send(const Tensor& tensor, int dst, int tag, Collectiv
 }
 
 WorkPtr ProcessGroupNCCL::recv(Tensor& tensor, int src, int tag, CollectiveOptions o) {
-  impl_->check_tensor("recv", tensor);
-  check_rank("recv", src, size(), "source");
+  check_tensor("recv", tensor);
+  check_rank("recv", src, "source");
   GW_CHECK(src != rank(), InvalidArgumentError, "[recv] rank ", rank(),
            " cannot receive from itself");
   GW_CHECK(tag >= 0, InvalidArgumentError, "[recv] tag must be >= 0, got ", tag);
