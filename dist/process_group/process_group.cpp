@@ -57,6 +57,18 @@ void ProcessGroup::check_rank(const char* op, int r, const char* what) const {
            " is outside [0, ", size(), ")");
 }
 
+void ProcessGroup::check_root_parts(const char* op, const std::vector<Tensor>& parts,
+                                    const Tensor& like, int root, const char* what) const {
+  check_rank(op, root, "root");
+  if (rank() == root) {
+    check_count(op, parts.size(), (std::string(what) + " on the root").c_str());
+    for (const auto& t : parts) check_like(op, t, like, what);
+  } else {
+    GW_CHECK(parts.empty(), InvalidArgumentError, "[", op, "] only the root (rank ", root,
+             ") takes ", what, "; rank ", rank(), " got ", parts.size());
+  }
+}
+
 void ProcessGroup::check_group_args(const char* who, bool has_store, int rank, int size,
                                     Milliseconds timeout) {
   GW_CHECK(has_store, InvalidArgumentError, "[", who, "] no store given");

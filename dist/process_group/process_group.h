@@ -82,6 +82,9 @@ class ProcessGroup {
   void check_like(const char* op, const Tensor& t, const Tensor& like, const char* what) const;
   void check_count(const char* op, size_t got, const char* what) const;  // one per rank
   void check_rank(const char* op, int r, const char* what) const;        // in [0, size())
+  // gather's outputs / scatter's inputs: one per rank like `like` on the root, none elsewhere.
+  void check_root_parts(const char* op, const std::vector<Tensor>& parts, const Tensor& like,
+                        int root, const char* what) const;
   // A backend constructor's own arguments.
   static void check_group_args(const char* who, bool has_store, int rank, int size,
                                Milliseconds timeout);

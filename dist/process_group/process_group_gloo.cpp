@@ -381,15 +381,8 @@ WorkPtr ProcessGroupGloo::allgather(std::vector<Tensor>& outputs, const Tensor& 
 WorkPtr ProcessGroupGloo::gather(std::vector<Tensor>& outputs, const Tensor& input,
                                  GatherOptions o) {
   check_tensor("gather", input, "input");
-  check_rank("gather", o.root, "root");
+  check_root_parts("gather", outputs, input, o.root, "outputs");
   const bool root = rank() == o.root;
-  if (root) {
-    check_count("gather", outputs.size(), "outputs on the root");
-    for (const auto& t : outputs) check_like("gather", t, input, "output");
-  } else {
-    GW_CHECK(outputs.empty(), InvalidArgumentError, "[gather] only the root (rank ", o.root,
-             ") takes outputs; rank ", rank(), " got ", outputs.size());
-  }
   Tensor flat = root ? empty({input.numel() * size()}, TensorOptions().with_dtype(input.dtype()))
                      : Tensor();
   return impl_->enqueue("gather", o.timeout, [this, flat, input, outputs, root, r = o.root](
@@ -409,15 +402,7 @@ WorkPtr ProcessGroupGloo::gather(std::vector<Tensor>& outputs, const Tensor& inp
 WorkPtr ProcessGroupGloo::scatter(Tensor& output, const std::vector<Tensor>& inputs,
                                   ScatterOptions o) {
   check_tensor("scatter", output, "output");
-  check_rank("scatter", o.root, "root");
-  const bool root = rank() == o.root;
-  if (root) {
-    check_count("scatter", inputs.size(), "inputs on the root");
-    for (const auto& t : inputs) check_like("scatter", t, output, "input");
-  } else {
-    GW_CHECK(inputs.empty(), InvalidArgumentError, "[scatter] only the root (rank ", o.root,
-             ") takes inputs; rank ", rank(), " got ", inputs.size());
-  }
+  check_root_parts("scatter", inputs, output, o.root, "inputs");
   return impl_->enqueue("scatter", o.timeout, [this, output, inputs, r = o.root](
                                                    uint32_t tag, Milliseconds to) {
     if (output.nbytes() == 0) return;

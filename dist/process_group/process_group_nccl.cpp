@@ -411,15 +411,8 @@ ncclResult_t copy_async(const Tensor& dst, const Tensor& src, cudaStream_t s) {
 WorkPtr ProcessGroupNCCL::gather(std::vector<Tensor>& outputs, const Tensor& input,
                                  GatherOptions o) {
   check_tensor("gather", input, "input");
-  check_rank("gather", o.root, "root");
+  check_root_parts("gather", outputs, input, o.root, "outputs");
   const bool root = rank() == o.root;
-  if (root) {
-    check_count("gather", outputs.size(), "outputs on the root");
-    for (const auto& t : outputs) check_like("gather", t, input, "output");
-  } else {
-    GW_CHECK(outputs.empty(), InvalidArgumentError, "[gather] only the root (rank ", o.root,
-             ") takes outputs; rank ", rank(), " got ", outputs.size());
-  }
   const ncclDataType_t type = nccl_type(input.dtype(), "gather");
   std::vector<Tensor> keep = outputs;
   keep.push_back(input);
@@ -440,15 +433,8 @@ WorkPtr ProcessGroupNCCL::gather(std::vector<Tensor>& outputs, const Tensor& inp
 WorkPtr ProcessGroupNCCL::scatter(Tensor& output, const std::vector<Tensor>& inputs,
                                   ScatterOptions o) {
   check_tensor("scatter", output, "output");
-  check_rank("scatter", o.root, "root");
+  check_root_parts("scatter", inputs, output, o.root, "inputs");
   const bool root = rank() == o.root;
-  if (root) {
-    check_count("scatter", inputs.size(), "inputs on the root");
-    for (const auto& t : inputs) check_like("scatter", t, output, "input");
-  } else {
-    GW_CHECK(inputs.empty(), InvalidArgumentError, "[scatter] only the root (rank ", o.root,
-             ") takes inputs; rank ", rank(), " got ", inputs.size());
-  }
   const ncclDataType_t type = nccl_type(output.dtype(), "scatter");
   std::vector<Tensor> keep = inputs;
   keep.push_back(output);

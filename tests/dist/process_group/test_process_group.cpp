@@ -38,6 +38,8 @@ TEST_CASE("collectives reject bad arguments with clear errors", "[process_group]
     EXPECT_THROWS(c, std::exception, pg.allgather(one, t), "needs 2 outputs");
     std::vector<Tensor> wrong{empty({5}, kInt64), empty({4}, kInt64)};
     EXPECT_THROWS(c, std::exception, pg.allgather(wrong, t), "5 elements of int64; got 4");
+    EXPECT_THROWS(c, InvalidArgumentError, pg.gather(one, t, {.root = 1 - pg.rank()}),
+                  "only the root (rank", "takes outputs");
     Tensor strided = zeros({4, 4}).t();
     EXPECT_THROWS(c, std::exception, pg.allreduce(strided), "must be contiguous");
     EXPECT_THROWS(c, InvalidArgumentError, pg.send(t, pg.rank()), "cannot send to itself");
