@@ -233,8 +233,10 @@ void CpuBackend::where(const Tensor& cond, const Tensor& a, const Tensor& b, con
 void CpuBackend::clamp(const Tensor& in, std::optional<Scalar> lo, std::optional<Scalar> hi,
                        const Tensor& out) {
   dispatch<NumericTypes>(in.dtype(), "clamp", [&]<typename T>() {
-    const T l = lo ? lo->to<T>() : std::numeric_limits<T>::lowest();
-    const T h = hi ? hi->to<T>() : std::numeric_limits<T>::max();
+    // A missing bound is no bound at all: infinities stay infinite, as in PyTorch.
+    using Limits = std::numeric_limits<T>;
+    const T l = lo ? lo->to<T>() : Limits::has_infinity ? -Limits::infinity() : Limits::lowest();
+    const T h = hi ? hi->to<T>() : Limits::has_infinity ? Limits::infinity() : Limits::max();
     map_unary<T, T>(in, out, [l, h](T x) {
       if constexpr (std::is_floating_point_v<T>) {
         if (std::isnan(x)) return x;

@@ -171,6 +171,10 @@ TEST_CASE("clamp keeps NaN and applies each bound", "[core][elementwise][nan]") 
   CHECK(hi[0] == -5.0);
   CHECK(hi[3] == 0.0);
   CHECK(std::isnan(hi[4]));
+  // The missing bound does not turn infinities into finite extremes.
+  Tensor inf = gw::from_vector<float>({-INFINITY, INFINITY});
+  CHECK(gw::clamp(inf, std::nullopt, 0.0).to_vector<float>()[0] == -INFINITY);
+  CHECK(gw::clamp(inf, 0.0, std::nullopt).to_vector<float>()[1] == INFINITY);
 }
 
 TEST_CASE("clamp promotes integers with fractional bounds", "[core][elementwise]") {
