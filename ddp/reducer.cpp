@@ -14,6 +14,18 @@ bool same_memory(const Tensor& a, const Tensor& b) {
   return a.storage() == b.storage() && a.storage_offset() == b.storage_offset() &&
          a.strides() == b.strides();
 }
+
+// Waits for a reduction still running and drops it; its error, if any, ended the iteration
+// already (or would be a second one).
+template <typename T>
+void finish_quietly(std::optional<Future<T>>& f) {
+  if (!f) return;
+  try {
+    f->wait();
+  } catch (...) {
+  }
+  f.reset();
+}
 }  // namespace
 
 namespace hooks {
@@ -165,15 +177,9 @@ void Reducer::on_gradient(size_t index) {
 }
 
 void Reducer::reset_iteration() {
+  // After a failure, reductions still running must not write into the next iteration.
   for (auto& b : buckets_) {
-    // After a failure, reductions still running must not write into the next iteration.
-    if (b.reduced) {
-      try {
-        b.reduced->wait();
-      } catch (...) {  // the failure that ended the iteration, or another one
-      }
-    }
-    b.reduced.reset();
+    finish_quietly(b.reduced);
     b.pending = b.params.size();
   }
   ready_order_.clear();
@@ -181,14 +187,8 @@ void Reducer::reset_iteration() {
   ready_count_ = 0;
   next_to_launch_ = 0;
   unused_.clear();
-  if (used_reduced_) {
-    try {
-      used_reduced_->wait();
-    } catch (...) {
-    }
-  }
+  finish_quietly(used_reduced_);
   used_map_ = Tensor();
-  used_reduced_.reset();
   used_since_sync_.assign(params_.size(), false);
 }
 

@@ -8,7 +8,7 @@
 #include "tests/rpc/group.h"
 #include "tests/rpc/test_functions.h"
 #ifdef GW_HAVE_CUDA
-#include "cuda/device.h"
+#include "tests/cuda/cuda_test_util.h"
 #endif
 
 using namespace gw;
@@ -43,10 +43,7 @@ TEST_CASE("a CUDA tensor without a device map toward the callee is refused", "[r
 #ifdef GW_HAVE_CUDA
 TEST_CASE("CUDA tensors go to the mapped device and come back on the inverse map",
           "[rpc][cuda]") {
-  if (!cuda::is_available()) {
-    WARN("skipped: no CUDA device (" << cuda::no_device_reason() << ")");
-    return;
-  }
+  GW_REQUIRE_CUDA_DEVICE();
   RpcBackendOptions o = Group::small_options();
   o.set_device_map("worker1", {{0, 0}});
   Group g(2, o);

@@ -14,7 +14,7 @@
 #include "tests/dist/autograd/dist_functions.h"
 #include "tests/rpc/group.h"
 #ifdef GW_HAVE_CUDA
-#include "cuda/device.h"
+#include "tests/cuda/cuda_test_util.h"
 #endif
 
 using namespace gw;
@@ -140,10 +140,7 @@ TEST_CASE("RRef::backward runs backward on the owner", "[rref_backward]") {
 #ifdef GW_HAVE_CUDA
 TEST_CASE("CUDA tensors through distributed autograd and the distributed optimizer",
           "[dist_autograd][cuda]") {
-  if (!cuda::is_available()) {
-    WARN("skipped: no CUDA device (" << cuda::no_device_reason() << ")");
-    return;
-  }
+  GW_REQUIRE_CUDA_DEVICE();
   const Device gpu = cuda_device(0);
   rpc::RpcBackendOptions o = Group::small_options();
   o.set_device_map("worker1", {{0, 0}});
