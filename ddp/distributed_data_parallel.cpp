@@ -23,10 +23,11 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   for (auto& [name, p] : module_->named_parameters()) {
     if (!p.requires_grad()) continue;
     params.push_back(p);
-    names.push_back("parameter " + name);
+    names.push_back(name);
   }
-  group_->check_same_shapes(params, names, "DistributedDataParallel");  // on every rank first
-  for (auto& n : names) n.erase(0, std::string("parameter ").size());
+  std::vector<std::string> described;  // "parameter fc1.weight" in shape errors
+  for (const auto& n : names) described.push_back("parameter " + n);
+  group_->check_same_shapes(params, described, "DistributedDataParallel");  // every rank first
   for (size_t i = 0; i < params.size(); ++i) {
     GW_CHECK(params[i].dtype() == kFloat32 || params[i].dtype() == kFloat64,
              InvalidArgumentError, "[DistributedDataParallel] parameter ", names[i], " is ",

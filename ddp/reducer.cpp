@@ -111,7 +111,7 @@ void Reducer::install_hooks() {
 
 void Reducer::set_comm_hook(CommHook hook) {
   GW_CHECK(hook, InvalidArgumentError, "[register_comm_hook] the hook is empty");
-  GW_CHECK(!started_, StateError,
+  GW_CHECK(launched_ == 0, StateError,  // the hook is fixed once a bucket was reduced
            "[register_comm_hook] register the hook before the first backward pass");
   hook_ = std::move(hook);
 }
@@ -222,7 +222,6 @@ void Reducer::launch_ready_buckets() {
     Bucket& b = buckets_[index];
     GradBucket view{index, b.flat, {}, index + 1 == buckets_.size()};
     for (size_t i : b.params) view.parameters.push_back(params_[i]);
-    started_ = true;
     b.reduced = hook_(*group_, view);
     ++launched_;
     if (ready_count_ < params_.size()) ++launched_early_;

@@ -3,8 +3,9 @@
 // Parameters are assigned to buckets in reverse parameters() order (roughly the order their
 // gradients become ready in backward), the first bucket capped at 1 MiB so that communication
 // starts early, the others at bucket_cap_mb; after the first iteration the buckets are rebuilt
-// in the order the gradients actually became ready (rank 0's, so that all ranks agree). A post-accumulate hook on each parameter copies its
-// gradient into its bucket and marks it ready; a bucket whose parameters are all ready is
+// in the order the gradients actually became ready (rank 0's, so that all ranks agree). A
+// post-accumulate hook on each parameter copies its gradient into its bucket and marks it
+// ready; a bucket whose parameters are all ready is
 // averaged across ranks with an asynchronous allreduce, always in bucket-index order, so that
 // every rank issues the same collectives in the same order while the rest of backward runs.
 // When the last parameter is ready, the hook waits for every bucket and writes the averaged
@@ -121,7 +122,6 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   Tensor used_map_;             // int32 by parameter, summed across ranks by the first hook
   std::optional<Future<void>> used_reduced_;
   CommHook hook_ = hooks::allreduce();
-  bool started_ = false;  // a bucket was reduced once: the hook is fixed from then on
   int64_t launched_ = 0, launched_early_ = 0;
 };
 

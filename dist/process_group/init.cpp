@@ -15,7 +15,6 @@ struct Default {
   std::mutex mu;
   std::shared_ptr<ProcessGroup> group;
   std::shared_ptr<Store> store;
-  std::string backend;
   int groups_made = 0;  // names each new_group's part of the store
 };
 Default& state() {
@@ -82,7 +81,6 @@ std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend,
   std::lock_guard lock(s.mu);
   GW_CHECK(!s.group, StateError, "[init_process_group] the default process group exists already");
   s.store = std::move(store);
-  s.backend = backend;
   s.group = group;
   s.groups_made = 0;
   return group;
@@ -121,18 +119,17 @@ std::shared_ptr<ProcessGroup> new_group(std::vector<int> ranks, Milliseconds tim
            "[new_group] rank ", ranks.front() < 0 ? ranks.front() : ranks.back(),
            " is outside [0, ", world->size(), ")");
   std::shared_ptr<Store> store;
-  std::string backend;
   int index;
   {
     auto& s = state();
     std::lock_guard lock(s.mu);
     store = s.store;
-    backend = s.backend;
     index = s.groups_made++;
   }
   auto me = std::find(ranks.begin(), ranks.end(), world->rank());
   if (me == ranks.end()) return nullptr;
-  return make_group(backend, std::make_shared<PrefixStore>("group" + std::to_string(index), store),
+  auto prefixed = std::make_shared<PrefixStore>("group" + std::to_string(index), store);
+  return make_group(world->backend(), std::move(prefixed),
                     static_cast<int>(me - ranks.begin()), static_cast<int>(ranks.size()), timeout);
 }
 

@@ -1,6 +1,7 @@
 #include "dist/process_group/process_group.h"
 
 #include <algorithm>
+#include <string_view>
 
 #include "core/ops.h"
 
@@ -55,6 +56,26 @@ void ProcessGroup::check_count(const char* op, size_t got, const char* what) con
 void ProcessGroup::check_rank(const char* op, int r, const char* what) const {
   GW_CHECK(r >= 0 && r < size(), InvalidArgumentError, "[", op, "] ", what, " ", r,
            " is outside [0, ", size(), ")");
+}
+
+void ProcessGroup::check_p2p(const char* op, const Tensor& t, int peer, int tag) const {
+  check_tensor(op, t);
+  const bool sending = std::string_view(op) == "send";
+  check_rank(op, peer, sending ? "destination" : "source");
+  GW_CHECK(peer != rank(), InvalidArgumentError, "[", op, "] rank ", rank(),
+           sending ? " cannot send to itself" : " cannot receive from itself");
+  GW_CHECK(tag >= 0, InvalidArgumentError, "[", op, "] tag must be >= 0, got ", tag);
+}
+
+Tensor ProcessGroup::concat(const std::vector<Tensor>& parts) {
+  std::vector<Tensor> flat;
+  for (const auto& p : parts) flat.push_back(p.reshape({-1}));
+  return cat(flat, 0);
+}
+
+void ProcessGroup::check_avg(const char* op, const Tensor& t, ReduceOp reduce) {
+  GW_CHECK(reduce != ReduceOp::AVG || t.is_floating_point(), InvalidArgumentError, "[", op,
+           "] AVG needs a floating point tensor, got ", dtype_name(t.dtype()));
 }
 
 void ProcessGroup::check_root_parts(const char* op, const std::vector<Tensor>& parts,

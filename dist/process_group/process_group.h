@@ -72,6 +72,10 @@ class ProcessGroup {
   void check_same_shapes(const std::vector<Tensor>& tensors, const std::vector<std::string>& names,
                          const std::string& what);
   void check_same_shape(const Tensor& tensor, const std::string& what);
+  // One contiguous buffer holding `parts` back to back, on their device.
+  static Tensor concat(const std::vector<Tensor>& parts);
+  // Throws naming `op` unless `reduce` suits `t` (AVG needs a floating point tensor).
+  static void check_avg(const char* op, const Tensor& t, ReduceOp reduce);
 
  protected:
   // Argument checks shared by the backends, made before anything is queued; each throws
@@ -82,6 +86,8 @@ class ProcessGroup {
   void check_like(const char* op, const Tensor& t, const Tensor& like, const char* what) const;
   void check_count(const char* op, size_t got, const char* what) const;  // one per rank
   void check_rank(const char* op, int r, const char* what) const;        // in [0, size())
+  // send/recv: the tensor, a peer other than this rank, a tag >= 0.
+  void check_p2p(const char* op, const Tensor& t, int peer, int tag) const;
   // gather's outputs / scatter's inputs: one per rank like `like` on the root, none elsewhere.
   void check_root_parts(const char* op, const std::vector<Tensor>& parts, const Tensor& like,
                         int root, const char* what) const;

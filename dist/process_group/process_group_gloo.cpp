@@ -86,12 +86,7 @@ GlooReduce reduce_function(ReduceOp op) {
 
 uint8_t* bytes_of(const Tensor& t) { return static_cast<uint8_t*>(t.raw_data()); }
 
-// One contiguous buffer holding `parts` back to back, and the way back.
-Tensor concat(const std::vector<Tensor>& parts) {
-  std::vector<Tensor> flat;
-  for (const auto& p : parts) flat.push_back(p.reshape({-1}));
-  return cat(flat, 0);
-}
+// The way back from concat (process_group.h).
 void split_into(const Tensor& flat, std::vector<Tensor>& parts) {
   size_t offset = 0;
   for (auto& p : parts) {
@@ -271,13 +266,9 @@ ProcessGroupGloo::~ProcessGroupGloo() {
   for (auto& w : impl_->p2p_threads) w.thread.join();
 }
 
-Milliseconds ProcessGroupGloo::timeout() const { return impl_->options.timeout; }
-
 // The checks every reducing collective makes before anything is queued.
 static void check_reducible(const char* name, const Tensor& t, ReduceOp op) {
-  if (op == ReduceOp::AVG)
-    GW_CHECK(t.is_floating_point(), InvalidArgumentError, "[", name,
-             "] AVG needs a floating point tensor, got ", dtype_name(t.dtype()));
+  ProcessGroupGloo::check_avg(name, t, op);
   dispatch_reduce(t.dtype(), op, name, []<typename T>() {});  // a supported dtype
 }
 
@@ -496,10 +487,7 @@ WorkPtr ProcessGroupGloo::Impl::p2p(const char* op, int peer, int tag, Milliseco
 }
 
 WorkPtr ProcessGroupGloo::send(const Tensor& tensor, int dst, int tag, CollectiveOptions o) {
-  check_tensor("send", tensor);
-  check_rank("send", dst, "destination");
-  GW_CHECK(dst != rank(), InvalidArgumentError, "[send] rank ", rank(), " cannot send to itself");
-  GW_CHECK(tag >= 0, InvalidArgumentError, "[send] tag must be >= 0, got ", tag);
+  check_p2p("send", tensor, dst, tag);
   auto buf = std::shared_ptr<gloo::transport::UnboundBuffer>(
       impl_->context->createUnboundBuffer(tensor.raw_data(), tensor.nbytes()));
   const uint64_t slot = kSendRecvSlot | static_cast<uint64_t>(tag);
@@ -509,11 +497,7 @@ WorkPtr ProcessGroupGloo::send(const Tensor& tensor, int dst, int tag, Collectiv
 }
 
 WorkPtr ProcessGroupGloo::recv(Tensor& tensor, int src, int tag, CollectiveOptions o) {
-  check_tensor("recv", tensor);
-  check_rank("recv", src, "source");
-  GW_CHECK(src != rank(), InvalidArgumentError, "[recv] rank ", rank(),
-           " cannot receive from itself");
-  GW_CHECK(tag >= 0, InvalidArgumentError, "[recv] tag must be >= 0, got ", tag);
+  check_p2p("recv", tensor, src, tag);
   auto buf = std::shared_ptr<gloo::transport::UnboundBuffer>(
       impl_->context->createUnboundBuffer(tensor.raw_data(), tensor.nbytes()));
   const uint64_t slot = kSendRecvSlot | static_cast<uint64_t>(tag);

@@ -31,7 +31,6 @@ class ProcessGroupGloo final : public ProcessGroup {
   ~ProcessGroupGloo() override;  // finishes what was queued
 
   std::string backend() const override { return "gloo"; }
-  Milliseconds timeout() const;
 
   WorkPtr allreduce(Tensor& tensor, AllreduceOptions options = {}) override;
   WorkPtr allreduce_coalesced(std::vector<Tensor>& tensors,

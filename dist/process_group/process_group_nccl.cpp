@@ -50,14 +50,21 @@ ncclRedOp_t nccl_op(ReduceOp op, const Tensor& t, const char* name) {
     case ReduceOp::MIN: return ncclMin;
     case ReduceOp::MAX: return ncclMax;
     case ReduceOp::AVG:
-      GW_CHECK(t.is_floating_point(), InvalidArgumentError, "[", name,
-               "] AVG needs a floating point tensor, got ", dtype_name(t.dtype()));
+      ProcessGroup::check_avg(name, t, op);
       return ncclAvg;
   }
   throw InvalidArgumentError(gw::detail::str("[", name, "] unknown reduce op"));
 }
 
 size_t count_of(const Tensor& t) { return static_cast<size_t>(t.numel()); }
+
+// A device-to-device copy on the group's stream, as an NCCL result for grouped calls.
+ncclResult_t copy_async(const Tensor& dst, const Tensor& src, cudaStream_t s) {
+  return cudaMemcpyAsync(dst.raw_data(), src.raw_data(), src.nbytes(), cudaMemcpyDeviceToDevice,
+                         s) == cudaSuccess
+             ? ncclSuccess
+             : ncclUnhandledCudaError;
+}
 
 int default_device(int rank) {
   const int count = cuda::device_count();
@@ -387,26 +394,15 @@ WorkPtr ProcessGroupNCCL::allgather(std::vector<Tensor>& outputs, const Tensor& 
                        [=](ncclComm_t c, cudaStream_t s) {
                          ncclResult_t r = ncclAllGather(input.raw_data(), flat.raw_data(),
                                                         count_of(input), type, c, s);
-                         if (r != ncclSuccess) return r;
-                         const size_t bytes = input.nbytes();
-                         for (size_t i = 0; i < outputs.size(); ++i)
-                           if (cudaMemcpyAsync(outputs[i].raw_data(),
-                                               static_cast<uint8_t*>(flat.raw_data()) + i * bytes,
-                                               bytes, cudaMemcpyDeviceToDevice, s) != cudaSuccess)
-                             return ncclUnhandledCudaError;
-                         return ncclSuccess;
+                         const int64_t n = input.numel();
+                         for (size_t i = 0; i < outputs.size() && r == ncclSuccess; ++i)
+                           r = copy_async(outputs[i],
+                                          flat.narrow(0, static_cast<int64_t>(i) * n, n), s);
+                         return r;
                        });
 }
 
 // gather, scatter and alltoall are grouped sends and receives, the copy to itself a memcpy.
-namespace {
-ncclResult_t copy_async(const Tensor& dst, const Tensor& src, cudaStream_t s) {
-  return cudaMemcpyAsync(dst.raw_data(), src.raw_data(), src.nbytes(), cudaMemcpyDeviceToDevice,
-                         s) == cudaSuccess
-             ? ncclSuccess
-             : ncclUnhandledCudaError;
-}
-}  // namespace
 
 WorkPtr ProcessGroupNCCL::gather(std::vector<Tensor>& outputs, const Tensor& input,
                                  GatherOptions o) {
@@ -459,9 +455,7 @@ WorkPtr ProcessGroupNCCL::reduce_scatter(Tensor& output, const std::vector<Tenso
   for (const auto& t : inputs) check_like("reduce_scatter", t, output, "input");
   const ncclRedOp_t op = nccl_op(o.op, output, "reduce_scatter");
   const ncclDataType_t type = nccl_type(output.dtype(), "reduce_scatter");
-  std::vector<Tensor> flat_parts;
-  for (const auto& t : inputs) flat_parts.push_back(t.reshape({-1}));
-  Tensor flat = cat(flat_parts, 0);  // on the caller's stream, before the group's waits for it
+  Tensor flat = concat(inputs);  // on the caller's stream, before the group's waits for it
   return impl_->launch("reduce_scatter", o.timeout, {flat, output},
                        [=](ncclComm_t c, cudaStream_t s) {
                          return ncclReduceScatter(flat.raw_data(), output.raw_data(),
@@ -502,10 +496,7 @@ WorkPtr ProcessGroupNCCL::barrier(CollectiveOptions o) {
 }
 
 WorkPtr ProcessGroupNCCL::send(const Tensor& tensor, int dst, int tag, CollectiveOptions o) {
-  check_tensor("send", tensor);
-  check_rank("send", dst, "destination");
-  GW_CHECK(dst != rank(), InvalidArgumentError, "[send] rank ", rank(), " cannot send to itself");
-  GW_CHECK(tag >= 0, InvalidArgumentError, "[send] tag must be >= 0, got ", tag);
+  check_p2p("send", tensor, dst, tag);
   const ncclDataType_t type = nccl_type(tensor.dtype(), "send");
   return impl_->launch("send", o.timeout, {tensor}, [=](ncclComm_t c, cudaStream_t s) {
     return ncclSend(tensor.raw_data(), count_of(tensor), type, dst, c, s);
@@ -513,11 +504,7 @@ WorkPtr ProcessGroupNCCL::send(const Tensor& tensor, int dst, int tag, Collectiv
 }
 
 WorkPtr ProcessGroupNCCL::recv(Tensor& tensor, int src, int tag, CollectiveOptions o) {
-  check_tensor("recv", tensor);
-  check_rank("recv", src, "source");
-  GW_CHECK(src != rank(), InvalidArgumentError, "[recv] rank ", rank(),
-           " cannot receive from itself");
-  GW_CHECK(tag >= 0, InvalidArgumentError, "[recv] tag must be >= 0, got ", tag);
+  check_p2p("recv", tensor, src, tag);
   const ncclDataType_t type = nccl_type(tensor.dtype(), "recv");
   return impl_->launch("recv", o.timeout, {tensor}, [=](ncclComm_t c, cudaStream_t s) {
     return ncclRecv(tensor.raw_data(), count_of(tensor), type, src, c, s);

@@ -24,6 +24,9 @@ std::shared_ptr<nn::Sequential> mlp(uint64_t seed) {
                                           std::make_shared<nn::Linear>(16, 4, true, gen));
 }
 
+// Rank r's rows of a global batch.
+Tensor shard(const Tensor& t, int r) { return t.narrow(0, r * kShard, kShard); }
+
 // The global batch of a step: every rank trains on rows [rank * kShard, (rank + 1) * kShard).
 std::pair<Tensor, Tensor> batch(int world, int step) {
   Generator gen(1000 + static_cast<uint64_t>(step));
@@ -42,16 +45,15 @@ bool same_grads(nn::Module& a, nn::Module& b) {
 }
 }  // namespace
 
-TEST_CASE("DDP gradients equal single-process gradients on the concatenated batch",
-          "[ddp]") {
+TEST_CASE("DDP gradients equal single-process gradients on the concatenated batch", "[ddp]") {
   for (int world : {2, 3})
     for (double cap_mb : {1e-4, 25.0}) {  // one bucket per parameter, or a single bucket
       INFO("world " << world << ", bucket cap " << cap_mb << " MB");
       run_ranks(world, [&](dist::ProcessGroupGloo& pg, Checks& c) {
         // Different initial weights per rank: DDP must start every replica from rank 0's.
-        ddp::DistributedDataParallel model(mlp(pg.rank() == 0 ? 7 : 100 + pg.rank()),
-                                           borrow(pg),
-                                           {.bucket_cap_mb = cap_mb, .first_bucket_cap_mb = cap_mb});
+        ddp::DistributedDataParallel model(
+            mlp(pg.rank() == 0 ? 7 : 100 + pg.rank()), borrow(pg),
+            {.bucket_cap_mb = cap_mb, .first_bucket_cap_mb = cap_mb});
         auto reference = mlp(7);
         optim::SGD opt(model.module()->parameters(), optim::SGD::options(0.1));
         optim::SGD ref_opt(reference->parameters(), optim::SGD::options(0.1));
@@ -59,8 +61,8 @@ TEST_CASE("DDP gradients equal single-process gradients on the concatenated batc
           auto [x, y] = batch(world, step);
           opt.zero_grad();
           ref_opt.zero_grad();
-          Tensor mine = x.narrow(0, pg.rank() * kShard, kShard);
-          Tensor my_y = y.narrow(0, pg.rank() * kShard, kShard);
+          Tensor mine = shard(x, pg.rank());
+          Tensor my_y = shard(y, pg.rank());
           nn::functional::cross_entropy(model.forward(mine), my_y).backward();
           nn::functional::cross_entropy(reference->forward(x), y).backward();
           EXPECT(c, same_grads(*model.module(), *reference));
@@ -94,13 +96,14 @@ TEST_CASE("no_sync accumulates locally; the next synced backward averages the su
     auto reference = mlp(3);
     auto [x1, y1] = batch(2, 1);
     auto [x2, y2] = batch(2, 2);
-    auto shard = [&](const Tensor& t) { return t.narrow(0, pg.rank() * kShard, kShard); };
     {
       auto guard = model.no_sync();
-      nn::functional::cross_entropy(model.forward(shard(x1)), shard(y1)).backward();
+      nn::functional::cross_entropy(model.forward(shard(x1, pg.rank())), shard(y1, pg.rank()))
+          .backward();
       EXPECT(c, model.reducer().launched() == 0);
     }
-    nn::functional::cross_entropy(model.forward(shard(x2)), shard(y2)).backward();
+    nn::functional::cross_entropy(model.forward(shard(x2, pg.rank())), shard(y2, pg.rank()))
+        .backward();
     nn::functional::cross_entropy(reference->forward(x1), y1).backward();
     nn::functional::cross_entropy(reference->forward(x2), y2).backward();
     EXPECT(c, same_grads(*model.module(), *reference));
@@ -114,10 +117,22 @@ TEST_CASE("a parameter without a gradient is reported by name at the next forwar
     auto [x, y] = batch(2, 0);
     // Only the first layer's output reaches the loss: "2.weight" and "2.bias" get no gradient.
     Tensor hidden = (*net)[0]->forward(x);
-    (void)model;
     hidden.sum().backward();
     EXPECT_THROWS(c, StateError, model.forward(x), "2.weight", "2.bias",
                   "finished reduction in the prior iteration");
+  });
+}
+
+TEST_CASE("a parameter marked ready twice in one iteration is named", "[ddp][errors]") {
+  run_ranks(2, [](dist::ProcessGroupGloo& pg, Checks& c) {
+    auto net = mlp(4);
+    ddp::DistributedDataParallel model(net, borrow(pg));
+    auto [x, y] = batch(2, 0);
+    // The first layer's gradients twice before the last layer's arrive: its hooks fire again
+    // while the iteration still waits for "2.weight" and "2.bias".
+    (*net)[0]->forward(x).sum().backward();
+    EXPECT_THROWS(c, StateError, (*net)[0]->forward(x).sum().backward(), "0.",
+                  "marked ready twice");
   });
 }
 
@@ -156,15 +171,14 @@ TEST_CASE("find_unused_parameters: a head unused on one rank is averaged with ze
     for (int step = 0; step < 2; ++step) {  // a second forward must not raise
       auto [x, y] = batch(2, step);
       net->zero_grad();
-      auto shard = [](const Tensor& t, int r) { return t.narrow(0, r * kShard, kShard); };
       nn::functional::cross_entropy(model.forward(shard(x, pg.rank())), shard(y, pg.rank()))
           .backward();
       // The second head's gradient: rank 1's, halved (rank 0 contributes zero).
       auto reference = std::make_shared<TwoHeads>(5, true);  // the same initial weights
       nn::functional::cross_entropy(reference->forward(shard(x, 1)), shard(y, 1)).backward();
       if (step == 0)
-        EXPECT(c, allclose(net->unused->weight.grad(), reference->unused->weight.grad() * 0.5,
-                           1e-4, 1e-6));
+        EXPECT(c, allclose(net->unused->weight.grad(), reference->unused->weight.grad() * 0.5, 1e-4,
+                           1e-6));
       EXPECT(c, net->unused->weight.grad().abs().sum().item<double>() > 0);
     }
   });
@@ -174,14 +188,12 @@ TEST_CASE("no_sync is decided by the forward pass, and guards nest", "[ddp]") {
   run_ranks(2, [](dist::ProcessGroupGloo& pg, Checks& c) {
     ddp::DistributedDataParallel model(mlp(8), borrow(pg));
     auto [x, y] = batch(2, 0);
-    Tensor mine = x.narrow(0, pg.rank() * kShard, kShard);
-    Tensor my_y = y.narrow(0, pg.rank() * kShard, kShard);
+    Tensor mine = shard(x, pg.rank());
+    Tensor my_y = shard(y, pg.rank());
     Tensor loss;
     {
       auto outer = model.no_sync();
-      {
-        auto inner = model.no_sync();
-      }
+      { auto inner = model.no_sync(); }
       // Still inside the outer guard after the inner one ended.
       loss = nn::functional::cross_entropy(model.forward(mine), my_y);
     }
@@ -195,8 +207,8 @@ TEST_CASE("no_sync is decided by the forward pass, and guards nest", "[ddp]") {
 TEST_CASE("communication hooks: fp16 compression and a hook of one's own", "[ddp][hooks]") {
   run_ranks(2, [](dist::ProcessGroupGloo& pg, Checks& c) {
     auto [x, y] = batch(2, 3);
-    Tensor mine = x.narrow(0, pg.rank() * kShard, kShard);
-    Tensor my_y = y.narrow(0, pg.rank() * kShard, kShard);
+    Tensor mine = shard(x, pg.rank());
+    Tensor my_y = shard(y, pg.rank());
     auto reference = mlp(6);
     nn::functional::cross_entropy(reference->forward(x), y).backward();
 
@@ -211,8 +223,8 @@ TEST_CASE("communication hooks: fp16 compression and a hook of one's own", "[ddp
     // sees every bucket once, in index order, the last one flagged.
     std::vector<size_t> seen;
     bool last_flagged = false;
-    ddp::DistributedDataParallel local(mlp(6), borrow(pg), {.bucket_cap_mb = 1e-4,
-                                                             .first_bucket_cap_mb = 1e-4});
+    ddp::DistributedDataParallel local(mlp(6), borrow(pg),
+                                       {.bucket_cap_mb = 1e-4, .first_bucket_cap_mb = 1e-4});
     local.register_comm_hook([&](dist::ProcessGroup&, ddp::GradBucket& b) {
       seen.push_back(b.index);
       last_flagged = b.is_last;
@@ -255,8 +267,8 @@ TEST_CASE("buckets are rebuilt in the order gradients became ready", "[ddp]") {
       auto [x, y] = batch(2, step);
       net->zero_grad();
       reference->zero_grad();
-      auto shard = [&](const Tensor& t) { return t.narrow(0, pg.rank() * kShard, kShard); };
-      nn::functional::cross_entropy(model.forward(shard(x)), shard(y)).backward();
+      nn::functional::cross_entropy(model.forward(shard(x, pg.rank())), shard(y, pg.rank()))
+          .backward();
       nn::functional::cross_entropy(reference->forward(x), y).backward();
       EXPECT(c, same_grads(*net, *reference));  // before and after the rebuild
     }
@@ -267,9 +279,9 @@ TEST_CASE("buckets are rebuilt in the order gradients became ready", "[ddp]") {
 
 TEST_CASE("gradient_as_bucket_view: .grad lives in the bucket and stays correct", "[ddp]") {
   run_ranks(2, [](dist::ProcessGroupGloo& pg, Checks& c) {
-    ddp::DistributedDataParallel model(mlp(4), borrow(pg), {.bucket_cap_mb = 1e-4,
-                                                            .first_bucket_cap_mb = 1e-4,
-                                                            .gradient_as_bucket_view = true});
+    ddp::DistributedDataParallel model(
+        mlp(4), borrow(pg),
+        {.bucket_cap_mb = 1e-4, .first_bucket_cap_mb = 1e-4, .gradient_as_bucket_view = true});
     auto reference = mlp(4);
     optim::SGD opt(model.module()->parameters(), optim::SGD::options(0.1));
     optim::SGD ref_opt(reference->parameters(), optim::SGD::options(0.1));
@@ -277,8 +289,8 @@ TEST_CASE("gradient_as_bucket_view: .grad lives in the bucket and stays correct"
       auto [x, y] = batch(2, step);
       opt.zero_grad();
       ref_opt.zero_grad();
-      auto shard = [&](const Tensor& t) { return t.narrow(0, pg.rank() * kShard, kShard); };
-      nn::functional::cross_entropy(model.forward(shard(x)), shard(y)).backward();
+      nn::functional::cross_entropy(model.forward(shard(x, pg.rank())), shard(y, pg.rank()))
+          .backward();
       nn::functional::cross_entropy(reference->forward(x), y).backward();
       EXPECT(c, same_grads(*model.module(), *reference));
       const auto params = model.module()->parameters();
@@ -296,8 +308,8 @@ TEST_CASE("find_unused_parameters: a head no rank uses keeps no gradient", "[ddp
     ddp::DistributedDataParallel model(net, borrow(pg), {.find_unused_parameters = true});
     auto reference = std::make_shared<TwoHeads>(5, false);
     auto [x, y] = batch(2, 0);
-    auto shard = [&](const Tensor& t) { return t.narrow(0, pg.rank() * kShard, kShard); };
-    nn::functional::cross_entropy(model.forward(shard(x)), shard(y)).backward();
+    nn::functional::cross_entropy(model.forward(shard(x, pg.rank())), shard(y, pg.rank()))
+        .backward();
     nn::functional::cross_entropy(reference->forward(x), y).backward();
     EXPECT(c, !net->unused->weight.grad().defined());
     EXPECT(c, !net->unused->bias.grad().defined());
@@ -305,13 +317,11 @@ TEST_CASE("find_unused_parameters: a head no rank uses keeps no gradient", "[ddp
   });
 }
 
-TEST_CASE("find_unused_parameters: gradients of no_sync steps are averaged at the sync",
-          "[ddp]") {
+TEST_CASE("find_unused_parameters: gradients of no_sync steps are averaged at the sync", "[ddp]") {
   run_ranks(2, [](dist::ProcessGroupGloo& pg, Checks& c) {
     auto net = std::make_shared<TwoHeads>(5, true);
     ddp::DistributedDataParallel model(net, borrow(pg), {.find_unused_parameters = true});
     auto [x, y] = batch(2, 0);
-    auto shard = [](const Tensor& t, int r) { return t.narrow(0, r * kShard, kShard); };
     {
       auto guard = model.no_sync();  // both heads get local gradients
       nn::functional::cross_entropy(model.forward(shard(x, pg.rank())), shard(y, pg.rank()))
@@ -361,18 +371,17 @@ TEST_CASE("broadcast_buffers: rank 0's buffers reach every rank before each forw
 TEST_CASE("a rank that leaves or stalls makes backward raise on the others", "[ddp][errors]") {
   using namespace std::chrono_literals;
   SECTION("it leaves: IoError at once") {
-    run_ranks(
-        2,
-        [](dist::ProcessGroupGloo& pg, Checks& c) {
-          ddp::DistributedDataParallel model(mlp(2), borrow(pg));
-          if (pg.rank() == 1) return;  // its group closes its connections
-          auto [x, y] = batch(2, 0);
-          Tensor loss = nn::functional::cross_entropy(model.forward(x), y);
-          const auto started = std::chrono::steady_clock::now();
-          EXPECT_THROWS(c, IoError, loss.backward(), "allreduce");  // not the TimeoutError
-          EXPECT(c, std::chrono::steady_clock::now() - started < 20s);
-        },
-        {.timeout = 30s});
+    run_ranks(2,
+              [](dist::ProcessGroupGloo& pg, Checks& c) {
+                ddp::DistributedDataParallel model(mlp(2), borrow(pg));
+                if (pg.rank() == 1) return;  // its group closes its connections
+                auto [x, y] = batch(2, 0);
+                Tensor loss = nn::functional::cross_entropy(model.forward(x), y);
+                const auto started = std::chrono::steady_clock::now();
+                EXPECT_THROWS(c, IoError, loss.backward(), "allreduce");  // not the TimeoutError
+                EXPECT(c, std::chrono::steady_clock::now() - started < 20s);
+              },
+              {.timeout = 30s});
   }
   SECTION("it stalls: TimeoutError within the group's timeout") {
     std::promise<void> failed;
@@ -381,20 +390,19 @@ TEST_CASE("a rank that leaves or stalls makes backward raise on the others", "[d
       std::promise<void>& done;
       ~Release() { done.set_value(); }
     };
-    run_ranks(
-        2,
-        [&](dist::ProcessGroupGloo& pg, Checks& c) {
-          if (pg.rank() == 1) {  // alive, but never runs backward
-            ddp::DistributedDataParallel model(mlp(2), borrow(pg));
-            EXPECT(c, rank0_failed.wait_for(120s) == std::future_status::ready);
-            return;
-          }
-          Release release{failed};
-          ddp::DistributedDataParallel model(mlp(2), borrow(pg));
-          auto [x, y] = batch(2, 0);
-          Tensor loss = nn::functional::cross_entropy(model.forward(x), y);
-          EXPECT_THROWS(c, TimeoutError, loss.backward(), "timed out");
-        },
-        {.timeout = 3s});
+    run_ranks(2,
+              [&](dist::ProcessGroupGloo& pg, Checks& c) {
+                if (pg.rank() == 1) {  // alive, but never runs backward
+                  ddp::DistributedDataParallel model(mlp(2), borrow(pg));
+                  EXPECT(c, rank0_failed.wait_for(120s) == std::future_status::ready);
+                  return;
+                }
+                Release release{failed};
+                ddp::DistributedDataParallel model(mlp(2), borrow(pg));
+                auto [x, y] = batch(2, 0);
+                Tensor loss = nn::functional::cross_entropy(model.forward(x), y);
+                EXPECT_THROWS(c, TimeoutError, loss.backward(), "timed out");
+              },
+              {.timeout = 3s});
   }
 }

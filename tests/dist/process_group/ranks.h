@@ -16,6 +16,16 @@
 
 namespace gw::dist::testing {
 
+// Asserts, on the test's thread, that checks were made and all of them held (listing the
+// failures otherwise).
+inline void require_passed(const Checks& checks) {
+  std::string failed;
+  for (const auto& f : checks.failures) failed += f + "\n";
+  INFO(failed);
+  CHECK(checks.failures.empty());
+  CHECK(checks.count > 0);
+}
+
 // Runs fn(pg, checks) on `n` ranks at once (threads, one HashStore), then asserts that every
 // check held.
 inline void run_ranks(int n, const std::function<void(ProcessGroupGloo&, Checks&)>& fn,
@@ -29,11 +39,7 @@ inline void run_ranks(int n, const std::function<void(ProcessGroupGloo&, Checks&
       fn(pg, checks);
     }));
   for (auto& f : ranks) f.get();
-  std::string failed;
-  for (const auto& f : checks.failures) failed += f + "\n";
-  INFO(failed);
-  CHECK(checks.failures.empty());
-  CHECK(checks.count > 0);
+  require_passed(checks);
 }
 
 }  // namespace gw::dist::testing

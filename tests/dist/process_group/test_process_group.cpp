@@ -2,10 +2,8 @@
 // computed locally, at world sizes 1 to 4, and its errors.
 #include <catch2/catch.hpp>
 
-#include <functional>
-#include <mutex>
-#include <string>
 #include <future>
+#include <string>
 
 #include "core/ops.h"
 #include "dist/process_group/process_group_gloo.h"
@@ -16,11 +14,11 @@
 using namespace gw;
 using namespace gw::dist;
 using namespace std::chrono_literals;
-using gw::dist::testing::Checks;
 using gw::dist::testing::check_every_collective;
+using gw::dist::testing::Checks;
 using gw::dist::testing::expected;
-using gw::dist::testing::values;
 using gw::dist::testing::run_ranks;
+using gw::dist::testing::values;
 
 TEST_CASE("every collective, dtype and op at world sizes 1 to 4", "[process_group][gloo]") {
   for (int world = 1; world <= 4; ++world) {
@@ -32,7 +30,8 @@ TEST_CASE("every collective, dtype and op at world sizes 1 to 4", "[process_grou
 TEST_CASE("collectives reject bad arguments with clear errors", "[process_group][gloo][errors]") {
   run_ranks(2, [](ProcessGroupGloo& pg, Checks& c) {
     Tensor t = values(pg.rank(), kInt64);
-    EXPECT_THROWS(c, std::exception, pg.allreduce(t, {.op = dist::ReduceOp::AVG}), "AVG needs a floating point tensor");
+    EXPECT_THROWS(c, std::exception, pg.allreduce(t, {.op = dist::ReduceOp::AVG}),
+                  "AVG needs a floating point tensor");
     EXPECT_THROWS(c, std::exception, pg.broadcast(t, {.root = 2}), "root 2 is outside [0, 2)");
     std::vector<Tensor> one{empty({5}, kInt64)};
     EXPECT_THROWS(c, std::exception, pg.allgather(one, t), "needs 2 outputs");
@@ -55,7 +54,8 @@ TEST_CASE("check_same_shape names both shapes when ranks disagree", "[process_gr
   run_ranks(2, [](ProcessGroupGloo& pg, Checks& c) {
     pg.check_same_shape(zeros({3, 4}), "weights");  // agree: no error
     Tensor mine = pg.rank() == 0 ? zeros({3, 4}) : zeros({4, 3});
-    EXPECT_THROWS(c, std::exception, pg.check_same_shape(mine, "fc1.weight"), "fc1.weight", "(3, 4) float32", "(4, 3) float32");
+    EXPECT_THROWS(c, std::exception, pg.check_same_shape(mine, "fc1.weight"), "fc1.weight",
+                  "(3, 4) float32", "(4, 3) float32");
   });
 }
 
@@ -103,7 +103,8 @@ TEST_CASE("Work::wait with a timeout returns while the collective still runs",
     EXPECT_THROWS(c, TimeoutError, work->wait(100ms));
     EXPECT(c, !(work->is_completed()));
     checked.set_value();
-    EXPECT_THROWS(c, std::exception, work->wait());  // rank 1 left: its connections close, or the barrier times out
+    EXPECT_THROWS(c, std::exception,
+                  work->wait());  // rank 1 left: its connections close, or the barrier times out
     EXPECT(c, !(work->is_success()));
   });
 }
