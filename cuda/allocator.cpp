@@ -20,7 +20,6 @@ namespace {
 constexpr size_t kSmallGranularity = 512;
 constexpr size_t kLargeThreshold = size_t{1} << 20;  // 1 MiB
 constexpr size_t kLargeGranularity = size_t{2} << 20;  // 2 MiB
-constexpr int kMaxDevices = 64;
 
 size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
 
@@ -95,8 +94,8 @@ class BlockCache {
   using Key = std::tuple<int, cudaStream_t, size_t>;
 
   MemoryStats& stats(int device) {
-    GW_CHECK(device >= -1 && device < kMaxDevices, InvalidArgumentError, "[cuda ", what_,
-             "] device index ", device, " is outside [0, ", kMaxDevices, ")");
+    // -1 is the pinned host pool.
+    if (device != -1) check_device_index(device, (std::string("cuda ") + what_).c_str());
     return stats_[static_cast<size_t>(device + 1)];
   }
 

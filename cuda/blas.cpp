@@ -9,7 +9,6 @@
 namespace gw::cuda {
 
 namespace {
-constexpr int kMaxDevices = 64;
 std::atomic<bool> g_allow_tf32{false};
 
 // Handles are deliberately never destroyed: a thread_local destructor running after the CUDA
@@ -22,8 +21,7 @@ bool allow_tf32() { return g_allow_tf32.load(std::memory_order_relaxed); }
 
 cublasHandle_t blas_handle(cudaStream_t stream) {
   const int device = current_device();
-  GW_CHECK(device >= 0 && device < kMaxDevices, InvalidArgumentError, "[cuda matmul] device ",
-           device, " is outside [0, ", kMaxDevices, ")");
+  check_device_index(device, "cuda matmul");
   cublasHandle_t& handle = tls_handles[static_cast<size_t>(device)];
   if (!handle) GW_CUDA_CHECK(cublasCreate(&handle));
   GW_CUDA_CHECK(cublasSetStream(handle, stream));

@@ -67,7 +67,7 @@ void CudaBackend::unfold2d(const Tensor& x_in, const std::array<int64_t, 8>& par
     const int64_t total = cols.numel();
     if (total == 0) return;
     OnDevice on(cols);
-    Tensor x = contiguous_on_device(x_in);
+    Tensor x = x_in.contiguous();
     Tensor c = cols.is_contiguous() ? cols : empty(cols.sizes(), cols.options());
     unfold_kernel<<<grid_for(total), kThreads, 0, on.stream>>>(
         static_cast<const D*>(x.raw_data()), static_cast<D*>(c.raw_data()),
@@ -84,7 +84,7 @@ void CudaBackend::fold2d(const Tensor& cols_in, const std::array<int64_t, 8>& pa
     const int64_t total = x.numel();
     if (total == 0) return;
     OnDevice on(x);
-    Tensor cols = contiguous_on_device(cols_in);
+    Tensor cols = cols_in.contiguous();
     Tensor o = x.is_contiguous() ? x : empty(x.sizes(), x.options());
     fold_kernel<<<grid_for(total), kThreads, 0, on.stream>>>(
         static_cast<const D*>(cols.raw_data()), static_cast<D*>(o.raw_data()),

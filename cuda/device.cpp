@@ -75,4 +75,9 @@ DeviceGuard::~DeviceGuard() {
   if (previous_ >= 0 && cudaSetDevice(previous_) != cudaSuccess) clear_last_error();
 }
 
+void check_device_index(int index, const char* what) {
+  GW_CHECK(index >= 0 && index < kMaxDevices, InvalidArgumentError, "[", what, "] device ",
+           index, " is outside [0, ", kMaxDevices, ")");
+}
+
 }  // namespace gw::cuda

@@ -57,8 +57,7 @@ struct Operand {
 Operand prepare(const Tensor& t, int64_t r, int64_t rows, int64_t cols) {
   Operand o{t, classify_matrix(rows, cols, t.stride(r), t.stride(r + 1)), 0};
   if (o.view.layout == MatrixLayout::Copy) {
-    o.t = empty(t.sizes(), t.options());
-    copy_on_device(t, o.t);
+    o.t = t.contiguous();
     o.view = {MatrixLayout::RowMajor, cols};
   }
   o.batch_stride = r ? o.t.stride(0) : 0;

@@ -86,10 +86,8 @@ Tensor without_dim(const Tensor& t, const Shape& shape, int64_t dim) {
 
 void CudaBackend::index_select(const Tensor& in, int64_t dim, const Tensor& index,
                                const Tensor& out) {
-  GW_CHECK(index.dtype() == kInt64, DTypeError, "[index_select] index must be int64, got ",
-           index.dtype());
   OnDevice on(out);
-  Tensor x = contiguous_on_device(in), idx = contiguous_on_device(index);
+  Tensor x = in.contiguous(), idx = index.contiguous();
   Tensor o = out.is_contiguous() ? out : empty(out.sizes(), out.options());
   const int64_t n = x.size(dim), count = idx.numel();
   int64_t inner = 1;
@@ -108,8 +106,6 @@ void CudaBackend::index_select(const Tensor& in, int64_t dim, const Tensor& inde
 }
 
 void CudaBackend::gather(const Tensor& in, int64_t dim, const Tensor& index, const Tensor& out) {
-  GW_CHECK(index.dtype() == kInt64, DTypeError, "[gather] index must be int64, got ",
-           index.dtype());
   if (index.numel() == 0) return;
   OnDevice on(out);
   Tensor src = without_dim(in, index.sizes(), dim);
@@ -125,8 +121,6 @@ void CudaBackend::gather(const Tensor& in, int64_t dim, const Tensor& index, con
 
 void CudaBackend::scatter_add(const Tensor& self, int64_t dim, const Tensor& index,
                               const Tensor& src) {
-  GW_CHECK(index.dtype() == kInt64, DTypeError, "[scatter_add] index must be int64, got ",
-           index.dtype());
   dispatch<CudaNumericTypes>(self.dtype(), "scatter_add", [&]<typename T>() {
     if (index.numel() == 0) return;
     OnDevice on(self);

@@ -192,14 +192,6 @@ struct OnDevice {
       : guard(t.device().index), stream(current_stream(t.device().index)) {}
 };
 
-// `t` when it is contiguous, else a contiguous copy on its device.
-inline Tensor contiguous_on_device(const Tensor& t) {
-  if (t.is_contiguous()) return t;
-  Tensor c = empty(t.sizes(), t.options());
-  copy_on_device(t, c);
-  return c;
-}
-
 // A device-side error report: kernels cannot throw, so a kernel that finds a bad value (an
 // index out of range, a probability outside [0, 1]) records the first one here and the host
 // raises it after the kernel (this synchronizes the stream).

@@ -137,7 +137,7 @@ void CudaBackend::bernoulli(const Tensor& p, const Tensor& out, Generator& gen) 
     const int64_t n = out.numel();
     if (n == 0) return;
     OnDevice on(out);
-    Tensor pc = contiguous_on_device(p);
+    Tensor pc = p.contiguous();
     Tensor o = out.is_contiguous() ? out : empty(out.sizes(), out.options());
     ErrorFlag flag(out.device(), on.stream);
     bernoulli_kernel<<<grid_for(n), kThreads, 0, on.stream>>>(

@@ -148,7 +148,7 @@ Tensor rows_layout(const Tensor& in, const std::vector<int64_t>& front,
   Shape perm;
   for (int64_t d : front) perm.push_back(d);
   for (int64_t d : back) perm.push_back(d);
-  return contiguous_on_device(in.detach().permute(perm));
+  return in.permute(perm).contiguous();
 }
 
 // A contiguous tensor like `t` to write into: `t` itself when it is contiguous.

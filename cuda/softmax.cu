@@ -65,7 +65,7 @@ void CudaBackend::softmax(const Tensor& in, int64_t dim, bool log, const Tensor&
     using D = cuda_type_t<T>;
     if (in.numel() == 0) return;
     OnDevice on(out);
-    Tensor x = contiguous_on_device(in);
+    Tensor x = in.contiguous();
     Tensor o = out.is_contiguous() ? out : empty(out.sizes(), out.options());
     const int64_t n = x.size(dim);
     int64_t inner = 1, outer = 1;

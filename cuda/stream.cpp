@@ -9,18 +9,12 @@
 namespace gw::cuda {
 
 namespace {
-// Devices a process can address by index here; more would need a map, not an array.
-constexpr int kMaxDevices = 64;
-
 // nullptr stands for the legacy default stream, the initial current stream of every device.
 thread_local std::array<cudaStream_t, kMaxDevices> tls_current_stream{};
 
 int resolve(int device) { return device < 0 ? current_device() : device; }
 
-void check_index(int device) {
-  GW_CHECK(device >= 0 && device < kMaxDevices, InvalidArgumentError, "[cuda stream] device ",
-           device, " is outside [0, ", kMaxDevices, ")");
-}
+void check_index(int device) { check_device_index(device, "cuda stream"); }
 }  // namespace
 
 Stream::Stream(int device, StreamOptions options) : device_(resolve(device)) {
