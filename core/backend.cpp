@@ -65,8 +65,8 @@ MatrixView classify_matrix(int64_t rows, int64_t cols, int64_t row_stride, int64
 Conv2dGeometry conv2d_geometry(const Tensor& x, const std::array<int64_t, 8>& p) {
   Conv2dGeometry g{x.size(0), x.size(1), x.size(2), x.size(3), p[0], p[1], p[2], p[3],
                    p[4],      p[5],      p[6],      p[7],      0,    0};
-  g.oh = (g.h + 2 * g.ph - g.dh * (g.kh - 1) - 1) / g.sh + 1;
-  g.ow = (g.w + 2 * g.pw - g.dw * (g.kw - 1) - 1) / g.sw + 1;
+  g.oh = conv_output_size(g.h, g.kh, g.sh, g.ph, g.dh);
+  g.ow = conv_output_size(g.w, g.kw, g.sw, g.pw, g.dw);
   return g;
 }
 

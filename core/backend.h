@@ -119,6 +119,11 @@ struct Conv2dGeometry {
   int64_t n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow;
 };
 Conv2dGeometry conv2d_geometry(const Tensor& x, const std::array<int64_t, 8>& params);
+// The output length of one spatial dim of a convolution.
+inline int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad,
+                                int64_t dilation) {
+  return (in + 2 * pad - dilation * (kernel - 1) - 1) / stride + 1;
+}
 
 // Throws InvalidArgumentError naming `op` and the devices unless every defined tensor is on one
 // device. Ops with several tensor inputs call it before dispatching: a kernel handed a tensor

@@ -20,6 +20,7 @@
 #include "dist/optim/distributed_optimizer.h"
 #include "examples/common/fashion_mnist.h"
 #include "examples/common/launch.h"
+#include "examples/common/models.h"
 #include "examples/common/progress.h"
 #include "examples/common/server_mlp.h"
 #include "nn/functional.h"
@@ -70,12 +71,6 @@ GW_RPC_FUNCTION(train);
 
 namespace {
 
-double accuracy(gw::nn::Module& model, const gw::data::Dataset& test) {
-  gw::autograd::NoGradGuard no_grad;
-  Tensor logits = model.forward(test.images);
-  return gw::eq(gw::argmax(logits, 1), test.labels).to(gw::DType::Float64).mean().item<double>();
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -109,7 +104,8 @@ int main(int argc, char** argv) {
     std::vector<double> losses = gw::wait_all(runs);
     for (size_t t = 0; t < losses.size(); ++t)
       std::printf("trainer%zu: mean loss of its last epoch %.4f\n", t, losses[t]);
-    const double acc = accuracy(*model, gw::data::load_fashion_mnist(gw::data::Split::Test));
+    const double acc = gw::examples::test_accuracy(
+        *model, gw::data::load_fashion_mnist(gw::data::Split::Test), "mlp");
     std::printf("test accuracy %.2f%% (target %.0f%%)\n", acc * 100, args.target * 100);
     rpc::shutdown();
     return acc >= args.target ? 0 : 1;

@@ -122,6 +122,21 @@ Agent* Agent::current() { return t_current_agent; }
 Agent::Use::Use(Agent& agent) : previous_(t_current_agent) { t_current_agent = &agent; }
 Agent::Use::~Use() { t_current_agent = previous_; }
 
+namespace {
+// Throws unless `map` (toward worker `to`) names CUDA indices and is invertible.
+void check_device_map(const std::string& to, const std::map<int, int>& map) {
+  std::map<int, int> source_of;  // by target
+  for (const auto& [from, dst] : map) {
+    GW_CHECK(from >= 0 && dst >= 0, InvalidArgumentError, "[set_device_map] devices are CUDA ",
+             "indices >= 0; got ", from, " -> ", dst, " toward '", to, "'");
+    auto [it, fresh] = source_of.emplace(dst, from);
+    GW_CHECK(fresh, InvalidArgumentError, "[set_device_map] the map toward '", to,
+             "' would put cuda:", it->second, " and cuda:", from, " both on cuda:", dst,
+             ": it must be invertible");
+  }
+}
+}  // namespace
+
 Agent::Agent(std::string name, int rank, int world_size, RpcBackendOptions options)
     : impl_(std::make_unique<Impl>()),
       options_(std::move(options)),
@@ -143,8 +158,7 @@ Agent::Agent(std::string name, int rank, int world_size, RpcBackendOptions optio
   impl_->maps_to.resize(workers_.size());
   impl_->maps_back.resize(workers_.size());
   for (const auto& [to, map] : options_.device_maps) {
-    RpcBackendOptions checked;
-    checked.set_device_map(to, map);  // invertible
+    check_device_map(to, map);
     const int id = get_worker_info(to).id;
     for (const auto& [from, dst] : map) impl_->maps_to[id].emplace_back(from, dst);
   }
@@ -164,16 +178,11 @@ Agent::Agent(std::string name, int rank, int world_size, RpcBackendOptions optio
 }
 
 void RpcBackendOptions::set_device_map(const std::string& to, const std::map<int, int>& map) {
-  std::map<int, int>& m = device_maps[to];
-  for (const auto& [from, dst] : map) {
-    GW_CHECK(from >= 0 && dst >= 0, InvalidArgumentError, "[set_device_map] devices are CUDA ",
-             "indices >= 0; got ", from, " -> ", dst, " toward '", to, "'");
-    for (const auto& [other, other_dst] : m)
-      GW_CHECK(other == from || other_dst != dst, InvalidArgumentError, "[set_device_map] the ",
-               "map toward '", to, "' would put cuda:", other, " and cuda:", from,
-               " both on cuda:", dst, ": it must be invertible");
-    m[from] = dst;
-  }
+  auto known = device_maps.find(to);
+  std::map<int, int> merged = known == device_maps.end() ? std::map<int, int>{} : known->second;
+  for (const auto& [from, dst] : map) merged[from] = dst;
+  check_device_map(to, merged);
+  device_maps[to] = std::move(merged);
 }
 
 DeviceMap Agent::device_map_to(int peer, bool reply) {

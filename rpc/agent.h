@@ -152,11 +152,11 @@ class Agent {
                    std::function<void(Future<IValue>&)> done);
   void run_function(const std::string& function, IValueList args, uint64_t autograd_ctx,
                     std::function<void(Future<IValue>&)> done);
-  // Sends the outcome of `result` (done) as the response to request `id`, recording it in
-  // distributed autograd context `autograd_ctx` (0: none).
   // Where CUDA tensors sent to `peer` go: this worker's device map toward it or, for replies
   // (and requests without a map of their own), the inverse of the peer's map toward this one.
   std::vector<std::pair<int, int>> device_map_to(int peer, bool reply);  // a DeviceMap
+  // Sends the outcome of `result` (done) as the response to request `id`, recording it in
+  // distributed autograd context `autograd_ctx` (0: none).
   void respond(const std::shared_ptr<Connection>& c, uint64_t id, Future<IValue>& result,
                uint64_t autograd_ctx = 0);
   // Attaches the recv function of an incoming message that carried autograd info.

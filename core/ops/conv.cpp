@@ -2,6 +2,7 @@
 
 #include <limits>
 
+#include "core/backend.h"
 #include "core/grad_hooks.h"
 #include "core/ops/creation.h"
 #include "core/ops/elementwise.h"
@@ -26,8 +27,8 @@ std::array<int64_t, 2> output_hw(const char* op, int64_t h, int64_t w,
              "got kernel (", p[0], ",", p[1], ") stride (", p[2], ",", p[3], ") padding (", p[4],
              ",", p[5], ") dilation (", p[6], ",", p[7], ")");
   }
-  int64_t oh = (h + 2 * p[4] - p[6] * (p[0] - 1) - 1) / p[2] + 1;
-  int64_t ow = (w + 2 * p[5] - p[7] * (p[1] - 1) - 1) / p[3] + 1;
+  const int64_t oh = conv_output_size(h, p[0], p[2], p[4], p[6]);
+  const int64_t ow = conv_output_size(w, p[1], p[3], p[5], p[7]);
   GW_CHECK(oh > 0 && ow > 0, ShapeError, "[", op, "] input of size (", h, ",", w,
            ") is too small for kernel (", p[0], ",", p[1], ") with padding (", p[4], ",", p[5],
            ") and dilation (", p[6], ",", p[7], ")");

@@ -13,7 +13,6 @@
 namespace gw::dist_autograd {
 
 namespace {
-inline constexpr int kWorkerIdBits = 16;
 inline constexpr uint64_t kLocalIdMask = (uint64_t{1} << (64 - kWorkerIdBits)) - 1;
 // How often a worker sends its batch of released contexts to each worker they reached.
 inline constexpr std::chrono::microseconds kReleaseInterval{1000};

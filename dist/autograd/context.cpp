@@ -68,7 +68,7 @@ std::shared_ptr<Pass> DistAutogradContext::pass(
   if (pass_ && pass_->id() == pass_id) return pass_;
   // Pass ids grow on the worker that starts them (its id in the top bits): gradients of an
   // older pass (one that failed and was retried) must not start it again.
-  uint64_t& newest = newest_pass_[pass_id >> 48];
+  uint64_t& newest = newest_pass_[worker_of(pass_id)];
   GW_CHECK(pass_id > newest, StateError, "[dist_autograd.backward] context ", id_,
            ": gradients of backward pass ", pass_id, " arrived after pass ", newest,
            " started");

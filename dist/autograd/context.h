@@ -19,6 +19,10 @@
 
 namespace gw::dist_autograd {
 
+// Context, message and pass ids carry the worker that made them in their top bits.
+inline constexpr int kWorkerIdBits = 16;
+inline int worker_of(uint64_t id) { return static_cast<int>(id >> (64 - kWorkerIdBits)); }
+
 class Pass;
 using GradientMap = TensorMap<Tensor>;
 
