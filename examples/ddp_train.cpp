@@ -26,34 +26,23 @@
 
 namespace {
 
-struct Args {
+struct Args : gw::examples::TrainArgs {
   std::string model = "mlp", curve;
-  int64_t epochs = 5, batch_size = 32, limit = 0;
-  double lr = 0.02, lr_decay = 0.6, target = 0.88;
+  double lr_decay = 0.6;
 };
 
 Args parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--model") a.model = v;
+  auto extra = [&](const std::string& k, const std::string& v) {
+    if (k == "--model" && (v == "mlp" || v == "cnn")) a.model = v;
     else if (k == "--curve") a.curve = v;
-    else if (k == "--epochs") a.epochs = std::stoll(v);
-    else if (k == "--batch-size") a.batch_size = std::stoll(v);
-    else if (k == "--limit") a.limit = std::stoll(v);
-    else if (k == "--lr") a.lr = std::stod(v);
-    else if (k == "--lr-decay") a.lr_decay = std::stod(v);
-    else if (k == "--target") a.target = std::stod(v);
-    else {
-      std::fprintf(stderr, "usage: ddp_train [--model mlp|cnn] [--epochs N] [--batch-size N] "
-                           "[--lr X] [--lr-decay X] [--limit N] [--target ACC] [--curve P]\n");
-      std::exit(2);
-    }
-  }
-  if ((argc - 1) % 2 != 0 || (a.model != "mlp" && a.model != "cnn")) {
-    std::fprintf(stderr, "ddp_train: bad arguments (--model mlp|cnn, flags take a value)\n");
-    std::exit(2);
-  }
+    else if (k == "--lr-decay") a.lr_decay = std::atof(v.c_str());
+    else return false;
+    return true;
+  };
+  static_cast<gw::examples::TrainArgs&>(a) = gw::examples::parse_train_args(
+      "ddp_train", argc, argv, {.epochs = 5, .batch_size = 32, .lr = 0.02, .target = 0.88}, extra,
+      " [--model mlp|cnn] [--lr-decay X] [--curve PATH]");
   return a;
 }
 

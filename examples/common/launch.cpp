@@ -15,21 +15,24 @@ int env_int(const char* program, const char* name) {
   return std::atoi(v);
 }
 
-TrainArgs parse_train_args(const char* program, int argc, char** argv) {
-  TrainArgs a;
-  for (int i = 1; i < argc; i += 2) {
-    const std::string k = argv[i];
-    const double v = i + 1 < argc ? std::atof(argv[i + 1]) : 0;
-    if (i + 1 < argc && k == "--epochs") a.epochs = static_cast<int64_t>(v);
-    else if (i + 1 < argc && k == "--batch-size") a.batch_size = static_cast<int64_t>(v);
-    else if (i + 1 < argc && k == "--lr") a.lr = v;
-    else if (i + 1 < argc && k == "--limit") a.limit = static_cast<int64_t>(v);
-    else if (i + 1 < argc && k == "--target") a.target = v;
-    else {
-      std::fprintf(stderr, "usage: %s [--epochs N] [--batch-size N] [--lr X] [--limit N] "
-                           "[--target ACCURACY]\n", program);
-      std::exit(2);
-    }
+TrainArgs parse_train_args(const char* program, int argc, char** argv, TrainArgs defaults,
+                           const ExtraFlags& extra, const char* extra_usage) {
+  TrainArgs a = defaults;
+  bool ok = (argc - 1) % 2 == 0;  // every flag takes a value
+  for (int i = 1; ok && i + 1 < argc; i += 2) {
+    const std::string k = argv[i], value = argv[i + 1];
+    const double v = std::atof(value.c_str());
+    if (k == "--epochs") a.epochs = static_cast<int64_t>(v);
+    else if (k == "--batch-size") a.batch_size = static_cast<int64_t>(v);
+    else if (k == "--lr") a.lr = v;
+    else if (k == "--limit") a.limit = static_cast<int64_t>(v);
+    else if (k == "--target") a.target = v;
+    else ok = extra && extra(k, value);
+  }
+  if (!ok) {
+    std::fprintf(stderr, "usage: %s [--epochs N] [--batch-size N] [--lr X] [--limit N] "
+                         "[--target ACCURACY]%s\n", program, extra_usage);
+    std::exit(2);
   }
   return a;
 }

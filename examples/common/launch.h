@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <string>
 
 namespace gw::examples {
 
@@ -15,8 +17,12 @@ struct TrainArgs {
   double lr = 0.02, target = 0.85;                  // target: the test accuracy to reach
 };
 
-// --epochs N --batch-size N --lr X --limit N --target ACCURACY; exits with the usage on
-// anything else.
-TrainArgs parse_train_args(const char* program, int argc, char** argv);
+// A program's own flags: takes (flag, value) and says whether it knew the flag.
+using ExtraFlags = std::function<bool(const std::string& flag, const std::string& value)>;
+
+// --epochs N --batch-size N --lr X --limit N --target ACCURACY over `defaults`, plus what
+// `extra` knows (its flags listed in `extra_usage`); exits with the usage on anything else.
+TrainArgs parse_train_args(const char* program, int argc, char** argv, TrainArgs defaults = {},
+                           const ExtraFlags& extra = {}, const char* extra_usage = "");
 
 }  // namespace gw::examples
