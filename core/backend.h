@@ -13,6 +13,7 @@
 #include <array>
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <optional>
 
 #include "core/device.h"
@@ -119,6 +120,29 @@ struct Conv2dGeometry {
   int64_t n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow;
 };
 Conv2dGeometry conv2d_geometry(const Tensor& x, const std::array<int64_t, 8>& params);
+// The bounds of T's values: infinities where T has them (an open clamp bound, a max's start).
+template <typename T>
+T lowest_value() {
+  using L = std::numeric_limits<T>;
+  return L::has_infinity ? -L::infinity() : L::lowest();
+}
+template <typename T>
+T highest_value() {
+  using L = std::numeric_limits<T>;
+  return L::has_infinity ? L::infinity() : L::max();
+}
+// What a reduction starts from, in its accumulator type A.
+template <typename A>
+A reduce_identity(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return A(0);
+    case ReduceOp::Prod: return A(1);
+    case ReduceOp::Max: return lowest_value<A>();
+    case ReduceOp::Min: return highest_value<A>();
+  }
+  return A(0);
+}
+
 // The output length of one spatial dim of a convolution.
 inline int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad,
                                 int64_t dilation) {

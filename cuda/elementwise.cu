@@ -194,17 +194,6 @@ struct ClampFn {
   }
 };
 
-template <typename C>
-C lowest() {
-  return std::numeric_limits<C>::has_infinity ? -std::numeric_limits<C>::infinity()
-                                               : std::numeric_limits<C>::lowest();
-}
-template <typename C>
-C highest() {
-  return std::numeric_limits<C>::has_infinity ? std::numeric_limits<C>::infinity()
-                                               : std::numeric_limits<C>::max();
-}
-
 }  // namespace
 
 void CudaBackend::unary(UnaryOp op, const Tensor& in, const Tensor& out) {
@@ -268,8 +257,8 @@ void CudaBackend::clamp(const Tensor& in, std::optional<Scalar> lo, std::optiona
   auto it = make_iter<2>(out.sizes(), {&out, &in}, "clamp");
   dispatch<CudaNumericTypes>(in.dtype(), "clamp", [&]<typename T>() {
     using C = compute_t<cuda_type_t<T>>;
-    const C l = lo ? lo->to<C>() : lowest<C>();
-    const C h = hi ? hi->to<C>() : highest<C>();
+    const C l = lo ? lo->to<C>() : lowest_value<C>();
+    const C h = hi ? hi->to<C>() : highest_value<C>();
     launch_strided(it, ClampFn<cuda_type_t<T>>{l, h}, on.stream);
   });
 }

@@ -37,21 +37,6 @@ __device__ __forceinline__ A combine(ReduceOp op, A acc, A v) {
   }
 }
 
-template <typename A>
-A identity(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum: return A(0);
-    case ReduceOp::Prod: return A(1);
-    case ReduceOp::Max:
-      return std::numeric_limits<A>::has_infinity ? -std::numeric_limits<A>::infinity()
-                                                  : std::numeric_limits<A>::lowest();
-    case ReduceOp::Min:
-      return std::numeric_limits<A>::has_infinity ? std::numeric_limits<A>::infinity()
-                                                  : std::numeric_limits<A>::max();
-  }
-  return A(0);
-}
-
 constexpr int kReduceThreads = 256;  // a power of two: the tree below halves it
 // Rows of at most this many elements are reduced by one thread each.
 constexpr int64_t kShortRow = 16;
@@ -181,7 +166,7 @@ void CudaBackend::reduce(ReduceOp op, const Tensor& in, const Tensor& out) {
     auto run = [&]<typename A>() {
       // Results land in a contiguous buffer of the accumulator type, then convert into out.
       Tensor acc = empty(out.sizes(), out.options().with_dtype(dtype_of_v<A>));
-      const A init = identity<A>(op);
+      const A init = reduce_identity<A>(op);
       if (cols == 0) {
         fill(acc, Scalar(init));
       } else {

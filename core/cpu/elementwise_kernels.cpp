@@ -234,9 +234,8 @@ void CpuBackend::clamp(const Tensor& in, std::optional<Scalar> lo, std::optional
                        const Tensor& out) {
   dispatch<NumericTypes>(in.dtype(), "clamp", [&]<typename T>() {
     // A missing bound is no bound at all: infinities stay infinite, as in PyTorch.
-    using Limits = std::numeric_limits<T>;
-    const T l = lo ? lo->to<T>() : Limits::has_infinity ? -Limits::infinity() : Limits::lowest();
-    const T h = hi ? hi->to<T>() : Limits::has_infinity ? Limits::infinity() : Limits::max();
+    const T l = lo ? lo->to<T>() : lowest_value<T>();
+    const T h = hi ? hi->to<T>() : highest_value<T>();
     map_unary<T, T>(in, out, [l, h](T x) {
       if constexpr (std::is_floating_point_v<T>) {
         if (std::isnan(x)) return x;

@@ -22,21 +22,6 @@ bool better(ReduceOp op, T v, T best) {
   return op == ReduceOp::Max ? v > best : v < best;
 }
 
-template <typename Acc>
-Acc identity(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum: return Acc(0);
-    case ReduceOp::Prod: return Acc(1);
-    case ReduceOp::Max:
-      return std::numeric_limits<Acc>::has_infinity ? -std::numeric_limits<Acc>::infinity()
-                                                    : std::numeric_limits<Acc>::lowest();
-    case ReduceOp::Min:
-      return std::numeric_limits<Acc>::has_infinity ? std::numeric_limits<Acc>::infinity()
-                                                    : std::numeric_limits<Acc>::max();
-  }
-  return Acc(0);
-}
-
 template <typename Acc, typename T>
 Acc combine(ReduceOp op, Acc acc, T v) {
   switch (op) {
@@ -75,7 +60,7 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& in, const Tensor& out) {
     // Sums and products accumulate wide (double for floats, int64 for ints and bools);
     // max/min stay in T.
     auto run = [&]<typename Acc>() {
-      const Acc init = identity<Acc>(op);
+      const Acc init = reduce_identity<Acc>(op);
       if (in.is_contiguous() && out.numel() == 1) {
         const T* x = static_cast<const T*>(in.raw_data());
         int64_t n = in.numel();
