@@ -11,7 +11,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from torch_rpc_setup import free_port, run_with_peer
+from torch_rpc_setup import free_port, run_with_peers
 
 
 def run(rank, port, cases):
@@ -39,7 +39,7 @@ def main():
         return
     cases = [tuple(map(int, c.split(":"))) for c in sys.argv[1:]]
     port = free_port()
-    run_with_peer(__file__, [str(port)] + sys.argv[1:], lambda: run(0, port, cases))
+    run_with_peers(__file__, [[str(port)] + sys.argv[1:]], lambda: run(0, port, cases))
 
 
 if __name__ == "__main__":

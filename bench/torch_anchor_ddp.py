@@ -17,7 +17,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-from torch_rpc_setup import free_port, run_with_peer
+from torch_rpc_setup import free_port, run_with_peers
 
 BIG_ROUNDS = 5
 BIG_STEPS = 3
@@ -83,7 +83,7 @@ def main():
         run(1, int(sys.argv[2]))
         return
     port = free_port()
-    run_with_peer(__file__, [str(port)], lambda: run(0, port))
+    run_with_peers(__file__, [[str(port)]], lambda: run(0, port))
 
 
 if __name__ == "__main__":

@@ -26,9 +26,6 @@
 #   torch_anchor_dist_autograd.py --peer P R   be rank R of the run whose store listens on P
 #
 # TensorPipe runs over TCP as torch_rpc_setup.py pins it.
-import json
-import os
-import subprocess
 import sys
 import time
 
@@ -40,7 +37,7 @@ import torch.nn.functional as F
 from torch import optim
 from torch.distributed.optim import DistributedOptimizer
 
-from torch_rpc_setup import backend_options, free_port, transport_fields
+from torch_rpc_setup import backend_options, free_port, run_with_peers, transport_fields
 from torch_timing import seconds_per_call
 
 WORLD_SIZE = 3
@@ -169,22 +166,16 @@ def main():
         peer(int(sys.argv[2]), int(sys.argv[3]))
         return
     port = free_port()
-    children = [subprocess.Popen(
-        [sys.executable, os.path.abspath(__file__), "--peer", str(port), str(rank)],
-        stdout=subprocess.DEVNULL) for rank in range(1, WORLD_SIZE)]
-    try:
+
+    def rank0():
         rpc.init_rpc("worker0", rank=0, world_size=WORLD_SIZE,
                      rpc_backend_options=backend_options(port, NUM_THREADS))
         results = bench()
         results.update(transport_fields())
         rpc.shutdown()
-        if any([child.wait(timeout=60) != 0 for child in children]):
-            sys.exit(1)
-    finally:
-        for child in children:
-            if child.poll() is None:
-                child.kill()
-    print(json.dumps(results), flush=True)
+        return results
+
+    run_with_peers(__file__, [[str(port), str(rank)] for rank in range(1, WORLD_SIZE)], rank0)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import sys
 
 import torch
 
-from torch_rpc_setup import backend_options, free_port, run_with_peer, transport_fields
+from torch_rpc_setup import backend_options, free_port, run_with_peers, transport_fields
 from torch_timing import seconds_per_call
 import torch.distributed.rpc as rpc
 
@@ -69,7 +69,7 @@ def main():
         rpc.shutdown()
         return results
 
-    run_with_peer(__file__, [str(port)], rank0)
+    run_with_peers(__file__, [[str(port)]], rank0)
 
 
 if __name__ == "__main__":

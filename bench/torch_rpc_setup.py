@@ -41,16 +41,18 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_with_peer(script, peer_args, rank0):
-    """Starts `script --peer PEER_ARGS...` as rank 1, runs rank0() here, waits for the peer and
-    prints rank0's result as one JSON line; exits 1 if the peer failed."""
-    child = subprocess.Popen([sys.executable, os.path.abspath(script), "--peer"] + peer_args,
-                             stdout=subprocess.DEVNULL)
+def run_with_peers(script, peers, rank0):
+    """Starts `script --peer ARGS...` once per argument list in `peers` (ranks 1, 2, ...), runs
+    rank0() here, waits for the peers and prints rank0's result as one JSON line; exits 1 if a
+    peer failed."""
+    children = [subprocess.Popen([sys.executable, os.path.abspath(script), "--peer"] + args,
+                                 stdout=subprocess.DEVNULL) for args in peers]
     try:
         results = rank0()
-        if child.wait(timeout=120) != 0:
+        if any([child.wait(timeout=120) != 0 for child in children]):
             sys.exit(1)
     finally:
-        if child.poll() is None:
-            child.kill()
+        for child in children:
+            if child.poll() is None:
+                child.kill()
     print(json.dumps(results), flush=True)
