@@ -44,8 +44,9 @@ GlooOptions gloo_options(Milliseconds timeout) {
   return o;
 }
 
-std::shared_ptr<ProcessGroup> make_group(const std::string& backend, std::shared_ptr<Store> store,
-                                         int rank, int size, Milliseconds timeout) {
+std::shared_ptr<ProcessGroup> make_group([[maybe_unused]] const std::string& backend,
+                                         std::shared_ptr<Store> store, int rank, int size,
+                                         Milliseconds timeout) {
 #ifdef GW_HAVE_NCCL
   if (backend == "nccl")
     return std::make_shared<ProcessGroupNCCL>(std::move(store), rank, size,
@@ -66,8 +67,8 @@ std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend,
                                                  const std::string& init_method, int rank,
                                                  int world_size, Milliseconds timeout) {
   check_backend(backend);
-  return init_process_group(backend, rendezvous(init_method, rank, world_size), rank,
-                            world_size, timeout);
+  return init_process_group(backend, rendezvous(init_method, rank, world_size), rank, world_size,
+                            timeout);
 }
 
 std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend,
@@ -113,8 +114,7 @@ std::shared_ptr<ProcessGroup> new_group(std::vector<int> ranks, Milliseconds tim
   std::sort(ranks.begin(), ranks.end());
   GW_CHECK(!ranks.empty(), InvalidArgumentError, "[new_group] no ranks given");
   auto dup = std::adjacent_find(ranks.begin(), ranks.end());
-  GW_CHECK(dup == ranks.end(), InvalidArgumentError, "[new_group] rank ", *dup,
-           " is listed twice");
+  GW_CHECK(dup == ranks.end(), InvalidArgumentError, "[new_group] rank ", *dup, " is listed twice");
   GW_CHECK(ranks.front() >= 0 && ranks.back() < world->size(), InvalidArgumentError,
            "[new_group] rank ", ranks.front() < 0 ? ranks.front() : ranks.back(),
            " is outside [0, ", world->size(), ")");
@@ -129,8 +129,8 @@ std::shared_ptr<ProcessGroup> new_group(std::vector<int> ranks, Milliseconds tim
   auto me = std::find(ranks.begin(), ranks.end(), world->rank());
   if (me == ranks.end()) return nullptr;
   auto prefixed = std::make_shared<PrefixStore>("group" + std::to_string(index), store);
-  return make_group(world->backend(), std::move(prefixed),
-                    static_cast<int>(me - ranks.begin()), static_cast<int>(ranks.size()), timeout);
+  return make_group(world->backend(), std::move(prefixed), static_cast<int>(me - ranks.begin()),
+                    static_cast<int>(ranks.size()), timeout);
 }
 
 }  // namespace gw::dist
