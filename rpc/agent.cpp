@@ -1,9 +1,13 @@
 #include "rpc/agent.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <map>
 #include <regex>
 #include <set>
+
+#include <poll.h>
+#include <sys/socket.h>
 
 #include <asio.hpp>
 
@@ -39,6 +43,38 @@ std::string key(const std::string& phase, int rank) {
 bool joins_autograd_context(const std::string& function) {
   using namespace rref_messages;
   return !function.starts_with("gw.") || function == kRemote || function == kFetch;
+}
+
+// Connects `s` to `ep`, giving up after `timeout` (0: the kernel's own limit). A plain blocking
+// connect to a host that drops packets would hold the caller, and every other caller of that
+// peer, for the kernel's SYN retries (minutes), whatever the call's timeout. asio's connect
+// always blocks, so the socket is connected non-blocking here and polled on this thread: the
+// network thread may be the caller (a callback sending a call), so it cannot do the waiting.
+std::error_code connect_within(asio::ip::tcp::socket& s, const asio::ip::tcp::endpoint& ep,
+                               Milliseconds timeout) {
+  std::error_code ec;
+  s.open(ep.protocol(), ec);
+  if (ec) return ec;
+  const int fd = s.native_handle();
+  s.native_non_blocking(true, ec);
+  if (ec) return ec;
+  if (::connect(fd, ep.data(), static_cast<socklen_t>(ep.size())) != 0) {
+    if (errno != EINPROGRESS) return {errno, std::system_category()};
+    pollfd pending{.fd = fd, .events = POLLOUT, .revents = 0};
+    int ready;
+    do {
+      ready = ::poll(&pending, 1, timeout.count() > 0 ? static_cast<int>(timeout.count()) : -1);
+    } while (ready < 0 && errno == EINTR);  // a signal restarts the whole wait: rare, and safe
+    if (ready < 0) return {errno, std::system_category()};
+    if (ready == 0) return std::make_error_code(std::errc::timed_out);
+    int error = 0;
+    socklen_t len = sizeof error;
+    if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) != 0)
+      return {errno, std::system_category()};
+    if (error != 0) return {error, std::system_category()};
+  }
+  s.native_non_blocking(false, ec);
+  return ec;
 }
 
 std::vector<Tensor> tensors_of(const IValueList& values) {
@@ -273,7 +309,7 @@ void Agent::accept_next() {
   });
 }
 
-std::shared_ptr<Connection> Agent::connection_to(int id) {
+std::shared_ptr<Connection> Agent::connection_to(int id, Milliseconds timeout) {
   {
     std::lock_guard lock(impl_->conn_mu);
     if (auto& c = impl_->outbound[id]; c && !c->closed()) return c;
@@ -284,11 +320,14 @@ std::shared_ptr<Connection> Agent::connection_to(int id) {
     if (auto& c = impl_->outbound[id]; c && !c->closed()) return c;
   }
   asio::ip::tcp::socket s(impl_->io);
-  std::error_code ec;
-  s.connect(impl_->endpoints[id], ec);
-  GW_CHECK(!ec, IoError, "[rpc] cannot connect to worker '", workers_[id].name, "' at ",
-           impl_->endpoints[id].address().to_string(), ":", impl_->endpoints[id].port(), ": ",
-           ec.message());
+  const auto& ep = impl_->endpoints[id];
+  if (std::error_code ec = connect_within(s, ep, timeout)) {
+    const std::string where = gw::detail::str("[rpc] connecting to worker '", workers_[id].name,
+                                              "' at ", ep.address().to_string(), ":", ep.port());
+    if (ec == std::errc::timed_out)
+      throw TimeoutError(where + gw::detail::str(" timed out after ", timeout.count(), " ms"));
+    throw IoError(where + " failed: " + ec.message());
+  }
   auto c = impl_->make_connection(std::move(s));
   c->set_peer_id(id);
   // The handshake goes first, before other threads can find the connection and send on it.
@@ -383,7 +422,7 @@ Future<IValue> Agent::call(const To& to, const std::string& function, IValueList
     throw;
   }
   try {
-    std::shared_ptr<Connection> c = connection_to(dst.id);
+    std::shared_ptr<Connection> c = connection_to(dst.id, timeout);
     {
       std::lock_guard lock(impl_->pending_mu);
       if (auto it = impl_->pending.find(m.id); it != impl_->pending.end())

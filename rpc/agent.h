@@ -140,7 +140,9 @@ class Agent {
  private:
   void rendezvous(int world_size);
   void accept_next();
-  std::shared_ptr<Connection> connection_to(int id);
+  // The connection to worker `id`, opened if there is none; connecting gives up after
+  // `timeout` (0: no limit of ours) with TimeoutError.
+  std::shared_ptr<Connection> connection_to(int id, Milliseconds timeout);
   void on_message(const std::shared_ptr<Connection>& c, Message m);
   void on_close(const std::shared_ptr<Connection>& c, const std::string& why);
   void handle_request(const std::shared_ptr<Connection>& c, Message m);

@@ -1,4 +1,9 @@
 // RPC between agents that are threads of this process (see group.h).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 
 #include "core/ops.h"
@@ -121,6 +126,50 @@ TEST_CASE("a call that runs past its timeout fails with TimeoutError", "[rpc]") 
   g[0].set_rpc_timeout(kDefaultRpcTimeout);
   release_blocked();  // let the blocked handlers finish so shutdown can drain
   CHECK(rpc_sync("worker1", block_until_released) == 42);
+}
+
+namespace {
+// A loopback listener whose accept queue is full: Linux drops further SYNs, as a route that
+// loses packets does, so a connect to it gets no answer until the kernel gives up (minutes).
+struct SilentListener {
+  int listener = -1, queued = -1;
+  uint16_t port = 0;
+  SilentListener() {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    listener = ::socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&addr), len) == 0);
+    REQUIRE(::listen(listener, 0) == 0);
+    REQUIRE(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+    port = ntohs(addr.sin_port);
+    queued = ::socket(AF_INET, SOCK_STREAM, 0);  // fills the queue: it is never accepted
+    REQUIRE(::connect(queued, reinterpret_cast<sockaddr*>(&addr), len) == 0);
+  }
+  ~SilentListener() {
+    ::close(queued);
+    ::close(listener);
+  }
+};
+}  // namespace
+
+TEST_CASE("a call to a worker that never answers the connect fails within its timeout", "[rpc]") {
+  SilentListener silent;
+  auto store = std::make_shared<dist::HashStore>();
+  // Worker 1's published address is the silent listener (the format Agent::rendezvous writes).
+  store->set("rpc/worker/1", "silent\n127.0.0.1\n" + std::to_string(silent.port));
+  RpcBackendOptions o = Group::small_options();
+  o.store = store;
+  Agent a("worker0", 0, 2, o);
+  Agent::Use use(a);
+  const auto start = std::chrono::steady_clock::now();
+  auto fut = rpc_async("silent", whoami, timeout(200ms));
+  CHECK_THROWS_AS(fut.wait(), TimeoutError);
+  // Neither the call nor its future may wait out the kernel's connect retries: the bound is
+  // the timeout plus slack for a loaded machine, far below those minutes.
+  CHECK(std::chrono::steady_clock::now() - start < 20s);
+  a.shutdown(/*graceful=*/false);
 }
 
 TEST_CASE("async execution chains calls across three workers without blocking a thread", "[rpc]") {
