@@ -39,7 +39,13 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
     return {};
   }
   accumulate_into_grad(variable, grad);
-  for (const PostAccumulateHook& hook : m.post_accumulate_hooks) hook(variable);
+  std::shared_ptr<const PostAccumulateHooks> hooks;
+  {
+    std::lock_guard lock(m.mutex);
+    hooks = m.post_accumulate_hooks;
+  }
+  if (hooks)
+    for (const auto& [id, hook] : *hooks) hook(variable);
   return {};
 }
 

@@ -2,6 +2,9 @@
 // also installs the recorder: any program that calls backward or grad links it, so its
 // static initializer runs before the first op.
 #include "autograd/autograd.h"
+
+#include <atomic>
+
 #include "autograd/functions/recorder.h"
 
 namespace gw {
@@ -122,18 +125,37 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
   }
   std::vector<Tensor> result = run_backward(roots, grads, std::move(exec));
   for (size_t i = 0; i < result.size(); ++i) {
-    GW_CHECK(result[i].defined() || options.allow_unused, InvalidArgumentError, "[grad] input ",
-             i, " was not used to compute the outputs; pass allow_unused = true");
+    GW_CHECK(result[i].defined() || options.allow_unused, InvalidArgumentError, "[grad] input ", i,
+             " was not used to compute the outputs; pass allow_unused = true");
   }
   return result;
 }
 
-void register_post_accumulate_grad_hook(const Tensor& leaf, PostAccumulateHook hook) {
+RemovableHandle register_post_accumulate_grad_hook(const Tensor& leaf, PostAccumulateHook hook) {
   GW_CHECK(leaf.requires_grad() && leaf.is_leaf(), InvalidArgumentError,
            "[register_post_accumulate_grad_hook] expects a leaf tensor that requires grad");
+  static std::atomic<uint64_t> next_id{1};
+  const uint64_t id = next_id.fetch_add(1, std::memory_order_relaxed);
   AutogradMeta& m = meta(leaf);
   std::lock_guard lock(m.mutex);
-  m.post_accumulate_hooks.push_back(std::move(hook));
+  auto hooks = std::make_shared<PostAccumulateHooks>();
+  if (m.post_accumulate_hooks) *hooks = *m.post_accumulate_hooks;
+  hooks->emplace_back(id, std::move(hook));
+  m.post_accumulate_hooks = std::move(hooks);
+  return RemovableHandle(leaf.autograd_meta(), id);
+}
+
+void RemovableHandle::remove() {
+  std::shared_ptr<AutogradMeta> m = meta_.lock();
+  meta_.reset();
+  if (!m) return;
+  std::shared_ptr<const PostAccumulateHooks> old;  // the removed hook dies after the unlock
+  std::lock_guard lock(m->mutex);
+  old = m->post_accumulate_hooks;
+  if (!old) return;
+  auto hooks = std::make_shared<PostAccumulateHooks>(*old);
+  std::erase_if(*hooks, [&](const auto& entry) { return entry.first == id_; });
+  m->post_accumulate_hooks = std::move(hooks);
 }
 
 }  // namespace autograd

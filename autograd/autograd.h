@@ -42,8 +42,22 @@ struct GradOptions {
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const GradOptions& options = {});
 
+// Unregisters the hook it was returned for (PyTorch's RemovableHandle). remove() again, or
+// once the tensor is gone, does nothing; dropping the handle leaves the hook registered.
+class RemovableHandle {
+ public:
+  RemovableHandle() = default;
+  RemovableHandle(std::weak_ptr<AutogradMeta> meta, uint64_t id)
+      : meta_(std::move(meta)), id_(id) {}
+  void remove();
+
+ private:
+  std::weak_ptr<AutogradMeta> meta_;
+  uint64_t id_ = 0;
+};
+
 // hook(leaf) runs after the leaf's .grad was updated by a backward pass (DDP's signal that a
 // parameter's gradient is ready).
-void register_post_accumulate_grad_hook(const Tensor& leaf, PostAccumulateHook hook);
+RemovableHandle register_post_accumulate_grad_hook(const Tensor& leaf, PostAccumulateHook hook);
 
 }  // namespace gw::autograd

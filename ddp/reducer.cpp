@@ -33,8 +33,9 @@ namespace hooks {
 CommHook allreduce() {
   return [](dist::ProcessGroup& group, GradBucket& bucket) {
     Tensor buffer = bucket.buffer;
-    return group.allreduce(buffer, {.op = dist::ReduceOp::AVG})->future().then(
-        [buffer](Future<void>& done) {
+    return group.allreduce(buffer, {.op = dist::ReduceOp::AVG})
+        ->future()
+        .then([buffer](Future<void>& done) {
           done.wait();
           return buffer;
         });
@@ -44,8 +45,9 @@ CommHook allreduce() {
 CommHook fp16_compress() {
   return [](dist::ProcessGroup& group, GradBucket& bucket) {
     Tensor compressed = (bucket.buffer / static_cast<double>(group.size())).to(kFloat16);
-    return group.allreduce(compressed, {.op = dist::ReduceOp::SUM})->future().then(
-        [compressed, dtype = bucket.buffer.dtype()](Future<void>& done) {
+    return group.allreduce(compressed, {.op = dist::ReduceOp::SUM})
+        ->future()
+        .then([compressed, dtype = bucket.buffer.dtype()](Future<void>& done) {
           done.wait();
           return compressed.to(dtype);
         });
@@ -101,12 +103,17 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
   for (auto& b : buckets_) b.pending = b.params.size();
 }
 
+Reducer::~Reducer() {
+  for (auto& h : hook_handles_) h.remove();
+}
+
 void Reducer::install_hooks() {
   std::weak_ptr<Reducer> weak = weak_from_this();
   for (size_t i = 0; i < params_.size(); ++i)
-    autograd::register_post_accumulate_grad_hook(params_[i], [weak, i](const Tensor&) {
-      if (auto r = weak.lock()) r->on_gradient(i);
-    });
+    hook_handles_.push_back(
+        autograd::register_post_accumulate_grad_hook(params_[i], [weak, i](const Tensor&) {
+          if (auto r = weak.lock()) r->on_gradient(i);
+        }));
 }
 
 void Reducer::set_comm_hook(CommHook hook) {
@@ -153,7 +160,8 @@ void Reducer::prepare_for_forward() {
     if (!ready_[i]) missing += (missing.empty() ? "" : ", ") + names_[i];
   throw StateError(
       "[DistributedDataParallel] Expected to have finished reduction in the prior iteration "
-      "before starting a new one: parameters that did not receive a gradient: " + missing +
+      "before starting a new one: parameters that did not receive a gradient: " +
+      missing +
       ". Every parameter must be used in producing the loss, or pass "
       "find_unused_parameters = true");
 }

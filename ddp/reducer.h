@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/autograd.h"
 #include "core/tensor.h"
 #include "dist/process_group/process_group.h"
 #include "rpc/future.h"
@@ -55,10 +56,10 @@ struct ReducerOptions {
 };
 
 struct Bucket {
-  std::vector<size_t> params;    // indices into the reducer's parameters
-  std::vector<int64_t> offsets;  // of each parameter's gradient in `flat`
-  Tensor flat;                   // the bucket's gradients, back to back
-  size_t pending = 0;            // parameters not ready yet in this iteration
+  std::vector<size_t> params;             // indices into the reducer's parameters
+  std::vector<int64_t> offsets;           // of each parameter's gradient in `flat`
+  Tensor flat;                            // the bucket's gradients, back to back
+  size_t pending = 0;                     // parameters not ready yet in this iteration
   std::optional<Future<Tensor>> reduced;  // its reduction, once launched
 };
 
@@ -66,6 +67,8 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
  public:
   Reducer(std::vector<Tensor> params, std::vector<std::string> names,
           std::shared_ptr<dist::ProcessGroup> group, ReducerOptions options);
+
+  ~Reducer();  // unregisters the hooks: the parameters may outlive DDP
 
   // Registers the hooks (after construction: they hold a weak reference to this reducer).
   void install_hooks();
@@ -112,16 +115,17 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   ReducerOptions options_;
   bool rebuilt_ = false;             // buckets follow the first iteration's ready order
   std::vector<size_t> ready_order_;  // of the first synced iteration
-  std::vector<bool> ready_;        // by parameter, this iteration
+  std::vector<bool> ready_;          // by parameter, this iteration
   size_t ready_count_ = 0;
   size_t next_to_launch_ = 0;
-  bool sync_ = true;            // the no_sync() state, read at the end of each forward
-  bool iteration_sync_ = true;  // whether the current iteration's backward reduces
-  std::vector<size_t> unused_;  // found by prepare_for_backward, marked by the first hook
+  bool sync_ = true;                   // the no_sync() state, read at the end of each forward
+  bool iteration_sync_ = true;         // whether the current iteration's backward reduces
+  std::vector<size_t> unused_;         // found by prepare_for_backward, marked by the first hook
   std::vector<bool> used_since_sync_;  // got a gradient in a no_sync backward since the last sync
-  Tensor used_map_;             // int32 by parameter, summed across ranks by the first hook
+  Tensor used_map_;                    // int32 by parameter, summed across ranks by the first hook
   std::optional<Future<void>> used_reduced_;
   CommHook hook_ = hooks::allreduce();
+  std::vector<autograd::RemovableHandle> hook_handles_;  // one per parameter
   int64_t launched_ = 0, launched_early_ = 0;
 };
 

@@ -45,7 +45,7 @@ TEST_CASE("leaf hooks run in registration order before accumulation", "[autograd
   (x * 3.0).sum().backward();
   CHECK(order == std::vector<int>{1, 2, 3, 4});
   REQUIRE(grad_defined_in_hook.size() == 2);
-  CHECK_FALSE(grad_defined_in_hook[0]);            // nothing accumulated yet
+  CHECK_FALSE(grad_defined_in_hook[0]);  // nothing accumulated yet
   CHECK(grad_defined_in_hook[1]);
   CHECK(grad_in_hook[1] == std::vector<double>{7.0, 7.0});  // the old value: not yet updated
   REQUIRE(grad_after.size() == 2);
@@ -148,9 +148,12 @@ TEST_CASE("post-accumulate hooks fire once per backward, after .grad, in reverse
   // An MLP-like chain of three linear layers; parameters created (and used) in order.
   const std::vector<std::string> names = {"W1", "b1", "W2", "b2", "W3", "b3"};
   std::vector<Tensor> params = {
-      leaf({0.1, -0.2, 0.3, 0.4, -0.5, 0.6}, {3, 2}), leaf({0.01, 0.02, 0.03}),
-      leaf({0.2, -0.1, 0.05, 0.3, 0.1, -0.2}, {2, 3}), leaf({-0.01, 0.02}),
-      leaf({0.5, -0.4}, {1, 2}),                      leaf({0.1}),
+      leaf({0.1, -0.2, 0.3, 0.4, -0.5, 0.6}, {3, 2}),
+      leaf({0.01, 0.02, 0.03}),
+      leaf({0.2, -0.1, 0.05, 0.3, 0.1, -0.2}, {2, 3}),
+      leaf({-0.01, 0.02}),
+      leaf({0.5, -0.4}, {1, 2}),
+      leaf({0.1}),
   };
   std::vector<std::string> ready;
   std::map<std::string, std::vector<std::vector<double>>> seen;  // .grad inside the hook
@@ -190,6 +193,35 @@ TEST_CASE("post-accumulate hooks fire once per backward, after .grad, in reverse
     for (double& v : doubled) v *= 2;
     CHECK(near(seen[names[i]][1], doubled));
   }
+}
+
+TEST_CASE("a removed post-accumulate hook no longer runs; the others still do",
+          "[autograd][hooks]") {
+  Tensor x = leaf({1.0, 2.0});
+  std::vector<int> fired;
+  ag::RemovableHandle self;
+  ag::RemovableHandle first =
+      ag::register_post_accumulate_grad_hook(x, [&](const Tensor&) { fired.push_back(1); });
+  self = ag::register_post_accumulate_grad_hook(x, [&](const Tensor&) {
+    fired.push_back(2);
+    self.remove();  // a hook may remove itself while the hooks run
+  });
+  ag::register_post_accumulate_grad_hook(x, [&](const Tensor&) { fired.push_back(3); });
+  x.sum().backward();
+  CHECK(fired == std::vector<int>{1, 2, 3});
+  first.remove();
+  first.remove();  // again: nothing
+  fired.clear();
+  x.sum().backward();
+  CHECK(fired == std::vector<int>{3});
+  CHECK(vec(x.grad()) == std::vector<double>{2.0, 2.0});  // accumulation itself is untouched
+
+  ag::RemovableHandle outlived;
+  {
+    Tensor y = leaf({1.0});
+    outlived = ag::register_post_accumulate_grad_hook(y, [](const Tensor&) {});
+  }
+  outlived.remove();  // the tensor is gone: nothing to do, no crash
 }
 
 TEST_CASE("post-accumulate readiness follows reverse use, not creation", "[autograd][hooks][ddp]") {

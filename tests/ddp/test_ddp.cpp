@@ -123,6 +123,29 @@ TEST_CASE("a parameter without a gradient is reported by name at the next forwar
   });
 }
 
+TEST_CASE("a destroyed DDP leaves its parameters without hooks", "[ddp]") {
+  run_ranks(2, [](dist::ProcessGroupGloo& pg, Checks& c) {
+    auto net = mlp(4);
+    auto hooks_on = [&] {
+      size_t n = 0;
+      for (const Tensor& p : net->parameters())
+        if (const auto* m = autograd::meta_if(p); m && m->post_accumulate_hooks)
+          n += m->post_accumulate_hooks->size();
+      return n;
+    };
+    auto [x, y] = batch(2, 0);
+    {
+      ddp::DistributedDataParallel model(net, borrow(pg));
+      EXPECT(c, hooks_on() == net->parameters().size());
+      nn::functional::cross_entropy(model.forward(shard(x, pg.rank())), shard(y, pg.rank()))
+          .backward();
+    }
+    EXPECT(c, hooks_on() == 0);
+    ddp::DistributedDataParallel again(net, borrow(pg));  // wrapping again: a fresh set
+    EXPECT(c, hooks_on() == net->parameters().size());
+  });
+}
+
 TEST_CASE("a parameter marked ready twice in one iteration is named", "[ddp][errors]") {
   run_ranks(2, [](dist::ProcessGroupGloo& pg, Checks& c) {
     auto net = mlp(4);
