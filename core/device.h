@@ -28,6 +28,8 @@ struct Device {
 };
 
 inline constexpr Device kCPU{DeviceType::CPU, 0};
+// CUDA devices a process can address by index: per-device tables are arrays of this size.
+inline constexpr int kMaxDevices = 64;
 inline Device cuda_device(int index = 0) { return Device(DeviceType::CUDA, index); }
 
 std::ostream& operator<<(std::ostream& os, const Device& d);

@@ -28,8 +28,6 @@ void set_device(int index);
 // Blocks until all work on `index` (the current device when -1) has finished.
 void synchronize(int index = -1);
 
-// Devices a process can address by index here: per-device tables are arrays of this size.
-inline constexpr int kMaxDevices = 64;
 // Throws InvalidArgumentError naming `what` unless 0 <= index < kMaxDevices.
 void check_device_index(int index, const char* what);
 

@@ -163,8 +163,9 @@ namespace {
 void check_device_map(const std::string& to, const std::map<int, int>& map) {
   std::map<int, int> source_of;  // by target
   for (const auto& [from, dst] : map) {
-    GW_CHECK(from >= 0 && dst >= 0, InvalidArgumentError, "[set_device_map] devices are CUDA ",
-             "indices >= 0; got ", from, " -> ", dst, " toward '", to, "'");
+    GW_CHECK(from >= 0 && dst >= 0 && from < kMaxDevices && dst < kMaxDevices,
+             InvalidArgumentError, "[set_device_map] devices are CUDA indices in [0, ",
+             kMaxDevices, "); got ", from, " -> ", dst, " toward '", to, "'");
     auto [it, fresh] = source_of.emplace(dst, from);
     GW_CHECK(fresh, InvalidArgumentError, "[set_device_map] the map toward '", to,
              "' would put cuda:", it->second, " and cuda:", from, " both on cuda:", dst,

@@ -21,10 +21,13 @@ TEST_CASE("set_device_map keeps maps invertible", "[rpc][cuda]") {
   o.set_device_map("worker1", {{0, 1}});
   o.set_device_map("worker1", {{1, 2}});  // incrementally, as in the spec's example
   CHECK(o.device_maps.at("worker1") == std::map<int, int>{{0, 1}, {1, 2}});
-  CHECK_THROWS_WITH(o.set_device_map("worker1", {{3, 1}}),
-                    Catch::Contains("cuda:0 and cuda:3 both on cuda:1") &&
-                        Catch::Contains("invertible"));
+  CHECK_THROWS_WITH(
+      o.set_device_map("worker1", {{3, 1}}),
+      Catch::Contains("cuda:0 and cuda:3 both on cuda:1") && Catch::Contains("invertible"));
   CHECK_THROWS_WITH(o.set_device_map("worker2", {{-1, 0}}), Catch::Contains("-1 -> 0"));
+  // Indices past the device limit are refused here, before the wire's 16-bit field wraps them.
+  CHECK_THROWS_WITH(o.set_device_map("worker2", {{0, 70000}}),
+                    Catch::Contains("0 -> 70000") && Catch::Contains("[0, 64)"));
 }
 
 TEST_CASE("a CUDA tensor without a device map toward the callee is refused", "[rpc][cuda]") {
@@ -32,8 +35,8 @@ TEST_CASE("a CUDA tensor without a device map toward the callee is refused", "[r
   Agent::Use use(g[0]);
   // Host memory labelled as cuda:0: the send must be refused before anything reads it.
   std::vector<float> bytes(2, 1.f);
-  Tensor fake = Tensor::make(Storage::wrap(bytes.data(), 8, cuda_device(0), {}), {2}, {1}, 0,
-                             kFloat32);
+  Tensor fake =
+      Tensor::make(Storage::wrap(bytes.data(), 8, cuda_device(0), {}), {2}, {1}, 0, kFloat32);
   CHECK_THROWS_WITH(rpc_sync(1, my_add, fake, fake),
                     Catch::Contains("cuda:0") && Catch::Contains("set_device_map"));
   // The agent is unharmed.
@@ -41,8 +44,7 @@ TEST_CASE("a CUDA tensor without a device map toward the callee is refused", "[r
 }
 
 #ifdef GW_HAVE_CUDA
-TEST_CASE("CUDA tensors go to the mapped device and come back on the inverse map",
-          "[rpc][cuda]") {
+TEST_CASE("CUDA tensors go to the mapped device and come back on the inverse map", "[rpc][cuda]") {
   GW_REQUIRE_CUDA_DEVICE();
   RpcBackendOptions o = Group::small_options();
   o.set_device_map("worker1", {{0, 0}});
