@@ -18,7 +18,7 @@ namespace gw::cuda {
 namespace {
 
 constexpr size_t kSmallGranularity = 512;
-constexpr size_t kLargeThreshold = size_t{1} << 20;  // 1 MiB
+constexpr size_t kLargeThreshold = size_t{1} << 20;    // 1 MiB
 constexpr size_t kLargeGranularity = size_t{2} << 20;  // 2 MiB
 
 size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
@@ -38,7 +38,6 @@ class BlockCache {
     const size_t size = round_size(nbytes);
     std::lock_guard lock(mutex_);
     MemoryStats& st = stats(device);
-    ++st.num_allocs;
     void* ptr = nullptr;
     auto it = free_.find(Key{device, stream, size});
     if (it != free_.end() && !it->second.empty()) {
@@ -51,6 +50,7 @@ class BlockCache {
       ++st.num_driver_allocs;
     }
     live_.emplace(ptr, Block{size, device, stream});
+    ++st.num_allocs;
     st.allocated_bytes += size;
     st.peak_allocated_bytes = std::max(st.peak_allocated_bytes, st.allocated_bytes);
     return ptr;
@@ -72,6 +72,13 @@ class BlockCache {
   void empty(int device = kAll) {
     std::lock_guard lock(mutex_);
     empty_locked(device);
+  }
+
+  // Frees the cached blocks kept for `stream`, which is being destroyed: its handle may come
+  // back for a new stream that has no order with the old one's work.
+  void forget(cudaStream_t stream) {
+    std::lock_guard lock(mutex_);
+    free_cached([&](int, cudaStream_t s) { return s == stream; });
   }
 
   MemoryStats get_stats(int device) {
@@ -113,19 +120,25 @@ class BlockCache {
     if (status != cudaSuccess) {
       clear_last_error();
       const MemoryStats& st = stats(device);
-      throw CudaError(detail::str(
-          "[cuda ", what_, "] could not allocate ", size, " bytes",
-          device >= 0 ? detail::str(" on cuda:", device) : std::string(), " (allocated ",
-          st.allocated_bytes, ", reserved ", st.reserved_bytes, "): ",
-          cudaGetErrorName(status), ": ", cudaGetErrorString(status)));
+      throw CudaError(detail::str("[cuda ", what_, "] could not allocate ", size, " bytes",
+                                  device >= 0 ? detail::str(" on cuda:", device) : std::string(),
+                                  " (allocated ", st.allocated_bytes, ", reserved ",
+                                  st.reserved_bytes, "): ", cudaGetErrorName(status), ": ",
+                                  cudaGetErrorString(status)));
     }
     return ptr;
   }
 
   void empty_locked(int device) {
+    free_cached([&](int dev, cudaStream_t) { return device == kAll || dev == device; });
+  }
+
+  // Returns the cached blocks of the (device, stream) pairs `matches` picks to the driver.
+  template <typename Match>
+  void free_cached(Match matches) {
     for (auto it = free_.begin(); it != free_.end();) {
       const auto& [dev, stream, size] = it->first;
-      if (device != kAll && dev != device) {
+      if (!matches(dev, stream)) {
         ++it;
         continue;
       }
@@ -186,6 +199,7 @@ std::shared_ptr<Storage> allocate_storage(size_t nbytes, Device device) {
 }
 
 void empty_cache() { device_cache().empty(); }
+void forget_stream(cudaStream_t stream) { device_cache().forget(stream); }
 MemoryStats memory_stats(int device) { return device_cache().get_stats(device); }
 void reset_peak_memory_stats(int device) { device_cache().reset_peak(device); }
 
@@ -193,8 +207,8 @@ void* pinned_malloc(size_t nbytes) { return host_cache().allocate(nbytes, -1, nu
 void pinned_free(void* ptr) { host_cache().release(ptr); }
 
 std::shared_ptr<Storage> allocate_pinned_storage(size_t nbytes) {
-  GW_CHECK(is_available(), CudaError, "[cuda pinned allocate] pinned memory needs a CUDA device: ",
-           no_device_reason());
+  GW_CHECK(is_available(), CudaError,
+           "[cuda pinned allocate] pinned memory needs a CUDA device: ", no_device_reason());
   return std::make_shared<Storage>(pinned_malloc(nbytes), nbytes, kCPU,
                                    Deleter{&free_host_block, nullptr});
 }

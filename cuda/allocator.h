@@ -50,6 +50,9 @@ std::shared_ptr<Storage> allocate_storage(size_t nbytes, Device device);
 
 // Returns every cached (free) block of every device to the driver.
 void empty_cache();
+// Returns the cached blocks kept for `stream` to the driver (Stream does, before destroying
+// it: a new stream may get the same handle).
+void forget_stream(cudaStream_t stream);
 MemoryStats memory_stats(int device);
 void reset_peak_memory_stats(int device);
 

@@ -93,7 +93,11 @@ void CudaBackend::index_select(const Tensor& in, int64_t dim, const Tensor& inde
   int64_t inner = 1;
   for (int64_t d = dim + 1; d < x.dim(); ++d) inner *= x.size(d);
   const int64_t total = o.numel();
-  if (total == 0) return;
+  if (total == 0) {  // nothing to copy, but bad indices still fail, as on the CPU
+    for (int64_t i : idx.to(kCPU).to_vector<int64_t>())
+      if (i < 0 || i >= n) throw_bad_index("index_select", i, n, dim);
+    return;
+  }
   ErrorFlag flag(out.device(), on.stream);
   dispatch_by_size(x.element_size(), "index_select", [&]<typename U>() {
     index_select_kernel<<<grid_for(total), kThreads, 0, on.stream>>>(

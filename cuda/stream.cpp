@@ -3,6 +3,7 @@
 #include <array>
 #include <utility>
 
+#include "cuda/allocator.h"
 #include "cuda/cuda_error.h"
 #include "cuda/device.h"
 
@@ -15,6 +16,16 @@ thread_local std::array<cudaStream_t, kMaxDevices> tls_current_stream{};
 int resolve(int device) { return device < 0 ? current_device() : device; }
 
 void check_index(int device) { check_device_index(device, "cuda stream"); }
+
+// Waits for the stream's work, then destroys it. The caching allocator keys free blocks by the
+// handle, which the driver may hand out again: the blocks are returned first, and the wait
+// makes sure none of them is still in use by the old stream's work.
+void destroy(cudaStream_t stream) {
+  if (!stream) return;
+  if (cudaStreamSynchronize(stream) != cudaSuccess) clear_last_error();
+  forget_stream(stream);
+  if (cudaStreamDestroy(stream) != cudaSuccess) clear_last_error();
+}
 }  // namespace
 
 Stream::Stream(int device, StreamOptions options) : device_(resolve(device)) {
@@ -23,17 +34,14 @@ Stream::Stream(int device, StreamOptions options) : device_(resolve(device)) {
   GW_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, flags, options.priority));
 }
 
-Stream::~Stream() {
-  // Destroying a stream with pending work is allowed: the work completes, then it is freed.
-  if (stream_ && cudaStreamDestroy(stream_) != cudaSuccess) clear_last_error();
-}
+Stream::~Stream() { destroy(stream_); }
 
 Stream::Stream(Stream&& other) noexcept
     : stream_(std::exchange(other.stream_, nullptr)), device_(other.device_) {}
 
 Stream& Stream::operator=(Stream&& other) noexcept {
   if (this != &other) {
-    if (stream_ && cudaStreamDestroy(stream_) != cudaSuccess) clear_last_error();
+    destroy(stream_);
     stream_ = std::exchange(other.stream_, nullptr);
     device_ = other.device_;
   }

@@ -346,6 +346,9 @@ TEST_CASE("indexing matches the CPU", "[cuda][parity][index]") {
     CHECK_THAT(e.what(), Catch::Matchers::Contains("[index_select] index 6 is out of range for "
                                                    "dim 1 of size 6"));
   }
+  // With nothing to copy (an empty dim elsewhere) the indices are still checked, as on the CPU.
+  CHECK_THROWS_AS(gw::index_select(gw::zeros({0, 6}, kGpu), 1, bad), gw::IndexError);
+  CHECK_THROWS_AS(gw::index_select(gw::zeros({0, 6}), 1, bad.to(gw::kCPU)), gw::IndexError);
   CHECK_THROWS_AS(gw::gather(g, 1, gw::full({5, 1, 7}, -1, gw::kInt64).to(kGpu)),
                   gw::IndexError);
   CHECK_THROWS_AS(gw::scatter_add(g, 0, gw::full({1, 6, 7}, 5, gw::kInt64).to(kGpu), g),

@@ -79,8 +79,8 @@ TEST_CASE("mixed-device ops name the op and both devices", "[cuda][device]") {
       op();
       FAIL(name << " did not throw");
     } catch (const gw::InvalidArgumentError& e) {
-      CHECK_THAT(e.what(), Contains(std::string("[") + name + "]") && Contains("cpu") &&
-                               Contains("cuda:0"));
+      CHECK_THAT(e.what(),
+                 Contains(std::string("[") + name + "]") && Contains("cpu") && Contains("cuda:0"));
     }
   };
   expect([&] { gw::add(c, g); }, "add");
@@ -140,6 +140,22 @@ TEST_CASE("the caching allocator hands a freed block out again", "[cuda][allocat
   CHECK(gw::cuda::memory_stats(0).allocated_bytes == emptied.allocated_bytes + (4 << 20));
 }
 
+TEST_CASE("a destroyed stream's cached blocks go back to the driver", "[cuda][allocator]") {
+  GW_REQUIRE_CUDA_DEVICE();
+  gw::cuda::empty_cache();
+  const auto base = gw::cuda::memory_stats(0);
+  {
+    gw::cuda::Stream side(0);
+    gw::cuda::StreamGuard on(side);
+    gw::Tensor t = gw::ones({1000}, kGpu);  // a 4096 B block kept for `side`'s handle
+    t.mul_(2);
+    t = gw::Tensor();
+    CHECK(gw::cuda::memory_stats(0).reserved_bytes == base.reserved_bytes + 4096);
+  }
+  // A later stream may get the same handle: the block must not wait there for it.
+  CHECK(gw::cuda::memory_stats(0).reserved_bytes == base.reserved_bytes);
+}
+
 TEST_CASE("pinned host memory is cached and usable as a CPU tensor", "[cuda][allocator]") {
   GW_REQUIRE_CUDA_DEVICE();
   gw::Tensor p = gw::cuda::empty_pinned({16}, gw::kFloat32);
@@ -190,8 +206,8 @@ TEST_CASE("to(device) round trips every dtype and layout", "[cuda][copy]") {
   GW_REQUIRE_CUDA_DEVICE();
   gw::Generator gen(7);
   gw::Tensor base = gw::mul(gw::randn({5, 7}, gen), 10);
-  for (gw::DType t : {gw::kFloat32, gw::kFloat64, gw::kInt64, gw::kInt32, gw::kBool,
-                      gw::kFloat16, gw::kBFloat16}) {
+  for (gw::DType t : {gw::kFloat32, gw::kFloat64, gw::kInt64, gw::kInt32, gw::kBool, gw::kFloat16,
+                      gw::kBFloat16}) {
     INFO(t);
     gw::Tensor host = base.to(t);
     gw::Tensor dev = host.to(kGpu);
