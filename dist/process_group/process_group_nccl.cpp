@@ -2,6 +2,7 @@
 
 #include <nccl.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -30,13 +31,20 @@ std::string nccl_message(ncclResult_t r, ncclComm_t comm) {
 
 ncclDataType_t nccl_type(DType dtype, const char* op) {
   switch (dtype) {
-    case DType::Float32: return ncclFloat32;
-    case DType::Float64: return ncclFloat64;
-    case DType::Float16: return ncclFloat16;
-    case DType::BFloat16: return ncclBfloat16;
-    case DType::Int32: return ncclInt32;
-    case DType::Int64: return ncclInt64;
-    case DType::Bool: return ncclUint8;
+    case DType::Float32:
+      return ncclFloat32;
+    case DType::Float64:
+      return ncclFloat64;
+    case DType::Float16:
+      return ncclFloat16;
+    case DType::BFloat16:
+      return ncclBfloat16;
+    case DType::Int32:
+      return ncclInt32;
+    case DType::Int64:
+      return ncclInt64;
+    case DType::Bool:
+      return ncclUint8;
   }
   throw InvalidArgumentError(gw::detail::str("[", op, "] unsupported dtype"));
 }
@@ -45,10 +53,14 @@ ncclRedOp_t nccl_op(ReduceOp op, const Tensor& t, const char* name) {
   GW_CHECK(t.dtype() != DType::Bool, InvalidArgumentError, "[", name,
            "] bool tensors cannot be reduced");
   switch (op) {
-    case ReduceOp::SUM: return ncclSum;
-    case ReduceOp::PRODUCT: return ncclProd;
-    case ReduceOp::MIN: return ncclMin;
-    case ReduceOp::MAX: return ncclMax;
+    case ReduceOp::SUM:
+      return ncclSum;
+    case ReduceOp::PRODUCT:
+      return ncclProd;
+    case ReduceOp::MIN:
+      return ncclMin;
+    case ReduceOp::MAX:
+      return ncclMax;
     case ReduceOp::AVG:
       ProcessGroup::check_avg(name, t, op);
       return ncclAvg;
@@ -68,18 +80,19 @@ ncclResult_t copy_async(const Tensor& dst, const Tensor& src, cudaStream_t s) {
 
 int default_device(int rank) {
   const int count = cuda::device_count();
-  GW_CHECK(count > 0, CudaError, "[ProcessGroupNCCL] no CUDA device: ",
-           cuda::no_device_reason());
+  GW_CHECK(count > 0, CudaError, "[ProcessGroupNCCL] no CUDA device: ", cuda::no_device_reason());
   const char* local = std::getenv("LOCAL_RANK");
   return (local && *local ? std::atoi(local) : rank) % count;
 }
 
 // The communicator is non-blocking, so that a rank that never arrives cannot hang the others:
 // calls may return ncclInProgress, and the communicator is ready again once its asynchronous
-// error leaves that state. Returns its final state, or ncclInProgress past the deadline.
-ncclResult_t settle(ncclComm_t comm, ncclResult_t r, Clock::time_point deadline) {
+// error leaves that state. Returns its final state, or ncclInProgress past the deadline or
+// once `give_up` is set.
+ncclResult_t settle(ncclComm_t comm, ncclResult_t r, Clock::time_point deadline,
+                    const std::atomic<bool>* give_up = nullptr) {
   while (r == ncclInProgress) {
-    if (Clock::now() > deadline) return ncclInProgress;
+    if (Clock::now() > deadline || (give_up && give_up->load())) return ncclInProgress;
     std::this_thread::yield();
     if (ncclCommGetAsyncError(comm, &r) != ncclSuccess) return ncclInternalError;
   }
@@ -110,6 +123,10 @@ bool nccl_available(std::string* why) {
 struct ProcessGroupNCCL::Impl {
   // Enqueues the NCCL calls of one collective on `stream`.
   using Body = std::function<ncclResult_t(ncclComm_t comm, cudaStream_t stream)>;
+  // Enqueues what must follow those calls on the stream (copies out of a staging buffer). It
+  // runs once the calls are launched, which on a non-blocking communicator may be well after
+  // they returned ncclInProgress.
+  using After = std::function<ncclResult_t(cudaStream_t stream)>;
   struct Pending {
     WorkPtr work;
     std::shared_ptr<cuda::Event> done;  // shared: the watchdog queries it unlocked
@@ -123,7 +140,11 @@ struct ProcessGroupNCCL::Impl {
   ncclComm_t comm = nullptr;
   std::unique_ptr<cuda::Stream> stream;
 
-  std::mutex mu;  // the communicator, `pending`, `broken`
+  // Lock order: launch_mu, then mu. A launch may wait long for NCCL (settle()) holding only
+  // launch_mu, so that the watchdog keeps completing and timing out earlier Works meanwhile.
+  std::mutex launch_mu;  // one launch at a time: the NCCL calls on `comm`, the stream's order
+  std::mutex mu;         // `pending`, `broken`, `aborted`, `stopping`
+  std::atomic<bool> abort_requested{false};  // a launch still settling gives way to an abort
   std::condition_variable cv;
   std::deque<Pending> pending;
   std::exception_ptr broken;
@@ -132,53 +153,74 @@ struct ProcessGroupNCCL::Impl {
   std::thread watchdog;
 
   Milliseconds timeout_of(Milliseconds t) const { return t.count() > 0 ? t : options.timeout; }
-  WorkPtr launch(const char* op, Milliseconds timeout, std::vector<Tensor> keep, Body body);
+  WorkPtr launch(const char* op, Milliseconds timeout, std::vector<Tensor> keep, Body body,
+                 After after = nullptr);
   void watch();
-  // Aborts the communicator and fails everything pending with `error` (called with `lock`).
+  // Aborts the communicator and fails everything pending with `error`: fail_all with launch_mu
+  // and `lock` on mu held, abort_group with no lock held.
   void fail_all(std::unique_lock<std::mutex>& lock, std::exception_ptr error);
+  void abort_group(std::exception_ptr error);
 };
 
 WorkPtr ProcessGroupNCCL::Impl::launch(const char* op, Milliseconds timeout,
-                                       std::vector<Tensor> keep, Body body) {
+                                       std::vector<Tensor> keep, Body body, After after) {
   auto work = std::make_shared<Work>(op);
   const Milliseconds limit = timeout_of(timeout);
   cuda::DeviceGuard on_device(device);
-  std::unique_lock lock(mu);
-  if (broken) {
-    try {
-      std::rethrow_exception(broken);
-    } catch (const std::exception& e) {
-      throw StateError(gw::detail::str("[", op,
-                                       "] the nccl group is unusable after an earlier failure: ",
-                                       e.what()));
+  std::lock_guard serial(launch_mu);  // the watchdog aborts only between launches
+  {
+    std::lock_guard lock(mu);
+    if (broken) {
+      try {
+        std::rethrow_exception(broken);
+      } catch (const std::exception& e) {
+        throw StateError(gw::detail::str(
+            "[", op, "] the nccl group is unusable after an earlier failure: ", e.what()));
+      }
     }
   }
+  const std::string where = gw::detail::str("[", op, "] rank ", rank, " of ", size);
   // The group's stream starts where the caller's stream is now.
   cuda::Event ready(cuda::EventOptions{.timing = false});
   ready.record(cuda::current_stream(device));
   ready.block(stream->handle());
-  const ncclResult_t r = settle(comm, body(comm, stream->handle()), Clock::now() + limit);
-  if (r == ncclInvalidArgument || r == ncclInvalidUsage)
-    throw InvalidArgumentError(gw::detail::str("[", op, "] rank ", rank, " of ", size,
-                                               ": NCCL refused the operation: ",
-                                               nccl_message(r, comm)));
+  ncclResult_t r =
+      settle(comm, body(comm, stream->handle()), Clock::now() + limit, &abort_requested);
+  if (r == ncclSuccess && after) r = after(stream->handle());
   if (r != ncclSuccess) {
-    auto error =
-        r == ncclInProgress
-            ? std::make_exception_ptr(TimeoutError(gw::detail::str(
-                  "[", op, "] rank ", rank, " of ", size, " could not start within ",
-                  limit.count(), " ms")))
-            : std::make_exception_ptr(IoError(gw::detail::str(
-                  "[", op, "] rank ", rank, " of ", size, " failed: ", nccl_message(r, comm))));
+    // The watchdog is failing the group: it reports the cause to every pending Work.
+    if (r == ncclInProgress && abort_requested)
+      throw StateError(where + " failed: the nccl group failed while it was starting");
+    // Whatever NCCL refused, it leaves that error on the communicator, which takes no call
+    // after it: the group is unusable from here on, whatever the cause.
+    std::exception_ptr error;
+    if (r == ncclInvalidArgument || r == ncclInvalidUsage)
+      error = std::make_exception_ptr(
+          InvalidArgumentError(where + ": NCCL refused the operation: " + nccl_message(r, comm)));
+    else if (r == ncclInProgress)
+      error = std::make_exception_ptr(
+          TimeoutError(where + gw::detail::str(" could not start within ", limit.count(), " ms")));
+    else
+      error = std::make_exception_ptr(IoError(where + " failed: " + nccl_message(r, comm)));
+    std::unique_lock lock(mu);
     fail_all(lock, error);
     std::rethrow_exception(error);
   }
   auto done = std::make_shared<cuda::Event>(cuda::EventOptions{.timing = false});
   done->record(*stream);
-  pending.push_back({work, std::move(done), Clock::now() + limit, limit, std::move(keep)});
-  lock.unlock();
+  {
+    std::lock_guard lock(mu);
+    pending.push_back({work, std::move(done), Clock::now() + limit, limit, std::move(keep)});
+  }
   cv.notify_one();
   return work;
+}
+
+void ProcessGroupNCCL::Impl::abort_group(std::exception_ptr error) {
+  abort_requested = true;  // a launch waiting in settle() lets go of launch_mu
+  std::lock_guard serial(launch_mu);
+  std::unique_lock lock(mu);
+  fail_all(lock, std::move(error));
 }
 
 void ProcessGroupNCCL::Impl::fail_all(std::unique_lock<std::mutex>& lock,
@@ -225,17 +267,19 @@ void ProcessGroupNCCL::Impl::watch() {
       const Pending& p = pending.front();
       // Checked before success too: a kernel that left early after a remote error finishes.
       if (async != ncclSuccess && async != ncclInProgress)
-        error = std::make_exception_ptr(IoError(gw::detail::str(
-            "[", p.work->op(), "] rank ", rank, " of ", size,
-            " failed (a peer died?): ", nccl_message(async, comm))));
+        error = std::make_exception_ptr(
+            IoError(gw::detail::str("[", p.work->op(), "] rank ", rank, " of ", size,
+                                    " failed (a peer died?): ", nccl_message(async, comm))));
       const auto now = Clock::now();
-      for (const Pending& q : pending)
-        if (!error && now > q.deadline)
-          error = std::make_exception_ptr(TimeoutError(
-              gw::detail::str("[", q.work->op(), "] rank ", rank, " of ", size,
-                              " timed out after ", q.timeout.count(), " ms")));
+      for (const Pending& q : pending)  // a finished front is not late, whatever its deadline
+        if (!error && !(finished && &q == &p) && now > q.deadline)
+          error = std::make_exception_ptr(
+              TimeoutError(gw::detail::str("[", q.work->op(), "] rank ", rank, " of ", size,
+                                           " timed out after ", q.timeout.count(), " ms")));
       if (error) {
-        fail_all(lock, error);
+        lock.unlock();
+        abort_group(error);
+        lock.lock();
       } else if (finished) {
         Pending done = std::move(pending.front());
         pending.pop_front();
@@ -258,8 +302,8 @@ void ProcessGroupNCCL::Impl::watch() {
       }
     }
   } catch (...) {  // e.g. a CUDA error: fail what is pending rather than end the process
-    if (!lock.owns_lock()) lock.lock();
-    fail_all(lock, std::current_exception());
+    if (lock.owns_lock()) lock.unlock();
+    abort_group(std::current_exception());
   }
 }
 
@@ -278,8 +322,8 @@ ProcessGroupNCCL::ProcessGroupNCCL(std::shared_ptr<Store> store, int rank, int s
   ncclUniqueId id;
   if (rank == 0) {
     const ncclResult_t r = ncclGetUniqueId(&id);
-    GW_CHECK(r == ncclSuccess, IoError, "[ProcessGroupNCCL] ncclGetUniqueId failed: ",
-             ncclGetErrorString(r));
+    GW_CHECK(r == ncclSuccess, IoError,
+             "[ProcessGroupNCCL] ncclGetUniqueId failed: ", ncclGetErrorString(r));
     const auto* bytes = reinterpret_cast<const uint8_t*>(&id);
     store->set("nccl_unique_id", Bytes(bytes, bytes + sizeof(id)));
   } else {
@@ -308,8 +352,7 @@ ProcessGroupNCCL::ProcessGroupNCCL(std::shared_ptr<Store> store, int rank, int s
   try {
     // Non-blocking: the caller's default stream must not wait for communication it did not
     // ask to wait for.
-    m.stream =
-        std::make_unique<cuda::Stream>(m.device, cuda::StreamOptions{.non_blocking = true});
+    m.stream = std::make_unique<cuda::Stream>(m.device, cuda::StreamOptions{.non_blocking = true});
     m.watchdog = std::thread([&m] { m.watch(); });
   } catch (...) {
     ncclCommDestroy(m.comm);
@@ -346,15 +389,14 @@ WorkPtr ProcessGroupNCCL::allreduce_coalesced(std::vector<Tensor>& tensors, Allr
     kinds.emplace_back(nccl_type(t.dtype(), "allreduce_coalesced"),
                        nccl_op(o.op, t, "allreduce_coalesced"));
   }
-  return impl_->launch("allreduce_coalesced", o.timeout, tensors,
-                       [tensors, kinds](ncclComm_t c, cudaStream_t s) {
-                         GroupCalls calls;  // one launch for all of them
-                         for (size_t i = 0; i < tensors.size(); ++i)
-                           calls(ncclAllReduce(tensors[i].raw_data(), tensors[i].raw_data(),
-                                               count_of(tensors[i]), kinds[i].first,
-                                               kinds[i].second, c, s));
-                         return calls.end();
-                       });
+  return impl_->launch(
+      "allreduce_coalesced", o.timeout, tensors, [tensors, kinds](ncclComm_t c, cudaStream_t s) {
+        GroupCalls calls;  // one launch for all of them
+        for (size_t i = 0; i < tensors.size(); ++i)
+          calls(ncclAllReduce(tensors[i].raw_data(), tensors[i].raw_data(), count_of(tensors[i]),
+                              kinds[i].first, kinds[i].second, c, s));
+        return calls.end();
+      });
 }
 
 WorkPtr ProcessGroupNCCL::broadcast(Tensor& tensor, BroadcastOptions o) {
@@ -374,8 +416,8 @@ WorkPtr ProcessGroupNCCL::reduce(Tensor& tensor, ReduceOptions o) {
   const ncclDataType_t type = nccl_type(tensor.dtype(), "reduce");
   // The receive buffer matters on the root only: the other ranks keep their values.
   return impl_->launch("reduce", o.timeout, {tensor}, [=](ncclComm_t c, cudaStream_t s) {
-    return ncclReduce(tensor.raw_data(), tensor.raw_data(), count_of(tensor), type, op, o.root,
-                      c, s);
+    return ncclReduce(tensor.raw_data(), tensor.raw_data(), count_of(tensor), type, op, o.root, c,
+                      s);
   });
 }
 
@@ -390,16 +432,18 @@ WorkPtr ProcessGroupNCCL::allgather(std::vector<Tensor>& outputs, const Tensor& 
   std::vector<Tensor> keep = outputs;
   keep.push_back(input);
   keep.push_back(flat);
-  return impl_->launch("allgather", o.timeout, std::move(keep),
-                       [=](ncclComm_t c, cudaStream_t s) {
-                         ncclResult_t r = ncclAllGather(input.raw_data(), flat.raw_data(),
-                                                        count_of(input), type, c, s);
-                         const int64_t n = input.numel();
-                         for (size_t i = 0; i < outputs.size() && r == ncclSuccess; ++i)
-                           r = copy_async(outputs[i],
-                                          flat.narrow(0, static_cast<int64_t>(i) * n, n), s);
-                         return r;
-                       });
+  return impl_->launch(
+      "allgather", o.timeout, std::move(keep),
+      [=](ncclComm_t c, cudaStream_t s) {
+        return ncclAllGather(input.raw_data(), flat.raw_data(), count_of(input), type, c, s);
+      },
+      [=](cudaStream_t s) {  // behind the gather on the stream
+        const int64_t n = input.numel();
+        ncclResult_t r = ncclSuccess;
+        for (size_t i = 0; i < outputs.size() && r == ncclSuccess; ++i)
+          r = copy_async(outputs[i], flat.narrow(0, static_cast<int64_t>(i) * n, n), s);
+        return r;
+      });
 }
 
 // gather, scatter and alltoall are grouped sends and receives, the copy to itself a memcpy.
