@@ -29,6 +29,16 @@ std::string nccl_message(ncclResult_t r, ncclComm_t comm) {
   return m;
 }
 
+std::string what_of(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
+
 ncclDataType_t nccl_type(DType dtype, const char* op) {
   switch (dtype) {
     case DType::Float32:
@@ -153,13 +163,19 @@ struct ProcessGroupNCCL::Impl {
   std::thread watchdog;
 
   Milliseconds timeout_of(Milliseconds t) const { return t.count() > 0 ? t : options.timeout; }
+  std::string where(const std::string& op) const {
+    return gw::detail::str("[", op, "] rank ", rank, " of ", size);
+  }
   WorkPtr launch(const char* op, Milliseconds timeout, std::vector<Tensor> keep, Body body,
                  After after = nullptr);
   void watch();
-  // Aborts the communicator and fails everything pending with `error`: fail_all with launch_mu
-  // and `lock` on mu held, abort_group with no lock held.
-  void fail_all(std::unique_lock<std::mutex>& lock, std::exception_ptr error);
-  void abort_group(std::exception_ptr error);
+  // With launch_mu held: makes `error` the group's failure unless it has one, aborts the
+  // communicator, waits for the stream (so that what the Works keep alive may go), and hands
+  // back what was pending, for fail() once no lock is held: failing a Work runs its callbacks,
+  // which may launch.
+  std::deque<Pending> abort_locked(std::exception_ptr error);
+  void fail(std::deque<Pending>& failed);      // with the group's first failure
+  void abort_group(std::exception_ptr error);  // no lock held
 };
 
 WorkPtr ProcessGroupNCCL::Impl::launch(const char* op, Milliseconds timeout,
@@ -167,81 +183,99 @@ WorkPtr ProcessGroupNCCL::Impl::launch(const char* op, Milliseconds timeout,
   auto work = std::make_shared<Work>(op);
   const Milliseconds limit = timeout_of(timeout);
   cuda::DeviceGuard on_device(device);
-  std::lock_guard serial(launch_mu);  // the watchdog aborts only between launches
+  std::exception_ptr error;
+  std::deque<Pending> failed;
   {
-    std::lock_guard lock(mu);
-    if (broken) {
-      try {
-        std::rethrow_exception(broken);
-      } catch (const std::exception& e) {
-        throw StateError(gw::detail::str(
-            "[", op, "] the nccl group is unusable after an earlier failure: ", e.what()));
-      }
+    std::lock_guard serial(launch_mu);  // the watchdog aborts only between launches
+    {
+      std::lock_guard lock(mu);
+      if (broken)
+        throw StateError(where(op) + ": the nccl group is unusable after an earlier failure: " +
+                         what_of(broken));
+    }
+    // The group's stream starts where the caller's stream is now.
+    cuda::Event ready(cuda::EventOptions{.timing = false});
+    ready.record(cuda::current_stream(device));
+    ready.block(stream->handle());
+    ncclResult_t r =
+        settle(comm, body(comm, stream->handle()), Clock::now() + limit, &abort_requested);
+    if (r == ncclSuccess && after) r = after(stream->handle());
+    if (r == ncclSuccess) {
+      auto done = std::make_shared<cuda::Event>(cuda::EventOptions{.timing = false});
+      done->record(*stream);
+      std::lock_guard lock(mu);
+      pending.push_back({work, std::move(done), Clock::now() + limit, limit, std::move(keep)});
+    } else if (r == ncclInProgress && abort_requested) {
+      // The watchdog is failing the group (abort_group set `broken` first): abort here, so
+      // that NCCL is done with `keep` before it goes.
+      failed = abort_locked(nullptr);
+      error = std::make_exception_ptr(StateError(
+          where(op) + ": the nccl group failed while it was starting: " + what_of(broken)));
+    } else {
+      // Whatever NCCL refused, it leaves that error on the communicator, which takes no call
+      // after it: the group is unusable from here on, whatever the cause.
+      if (r == ncclInvalidArgument || r == ncclInvalidUsage)
+        error = std::make_exception_ptr(InvalidArgumentError(
+            where(op) + ": NCCL refused the operation: " + nccl_message(r, comm)));
+      else if (r == ncclInProgress)
+        error = std::make_exception_ptr(TimeoutError(
+            where(op) + gw::detail::str(" could not start within ", limit.count(), " ms")));
+      else
+        error = std::make_exception_ptr(IoError(where(op) + " failed: " + nccl_message(r, comm)));
+      failed = abort_locked(error);
     }
   }
-  const std::string where = gw::detail::str("[", op, "] rank ", rank, " of ", size);
-  // The group's stream starts where the caller's stream is now.
-  cuda::Event ready(cuda::EventOptions{.timing = false});
-  ready.record(cuda::current_stream(device));
-  ready.block(stream->handle());
-  ncclResult_t r =
-      settle(comm, body(comm, stream->handle()), Clock::now() + limit, &abort_requested);
-  if (r == ncclSuccess && after) r = after(stream->handle());
-  if (r != ncclSuccess) {
-    // The watchdog is failing the group: it reports the cause to every pending Work.
-    if (r == ncclInProgress && abort_requested)
-      throw StateError(where + " failed: the nccl group failed while it was starting");
-    // Whatever NCCL refused, it leaves that error on the communicator, which takes no call
-    // after it: the group is unusable from here on, whatever the cause.
-    std::exception_ptr error;
-    if (r == ncclInvalidArgument || r == ncclInvalidUsage)
-      error = std::make_exception_ptr(
-          InvalidArgumentError(where + ": NCCL refused the operation: " + nccl_message(r, comm)));
-    else if (r == ncclInProgress)
-      error = std::make_exception_ptr(
-          TimeoutError(where + gw::detail::str(" could not start within ", limit.count(), " ms")));
-    else
-      error = std::make_exception_ptr(IoError(where + " failed: " + nccl_message(r, comm)));
-    std::unique_lock lock(mu);
-    fail_all(lock, error);
-    std::rethrow_exception(error);
+  if (!error) {
+    cv.notify_one();
+    return work;
   }
-  auto done = std::make_shared<cuda::Event>(cuda::EventOptions{.timing = false});
-  done->record(*stream);
+  fail(failed);
+  std::rethrow_exception(error);
+}
+
+std::deque<ProcessGroupNCCL::Impl::Pending> ProcessGroupNCCL::Impl::abort_locked(
+    std::exception_ptr error) {
+  std::deque<Pending> failed;
   {
     std::lock_guard lock(mu);
-    pending.push_back({work, std::move(done), Clock::now() + limit, limit, std::move(keep)});
+    if (!broken) broken = std::move(error);
+    if (!aborted && comm) {
+      aborted = true;
+      ncclCommAbort(comm);  // kernels waiting for a dead or late peer return
+    }
+    failed.swap(pending);
   }
-  cv.notify_one();
-  return work;
-}
-
-void ProcessGroupNCCL::Impl::abort_group(std::exception_ptr error) {
-  abort_requested = true;  // a launch waiting in settle() lets go of launch_mu
-  std::lock_guard serial(launch_mu);
-  std::unique_lock lock(mu);
-  fail_all(lock, std::move(error));
-}
-
-void ProcessGroupNCCL::Impl::fail_all(std::unique_lock<std::mutex>& lock,
-                                      std::exception_ptr error) {
-  if (!broken) broken = error;
-  if (!aborted && comm) {
-    aborted = true;
-    ncclCommAbort(comm);  // kernels waiting for a dead or late peer return
-  }
-  std::deque<Pending> failed;
-  failed.swap(pending);
-  lock.unlock();
   // The aborted kernels return, but copies queued behind them may still touch the tensors:
   // they go back to the allocator only once the stream is idle.
   try {
     stream->synchronize();
   } catch (const std::exception&) {
   }
+  return failed;
+}
+
+void ProcessGroupNCCL::Impl::fail(std::deque<Pending>& failed) {
+  std::exception_ptr error;
+  {
+    std::lock_guard lock(mu);
+    error = broken;
+  }
   for (auto& p : failed) p.work->future().set_exception(error);
   failed.clear();
-  lock.lock();
+}
+
+void ProcessGroupNCCL::Impl::abort_group(std::exception_ptr error) {
+  {
+    std::lock_guard lock(mu);
+    if (!broken) broken = std::move(error);  // the cause, for a launch that gives way
+  }
+  abort_requested = true;  // a launch waiting in settle() lets go of launch_mu
+  std::deque<Pending> failed;
+  {
+    std::lock_guard serial(launch_mu);
+    failed = abort_locked(nullptr);
+  }
+  fail(failed);
 }
 
 // Completes Works in order as their events pass, and turns a late collective or an NCCL error
@@ -260,7 +294,7 @@ void ProcessGroupNCCL::Impl::watch() {
       const bool finished = front->query();
       lock.lock();
       if (pending.empty() || pending.front().done != front) continue;  // failed meanwhile
-      // Under the lock: abort (fail_all) must not free the communicator meanwhile.
+      // Under the lock: an abort (abort_locked) must not free the communicator meanwhile.
       ncclResult_t async = ncclSuccess;
       if (ncclCommGetAsyncError(comm, &async) != ncclSuccess) async = ncclInternalError;
       std::exception_ptr error;
@@ -268,14 +302,14 @@ void ProcessGroupNCCL::Impl::watch() {
       // Checked before success too: a kernel that left early after a remote error finishes.
       if (async != ncclSuccess && async != ncclInProgress)
         error = std::make_exception_ptr(
-            IoError(gw::detail::str("[", p.work->op(), "] rank ", rank, " of ", size,
-                                    " failed (a peer died?): ", nccl_message(async, comm))));
+            IoError(where(p.work->op()) +
+                    gw::detail::str(" failed (a peer died?): ", nccl_message(async, comm))));
       const auto now = Clock::now();
       for (const Pending& q : pending)  // a finished front is not late, whatever its deadline
         if (!error && !(finished && &q == &p) && now > q.deadline)
           error = std::make_exception_ptr(
-              TimeoutError(gw::detail::str("[", q.work->op(), "] rank ", rank, " of ", size,
-                                           " timed out after ", q.timeout.count(), " ms")));
+              TimeoutError(where(q.work->op()) +
+                           gw::detail::str(" timed out after ", q.timeout.count(), " ms")));
       if (error) {
         lock.unlock();
         abort_group(error);
