@@ -74,11 +74,14 @@ class BlockCache {
     empty_locked(device);
   }
 
-  // Frees the cached blocks kept for `stream`, which is being destroyed: its handle may come
-  // back for a new stream that has no order with the old one's work.
+  // `stream` is being destroyed, its work done: its handle may come back for a new stream
+  // that has no order with the old one's work. Its cached blocks go back to the driver, and
+  // blocks still in use go to the legacy default stream's cache when they are freed.
   void forget(cudaStream_t stream) {
     std::lock_guard lock(mutex_);
     free_cached([&](int, cudaStream_t s) { return s == stream; });
+    for (auto& [ptr, block] : live_)
+      if (block.stream == stream) block.stream = cudaStreamLegacy;
   }
 
   MemoryStats get_stats(int device) {

@@ -50,8 +50,9 @@ std::shared_ptr<Storage> allocate_storage(size_t nbytes, Device device);
 
 // Returns every cached (free) block of every device to the driver.
 void empty_cache();
-// Returns the cached blocks kept for `stream` to the driver (Stream does, before destroying
-// it: a new stream may get the same handle).
+// Stream calls this before destroying `stream` (a new stream may get the same handle): its
+// cached blocks go back to the driver, and blocks still in use will be cached for the legacy
+// default stream instead.
 void forget_stream(cudaStream_t stream);
 MemoryStats memory_stats(int device);
 void reset_peak_memory_stats(int device);

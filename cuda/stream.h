@@ -32,6 +32,8 @@ class Stream {
  public:
   // A new stream on `device` (the current device when -1).
   explicit Stream(int device = -1, StreamOptions options = {});
+  // Waits for the work queued on the stream first (the caching allocator needs it finished
+  // before the handle can be reused).
   ~Stream();
   Stream(Stream&& other) noexcept;
   Stream& operator=(Stream&& other) noexcept;

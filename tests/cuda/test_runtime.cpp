@@ -154,6 +154,18 @@ TEST_CASE("a destroyed stream's cached blocks go back to the driver", "[cuda][al
   }
   // A later stream may get the same handle: the block must not wait there for it.
   CHECK(gw::cuda::memory_stats(0).reserved_bytes == base.reserved_bytes);
+
+  // A block that outlives its stream is cached for the default stream once freed.
+  gw::Tensor kept;
+  {
+    gw::cuda::Stream side(0);
+    gw::cuda::StreamGuard on(side);
+    kept = gw::ones({1000}, kGpu);
+  }
+  void* block = kept.raw_data();
+  kept = gw::Tensor();
+  gw::Tensor again = gw::empty({1000}, kGpu);  // on the default stream
+  CHECK(again.raw_data() == block);
 }
 
 TEST_CASE("pinned host memory is cached and usable as a CPU tensor", "[cuda][allocator]") {
