@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <map>
 #include <regex>
 #include <set>
@@ -45,13 +46,16 @@ bool joins_autograd_context(const std::string& function) {
   return !function.starts_with("gw.") || function == kRemote || function == kFetch;
 }
 
-// Connects `s` to `ep`, giving up after `timeout` (0: the kernel's own limit). A plain blocking
+// Connects `s` to `ep`, giving up after `timeout` (0: the kernel's own limit), which sets
+// `gave_up`. A plain blocking
 // connect to a host that drops packets would hold the caller, and every other caller of that
 // peer, for the kernel's SYN retries (minutes), whatever the call's timeout. asio's connect
 // always blocks, so the socket is connected non-blocking here and polled on this thread: the
 // network thread may be the caller (a callback sending a call), so it cannot do the waiting.
 std::error_code connect_within(asio::ip::tcp::socket& s, const asio::ip::tcp::endpoint& ep,
-                               Milliseconds timeout) {
+                               Milliseconds timeout, bool& gave_up) {
+  gave_up = false;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::error_code ec;
   s.open(ep.protocol(), ec);
   if (ec) return ec;
@@ -61,12 +65,23 @@ std::error_code connect_within(asio::ip::tcp::socket& s, const asio::ip::tcp::en
   if (::connect(fd, ep.data(), static_cast<socklen_t>(ep.size())) != 0) {
     if (errno != EINPROGRESS) return {errno, std::system_category()};
     pollfd pending{.fd = fd, .events = POLLOUT, .revents = 0};
-    int ready;
-    do {
-      ready = ::poll(&pending, 1, timeout.count() > 0 ? static_cast<int>(timeout.count()) : -1);
-    } while (ready < 0 && errno == EINTR);  // a signal restarts the whole wait: rare, and safe
-    if (ready < 0) return {errno, std::system_category()};
-    if (ready == 0) return std::make_error_code(std::errc::timed_out);
+    while (true) {
+      int wait_ms = -1;
+      if (timeout.count() > 0) {
+        const auto left =
+            std::chrono::duration_cast<Milliseconds>(deadline - std::chrono::steady_clock::now())
+                .count();
+        if (left <= 0) {
+          gave_up = true;
+          return std::make_error_code(std::errc::timed_out);
+        }
+        wait_ms = static_cast<int>(std::min<int64_t>(left, INT_MAX));
+      }
+      const int ready = ::poll(&pending, 1, wait_ms);
+      if (ready > 0) break;
+      if (ready < 0 && errno != EINTR) return {errno, std::system_category()};
+      // The wait ran out (the deadline check above decides) or a signal cut it short.
+    }
     int error = 0;
     socklen_t len = sizeof error;
     if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) != 0)
@@ -132,7 +147,7 @@ struct Agent::Impl {
   uint64_t max_frame_bytes = 0;
   std::vector<DeviceMap> maps_to;  // by worker id: options.device_maps
   std::mutex maps_mu;
-  std::vector<DeviceMap> maps_back;  // by worker id: the inverse of its map to us (handshake)
+  std::vector<DeviceMap> maps_back;       // by worker id: the inverse of its map to us (handshake)
   Connection::MessageHandler on_message;  // both to the agent
   Connection::CloseHandler on_close;
 
@@ -163,9 +178,9 @@ namespace {
 void check_device_map(const std::string& to, const std::map<int, int>& map) {
   std::map<int, int> source_of;  // by target
   for (const auto& [from, dst] : map) {
-    GW_CHECK(from >= 0 && dst >= 0 && from < kMaxDevices && dst < kMaxDevices,
-             InvalidArgumentError, "[set_device_map] devices are CUDA indices in [0, ",
-             kMaxDevices, "); got ", from, " -> ", dst, " toward '", to, "'");
+    GW_CHECK(from >= 0 && dst >= 0 && from < kMaxDevices && dst < kMaxDevices, InvalidArgumentError,
+             "[set_device_map] devices are CUDA indices in [0, ", kMaxDevices, "); got ", from,
+             " -> ", dst, " toward '", to, "'");
     auto [it, fresh] = source_of.emplace(dst, from);
     GW_CHECK(fresh, InvalidArgumentError, "[set_device_map] the map toward '", to,
              "' would put cuda:", it->second, " and cuda:", from, " both on cuda:", dst,
@@ -322,10 +337,11 @@ std::shared_ptr<Connection> Agent::connection_to(int id, Milliseconds timeout) {
   }
   asio::ip::tcp::socket s(impl_->io);
   const auto& ep = impl_->endpoints[id];
-  if (std::error_code ec = connect_within(s, ep, timeout)) {
+  bool gave_up = false;
+  if (std::error_code ec = connect_within(s, ep, timeout, gave_up)) {
     const std::string where = gw::detail::str("[rpc] connecting to worker '", workers_[id].name,
                                               "' at ", ep.address().to_string(), ":", ep.port());
-    if (ec == std::errc::timed_out)
+    if (gave_up)
       throw TimeoutError(where + gw::detail::str(" timed out after ", timeout.count(), " ms"));
     throw IoError(where + " failed: " + ec.message());
   }
@@ -562,11 +578,11 @@ void Agent::on_message(const std::shared_ptr<Connection>& c, Message m) {
 void Agent::record_recv(int from, const Message& m) {
   if (!m.autograd) return;
   GW_CHECK(autograd_, InvalidArgumentError, "[rpc] worker '", self_.name,
-           "' received a message recorded in distributed autograd context ",
-           m.autograd->context_id, " but does not link distributed autograd (gw_dist)");
-  autograd_->record_recv(from, *m.autograd,
-                         m.kind == MessageKind::kRequest ? tensors_of(m.args)
-                                                         : tensors_of({m.value}));
+           "' received a message recorded in distributed autograd context ", m.autograd->context_id,
+           " but does not link distributed autograd (gw_dist)");
+  autograd_->record_recv(
+      from, *m.autograd,
+      m.kind == MessageKind::kRequest ? tensors_of(m.args) : tensors_of({m.value}));
 }
 
 void Agent::run_function(const std::string& function, IValueList args, uint64_t autograd_ctx,
@@ -633,8 +649,7 @@ void Agent::respond(const std::shared_ptr<Connection>& c, uint64_t id, Future<IV
     r.value = result.value();
     fork_rrefs(r.value, forks);
     if (autograd_ctx && autograd_) {
-      AutogradInfo info =
-          autograd_->record_send(autograd_ctx, c->peer_id(), tensors_of({r.value}));
+      AutogradInfo info = autograd_->record_send(autograd_ctx, c->peer_id(), tensors_of({r.value}));
       if (info.message_id) r.autograd = info;
     }
   } catch (const Error& e) {
