@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <climits>
 #include <map>
+#include <mutex>
 #include <regex>
 #include <set>
 
@@ -128,8 +129,8 @@ struct Agent::Impl {
   std::vector<asio::ip::tcp::endpoint> endpoints;  // by worker id
 
   std::mutex conn_mu;
-  std::vector<std::shared_ptr<Connection>> outbound;    // by worker id
-  std::vector<std::unique_ptr<std::mutex>> connecting;  // one connect at a time per peer
+  std::vector<std::shared_ptr<Connection>> outbound;          // by worker id
+  std::vector<std::unique_ptr<std::timed_mutex>> connecting;  // one connect at a time per peer
   std::set<std::shared_ptr<Connection>> inbound;
 
   std::mutex pending_mu;
@@ -280,7 +281,7 @@ void Agent::rendezvous(int world_size) {
     impl_->endpoints.emplace_back(asio::ip::make_address(v.substr(nl1 + 1, nl2 - nl1 - 1)),
                                   static_cast<uint16_t>(std::stoi(v.substr(nl2 + 1))));
     impl_->outbound.emplace_back();
-    impl_->connecting.push_back(std::make_unique<std::mutex>());
+    impl_->connecting.push_back(std::make_unique<std::timed_mutex>());
   }
 }
 
@@ -330,20 +331,33 @@ std::shared_ptr<Connection> Agent::connection_to(int id, Milliseconds timeout) {
     std::lock_guard lock(impl_->conn_mu);
     if (auto& c = impl_->outbound[id]; c && !c->closed()) return c;
   }
-  std::lock_guard connecting(*impl_->connecting[id]);
+  const auto& ep = impl_->endpoints[id];
+  auto failure = [&](const std::string& what) {
+    return gw::detail::str("[rpc] connecting to worker '", workers_[id].name, "' at ",
+                           ep.address().to_string(), ":", ep.port(), " ", what);
+  };
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  // Another caller's connect to this peer may be under way: wait for it, within our timeout.
+  std::unique_lock connecting(*impl_->connecting[id], std::defer_lock);
+  if (timeout.count() == 0)
+    connecting.lock();
+  else if (!connecting.try_lock_until(deadline))
+    throw TimeoutError(failure(gw::detail::str("timed out after ", timeout.count(),
+                                               " ms, waiting for another call's connect")));
   {
     std::lock_guard lock(impl_->conn_mu);
     if (auto& c = impl_->outbound[id]; c && !c->closed()) return c;
   }
   asio::ip::tcp::socket s(impl_->io);
-  const auto& ep = impl_->endpoints[id];
+  Milliseconds left{0};
+  if (timeout.count() > 0)
+    left = std::max(Milliseconds(1), std::chrono::duration_cast<Milliseconds>(
+                                         deadline - std::chrono::steady_clock::now()));
   bool gave_up = false;
-  if (std::error_code ec = connect_within(s, ep, timeout, gave_up)) {
-    const std::string where = gw::detail::str("[rpc] connecting to worker '", workers_[id].name,
-                                              "' at ", ep.address().to_string(), ":", ep.port());
+  if (std::error_code ec = connect_within(s, ep, left, gave_up)) {
     if (gave_up)
-      throw TimeoutError(where + gw::detail::str(" timed out after ", timeout.count(), " ms"));
-    throw IoError(where + " failed: " + ec.message());
+      throw TimeoutError(failure(gw::detail::str("timed out after ", timeout.count(), " ms")));
+    throw IoError(failure("failed: " + ec.message()));
   }
   auto c = impl_->make_connection(std::move(s));
   c->set_peer_id(id);

@@ -4,6 +4,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <fstream>
+#include <future>
+#include <thread>
+
 #include <catch2/catch.hpp>
 
 #include "core/ops.h"
@@ -151,6 +156,16 @@ struct SilentListener {
     ::close(queued);
     ::close(listener);
   }
+  // Whether a socket of this machine is in SYN_SENT toward the listener (/proc/net/tcp: the
+  // remote address as hex ip:port, then the state, 02 for SYN_SENT).
+  bool being_connected_to() const {
+    char remote[32];
+    std::snprintf(remote, sizeof remote, "0100007F:%04X 02", port);
+    std::ifstream tcp("/proc/net/tcp");
+    for (std::string line; std::getline(tcp, line);)
+      if (line.find(remote) != std::string::npos) return true;
+    return false;
+  }
 };
 }  // namespace
 
@@ -169,6 +184,22 @@ TEST_CASE("a call to a worker that never answers the connect fails within its ti
   // Neither the call nor its future may wait out the kernel's connect retries: the bound is
   // the timeout plus slack for a loaded machine, far below those minutes.
   CHECK(std::chrono::steady_clock::now() - start < 20s);
+
+  // A second caller finds a first one still connecting: it waits for that connect only as
+  // long as its own timeout allows.
+  auto first = std::async(std::launch::async, [&] {
+    Agent::Use also(a);
+    return rpc_async("silent", whoami, timeout(3000ms));
+  });
+  const auto wait_start = std::chrono::steady_clock::now();
+  while (!silent.being_connected_to()) {
+    REQUIRE(std::chrono::steady_clock::now() - wait_start < 20s);
+    std::this_thread::yield();
+  }
+  const auto second_start = std::chrono::steady_clock::now();
+  CHECK_THROWS_AS(rpc_async("silent", whoami, timeout(200ms)).wait(), TimeoutError);
+  CHECK(std::chrono::steady_clock::now() - second_start < 2500ms);  // not the first's 3 s
+  CHECK_THROWS_AS(first.get().wait(), TimeoutError);
   a.shutdown(/*graceful=*/false);
 }
 
