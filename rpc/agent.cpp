@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <regex>
@@ -129,8 +130,11 @@ struct Agent::Impl {
   std::vector<asio::ip::tcp::endpoint> endpoints;  // by worker id
 
   std::mutex conn_mu;
-  std::vector<std::shared_ptr<Connection>> outbound;          // by worker id
-  std::vector<std::unique_ptr<std::timed_mutex>> connecting;  // one connect at a time per peer
+  std::vector<std::shared_ptr<Connection>> outbound;  // by worker id
+  // One connect at a time per peer: connecting[id] is set while one is under way, and the
+  // others wait on connect_done. (Not a timed_mutex: TSan misses its timed lock.)
+  std::vector<char> connecting;  // by worker id
+  std::condition_variable connect_done;
   std::set<std::shared_ptr<Connection>> inbound;
 
   std::mutex pending_mu;
@@ -281,7 +285,7 @@ void Agent::rendezvous(int world_size) {
     impl_->endpoints.emplace_back(asio::ip::make_address(v.substr(nl1 + 1, nl2 - nl1 - 1)),
                                   static_cast<uint16_t>(std::stoi(v.substr(nl2 + 1))));
     impl_->outbound.emplace_back();
-    impl_->connecting.push_back(std::make_unique<std::timed_mutex>());
+    impl_->connecting.push_back(false);
   }
 }
 
@@ -327,27 +331,35 @@ void Agent::accept_next() {
 }
 
 std::shared_ptr<Connection> Agent::connection_to(int id, Milliseconds timeout) {
-  {
-    std::lock_guard lock(impl_->conn_mu);
-    if (auto& c = impl_->outbound[id]; c && !c->closed()) return c;
-  }
   const auto& ep = impl_->endpoints[id];
   auto failure = [&](const std::string& what) {
     return gw::detail::str("[rpc] connecting to worker '", workers_[id].name, "' at ",
                            ep.address().to_string(), ":", ep.port(), " ", what);
   };
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  // Another caller's connect to this peer may be under way: wait for it, within our timeout.
-  std::unique_lock connecting(*impl_->connecting[id], std::defer_lock);
-  if (timeout.count() == 0)
-    connecting.lock();
-  else if (!connecting.try_lock_until(deadline))
-    throw TimeoutError(failure(gw::detail::str("timed out after ", timeout.count(),
-                                               " ms, waiting for another call's connect")));
   {
-    std::lock_guard lock(impl_->conn_mu);
+    // Another caller's connect to this peer may be under way: wait for it, within our timeout.
+    std::unique_lock lock(impl_->conn_mu);
+    auto idle = [&] { return !impl_->connecting[id]; };
+    if (timeout.count() == 0)
+      impl_->connect_done.wait(lock, idle);
+    else if (!impl_->connect_done.wait_until(lock, deadline, idle))
+      throw TimeoutError(failure(gw::detail::str("timed out after ", timeout.count(),
+                                                 " ms, waiting for another call's connect")));
     if (auto& c = impl_->outbound[id]; c && !c->closed()) return c;
+    impl_->connecting[id] = true;
   }
+  struct Done {  // whatever happens next, the next caller may try
+    Impl& impl;
+    int id;
+    ~Done() {
+      {
+        std::lock_guard lock(impl.conn_mu);
+        impl.connecting[id] = false;
+      }
+      impl.connect_done.notify_all();
+    }
+  } done{*impl_, id};
   asio::ip::tcp::socket s(impl_->io);
   Milliseconds left{0};
   if (timeout.count() > 0)
