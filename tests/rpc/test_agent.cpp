@@ -1,9 +1,11 @@
 // RPC between agents that are threads of this process (see group.h).
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <fstream>
 #include <future>
@@ -156,6 +158,21 @@ struct SilentListener {
     ::close(queued);
     ::close(listener);
   }
+  // Whether this kernel drops SYNs to a full queue (the default; not with
+  // tcp_abort_on_overflow): a probe's connect is neither answered nor refused for 500 ms.
+  bool drops_syns() const {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(port);
+    const int probe = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    const bool pending = ::connect(probe, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 &&
+                         errno == EINPROGRESS;
+    pollfd answer{.fd = probe, .events = POLLOUT, .revents = 0};
+    const bool unanswered = pending && ::poll(&answer, 1, 500) == 0;
+    ::close(probe);
+    return unanswered;
+  }
   // Whether a socket of this machine is in SYN_SENT toward the listener (/proc/net/tcp: the
   // remote address as hex ip:port, then the state, 02 for SYN_SENT).
   bool being_connected_to() const {
@@ -171,6 +188,10 @@ struct SilentListener {
 
 TEST_CASE("a call to a worker that never answers the connect fails within its timeout", "[rpc]") {
   SilentListener silent;
+  if (!silent.drops_syns()) {
+    WARN("skipped: this kernel answers connects to a full accept queue");
+    return;
+  }
   auto store = std::make_shared<dist::HashStore>();
   // Worker 1's published address is the silent listener (the format Agent::rendezvous writes).
   store->set("rpc/worker/1", "silent\n127.0.0.1\n" + std::to_string(silent.port));
