@@ -108,8 +108,7 @@ TEST_CASE("RRef.to_here chains record send and recv functions", "[dist_autograd]
   Tensor expected = local_grads({value}, [](const std::vector<Tensor>& t) {
     return ((t[0] * 3.0) * (t[0] * 3.0)).sum() + t[0].sum();
   })[0];
-  CHECK(allclose(rpc::rpc_sync("worker1", d_grad_of, static_cast<int64_t>(ctx.id()), x),
-                 expected));
+  CHECK(allclose(rpc::rpc_sync("worker1", d_grad_of, static_cast<int64_t>(ctx.id()), x), expected));
   CHECK(get_gradients(ctx.id()).empty());  // no leaf of worker0 took part
 }
 
@@ -259,4 +258,34 @@ TEST_CASE("a call that cannot be sent leaves no send function behind", "[dist_au
   Tensor r = rpc::rpc_sync("worker1", d_add, a, a);
   backward(ctx.id(), {r.sum()});  // would wait for the failed call's gradient otherwise
   CHECK(allclose(get_gradients(ctx.id()).at(a), full({3, 3}, 2.0)));
+}
+
+TEST_CASE("a context adds to a gradient out of place while get_gradients' copy is held",
+          "[dist_autograd]") {
+  DistAutogradContext ctx(1);
+  Tensor w = leaf(40);
+  ctx.accumulate_grad(w, full({3, 3}, 1.0));
+  GradientMap held = ctx.gradients();  // shares the context's tensor
+  ctx.accumulate_grad(w, full({3, 3}, 2.0));
+  CHECK(allclose(held.at(w), full({3, 3}, 1.0)));  // what the caller got stays as it was
+  CHECK(allclose(ctx.gradients().at(w), full({3, 3}, 3.0)));
+  held.clear();
+  ctx.accumulate_grad(w, full({3, 3}, 4.0));  // nobody else holds it now: in place
+  CHECK(allclose(ctx.gradients().at(w), full({3, 3}, 7.0)));
+}
+
+TEST_CASE("gradients of an older backward pass do not start it again", "[dist_autograd]") {
+  DistAutogradContext ctx(1);
+  auto pass_of = [](uint64_t worker, uint64_t n) { return (worker << (64 - kWorkerIdBits)) | n; };
+  int made = 0;
+  auto make = [&](DistAutogradContext::NodeList) {
+    ++made;
+    return std::shared_ptr<Pass>();  // no pass to run: only the ids are checked here
+  };
+  ctx.pass(pass_of(2, 5), make);
+  CHECK_THROWS_WITH(ctx.pass(pass_of(2, 4), make), Catch::Contains("gradients of backward pass") &&
+                                                       Catch::Contains("arrived after pass"));
+  ctx.pass(pass_of(3, 1), make);  // another worker's passes are numbered on their own
+  ctx.pass(pass_of(2, 6), make);
+  CHECK(made == 3);
 }
