@@ -1,27 +1,17 @@
+// The agent: setup and rendezvous, calls and their deadlines, serving requests, shutdown.
+// Connections live in agent_connections.cpp, the RRef protocol's part in agent_rrefs.cpp.
 #include "rpc/agent.h"
 
 #include <algorithm>
-#include <cerrno>
-#include <climits>
-#include <condition_variable>
-#include <map>
-#include <mutex>
 #include <regex>
-#include <set>
-
-#include <poll.h>
-#include <sys/socket.h>
-
-#include <asio.hpp>
 
 #include "dist/store/rendezvous.h"
+#include "rpc/agent_impl.h"
 #include "rpc/autograd_hook.h"
-#include "rpc/connection.h"
 #include "rpc/function_table.h"
 #include "rpc/log.h"
 #include "rpc/message.h"
 #include "rpc/rref_context.h"
-#include "rpc/thread_pool.h"
 
 namespace gw::rpc {
 
@@ -48,117 +38,12 @@ bool joins_autograd_context(const std::string& function) {
   return !function.starts_with("gw.") || function == kRemote || function == kFetch;
 }
 
-// Connects `s` to `ep`, giving up after `timeout` (0: the kernel's own limit), which sets
-// `gave_up`. A plain blocking
-// connect to a host that drops packets would hold the caller, and every other caller of that
-// peer, for the kernel's SYN retries (minutes), whatever the call's timeout. asio's connect
-// always blocks, so the socket is connected non-blocking here and polled on this thread: the
-// network thread may be the caller (a callback sending a call), so it cannot do the waiting.
-std::error_code connect_within(asio::ip::tcp::socket& s, const asio::ip::tcp::endpoint& ep,
-                               Milliseconds timeout, bool& gave_up) {
-  gave_up = false;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  std::error_code ec;
-  s.open(ep.protocol(), ec);
-  if (ec) return ec;
-  const int fd = s.native_handle();
-  s.native_non_blocking(true, ec);
-  if (ec) return ec;
-  if (::connect(fd, ep.data(), static_cast<socklen_t>(ep.size())) != 0) {
-    if (errno != EINPROGRESS) return {errno, std::system_category()};
-    pollfd pending{.fd = fd, .events = POLLOUT, .revents = 0};
-    while (true) {
-      int wait_ms = -1;
-      if (timeout.count() > 0) {
-        const auto left =
-            std::chrono::duration_cast<Milliseconds>(deadline - std::chrono::steady_clock::now())
-                .count();
-        if (left <= 0) {
-          gave_up = true;
-          return std::make_error_code(std::errc::timed_out);
-        }
-        wait_ms = static_cast<int>(std::min<int64_t>(left, INT_MAX));
-      }
-      const int ready = ::poll(&pending, 1, wait_ms);
-      if (ready > 0) break;
-      if (ready < 0 && errno != EINTR) return {errno, std::system_category()};
-      // The wait ran out (the deadline check above decides) or a signal cut it short.
-    }
-    int error = 0;
-    socklen_t len = sizeof error;
-    if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) != 0)
-      return {errno, std::system_category()};
-    if (error != 0) return {error, std::system_category()};
-  }
-  s.native_non_blocking(false, ec);
-  return ec;
-}
-
 std::vector<Tensor> tensors_of(const IValueList& values) {
   std::vector<Tensor> out;
   for (const auto& v : values) v.collect_tensors(out);
   return out;
 }
 }  // namespace
-
-// A call waiting for its response.
-struct PendingCall {
-  Future<IValue> future;
-  int peer;
-  std::string function;
-  Milliseconds timeout{0};           // 0: none
-  const Connection* conn = nullptr;  // where the request went; its loss fails the call
-  std::multimap<std::chrono::steady_clock::time_point, uint64_t>::iterator deadline;
-};
-
-namespace {
-// Fails a call with E("[rpc] call of 'f' on worker 'w' <what>").
-template <typename E>
-void fail(PendingCall& p, const std::string& worker, const std::string& what) {
-  p.future.set_exception(std::make_exception_ptr(
-      E(gw::detail::str("[rpc] call of '", p.function, "' on worker '", worker, "' ", what))));
-}
-}  // namespace
-
-struct Agent::Impl {
-  asio::io_context io;
-  asio::executor_work_guard<asio::io_context::executor_type> work{io.get_executor()};
-  asio::ip::tcp::acceptor acceptor{io};
-  std::thread io_thread;
-  std::unique_ptr<ThreadPool> pool;
-  std::shared_ptr<dist::Store> store;
-  std::vector<asio::ip::tcp::endpoint> endpoints;  // by worker id
-
-  std::mutex conn_mu;
-  std::vector<std::shared_ptr<Connection>> outbound;  // by worker id
-  // One connect at a time per peer: connecting[id] is set while one is under way, and the
-  // others wait on connect_done. (Not a timed_mutex: TSan misses its timed lock.)
-  std::vector<char> connecting;  // by worker id
-  std::condition_variable connect_done;
-  std::set<std::shared_ptr<Connection>> inbound;
-
-  std::mutex pending_mu;
-  std::condition_variable idle;  // pending empty / no handler running
-  std::unordered_map<uint64_t, PendingCall> pending;
-  // Deadlines of the pending calls that have one, and the one timer that fires at the earliest.
-  // A new call touches the timer only if its deadline is the new earliest, which keeps timer
-  // syscalls and network-thread wake-ups off the common path.
-  std::multimap<std::chrono::steady_clock::time_point, uint64_t> deadlines;
-  std::chrono::steady_clock::time_point armed_for = std::chrono::steady_clock::time_point::max();
-  asio::steady_timer timer{io};
-  int active_handlers = 0;
-  std::atomic<uint64_t> next_id{1};
-
-  uint64_t max_frame_bytes = 0;
-  std::vector<DeviceMap> maps_to;  // by worker id: options.device_maps
-  std::mutex maps_mu;
-  std::vector<DeviceMap> maps_back;       // by worker id: the inverse of its map to us (handshake)
-  Connection::MessageHandler on_message;  // both to the agent
-  Connection::CloseHandler on_close;
-
-  PendingCall take_pending_locked(std::unordered_map<uint64_t, PendingCall>::iterator it);
-  std::shared_ptr<Connection> make_connection(asio::ip::tcp::socket socket);
-};
 
 // Caller holds pending_mu. Removes call `it` and its deadline. The timer may stay armed for a
 // deadline that is gone: it then fires, finds nothing due, and re-arms.
@@ -170,29 +55,9 @@ PendingCall Agent::Impl::take_pending_locked(
   return p;
 }
 
-std::shared_ptr<Connection> Agent::Impl::make_connection(asio::ip::tcp::socket socket) {
-  return std::make_shared<Connection>(std::move(socket), max_frame_bytes, on_message, on_close);
-}
-
 Agent* Agent::current() { return t_current_agent; }
 Agent::Use::Use(Agent& agent) : previous_(t_current_agent) { t_current_agent = &agent; }
 Agent::Use::~Use() { t_current_agent = previous_; }
-
-namespace {
-// Throws unless `map` (toward worker `to`) names CUDA indices and is invertible.
-void check_device_map(const std::string& to, const std::map<int, int>& map) {
-  std::map<int, int> source_of;  // by target
-  for (const auto& [from, dst] : map) {
-    GW_CHECK(from >= 0 && dst >= 0 && from < kMaxDevices && dst < kMaxDevices, InvalidArgumentError,
-             "[set_device_map] devices are CUDA indices in [0, ", kMaxDevices, "); got ", from,
-             " -> ", dst, " toward '", to, "'");
-    auto [it, fresh] = source_of.emplace(dst, from);
-    GW_CHECK(fresh, InvalidArgumentError, "[set_device_map] the map toward '", to,
-             "' would put cuda:", it->second, " and cuda:", from, " both on cuda:", dst,
-             ": it must be invertible");
-  }
-}
-}  // namespace
 
 Agent::Agent(std::string name, int rank, int world_size, RpcBackendOptions options)
     : impl_(std::make_unique<Impl>()),
@@ -232,22 +97,6 @@ Agent::Agent(std::string name, int rank, int world_size, RpcBackendOptions optio
     impl_->io.run();
   });
   running_ = true;
-}
-
-void RpcBackendOptions::set_device_map(const std::string& to, const std::map<int, int>& map) {
-  auto known = device_maps.find(to);
-  std::map<int, int> merged = known == device_maps.end() ? std::map<int, int>{} : known->second;
-  for (const auto& [from, dst] : map) merged[from] = dst;
-  check_device_map(to, merged);
-  device_maps[to] = std::move(merged);
-}
-
-DeviceMap Agent::device_map_to(int peer, bool reply) {
-  if (peer < 0) return {};
-  if (!reply && !impl_->maps_to[static_cast<size_t>(peer)].empty())
-    return impl_->maps_to[static_cast<size_t>(peer)];
-  std::lock_guard lock(impl_->maps_mu);
-  return impl_->maps_back[static_cast<size_t>(peer)];
 }
 
 Agent::~Agent() {
@@ -309,112 +158,6 @@ const WorkerInfo& Agent::resolve(const To& to) const {
   GW_CHECK(known == w, InvalidArgumentError, "[rpc] WorkerInfo(", w.name, ", ", w.id,
            ") does not match this group's worker ", w.id, " ('", known.name, "')");
   return known;
-}
-
-// --- connections -----------------------------------------------------------------------------
-
-void Agent::accept_next() {
-  impl_->acceptor.async_accept([this](const std::error_code& ec, asio::ip::tcp::socket s) {
-    if (ec) return;  // the acceptor was closed
-    try {
-      auto c = impl_->make_connection(std::move(s));
-      {
-        std::lock_guard lock(impl_->conn_mu);
-        impl_->inbound.insert(c);
-      }
-      c->start();
-    } catch (const std::exception& e) {
-      log_error(self_.name, ": could not set up an accepted connection: ", e.what());
-    }
-    accept_next();
-  });
-}
-
-std::shared_ptr<Connection> Agent::connection_to(int id, Milliseconds timeout) {
-  const auto& ep = impl_->endpoints[id];
-  auto failure = [&](const std::string& what) {
-    return gw::detail::str("[rpc] connecting to worker '", workers_[id].name, "' at ",
-                           ep.address().to_string(), ":", ep.port(), " ", what);
-  };
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  {
-    // Another caller's connect to this peer may be under way: wait for it, within our timeout.
-    std::unique_lock lock(impl_->conn_mu);
-    auto idle = [&] { return !impl_->connecting[id]; };
-    if (timeout.count() == 0)
-      impl_->connect_done.wait(lock, idle);
-    else if (!impl_->connect_done.wait_until(lock, deadline, idle))
-      throw TimeoutError(failure(gw::detail::str("timed out after ", timeout.count(),
-                                                 " ms, waiting for another call's connect")));
-    if (auto& c = impl_->outbound[id]; c && !c->closed()) return c;
-    impl_->connecting[id] = true;
-  }
-  struct Done {  // whatever happens next, the next caller may try
-    Impl& impl;
-    int id;
-    ~Done() {
-      {
-        std::lock_guard lock(impl.conn_mu);
-        impl.connecting[id] = false;
-      }
-      impl.connect_done.notify_all();
-    }
-  } done{*impl_, id};
-  asio::ip::tcp::socket s(impl_->io);
-  Milliseconds left{0};
-  if (timeout.count() > 0)
-    left = std::max(Milliseconds(1), std::chrono::duration_cast<Milliseconds>(
-                                         deadline - std::chrono::steady_clock::now()));
-  bool gave_up = false;
-  if (std::error_code ec = connect_within(s, ep, left, gave_up)) {
-    if (gave_up)
-      throw TimeoutError(failure(gw::detail::str("timed out after ", timeout.count(), " ms")));
-    throw IoError(failure("failed: " + ec.message()));
-  }
-  auto c = impl_->make_connection(std::move(s));
-  c->set_peer_id(id);
-  // The handshake goes first, before other threads can find the connection and send on it.
-  Message hello;
-  hello.kind = MessageKind::kHandshake;
-  hello.worker_name = self_.name;
-  hello.worker_id = self_.id;
-  hello.device_map = impl_->maps_to[id];
-  c->send(hello);
-  {
-    // Registered before it starts reading, and only while running: stop() closes what is
-    // registered, and one opened behind its back would keep the network thread alive.
-    std::lock_guard lock(impl_->conn_mu);
-    GW_CHECK(running_, StateError, "[rpc] the RPC agent '", self_.name, "' is shut down");
-    impl_->outbound[id] = c;
-  }
-  c->start();
-  return c;
-}
-
-void Agent::on_close(const std::shared_ptr<Connection>& c, const std::string& why) {
-  {
-    std::lock_guard lock(impl_->conn_mu);
-    impl_->inbound.erase(c);
-    int peer = c->peer_id();
-    if (peer >= 0 && impl_->outbound[peer] == c) impl_->outbound[peer].reset();
-  }
-  fail_pending_on(c.get(), why);
-  if (autograd_ && c->peer_id() >= 0) autograd_->on_connection_lost(c->peer_id(), why);
-}
-
-void Agent::fail_pending_on(const Connection* conn, const std::string& why) {
-  std::vector<PendingCall> failed;
-  {
-    std::lock_guard lock(impl_->pending_mu);
-    for (auto it = impl_->pending.begin(); it != impl_->pending.end();) {
-      auto next = std::next(it);
-      if (it->second.conn == conn) failed.push_back(impl_->take_pending_locked(it));
-      it = next;
-    }
-  }
-  for (auto& p : failed)
-    fail<IoError>(p, workers_[p.peer].name, "failed: connection lost (" + why + ")");
-  impl_->idle.notify_all();
 }
 
 // --- calls -----------------------------------------------------------------------------------
@@ -512,8 +255,8 @@ void Agent::expire_due() {
           impl_->take_pending_locked(impl_->pending.find(impl_->deadlines.begin()->second)));
   }
   for (auto& p : expired)
-    fail<TimeoutError>(p, workers_[p.peer].name,
-                       gw::detail::str("timed out after ", p.timeout.count(), " ms"));
+    Impl::fail<TimeoutError>(p, workers_[p.peer].name,
+                             gw::detail::str("timed out after ", p.timeout.count(), " ms"));
   impl_->idle.notify_all();
   arm_timer();
 }
@@ -755,7 +498,7 @@ void Agent::stop(const std::string& why) {
     left.swap(impl_->pending);
     impl_->deadlines.clear();
   }
-  for (auto& [id, p] : left) fail<StateError>(p, workers_[p.peer].name, "failed: " + why);
+  for (auto& [id, p] : left) Impl::fail<StateError>(p, workers_[p.peer].name, "failed: " + why);
   asio::post(impl_->io, [this, why] {
     std::error_code ignored;
     impl_->acceptor.close(ignored);
