@@ -14,18 +14,22 @@ std::string describe(const Tensor& summary) {
   auto v = summary.to_vector<int64_t>();
   std::string shape = "(";
   for (int64_t d = 0; d < v[1]; ++d) shape += (d ? ", " : "") + std::to_string(v[2 + d]);
-  return shape + (v[1] == 1 ? ",) " : ") ") +
-         std::string(dtype_name(static_cast<DType>(v[0])));
+  return shape + (v[1] == 1 ? ",) " : ") ") + std::string(dtype_name(static_cast<DType>(v[0])));
 }
 }  // namespace
 
 std::string to_string(ReduceOp op) {
   switch (op) {
-    case ReduceOp::SUM: return "SUM";
-    case ReduceOp::AVG: return "AVG";
-    case ReduceOp::PRODUCT: return "PRODUCT";
-    case ReduceOp::MIN: return "MIN";
-    case ReduceOp::MAX: return "MAX";
+    case ReduceOp::SUM:
+      return "SUM";
+    case ReduceOp::AVG:
+      return "AVG";
+    case ReduceOp::PRODUCT:
+      return "PRODUCT";
+    case ReduceOp::MIN:
+      return "MIN";
+    case ReduceOp::MAX:
+      return "MAX";
   }
   return "?";
 }
@@ -43,14 +47,14 @@ void ProcessGroup::check_tensor(const char* op, const Tensor& t, const char* wha
 void ProcessGroup::check_like(const char* op, const Tensor& t, const Tensor& like,
                               const char* what) const {
   check_tensor(op, t, what);
-  GW_CHECK(t.dtype() == like.dtype() && t.numel() == like.numel(), InvalidArgumentError, "[",
-           op, "] every ", what, " must have ", like.numel(), " elements of ",
-           dtype_name(like.dtype()), "; got ", t.numel(), " of ", dtype_name(t.dtype()));
+  GW_CHECK(t.dtype() == like.dtype() && t.numel() == like.numel(), InvalidArgumentError, "[", op,
+           "] every ", what, " must have ", like.numel(), " elements of ", dtype_name(like.dtype()),
+           "; got ", t.numel(), " of ", dtype_name(t.dtype()));
 }
 
 void ProcessGroup::check_count(const char* op, size_t got, const char* what) const {
-  GW_CHECK(got == static_cast<size_t>(size()), InvalidArgumentError, "[", op, "] needs ",
-           size(), " ", what, " (one per rank), got ", got);
+  GW_CHECK(got == static_cast<size_t>(size()), InvalidArgumentError, "[", op, "] needs ", size(),
+           " ", what, " (one per rank), got ", got);
 }
 
 void ProcessGroup::check_rank(const char* op, int r, const char* what) const {
@@ -65,6 +69,16 @@ void ProcessGroup::check_p2p(const char* op, const Tensor& t, int peer, int tag)
   GW_CHECK(peer != rank(), InvalidArgumentError, "[", op, "] rank ", rank(),
            sending ? " cannot send to itself" : " cannot receive from itself");
   GW_CHECK(tag >= 0, InvalidArgumentError, "[", op, "] tag must be >= 0, got ", tag);
+}
+
+std::string ProcessGroup::what_of(const std::exception_ptr& failure) {
+  try {
+    std::rethrow_exception(failure);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown error";
+  }
 }
 
 Tensor ProcessGroup::concat(const std::vector<Tensor>& parts) {
@@ -93,8 +107,8 @@ void ProcessGroup::check_root_parts(const char* op, const std::vector<Tensor>& p
 void ProcessGroup::check_group_args(const char* who, bool has_store, int rank, int size,
                                     Milliseconds timeout) {
   GW_CHECK(has_store, InvalidArgumentError, "[", who, "] no store given");
-  GW_CHECK(size > 0 && rank >= 0 && rank < size, InvalidArgumentError, "[", who, "] rank ",
-           rank, " is outside [0, world_size=", size, ")");
+  GW_CHECK(size > 0 && rank >= 0 && rank < size, InvalidArgumentError, "[", who, "] rank ", rank,
+           " is outside [0, world_size=", size, ")");
   GW_CHECK(timeout.count() > 0, InvalidArgumentError, "[", who,
            "] the timeout must be positive, got ", timeout.count(), " ms");
 }
@@ -106,8 +120,8 @@ void ProcessGroup::check_same_shape(const Tensor& tensor, const std::string& wha
 void ProcessGroup::check_same_shapes(const std::vector<Tensor>& tensors,
                                      const std::vector<std::string>& names,
                                      const std::string& what) {
-  GW_CHECK(tensors.size() == names.size(), InvalidArgumentError, "[", what, "] ",
-           tensors.size(), " tensors but ", names.size(), " names");
+  GW_CHECK(tensors.size() == names.size(), InvalidArgumentError, "[", what, "] ", tensors.size(),
+           " tensors but ", names.size(), " names");
   auto gather = [&](const Tensor& mine) {  // on the CPU, through the group's device
     Tensor sent = mine.to(device());
     std::vector<Tensor> all;
@@ -121,9 +135,8 @@ void ProcessGroup::check_same_shapes(const std::vector<Tensor>& tensors,
   const auto count = static_cast<int64_t>(tensors.size());
   auto counts = gather(from_vector<int64_t>({count}));
   for (int r = 0; r < size(); ++r)
-    GW_CHECK(counts[r].item<int64_t>() == count, InvalidArgumentError, "[", what, "] rank ",
-             rank(), " has ", count, " tensors but rank ", r, " has ",
-             counts[r].item<int64_t>());
+    GW_CHECK(counts[r].item<int64_t>() == count, InvalidArgumentError, "[", what, "] rank ", rank(),
+             " has ", count, " tensors but rank ", r, " has ", counts[r].item<int64_t>());
   if (count == 0) return;
   constexpr int64_t kRow = 2 + kMaxDims;  // dtype, dims (-1: too many), sizes
   std::vector<int64_t> mine(static_cast<size_t>(count * kRow), 0);

@@ -63,8 +63,7 @@ class ProcessGroup {
   virtual WorkPtr barrier(CollectiveOptions options = {}) = 0;
   virtual WorkPtr send(const Tensor& tensor, int dst, int tag = 0,
                        CollectiveOptions options = {}) = 0;
-  virtual WorkPtr recv(Tensor& tensor, int src, int tag = 0,
-                       CollectiveOptions options = {}) = 0;
+  virtual WorkPtr recv(Tensor& tensor, int src, int tag = 0, CollectiveOptions options = {}) = 0;
 
   // Checks that every rank passes tensors of the same count, shapes and dtypes (two small
   // allgathers); throws InvalidArgumentError on every rank otherwise, naming the tensor, both
@@ -74,6 +73,8 @@ class ProcessGroup {
   void check_same_shape(const Tensor& tensor, const std::string& what);
   // One contiguous buffer holding `parts` back to back, on their device.
   static Tensor concat(const std::vector<Tensor>& parts);
+  // The message of a stored failure ("unknown error" for one that is no std::exception).
+  static std::string what_of(const std::exception_ptr& failure);
   // Throws naming `op` unless `reduce` suits `t` (AVG needs a floating point tensor).
   static void check_avg(const char* op, const Tensor& t, ReduceOp reduce);
 

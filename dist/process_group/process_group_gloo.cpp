@@ -105,7 +105,6 @@ void divide_by(const Tensor& t, int n, const char* op) {
 
 }  // namespace
 
-
 struct ProcessGroupGloo::Impl : std::enable_shared_from_this<ProcessGroupGloo::Impl> {
   using Job = std::function<void(uint32_t tag, Milliseconds timeout)>;
   struct Queued {
@@ -207,16 +206,9 @@ void ProcessGroupGloo::Impl::run_front(std::unique_lock<std::mutex>& lock) {
   {
     detail::GroupThreadScope on_group_thread;
     if (failed) {
-      try {
-        std::rethrow_exception(failed);
-      } catch (const std::exception& e) {
-        failed = std::make_exception_ptr(StateError(gw::detail::str(
-            "[", q.work->op(), "] the gloo group is unusable after an earlier failure: ",
-            e.what())));
-      } catch (...) {
-        failed = std::make_exception_ptr(StateError(gw::detail::str(
-            "[", q.work->op(), "] the gloo group is unusable after an earlier failure")));
-      }
+      failed = std::make_exception_ptr(StateError(gw::detail::str(
+          "[", q.work->op(),
+          "] the gloo group is unusable after an earlier failure: ", what_of(failed))));
     } else {
       failed = attempt(q.work->op(), q.timeout, [&] { q.job(tag, q.timeout); });
     }
@@ -314,16 +306,16 @@ WorkPtr ProcessGroupGloo::allreduce_coalesced(std::vector<Tensor>& tensors, Allr
 WorkPtr ProcessGroupGloo::broadcast(Tensor& tensor, BroadcastOptions o) {
   check_tensor("broadcast", tensor);
   check_rank("broadcast", o.root, "root");
-  return impl_->enqueue("broadcast", o.timeout, [this, t = tensor, root = o.root](
-                                                     uint32_t tag, Milliseconds to) {
-    if (t.nbytes() == 0) return;
-    gloo::BroadcastOptions g(impl_->context);
-    g.setOutput<uint8_t>(bytes_of(t), t.nbytes());
-    g.setRoot(root);
-    g.setTag(tag);
-    g.setTimeout(to);
-    gloo::broadcast(g);
-  });
+  return impl_->enqueue("broadcast", o.timeout,
+                        [this, t = tensor, root = o.root](uint32_t tag, Milliseconds to) {
+                          if (t.nbytes() == 0) return;
+                          gloo::BroadcastOptions g(impl_->context);
+                          g.setOutput<uint8_t>(bytes_of(t), t.nbytes());
+                          g.setRoot(root);
+                          g.setTag(tag);
+                          g.setTimeout(to);
+                          gloo::broadcast(g);
+                        });
 }
 
 WorkPtr ProcessGroupGloo::reduce(Tensor& tensor, ReduceOptions o) {
@@ -356,17 +348,17 @@ WorkPtr ProcessGroupGloo::allgather(std::vector<Tensor>& outputs, const Tensor& 
   check_count("allgather", outputs.size(), "outputs");
   for (const auto& t : outputs) check_like("allgather", t, input, "output");
   Tensor flat = empty({input.numel() * size()}, TensorOptions().with_dtype(input.dtype()));
-  return impl_->enqueue("allgather", o.timeout, [this, flat, input, outputs](
-                                                     uint32_t tag, Milliseconds to) mutable {
-    if (input.nbytes() == 0) return;
-    gloo::AllgatherOptions g(impl_->context);
-    g.setInput<uint8_t>(bytes_of(input), input.nbytes());
-    g.setOutput<uint8_t>(bytes_of(flat), flat.nbytes());
-    g.setTag(tag);
-    g.setTimeout(to);
-    gloo::allgather(g);
-    split_into(flat, outputs);
-  });
+  return impl_->enqueue("allgather", o.timeout,
+                        [this, flat, input, outputs](uint32_t tag, Milliseconds to) mutable {
+                          if (input.nbytes() == 0) return;
+                          gloo::AllgatherOptions g(impl_->context);
+                          g.setInput<uint8_t>(bytes_of(input), input.nbytes());
+                          g.setOutput<uint8_t>(bytes_of(flat), flat.nbytes());
+                          g.setTag(tag);
+                          g.setTimeout(to);
+                          gloo::allgather(g);
+                          split_into(flat, outputs);
+                        });
 }
 
 WorkPtr ProcessGroupGloo::gather(std::vector<Tensor>& outputs, const Tensor& input,
@@ -374,39 +366,40 @@ WorkPtr ProcessGroupGloo::gather(std::vector<Tensor>& outputs, const Tensor& inp
   check_tensor("gather", input, "input");
   check_root_parts("gather", outputs, input, o.root, "outputs");
   const bool root = rank() == o.root;
-  Tensor flat = root ? empty({input.numel() * size()}, TensorOptions().with_dtype(input.dtype()))
-                     : Tensor();
-  return impl_->enqueue("gather", o.timeout, [this, flat, input, outputs, root, r = o.root](
-                                                  uint32_t tag, Milliseconds to) mutable {
-    if (input.nbytes() == 0) return;
-    gloo::GatherOptions g(impl_->context);
-    g.setInput<uint8_t>(bytes_of(input), input.nbytes());
-    if (root) g.setOutput<uint8_t>(bytes_of(flat), flat.nbytes());
-    g.setRoot(r);
-    g.setTag(tag);
-    g.setTimeout(to);
-    gloo::gather(g);
-    if (root) split_into(flat, outputs);
-  });
+  Tensor flat =
+      root ? empty({input.numel() * size()}, TensorOptions().with_dtype(input.dtype())) : Tensor();
+  return impl_->enqueue(
+      "gather", o.timeout,
+      [this, flat, input, outputs, root, r = o.root](uint32_t tag, Milliseconds to) mutable {
+        if (input.nbytes() == 0) return;
+        gloo::GatherOptions g(impl_->context);
+        g.setInput<uint8_t>(bytes_of(input), input.nbytes());
+        if (root) g.setOutput<uint8_t>(bytes_of(flat), flat.nbytes());
+        g.setRoot(r);
+        g.setTag(tag);
+        g.setTimeout(to);
+        gloo::gather(g);
+        if (root) split_into(flat, outputs);
+      });
 }
 
 WorkPtr ProcessGroupGloo::scatter(Tensor& output, const std::vector<Tensor>& inputs,
                                   ScatterOptions o) {
   check_tensor("scatter", output, "output");
   check_root_parts("scatter", inputs, output, o.root, "inputs");
-  return impl_->enqueue("scatter", o.timeout, [this, output, inputs, r = o.root](
-                                                   uint32_t tag, Milliseconds to) {
-    if (output.nbytes() == 0) return;
-    gloo::ScatterOptions g(impl_->context);
-    std::vector<uint8_t*> ptrs;
-    for (const auto& t : inputs) ptrs.push_back(bytes_of(t));
-    if (!ptrs.empty()) g.setInputs<uint8_t>(ptrs, output.nbytes());
-    g.setOutput<uint8_t>(bytes_of(output), output.nbytes());
-    g.setRoot(r);
-    g.setTag(tag);
-    g.setTimeout(to);
-    gloo::scatter(g);
-  });
+  return impl_->enqueue("scatter", o.timeout,
+                        [this, output, inputs, r = o.root](uint32_t tag, Milliseconds to) {
+                          if (output.nbytes() == 0) return;
+                          gloo::ScatterOptions g(impl_->context);
+                          std::vector<uint8_t*> ptrs;
+                          for (const auto& t : inputs) ptrs.push_back(bytes_of(t));
+                          if (!ptrs.empty()) g.setInputs<uint8_t>(ptrs, output.nbytes());
+                          g.setOutput<uint8_t>(bytes_of(output), output.nbytes());
+                          g.setRoot(r);
+                          g.setTag(tag);
+                          g.setTimeout(to);
+                          gloo::scatter(g);
+                        });
 }
 
 WorkPtr ProcessGroupGloo::reduce_scatter(Tensor& output, const std::vector<Tensor>& inputs,
@@ -433,17 +426,17 @@ WorkPtr ProcessGroupGloo::alltoall(std::vector<Tensor>& outputs, const std::vect
   for (const auto& t : outputs) check_like("alltoall", t, inputs[0], "output");
   Tensor in = concat(inputs);
   Tensor out = empty_like(in);
-  return impl_->enqueue("alltoall", o.timeout, [this, in, out, outputs](
-                                                    uint32_t tag, Milliseconds to) mutable {
-    if (in.nbytes() == 0) return;
-    gloo::AlltoallOptions g(impl_->context);
-    g.setInput<uint8_t>(bytes_of(in), in.nbytes());
-    g.setOutput<uint8_t>(bytes_of(out), out.nbytes());
-    g.setTag(tag);
-    g.setTimeout(to);
-    gloo::alltoall(g);
-    split_into(out, outputs);
-  });
+  return impl_->enqueue("alltoall", o.timeout,
+                        [this, in, out, outputs](uint32_t tag, Milliseconds to) mutable {
+                          if (in.nbytes() == 0) return;
+                          gloo::AlltoallOptions g(impl_->context);
+                          g.setInput<uint8_t>(bytes_of(in), in.nbytes());
+                          g.setOutput<uint8_t>(bytes_of(out), out.nbytes());
+                          g.setTag(tag);
+                          g.setTimeout(to);
+                          gloo::alltoall(g);
+                          split_into(out, outputs);
+                        });
 }
 
 WorkPtr ProcessGroupGloo::barrier(CollectiveOptions o) {
@@ -468,21 +461,21 @@ WorkPtr ProcessGroupGloo::Impl::p2p(const char* op, int peer, int tag, Milliseco
     w.thread.join();
     return true;
   });
-  p2p_threads.push_back({std::thread([this, work, done, op, peer, tag,
-                                      timeout = timeout_of(timeout), post, wait] {
-                           std::exception_ptr failed = attempt(op, timeout, [&] {
-                             post();
-                             GW_CHECK(wait(timeout), TimeoutError, "[", op, "] rank ", rank,
-                                      " of ", size, " with peer ", peer, ", tag ", tag,
-                                      ": timed out after ", timeout.count(), " ms");
-                           });
-                           if (failed)
-                             work->future().set_exception(failed);
-                           else
-                             work->future().set_result();
-                           done->store(true);
-                         }),
-                         done});
+  p2p_threads.push_back(
+      {std::thread([this, work, done, op, peer, tag, timeout = timeout_of(timeout), post, wait] {
+         std::exception_ptr failed = attempt(op, timeout, [&] {
+           post();
+           GW_CHECK(wait(timeout), TimeoutError, "[", op, "] rank ", rank, " of ", size,
+                    " with peer ", peer, ", tag ", tag, ": timed out after ", timeout.count(),
+                    " ms");
+         });
+         if (failed)
+           work->future().set_exception(failed);
+         else
+           work->future().set_result();
+         done->store(true);
+       }),
+       done});
   return work;
 }
 

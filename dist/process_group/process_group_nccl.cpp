@@ -29,16 +29,6 @@ std::string nccl_message(ncclResult_t r, ncclComm_t comm) {
   return m;
 }
 
-std::string what_of(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    return x.what();
-  } catch (...) {
-    return "unknown error";
-  }
-}
-
 ncclDataType_t nccl_type(DType dtype, const char* op) {
   switch (dtype) {
     case DType::Float32:

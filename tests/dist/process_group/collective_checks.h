@@ -1,7 +1,8 @@
 // Every collective of a process group against values computed locally, run by each rank of a
 // group, whether the ranks are threads (test_process_group) or processes (pg_peer and
-// test_pg_multiprocess), on CPU tensors (Gloo) or on a CUDA device (NCCL, test_nccl). Rank r
-// contributes values(r, ...), so every result is predictable; results are compared on the CPU.
+// test_pg_multiprocess), on the group's device: CPU tensors (Gloo) or CUDA ones (NCCL,
+// test_nccl). Rank r contributes values(r, ...), so every result is predictable; results are
+// compared on the CPU.
 #pragma once
 
 #include "core/ops.h"
@@ -25,17 +26,26 @@ inline Tensor expected(ReduceOp op, int world, DType dtype, int64_t n = 5) {
     Tensor v = values(r, kFloat64, n);
     switch (op) {
       case ReduceOp::SUM:
-      case ReduceOp::AVG: acc = acc + v; break;
-      case ReduceOp::PRODUCT: acc = acc * v; break;
-      case ReduceOp::MIN: acc = minimum(acc, v); break;
-      case ReduceOp::MAX: acc = maximum(acc, v); break;
+      case ReduceOp::AVG:
+        acc = acc + v;
+        break;
+      case ReduceOp::PRODUCT:
+        acc = acc * v;
+        break;
+      case ReduceOp::MIN:
+        acc = minimum(acc, v);
+        break;
+      case ReduceOp::MAX:
+        acc = maximum(acc, v);
+        break;
     }
   }
   if (op == ReduceOp::AVG) acc = acc / static_cast<double>(world);
   return acc.to(dtype);
 }
 
-inline void check_allreduce(ProcessGroup& pg, Checks& c, Device dev = kCPU) {
+inline void check_allreduce(ProcessGroup& pg, Checks& c) {
+  const Device dev = pg.device();
   for (DType dtype : {kFloat32, kFloat64, kInt32, kInt64})
     for (ReduceOp op :
          {ReduceOp::SUM, ReduceOp::AVG, ReduceOp::PRODUCT, ReduceOp::MIN, ReduceOp::MAX}) {
@@ -49,7 +59,8 @@ inline void check_allreduce(ProcessGroup& pg, Checks& c, Device dev = kCPU) {
 }
 
 // The rooted collectives from every root, and allgather.
-inline void check_rooted(ProcessGroup& pg, Checks& c, Device dev = kCPU) {
+inline void check_rooted(ProcessGroup& pg, Checks& c) {
+  const Device dev = pg.device();
   const int r = pg.rank(), world = pg.size();
   for (int root = 0; root < world; ++root) {
     Tensor b = values(r, kFloat32, 5, dev);
@@ -59,7 +70,7 @@ inline void check_rooted(ProcessGroup& pg, Checks& c, Device dev = kCPU) {
     Tensor red = values(r, kInt64, 5, dev);
     pg.reduce(red, {.root = root, .op = ReduceOp::SUM})->wait();
     EXPECT(c, equal(on_cpu(red), r == root ? expected(ReduceOp::SUM, world, kInt64)
-                                   : values(r, kInt64)));  // others keep theirs
+                                           : values(r, kInt64)));  // others keep theirs
 
     std::vector<Tensor> gathered;
     if (r == root)
@@ -83,7 +94,8 @@ inline void check_rooted(ProcessGroup& pg, Checks& c, Device dev = kCPU) {
 }
 
 // reduce_scatter, alltoall, the coalesced allreduce, barrier, and a ring of send/recv.
-inline void check_exchanges(ProcessGroup& pg, Checks& c, Device dev = kCPU) {
+inline void check_exchanges(ProcessGroup& pg, Checks& c) {
+  const Device dev = pg.device();
   const int r = pg.rank(), world = pg.size();
   // reduce_scatter: rank r gets the sum over ranks of their inputs[r].
   std::vector<Tensor> inputs;
@@ -106,7 +118,7 @@ inline void check_exchanges(ProcessGroup& pg, Checks& c, Device dev = kCPU) {
 
   // Several tensors of different shapes reduced as one buffer.
   std::vector<Tensor> many{values(r, kFloat32, 3, dev),
-                          values(r, kFloat32, 7, dev).reshape({7, 1})};
+                           values(r, kFloat32, 7, dev).reshape({7, 1})};
   pg.allreduce_coalesced(many)->wait();
   EXPECT(c, allclose(on_cpu(many[0]), expected(ReduceOp::SUM, world, kFloat32, 3)));
   EXPECT(c, allclose(on_cpu(many[1]), expected(ReduceOp::SUM, world, kFloat32, 7).reshape({7, 1})));
@@ -127,10 +139,10 @@ inline void check_exchanges(ProcessGroup& pg, Checks& c, Device dev = kCPU) {
   EXPECT(c, sent->is_success());
 }
 
-inline void check_every_collective(ProcessGroup& pg, Checks& c, Device dev = kCPU) {
-  check_allreduce(pg, c, dev);
-  check_rooted(pg, c, dev);
-  check_exchanges(pg, c, dev);
+inline void check_every_collective(ProcessGroup& pg, Checks& c) {
+  check_allreduce(pg, c);
+  check_rooted(pg, c);
+  check_exchanges(pg, c);
 }
 
 }  // namespace gw::dist::testing

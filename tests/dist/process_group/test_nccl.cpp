@@ -33,7 +33,7 @@ TEST_CASE("nccl: every collective at world size 1 on CUDA tensors", "[nccl]") {
   dist::ProcessGroupNCCL pg(std::make_shared<dist::HashStore>(), 0, 1);
   CHECK(pg.backend() == "nccl");
   dist::testing::Checks checks;
-  dist::testing::check_every_collective(pg, checks, pg.device());
+  dist::testing::check_every_collective(pg, checks);
   dist::testing::require_passed(checks);
 }
 
