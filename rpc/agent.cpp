@@ -38,6 +38,12 @@ bool joins_autograd_context(const std::string& function) {
   return !function.starts_with("gw.") || function == kRemote || function == kFetch;
 }
 
+// The code an exception travels with: its own for our errors, kRemote for anything else.
+ErrorCode code_of(const std::exception& e) {
+  const Error* err = dynamic_cast<const Error*>(&e);
+  return err ? err->code() : ErrorCode::kRemote;
+}
+
 std::vector<Tensor> tensors_of(const IValueList& values) {
   std::vector<Tensor> out;
   for (const auto& v : values) v.collect_tensors(out);
@@ -325,18 +331,12 @@ void Agent::on_message(const std::shared_ptr<Connection>& c, Message m) {
     }
     case MessageKind::kResponse:
       materialize_rrefs(m.value);
-      try {
-        place_on_devices(m);
-      } catch (const std::exception& e) {
-        const Error* err = dynamic_cast<const Error*>(&e);
-        m.error = Failure{self_.name, e.what(), err ? err->code() : ErrorCode::kRemote};
-      }
-      if (m.autograd && !m.error) {
+      if (!m.error) {  // an error response carries no tensors
         try {
-          record_recv(c->peer_id(), m);
+          place_on_devices(m);
+          if (m.autograd) record_recv(c->peer_id(), m);
         } catch (const std::exception& e) {
-          const Error* err = dynamic_cast<const Error*>(&e);
-          m.error = Failure{self_.name, e.what(), err ? err->code() : ErrorCode::kRemote};
+          m.error = Failure{self_.name, e.what(), code_of(e)};
         }
       }
       complete(m.id, m);
@@ -433,8 +433,7 @@ void Agent::respond(const std::shared_ptr<Connection>& c, uint64_t id, Future<IV
     undo();
   } catch (const std::exception& e) {
     // The result cannot be sent (e.g. a CUDA tensor, an object): tell the caller why.
-    const Error* err = dynamic_cast<const Error*>(&e);
-    fail(e.what(), err ? err->code() : ErrorCode::kRemote);
+    fail(e.what(), code_of(e));
     try {
       c->send(r);
     } catch (const std::exception&) {
