@@ -68,12 +68,12 @@ void CudaBackend::unfold2d(const Tensor& x_in, const std::array<int64_t, 8>& par
     if (total == 0) return;
     OnDevice on(cols);
     Tensor x = x_in.contiguous();
-    Tensor c = cols.is_contiguous() ? cols : empty(cols.sizes(), cols.options());
+    Tensor c = contiguous_target(cols);
     unfold_kernel<<<grid_for(total), kThreads, 0, on.stream>>>(
         static_cast<const D*>(x.raw_data()), static_cast<D*>(c.raw_data()),
         conv2d_geometry(x, params), total);
     GW_CUDA_CHECK_LAUNCH();
-    if (!c.same(cols)) copy_on_device(c, cols);
+    write_back(c, cols);
   });
 }
 
@@ -85,12 +85,12 @@ void CudaBackend::fold2d(const Tensor& cols_in, const std::array<int64_t, 8>& pa
     if (total == 0) return;
     OnDevice on(x);
     Tensor cols = cols_in.contiguous();
-    Tensor o = x.is_contiguous() ? x : empty(x.sizes(), x.options());
+    Tensor o = contiguous_target(x);
     fold_kernel<<<grid_for(total), kThreads, 0, on.stream>>>(
         static_cast<const D*>(cols.raw_data()), static_cast<D*>(o.raw_data()),
         conv2d_geometry(o, params), total);
     GW_CUDA_CHECK_LAUNCH();
-    if (!o.same(x)) copy_on_device(o, x);
+    write_back(o, x);
   });
 }
 

@@ -50,13 +50,13 @@ void copy_h2d(const Tensor& src, const Tensor& dst) {
   if (host.dtype() != dst.dtype()) host = host.to(dst.dtype());
   host = host.contiguous();
   OnDevice on(dst);
-  Tensor landing = dst.is_contiguous() ? dst : empty(dst.sizes(), dst.options());
+  Tensor landing = contiguous_target(dst);
   GW_CUDA_CHECK(cudaMemcpyAsync(landing.raw_data(), host.raw_data(), host.nbytes(),
                                 cudaMemcpyHostToDevice, on.stream));
   // From pageable memory the call returns once the bytes are staged; from pinned memory the
   // DMA is still running, and the caller may overwrite `src` as soon as we return.
   if (is_pinned(host.raw_data())) GW_CUDA_CHECK(cudaStreamSynchronize(on.stream));
-  if (!landing.same(dst)) copy_on_device(landing, dst);
+  write_back(landing, dst);
 }
 
 // src on a device, dst on the CPU: converted and made contiguous on the device, downloaded,
@@ -91,10 +91,10 @@ void copy_across_devices(const Tensor& src, const Tensor& dst) {
     GW_CUDA_CHECK(cudaStreamSynchronize(on.stream));
   }
   OnDevice on(dst);
-  Tensor landing = dst.is_contiguous() ? dst : empty(dst.sizes(), dst.options());
+  Tensor landing = contiguous_target(dst);
   GW_CUDA_CHECK(cudaMemcpyPeerAsync(landing.raw_data(), dst.device().index, s.raw_data(),
                                     src.device().index, s.nbytes(), on.stream));
-  if (!landing.same(dst)) copy_on_device(landing, dst);
+  write_back(landing, dst);
   // The source's stream is not ordered after this one: wait here, before the caller writes to
   // src or the temporary goes back to the source device's cache.
   GW_CUDA_CHECK(cudaStreamSynchronize(on.stream));
@@ -116,6 +116,14 @@ void copy_on_device(const Tensor& src, const Tensor& dst) {
       launch_strided(it, CopyFn<cuda_type_t<D>, cuda_type_t<S>>{}, on.stream);
     });
   });
+}
+
+Tensor contiguous_target(const Tensor& t) {
+  return t.is_contiguous() ? t : empty(t.sizes(), t.options());
+}
+
+void write_back(const Tensor& written, const Tensor& out) {
+  if (!written.same(out)) copy_on_device(written, out);
 }
 
 Backend& cuda_backend() {

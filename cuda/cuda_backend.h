@@ -54,5 +54,9 @@ Backend& cuda_backend();
 // Copies between two CUDA tensors of one device (any strides and dtypes), on its current
 // stream; used by the backend's own kernels for layout changes.
 void copy_on_device(const Tensor& src, const Tensor& dst);
+// A contiguous tensor like `t` for a kernel to write into: `t` itself when it is contiguous.
+Tensor contiguous_target(const Tensor& t);
+// The other half: copies `written` into `out` unless it is `out` itself.
+void write_back(const Tensor& written, const Tensor& out);
 
 }  // namespace gw::cuda

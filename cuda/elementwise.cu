@@ -9,9 +9,6 @@ namespace gw::cuda {
 
 namespace {
 
-__device__ __forceinline__ bool is_nan(float x) { return x != x; }
-__device__ __forceinline__ bool is_nan(double x) { return x != x; }
-
 template <typename C>
 __device__ C sigmoid(C x) {
   // Split by sign so exp never overflows (as on the CPU).

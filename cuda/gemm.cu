@@ -13,24 +13,16 @@ namespace gw::cuda {
 
 namespace {
 
+// cuBLAS's name for the element type T.
 template <typename T>
-struct BlasTypes;
-template <> struct BlasTypes<float> {
-  static constexpr cudaDataType_t data = CUDA_R_32F;
-  using Scale = float;
-};
-template <> struct BlasTypes<double> {
-  static constexpr cudaDataType_t data = CUDA_R_64F;
-  using Scale = double;
-};
-template <> struct BlasTypes<__half> {
-  static constexpr cudaDataType_t data = CUDA_R_16F;
-  using Scale = float;
-};
-template <> struct BlasTypes<__nv_bfloat16> {
-  static constexpr cudaDataType_t data = CUDA_R_16BF;
-  using Scale = float;
-};
+constexpr cudaDataType_t blas_data_type() {
+  if constexpr (std::is_same_v<T, float>) return CUDA_R_32F;
+  if constexpr (std::is_same_v<T, double>) return CUDA_R_64F;
+  if constexpr (std::is_same_v<T, __half>) return CUDA_R_16F;
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double> ||
+                std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>);
+  return CUDA_R_16BF;
+}
 
 template <typename T>
 cublasComputeType_t compute_type() {
@@ -93,7 +85,7 @@ void CudaBackend::bmm(const Tensor& a, const Tensor& b, const Tensor& out) {
                   m = b.size(r + 1);
     if (out.numel() == 0) return;
     OnDevice on(out);
-    Tensor c = out.is_contiguous() ? out : empty(out.sizes(), out.options());
+    Tensor c = contiguous_target(out);
     if (k == 0) {
       fill(c, 0);
     } else if constexpr (std::is_integral_v<T>) {
@@ -110,9 +102,8 @@ void CudaBackend::bmm(const Tensor& a, const Tensor& b, const Tensor& out) {
         return o.view.layout == MatrixLayout::RowMajor ? CUBLAS_OP_N : CUBLAS_OP_T;
       };
       const cublasOperation_t op_b = op_of(B), op_a = op_of(A);
-      using Scale = typename BlasTypes<D>::Scale;
-      const Scale alpha = 1, beta = 0;
-      constexpr cudaDataType_t type = BlasTypes<D>::data;
+      const compute_t<D> alpha = 1, beta = 0;  // cuBLAS scales 16-bit products in float
+      constexpr cudaDataType_t type = blas_data_type<D>();
       cublasHandle_t handle = blas_handle(on.stream);
       GW_CUDA_CHECK(cublasGemmStridedBatchedEx(
           handle, op_b, op_a, checked_int(m, "size"), checked_int(n, "size"),
@@ -122,7 +113,7 @@ void CudaBackend::bmm(const Tensor& a, const Tensor& b, const Tensor& out) {
           checked_int(m, "size"), n * m, checked_int(batch, "batch"), compute_type<D>(),
           CUBLAS_GEMM_DEFAULT));
     }
-    if (!c.same(out)) copy_on_device(c, out);
+    write_back(c, out);
   });
 }
 

@@ -88,7 +88,7 @@ void CudaBackend::index_select(const Tensor& in, int64_t dim, const Tensor& inde
                                const Tensor& out) {
   OnDevice on(out);
   Tensor x = in.contiguous(), idx = index.contiguous();
-  Tensor o = out.is_contiguous() ? out : empty(out.sizes(), out.options());
+  Tensor o = contiguous_target(out);
   const int64_t n = x.size(dim), count = idx.numel();
   int64_t inner = 1;
   for (int64_t d = dim + 1; d < x.dim(); ++d) inner *= x.size(d);
@@ -106,7 +106,7 @@ void CudaBackend::index_select(const Tensor& in, int64_t dim, const Tensor& inde
     GW_CUDA_CHECK_LAUNCH();
   });
   if (auto bad = flag.check()) throw_bad_index("index_select", *bad, n, dim);
-  if (!o.same(out)) copy_on_device(o, out);
+  write_back(o, out);
 }
 
 void CudaBackend::gather(const Tensor& in, int64_t dim, const Tensor& index, const Tensor& out) {

@@ -53,6 +53,12 @@ inline constexpr bool is_half_v =
 template <typename T>
 using compute_t = std::conditional_t<is_half_v<T>, float, T>;
 
+// NaN tests on computed values (compute_t); integers are never NaN.
+__device__ __forceinline__ bool is_nan(float x) { return x != x; }
+__device__ __forceinline__ bool is_nan(double x) { return x != x; }
+template <typename A>
+__device__ __forceinline__ bool is_nan(A) { return false; }
+
 // static_cast, extended to the 16-bit formats through float (as core's convert does on CPU).
 template <typename D, typename S>
 __device__ __forceinline__ D cast(S v) {

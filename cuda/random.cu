@@ -118,10 +118,10 @@ void CudaBackend::random(RandomKind kind, const Tensor& out, double a, double b,
       p.lo = static_cast<int64_t>(a);
       p.range = static_cast<uint64_t>(static_cast<int64_t>(b) - p.lo);
     }
-    Tensor o = out.is_contiguous() ? out : empty(out.sizes(), out.options());
+    Tensor o = contiguous_target(out);
     random_kernel<<<grid_for(n), kThreads, 0, on.stream>>>(static_cast<D*>(o.raw_data()), n, p);
     GW_CUDA_CHECK_LAUNCH();
-    if (!o.same(out)) copy_on_device(o, out);
+    write_back(o, out);
   };
   switch (kind) {
     case RandomKind::Uniform: return dispatch<CudaFloatTypes>(out.dtype(), "uniform_", run);
@@ -138,7 +138,7 @@ void CudaBackend::bernoulli(const Tensor& p, const Tensor& out, Generator& gen) 
     if (n == 0) return;
     OnDevice on(out);
     Tensor pc = p.contiguous();
-    Tensor o = out.is_contiguous() ? out : empty(out.sizes(), out.options());
+    Tensor o = contiguous_target(out);
     ErrorFlag flag(out.device(), on.stream);
     bernoulli_kernel<<<grid_for(n), kThreads, 0, on.stream>>>(
         static_cast<const D*>(pc.raw_data()), static_cast<D*>(o.raw_data()), n, draw_key(gen),
@@ -149,7 +149,7 @@ void CudaBackend::bernoulli(const Tensor& p, const Tensor& out, Generator& gen) 
       throw InvalidArgumentError(detail::str("[bernoulli] probability ", value, " at index ",
                                              *bad, " is outside [0, 1]"));
     }
-    if (!o.same(out)) copy_on_device(o, out);
+    write_back(o, out);
   });
 }
 

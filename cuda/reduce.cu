@@ -11,16 +11,11 @@ namespace gw::cuda {
 
 namespace {
 
-__device__ __forceinline__ bool is_nan_value(float x) { return x != x; }
-__device__ __forceinline__ bool is_nan_value(double x) { return x != x; }
-template <typename A>
-__device__ __forceinline__ bool is_nan_value(A) { return false; }
-
 // Whether v replaces best for max/min: NaN wins over numbers and the first NaN is kept.
 template <typename A>
 __device__ __forceinline__ bool better(ReduceOp op, A v, A best) {
-  if (is_nan_value(v)) return !is_nan_value(best);
-  if (is_nan_value(best)) return false;
+  if (is_nan(v)) return !is_nan(best);
+  if (is_nan(best)) return false;
   return op == ReduceOp::Max ? v > best : v < best;
 }
 
@@ -136,11 +131,6 @@ Tensor rows_layout(const Tensor& in, const std::vector<int64_t>& front,
   return in.permute(perm).contiguous();
 }
 
-// A contiguous tensor like `t` to write into: `t` itself when it is contiguous.
-Tensor contiguous_target(const Tensor& t) {
-  return t.is_contiguous() ? t : empty(t.sizes(), t.options());
-}
-
 }  // namespace
 
 void CudaBackend::reduce(ReduceOp op, const Tensor& in, const Tensor& out) {
@@ -213,8 +203,8 @@ void CudaBackend::reduce_with_index(ReduceOp op, const Tensor& in, int64_t dim,
         static_cast<const D*>(x.raw_data()), static_cast<D*>(v.raw_data()),
         static_cast<int64_t*>(i.raw_data()), rows, n, op);
     GW_CUDA_CHECK_LAUNCH();
-    if (!v.same(values)) copy_on_device(v, values);
-    if (!i.same(indices)) copy_on_device(i, indices);
+    write_back(v, values);
+    write_back(i, indices);
   });
 }
 

@@ -66,18 +66,16 @@ void CudaBackend::softmax(const Tensor& in, int64_t dim, bool log, const Tensor&
     if (in.numel() == 0) return;
     OnDevice on(out);
     Tensor x = in.contiguous();
-    Tensor o = out.is_contiguous() ? out : empty(out.sizes(), out.options());
+    Tensor o = contiguous_target(out);
     const int64_t n = x.size(dim);
     int64_t inner = 1, outer = 1;
     for (int64_t d = 0; d < dim; ++d) outer *= x.size(d);
     for (int64_t d = dim + 1; d < x.dim(); ++d) inner *= x.size(d);
     const int64_t rows = outer * inner;
-    const int64_t blocks = std::clamp<int64_t>((rows * kWarp + kThreads - 1) / kThreads, 1,
-                                               kMaxBlocks);
-    softmax_rows<<<static_cast<unsigned>(blocks), kThreads, 0, on.stream>>>(
+    softmax_rows<<<grid_for(rows * kWarp), kThreads, 0, on.stream>>>(  // a warp per row
         static_cast<const D*>(x.raw_data()), static_cast<D*>(o.raw_data()), rows, n, inner, log);
     GW_CUDA_CHECK_LAUNCH();
-    if (!o.same(out)) copy_on_device(o, out);
+    write_back(o, out);
   });
 }
 
