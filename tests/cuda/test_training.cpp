@@ -1,5 +1,5 @@
 // autograd, nn and optim on CUDA tensors, unchanged: gradients checked by finite differences in
-// float64 on the GPU, and SGD steps of an MLP on the GPU matching the same steps on the CPU.
+// float64 on the GPU, and Adam steps of an MLP on the GPU matching the same steps on the CPU.
 #include <catch2/catch.hpp>
 
 #include "autograd/autograd.h"

@@ -47,6 +47,8 @@ TEST_CASE("a CUDA tensor without a device map toward the callee is refused", "[r
 TEST_CASE("CUDA tensors go to the mapped device and come back on the inverse map", "[rpc][cuda]") {
   GW_REQUIRE_CUDA_DEVICE();
   RpcBackendOptions o = Group::small_options();
+  // With one GPU the map can only be cuda:0 -> cuda:0, so this cannot tell the inverse map
+  // from the forward one; it shows that a mapped CUDA tensor crosses and comes back on a GPU.
   o.set_device_map("worker1", {{0, 0}});
   Group g(2, o);
   Agent::Use use(g[0]);

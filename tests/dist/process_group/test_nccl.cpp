@@ -53,6 +53,8 @@ TEST_CASE("nccl: bad arguments raise before anything runs", "[nccl][errors]") {
   CHECK(equal(ints.to(kCPU), ones({4}, kInt64)));
 }
 
+// At world size 1 the allreduce averages over one rank: this shows DDP's path through the
+// NCCL group on CUDA tensors, not that gradients are summed across GPUs (one GPU here).
 TEST_CASE("nccl: DDP at world size 1 matches local training", "[nccl][ddp]") {
   GW_REQUIRE_CUDA_DEVICE();
   auto pg = std::make_shared<dist::ProcessGroupNCCL>(std::make_shared<dist::HashStore>(), 0, 1);
