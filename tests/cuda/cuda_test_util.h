@@ -1,7 +1,7 @@
 // Helpers of the CUDA tests: skipping without a device, and CPU/CUDA comparisons.
 //
-// Catch2 v2 has no SKIP: a case that needs a GPU starts with GW_REQUIRE_CUDA_DEVICE(), which
-// prints one warning line with the reason and returns (no assertion fails):
+// A case that needs a GPU starts with GW_REQUIRE_CUDA_DEVICE(), which skips it (tests/skip.h)
+// with the reason when there is none:
 //
 //   TEST_CASE("...", "[cuda]") {
 //     GW_REQUIRE_CUDA_DEVICE();
@@ -18,12 +18,12 @@
 
 #include "core/ops.h"
 #include "cuda/device.h"
+#include "tests/skip.h"
 
 #define GW_REQUIRE_CUDA_DEVICE()                                          \
   do {                                                                    \
     if (!::gw::cuda::is_available()) {                                    \
-      WARN("skipped: no CUDA device (" << ::gw::cuda::no_device_reason() << ")"); \
-      return;                                                             \
+      GW_SKIP("no CUDA device (" << ::gw::cuda::no_device_reason() << ")"); \
     }                                                                     \
   } while (0)
 
