@@ -21,6 +21,7 @@
 #include "core/ops.h"
 #include "core/random.h"
 #include "dist/autograd/dist_autograd.h"
+#include "dist/nn/remote_module.h"
 #include "dist/optim/distributed_optimizer.h"
 #include "dist/store/hash_store.h"
 #include "examples/common/server_mlp.h"
@@ -29,6 +30,7 @@
 #include "rpc/rpc.h"
 
 using gw::Tensor;
+namespace dist = gw::dist;
 namespace rpc = gw::rpc;
 namespace dist_autograd = gw::dist_autograd;
 
@@ -43,7 +45,7 @@ GW_RPC_FUNCTION(random_tensor);
 // made on its first call (the warm-up) and kept, so that only steps are timed. Cleared while
 // the agents still run, since they hold RRefs.
 struct Trainer {
-  rpc::RemoteModule net;
+  dist::RemoteModule net;
   gw::dist::DistributedOptimizer opt;
   Tensor x, y;
 };
@@ -51,7 +53,7 @@ std::mutex g_trainers_mu;
 std::map<int, std::unique_ptr<Trainer>> g_trainers;
 
 // `steps` steps of one trainer on its own fixed batch.
-double ps_train(rpc::ModuleRRef model, int64_t steps) {
+double ps_train(dist::ModuleRRef model, int64_t steps) {
   const int me = rpc::get_worker_info().id;
   Trainer* trainer;
   {
@@ -59,7 +61,7 @@ double ps_train(rpc::ModuleRRef model, int64_t steps) {
     auto& slot = g_trainers[me];
     if (!slot) {
       gw::Generator gen(static_cast<uint64_t>(me));
-      rpc::RemoteModule net(model);
+      dist::RemoteModule net(model);
       auto params = net.remote_parameters();
       slot = std::make_unique<Trainer>(Trainer{
           std::move(net), gw::dist::DistributedOptimizer(gw::optim::SGD::options(0.01), params),
@@ -159,7 +161,7 @@ int main(int argc, char** argv) {
   }
   if (report.wants("dist_autograd", "parameter server, 2 trainers")) {
     gw::Generator gen(0);
-    const rpc::ModuleRRef model{
+    const dist::ModuleRRef model{
         std::shared_ptr<gw::nn::Module>(std::make_shared<gw::examples::ServerMlp>(gen))};
     auto run = [&](int64_t steps) {
       auto a = rpc::rpc_async("worker1", ps_train, model, steps);

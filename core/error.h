@@ -10,6 +10,7 @@
 // the condition fails, so checks on hot paths cost one branch.
 #pragma once
 
+#include <exception>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -32,6 +33,8 @@ enum class ErrorCode {
 
 const char* error_code_name(ErrorCode code);
 
+// Every error derives from Error virtually, so that a remote failure (below) can be both its own
+// type and a RemoteError and still be caught as one Error.
 class Error : public std::runtime_error {
  public:
   Error(ErrorCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
@@ -41,10 +44,11 @@ class Error : public std::runtime_error {
   ErrorCode code_;
 };
 
-#define GW_DEFINE_ERROR(Name, Code)                                              \
-  class Name : public Error {                                                    \
-   public:                                                                       \
-    explicit Name(const std::string& message) : Error(ErrorCode::Code, message) {} \
+#define GW_DEFINE_ERROR(Name, Code)                                                \
+  class Name : public virtual Error {                                              \
+   public:                                                                         \
+    static constexpr ErrorCode kCode = ErrorCode::Code;                            \
+    explicit Name(const std::string& message) : Error(kCode, message) {}           \
   }
 
 GW_DEFINE_ERROR(InvalidArgumentError, kInvalidArgument);
@@ -58,16 +62,34 @@ GW_DEFINE_ERROR(StateError, kState);
 GW_DEFINE_ERROR(InternalError, kInternal);
 #undef GW_DEFINE_ERROR
 
-// A failure on another worker, re-raised on the caller with the worker's name.
-class RemoteError : public Error {
+// A failure on another worker, re-raised on the caller with the worker's name. A failure that
+// was one of the errors above there is raised here as RemoteFailure<ThatError>: catchable as
+// that type (a remote timeout is a TimeoutError) and as RemoteError, whose worker() names where
+// it was raised. Anything else (a std::exception that is not a gw::Error) is a plain RemoteError.
+class RemoteError : public virtual Error {
  public:
+  static constexpr ErrorCode kCode = ErrorCode::kRemote;
   RemoteError(std::string worker, const std::string& message)
-      : Error(ErrorCode::kRemote, "[" + worker + "] " + message), worker_(std::move(worker)) {}
+      : Error(kCode, "[" + worker + "] " + message), worker_(std::move(worker)) {}
   const std::string& worker() const noexcept { return worker_; }
 
  private:
   std::string worker_;
 };
+
+template <typename E>
+class RemoteFailure final : public E, public RemoteError {
+ public:
+  // The virtual base Error is built here, once, with E's code; E's and RemoteError's own
+  // initialisations of it are skipped.
+  RemoteFailure(std::string worker, const std::string& message)
+      : Error(E::kCode, "[" + worker + "] " + message), E(message),
+        RemoteError(std::move(worker), message) {}
+};
+
+// The exception a failure with `code` raised on `worker` becomes on the caller.
+std::exception_ptr remote_failure(ErrorCode code, const std::string& worker,
+                                  const std::string& message);
 
 namespace detail {
 // Concatenates anything streamable: str("[add] dim ", d, " out of range").

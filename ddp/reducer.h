@@ -22,7 +22,7 @@
 #include "autograd/autograd.h"
 #include "core/tensor.h"
 #include "dist/process_group/process_group.h"
-#include "rpc/future.h"
+#include "core/future.h"
 
 namespace gw::ddp {
 

@@ -14,6 +14,7 @@
 
 #include "core/ops.h"
 #include "dist/autograd/dist_autograd.h"
+#include "dist/nn/remote_module.h"
 #include "dist/optim/distributed_optimizer.h"
 #include "examples/common/fashion_mnist.h"
 #include "examples/common/launch.h"
@@ -28,6 +29,7 @@
 using gw::Tensor;
 namespace F = gw::nn::functional;
 namespace nn = gw::nn;
+namespace dist = gw::dist;
 namespace rpc = gw::rpc;
 namespace dist_autograd = gw::dist_autograd;
 
@@ -48,15 +50,15 @@ struct SecondHalf : nn::Sequential {
       : nn::Sequential(std::make_shared<nn::Linear>(128, 10, true, gen)) {}
 };
 const bool kRegistered = [] {
-  rpc::add_module_constructor<FirstHalf, int64_t>("FirstHalf");
-  rpc::add_module_constructor<SecondHalf, int64_t>("SecondHalf");
+  dist::add_module_constructor<FirstHalf, int64_t>("FirstHalf");
+  dist::add_module_constructor<SecondHalf, int64_t>("SecondHalf");
   return true;
 }();
 
 // The model as worker0 sees it: two remote halves.
 struct SplitModel {
-  rpc::RemoteModule first{"worker1/cpu", "FirstHalf", int64_t{1}};
-  rpc::RemoteModule second{"worker2/cpu", "SecondHalf", int64_t{2}};
+  dist::RemoteModule first{"worker1/cpu", "FirstHalf", int64_t{1}};
+  dist::RemoteModule second{"worker2/cpu", "SecondHalf", int64_t{2}};
   Tensor forward(const Tensor& x) const { return second.forward(first.forward(x)); }
   std::vector<rpc::RRef<Tensor>> parameters() const {
     auto params = first.remote_parameters();

@@ -17,6 +17,7 @@
 #include "autograd/grad_mode.h"
 #include "core/ops.h"
 #include "dist/autograd/dist_autograd.h"
+#include "dist/nn/remote_module.h"
 #include "dist/optim/distributed_optimizer.h"
 #include "examples/common/fashion_mnist.h"
 #include "examples/common/launch.h"
@@ -29,19 +30,20 @@
 
 using gw::Tensor;
 namespace F = gw::nn::functional;
+namespace dist = gw::dist;
 namespace rpc = gw::rpc;
 namespace dist_autograd = gw::dist_autograd;
 
 // Runs on trainer `index` (of `count`): trains the server's model for `epochs` on its shard.
 // Returns the mean loss of its last epoch.
-double train(rpc::ModuleRRef model, int64_t epochs, int64_t batch_size, double lr, int64_t limit,
+double train(dist::ModuleRRef model, int64_t epochs, int64_t batch_size, double lr, int64_t limit,
              int64_t index, int64_t count) {
   auto data = gw::data::load_fashion_mnist(gw::data::Split::Train, limit);
   gw::data::Loader loader(data, {.batch_size = batch_size,
                                  .seed = 0,
                                  .rank = static_cast<int>(index),
                                  .world_size = static_cast<int>(count)});
-  rpc::RemoteModule net(std::move(model));
+  dist::RemoteModule net(std::move(model));
   gw::dist::DistributedOptimizer opt(gw::optim::SGDOptions{.lr = lr, .momentum = 0.9},
                                      net.remote_parameters());
   double epoch_loss = 0;
@@ -89,7 +91,7 @@ int main(int argc, char** argv) {
     }
     gw::Generator gen(0);
     auto model = std::make_shared<gw::examples::ServerMlp>(gen);
-    const rpc::ModuleRRef model_rref{std::shared_ptr<gw::nn::Module>(model)};
+    const dist::ModuleRRef model_rref{std::shared_ptr<gw::nn::Module>(model)};
     const int64_t trainers = world_size - 1;
     std::printf("parameter server: %s\n%lld trainers, SGD lr %g momentum 0.9, batch %lld, "
                 "%lld epochs\n",

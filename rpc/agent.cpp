@@ -13,6 +13,9 @@
 #include "rpc/message.h"
 #include "rpc/rref_context.h"
 
+// A weak reference: null unless the program links the layer above that defines it.
+#pragma weak gw_rpc_extend_agent
+
 namespace gw::rpc {
 
 namespace {
@@ -91,7 +94,7 @@ Agent::Agent(std::string name, int rank, int world_size, RpcBackendOptions optio
     for (const auto& [from, dst] : map) impl_->maps_to[id].emplace_back(from, dst);
   }
   rrefs_ = std::make_shared<RRefContext>(*this);
-  if (auto make = autograd_hook_factory()) autograd_ = make(*this);
+  if (gw_rpc_extend_agent) gw_rpc_extend_agent(*this);
   impl_->pool = std::make_unique<ThreadPool>(options_.num_worker_threads, [this] {
     t_current_agent = this;
     t_owning_agent = this;
@@ -267,20 +270,31 @@ void Agent::expire_due() {
   arm_timer();
 }
 
-void Agent::complete(uint64_t id, Message& response) {
+void Agent::complete(const Connection& from, uint64_t id, Message& response) {
   PendingCall p;
   {
     std::lock_guard lock(impl_->pending_mu);
     auto it = impl_->pending.find(id);
     if (it == impl_->pending.end()) return;  // timed out or failed already
+    // Only the connection the request went out on, which we opened to the callee and
+    // introduced with our handshake, answers it: any other peer's guess of the id is dropped.
+    if (it->second.conn != &from) {
+      ++impl_->stray_responses;
+      return;
+    }
     p = impl_->take_pending_locked(it);
   }
   if (response.error)
     p.future.set_exception(
-        std::make_exception_ptr(RemoteError(response.error->worker, response.error->message)));
+        remote_failure(response.error->code, response.error->worker, response.error->message));
   else
     p.future.set_result(std::move(response.value));
   impl_->idle.notify_all();
+}
+
+uint64_t Agent::num_stray_responses() const {
+  std::lock_guard lock(impl_->pending_mu);
+  return impl_->stray_responses;
 }
 
 // --- serving ---------------------------------------------------------------------------------
@@ -339,7 +353,7 @@ void Agent::on_message(const std::shared_ptr<Connection>& c, Message m) {
           m.error = Failure{self_.name, e.what(), code_of(e)};
         }
       }
-      complete(m.id, m);
+      complete(*c, m.id, m);
       return;
   }
 }

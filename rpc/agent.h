@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "dist/store/store.h"
-#include "rpc/future.h"
+#include "core/future.h"
 #include "rpc/ivalue.h"
 
 namespace gw::rpc {
@@ -114,8 +114,12 @@ class Agent {
   RRefContext& rrefs() { return *rrefs_; }
   // Distributed autograd's hook (rpc/autograd_hook.h); nullptr when it is not linked in.
   AutogradHook* autograd_hook() const { return autograd_.get(); }
+  // Installs it: called once, by gw_rpc_extend_agent during construction.
+  void set_autograd_hook(std::shared_ptr<AutogradHook> hook) { autograd_ = std::move(hook); }
   // How many values this worker owns that are still referenced (0 after a graceful shutdown).
   size_t num_owner_rrefs() const;
+  // Responses dropped because they did not arrive on the connection their call went out on.
+  uint64_t num_stray_responses() const;
 
   // graceful: waits for this worker's outstanding calls, then for every worker to reach
   // shutdown and finish its work, then stops. Otherwise stops now and fails pending calls.
@@ -167,8 +171,9 @@ class Agent {
   // become RRefs.
   void fork_rrefs(IValue& v, std::vector<RRefForkData>& made);
   void materialize_rrefs(IValue& v);
-  // Completes pending call `id` with `response` (a value or the callee's failure).
-  void complete(uint64_t id, Message& response);
+  // Completes pending call `id` with `response` (a value or the callee's failure), if `from`
+  // is the connection its request went out on.
+  void complete(const Connection& from, uint64_t id, Message& response);
   void arm_timer();
   void expire_due();
   // Fails the calls whose request went out on `conn`, which was lost.

@@ -59,6 +59,7 @@ struct Agent::Impl {
   std::chrono::steady_clock::time_point armed_for = std::chrono::steady_clock::time_point::max();
   asio::steady_timer timer{io};
   int active_handlers = 0;
+  uint64_t stray_responses = 0;  // see Agent::complete
   std::atomic<uint64_t> next_id{1};
 
   uint64_t max_frame_bytes = 0;

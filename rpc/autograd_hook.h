@@ -8,8 +8,10 @@
 // current, so nested calls join the same context. Requests named "gw.autograd.*" (gradients,
 // context release) go to the hook.
 //
-// dist/autograd registers a factory with set_autograd_hook_factory when it is linked; every
-// agent created afterwards gets its own hook (several agents may share a process).
+// Installation is explicit: every Agent's constructor calls gw_rpc_extend_agent (below), which the
+// layer above rpc (gw_dist) defines and which installs a hook of its own on that agent with
+// Agent::set_autograd_hook. A program that uses no part of distributed autograd does not link it,
+// and its agents refuse autograd messages with an error that says so.
 #pragma once
 
 #include <chrono>
@@ -19,7 +21,7 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "rpc/future.h"
+#include "core/future.h"
 #include "rpc/ivalue.h"
 #include "rpc/message.h"
 
@@ -68,10 +70,13 @@ class AutogradHook {
                                 bool retain_graph) = 0;
 };
 
-using AutogradHookFactory = std::shared_ptr<AutogradHook> (*)(Agent& agent);
-void set_autograd_hook_factory(AutogradHookFactory factory);
-AutogradHookFactory autograd_hook_factory();
-
 inline constexpr const char* kAutogradPrefix = "gw.autograd.";
 
 }  // namespace gw::rpc
+
+// The one extension point of the layers above rpc, called by every Agent's constructor when
+// defined: gw_dist defines it (dist/autograd/container.cpp). The agent refers to it weakly
+// (rpc/agent.cpp), so rpc neither depends on gw_dist nor needs linker flags: the function is
+// there exactly when the program links the part of gw_dist that defines it, which every use of
+// distributed autograd, the DistributedOptimizer or RemoteModule does.
+extern "C" void gw_rpc_extend_agent(gw::rpc::Agent& agent);

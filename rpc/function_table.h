@@ -26,7 +26,7 @@
 #include <utility>
 #include <vector>
 
-#include "rpc/future.h"
+#include "core/future.h"
 #include "rpc/ivalue.h"
 
 namespace gw::rpc {

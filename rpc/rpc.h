@@ -4,8 +4,7 @@
 
 #include "rpc/agent.h"
 #include "rpc/api.h"
+#include "core/future.h"
 #include "rpc/function_table.h"
-#include "rpc/future.h"
 #include "rpc/ivalue.h"
-#include "rpc/remote_module.h"
 #include "rpc/rref.h"

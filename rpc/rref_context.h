@@ -21,7 +21,7 @@
 #include <mutex>
 #include <set>
 
-#include "rpc/future.h"
+#include "core/future.h"
 #include "rpc/ivalue.h"
 #include "rpc/rref_id.h"
 

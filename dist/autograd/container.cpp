@@ -5,6 +5,8 @@
 #include "autograd/meta.h"
 #include "core/ops.h"
 #include "dist/autograd/engine.h"
+#include "dist/nn/remote_module.h"
+#include "dist/optim/distributed_optimizer.h"
 #include "rpc/agent.h"
 #include "rpc/api.h"
 #include "rpc/log.h"
@@ -17,20 +19,19 @@ inline constexpr uint64_t kLocalIdMask = (uint64_t{1} << (64 - kWorkerIdBits)) -
 // How often a worker sends its batch of released contexts to each worker they reached.
 inline constexpr std::chrono::microseconds kReleaseInterval{1000};
 
-// Every agent made after this library is loaded gets a container as its autograd hook.
-// gw_dist_autograd_linked is what the build's -u flag names to pull this file in.
-const bool kRegistered = [] {
-  rpc::set_autograd_hook_factory(
-      [](rpc::Agent& agent) -> std::shared_ptr<rpc::AutogradHook> {
-        return std::make_shared<Container>(agent);
-      });
-  return true;
-}();
-
 }  // namespace
+}  // namespace gw::dist_autograd
 
-extern "C" const bool gw_dist_autograd_linked;
-const bool gw_dist_autograd_linked = kRegistered;
+// What gw_dist adds to every RPC agent (rpc/autograd_hook.h): its distributed autograd
+// container, and the functions other workers' DistributedOptimizer and RemoteModule call on
+// this one, which may never make either itself.
+extern "C" void gw_rpc_extend_agent(gw::rpc::Agent& agent) {
+  gw::dist::register_local_optimizer();
+  gw::dist::register_module_methods();
+  agent.set_autograd_hook(std::make_shared<gw::dist_autograd::Container>(agent));
+}
+
+namespace gw::dist_autograd {
 
 namespace {
 int64_t as_int(uint64_t id) { return static_cast<int64_t>(id); }

@@ -32,7 +32,7 @@
 
 #include "autograd/engine.h"
 #include "dist/autograd/context.h"
-#include "rpc/future.h"
+#include "core/future.h"
 #include "rpc/ivalue.h"
 
 namespace gw::rpc {

@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "rpc/future.h"
+#include "core/future.h"
 
 namespace gw::dist_autograd {
 

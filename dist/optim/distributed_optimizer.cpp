@@ -22,15 +22,6 @@ std::shared_ptr<LocalOptimizer> make_local_optimizer(optim::OptimizerOptions opt
   return std::make_shared<LocalOptimizer>(options, std::move(local));
 }
 
-// Registered for the owners, which may never construct a DistributedOptimizer themselves
-// (gw_dist_optimizer_linked is what the build's -u flag names to link this file).
-const bool kRegistered = [] {
-  rpc::functions()
-      .add_class<LocalOptimizer>("dist.LocalOptimizer")
-      .add_method("step", &LocalOptimizer::step);
-  rpc::functions().add("dist.LocalOptimizer.new", &make_local_optimizer);
-  return true;
-}();
 
 template <typename V, size_t I = 0>
 V variant_from_index(size_t index, std::span<const uint8_t> bytes) {
@@ -49,8 +40,15 @@ V variant_from_index(size_t index, std::span<const uint8_t> bytes) {
 }
 }  // namespace
 
-extern "C" const bool gw_dist_optimizer_linked;
-const bool gw_dist_optimizer_linked = kRegistered;
+void register_local_optimizer() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    rpc::functions()
+        .add_class<LocalOptimizer>("dist.LocalOptimizer")
+        .add_method("step", &LocalOptimizer::step);
+    rpc::functions().add("dist.LocalOptimizer.new", &make_local_optimizer);
+  });
+}
 
 LocalOptimizer::LocalOptimizer(const optim::OptimizerOptions& options, std::vector<Tensor> params)
     : optimizer_(optim::make_optimizer(std::move(params), options)) {}

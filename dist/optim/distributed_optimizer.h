@@ -26,6 +26,11 @@ namespace gw::dist {
 // not see parameters mid-update (a parameter server's forward snapshot) can take it too.
 std::mutex& optimizer_step_lock();
 
+// Registers the functions a DistributedOptimizer calls on the parameters' owners
+// ("dist.LocalOptimizer.*"); once per process, however often it is called. Every RPC agent does
+// it (gw_rpc_extend_agent), since an owner may never make a DistributedOptimizer itself.
+void register_local_optimizer();
+
 // The worker-side optimizer (PyTorch's _LocalOptimizer).
 class LocalOptimizer {
  public:

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "rpc/future.h"
+#include "core/future.h"
 
 namespace gw::dist {
 

@@ -14,8 +14,10 @@
 #include <catch2/catch.hpp>
 
 #include "core/ops.h"
+#include "tests/process_util.h"
 #include "tests/rpc/group.h"
 #include "tests/rpc/test_functions.h"
+#include "tests/skip.h"
 
 using namespace gw;
 using namespace gw::rpc;
@@ -100,8 +102,64 @@ TEST_CASE("a callee's exception arrives as RemoteError naming the worker", "[rpc
     FAIL("no exception");
   } catch (const RemoteError& e) {
     CHECK(e.worker() == "worker1");
-    CHECK(std::string(e.what()).find("boom") != std::string::npos);
+    CHECK(std::string(e.what()) == "[worker1] boom");
   }
+  // Not a gw::Error on the callee: a plain RemoteError.
+  try {
+    rpc_sync("worker1", fail_as, std::string("std"), std::string("plain"));
+    FAIL("no exception");
+  } catch (const RemoteError& e) {
+    CHECK(e.code() == ErrorCode::kRemote);
+    CHECK(dynamic_cast<const TimeoutError*>(&e) == nullptr);
+    CHECK(std::string(e.what()) == "[worker1] plain");
+  }
+}
+
+TEST_CASE("a callee's gradwire error is raised on the caller as the same type", "[rpc]") {
+  Group g(2);
+  Agent::Use use(g[0]);
+  // Caught as its own type first: a remote timeout is a TimeoutError the caller can handle as
+  // one, and RemoteError's worker() still says where it happened.
+  try {
+    rpc_sync("worker1", fail_as, std::string("timeout"), std::string("too slow"));
+    FAIL("no exception");
+  } catch (const TimeoutError& e) {
+    CHECK(e.code() == ErrorCode::kTimeout);
+    CHECK(std::string(e.what()) == "[worker1] too slow");
+    const auto* remote = dynamic_cast<const RemoteError*>(&e);
+    REQUIRE(remote != nullptr);
+    CHECK(remote->worker() == "worker1");
+  }
+  CHECK_THROWS_AS(rpc_sync("worker1", fail_with, std::string("bad")), InvalidArgumentError);
+  CHECK_THROWS_AS(rpc_sync("worker1", fail_as, std::string("state"), std::string("x")), StateError);
+  // Unknown functions are refused by the callee with InvalidArgumentError, as locally.
+  try {
+    rpc_sync("worker1", "no_such_function");
+    FAIL("no exception");
+  } catch (const InvalidArgumentError& e) {
+    CHECK(dynamic_cast<const RemoteError&>(e).worker() == "worker1");
+  }
+  // Every one is still a gw::Error (one virtual base, not two).
+  CHECK_THROWS_AS(rpc_sync("worker1", fail_with, std::string("bad")), Error);
+}
+
+TEST_CASE("a response on another connection cannot complete a pending call", "[rpc][process]") {
+  arm_blocked();
+  Group g(3);
+  Agent::Use use(g[0]);
+  Future<int64_t> pending = rpc_async<int64_t>("worker1", block_until_released);
+  // Another process handshakes as worker2 and answers every call id worker0 has used so far
+  // (ids count from 1) with -666, on its own connection to worker0.
+  const std::string address = g.store->get_string("rpc/worker/0");  // "name\nhost\nport"
+  const auto nl1 = address.find('\n'), nl2 = address.rfind('\n');
+  const int rc = gw::test::wait_exit(gw::test::spawn(
+      {GW_RPC_IMPOSTOR, address.substr(nl1 + 1, nl2 - nl1 - 1), address.substr(nl2 + 1),
+       "worker2", "2", "1", "64"}));
+  REQUIRE(rc == 0);  // it was served min(1, 2), so its forged responses were all read
+  CHECK(g[0].num_stray_responses() >= 1);
+  CHECK_FALSE(pending.done());
+  release_blocked();
+  CHECK(pending.wait(10s) == 42);  // worker1's real answer
 }
 
 TEST_CASE("unknown functions and mismatched arguments fail on the caller", "[rpc]") {
@@ -188,10 +246,7 @@ struct SilentListener {
 
 TEST_CASE("a call to a worker that never answers the connect fails within its timeout", "[rpc]") {
   SilentListener silent;
-  if (!silent.drops_syns()) {
-    WARN("skipped: this kernel answers connects to a full accept queue");
-    return;
-  }
+  if (!silent.drops_syns()) GW_SKIP("this kernel answers connects to a full accept queue");
   auto store = std::make_shared<dist::HashStore>();
   // Worker 1's published address is the silent listener (the format Agent::rendezvous writes).
   store->set("rpc/worker/1", "silent\n127.0.0.1\n" + std::to_string(silent.port));

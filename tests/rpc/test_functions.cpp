@@ -20,6 +20,12 @@ Tensor my_add(Tensor a, Tensor b) { return a + b; }
 
 Tensor fail_with(std::string message) { throw InvalidArgumentError(message); }
 
+int64_t fail_as(std::string kind, std::string message) {
+  if (kind == "timeout") throw TimeoutError(message);
+  if (kind == "state") throw StateError(message);
+  throw std::runtime_error(message);
+}
+
 int64_t block_until_released() {
   std::unique_lock lock(g_mu);
   g_cv.wait(lock, [] { return g_released; });
@@ -114,6 +120,7 @@ const bool kCounterRegistered = [] {
 
 GW_RPC_FUNCTION(my_add);
 GW_RPC_FUNCTION(fail_with);
+GW_RPC_FUNCTION(fail_as);
 GW_RPC_FUNCTION(block_until_released);
 GW_RPC_FUNCTION(async_add_chained);
 GW_RPC_FUNCTION(crash);

@@ -9,6 +9,8 @@ namespace gw::rpc::testing {
 Tensor my_add(Tensor a, Tensor b);
 // Throws InvalidArgumentError with `message`.
 Tensor fail_with(std::string message);
+// Throws `kind` ("timeout": TimeoutError, "state": StateError, else std::runtime_error).
+int64_t fail_as(std::string kind, std::string message);
 // Blocks until release_blocked() is called in this process; arm_blocked() re-arms it.
 int64_t block_until_released();
 void release_blocked();

@@ -89,7 +89,7 @@ GW_RPC_FUNCTION(d_gated);
 }  // namespace gw::dist_autograd::testing
 
 #include "nn/linear.h"
-#include "rpc/remote_module.h"
+#include "dist/nn/remote_module.h"
 
 namespace gw::dist_autograd::testing {
 
@@ -116,7 +116,7 @@ struct SeededLinear : nn::Linear {
         }()) {}
 };
 const bool kLinear = [] {
-  rpc::add_module_constructor<SeededLinear, int64_t, int64_t, int64_t>("d_linear");
+  dist::add_module_constructor<SeededLinear, int64_t, int64_t, int64_t>("d_linear");
   return true;
 }();
 }  // namespace

@@ -10,7 +10,7 @@
 #include "nn/functional.h"
 #include "nn/linear.h"
 #include "optim/sgd.h"
-#include "rpc/remote_module.h"
+#include "dist/nn/remote_module.h"
 #include "tests/dist/autograd/dist_functions.h"
 #include "tests/rpc/group.h"
 #ifdef GW_HAVE_CUDA
@@ -82,7 +82,7 @@ TEST_CASE("RemoteModule: forward runs remotely; training it matches local traini
           "[remote_module]") {
   Group g(2);
   rpc::Agent::Use use(g[0]);
-  rpc::RemoteModule remote_linear("worker1/cpu", "d_linear", int64_t{4}, int64_t{3}, int64_t{5});
+  dist::RemoteModule remote_linear("worker1/cpu", "d_linear", int64_t{4}, int64_t{3}, int64_t{5});
   Generator gen(5);
   nn::Linear local_linear(4, 3, gen);  // the same parameters
   Tensor x = randn({8, 4});
@@ -109,7 +109,7 @@ TEST_CASE("RemoteModule: forward runs remotely; training it matches local traini
   CHECK(allclose(params[1].to_here(), local_linear.bias, 1e-5, 1e-6));
   remote_linear.eval();
   remote_linear.train();
-  CHECK_THROWS_WITH(rpc::RemoteModule("worker1/cuda:0", "d_linear", int64_t{1}, int64_t{1},
+  CHECK_THROWS_WITH(dist::RemoteModule("worker1/cuda:0", "d_linear", int64_t{1}, int64_t{1},
                                       int64_t{1}),
                     Catch::Contains("cuda:0"));
 }

@@ -7,7 +7,7 @@
 // Callbacks run on the thread that completes the future (inline if it is already done), so
 // they should be short; an RPC agent completes futures on its network thread.
 //
-//   gw::Future<Tensor> fut = gw::rpc::rpc_async("worker1", my_add, x, y);
+//   gw::Future<Tensor> fut = gw::rpc::rpc_async("worker1", my_add, x, y);  // or any async API
 //   gw::Future<Tensor> plus_one = fut.then([](gw::Future<Tensor>& f) { return f.wait() + 1; });
 //   Tensor r = plus_one.wait(std::chrono::seconds(5));  // TimeoutError if not done by then
 #pragma once
@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "rpc/log.h"
+#include "core/log.h"
 
 namespace gw {
 
@@ -233,9 +233,9 @@ class Future {
       try {
         cb(self);
       } catch (const std::exception& e) {
-        rpc::log_error("a Future callback threw: ", e.what());
+        log_error("a Future callback threw: ", e.what());
       } catch (...) {
-        rpc::log_error("a Future callback threw a non-std exception");
+        log_error("a Future callback threw a non-std exception");
       }
     }
   }

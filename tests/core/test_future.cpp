@@ -2,7 +2,7 @@
 
 #include <thread>
 
-#include "rpc/future.h"
+#include "core/future.h"
 
 using namespace gw;
 using namespace std::chrono_literals;
