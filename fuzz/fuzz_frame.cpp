@@ -1,12 +1,13 @@
-// libFuzzer target: arbitrary bytes through the RPC frame decoder, as a peer's socket delivers
-// them to rpc::Connection (parse_prefix, tensor_layouts, tensor allocation, decode).
+// libFuzzer target: arbitrary bytes through rpc::FrameReader, the parser rpc::Connection reads a
+// peer's socket with (prefix, header, tensor allocation, payload, decode), cut into reads of
+// 1 to 97 bytes (by the input's size) so that resuming at every point of a frame is exercised.
 //
 // A gw::Error is the decoder rejecting a bad frame: expected. Anything else is a finding: a
 // crash, a sanitizer report, an exception of another type, a timeout, an oversized allocation,
 // or an accepted frame that does not survive being encoded and read again unchanged.
 #include <exception>
 
-#include "fuzz/frame_reader.h"
+#include "fuzz/support.h"
 
 namespace {
 
@@ -33,7 +34,7 @@ void check_reencodes(const gw::rpc::Message& m) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<gw::rpc::Message> messages;
   try {
-    messages = read_frames({data, size});
+    messages = read_frames({data, size}, gw::fuzz::kMaxFrameBytes, 1 + size % 97);
   } catch (const gw::Error&) {
     return 0;  // rejected, as it should be for most inputs
   } catch (const std::exception& e) {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/storage.h"
-#include "fuzz/frame_reader.h"
+#include "fuzz/support.h"
 
 namespace {
 

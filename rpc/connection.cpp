@@ -48,10 +48,10 @@ Connection::Connection(asio::ip::tcp::socket socket, uint64_t max_frame_bytes,
                        MessageHandler on_message, CloseHandler on_close)
     : socket_(std::move(socket)),
       fd_(socket_.native_handle()),
-      max_frame_bytes_(max_frame_bytes),
       on_message_(std::move(on_message)),
       on_close_(std::move(on_close)),
-      buf_(kReadBufferBytes) {
+      buf_(kReadBufferBytes),
+      reader_(max_frame_bytes) {
   socket_.set_option(asio::ip::tcp::no_delay(true));
   // Set once, before any other thread sees the socket: senders write to fd_ themselves.
   socket_.non_blocking(true);
@@ -71,14 +71,10 @@ void Connection::start() {
 void Connection::read_more() {
   if (closed()) return;
   auto self = shared_from_this();
-  if (stage_ == Stage::kPayload) {
-    const Tensor& t = tensors_[tensor_index_];
-    size_t left = t.nbytes() - got_;
-    if (left >= kDirectReadBytes) {
-      asio::async_read(socket_, asio::buffer(static_cast<uint8_t*>(t.raw_data()) + got_, left),
-                       [self](const std::error_code& ec, size_t n) { self->on_read(ec, n, true); });
-      return;
-    }
+  if (auto direct = reader_.direct_target(kDirectReadBytes); !direct.empty()) {
+    asio::async_read(socket_, asio::buffer(direct.data(), direct.size()),
+                     [self](const std::error_code& ec, size_t n) { self->on_read(ec, n, true); });
+    return;
   }
   socket_.async_read_some(asio::buffer(buf_), [self](const std::error_code& ec, size_t n) {
     self->on_read(ec, n, false);
@@ -92,9 +88,15 @@ void Connection::on_read(const std::error_code& ec, size_t n, bool direct) {
   }
   try {
     if (direct) {
-      next_tensor();  // the direct read took the rest of this tensor
+      reader_.direct_filled();  // the direct read took the rest of this tensor
+      deliver();
     } else {
-      consume(buf_.data(), n);
+      // A handler may close the connection: the rest of the buffer is then left unread.
+      for (const uint8_t* data = buf_.data(); n > 0 && !closed();) {
+        const size_t used = reader_.feed(data, n);
+        data += used, n -= used;
+        deliver();
+      }
     }
   } catch (const std::exception& e) {
     log_error("closing connection from ", remote_, ": ", e.what());
@@ -104,68 +106,8 @@ void Connection::on_read(const std::error_code& ec, size_t n, bool direct) {
   read_more();
 }
 
-void Connection::consume(const uint8_t* data, size_t n) {
-  while (n > 0 && !closed()) {
-    switch (stage_) {
-      case Stage::kPrefix: {
-        size_t take = std::min(n, kFramePrefixBytes - got_);
-        std::memcpy(prefix_ + got_, data, take);
-        got_ += take, data += take, n -= take;
-        if (got_ < kFramePrefixBytes) break;
-        frame_ = parse_prefix(prefix_, max_frame_bytes_);
-        header_ = kj::heapArray<capnp::word>(frame_.header_bytes / sizeof(capnp::word));
-        stage_ = Stage::kHeader, got_ = 0;
-        break;
-      }
-      case Stage::kHeader: {
-        size_t take = std::min<size_t>(n, frame_.header_bytes - got_);
-        std::memcpy(reinterpret_cast<uint8_t*>(header_.begin()) + got_, data, take);
-        got_ += take, data += take, n -= take;
-        if (got_ == frame_.header_bytes) begin_payload();
-        break;
-      }
-      case Stage::kPayload: {
-        const Tensor& t = tensors_[tensor_index_];
-        size_t take = std::min(n, t.nbytes() - got_);
-        std::memcpy(static_cast<uint8_t*>(t.raw_data()) + got_, data, take);
-        got_ += take, data += take, n -= take;
-        if (got_ == t.nbytes()) next_tensor();
-        break;
-      }
-    }
-  }
-}
-
-void Connection::begin_payload() {
-  tensors_.clear();
-  for (auto& l : tensor_layouts(header_.asPtr(), frame_.payload_bytes)) {
-    Tensor t = Tensor::make(Storage::allocate(l.nbytes, kCPU), l.sizes, contiguous_strides(l.sizes),
-                            0, l.dtype);
-    if (l.requires_grad) t.requires_grad_(true);
-    tensors_.push_back(std::move(t));
-  }
-  stage_ = Stage::kPayload;
-  tensor_index_ = 0;
-  skip_empty_tensors();
-}
-
-void Connection::next_tensor() {
-  ++tensor_index_;
-  skip_empty_tensors();
-}
-
-void Connection::skip_empty_tensors() {
-  got_ = 0;
-  while (tensor_index_ < tensors_.size() && tensors_[tensor_index_].nbytes() == 0) ++tensor_index_;
-  if (tensor_index_ == tensors_.size()) finish_frame();
-}
-
-void Connection::finish_frame() {
-  Message m = decode(header_.asPtr(), std::move(tensors_));
-  tensors_.clear();
-  header_ = nullptr;
-  stage_ = Stage::kPrefix, got_ = 0;
-  on_message_(shared_from_this(), std::move(m));
+void Connection::deliver() {
+  if (auto m = reader_.take()) on_message_(shared_from_this(), std::move(*m));
 }
 
 // --- writing (any thread) -------------------------------------------------------------------

@@ -1,9 +1,9 @@
 // One TCP connection between two RPC agents, carrying frames (see message.h and wire.capnp).
 //
-// Reading runs on the agent's Asio thread: small frames are parsed out of a 64 KiB buffer, and
-// large tensor payloads are read straight into newly allocated tensor storage. Everything the
-// peer claims (sizes, counts, indices) is validated before it is used; a bad frame closes this
-// connection only. Writing is done by the sending thread itself with one gathered sendmsg()
+// Reading runs on the agent's Asio thread through a FrameReader (rpc/frame_reader.h): small
+// frames are parsed out of a 64 KiB buffer, and large tensor payloads are read straight into
+// newly allocated tensor storage. Everything the peer claims (sizes, counts, indices) is
+// validated before it is used; a bad frame closes this connection only. Writing is done by the sending thread itself with one gathered sendmsg()
 // on the socket (no copy of tensor bytes, no hop to another thread); only when the kernel's
 // buffer is full does the rest wait for the Asio thread. `send` is thread-safe.
 #pragma once
@@ -18,6 +18,7 @@
 
 #include <asio.hpp>
 
+#include "rpc/frame_reader.h"
 #include "rpc/message.h"
 
 namespace gw::rpc {
@@ -50,11 +51,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void read_more();
   void on_read(const std::error_code& ec, size_t n, bool direct);
-  void consume(const uint8_t* data, size_t n);
-  void begin_payload();
-  void next_tensor();
-  void skip_empty_tensors();  // finishes the frame when no tensor bytes are left
-  void finish_frame();
+  void deliver();  // the message the reader completed, if any
   // Writes as much of the queue as the socket takes now; caller holds write_mu_. Returns
   // false on a socket error (then the connection is being closed).
   bool write_queued_locked();
@@ -63,7 +60,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   asio::ip::tcp::socket socket_;
   const int fd_;
-  const uint64_t max_frame_bytes_;
   MessageHandler on_message_;
   CloseHandler on_close_;
   std::string remote_;
@@ -71,15 +67,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::atomic<bool> closed_{false};
 
   // Read state, touched only by the Asio thread.
-  enum class Stage { kPrefix, kHeader, kPayload };
-  Stage stage_ = Stage::kPrefix;
   std::vector<uint8_t> buf_;
-  uint8_t prefix_[kFramePrefixBytes];
-  size_t got_ = 0;  // bytes of the current stage (or tensor) received so far
-  FramePrefix frame_{};
-  kj::Array<capnp::word> header_;
-  std::vector<Tensor> tensors_;
-  size_t tensor_index_ = 0;
+  FrameReader reader_;
 
   // Write state.
   std::mutex write_mu_;

@@ -140,13 +140,17 @@ capnp::ReaderOptions reader_options(size_t header_words) {
   return o;
 }
 
+IoError malformed(const kj::Exception& e) {
+  return IoError(gw::detail::str("[rpc] malformed message header: ", e.getDescription().cStr()));
+}
+
 // Runs `f`, turning Cap'n Proto's exceptions about malformed bytes into gw::IoError.
 template <typename F>
 auto guard_capnp(F&& f) {
   try {
     return f();
   } catch (const kj::Exception& e) {
-    throw IoError(gw::detail::str("[rpc] malformed message header: ", e.getDescription().cStr()));
+    throw malformed(e);
   }
 }
 
@@ -241,95 +245,116 @@ FramePrefix parse_prefix(const uint8_t* bytes, uint64_t max_frame_bytes) {
   return p;
 }
 
+namespace {
+// The tensors `env` announces, checked against the payload's size.
+std::vector<TensorLayout> layouts_of(wire::Envelope::Reader env, uint64_t payload_bytes) {
+  auto metas = env.getTensors();
+  std::vector<TensorLayout> out;
+  out.reserve(metas.size());
+  uint64_t total = 0;
+  for (auto meta : metas) {
+    GW_CHECK(meta.getDtype() <= static_cast<uint8_t>(DType::Float64), IoError,
+             "[rpc] unknown dtype code ", int{meta.getDtype()});
+    TensorLayout l{static_cast<DType>(meta.getDtype()), {}, 0, meta.getRequiresGrad()};
+    // `extent`, the product of max(size, 1), is the largest contiguous stride: it must fit in
+    // int64 even when a zero size makes the tensor empty (and numel small).
+    constexpr uint64_t kMaxExtent = uint64_t{1} << 62;
+    uint64_t numel = 1, extent = 1;
+    for (int64_t s : meta.getSizes()) {
+      const uint64_t at_least_one = s > 0 ? static_cast<uint64_t>(s) : 1;
+      GW_CHECK(s >= 0 && extent <= kMaxExtent / at_least_one, IoError, "[rpc] tensor size ", s,
+               " is negative or too large");
+      extent *= at_least_one;
+      numel *= static_cast<uint64_t>(s);
+      l.sizes.push_back(s);
+    }
+    GW_CHECK(numel <= (payload_bytes - total) / itemsize(l.dtype), IoError,
+             "[rpc] tensors need more bytes than the payload's ", payload_bytes);
+    l.nbytes = numel * itemsize(l.dtype);
+    total += l.nbytes;
+    out.push_back(std::move(l));
+  }
+  GW_CHECK(total == payload_bytes, IoError, "[rpc] tensors take ", total,
+           " bytes but the payload has ", payload_bytes);
+  return out;
+}
+
+// The message of `env`, whose payload has been read into `tensors` (one per layout).
+Message message_of(wire::Envelope::Reader env, std::vector<Tensor> tensors) {
+  Message m;
+  m.id = env.getId();
+  auto body = env.getBody();
+  switch (body.which()) {
+    case wire::Envelope::Body::HANDSHAKE: {
+      auto h = body.getHandshake();
+      m.kind = MessageKind::kHandshake;
+      m.protocol_version = h.getProtocolVersion();
+      m.worker_name = text(h.getWorkerName());
+      m.worker_id = h.getWorkerId();
+      for (auto p : h.getDeviceMap()) m.device_map.emplace_back(p.getFrom(), p.getTo());
+      break;
+    }
+    case wire::Envelope::Body::REQUEST: {
+      auto r = body.getRequest();
+      m.kind = MessageKind::kRequest;
+      m.function = text(r.getFunction());
+      for (auto a : r.getArgs()) m.args.push_back(read_value(a, tensors, 0));
+      break;
+    }
+    case wire::Envelope::Body::RESPONSE: {
+      auto r = body.getResponse();
+      m.kind = MessageKind::kResponse;
+      if (r.isError()) {
+        auto e = r.getError();
+        m.error = Failure{text(e.getWorker()), text(e.getMessage()),
+                          e.getCode() <= static_cast<uint16_t>(ErrorCode::kInternal)
+                              ? static_cast<ErrorCode>(e.getCode())
+                              : ErrorCode::kRemote};
+      } else {
+        m.value = read_value(r.getValue(), tensors, 0);
+      }
+      break;
+    }
+    default:
+      throw IoError(
+          gw::detail::str("[rpc] unknown message kind ", static_cast<int>(body.which())));
+  }
+  if (env.hasAutograd()) {
+    auto a = env.getAutograd();
+    m.autograd = AutogradInfo{a.getContextId(), a.getMessageId()};
+  }
+  auto metas = env.getTensors();
+  for (unsigned i = 0; i < metas.size() && i < tensors.size(); ++i) {
+    const int device = metas[i].getDevice();
+    GW_CHECK(device >= -1, IoError, "[rpc] bad device index ", device, " for tensor ", i);
+    if (device >= 0) m.placements.emplace_back(tensors[i], device);
+  }
+  return m;
+}
+}  // namespace
+
+// A function-try-block: Cap'n Proto may reject the segment table in reader_'s constructor.
+FrameHeader::FrameHeader(kj::ArrayPtr<const capnp::word> words, uint64_t payload_bytes) try
+    : reader_(words, reader_options(words.size())),
+      layouts_(layouts_of(reader_.getRoot<wire::Envelope>(), payload_bytes)) {
+} catch (const kj::Exception& e) {
+  throw malformed(e);
+}
+
+Message FrameHeader::decode(std::vector<Tensor> tensors) {
+  return guard_capnp(
+      [&] { return message_of(reader_.getRoot<wire::Envelope>(), std::move(tensors)); });
+}
+
 std::vector<TensorLayout> tensor_layouts(kj::ArrayPtr<const capnp::word> header,
                                          uint64_t payload_bytes) {
-  return guard_capnp([&] {
-    capnp::FlatArrayMessageReader reader(header, reader_options(header.size()));
-    auto metas = reader.getRoot<wire::Envelope>().getTensors();
-    std::vector<TensorLayout> out;
-    out.reserve(metas.size());
-    uint64_t total = 0;
-    for (auto meta : metas) {
-      GW_CHECK(meta.getDtype() <= static_cast<uint8_t>(DType::Float64), IoError,
-               "[rpc] unknown dtype code ", int{meta.getDtype()});
-      TensorLayout l{static_cast<DType>(meta.getDtype()), {}, 0, meta.getRequiresGrad()};
-      // `extent`, the product of max(size, 1), is the largest contiguous stride: it must fit in
-      // int64 even when a zero size makes the tensor empty (and numel small).
-      constexpr uint64_t kMaxExtent = uint64_t{1} << 62;
-      uint64_t numel = 1, extent = 1;
-      for (int64_t s : meta.getSizes()) {
-        const uint64_t at_least_one = s > 0 ? static_cast<uint64_t>(s) : 1;
-        GW_CHECK(s >= 0 && extent <= kMaxExtent / at_least_one, IoError, "[rpc] tensor size ", s,
-                 " is negative or too large");
-        extent *= at_least_one;
-        numel *= static_cast<uint64_t>(s);
-        l.sizes.push_back(s);
-      }
-      GW_CHECK(numel <= (payload_bytes - total) / itemsize(l.dtype), IoError,
-               "[rpc] tensors need more bytes than the payload's ", payload_bytes);
-      l.nbytes = numel * itemsize(l.dtype);
-      total += l.nbytes;
-      out.push_back(std::move(l));
-    }
-    GW_CHECK(total == payload_bytes, IoError, "[rpc] tensors take ", total,
-             " bytes but the payload has ", payload_bytes);
-    return out;
-  });
+  return FrameHeader(header, payload_bytes).tensors();
 }
 
 Message decode(kj::ArrayPtr<const capnp::word> header, std::vector<Tensor> tensors) {
   return guard_capnp([&] {
     capnp::FlatArrayMessageReader reader(header, reader_options(header.size()));
-    auto env = reader.getRoot<wire::Envelope>();
-    Message m;
-    m.id = env.getId();
-    auto body = env.getBody();
-    switch (body.which()) {
-      case wire::Envelope::Body::HANDSHAKE: {
-        auto h = body.getHandshake();
-        m.kind = MessageKind::kHandshake;
-        m.protocol_version = h.getProtocolVersion();
-        m.worker_name = text(h.getWorkerName());
-        m.worker_id = h.getWorkerId();
-        for (auto p : h.getDeviceMap()) m.device_map.emplace_back(p.getFrom(), p.getTo());
-        break;
-      }
-      case wire::Envelope::Body::REQUEST: {
-        auto r = body.getRequest();
-        m.kind = MessageKind::kRequest;
-        m.function = text(r.getFunction());
-        for (auto a : r.getArgs()) m.args.push_back(read_value(a, tensors, 0));
-        break;
-      }
-      case wire::Envelope::Body::RESPONSE: {
-        auto r = body.getResponse();
-        m.kind = MessageKind::kResponse;
-        if (r.isError()) {
-          auto e = r.getError();
-          m.error = Failure{text(e.getWorker()), text(e.getMessage()),
-                            e.getCode() <= static_cast<uint16_t>(ErrorCode::kInternal)
-                                ? static_cast<ErrorCode>(e.getCode())
-                                : ErrorCode::kRemote};
-        } else {
-          m.value = read_value(r.getValue(), tensors, 0);
-        }
-        break;
-      }
-      default:
-        throw IoError(
-            gw::detail::str("[rpc] unknown message kind ", static_cast<int>(body.which())));
-    }
-    if (env.hasAutograd()) {
-      auto a = env.getAutograd();
-      m.autograd = AutogradInfo{a.getContextId(), a.getMessageId()};
-    }
-    auto metas = env.getTensors();
-    for (unsigned i = 0; i < metas.size() && i < tensors.size(); ++i) {
-      const int device = metas[i].getDevice();
-      GW_CHECK(device >= -1, IoError, "[rpc] bad device index ", device, " for tensor ", i);
-      if (device >= 0) m.placements.emplace_back(tensors[i], device);
-    }
-    return m;
+    return message_of(reader.getRoot<wire::Envelope>(), std::move(tensors));
   });
 }
 

@@ -4,9 +4,9 @@
 // response (an IValue or a failure) or the handshake that opens a connection. `encode` turns it
 // into an OutgoingFrame whose buffers point at the Cap'n Proto header and straight at tensor
 // storage, for one gathered write. Reading goes the other way in two steps, so that tensor bytes
-// land directly in new tensor storage: `parse_prefix` and `tensor_layouts` validate what the
-// peer claims before anything is allocated, then `decode` builds the Message once the payload
-// has been read into the tensors.
+// land directly in new tensor storage: `parse_prefix` and a FrameHeader validate what the peer
+// claims before anything is allocated, then the FrameHeader builds the Message once the payload
+// has been read into the tensors. rpc/frame_reader.h strings these steps together for a stream.
 #pragma once
 
 #include <array>
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include <capnp/common.h>
+#include <capnp/serialize.h>
 #include <kj/array.h>
 
 #include "core/dtype.h"
@@ -101,12 +102,25 @@ struct TensorLayout {
   bool requires_grad;
 };
 
-// The tensors a header announces, checked against the prefix's payload size; throws IoError on
-// a malformed header.
+// A received header, parsed once: first the tensors it announces, checked against the prefix's
+// payload size (so that their storage can be allocated and the payload read into it), then the
+// message once the payload is there. `words` must outlive it. Throws IoError on a malformed
+// header.
+class FrameHeader {
+ public:
+  FrameHeader(kj::ArrayPtr<const capnp::word> words, uint64_t payload_bytes);
+  const std::vector<TensorLayout>& tensors() const { return layouts_; }
+  // The message, with `tensors` (one per layout) holding the payload.
+  Message decode(std::vector<Tensor> tensors);
+
+ private:
+  capnp::FlatArrayMessageReader reader_;
+  std::vector<TensorLayout> layouts_;
+};
+
+// FrameHeader's two steps on their own, for tests and tools.
 std::vector<TensorLayout> tensor_layouts(kj::ArrayPtr<const capnp::word> header,
                                          uint64_t payload_bytes);
-
-// The message of a frame whose payload has been read into `tensors` (one per layout).
 Message decode(kj::ArrayPtr<const capnp::word> header, std::vector<Tensor> tensors);
 
 }  // namespace gw::rpc

@@ -1,8 +1,6 @@
-// Helpers shared by the fuzz targets: read frames the way rpc::Connection does, turn an
-// OutgoingFrame into its bytes on the socket, and compare messages field by field.
-//
-// The targets must exercise the network's own decode chain, not a simplified copy, so
-// read_frames mirrors Connection::consume / begin_payload / finish_frame step for step.
+// Helpers shared by the fuzz targets: read frames with the parser rpc::Connection reads its
+// socket with (rpc::FrameReader, not a copy of it), turn an OutgoingFrame into its bytes on the
+// socket, and compare messages field by field.
 #pragma once
 
 #include <cstdint>
@@ -18,11 +16,13 @@ namespace gw::fuzz {
 // default is far larger; the checks in parse_prefix are the same).
 inline constexpr uint64_t kMaxFrameBytes = uint64_t{1} << 20;
 
-// Decodes every complete frame at the front of `data`, in order. A frame cut short at the end
-// is dropped once its header has been checked and its tensors allocated, as Connection would
-// wait for more bytes at that point. Throws whatever the decoder throws (gw::Error).
+// Decodes every complete frame at the front of `data`, in order, through rpc::FrameReader fed in
+// pieces of `chunk` bytes (as reads from a socket deliver them). A frame cut short at the end is
+// dropped, as Connection would wait for more bytes. Throws whatever the reader throws
+// (gw::Error).
 std::vector<rpc::Message> read_frames(std::span<const uint8_t> data,
-                                      uint64_t max_frame_bytes = kMaxFrameBytes);
+                                      uint64_t max_frame_bytes = kMaxFrameBytes,
+                                      size_t chunk = 64 * 1024);
 
 // Prefix, header and payload of `frame`, concatenated as Connection's gathered write sends them.
 std::vector<uint8_t> frame_bytes(const rpc::OutgoingFrame& frame);

@@ -1,49 +1,31 @@
-// Frame reading, frame bytes and message comparison for the fuzz targets (see frame_reader.h).
-#include "fuzz/frame_reader.h"
+// Frame reading, frame bytes and message comparison for the fuzz targets (see support.h).
+#include "fuzz/support.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 #include "core/shape.h"
-#include "core/storage.h"
+#include "rpc/frame_reader.h"
 
 namespace gw::fuzz {
 
 using rpc::IValue;
 using rpc::Message;
 
-std::vector<Message> read_frames(std::span<const uint8_t> data, uint64_t max_frame_bytes) {
+std::vector<Message> read_frames(std::span<const uint8_t> data, uint64_t max_frame_bytes,
+                                 size_t chunk) {
+  rpc::FrameReader reader(max_frame_bytes);
   std::vector<Message> out;
-  while (data.size() >= rpc::kFramePrefixBytes) {
-    rpc::FramePrefix prefix = rpc::parse_prefix(data.data(), max_frame_bytes);
-    data = data.subspan(rpc::kFramePrefixBytes);
-    if (data.size() < prefix.header_bytes) break;
-    // A copy, as Connection makes: Cap'n Proto reads words, so the header must be aligned.
-    auto header = kj::heapArray<capnp::word>(prefix.header_bytes / sizeof(capnp::word));
-    std::memcpy(header.begin(), data.data(), prefix.header_bytes);
-    data = data.subspan(prefix.header_bytes);
-
-    // Connection::begin_payload: storage is allocated before any payload byte has arrived.
-    std::vector<Tensor> tensors;
-    for (auto& l : rpc::tensor_layouts(header.asPtr(), prefix.payload_bytes)) {
-      Tensor t = Tensor::make(Storage::allocate(l.nbytes, kCPU), l.sizes,
-                              contiguous_strides(l.sizes), 0, l.dtype);
-      if (l.requires_grad) t.requires_grad_(true);
-      tensors.push_back(std::move(t));
+  while (!data.empty()) {
+    std::span<const uint8_t> piece = data.first(std::min(chunk, data.size()));
+    data = data.subspan(piece.size());
+    while (!piece.empty()) {
+      const size_t used = reader.feed(piece.data(), piece.size());
+      piece = piece.subspan(used);
+      if (auto m = reader.take()) out.push_back(std::move(*m));
     }
-    // Connection::consume fills each tensor in turn, by the size the tensor itself reports.
-    bool complete = true;
-    for (const Tensor& t : tensors) {
-      if (data.size() < t.nbytes()) {
-        complete = false;
-        break;
-      }
-      if (t.nbytes() > 0) std::memcpy(t.raw_data(), data.data(), t.nbytes());
-      data = data.subspan(t.nbytes());
-    }
-    if (!complete) break;
-    out.push_back(rpc::decode(header.asPtr(), std::move(tensors)));
   }
   return out;
 }
