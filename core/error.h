@@ -64,8 +64,10 @@ GW_DEFINE_ERROR(InternalError, kInternal);
 
 // A failure on another worker, re-raised on the caller with the worker's name. A failure that
 // was one of the errors above there is raised here as RemoteFailure<ThatError>: catchable as
-// that type (a remote timeout is a TimeoutError) and as RemoteError, whose worker() names where
-// it was raised. Anything else (a std::exception that is not a gw::Error) is a plain RemoteError.
+// that type (a remote timeout is a TimeoutError) and as RemoteError, whose worker() names the
+// worker that answered with it (for a nested call, the one this worker called; the message
+// keeps every hop's name). Anything else (a std::exception that is not a gw::Error) is a plain
+// RemoteError.
 class RemoteError : public virtual Error {
  public:
   static constexpr ErrorCode kCode = ErrorCode::kRemote;

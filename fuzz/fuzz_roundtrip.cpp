@@ -14,6 +14,7 @@ namespace {
 using gw::Tensor;
 using gw::rpc::IValue;
 using gw::rpc::Message;
+using gw::rpc::Request;
 
 constexpr int kMaxDepth = 16;    // far below the decoder's nesting limit (64)
 constexpr size_t kMaxItems = 8;  // per list / argument list
@@ -26,27 +27,60 @@ class Generator {
   Message message() {
     Message m;
     m.id = in_.ConsumeIntegral<uint64_t>();
-    switch (in_.ConsumeIntegralInRange<int>(0, 3)) {
+    switch (in_.ConsumeIntegralInRange<int>(0, 11)) {
       case 0:
-        m.kind = gw::rpc::MessageKind::kHandshake;
-        m.protocol_version = in_.ConsumeIntegral<uint32_t>();
-        m.worker_name = text();
-        m.worker_id = in_.ConsumeIntegral<int32_t>();
+        m.body = gw::rpc::Handshake{in_.ConsumeIntegral<uint32_t>(), text(),
+                                    in_.ConsumeIntegral<int32_t>()};
         break;
       case 1:
-        m.kind = gw::rpc::MessageKind::kRequest;
-        m.function = text();
-        m.args = list(0);
+        m.body = gw::rpc::Response{value(0), std::nullopt};
         break;
       case 2:
-        m.kind = gw::rpc::MessageKind::kResponse;
-        m.value = value(0);
+        m.body = gw::rpc::Response{
+            IValue(), gw::rpc::Failure{text(), text(),
+                                       static_cast<gw::ErrorCode>(in_.ConsumeIntegralInRange<int>(
+                                           0, static_cast<int>(gw::ErrorCode::kInternal)))}};
         break;
+      case 3:
+        m.body = Request(gw::rpc::Call{text(), list(0)});
+        break;
+      case 4:
+        m.body = Request(gw::rpc::RRefCreate{id(), id(), text(), list(0)});
+        break;
+      case 5:
+        m.body = Request(gw::rpc::RRefFetch{id()});
+        break;
+      case 6:
+        m.body = Request(gw::rpc::RRefFork{id(), id()});
+        break;
+      case 7:
+        m.body = Request(gw::rpc::RRefAccept{id()});
+        break;
+      case 8:
+        m.body = Request(gw::rpc::RRefDelete{id(), id()});
+        break;
+      case 9: {
+        gw::rpc::AutogradGradients g{in_.ConsumeIntegral<uint64_t>(),
+                                     in_.ConsumeIntegral<uint64_t>(),
+                                     in_.ConsumeIntegral<uint64_t>(), in_.ConsumeBool(), {},
+                                     in_.ConsumeBool()};
+        g.grads.resize(in_.ConsumeIntegralInRange<size_t>(0, kMaxItems));
+        for (auto& t : g.grads)
+          if (in_.ConsumeBool()) t = tensor();
+        m.body = Request(std::move(g));
+        break;
+      }
+      case 10: {
+        gw::rpc::AutogradRelease r;
+        r.context_ids.resize(in_.ConsumeIntegralInRange<size_t>(0, kMaxItems));
+        for (auto& c : r.context_ids) c = in_.ConsumeIntegral<uint64_t>();
+        m.body = Request(std::move(r));
+        break;
+      }
       default:
-        m.kind = gw::rpc::MessageKind::kResponse;
-        m.error = gw::rpc::Failure{text(), text(),
-                                   static_cast<gw::ErrorCode>(in_.ConsumeIntegralInRange<int>(
-                                       0, static_cast<int>(gw::ErrorCode::kInternal)))};
+        m.body = Request(gw::rpc::AutogradBackward{IValue::rref_fork(rref_fork()),
+                                                   in_.ConsumeIntegral<uint64_t>(),
+                                                   in_.ConsumeBool()});
         break;
     }
     return m;
@@ -90,12 +124,16 @@ class Generator {
     }
   }
 
+  gw::rpc::GloballyUniqueId id() {
+    return {in_.ConsumeIntegral<int32_t>(), in_.ConsumeIntegral<int64_t>()};
+  }
+
   // Only forks travel: the agent turns local RRefs into forks before encoding.
   gw::rpc::RRefForkData rref_fork() {
     gw::rpc::RRefForkData d;
     d.owner = in_.ConsumeIntegral<int32_t>();
-    d.rref_id = {in_.ConsumeIntegral<int32_t>(), in_.ConsumeIntegral<int64_t>()};
-    d.fork_id = {in_.ConsumeIntegral<int32_t>(), in_.ConsumeIntegral<int64_t>()};
+    d.rref_id = id();
+    d.fork_id = id();
     d.parent = in_.ConsumeIntegral<int32_t>();
     return d;
   }

@@ -14,7 +14,7 @@ namespace {
 using gw::Tensor;
 using gw::rpc::IValue;
 using gw::rpc::Message;
-using gw::rpc::MessageKind;
+using gw::rpc::Request;
 
 // A contiguous tensor whose bytes count up from `first`, so seeds are small but not all zero.
 Tensor counting(gw::Shape sizes, gw::DType dtype, uint8_t first = 1) {
@@ -26,54 +26,56 @@ Tensor counting(gw::Shape sizes, gw::DType dtype, uint8_t first = 1) {
   return t;
 }
 
-Message handshake() {
+Message message(uint64_t id, gw::rpc::Body body) {
   Message m;
-  m.kind = MessageKind::kHandshake;
-  m.worker_name = "worker0";
-  m.worker_id = 0;
+  m.id = id;
+  m.body = std::move(body);
   return m;
 }
 
+Message handshake() { return message(0, gw::rpc::Handshake{gw::rpc::kProtocolVersion, "worker0", 0}); }
+
 Message request_tensors() {
-  Message m;
-  m.id = 1;
-  m.function = "my_add";
   Tensor x = counting({2, 3}, gw::kFloat32);
-  m.args = {x, counting({}, gw::kFloat64).requires_grad_(true), x};  // x twice: one payload each
-  return m;
+  // x twice: one payload each
+  return message(1, Request(gw::rpc::Call{
+                        "my_add", {x, counting({}, gw::kFloat64).requires_grad_(true), x}}));
 }
 
 Message request_scalars() {
-  Message m;
-  m.id = 2;
-  m.function = "builtin::echo";
-  m.args = {int64_t{-7},
-            2.5,
-            true,
-            IValue(),
-            std::string("text"),
-            IValue::bytes({0, 1, 2, 255}),
-            gw::rpc::IValueList{counting({4}, gw::kInt32), gw::rpc::IValueList{IValue()}},
-            IValue::rref_fork({1, {1, 10}, {0, 11}, 0})};
-  return m;
+  return message(
+      2, Request(gw::rpc::Call{
+             "builtin::echo",
+             {int64_t{-7}, 2.5, true, IValue(), std::string("text"), IValue::bytes({0, 1, 2, 255}),
+              gw::rpc::IValueList{counting({4}, gw::kInt32), gw::rpc::IValueList{IValue()}},
+              IValue::rref_fork({1, {1, 10}, {0, 11}, 0})}}));
 }
 
 Message response_tensors() {
-  Message m;
-  m.id = 3;
-  m.kind = MessageKind::kResponse;
-  m.value = gw::rpc::IValueList{counting({3}, gw::kInt64), counting({2}, gw::kFloat16),
-                                counting({2, 1}, gw::kBFloat16), counting({0, 3}, gw::kFloat32),
-                                counting({5}, gw::kBool)};
-  return m;
+  return message(3, gw::rpc::Response{
+                        gw::rpc::IValueList{counting({3}, gw::kInt64), counting({2}, gw::kFloat16),
+                                            counting({2, 1}, gw::kBFloat16),
+                                            counting({0, 3}, gw::kFloat32), counting({5}, gw::kBool)},
+                        std::nullopt});
 }
 
 Message response_error() {
-  Message m;
-  m.id = 4;
-  m.kind = MessageKind::kResponse;
-  m.error = gw::rpc::Failure{"worker1", "[rpc] boom", gw::ErrorCode::kIo};
-  return m;
+  return message(4, gw::rpc::Response{
+                        IValue(), gw::rpc::Failure{"worker1", "[rpc] boom", gw::ErrorCode::kIo}});
+}
+
+// The system messages: one of each typed variant.
+std::vector<Message> system_messages() {
+  return {message(5, Request(gw::rpc::RRefCreate{{1, 2}, {1, 3}, "make", {counting({2}, gw::kFloat32)}})),
+          message(6, Request(gw::rpc::RRefFetch{{1, 2}})),
+          message(7, Request(gw::rpc::RRefFork{{1, 2}, {0, 4}})),
+          message(8, Request(gw::rpc::RRefAccept{{0, 4}})),
+          message(9, Request(gw::rpc::RRefDelete{{1, 2}, {0, 4}})),
+          message(10, Request(gw::rpc::AutogradGradients{
+                          7, 8, 9, false, {counting({3}, gw::kFloat32), Tensor()}, true})),
+          message(11, Request(gw::rpc::AutogradRelease{{1, 2}})),
+          message(12, Request(gw::rpc::AutogradBackward{
+                          IValue::rref_fork({1, {1, 2}, {0, 5}, 0}), 7, false}))};
 }
 
 bool write(const std::string& path, const std::vector<std::vector<uint8_t>>& frames) {
@@ -94,7 +96,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string dir = argv[1];
-  const std::vector<std::pair<std::string, std::vector<std::vector<uint8_t>>>> seeds = {
+  std::vector<std::pair<std::string, std::vector<std::vector<uint8_t>>>> seeds = {
       {"handshake", {bytes_of(handshake())}},
       {"request_tensors", {bytes_of(request_tensors())}},
       {"request_scalars", {bytes_of(request_scalars())}},
@@ -103,6 +105,9 @@ int main(int argc, char** argv) {
       // A connection carries frames back to back: the reader must find the second one.
       {"stream", {bytes_of(handshake()), bytes_of(request_scalars())}},
   };
+  std::vector<std::vector<uint8_t>> system;
+  for (const Message& m : system_messages()) system.push_back(bytes_of(m));
+  seeds.emplace_back("system", std::move(system));
   for (const auto& [name, frames] : seeds) {
     if (!write(dir + "/" + name, frames)) {
       std::fprintf(stderr, "make_seeds: cannot write %s/%s\n", dir.c_str(), name.c_str());

@@ -108,32 +108,91 @@ std::string value_difference(const IValue& a, const IValue& b, const std::string
 
 }  // namespace
 
+namespace {
+std::string id_difference(const rpc::GloballyUniqueId& a, const rpc::GloballyUniqueId& b,
+                          const char* what) {
+  return a == b ? "" : std::string(what) + " differs";
+}
+
+template <typename... Diffs>
+std::string first_of(Diffs... diffs) {
+  std::string out;
+  ((out.empty() ? (void)(out = std::move(diffs)) : (void)0), ...);
+  return out;
+}
+
+std::string request_difference(const rpc::Request& ra, const rpc::Request& rb) {
+  if (ra.index() != rb.index())
+    return detail::str("request kind ", ra.index(), " vs ", rb.index());
+  return std::visit(
+      [&](const auto& a) -> std::string {
+        using T = std::decay_t<decltype(a)>;
+        const T& b = std::get<T>(rb);
+        if constexpr (std::is_same_v<T, rpc::Call>) {
+          if (a.function != b.function)
+            return detail::str("function of ", a.function.size(), " bytes vs ", b.function.size());
+          return value_difference(IValue(a.args), IValue(b.args), "args");
+        } else if constexpr (std::is_same_v<T, rpc::RRefCreate>) {
+          if (a.function != b.function) return "RRefCreate function";
+          return first_of(id_difference(a.rref_id, b.rref_id, "rref_id"),
+                          id_difference(a.fork_id, b.fork_id, "fork_id"),
+                          value_difference(IValue(a.args), IValue(b.args), "args"));
+        } else if constexpr (std::is_same_v<T, rpc::RRefFetch>) {
+          return id_difference(a.rref_id, b.rref_id, "rref_id");
+        } else if constexpr (std::is_same_v<T, rpc::RRefFork> || std::is_same_v<T, rpc::RRefDelete>) {
+          return first_of(id_difference(a.rref_id, b.rref_id, "rref_id"),
+                          id_difference(a.fork_id, b.fork_id, "fork_id"));
+        } else if constexpr (std::is_same_v<T, rpc::RRefAccept>) {
+          return id_difference(a.fork_id, b.fork_id, "fork_id");
+        } else if constexpr (std::is_same_v<T, rpc::AutogradGradients>) {
+          if (a.context_id != b.context_id || a.message_id != b.message_id ||
+              a.pass_id != b.pass_id || a.retain_graph != b.retain_graph ||
+              a.returned != b.returned)
+            return "gradients' ids or flags";
+          if (a.grads.size() != b.grads.size()) return "number of gradients";
+          for (size_t i = 0; i < a.grads.size(); ++i) {
+            if (a.grads[i].defined() != b.grads[i].defined()) return "a gradient's presence";
+            if (a.grads[i].defined()) {
+              std::string d = tensor_difference(a.grads[i], b.grads[i]);
+              if (!d.empty()) return detail::str("grads[", i, "]: ", d);
+            }
+          }
+          return "";
+        } else if constexpr (std::is_same_v<T, rpc::AutogradRelease>) {
+          return a.context_ids == b.context_ids ? "" : "released context ids";
+        } else {
+          if (a.context_id != b.context_id || a.retain_graph != b.retain_graph)
+            return "backward's context or flag";
+          return value_difference(a.rref, b.rref, "rref");
+        }
+      },
+      ra);
+}
+}  // namespace
+
 std::string message_difference(const Message& a, const Message& b) {
   if (a.id != b.id) return detail::str("id ", a.id, " vs ", b.id);
-  if (a.kind != b.kind)
-    return detail::str("kind ", static_cast<int>(a.kind), " vs ", static_cast<int>(b.kind));
-  switch (a.kind) {
-    case rpc::MessageKind::kHandshake:
-      if (a.protocol_version != b.protocol_version) return "protocol_version";
-      if (a.worker_name != b.worker_name)
-        return detail::str("worker_name of ", a.worker_name.size(), " bytes vs ",
-                           b.worker_name.size());
-      if (a.worker_id != b.worker_id) return "worker_id";
-      return "";
-    case rpc::MessageKind::kRequest: {
-      if (a.function != b.function)
-        return detail::str("function of ", a.function.size(), " bytes vs ", b.function.size());
-      return value_difference(IValue(a.args), IValue(b.args), "args");
-    }
-    case rpc::MessageKind::kResponse:
-      if (a.error.has_value() != b.error.has_value()) return "error vs value";
-      if (!a.error) return value_difference(a.value, b.value, "value");
-      if (a.error->worker != b.error->worker) return "error.worker";
-      if (a.error->message != b.error->message) return "error.message";
-      if (a.error->code != b.error->code) return "error.code";
-      return "";
+  if (a.body.index() != b.body.index())
+    return detail::str("body kind ", a.body.index(), " vs ", b.body.index());
+  if (const auto* ha = a.get<rpc::Handshake>()) {
+    const auto* hb = b.get<rpc::Handshake>();
+    if (ha->protocol_version != hb->protocol_version) return "protocol_version";
+    if (ha->worker_name != hb->worker_name)
+      return detail::str("worker_name of ", ha->worker_name.size(), " bytes vs ",
+                         hb->worker_name.size());
+    if (ha->worker_id != hb->worker_id) return "worker_id";
+    return "";
   }
-  return "unknown message kind";
+  if (const auto* ra = a.get<rpc::Response>()) {
+    const auto* rb = b.get<rpc::Response>();
+    if (ra->error.has_value() != rb->error.has_value()) return "error vs value";
+    if (!ra->error) return value_difference(ra->value, rb->value, "value");
+    if (ra->error->worker != rb->error->worker) return "error.worker";
+    if (ra->error->message != rb->error->message) return "error.message";
+    if (ra->error->code != rb->error->code) return "error.code";
+    return "";
+  }
+  return request_difference(*a.request(), *b.request());
 }
 
 void report_finding(const std::string& what) {

@@ -36,9 +36,9 @@ std::string key(const std::string& phase, int rank) {
 
 // Requests that join the caller's distributed autograd context: user functions, and the RRef
 // messages that create or copy values (remote, to_here). Not the protocol's bookkeeping.
-bool joins_autograd_context(const std::string& function) {
-  using namespace rref_messages;
-  return !function.starts_with("gw.") || function == kRemote || function == kFetch;
+bool joins_autograd_context(const Request& r) {
+  return std::holds_alternative<Call>(r) || std::holds_alternative<RRefCreate>(r) ||
+         std::holds_alternative<RRefFetch>(r);
 }
 
 // The code an exception travels with: its own for our errors, kRemote for anything else.
@@ -47,9 +47,15 @@ ErrorCode code_of(const std::exception& e) {
   return err ? err->code() : ErrorCode::kRemote;
 }
 
-std::vector<Tensor> tensors_of(const IValueList& values) {
+// The tensors of the values a request carries, in wire order.
+std::vector<Tensor> tensors_of(Request& r) {
   std::vector<Tensor> out;
-  for (const auto& v : values) v.collect_tensors(out);
+  for_each_value(r, [&](const IValue& v) { v.collect_tensors(out); });
+  return out;
+}
+std::vector<Tensor> tensors_of(const IValue& v) {
+  std::vector<Tensor> out;
+  v.collect_tensors(out);
   return out;
 }
 }  // namespace
@@ -173,17 +179,20 @@ const WorkerInfo& Agent::resolve(const To& to) const {
 
 Future<IValue> Agent::call(const To& to, const std::string& function, IValueList args,
                            Milliseconds timeout) {
+  return request(to, Call{function, std::move(args)}, timeout);
+}
+
+Future<IValue> Agent::request(const To& to, Request r, Milliseconds timeout) {
   GW_CHECK(running_, StateError, "[rpc] the RPC agent '", self_.name, "' is shut down");
   const WorkerInfo& dst = resolve(to);
   if (timeout == kUseDefaultTimeout) timeout = rpc_timeout();
   GW_CHECK(timeout.count() >= 0, InvalidArgumentError, "[rpc] timeout must be >= 0 ms, got ",
            timeout.count());
   Message m;
-  m.kind = MessageKind::kRequest;
   m.id = impl_->next_id.fetch_add(1);
-  m.function = function;
-  m.args = std::move(args);
+  m.body = std::move(r);
   m.device_map = device_map_to(dst.id, /*reply=*/false);
+  Request& req = *m.request();
   std::vector<RRefForkData> forks;  // undone if the request never leaves
   auto undo = [&] {
     for (const auto& d : forks) rrefs_->cancel_fork(d);
@@ -191,17 +200,17 @@ Future<IValue> Agent::call(const To& to, const std::string& function, IValueList
   };
   Future<IValue> result;
   try {
-    for (auto& a : m.args) fork_rrefs(a, forks);
+    for_each_value(req, [&](IValue& v) { fork_rrefs(v, forks); });
     const uint64_t ctx = current_autograd_context();
-    if (ctx && autograd_ && joins_autograd_context(function))
-      m.autograd = autograd_->record_send(ctx, dst.id, tensors_of(m.args));
+    if (ctx && autograd_ && joins_autograd_context(req))
+      m.autograd = autograd_->record_send(ctx, dst.id, tensors_of(req));
     std::lock_guard lock(impl_->pending_mu);
     // Checked under the lock stop() takes, so no call slips in after stop() drained the table.
     GW_CHECK(running_, StateError, "[rpc] the RPC agent '", self_.name, "' is shut down");
     PendingCall& p = impl_->pending[m.id];
     p.future = result;
     p.peer = dst.id;
-    p.function = function;
+    p.what = describe(req);
     p.timeout = timeout;
     p.deadline = impl_->deadlines.end();
     if (timeout.count() > 0) {
@@ -270,18 +279,24 @@ void Agent::expire_due() {
   arm_timer();
 }
 
-void Agent::complete(const Connection& from, uint64_t id, Message& response) {
+bool Agent::expects_response(const Connection& from, uint64_t id) {
+  std::lock_guard lock(impl_->pending_mu);
+  auto it = impl_->pending.find(id);
+  if (it == impl_->pending.end()) return false;  // timed out or failed already
+  // Only the connection the request went out on, which we opened to the callee and introduced
+  // with our handshake, answers it: any other peer's guess of the id is dropped.
+  if (it->second.conn == &from) return true;
+  ++impl_->stray_responses;
+  return false;
+}
+
+void Agent::complete(const Connection& from, uint64_t id, Response& response) {
   PendingCall p;
   {
     std::lock_guard lock(impl_->pending_mu);
     auto it = impl_->pending.find(id);
-    if (it == impl_->pending.end()) return;  // timed out or failed already
-    // Only the connection the request went out on, which we opened to the callee and
-    // introduced with our handshake, answers it: any other peer's guess of the id is dropped.
-    if (it->second.conn != &from) {
-      ++impl_->stray_responses;
-      return;
-    }
+    if (it == impl_->pending.end()) return;  // timed out meanwhile
+    GW_CHECK(it->second.conn == &from, InternalError, "[rpc] a checked response changed connection");
     p = impl_->take_pending_locked(it);
   }
   if (response.error)
@@ -292,6 +307,11 @@ void Agent::complete(const Connection& from, uint64_t id, Message& response) {
   impl_->idle.notify_all();
 }
 
+void Agent::set_autograd_hook(std::shared_ptr<AutogradHook> hook) {
+  GW_CHECK(!running_, StateError, "[rpc] an agent's autograd hook is installed while it is made");
+  autograd_ = std::move(hook);
+}
+
 uint64_t Agent::num_stray_responses() const {
   std::lock_guard lock(impl_->pending_mu);
   return impl_->stray_responses;
@@ -300,72 +320,85 @@ uint64_t Agent::num_stray_responses() const {
 // --- serving ---------------------------------------------------------------------------------
 
 void Agent::on_message(const std::shared_ptr<Connection>& c, Message m) {
-  switch (m.kind) {
-    case MessageKind::kHandshake: {
-      int id = m.worker_id;
-      GW_CHECK(m.protocol_version == kProtocolVersion, IoError, "[rpc] peer speaks protocol ",
-               m.protocol_version, ", this worker ", kProtocolVersion);
-      GW_CHECK(
-          id >= 0 && id < static_cast<int>(workers_.size()) && workers_[id].name == m.worker_name,
-          IoError, "[rpc] handshake from unknown worker '", m.worker_name, "' (id ", id, ")");
-      c->set_peer_id(id);
-      if (!m.device_map.empty()) {
-        DeviceMap back;
-        for (const auto& [from, to] : m.device_map) back.emplace_back(to, from);
-        std::lock_guard lock(impl_->maps_mu);
-        impl_->maps_back[id] = std::move(back);
-      }
-      return;
+  if (const auto* h = m.get<Handshake>()) {
+    const int id = h->worker_id;
+    GW_CHECK(h->protocol_version == kProtocolVersion, IoError, "[rpc] peer speaks protocol ",
+             h->protocol_version, ", this worker ", kProtocolVersion);
+    GW_CHECK(
+        id >= 0 && id < static_cast<int>(workers_.size()) && workers_[id].name == h->worker_name,
+        IoError, "[rpc] handshake from unknown worker '", h->worker_name, "' (id ", id, ")");
+    c->set_peer_id(id);
+    if (!m.device_map.empty()) {
+      DeviceMap back;
+      for (const auto& [from, to] : m.device_map) back.emplace_back(to, from);
+      std::lock_guard lock(impl_->maps_mu);
+      impl_->maps_back[id] = std::move(back);
     }
-    case MessageKind::kRequest: {
-      GW_CHECK(c->peer_id() >= 0, IoError, "[rpc] request before handshake");
-      for (auto& a : m.args) materialize_rrefs(a);
+    return;
+  }
+  if (auto* r = m.get<Response>()) {
+    if (!expects_response(*c, m.id)) return;  // before it can touch RRefs or autograd state
+    materialize_rrefs(r->value);
+    if (!r->error) {  // an error response carries no tensors
       try {
         place_on_devices(m);
-        record_recv(c->peer_id(), m);
-      } catch (...) {
-        Future<IValue> failed = Future<IValue>::failed(std::current_exception());
-        respond(c, m.id, failed);
-        return;
+        if (m.autograd) record_recv(c->peer_id(), *m.autograd, tensors_of(r->value));
+      } catch (const std::exception& e) {
+        r->error = Failure{self_.name, e.what(), code_of(e)};
       }
-      if (m.function.starts_with(kAutogradPrefix)) {
-        run_on_pool(
-            [this, from = c->peer_id(), f = m.function, args = std::move(m.args)] {
-              GW_CHECK(autograd_, InvalidArgumentError, "[rpc] worker '", self_.name,
-                       "' cannot serve '", f, "': it does not link distributed autograd");
-              return autograd_->handle(from, f, args);
-            },
-            0, [this, c, id = m.id](Future<IValue>& done) { respond(c, id, done); });
-      } else if (m.function.starts_with("gw.")) {
-        handle_system(c, m);
-      } else {
-        handle_request(c, std::move(m));
-      }
-      return;
     }
-    case MessageKind::kResponse:
-      materialize_rrefs(m.value);
-      if (!m.error) {  // an error response carries no tensors
-        try {
-          place_on_devices(m);
-          if (m.autograd) record_recv(c->peer_id(), m);
-        } catch (const std::exception& e) {
-          m.error = Failure{self_.name, e.what(), code_of(e)};
-        }
-      }
-      complete(*c, m.id, m);
-      return;
+    complete(*c, m.id, *r);
+    return;
   }
+  GW_CHECK(c->peer_id() >= 0, IoError, "[rpc] request before handshake");
+  Request& req = *m.request();
+  for_each_value(req, [&](IValue& v) { materialize_rrefs(v); });
+  try {
+    place_on_devices(m);
+    if (m.autograd) record_recv(c->peer_id(), *m.autograd, tensors_of(req));
+  } catch (...) {
+    Future<IValue> failed = Future<IValue>::failed(std::current_exception());
+    respond(c, m.id, failed);
+    return;
+  }
+  // Dispatch on the request's variant: user calls and distributed autograd's requests run on
+  // the pool, the RRef protocol's on this thread.
+  const uint64_t ctx = m.autograd ? m.autograd->context_id : 0;
+  std::visit(
+      [&](auto& r) {
+        using T = std::decay_t<decltype(r)>;
+        if constexpr (std::is_same_v<T, Call>) {
+          run_function(r.function, std::move(r.args), ctx,
+                       [this, c, id = m.id, ctx](Future<IValue>& done) { respond(c, id, done, ctx); });
+        } else if constexpr (std::is_same_v<T, AutogradGradients> ||
+                             std::is_same_v<T, AutogradRelease> ||
+                             std::is_same_v<T, AutogradBackward>) {
+          serve_autograd(c, m.id, [this, from = c->peer_id(), msg = std::move(r)]() mutable {
+            return autograd_->handle(from, std::move(msg));
+          });
+        } else {
+          handle_rref(c, m.id, ctx, req);
+        }
+      },
+      req);
 }
 
-void Agent::record_recv(int from, const Message& m) {
-  if (!m.autograd) return;
+void Agent::serve_autograd(const std::shared_ptr<Connection>& c, uint64_t id,
+                           std::function<Future<IValue>()> handle) {
+  run_on_pool(
+      [this, handle = std::move(handle)] {
+        GW_CHECK(autograd_, InvalidArgumentError, "[rpc] worker '", self_.name,
+                 "' cannot serve distributed autograd: it does not link gw_dist");
+        return handle();
+      },
+      0, [this, c, id](Future<IValue>& done) { respond(c, id, done); });
+}
+
+void Agent::record_recv(int from, const AutogradInfo& info, const std::vector<Tensor>& tensors) {
   GW_CHECK(autograd_, InvalidArgumentError, "[rpc] worker '", self_.name,
-           "' received a message recorded in distributed autograd context ", m.autograd->context_id,
+           "' received a message recorded in distributed autograd context ", info.context_id,
            " but does not link distributed autograd (gw_dist)");
-  autograd_->record_recv(
-      from, *m.autograd,
-      m.kind == MessageKind::kRequest ? tensors_of(m.args) : tensors_of({m.value}));
+  autograd_->record_recv(from, info, tensors);
 }
 
 void Agent::run_function(const std::string& function, IValueList args, uint64_t autograd_ctx,
@@ -404,17 +437,12 @@ void Agent::run_on_pool(std::function<Future<IValue>()> work, uint64_t autograd_
   });
 }
 
-void Agent::handle_request(const std::shared_ptr<Connection>& c, Message m) {
-  const uint64_t ctx = m.autograd ? m.autograd->context_id : 0;
-  run_function(m.function, std::move(m.args), ctx,
-               [this, c, id = m.id, ctx](Future<IValue>& done) { respond(c, id, done, ctx); });
-}
-
 void Agent::respond(const std::shared_ptr<Connection>& c, uint64_t id, Future<IValue>& result,
                     uint64_t autograd_ctx) {
   Message r;
-  r.kind = MessageKind::kResponse;
   r.id = id;
+  r.body = Response{};
+  Response& out = *r.get<Response>();
   r.device_map = device_map_to(c->peer_id(), /*reply=*/true);
   std::vector<RRefForkData> forks;  // undone if the response never leaves
   auto undo = [&] {
@@ -425,20 +453,18 @@ void Agent::respond(const std::shared_ptr<Connection>& c, uint64_t id, Future<IV
   };
   auto fail = [&](const std::string& what, ErrorCode code) {
     undo();
-    r.value = IValue();
-    r.error = Failure{self_.name, what, code};
+    out.value = IValue();
+    out.error = Failure{self_.name, what, code};
   };
   try {
-    r.value = result.value();
-    fork_rrefs(r.value, forks);
+    out.value = result.value();
+    fork_rrefs(out.value, forks);
     if (autograd_ctx && autograd_) {
-      AutogradInfo info = autograd_->record_send(autograd_ctx, c->peer_id(), tensors_of({r.value}));
+      AutogradInfo info = autograd_->record_send(autograd_ctx, c->peer_id(), tensors_of(out.value));
       if (info.message_id) r.autograd = info;
     }
-  } catch (const Error& e) {
-    fail(e.what(), e.code());
   } catch (const std::exception& e) {
-    fail(e.what(), ErrorCode::kRemote);
+    fail(e.what(), code_of(e));
   }
   try {
     c->send(r);

@@ -4,9 +4,11 @@
 // agent listens on a TCP port and publishes "name, address" in the rendezvous Store, then reads
 // everyone else's. Connections open on demand, one per caller->callee direction, starting with
 // a handshake. A request is run by the callee's pool of `num_worker_threads` threads using the
-// function table; its response completes the caller's Future. A call fails on its Future with
-// gw::TimeoutError after its timeout, with gw::IoError as soon as the connection to the callee
-// drops, and with gw::RemoteError (naming the callee) when the function threw there.
+// function table; its response, which only the connection the request went out on can carry,
+// completes the caller's Future. A call fails on its Future with gw::TimeoutError after its
+// timeout, with gw::IoError as soon as the connection to the callee drops, and with
+// gw::RemoteError (naming the callee) when the function threw there: a gw::Error keeps its type
+// (a remote InvalidArgumentError is an InvalidArgumentError and a RemoteError, core/error.h).
 //
 // Most code uses the free functions in rpc/api.h (init_rpc, rpc_sync, ...), which act on the
 // process's default agent, or on the agent running the current request handler. Tests create
@@ -28,12 +30,12 @@
 #include "dist/store/store.h"
 #include "core/future.h"
 #include "rpc/ivalue.h"
+#include "rpc/message.h"
 
 namespace gw::rpc {
 
 class AutogradHook;
 class Connection;
-struct Message;
 struct PendingCall;
 class RRefContext;
 class RRefHandle;
@@ -102,6 +104,10 @@ class Agent {
   // Sends a request to run `function` on `to`; the future completes with its result.
   Future<IValue> call(const To& to, const std::string& function, IValueList args,
                       Milliseconds timeout = kUseDefaultTimeout);
+  // Sends any request of the protocol (rpc/message.h: a Call, the RRef protocol's and
+  // distributed autograd's messages) to `to`, as call() does; the future completes with the
+  // response's value.
+  Future<IValue> request(const To& to, Request r, Milliseconds timeout = kUseDefaultTimeout);
 
   // Runs `function` on `to`, which keeps the result and owns it; returns this worker's
   // reference (see rpc/rref_context.h for the protocol). A failure or timeout of the creation
@@ -114,8 +120,8 @@ class Agent {
   RRefContext& rrefs() { return *rrefs_; }
   // Distributed autograd's hook (rpc/autograd_hook.h); nullptr when it is not linked in.
   AutogradHook* autograd_hook() const { return autograd_.get(); }
-  // Installs it: called once, by gw_rpc_extend_agent during construction.
-  void set_autograd_hook(std::shared_ptr<AutogradHook> hook) { autograd_ = std::move(hook); }
+  // Installs it: only gw_rpc_extend_agent, during construction (StateError once running).
+  void set_autograd_hook(std::shared_ptr<AutogradHook> hook);
   // How many values this worker owns that are still referenced (0 after a graceful shutdown).
   size_t num_owner_rrefs() const;
   // Responses dropped because they did not arrive on the connection their call went out on.
@@ -149,9 +155,12 @@ class Agent {
   std::shared_ptr<Connection> connection_to(int id, Milliseconds timeout);
   void on_message(const std::shared_ptr<Connection>& c, Message m);
   void on_close(const std::shared_ptr<Connection>& c, const std::string& why);
-  void handle_request(const std::shared_ptr<Connection>& c, Message m);
-  // The RRef protocol's messages, handled on the network thread in arrival order.
-  void handle_system(const std::shared_ptr<Connection>& c, Message& m);
+  // The RRef protocol's requests, handled on the network thread in arrival order.
+  void handle_rref(const std::shared_ptr<Connection>& c, uint64_t id, uint64_t autograd_ctx,
+                   Request& r);
+  // Runs distributed autograd's `handle` of a request on the pool and answers with its outcome.
+  void serve_autograd(const std::shared_ptr<Connection>& c, uint64_t id,
+                      std::function<Future<IValue>()> handle);
   // Runs `work` on the pool with distributed autograd context `autograd_ctx` (0: none)
   // current; `done` receives its outcome.
   void run_on_pool(std::function<Future<IValue>()> work, uint64_t autograd_ctx,
@@ -165,15 +174,17 @@ class Agent {
   // distributed autograd context `autograd_ctx` (0: none).
   void respond(const std::shared_ptr<Connection>& c, uint64_t id, Future<IValue>& result,
                uint64_t autograd_ctx = 0);
-  // Attaches the recv function of an incoming message that carried autograd info.
-  void record_recv(int from, const Message& m);
+  // Attaches the recv function of an incoming message that carried autograd info to `tensors`.
+  void record_recv(int from, const AutogradInfo& info, const std::vector<Tensor>& tensors);
   // RRefs in outgoing values become forks (appended to `made`); forks in incoming values
   // become RRefs.
   void fork_rrefs(IValue& v, std::vector<RRefForkData>& made);
   void materialize_rrefs(IValue& v);
-  // Completes pending call `id` with `response` (a value or the callee's failure), if `from`
-  // is the connection its request went out on.
-  void complete(const Connection& from, uint64_t id, Message& response);
+  // Whether `from` may answer call `id`: it is pending and its request went out on `from`.
+  bool expects_response(const Connection& from, uint64_t id);
+  // Completes pending call `id` with `response` (a value or the callee's failure); `from` passed
+  // expects_response.
+  void complete(const Connection& from, uint64_t id, Response& response);
   void arm_timer();
   void expire_due();
   // Fails the calls whose request went out on `conn`, which was lost.

@@ -155,9 +155,7 @@ std::shared_ptr<Connection> Agent::connection_to(int id, Milliseconds timeout) {
   c->set_peer_id(id);
   // The handshake goes first, before other threads can find the connection and send on it.
   Message hello;
-  hello.kind = MessageKind::kHandshake;
-  hello.worker_name = self_.name;
-  hello.worker_id = self_.id;
+  hello.body = Handshake{kProtocolVersion, self_.name, self_.id};
   hello.device_map = impl_->maps_to[id];
   c->send(hello);
   {

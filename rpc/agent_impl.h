@@ -26,7 +26,7 @@ namespace gw::rpc {
 struct PendingCall {
   Future<IValue> future;
   int peer;
-  std::string function;
+  std::string what;  // describe(request): "call of 'f'", "RRef fetch", ...
   Milliseconds timeout{0};           // 0: none
   const Connection* conn = nullptr;  // where the request went; its loss fails the call
   std::multimap<std::chrono::steady_clock::time_point, uint64_t>::iterator deadline;
@@ -74,7 +74,7 @@ struct Agent::Impl {
   template <typename E>
   static void fail(PendingCall& p, const std::string& worker, const std::string& what) {
     p.future.set_exception(std::make_exception_ptr(
-        E(gw::detail::str("[rpc] call of '", p.function, "' on worker '", worker, "' ", what))));
+        E(gw::detail::str("[rpc] ", p.what, " on worker '", worker, "' ", what))));
   }
   std::shared_ptr<Connection> make_connection(asio::ip::tcp::socket socket);
 };

@@ -36,12 +36,10 @@ std::shared_ptr<RRefHandle> Agent::remote(const To& to, const std::string& funct
                  [value](Future<IValue>& r) mutable { value.follow(r); });
     return h;
   }
-  using namespace rref_messages;
   auto h = rrefs_->create_user_for_remote(dst.id);
-  IValueList msg{id_value(h->rref_id()), id_value(h->fork_id()), IValue(function),
-                 IValue(std::move(args))};
   std::weak_ptr<RRefHandle> weak = h;
-  call(dst, kRemote, std::move(msg), timeout).add_done_callback([weak](Future<IValue>& ack) {
+  request(dst, RRefCreate{h->rref_id(), h->fork_id(), function, std::move(args)}, timeout)
+      .add_done_callback([weak](Future<IValue>& ack) {
     if (auto h = weak.lock()) {
       if (auto e = ack.exception())
         h->confirmed().set_exception(e);
@@ -57,56 +55,44 @@ Future<IValue> Agent::fetch(const std::shared_ptr<RRefHandle>& rref, Millisecond
   if (rref->is_owner()) return rref->owner_state()->value;
   // A creation that failed (its remote() call raised or timed out) fails every use.
   if (rref->confirmed().has_error()) return Future<IValue>::failed(rref->confirmed().exception());
-  return call(rref->owner(), rref_messages::kFetch, {rref_messages::id_value(rref->rref_id())},
-              timeout);
+  return request(rref->owner(), RRefFetch{rref->rref_id()}, timeout);
 }
 
 size_t Agent::num_owner_rrefs() const { return rrefs_->num_owned(); }
 
-void Agent::handle_system(const std::shared_ptr<Connection>& c, Message& m) {
-  using namespace rref_messages;
+void Agent::handle_rref(const std::shared_ptr<Connection>& c, uint64_t id, uint64_t autograd_ctx,
+                        Request& r) {
   Future<IValue> none = Future<IValue>::ready(IValue());
-  const uint64_t ctx = m.autograd ? m.autograd->context_id : 0;
   try {
-    const IValueList& a = m.args;
-    auto need = [&](size_t n) {
-      GW_CHECK(a.size() == n, IoError, "[rpc] ", m.function, " takes ", n, " arguments, got ",
-               a.size());
-    };
-    if (m.function == kRemote) {  // rref id, fork id, function, args
-      need(4);
-      auto owner = rrefs_->owner_entry(id_from(a[0]));
-      rrefs_->add_fork(id_from(a[0]), id_from(a[1]));
-      respond(c, m.id, none);  // confirmed: the owner knows the fork
-      run_function(a[2].to_string(), a[3].to_list(), ctx, [owner](Future<IValue>& r) {
-        if (!owner->value.done()) owner->value.follow(r);
+    if (auto* m = std::get_if<RRefCreate>(&r)) {
+      auto owner = rrefs_->owner_entry(m->rref_id);
+      rrefs_->add_fork(m->rref_id, m->fork_id);
+      respond(c, id, none);  // confirmed: the owner knows the fork
+      run_function(m->function, std::move(m->args), autograd_ctx, [owner](Future<IValue>& v) {
+        if (!owner->value.done()) owner->value.follow(v);
       });
-    } else if (m.function == kFetch) {  // rref id
-      need(1);
+    } else if (auto* m = std::get_if<RRefFetch>(&r)) {
       // Whoever asks holds a reference, so the value is here unless it was already released.
-      auto owner = rrefs_->find_owner_entry(id_from(a[0]));
+      auto owner = rrefs_->find_owner_entry(m->rref_id);
       GW_CHECK(owner, StateError, "[to_here] the RRef's value no longer exists on its owner '",
                self_.name, "' (all references to it were released)");
       owner->value.add_done_callback(
-          [this, c, id = m.id, ctx](Future<IValue>& v) { respond(c, id, v, ctx); });
-    } else if (m.function == kFork) {  // rref id, fork id
-      need(2);
-      rrefs_->add_fork(id_from(a[0]), id_from(a[1]));
-      respond(c, m.id, none);
-    } else if (m.function == kAccept) {  // fork id
-      need(1);
-      rrefs_->accept_child(id_from(a[0]));
-      respond(c, m.id, none);
-    } else if (m.function == kDelete) {  // rref id, fork id
-      need(2);
-      rrefs_->delete_fork(id_from(a[0]), id_from(a[1]));
-      respond(c, m.id, none);
+          [this, c, id, autograd_ctx](Future<IValue>& v) { respond(c, id, v, autograd_ctx); });
+    } else if (auto* m = std::get_if<RRefFork>(&r)) {
+      rrefs_->add_fork(m->rref_id, m->fork_id);
+      respond(c, id, none);
+    } else if (auto* m = std::get_if<RRefAccept>(&r)) {
+      rrefs_->accept_child(m->fork_id);
+      respond(c, id, none);
+    } else if (auto* m = std::get_if<RRefDelete>(&r)) {
+      rrefs_->delete_fork(m->rref_id, m->fork_id);
+      respond(c, id, none);
     } else {
-      throw InvalidArgumentError("[rpc] unknown system function '" + m.function + "'");
+      throw InternalError("[rpc] " + describe(r) + " is not an RRef message");
     }
   } catch (...) {
     Future<IValue> failed = Future<IValue>::failed(std::current_exception());
-    respond(c, m.id, failed);
+    respond(c, id, failed);
   }
 }
 

@@ -5,8 +5,8 @@
 // autograd context, and the response to it, carry the context id and, when they hold tensors
 // that require grad, the id of the send function recorded for them. The receiver attaches the
 // matching recv function to the tensors it read and runs the request's handler with the context
-// current, so nested calls join the same context. Requests named "gw.autograd.*" (gradients,
-// context release) go to the hook.
+// current, so nested calls join the same context. Distributed autograd's own requests
+// (AutogradGradients, AutogradRelease, AutogradBackward in rpc/message.h) go to the hook.
 //
 // Installation is explicit: every Agent's constructor calls gw_rpc_extend_agent (below), which the
 // layer above rpc (gw_dist) defines and which installs a hook of its own on that agent with
@@ -58,8 +58,10 @@ class AutogradHook {
   // function to `tensors` (in wire order) that require grad.
   virtual void record_recv(int from, const AutogradInfo& info,
                            const std::vector<Tensor>& tensors) = 0;
-  // Serves a "gw.autograd.*" request from worker `from`.
-  virtual Future<IValue> handle(int from, const std::string& function, IValueList args) = 0;
+  // Serve distributed autograd's requests from worker `from` (on the agent's pool).
+  virtual Future<IValue> handle(int from, AutogradGradients message) = 0;
+  virtual Future<IValue> handle(int from, AutogradRelease message) = 0;
+  virtual Future<IValue> handle(int from, AutogradBackward message) = 0;
   // Sends what distributed autograd still owes other workers (context releases) and waits for
   // it: the agent's graceful shutdown calls this first.
   virtual void flush(std::chrono::milliseconds timeout) = 0;
@@ -69,8 +71,6 @@ class AutogradHook {
   virtual Future<void> backward(uint64_t context_id, std::vector<Tensor> roots,
                                 bool retain_graph) = 0;
 };
-
-inline constexpr const char* kAutogradPrefix = "gw.autograd.";
 
 }  // namespace gw::rpc
 

@@ -23,6 +23,22 @@ std::string text(capnp::Text::Reader t) { return std::string(t.begin(), t.size()
 
 // --- encoding -------------------------------------------------------------------------------
 
+void set_id(wire::Id::Builder out, const GloballyUniqueId& id) {
+  out.setWorker(id.worker);
+  out.setLocal(id.local);
+}
+GloballyUniqueId id_of(wire::Id::Reader in) { return {in.getWorker(), in.getLocal()}; }
+
+void write_fork(wire::RRefFork::Builder out, const RRefForkData& d) {
+  out.setOwner(d.owner);
+  set_id(out.initRrefId(), d.rref_id);
+  set_id(out.initForkId(), d.fork_id);
+  out.setParent(d.parent);
+}
+RRefForkData read_fork(wire::RRefFork::Reader in) {
+  return {in.getOwner(), id_of(in.getRrefId()), id_of(in.getForkId()), in.getParent()};
+}
+
 void write_value(wire::Value::Builder out, const IValue& v, std::vector<Tensor>& tensors) {
   switch (v.kind()) {
     case IValue::Kind::kNone:
@@ -58,17 +74,9 @@ void write_value(wire::Value::Builder out, const IValue& v, std::vector<Tensor>&
       out.setBytes(kj::arrayPtr(b.data(), b.size()));
       break;
     }
-    case IValue::Kind::kRRefFork: {
-      const RRefForkData& d = v.to_rref_fork();
-      auto r = out.initRref();
-      r.setOwner(d.owner);
-      r.getRrefId().setWorker(d.rref_id.worker);
-      r.getRrefId().setLocal(d.rref_id.local);
-      r.getForkId().setWorker(d.fork_id.worker);
-      r.getForkId().setLocal(d.fork_id.local);
-      r.setParent(d.parent);
+    case IValue::Kind::kRRefFork:
+      write_fork(out.initRref(), v.to_rref_fork());
       break;
-    }
     case IValue::Kind::kRRef:
       throw InternalError("[rpc] an RRef must be forked by the agent before it is sent");
     case IValue::Kind::kObject:
@@ -122,13 +130,8 @@ IValue read_value(wire::Value::Reader in, const std::vector<Tensor>& tensors, in
       auto b = in.getBytes();
       return IValue::bytes(Bytes(b.begin(), b.end()));
     }
-    case wire::Value::RREF: {
-      auto r = in.getRref();
-      return IValue::rref_fork(RRefForkData{r.getOwner(),
-                                            {r.getRrefId().getWorker(), r.getRrefId().getLocal()},
-                                            {r.getForkId().getWorker(), r.getForkId().getLocal()},
-                                            r.getParent()});
-    }
+    case wire::Value::RREF:
+      return IValue::rref_fork(read_fork(in.getRref()));
   }
   throw IoError(gw::detail::str("[rpc] unknown value kind ", static_cast<int>(in.which())));
 }
@@ -162,44 +165,111 @@ size_t OutgoingFrame::total_bytes() const {
   return n;
 }
 
+namespace {
+void write_values(capnp::List<wire::Value>::Builder out, const IValueList& values,
+                  std::vector<Tensor>& tensors) {
+  for (size_t i = 0; i < values.size(); ++i)
+    write_value(out[static_cast<unsigned>(i)], values[i], tensors);
+}
+
+// Writes request `r` into the envelope's body, appending the tensors it carries.
+void write_request(wire::Envelope::Body::Builder body, const Request& r,
+                   std::vector<Tensor>& tensors) {
+  auto count = [](const auto& list) { return static_cast<unsigned>(list.size()); };
+  std::visit(
+      [&](const auto& m) {
+        using T = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<T, Call>) {
+          auto c = body.initCall();
+          c.setFunction(text(m.function));
+          write_values(c.initArgs(count(m.args)), m.args, tensors);
+        } else if constexpr (std::is_same_v<T, RRefCreate>) {
+          auto c = body.initRrefCreate();
+          set_id(c.initRrefId(), m.rref_id);
+          set_id(c.initForkId(), m.fork_id);
+          c.setFunction(text(m.function));
+          write_values(c.initArgs(count(m.args)), m.args, tensors);
+        } else if constexpr (std::is_same_v<T, RRefFetch>) {
+          set_id(body.initRrefFetch(), m.rref_id);
+        } else if constexpr (std::is_same_v<T, RRefFork> || std::is_same_v<T, RRefDelete>) {
+          auto ids = std::is_same_v<T, RRefFork> ? body.initRrefFork() : body.initRrefDelete();
+          set_id(ids.initRrefId(), m.rref_id);
+          set_id(ids.initForkId(), m.fork_id);
+        } else if constexpr (std::is_same_v<T, RRefAccept>) {
+          set_id(body.initRrefAccept(), m.fork_id);
+        } else if constexpr (std::is_same_v<T, AutogradGradients>) {
+          auto g = body.initAutogradGradients();
+          g.setContextId(m.context_id);
+          g.setMessageId(m.message_id);
+          g.setPassId(m.pass_id);
+          g.setRetainGraph(m.retain_graph);
+          g.setReturned(m.returned);
+          auto grads = g.initGrads(count(m.grads));
+          for (size_t i = 0; i < m.grads.size(); ++i)
+            write_value(grads[static_cast<unsigned>(i)],
+                        m.grads[i].defined() ? IValue(m.grads[i]) : IValue(), tensors);
+        } else if constexpr (std::is_same_v<T, AutogradRelease>) {
+          auto ids = body.initAutogradRelease(count(m.context_ids));
+          for (size_t i = 0; i < m.context_ids.size(); ++i)
+            ids.set(static_cast<unsigned>(i), m.context_ids[i]);
+        } else if constexpr (std::is_same_v<T, AutogradBackward>) {
+          auto b = body.initAutogradBackward();
+          b.setContextId(m.context_id);
+          b.setRetainGraph(m.retain_graph);
+          GW_CHECK(m.rref.is(IValue::Kind::kRRefFork), InternalError,
+                   "[rpc] an RRef must be forked by the agent before it is sent");
+          write_fork(b.initRref(), m.rref.to_rref_fork());
+        }
+      },
+      r);
+}
+}  // namespace
+
+std::string describe(const Request& r) {
+  return std::visit(
+      [](const auto& m) -> std::string {
+        using T = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<T, Call>) return "call of '" + m.function + "'";
+        else if constexpr (std::is_same_v<T, RRefCreate>) return "remote() of '" + m.function + "'";
+        else if constexpr (std::is_same_v<T, RRefFetch>) return "RRef fetch";
+        else if constexpr (std::is_same_v<T, RRefFork>) return "RRef fork";
+        else if constexpr (std::is_same_v<T, RRefAccept>) return "RRef accept";
+        else if constexpr (std::is_same_v<T, RRefDelete>) return "RRef delete";
+        else if constexpr (std::is_same_v<T, AutogradGradients>) return "distributed autograd gradients";
+        else if constexpr (std::is_same_v<T, AutogradRelease>) return "distributed autograd release";
+        else return "RRef backward";
+      },
+      r);
+}
+
 OutgoingFrame encode(const Message& m) {
   capnp::MallocMessageBuilder builder;
   auto env = builder.initRoot<wire::Envelope>();
   env.setId(m.id);
   OutgoingFrame frame;
   auto body = env.initBody();
-  switch (m.kind) {
-    case MessageKind::kHandshake: {
-      auto h = body.initHandshake();
-      h.setProtocolVersion(m.protocol_version);
-      h.setWorkerName(text(m.worker_name));
-      h.setWorkerId(m.worker_id);
-      auto pairs = h.initDeviceMap(static_cast<unsigned>(m.device_map.size()));
-      for (size_t i = 0; i < m.device_map.size(); ++i) {
-        pairs[static_cast<unsigned>(i)].setFrom(static_cast<int16_t>(m.device_map[i].first));
-        pairs[static_cast<unsigned>(i)].setTo(static_cast<int16_t>(m.device_map[i].second));
-      }
-      break;
+  if (const auto* h = m.get<Handshake>()) {
+    auto out = body.initHandshake();
+    out.setProtocolVersion(h->protocol_version);
+    out.setWorkerName(text(h->worker_name));
+    out.setWorkerId(h->worker_id);
+    auto pairs = out.initDeviceMap(static_cast<unsigned>(m.device_map.size()));
+    for (size_t i = 0; i < m.device_map.size(); ++i) {
+      pairs[static_cast<unsigned>(i)].setFrom(static_cast<int16_t>(m.device_map[i].first));
+      pairs[static_cast<unsigned>(i)].setTo(static_cast<int16_t>(m.device_map[i].second));
     }
-    case MessageKind::kRequest: {
-      auto r = body.initRequest();
-      r.setFunction(text(m.function));
-      auto args = r.initArgs(static_cast<unsigned>(m.args.size()));
-      for (size_t i = 0; i < m.args.size(); ++i) write_value(args[i], m.args[i], frame.tensors);
-      break;
+  } else if (const auto* r = m.get<Response>()) {
+    auto out = body.initResponse();
+    if (r->error) {
+      auto e = out.initError();
+      e.setWorker(text(r->error->worker));
+      e.setMessage(text(r->error->message));
+      e.setCode(static_cast<uint16_t>(r->error->code));
+    } else {
+      write_value(out.initValue(), r->value, frame.tensors);
     }
-    case MessageKind::kResponse: {
-      auto r = body.initResponse();
-      if (m.error) {
-        auto e = r.initError();
-        e.setWorker(text(m.error->worker));
-        e.setMessage(text(m.error->message));
-        e.setCode(static_cast<uint16_t>(m.error->code));
-      } else {
-        write_value(r.initValue(), m.value, frame.tensors);
-      }
-      break;
-    }
+  } else {
+    write_request(body, *m.request(), frame.tensors);
   }
   if (m.autograd) {
     auto a = env.initAutograd();
@@ -284,35 +354,80 @@ Message message_of(wire::Envelope::Reader env, std::vector<Tensor> tensors) {
   Message m;
   m.id = env.getId();
   auto body = env.getBody();
+  auto values = [&](capnp::List<wire::Value>::Reader in) {
+    IValueList out;
+    out.reserve(in.size());
+    for (auto v : in) out.push_back(read_value(v, tensors, 0));
+    return out;
+  };
+  using B = wire::Envelope::Body;
   switch (body.which()) {
-    case wire::Envelope::Body::HANDSHAKE: {
+    case B::HANDSHAKE: {
       auto h = body.getHandshake();
-      m.kind = MessageKind::kHandshake;
-      m.protocol_version = h.getProtocolVersion();
-      m.worker_name = text(h.getWorkerName());
-      m.worker_id = h.getWorkerId();
+      m.body = Handshake{h.getProtocolVersion(), text(h.getWorkerName()), h.getWorkerId()};
       for (auto p : h.getDeviceMap()) m.device_map.emplace_back(p.getFrom(), p.getTo());
       break;
     }
-    case wire::Envelope::Body::REQUEST: {
-      auto r = body.getRequest();
-      m.kind = MessageKind::kRequest;
-      m.function = text(r.getFunction());
-      for (auto a : r.getArgs()) m.args.push_back(read_value(a, tensors, 0));
-      break;
-    }
-    case wire::Envelope::Body::RESPONSE: {
+    case B::RESPONSE: {
       auto r = body.getResponse();
-      m.kind = MessageKind::kResponse;
+      Response out;
       if (r.isError()) {
         auto e = r.getError();
-        m.error = Failure{text(e.getWorker()), text(e.getMessage()),
-                          e.getCode() <= static_cast<uint16_t>(ErrorCode::kInternal)
-                              ? static_cast<ErrorCode>(e.getCode())
-                              : ErrorCode::kRemote};
+        out.error = Failure{text(e.getWorker()), text(e.getMessage()),
+                            e.getCode() <= static_cast<uint16_t>(ErrorCode::kInternal)
+                                ? static_cast<ErrorCode>(e.getCode())
+                                : ErrorCode::kRemote};
       } else {
-        m.value = read_value(r.getValue(), tensors, 0);
+        out.value = read_value(r.getValue(), tensors, 0);
       }
+      m.body = std::move(out);
+      break;
+    }
+    case B::CALL:
+      m.body = Request(Call{text(body.getCall().getFunction()), values(body.getCall().getArgs())});
+      break;
+    case B::RREF_CREATE: {
+      auto c = body.getRrefCreate();
+      m.body = Request(RRefCreate{id_of(c.getRrefId()), id_of(c.getForkId()),
+                                  text(c.getFunction()), values(c.getArgs())});
+      break;
+    }
+    case B::RREF_FETCH:
+      m.body = Request(RRefFetch{id_of(body.getRrefFetch())});
+      break;
+    case B::RREF_FORK:
+      m.body = Request(
+          RRefFork{id_of(body.getRrefFork().getRrefId()), id_of(body.getRrefFork().getForkId())});
+      break;
+    case B::RREF_ACCEPT:
+      m.body = Request(RRefAccept{id_of(body.getRrefAccept())});
+      break;
+    case B::RREF_DELETE:
+      m.body = Request(RRefDelete{id_of(body.getRrefDelete().getRrefId()),
+                                  id_of(body.getRrefDelete().getForkId())});
+      break;
+    case B::AUTOGRAD_GRADIENTS: {
+      auto g = body.getAutogradGradients();
+      AutogradGradients out{g.getContextId(), g.getMessageId(), g.getPassId(),
+                            g.getRetainGraph(), {}, g.getReturned()};
+      for (const IValue& v : values(g.getGrads())) {
+        GW_CHECK(v.is(IValue::Kind::kTensor) || v.is(IValue::Kind::kNone), IoError,
+                 "[rpc] a gradient must be a tensor or none, got ", v.kind_name());
+        out.grads.push_back(v.is(IValue::Kind::kTensor) ? v.to_tensor() : Tensor());
+      }
+      m.body = Request(std::move(out));
+      break;
+    }
+    case B::AUTOGRAD_RELEASE: {
+      AutogradRelease out;
+      for (uint64_t id : body.getAutogradRelease()) out.context_ids.push_back(id);
+      m.body = Request(std::move(out));
+      break;
+    }
+    case B::AUTOGRAD_BACKWARD: {
+      auto b = body.getAutogradBackward();
+      m.body = Request(AutogradBackward{IValue::rref_fork(read_fork(b.getRref())),
+                                        b.getContextId(), b.getRetainGraph()});
       break;
     }
     default:

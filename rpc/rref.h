@@ -105,8 +105,9 @@ class RRef {
       GW_CHECK(hook, StateError, "[RRef::backward] distributed autograd is not linked in");
       hook->backward(context_id, {local_value()}, retain_graph).wait();
     } else {
-      gw::rpc::rpc_sync<void>(handle().owner(), "gw.autograd.backward", *this,
-                              static_cast<int64_t>(context_id), retain_graph);
+      current_agent()
+          .request(handle().owner(), AutogradBackward{IValue::rref(h_), context_id, retain_graph})
+          .wait();
     }
   }
 

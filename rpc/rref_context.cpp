@@ -5,25 +5,12 @@
 
 namespace gw::rpc {
 
-namespace rref_messages {
-IValue id_value(const GloballyUniqueId& id) {
-  return IValue(IValueList{IValue(int64_t{id.worker}), IValue(id.local)});
-}
-GloballyUniqueId id_from(const IValue& v) {
-  const IValueList& l = v.to_list();
-  GW_CHECK(l.size() == 2, IoError, "[rpc] malformed RRef id");
-  return {static_cast<int32_t>(l[0].to_int()), l[1].to_int()};
-}
-}  // namespace rref_messages
-
-using namespace rref_messages;
-
 namespace {
 // Sends a control message and ignores its answer (it is tracked as a pending call, so a
 // graceful shutdown waits for it). Failures mean the peer is gone: nothing left to tell it.
-Future<IValue> notify(Agent& agent, int to, const char* what, IValueList args) {
+Future<IValue> notify(Agent& agent, int to, Request message) {
   try {
-    return agent.call(to, what, std::move(args));
+    return agent.request(to, std::move(message));
   } catch (const std::exception&) {
     return Future<IValue>::failed(std::current_exception());
   }
@@ -95,7 +82,7 @@ std::shared_ptr<RRefHandle> RRefContext::materialize(const RRefForkData& d) {
       ++h->owner_state_->local_handles;
     }
     h->confirmed_.set_result();
-    if (d.parent != self) notify(agent_, d.parent, kAccept, {id_value(d.fork_id)});
+    if (d.parent != self) notify(agent_, d.parent, RRefAccept{d.fork_id});
     return h;
   }
   {
@@ -108,7 +95,7 @@ std::shared_ptr<RRefHandle> RRefContext::materialize(const RRefForkData& d) {
   }
   // A user made it: register it with the owner, then release the parent's hold.
   std::weak_ptr<RRefHandle> weak = h;
-  notify(agent_, d.owner, kFork, {id_value(d.rref_id), id_value(d.fork_id)})
+  notify(agent_, d.owner, RRefFork{d.rref_id, d.fork_id})
       .add_done_callback([this, weak, d, keep_alive = shared_from_this()](Future<IValue>& done) {
         if (auto h = weak.lock()) {
           if (auto e = done.exception())
@@ -116,7 +103,7 @@ std::shared_ptr<RRefHandle> RRefContext::materialize(const RRefForkData& d) {
           else
             h->confirmed_.set_result();
         }
-        notify(agent_, d.parent, kAccept, {id_value(d.fork_id)});
+        notify(agent_, d.parent, RRefAccept{d.fork_id});
       });
   return h;
 }
@@ -151,7 +138,7 @@ void RRefContext::add_fork(const RRefId& id, const ForkId& fork) {
 }
 
 void RRefContext::send_delete(const RRefHandle& h) {
-  notify(agent_, h.owner(), kDelete, {id_value(h.rref_id()), id_value(h.fork_id())});
+  notify(agent_, h.owner(), RRefDelete{h.rref_id(), h.fork_id()});
 }
 
 std::shared_ptr<OwnerRRef> RRefContext::maybe_drop_locked(const RRefId& id) {

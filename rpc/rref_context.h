@@ -3,14 +3,14 @@
 // Mental model: a value lives on its owner, in the owner table with the set of forks (user
 // references on other workers) that keep it alive. Every worker that holds a reference holds an
 // RRefHandle: an owner handle on the owner, a user handle (one fork) elsewhere. The protocol:
-//   - remote(): the caller makes a user handle whose fork id is the RRef id and sends gw.remote;
+//   - remote(): the caller makes a user handle whose fork id is the RRef id and sends RRefCreate;
 //     the owner records the fork, acknowledges (the handle is then confirmed) and runs the
-//     function, whose result becomes the value. A fork may reach the owner before gw.remote
+//     function, whose result becomes the value. A fork may reach the owner before RRefCreate
 //     does, so the owner creates entries on first sight and fills the value later.
 //   - passing an RRef to worker Y makes a new fork. If the owner sends it, the owner records it
 //     at once. If a user X sends it, X keeps its own handle alive (a pending child) until Y has
-//     registered the fork with the owner (gw.fork) and told X (gw.accept).
-//   - a user handle's last copy going away sends gw.delete; the owner drops the value when no
+//     registered the fork with the owner (RRefFork) and told X (RRefAccept).
+//   - a user handle's last copy going away sends RRefDelete; the owner drops the value when no
 //     fork and no local handle is left.
 // All control messages are handled on the receiving agent's network thread, in arrival order.
 #pragma once
@@ -117,16 +117,5 @@ class RRefContext : public std::enable_shared_from_this<RRefContext> {
   std::map<ForkId, std::weak_ptr<RRefHandle>> users_;
   int64_t next_local_ = 0;
 };
-
-// The system functions of the protocol, by name (requests whose name starts with "gw.").
-namespace rref_messages {
-inline constexpr const char* kRemote = "gw.remote";
-inline constexpr const char* kFetch = "gw.fetch";
-inline constexpr const char* kFork = "gw.fork";
-inline constexpr const char* kAccept = "gw.accept";
-inline constexpr const char* kDelete = "gw.delete";
-IValue id_value(const GloballyUniqueId& id);
-GloballyUniqueId id_from(const IValue& v);
-}  // namespace rref_messages
 
 }  // namespace gw::rpc

@@ -1,9 +1,11 @@
-# The RPC envelope. Every frame on an RPC connection is
+# The RPC protocol (version 4). Every frame on an RPC connection is
 #   prefix (16 bytes: magic "GWR1", u32 header bytes, u64 payload bytes, little endian)
 #   header (this Envelope as a Cap'n Proto flat array)
 #   payload (the raw bytes of each tensor in `tensors`, in order, contiguous row-major)
 # Tensor bytes never pass through Cap'n Proto: they are written from and read into tensor
-# storage directly. Values refer to tensors by their index in `tensors`.
+# storage directly. Values refer to tensors by their index in `tensors`. Every message, the RRef
+# protocol's and distributed autograd's included, is one variant of the envelope's body with
+# named fields; a receiver dispatches on the variant, never on a name.
 @0xd3b5f2a1c4e69b07;
 
 using Cxx = import "/capnp/c++.capnp";
@@ -54,11 +56,6 @@ struct Handshake {
   deviceMap @3 :List(DevicePair);  # where the sender's CUDA tensors go on the receiver
 }
 
-struct Request {
-  function @0 :Text;         # a name in the callee's function table
-  args @1 :List(Value);
-}
-
 struct Failure {
   worker @0 :Text;           # where it was raised
   message @1 :Text;
@@ -78,13 +75,55 @@ struct AutogradInfo {
   messageId @1 :UInt64;      # the send function recorded for its tensors; 0: none
 }
 
+# --- requests: each is answered by one Response with the same envelope id --------------------
+
+struct Call {                # run a function of the callee's function table
+  function @0 :Text;
+  args @1 :List(Value);
+}
+
+struct RRefCreate {          # remote(): run `function`; the callee owns the result
+  rrefId @0 :Id;
+  forkId @1 :Id;             # the caller's reference, registered before the function runs
+  function @2 :Text;
+  args @3 :List(Value);
+}
+
+struct RRefIds {             # one fork of one value
+  rrefId @0 :Id;
+  forkId @1 :Id;
+}
+
+struct AutogradGradients {   # the gradients of one send function, in one backward pass
+  contextId @0 :UInt64;
+  messageId @1 :UInt64;      # the send function
+  passId @2 :UInt64;
+  retainGraph @3 :Bool;
+  grads @4 :List(Value);     # one per tensor the send function recorded: a tensor or none
+  returned @5 :Bool;         # sent back to the worker that engaged the sender (engine.h)
+}
+
+struct AutogradBackward {    # RRef::backward: run a backward pass from the value on its owner
+  rref @0 :RRefFork;
+  contextId @1 :UInt64;      # 0: local autograd on the owner
+  retainGraph @2 :Bool;
+}
+
 struct Envelope {
   id @0 :UInt64;             # pairs a response with its request
   tensors @1 :List(TensorMeta);
+  autograd @2 :AutogradInfo; # absent outside a context
   body :union {
-    handshake @2 :Handshake;
-    request @3 :Request;
+    handshake @3 :Handshake;
     response @4 :Response;
+    call @5 :Call;
+    rrefCreate @6 :RRefCreate;
+    rrefFetch @7 :Id;        # to_here(): the value of the owned RRef with this id
+    rrefFork @8 :RRefIds;    # a user passed the value on: the owner records the new fork
+    rrefAccept @9 :Id;       # to the parent: the owner knows its child fork (this fork id)
+    rrefDelete @10 :RRefIds; # a reference is gone
+    autogradGradients @11 :AutogradGradients;
+    autogradRelease @12 :List(UInt64);  # distributed autograd contexts that are over
+    autogradBackward @13 :AutogradBackward;
   }
-  autograd @5 :AutogradInfo; # absent outside a context
 }

@@ -33,16 +33,6 @@ extern "C" void gw_rpc_extend_agent(gw::rpc::Agent& agent) {
 
 namespace gw::dist_autograd {
 
-namespace {
-int64_t as_int(uint64_t id) { return static_cast<int64_t>(id); }
-uint64_t as_id(const rpc::IValue& v) { return static_cast<uint64_t>(v.to_int()); }
-
-void expect_args(const std::string& function, const rpc::IValueList& args, size_t n) {
-  GW_CHECK(args.size() == n, IoError, "[dist_autograd] '", function, "' takes ", n,
-           " arguments, got ", args.size());
-}
-}  // namespace
-
 Container::Container(rpc::Agent& agent)
     : agent_(agent),
       worker_bits_(static_cast<uint64_t>(agent.get_worker_info().id) << (64 - kWorkerIdBits)),
@@ -114,11 +104,9 @@ std::shared_ptr<DistAutogradContext> Container::take(uint64_t context_id) {
 }
 
 Future<void> Container::send_release(int worker, std::vector<uint64_t> context_ids) {
-  rpc::IValueList ids;
-  for (uint64_t id : context_ids) ids.push_back(rpc::IValue(as_int(id)));
   Future<rpc::IValue> sent;
   try {
-    sent = agent_.call(worker, kReleaseMessage, {rpc::IValue(std::move(ids))});
+    sent = agent_.request(worker, rpc::AutogradRelease{std::move(context_ids)});
   } catch (...) {
     sent = Future<rpc::IValue>::failed(std::current_exception());
   }
@@ -208,48 +196,34 @@ void Container::record_recv(int from, const rpc::AutogradInfo& info,
   ctx->add_recv_function(info.message_id, std::move(recv));
 }
 
-Future<rpc::IValue> Container::handle(int from, const std::string& function,
-                                           rpc::IValueList args) {
-  if (function == kGradientsMessage) {  // context, message, pass, retain_graph, grads, returned
-    expect_args(function, args, 6);
-    auto ctx = retrieve(as_id(args[0]));
-    const uint64_t pass_id = as_id(args[2]);
-    const bool retain = args[3].to_bool();
-    auto pass = ctx->pass(pass_id, [&](DistAutogradContext::NodeList sends) {
-      return std::make_shared<Pass>(agent_, ctx, pass_id, retain, nullptr, std::move(sends));
-    });
-    std::vector<Tensor> grads;
-    for (const auto& g : args[4].to_list())
-      grads.push_back(g.is(rpc::IValue::Kind::kNone) ? Tensor() : g.to_tensor());
-    return pass->receive(from, as_id(args[1]), std::move(grads), args[5].to_bool());
-  }
-  if (function == kReleaseMessage) {  // context ids
-    expect_args(function, args, 1);
-    std::vector<uint64_t> ids;
-    for (const auto& id : args[0].to_list()) ids.push_back(as_id(id));
-    return release(ids, from).then([](auto& done) {
+Future<rpc::IValue> Container::handle(int from, rpc::AutogradGradients m) {
+  auto ctx = retrieve(m.context_id);
+  auto pass = ctx->pass(m.pass_id, [&](DistAutogradContext::NodeList sends) {
+    return std::make_shared<Pass>(agent_, ctx, m.pass_id, m.retain_graph, nullptr,
+                                  std::move(sends));
+  });
+  return pass->receive(from, m.message_id, std::move(m.grads), m.returned);
+}
+
+Future<rpc::IValue> Container::handle(int from, rpc::AutogradRelease m) {
+  return release(m.context_ids, from).then([](auto& done) {
+    done.wait();
+    return rpc::IValue();
+  });
+}
+
+Future<rpc::IValue> Container::handle(int, rpc::AutogradBackward m) {
+  const auto& h = m.rref.to_rref();
+  GW_CHECK(h->is_owner(), StateError, "[RRef::backward] worker '", agent_.get_worker_info().name,
+           "' does not own RRef ", h->rref_id().worker, ":", h->rref_id().local);
+  // The value may still be being computed: run once it exists, without holding a thread.
+  return h->owner_state()->value.then([this, m](Future<rpc::IValue>& v) {
+    Tensor root = rpc::IValueTraits<Tensor>::from(v.value());
+    return backward(m.context_id, {root}, m.retain_graph).then([](auto& done) {
       done.wait();
       return rpc::IValue();
     });
-  }
-  if (function == kBackwardMessage) {  // rref, context (0: local autograd), retain_graph
-    expect_args(function, args, 3);
-    const auto& h = args[0].to_rref();
-    GW_CHECK(h->is_owner(), StateError, "[RRef::backward] worker '",
-             agent_.get_worker_info().name, "' does not own RRef ", h->rref_id().worker, ":",
-             h->rref_id().local);
-    const uint64_t context_id = as_id(args[1]);
-    const bool retain = args[2].to_bool();
-    // The value may still be being computed: run once it exists, without holding a thread.
-    return h->owner_state()->value.then([this, context_id, retain](Future<rpc::IValue>& v) {
-      Tensor root = rpc::IValueTraits<Tensor>::from(v.value());
-      return backward(context_id, {root}, retain).then([](auto& done) {
-        done.wait();
-        return rpc::IValue();
-      });
-    });
-  }
-  throw InvalidArgumentError("[dist_autograd] unknown message '" + function + "'");
+  });
 }
 
 Future<void> Container::backward(uint64_t context_id, std::vector<Tensor> roots,

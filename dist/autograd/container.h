@@ -53,8 +53,9 @@ class Container final : public rpc::AutogradHook,
   void discard_send(const rpc::AutogradInfo& info) override;
   void record_recv(int from, const rpc::AutogradInfo& info,
                    const std::vector<Tensor>& tensors) override;
-  Future<rpc::IValue> handle(int from, const std::string& function,
-                                  rpc::IValueList args) override;
+  Future<rpc::IValue> handle(int from, rpc::AutogradGradients message) override;
+  Future<rpc::IValue> handle(int from, rpc::AutogradRelease message) override;
+  Future<rpc::IValue> handle(int from, rpc::AutogradBackward message) override;
   Future<void> backward(uint64_t context_id, std::vector<Tensor> roots,
                              bool retain_graph) override;
   void on_connection_lost(int worker, const std::string& why) override;

@@ -159,16 +159,10 @@ void Pass::send_gradients(int to, uint64_t context_id, uint64_t message_id,
     else
       ++outstanding_;
   }
-  rpc::IValueList values;
-  values.reserve(grads.size());
-  for (const Tensor& g : grads) values.push_back(g.defined() ? rpc::IValue(g) : rpc::IValue());
-  rpc::IValueList args{rpc::IValue(static_cast<int64_t>(context_id)),
-                       rpc::IValue(static_cast<int64_t>(message_id)),
-                       rpc::IValue(static_cast<int64_t>(id_)), rpc::IValue(retain_graph_),
-                       rpc::IValue(std::move(values)), rpc::IValue(returned)};
   Future<rpc::IValue> answer;
   try {
-    answer = agent_.call(to, kGradientsMessage, std::move(args));
+    answer = agent_.request(
+        to, rpc::AutogradGradients{context_id, message_id, id_, retain_graph_, grads, returned});
   } catch (...) {
     answer = Future<rpc::IValue>::failed(std::current_exception());
   }

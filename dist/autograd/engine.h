@@ -41,12 +41,6 @@ class Agent;
 
 namespace gw::dist_autograd {
 
-// The system messages of distributed autograd (rpc/autograd_hook.h routes them to the
-// container): gradients for a send function, context releases, RRef::backward on the owner.
-inline constexpr const char* kGradientsMessage = "gw.autograd.grad";
-inline constexpr const char* kReleaseMessage = "gw.autograd.release";
-inline constexpr const char* kBackwardMessage = "gw.autograd.backward";
-
 class Pass : public std::enable_shared_from_this<Pass> {
  public:
   // Counts dependencies from `graph_root` (the root worker's GraphRoot; null elsewhere) and

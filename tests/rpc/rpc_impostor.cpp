@@ -85,29 +85,25 @@ int main(int argc, char** argv) {
              "connect: ", std::strerror(errno));
 
     Message hello;
-    hello.kind = MessageKind::kHandshake;
-    hello.worker_name = argv[3];
-    hello.worker_id = std::atoi(argv[4]);
+    hello.body = Handshake{kProtocolVersion, argv[3], std::atoi(argv[4])};
     send_message(fd, hello);
     for (uint64_t id = std::strtoull(argv[5], nullptr, 10); id <= std::strtoull(argv[6], nullptr, 10);
          ++id) {
       Message forged;
-      forged.kind = MessageKind::kResponse;
       forged.id = id;
-      forged.value = IValue(int64_t{-666});
+      forged.body = Response{IValue(int64_t{-666}), std::nullopt};
       send_message(fd, forged);
     }
     Message ask;
-    ask.kind = MessageKind::kRequest;
     ask.id = 1;
-    ask.function = "min";
-    ask.args = {IValue(int64_t{1}), IValue(int64_t{2})};
+    ask.body = Request(Call{"min", {IValue(int64_t{1}), IValue(int64_t{2})}});
     send_message(fd, ask);
     for (int frames = 0; frames < 100; ++frames) {
       Message m = read_message(fd);
-      if (m.kind != MessageKind::kResponse || m.id != 1) continue;
-      GW_CHECK(!m.error, IoError, "min(1, 2) failed: ", m.error->message);
-      GW_CHECK(m.value.to_int() == 1, IoError, "min(1, 2) answered ", m.value.to_int());
+      const Response* r = m.get<Response>();
+      if (r == nullptr || m.id != 1) continue;
+      GW_CHECK(!r->error, IoError, "min(1, 2) failed: ", r->error->message);
+      GW_CHECK(r->value.to_int() == 1, IoError, "min(1, 2) answered ", r->value.to_int());
       ::close(fd);
       return 0;
     }

@@ -26,6 +26,17 @@ FrameBytes frame_bytes(const OutgoingFrame& f) {
   b.header.assign(h, h + f.header.size() * 8);
   return b;
 }
+Message call_message(std::string function, IValueList args, uint64_t id = 0) {
+  Message m;
+  m.id = id;
+  m.body = Request(Call{std::move(function), std::move(args)});
+  return m;
+}
+const Call& call_of(const Message& m) { return std::get<Call>(*m.request()); }
+const Response& response_of(const Message& m) {
+  REQUIRE(m.get<Response>() != nullptr);
+  return *m.get<Response>();
+}
 kj::Array<capnp::word> words(const std::vector<uint8_t>& bytes) {
   auto w = kj::heapArray<capnp::word>(bytes.size() / 8);
   std::memcpy(w.begin(), bytes.data(), bytes.size());
@@ -34,12 +45,11 @@ kj::Array<capnp::word> words(const std::vector<uint8_t>& bytes) {
 }  // namespace
 
 TEST_CASE("a request survives encode and decode", "[message]") {
-  Message m;
-  m.id = 99;
-  m.function = "my_add";
   Tensor a = arange(0, 6).reshape({2, 3}).to(kFloat32), b = ones({3}, kInt64);
-  m.args = {IValue(a), IValue(IValueList{IValue(b), IValue(int64_t{3}), IValue(2.5)}),
-            IValue(std::string("s")), IValue(), IValue::bytes({1, 2, 3})};
+  Message m = call_message("my_add",
+                           {IValue(a), IValue(IValueList{IValue(b), IValue(int64_t{3}), IValue(2.5)}),
+                            IValue(std::string("s")), IValue(), IValue::bytes({1, 2, 3})},
+                           99);
   OutgoingFrame f = encode(m);
   REQUIRE(f.tensors.size() == 2);
   FrameBytes bytes = frame_bytes(f);
@@ -54,33 +64,33 @@ TEST_CASE("a request survives encode and decode", "[message]") {
   // The payload a peer would read: copies of what encode queued, in its order.
   Message d = decode(header.asPtr(), {f.tensors[0].clone(), f.tensors[1].clone()});
   CHECK(d.id == 99);
-  CHECK(d.kind == MessageKind::kRequest);
-  CHECK(d.function == "my_add");
-  REQUIRE(d.args.size() == 5);
-  CHECK(gw::equal(d.args[0].to_tensor(), a));
-  CHECK(d.args[1].to_list()[1].to_int() == 3);
-  CHECK(d.args[1].to_list()[2].to_double() == 2.5);
-  CHECK(d.args[2].to_string() == "s");
-  CHECK(d.args[3].is(IValue::Kind::kNone));
-  CHECK(d.args[4].to_bytes() == rpc::Bytes{1, 2, 3});
+  REQUIRE(d.request() != nullptr);
+  const Call& c = call_of(d);
+  CHECK(c.function == "my_add");
+  REQUIRE(c.args.size() == 5);
+  CHECK(gw::equal(c.args[0].to_tensor(), a));
+  CHECK(c.args[1].to_list()[1].to_int() == 3);
+  CHECK(c.args[1].to_list()[2].to_double() == 2.5);
+  CHECK(c.args[2].to_string() == "s");
+  CHECK(c.args[3].is(IValue::Kind::kNone));
+  CHECK(c.args[4].to_bytes() == rpc::Bytes{1, 2, 3});
 }
 
 TEST_CASE("a failure response carries the worker and message", "[message]") {
   Message m;
-  m.kind = MessageKind::kResponse;
-  m.error = Failure{"worker1", "boom", ErrorCode::kIndex};
+  m.body = Response{IValue(), Failure{"worker1", "boom", ErrorCode::kIndex}};
   FrameBytes bytes = frame_bytes(encode(m));
   auto header = words(bytes.header);
   Message d = decode(header.asPtr(), {});
-  REQUIRE(d.error);
-  CHECK(d.error->worker == "worker1");
-  CHECK(d.error->message == "boom");
-  CHECK(d.error->code == ErrorCode::kIndex);
+  const Response& r = response_of(d);
+  REQUIRE(r.error);
+  CHECK(r.error->worker == "worker1");
+  CHECK(r.error->message == "boom");
+  CHECK(r.error->code == ErrorCode::kIndex);
 }
 
 TEST_CASE("malformed prefixes are rejected before anything is allocated", "[message]") {
-  Message m;
-  m.args = {IValue(ones({1024}))};
+  Message m = call_message("f", {IValue(ones({1024}))});
   FrameBytes good = frame_bytes(encode(m));
   auto bad = good.prefix;
   bad[0] ^= 0xff;
@@ -93,8 +103,7 @@ TEST_CASE("malformed prefixes are rejected before anything is allocated", "[mess
 }
 
 TEST_CASE("headers that lie about their tensors are rejected", "[message]") {
-  Message m;
-  m.args = {IValue(ones({4, 4}))};
+  Message m = call_message("f", {IValue(ones({4, 4}))});
   FrameBytes bytes = frame_bytes(encode(m));
   auto header = words(bytes.header);
   CHECK_THROWS_WITH(tensor_layouts(header.asPtr(), 10), Catch::Contains("payload"));
@@ -110,15 +119,13 @@ TEST_CASE("headers that lie about their tensors are rejected", "[message]") {
 }
 
 TEST_CASE("tensors that cannot be sent are refused on the sender", "[message]") {
-  Message m;
-  m.args = {IValue(Tensor())};
+  Message m = call_message("f", {IValue(Tensor())});
   CHECK_THROWS_WITH(encode(m), Catch::Contains("undefined tensor"));
 }
 
 TEST_CASE("empty tensors and strings with NUL bytes survive the codec", "[message]") {
-  Message m;
-  m.function = std::string("f\0g", 3);
-  m.args = {IValue(empty({7, 0})), IValue(std::string("a\0b", 3))};
+  Message m = call_message(std::string("f\0g", 3),
+                           {IValue(empty({7, 0})), IValue(std::string("a\0b", 3))});
   FrameBytes bytes = frame_bytes(encode(m));
   auto header = words(bytes.header);
   FramePrefix p = parse_prefix(bytes.prefix.data(), 1 << 20);
@@ -126,14 +133,13 @@ TEST_CASE("empty tensors and strings with NUL bytes survive the codec", "[messag
   REQUIRE(layouts.size() == 1);
   CHECK(layouts[0].sizes == Shape{7, 0});
   Message d = decode(header.asPtr(), {empty({7, 0})});
-  CHECK(d.function == std::string("f\0g", 3));
-  CHECK(d.args[1].to_string() == std::string("a\0b", 3));
+  CHECK(call_of(d).function == std::string("f\0g", 3));
+  CHECK(call_of(d).args[1].to_string() == std::string("a\0b", 3));
 }
 
 TEST_CASE("a zero size does not let huge sizes through", "[message]") {
   // Sizes (0, 2^40, 2^40): no bytes, but contiguous strides would overflow int64.
-  Message m;
-  m.args = {IValue(empty({0, 4}))};
+  Message m = call_message("f", {IValue(empty({0, 4}))});
   OutgoingFrame f = encode(m);
   capnp::FlatArrayMessageReader reader(f.header.asPtr());
   capnp::MallocMessageBuilder b;
@@ -164,15 +170,11 @@ std::vector<uint8_t> stream_of(const std::vector<Message>& messages) {
 }  // namespace
 
 TEST_CASE("FrameReader reads a stream cut into reads of any size", "[message]") {
-  Message call;
-  call.id = 7;
-  call.function = "my_add";
   Tensor big = arange(0, 5000).to(kFloat32), empty_one = zeros({0, 3}), small = ones({2}, kInt64);
-  call.args = {IValue(big), IValue(empty_one), IValue(small)};
+  Message call = call_message("my_add", {IValue(big), IValue(empty_one), IValue(small)}, 7);
   Message answer;
-  answer.kind = MessageKind::kResponse;
   answer.id = 7;
-  answer.value = IValue(int64_t{42});
+  answer.body = Response{IValue(int64_t{42}), std::nullopt};
   const std::vector<uint8_t> bytes = stream_of({call, answer, call});
   for (size_t chunk : {size_t{1}, size_t{7}, size_t{4096}, bytes.size()}) {
     INFO("reads of " << chunk << " bytes");
@@ -189,21 +191,17 @@ TEST_CASE("FrameReader reads a stream cut into reads of any size", "[message]") 
     }
     CHECK(reader.between_frames());
     REQUIRE(got.size() == 3);
-    CHECK(got[0].function == "my_add");
-    CHECK(gw::equal(got[0].args[0].to_tensor(), big));
-    CHECK(got[0].args[1].to_tensor().sizes() == Shape{0, 3});
-    CHECK(gw::equal(got[2].args[2].to_tensor(), small));
-    CHECK(got[1].kind == MessageKind::kResponse);
-    CHECK(got[1].value.to_int() == 42);
+    CHECK(call_of(got[0]).function == "my_add");
+    CHECK(gw::equal(call_of(got[0]).args[0].to_tensor(), big));
+    CHECK(call_of(got[0]).args[1].to_tensor().sizes() == Shape{0, 3});
+    CHECK(gw::equal(call_of(got[2]).args[2].to_tensor(), small));
+    CHECK(response_of(got[1]).value.to_int() == 42);
   }
 }
 
 TEST_CASE("FrameReader hands a large tensor's bytes to a direct read", "[message]") {
-  Message call;
-  call.id = 3;
-  call.function = "f";
   Tensor big = arange(0, 4096).to(kFloat32);
-  call.args = {IValue(big)};
+  Message call = call_message("f", {IValue(big)}, 3);
   const std::vector<uint8_t> bytes = stream_of({call});
   FrameReader reader(1 << 20);
   const size_t head = bytes.size() - big.nbytes();  // prefix + header
@@ -216,7 +214,7 @@ TEST_CASE("FrameReader hands a large tensor's bytes to a direct read", "[message
   reader.direct_filled();
   auto m = reader.take();
   REQUIRE(m);
-  CHECK(gw::equal(m->args[0].to_tensor(), big));
+  CHECK(gw::equal(call_of(*m).args[0].to_tensor(), big));
   CHECK(reader.between_frames());
 }
 
@@ -224,4 +222,56 @@ TEST_CASE("FrameReader refuses a bad prefix before reading further", "[message]"
   FrameReader reader(1 << 20);
   std::vector<uint8_t> junk(kFramePrefixBytes, 0xAB);
   CHECK_THROWS_WITH(reader.feed(junk.data(), junk.size()), Catch::Contains("bad frame magic"));
+}
+
+TEST_CASE("every system message crosses the wire as its own typed variant", "[message]") {
+  const std::vector<Request> all{
+      RRefCreate{{1, 2}, {1, 3}, "make", {IValue(ones({2}))}},
+      RRefFetch{{4, 5}},
+      RRefFork{{1, 2}, {6, 7}},
+      RRefAccept{{6, 7}},
+      RRefDelete{{1, 2}, {6, 8}},
+      AutogradGradients{11, 12, 13, true, {full({2}, 3.0), Tensor()}, true},
+      AutogradRelease{{uint64_t{1} << 60, 2, 3}},
+      AutogradBackward{IValue::rref_fork(RRefForkData{1, {1, 2}, {3, 4}, 0}), 9, true}};
+  for (const Request& r : all) {
+    INFO(describe(r));
+    Message m;
+    m.id = 5;
+    m.body = r;
+    const std::vector<uint8_t> bytes = stream_of({m});
+    FrameReader reader(1 << 20);
+    REQUIRE(reader.feed(bytes.data(), bytes.size()) == bytes.size());
+    auto d = reader.take();
+    REQUIRE(d);
+    CHECK(d->id == 5);
+    REQUIRE(d->request() != nullptr);
+    CHECK(d->request()->index() == r.index());
+    CHECK(describe(*d->request()) == describe(r));
+  }
+  auto round_trip = [](const Request& r) {
+    Message m;
+    m.body = r;
+    const std::vector<uint8_t> bytes = stream_of({m});
+    FrameReader reader(1 << 20);
+    reader.feed(bytes.data(), bytes.size());
+    return std::move(*reader.take()->request());
+  };
+  auto create = std::get<RRefCreate>(round_trip(all[0]));
+  CHECK(create.rref_id == RRefId{1, 2});
+  CHECK(create.fork_id == ForkId{1, 3});
+  CHECK(create.function == "make");
+  CHECK(gw::equal(create.args[0].to_tensor(), ones({2})));
+  CHECK(std::get<RRefDelete>(round_trip(all[4])).fork_id == ForkId{6, 8});
+  auto grads = std::get<AutogradGradients>(round_trip(all[5]));
+  CHECK((grads.context_id == 11 && grads.message_id == 12 && grads.pass_id == 13));
+  CHECK((grads.retain_graph && grads.returned));
+  REQUIRE(grads.grads.size() == 2);
+  CHECK(gw::equal(grads.grads[0], full({2}, 3.0)));
+  CHECK_FALSE(grads.grads[1].defined());
+  CHECK(std::get<AutogradRelease>(round_trip(all[6])).context_ids ==
+        std::vector<uint64_t>{uint64_t{1} << 60, 2, 3});
+  auto backward = std::get<AutogradBackward>(round_trip(all[7]));
+  CHECK(backward.rref.to_rref_fork().fork_id == ForkId{3, 4});
+  CHECK((backward.context_id == 9 && backward.retain_graph));
 }

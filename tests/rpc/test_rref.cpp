@@ -166,8 +166,7 @@ TEST_CASE("fetching a value the owner has released is an error, not a wait", "[r
   Group g(2);
   Agent::Use use(g[0]);
   // A fetch for an RRef id worker1 never owned (or already dropped) is answered at once.
-  IValueList id{IValue(int64_t{1}), IValue(int64_t{12345})};
-  CHECK_THROWS_WITH(g[0].call(1, "gw.fetch", {IValue(id)}, timeout(10s).value).wait(),
+  CHECK_THROWS_WITH(g[0].request(1, RRefFetch{RRefId{1, 12345}}, timeout(10s).value).wait(),
                     Catch::Contains("no longer exists on its owner 'worker1'"));
   CHECK(g[1].num_owner_rrefs() == 0);  // and no empty record was left behind
 }
