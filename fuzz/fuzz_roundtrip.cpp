@@ -31,6 +31,9 @@ class Generator {
       case 0:
         m.body = gw::rpc::Handshake{in_.ConsumeIntegral<uint32_t>(), text(),
                                     in_.ConsumeIntegral<int32_t>()};
+        m.device_map.resize(in_.ConsumeIntegralInRange<size_t>(0, 4));
+        for (auto& [from, to] : m.device_map)  // int16 on the wire
+          from = in_.ConsumeIntegral<int16_t>(), to = in_.ConsumeIntegral<int16_t>();
         break;
       case 1:
         m.body = gw::rpc::Response{value(0), std::nullopt};
@@ -83,6 +86,9 @@ class Generator {
                                                    in_.ConsumeBool()});
         break;
     }
+    if (!m.get<gw::rpc::Handshake>() && in_.ConsumeBool())
+      m.autograd = gw::rpc::AutogradInfo{in_.ConsumeIntegral<uint64_t>(),
+                                         in_.ConsumeIntegral<uint64_t>()};
     return m;
   }
 

@@ -172,6 +172,10 @@ std::string request_difference(const rpc::Request& ra, const rpc::Request& rb) {
 
 std::string message_difference(const Message& a, const Message& b) {
   if (a.id != b.id) return detail::str("id ", a.id, " vs ", b.id);
+  if (a.autograd.has_value() != b.autograd.has_value() ||
+      (a.autograd && (a.autograd->context_id != b.autograd->context_id ||
+                      a.autograd->message_id != b.autograd->message_id)))
+    return "autograd info";
   if (a.body.index() != b.body.index())
     return detail::str("body kind ", a.body.index(), " vs ", b.body.index());
   if (const auto* ha = a.get<rpc::Handshake>()) {
@@ -181,7 +185,7 @@ std::string message_difference(const Message& a, const Message& b) {
       return detail::str("worker_name of ", ha->worker_name.size(), " bytes vs ",
                          hb->worker_name.size());
     if (ha->worker_id != hb->worker_id) return "worker_id";
-    return "";
+    return a.device_map == b.device_map ? "" : "device_map";
   }
   if (const auto* ra = a.get<rpc::Response>()) {
     const auto* rb = b.get<rpc::Response>();

@@ -279,15 +279,29 @@ void Agent::expire_due() {
   arm_timer();
 }
 
-bool Agent::expects_response(const Connection& from, uint64_t id) {
-  std::lock_guard lock(impl_->pending_mu);
-  auto it = impl_->pending.find(id);
-  if (it == impl_->pending.end()) return false;  // timed out or failed already
-  // Only the connection the request went out on, which we opened to the callee and introduced
-  // with our handshake, answers it: any other peer's guess of the id is dropped.
-  if (it->second.conn == &from) return true;
+Agent::ResponseFate Agent::response_fate(const std::shared_ptr<Connection>& from, uint64_t id) {
+  {
+    std::lock_guard lock(impl_->pending_mu);
+    auto it = impl_->pending.find(id);
+    // Only the connection the request went out on, which we opened to the callee and
+    // introduced with our handshake, answers it: any other peer's guess of the id is dropped.
+    if (it != impl_->pending.end()) {
+      if (it->second.conn == from.get()) return ResponseFate::kExpected;
+      ++impl_->stray_responses;
+      return ResponseFate::kStray;
+    }
+  }
+  // Not pending: a call that timed out (late answers come on our own connection to the callee,
+  // and still carry RRef forks to release) or a guess from anyone else.
+  bool ours;
+  {
+    std::lock_guard lock(impl_->conn_mu);
+    const int peer = from->peer_id();
+    ours = peer >= 0 && impl_->outbound[static_cast<size_t>(peer)] == from;
+  }
+  if (ours) return ResponseFate::kLate;
   ++impl_->stray_responses;
-  return false;
+  return ResponseFate::kStray;
 }
 
 void Agent::complete(const Connection& from, uint64_t id, Response& response) {
@@ -312,10 +326,7 @@ void Agent::set_autograd_hook(std::shared_ptr<AutogradHook> hook) {
   autograd_ = std::move(hook);
 }
 
-uint64_t Agent::num_stray_responses() const {
-  std::lock_guard lock(impl_->pending_mu);
-  return impl_->stray_responses;
-}
+uint64_t Agent::num_stray_responses() const { return impl_->stray_responses.load(); }
 
 // --- serving ---------------------------------------------------------------------------------
 
@@ -337,8 +348,11 @@ void Agent::on_message(const std::shared_ptr<Connection>& c, Message m) {
     return;
   }
   if (auto* r = m.get<Response>()) {
-    if (!expects_response(*c, m.id)) return;  // before it can touch RRefs or autograd state
+    const ResponseFate fate = response_fate(c, m.id);
+    if (fate == ResponseFate::kStray) return;  // before it can touch RRefs or autograd state
+    // A late answer's RRefs become handles that go at once, releasing the forks made for it.
     materialize_rrefs(r->value);
+    if (fate == ResponseFate::kLate) return;
     if (!r->error) {  // an error response carries no tensors
       try {
         place_on_devices(m);

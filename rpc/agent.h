@@ -30,7 +30,7 @@
 #include "dist/store/store.h"
 #include "core/future.h"
 #include "rpc/ivalue.h"
-#include "rpc/message.h"
+#include "rpc/protocol.h"
 
 namespace gw::rpc {
 
@@ -180,10 +180,13 @@ class Agent {
   // become RRefs.
   void fork_rrefs(IValue& v, std::vector<RRefForkData>& made);
   void materialize_rrefs(IValue& v);
-  // Whether `from` may answer call `id`: it is pending and its request went out on `from`.
-  bool expects_response(const Connection& from, uint64_t id);
-  // Completes pending call `id` with `response` (a value or the callee's failure); `from` passed
-  // expects_response.
+  // What a response to call `id` arriving on `from` is: the answer to a pending call whose
+  // request went out on `from`; a late answer, on our own connection to the callee, to a call
+  // that is no longer pending (timed out); or a stray, from anyone else, dropped untouched.
+  enum class ResponseFate { kExpected, kLate, kStray };
+  ResponseFate response_fate(const std::shared_ptr<Connection>& from, uint64_t id);
+  // Completes pending call `id` with `response` (a value or the callee's failure); its fate
+  // was kExpected.
   void complete(const Connection& from, uint64_t id, Response& response);
   void arm_timer();
   void expire_due();

@@ -59,7 +59,7 @@ struct Agent::Impl {
   std::chrono::steady_clock::time_point armed_for = std::chrono::steady_clock::time_point::max();
   asio::steady_timer timer{io};
   int active_handlers = 0;
-  uint64_t stray_responses = 0;  // see Agent::complete
+  std::atomic<uint64_t> stray_responses{0};  // see Agent::response_fate
   std::atomic<uint64_t> next_id{1};
 
   uint64_t max_frame_bytes = 0;
@@ -70,7 +70,7 @@ struct Agent::Impl {
   Connection::CloseHandler on_close;
 
   PendingCall take_pending_locked(std::unordered_map<uint64_t, PendingCall>::iterator it);
-  // Fails a call with E("[rpc] call of 'f' on worker 'w' <what>").
+  // Fails a call with E("[rpc] <what the request is> on worker 'w' <what happened>").
   template <typename E>
   static void fail(PendingCall& p, const std::string& worker, const std::string& what) {
     p.future.set_exception(std::make_exception_ptr(

@@ -3,7 +3,7 @@
 // protocol's system messages.
 #include "rpc/agent.h"
 #include "rpc/autograd_hook.h"
-#include "rpc/message.h"
+#include "rpc/protocol.h"
 #include "rpc/rref_context.h"
 
 namespace gw::rpc {

@@ -23,7 +23,7 @@
 #include "core/tensor.h"
 #include "core/future.h"
 #include "rpc/ivalue.h"
-#include "rpc/message.h"
+#include "rpc/protocol.h"
 
 namespace gw::rpc {
 

@@ -410,10 +410,12 @@ Message message_of(wire::Envelope::Reader env, std::vector<Tensor> tensors) {
       auto g = body.getAutogradGradients();
       AutogradGradients out{g.getContextId(), g.getMessageId(), g.getPassId(),
                             g.getRetainGraph(), {}, g.getReturned()};
-      for (const IValue& v : values(g.getGrads())) {
-        GW_CHECK(v.is(IValue::Kind::kTensor) || v.is(IValue::Kind::kNone), IoError,
-                 "[rpc] a gradient must be a tensor or none, got ", v.kind_name());
-        out.grads.push_back(v.is(IValue::Kind::kTensor) ? v.to_tensor() : Tensor());
+      out.grads.reserve(g.getGrads().size());
+      for (auto v : g.getGrads()) {
+        GW_CHECK(v.isTensor() || v.isNone(), IoError,
+                 "[rpc] a gradient must be a tensor or none, got value kind ",
+                 static_cast<int>(v.which()));
+        out.grads.push_back(v.isTensor() ? read_value(v, tensors, 0).to_tensor() : Tensor());
       }
       m.body = Request(std::move(out));
       break;

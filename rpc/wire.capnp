@@ -112,11 +112,12 @@ struct AutogradBackward {    # RRef::backward: run a backward pass from the valu
 struct Envelope {
   id @0 :UInt64;             # pairs a response with its request
   tensors @1 :List(TensorMeta);
-  autograd @2 :AutogradInfo; # absent outside a context
   body :union {
-    handshake @3 :Handshake;
+    # The handshake stays the union's first member at ordinal 2, in every version, so that a
+    # peer of another version reads its protocolVersion and is refused by name.
+    handshake @2 :Handshake;
+    call @3 :Call;
     response @4 :Response;
-    call @5 :Call;
     rrefCreate @6 :RRefCreate;
     rrefFetch @7 :Id;        # to_here(): the value of the owned RRef with this id
     rrefFork @8 :RRefIds;    # a user passed the value on: the owner records the new fork
@@ -126,4 +127,5 @@ struct Envelope {
     autogradRelease @12 :List(UInt64);  # distributed autograd contexts that are over
     autogradBackward @13 :AutogradBackward;
   }
+  autograd @5 :AutogradInfo; # absent outside a context
 }

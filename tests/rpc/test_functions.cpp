@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "core/ops.h"
@@ -65,6 +67,30 @@ std::string shutdown_from_handler() {
   }
   return "no error";
 }
+namespace {
+std::optional<std::pair<Future<RRef<Tensor>>, Tensor>> g_held;  // guarded by g_mu
+}  // namespace
+
+Future<RRef<Tensor>> held_rref(Tensor t) {
+  Future<RRef<Tensor>> answer;
+  {
+    std::lock_guard lock(g_mu);
+    g_held.emplace(answer, t);
+  }
+  g_cv.notify_all();
+  return answer;
+}
+
+void answer_held_rref() {
+  std::unique_lock lock(g_mu);
+  if (!g_cv.wait_for(lock, std::chrono::seconds(10), [] { return g_held.has_value(); }))
+    throw TimeoutError("answer_held_rref: held_rref was never called");
+  auto [answer, t] = std::move(*g_held);
+  g_held.reset();
+  lock.unlock();
+  answer.set_result(RRef<Tensor>(t));
+}
+
 GW_RPC_FUNCTION(shutdown_from_handler);
 
 namespace {
@@ -121,6 +147,7 @@ const bool kCounterRegistered = [] {
 GW_RPC_FUNCTION(my_add);
 GW_RPC_FUNCTION(fail_with);
 GW_RPC_FUNCTION(fail_as);
+GW_RPC_FUNCTION(held_rref);
 GW_RPC_FUNCTION(block_until_released);
 GW_RPC_FUNCTION(async_add_chained);
 GW_RPC_FUNCTION(crash);

@@ -31,6 +31,10 @@ int64_t rref_int(RRef<int64_t> r);  // r.to_here()
 void keep_rref(RRef<Tensor> r);     // holds r until drop_kept_rrefs()
 void drop_kept_rrefs();
 RRef<Tensor> make_local_rref(Tensor t);  // an RRef owned by the worker running this
+// Async: answers with an RRef to `t`, owned by the worker running it, when answer_held_rref()
+// is called in this process (with that worker as the current agent).
+Future<RRef<Tensor>> held_rref(Tensor t);
+void answer_held_rref();
 
 // A user type sent through gw::rpc::Serializer.
 struct Point {

@@ -170,3 +170,17 @@ TEST_CASE("fetching a value the owner has released is an error, not a wait", "[r
                     Catch::Contains("no longer exists on its owner 'worker1'"));
   CHECK(g[1].num_owner_rrefs() == 0);  // and no empty record was left behind
 }
+
+TEST_CASE("an answer that arrives after its call timed out still releases its RRefs", "[rref]") {
+  Group g(2);
+  Agent::Use use(g[0]);
+  auto late = rpc_async("worker1", held_rref, ones({2}), timeout(50ms));
+  CHECK_THROWS_AS(late.wait(), TimeoutError);
+  {
+    Agent::Use on_owner(g[1]);
+    answer_held_rref();  // the answer, a fork of worker1's new value, is sent now
+  }
+  sync_with(1);  // answered on the same connection after the late answer: worker0 has read it
+  sync_with(1);  // ... and worker0's delete of the fork it carried has reached worker1
+  CHECK(g[1].num_owner_rrefs() == 0);
+}
