@@ -28,16 +28,26 @@ std::exception_ptr remote(const std::string& worker, const std::string& message)
 std::exception_ptr remote_failure(ErrorCode code, const std::string& worker,
                                   const std::string& message) {
   switch (code) {
-    case ErrorCode::kInvalidArgument: return remote<InvalidArgumentError>(worker, message);
-    case ErrorCode::kShape: return remote<ShapeError>(worker, message);
-    case ErrorCode::kDType: return remote<DTypeError>(worker, message);
-    case ErrorCode::kIndex: return remote<IndexError>(worker, message);
-    case ErrorCode::kTimeout: return remote<TimeoutError>(worker, message);
-    case ErrorCode::kIo: return remote<IoError>(worker, message);
-    case ErrorCode::kCuda: return remote<CudaError>(worker, message);
-    case ErrorCode::kState: return remote<StateError>(worker, message);
-    case ErrorCode::kInternal: return remote<InternalError>(worker, message);
-    case ErrorCode::kRemote: break;
+    case ErrorCode::kInvalidArgument:
+      return remote<InvalidArgumentError>(worker, message);
+    case ErrorCode::kShape:
+      return remote<ShapeError>(worker, message);
+    case ErrorCode::kDType:
+      return remote<DTypeError>(worker, message);
+    case ErrorCode::kIndex:
+      return remote<IndexError>(worker, message);
+    case ErrorCode::kTimeout:
+      return remote<TimeoutError>(worker, message);
+    case ErrorCode::kIo:
+      return remote<IoError>(worker, message);
+    case ErrorCode::kCuda:
+      return remote<CudaError>(worker, message);
+    case ErrorCode::kState:
+      return remote<StateError>(worker, message);
+    case ErrorCode::kInternal:
+      return remote<InternalError>(worker, message);
+    case ErrorCode::kRemote:
+      break;
   }
   return std::make_exception_ptr(RemoteError(worker, message));
 }

@@ -44,11 +44,11 @@ class Error : public std::runtime_error {
   ErrorCode code_;
 };
 
-#define GW_DEFINE_ERROR(Name, Code)                                                \
-  class Name : public virtual Error {                                              \
-   public:                                                                         \
-    static constexpr ErrorCode kCode = ErrorCode::Code;                            \
-    explicit Name(const std::string& message) : Error(kCode, message) {}           \
+#define GW_DEFINE_ERROR(Name, Code)                                      \
+  class Name : public virtual Error {                                    \
+   public:                                                               \
+    static constexpr ErrorCode kCode = ErrorCode::Code;                  \
+    explicit Name(const std::string& message) : Error(kCode, message) {} \
   }
 
 GW_DEFINE_ERROR(InvalidArgumentError, kInvalidArgument);
@@ -85,7 +85,8 @@ class RemoteFailure final : public E, public RemoteError {
   // The virtual base Error is built here, once, with E's code; E's and RemoteError's own
   // initialisations of it are skipped.
   RemoteFailure(std::string worker, const std::string& message)
-      : Error(E::kCode, "[" + worker + "] " + message), E(message),
+      : Error(E::kCode, "[" + worker + "] " + message),
+        E(message),
         RemoteError(std::move(worker), message) {}
 };
 

@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "autograd/autograd.h"
+#include "core/future.h"
 #include "core/tensor.h"
 #include "dist/process_group/process_group.h"
-#include "core/future.h"
 
 namespace gw::ddp {
 

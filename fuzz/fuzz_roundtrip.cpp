@@ -65,7 +65,9 @@ class Generator {
       case 9: {
         gw::rpc::AutogradGradients g{in_.ConsumeIntegral<uint64_t>(),
                                      in_.ConsumeIntegral<uint64_t>(),
-                                     in_.ConsumeIntegral<uint64_t>(), in_.ConsumeBool(), {},
+                                     in_.ConsumeIntegral<uint64_t>(),
+                                     in_.ConsumeBool(),
+                                     {},
                                      in_.ConsumeBool()};
         g.grads.resize(in_.ConsumeIntegralInRange<size_t>(0, kMaxItems));
         for (auto& t : g.grads)
@@ -81,14 +83,13 @@ class Generator {
         break;
       }
       default:
-        m.body = Request(gw::rpc::AutogradBackward{IValue::rref_fork(rref_fork()),
-                                                   in_.ConsumeIntegral<uint64_t>(),
-                                                   in_.ConsumeBool()});
+        m.body = Request(gw::rpc::AutogradBackward{
+            IValue::rref_fork(rref_fork()), in_.ConsumeIntegral<uint64_t>(), in_.ConsumeBool()});
         break;
     }
     if (!m.get<gw::rpc::Handshake>() && in_.ConsumeBool())
-      m.autograd = gw::rpc::AutogradInfo{in_.ConsumeIntegral<uint64_t>(),
-                                         in_.ConsumeIntegral<uint64_t>()};
+      m.autograd =
+          gw::rpc::AutogradInfo{in_.ConsumeIntegral<uint64_t>(), in_.ConsumeIntegral<uint64_t>()};
     return m;
   }
 

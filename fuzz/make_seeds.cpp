@@ -33,13 +33,15 @@ Message message(uint64_t id, gw::rpc::Body body) {
   return m;
 }
 
-Message handshake() { return message(0, gw::rpc::Handshake{gw::rpc::kProtocolVersion, "worker0", 0}); }
+Message handshake() {
+  return message(0, gw::rpc::Handshake{gw::rpc::kProtocolVersion, "worker0", 0});
+}
 
 Message request_tensors() {
   Tensor x = counting({2, 3}, gw::kFloat32);
   // x twice: one payload each
-  return message(1, Request(gw::rpc::Call{
-                        "my_add", {x, counting({}, gw::kFloat64).requires_grad_(true), x}}));
+  return message(
+      1, Request(gw::rpc::Call{"my_add", {x, counting({}, gw::kFloat64).requires_grad_(true), x}}));
 }
 
 Message request_scalars() {
@@ -52,11 +54,11 @@ Message request_scalars() {
 }
 
 Message response_tensors() {
-  return message(3, gw::rpc::Response{
-                        gw::rpc::IValueList{counting({3}, gw::kInt64), counting({2}, gw::kFloat16),
-                                            counting({2, 1}, gw::kBFloat16),
-                                            counting({0, 3}, gw::kFloat32), counting({5}, gw::kBool)},
-                        std::nullopt});
+  return message(3, gw::rpc::Response{gw::rpc::IValueList{
+                                          counting({3}, gw::kInt64), counting({2}, gw::kFloat16),
+                                          counting({2, 1}, gw::kBFloat16),
+                                          counting({0, 3}, gw::kFloat32), counting({5}, gw::kBool)},
+                                      std::nullopt});
 }
 
 Message response_error() {
@@ -66,7 +68,8 @@ Message response_error() {
 
 // The system messages: one of each typed variant.
 std::vector<Message> system_messages() {
-  return {message(5, Request(gw::rpc::RRefCreate{{1, 2}, {1, 3}, "make", {counting({2}, gw::kFloat32)}})),
+  return {message(5, Request(gw::rpc::RRefCreate{
+                         {1, 2}, {1, 3}, "make", {counting({2}, gw::kFloat32)}})),
           message(6, Request(gw::rpc::RRefFetch{{1, 2}})),
           message(7, Request(gw::rpc::RRefFork{{1, 2}, {0, 4}})),
           message(8, Request(gw::rpc::RRefAccept{{0, 4}})),
@@ -74,8 +77,8 @@ std::vector<Message> system_messages() {
           message(10, Request(gw::rpc::AutogradGradients{
                           7, 8, 9, false, {counting({3}, gw::kFloat32), Tensor()}, true})),
           message(11, Request(gw::rpc::AutogradRelease{{1, 2}})),
-          message(12, Request(gw::rpc::AutogradBackward{
-                          IValue::rref_fork({1, {1, 2}, {0, 5}, 0}), 7, false}))};
+          message(12, Request(gw::rpc::AutogradBackward{IValue::rref_fork({1, {1, 2}, {0, 5}, 0}),
+                                                        7, false}))};
 }
 
 bool write(const std::string& path, const std::vector<std::vector<uint8_t>>& frames) {

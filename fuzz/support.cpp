@@ -122,8 +122,7 @@ std::string first_of(Diffs... diffs) {
 }
 
 std::string request_difference(const rpc::Request& ra, const rpc::Request& rb) {
-  if (ra.index() != rb.index())
-    return detail::str("request kind ", ra.index(), " vs ", rb.index());
+  if (ra.index() != rb.index()) return detail::str("request kind ", ra.index(), " vs ", rb.index());
   return std::visit(
       [&](const auto& a) -> std::string {
         using T = std::decay_t<decltype(a)>;
@@ -139,7 +138,8 @@ std::string request_difference(const rpc::Request& ra, const rpc::Request& rb) {
                           value_difference(IValue(a.args), IValue(b.args), "args"));
         } else if constexpr (std::is_same_v<T, rpc::RRefFetch>) {
           return id_difference(a.rref_id, b.rref_id, "rref_id");
-        } else if constexpr (std::is_same_v<T, rpc::RRefFork> || std::is_same_v<T, rpc::RRefDelete>) {
+        } else if constexpr (std::is_same_v<T, rpc::RRefFork> ||
+                             std::is_same_v<T, rpc::RRefDelete>) {
           return first_of(id_difference(a.rref_id, b.rref_id, "rref_id"),
                           id_difference(a.fork_id, b.fork_id, "fork_id"));
         } else if constexpr (std::is_same_v<T, rpc::RRefAccept>) {

@@ -310,7 +310,8 @@ void Agent::complete(const Connection& from, uint64_t id, Response& response) {
     std::lock_guard lock(impl_->pending_mu);
     auto it = impl_->pending.find(id);
     if (it == impl_->pending.end()) return;  // timed out meanwhile
-    GW_CHECK(it->second.conn == &from, InternalError, "[rpc] a checked response changed connection");
+    GW_CHECK(it->second.conn == &from, InternalError,
+             "[rpc] a checked response changed connection");
     p = impl_->take_pending_locked(it);
   }
   if (response.error)
@@ -382,8 +383,9 @@ void Agent::on_message(const std::shared_ptr<Connection>& c, Message m) {
       [&](auto& r) {
         using T = std::decay_t<decltype(r)>;
         if constexpr (std::is_same_v<T, Call>) {
-          run_function(r.function, std::move(r.args), ctx,
-                       [this, c, id = m.id, ctx](Future<IValue>& done) { respond(c, id, done, ctx); });
+          run_function(
+              r.function, std::move(r.args), ctx,
+              [this, c, id = m.id, ctx](Future<IValue>& done) { respond(c, id, done, ctx); });
         } else if constexpr (std::is_same_v<T, AutogradGradients> ||
                              std::is_same_v<T, AutogradRelease> ||
                              std::is_same_v<T, AutogradBackward>) {

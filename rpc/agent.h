@@ -27,8 +27,8 @@
 #include <variant>
 #include <vector>
 
-#include "dist/store/store.h"
 #include "core/future.h"
+#include "dist/store/store.h"
 #include "rpc/ivalue.h"
 #include "rpc/protocol.h"
 

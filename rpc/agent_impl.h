@@ -26,7 +26,7 @@ namespace gw::rpc {
 struct PendingCall {
   Future<IValue> future;
   int peer;
-  std::string what;  // describe(request): "call of 'f'", "RRef fetch", ...
+  std::string what;                  // describe(request): "call of 'f'", "RRef fetch", ...
   Milliseconds timeout{0};           // 0: none
   const Connection* conn = nullptr;  // where the request went; its loss fails the call
   std::multimap<std::chrono::steady_clock::time_point, uint64_t>::iterator deadline;

@@ -40,13 +40,13 @@ std::shared_ptr<RRefHandle> Agent::remote(const To& to, const std::string& funct
   std::weak_ptr<RRefHandle> weak = h;
   request(dst, RRefCreate{h->rref_id(), h->fork_id(), function, std::move(args)}, timeout)
       .add_done_callback([weak](Future<IValue>& ack) {
-    if (auto h = weak.lock()) {
-      if (auto e = ack.exception())
-        h->confirmed().set_exception(e);
-      else
-        h->confirmed().set_result();
-    }
-  });
+        if (auto h = weak.lock()) {
+          if (auto e = ack.exception())
+            h->confirmed().set_exception(e);
+          else
+            h->confirmed().set_result();
+        }
+      });
   return h;
 }
 

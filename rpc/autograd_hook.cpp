@@ -13,5 +13,4 @@ AutogradContextScope::AutogradContextScope(uint64_t context_id) : previous_(t_co
 }
 AutogradContextScope::~AutogradContextScope() { t_context = previous_; }
 
-
 }  // namespace gw::rpc

@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "core/tensor.h"
 #include "core/future.h"
+#include "core/tensor.h"
 #include "rpc/ivalue.h"
 #include "rpc/protocol.h"
 

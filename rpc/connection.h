@@ -3,9 +3,10 @@
 // Reading runs on the agent's Asio thread through a FrameReader (rpc/frame_reader.h): small
 // frames are parsed out of a 64 KiB buffer, and large tensor payloads are read straight into
 // newly allocated tensor storage. Everything the peer claims (sizes, counts, indices) is
-// validated before it is used; a bad frame closes this connection only. Writing is done by the sending thread itself with one gathered sendmsg()
-// on the socket (no copy of tensor bytes, no hop to another thread); only when the kernel's
-// buffer is full does the rest wait for the Asio thread. `send` is thread-safe.
+// validated before it is used; a bad frame closes this connection only. Writing is done by the
+// sending thread itself with one gathered sendmsg() on the socket (no copy of tensor bytes, no hop
+// to another thread); only when the kernel's buffer is full does the rest wait for the Asio thread.
+// `send` is thread-safe.
 #pragma once
 
 #include <atomic>

@@ -229,15 +229,24 @@ std::string describe(const Request& r) {
   return std::visit(
       [](const auto& m) -> std::string {
         using T = std::decay_t<decltype(m)>;
-        if constexpr (std::is_same_v<T, Call>) return "call of '" + m.function + "'";
-        else if constexpr (std::is_same_v<T, RRefCreate>) return "remote() of '" + m.function + "'";
-        else if constexpr (std::is_same_v<T, RRefFetch>) return "RRef fetch";
-        else if constexpr (std::is_same_v<T, RRefFork>) return "RRef fork";
-        else if constexpr (std::is_same_v<T, RRefAccept>) return "RRef accept";
-        else if constexpr (std::is_same_v<T, RRefDelete>) return "RRef delete";
-        else if constexpr (std::is_same_v<T, AutogradGradients>) return "distributed autograd gradients";
-        else if constexpr (std::is_same_v<T, AutogradRelease>) return "distributed autograd release";
-        else return "RRef backward";
+        if constexpr (std::is_same_v<T, Call>)
+          return "call of '" + m.function + "'";
+        else if constexpr (std::is_same_v<T, RRefCreate>)
+          return "remote() of '" + m.function + "'";
+        else if constexpr (std::is_same_v<T, RRefFetch>)
+          return "RRef fetch";
+        else if constexpr (std::is_same_v<T, RRefFork>)
+          return "RRef fork";
+        else if constexpr (std::is_same_v<T, RRefAccept>)
+          return "RRef accept";
+        else if constexpr (std::is_same_v<T, RRefDelete>)
+          return "RRef delete";
+        else if constexpr (std::is_same_v<T, AutogradGradients>)
+          return "distributed autograd gradients";
+        else if constexpr (std::is_same_v<T, AutogradRelease>)
+          return "distributed autograd release";
+        else
+          return "RRef backward";
       },
       r);
 }
@@ -388,8 +397,8 @@ Message message_of(wire::Envelope::Reader env, std::vector<Tensor> tensors) {
       break;
     case B::RREF_CREATE: {
       auto c = body.getRrefCreate();
-      m.body = Request(RRefCreate{id_of(c.getRrefId()), id_of(c.getForkId()),
-                                  text(c.getFunction()), values(c.getArgs())});
+      m.body = Request(RRefCreate{id_of(c.getRrefId()), id_of(c.getForkId()), text(c.getFunction()),
+                                  values(c.getArgs())});
       break;
     }
     case B::RREF_FETCH:
@@ -408,8 +417,9 @@ Message message_of(wire::Envelope::Reader env, std::vector<Tensor> tensors) {
       break;
     case B::AUTOGRAD_GRADIENTS: {
       auto g = body.getAutogradGradients();
-      AutogradGradients out{g.getContextId(), g.getMessageId(), g.getPassId(),
-                            g.getRetainGraph(), {}, g.getReturned()};
+      AutogradGradients out{
+          g.getContextId(), g.getMessageId(), g.getPassId(), g.getRetainGraph(), {},
+          g.getReturned()};
       out.grads.reserve(g.getGrads().size());
       for (auto v : g.getGrads()) {
         GW_CHECK(v.isTensor() || v.isNone(), IoError,
@@ -428,13 +438,12 @@ Message message_of(wire::Envelope::Reader env, std::vector<Tensor> tensors) {
     }
     case B::AUTOGRAD_BACKWARD: {
       auto b = body.getAutogradBackward();
-      m.body = Request(AutogradBackward{IValue::rref_fork(read_fork(b.getRref())),
-                                        b.getContextId(), b.getRetainGraph()});
+      m.body = Request(AutogradBackward{IValue::rref_fork(read_fork(b.getRref())), b.getContextId(),
+                                        b.getRetainGraph()});
       break;
     }
     default:
-      throw IoError(
-          gw::detail::str("[rpc] unknown message kind ", static_cast<int>(body.which())));
+      throw IoError(gw::detail::str("[rpc] unknown message kind ", static_cast<int>(body.which())));
   }
   if (env.hasAutograd()) {
     auto a = env.getAutograd();

@@ -1,10 +1,11 @@
 // RPC frames: Messages (rpc/protocol.h) as bytes on the socket (wire.capnp has the layout).
 //
 // `encode` turns a Message into an OutgoingFrame whose buffers point at the Cap'n Proto header
-// and straight at tensor storage, for one gathered write. Reading goes the other way in two steps, so that tensor bytes
-// land directly in new tensor storage: `parse_prefix` and a FrameHeader validate what the peer
-// claims before anything is allocated, then the FrameHeader builds the Message once the payload
-// has been read into the tensors. rpc/frame_reader.h strings these steps together for a stream.
+// and straight at tensor storage, for one gathered write. Reading goes the other way in two steps,
+// so that tensor bytes land directly in new tensor storage: `parse_prefix` and a FrameHeader
+// validate what the peer claims before anything is allocated, then the FrameHeader builds the
+// Message once the payload has been read into the tensors. rpc/frame_reader.h strings these steps
+// together for a stream.
 #pragma once
 
 #include <array>

@@ -125,9 +125,13 @@ struct Message {
   std::vector<std::pair<Tensor, int>> placements;
 
   template <typename T>
-  T* get() { return std::get_if<T>(&body); }
+  T* get() {
+    return std::get_if<T>(&body);
+  }
   template <typename T>
-  const T* get() const { return std::get_if<T>(&body); }
+  const T* get() const {
+    return std::get_if<T>(&body);
+  }
   Request* request() { return std::get_if<Request>(&body); }
   const Request* request() const { return std::get_if<Request>(&body); }
 };

@@ -2,9 +2,9 @@
 // See rpc/api.h for the API and rpc/agent.h for the model behind it.
 #pragma once
 
+#include "core/future.h"
 #include "rpc/agent.h"
 #include "rpc/api.h"
-#include "core/future.h"
 #include "rpc/function_table.h"
 #include "rpc/ivalue.h"
 #include "rpc/rref.h"

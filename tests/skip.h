@@ -9,8 +9,8 @@
 
 #include <catch2/catch.hpp>
 
-#define GW_SKIP(reason)            \
-  do {                             \
-    WARN("skipped: " << reason);   \
-    return;                        \
+#define GW_SKIP(reason)          \
+  do {                           \
+    WARN("skipped: " << reason); \
+    return;                      \
   } while (0)

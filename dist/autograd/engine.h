@@ -31,8 +31,8 @@
 #include <vector>
 
 #include "autograd/engine.h"
-#include "dist/autograd/context.h"
 #include "core/future.h"
+#include "dist/autograd/context.h"
 #include "rpc/ivalue.h"
 
 namespace gw::rpc {

@@ -70,8 +70,9 @@ void ReleaseBatcher::flush(std::chrono::milliseconds timeout) {
     try {
       f.wait(std::max(left, std::chrono::milliseconds(0)));
     } catch (const TimeoutError&) {
-      if (!f.done()) throw;  // our own deadline; a batch that failed with a (remote) timeout
-                             // was reported by send_ like any other failure
+      if (!f.done())
+        throw;  // our own deadline; a batch that failed with a (remote) timeout
+                // was reported by send_ like any other failure
     } catch (const std::exception&) {
       // send_ reported it; the batch is over.
     }

@@ -32,8 +32,8 @@ std::string RemoteModule::parse_worker(const std::string& remote_device) {
   const auto slash = remote_device.find('/');
   const std::string worker = remote_device.substr(0, slash);
   const std::string device = slash == std::string::npos ? "cpu" : remote_device.substr(slash + 1);
-  GW_CHECK(!worker.empty(), InvalidArgumentError, "[RemoteModule] remote_device '",
-           remote_device, "' must be \"<worker>/<device>\"");
+  GW_CHECK(!worker.empty(), InvalidArgumentError, "[RemoteModule] remote_device '", remote_device,
+           "' must be \"<worker>/<device>\"");
   GW_CHECK(device == "cpu", InvalidArgumentError, "[RemoteModule] device '", device, "' of '",
            remote_device, "' is not supported (only cpu)");
   return worker;

@@ -47,8 +47,7 @@ class RemoteModule {
   // `remote_device` is "<worker>/<device>" or "<worker>" (device "cpu"); `constructor` is the
   // registered name of a function returning std::shared_ptr<nn::Module>.
   template <typename... Args>
-  RemoteModule(const std::string& remote_device, const std::string& constructor,
-               Args&&... args)
+  RemoteModule(const std::string& remote_device, const std::string& constructor, Args&&... args)
       : owner_(parse_worker(remote_device)),
         module_(rpc::remote<std::shared_ptr<nn::Module>>(owner_, constructor,
                                                          std::forward<Args>(args)...)) {}

@@ -22,7 +22,6 @@ std::shared_ptr<LocalOptimizer> make_local_optimizer(optim::OptimizerOptions opt
   return std::make_shared<LocalOptimizer>(options, std::move(local));
 }
 
-
 template <typename V, size_t I = 0>
 V variant_from_index(size_t index, std::span<const uint8_t> bytes) {
   if constexpr (I < std::variant_size_v<V>) {

@@ -19,9 +19,10 @@ config=$(find "$work/root" -name gradwireConfig.cmake)
 # LD_LIBRARY_PATH (or a system prefix) would find them.
 export LD_LIBRARY_PATH=$(dirname "$(dirname "$pc")")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 
+export PKG_CONFIG_PATH=$(dirname "$pc")
+
 echo "pkg-config: g++ app.cpp \$(pkg-config --cflags --libs gradwire)"
-PKG_CONFIG_PATH=$(dirname "$pc") g++ "$here/app.cpp" -o "$work/app-pkg-config" \
-  $(PKG_CONFIG_PATH=$(dirname "$pc") pkg-config --cflags --libs gradwire)
+g++ "$here/app.cpp" -o "$work/app-pkg-config" $(pkg-config --cflags --libs gradwire)
 [[ $("$work/app-pkg-config") == "consumer ok" ]]
 
 echo "CMake: find_package(gradwire), target_link_libraries(app PRIVATE gradwire::gradwire)"

@@ -20,11 +20,11 @@
 #include "cuda/device.h"
 #include "tests/skip.h"
 
-#define GW_REQUIRE_CUDA_DEVICE()                                          \
-  do {                                                                    \
-    if (!::gw::cuda::is_available()) {                                    \
+#define GW_REQUIRE_CUDA_DEVICE()                                            \
+  do {                                                                      \
+    if (!::gw::cuda::is_available()) {                                      \
       GW_SKIP("no CUDA device (" << ::gw::cuda::no_device_reason() << ")"); \
-    }                                                                     \
+    }                                                                       \
   } while (0)
 
 namespace cuda_test {

@@ -6,11 +6,11 @@
 // builtin min(1, 2) on the same connection and waits for its answer: the worker reads a
 // connection's frames in order, so once that answer is here every forged response has been
 // handled. Exits 0 when the answer is 1; every read gives up after 10 s.
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
-#include <arpa/inet.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -47,7 +47,8 @@ void send_message(int fd, const Message& m) {
   write_all(fd, f.prefix.data(), f.prefix.size());
   write_all(fd, reinterpret_cast<const uint8_t*>(f.header.begin()),
             f.header.size() * sizeof(capnp::word));
-  for (const Tensor& t : f.tensors) write_all(fd, static_cast<const uint8_t*>(t.raw_data()), t.nbytes());
+  for (const Tensor& t : f.tensors)
+    write_all(fd, static_cast<const uint8_t*>(t.raw_data()), t.nbytes());
 }
 
 Message read_message(int fd) {
@@ -87,8 +88,8 @@ int main(int argc, char** argv) {
     Message hello;
     hello.body = Handshake{kProtocolVersion, argv[3], std::atoi(argv[4])};
     send_message(fd, hello);
-    for (uint64_t id = std::strtoull(argv[5], nullptr, 10); id <= std::strtoull(argv[6], nullptr, 10);
-         ++id) {
+    for (uint64_t id = std::strtoull(argv[5], nullptr, 10);
+         id <= std::strtoull(argv[6], nullptr, 10); ++id) {
       Message forged;
       forged.id = id;
       forged.body = Response{IValue(int64_t{-666}), std::nullopt};

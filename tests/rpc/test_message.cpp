@@ -46,10 +46,11 @@ kj::Array<capnp::word> words(const std::vector<uint8_t>& bytes) {
 
 TEST_CASE("a request survives encode and decode", "[message]") {
   Tensor a = arange(0, 6).reshape({2, 3}).to(kFloat32), b = ones({3}, kInt64);
-  Message m = call_message("my_add",
-                           {IValue(a), IValue(IValueList{IValue(b), IValue(int64_t{3}), IValue(2.5)}),
-                            IValue(std::string("s")), IValue(), IValue::bytes({1, 2, 3})},
-                           99);
+  Message m =
+      call_message("my_add",
+                   {IValue(a), IValue(IValueList{IValue(b), IValue(int64_t{3}), IValue(2.5)}),
+                    IValue(std::string("s")), IValue(), IValue::bytes({1, 2, 3})},
+                   99);
   OutgoingFrame f = encode(m);
   REQUIRE(f.tensors.size() == 2);
   FrameBytes bytes = frame_bytes(f);
@@ -124,8 +125,8 @@ TEST_CASE("tensors that cannot be sent are refused on the sender", "[message]") 
 }
 
 TEST_CASE("empty tensors and strings with NUL bytes survive the codec", "[message]") {
-  Message m = call_message(std::string("f\0g", 3),
-                           {IValue(empty({7, 0})), IValue(std::string("a\0b", 3))});
+  Message m =
+      call_message(std::string("f\0g", 3), {IValue(empty({7, 0})), IValue(std::string("a\0b", 3))});
   FrameBytes bytes = frame_bytes(encode(m));
   auto header = words(bytes.header);
   FramePrefix p = parse_prefix(bytes.prefix.data(), 1 << 20);

@@ -88,8 +88,8 @@ GW_RPC_FUNCTION(d_gated);
 
 }  // namespace gw::dist_autograd::testing
 
-#include "nn/linear.h"
 #include "dist/nn/remote_module.h"
+#include "nn/linear.h"
 
 namespace gw::dist_autograd::testing {
 

@@ -6,11 +6,11 @@
 #include "core/ops.h"
 #include "core/random.h"
 #include "dist/autograd/dist_autograd.h"
+#include "dist/nn/remote_module.h"
 #include "dist/optim/distributed_optimizer.h"
 #include "nn/functional.h"
 #include "nn/linear.h"
 #include "optim/sgd.h"
-#include "dist/nn/remote_module.h"
 #include "tests/dist/autograd/dist_functions.h"
 #include "tests/rpc/group.h"
 #ifdef GW_HAVE_CUDA
@@ -109,9 +109,9 @@ TEST_CASE("RemoteModule: forward runs remotely; training it matches local traini
   CHECK(allclose(params[1].to_here(), local_linear.bias, 1e-5, 1e-6));
   remote_linear.eval();
   remote_linear.train();
-  CHECK_THROWS_WITH(dist::RemoteModule("worker1/cuda:0", "d_linear", int64_t{1}, int64_t{1},
-                                      int64_t{1}),
-                    Catch::Contains("cuda:0"));
+  CHECK_THROWS_WITH(
+      dist::RemoteModule("worker1/cuda:0", "d_linear", int64_t{1}, int64_t{1}, int64_t{1}),
+      Catch::Contains("cuda:0"));
 }
 
 TEST_CASE("RRef::backward runs backward on the owner", "[rref_backward]") {
