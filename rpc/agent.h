@@ -10,6 +10,18 @@
 // gw::RemoteError (naming the callee) when the function threw there: a gw::Error keeps its type
 // (a remote InvalidArgumentError is an InvalidArgumentError and a RemoteError, core/error.h).
 //
+// Inside, the agent is three parts and a list of interceptors, each in its own header:
+//   Transport   (rpc/transport.h)   sockets and the network thread, which never blocks: requests
+//                                   are written by the calling thread, connects are asynchronous
+//   CallTable   (rpc/call_table.h)  pending calls, their deadlines and the connection each is
+//                                   bound to; the only place a response completes a call
+//   Dispatcher  (rpc/dispatcher.h)  the pool that runs request handlers, device placement of
+//                                   received CUDA tensors included
+//   Interceptor (rpc/interceptor.h) how the RRef protocol and distributed autograd see every
+//                                   message sent and received
+// The agent itself routes: a request's variant picks its handler (on_request), a response goes
+// to the call table.
+//
 // Most code uses the free functions in rpc/api.h (init_rpc, rpc_sync, ...), which act on the
 // process's default agent, or on the agent running the current request handler. Tests create
 // several agents in one process (threads as ranks) sharing a HashStore.
@@ -17,29 +29,32 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <unordered_map>
 #include <variant>
 #include <vector>
 
 #include "core/future.h"
 #include "dist/store/store.h"
+#include "rpc/interceptor.h"
 #include "rpc/ivalue.h"
 #include "rpc/protocol.h"
 
 namespace gw::rpc {
 
 class AutogradHook;
+class CallTable;
 class Connection;
-struct PendingCall;
+class Dispatcher;
+class Interceptor;
 class RRefContext;
 class RRefHandle;
-class ThreadPool;
+class Transport;
+struct PeerAddress;
 
 using Milliseconds = std::chrono::milliseconds;
 inline constexpr Milliseconds kDefaultRpcTimeout{60000};
@@ -104,7 +119,7 @@ class Agent {
   // Sends a request to run `function` on `to`; the future completes with its result.
   Future<IValue> call(const To& to, const std::string& function, IValueList args,
                       Milliseconds timeout = kUseDefaultTimeout);
-  // Sends any request of the protocol (rpc/message.h: a Call, the RRef protocol's and
+  // Sends any request of the protocol (rpc/protocol.h: a Call, the RRef protocol's and
   // distributed autograd's messages) to `to`, as call() does; the future completes with the
   // response's value.
   Future<IValue> request(const To& to, Request r, Milliseconds timeout = kUseDefaultTimeout);
@@ -148,63 +163,59 @@ class Agent {
   };
 
  private:
-  void rendezvous(int world_size);
-  void accept_next();
-  // The connection to worker `id`, opened if there is none; connecting gives up after
-  // `timeout` (0: no limit of ours) with TimeoutError.
-  std::shared_ptr<Connection> connection_to(int id, Milliseconds timeout);
+  // Publishes this worker's address and learns everyone's (by worker id).
+  std::vector<PeerAddress> rendezvous(int world_size);
+  void barrier(const std::string& phase);
+  void stop(const std::string& why);
+
+  // Network thread: what the transport delivers.
   void on_message(const std::shared_ptr<Connection>& c, Message m);
   void on_close(const std::shared_ptr<Connection>& c, const std::string& why);
-  // The RRef protocol's requests, handled on the network thread in arrival order.
-  void handle_rref(const std::shared_ptr<Connection>& c, uint64_t id, uint64_t autograd_ctx,
-                   Request& r);
-  // Runs distributed autograd's `handle` of a request on the pool and answers with its outcome.
-  void serve_autograd(const std::shared_ptr<Connection>& c, uint64_t id,
-                      std::function<Future<IValue>()> handle);
-  // Runs `work` on the pool with distributed autograd context `autograd_ctx` (0: none)
-  // current; `done` receives its outcome.
-  void run_on_pool(std::function<Future<IValue>()> work, uint64_t autograd_ctx,
-                   std::function<void(Future<IValue>&)> done);
-  void run_function(const std::string& function, IValueList args, uint64_t autograd_ctx,
+  void on_response(const std::shared_ptr<Connection>& c, Message m);
+  // Routes a request on its variant: calls and distributed autograd's requests to the pool,
+  // the RRef protocol's handled here, in arrival order (agent_rrefs.cpp).
+  void on_request(const std::shared_ptr<Connection>& c, Message m);
+  void on_rref_request(const std::shared_ptr<Connection>& c, const std::shared_ptr<Message>& m);
+
+  // The interceptors' passes (rpc/interceptor.h). outgoing() undoes itself if it throws.
+  void outgoing(int to, Message& m, uint64_t autograd_context);
+  void cancelled(Message& m);
+  // A message from `from` is about to be handled: its CUDA tensors go to their devices, then
+  // the interceptors see it.
+  void receive(int from, Message& m, Arrival arrival);
+
+  // Runs `function` on the pool in distributed autograd context `autograd_context`.
+  void run_function(std::string function, IValueList args, uint64_t autograd_context,
                     std::function<void(Future<IValue>&)> done);
+  // Sends the outcome of `result` (done) as the response to request `id`, in distributed
+  // autograd context `autograd_context` (0: none).
+  void respond(const std::shared_ptr<Connection>& c, uint64_t id, Future<IValue>& result,
+               uint64_t autograd_context = 0);
+  // Checks options_.device_maps and makes maps_to_ of them.
+  void load_device_maps();
   // Where CUDA tensors sent to `peer` go: this worker's device map toward it or, for replies
   // (and requests without a map of their own), the inverse of the peer's map toward this one.
-  std::vector<std::pair<int, int>> device_map_to(int peer, bool reply);  // a DeviceMap
-  // Sends the outcome of `result` (done) as the response to request `id`, recording it in
-  // distributed autograd context `autograd_ctx` (0: none).
-  void respond(const std::shared_ptr<Connection>& c, uint64_t id, Future<IValue>& result,
-               uint64_t autograd_ctx = 0);
-  // Attaches the recv function of an incoming message that carried autograd info to `tensors`.
-  void record_recv(int from, const AutogradInfo& info, const std::vector<Tensor>& tensors);
-  // RRefs in outgoing values become forks (appended to `made`); forks in incoming values
-  // become RRefs.
-  void fork_rrefs(IValue& v, std::vector<RRefForkData>& made);
-  void materialize_rrefs(IValue& v);
-  // What a response to call `id` arriving on `from` is: the answer to a pending call whose
-  // request went out on `from`; a late answer, on our own connection to the callee, to a call
-  // that is no longer pending (timed out); or a stray, from anyone else, dropped untouched.
-  enum class ResponseFate { kExpected, kLate, kStray };
-  ResponseFate response_fate(const std::shared_ptr<Connection>& from, uint64_t id);
-  // Completes pending call `id` with `response` (a value or the callee's failure); its fate
-  // was kExpected.
-  void complete(const Connection& from, uint64_t id, Response& response);
-  void arm_timer();
-  void expire_due();
-  // Fails the calls whose request went out on `conn`, which was lost.
-  void fail_pending_on(const Connection* conn, const std::string& why);
-  void stop(const std::string& why);
-  void barrier(const std::string& phase);
+  DeviceMap device_map_to(int peer, bool reply);
 
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
-  std::shared_ptr<RRefContext> rrefs_;
-  std::shared_ptr<AutogradHook> autograd_;
   RpcBackendOptions options_;
   WorkerInfo self_;
   std::vector<WorkerInfo> workers_;
   std::unordered_map<std::string, int> ids_;
   std::atomic<int64_t> rpc_timeout_ms_;
   std::atomic<bool> running_{false};
+  std::shared_ptr<dist::Store> store_;
+  // Declared before what uses its network thread (the call table's timer), so destroyed after.
+  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<CallTable> calls_;
+  std::unique_ptr<Dispatcher> dispatcher_;
+  std::shared_ptr<RRefContext> rrefs_;
+  std::shared_ptr<AutogradHook> autograd_;
+  std::vector<Interceptor*> interceptors_;  // rrefs_, then autograd_ when installed
+  std::vector<DeviceMap> maps_to_;          // by worker id: options.device_maps
+  std::mutex maps_mu_;
+  std::vector<DeviceMap> maps_back_;  // by worker id: the inverse of its map to us (handshake)
+  std::atomic<uint64_t> next_id_{1};
+  std::atomic<uint64_t> stray_responses_{0};
 };
 
 }  // namespace gw::rpc

@@ -1,29 +1,15 @@
-// The agent's part of the RRef protocol (rpc/rref_context.h has the protocol itself): RRefs
-// turned into forks and back as they cross the wire, remote(), to_here()'s fetch, and the
-// protocol's system messages.
+// The agent's part of the RRef protocol (rpc/rref_context.h has the protocol itself): remote(),
+// to_here()'s fetch, and serving the protocol's messages. RRefs become forks and back as they
+// cross the wire in RRefContext, one of the agent's interceptors.
 #include "rpc/agent.h"
 #include "rpc/autograd_hook.h"
+#include "rpc/connection.h"
+#include "rpc/dispatcher.h"
+#include "rpc/function_table.h"
 #include "rpc/protocol.h"
 #include "rpc/rref_context.h"
 
 namespace gw::rpc {
-
-void Agent::fork_rrefs(IValue& v, std::vector<RRefForkData>& made) {
-  if (!v.contains(IValue::Kind::kRRef)) return;
-  v.transform([&](const IValue& x) -> std::optional<IValue> {
-    if (!x.is(IValue::Kind::kRRef)) return std::nullopt;
-    made.push_back(rrefs_->fork(x.to_rref()));
-    return IValue::rref_fork(made.back());
-  });
-}
-
-void Agent::materialize_rrefs(IValue& v) {
-  if (!v.contains(IValue::Kind::kRRefFork)) return;
-  v.transform([&](const IValue& x) -> std::optional<IValue> {
-    if (!x.is(IValue::Kind::kRRefFork)) return std::nullopt;
-    return IValue::rref(rrefs_->materialize(x.to_rref_fork()));
-  });
-}
 
 std::shared_ptr<RRefHandle> Agent::remote(const To& to, const std::string& function,
                                           IValueList args, Milliseconds timeout) {
@@ -60,32 +46,48 @@ Future<IValue> Agent::fetch(const std::shared_ptr<RRefHandle>& rref, Millisecond
 
 size_t Agent::num_owner_rrefs() const { return rrefs_->num_owned(); }
 
-void Agent::handle_rref(const std::shared_ptr<Connection>& c, uint64_t id, uint64_t autograd_ctx,
-                        Request& r) {
+// Network thread, in arrival order: a fork registered before its delete stays registered.
+void Agent::on_rref_request(const std::shared_ptr<Connection>& c,
+                            const std::shared_ptr<Message>& m) {
+  const int from = c->peer_id();
+  const uint64_t id = m->id;
+  const uint64_t ctx = m->autograd ? m->autograd->context_id : 0;
   Future<IValue> none = Future<IValue>::ready(IValue());
   try {
-    if (auto* m = std::get_if<RRefCreate>(&r)) {
-      auto owner = rrefs_->owner_entry(m->rref_id);
-      rrefs_->add_fork(m->rref_id, m->fork_id);
+    Request& r = *m->request();
+    if (auto* create = std::get_if<RRefCreate>(&r)) {
+      auto owner = rrefs_->owner_entry(create->rref_id);
+      rrefs_->add_fork(create->rref_id, create->fork_id);
       respond(c, id, none);  // confirmed: the owner knows the fork
-      run_function(m->function, std::move(m->args), autograd_ctx, [owner](Future<IValue>& v) {
-        if (!owner->value.done()) owner->value.follow(v);
-      });
-    } else if (auto* m = std::get_if<RRefFetch>(&r)) {
+      // Its arguments are received (CUDA tensors placed, RRefs materialized) on the pool.
+      dispatcher_->run(
+          [this, from, m] {
+            receive(from, *m, Arrival::kRequest);
+            const RRefCreate& create = std::get<RRefCreate>(*m->request());
+            return functions().invoke(create.function, create.args);
+          },
+          ctx,
+          [owner](Future<IValue>& v) {
+            if (!owner->value.done()) owner->value.follow(v);
+          });
+      return;
+    }
+    receive(from, *m, Arrival::kRequest);  // no values: only the autograd context to join
+    if (auto* fetch = std::get_if<RRefFetch>(&r)) {
       // Whoever asks holds a reference, so the value is here unless it was already released.
-      auto owner = rrefs_->find_owner_entry(m->rref_id);
+      auto owner = rrefs_->find_owner_entry(fetch->rref_id);
       GW_CHECK(owner, StateError, "[to_here] the RRef's value no longer exists on its owner '",
                self_.name, "' (all references to it were released)");
       owner->value.add_done_callback(
-          [this, c, id, autograd_ctx](Future<IValue>& v) { respond(c, id, v, autograd_ctx); });
-    } else if (auto* m = std::get_if<RRefFork>(&r)) {
-      rrefs_->add_fork(m->rref_id, m->fork_id);
+          [this, c, id, ctx](Future<IValue>& v) { respond(c, id, v, ctx); });
+    } else if (auto* fork = std::get_if<RRefFork>(&r)) {
+      rrefs_->add_fork(fork->rref_id, fork->fork_id);
       respond(c, id, none);
-    } else if (auto* m = std::get_if<RRefAccept>(&r)) {
-      rrefs_->accept_child(m->fork_id);
+    } else if (auto* accept = std::get_if<RRefAccept>(&r)) {
+      rrefs_->accept_child(accept->fork_id);
       respond(c, id, none);
-    } else if (auto* m = std::get_if<RRefDelete>(&r)) {
-      rrefs_->delete_fork(m->rref_id, m->fork_id);
+    } else if (auto* del = std::get_if<RRefDelete>(&r)) {
+      rrefs_->delete_fork(del->rref_id, del->fork_id);
       respond(c, id, none);
     } else {
       throw InternalError("[rpc] " + describe(r) + " is not an RRef message");

@@ -1,12 +1,12 @@
 // How the RPC agent takes part in distributed autograd without depending on it.
 //
-// Distributed autograd (dist/autograd) sits above rpc. The agent sees each message go out and
-// come in, so it calls an AutogradHook at those points: a request made inside a distributed
-// autograd context, and the response to it, carry the context id and, when they hold tensors
-// that require grad, the id of the send function recorded for them. The receiver attaches the
-// matching recv function to the tensors it read and runs the request's handler with the context
-// current, so nested calls join the same context. Distributed autograd's own requests
-// (AutogradGradients, AutogradRelease, AutogradBackward in rpc/message.h) go to the hook.
+// Distributed autograd (dist/autograd) sits above rpc. An AutogradHook is one of the agent's
+// interceptors (rpc/interceptor.h): a request made inside a distributed autograd context, and
+// the response to it, carry the context id and, when they hold tensors that require grad, the
+// id of the send function recorded for them (record_send). The receiver attaches the matching
+// recv function to the tensors it read (record_recv) and runs the request's handler with the
+// context current, so nested calls join the same context. Distributed autograd's own requests
+// (AutogradGradients, AutogradRelease, AutogradBackward in rpc/protocol.h) go to the hook.
 //
 // Installation is explicit: every Agent's constructor calls gw_rpc_extend_agent (below), which the
 // layer above rpc (gw_dist) defines and which installs a hook of its own on that agent with
@@ -22,6 +22,7 @@
 
 #include "core/future.h"
 #include "core/tensor.h"
+#include "rpc/interceptor.h"
 #include "rpc/ivalue.h"
 #include "rpc/protocol.h"
 
@@ -44,9 +45,12 @@ class AutogradContextScope {
   uint64_t previous_;
 };
 
-class AutogradHook {
+class AutogradHook : public Interceptor {
  public:
-  virtual ~AutogradHook() = default;
+  // Interceptor, in terms of record_send, discard_send and record_recv below (autograd_hook.cpp).
+  void outgoing(int to, Message& m, uint64_t autograd_context) final;
+  void cancelled(Message& m) final;
+  void incoming(int from, Message& m, Arrival arrival) final;
 
   // A message to worker `to` in context `context_id` carries `tensors` (in wire order): records
   // a send function when some require grad. Returns what the message carries.

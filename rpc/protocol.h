@@ -150,4 +150,13 @@ void for_each_value(Request& r, F&& fn) {
       r);
 }
 
+// The values a request or a response carries.
+template <typename F>
+void for_each_value(Message& m, F&& fn) {
+  if (Request* r = m.request())
+    for_each_value(*r, fn);
+  else if (Response* r = m.get<Response>())
+    fn(r->value);
+}
+
 }  // namespace gw::rpc

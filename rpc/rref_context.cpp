@@ -25,6 +25,41 @@ std::optional<Object> local_object(const IValue& v) {
   return value.to_object();
 }
 
+void RRefContext::outgoing(int /*to*/, Message& m, uint64_t /*autograd_context*/) {
+  try {
+    for_each_value(m, [&](IValue& v) {
+      if (!v.contains(IValue::Kind::kRRef)) return;
+      v.transform([&](const IValue& x) -> std::optional<IValue> {
+        if (!x.is(IValue::Kind::kRRef)) return std::nullopt;
+        return IValue::rref_fork(fork(x.to_rref()));
+      });
+    });
+  } catch (...) {
+    cancelled(m);  // the forks made before the failure
+    throw;
+  }
+}
+
+void RRefContext::cancelled(Message& m) {
+  for_each_value(m, [&](IValue& v) {
+    if (!v.contains(IValue::Kind::kRRefFork)) return;
+    v.transform([&](const IValue& x) -> std::optional<IValue> {
+      if (x.is(IValue::Kind::kRRefFork)) cancel_fork(x.to_rref_fork());
+      return std::nullopt;
+    });
+  });
+}
+
+void RRefContext::incoming(int /*from*/, Message& m, Arrival /*arrival*/) {
+  for_each_value(m, [&](IValue& v) {
+    if (!v.contains(IValue::Kind::kRRefFork)) return;
+    v.transform([&](const IValue& x) -> std::optional<IValue> {
+      if (!x.is(IValue::Kind::kRRefFork)) return std::nullopt;
+      return IValue::rref(materialize(x.to_rref_fork()));
+    });
+  });
+}
+
 RRefHandle::~RRefHandle() {
   if (auto ctx = ctx_.lock()) ctx->on_handle_destroyed(*this);
 }

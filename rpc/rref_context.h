@@ -13,6 +13,8 @@
 //   - a user handle's last copy going away sends RRefDelete; the owner drops the value when no
 //     fork and no local handle is left.
 // All control messages are handled on the receiving agent's network thread, in arrival order.
+// RRefContext is also the agent's first Interceptor (rpc/interceptor.h): RRefs in the values of
+// every message sent become forks, and forks in every message received become RRefs.
 #pragma once
 
 #include <condition_variable>
@@ -22,6 +24,7 @@
 #include <set>
 
 #include "core/future.h"
+#include "rpc/interceptor.h"
 #include "rpc/ivalue.h"
 #include "rpc/rref_id.h"
 
@@ -67,9 +70,15 @@ class RRefHandle {
   bool released_ = false;  // its fork was already deleted at shutdown
 };
 
-class RRefContext : public std::enable_shared_from_this<RRefContext> {
+class RRefContext : public Interceptor, public std::enable_shared_from_this<RRefContext> {
  public:
   explicit RRefContext(Agent& agent) : agent_(agent) {}
+
+  // Interceptor: fork() every RRef sent, cancel_fork() them if unsent, materialize() every fork
+  // received (a late answer's handles go at once, releasing their forks).
+  void outgoing(int to, Message& m, uint64_t autograd_context) override;
+  void cancelled(Message& m) override;
+  void incoming(int from, Message& m, Arrival arrival) override;
 
   // A local RRef: this worker owns `value`.
   std::shared_ptr<RRefHandle> create_owner(Future<IValue> value);

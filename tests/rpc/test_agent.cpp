@@ -279,6 +279,48 @@ TEST_CASE("a call to a worker that never answers the connect fails within its ti
   a.shutdown(/*graceful=*/false);
 }
 
+TEST_CASE("connecting to a silent worker blocks neither the caller nor the network thread",
+          "[rpc]") {
+  SilentListener silent;
+  if (!silent.drops_syns()) GW_SKIP("this kernel answers connects to a full accept queue");
+  auto store = std::make_shared<dist::HashStore>();
+  store->set("rpc/worker/2", "silent\n127.0.0.1\n" + std::to_string(silent.port));
+  RpcBackendOptions o = Group::small_options();
+  o.store = store;
+  auto second =
+      std::async(std::launch::async, [&] { return std::make_unique<Agent>("worker1", 1, 3, o); });
+  Agent a("worker0", 0, 3, o);
+  std::unique_ptr<Agent> b = second.get();
+  Agent::Use use(a);
+
+  // The caller gets its future at once; the connect goes on without it.
+  auto from_caller = rpc_async("silent", whoami, timeout(5000ms));
+  CHECK_FALSE(from_caller.done());
+
+  // A callback on the network thread (it runs where worker1's answer is read: the call is held
+  // until the callback is attached) calls the silent worker too; answers from worker1 still
+  // arrive meanwhile.
+  arm_blocked();
+  std::promise<Future<std::string>> made;
+  auto held = rpc_async("worker1", block_until_released, timeout(0ms));
+  held.add_done_callback([&](Future<int64_t>&) {
+    try {
+      made.set_value(rpc_async("silent", whoami, timeout(5000ms)));
+    } catch (...) {
+      made.set_exception(std::current_exception());
+    }
+  });
+  release_blocked();
+  Future<std::string> from_network_thread = made.get_future().get();
+  CHECK(rpc_sync("worker1", whoami) == "worker1");
+  CHECK_FALSE(from_network_thread.done());
+  CHECK_FALSE(from_caller.done());
+  a.shutdown(/*graceful=*/false);
+  b->shutdown(/*graceful=*/false);
+  CHECK_THROWS_AS(from_caller.wait(), StateError);
+  CHECK_THROWS_AS(from_network_thread.wait(), StateError);
+}
+
 TEST_CASE("async execution chains calls across three workers without blocking a thread", "[rpc]") {
   RpcBackendOptions options = Group::small_options();
   options.num_worker_threads = 1;  // a blocking implementation would deadlock here

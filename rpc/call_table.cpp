@@ -1,0 +1,143 @@
+#include "rpc/call_table.h"
+
+namespace gw::rpc {
+
+CallTable::CallTable(asio::io_context& io, std::vector<std::string> worker_names)
+    : io_(io), names_(std::move(worker_names)), timer_(io) {}
+
+Future<IValue> CallTable::add(uint64_t id, int peer, std::string what,
+                              std::chrono::milliseconds timeout) {
+  Future<IValue> future;
+  std::lock_guard lock(mu_);
+  GW_CHECK(!closed_, StateError, "[rpc] ", what, " on worker '", names_[peer],
+           "': the RPC agent is shut down");
+  Pending& p = pending_[id];
+  p.future = future;
+  p.peer = peer;
+  p.what = std::move(what);
+  p.timeout = timeout;
+  p.deadline = deadlines_.end();
+  if (timeout.count() > 0) {
+    const auto when = Clock::now() + timeout;
+    p.deadline = deadlines_.emplace(when, id);
+    if (when < armed_for_) {
+      armed_for_ = when;
+      asio::post(io_, [this] { arm_timer(); });
+    }
+  }
+  return future;
+}
+
+void CallTable::bind(uint64_t id, const Connection* conn) {
+  std::lock_guard lock(mu_);
+  if (auto it = pending_.find(id); it != pending_.end()) it->second.conn = conn;
+}
+
+CallTable::Match CallTable::match(uint64_t id, const Connection* from) const {
+  std::lock_guard lock(mu_);
+  auto it = pending_.find(id);
+  if (it == pending_.end()) return Match::kNotPending;
+  return it->second.conn == from ? Match::kPending : Match::kOtherConnection;
+}
+
+CallTable::Pending CallTable::take_locked(std::unordered_map<uint64_t, Pending>::iterator it) {
+  Pending p = std::move(it->second);
+  pending_.erase(it);
+  if (p.deadline != deadlines_.end()) deadlines_.erase(p.deadline);
+  if (pending_.empty()) empty_.notify_all();
+  return p;
+}
+
+template <typename E>
+void CallTable::fail_with(Pending& p, const std::string& happened) {
+  p.future.set_exception(std::make_exception_ptr(
+      E(gw::detail::str("[rpc] ", p.what, " on worker '", names_[p.peer], "' ", happened))));
+}
+
+void CallTable::complete(uint64_t id, const Connection* from, Response& r) {
+  Pending p;
+  {
+    std::lock_guard lock(mu_);
+    auto it = pending_.find(id);
+    if (it == pending_.end() || it->second.conn != from) return;  // timed out meanwhile
+    p = take_locked(it);
+  }
+  if (r.error)
+    p.future.set_exception(remote_failure(r.error->code, r.error->worker, r.error->message));
+  else
+    p.future.set_result(std::move(r.value));
+}
+
+void CallTable::fail(uint64_t id, std::exception_ptr e) {
+  Pending p;
+  {
+    std::lock_guard lock(mu_);
+    auto it = pending_.find(id);
+    if (it == pending_.end()) return;
+    p = take_locked(it);
+  }
+  p.future.set_exception(std::move(e));
+}
+
+void CallTable::fail_on(const Connection* conn, const std::string& why) {
+  std::vector<Pending> lost;
+  {
+    std::lock_guard lock(mu_);
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      auto next = std::next(it);
+      if (it->second.conn == conn) lost.push_back(take_locked(it));
+      it = next;
+    }
+  }
+  for (auto& p : lost) fail_with<IoError>(p, "failed: connection lost (" + why + ")");
+}
+
+void CallTable::close(const std::string& why) {
+  std::unordered_map<uint64_t, Pending> left;
+  {
+    std::lock_guard lock(mu_);
+    closed_ = true;
+    left.swap(pending_);
+    deadlines_.clear();
+    empty_.notify_all();
+  }
+  for (auto& [id, p] : left) fail_with<StateError>(p, "failed: " + why);
+  // After the deadlines are gone: the timer, if armed, is cancelled and not armed again.
+  asio::post(io_, [this] { arm_timer(); });
+}
+
+void CallTable::wait_empty() {
+  std::unique_lock lock(mu_);
+  empty_.wait(lock, [&] { return pending_.empty(); });
+}
+
+// Network thread: points the timer at the earliest deadline.
+void CallTable::arm_timer() {
+  std::lock_guard lock(mu_);
+  if (deadlines_.empty()) {
+    armed_for_ = Clock::time_point::max();
+    timer_.cancel();
+    return;
+  }
+  armed_for_ = deadlines_.begin()->first;
+  timer_.expires_at(armed_for_);
+  timer_.async_wait([this](const std::error_code& ec) {
+    if (!ec) expire_due();
+  });
+}
+
+// Network thread: fails every call whose deadline has passed, then re-arms.
+void CallTable::expire_due() {
+  std::vector<Pending> expired;
+  {
+    std::lock_guard lock(mu_);
+    const auto now = Clock::now();
+    while (!deadlines_.empty() && deadlines_.begin()->first <= now)
+      expired.push_back(take_locked(pending_.find(deadlines_.begin()->second)));
+  }
+  for (auto& p : expired)
+    fail_with<TimeoutError>(p, gw::detail::str("timed out after ", p.timeout.count(), " ms"));
+  arm_timer();
+}
+
+}  // namespace gw::rpc

@@ -1,0 +1,54 @@
+// gw::rpc::Dispatcher — where an agent's request handlers run: a pool of `num_worker_threads`
+// threads, and the count of handlers not yet finished that a graceful shutdown waits for.
+//
+// Mental model: the network thread never runs user code. It routes each request on its variant
+// (Agent::on_request) to a handler and hands the handler here; the handler runs on the pool in
+// the request's distributed autograd context and returns a future (already done, unless the
+// function is asynchronous); `done` receives its outcome when it completes, on whichever
+// thread completes it, and sends the response.
+//
+//   dispatcher.run([&] { return functions().invoke(name, args); }, ctx,
+//                  [c, id](Future<IValue>& outcome) { respond(c, id, outcome); });
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+
+#include "core/future.h"
+#include "rpc/ivalue.h"
+#include "rpc/thread_pool.h"
+
+namespace gw::rpc {
+
+class Dispatcher {
+ public:
+  using Handler = std::function<Future<IValue>()>;
+  using Done = std::function<void(Future<IValue>&)>;
+
+  // `on_thread_start` runs first on every pool thread. `name` names the worker in logs.
+  Dispatcher(std::string name, int num_threads, std::function<void()> on_thread_start);
+  Dispatcher(const Dispatcher&) = delete;
+  Dispatcher& operator=(const Dispatcher&) = delete;
+
+  // Runs `handler` on the pool with distributed autograd context `autograd_context` (0: none)
+  // current; a throw becomes its failed outcome.
+  void run(Handler handler, uint64_t autograd_context, Done done);
+  // Blocks until every handler has finished (its outcome delivered).
+  void wait_idle();
+  // Runs what is queued, then joins the pool; afterwards waits up to `bound` for asynchronous
+  // handlers still to finish, and returns how many did not.
+  int stop(std::chrono::milliseconds bound);
+
+ private:
+  const std::string name_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::mutex mu_;
+  std::condition_variable idle_;
+  int active_ = 0;
+};
+
+}  // namespace gw::rpc

@@ -1,0 +1,289 @@
+#include "rpc/transport.h"
+
+#include "rpc/log.h"
+
+namespace gw::rpc {
+
+Transport::Transport(std::string self_name, const std::string& address, uint64_t max_frame_bytes,
+                     Handlers handlers)
+    : self_name_(std::move(self_name)),
+      max_frame_bytes_(max_frame_bytes),
+      handlers_(std::move(handlers)) {
+  std::error_code ec;
+  const auto ip = asio::ip::make_address(address, ec);
+  GW_CHECK(!ec, InvalidArgumentError, "[init_rpc] address '", address,
+           "' is not an IP address: ", ec.message());
+  const Endpoint ep(ip, 0);
+  acceptor_.open(ep.protocol(), ec);
+  if (!ec) acceptor_.set_option(asio::ip::tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor_.bind(ep, ec);
+  if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  GW_CHECK(!ec, IoError, "[init_rpc] cannot listen on ", address, ": ", ec.message());
+}
+
+Transport::~Transport() { stop("the RPC agent was destroyed"); }
+
+uint16_t Transport::port() const { return acceptor_.local_endpoint().port(); }
+
+void Transport::start(const std::vector<PeerAddress>& peers,
+                      const std::function<void()>& on_thread_start) {
+  {
+    std::lock_guard lock(mu_);
+    peers_.resize(peers.size());
+    for (size_t i = 0; i < peers.size(); ++i) {
+      std::error_code ec;
+      const auto ip = asio::ip::make_address(peers[i].host, ec);
+      GW_CHECK(!ec, IoError, "[init_rpc] worker '", peers[i].name, "' published address '",
+               peers[i].host, "', which is not an IP address");
+      peers_[i].endpoint = Endpoint(ip, peers[i].port);
+      peers_[i].name = peers[i].name;
+    }
+  }
+  accept_next();
+  thread_ = std::thread([this, on_thread_start] {
+    if (on_thread_start) on_thread_start();
+    io_.run();
+  });
+}
+
+std::string Transport::describe(int peer) const {
+  const Peer& p = peers_[static_cast<size_t>(peer)];
+  return gw::detail::str("worker '", p.name, "' at ", p.endpoint.address().to_string(), ":",
+                         p.endpoint.port());
+}
+
+std::shared_ptr<Connection> Transport::make_connection(asio::ip::tcp::socket s) {
+  return std::make_shared<Connection>(
+      std::move(s), max_frame_bytes_, handlers_.on_message,
+      [this](const std::shared_ptr<Connection>& c, const std::string& why) {
+        {
+          std::lock_guard lock(mu_);
+          inbound_.erase(c);
+          const int peer = c->peer_id();
+          if (peer >= 0 && peers_[static_cast<size_t>(peer)].conn == c)
+            peers_[static_cast<size_t>(peer)].conn.reset();
+        }
+        handlers_.on_close(c, why);
+      });
+}
+
+void Transport::accept_next() {
+  acceptor_.async_accept([this](const std::error_code& ec, asio::ip::tcp::socket s) {
+    if (ec) return;  // the acceptor was closed
+    try {
+      auto c = make_connection(std::move(s));
+      {
+        std::lock_guard lock(mu_);
+        if (stopping_) return;
+        inbound_.insert(c);
+      }
+      c->start();
+    } catch (const std::exception& e) {
+      log_error(self_name_, ": could not set up an accepted connection: ", e.what());
+    }
+    accept_next();
+  });
+}
+
+// --- sending ---------------------------------------------------------------------------------
+
+void Transport::send(int peer, Message m, Clock::time_point deadline) {
+  std::shared_ptr<Connection> open;
+  {
+    std::lock_guard lock(mu_);
+    Peer& p = peers_[static_cast<size_t>(peer)];
+    if (stopping_) {
+      // Below, outside the lock.
+    } else if (p.conn && !p.connecting && !p.conn->closed()) {
+      open = p.conn;
+    } else {
+      // Queued behind the connect (or the flush of its queue) so that order is kept.
+      p.queue.push_back({std::move(m), deadline});
+      if (!p.connecting) {
+        p.connecting = true;
+        p.connect_deadline = deadline;
+        asio::post(io_, [this, peer] { connect(peer); });
+      } else if (deadline > p.connect_deadline) {
+        p.connect_deadline = deadline;  // the connect's timer looks again when it fires
+      }
+      return;
+    }
+  }
+  if (!open) {
+    handlers_.unsent(m, std::make_exception_ptr(StateError(gw::detail::str(
+                            "[rpc] the RPC agent '", self_name_, "' is shut down"))));
+    return;
+  }
+  write(open, m);
+}
+
+void Transport::write(const std::shared_ptr<Connection>& c, Message& m) {
+  handlers_.sending(m.id, *c);
+  try {
+    c->send(m);
+  } catch (...) {
+    handlers_.unsent(m, std::current_exception());
+  }
+}
+
+// Network thread: opens the connection to `peer` without waiting for it.
+void Transport::connect(int peer) {
+  auto s = std::make_shared<asio::ip::tcp::socket>(io_);
+  std::shared_ptr<asio::steady_timer> timer;
+  Endpoint ep;
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;  // stop() fails the queue
+    Peer& p = peers_[static_cast<size_t>(peer)];
+    p.socket = s;
+    ep = p.endpoint;
+    if (p.connect_deadline != Clock::time_point::max()) {
+      timer = std::make_shared<asio::steady_timer>(io_, p.connect_deadline);
+      p.timer = timer;
+      watch_connect(peer, s, timer);
+    }
+  }
+  s->async_connect(ep, [this, peer, s, timer](const std::error_code& ec) {
+    if (timer) timer->cancel();
+    connected(peer, s, ec);
+  });
+}
+
+// The connect's deadline is the latest of what waits for it, and moves when a later request
+// joins: each expiry looks again, and gives up (closing the socket aborts the connect) only
+// once nothing queued has time left. Caller holds mu_.
+void Transport::watch_connect(int peer, std::shared_ptr<asio::ip::tcp::socket> s,
+                              std::shared_ptr<asio::steady_timer> timer) {
+  timer->async_wait([this, peer, s, timer](const std::error_code& ec) {
+    if (ec) return;  // cancelled: the connect completed
+    std::lock_guard lock(mu_);
+    Peer& p = peers_[static_cast<size_t>(peer)];
+    if (p.socket != s) return;
+    if (Clock::now() < p.connect_deadline) {
+      timer->expires_at(p.connect_deadline);
+      watch_connect(peer, s, timer);
+      return;
+    }
+    p.timed_out = true;
+    std::error_code ignored;
+    s->close(ignored);
+  });
+}
+
+// Network thread: the connect to `peer` finished; on success, writes the Handshake and then the
+// queue, in order.
+void Transport::connected(int peer, std::shared_ptr<asio::ip::tcp::socket> s,
+                          const std::error_code& ec) {
+  bool timed_out = false;
+  {
+    std::lock_guard lock(mu_);
+    Peer& p = peers_[static_cast<size_t>(peer)];
+    timed_out = p.timed_out;
+    p.timed_out = false;
+    p.socket.reset();
+    p.timer.reset();
+    if (stopping_) return;  // stop() fails the queue
+  }
+  std::shared_ptr<Connection> c;
+  try {
+    if (timed_out)
+      throw TimeoutError("[rpc] connecting to " + describe(peer) +
+                         " timed out: no answer within the calls' timeouts");
+    if (ec) throw IoError("[rpc] connecting to " + describe(peer) + " failed: " + ec.message());
+    c = make_connection(std::move(*s));
+    c->set_peer_id(peer);
+    // The handshake goes first, before any request.
+    c->send(handlers_.hello(peer));
+  } catch (...) {
+    fail_queue(peer, std::current_exception());
+    return;
+  }
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) {
+      c->close("the RPC agent is shutting down");
+      return;
+    }
+    // Known as the peer's connection from now (late answers on it are ours), but used by
+    // other senders only once the queue is written.
+    peers_[static_cast<size_t>(peer)].conn = c;
+  }
+  c->start();
+  for (;;) {  // bounded: each round takes what was queued while the previous one was written
+    std::deque<Queued> batch;
+    {
+      std::lock_guard lock(mu_);
+      Peer& p = peers_[static_cast<size_t>(peer)];
+      if (p.queue.empty() || stopping_) {
+        p.connecting = false;
+        break;
+      }
+      batch.swap(p.queue);
+    }
+    for (auto& q : batch) {
+      if (Clock::now() >= q.deadline)
+        handlers_.unsent(q.message, std::make_exception_ptr(
+                                        TimeoutError("[rpc] connecting to " + describe(peer) +
+                                                     " took longer than the call's timeout")));
+      else
+        write(c, q.message);
+    }
+  }
+}
+
+void Transport::fail_queue(int peer, std::exception_ptr why) {
+  std::deque<Queued> failed;
+  {
+    std::lock_guard lock(mu_);
+    Peer& p = peers_[static_cast<size_t>(peer)];
+    failed.swap(p.queue);
+    p.connecting = false;
+  }
+  for (auto& q : failed) handlers_.unsent(q.message, why);
+}
+
+bool Transport::is_outbound(const std::shared_ptr<Connection>& c) const {
+  std::lock_guard lock(mu_);
+  const int peer = c->peer_id();
+  return peer >= 0 && peers_[static_cast<size_t>(peer)].conn == c;
+}
+
+// --- stopping --------------------------------------------------------------------------------
+
+void Transport::stop(const std::string& why) {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_ && !thread_.joinable()) return;
+    stopping_ = true;
+  }
+  if (!thread_.joinable()) {  // never started
+    std::error_code ignored;
+    acceptor_.close(ignored);
+    return;
+  }
+  asio::post(io_, [this, why] {
+    std::error_code ignored;
+    acceptor_.close(ignored);
+    std::vector<std::shared_ptr<Connection>> all;
+    {
+      std::lock_guard lock(mu_);
+      all.assign(inbound_.begin(), inbound_.end());
+      for (auto& p : peers_) {
+        if (p.conn) all.push_back(p.conn);
+        if (p.socket) p.socket->close(ignored);  // its connect completes, aborted
+        if (p.timer) p.timer->cancel();
+      }
+    }
+    for (auto& c : all) c->close(why);
+    const auto shut = std::make_exception_ptr(
+        StateError(gw::detail::str("[rpc] the RPC agent '", self_name_, "' stopped: ", why)));
+    for (size_t i = 0; i < peers_.size(); ++i) fail_queue(static_cast<int>(i), shut);
+    work_.reset();
+  });
+  thread_.join();
+  std::lock_guard lock(mu_);
+  inbound_.clear();
+  for (auto& p : peers_) p.conn.reset();
+}
+
+}  // namespace gw::rpc

@@ -1,0 +1,126 @@
+// gw::rpc::Transport — an agent's sockets: one listener, one outbound connection per peer, the
+// inbound connections peers opened, and the one network thread that serves them all.
+//
+// Mental model: the network thread never blocks. It accepts, reads frames and hands each
+// message to the owner's handler, and it opens outbound connections asynchronously. send()
+// from any thread writes a request straight to the peer's open connection (no hop to the
+// network thread). To a peer without one, the request is queued and the network thread
+// connects, within the latest deadline of what is queued; once connected it writes our
+// Handshake first, then the queue in order. Should the connect fail or run out of time, every
+// queued request is handed back as unsent with the reason. Responses do not come through here:
+// they go back on the connection their request came in on (Connection::send).
+//
+//   Transport t("worker0", "127.0.0.1", max_frame_bytes, handlers);  // listening
+//   publish(t.port()); ...                                          // rendezvous
+//   t.start(peer_endpoints);                                        // network thread runs
+//   t.send(1, std::move(request), deadline);  // handlers.sending, then handlers.unsent if lost
+//   t.stop("shutdown");                                             // closes all, joins
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <asio.hpp>
+
+#include "rpc/connection.h"
+
+namespace gw::rpc {
+
+// Where a worker listens, as it published it.
+struct PeerAddress {
+  std::string name;
+  std::string host;  // an IP address
+  uint16_t port = 0;
+};
+
+class Transport {
+ public:
+  using Clock = std::chrono::steady_clock;
+  using Endpoint = asio::ip::tcp::endpoint;
+
+  struct Handlers {
+    Connection::MessageHandler on_message;   // network thread
+    Connection::CloseHandler on_close;       // network thread; the transport has forgotten it
+    std::function<Message(int peer)> hello;  // the Handshake that opens a connection to `peer`
+    // Request `id` is about to be written to `conn` (any thread).
+    std::function<void(uint64_t id, const Connection& conn)> sending;
+    // Request `m` never left, because of `why` (IoError, TimeoutError, StateError).
+    std::function<void(Message& m, std::exception_ptr why)> unsent;
+  };
+
+  // Listens on `address` (an ephemeral port). Throws IoError if it cannot.
+  Transport(std::string self_name, const std::string& address, uint64_t max_frame_bytes,
+            Handlers handlers);
+  ~Transport();  // stop()s
+  Transport(const Transport&) = delete;
+  Transport& operator=(const Transport&) = delete;
+
+  uint16_t port() const;
+  asio::io_context& io() { return io_; }
+
+  // Learns where the peers listen (by worker id) and starts the network thread;
+  // `on_thread_start` runs first on it. Throws IoError on an address that is not an IP.
+  void start(const std::vector<PeerAddress>& peers, const std::function<void()>& on_thread_start);
+  // Sends request `m` to worker `peer`, connecting first if needed, within `deadline`
+  // (Clock::time_point::max(): no limit of ours). Never blocks and never throws: the outcome
+  // goes to handlers.sending or handlers.unsent.
+  void send(int peer, Message m, Clock::time_point deadline);
+  // Whether `c` is our open connection to its peer (the one our requests to it go out on).
+  bool is_outbound(const std::shared_ptr<Connection>& c) const;
+  // Closes the listener and every connection with `why`, fails what is queued, and joins the
+  // network thread. Idempotent; not from the network thread.
+  void stop(const std::string& why);
+
+ private:
+  struct Queued {
+    Message message;
+    Clock::time_point deadline;
+  };
+  // A peer's outbound side: its open connection, or the connect under way and what waits for it.
+  struct Peer {
+    Endpoint endpoint;
+    std::string name;
+    std::shared_ptr<Connection> conn;
+    bool connecting = false;
+    Clock::time_point connect_deadline;
+    std::deque<Queued> queue;
+    std::shared_ptr<asio::ip::tcp::socket> socket;  // while connecting
+    std::shared_ptr<asio::steady_timer> timer;      // the connect's deadline, if it has one
+    bool timed_out = false;
+  };
+
+  void accept_next();
+  void connect(int peer);  // network thread
+  void watch_connect(int peer, std::shared_ptr<asio::ip::tcp::socket> s,
+                     std::shared_ptr<asio::steady_timer> timer);
+  void connected(int peer, std::shared_ptr<asio::ip::tcp::socket> s, const std::error_code& ec);
+  // Hands every request queued for `peer` back as unsent with `why`.
+  void fail_queue(int peer, std::exception_ptr why);
+  void write(const std::shared_ptr<Connection>& c, Message& m);
+  std::string describe(int peer) const;  // "worker 'w' at addr:port"
+  std::shared_ptr<Connection> make_connection(asio::ip::tcp::socket s);
+
+  const std::string self_name_;
+  const uint64_t max_frame_bytes_;
+  Handlers handlers_;
+  asio::io_context io_;
+  asio::executor_work_guard<asio::io_context::executor_type> work_{io_.get_executor()};
+  asio::ip::tcp::acceptor acceptor_{io_};
+  std::thread thread_;
+
+  mutable std::mutex mu_;
+  bool stopping_ = false;
+  std::vector<Peer> peers_;  // by worker id
+  std::set<std::shared_ptr<Connection>> inbound_;
+};
+
+}  // namespace gw::rpc
