@@ -10,6 +10,7 @@ Dispatcher::Dispatcher(std::string name, int num_threads, std::function<void()> 
       pool_(std::make_unique<ThreadPool>(num_threads, std::move(on_thread_start))) {}
 
 void Dispatcher::run(Handler handler, uint64_t autograd_context, Done done) {
+  GW_CHECK(pool_, StateError, "[rpc] worker '", name_, "' is shut down: it runs no more requests");
   {
     std::lock_guard lock(mu_);
     ++active_;
