@@ -104,6 +104,7 @@ Agent::Agent(std::string name, int rank, int world_size, RpcBackendOptions optio
 
 Agent::~Agent() {
   if (running_) stop("the RPC agent was destroyed without shutdown()");
+  interceptors_.clear();
   autograd_.reset();  // first: its threads and callbacks use the rest of the agent
 }
 
@@ -211,12 +212,13 @@ void Agent::cancelled(Message& m) {
 }
 
 void Agent::receive(int from, Message& m, Arrival arrival) {
-  place_on_devices(m);
-  GW_CHECK(!m.autograd || autograd_, InvalidArgumentError, "[rpc] worker '", self_.name,
+  for (Interceptor* i : interceptors_) i->incoming(from, m, arrival);
+  // After the RRef interceptor: the RRefs it made are released with the failed message.
+  GW_CHECK(!m.autograd || autograd_ || arrival == Arrival::kLateResponse, InvalidArgumentError,
+           "[rpc] worker '", self_.name,
            "' received a message recorded in distributed autograd context ",
            m.autograd ? m.autograd->context_id : 0,
            " but does not link distributed autograd (gw_dist)");
-  for (Interceptor* i : interceptors_) i->incoming(from, m, arrival);
 }
 
 void Agent::set_autograd_hook(std::shared_ptr<AutogradHook> hook) {
@@ -256,13 +258,14 @@ void Agent::on_message(const std::shared_ptr<Connection>& c, Message m) {
 // on our own connection to the callee is a late answer: its RRefs are materialized and dropped,
 // which releases the forks made for it. Anything else is a stray, dropped untouched.
 void Agent::on_response(const std::shared_ptr<Connection>& c, Message m) {
-  switch (calls_->match(m.id, c.get())) {
+  Future<IValue> claimed;
+  switch (calls_->claim(m.id, c.get(), claimed)) {
     case CallTable::Match::kPending:
       break;
     case CallTable::Match::kNotPending:
       if (transport_->is_outbound(c)) {
         try {
-          for (Interceptor* i : interceptors_) i->incoming(c->peer_id(), m, Arrival::kLateResponse);
+          receive(c->peer_id(), m, Arrival::kLateResponse);
         } catch (const std::exception& e) {
           log_error(self_.name, ": releasing a late answer failed: ", e.what());
         }
@@ -273,39 +276,52 @@ void Agent::on_response(const std::shared_ptr<Connection>& c, Message m) {
       ++stray_responses_;
       return;
   }
-  auto finish = [this, c](Message& m) {
-    Response& r = *m.get<Response>();
+  Response& r = *m.get<Response>();
+  auto fail = [&](const std::exception& e) {
+    r.value = IValue();
+    r.error = Failure{self_.name, e.what(), code_of(e)};
+  };
+  try {
+    receive(c->peer_id(), m, Arrival::kResponse);
+  } catch (const std::exception& e) {
+    fail(e);
+  }
+  if (m.placements.empty() || r.error) return calls_->answer(claimed, r);
+  // Copies to a GPU happen off the network thread, and not behind the requests queued for the
+  // pool, whose handlers may be waiting for this very answer.
+  auto held = std::make_shared<Message>(std::move(m));
+  dispatcher_->run_apart([this, held, claimed]() mutable {
+    Response& r = *held->get<Response>();
     try {
-      receive(c->peer_id(), m, Arrival::kResponse);
+      place_on_devices(*held);
     } catch (const std::exception& e) {
       r.value = IValue();
       r.error = Failure{self_.name, e.what(), code_of(e)};
     }
-    calls_->complete(m.id, c.get(), r);
-  };
-  if (m.placements.empty()) return finish(m);
-  // Copies to a GPU happen on the pool, not on the network thread.
-  auto held = std::make_shared<Message>(std::move(m));
-  dispatcher_->run(
-      [finish, held] {
-        finish(*held);
-        return Future<IValue>::ready(IValue());
-      },
-      0, [](Future<IValue>&) {});
+    calls_->answer(claimed, r);
+  });
 }
 
+// Network thread, in arrival order: the interceptors see the request (RRefs materialized, the
+// distributed autograd context joined), then its variant picks the handler.
 void Agent::on_request(const std::shared_ptr<Connection>& c, Message m) {
   const int from = c->peer_id();
   const uint64_t id = m.id;
   const uint64_t ctx = m.autograd ? m.autograd->context_id : 0;
+  try {
+    receive(from, m, Arrival::kRequest);
+  } catch (...) {
+    Future<IValue> failed = Future<IValue>::failed(std::current_exception());
+    return respond(c, id, failed);
+  }
   auto held = std::make_shared<Message>(std::move(m));
   std::visit(
       [&](auto& r) {
         using T = std::decay_t<decltype(r)>;
         if constexpr (std::is_same_v<T, Call>) {
           dispatcher_->run(
-              [this, from, held] {
-                receive(from, *held, Arrival::kRequest);
+              [held] {
+                place_on_devices(*held);
                 const Call& call = std::get<Call>(*held->request());
                 return functions().invoke(call.function, call.args);
               },
@@ -317,7 +333,7 @@ void Agent::on_request(const std::shared_ptr<Connection>& c, Message m) {
               [this, from, held] {
                 GW_CHECK(autograd_, InvalidArgumentError, "[rpc] worker '", self_.name,
                          "' cannot serve distributed autograd: it does not link gw_dist");
-                receive(from, *held, Arrival::kRequest);
+                place_on_devices(*held);
                 return autograd_->handle(from, std::move(std::get<T>(*held->request())));
               },
               0, [this, c, id](Future<IValue>& done) { respond(c, id, done); });
@@ -352,6 +368,8 @@ void Agent::respond(const std::shared_ptr<Connection>& c, uint64_t id, Future<IV
     outgoing(c->peer_id(), r, autograd_context);
   } catch (const std::exception& e) {
     fail(e);  // outgoing() has undone itself
+  } catch (...) {
+    fail(std::runtime_error("the function threw something that is not a std::exception"));
   }
   try {
     c->send(r);

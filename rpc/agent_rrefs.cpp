@@ -49,7 +49,6 @@ size_t Agent::num_owner_rrefs() const { return rrefs_->num_owned(); }
 // Network thread, in arrival order: a fork registered before its delete stays registered.
 void Agent::on_rref_request(const std::shared_ptr<Connection>& c,
                             const std::shared_ptr<Message>& m) {
-  const int from = c->peer_id();
   const uint64_t id = m->id;
   const uint64_t ctx = m->autograd ? m->autograd->context_id : 0;
   Future<IValue> none = Future<IValue>::ready(IValue());
@@ -59,10 +58,9 @@ void Agent::on_rref_request(const std::shared_ptr<Connection>& c,
       auto owner = rrefs_->owner_entry(create->rref_id);
       rrefs_->add_fork(create->rref_id, create->fork_id);
       respond(c, id, none);  // confirmed: the owner knows the fork
-      // Its arguments are received (CUDA tensors placed, RRefs materialized) on the pool.
       dispatcher_->run(
-          [this, from, m] {
-            receive(from, *m, Arrival::kRequest);
+          [m] {
+            place_on_devices(*m);
             const RRefCreate& create = std::get<RRefCreate>(*m->request());
             return functions().invoke(create.function, create.args);
           },
@@ -72,7 +70,6 @@ void Agent::on_rref_request(const std::shared_ptr<Connection>& c,
           });
       return;
     }
-    receive(from, *m, Arrival::kRequest);  // no values: only the autograd context to join
     if (auto* fetch = std::get_if<RRefFetch>(&r)) {
       // Whoever asks holds a reference, so the value is here unless it was already released.
       auto owner = rrefs_->find_owner_entry(fetch->rref_id);

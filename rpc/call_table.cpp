@@ -9,8 +9,8 @@ Future<IValue> CallTable::add(uint64_t id, int peer, std::string what,
                               std::chrono::milliseconds timeout) {
   Future<IValue> future;
   std::lock_guard lock(mu_);
-  GW_CHECK(!closed_, StateError, "[rpc] ", what, " on worker '", names_[peer],
-           "': the RPC agent is shut down");
+  GW_CHECK(!closed_, StateError, "[rpc] cannot send the ", what, " to worker '", names_[peer],
+           "': this RPC agent is shut down");
   Pending& p = pending_[id];
   p.future = future;
   p.peer = peer;
@@ -33,18 +33,34 @@ void CallTable::bind(uint64_t id, const Connection* conn) {
   if (auto it = pending_.find(id); it != pending_.end()) it->second.conn = conn;
 }
 
-CallTable::Match CallTable::match(uint64_t id, const Connection* from) const {
+CallTable::Match CallTable::claim(uint64_t id, const Connection* from, Future<IValue>& claimed) {
   std::lock_guard lock(mu_);
   auto it = pending_.find(id);
   if (it == pending_.end()) return Match::kNotPending;
-  return it->second.conn == from ? Match::kPending : Match::kOtherConnection;
+  if (it->second.conn != from) return Match::kOtherConnection;
+  claimed = take_locked(it).future;
+  ++claimed_;
+  return Match::kPending;
+}
+
+void CallTable::answer(Future<IValue>& claimed, Response& r) {
+  if (r.error)
+    claimed.set_exception(remote_failure(r.error->code, r.error->worker, r.error->message));
+  else
+    claimed.set_result(std::move(r.value));
+  std::lock_guard lock(mu_);
+  if (--claimed_ == 0 && pending_.empty()) empty_.notify_all();
+}
+
+void CallTable::notify_if_empty() {
+  std::lock_guard lock(mu_);
+  if (pending_.empty() && claimed_ == 0) empty_.notify_all();
 }
 
 CallTable::Pending CallTable::take_locked(std::unordered_map<uint64_t, Pending>::iterator it) {
   Pending p = std::move(it->second);
   pending_.erase(it);
   if (p.deadline != deadlines_.end()) deadlines_.erase(p.deadline);
-  if (pending_.empty()) empty_.notify_all();
   return p;
 }
 
@@ -52,20 +68,6 @@ template <typename E>
 void CallTable::fail_with(Pending& p, const std::string& happened) {
   p.future.set_exception(std::make_exception_ptr(
       E(gw::detail::str("[rpc] ", p.what, " on worker '", names_[p.peer], "' ", happened))));
-}
-
-void CallTable::complete(uint64_t id, const Connection* from, Response& r) {
-  Pending p;
-  {
-    std::lock_guard lock(mu_);
-    auto it = pending_.find(id);
-    if (it == pending_.end() || it->second.conn != from) return;  // timed out meanwhile
-    p = take_locked(it);
-  }
-  if (r.error)
-    p.future.set_exception(remote_failure(r.error->code, r.error->worker, r.error->message));
-  else
-    p.future.set_result(std::move(r.value));
 }
 
 void CallTable::fail(uint64_t id, std::exception_ptr e) {
@@ -77,6 +79,7 @@ void CallTable::fail(uint64_t id, std::exception_ptr e) {
     p = take_locked(it);
   }
   p.future.set_exception(std::move(e));
+  notify_if_empty();
 }
 
 void CallTable::fail_on(const Connection* conn, const std::string& why) {
@@ -90,6 +93,7 @@ void CallTable::fail_on(const Connection* conn, const std::string& why) {
     }
   }
   for (auto& p : lost) fail_with<IoError>(p, "failed: connection lost (" + why + ")");
+  notify_if_empty();
 }
 
 void CallTable::close(const std::string& why) {
@@ -99,16 +103,16 @@ void CallTable::close(const std::string& why) {
     closed_ = true;
     left.swap(pending_);
     deadlines_.clear();
-    empty_.notify_all();
   }
   for (auto& [id, p] : left) fail_with<StateError>(p, "failed: " + why);
+  notify_if_empty();
   // After the deadlines are gone: the timer, if armed, is cancelled and not armed again.
   asio::post(io_, [this] { arm_timer(); });
 }
 
 void CallTable::wait_empty() {
   std::unique_lock lock(mu_);
-  empty_.wait(lock, [&] { return pending_.empty(); });
+  empty_.wait(lock, [&] { return pending_.empty() && claimed_ == 0; });
 }
 
 // Network thread: points the timer at the earliest deadline.
@@ -137,6 +141,7 @@ void CallTable::expire_due() {
   }
   for (auto& p : expired)
     fail_with<TimeoutError>(p, gw::detail::str("timed out after ", p.timeout.count(), " ms"));
+  notify_if_empty();
   arm_timer();
 }
 

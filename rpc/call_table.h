@@ -5,11 +5,15 @@
 // the request is written to it, and taken out exactly once, by whichever comes first: its
 // response (only from the connection it is bound to), its deadline (one timer, armed for the
 // earliest), the loss of its connection, a failure to send, or close() at shutdown. Whoever
-// takes it completes its future, outside the table's lock.
+// takes it completes its future, outside the table's lock. A response claims its call on the
+// network thread, as it arrives, and may answer it later from another thread (after its CUDA
+// tensors were placed): claimed, the call no longer times out or fails with its connection,
+// but wait_empty() still waits for it.
 //
 //   Future<IValue> f = calls.add(id, peer, "call of 'f'", 50ms);
 //   calls.bind(id, conn);                            // the request is about to go out on conn
-//   if (calls.match(id, from) == CallTable::Match::kPending) calls.complete(id, from, response);
+//   Future<IValue> claimed;                          // ... its response arrives on `from`:
+//   if (calls.claim(id, from, claimed) == CallTable::Match::kPending) calls.answer(claimed, r);
 #pragma once
 
 #include <chrono>
@@ -48,12 +52,12 @@ class CallTable {
   // its loss fails the call.
   void bind(uint64_t id, const Connection* conn);
 
-  // What a response to `id` arriving on `from` finds.
+  // What a response to `id` arriving on `from` finds. kPending: the call was bound to `from`; it
+  // is taken out into `claimed`, which answer() must complete.
   enum class Match { kPending, kOtherConnection, kNotPending };
-  Match match(uint64_t id, const Connection* from) const;
-  // Completes call `id` with `r` (a value or the callee's failure) if it is still pending and
-  // bound to `from`.
-  void complete(uint64_t id, const Connection* from, Response& r);
+  Match claim(uint64_t id, const Connection* from, Future<IValue>& claimed);
+  // Completes a claimed call with `r`: its value, or the callee's failure as its own type.
+  void answer(Future<IValue>& claimed, Response& r);
   // Fails call `id` with `e` if it is still pending.
   void fail(uint64_t id, std::exception_ptr e);
   // Fails every call bound to `conn` with IoError: the connection was lost because of `why`.
@@ -61,7 +65,7 @@ class CallTable {
   // Fails every call with StateError(why) and refuses new ones.
   void close(const std::string& why);
 
-  // Blocks until no call is pending.
+  // Blocks until no call is pending or claimed and unanswered.
   void wait_empty();
 
  private:
@@ -76,6 +80,8 @@ class CallTable {
   // Caller holds mu_. Removes call `it` and its deadline. The timer may stay armed for a
   // deadline that is gone: it then fires, finds nothing due, and re-arms.
   Pending take_locked(std::unordered_map<uint64_t, Pending>::iterator it);
+  // After futures were completed: wakes wait_empty() if nothing is left.
+  void notify_if_empty();
   // Fails `p` with E("[rpc] <what> on worker '<peer>' <happened>").
   template <typename E>
   void fail_with(Pending& p, const std::string& happened);
@@ -88,6 +94,7 @@ class CallTable {
   std::condition_variable empty_;
   bool closed_ = false;
   std::unordered_map<uint64_t, Pending> pending_;
+  size_t claimed_ = 0;  // claimed and not yet answered
   // Deadlines of the calls that have one, and the one timer that fires at the earliest. A new
   // call touches the timer only if its deadline is the new earliest, which keeps timer syscalls
   // and network-thread wake-ups off the common path.

@@ -7,14 +7,20 @@ namespace gw::rpc {
 
 Dispatcher::Dispatcher(std::string name, int num_threads, std::function<void()> on_thread_start)
     : name_(std::move(name)),
-      pool_(std::make_unique<ThreadPool>(num_threads, std::move(on_thread_start))) {}
+      on_thread_start_(std::move(on_thread_start)),
+      pool_(std::make_unique<ThreadPool>(num_threads, on_thread_start_)) {}
 
+void Dispatcher::finish() {
+  std::lock_guard lock(mu_);
+  if (--active_ == 0) idle_.notify_all();
+}
+
+// Submits under mu_, so that stop() never resets a pool being submitted to.
 void Dispatcher::run(Handler handler, uint64_t autograd_context, Done done) {
-  GW_CHECK(pool_, StateError, "[rpc] worker '", name_, "' is shut down: it runs no more requests");
-  {
-    std::lock_guard lock(mu_);
-    ++active_;
-  }
+  std::lock_guard lock(mu_);
+  GW_CHECK(!stopped_, StateError, "[rpc] worker '", name_,
+           "' is shut down: it runs no more requests");
+  ++active_;
   pool_->submit([this, autograd_context, handler = std::move(handler), done = std::move(done)] {
     Future<IValue> outcome;
     try {
@@ -29,10 +35,26 @@ void Dispatcher::run(Handler handler, uint64_t autograd_context, Done done) {
         done(r);
       } catch (const std::exception& e) {
         log_error(name_, ": answering a request failed: ", e.what());
+      } catch (...) {
+        log_error(name_, ": answering a request failed");
       }
-      std::lock_guard lock(mu_);
-      if (--active_ == 0) idle_.notify_all();
+      finish();
     });
+  });
+}
+
+void Dispatcher::run_apart(std::function<void()> task) {
+  std::lock_guard lock(mu_);
+  GW_CHECK(!stopped_, StateError, "[rpc] worker '", name_, "' is shut down");
+  ++active_;
+  if (!apart_) apart_ = std::make_unique<ThreadPool>(1, on_thread_start_);
+  apart_->submit([this, task = std::move(task)] {
+    try {
+      task();
+    } catch (const std::exception& e) {
+      log_error(name_, ": ", e.what());
+    }
+    finish();
   });
 }
 
@@ -42,7 +64,15 @@ void Dispatcher::wait_idle() {
 }
 
 int Dispatcher::stop(std::chrono::milliseconds bound) {
-  pool_.reset();  // runs what was queued (their responses find closed connections)
+  std::unique_ptr<ThreadPool> apart;
+  {
+    std::lock_guard lock(mu_);
+    stopped_ = true;
+    apart = std::move(apart_);
+  }
+  // Both run what was queued (their responses find closed connections).
+  pool_.reset();
+  apart.reset();
   std::unique_lock lock(mu_);
   idle_.wait_for(lock, bound, [&] { return active_ == 0; });
   return active_;

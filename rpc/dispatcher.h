@@ -35,8 +35,11 @@ class Dispatcher {
   Dispatcher& operator=(const Dispatcher&) = delete;
 
   // Runs `handler` on the pool with distributed autograd context `autograd_context` (0: none)
-  // current; a throw becomes its failed outcome.
+  // current; a throw becomes its failed outcome. Throws StateError once stopped.
   void run(Handler handler, uint64_t autograd_context, Done done);
+  // Runs `task` on a thread of its own (made on first use), FIFO, never behind the pool's
+  // queue: work that handlers may be waiting for, such as placing a response's CUDA tensors.
+  void run_apart(std::function<void()> task);
   // Blocks until every handler has finished (its outcome delivered).
   void wait_idle();
   // Runs what is queued, then joins the pool; afterwards waits up to `bound` for asynchronous
@@ -44,11 +47,16 @@ class Dispatcher {
   int stop(std::chrono::milliseconds bound);
 
  private:
+  void finish();  // a task counted in active_ is done
+
   const std::string name_;
+  const std::function<void()> on_thread_start_;
   std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<ThreadPool> apart_;  // guarded by mu_
   std::mutex mu_;
   std::condition_variable idle_;
   int active_ = 0;
+  bool stopped_ = false;
 };
 
 }  // namespace gw::rpc

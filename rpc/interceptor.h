@@ -7,16 +7,14 @@
 // its send function; the receiver attaches the recv function). Nothing else of the agent knows
 // about either. For one message:
 //
-//   sending    outgoing() of each, in order      on the sending thread, before the call is
-//                                                 registered; a throw undoes the ones before
-//   unsent     cancelled() of each, reversed      the message never left (connect failed, timed
-//                                                 out while queued, socket closed, shutdown)
-//   receiving  incoming() of each, in order      on the thread that handles it: the pool for
-//                                                 calls and autograd requests, the network thread
-//                                                 for RRef protocol messages and responses
-//                                                 (the pool when they carry CUDA tensors, which
-//                                                 are placed on their devices first); a throw
-//                                                 fails the request or the call
+//   sending    outgoing() of each, in order    on the sending thread, before the call is
+//                                              registered; a throw undoes the ones before
+//   unsent     cancelled() of each, reversed    the message never left (connect failed, timed
+//                                              out while queued, socket closed, shutdown)
+//   receiving  incoming() of each, in order    on the network thread, in arrival order, before
+//                                              the message is routed; a throw fails the request
+//                                              (or the call). CUDA tensors are placed on their
+//                                              devices afterwards, off the network thread.
 //
 // A response to a call that timed out meanwhile is still received (kLateResponse) so that the
 // RRefs it carries are released; nothing else should happen to it.

@@ -101,10 +101,7 @@ void Transport::send(int peer, Message m, Clock::time_point deadline) {
       p.queue.push_back({std::move(m), deadline});
       if (!p.connecting) {
         p.connecting = true;
-        p.connect_deadline = deadline;
         asio::post(io_, [this, peer] { connect(peer); });
-      } else if (deadline > p.connect_deadline) {
-        p.connect_deadline = deadline;  // the connect's timer looks again when it fires
       }
       return;
     }
@@ -137,8 +134,8 @@ void Transport::connect(int peer) {
     Peer& p = peers_[static_cast<size_t>(peer)];
     p.socket = s;
     ep = p.endpoint;
-    if (p.connect_deadline != Clock::time_point::max()) {
-      timer = std::make_shared<asio::steady_timer>(io_, p.connect_deadline);
+    if (const auto first = earliest_deadline_locked(p); first != Clock::time_point::max()) {
+      timer = std::make_shared<asio::steady_timer>(io_, first);
       p.timer = timer;
       watch_connect(peer, s, timer);
     }
@@ -149,32 +146,59 @@ void Transport::connect(int peer) {
   });
 }
 
-// The connect's deadline is the latest of what waits for it, and moves when a later request
-// joins: each expiry looks again, and gives up (closing the socket aborts the connect) only
-// once nothing queued has time left. Caller holds mu_.
+// At each queued request's deadline, the requests out of time leave the queue (unsent); the
+// connect gives up (closing the socket aborts it) once nothing is left to wait for it. Caller
+// holds mu_.
 void Transport::watch_connect(int peer, std::shared_ptr<asio::ip::tcp::socket> s,
                               std::shared_ptr<asio::steady_timer> timer) {
   timer->async_wait([this, peer, s, timer](const std::error_code& ec) {
     if (ec) return;  // cancelled: the connect completed
-    std::lock_guard lock(mu_);
-    Peer& p = peers_[static_cast<size_t>(peer)];
-    if (p.socket != s) return;
-    if (Clock::now() < p.connect_deadline) {
-      timer->expires_at(p.connect_deadline);
-      watch_connect(peer, s, timer);
-      return;
+    std::deque<Queued> expired;
+    {
+      std::lock_guard lock(mu_);
+      Peer& p = peers_[static_cast<size_t>(peer)];
+      if (p.socket != s) return;
+      expired = take_expired_locked(p);
+      if (p.queue.empty()) {
+        p.timed_out = true;
+        std::error_code ignored;
+        s->close(ignored);
+      } else if (const auto next = earliest_deadline_locked(p); next != Clock::time_point::max()) {
+        timer->expires_at(next);
+        watch_connect(peer, s, timer);
+      }
     }
-    p.timed_out = true;
-    std::error_code ignored;
-    s->close(ignored);
+    expire(peer, expired);
   });
+}
+
+std::deque<Transport::Queued> Transport::take_expired_locked(Peer& p) {
+  std::deque<Queued> expired, left;
+  const auto now = Clock::now();
+  for (auto& q : p.queue) (q.deadline <= now ? expired : left).push_back(std::move(q));
+  p.queue.swap(left);
+  return expired;
+}
+
+Transport::Clock::time_point Transport::earliest_deadline_locked(const Peer& p) {
+  auto first = Clock::time_point::max();
+  for (const auto& q : p.queue) first = std::min(first, q.deadline);
+  return first;
+}
+
+void Transport::expire(int peer, std::deque<Queued>& expired) {
+  for (auto& q : expired)
+    handlers_.unsent(q.message,
+                     std::make_exception_ptr(TimeoutError("[rpc] connecting to " + describe(peer) +
+                                                          " took longer than the call's timeout")));
 }
 
 // Network thread: the connect to `peer` finished; on success, writes the Handshake and then the
 // queue, in order.
 void Transport::connected(int peer, std::shared_ptr<asio::ip::tcp::socket> s,
                           const std::error_code& ec) {
-  bool timed_out = false;
+  bool timed_out = false, again = false;
+  std::deque<Queued> expired;
   {
     std::lock_guard lock(mu_);
     Peer& p = peers_[static_cast<size_t>(peer)];
@@ -183,12 +207,20 @@ void Transport::connected(int peer, std::shared_ptr<asio::ip::tcp::socket> s,
     p.socket.reset();
     p.timer.reset();
     if (stopping_) return;  // stop() fails the queue
+    if (timed_out) {
+      // Requests that joined after the connect gave up still have time: try again for them.
+      expired = take_expired_locked(p);
+      again = !p.queue.empty();
+      p.connecting = again;
+    }
+  }
+  if (timed_out) {
+    expire(peer, expired);
+    if (again) connect(peer);
+    return;
   }
   std::shared_ptr<Connection> c;
   try {
-    if (timed_out)
-      throw TimeoutError("[rpc] connecting to " + describe(peer) +
-                         " timed out: no answer within the calls' timeouts");
     if (ec) throw IoError("[rpc] connecting to " + describe(peer) + " failed: " + ec.message());
     c = make_connection(std::move(*s));
     c->set_peer_id(peer);

@@ -5,9 +5,10 @@
 // message to the owner's handler, and it opens outbound connections asynchronously. send()
 // from any thread writes a request straight to the peer's open connection (no hop to the
 // network thread). To a peer without one, the request is queued and the network thread
-// connects, within the latest deadline of what is queued; once connected it writes our
-// Handshake first, then the queue in order. Should the connect fail or run out of time, every
-// queued request is handed back as unsent with the reason. Responses do not come through here:
+// connects; once connected it writes our Handshake first, then the queue in order. A queued
+// request whose deadline passes is handed back as unsent (TimeoutError), and the connect gives
+// up when no request is left waiting for it; should it fail, every queued request is handed
+// back with the reason (IoError). Responses do not come through here:
 // they go back on the connection their request came in on (Connection::send).
 //
 //   Transport t("worker0", "127.0.0.1", max_frame_bytes, handlers);  // listening
@@ -90,8 +91,7 @@ class Transport {
     Endpoint endpoint;
     std::string name;
     std::shared_ptr<Connection> conn;
-    bool connecting = false;
-    Clock::time_point connect_deadline;
+    bool connecting = false;  // a connect, or the flush of its queue, is under way
     std::deque<Queued> queue;
     std::shared_ptr<asio::ip::tcp::socket> socket;  // while connecting
     std::shared_ptr<asio::steady_timer> timer;      // the connect's deadline, if it has one
@@ -105,6 +105,10 @@ class Transport {
   void connected(int peer, std::shared_ptr<asio::ip::tcp::socket> s, const std::error_code& ec);
   // Hands every request queued for `peer` back as unsent with `why`.
   void fail_queue(int peer, std::exception_ptr why);
+  // Caller holds mu_: the requests out of time, taken from the queue; the earliest deadline.
+  static std::deque<Queued> take_expired_locked(Peer& p);
+  static Clock::time_point earliest_deadline_locked(const Peer& p);
+  void expire(int peer, std::deque<Queued>& expired);  // unsent, TimeoutError
   void write(const std::shared_ptr<Connection>& c, Message& m);
   std::string describe(int peer) const;  // "worker 'w' at addr:port"
   std::shared_ptr<Connection> make_connection(asio::ip::tcp::socket s);

@@ -113,6 +113,15 @@ TEST_CASE("a callee's exception arrives as RemoteError naming the worker", "[rpc
     CHECK(dynamic_cast<const TimeoutError*>(&e) == nullptr);
     CHECK(std::string(e.what()) == "[worker1] plain");
   }
+  // Not even a std::exception: the callee survives it and says so.
+  try {
+    rpc_sync("worker1", fail_as, std::string("int"), std::string());
+    FAIL("no exception");
+  } catch (const RemoteError& e) {
+    CHECK(e.worker() == "worker1");
+    CHECK(std::string(e.what()).find("not a std::exception") != std::string::npos);
+  }
+  CHECK(rpc_sync("worker1", whoami) == "worker1");
 }
 
 TEST_CASE("a callee's gradwire error is raised on the caller as the same type", "[rpc]") {

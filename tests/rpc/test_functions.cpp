@@ -25,6 +25,7 @@ Tensor fail_with(std::string message) { throw InvalidArgumentError(message); }
 int64_t fail_as(std::string kind, std::string message) {
   if (kind == "timeout") throw TimeoutError(message);
   if (kind == "state") throw StateError(message);
+  if (kind == "int") throw 42;  // not an exception class at all
   throw std::runtime_error(message);
 }
 
