@@ -49,6 +49,12 @@ ErrorCode code_of(const std::exception& e) {
   return err ? err->code() : ErrorCode::kRemote;
 }
 
+// Makes `r` the failure `e` raised on `worker`.
+void fail(Response& r, const std::string& worker, const std::exception& e) {
+  r.value = IValue();
+  r.error = Failure{worker, e.what(), code_of(e)};
+}
+
 }  // namespace
 
 Agent* Agent::current() { return t_current_agent; }
@@ -277,29 +283,29 @@ void Agent::on_response(const std::shared_ptr<Connection>& c, Message m) {
       return;
   }
   Response& r = *m.get<Response>();
-  auto fail = [&](const std::exception& e) {
-    r.value = IValue();
-    r.error = Failure{self_.name, e.what(), code_of(e)};
-  };
   try {
     receive(c->peer_id(), m, Arrival::kResponse);
   } catch (const std::exception& e) {
-    fail(e);
+    fail(r, self_.name, e);
   }
   if (m.placements.empty() || r.error) return calls_->answer(claimed, r);
   // Copies to a GPU happen off the network thread, and not behind the requests queued for the
   // pool, whose handlers may be waiting for this very answer.
   auto held = std::make_shared<Message>(std::move(m));
-  dispatcher_->run_apart([this, held, claimed]() mutable {
-    Response& r = *held->get<Response>();
-    try {
-      place_on_devices(*held);
-    } catch (const std::exception& e) {
-      r.value = IValue();
-      r.error = Failure{self_.name, e.what(), code_of(e)};
-    }
-    calls_->answer(claimed, r);
-  });
+  try {
+    dispatcher_->run_apart([this, held, claimed]() mutable {
+      Response& r = *held->get<Response>();
+      try {
+        place_on_devices(*held);
+      } catch (const std::exception& e) {
+        fail(r, self_.name, e);
+      }
+      calls_->answer(claimed, r);
+    });
+  } catch (const std::exception& e) {
+    fail(*held->get<Response>(), self_.name, e);
+    calls_->answer(claimed, *held->get<Response>());
+  }
 }
 
 // Network thread, in arrival order: the interceptors see the request (RRefs materialized, the
@@ -358,18 +364,17 @@ void Agent::respond(const std::shared_ptr<Connection>& c, uint64_t id, Future<IV
   r.body = Response{};
   Response& out = *r.get<Response>();
   r.device_map = device_map_to(c->peer_id(), /*reply=*/true);
-  auto fail = [&](const std::exception& e) {
-    out.value = IValue();
-    out.error = Failure{self_.name, e.what(), code_of(e)};
+  auto failed = [&](const std::exception& e) {
+    fail(out, self_.name, e);
     r.autograd.reset();
   };
   try {
     out.value = result.value();
     outgoing(c->peer_id(), r, autograd_context);
   } catch (const std::exception& e) {
-    fail(e);  // outgoing() has undone itself
+    failed(e);  // outgoing() has undone itself
   } catch (...) {
-    fail(std::runtime_error("the function threw something that is not a std::exception"));
+    failed(std::runtime_error("the function threw something that is not a std::exception"));
   }
   try {
     c->send(r);
@@ -378,7 +383,7 @@ void Agent::respond(const std::shared_ptr<Connection>& c, uint64_t id, Future<IV
   } catch (const std::exception& e) {
     // The result cannot be sent (e.g. a CUDA tensor, an object): tell the caller why.
     cancelled(r);
-    fail(e);
+    failed(e);
     try {
       c->send(r);
     } catch (const std::exception&) {
