@@ -110,8 +110,8 @@ Agent::Agent(std::string name, int rank, int world_size, RpcBackendOptions optio
 
 Agent::~Agent() {
   if (running_) stop("the RPC agent was destroyed without shutdown()");
-  interceptors_.clear();
-  autograd_.reset();  // first: its threads and callbacks use the rest of the agent
+  autograd_.reset();      // first: its threads and callbacks use the rest of the agent
+  interceptors_.clear();  // then: those threads send through the interceptors
 }
 
 std::vector<PeerAddress> Agent::rendezvous(int world_size) {
@@ -279,7 +279,10 @@ void Agent::on_response(const std::shared_ptr<Connection>& c, Message m) {
       }
       [[fallthrough]];
     case CallTable::Match::kOtherConnection:
-      ++stray_responses_;
+      // Logged at the 1st, 2nd, 4th, 8th, ... so that a flood cannot flood the log.
+      if (const uint64_t n = ++stray_responses_; (n & (n - 1)) == 0)
+        log_error(self_.name, ": dropped a response to call ", m.id, " from ", c->remote(),
+                  ", which that call did not go to (", n, " dropped so far)");
       return;
   }
   Response& r = *m.get<Response>();

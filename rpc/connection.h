@@ -43,6 +43,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void close(const std::string& why);
   bool closed() const { return closed_.load(std::memory_order_acquire); }
 
+  // The peer's address, "ip:port".
+  const std::string& remote() const { return remote_; }
   // Who is on the other side, once the handshake has told us (-1 before).
   int peer_id() const { return peer_id_.load(std::memory_order_acquire); }
   void set_peer_id(int id) { peer_id_.store(id, std::memory_order_release); }
