@@ -320,6 +320,9 @@ void Agent::on_request(const std::shared_ptr<Connection>& c, Message m) {
   try {
     receive(from, m, Arrival::kRequest);
   } catch (...) {
+    auto held = std::make_shared<Message>(std::move(m));
+    if (std::holds_alternative<RRefCreate>(*held->request()))
+      return on_rref_request(c, held, std::current_exception());
     Future<IValue> failed = Future<IValue>::failed(std::current_exception());
     return respond(c, id, failed);
   }

@@ -175,13 +175,16 @@ class Agent {
   // Routes a request on its variant: calls and distributed autograd's requests to the pool,
   // the RRef protocol's handled here, in arrival order (agent_rrefs.cpp).
   void on_request(const std::shared_ptr<Connection>& c, Message m);
-  void on_rref_request(const std::shared_ptr<Connection>& c, const std::shared_ptr<Message>& m);
+  // `arrival_failed`: receive() threw for it (an RRefCreate still registers its fork and fails
+  // the value with it).
+  void on_rref_request(const std::shared_ptr<Connection>& c, const std::shared_ptr<Message>& m,
+                       std::exception_ptr arrival_failed = nullptr);
 
   // The interceptors' passes (rpc/interceptor.h). outgoing() undoes itself if it throws.
   void outgoing(int to, Message& m, uint64_t autograd_context);
   void cancelled(Message& m);
-  // A message from `from` is about to be handled: its CUDA tensors go to their devices, then
-  // the interceptors see it.
+  // Network thread: a message from `from` arrived; the interceptors see it (its CUDA tensors
+  // are placed later, by whoever handles it).
   void receive(int from, Message& m, Arrival arrival);
 
   // Runs `function` on the pool in distributed autograd context `autograd_context`.

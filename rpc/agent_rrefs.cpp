@@ -47,8 +47,8 @@ Future<IValue> Agent::fetch(const std::shared_ptr<RRefHandle>& rref, Millisecond
 size_t Agent::num_owner_rrefs() const { return rrefs_->num_owned(); }
 
 // Network thread, in arrival order: a fork registered before its delete stays registered.
-void Agent::on_rref_request(const std::shared_ptr<Connection>& c,
-                            const std::shared_ptr<Message>& m) {
+void Agent::on_rref_request(const std::shared_ptr<Connection>& c, const std::shared_ptr<Message>& m,
+                            std::exception_ptr arrival_failed) {
   const uint64_t id = m->id;
   const uint64_t ctx = m->autograd ? m->autograd->context_id : 0;
   Future<IValue> none = Future<IValue>::ready(IValue());
@@ -58,16 +58,23 @@ void Agent::on_rref_request(const std::shared_ptr<Connection>& c,
       auto owner = rrefs_->owner_entry(create->rref_id);
       rrefs_->add_fork(create->rref_id, create->fork_id);
       respond(c, id, none);  // confirmed: the owner knows the fork
-      dispatcher_->run(
-          [m] {
-            place_on_devices(*m);
-            const RRefCreate& create = std::get<RRefCreate>(*m->request());
-            return functions().invoke(create.function, create.args);
-          },
-          ctx,
-          [owner](Future<IValue>& v) {
-            if (!owner->value.done()) owner->value.follow(v);
-          });
+      // From here on the outcome is the value's: whoever holds the RRef sees it on to_here().
+      auto settle = [owner](Future<IValue>& v) {
+        if (!owner->value.done()) owner->value.follow(v);
+      };
+      try {
+        if (arrival_failed) std::rethrow_exception(arrival_failed);
+        dispatcher_->run(
+            [m] {
+              place_on_devices(*m);
+              const RRefCreate& create = std::get<RRefCreate>(*m->request());
+              return functions().invoke(create.function, create.args);
+            },
+            ctx, settle);
+      } catch (...) {
+        Future<IValue> failed = Future<IValue>::failed(std::current_exception());
+        settle(failed);
+      }
       return;
     }
     if (auto* fetch = std::get_if<RRefFetch>(&r)) {

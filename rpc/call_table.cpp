@@ -1,5 +1,7 @@
 #include "rpc/call_table.h"
 
+#include "rpc/log.h"
+
 namespace gw::rpc {
 
 CallTable::CallTable(asio::io_context& io, std::vector<std::string> worker_names)
@@ -39,35 +41,47 @@ CallTable::Match CallTable::claim(uint64_t id, const Connection* from, Future<IV
   if (it == pending_.end()) return Match::kNotPending;
   if (it->second.conn != from) return Match::kOtherConnection;
   claimed = take_locked(it).future;
-  ++claimed_;
   return Match::kPending;
 }
 
 void CallTable::answer(Future<IValue>& claimed, Response& r) {
-  if (r.error)
-    claimed.set_exception(remote_failure(r.error->code, r.error->worker, r.error->message));
-  else
-    claimed.set_result(std::move(r.value));
-  std::lock_guard lock(mu_);
-  if (--claimed_ == 0 && pending_.empty()) empty_.notify_all();
+  try {
+    if (r.error)
+      claimed.set_exception(remote_failure(r.error->code, r.error->worker, r.error->message));
+    else
+      claimed.set_result(std::move(r.value));
+  } catch (const std::exception& e) {  // e.g. the caller completed the future itself
+    log_error("[rpc] an answer could not complete its call: ", e.what());
+  }
+  settled(1);
 }
 
-void CallTable::notify_if_empty() {
+void CallTable::settled(size_t n) {
   std::lock_guard lock(mu_);
-  if (pending_.empty() && claimed_ == 0) empty_.notify_all();
+  taken_ -= n;
+  if (taken_ == 0 && pending_.empty()) empty_.notify_all();
 }
 
 CallTable::Pending CallTable::take_locked(std::unordered_map<uint64_t, Pending>::iterator it) {
   Pending p = std::move(it->second);
   pending_.erase(it);
+  ++taken_;
   if (p.deadline != deadlines_.end()) deadlines_.erase(p.deadline);
   return p;
 }
 
 template <typename E>
 void CallTable::fail_with(Pending& p, const std::string& happened) {
-  p.future.set_exception(std::make_exception_ptr(
-      E(gw::detail::str("[rpc] ", p.what, " on worker '", names_[p.peer], "' ", happened))));
+  fail_quietly(p.future, std::make_exception_ptr(E(gw::detail::str(
+                             "[rpc] ", p.what, " on worker '", names_[p.peer], "' ", happened))));
+}
+
+void CallTable::fail_quietly(Future<IValue>& f, std::exception_ptr e) {
+  try {
+    f.set_exception(std::move(e));
+  } catch (const std::exception& err) {  // e.g. the caller completed the future itself
+    log_error("[rpc] a call could not be failed: ", err.what());
+  }
 }
 
 void CallTable::fail(uint64_t id, std::exception_ptr e) {
@@ -78,8 +92,8 @@ void CallTable::fail(uint64_t id, std::exception_ptr e) {
     if (it == pending_.end()) return;
     p = take_locked(it);
   }
-  p.future.set_exception(std::move(e));
-  notify_if_empty();
+  fail_quietly(p.future, std::move(e));
+  settled(1);
 }
 
 void CallTable::fail_on(const Connection* conn, const std::string& why) {
@@ -93,7 +107,7 @@ void CallTable::fail_on(const Connection* conn, const std::string& why) {
     }
   }
   for (auto& p : lost) fail_with<IoError>(p, "failed: connection lost (" + why + ")");
-  notify_if_empty();
+  settled(lost.size());
 }
 
 void CallTable::close(const std::string& why) {
@@ -103,16 +117,17 @@ void CallTable::close(const std::string& why) {
     closed_ = true;
     left.swap(pending_);
     deadlines_.clear();
+    taken_ += left.size();
   }
   for (auto& [id, p] : left) fail_with<StateError>(p, "failed: " + why);
-  notify_if_empty();
+  settled(left.size());
   // After the deadlines are gone: the timer, if armed, is cancelled and not armed again.
   asio::post(io_, [this] { arm_timer(); });
 }
 
 void CallTable::wait_empty() {
   std::unique_lock lock(mu_);
-  empty_.wait(lock, [&] { return pending_.empty() && claimed_ == 0; });
+  empty_.wait(lock, [&] { return pending_.empty() && taken_ == 0; });
 }
 
 // Network thread: points the timer at the earliest deadline.
@@ -141,7 +156,7 @@ void CallTable::expire_due() {
   }
   for (auto& p : expired)
     fail_with<TimeoutError>(p, gw::detail::str("timed out after ", p.timeout.count(), " ms"));
-  notify_if_empty();
+  settled(expired.size());
   arm_timer();
 }
 

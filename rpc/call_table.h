@@ -77,14 +77,16 @@ class CallTable {
     const Connection* conn = nullptr;
     std::multimap<Clock::time_point, uint64_t>::iterator deadline;
   };
-  // Caller holds mu_. Removes call `it` and its deadline. The timer may stay armed for a
-  // deadline that is gone: it then fires, finds nothing due, and re-arms.
+  // Caller holds mu_. Removes call `it` and its deadline, counting it in taken_ until settled()
+  // after its future was completed. The timer may stay armed for a deadline that is gone: it
+  // then fires, finds nothing due, and re-arms.
   Pending take_locked(std::unordered_map<uint64_t, Pending>::iterator it);
-  // After futures were completed: wakes wait_empty() if nothing is left.
-  void notify_if_empty();
+  // `n` calls taken out were completed: wakes wait_empty() if nothing is left.
+  void settled(size_t n);
   // Fails `p` with E("[rpc] <what> on worker '<peer>' <happened>").
   template <typename E>
   void fail_with(Pending& p, const std::string& happened);
+  static void fail_quietly(Future<IValue>& f, std::exception_ptr e);
   void arm_timer();  // network thread
   void expire_due();
 
@@ -94,7 +96,7 @@ class CallTable {
   std::condition_variable empty_;
   bool closed_ = false;
   std::unordered_map<uint64_t, Pending> pending_;
-  size_t claimed_ = 0;  // claimed and not yet answered
+  size_t taken_ = 0;  // taken out, future not yet completed (wait_empty waits for them too)
   // Deadlines of the calls that have one, and the one timer that fires at the earliest. A new
   // call touches the timer only if its deadline is the new earliest, which keeps timer syscalls
   // and network-thread wake-ups off the common path.

@@ -20,7 +20,6 @@ void Dispatcher::run(Handler handler, uint64_t autograd_context, Done done) {
   std::lock_guard lock(mu_);
   GW_CHECK(!stopped_, StateError, "[rpc] worker '", name_,
            "' is shut down: it runs no more requests");
-  ++active_;
   pool_->submit([this, autograd_context, handler = std::move(handler), done = std::move(done)] {
     Future<IValue> outcome;
     try {
@@ -41,12 +40,12 @@ void Dispatcher::run(Handler handler, uint64_t autograd_context, Done done) {
       finish();
     });
   });
+  ++active_;  // once submitted: its finish() waits for mu_, which this thread holds
 }
 
 void Dispatcher::run_apart(std::function<void()> task) {
   std::lock_guard lock(mu_);
   GW_CHECK(!stopped_, StateError, "[rpc] worker '", name_, "' is shut down");
-  ++active_;
   if (!apart_) apart_ = std::make_unique<ThreadPool>(1, on_thread_start_);
   apart_->submit([this, task = std::move(task)] {
     try {
@@ -56,6 +55,7 @@ void Dispatcher::run_apart(std::function<void()> task) {
     }
     finish();
   });
+  ++active_;
 }
 
 void Dispatcher::wait_idle() {
