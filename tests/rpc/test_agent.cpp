@@ -250,18 +250,22 @@ struct SilentListener {
       if (line.find(remote) != std::string::npos) return true;
     return false;
   }
+  // Options whose rendezvous says worker `rank`, named "silent", listens here (the format
+  // Agent::rendezvous writes).
+  RpcBackendOptions options_as_rank(int rank) const {
+    auto store = std::make_shared<dist::HashStore>();
+    store->set("rpc/worker/" + std::to_string(rank), "silent\n127.0.0.1\n" + std::to_string(port));
+    RpcBackendOptions o = Group::small_options();
+    o.store = store;
+    return o;
+  }
 };
 }  // namespace
 
 TEST_CASE("a call to a worker that never answers the connect fails within its timeout", "[rpc]") {
   SilentListener silent;
   if (!silent.drops_syns()) GW_SKIP("this kernel answers connects to a full accept queue");
-  auto store = std::make_shared<dist::HashStore>();
-  // Worker 1's published address is the silent listener (the format Agent::rendezvous writes).
-  store->set("rpc/worker/1", "silent\n127.0.0.1\n" + std::to_string(silent.port));
-  RpcBackendOptions o = Group::small_options();
-  o.store = store;
-  Agent a("worker0", 0, 2, o);
+  Agent a("worker0", 0, 2, silent.options_as_rank(1));
   Agent::Use use(a);
   const auto start = std::chrono::steady_clock::now();
   auto fut = rpc_async("silent", whoami, timeout(200ms));
@@ -292,10 +296,7 @@ TEST_CASE("connecting to a silent worker blocks neither the caller nor the netwo
           "[rpc]") {
   SilentListener silent;
   if (!silent.drops_syns()) GW_SKIP("this kernel answers connects to a full accept queue");
-  auto store = std::make_shared<dist::HashStore>();
-  store->set("rpc/worker/2", "silent\n127.0.0.1\n" + std::to_string(silent.port));
-  RpcBackendOptions o = Group::small_options();
-  o.store = store;
+  const RpcBackendOptions o = silent.options_as_rank(2);
   auto second =
       std::async(std::launch::async, [&] { return std::make_unique<Agent>("worker1", 1, 3, o); });
   Agent a("worker0", 0, 3, o);
