@@ -17,7 +17,7 @@ using gw::Tensor;
 
 namespace {
 
-// The published algorithms (https://prng.di.unimi.it/xoshiro256starstar.c, splitmix64.c).
+// The published reference algorithms: xoshiro256** and splitmix64 (Blackman and Vigna).
 struct ReferenceXoshiro {
   uint64_t s[4];
 
