@@ -254,12 +254,12 @@ void Transport::connected(int peer, std::shared_ptr<asio::ip::tcp::socket> s,
     }
     for (auto& q : batch) {
       if (Clock::now() >= q.deadline)
-        handlers_.unsent(q.message, std::make_exception_ptr(
-                                        TimeoutError("[rpc] connecting to " + describe(peer) +
-                                                     " took longer than the call's timeout")));
+        expired.push_back(std::move(q));
       else
         write(c, q.message);
     }
+    expire(peer, expired);
+    expired.clear();
   }
 }
 
