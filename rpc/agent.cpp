@@ -86,10 +86,26 @@ Agent::Agent(std::string name, int rank, int world_size, RpcBackendOptions optio
     cancelled(m);
     calls_->fail(m.id, std::move(why));
   };
-  transport_ = std::make_unique<Transport>(self_.name, options_.address, options_.max_frame_bytes,
-                                           std::move(handlers));
-  store_ =
-      options_.store ? options_.store : dist::rendezvous(options_.init_method, rank, world_size);
+  GW_CHECK(options_.max_pending_requests_per_peer > 0, InvalidArgumentError,
+           "[init_rpc] max_pending_requests_per_peer must be positive, got ",
+           options_.max_pending_requests_per_peer);
+  Transport::Options net;
+  net.self_name = self_.name;
+  net.self_id = self_.id;
+  net.address = options_.address;
+  net.max_frame_bytes = options_.max_frame_bytes;
+  net.key = dist::resolve_job_key(options_.job_key, options_.address,
+                                  options_.allow_unauthenticated, "init_rpc");
+  net.handshake_timeout = options_.handshake_timeout;
+  net.max_unauthenticated = options_.max_unauthenticated_connections;
+  dist::TCPStoreOptions store_security;
+  store_security.job_key = net.key;
+  store_security.allow_unauthenticated = options_.allow_unauthenticated;
+  transport_ = std::make_unique<Transport>(std::move(net), std::move(handlers));
+  store_ = options_.store ? options_.store
+                          : dist::rendezvous(options_.init_method, rank, world_size,
+                                             dist::kDefaultStoreTimeout, store_security);
+  serving_ = std::make_unique<std::atomic<int>[]>(static_cast<size_t>(world_size));
   const std::vector<PeerAddress> peers = rendezvous(world_size);
   std::vector<std::string> names;
   for (const auto& w : workers_) names.push_back(w.name);
@@ -239,13 +255,14 @@ uint64_t Agent::num_stray_responses() const { return stray_responses_.load(); }
 
 void Agent::on_message(const std::shared_ptr<Connection>& c, Message m) {
   if (const auto* h = m.get<Handshake>()) {
-    const int id = h->worker_id;
+    // The transport knows who this is: the worker that proved the key as it opened the
+    // connection. What the Handshake adds is the protocol version and its device map.
+    const int id = c->peer_id();
     GW_CHECK(h->protocol_version == kProtocolVersion, IoError, "[rpc] peer speaks protocol ",
              h->protocol_version, ", this worker ", kProtocolVersion);
-    GW_CHECK(
-        id >= 0 && id < static_cast<int>(workers_.size()) && workers_[id].name == h->worker_name,
-        IoError, "[rpc] handshake from unknown worker '", h->worker_name, "' (id ", id, ")");
-    c->set_peer_id(id);
+    GW_CHECK(id == h->worker_id && workers_[id].name == h->worker_name, IoError,
+             "[rpc] a Handshake naming worker '", h->worker_name, "' (id ", h->worker_id,
+             ") on the connection of '", workers_[id].name, "'");
     if (!m.device_map.empty()) {
       DeviceMap back;
       for (const auto& [from, to] : m.device_map) back.emplace_back(to, from);
@@ -255,7 +272,6 @@ void Agent::on_message(const std::shared_ptr<Connection>& c, Message m) {
     return;
   }
   if (m.get<Response>()) return on_response(c, std::move(m));
-  GW_CHECK(c->peer_id() >= 0, IoError, "[rpc] request before handshake");
   on_request(c, std::move(m));
 }
 
@@ -327,20 +343,37 @@ void Agent::on_request(const std::shared_ptr<Connection>& c, Message m) {
     return respond(c, id, failed);
   }
   auto held = std::make_shared<Message>(std::move(m));
+  // Requests for the pool count against their sender's max_pending_requests_per_peer.
+  auto admitted = [&] {
+    std::atomic<int>& n = serving_[static_cast<size_t>(from)];
+    if (n.fetch_add(1) < options_.max_pending_requests_per_peer) return true;
+    n.fetch_sub(1);
+    Future<IValue> refused = Future<IValue>::failed(std::make_exception_ptr(StateError(
+        gw::detail::str("[rpc] worker '", self_.name, "' is already serving ",
+                        options_.max_pending_requests_per_peer, " requests from '",
+                        workers_[from].name, "' (max_pending_requests_per_peer)"))));
+    respond(c, id, refused);
+    return false;
+  };
   std::visit(
       [&](auto& r) {
         using T = std::decay_t<decltype(r)>;
         if constexpr (std::is_same_v<T, Call>) {
+          if (!admitted()) return;  // the RRefs it carried are released with `held`
           dispatcher_->run(
               [held] {
                 place_on_devices(*held);
                 const Call& call = std::get<Call>(*held->request());
                 return functions().invoke(call.function, call.args);
               },
-              ctx, [this, c, id, ctx](Future<IValue>& done) { respond(c, id, done, ctx); });
+              ctx, [this, c, id, ctx, from](Future<IValue>& done) {
+                serving_[static_cast<size_t>(from)].fetch_sub(1);
+                respond(c, id, done, ctx);
+              });
         } else if constexpr (std::is_same_v<T, AutogradGradients> ||
                              std::is_same_v<T, AutogradRelease> ||
                              std::is_same_v<T, AutogradBackward>) {
+          if (!admitted()) return;  // the RRefs it carried are released with `held`
           dispatcher_->run(
               [this, from, held] {
                 GW_CHECK(autograd_, InvalidArgumentError, "[rpc] worker '", self_.name,
@@ -348,7 +381,10 @@ void Agent::on_request(const std::shared_ptr<Connection>& c, Message m) {
                 place_on_devices(*held);
                 return autograd_->handle(from, std::move(std::get<T>(*held->request())));
               },
-              0, [this, c, id](Future<IValue>& done) { respond(c, id, done); });
+              0, [this, c, id, from](Future<IValue>& done) {
+                serving_[static_cast<size_t>(from)].fetch_sub(1);
+                respond(c, id, done);
+              });
         } else {
           on_rref_request(c, held);
         }

@@ -33,12 +33,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <variant>
 #include <vector>
 
 #include "core/future.h"
+#include "dist/store/job_key.h"
 #include "dist/store/store.h"
 #include "rpc/interceptor.h"
 #include "rpc/ivalue.h"
@@ -71,8 +73,23 @@ struct RpcBackendOptions {
   std::shared_ptr<dist::Store> store;
   // The address this worker listens on and publishes to the others.
   std::string address = "127.0.0.1";
-  // Frames larger than this (header + tensors) are refused and close the connection.
-  uint64_t max_frame_bytes = uint64_t{4} << 30;
+  // A message larger than this (header + tensors) is not sent (its call fails with
+  // InvalidArgumentError); one received closes its connection. The same on every worker.
+  uint64_t max_frame_bytes = uint64_t{1} << 30;
+
+  // Security (README "Security"). Every connection, and the rendezvous store's, proves the job
+  // key before anything else (dist/store/job_key.h): this one, else GW_JOB_KEY_FILE's. Without
+  // a key, `address` must be loopback unless allow_unauthenticated (or
+  // GW_ALLOW_UNAUTHENTICATED=1) declares the network trusted.
+  std::optional<dist::JobKey> job_key;
+  bool allow_unauthenticated = false;
+  // A connection that has not proved the key by then is closed ...
+  Milliseconds handshake_timeout{10000};
+  // ... and beyond this many such connections at once, new ones are closed at once.
+  int max_unauthenticated_connections = 64;
+  // Calls (and distributed autograd requests) from one worker served at once; beyond, a new
+  // one fails at once on its caller with StateError.
+  int max_pending_requests_per_peer = 4096;
   // Where this worker's CUDA tensors go on each callee: device_maps["worker1"] = {{0, 1}} puts
   // a tensor sent from cuda:0 on worker1's cuda:1 (staged through host memory). Responses, and
   // a callee's requests back without a map of its own, follow the inverse map. A CUDA tensor
@@ -217,6 +234,8 @@ class Agent {
   std::vector<DeviceMap> maps_to_;          // by worker id: options.device_maps
   std::mutex maps_mu_;
   std::vector<DeviceMap> maps_back_;  // by worker id: the inverse of its map to us (handshake)
+  // By worker id: its requests being served (max_pending_requests_per_peer).
+  std::unique_ptr<std::atomic<int>[]> serving_;
   std::atomic<uint64_t> next_id_{1};
   std::atomic<uint64_t> stray_responses_{0};
 };

@@ -48,6 +48,7 @@ Connection::Connection(asio::ip::tcp::socket socket, uint64_t max_frame_bytes,
                        MessageHandler on_message, CloseHandler on_close)
     : socket_(std::move(socket)),
       fd_(socket_.native_handle()),
+      max_frame_bytes_(max_frame_bytes),
       on_message_(std::move(on_message)),
       on_close_(std::move(on_close)),
       buf_(kReadBufferBytes),
@@ -113,7 +114,14 @@ void Connection::deliver() {
 // --- writing (any thread) -------------------------------------------------------------------
 
 void Connection::send(const Message& m) {
-  auto pending = std::make_unique<Pending>(encode(m));
+  OutgoingFrame frame = encode(m);
+  // Refused here rather than by the peer, which would close the connection and fail every
+  // call pending on it.
+  const size_t bytes = frame.total_bytes() - frame.prefix.size();
+  GW_CHECK(bytes <= max_frame_bytes_, InvalidArgumentError, "[rpc] a message of ", bytes,
+           " bytes to ", remote_, " exceeds max_frame_bytes ", max_frame_bytes_,
+           " (RpcBackendOptions::max_frame_bytes, the same on every worker)");
+  auto pending = std::make_unique<Pending>(std::move(frame));
   std::lock_guard lock(write_mu_);
   GW_CHECK(!close_started_, IoError, "[rpc] connection to ", remote_, " is closed");
   queue_.push_back(std::move(pending));

@@ -37,7 +37,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // Starts the read loop; call once, from any thread.
   void start();
-  // Queues `m` for the peer; throws IoError if the connection is closed.
+  // Queues `m` for the peer; throws IoError if the connection is closed, InvalidArgumentError
+  // if `m` is larger than max_frame_bytes (which the peer would refuse).
   void send(const Message& m);
   // Closes the socket (from any thread); the close handler runs once, with `why`.
   void close(const std::string& why);
@@ -63,6 +64,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   asio::ip::tcp::socket socket_;
   const int fd_;
+  const uint64_t max_frame_bytes_;
   MessageHandler on_message_;
   CloseHandler on_close_;
   std::string remote_;

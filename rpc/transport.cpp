@@ -1,14 +1,17 @@
 #include "rpc/transport.h"
 
+#include <algorithm>
+
 #include "rpc/log.h"
 
 namespace gw::rpc {
 
-Transport::Transport(std::string self_name, const std::string& address, uint64_t max_frame_bytes,
-                     Handlers handlers)
-    : self_name_(std::move(self_name)),
-      max_frame_bytes_(max_frame_bytes),
-      handlers_(std::move(handlers)) {
+Transport::Transport(Options options, Handlers handlers)
+    : options_(std::move(options)), handlers_(std::move(handlers)) {
+  const std::string& address = options_.address;
+  GW_CHECK(options_.max_unauthenticated > 0, InvalidArgumentError,
+           "[init_rpc] max_unauthenticated_connections must be positive, got ",
+           options_.max_unauthenticated);
   std::error_code ec;
   const auto ip = asio::ip::make_address(address, ec);
   GW_CHECK(!ec, InvalidArgumentError, "[init_rpc] address '", address,
@@ -19,6 +22,14 @@ Transport::Transport(std::string self_name, const std::string& address, uint64_t
   if (!ec) acceptor_.bind(ep, ec);
   if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
   GW_CHECK(!ec, IoError, "[init_rpc] cannot listen on ", address, ": ", ec.message());
+  door_.emplace(acceptor_,
+                dist::auth::Gatekeeper::Options{
+                    options_.key, dist::auth::Purpose::kRpc,
+                    {options_.self_name, options_.self_id}, options_.handshake_timeout,
+                    static_cast<size_t>(options_.max_unauthenticated), "[rpc] " + self_name_},
+                [this](std::shared_ptr<asio::ip::tcp::socket> s,
+                       const dist::auth::Identity& peer,
+                       const std::string& from) { admit(s, peer, from); });
 }
 
 Transport::~Transport() { stop("the RPC agent was destroyed"); }
@@ -39,7 +50,7 @@ void Transport::start(const std::vector<PeerAddress>& peers,
       peers_[i].name = peers[i].name;
     }
   }
-  accept_next();
+  asio::post(io_, [this] { door_->start(); });
   thread_ = std::thread([this, on_thread_start] {
     if (on_thread_start) on_thread_start();
     io_.run();
@@ -54,7 +65,7 @@ std::string Transport::describe(int peer) const {
 
 std::shared_ptr<Connection> Transport::make_connection(asio::ip::tcp::socket s) {
   return std::make_shared<Connection>(
-      std::move(s), max_frame_bytes_, handlers_.on_message,
+      std::move(s), options_.max_frame_bytes, handlers_.on_message,
       [this](const std::shared_ptr<Connection>& c, const std::string& why) {
         {
           std::lock_guard lock(mu_);
@@ -67,22 +78,36 @@ std::shared_ptr<Connection> Transport::make_connection(asio::ip::tcp::socket s) 
       });
 }
 
-void Transport::accept_next() {
-  acceptor_.async_accept([this](const std::error_code& ec, asio::ip::tcp::socket s) {
-    if (ec) return;  // the acceptor was closed
-    try {
-      auto c = make_connection(std::move(s));
-      {
-        std::lock_guard lock(mu_);
-        if (stopping_) return;
+// Network thread: `peer` proved the key on `s`; it becomes a connection if it is one of the
+// job's workers without another live connection to us.
+void Transport::admit(const std::shared_ptr<asio::ip::tcp::socket>& s,
+                      const dist::auth::Identity& peer, const std::string& from) {
+  std::shared_ptr<Connection> c;
+  std::string refused;
+  {
+    std::lock_guard lock(mu_);
+    if (peer.id < 0 || peer.id >= static_cast<int>(peers_.size()) ||
+        peers_[static_cast<size_t>(peer.id)].name != peer.name) {
+      refused = gw::detail::str("'", peer.name, "' (id ", peer.id,
+                                ") is not a worker of this group");
+    } else if (std::any_of(inbound_.begin(), inbound_.end(), [&](const auto& other) {
+                 return other->peer_id() == peer.id && !other->closed();
+               })) {
+      refused = gw::detail::str("worker '", peer.name, "' already has a live connection here");
+    } else {
+      try {
+        c = make_connection(std::move(*s));
+        c->set_peer_id(peer.id);
         inbound_.insert(c);
+      } catch (const std::exception& e) {
+        refused = gw::detail::str("could not set up the connection: ", e.what());
       }
-      c->start();
-    } catch (const std::exception& e) {
-      log_error(self_name_, ": could not set up an accepted connection: ", e.what());
     }
-    accept_next();
-  });
+  }
+  if (c) return c->start();
+  door_->refused(from, refused);
+  std::error_code ignored;
+  s->close(ignored);
 }
 
 // --- sending ---------------------------------------------------------------------------------
@@ -141,8 +166,15 @@ void Transport::connect(int peer) {
     }
   }
   s->async_connect(ep, [this, peer, s, timer](const std::error_code& ec) {
-    if (timer) timer->cancel();
-    connected(peer, s, ec);
+    auto done = [this, peer, s, timer](std::exception_ptr failed, const dist::auth::Identity&) {
+      if (timer) timer->cancel();
+      connected(peer, s, failed);
+    };
+    if (ec) return done(std::make_exception_ptr(IoError(ec.message())), {});
+    dist::auth::async_connect(s, options_.key, dist::auth::Purpose::kRpc,
+                              {options_.self_name, options_.self_id},
+                              {peers_[static_cast<size_t>(peer)].name, peer},
+                              options_.handshake_timeout, done);
   });
 }
 
@@ -196,7 +228,7 @@ void Transport::expire(int peer, std::deque<Queued>& expired) {
 // Network thread: the connect to `peer` finished; on success, writes the Handshake and then the
 // queue, in order.
 void Transport::connected(int peer, std::shared_ptr<asio::ip::tcp::socket> s,
-                          const std::error_code& ec) {
+                          std::exception_ptr failed) {
   bool timed_out = false, again = false;
   std::deque<Queued> expired;
   {
@@ -221,7 +253,15 @@ void Transport::connected(int peer, std::shared_ptr<asio::ip::tcp::socket> s,
   }
   std::shared_ptr<Connection> c;
   try {
-    if (ec) throw IoError("[rpc] connecting to " + describe(peer) + " failed: " + ec.message());
+    if (failed) {
+      try {
+        std::rethrow_exception(failed);
+      } catch (const TimeoutError& e) {
+        throw TimeoutError("[rpc] connecting to " + describe(peer) + ": " + e.what());
+      } catch (const std::exception& e) {
+        throw IoError("[rpc] connecting to " + describe(peer) + " failed: " + e.what());
+      }
+    }
     c = make_connection(std::move(*s));
     c->set_peer_id(peer);
     // The handshake goes first, before any request.
@@ -295,7 +335,7 @@ void Transport::stop(const std::string& why) {
   }
   asio::post(io_, [this, why] {
     std::error_code ignored;
-    acceptor_.close(ignored);
+    door_->stop();
     std::vector<std::shared_ptr<Connection>> all;
     {
       std::lock_guard lock(mu_);

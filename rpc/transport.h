@@ -5,13 +5,21 @@
 // message to the owner's handler, and it opens outbound connections asynchronously. send()
 // from any thread writes a request straight to the peer's open connection (no hop to the
 // network thread). To a peer without one, the request is queued and the network thread
-// connects; once connected it writes our Handshake first, then the queue in order. A queued
+// connects; once connected and authenticated it writes our Handshake first, then the queue in
+// order. A queued
 // request whose deadline passes is handed back as unsent (TimeoutError), and the connect gives
 // up when no request is left waiting for it; should it fail, every queued request is handed
 // back with the reason (IoError). Responses do not come through here:
 // they go back on the connection their request came in on (Connection::send).
 //
-//   Transport t("worker0", "127.0.0.1", max_frame_bytes, handlers);  // listening
+// Every connection, both ways, opens with the job-key handshake (dist/store/handshake.h): an
+// accepted connection becomes a Connection, known as its worker's, only once that worker
+// proved the key within the handshake timeout; until then nothing is read from it beyond the
+// handshake's fixed-size messages, at most `max_unauthenticated` such connections exist at once,
+// and a second live connection claiming the same worker is refused. The acceptor survives
+// running out of descriptors (it backs off and retries).
+//
+//   Transport t(options, handlers);                                 // listening
 //   publish(t.port()); ...                                          // rendezvous
 //   t.start(peer_endpoints);                                        // network thread runs
 //   t.send(1, std::move(request), deadline);  // handlers.sending, then handlers.unsent if lost
@@ -25,6 +33,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -32,6 +41,7 @@
 
 #include <asio.hpp>
 
+#include "dist/store/handshake.h"
 #include "rpc/connection.h"
 
 namespace gw::rpc {
@@ -48,6 +58,16 @@ class Transport {
   using Clock = std::chrono::steady_clock;
   using Endpoint = asio::ip::tcp::endpoint;
 
+  struct Options {
+    std::string self_name;
+    int self_id = -1;
+    std::string address;  // listened on: an IP address
+    uint64_t max_frame_bytes = 0;
+    dist::JobKey key = dist::JobKey::none();
+    std::chrono::milliseconds handshake_timeout{10000};
+    int max_unauthenticated = 64;
+  };
+
   struct Handlers {
     Connection::MessageHandler on_message;   // network thread
     Connection::CloseHandler on_close;       // network thread; the transport has forgotten it
@@ -58,9 +78,8 @@ class Transport {
     std::function<void(Message& m, std::exception_ptr why)> unsent;
   };
 
-  // Listens on `address` (an ephemeral port). Throws IoError if it cannot.
-  Transport(std::string self_name, const std::string& address, uint64_t max_frame_bytes,
-            Handlers handlers);
+  // Listens on options.address (an ephemeral port). Throws IoError if it cannot.
+  Transport(Options options, Handlers handlers);
   ~Transport();  // stop()s
   Transport(const Transport&) = delete;
   Transport& operator=(const Transport&) = delete;
@@ -98,11 +117,15 @@ class Transport {
     bool timed_out = false;
   };
 
-  void accept_next();
+  // Network thread: `peer` proved the key on `s`; it becomes a connection if it is one of the
+  // job's workers without another live connection to us.
+  void admit(const std::shared_ptr<asio::ip::tcp::socket>& s, const dist::auth::Identity& peer,
+             const std::string& from);
   void connect(int peer);  // network thread
   void watch_connect(int peer, std::shared_ptr<asio::ip::tcp::socket> s,
                      std::shared_ptr<asio::steady_timer> timer);
-  void connected(int peer, std::shared_ptr<asio::ip::tcp::socket> s, const std::error_code& ec);
+  // The connect to `peer` ended: its socket authenticated, or why not.
+  void connected(int peer, std::shared_ptr<asio::ip::tcp::socket> s, std::exception_ptr failed);
   // Hands every request queued for `peer` back as unsent with `why`.
   void fail_queue(int peer, std::exception_ptr why);
   // Caller holds mu_: the requests out of time, taken from the queue; the earliest deadline.
@@ -113,12 +136,13 @@ class Transport {
   std::string describe(int peer) const;  // "worker 'w' at addr:port"
   std::shared_ptr<Connection> make_connection(asio::ip::tcp::socket s);
 
-  const std::string self_name_;
-  const uint64_t max_frame_bytes_;
+  const Options options_;
+  const std::string& self_name_ = options_.self_name;
   Handlers handlers_;
   asio::io_context io_;
   asio::executor_work_guard<asio::io_context::executor_type> work_{io_.get_executor()};
   asio::ip::tcp::acceptor acceptor_{io_};
+  std::optional<dist::auth::Gatekeeper> door_;  // network thread: admits those who prove the key
   std::thread thread_;
 
   mutable std::mutex mu_;

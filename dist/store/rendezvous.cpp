@@ -22,11 +22,14 @@ uint16_t parse_port(const std::string& text, const std::string& source) {
 }
 
 std::shared_ptr<Store> tcp_store(const std::string& host, uint16_t port, int rank, int world_size,
-                                 Milliseconds timeout, const std::string& source) {
+                                 Milliseconds timeout, const std::string& source,
+                                 TCPStoreOptions options) {
   GW_CHECK(!host.empty(), InvalidArgumentError, "[", kOp, "] ", source, " has an empty host");
   GW_CHECK(port != 0 || rank == 0, InvalidArgumentError, "[", kOp, "] ", source,
            " has port 0, which only the master (rank 0) can use; rank ", rank, " must connect");
-  return std::make_shared<TCPStore>(host, port, world_size, rank == 0, timeout);
+  options.port = port, options.world_size = world_size, options.is_master = rank == 0;
+  options.timeout = timeout;
+  return std::make_shared<TCPStore>(host, options);
 }
 
 std::string env_var(const char* name) {
@@ -39,7 +42,7 @@ std::string env_var(const char* name) {
 }  // namespace
 
 std::shared_ptr<Store> rendezvous(const std::string& init_method, int rank, int world_size,
-                                  Milliseconds timeout) {
+                                  Milliseconds timeout, const TCPStoreOptions& tcp) {
   GW_CHECK(world_size >= 1, InvalidArgumentError, "[", kOp, "] world_size ", world_size,
            " must be at least 1");
   GW_CHECK(rank >= 0 && rank < world_size, InvalidArgumentError, "[", kOp, "] rank ", rank,
@@ -56,7 +59,7 @@ std::shared_ptr<Store> rendezvous(const std::string& init_method, int rank, int 
              "': env:// takes no address, it reads MASTER_ADDR and MASTER_PORT");
     std::string port = env_var("MASTER_PORT");
     return tcp_store(env_var("MASTER_ADDR"), parse_port(port, "MASTER_PORT"), rank, world_size,
-                     timeout, "MASTER_ADDR/MASTER_PORT");
+                     timeout, "MASTER_ADDR/MASTER_PORT", tcp);
   }
   if (scheme == "tcp") {
     // "host:port" or "[v6 literal]:port"; the port is after the last colon.
@@ -68,7 +71,7 @@ std::shared_ptr<Store> rendezvous(const std::string& init_method, int rank, int 
       host = host.substr(1, host.size() - 2);
     const std::string source = "init_method '" + init_method + "'";
     return tcp_store(host, parse_port(rest.substr(colon + 1), source), rank, world_size, timeout,
-                     source);
+                     source, tcp);
   }
   if (scheme == "file") {
     GW_CHECK(!rest.empty() && rest.front() == '/', InvalidArgumentError, "[", kOp,

@@ -16,10 +16,14 @@
 #include <string>
 
 #include "dist/store/store.h"
+#include "dist/store/tcp_store.h"
 
 namespace gw::dist {
 
+// `tcp`: the TCPStore's security settings (job key, bind address, limits); its port, master,
+// world size and timeout fields come from the URL, rank and `timeout`.
 std::shared_ptr<Store> rendezvous(const std::string& init_method, int rank, int world_size,
-                                  Milliseconds timeout = kDefaultStoreTimeout);
+                                  Milliseconds timeout = kDefaultStoreTimeout,
+                                  const TCPStoreOptions& tcp = {});
 
 }  // namespace gw::dist

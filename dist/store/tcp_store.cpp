@@ -1,5 +1,9 @@
 #include "dist/store/tcp_store.h"
 
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <optional>
 
@@ -39,10 +43,26 @@ Status read_status(const char* op, ByteReader& reply) {
   throw IoError(gw::detail::str("[", op, "] unknown reply status ", static_cast<int>(status)));
 }
 
+// The IP address `host` names (the first one getaddrinfo gives), for the server to bind.
+std::string ip_of(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* list = nullptr;
+  const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &list);
+  GW_CHECK(rc == 0 && list != nullptr, InvalidArgumentError, "[TCPStore] cannot resolve host '",
+           host, "': ", ::gai_strerror(rc));
+  char text[INET6_ADDRSTRLEN] = {};
+  ::getnameinfo(list->ai_addr, list->ai_addrlen, text, sizeof text, nullptr, 0, NI_NUMERICHOST);
+  ::freeaddrinfo(list);
+  return text;
+}
+
 }  // namespace
 
 TCPStore::TCPStore(std::string host, const TCPStoreOptions& options)
     : Store(options.timeout),
+      key_(JobKey::none()),
       host_(std::move(host)),
       port_(options.port),
       world_size_(options.world_size) {
@@ -50,20 +70,45 @@ TCPStore::TCPStore(std::string host, const TCPStoreOptions& options)
   GW_CHECK(options.is_master || port_ != 0, InvalidArgumentError,
            "[TCPStore] port 0 is only meaningful for the master (it picks a free port)");
   if (options.is_master) {
-    server_ = std::make_unique<detail::TCPStoreServer>(port_);
+    const std::string address =
+        options.bind_address.empty() ? ip_of(host_) : options.bind_address;
+    key_ = resolve_job_key(options.job_key, address, options.allow_unauthenticated, "TCPStore");
+    server_ = std::make_unique<detail::TCPStoreServer>(address, options, key_);
     port_ = server_->port();
+  } else {
+    key_ = client_job_key(options.job_key);
   }
   // Connect now so a missing master is reported by the constructor, as in PyTorch.
-  auto socket = detail::TcpSocket::connect(host_, port_, deadline(), "TCPStore");
+  auto socket = detail::connect_store(host_, port_, key_, deadline(), "TCPStore");
   std::lock_guard lock(idle_mu_);
   idle_.push_back(std::move(socket));
 }
 
 TCPStore::TCPStore(std::string host, uint16_t port, int world_size, bool is_master,
                    Milliseconds timeout)
-    : TCPStore(std::move(host), TCPStoreOptions{port, world_size, is_master, timeout}) {}
+    : TCPStore(std::move(host), [&] {
+        TCPStoreOptions o;
+        o.port = port, o.world_size = world_size, o.is_master = is_master, o.timeout = timeout;
+        return o;
+      }()) {}
 
 TCPStore::~TCPStore() = default;
+
+detail::TcpSocket detail::connect_store(const std::string& host, uint16_t port,
+                                        const JobKey& key, Clock::time_point deadline,
+                                        const char* op) {
+  auto socket = TcpSocket::connect(host, port, deadline, op);
+  auth::ClientHandshake handshake(key, auth::Purpose::kStore, {"store-client", -1});
+  const Bytes hello(handshake.hello().begin(), handshake.hello().end());
+  socket.send_all({&hello}, deadline, op);
+  auth::Challenge challenge;
+  const Bytes got = socket.recv_exact(challenge.size(), deadline, op);
+  std::copy(got.begin(), got.end(), challenge.begin());
+  const auth::Proof proof = handshake.answer(challenge, {"store", -1});
+  const Bytes proof_bytes(proof.begin(), proof.end());
+  socket.send_all({&proof_bytes}, deadline, op);
+  return socket;
+}
 
 ByteReader TCPStore::call(const char* op, const ByteWriter& request, Clock::time_point deadline) {
   std::optional<detail::TcpSocket> socket;
@@ -74,7 +119,7 @@ ByteReader TCPStore::call(const char* op, const ByteWriter& request, Clock::time
       idle_.pop_back();
     }
   }
-  if (!socket) socket.emplace(detail::TcpSocket::connect(host_, port_, deadline, op));
+  if (!socket) socket.emplace(detail::connect_store(host_, port_, key_, deadline, op));
 
   const Bytes& body = request.buffer();
   Bytes header(detail::kFrameHeaderBytes);

@@ -15,9 +15,11 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "dist/store/job_key.h"
 #include "dist/store/store.h"
 #include "dist/store/tcp_socket.h"
 #include "dist/store/tcp_store_wire.h"
@@ -26,6 +28,11 @@ namespace gw::dist {
 
 namespace detail {
 class TCPStoreServer;
+// A connection to the store server at host:port on which this client proved `key` (and the
+// server proved it too): what every TCPStore request goes over, and what tests speak raw
+// frames on. Throws TimeoutError/IoError naming `op`.
+TcpSocket connect_store(const std::string& host, uint16_t port, const JobKey& key,
+                        Clock::time_point deadline, const char* op);
 }  // namespace detail
 
 struct TCPStoreOptions {
@@ -33,6 +40,21 @@ struct TCPStoreOptions {
   int world_size = -1;    // informational, as in PyTorch (-1: unknown)
   bool is_master = false;
   Milliseconds timeout = kDefaultStoreTimeout;
+
+  // Security (README "Security"). Every connection proves the job key first (job_key.h):
+  // this one, else GW_JOB_KEY_FILE's. A master without a key refuses a non-loopback address
+  // unless allow_unauthenticated (or GW_ALLOW_UNAUTHENTICATED=1).
+  std::optional<JobKey> job_key;
+  bool allow_unauthenticated = false;
+  // Master: the address the server listens on; empty: `host`'s (never every interface unless
+  // asked for with "0.0.0.0").
+  std::string bind_address;
+  // Master: a larger request closes its connection.
+  uint32_t max_frame_bytes = detail::kDefaultMaxFrameBytes;
+  // Master: a connection that has not proved the key by then is closed ...
+  Milliseconds handshake_timeout{10000};
+  // ... and beyond this many such connections at once, new ones are closed at once.
+  int max_unauthenticated_connections = 64;
 };
 
 class TCPStore : public Store {
@@ -73,6 +95,7 @@ class TCPStore : public Store {
   detail::Clock::time_point deadline() const { return detail::Clock::now() + timeout(); }
 
   std::unique_ptr<detail::TCPStoreServer> server_;  // first: destroyed after the connections
+  JobKey key_;
   std::string host_;
   uint16_t port_;
   int world_size_;

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/log.h"
+#include "dist/store/handshake.h"
 #include "dist/store/store_util.h"
 #include "dist/store/tcp_store_wire.h"
 
@@ -40,7 +42,7 @@ struct Waiter {
 // Everything below runs on the server thread only, so the map needs no lock.
 class TCPStoreServer::Impl {
  public:
-  explicit Impl(uint16_t port);
+  Impl(const std::string& address, const TCPStoreOptions& options, const JobKey& key);
   void start() {
     thread_ = std::thread([this] {
       // A handler bug must not take the whole store down with std::terminate: keep serving.
@@ -59,11 +61,11 @@ class TCPStoreServer::Impl {
   // Executes one request. Throws gw::Error for a malformed frame: the caller drops the client.
   void handle(const std::shared_ptr<Session>& session, Bytes body);
   void forget(Session* session) { sessions_.erase(session); }
+  uint32_t max_frame_bytes() const { return options_.max_frame_bytes; }
 
   asio::io_context io_;
 
  private:
-  void accept();
   void wait_for(const std::shared_ptr<Session>& session, std::vector<std::string> keys, bool is_get,
                 uint64_t timeout_ms);
   Bytes ok_reply(const Waiter& w) const;
@@ -73,11 +75,11 @@ class TCPStoreServer::Impl {
   bool watch(const std::shared_ptr<Waiter>& w);
   void unwatch(const std::shared_ptr<Waiter>& w);
 
+  const TCPStoreOptions options_;
   tcp::acceptor acceptor_{io_};
-  asio::steady_timer accept_retry_{io_};
+  std::optional<auth::Gatekeeper> door_;  // admits the clients that prove the job key
   std::thread thread_;
   uint16_t port_ = 0;
-  bool stopping_ = false;
   KeyMap map_;
   std::unordered_map<std::string, std::vector<std::shared_ptr<Waiter>>> watchers_;
   std::unordered_map<Session*, std::shared_ptr<Session>> sessions_;
@@ -93,14 +95,23 @@ uint32_t le32(const std::array<uint8_t, 4>& b) {
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, TCPStoreServer::Impl& server)
-      : socket_(std::move(socket)), server_(server) {}
+      : socket_(std::move(socket)), server_(server) {
+    std::error_code ignored;
+    socket_.set_option(tcp::no_delay(true), ignored);
+  }
 
   void read_header() {
     asio::async_read(socket_, asio::buffer(header_),
                      [self = shared_from_this()](std::error_code ec, size_t) {
                        uint32_t n = le32(self->header_);
                        // A bad length is a broken or hostile client: drop it, serve the rest.
-                       if (ec || n == 0 || n > kMaxFrameBytes) return self->close();
+                       if (ec || n == 0 || n > self->server_.max_frame_bytes()) {
+                         if (!ec)
+                           log_error("[TCPStore] closing a client's connection: its request of ", n,
+                                     " bytes exceeds max_frame_bytes ",
+                                     self->server_.max_frame_bytes());
+                         return self->close();
+                       }
                        self->read_body(n);
                      });
   }
@@ -150,45 +161,47 @@ class Session : public std::enable_shared_from_this<Session> {
 
 }  // namespace
 
-TCPStoreServer::Impl::Impl(uint16_t port) {
-  tcp::endpoint endpoint(tcp::v4(), port);
+TCPStoreServer::Impl::Impl(const std::string& address, const TCPStoreOptions& options,
+                           const JobKey& key)
+    : options_(options) {
+  GW_CHECK(options.max_frame_bytes > 0 && options.max_frame_bytes <= kMaxFrameBytes,
+           InvalidArgumentError, "[TCPStore] max_frame_bytes ", options.max_frame_bytes,
+           " is outside [1, ", kMaxFrameBytes, "]");
+  GW_CHECK(options.max_unauthenticated_connections > 0, InvalidArgumentError,
+           "[TCPStore] max_unauthenticated_connections must be positive, got ",
+           options.max_unauthenticated_connections);
   std::error_code ec;
+  const auto ip = asio::ip::make_address(address, ec);
+  GW_CHECK(!ec, InvalidArgumentError, "[TCPStore] bind address '", address,
+           "' is not an IP address");
+  tcp::endpoint endpoint(ip, options.port);
   acceptor_.open(endpoint.protocol(), ec);
   if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
   if (!ec) acceptor_.bind(endpoint, ec);
   if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
-  GW_CHECK(!ec, IoError, "[TCPStore] cannot listen on port ", port, ": ", ec.message());
+  GW_CHECK(!ec, IoError, "[TCPStore] cannot listen on port ", options.port, " of ", address, ": ",
+           ec.message(),
+           ec == std::errc::address_not_available
+               ? " (not an address of this host: set TCPStoreOptions::bind_address)"
+               : "");
   port_ = acceptor_.local_endpoint().port();
-  accept();
-}
-
-void TCPStoreServer::Impl::accept() {
-  acceptor_.async_accept([this](std::error_code ec, tcp::socket socket) {
-    if (stopping_) return;
-    if (ec) {
-      // Out of descriptors or similar: retry shortly rather than spin or stop serving.
-      accept_retry_.expires_after(std::chrono::milliseconds(10));
-      accept_retry_.async_wait([this](std::error_code e) {
-        if (!e && !stopping_) accept();
-      });
-      return;
-    }
-    std::error_code ignored;
-    socket.set_option(tcp::no_delay(true), ignored);
-    auto session = std::make_shared<Session>(std::move(socket), *this);
-    sessions_.emplace(session.get(), session);
-    session->read_header();
-    accept();
-  });
+  door_.emplace(acceptor_,
+                auth::Gatekeeper::Options{key, auth::Purpose::kStore, {"store", -1},
+                                          options.handshake_timeout,
+                                          static_cast<size_t>(options.max_unauthenticated_connections),
+                                          "[TCPStore]"},
+                [this](std::shared_ptr<tcp::socket> s, const auth::Identity&, const std::string&) {
+                  auto session = std::make_shared<Session>(std::move(*s), *this);
+                  sessions_.emplace(session.get(), session);
+                  session->read_header();
+                });
+  door_->start();
 }
 
 void TCPStoreServer::Impl::stop() {
   // Close everything on the server thread; run() returns once the aborted handlers drain.
   asio::post(io_, [this] {
-    stopping_ = true;
-    std::error_code ignored;
-    acceptor_.close(ignored);
-    accept_retry_.cancel();
+    door_->stop();
     for (auto& [key, list] : watchers_)
       for (auto& w : list) w->timer.cancel();
     watchers_.clear();
@@ -334,7 +347,9 @@ void TCPStoreServer::Impl::notify(const std::string& key) {
   }
 }
 
-TCPStoreServer::TCPStoreServer(uint16_t port) : impl_(std::make_unique<Impl>(port)) {
+TCPStoreServer::TCPStoreServer(const std::string& address, const TCPStoreOptions& options,
+                               const JobKey& key)
+    : impl_(std::make_unique<Impl>(address, options, key)) {
   impl_->start();
 }
 

@@ -13,7 +13,8 @@
 //   kNumKeys                              -> kOk i64
 //   kWait        keys, u64 timeout_ms     -> kOk | kTimeout missing-keys
 //
-// A connection carries one request at a time. The server closes a connection whose frame is
+// A connection opens with the job-key handshake (job_key.h, Purpose::kStore: the client says
+// it is "store-client", the server proves it is "store"); then it carries one request at a time. The server closes a connection whose frame is
 // malformed (bad length, unknown command, trailing bytes).
 #pragma once
 
@@ -38,6 +39,8 @@ enum class Status : uint8_t { kOk = 0, kTimeout, kInvalidArgument };
 
 // The largest legal body: compare_set carries three maximal fields.
 inline constexpr uint32_t kMaxFrameBytes = 3 * (kMaxFieldBytes + 4) + 16;
+// The server's default limit (TCPStoreOptions::max_frame_bytes): one maximal value.
+inline constexpr uint32_t kDefaultMaxFrameBytes = kMaxFieldBytes + 4096;
 inline constexpr size_t kFrameHeaderBytes = 4;
 
 }  // namespace gw::dist::detail

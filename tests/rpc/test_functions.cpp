@@ -1,5 +1,6 @@
 #include "tests/rpc/test_functions.h"
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -59,6 +60,12 @@ Future<int64_t> async_wait_on(std::string to) {
 int64_t crash() { std::_Exit(3); }
 
 std::string whoami() { return current_agent().get_worker_info().name; }
+
+namespace {
+std::atomic<int64_t> g_bumps{0};
+}
+int64_t bump() { return ++g_bumps; }
+int64_t bumps() { return g_bumps.load(); }
 
 std::string shutdown_from_handler() {
   try {
@@ -154,6 +161,7 @@ GW_RPC_FUNCTION(async_add_chained);
 GW_RPC_FUNCTION(crash);
 GW_RPC_FUNCTION(async_wait_on);
 GW_RPC_FUNCTION(whoami);
+GW_RPC_FUNCTION(bump);
 
 }  // namespace gw::rpc::testing
 

@@ -22,6 +22,9 @@ Future<int64_t> async_wait_on(std::string to);
 // Kills this process at once, as a crash would.
 int64_t crash();
 std::string whoami();
+// A side effect the security tests watch: how often bump() ran in this process.
+int64_t bump();
+int64_t bumps();
 // Tries to shut the agent down from its own handler; returns the error it got.
 std::string shutdown_from_handler();
 

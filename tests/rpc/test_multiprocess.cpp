@@ -40,12 +40,18 @@ uint16_t rpc_port(dist::Store& store, int rank) {
   return static_cast<uint16_t>(std::stoi(v.substr(v.rfind('\n') + 1)));
 }
 
-// Connects a raw socket to worker `rank`, sends `bytes`, and reports whether the agent then
-// closed the connection (reads EOF).
+// Connects a raw socket to worker `rank` as worker 0 of a job without a key (so proving the
+// key), sends `bytes`, and reports whether the agent then closed the connection (reads EOF).
 bool agent_closes_after(dist::Store& store, int rank, const std::vector<uint8_t>& bytes) {
+  namespace auth = dist::auth;
   asio::io_context io;
   asio::ip::tcp::socket s(io);
   s.connect({asio::ip::make_address("127.0.0.1"), rpc_port(store, rank)});
+  auth::ClientHandshake handshake(dist::JobKey::none(), auth::Purpose::kRpc, {"worker0", 0});
+  asio::write(s, asio::buffer(handshake.hello()));
+  auth::Challenge challenge;
+  asio::read(s, asio::buffer(challenge));
+  asio::write(s, asio::buffer(handshake.answer(challenge, {"worker" + std::to_string(rank), rank})));
   asio::write(s, asio::buffer(bytes));
   uint8_t buf[64];
   std::error_code ec;
@@ -115,7 +121,15 @@ TEST_CASE("an oversized frame is refused without allocating it", "[rpc][process]
   // Claims a 1 TiB payload.
   std::vector<uint8_t> huge{'G', 'W', 'R', '1', 8, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0};
   CHECK(agent_closes_after(*g.store, 1, huge));
-  // A real call that is too large fails on the caller; the callee keeps serving.
-  CHECK_THROWS_AS(rpc_sync<Tensor>("worker1", "clone", ones({1 << 19})), IoError);
+  // A call too large to send fails on its caller, naming the limit; a result too large to send
+  // back fails its call. Neither closes the connection under the call pending beside them.
+  arm_blocked();
+  Future<int64_t> pending = rpc_async<int64_t>("worker1", block_until_released);
+  CHECK_THROWS_WITH(rpc_sync<Tensor>("worker1", "clone", ones({1 << 19})),
+                    Catch::Contains("exceeds max_frame_bytes 1048576"));
+  CHECK_THROWS_WITH(rpc_sync<Tensor>("worker1", "ones", std::vector<int64_t>{1 << 19}),
+                    Catch::Contains("exceeds max_frame_bytes 1048576"));
   CHECK(rpc_sync(1, whoami) == "worker1");
+  release_blocked();
+  CHECK(pending.wait(10s) == 42);
 }

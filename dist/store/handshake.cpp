@@ -1,0 +1,208 @@
+#include "dist/store/handshake.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace gw::dist::auth {
+namespace {
+
+// One handshake in flight: its socket, messages and deadline, kept alive by its callbacks.
+struct Run : std::enable_shared_from_this<Run> {
+  Run(std::shared_ptr<Socket> socket, std::chrono::milliseconds timeout, HandshakeDone callback)
+      : s(std::move(socket)), timer(s->get_executor()), done(std::move(callback)) {
+    timer.expires_after(timeout);
+  }
+
+  void start_timer() {
+    timer.async_wait([self = shared_from_this()](const std::error_code& ec) {
+      if (ec || self->finished) return;
+      self->timed_out = true;
+      std::error_code ignored;
+      self->s->close(ignored);  // aborts the pending read or write
+    });
+  }
+
+  // Ends the handshake once: `ec` or `failed` says why it failed, if it did.
+  void finish(const std::error_code& ec, std::exception_ptr failed = nullptr) {
+    if (finished) return;
+    finished = true;
+    timer.cancel();
+    if (timed_out)
+      failed = std::make_exception_ptr(TimeoutError("[handshake] not completed in time"));
+    else if (ec)
+      failed = std::make_exception_ptr(IoError("[handshake] " + ec.message()));
+    done(failed, peer);
+  }
+
+  template <typename F>
+  void guarded(F f) {
+    try {
+      f();
+    } catch (...) {
+      finish({}, std::current_exception());
+    }
+  }
+
+  std::shared_ptr<Socket> s;
+  asio::steady_timer timer;
+  HandshakeDone done;
+  bool finished = false, timed_out = false;
+  Identity peer;
+  Hello hello{};
+  Challenge challenge{};
+  Proof proof{};
+  std::optional<ServerHandshake> server;
+  std::optional<ClientHandshake> client;
+};
+
+}  // namespace
+
+void async_accept(std::shared_ptr<Socket> s, const JobKey& key, Purpose purpose, Identity self,
+                  std::chrono::milliseconds timeout, HandshakeDone done) {
+  auto run = std::make_shared<Run>(std::move(s), timeout, std::move(done));
+  run->server.emplace(key, purpose, std::move(self));
+  run->start_timer();
+  asio::async_read(*run->s, asio::buffer(run->hello), [run](const std::error_code& ec, size_t) {
+    if (ec) return run->finish(ec);
+    run->guarded([&] {
+      const Identity claimed = run->server->read_hello(run->hello);
+      asio::async_write(
+          *run->s, asio::buffer(run->server->challenge()),
+          [run, claimed](const std::error_code& ec, size_t) {
+            if (ec) return run->finish(ec);
+            asio::async_read(*run->s, asio::buffer(run->proof),
+                             [run, claimed](const std::error_code& ec, size_t) {
+                               if (ec) return run->finish(ec);
+                               run->guarded([&] {
+                                 run->server->check_proof(run->proof);
+                                 run->peer = claimed;
+                                 run->finish({});
+                               });
+                             });
+          });
+    });
+  });
+}
+
+void async_connect(std::shared_ptr<Socket> s, const JobKey& key, Purpose purpose, Identity self,
+                   Identity expected, std::chrono::milliseconds timeout, HandshakeDone done) {
+  auto run = std::make_shared<Run>(std::move(s), timeout, std::move(done));
+  run->client.emplace(key, purpose, std::move(self));
+  run->start_timer();
+  asio::async_write(
+      *run->s, asio::buffer(run->client->hello()), [run, expected](const std::error_code& ec, size_t) {
+        if (ec) return run->finish(ec);
+        asio::async_read(
+            *run->s, asio::buffer(run->challenge),
+            [run, expected](const std::error_code& ec, size_t) {
+              if (ec) return run->finish(ec);
+              run->guarded([&] {
+                run->proof = run->client->answer(run->challenge, expected);
+                asio::async_write(*run->s, asio::buffer(run->proof),
+                                  [run, expected](const std::error_code& ec, size_t) {
+                                    if (ec) return run->finish(ec);
+                                    run->peer = expected;
+                                    run->finish({});
+                                  });
+              });
+            });
+      });
+}
+
+void RefusalLog::refused(const std::string& address, const std::string& why) {
+  constexpr size_t kMaxListed = 1024;
+  {
+    std::lock_guard lock(mu_);
+    if (logged_.contains(address)) return;
+    if (logged_.size() < kMaxListed) {
+      logged_.insert(address);
+    } else if (const uint64_t n = ++unlisted_; (n & (n - 1)) != 0) {
+      return;
+    }
+  }
+  log_error(who_, ": refused a connection from ", address, ": ", why,
+            " (logged once per address)");
+}
+
+Gatekeeper::Gatekeeper(asio::ip::tcp::acceptor& acceptor, Options options, Admit admit)
+    : acceptor_(acceptor),
+      options_(std::move(options)),
+      admit_(std::move(admit)),
+      retry_(acceptor.get_executor()),
+      refusals_(options_.who) {
+  GW_CHECK(options_.max_unauthenticated > 0 && options_.handshake_timeout.count() > 0,
+           InvalidArgumentError, options_.who, " max_unauthenticated_connections (",
+           options_.max_unauthenticated, ") and handshake_timeout (",
+           options_.handshake_timeout.count(), " ms) must be positive");
+}
+
+void Gatekeeper::start() { accept(); }
+
+void Gatekeeper::stop() {
+  stopped_ = true;
+  std::error_code ignored;
+  acceptor_.close(ignored);
+  retry_.cancel();
+  for (auto& [s, from] : pending_) s->close(ignored);  // their handshakes end, aborted
+  pending_.clear();
+}
+
+void Gatekeeper::accept() {
+  acceptor_.async_accept([this](const std::error_code& ec, Socket s) {
+    if (stopped_ || ec == asio::error::operation_aborted) return;
+    if (ec) {
+      // Out of descriptors or similar: back off and retry, never give up.
+      if (!failure_logged_)
+        log_error(options_.who, ": accepting a connection failed (", ec.message(),
+                  "); retrying with backoff (logged once)");
+      failure_logged_ = true;
+      backoff_ = std::clamp(backoff_ * 2, std::chrono::milliseconds(10),
+                            std::chrono::milliseconds(1000));
+      retry_.expires_after(backoff_);
+      retry_.async_wait([this](const std::error_code& e) {
+        if (!e && !stopped_) accept();
+      });
+      return;
+    }
+    backoff_ = std::chrono::milliseconds(0);
+    handshake(std::move(s));
+    accept();
+  });
+}
+
+void Gatekeeper::handshake(Socket socket) {
+  auto s = std::make_shared<Socket>(std::move(socket));
+  std::string from = peer_address(*s);
+  if (pending_.size() >= options_.max_unauthenticated) {
+    auto& [oldest, oldest_from] = pending_.front();
+    refusals_.refused(oldest_from, gw::detail::str("closed unauthenticated: ", pending_.size(),
+                                                   " connections were proving the job key "
+                                                   "(max_unauthenticated_connections)"));
+    std::error_code ignored;
+    oldest->close(ignored);  // its handshake ends, aborted
+    pending_.erase(pending_.begin());
+  }
+  pending_.emplace_back(s, from);
+  async_accept(s, options_.key, options_.purpose, options_.self, options_.handshake_timeout,
+               [this, s, from](std::exception_ptr failed, const Identity& peer) {
+                 std::erase_if(pending_, [&](const auto& p) { return p.first == s; });
+                 if (stopped_) return;
+                 if (!failed) return admit_(s, peer, from);
+                 try {
+                   std::rethrow_exception(failed);
+                 } catch (const std::exception& e) {
+                   refusals_.refused(from, e.what());
+                 }
+               });
+}
+
+std::string peer_address(const Socket& s) {
+  std::error_code ec;
+  const auto ep = s.remote_endpoint(ec);
+  return ec ? "?" : ep.address().to_string();
+}
+
+}  // namespace gw::dist::auth
