@@ -26,7 +26,7 @@ Transport::Transport(Options options, Handlers handlers)
                 dist::auth::Gatekeeper::Options{
                     options_.key, dist::auth::Purpose::kRpc,
                     {options_.self_name, options_.self_id}, options_.handshake_timeout,
-                    static_cast<size_t>(options_.max_unauthenticated), "[rpc] " + self_name_},
+                    static_cast<size_t>(options_.max_unauthenticated), "rpc " + self_name_},
                 [this](std::shared_ptr<asio::ip::tcp::socket> s,
                        const dist::auth::Identity& peer,
                        const std::string& from) { admit(s, peer, from); });

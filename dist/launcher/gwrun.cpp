@@ -1,10 +1,12 @@
 // gwrun, gradwire's torchrun: starts --nproc-per-node workers with the torch.distributed
-// environment, forwards their output prefixed by rank, and stops them all if one fails.
+// environment and a job key, forwards their output prefixed by rank, and stops them all if one
+// fails.
 #include <cstdio>
 #include <exception>
 #include <utility>
 
 #include "core/error.h"
+#include "dist/launcher/job_key_file.h"
 #include "dist/launcher/options.h"
 #include "dist/launcher/supervisor.h"
 
@@ -23,6 +25,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     options.master_port = resolve_master_port(options);
+    const JobKeyFile key(options.nnodes);  // the workers' GW_JOB_KEY_FILE, removed at the end
     Supervisor supervisor(std::move(options));
     supervisor.start();
     return supervisor.run();

@@ -134,7 +134,7 @@ Gatekeeper::Gatekeeper(asio::ip::tcp::acceptor& acceptor, Options options, Admit
       retry_(acceptor.get_executor()),
       refusals_(options_.who) {
   GW_CHECK(options_.max_unauthenticated > 0 && options_.handshake_timeout.count() > 0,
-           InvalidArgumentError, options_.who, " max_unauthenticated_connections (",
+           InvalidArgumentError, "[", options_.who, "] max_unauthenticated_connections (",
            options_.max_unauthenticated, ") and handshake_timeout (",
            options_.handshake_timeout.count(), " ms) must be positive");
 }

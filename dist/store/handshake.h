@@ -59,7 +59,7 @@ class RefusalLog {
 // Refusals are logged once per peer address. Everything runs on the acceptor's executor:
 // start() and stop() too.
 //
-//   Gatekeeper door(acceptor, {key, Purpose::kStore, {"store", -1}, 10s, 64, "[TCPStore]"},
+//   Gatekeeper door(acceptor, {key, Purpose::kStore, {"store", -1}, 10s, 64, "TCPStore"},
 //                   [](std::shared_ptr<Socket> s, const Identity& peer, const std::string& from) {
 //                     serve(std::move(*s));
 //                   });
@@ -72,7 +72,7 @@ class Gatekeeper {
     Identity self;
     std::chrono::milliseconds handshake_timeout{10000};
     size_t max_unauthenticated = 64;
-    std::string who;  // the owner, for log lines: "[TCPStore]", "[rpc] worker0"
+    std::string who;  // the owner, for log lines: "TCPStore", "rpc worker0"
   };
   using Admit = std::function<void(std::shared_ptr<Socket> s, const Identity& peer,
                                    const std::string& from)>;

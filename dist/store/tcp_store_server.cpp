@@ -189,7 +189,7 @@ TCPStoreServer::Impl::Impl(const std::string& address, const TCPStoreOptions& op
                 auth::Gatekeeper::Options{key, auth::Purpose::kStore, {"store", -1},
                                           options.handshake_timeout,
                                           static_cast<size_t>(options.max_unauthenticated_connections),
-                                          "[TCPStore]"},
+                                          "TCPStore"},
                 [this](std::shared_ptr<tcp::socket> s, const auth::Identity&, const std::string&) {
                   auto session = std::make_shared<Session>(std::move(*s), *this);
                   sessions_.emplace(session.get(), session);

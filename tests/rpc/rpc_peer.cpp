@@ -1,16 +1,22 @@
 // A worker process for the multi-process RPC and distributed autograd tests: joins the group
 // through the TCPStore the test runs, serves the test functions linked with it, and shuts down
 // gracefully.
-//   rpc_peer <rank> <world_size> <store_port>
+//   rpc_peer <rank> <world_size> <store_port> [<descriptors>]
+// With <descriptors>, once joined it may open only that many more file descriptors
+// (RLIMIT_NOFILE), for the tests of running out of them.
+#include <sys/resource.h>
+
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
+#include <iterator>
 #include <string>
 
 #include "rpc/rpc.h"
 
 int main(int argc, char** argv) {
-  if (argc != 4) {
-    std::cerr << "usage: rpc_peer <rank> <world_size> <store_port>\n";
+  if (argc != 4 && argc != 5) {
+    std::cerr << "usage: rpc_peer <rank> <world_size> <store_port> [<descriptors>]\n";
     return 2;
   }
   try {
@@ -18,6 +24,13 @@ int main(int argc, char** argv) {
     gw::rpc::RpcBackendOptions options;
     options.init_method = std::string("tcp://127.0.0.1:") + argv[3];
     gw::rpc::init_rpc("worker" + std::to_string(rank), rank, std::atoi(argv[2]), options);
+    if (argc == 5) {
+      const auto open = std::distance(std::filesystem::directory_iterator("/proc/self/fd"),
+                                      std::filesystem::directory_iterator{});
+      const rlimit limit{static_cast<rlim_t>(open + std::atoi(argv[4])),
+                         static_cast<rlim_t>(open + std::atoi(argv[4]))};
+      GW_CHECK(::setrlimit(RLIMIT_NOFILE, &limit) == 0, gw::IoError, "setrlimit failed");
+    }
     gw::rpc::shutdown();
     return 0;
   } catch (const std::exception& e) {

@@ -13,22 +13,30 @@
 //   replay    proves the key on one connection, recording what it sent; on a second, replays
 //             those bytes.
 //   impostor  proves the key (it is in the job) claiming <as>, which is already connected.
-// Every mode but member then calls bump and forged responses, and exits 0 when the worker
+// Every mode above but member then calls bump and forged responses, and exits 0 when the worker
 // closes the connection without sending a single frame; 1 if anything came back. Every read
-// gives up after 10 s.
+// gives up after 10 s. And two more:
+//   flood     opens <first> connections that each claim a 900 MiB frame, then trickle a byte
+//             every 50 ms; exits 0 once the worker has closed every one (1 if not in 10 s).
+//   store     (port: a TCPStore's) without the key, sends set, get and delete requests; exits 0
+//             when the store closes the connection without an answer.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "core/ops.h"
+#include "dist/store/byte_codec.h"
 #include "dist/store/job_key.h"
+#include "dist/store/tcp_store_wire.h"
 #include "rpc/message.h"
 
 using namespace gw;
@@ -135,6 +143,68 @@ void send_call(int fd, uint64_t id, const std::string& function, IValueList args
 
 }  // namespace
 
+// Every connection claims a huge frame and then sends a byte every 50 ms until the worker has
+// closed them all.
+int flood(const char* host, const char* port, int n) {
+  std::vector<int> fds;
+  for (int i = 0; i < n; ++i) fds.push_back(connect_to(host, port));
+  const std::array<uint8_t, 16> huge{'G', 'W', 'R', '1', 8, 0, 0, 0, 0, 0, 0, 0x38, 0, 0, 0, 0};
+  for (int fd : fds) ::send(fd, huge.data(), huge.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  for (int round = 0; round < 200; ++round) {
+    size_t open = 0;
+    for (int& fd : fds) {
+      if (fd < 0) continue;
+      uint8_t b = 0;
+      const ssize_t r = ::recv(fd, &b, 1, MSG_DONTWAIT);
+      const bool closed = r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK) ||
+                          ::send(fd, &b, 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0;
+      if (closed) {
+        ::close(fd);
+        fd = -1;
+      } else {
+        ++open;
+      }
+    }
+    if (open == 0) return 0;
+    ::usleep(50 * 1000);  // a slow client's pace
+  }
+  std::cerr << "rpc_probe: flood: connections still open after 10 s\n";
+  return 1;
+}
+
+// A store client without the key: set, get and delete, straight after connecting.
+int store_without_key(const char* host, const char* port) {
+  namespace d = gw::dist::detail;
+  const int fd = connect_to(host, port);
+  auto frame = [&](d::Command cmd, const std::string& key, const std::string* value) {
+    d::ByteWriter w("rpc_probe");
+    w.u8(static_cast<uint8_t>(cmd));
+    w.str(key);
+    if (value) w.bytes(dist::Bytes(value->begin(), value->end()));
+    if (cmd == d::Command::kGet) w.u64(100);
+    const dist::Bytes& body = w.buffer();
+    const auto n = static_cast<uint32_t>(body.size());
+    const uint8_t len[4] = {uint8_t(n), uint8_t(n >> 8), uint8_t(n >> 16), uint8_t(n >> 24)};
+    write_all(fd, len, 4);
+    write_all(fd, body.data(), body.size());
+  };
+  try {
+    const std::string v = "intruder";
+    frame(d::Command::kSet, "intruder", &v);
+    frame(d::Command::kGet, "secret", nullptr);
+    frame(d::Command::kDeleteKey, "secret", nullptr);
+    // Enough bytes to complete any handshake message the server may be waiting for.
+    const std::array<uint8_t, 256> pad{};
+    write_all(fd, pad.data(), pad.size());
+    uint8_t b;
+    read_all(fd, &b, 1);
+  } catch (const Closed&) {
+    return 0;
+  }
+  std::cerr << "rpc_probe: store: the store answered\n";
+  return 1;
+}
+
 int main(int argc, char** argv) {
   if (argc != 9 && argc != 11) {
     std::cerr << "usage: rpc_probe <mode> <host> <port> <target name> <target id> <as name> "
@@ -150,6 +220,8 @@ int main(int argc, char** argv) {
   const uint64_t last = argc == 11 ? std::strtoull(argv[10], nullptr, 10) : 0;
   int fd = -1;
   try {
+    if (mode == "flood") return flood(argv[2], argv[3], static_cast<int>(first));
+    if (mode == "store") return store_without_key(argv[2], argv[3]);
     fd = connect_to(argv[2], argv[3]);
     if (mode == "member") {
       prove(fd, key, self, target);

@@ -1,6 +1,10 @@
 // gwrun end to end: the workers' environment and how their output is forwarded.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -165,4 +169,54 @@ TEST_CASE("gwrun never splices one worker's line into another's", "[gwrun]") {
   CHECK(next_index == std::vector<int>(kWorkers, kLines));
   CHECK(long_lines == std::vector<int>(kWorkers, 1));
   CHECK(r.err.empty());
+}
+
+TEST_CASE("gwrun hands its workers one private job key and removes it after the job", "[gwrun]") {
+  REQUIRE(::unsetenv("GW_JOB_KEY_FILE") == 0);
+  GwrunResult r = run_gwrun({"--nproc-per-node", "2", "sh", "-c",
+                             "f=$GW_JOB_KEY_FILE; echo \"$f $(stat -c %a \"$f\") "
+                             "$(stat -c %a \"$(dirname \"$f\")\") $(tr -d '\\n' < \"$f\" | wc -c)\""});
+  INFO("stdout:\n" << r.out << "stderr:\n" << r.err);
+  REQUIRE(r.exit_code == 0);
+  std::set<std::string> paths;
+  for (const std::string& line : split_lines(r.out)) {
+    std::istringstream in(line);
+    std::string prefix, path, file_mode, dir_mode;
+    int hex_digits = 0;
+    in >> prefix >> path >> file_mode >> dir_mode >> hex_digits;
+    REQUIRE(in);
+    CHECK(file_mode == "600");
+    CHECK(dir_mode == "700");
+    CHECK(hex_digits == 64);
+    paths.insert(path);
+  }
+  REQUIRE(paths.size() == 1);  // one key for the whole job
+  CHECK_FALSE(std::filesystem::exists(*paths.begin()));
+  CHECK_FALSE(std::filesystem::exists(std::filesystem::path(*paths.begin()).parent_path()));
+}
+
+TEST_CASE("gwrun passes a job key file it was given on, and leaves it", "[gwrun]") {
+  const auto dir = std::filesystem::temp_directory_path() / ("gwrun-test-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto key = dir / "job.key";
+  std::ofstream(key) << std::string(64, 'c') << "\n";
+  std::filesystem::permissions(key, std::filesystem::perms::owner_read |
+                                        std::filesystem::perms::owner_write);
+  REQUIRE(::setenv("GW_JOB_KEY_FILE", key.c_str(), 1) == 0);
+  GwrunResult r = run_gwrun({"--nproc-per-node", "1", "sh", "-c", "echo \"$GW_JOB_KEY_FILE\""});
+  ::unsetenv("GW_JOB_KEY_FILE");
+  INFO("stdout:\n" << r.out << "stderr:\n" << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out == "[0] " + key.string() + "\n");
+  CHECK(std::filesystem::exists(key));
+  // A key file others may read is refused before any worker starts.
+  std::filesystem::permissions(key, std::filesystem::perms::group_read,
+                               std::filesystem::perm_options::add);
+  REQUIRE(::setenv("GW_JOB_KEY_FILE", key.c_str(), 1) == 0);
+  GwrunResult bad = run_gwrun({"--nproc-per-node", "1", "sh", "-c", "echo started"});
+  ::unsetenv("GW_JOB_KEY_FILE");
+  CHECK(bad.exit_code != 0);
+  CHECK(bad.out.empty());
+  CHECK_THAT(bad.err, Catch::Contains("chmod 600"));
+  std::filesystem::remove_all(dir);
 }

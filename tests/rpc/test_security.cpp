@@ -1,0 +1,203 @@
+// What a worker and a store do with connections from outside their job, over real sockets; the
+// intruder is another process (rpc_probe), and so is the worker in the descriptor test.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <future>
+
+#include <asio.hpp>
+
+#include "dist/store/tcp_store.h"
+#include "tests/process_util.h"
+#include "tests/skip.h"
+#include "tests/rpc/group.h"
+#include "tests/rpc/test_functions.h"
+
+using namespace gw;
+using namespace gw::rpc;
+using namespace gw::rpc::testing;
+using namespace std::chrono_literals;
+using Catch::Contains;
+
+namespace {
+
+// A fresh job key in a private file, removed at the end.
+struct KeyFile {
+  dist::JobKey key = dist::JobKey::generate();
+  std::filesystem::path dir, path;
+  KeyFile() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "gw-key-XXXXXX").string();
+    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+    dir = tmpl;
+    path = dir / "job.key";
+    key.write_new(path.string());
+  }
+  ~KeyFile() { std::filesystem::remove_all(dir); }
+};
+
+RpcBackendOptions keyed(const dist::JobKey& key) {
+  RpcBackendOptions o = Group::small_options();
+  o.job_key = key;
+  return o;
+}
+
+// "host", "port" of worker `rank`, as published in the store.
+std::pair<std::string, std::string> address_of(dist::Store& store, int rank) {
+  const std::string v = store.get_string("rpc/worker/" + std::to_string(rank));
+  const auto nl1 = v.find('\n'), nl2 = v.rfind('\n');
+  return {v.substr(nl1 + 1, nl2 - nl1 - 1), v.substr(nl2 + 1)};
+}
+
+// Runs rpc_probe `mode` against worker `target` of `g`, claiming to be worker `as`; its exit code.
+int probe(Group& g, const std::string& mode, int target, int as, const std::string& key_path,
+          uint64_t first = 1, uint64_t last = 0) {
+  const auto [host, port] = address_of(*g.store, target);
+  return gw::test::wait_exit(gw::test::spawn(
+      {GW_RPC_PROBE, mode, host, port, "worker" + std::to_string(target), std::to_string(target),
+       "worker" + std::to_string(as), std::to_string(as), key_path, std::to_string(first),
+       std::to_string(last)}));
+}
+
+// This process's resident memory.
+int64_t resident_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * ::sysconf(_SC_PAGESIZE);
+}
+
+}  // namespace
+
+TEST_CASE("a peer without the key, with a wrong one or replaying a handshake gets nothing run",
+          "[rpc][security][process]") {
+  KeyFile key;
+  Group g(2, keyed(key.key));
+  Agent::Use use(g[0]);
+  arm_blocked();
+  Future<int64_t> pending = rpc_async<int64_t>("worker1", block_until_released);
+  const int64_t bumped = bumps();
+  // Each claims to be worker1 to worker0, answers call ids 1..64 with forgeries, calls bump.
+  for (const char* mode : {"nokey", "wrongkey", "replay"}) {
+    INFO(mode);
+    CHECK(probe(g, mode, 0, 1, key.path.string(), 1, 64) == 0);  // disconnected, unanswered
+  }
+  CHECK(bumps() == bumped);                   // bump never ran
+  CHECK(g[0].num_stray_responses() == 0);     // the forgeries were never even read as frames
+  CHECK_FALSE(pending.done());                // ... nor completed the call
+  release_blocked();
+  CHECK(pending.wait(10s) == 42);             // worker1's real answer
+  CHECK(rpc_sync(1, bump) == bumped + 1);     // for the job, bump runs
+}
+
+TEST_CASE("an impostor with the key claiming a connected worker is refused; that worker goes on",
+          "[rpc][security][process]") {
+  KeyFile key;
+  Group g(2, keyed(key.key));
+  Agent::Use use(g[0]);
+  CHECK(rpc_sync(1, whoami) == "worker1");  // worker0 is connected to worker1
+  const int64_t bumped = bumps();
+  CHECK(probe(g, "impostor", 1, 0, key.path.string()) == 0);
+  CHECK(bumps() == bumped);
+  CHECK(rpc_sync(1, whoami) == "worker1");
+  CHECK(rpc_sync(1, bump) == bumped + 1);
+}
+
+TEST_CASE("a flood of unauthenticated and slow connections stops no one and holds no memory",
+          "[rpc][security][process]") {
+  KeyFile key;
+  RpcBackendOptions o = keyed(key.key);
+  o.max_unauthenticated_connections = 8;
+  o.handshake_timeout = 300ms;
+  Group g(3, o);
+  Agent::Use use(g[0]);
+  CHECK(rpc_sync(1, whoami) == "worker1");
+  const int64_t before = resident_bytes();
+  // 40 connections to worker1, each claiming a 896 MiB frame, then trickling a byte every 50 ms.
+  auto flood = std::async(std::launch::async,
+                          [&] { return probe(g, "flood", 1, 0, key.path.string(), 40); });
+  int calls = 0;
+  int64_t peak = before;
+  bool worker2_served = false;
+  // Bounded: the probe gives up after 10 s.
+  while (flood.wait_for(10ms) != std::future_status::ready) {
+    CHECK(rpc_sync(1, whoami) == "worker1");  // an authenticated connection keeps working
+    ++calls;
+    if (!worker2_served) {  // and a new one gets in: worker2 connects to worker1 mid-flood
+      Agent::Use as2(g[2]);
+      worker2_served = rpc_sync(1, whoami) == "worker1";
+    }
+    peak = std::max(peak, resident_bytes());
+  }
+  CHECK(flood.get() == 0);  // every flood connection was closed by worker1
+  CHECK(calls > 0);
+  CHECK(worker2_served);
+  CHECK(peak - before < (64 << 20));  // no frame was allocated for an unauthenticated peer
+}
+
+TEST_CASE("after running out of descriptors, a worker accepts connections again",
+          "[rpc][security][process]") {
+  auto store = std::make_shared<dist::TCPStore>("127.0.0.1", 0, -1, true, 60s);
+  // worker1 may open 24 more descriptors once it has joined.
+  gw::test::PeerProcesses peer(GW_RPC_PEER, 2, store->port(), {"24"});
+  RpcBackendOptions o = Group::small_options();
+  o.store = store;
+  Agent agent("worker0", 0, 2, o);
+  Agent::Use use(agent);
+  {
+    // 64 raw connections: worker1 accepts until it has no descriptor left.
+    asio::io_context io;
+    std::vector<asio::ip::tcp::socket> flood;
+    const std::string v = store->get_string("rpc/worker/1");
+    const asio::ip::tcp::endpoint ep(asio::ip::make_address("127.0.0.1"),
+                                     static_cast<uint16_t>(std::stoi(v.substr(v.rfind('\n') + 1))));
+    for (int i = 0; i < 64; ++i) flood.emplace_back(io).connect(ep);
+  }  // ... and all are closed again
+  CHECK(rpc_sync(1, whoami) == "worker1");  // a new connection, accepted
+  agent.shutdown();
+  CHECK(peer.wait() == std::vector<int>{0});
+}
+
+TEST_CASE("without a key, listening beyond loopback is refused and says how to fix it",
+          "[rpc][security]") {
+  if (std::getenv(dist::kJobKeyEnv) != nullptr) GW_SKIP("GW_JOB_KEY_FILE is set here");
+  RpcBackendOptions o = Group::small_options();
+  o.store = std::make_shared<dist::HashStore>();
+  o.address = "192.0.2.1";  // a documentation address: refused before anything is bound
+  CHECK_THROWS_WITH(Agent("worker0", 0, 1, o),
+                    Contains("refusing to listen on 192.0.2.1 without a job key") &&
+                        Contains("GW_JOB_KEY_FILE") && Contains("GW_ALLOW_UNAUTHENTICATED"));
+  dist::TCPStoreOptions so;
+  so.is_master = true, so.port = 0, so.bind_address = "192.0.2.1";
+  CHECK_THROWS_WITH(dist::TCPStore("127.0.0.1", so), Contains("without a job key"));
+  // Opting out gets as far as binding (which fails here: not an address of this host).
+  o.allow_unauthenticated = true;
+  CHECK_THROWS_WITH(Agent("worker0", 0, 1, o), Contains("cannot listen on 192.0.2.1"));
+}
+
+TEST_CASE("the TCPStore serves nothing to a client without the key", "[rpc][security][process]") {
+  KeyFile key;
+  dist::TCPStoreOptions so;
+  so.is_master = true, so.port = 0, so.job_key = key.key, so.timeout = 10s;
+  dist::TCPStore master("127.0.0.1", so);
+  master.set("secret", "s3cr3t");
+  // A separate process sends set, get and delete without the key.
+  const int rc = gw::test::wait_exit(gw::test::spawn(
+      {GW_RPC_PROBE, "store", "127.0.0.1", std::to_string(master.port()), "store", "-1",
+       "store-client", "-1", "-"}));
+  CHECK(rc == 0);
+  CHECK(master.get_string("secret") == "s3cr3t");
+  CHECK_FALSE(master.check({"intruder"}));
+  // A client with another key: the server fails to prove itself to it, and vice versa.
+  dist::TCPStoreOptions wrong;
+  wrong.port = master.port(), wrong.job_key = dist::JobKey::generate(), wrong.timeout = 2s;
+  CHECK_THROWS_WITH(dist::TCPStore("127.0.0.1", wrong), Contains("failed to prove the job key"));
+  // The job's own client is served.
+  dist::TCPStoreOptions right = wrong;
+  right.job_key = key.key;
+  dist::TCPStore client("127.0.0.1", right);
+  CHECK(client.get_string("secret") == "s3cr3t");
+}
