@@ -6,9 +6,13 @@
 //   - rpc_async throughput with 64 calls in flight against PyTorch's rpc_async,
 //   - remote() + to_here() against two raw ping-pongs,
 //   - tensor round trips (a registered identity function) against a TCP echo of the same size
-//     and PyTorch's round trip through an identity function.
+//     and PyTorch's round trip through an identity function,
+//   - the job key's cost: calls, a 16 MiB round trip and connection setup with a key against
+//     the agent without one.
 // Where python3-torch cannot run, the first two fall back to published PyTorch figures.
+#include <algorithm>
 #include <array>
+#include <chrono>
 #include <future>
 #include <optional>
 #include <string>
@@ -103,9 +107,11 @@ class RawEcho {
 
 struct Pair {
   std::unique_ptr<gw::rpc::Agent> a, b;
-  Pair() {
+  // With `key`, every connection proves it; without, the same handshake runs keyless.
+  explicit Pair(std::optional<gw::dist::JobKey> key = std::nullopt) {
     auto store = std::make_shared<gw::dist::HashStore>();
     gw::rpc::RpcBackendOptions o;
+    o.job_key = key;
     o.store = store;
     o.num_worker_threads = 2;
     auto fb = std::async(std::launch::async,
@@ -184,6 +190,58 @@ void bench_tensors(Reporter& report, const TorchAnchor& torch) {
   }
 }
 
+// The job key's cost (README "Security"): calls and a 16 MiB round trip on an authenticated
+// pair against a pair without a key, interleaved in one run, and the setup of a connection
+// (connect, handshake, first call) with and without the key. A keyless agent runs the same
+// handshake with an all-zero key, so the setup rows show what the key adds to it.
+void bench_security(Reporter& report) {
+  const char* small = "rpc_sync small, authenticated";
+  const char* big = "tensor round trip 16 MiB, authenticated";
+  const char* setup = "connection setup + first call, authenticated";
+  const char* anchor = "the agent without a job key";
+  if (report.wants("rpc", small) || report.wants("rpc", big)) {
+    Pair keyed(gw::dist::JobKey::generate()), plain;
+    auto on = [](Pair& p, auto f) {
+      gw::rpc::Agent::Use use(*p.a);
+      f();
+    };
+    if (report.wants("rpc", small)) {
+      auto call = [] { gw::bench::do_not_optimize(gw::rpc::rpc_sync<int64_t>(1, "min", 1, 2)); };
+      auto [t, r] = gw::bench::seconds_per_call_pair([&] { on(keyed, call); },
+                                                     [&] { on(plain, call); });
+      report.add({"rpc", small, t * 1e6, "us", anchor, r * 1e6});
+    }
+    if (report.wants("rpc", big)) {
+      gw::Tensor x = gw::ones({16 << 18});
+      auto call = [&] { gw::bench::do_not_optimize(gw::rpc::rpc_sync(1, echo, x)); };
+      auto [t, r] = gw::bench::seconds_per_call_pair([&] { on(keyed, call); },
+                                                     [&] { on(plain, call); }, 0.2, 5);
+      const double bytes = 2.0 * x.nbytes();
+      report.add({"rpc", big, bytes / t / 1e9, "GB/s", anchor, bytes / r / 1e9});
+    }
+  }
+  if (report.wants("rpc", setup)) {
+    // A new pair of agents each time; only the first call, which opens the connection, is timed.
+    auto first_call = [](std::optional<gw::dist::JobKey> key) {
+      Pair p(std::move(key));
+      gw::rpc::Agent::Use use(*p.a);
+      const auto start = std::chrono::steady_clock::now();
+      gw::bench::do_not_optimize(gw::rpc::rpc_sync<int64_t>(1, "min", 1, 2));
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    };
+    constexpr int kRounds = 21;
+    std::vector<double> keyed, plain;
+    for (int i = 0; i < kRounds; ++i) {
+      keyed.push_back(first_call(gw::dist::JobKey::generate()));
+      plain.push_back(first_call(std::nullopt));
+    }
+    std::ranges::nth_element(keyed, keyed.begin() + kRounds / 2);
+    std::ranges::nth_element(plain, plain.begin() + kRounds / 2);
+    report.add({"rpc", setup, keyed[kRounds / 2] * 1e6, "us", anchor, plain[kRounds / 2] * 1e6,
+                "median of 21"});
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -193,11 +251,14 @@ int main(int argc, char** argv) {
   bool any = report.wants("rpc", kSmall) || report.wants("rpc", kAsync);
   for (int64_t mib : {1, 16, 64}) any = any || report.wants("rpc", tensor_case(mib));
   TorchAnchor torch = any ? run_torch_anchor() : TorchAnchor{};
-  Pair p;
-  gw::rpc::Agent::Use use(*p.a);
-  bench_small(report, torch);
-  bench_async(report, torch);
-  bench_remote(report);
-  bench_tensors(report, torch);
+  {
+    Pair p;
+    gw::rpc::Agent::Use use(*p.a);
+    bench_small(report, torch);
+    bench_async(report, torch);
+    bench_remote(report);
+    bench_tensors(report, torch);
+  }
+  bench_security(report);
   return 0;
 }
