@@ -101,6 +101,8 @@ Agent::Agent(std::string name, int rank, int world_size, RpcBackendOptions optio
   dist::TCPStoreOptions store_security;
   store_security.job_key = net.key;
   store_security.allow_unauthenticated = options_.allow_unauthenticated;
+  store_security.handshake_timeout = options_.handshake_timeout;
+  store_security.max_unauthenticated_connections = options_.max_unauthenticated_connections;
   transport_ = std::make_unique<Transport>(std::move(net), std::move(handlers));
   store_ = options_.store ? options_.store
                           : dist::rendezvous(options_.init_method, rank, world_size,
@@ -343,53 +345,68 @@ void Agent::on_request(const std::shared_ptr<Connection>& c, Message m) {
     return respond(c, id, failed);
   }
   auto held = std::make_shared<Message>(std::move(m));
-  // Requests for the pool count against their sender's max_pending_requests_per_peer.
-  auto admitted = [&] {
-    std::atomic<int>& n = serving_[static_cast<size_t>(from)];
-    if (n.fetch_add(1) < options_.max_pending_requests_per_peer) return true;
-    n.fetch_sub(1);
-    Future<IValue> refused = Future<IValue>::failed(std::make_exception_ptr(StateError(
-        gw::detail::str("[rpc] worker '", self_.name, "' is already serving ",
-                        options_.max_pending_requests_per_peer, " requests from '",
-                        workers_[from].name, "' (max_pending_requests_per_peer)"))));
-    respond(c, id, refused);
-    return false;
-  };
   std::visit(
       [&](auto& r) {
         using T = std::decay_t<decltype(r)>;
         if constexpr (std::is_same_v<T, Call>) {
-          if (!admitted()) return;  // the RRefs it carried are released with `held`
-          dispatcher_->run(
+          serve(
+              from, ctx,
               [held] {
                 place_on_devices(*held);
                 const Call& call = std::get<Call>(*held->request());
                 return functions().invoke(call.function, call.args);
               },
-              ctx, [this, c, id, ctx, from](Future<IValue>& done) {
-                serving_[static_cast<size_t>(from)].fetch_sub(1);
-                respond(c, id, done, ctx);
-              });
+              [this, c, id, ctx](Future<IValue>& done) { respond(c, id, done, ctx); });
         } else if constexpr (std::is_same_v<T, AutogradGradients> ||
                              std::is_same_v<T, AutogradRelease> ||
                              std::is_same_v<T, AutogradBackward>) {
-          if (!admitted()) return;  // the RRefs it carried are released with `held`
-          dispatcher_->run(
+          // A release frees what the others hold: never refused for the cap.
+          serve(
+              std::is_same_v<T, AutogradRelease> ? -1 : from, 0,
               [this, from, held] {
                 GW_CHECK(autograd_, InvalidArgumentError, "[rpc] worker '", self_.name,
                          "' cannot serve distributed autograd: it does not link gw_dist");
                 place_on_devices(*held);
                 return autograd_->handle(from, std::move(std::get<T>(*held->request())));
               },
-              0, [this, c, id, from](Future<IValue>& done) {
-                serving_[static_cast<size_t>(from)].fetch_sub(1);
-                respond(c, id, done);
-              });
+              [this, c, id](Future<IValue>& done) { respond(c, id, done); });
         } else {
           on_rref_request(c, held);
         }
       },
       *held->request());
+}
+
+std::exception_ptr Agent::take_serving_slot(int from) {
+  std::atomic<int>& n = serving_[static_cast<size_t>(from)];
+  if (n.fetch_add(1) < options_.max_pending_requests_per_peer) return nullptr;
+  n.fetch_sub(1);
+  return std::make_exception_ptr(StateError(gw::detail::str(
+      "[rpc] worker '", self_.name, "' is already serving ", options_.max_pending_requests_per_peer,
+      " requests from '", workers_[from].name, "' (max_pending_requests_per_peer)")));
+}
+
+void Agent::serve(int from, uint64_t ctx, std::function<Future<IValue>()> handler,
+                  std::function<void(Future<IValue>&)> done) {
+  if (from >= 0) {
+    if (auto refused = take_serving_slot(from)) {
+      Future<IValue> failed = Future<IValue>::failed(refused);
+      return done(failed);
+    }
+  }
+  auto release = [this, from] {
+    if (from >= 0) serving_[static_cast<size_t>(from)].fetch_sub(1);
+  };
+  try {
+    dispatcher_->run(std::move(handler), ctx,
+                     [release, done = std::move(done)](Future<IValue>& outcome) {
+                       release();
+                       done(outcome);
+                     });
+  } catch (...) {
+    release();  // the pool refused it
+    throw;
+  }
 }
 
 void Agent::run_function(std::string function, IValueList args, uint64_t autograd_context,

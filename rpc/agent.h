@@ -85,10 +85,11 @@ struct RpcBackendOptions {
   bool allow_unauthenticated = false;
   // A connection that has not proved the key by then is closed ...
   Milliseconds handshake_timeout{10000};
-  // ... and beyond this many such connections at once, new ones are closed at once.
-  int max_unauthenticated_connections = 64;
-  // Calls (and distributed autograd requests) from one worker served at once; beyond, a new
-  // one fails at once on its caller with StateError.
+  // ... and beyond this many such connections at once, each new one closes the oldest of
+  // those from the busiest address. (The rendezvous TCPStore gets both limits too.)
+  int max_unauthenticated_connections = 256;
+  // Calls, remote() creations and distributed autograd requests from one worker being served
+  // at once; beyond, a new one fails at once on its caller with StateError.
   int max_pending_requests_per_peer = 4096;
   // Where this worker's CUDA tensors go on each callee: device_maps["worker1"] = {{0, 1}} puts
   // a tensor sent from cuda:0 on worker1's cuda:1 (staged through host memory). Responses, and
@@ -204,6 +205,13 @@ class Agent {
   // are placed later, by whoever handles it).
   void receive(int from, Message& m, Arrival arrival);
 
+  // Runs `handler` on the pool in distributed autograd context `ctx`; `done` gets its outcome.
+  // Counted against the requests being served for worker `from` (-1: not counted): over
+  // max_pending_requests_per_peer, `done` gets the refusal at once instead.
+  void serve(int from, uint64_t ctx, std::function<Future<IValue>()> handler,
+             std::function<void(Future<IValue>&)> done);
+  // One more request of `from` among those being served, or why not (then none was taken).
+  std::exception_ptr take_serving_slot(int from);
   // Runs `function` on the pool in distributed autograd context `autograd_context`.
   void run_function(std::string function, IValueList args, uint64_t autograd_context,
                     std::function<void(Future<IValue>&)> done);

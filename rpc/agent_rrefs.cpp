@@ -64,13 +64,14 @@ void Agent::on_rref_request(const std::shared_ptr<Connection>& c, const std::sha
       };
       try {
         if (arrival_failed) std::rethrow_exception(arrival_failed);
-        dispatcher_->run(
+        serve(
+            c->peer_id(), ctx,
             [m] {
               place_on_devices(*m);
               const RRefCreate& create = std::get<RRefCreate>(*m->request());
               return functions().invoke(create.function, create.args);
             },
-            ctx, settle);
+            settle);
       } catch (...) {
         Future<IValue> failed = Future<IValue>::failed(std::current_exception());
         settle(failed);

@@ -65,7 +65,7 @@ class Transport {
     uint64_t max_frame_bytes = 0;
     dist::JobKey key = dist::JobKey::none();
     std::chrono::milliseconds handshake_timeout{10000};
-    int max_unauthenticated = 64;
+    int max_unauthenticated = 256;
   };
 
   struct Handlers {

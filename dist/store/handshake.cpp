@@ -1,6 +1,7 @@
 #include "dist/store/handshake.h"
 
 #include <algorithm>
+#include <map>
 #include <optional>
 
 #include "core/error.h"
@@ -168,8 +169,12 @@ void Gatekeeper::accept() {
       return;
     }
     backoff_ = std::chrono::milliseconds(0);
-    handshake(std::move(s));
-    accept();
+    accept();  // first: a failure below must not stop the acceptor
+    try {
+      handshake(std::move(s));
+    } catch (const std::exception& e) {
+      log_error(options_.who, ": could not start a handshake: ", e.what());
+    }
   });
 }
 
@@ -177,13 +182,21 @@ void Gatekeeper::handshake(Socket socket) {
   auto s = std::make_shared<Socket>(std::move(socket));
   std::string from = peer_address(*s);
   if (pending_.size() >= options_.max_unauthenticated) {
-    auto& [oldest, oldest_from] = pending_.front();
-    refusals_.refused(oldest_from, gw::detail::str("closed unauthenticated: ", pending_.size(),
-                                                   " connections were proving the job key "
-                                                   "(max_unauthenticated_connections)"));
+    // The oldest connection of the address with the most: a flood evicts its own first.
+    std::map<std::string, size_t> per_address;
+    for (const auto& p : pending_) ++per_address[p.second];
+    const auto busiest = std::max_element(per_address.begin(), per_address.end(),
+                                          [](const auto& a, const auto& b) {
+                                            return a.second < b.second;
+                                          })->first;
+    const auto victim = std::find_if(pending_.begin(), pending_.end(),
+                                     [&](const auto& p) { return p.second == busiest; });
+    refusals_.refused(busiest, gw::detail::str("closed unauthenticated: ", pending_.size(),
+                                               " connections were proving the job key "
+                                               "(max_unauthenticated_connections)"));
     std::error_code ignored;
-    oldest->close(ignored);  // its handshake ends, aborted
-    pending_.erase(pending_.begin());
+    victim->first->close(ignored);  // its handshake ends, aborted
+    pending_.erase(victim);
   }
   pending_.emplace_back(s, from);
   async_accept(s, options_.key, options_.purpose, options_.self, options_.handshake_timeout,

@@ -54,7 +54,8 @@ class RefusalLog {
 // A listener's door: accepts connections for as long as its acceptor is open and hands over
 // only those whose peer proved the job key. Each accepted socket runs the handshake within
 // `handshake_timeout`; at most `max_unauthenticated` do so at once, and one more closes the
-// oldest of them (so a flood of slow clients delays a real peer, it cannot keep it out). Should
+// oldest of those from the address with the most (so a flood from elsewhere evicts its own
+// connections, not a real peer's, which completes its handshake in a round trip). Should
 // accepting fail (out of descriptors: EMFILE, ENFILE), it logs once, backs off and retries.
 // Refusals are logged once per peer address. Everything runs on the acceptor's executor:
 // start() and stop() too.
@@ -71,7 +72,7 @@ class Gatekeeper {
     Purpose purpose = Purpose::kRpc;
     Identity self;
     std::chrono::milliseconds handshake_timeout{10000};
-    size_t max_unauthenticated = 64;
+    size_t max_unauthenticated = 256;
     std::string who;  // the owner, for log lines: "TCPStore", "rpc worker0"
   };
   using Admit = std::function<void(std::shared_ptr<Socket> s, const Identity& peer,

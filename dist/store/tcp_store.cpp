@@ -5,7 +5,11 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <optional>
+#include <thread>
+
+#include <asio/ip/address.hpp>
 
 #include "core/error.h"
 #include "dist/store/store_util.h"
@@ -43,8 +47,14 @@ Status read_status(const char* op, ByteReader& reply) {
   throw IoError(gw::detail::str("[", op, "] unknown reply status ", static_cast<int>(status)));
 }
 
-// The IP address `host` names (the first one getaddrinfo gives), for the server to bind.
-std::string ip_of(const std::string& host) {
+// Where the master's server listens: `configured`, else GW_STORE_BIND_ADDRESS, else the address
+// `host` names (TCPStoreOptions::bind_address).
+std::string bind_address(const std::string& host, const std::string& configured) {
+  if (!configured.empty()) return configured;
+  if (const char* env = std::getenv("GW_STORE_BIND_ADDRESS"); env != nullptr && *env != '\0')
+    return env;
+  std::error_code ec;
+  if (asio::ip::make_address(host, ec), !ec) return host;  // an IP address already
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -53,8 +63,15 @@ std::string ip_of(const std::string& host) {
   GW_CHECK(rc == 0 && list != nullptr, InvalidArgumentError, "[TCPStore] cannot resolve host '",
            host, "': ", ::gai_strerror(rc));
   char text[INET6_ADDRSTRLEN] = {};
-  ::getnameinfo(list->ai_addr, list->ai_addrlen, text, sizeof text, nullptr, 0, NI_NUMERICHOST);
+  const int named = ::getnameinfo(list->ai_addr, list->ai_addrlen, text, sizeof text, nullptr, 0,
+                                  NI_NUMERICHOST);
   ::freeaddrinfo(list);
+  GW_CHECK(named == 0, InvalidArgumentError, "[TCPStore] cannot print the address of host '",
+           host, "': ", ::gai_strerror(named));
+  const auto ip = asio::ip::make_address(text);
+  // This machine's own hostname, which Debian maps to 127.0.1.1: the other nodes reach it on
+  // its real interfaces, so listen on all of them.
+  if (ip.is_loopback() && host != "localhost") return ip.is_v6() ? "::" : "0.0.0.0";
   return text;
 }
 
@@ -70,8 +87,7 @@ TCPStore::TCPStore(std::string host, const TCPStoreOptions& options)
   GW_CHECK(options.is_master || port_ != 0, InvalidArgumentError,
            "[TCPStore] port 0 is only meaningful for the master (it picks a free port)");
   if (options.is_master) {
-    const std::string address =
-        options.bind_address.empty() ? ip_of(host_) : options.bind_address;
+    const std::string address = bind_address(host_, options.bind_address);
     key_ = resolve_job_key(options.job_key, address, options.allow_unauthenticated, "TCPStore");
     server_ = std::make_unique<detail::TCPStoreServer>(address, options, key_);
     port_ = server_->port();
@@ -97,17 +113,30 @@ TCPStore::~TCPStore() = default;
 detail::TcpSocket detail::connect_store(const std::string& host, uint16_t port,
                                         const JobKey& key, Clock::time_point deadline,
                                         const char* op) {
-  auto socket = TcpSocket::connect(host, port, deadline, op);
-  auth::ClientHandshake handshake(key, auth::Purpose::kStore, {"store-client", -1});
-  const Bytes hello(handshake.hello().begin(), handshake.hello().end());
-  socket.send_all({&hello}, deadline, op);
-  auth::Challenge challenge;
-  const Bytes got = socket.recv_exact(challenge.size(), deadline, op);
-  std::copy(got.begin(), got.end(), challenge.begin());
-  const auth::Proof proof = handshake.answer(challenge, {"store", -1});
-  const Bytes proof_bytes(proof.begin(), proof.end());
-  socket.send_all({&proof_bytes}, deadline, op);
-  return socket;
+  // A server flooded with connections that never prove the key closes the oldest waiting ones
+  // (a real client's too, rarely): a handshake cut short is tried again until the deadline.
+  auto backoff = std::chrono::milliseconds(10);
+  for (;;) {
+    auto socket = TcpSocket::connect(host, port, deadline, op);
+    auth::ClientHandshake handshake(key, auth::Purpose::kStore, {"store-client", -1});
+    auth::Challenge challenge;
+    try {
+      const Bytes hello(handshake.hello().begin(), handshake.hello().end());
+      socket.send_all({&hello}, deadline, op);
+      const Bytes got = socket.recv_exact(challenge.size(), deadline, op);
+      std::copy(got.begin(), got.end(), challenge.begin());
+    } catch (const IoError&) {
+      const auto now = Clock::now();
+      if (now + backoff >= deadline) throw;
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
+      continue;
+    }
+    const auth::Proof proof = handshake.answer(challenge, {"store", -1});  // throws: wrong key
+    const Bytes proof_bytes(proof.begin(), proof.end());
+    socket.send_all({&proof_bytes}, deadline, op);
+    return socket;
+  }
 }
 
 ByteReader TCPStore::call(const char* op, const ByteWriter& request, Clock::time_point deadline) {

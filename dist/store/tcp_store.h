@@ -46,15 +46,17 @@ struct TCPStoreOptions {
   // unless allow_unauthenticated (or GW_ALLOW_UNAUTHENTICATED=1).
   std::optional<JobKey> job_key;
   bool allow_unauthenticated = false;
-  // Master: the address the server listens on; empty: `host`'s (never every interface unless
-  // asked for with "0.0.0.0").
+  // Master: the address the server listens on; empty: GW_STORE_BIND_ADDRESS, else `host`'s
+  // address (every interface when `host` is a name this machine maps to loopback, like
+  // Debian's 127.0.1.1 for its own hostname; otherwise never unless asked for with "0.0.0.0").
   std::string bind_address;
-  // Master: a larger request closes its connection.
-  uint32_t max_frame_bytes = detail::kDefaultMaxFrameBytes;
+  // Master: a larger request closes its connection (the default fits any legal request).
+  uint32_t max_frame_bytes = detail::kMaxFrameBytes;
   // Master: a connection that has not proved the key by then is closed ...
   Milliseconds handshake_timeout{10000};
-  // ... and beyond this many such connections at once, new ones are closed at once.
-  int max_unauthenticated_connections = 64;
+  // ... and beyond this many such connections at once, each new one closes the oldest of
+  // those from the busiest address.
+  int max_unauthenticated_connections = 256;
 };
 
 class TCPStore : public Store {

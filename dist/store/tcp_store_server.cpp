@@ -182,7 +182,8 @@ TCPStoreServer::Impl::Impl(const std::string& address, const TCPStoreOptions& op
   GW_CHECK(!ec, IoError, "[TCPStore] cannot listen on port ", options.port, " of ", address, ": ",
            ec.message(),
            ec == std::errc::address_not_available
-               ? " (not an address of this host: set TCPStoreOptions::bind_address)"
+               ? " (not an address of this host: set GW_STORE_BIND_ADDRESS or "
+                 "TCPStoreOptions::bind_address to one)"
                : "");
   port_ = acceptor_.local_endpoint().port();
   door_.emplace(acceptor_,

@@ -39,8 +39,6 @@ enum class Status : uint8_t { kOk = 0, kTimeout, kInvalidArgument };
 
 // The largest legal body: compare_set carries three maximal fields.
 inline constexpr uint32_t kMaxFrameBytes = 3 * (kMaxFieldBytes + 4) + 16;
-// The server's default limit (TCPStoreOptions::max_frame_bytes): one maximal value.
-inline constexpr uint32_t kDefaultMaxFrameBytes = kMaxFieldBytes + 4096;
 inline constexpr size_t kFrameHeaderBytes = 4;
 
 }  // namespace gw::dist::detail

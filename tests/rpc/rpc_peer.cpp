@@ -3,7 +3,8 @@
 // gracefully.
 //   rpc_peer <rank> <world_size> <store_port> [<descriptors>]
 // With <descriptors>, once joined it may open only that many more file descriptors
-// (RLIMIT_NOFILE), for the tests of running out of them.
+// (RLIMIT_NOFILE), for the tests of running out of them; then it sets the store key
+// "rpc_peer/limited/<rank>".
 #include <sys/resource.h>
 
 #include <cstdlib>
@@ -12,6 +13,7 @@
 #include <iterator>
 #include <string>
 
+#include "dist/store/tcp_store.h"
 #include "rpc/rpc.h"
 
 int main(int argc, char** argv) {
@@ -25,11 +27,13 @@ int main(int argc, char** argv) {
     options.init_method = std::string("tcp://127.0.0.1:") + argv[3];
     gw::rpc::init_rpc("worker" + std::to_string(rank), rank, std::atoi(argv[2]), options);
     if (argc == 5) {
+      gw::dist::TCPStore store("127.0.0.1", static_cast<uint16_t>(std::atoi(argv[3])), -1, false);
       const auto open = std::distance(std::filesystem::directory_iterator("/proc/self/fd"),
                                       std::filesystem::directory_iterator{});
       const rlimit limit{static_cast<rlim_t>(open + std::atoi(argv[4])),
                          static_cast<rlim_t>(open + std::atoi(argv[4]))};
       GW_CHECK(::setrlimit(RLIMIT_NOFILE, &limit) == 0, gw::IoError, "setrlimit failed");
+      store.set("rpc_peer/limited/" + std::string(argv[1]), std::string("1"));  // tell the test
     }
     gw::rpc::shutdown();
     return 0;

@@ -16,8 +16,10 @@
 // Every mode above but member then calls bump and forged responses, and exits 0 when the worker
 // closes the connection without sending a single frame; 1 if anything came back. Every read
 // gives up after 10 s. And two more:
-//   flood     opens <first> connections that each claim a 900 MiB frame, then trickle a byte
-//             every 50 ms; exits 0 once the worker has closed every one (1 if not in 10 s).
+//   flood     opens <first> connections: a third start a handshake and stall, a third claim a
+//             896 MiB frame and stall, a third trickle a byte every 50 ms; creates the file
+//             <key file> once all are open; exits 0 once the worker has closed every one within
+//             <last> ms (1 if not).
 //   store     (port: a TCPStore's) without the key, sends set, get and delete requests; exits 0
 //             when the store closes the connection without an answer.
 #include <arpa/inet.h>
@@ -28,7 +30,9 @@
 
 #include <array>
 #include <cstdlib>
+#include <chrono>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -143,21 +147,28 @@ void send_call(int fd, uint64_t id, const std::string& function, IValueList args
 
 }  // namespace
 
-// Every connection claims a huge frame and then sends a byte every 50 ms until the worker has
-// closed them all.
-int flood(const char* host, const char* port, int n) {
+// See "flood" above.
+int flood(const char* host, const char* port, int n, const std::string& ready_file,
+          std::chrono::milliseconds bound) {
+  const auto start = std::chrono::steady_clock::now();
   std::vector<int> fds;
-  for (int i = 0; i < n; ++i) fds.push_back(connect_to(host, port));
+  const std::array<uint8_t, 4> hello_start{'G', 'W', 'A', '1'};
   const std::array<uint8_t, 16> huge{'G', 'W', 'R', '1', 8, 0, 0, 0, 0, 0, 0, 0x38, 0, 0, 0, 0};
-  for (int fd : fds) ::send(fd, huge.data(), huge.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-  for (int round = 0; round < 200; ++round) {
+  for (int i = 0; i < n; ++i) {
+    fds.push_back(connect_to(host, port));
+    if (i % 3 == 0) ::send(fds.back(), hello_start.data(), 4, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (i % 3 == 1) ::send(fds.back(), huge.data(), huge.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
+  std::ofstream(ready_file) << "ready\n";
+  for (int round = 0; std::chrono::steady_clock::now() - start < bound; ++round) {
     size_t open = 0;
-    for (int& fd : fds) {
+    for (size_t i = 0; i < fds.size(); ++i) {
+      int& fd = fds[i];
       if (fd < 0) continue;
       uint8_t b = 0;
       const ssize_t r = ::recv(fd, &b, 1, MSG_DONTWAIT);
-      const bool closed = r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK) ||
-                          ::send(fd, &b, 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0;
+      bool closed = r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+      if (!closed && i % 3 == 2) closed = ::send(fd, &b, 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0;
       if (closed) {
         ::close(fd);
         fd = -1;
@@ -168,7 +179,7 @@ int flood(const char* host, const char* port, int n) {
     if (open == 0) return 0;
     ::usleep(50 * 1000);  // a slow client's pace
   }
-  std::cerr << "rpc_probe: flood: connections still open after 10 s\n";
+  std::cerr << "rpc_probe: flood: connections still open after " << bound.count() << " ms\n";
   return 1;
 }
 
@@ -214,13 +225,15 @@ int main(int argc, char** argv) {
   const std::string mode = argv[1];
   const auth::Identity target{argv[4], std::atoi(argv[5])};
   const auth::Identity self{argv[6], std::atoi(argv[7])};
-  const dist::JobKey key =
-      std::string(argv[8]) == "-" ? dist::JobKey::none() : dist::JobKey::load(argv[8]);
+  const bool keyless = std::string(argv[8]) == "-" || mode == "flood";
+  const dist::JobKey key = keyless ? dist::JobKey::none() : dist::JobKey::load(argv[8]);
   const uint64_t first = argc == 11 ? std::strtoull(argv[9], nullptr, 10) : 1;
   const uint64_t last = argc == 11 ? std::strtoull(argv[10], nullptr, 10) : 0;
   int fd = -1;
   try {
-    if (mode == "flood") return flood(argv[2], argv[3], static_cast<int>(first));
+    if (mode == "flood")
+      return flood(argv[2], argv[3], static_cast<int>(first), argv[8],
+                   std::chrono::milliseconds(last));
     if (mode == "store") return store_without_key(argv[2], argv[3]);
     fd = connect_to(argv[2], argv[3]);
     if (mode == "member") {

@@ -7,6 +7,8 @@
 
 #include "core/ops.h"
 #include "dist/store/tcp_store.h"
+#include "rpc/frame_reader.h"
+#include "rpc/message.h"
 #include "tests/process_util.h"
 #include "tests/rpc/group.h"
 #include "tests/rpc/test_functions.h"
@@ -52,6 +54,22 @@ bool agent_closes_after(dist::Store& store, int rank, const std::vector<uint8_t>
   auth::Challenge challenge;
   asio::read(s, asio::buffer(challenge));
   asio::write(s, asio::buffer(handshake.answer(challenge, {"worker" + std::to_string(rank), rank})));
+  // Admitted: a call on the connection is answered (so the close below is the bytes' doing).
+  Message ask;
+  ask.id = 1;
+  ask.body = Request(Call{"min", {IValue(int64_t{1}), IValue(int64_t{2})}});
+  OutgoingFrame f = encode(ask);
+  asio::write(s, std::array{asio::buffer(f.prefix),
+                            asio::buffer(f.header.begin(), f.header.size() * sizeof(capnp::word))});
+  FrameReader reader(1 << 20);
+  std::optional<Message> answer;
+  for (uint8_t byte; !answer;) {
+    asio::read(s, asio::buffer(&byte, 1));
+    reader.feed(&byte, 1);
+    answer = reader.take();
+  }
+  REQUIRE(answer->get<Response>() != nullptr);
+  REQUIRE(answer->get<Response>()->value.to_int() == 1);
   asio::write(s, asio::buffer(bytes));
   uint8_t buf[64];
   std::error_code ec;

@@ -97,4 +97,22 @@ SilentListener::SilentListener() {
 
 SilentListener::~SilentListener() { ::close(fd_); }
 
+MuteServer::MuteServer() : acceptor_(io_, {asio::ip::make_address("127.0.0.1"), 0}) {
+  door_.emplace(acceptor_,
+                auth::Gatekeeper::Options{JobKey::none(), auth::Purpose::kStore, {"store", -1},
+                                          std::chrono::milliseconds(10000), 16, "MuteServer"},
+                [this](std::shared_ptr<asio::ip::tcp::socket> s, const auth::Identity&,
+                       const std::string&) { held_.push_back(std::move(s)); });
+  door_->start();
+  thread_ = std::thread([this] { io_.run(); });
+}
+
+MuteServer::~MuteServer() {
+  asio::post(io_, [this] {
+    door_->stop();
+    held_.clear();
+  });
+  thread_.join();
+}
+
 }  // namespace gw::dist::test

@@ -10,10 +10,12 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "dist/store/handshake.h"
 #include "dist/store/store.h"
 #include "tests/process_util.h"
 
@@ -87,6 +89,22 @@ class SilentListener {
  private:
   int fd_ = -1;
   uint16_t port_ = 0;
+};
+
+// A store server that proves the (absent) job key to its clients and then never answers them:
+// a server that hangs after accepting.
+class MuteServer {
+ public:
+  MuteServer();
+  ~MuteServer();
+  uint16_t port() const { return acceptor_.local_endpoint().port(); }
+
+ private:
+  asio::io_context io_;
+  asio::ip::tcp::acceptor acceptor_;
+  std::optional<auth::Gatekeeper> door_;
+  std::vector<std::shared_ptr<asio::ip::tcp::socket>> held_;  // server thread only
+  std::thread thread_;
 };
 
 }  // namespace gw::dist::test

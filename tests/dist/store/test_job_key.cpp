@@ -104,11 +104,34 @@ TEST_CASE("a recorded handshake is worthless on a new connection", "[store][auth
                     Contains("expected 'worker2'") && Contains("says it is 'worker1'"));
 }
 
-TEST_CASE("a server without a key refuses to listen beyond loopback", "[store][auth]") {
-  if (std::getenv(kJobKeyEnv) != nullptr) {
-    WARN("skipped: GW_JOB_KEY_FILE is set here");
-    return;
+TEST_CASE("the proofs cover both identities: rewriting one in flight breaks them", "[store][auth]") {
+  const JobKey key = JobKey::generate();
+  constexpr size_t kHelloName = 4 + 4 + kNonceBytes + 4;  // offsets of the name fields
+  constexpr size_t kChallengeName = 4 + kNonceBytes + 4;
+  // The client's name, rewritten on its way to the server: the client's proof fails there.
+  {
+    ClientHandshake client(key, Purpose::kRpc, {"worker0", 0});
+    Hello hello = client.hello();
+    hello[kHelloName + 6] = '9';  // "worker9"
+    ServerHandshake server(key, Purpose::kRpc, {"worker1", 1});
+    CHECK(server.read_hello(hello) == Identity{"worker9", 0});
+    // The client never sees the rewrite, but the server's proof is over "worker9": refused.
+    CHECK_THROWS_WITH(client.answer(server.challenge(), {"worker1", 1}),
+                      Contains("failed to prove the job key"));
   }
+  // The server's name, rewritten to the one the client expects: its proof fails at the client.
+  {
+    ClientHandshake client(key, Purpose::kRpc, {"worker0", 0});
+    ServerHandshake server(key, Purpose::kRpc, {"worker1", 1});
+    server.read_hello(client.hello());
+    Challenge challenge = server.challenge();
+    challenge[kChallengeName + 6] = '2';  // "worker2"
+    CHECK_THROWS_WITH(client.answer(challenge, {"worker2", 1}),
+                      Contains("'worker2' failed to prove the job key"));
+  }
+}
+
+TEST_CASE("a server without a key refuses to listen beyond loopback", "[store][auth]") {
   CHECK(resolve_job_key(std::nullopt, "127.0.0.1", false, "test").is_none());
   CHECK(resolve_job_key(std::nullopt, "::1", false, "test").is_none());
   CHECK_THROWS_WITH(resolve_job_key(std::nullopt, "10.1.2.3", false, "test"),

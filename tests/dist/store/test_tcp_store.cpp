@@ -180,10 +180,21 @@ TEST_CASE("TCPStore surfaces a dead server as an error, not a hang", "[store][tc
 
 TEST_CASE("TCPStore times out on a server that never answers", "[store][tcp]") {
   SilentListener silent;  // the kernel completes the TCP handshake; nobody ever reads
-  const auto start = Clock::now();
+  auto start = Clock::now();
   // The job-key handshake gets no answer: the client gives up at its timeout.
   CHECK_THROWS_AS(TCPStore("127.0.0.1", silent.port(), 2, false, milliseconds(300)),
                   gw::TimeoutError);
   CHECK(Clock::now() - start >= milliseconds(300));
+  CHECK(Clock::now() - start < milliseconds(5000));
+
+  // A server that completes the handshake and then never answers a request.
+  MuteServer mute;
+  TCPStore client("127.0.0.1", mute.port(), 2, false, milliseconds(300));
+  start = Clock::now();
+  CHECK_THROWS_AS(client.set("k", "v"), gw::TimeoutError);
+  CHECK(Clock::now() - start < milliseconds(5000));
+  start = Clock::now();
+  CHECK_THROWS_WITH(client.wait({"k"}, milliseconds(200)), Contains("TCPStore::wait"));
+  CHECK(Clock::now() - start >= milliseconds(200));
   CHECK(Clock::now() - start < milliseconds(5000));
 }
