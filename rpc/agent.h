@@ -89,7 +89,8 @@ struct RpcBackendOptions {
   // those from the busiest address. (The rendezvous TCPStore gets both limits too.)
   int max_unauthenticated_connections = 256;
   // Calls, remote() creations and distributed autograd requests from one worker being served
-  // at once; beyond, a new one fails at once on its caller with StateError.
+  // at once; beyond, a new call fails at once on its caller with StateError (a remote()'s
+  // value fails with it, seen at to_here()).
   int max_pending_requests_per_peer = 4096;
   // Where this worker's CUDA tensors go on each callee: device_maps["worker1"] = {{0, 1}} puts
   // a tensor sent from cuda:0 on worker1's cuda:1 (staged through host memory). Responses, and

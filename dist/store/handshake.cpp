@@ -128,6 +128,19 @@ void RefusalLog::refused(const std::string& address, const std::string& why) {
             " (logged once per address)");
 }
 
+namespace {
+// Who a connection comes from, for eviction: its IP address, an IPv6 one by its /64 (one host
+// commonly holds a whole /64).
+std::string source_of(const std::string& address) {
+  std::error_code ec;
+  const auto ip = asio::ip::make_address(address, ec);
+  if (ec || !ip.is_v6() || ip.to_v6().is_v4_mapped()) return address;
+  auto bytes = ip.to_v6().to_bytes();
+  std::fill(bytes.begin() + 8, bytes.end(), 0);
+  return asio::ip::address_v6(bytes).to_string() + "/64";
+}
+}  // namespace
+
 Gatekeeper::Gatekeeper(asio::ip::tcp::acceptor& acceptor, Options options, Admit admit)
     : acceptor_(acceptor),
       options_(std::move(options)),
@@ -182,18 +195,17 @@ void Gatekeeper::handshake(Socket socket) {
   auto s = std::make_shared<Socket>(std::move(socket));
   std::string from = peer_address(*s);
   if (pending_.size() >= options_.max_unauthenticated) {
-    // The oldest connection of the address with the most: a flood evicts its own first.
-    std::map<std::string, size_t> per_address;
-    for (const auto& p : pending_) ++per_address[p.second];
-    const auto busiest = std::max_element(per_address.begin(), per_address.end(),
-                                          [](const auto& a, const auto& b) {
-                                            return a.second < b.second;
-                                          })->first;
-    const auto victim = std::find_if(pending_.begin(), pending_.end(),
-                                     [&](const auto& p) { return p.second == busiest; });
-    refusals_.refused(busiest, gw::detail::str("closed unauthenticated: ", pending_.size(),
-                                               " connections were proving the job key "
-                                               "(max_unauthenticated_connections)"));
+    // The oldest connection of the busiest source (ties: the oldest of all), so that a flood
+    // evicts its own first and a fresh connection outlives `max_unauthenticated` more accepts.
+    std::map<std::string, size_t> per_source;
+    size_t most = 0;
+    for (const auto& p : pending_) most = std::max(most, ++per_source[source_of(p.second)]);
+    const auto victim = std::find_if(pending_.begin(), pending_.end(), [&](const auto& p) {
+      return per_source[source_of(p.second)] == most;
+    });
+    refusals_.refused(victim->second, gw::detail::str("closed unauthenticated: ", pending_.size(),
+                                                      " connections were proving the job key "
+                                                      "(max_unauthenticated_connections)"));
     std::error_code ignored;
     victim->first->close(ignored);  // its handshake ends, aborted
     pending_.erase(victim);
@@ -203,7 +215,8 @@ void Gatekeeper::handshake(Socket socket) {
                [this, s, from](std::exception_ptr failed, const Identity& peer) {
                  std::erase_if(pending_, [&](const auto& p) { return p.first == s; });
                  if (stopped_) return;
-                 if (!failed) return admit_(s, peer, from);
+                 // (Evicted just as it succeeded: its socket is closed, nothing to admit.)
+                 if (!failed) return s->is_open() ? admit_(s, peer, from) : void();
                  try {
                    std::rethrow_exception(failed);
                  } catch (const std::exception& e) {

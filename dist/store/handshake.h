@@ -54,8 +54,9 @@ class RefusalLog {
 // A listener's door: accepts connections for as long as its acceptor is open and hands over
 // only those whose peer proved the job key. Each accepted socket runs the handshake within
 // `handshake_timeout`; at most `max_unauthenticated` do so at once, and one more closes the
-// oldest of those from the address with the most (so a flood from elsewhere evicts its own
-// connections, not a real peer's, which completes its handshake in a round trip). Should
+// oldest of those from the busiest source address (an IPv6 /64; ties: the oldest of all). A
+// flood from elsewhere thus evicts its own connections, and a real peer's, which completes its
+// handshake in a round trip, outlives `max_unauthenticated` further accepts. Should
 // accepting fail (out of descriptors: EMFILE, ENFILE), it logs once, backs off and retries.
 // Refusals are logged once per peer address. Everything runs on the acceptor's executor:
 // start() and stop() too.

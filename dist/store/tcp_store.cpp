@@ -2,7 +2,9 @@
 
 #include <netdb.h>
 #include <netinet/in.h>
+#include <strings.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -12,6 +14,7 @@
 #include <asio/ip/address.hpp>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "dist/store/store_util.h"
 #include "dist/store/tcp_store_server.h"
 
@@ -48,8 +51,9 @@ Status read_status(const char* op, ByteReader& reply) {
 }
 
 // Where the master's server listens: `configured`, else GW_STORE_BIND_ADDRESS, else the address
-// `host` names (TCPStoreOptions::bind_address).
-std::string bind_address(const std::string& host, const std::string& configured) {
+// `host` names (TCPStoreOptions::bind_address). `widen`: whether every interface may be used
+// for this machine's own hostname mapped to loopback.
+std::string bind_address(const std::string& host, const std::string& configured, bool widen) {
   if (!configured.empty()) return configured;
   if (const char* env = std::getenv("GW_STORE_BIND_ADDRESS"); env != nullptr && *env != '\0')
     return env;
@@ -68,10 +72,19 @@ std::string bind_address(const std::string& host, const std::string& configured)
   ::freeaddrinfo(list);
   GW_CHECK(named == 0, InvalidArgumentError, "[TCPStore] cannot print the address of host '",
            host, "': ", ::gai_strerror(named));
+  // This machine's own hostname, which Debian maps to 127.0.1.1: the other nodes can only
+  // reach it on its real interfaces.
+  char self[256] = {};
   const auto ip = asio::ip::make_address(text);
-  // This machine's own hostname, which Debian maps to 127.0.1.1: the other nodes reach it on
-  // its real interfaces, so listen on all of them.
-  if (ip.is_loopback() && host != "localhost") return ip.is_v6() ? "::" : "0.0.0.0";
+  const bool own_name =
+      ::gethostname(self, sizeof self - 1) == 0 && ::strcasecmp(self, host.c_str()) == 0;
+  if (own_name && ip.is_loopback() && text != std::string("127.0.0.1") &&
+      text != std::string("::1")) {
+    if (widen) return ip.is_v6() ? "::" : "0.0.0.0";
+    log_error("[TCPStore] '", host, "' is this machine's name mapped to ", text,
+              ", which other hosts cannot reach; listening there anyway, as there is no job key "
+              "(set GW_STORE_BIND_ADDRESS and GW_JOB_KEY_FILE for a job across hosts)");
+  }
   return text;
 }
 
@@ -87,7 +100,9 @@ TCPStore::TCPStore(std::string host, const TCPStoreOptions& options)
   GW_CHECK(options.is_master || port_ != 0, InvalidArgumentError,
            "[TCPStore] port 0 is only meaningful for the master (it picks a free port)");
   if (options.is_master) {
-    const std::string address = bind_address(host_, options.bind_address);
+    const bool keyed = !client_job_key(options.job_key).is_none();
+    const std::string address =
+        bind_address(host_, options.bind_address, keyed || options.allow_unauthenticated);
     key_ = resolve_job_key(options.job_key, address, options.allow_unauthenticated, "TCPStore");
     server_ = std::make_unique<detail::TCPStoreServer>(address, options, key_);
     port_ = server_->port();
@@ -114,27 +129,39 @@ detail::TcpSocket detail::connect_store(const std::string& host, uint16_t port,
                                         const JobKey& key, Clock::time_point deadline,
                                         const char* op) {
   // A server flooded with connections that never prove the key closes the oldest waiting ones
-  // (a real client's too, rarely): a handshake cut short is tried again until the deadline.
+  // (a real client's too, rarely): a handshake cut short is tried again, a few times.
+  constexpr int kAttempts = 4;
   auto backoff = std::chrono::milliseconds(10);
-  for (;;) {
+  for (int attempt = 1;; ++attempt) {
     auto socket = TcpSocket::connect(host, port, deadline, op);
     auth::ClientHandshake handshake(key, auth::Purpose::kStore, {"store-client", -1});
     auth::Challenge challenge;
+    auto cut_short = [&](const IoError& e) {
+      if (attempt == kAttempts || Clock::now() + backoff >= deadline)
+        throw IoError(gw::detail::str("[", op, "] the store at ", host, ":", port,
+                                      " closed the connection during the job-key handshake (",
+                                      attempt,
+                                      " attempts; is it a gradwire TCPStore?): ", e.what()));
+      std::this_thread::sleep_for(backoff);
+      backoff *= 4;
+    };
     try {
       const Bytes hello(handshake.hello().begin(), handshake.hello().end());
       socket.send_all({&hello}, deadline, op);
       const Bytes got = socket.recv_exact(challenge.size(), deadline, op);
       std::copy(got.begin(), got.end(), challenge.begin());
-    } catch (const IoError&) {
-      const auto now = Clock::now();
-      if (now + backoff >= deadline) throw;
-      std::this_thread::sleep_for(backoff);
-      backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
+    } catch (const IoError& e) {
+      cut_short(e);
       continue;
     }
     const auth::Proof proof = handshake.answer(challenge, {"store", -1});  // throws: wrong key
     const Bytes proof_bytes(proof.begin(), proof.end());
-    socket.send_all({&proof_bytes}, deadline, op);
+    try {
+      socket.send_all({&proof_bytes}, deadline, op);
+    } catch (const IoError& e) {
+      cut_short(e);
+      continue;
+    }
     return socket;
   }
 }

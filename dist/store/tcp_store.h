@@ -47,8 +47,9 @@ struct TCPStoreOptions {
   std::optional<JobKey> job_key;
   bool allow_unauthenticated = false;
   // Master: the address the server listens on; empty: GW_STORE_BIND_ADDRESS, else `host`'s
-  // address (every interface when `host` is a name this machine maps to loopback, like
-  // Debian's 127.0.1.1 for its own hostname; otherwise never unless asked for with "0.0.0.0").
+  // address — except that with a key, this machine's own hostname mapped to loopback (Debian's
+  // 127.0.1.1) means every interface, where the other hosts can reach it. Never every
+  // interface otherwise, unless asked for with "0.0.0.0".
   std::string bind_address;
   // Master: a larger request closes its connection (the default fits any legal request).
   uint32_t max_frame_bytes = detail::kMaxFrameBytes;

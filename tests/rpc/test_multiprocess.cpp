@@ -2,6 +2,10 @@
 #include <catch2/catch.hpp>
 
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include <cerrno>
 
 #include <asio.hpp>
 
@@ -49,10 +53,21 @@ bool agent_closes_after(dist::Store& store, int rank, const std::vector<uint8_t>
   asio::io_context io;
   asio::ip::tcp::socket s(io);
   s.connect({asio::ip::make_address("127.0.0.1"), rpc_port(store, rank)});
+  // A worker that stops answering fails the test rather than hanging it: reads end after 10 s
+  // (plain recv below; asio's blocking reads would wait past the limit).
+  timeval limit{.tv_sec = 10, .tv_usec = 0};
+  ::setsockopt(s.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+  auto read_exactly = [&](uint8_t* p, size_t n) {
+    while (n > 0) {
+      const ssize_t got = ::recv(s.native_handle(), p, n, 0);
+      REQUIRE(got > 0);
+      p += got, n -= static_cast<size_t>(got);
+    }
+  };
   auth::ClientHandshake handshake(dist::JobKey::none(), auth::Purpose::kRpc, {"worker0", 0});
   asio::write(s, asio::buffer(handshake.hello()));
   auth::Challenge challenge;
-  asio::read(s, asio::buffer(challenge));
+  read_exactly(challenge.data(), challenge.size());
   asio::write(s, asio::buffer(handshake.answer(challenge, {"worker" + std::to_string(rank), rank})));
   // Admitted: a call on the connection is answered (so the close below is the bytes' doing).
   Message ask;
@@ -64,7 +79,7 @@ bool agent_closes_after(dist::Store& store, int rank, const std::vector<uint8_t>
   FrameReader reader(1 << 20);
   std::optional<Message> answer;
   for (uint8_t byte; !answer;) {
-    asio::read(s, asio::buffer(&byte, 1));
+    read_exactly(&byte, 1);
     reader.feed(&byte, 1);
     answer = reader.take();
   }
@@ -72,9 +87,10 @@ bool agent_closes_after(dist::Store& store, int rank, const std::vector<uint8_t>
   REQUIRE(answer->get<Response>()->value.to_int() == 1);
   asio::write(s, asio::buffer(bytes));
   uint8_t buf[64];
-  std::error_code ec;
-  while (!ec) s.read_some(asio::buffer(buf), ec);
-  return ec == asio::error::eof || ec == asio::error::connection_reset;
+  for (;;) {  // bounded: each read ends within 10 s, and the worker sends nothing more
+    const ssize_t got = ::recv(s.native_handle(), buf, sizeof buf, 0);
+    if (got <= 0) return got == 0 || errno == ECONNRESET;
+  }
 }
 
 }  // namespace

@@ -97,7 +97,9 @@ SilentListener::SilentListener() {
 
 SilentListener::~SilentListener() { ::close(fd_); }
 
-MuteServer::MuteServer() : acceptor_(io_, {asio::ip::make_address("127.0.0.1"), 0}) {
+MuteServer::MuteServer()
+    : acceptor_(io_, {asio::ip::make_address("127.0.0.1"), 0}),
+      port_(acceptor_.local_endpoint().port()) {
   door_.emplace(acceptor_,
                 auth::Gatekeeper::Options{JobKey::none(), auth::Purpose::kStore, {"store", -1},
                                           std::chrono::milliseconds(10000), 16, "MuteServer"},

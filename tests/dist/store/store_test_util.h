@@ -97,11 +97,12 @@ class MuteServer {
  public:
   MuteServer();
   ~MuteServer();
-  uint16_t port() const { return acceptor_.local_endpoint().port(); }
+  uint16_t port() const { return port_; }
 
  private:
   asio::io_context io_;
   asio::ip::tcp::acceptor acceptor_;
+  uint16_t port_;
   std::optional<auth::Gatekeeper> door_;
   std::vector<std::shared_ptr<asio::ip::tcp::socket>> held_;  // server thread only
   std::thread thread_;
