@@ -207,8 +207,8 @@ void bench_security(Reporter& report) {
     };
     if (report.wants("rpc", small)) {
       auto call = [] { gw::bench::do_not_optimize(gw::rpc::rpc_sync<int64_t>(1, "min", 1, 2)); };
-      auto [t, r] = gw::bench::seconds_per_call_pair([&] { on(keyed, call); },
-                                                     [&] { on(plain, call); });
+      auto [t, r] =
+          gw::bench::seconds_per_call_pair([&] { on(keyed, call); }, [&] { on(plain, call); });
       report.add({"rpc", small, t * 1e6, "us", anchor, r * 1e6});
     }
     if (report.wants("rpc", big)) {

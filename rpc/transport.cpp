@@ -23,12 +23,13 @@ Transport::Transport(Options options, Handlers handlers)
   if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
   GW_CHECK(!ec, IoError, "[init_rpc] cannot listen on ", address, ": ", ec.message());
   door_.emplace(acceptor_,
-                dist::auth::Gatekeeper::Options{
-                    options_.key, dist::auth::Purpose::kRpc,
-                    {options_.self_name, options_.self_id}, options_.handshake_timeout,
-                    static_cast<size_t>(options_.max_unauthenticated), "rpc " + self_name_},
-                [this](std::shared_ptr<asio::ip::tcp::socket> s,
-                       const dist::auth::Identity& peer,
+                dist::auth::Gatekeeper::Options{options_.key,
+                                                dist::auth::Purpose::kRpc,
+                                                {options_.self_name, options_.self_id},
+                                                options_.handshake_timeout,
+                                                static_cast<size_t>(options_.max_unauthenticated),
+                                                "rpc " + self_name_},
+                [this](std::shared_ptr<asio::ip::tcp::socket> s, const dist::auth::Identity& peer,
                        const std::string& from) { admit(s, peer, from); });
 }
 
@@ -88,8 +89,8 @@ void Transport::admit(const std::shared_ptr<asio::ip::tcp::socket>& s,
     std::lock_guard lock(mu_);
     if (peer.id < 0 || peer.id >= static_cast<int>(peers_.size()) ||
         peers_[static_cast<size_t>(peer.id)].name != peer.name) {
-      refused = gw::detail::str("'", peer.name, "' (id ", peer.id,
-                                ") is not a worker of this group");
+      refused =
+          gw::detail::str("'", peer.name, "' (id ", peer.id, ") is not a worker of this group");
     } else if (std::any_of(inbound_.begin(), inbound_.end(), [&](const auto& other) {
                  return other->peer_id() == peer.id && !other->closed();
                })) {
@@ -171,10 +172,9 @@ void Transport::connect(int peer) {
       connected(peer, s, failed);
     };
     if (ec) return done(std::make_exception_ptr(IoError(ec.message())), {});
-    dist::auth::async_connect(s, options_.key, dist::auth::Purpose::kRpc,
-                              {options_.self_name, options_.self_id},
-                              {peers_[static_cast<size_t>(peer)].name, peer},
-                              options_.handshake_timeout, done);
+    dist::auth::async_connect(
+        s, options_.key, dist::auth::Purpose::kRpc, {options_.self_name, options_.self_id},
+        {peers_[static_cast<size_t>(peer)].name, peer}, options_.handshake_timeout, done);
   });
 }
 

@@ -29,8 +29,8 @@ JobKeyFile::JobKeyFile(int nnodes) {
   made_dir_ = dir;
   const std::string path = dir + "/job.key";
   dist::JobKey::generate().write_new(path);
-  GW_CHECK(::setenv(dist::kJobKeyEnv, path.c_str(), 1) == 0, IoError,
-           "[gwrun] cannot set ", dist::kJobKeyEnv);
+  GW_CHECK(::setenv(dist::kJobKeyEnv, path.c_str(), 1) == 0, IoError, "[gwrun] cannot set ",
+           dist::kJobKeyEnv);
 }
 
 JobKeyFile::~JobKeyFile() {

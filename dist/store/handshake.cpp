@@ -26,6 +26,33 @@ struct Run : std::enable_shared_from_this<Run> {
     });
   }
 
+  // Reads (writes) all of `b`, then runs `next`; an I/O error or a throw from `next` ends the
+  // handshake, failed.
+  template <typename Next>
+  void read(asio::mutable_buffer b, Next next) {
+    asio::async_read(*s, b, then(std::move(next)));
+  }
+  template <typename Next>
+  void write(asio::const_buffer b, Next next) {
+    asio::async_write(*s, b, then(std::move(next)));
+  }
+  template <typename Next>
+  auto then(Next next) {
+    return [self = shared_from_this(), next = std::move(next)](const std::error_code& ec,
+                                                               size_t) mutable {
+      if (ec) return self->finish(ec);
+      try {
+        next();
+      } catch (...) {
+        self->finish({}, std::current_exception());
+      }
+    };
+  }
+
+  void succeed(const Identity& who) {
+    peer = who;
+    finish({});
+  }
   // Ends the handshake once: `ec` or `failed` says why it failed, if it did.
   void finish(const std::error_code& ec, std::exception_ptr failed = nullptr) {
     if (finished) return;
@@ -38,20 +65,11 @@ struct Run : std::enable_shared_from_this<Run> {
     done(failed, peer);
   }
 
-  template <typename F>
-  void guarded(F f) {
-    try {
-      f();
-    } catch (...) {
-      finish({}, std::current_exception());
-    }
-  }
-
   std::shared_ptr<Socket> s;
   asio::steady_timer timer;
   HandshakeDone done;
   bool finished = false, timed_out = false;
-  Identity peer;
+  Identity claimed, peer;  // peer: once proven
   Hello hello{};
   Challenge challenge{};
   Proof proof{};
@@ -66,24 +84,13 @@ void async_accept(std::shared_ptr<Socket> s, const JobKey& key, Purpose purpose,
   auto run = std::make_shared<Run>(std::move(s), timeout, std::move(done));
   run->server.emplace(key, purpose, std::move(self));
   run->start_timer();
-  asio::async_read(*run->s, asio::buffer(run->hello), [run](const std::error_code& ec, size_t) {
-    if (ec) return run->finish(ec);
-    run->guarded([&] {
-      const Identity claimed = run->server->read_hello(run->hello);
-      asio::async_write(
-          *run->s, asio::buffer(run->server->challenge()),
-          [run, claimed](const std::error_code& ec, size_t) {
-            if (ec) return run->finish(ec);
-            asio::async_read(*run->s, asio::buffer(run->proof),
-                             [run, claimed](const std::error_code& ec, size_t) {
-                               if (ec) return run->finish(ec);
-                               run->guarded([&] {
-                                 run->server->check_proof(run->proof);
-                                 run->peer = claimed;
-                                 run->finish({});
-                               });
-                             });
-          });
+  run->read(asio::buffer(run->hello), [run] {
+    run->claimed = run->server->read_hello(run->hello);
+    run->write(asio::buffer(run->server->challenge()), [run] {
+      run->read(asio::buffer(run->proof), [run] {
+        run->server->check_proof(run->proof);
+        run->succeed(run->claimed);
+      });
     });
   });
 }
@@ -92,25 +99,14 @@ void async_connect(std::shared_ptr<Socket> s, const JobKey& key, Purpose purpose
                    Identity expected, std::chrono::milliseconds timeout, HandshakeDone done) {
   auto run = std::make_shared<Run>(std::move(s), timeout, std::move(done));
   run->client.emplace(key, purpose, std::move(self));
+  run->claimed = std::move(expected);
   run->start_timer();
-  asio::async_write(
-      *run->s, asio::buffer(run->client->hello()), [run, expected](const std::error_code& ec, size_t) {
-        if (ec) return run->finish(ec);
-        asio::async_read(
-            *run->s, asio::buffer(run->challenge),
-            [run, expected](const std::error_code& ec, size_t) {
-              if (ec) return run->finish(ec);
-              run->guarded([&] {
-                run->proof = run->client->answer(run->challenge, expected);
-                asio::async_write(*run->s, asio::buffer(run->proof),
-                                  [run, expected](const std::error_code& ec, size_t) {
-                                    if (ec) return run->finish(ec);
-                                    run->peer = expected;
-                                    run->finish({});
-                                  });
-              });
-            });
-      });
+  run->write(asio::buffer(run->client->hello()), [run] {
+    run->read(asio::buffer(run->challenge), [run] {
+      run->proof = run->client->answer(run->challenge, run->claimed);
+      run->write(asio::buffer(run->proof), [run] { run->succeed(run->claimed); });
+    });
+  });
 }
 
 void RefusalLog::refused(const std::string& address, const std::string& why) {
@@ -124,8 +120,7 @@ void RefusalLog::refused(const std::string& address, const std::string& why) {
       return;
     }
   }
-  log_error(who_, ": refused a connection from ", address, ": ", why,
-            " (logged once per address)");
+  log_error(who_, ": refused a connection from ", address, ": ", why, " (logged once per address)");
 }
 
 namespace {
@@ -173,8 +168,8 @@ void Gatekeeper::accept() {
         log_error(options_.who, ": accepting a connection failed (", ec.message(),
                   "); retrying with backoff (logged once)");
       failure_logged_ = true;
-      backoff_ = std::clamp(backoff_ * 2, std::chrono::milliseconds(10),
-                            std::chrono::milliseconds(1000));
+      backoff_ =
+          std::clamp(backoff_ * 2, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
       retry_.expires_after(backoff_);
       retry_.async_wait([this](const std::error_code& e) {
         if (!e && !stopped_) accept();

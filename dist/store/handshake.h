@@ -76,8 +76,8 @@ class Gatekeeper {
     size_t max_unauthenticated = 256;
     std::string who;  // the owner, for log lines: "TCPStore", "rpc worker0"
   };
-  using Admit = std::function<void(std::shared_ptr<Socket> s, const Identity& peer,
-                                   const std::string& from)>;
+  using Admit =
+      std::function<void(std::shared_ptr<Socket> s, const Identity& peer, const std::string& from)>;
 
   Gatekeeper(asio::ip::tcp::acceptor& acceptor, Options options, Admit admit);
   void start();

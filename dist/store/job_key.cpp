@@ -193,8 +193,8 @@ struct In {
 };
 
 void check_identity(const Identity& who) {
-  GW_CHECK(who.name.size() <= Identity::kMaxName, InvalidArgumentError,
-           "[handshake] name of ", who.name.size(), " bytes exceeds ", Identity::kMaxName);
+  GW_CHECK(who.name.size() <= Identity::kMaxName, InvalidArgumentError, "[handshake] name of ",
+           who.name.size(), " bytes exceeds ", Identity::kMaxName);
 }
 
 // The proof of one direction: HMAC-SHA256(key, label | purpose | nonces | identities).
@@ -212,8 +212,8 @@ std::array<uint8_t, kMacBytes> proof(const JobKey& key, const char* label, Purpo
   out.identity(server);
   std::array<uint8_t, kMacBytes> mac{};
   unsigned len = 0;
-  GW_CHECK(HMAC(EVP_sha256(), key.bytes().data(), static_cast<int>(key.bytes().size()),
-                data.data(), data.size(), mac.data(), &len) != nullptr &&
+  GW_CHECK(HMAC(EVP_sha256(), key.bytes().data(), static_cast<int>(key.bytes().size()), data.data(),
+                data.size(), mac.data(), &len) != nullptr &&
                len == kMacBytes,
            IoError, "[handshake] HMAC-SHA256 failed");
   return mac;
@@ -239,9 +239,8 @@ ClientHandshake::ClientHandshake(const JobKey& key, Purpose purpose, Identity se
 
 Proof ClientHandshake::answer(const Challenge& challenge, const Identity& expected) const {
   In in{challenge.data()};
-  GW_CHECK(in.raw<4>() == kChallengeMagic, IoError,
-           "[handshake] the server expected as '", expected.name,
-           "' does not speak gradwire's handshake");
+  GW_CHECK(in.raw<4>() == kChallengeMagic, IoError, "[handshake] the server expected as '",
+           expected.name, "' does not speak gradwire's handshake");
   const auto server_nonce = in.raw<kNonceBytes>();
   const Identity server = in.identity();
   const auto server_proof = in.raw<kMacBytes>();
@@ -267,7 +266,9 @@ Identity ServerHandshake::read_hello(const Hello& hello) {
            "[handshake] the client does not speak gradwire's handshake");
   const uint32_t purpose = in.u32();
   GW_CHECK(purpose == static_cast<uint32_t>(purpose_), IoError, "[handshake] the client came for ",
-           purpose == 1 ? "RPC" : purpose == 2 ? "a store" : "something else",
+           purpose == 1   ? "RPC"
+           : purpose == 2 ? "a store"
+                          : "something else",
            ", this server is ", purpose_ == Purpose::kRpc ? "RPC" : "a store");
   client_nonce_ = in.raw<kNonceBytes>();
   client_ = in.identity();

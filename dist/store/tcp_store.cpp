@@ -67,11 +67,11 @@ std::string bind_address(const std::string& host, const std::string& configured,
   GW_CHECK(rc == 0 && list != nullptr, InvalidArgumentError, "[TCPStore] cannot resolve host '",
            host, "': ", ::gai_strerror(rc));
   char text[INET6_ADDRSTRLEN] = {};
-  const int named = ::getnameinfo(list->ai_addr, list->ai_addrlen, text, sizeof text, nullptr, 0,
-                                  NI_NUMERICHOST);
+  const int named =
+      ::getnameinfo(list->ai_addr, list->ai_addrlen, text, sizeof text, nullptr, 0, NI_NUMERICHOST);
   ::freeaddrinfo(list);
-  GW_CHECK(named == 0, InvalidArgumentError, "[TCPStore] cannot print the address of host '",
-           host, "': ", ::gai_strerror(named));
+  GW_CHECK(named == 0, InvalidArgumentError, "[TCPStore] cannot print the address of host '", host,
+           "': ", ::gai_strerror(named));
   // This machine's own hostname, which Debian maps to 127.0.1.1: the other nodes can only
   // reach it on its real interfaces.
   char self[256] = {};
@@ -125,9 +125,8 @@ TCPStore::TCPStore(std::string host, uint16_t port, int world_size, bool is_mast
 
 TCPStore::~TCPStore() = default;
 
-detail::TcpSocket detail::connect_store(const std::string& host, uint16_t port,
-                                        const JobKey& key, Clock::time_point deadline,
-                                        const char* op) {
+detail::TcpSocket detail::connect_store(const std::string& host, uint16_t port, const JobKey& key,
+                                        Clock::time_point deadline, const char* op) {
   // A server flooded with connections that never prove the key closes the oldest waiting ones
   // (a real client's too, rarely): a handshake cut short is tried again, a few times.
   constexpr int kAttempts = 4;

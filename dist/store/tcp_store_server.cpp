@@ -186,16 +186,19 @@ TCPStoreServer::Impl::Impl(const std::string& address, const TCPStoreOptions& op
                  "TCPStoreOptions::bind_address to one)"
                : "");
   port_ = acceptor_.local_endpoint().port();
-  door_.emplace(acceptor_,
-                auth::Gatekeeper::Options{key, auth::Purpose::kStore, {"store", -1},
-                                          options.handshake_timeout,
-                                          static_cast<size_t>(options.max_unauthenticated_connections),
-                                          "TCPStore"},
-                [this](std::shared_ptr<tcp::socket> s, const auth::Identity&, const std::string&) {
-                  auto session = std::make_shared<Session>(std::move(*s), *this);
-                  sessions_.emplace(session.get(), session);
-                  session->read_header();
-                });
+  door_.emplace(
+      acceptor_,
+      auth::Gatekeeper::Options{key,
+                                auth::Purpose::kStore,
+                                {"store", -1},
+                                options.handshake_timeout,
+                                static_cast<size_t>(options.max_unauthenticated_connections),
+                                "TCPStore"},
+      [this](std::shared_ptr<tcp::socket> s, const auth::Identity&, const std::string&) {
+        auto session = std::make_shared<Session>(std::move(*s), *this);
+        sessions_.emplace(session.get(), session);
+        session->read_header();
+      });
   door_->start();
 }
 

@@ -14,8 +14,9 @@
 //   kWait        keys, u64 timeout_ms     -> kOk | kTimeout missing-keys
 //
 // A connection opens with the job-key handshake (job_key.h, Purpose::kStore: the client says
-// it is "store-client", the server proves it is "store"); then it carries one request at a time. The server closes a connection whose frame is
-// malformed (bad length, unknown command, trailing bytes).
+// it is "store-client", the server proves it is "store"); then it carries one request at a time.
+// The server closes a connection whose frame is malformed (bad length, unknown command, trailing
+// bytes).
 #pragma once
 
 #include <cstdint>

@@ -29,8 +29,8 @@
 #include <unistd.h>
 
 #include <array>
-#include <cstdlib>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -108,8 +108,8 @@ int connect_to(const char* host, const char* port) {
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(std::atoi(port)));
-  GW_CHECK(::inet_pton(AF_INET, host, &addr.sin_addr) == 1, InvalidArgumentError,
-           "bad address ", host);
+  GW_CHECK(::inet_pton(AF_INET, host, &addr.sin_addr) == 1, InvalidArgumentError, "bad address ",
+           host);
   GW_CHECK(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0, IoError,
            "connect: ", std::strerror(errno));
   return fd;

@@ -161,9 +161,9 @@ TEST_CASE("a response on another connection cannot complete a pending call", "[r
   // every call id worker0 has used so far (ids count from 1) with -666, on its own connection.
   const std::string address = g.store->get_string("rpc/worker/0");  // "name\nhost\nport"
   const auto nl1 = address.find('\n'), nl2 = address.rfind('\n');
-  const int rc = gw::test::wait_exit(gw::test::spawn(
-      {GW_RPC_PROBE, "member", address.substr(nl1 + 1, nl2 - nl1 - 1), address.substr(nl2 + 1),
-       "worker0", "0", "worker2", "2", "-", "1", "64"}));
+  const int rc = gw::test::wait_exit(
+      gw::test::spawn({GW_RPC_PROBE, "member", address.substr(nl1 + 1, nl2 - nl1 - 1),
+                       address.substr(nl2 + 1), "worker0", "0", "worker2", "2", "-", "1", "64"}));
   REQUIRE(rc == 0);  // it was served min(1, 2), so its forged responses were all read
   CHECK(g[0].num_stray_responses() >= 1);
   CHECK_FALSE(pending.done());

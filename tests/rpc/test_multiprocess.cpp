@@ -68,7 +68,8 @@ bool agent_closes_after(dist::Store& store, int rank, const std::vector<uint8_t>
   asio::write(s, asio::buffer(handshake.hello()));
   auth::Challenge challenge;
   read_exactly(challenge.data(), challenge.size());
-  asio::write(s, asio::buffer(handshake.answer(challenge, {"worker" + std::to_string(rank), rank})));
+  asio::write(s,
+              asio::buffer(handshake.answer(challenge, {"worker" + std::to_string(rank), rank})));
   // Admitted: a call on the connection is answered (so the close below is the bytes' doing).
   Message ask;
   ask.id = 1;

@@ -55,10 +55,10 @@ std::pair<std::string, std::string> address_of(dist::Store& store, int rank) {
 int probe(Group& g, const std::string& mode, int target, int as, const std::string& key_path,
           uint64_t first = 1, uint64_t last = 0) {
   const auto [host, port] = address_of(*g.store, target);
-  return gw::test::wait_exit(gw::test::spawn(
-      {GW_RPC_PROBE, mode, host, port, "worker" + std::to_string(target), std::to_string(target),
-       "worker" + std::to_string(as), std::to_string(as), key_path, std::to_string(first),
-       std::to_string(last)}));
+  return gw::test::wait_exit(
+      gw::test::spawn({GW_RPC_PROBE, mode, host, port, "worker" + std::to_string(target),
+                       std::to_string(target), "worker" + std::to_string(as), std::to_string(as),
+                       key_path, std::to_string(first), std::to_string(last)}));
 }
 
 // This process's mapped memory (an allocation counts even before it is touched).
@@ -84,12 +84,12 @@ TEST_CASE("a peer without the key, with a wrong one or replaying a handshake get
     INFO(mode);
     CHECK(probe(g, mode, 0, 1, key.path.string(), 1, 64) == 0);  // disconnected, unanswered
   }
-  CHECK(bumps() == bumped);                   // bump never ran
-  CHECK(g[0].num_stray_responses() == 0);     // the forgeries were never even read as frames
-  CHECK_FALSE(pending.done());                // ... nor completed the call
+  CHECK(bumps() == bumped);                // bump never ran
+  CHECK(g[0].num_stray_responses() == 0);  // the forgeries were never even read as frames
+  CHECK_FALSE(pending.done());             // ... nor completed the call
   release_blocked();
-  CHECK(pending.wait(10s) == 42);             // worker1's real answer
-  CHECK(rpc_sync(1, bump) == bumped + 1);     // for the job, bump runs
+  CHECK(pending.wait(10s) == 42);          // worker1's real answer
+  CHECK(rpc_sync(1, bump) == bumped + 1);  // for the job, bump runs
 }
 
 TEST_CASE("an impostor with the key claiming a connected worker is refused; that worker goes on",
@@ -125,8 +125,7 @@ TEST_CASE("a flood of unauthenticated and slow connections stops no one and hold
                                                 "worker0", "0", ready.string(), "40", "10000"}));
   });
   // Bounded: the probe exits within 10 s of starting its flood.
-  while (!std::filesystem::exists(ready) &&
-         flood.wait_for(10ms) != std::future_status::ready) {
+  while (!std::filesystem::exists(ready) && flood.wait_for(10ms) != std::future_status::ready) {
   }
   REQUIRE(std::filesystem::exists(ready));
   {
@@ -176,8 +175,8 @@ TEST_CASE("after running out of descriptors, a worker accepts connections again"
     io.run_for(2s);  // bounded: those beyond the descriptors never get an answer
     INFO(answered << " of 64 handshakes answered");
     CHECK(answered > 0);
-    CHECK(answered < 64);  // worker1 ran out of descriptors
-  }  // ... and all are closed again
+    CHECK(answered < 64);                   // worker1 ran out of descriptors
+  }                                         // ... and all are closed again
   CHECK(rpc_sync(1, whoami) == "worker1");  // a new connection, accepted
   agent.shutdown();
   CHECK(peer.wait() == std::vector<int>{0});
@@ -206,9 +205,9 @@ TEST_CASE("the TCPStore serves nothing to a client without the key", "[rpc][secu
   dist::TCPStore master("127.0.0.1", so);
   master.set("secret", "s3cr3t");
   // A separate process sends set, get and delete without the key.
-  const int rc = gw::test::wait_exit(gw::test::spawn(
-      {GW_RPC_PROBE, "store", "127.0.0.1", std::to_string(master.port()), "store", "-1",
-       "store-client", "-1", "-"}));
+  const int rc = gw::test::wait_exit(
+      gw::test::spawn({GW_RPC_PROBE, "store", "127.0.0.1", std::to_string(master.port()), "store",
+                       "-1", "store-client", "-1", "-"}));
   CHECK(rc == 0);
   CHECK(master.get_string("secret") == "s3cr3t");
   CHECK_FALSE(master.check({"intruder"}));

@@ -173,9 +173,10 @@ TEST_CASE("gwrun never splices one worker's line into another's", "[gwrun]") {
 
 TEST_CASE("gwrun hands its workers one private job key and removes it after the job", "[gwrun]") {
   REQUIRE(::unsetenv("GW_JOB_KEY_FILE") == 0);
-  GwrunResult r = run_gwrun({"--nproc-per-node", "2", "sh", "-c",
-                             "f=$GW_JOB_KEY_FILE; echo \"$f $(stat -c %a \"$f\") "
-                             "$(stat -c %a \"$(dirname \"$f\")\") $(tr -d '\\n' < \"$f\" | wc -c)\""});
+  GwrunResult r =
+      run_gwrun({"--nproc-per-node", "2", "sh", "-c",
+                 "f=$GW_JOB_KEY_FILE; echo \"$f $(stat -c %a \"$f\") "
+                 "$(stat -c %a \"$(dirname \"$f\")\") $(tr -d '\\n' < \"$f\" | wc -c)\""});
   INFO("stdout:\n" << r.out << "stderr:\n" << r.err);
   REQUIRE(r.exit_code == 0);
   std::set<std::string> paths;
@@ -196,12 +197,13 @@ TEST_CASE("gwrun hands its workers one private job key and removes it after the 
 }
 
 TEST_CASE("gwrun passes a job key file it was given on, and leaves it", "[gwrun]") {
-  const auto dir = std::filesystem::temp_directory_path() / ("gwrun-test-" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("gwrun-test-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const auto key = dir / "job.key";
   std::ofstream(key) << std::string(64, 'c') << "\n";
-  std::filesystem::permissions(key, std::filesystem::perms::owner_read |
-                                        std::filesystem::perms::owner_write);
+  std::filesystem::permissions(
+      key, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
   REQUIRE(::setenv("GW_JOB_KEY_FILE", key.c_str(), 1) == 0);
   GwrunResult r = run_gwrun({"--nproc-per-node", "1", "sh", "-c", "echo \"$GW_JOB_KEY_FILE\""});
   ::unsetenv("GW_JOB_KEY_FILE");

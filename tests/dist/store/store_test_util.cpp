@@ -101,8 +101,12 @@ MuteServer::MuteServer()
     : acceptor_(io_, {asio::ip::make_address("127.0.0.1"), 0}),
       port_(acceptor_.local_endpoint().port()) {
   door_.emplace(acceptor_,
-                auth::Gatekeeper::Options{JobKey::none(), auth::Purpose::kStore, {"store", -1},
-                                          std::chrono::milliseconds(10000), 16, "MuteServer"},
+                auth::Gatekeeper::Options{JobKey::none(),
+                                          auth::Purpose::kStore,
+                                          {"store", -1},
+                                          std::chrono::milliseconds(10000),
+                                          16,
+                                          "MuteServer"},
                 [this](std::shared_ptr<asio::ip::tcp::socket> s, const auth::Identity&,
                        const std::string&) { held_.push_back(std::move(s)); });
   door_->start();

@@ -104,7 +104,8 @@ TEST_CASE("a recorded handshake is worthless on a new connection", "[store][auth
                     Contains("expected 'worker2'") && Contains("says it is 'worker1'"));
 }
 
-TEST_CASE("the proofs cover both identities: rewriting one in flight breaks them", "[store][auth]") {
+TEST_CASE("the proofs cover both identities: rewriting one in flight breaks them",
+          "[store][auth]") {
   const JobKey key = JobKey::generate();
   constexpr size_t kHelloName = 4 + 4 + kNonceBytes + 4;  // offsets of the name fields
   constexpr size_t kChallengeName = 4 + kNonceBytes + 4;
