@@ -1,5 +1,7 @@
 #include "rpc/connection.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -54,6 +56,14 @@ Connection::Connection(asio::ip::tcp::socket socket, uint64_t max_frame_bytes,
       buf_(kReadBufferBytes),
       reader_(max_frame_bytes) {
   socket_.set_option(asio::ip::tcp::no_delay(true));
+  // A peer host that vanished without closing (power loss, a partition) is noticed within
+  // about a minute even on an idle connection, so that its worker, back, can connect again
+  // (a worker's second live connection is refused).
+  const int on = 1, idle_s = 30, interval_s = 5, probes = 4;
+  ::setsockopt(fd_, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+  ::setsockopt(fd_, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof idle_s);
+  ::setsockopt(fd_, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof interval_s);
+  ::setsockopt(fd_, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes);
   // Set once, before any other thread sees the socket: senders write to fd_ themselves.
   socket_.non_blocking(true);
   std::error_code ec;
