@@ -77,6 +77,12 @@ bool closed_by_server(tcp::socket& s) {
 struct Client {
   ClientHandshake h{JobKey::none(), Purpose::kStore, {"store-client", -1}};
   void start(tcp::socket& s) { asio::write(s, asio::buffer(h.hello())); }
+  // Starts the handshake and waits for the challenge: the server has accepted `s`.
+  void accepted(tcp::socket& s) {
+    start(s);
+    Challenge c;
+    asio::read(s, asio::buffer(c));
+  }
   void finish(tcp::socket& s) {
     Challenge c;
     asio::read(s, asio::buffer(c));
@@ -100,8 +106,12 @@ TEST_CASE("a flood from one address evicts its own handshakes, not a peer's", "[
   tcp::socket real = connect_from(io, "127.0.0.3", door.port());
   Client client;
   client.start(real);
-  // 8 more from the flood's address while the real client is mid-handshake.
-  for (int i = 8; i < 16; ++i) flood.push_back(flood_connection(i));
+  // 8 more from the flood's address while the real client is mid-handshake, each known to be
+  // accepted (its challenge came back) before the next and before the real client goes on.
+  for (int i = 8; i < 16; ++i) {
+    flood.push_back(flood_connection(i));
+    Client().accepted(flood.back());
+  }
   client.finish(real);
   REQUIRE(door.admitted.get_future().wait_for(10s) == std::future_status::ready);
   for (int i = 0; i < 16; ++i) {
@@ -121,8 +131,10 @@ TEST_CASE("among equally busy addresses the oldest goes: a fresh peer outlives c
   tcp::socket real = connect_from(io, "127.0.0.100", door.port());
   Client client;
   client.start(real);
-  for (const char* a : {"127.0.0.20", "127.0.0.21", "127.0.0.22"})
+  for (const char* a : {"127.0.0.20", "127.0.0.21", "127.0.0.22"}) {
     flood.push_back(connect_from(io, a, door.port(), 200ms));  // to stay
+    Client().accepted(flood.back());
+  }
   client.finish(real);
   REQUIRE(door.admitted.get_future().wait_for(10s) == std::future_status::ready);
   for (size_t i = 0; i < flood.size(); ++i) {
