@@ -76,8 +76,8 @@ JobKey JobKey::load(const std::string& path) {
            "' (it must be a regular file)");
   GW_CHECK((st.st_mode & 077) == 0, InvalidArgumentError, "[job key] key file '", path,
            "' has mode ", octal(st.st_mode & 0777),
-           ": others may read it. Make it private: chmod 600 (under Kubernetes, mount the secret "
-           "with defaultMode 0400)");
+           ": others may read it. Make it private: chmod 600 (under Kubernetes, copy the mounted "
+           "secret first: install -m 600 <secret> <private path>)");
   text.resize(static_cast<size_t>(n));
   const auto first = text.find_first_not_of(" \t\r\n");
   const auto last = text.find_last_not_of(" \t\r\n");
