@@ -9,25 +9,18 @@ namespace gw::rpc {
 Transport::Transport(Options options, Handlers handlers)
     : options_(std::move(options)), handlers_(std::move(handlers)) {
   const std::string& address = options_.address;
-  GW_CHECK(options_.max_unauthenticated > 0, InvalidArgumentError,
-           "[init_rpc] max_unauthenticated_connections must be positive, got ",
-           options_.max_unauthenticated);
   std::error_code ec;
   const auto ip = asio::ip::make_address(address, ec);
   GW_CHECK(!ec, InvalidArgumentError, "[init_rpc] address '", address,
            "' is not an IP address: ", ec.message());
-  const Endpoint ep(ip, 0);
-  acceptor_.open(ep.protocol(), ec);
-  if (!ec) acceptor_.set_option(asio::ip::tcp::acceptor::reuse_address(true), ec);
-  if (!ec) acceptor_.bind(ep, ec);
-  if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  ec = dist::auth::listen(acceptor_, ip, 0);
   GW_CHECK(!ec, IoError, "[init_rpc] cannot listen on ", address, ": ", ec.message());
   door_.emplace(acceptor_,
                 dist::auth::Gatekeeper::Options{options_.key,
                                                 dist::auth::Purpose::kRpc,
                                                 {options_.self_name, options_.self_id},
                                                 options_.handshake_timeout,
-                                                static_cast<size_t>(options_.max_unauthenticated),
+                                                options_.max_unauthenticated,
                                                 "rpc " + self_name_},
                 [this](std::shared_ptr<asio::ip::tcp::socket> s, const dist::auth::Identity& peer,
                        const std::string& from) { admit(s, peer, from); });

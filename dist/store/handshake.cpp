@@ -189,7 +189,7 @@ void Gatekeeper::accept() {
 void Gatekeeper::handshake(Socket socket) {
   auto s = std::make_shared<Socket>(std::move(socket));
   std::string from = peer_address(*s);
-  if (pending_.size() >= options_.max_unauthenticated) {
+  if (pending_.size() >= static_cast<size_t>(options_.max_unauthenticated)) {
     // The oldest connection of the busiest source (ties: the oldest of all), so that a flood
     // evicts its own first and a fresh connection outlives `max_unauthenticated` more accepts.
     std::map<std::string, size_t> per_source;
@@ -218,6 +218,17 @@ void Gatekeeper::handshake(Socket socket) {
                    refusals_.refused(from, e.what());
                  }
                });
+}
+
+std::error_code listen(asio::ip::tcp::acceptor& acceptor, const asio::ip::address& ip,
+                       uint16_t port) {
+  const asio::ip::tcp::endpoint ep(ip, port);
+  std::error_code ec;
+  acceptor.open(ep.protocol(), ec);
+  if (!ec) acceptor.set_option(asio::ip::tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor.bind(ep, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  return ec;
 }
 
 std::string peer_address(const Socket& s) {

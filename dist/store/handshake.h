@@ -73,7 +73,7 @@ class Gatekeeper {
     Purpose purpose = Purpose::kRpc;
     Identity self;
     std::chrono::milliseconds handshake_timeout{10000};
-    size_t max_unauthenticated = 256;
+    int max_unauthenticated = 256;  // checked here: positive
     std::string who;  // the owner, for log lines: "TCPStore", "rpc worker0"
   };
   using Admit =
@@ -100,6 +100,10 @@ class Gatekeeper {
   std::vector<std::pair<std::shared_ptr<Socket>, std::string>> pending_;
   RefusalLog refusals_;
 };
+
+// Opens `acceptor` on ip:port (0: an ephemeral port) and listens; the error, if any.
+std::error_code listen(asio::ip::tcp::acceptor& acceptor, const asio::ip::address& ip,
+                       uint16_t port);
 
 // The peer's IP address, or "?" (a socket whose peer is gone).
 std::string peer_address(const Socket& s);

@@ -167,18 +167,11 @@ TCPStoreServer::Impl::Impl(const std::string& address, const TCPStoreOptions& op
   GW_CHECK(options.max_frame_bytes > 0 && options.max_frame_bytes <= kMaxFrameBytes,
            InvalidArgumentError, "[TCPStore] max_frame_bytes ", options.max_frame_bytes,
            " is outside [1, ", kMaxFrameBytes, "]");
-  GW_CHECK(options.max_unauthenticated_connections > 0, InvalidArgumentError,
-           "[TCPStore] max_unauthenticated_connections must be positive, got ",
-           options.max_unauthenticated_connections);
   std::error_code ec;
   const auto ip = asio::ip::make_address(address, ec);
   GW_CHECK(!ec, InvalidArgumentError, "[TCPStore] bind address '", address,
            "' is not an IP address");
-  tcp::endpoint endpoint(ip, options.port);
-  acceptor_.open(endpoint.protocol(), ec);
-  if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec) acceptor_.bind(endpoint, ec);
-  if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  ec = auth::listen(acceptor_, ip, options.port);
   GW_CHECK(!ec, IoError, "[TCPStore] cannot listen on port ", options.port, " of ", address, ": ",
            ec.message(),
            ec == std::errc::address_not_available
@@ -186,19 +179,18 @@ TCPStoreServer::Impl::Impl(const std::string& address, const TCPStoreOptions& op
                  "TCPStoreOptions::bind_address to one)"
                : "");
   port_ = acceptor_.local_endpoint().port();
-  door_.emplace(
-      acceptor_,
-      auth::Gatekeeper::Options{key,
-                                auth::Purpose::kStore,
-                                {"store", -1},
-                                options.handshake_timeout,
-                                static_cast<size_t>(options.max_unauthenticated_connections),
-                                "TCPStore"},
-      [this](std::shared_ptr<tcp::socket> s, const auth::Identity&, const std::string&) {
-        auto session = std::make_shared<Session>(std::move(*s), *this);
-        sessions_.emplace(session.get(), session);
-        session->read_header();
-      });
+  door_.emplace(acceptor_,
+                auth::Gatekeeper::Options{key,
+                                          auth::Purpose::kStore,
+                                          {"store", -1},
+                                          options.handshake_timeout,
+                                          options.max_unauthenticated_connections,
+                                          "TCPStore"},
+                [this](std::shared_ptr<tcp::socket> s, const auth::Identity&, const std::string&) {
+                  auto session = std::make_shared<Session>(std::move(*s), *this);
+                  sessions_.emplace(session.get(), session);
+                  session->read_header();
+                });
   door_->start();
 }
 

@@ -31,7 +31,7 @@ struct Door {
   std::vector<std::shared_ptr<Socket>> held;
   std::promise<void> admitted;
   std::thread thread;
-  explicit Door(size_t cap) {
+  explicit Door(int cap) {
     door.emplace(
         acceptor,
         Gatekeeper::Options{JobKey::none(), Purpose::kStore, {"store", -1}, 20s, cap, "test door"},
