@@ -7,8 +7,8 @@
 //   - remote() + to_here() against two raw ping-pongs,
 //   - tensor round trips (a registered identity function) against a TCP echo of the same size
 //     and PyTorch's round trip through an identity function,
-//   - the job key's cost: calls, a 16 MiB round trip and connection setup with a key against
-//     the agent without one.
+//   - the job key's and TLS's cost: calls, a 16 MiB round trip and connection setup with a key,
+//     and with a key under TLS, against the agent without either.
 // Where python3-torch cannot run, the first two fall back to published PyTorch figures.
 #include <algorithm>
 #include <array>
@@ -24,6 +24,7 @@
 #include "core/ops.h"
 #include "dist/store/hash_store.h"
 #include "rpc/rpc.h"
+#include "tests/tls_pki.h"
 
 // Returns its argument: the tensor goes there and back with no work in between, like the echo.
 gw::Tensor echo(gw::Tensor t) { return t; }
@@ -105,13 +106,19 @@ class RawEcho {
   std::vector<uint8_t> out_, in_;
 };
 
+// How a pair's connections are secured: by nothing (a keyless handshake), a job key, TLS.
+struct Security {
+  std::optional<gw::dist::JobKey> key;
+  gw::dist::TlsOptions tls;
+};
+
 struct Pair {
   std::unique_ptr<gw::rpc::Agent> a, b;
-  // With `key`, every connection proves it; without, the same handshake runs keyless.
-  explicit Pair(std::optional<gw::dist::JobKey> key = std::nullopt) {
+  explicit Pair(const Security& security = {}) {
     auto store = std::make_shared<gw::dist::HashStore>();
     gw::rpc::RpcBackendOptions o;
-    o.job_key = key;
+    o.job_key = security.key;
+    o.tls = security.tls;
     o.store = store;
     o.num_worker_threads = 2;
     auto fb = std::async(std::launch::async,
@@ -190,17 +197,17 @@ void bench_tensors(Reporter& report, const TorchAnchor& torch) {
   }
 }
 
-// The job key's cost (README "Security"): calls and a 16 MiB round trip on an authenticated
-// pair against a pair without a key, interleaved in one run, and the setup of a connection
-// (connect, handshake, first call) with and without the key. A keyless agent runs the same
-// handshake with an all-zero key, so the setup rows show what the key adds to it.
-void bench_security(Reporter& report) {
-  const char* small = "rpc_sync small, authenticated";
-  const char* big = "tensor round trip 16 MiB, authenticated";
-  const char* setup = "connection setup + first call, authenticated";
-  const char* anchor = "the agent without a job key";
+// The cost of security (README "Security"), a job key alone and a job key under TLS: calls and
+// a 16 MiB round trip on a secured pair against a pair with neither, interleaved in one run,
+// and the setup of a connection (connect, handshakes, first call). A keyless agent runs the
+// job-key handshake with an all-zero key, so the setup rows show what the key (and TLS) add.
+void bench_security(Reporter& report, const char* label, const Security& secured) {
+  const std::string small = std::string("rpc_sync small, ") + label;
+  const std::string big = std::string("tensor round trip 16 MiB, ") + label;
+  const std::string setup = std::string("connection setup + first call, ") + label;
+  const char* anchor = "the agent without a job key or TLS";
   if (report.wants("rpc", small) || report.wants("rpc", big)) {
-    Pair keyed(gw::dist::JobKey::generate()), plain;
+    Pair safe(secured), plain;
     auto on = [](Pair& p, auto f) {
       gw::rpc::Agent::Use use(*p.a);
       f();
@@ -208,13 +215,13 @@ void bench_security(Reporter& report) {
     if (report.wants("rpc", small)) {
       auto call = [] { gw::bench::do_not_optimize(gw::rpc::rpc_sync<int64_t>(1, "min", 1, 2)); };
       auto [t, r] =
-          gw::bench::seconds_per_call_pair([&] { on(keyed, call); }, [&] { on(plain, call); });
+          gw::bench::seconds_per_call_pair([&] { on(safe, call); }, [&] { on(plain, call); });
       report.add({"rpc", small, t * 1e6, "us", anchor, r * 1e6});
     }
     if (report.wants("rpc", big)) {
       gw::Tensor x = gw::ones({16 << 18});
       auto call = [&] { gw::bench::do_not_optimize(gw::rpc::rpc_sync(1, echo, x)); };
-      auto [t, r] = gw::bench::seconds_per_call_pair([&] { on(keyed, call); },
+      auto [t, r] = gw::bench::seconds_per_call_pair([&] { on(safe, call); },
                                                      [&] { on(plain, call); }, 0.2, 5);
       const double bytes = 2.0 * x.nbytes();
       report.add({"rpc", big, bytes / t / 1e9, "GB/s", anchor, bytes / r / 1e9});
@@ -222,22 +229,22 @@ void bench_security(Reporter& report) {
   }
   if (report.wants("rpc", setup)) {
     // A new pair of agents each time; only the first call, which opens the connection, is timed.
-    auto first_call = [](std::optional<gw::dist::JobKey> key) {
-      Pair p(std::move(key));
+    auto first_call = [](const Security& how) {
+      Pair p(how);
       gw::rpc::Agent::Use use(*p.a);
       const auto start = std::chrono::steady_clock::now();
       gw::bench::do_not_optimize(gw::rpc::rpc_sync<int64_t>(1, "min", 1, 2));
       return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     };
     constexpr int kRounds = 21;
-    std::vector<double> keyed, plain;
+    std::vector<double> safe, plain;
     for (int i = 0; i < kRounds; ++i) {
-      keyed.push_back(first_call(gw::dist::JobKey::generate()));
-      plain.push_back(first_call(std::nullopt));
+      safe.push_back(first_call(secured));
+      plain.push_back(first_call({}));
     }
-    std::ranges::nth_element(keyed, keyed.begin() + kRounds / 2);
+    std::ranges::nth_element(safe, safe.begin() + kRounds / 2);
     std::ranges::nth_element(plain, plain.begin() + kRounds / 2);
-    report.add({"rpc", setup, keyed[kRounds / 2] * 1e6, "us", anchor, plain[kRounds / 2] * 1e6,
+    report.add({"rpc", setup, safe[kRounds / 2] * 1e6, "us", anchor, plain[kRounds / 2] * 1e6,
                 "median of 21"});
   }
 }
@@ -259,6 +266,8 @@ int main(int argc, char** argv) {
     bench_remote(report);
     bench_tensors(report, torch);
   }
-  bench_security(report);
+  bench_security(report, "authenticated", {gw::dist::JobKey::generate(), {}});
+  gw::test::Pki pki;  // a throwaway CA for the TLS rows
+  bench_security(report, "TLS", {gw::dist::JobKey::generate(), pki.issue("bench")});
   return 0;
 }

@@ -98,11 +98,13 @@ Agent::Agent(std::string name, int rank, int world_size, RpcBackendOptions optio
                                   options_.allow_unauthenticated, "init_rpc");
   net.handshake_timeout = options_.handshake_timeout;
   net.max_unauthenticated = options_.max_unauthenticated_connections;
+  net.tls = dist::make_tls_context(options_.tls, "init_rpc");
   dist::TCPStoreOptions store_security;
   store_security.job_key = net.key;
   store_security.allow_unauthenticated = options_.allow_unauthenticated;
   store_security.handshake_timeout = options_.handshake_timeout;
   store_security.max_unauthenticated_connections = options_.max_unauthenticated_connections;
+  store_security.tls = options_.tls;
   transport_ = std::make_unique<Transport>(std::move(net), std::move(handlers));
   store_ = options_.store ? options_.store
                           : dist::rendezvous(options_.init_method, rank, world_size,

@@ -42,6 +42,7 @@
 #include "core/future.h"
 #include "dist/store/job_key.h"
 #include "dist/store/store.h"
+#include "dist/store/tls.h"
 #include "rpc/interceptor.h"
 #include "rpc/ivalue.h"
 #include "rpc/protocol.h"
@@ -88,6 +89,10 @@ struct RpcBackendOptions {
   // ... and beyond this many such connections at once, each new one closes the oldest of
   // those from the busiest address. (The rendezvous TCPStore gets both limits too.)
   int max_unauthenticated_connections = 256;
+  // TLS on every connection, and the rendezvous store's (dist/store/tls.h): these files, else
+  // GW_TLS_CERT_FILE / GW_TLS_KEY_FILE / GW_TLS_CA_FILE; none: plain TCP. The same on every
+  // worker.
+  dist::TlsOptions tls;
   // Calls, remote() creations and distributed autograd requests from one worker being served
   // at once; beyond, a new call fails at once on its caller with StateError (a remote()'s
   // value fails with it, seen at to_here()).

@@ -46,9 +46,9 @@ struct Connection::Pending {
   }
 };
 
-Connection::Connection(asio::ip::tcp::socket socket, uint64_t max_frame_bytes,
-                       MessageHandler on_message, CloseHandler on_close)
-    : socket_(std::move(socket)),
+Connection::Connection(dist::Stream stream, uint64_t max_frame_bytes, MessageHandler on_message,
+                       CloseHandler on_close)
+    : stream_(std::move(stream)),
       fd_(socket_.native_handle()),
       max_frame_bytes_(max_frame_bytes),
       on_message_(std::move(on_message)),
@@ -83,18 +83,20 @@ void Connection::read_more() {
   if (closed()) return;
   auto self = shared_from_this();
   if (auto direct = reader_.direct_target(kDirectReadBytes); !direct.empty()) {
-    asio::async_read(socket_, asio::buffer(direct.data(), direct.size()),
+    asio::async_read(stream_, asio::buffer(direct.data(), direct.size()),
                      [self](const std::error_code& ec, size_t n) { self->on_read(ec, n, true); });
     return;
   }
-  socket_.async_read_some(asio::buffer(buf_), [self](const std::error_code& ec, size_t n) {
+  stream_.async_read_some(asio::buffer(buf_), [self](const std::error_code& ec, size_t n) {
     self->on_read(ec, n, false);
   });
 }
 
 void Connection::on_read(const std::error_code& ec, size_t n, bool direct) {
   if (ec) {
-    close_on_io_thread(ec == asio::error::eof ? "the peer closed the connection" : ec.message());
+    close_on_io_thread(ec == asio::error::eof || ec == asio::ssl::error::stream_truncated
+                           ? "the peer closed the connection"
+                           : ec.message());
     return;
   }
   try {
@@ -136,6 +138,11 @@ void Connection::send(const Message& m) {
   GW_CHECK(!close_started_, IoError, "[rpc] connection to ", remote_, " is closed");
   queue_.push_back(std::move(pending));
   if (queue_.size() > 1 || waiting_writable_) return;  // the Asio thread is draining the queue
+  if (stream_.is_tls()) {
+    waiting_writable_ = true;
+    asio::post(socket_.get_executor(), [self = shared_from_this()] { self->write_tls(); });
+    return;
+  }
   if (!write_queued_locked()) return;
   if (!queue_.empty()) wait_writable();
 }
@@ -179,6 +186,29 @@ void Connection::wait_writable() {
       if (self->write_queued_locked() && !self->queue_.empty()) self->wait_writable();
     });
   });
+}
+
+// Asio thread, TLS: writes the queue through the TLS stream as one gathered batch (OpenSSL
+// packs small frames into one record), then what was queued meanwhile, until the queue is empty.
+void Connection::write_tls() {
+  {
+    std::lock_guard lock(write_mu_);
+    if (close_started_) return;
+    if (queue_.empty()) {
+      waiting_writable_ = false;
+      return;
+    }
+    writing_.swap(queue_);  // writing_ is empty: the previous batch is done
+  }
+  std::vector<asio::const_buffer> buffers;
+  for (const auto& p : writing_)
+    for (const iovec& v : p->iov) buffers.emplace_back(v.iov_base, v.iov_len);
+  asio::async_write(stream_, buffers,
+                    [self = shared_from_this()](const std::error_code& ec, size_t) {
+                      self->writing_.clear();
+                      if (ec) return self->close_on_io_thread("send failed: " + ec.message());
+                      self->write_tls();
+                    });
 }
 
 // --- closing ---------------------------------------------------------------------------------

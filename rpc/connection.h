@@ -6,6 +6,8 @@
 // validated before it is used; a bad frame closes this connection only. Writing is done by the
 // sending thread itself with one gathered sendmsg() on the socket (no copy of tensor bytes, no hop
 // to another thread); only when the kernel's buffer is full does the rest wait for the Asio thread.
+// Under TLS (dist/store/tls.h), whose session is not for concurrent use, the Asio thread does
+// all the writing: a sender queues its frame, and the queue goes out in gathered batches.
 // `send` is thread-safe.
 #pragma once
 
@@ -19,6 +21,7 @@
 
 #include <asio.hpp>
 
+#include "dist/store/stream.h"
 #include "rpc/frame_reader.h"
 #include "rpc/message.h"
 
@@ -29,7 +32,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   using MessageHandler = std::function<void(const std::shared_ptr<Connection>&, Message)>;
   using CloseHandler = std::function<void(const std::shared_ptr<Connection>&, const std::string&)>;
 
-  Connection(asio::ip::tcp::socket socket, uint64_t max_frame_bytes, MessageHandler on_message,
+  // `stream` is connected, its handshakes done.
+  Connection(dist::Stream stream, uint64_t max_frame_bytes, MessageHandler on_message,
              CloseHandler on_close);
   ~Connection();
   Connection(const Connection&) = delete;
@@ -60,9 +64,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // false on a socket error (then the connection is being closed).
   bool write_queued_locked();
   void wait_writable();
+  void write_tls();  // Asio thread
   void close_on_io_thread(const std::string& why);
 
-  asio::ip::tcp::socket socket_;
+  dist::Stream stream_;
+  asio::ip::tcp::socket& socket_ = stream_.socket();
   const int fd_;
   const uint64_t max_frame_bytes_;
   MessageHandler on_message_;
@@ -78,8 +84,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Write state.
   std::mutex write_mu_;
   std::deque<std::unique_ptr<Pending>> queue_;
-  bool waiting_writable_ = false;
+  bool waiting_writable_ = false;  // the Asio thread is writing (or waits to)
   bool close_started_ = false;
+  std::deque<std::unique_ptr<Pending>> writing_;  // TLS: the batch being written (Asio thread)
 };
 
 }  // namespace gw::rpc

@@ -21,8 +21,9 @@ Transport::Transport(Options options, Handlers handlers)
                                                 {options_.self_name, options_.self_id},
                                                 options_.handshake_timeout,
                                                 options_.max_unauthenticated,
-                                                "rpc " + self_name_},
-                [this](std::shared_ptr<asio::ip::tcp::socket> s, const dist::auth::Identity& peer,
+                                                "rpc " + self_name_,
+                                                options_.tls},
+                [this](std::shared_ptr<dist::Stream> s, const dist::auth::Identity& peer,
                        const std::string& from) { admit(s, peer, from); });
 }
 
@@ -57,7 +58,7 @@ std::string Transport::describe(int peer) const {
                          p.endpoint.port());
 }
 
-std::shared_ptr<Connection> Transport::make_connection(asio::ip::tcp::socket s) {
+std::shared_ptr<Connection> Transport::make_connection(dist::Stream s) {
   return std::make_shared<Connection>(
       std::move(s), options_.max_frame_bytes, handlers_.on_message,
       [this](const std::shared_ptr<Connection>& c, const std::string& why) {
@@ -74,8 +75,8 @@ std::shared_ptr<Connection> Transport::make_connection(asio::ip::tcp::socket s) 
 
 // Network thread: `peer` proved the key on `s`; it becomes a connection if it is one of the
 // job's workers without another live connection to us.
-void Transport::admit(const std::shared_ptr<asio::ip::tcp::socket>& s,
-                      const dist::auth::Identity& peer, const std::string& from) {
+void Transport::admit(const std::shared_ptr<dist::Stream>& s, const dist::auth::Identity& peer,
+                      const std::string& from) {
   std::shared_ptr<Connection> c;
   std::string refused;
   {
@@ -144,7 +145,7 @@ void Transport::write(const std::shared_ptr<Connection>& c, Message& m) {
 
 // Network thread: opens the connection to `peer` without waiting for it.
 void Transport::connect(int peer) {
-  auto s = std::make_shared<asio::ip::tcp::socket>(io_);
+  auto s = std::make_shared<dist::Stream>(asio::ip::tcp::socket(io_), options_.tls);
   std::shared_ptr<asio::steady_timer> timer;
   Endpoint ep;
   {
@@ -159,7 +160,7 @@ void Transport::connect(int peer) {
       watch_connect(peer, s, timer);
     }
   }
-  s->async_connect(ep, [this, peer, s, timer](const std::error_code& ec) {
+  s->socket().async_connect(ep, [this, peer, s, timer](const std::error_code& ec) {
     auto done = [this, peer, s, timer](std::exception_ptr failed, const dist::auth::Identity&) {
       if (timer) timer->cancel();
       connected(peer, s, failed);
@@ -174,7 +175,7 @@ void Transport::connect(int peer) {
 // At each queued request's deadline, the requests out of time leave the queue (unsent); the
 // connect gives up (closing the socket aborts it) once nothing is left to wait for it. Caller
 // holds mu_.
-void Transport::watch_connect(int peer, std::shared_ptr<asio::ip::tcp::socket> s,
+void Transport::watch_connect(int peer, std::shared_ptr<dist::Stream> s,
                               std::shared_ptr<asio::steady_timer> timer) {
   timer->async_wait([this, peer, s, timer](const std::error_code& ec) {
     if (ec) return;  // cancelled: the connect completed
@@ -220,8 +221,7 @@ void Transport::expire(int peer, std::deque<Queued>& expired) {
 
 // Network thread: the connect to `peer` finished; on success, writes the Handshake and then the
 // queue, in order.
-void Transport::connected(int peer, std::shared_ptr<asio::ip::tcp::socket> s,
-                          std::exception_ptr failed) {
+void Transport::connected(int peer, std::shared_ptr<dist::Stream> s, std::exception_ptr failed) {
   bool timed_out = false, again = false;
   std::deque<Queued> expired;
   {

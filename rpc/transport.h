@@ -12,7 +12,8 @@
 // back with the reason (IoError). Responses do not come through here:
 // they go back on the connection their request came in on (Connection::send).
 //
-// Every connection, both ways, opens with the job-key handshake (dist/store/handshake.h): an
+// Every connection, both ways, opens with the job-key handshake (dist/store/handshake.h), under
+// TLS when the options give a context (dist/store/tls.h): an
 // accepted connection becomes a Connection, known as its worker's, only once that worker
 // proved the key within the handshake timeout; until then nothing is read from it beyond the
 // handshake's fixed-size messages, at most `max_unauthenticated` such connections exist at once,
@@ -66,6 +67,7 @@ class Transport {
     dist::JobKey key = dist::JobKey::none();
     std::chrono::milliseconds handshake_timeout{10000};
     int max_unauthenticated = 256;
+    dist::TlsContext tls;  // every connection under TLS; null: plain TCP
   };
 
   struct Handlers {
@@ -112,20 +114,20 @@ class Transport {
     std::shared_ptr<Connection> conn;
     bool connecting = false;  // a connect, or the flush of its queue, is under way
     std::deque<Queued> queue;
-    std::shared_ptr<asio::ip::tcp::socket> socket;  // while connecting
+    std::shared_ptr<dist::Stream> socket;           // while connecting
     std::shared_ptr<asio::steady_timer> timer;      // the connect's deadline, if it has one
     bool timed_out = false;
   };
 
   // Network thread: `peer` proved the key on `s`; it becomes a connection if it is one of the
   // job's workers without another live connection to us.
-  void admit(const std::shared_ptr<asio::ip::tcp::socket>& s, const dist::auth::Identity& peer,
+  void admit(const std::shared_ptr<dist::Stream>& s, const dist::auth::Identity& peer,
              const std::string& from);
   void connect(int peer);  // network thread
-  void watch_connect(int peer, std::shared_ptr<asio::ip::tcp::socket> s,
+  void watch_connect(int peer, std::shared_ptr<dist::Stream> s,
                      std::shared_ptr<asio::steady_timer> timer);
   // The connect to `peer` ended: its socket authenticated, or why not.
-  void connected(int peer, std::shared_ptr<asio::ip::tcp::socket> s, std::exception_ptr failed);
+  void connected(int peer, std::shared_ptr<dist::Stream> s, std::exception_ptr failed);
   // Hands every request queued for `peer` back as unsent with `why`.
   void fail_queue(int peer, std::exception_ptr why);
   // Caller holds mu_: the requests out of time, taken from the queue; the earliest deadline.
@@ -134,7 +136,7 @@ class Transport {
   void expire(int peer, std::deque<Queued>& expired);  // unsent, TimeoutError
   void write(const std::shared_ptr<Connection>& c, Message& m);
   std::string describe(int peer) const;  // "worker 'w' at addr:port"
-  std::shared_ptr<Connection> make_connection(asio::ip::tcp::socket s);
+  std::shared_ptr<Connection> make_connection(dist::Stream s);
 
   const Options options_;
   const std::string& self_name_ = options_.self_name;

@@ -10,11 +10,14 @@
 namespace gw::dist::auth {
 namespace {
 
-// One handshake in flight: its socket, messages and deadline, kept alive by its callbacks.
+// One handshake in flight: its stream, messages and deadline, kept alive by its callbacks.
 struct Run : std::enable_shared_from_this<Run> {
-  Run(std::shared_ptr<Socket> socket, std::chrono::milliseconds timeout, HandshakeDone callback)
-      : s(std::move(socket)), timer(s->get_executor()), done(std::move(callback)) {
+  Run(std::shared_ptr<Stream> stream, std::chrono::milliseconds timeout, HandshakeDone callback)
+      : s(std::move(stream)), timer(s->get_executor()), done(std::move(callback)) {
     timer.expires_after(timeout);
+    // Every message of the handshakes is answered: none may wait for Nagle's algorithm.
+    std::error_code ignored;
+    s->socket().set_option(asio::ip::tcp::no_delay(true), ignored);
   }
 
   void start_timer() {
@@ -22,10 +25,17 @@ struct Run : std::enable_shared_from_this<Run> {
       if (ec || self->finished) return;
       self->timed_out = true;
       std::error_code ignored;
-      self->s->close(ignored);  // aborts the pending read or write
+      self->s->close(ignored);  // aborts the pending read, write or TLS handshake
     });
   }
 
+  // The TLS handshake as `side` (at once on a plain stream), then `next`.
+  template <typename Next>
+  void tls(asio::ssl::stream_base::handshake_type side, Next next) {
+    s->async_tls_handshake(
+        side, [self = shared_from_this(), next = std::move(next)](
+                  const std::error_code& ec) mutable { self->then(std::move(next))(ec, 0); });
+  }
   // Reads (writes) all of `b`, then runs `next`; an I/O error or a throw from `next` ends the
   // handshake, failed.
   template <typename Next>
@@ -61,11 +71,13 @@ struct Run : std::enable_shared_from_this<Run> {
     if (timed_out)
       failed = std::make_exception_ptr(TimeoutError("[handshake] not completed in time"));
     else if (ec)
-      failed = std::make_exception_ptr(IoError("[handshake] " + ec.message()));
+      failed = std::make_exception_ptr(IoError(
+          std::string("[handshake] ") +
+          (ec.category() == asio::error::get_ssl_category() ? "TLS: " : "") + ec.message()));
     done(failed, peer);
   }
 
-  std::shared_ptr<Socket> s;
+  std::shared_ptr<Stream> s;
   asio::steady_timer timer;
   HandshakeDone done;
   bool finished = false, timed_out = false;
@@ -79,32 +91,36 @@ struct Run : std::enable_shared_from_this<Run> {
 
 }  // namespace
 
-void async_accept(std::shared_ptr<Socket> s, const JobKey& key, Purpose purpose, Identity self,
+void async_accept(std::shared_ptr<Stream> s, const JobKey& key, Purpose purpose, Identity self,
                   std::chrono::milliseconds timeout, HandshakeDone done) {
   auto run = std::make_shared<Run>(std::move(s), timeout, std::move(done));
-  run->server.emplace(key, purpose, std::move(self));
   run->start_timer();
-  run->read(asio::buffer(run->hello), [run] {
-    run->claimed = run->server->read_hello(run->hello);
-    run->write(asio::buffer(run->server->challenge()), [run] {
-      run->read(asio::buffer(run->proof), [run] {
-        run->server->check_proof(run->proof);
-        run->succeed(run->claimed);
+  run->tls(asio::ssl::stream_base::server, [run, key, purpose, self = std::move(self)] {
+    run->server.emplace(key, purpose, self, run->s->channel_binding());
+    run->read(asio::buffer(run->hello), [run] {
+      run->claimed = run->server->read_hello(run->hello);
+      run->write(asio::buffer(run->server->challenge()), [run] {
+        run->read(asio::buffer(run->proof), [run] {
+          run->server->check_proof(run->proof);
+          run->succeed(run->claimed);
+        });
       });
     });
   });
 }
 
-void async_connect(std::shared_ptr<Socket> s, const JobKey& key, Purpose purpose, Identity self,
+void async_connect(std::shared_ptr<Stream> s, const JobKey& key, Purpose purpose, Identity self,
                    Identity expected, std::chrono::milliseconds timeout, HandshakeDone done) {
   auto run = std::make_shared<Run>(std::move(s), timeout, std::move(done));
-  run->client.emplace(key, purpose, std::move(self));
   run->claimed = std::move(expected);
   run->start_timer();
-  run->write(asio::buffer(run->client->hello()), [run] {
-    run->read(asio::buffer(run->challenge), [run] {
-      run->proof = run->client->answer(run->challenge, run->claimed);
-      run->write(asio::buffer(run->proof), [run] { run->succeed(run->claimed); });
+  run->tls(asio::ssl::stream_base::client, [run, key, purpose, self = std::move(self)] {
+    run->client.emplace(key, purpose, self, run->s->channel_binding());
+    run->write(asio::buffer(run->client->hello()), [run] {
+      run->read(asio::buffer(run->challenge), [run] {
+        run->proof = run->client->answer(run->challenge, run->claimed);
+        run->write(asio::buffer(run->proof), [run] { run->succeed(run->claimed); });
+      });
     });
   });
 }
@@ -160,7 +176,7 @@ void Gatekeeper::stop() {
 }
 
 void Gatekeeper::accept() {
-  acceptor_.async_accept([this](const std::error_code& ec, Socket s) {
+  acceptor_.async_accept([this](const std::error_code& ec, asio::ip::tcp::socket s) {
     if (stopped_ || ec == asio::error::operation_aborted) return;
     if (ec) {
       // Out of descriptors or similar: back off and retry, never give up.
@@ -186,8 +202,8 @@ void Gatekeeper::accept() {
   });
 }
 
-void Gatekeeper::handshake(Socket socket) {
-  auto s = std::make_shared<Socket>(std::move(socket));
+void Gatekeeper::handshake(asio::ip::tcp::socket socket) {
+  auto s = std::make_shared<Stream>(std::move(socket), options_.tls);
   std::string from = peer_address(*s);
   if (pending_.size() >= static_cast<size_t>(options_.max_unauthenticated)) {
     // The oldest connection of the busiest source (ties: the oldest of all), so that a flood
@@ -231,9 +247,9 @@ std::error_code listen(asio::ip::tcp::acceptor& acceptor, const asio::ip::addres
   return ec;
 }
 
-std::string peer_address(const Socket& s) {
+std::string peer_address(const Stream& s) {
   std::error_code ec;
-  const auto ep = s.remote_endpoint(ec);
+  const auto ep = s.socket().remote_endpoint(ec);
   return ec ? "?" : ep.address().to_string();
 }
 

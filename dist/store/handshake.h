@@ -1,8 +1,10 @@
-// The job-key handshake (dist/store/job_key.h) run on an Asio socket: asynchronously, on the
-// socket's executor, within a deadline. The TCPStore server and the RPC transport open every
-// connection with it; nothing else is read from a socket before it succeeds.
+// The handshakes that open a connection, run on a Stream (dist/store/stream.h): asynchronously, on
+// the stream's executor, within one deadline — TLS first when the stream has it, then the
+// job-key handshake (dist/store/job_key.h) bound to the TLS session. The TCPStore server and
+// the RPC transport open every connection with them; nothing else is read from a stream before
+// they succeed.
 //
-//   auto s = std::make_shared<asio::ip::tcp::socket>(std::move(accepted));
+//   auto s = std::make_shared<Stream>(std::move(accepted), tls);  // tls: null for plain TCP
 //   auth::async_accept(s, key, auth::Purpose::kRpc, {"worker1", 1}, 10s,
 //                      [s](std::exception_ptr failed, const auth::Identity& peer) {
 //                        if (!failed) serve(std::move(*s), peer);  // peer holds the key
@@ -22,19 +24,20 @@
 #include <asio.hpp>
 
 #include "dist/store/job_key.h"
+#include "dist/store/stream.h"
 
 namespace gw::dist::auth {
 
-using Socket = asio::ip::tcp::socket;
 // Runs once, on the socket's executor: `failed` is null and `peer` proven, or `failed` says why
-// (IoError; TimeoutError after `timeout`, which also closes the socket).
+// (IoError; TimeoutError after `timeout`, which also closes the socket). A failed TLS
+// handshake (a peer without a certificate from the job's CA) is an IoError saying so.
 using HandshakeDone = std::function<void(std::exception_ptr failed, const Identity& peer)>;
 
 // The server's side, on an accepted socket.
-void async_accept(std::shared_ptr<Socket> s, const JobKey& key, Purpose purpose, Identity self,
+void async_accept(std::shared_ptr<Stream> s, const JobKey& key, Purpose purpose, Identity self,
                   std::chrono::milliseconds timeout, HandshakeDone done);
 // The client's side, on a connected socket; the server must prove it is `expected`.
-void async_connect(std::shared_ptr<Socket> s, const JobKey& key, Purpose purpose, Identity self,
+void async_connect(std::shared_ptr<Stream> s, const JobKey& key, Purpose purpose, Identity self,
                    Identity expected, std::chrono::milliseconds timeout, HandshakeDone done);
 
 // Logs refused connections once per peer address (the first 1024 addresses; beyond them, at
@@ -62,7 +65,7 @@ class RefusalLog {
 // start() and stop() too.
 //
 //   Gatekeeper door(acceptor, {key, Purpose::kStore, {"store", -1}, 10s, 64, "TCPStore"},
-//                   [](std::shared_ptr<Socket> s, const Identity& peer, const std::string& from) {
+//                   [](std::shared_ptr<Stream> s, const Identity& peer, const std::string& from) {
 //                     serve(std::move(*s));
 //                   });
 //   door.start();  ...  door.stop();  // closes the acceptor and every pending handshake
@@ -75,9 +78,10 @@ class Gatekeeper {
     std::chrono::milliseconds handshake_timeout{10000};
     int max_unauthenticated = 256;  // checked here: positive
     std::string who;  // the owner, for log lines: "TCPStore", "rpc worker0"
+    TlsContext tls;   // null: plain TCP
   };
   using Admit =
-      std::function<void(std::shared_ptr<Socket> s, const Identity& peer, const std::string& from)>;
+      std::function<void(std::shared_ptr<Stream> s, const Identity& peer, const std::string& from)>;
 
   Gatekeeper(asio::ip::tcp::acceptor& acceptor, Options options, Admit admit);
   void start();
@@ -87,7 +91,7 @@ class Gatekeeper {
 
  private:
   void accept();
-  void handshake(Socket socket);
+  void handshake(asio::ip::tcp::socket socket);
 
   asio::ip::tcp::acceptor& acceptor_;
   const Options options_;
@@ -97,7 +101,7 @@ class Gatekeeper {
   bool failure_logged_ = false;
   bool stopped_ = false;
   // Accepted, not yet proven: oldest first, with the peer's address.
-  std::vector<std::pair<std::shared_ptr<Socket>, std::string>> pending_;
+  std::vector<std::pair<std::shared_ptr<Stream>, std::string>> pending_;
   RefusalLog refusals_;
 };
 
@@ -106,6 +110,6 @@ std::error_code listen(asio::ip::tcp::acceptor& acceptor, const asio::ip::addres
                        uint16_t port);
 
 // The peer's IP address, or "?" (a socket whose peer is gone).
-std::string peer_address(const Socket& s);
+std::string peer_address(const Stream& s);
 
 }  // namespace gw::dist::auth

@@ -197,15 +197,18 @@ void check_identity(const Identity& who) {
            who.name.size(), " bytes exceeds ", Identity::kMaxName);
 }
 
-// The proof of one direction: HMAC-SHA256(key, label | purpose | nonces | identities).
+// The proof of one direction: HMAC-SHA256(key, label | purpose | binding | nonces | identities).
 std::array<uint8_t, kMacBytes> proof(const JobKey& key, const char* label, Purpose purpose,
+                                     const ChannelBinding& binding,
                                      const std::array<uint8_t, kNonceBytes>& client_nonce,
                                      const std::array<uint8_t, kNonceBytes>& server_nonce,
                                      const Identity& client, const Identity& server) {
-  std::array<uint8_t, 32 + 1 + 2 * kNonceBytes + 2 * (4 + kNameField)> data{};
+  std::array<uint8_t, 32 + 1 + sizeof(ChannelBinding) + 2 * kNonceBytes + 2 * (4 + kNameField)>
+      data{};
   std::strncpy(reinterpret_cast<char*>(data.data()), label, 32);
   Out out{data.data() + 32};
   *out.p++ = static_cast<uint8_t>(purpose);
+  out.raw(binding);
   out.raw(client_nonce);
   out.raw(server_nonce);
   out.identity(client);
@@ -224,10 +227,12 @@ constexpr const char* kServerLabel = "gradwire server proof";
 
 }  // namespace
 
-ClientHandshake::ClientHandshake(const JobKey& key, Purpose purpose, Identity self)
+ClientHandshake::ClientHandshake(const JobKey& key, Purpose purpose, Identity self,
+                                 const ChannelBinding& binding)
     : key_(key),
       purpose_(purpose),
       self_(std::move(self)),
+      binding_(binding),
       nonce_(random_bytes<kNonceBytes>("handshake")) {
   check_identity(self_);
   Out out{hello_.data()};
@@ -246,16 +251,19 @@ Proof ClientHandshake::answer(const Challenge& challenge, const Identity& expect
   const auto server_proof = in.raw<kMacBytes>();
   GW_CHECK(server == expected, IoError, "[handshake] expected '", expected.name, "' (id ",
            expected.id, "), the server says it is '", server.name, "' (id ", server.id, ")");
-  const auto want = proof(key_, kServerLabel, purpose_, nonce_, server_nonce, self_, server);
+  const auto want =
+      proof(key_, kServerLabel, purpose_, binding_, nonce_, server_nonce, self_, server);
   GW_CHECK(CRYPTO_memcmp(want.data(), server_proof.data(), kMacBytes) == 0, IoError,
            "[handshake] '", expected.name, "' failed to prove the job key (a different key?)");
-  return proof(key_, kClientLabel, purpose_, nonce_, server_nonce, self_, server);
+  return proof(key_, kClientLabel, purpose_, binding_, nonce_, server_nonce, self_, server);
 }
 
-ServerHandshake::ServerHandshake(const JobKey& key, Purpose purpose, Identity self)
+ServerHandshake::ServerHandshake(const JobKey& key, Purpose purpose, Identity self,
+                                 const ChannelBinding& binding)
     : key_(key),
       purpose_(purpose),
       self_(std::move(self)),
+      binding_(binding),
       nonce_(random_bytes<kNonceBytes>("handshake")) {
   check_identity(self_);
 }
@@ -276,12 +284,13 @@ Identity ServerHandshake::read_hello(const Hello& hello) {
   out.raw(kChallengeMagic);
   out.raw(nonce_);
   out.identity(self_);
-  out.raw(proof(key_, kServerLabel, purpose_, client_nonce_, nonce_, client_, self_));
+  out.raw(proof(key_, kServerLabel, purpose_, binding_, client_nonce_, nonce_, client_, self_));
   return client_;
 }
 
 void ServerHandshake::check_proof(const Proof& got) const {
-  const auto want = proof(key_, kClientLabel, purpose_, client_nonce_, nonce_, client_, self_);
+  const auto want =
+      proof(key_, kClientLabel, purpose_, binding_, client_nonce_, nonce_, client_, self_);
   GW_CHECK(CRYPTO_memcmp(want.data(), got.data(), kMacBytes) == 0, IoError, "[handshake] '",
            client_.name, "' (id ", client_.id, ") failed to prove the job key");
 }

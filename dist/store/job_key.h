@@ -10,8 +10,9 @@
 //   server -> client  Challenge  server nonce, server name and id, server proof
 //   client -> server  Proof      client proof
 //
-// Each proof is an HMAC-SHA256 under the key over both fresh nonces, the connection's purpose
-// and both identities, with a different label per direction. A peer without the key cannot make
+// Each proof is an HMAC-SHA256 under the key over both fresh nonces, the connection's purpose,
+// both identities and the channel binding (under TLS, dist/store/tls.h), with a different label
+// per direction. A peer without the key cannot make
 // either proof; a recorded handshake fails against the other side's fresh nonce; a proof made
 // for one connection, purpose or name is worth nothing on another. Messages have fixed sizes:
 // nothing a peer claims sizes an allocation before it has proved the key.
@@ -94,6 +95,11 @@ inline constexpr size_t kHelloBytes = 4 + 4 + kNonceBytes + 4 + kNameField;
 inline constexpr size_t kChallengeBytes = 4 + kNonceBytes + 4 + kNameField + kMacBytes;
 inline constexpr size_t kProofBytes = kMacBytes;
 
+// What ties a handshake to the channel beneath it (a TLS session's exported keying material,
+// dist/store/tls.h; all zeros on plain TCP): both proofs cover it, so proofs relayed from one
+// TLS session into another fail.
+using ChannelBinding = std::array<uint8_t, 32>;
+
 using Hello = std::array<uint8_t, kHelloBytes>;
 using Challenge = std::array<uint8_t, kChallengeBytes>;
 using Proof = std::array<uint8_t, kProofBytes>;
@@ -101,7 +107,8 @@ using Proof = std::array<uint8_t, kProofBytes>;
 // The client's side: hello(), then answer() the server's challenge.
 class ClientHandshake {
  public:
-  ClientHandshake(const JobKey& key, Purpose purpose, Identity self);
+  ClientHandshake(const JobKey& key, Purpose purpose, Identity self,
+                  const ChannelBinding& binding = {});
   const Hello& hello() const { return hello_; }
   // Checks that the server is `expected` and holds the key; returns the proof to send. Throws
   // IoError naming the server otherwise.
@@ -111,6 +118,7 @@ class ClientHandshake {
   JobKey key_;
   Purpose purpose_;
   Identity self_;
+  ChannelBinding binding_;
   std::array<uint8_t, kNonceBytes> nonce_;
   Hello hello_;
 };
@@ -118,7 +126,8 @@ class ClientHandshake {
 // The server's side: read_hello(), send challenge(), then check_proof().
 class ServerHandshake {
  public:
-  ServerHandshake(const JobKey& key, Purpose purpose, Identity self);
+  ServerHandshake(const JobKey& key, Purpose purpose, Identity self,
+                  const ChannelBinding& binding = {});
   // Parses the client's hello (IoError if it is not one for this purpose); returns who it claims
   // to be — proven only once check_proof() returns.
   Identity read_hello(const Hello& hello);
@@ -130,6 +139,7 @@ class ServerHandshake {
   JobKey key_;
   Purpose purpose_;
   Identity self_;
+  ChannelBinding binding_;
   Identity client_;
   std::array<uint8_t, kNonceBytes> client_nonce_{};
   std::array<uint8_t, kNonceBytes> nonce_;

@@ -92,19 +92,36 @@ TcpSocket TcpSocket::connect(const std::string& host, uint16_t port, Clock::time
 }
 
 TcpSocket::TcpSocket(TcpSocket&& other) noexcept
-    : fd_(std::exchange(other.fd_, -1)), peer_(std::move(other.peer_)) {}
+    : fd_(std::exchange(other.fd_, -1)),
+      peer_(std::move(other.peer_)),
+      tls_(std::move(other.tls_)) {}
 
 TcpSocket& TcpSocket::operator=(TcpSocket&& other) noexcept {
   if (this != &other) {
+    tls_.reset();
     if (fd_ >= 0) ::close(fd_);
     fd_ = std::exchange(other.fd_, -1);
     peer_ = std::move(other.peer_);
+    tls_ = std::move(other.tls_);
   }
   return *this;
 }
 
 TcpSocket::~TcpSocket() {
+  tls_.reset();
   if (fd_ >= 0) ::close(fd_);
+}
+
+TlsSession::Wait TcpSocket::tls_wait(Clock::time_point deadline, const char* op) {
+  return [this, deadline, op](bool write) { wait_ready(write ? POLLOUT : POLLIN, deadline, op); };
+}
+
+void TcpSocket::start_tls(const TlsContext& tls, Clock::time_point deadline, const char* op) {
+  tls_ = std::make_unique<TlsSession>(tls, fd_, tls_wait(deadline, op), peer_, op);
+}
+
+auth::ChannelBinding TcpSocket::channel_binding() const {
+  return tls_ ? tls_->channel_binding() : auth::ChannelBinding{};
 }
 
 void TcpSocket::throw_lost(const char* op, int err) const {
@@ -127,6 +144,12 @@ void TcpSocket::wait_ready(short events, Clock::time_point deadline, const char*
 
 void TcpSocket::send_all(std::initializer_list<const Bytes*> buffers, Clock::time_point deadline,
                          const char* op) {
+  if (tls_) {
+    // Store messages are small: one copy makes them one TLS record.
+    Bytes all;
+    for (const Bytes* b : buffers) all.insert(all.end(), b->begin(), b->end());
+    return tls_->write(all.data(), all.size(), tls_wait(deadline, op), op);
+  }
   std::vector<iovec> iov;
   for (const Bytes* b : buffers)
     if (!b->empty()) iov.push_back({const_cast<uint8_t*>(b->data()), b->size()});
@@ -154,6 +177,10 @@ void TcpSocket::send_all(std::initializer_list<const Bytes*> buffers, Clock::tim
 
 Bytes TcpSocket::recv_exact(size_t n, Clock::time_point deadline, const char* op) {
   Bytes buf(n);
+  if (tls_) {
+    tls_->read(buf.data(), n, tls_wait(deadline, op), op);
+    return buf;
+  }
   size_t done = 0;
   while (done < n) {
     ssize_t got = ::recv(fd_, buf.data() + done, n - done, 0);

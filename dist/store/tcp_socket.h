@@ -1,4 +1,5 @@
-// TcpSocket: a connected, non-blocking TCP socket whose every call takes a deadline.
+// TcpSocket: a connected, non-blocking TCP socket, optionally under TLS, whose every call takes
+// a deadline.
 //
 // TCPStore's client side uses it so that a server that died or hangs surfaces as
 // gw::IoError ("connection to host:port lost") or gw::TimeoutError, never as a hang; tests use
@@ -13,9 +14,11 @@
 #include <chrono>
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <string>
 
 #include "dist/store/store.h"
+#include "dist/store/tls.h"
 
 namespace gw::dist::detail {
 
@@ -37,16 +40,21 @@ class TcpSocket {
                 const char* op);
   // Reads exactly `n` bytes; the peer closing first is a gw::IoError.
   Bytes recv_exact(size_t n, Clock::time_point deadline, const char* op);
-
+  // Runs the TLS client handshake (dist/store/tls.h); from then on every byte goes through TLS.
+  void start_tls(const TlsContext& tls, Clock::time_point deadline, const char* op);
+  // The TLS session's channel binding; all zeros before start_tls.
+  auth::ChannelBinding channel_binding() const;
 
  private:
   TcpSocket(int fd, std::string peer) : fd_(fd), peer_(std::move(peer)) {}
   // Waits until the socket is ready for `events`; throws gw::TimeoutError at the deadline.
   void wait_ready(short events, Clock::time_point deadline, const char* op);
+  TlsSession::Wait tls_wait(Clock::time_point deadline, const char* op);
   [[noreturn]] void throw_lost(const char* op, int err) const;
 
   int fd_ = -1;
   std::string peer_;  // "host:port", for messages
+  std::unique_ptr<TlsSession> tls_;
 };
 
 }  // namespace gw::dist::detail

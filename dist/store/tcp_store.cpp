@@ -99,18 +99,19 @@ TCPStore::TCPStore(std::string host, const TCPStoreOptions& options)
   GW_CHECK(!host_.empty(), InvalidArgumentError, "[TCPStore] host is empty");
   GW_CHECK(options.is_master || port_ != 0, InvalidArgumentError,
            "[TCPStore] port 0 is only meaningful for the master (it picks a free port)");
+  tls_ = make_tls_context(options.tls, "TCPStore");
   if (options.is_master) {
     const bool keyed = !client_job_key(options.job_key).is_none();
     const std::string address =
         bind_address(host_, options.bind_address, keyed || options.allow_unauthenticated);
     key_ = resolve_job_key(options.job_key, address, options.allow_unauthenticated, "TCPStore");
-    server_ = std::make_unique<detail::TCPStoreServer>(address, options, key_);
+    server_ = std::make_unique<detail::TCPStoreServer>(address, options, key_, tls_);
     port_ = server_->port();
   } else {
     key_ = client_job_key(options.job_key);
   }
   // Connect now so a missing master is reported by the constructor, as in PyTorch.
-  auto socket = detail::connect_store(host_, port_, key_, deadline(), "TCPStore");
+  auto socket = detail::connect_store(host_, port_, key_, tls_, deadline(), "TCPStore");
   std::lock_guard lock(idle_mu_);
   idle_.push_back(std::move(socket));
 }
@@ -126,14 +127,17 @@ TCPStore::TCPStore(std::string host, uint16_t port, int world_size, bool is_mast
 TCPStore::~TCPStore() = default;
 
 detail::TcpSocket detail::connect_store(const std::string& host, uint16_t port, const JobKey& key,
-                                        Clock::time_point deadline, const char* op) {
+                                        const TlsContext& tls, Clock::time_point deadline,
+                                        const char* op) {
   // A server flooded with connections that never prove the key closes the oldest waiting ones
   // (a real client's too, rarely): a handshake cut short is tried again, a few times.
   constexpr int kAttempts = 4;
   auto backoff = std::chrono::milliseconds(10);
   for (int attempt = 1;; ++attempt) {
     auto socket = TcpSocket::connect(host, port, deadline, op);
-    auth::ClientHandshake handshake(key, auth::Purpose::kStore, {"store-client", -1});
+    if (tls) socket.start_tls(tls, deadline, op);  // throws: a server outside the job's CA
+    auth::ClientHandshake handshake(key, auth::Purpose::kStore, {"store-client", -1},
+                                    socket.channel_binding());
     auth::Challenge challenge;
     auto cut_short = [&](const IoError& e) {
       if (attempt == kAttempts || Clock::now() + backoff >= deadline)
@@ -174,7 +178,7 @@ ByteReader TCPStore::call(const char* op, const ByteWriter& request, Clock::time
       idle_.pop_back();
     }
   }
-  if (!socket) socket.emplace(detail::connect_store(host_, port_, key_, deadline, op));
+  if (!socket) socket.emplace(detail::connect_store(host_, port_, key_, tls_, deadline, op));
 
   const Bytes& body = request.buffer();
   Bytes header(detail::kFrameHeaderBytes);

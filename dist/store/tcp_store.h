@@ -28,11 +28,11 @@ namespace gw::dist {
 
 namespace detail {
 class TCPStoreServer;
-// A connection to the store server at host:port on which this client proved `key` (and the
-// server proved it too): what every TCPStore request goes over, and what tests speak raw
-// frames on. Throws TimeoutError/IoError naming `op`.
+// A connection to the store server at host:port (under TLS when `tls` is set) on which this
+// client proved `key` (and the server proved it too): what every TCPStore request goes over,
+// and what tests speak raw frames on. Throws TimeoutError/IoError naming `op`.
 TcpSocket connect_store(const std::string& host, uint16_t port, const JobKey& key,
-                        Clock::time_point deadline, const char* op);
+                        const TlsContext& tls, Clock::time_point deadline, const char* op);
 }  // namespace detail
 
 struct TCPStoreOptions {
@@ -58,6 +58,9 @@ struct TCPStoreOptions {
   // ... and beyond this many such connections at once, each new one closes the oldest of
   // those from the busiest address.
   int max_unauthenticated_connections = 256;
+  // TLS on every connection (dist/store/tls.h): these files, else GW_TLS_*'s; none: plain TCP.
+  // The server and its clients must agree.
+  TlsOptions tls;
 };
 
 class TCPStore : public Store {
@@ -99,6 +102,7 @@ class TCPStore : public Store {
 
   std::unique_ptr<detail::TCPStoreServer> server_;  // first: destroyed after the connections
   JobKey key_;
+  TlsContext tls_;  // null: plain TCP
   std::string host_;
   uint16_t port_;
   int world_size_;

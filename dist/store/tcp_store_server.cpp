@@ -42,7 +42,8 @@ struct Waiter {
 // Everything below runs on the server thread only, so the map needs no lock.
 class TCPStoreServer::Impl {
  public:
-  Impl(const std::string& address, const TCPStoreOptions& options, const JobKey& key);
+  Impl(const std::string& address, const TCPStoreOptions& options, const JobKey& key,
+       const TlsContext& tls);
   void start() {
     thread_ = std::thread([this] {
       // A handler bug must not take the whole store down with std::terminate: keep serving.
@@ -94,10 +95,10 @@ uint32_t le32(const std::array<uint8_t, 4>& b) {
 // One client connection: read a frame, execute it, write the reply, repeat.
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, TCPStoreServer::Impl& server)
-      : socket_(std::move(socket)), server_(server) {
+  Session(Stream stream, TCPStoreServer::Impl& server)
+      : socket_(std::move(stream)), server_(server) {
     std::error_code ignored;
-    socket_.set_option(tcp::no_delay(true), ignored);
+    socket_.socket().set_option(tcp::no_delay(true), ignored);
   }
 
   void read_header() {
@@ -150,7 +151,7 @@ class Session : public std::enable_shared_from_this<Session> {
                      });
   }
 
-  tcp::socket socket_;
+  Stream socket_;
   TCPStoreServer::Impl& server_;
   std::array<uint8_t, 4> header_{};
   Bytes body_;
@@ -162,7 +163,7 @@ class Session : public std::enable_shared_from_this<Session> {
 }  // namespace
 
 TCPStoreServer::Impl::Impl(const std::string& address, const TCPStoreOptions& options,
-                           const JobKey& key)
+                           const JobKey& key, const TlsContext& tls)
     : options_(options) {
   GW_CHECK(options.max_frame_bytes > 0 && options.max_frame_bytes <= kMaxFrameBytes,
            InvalidArgumentError, "[TCPStore] max_frame_bytes ", options.max_frame_bytes,
@@ -185,8 +186,9 @@ TCPStoreServer::Impl::Impl(const std::string& address, const TCPStoreOptions& op
                                           {"store", -1},
                                           options.handshake_timeout,
                                           options.max_unauthenticated_connections,
-                                          "TCPStore"},
-                [this](std::shared_ptr<tcp::socket> s, const auth::Identity&, const std::string&) {
+                                          "TCPStore",
+                                          tls},
+                [this](std::shared_ptr<Stream> s, const auth::Identity&, const std::string&) {
                   auto session = std::make_shared<Session>(std::move(*s), *this);
                   sessions_.emplace(session.get(), session);
                   session->read_header();
@@ -344,8 +346,8 @@ void TCPStoreServer::Impl::notify(const std::string& key) {
 }
 
 TCPStoreServer::TCPStoreServer(const std::string& address, const TCPStoreOptions& options,
-                               const JobKey& key)
-    : impl_(std::make_unique<Impl>(address, options, key)) {
+                               const JobKey& key, const TlsContext& tls)
+    : impl_(std::make_unique<Impl>(address, options, key, tls)) {
   impl_->start();
 }
 

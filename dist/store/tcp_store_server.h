@@ -23,8 +23,10 @@ namespace gw::dist::detail {
 class TCPStoreServer {
  public:
   // Listens on `address` (an IP address), port `options.port`, before returning; throws
-  // gw::IoError naming them if it cannot (e.g. the port is in use). Clients must prove `key`.
-  TCPStoreServer(const std::string& address, const TCPStoreOptions& options, const JobKey& key);
+  // gw::IoError naming them if it cannot (e.g. the port is in use). Clients must prove `key`,
+  // under TLS when `tls` is set.
+  TCPStoreServer(const std::string& address, const TCPStoreOptions& options, const JobKey& key,
+                 const TlsContext& tls);
   ~TCPStoreServer();
   TCPStoreServer(const TCPStoreServer&) = delete;
   TCPStoreServer& operator=(const TCPStoreServer&) = delete;

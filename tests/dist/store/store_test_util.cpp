@@ -106,9 +106,11 @@ MuteServer::MuteServer()
                                           {"store", -1},
                                           std::chrono::milliseconds(10000),
                                           16,
-                                          "MuteServer"},
-                [this](std::shared_ptr<asio::ip::tcp::socket> s, const auth::Identity&,
-                       const std::string&) { held_.push_back(std::move(s)); });
+                                          "MuteServer",
+                                          nullptr},
+                [this](std::shared_ptr<Stream> s, const auth::Identity&, const std::string&) {
+                  held_.push_back(std::move(s));
+                });
   door_->start();
   thread_ = std::thread([this] { io_.run(); });
 }

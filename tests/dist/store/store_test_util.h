@@ -104,7 +104,7 @@ class MuteServer {
   asio::ip::tcp::acceptor acceptor_;
   uint16_t port_;
   std::optional<auth::Gatekeeper> door_;
-  std::vector<std::shared_ptr<asio::ip::tcp::socket>> held_;  // server thread only
+  std::vector<std::shared_ptr<Stream>> held_;  // server thread only
   std::thread thread_;
 };
 

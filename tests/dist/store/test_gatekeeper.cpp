@@ -28,14 +28,15 @@ struct Door {
   asio::io_context io;
   tcp::acceptor acceptor{io, {asio::ip::make_address("127.0.0.1"), 0}};
   std::optional<Gatekeeper> door;
-  std::vector<std::shared_ptr<Socket>> held;
+  std::vector<std::shared_ptr<Stream>> held;
   std::promise<void> admitted;
   std::thread thread;
   explicit Door(int cap) {
     door.emplace(
         acceptor,
-        Gatekeeper::Options{JobKey::none(), Purpose::kStore, {"store", -1}, 20s, cap, "test door"},
-        [this](std::shared_ptr<Socket> s, const Identity&, const std::string&) {
+        Gatekeeper::Options{
+            JobKey::none(), Purpose::kStore, {"store", -1}, 20s, cap, "test door", nullptr},
+        [this](std::shared_ptr<Stream> s, const Identity&, const std::string&) {
           held.push_back(std::move(s));
           admitted.set_value();
         });

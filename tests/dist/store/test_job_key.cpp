@@ -132,6 +132,27 @@ TEST_CASE("the proofs cover both identities: rewriting one in flight breaks them
   }
 }
 
+TEST_CASE("the proofs cover the channel binding: relayed between TLS sessions, they fail",
+          "[store][auth]") {
+  const JobKey key = JobKey::generate();
+  ChannelBinding ours{}, theirs{};
+  ours.fill(1);
+  theirs.fill(2);
+  // The same binding on both ends (one TLS session): proven.
+  {
+    ClientHandshake client(key, Purpose::kRpc, {"worker0", 0}, ours);
+    ServerHandshake server(key, Purpose::kRpc, {"worker1", 1}, ours);
+    server.read_hello(client.hello());
+    server.check_proof(client.answer(server.challenge(), {"worker1", 1}));
+  }
+  // A relay holding two sessions: each end computes over its own; the client refuses first.
+  ClientHandshake client(key, Purpose::kRpc, {"worker0", 0}, ours);
+  ServerHandshake server(key, Purpose::kRpc, {"worker1", 1}, theirs);
+  server.read_hello(client.hello());
+  CHECK_THROWS_WITH(client.answer(server.challenge(), {"worker1", 1}),
+                    Contains("failed to prove the job key"));
+}
+
 TEST_CASE("a server without a key refuses to listen beyond loopback", "[store][auth]") {
   CHECK(resolve_job_key(std::nullopt, "127.0.0.1", false, "test").is_none());
   CHECK(resolve_job_key(std::nullopt, "::1", false, "test").is_none());

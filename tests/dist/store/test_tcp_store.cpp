@@ -85,7 +85,8 @@ TEST_CASE("TCPStore server drops a bad frame and keeps serving", "[store][tcp]")
       frame(concat({{cmd(detail::Command::kGet)}, le32(detail::kMaxFieldBytes + 1)})));
   auto deadline = Clock::now() + milliseconds(10000);
   // A client of the job (it proved the key) that then sends a bad frame.
-  auto raw = detail::connect_store("127.0.0.1", master.port(), JobKey::none(), deadline, "test");
+  auto raw =
+      detail::connect_store("127.0.0.1", master.port(), JobKey::none(), nullptr, deadline, "test");
   raw.send_all({&bad}, deadline, "test");
   // The server must hang up on us: recv sees the end of the stream, not a reply or a timeout.
   CHECK_THROWS_AS(raw.recv_exact(1, deadline, "test"), gw::IoError);
@@ -100,7 +101,7 @@ TEST_CASE("TCPStore server keeps serving while one client stalls mid-frame", "[s
   TCPStore master("127.0.0.1", 0, 1, true, milliseconds(10000));
   auto deadline = Clock::now() + milliseconds(10000);
   auto stalled =
-      detail::connect_store("127.0.0.1", master.port(), JobKey::none(), deadline, "test");
+      detail::connect_store("127.0.0.1", master.port(), JobKey::none(), nullptr, deadline, "test");
   Bytes partial = concat({le32(100), {cmd(detail::Command::kSet)}, le32(3)});  // 95 bytes owed
   stalled.send_all({&partial}, deadline, "test");
   // And one that stalls inside the handshake.

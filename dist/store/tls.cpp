@@ -1,0 +1,149 @@
+#include "dist/store/tls.h"
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include <asio/ssl.hpp>
+
+#include "core/error.h"
+
+namespace gw::dist {
+namespace {
+
+std::string env_or_empty(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? "" : v;
+}
+
+// The oldest error OpenSSL queued on this thread (and clears the rest), or `fallback`.
+std::string openssl_error(const std::string& fallback) {
+  const unsigned long e = ERR_get_error();
+  ERR_clear_error();
+  if (e == 0) return fallback;
+  char text[256];
+  ERR_error_string_n(e, text, sizeof text);
+  return text;
+}
+
+}  // namespace
+
+TlsContext make_tls_context(const TlsOptions& given, const char* op) {
+  TlsOptions o = given;
+  const char* source = "options";
+  if (!o.enabled()) {
+    o = {env_or_empty(kTlsCertEnv), env_or_empty(kTlsKeyEnv), env_or_empty(kTlsCaEnv)};
+    source = "environment";
+    if (!o.enabled()) return nullptr;
+  }
+  GW_CHECK(!o.cert_file.empty() && !o.key_file.empty() && !o.ca_file.empty(), InvalidArgumentError,
+           "[", op, "] TLS needs a certificate, its key and the job's CA; ", "the ", source,
+           " give cert_file '", o.cert_file, "', key_file '", o.key_file, "', ca_file '", o.ca_file,
+           "' (", kTlsCertEnv, ", ", kTlsKeyEnv, ", ", kTlsCaEnv, ")");
+  struct stat st {};
+  GW_CHECK(::stat(o.key_file.c_str(), &st) == 0, InvalidArgumentError, "[", op,
+           "] cannot read TLS key file '", o.key_file, "': ", std::strerror(errno));
+  GW_CHECK((st.st_mode & 077) == 0, InvalidArgumentError, "[", op, "] TLS key file '", o.key_file,
+           "' may be read or written by group or others: make it private with chmod 600");
+
+  auto ctx = std::make_shared<asio::ssl::context>(asio::ssl::context::tls);
+  SSL_CTX* native = ctx->native_handle();
+  auto load = [&](const char* what, const std::string& file, auto&& step) {
+    ERR_clear_error();
+    std::error_code ec;
+    step(ec);
+    GW_CHECK(!ec, InvalidArgumentError, "[", op, "] cannot use ", what, " '", file,
+             "': ", openssl_error(ec.message()));
+  };
+  load("TLS certificate", o.cert_file,
+       [&](std::error_code& ec) { ctx->use_certificate_chain_file(o.cert_file, ec); });
+  // (OpenSSL also checks here that the key is the certificate's.)
+  load("TLS key", o.key_file, [&](std::error_code& ec) {
+    ctx->use_private_key_file(o.key_file, asio::ssl::context::pem, ec);
+  });
+  load("TLS CA file", o.ca_file,
+       [&](std::error_code& ec) { ctx->load_verify_file(o.ca_file, ec); });
+  // Mutual TLS 1.3 only, AES-GCM first (AES-NI); no session tickets (nothing resumes).
+  SSL_CTX_set_min_proto_version(native, TLS1_3_VERSION);
+  SSL_CTX_set_ciphersuites(native,
+                           "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:"
+                           "TLS_CHACHA20_POLY1305_SHA256");
+  SSL_CTX_set_num_tickets(native, 0);
+  SSL_CTX_set_options(native, SSL_OP_NO_TICKET);
+  ctx->set_verify_mode(asio::ssl::verify_peer | asio::ssl::verify_fail_if_no_peer_cert);
+  return ctx;
+}
+
+auth::ChannelBinding tls_channel_binding(ssl_st* ssl) {
+  // The exporter label both ends use (RFC 5705, RFC 8446 section 7.5).
+  static constexpr char kLabel[] = "EXPORTER-gradwire-job-key";
+  auth::ChannelBinding out{};
+  GW_CHECK(SSL_export_keying_material(ssl, out.data(), out.size(), kLabel, sizeof kLabel - 1,
+                                      nullptr, 0, 0) == 1,
+           IoError, "[handshake] TLS keying material could not be exported");
+  return out;
+}
+
+// --- TlsSession -------------------------------------------------------------------------------
+
+TlsSession::TlsSession(const TlsContext& ctx, int fd, const Wait& wait, const std::string& peer,
+                       const char* op)
+    : ssl_(SSL_new(ctx->native_handle())), peer_(peer) {
+  GW_CHECK(ssl_ != nullptr && SSL_set_fd(ssl_, fd) == 1, IoError, "[", op,
+           "] cannot set up TLS: ", openssl_error("out of memory"));
+  try {
+    for (;;) {
+      ERR_clear_error();
+      if (settle(SSL_connect(ssl_), wait, op, "TLS handshake")) break;
+    }
+  } catch (...) {
+    SSL_free(ssl_);
+    throw;
+  }
+}
+
+TlsSession::~TlsSession() { SSL_free(ssl_); }
+
+bool TlsSession::settle(int ret, const Wait& wait, const char* op, const char* what) {
+  if (ret > 0) return true;
+  const int err = SSL_get_error(ssl_, ret);
+  if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
+    wait(err == SSL_ERROR_WANT_WRITE);
+    return false;
+  }
+  std::string why = err == SSL_ERROR_ZERO_RETURN ? "the peer closed the connection"
+                    : err == SSL_ERROR_SYSCALL && errno != 0
+                        ? std::strerror(errno)
+                        : openssl_error("the peer closed the connection");
+  if (err == SSL_ERROR_SSL && SSL_get_verify_result(ssl_) != X509_V_OK)
+    why += gw::detail::str(" (", X509_verify_cert_error_string(SSL_get_verify_result(ssl_)), ")");
+  throw IoError(gw::detail::str("[", op, "] ", what, " with ", peer_, " failed: ", why));
+}
+
+void TlsSession::write(const uint8_t* data, size_t n, const Wait& wait, const char* op) {
+  while (n > 0) {
+    ERR_clear_error();
+    errno = 0;
+    const int r = SSL_write(ssl_, data, static_cast<int>(std::min<size_t>(n, 1 << 30)));
+    if (!settle(r, wait, op, "TLS write")) continue;
+    data += r, n -= static_cast<size_t>(r);
+  }
+}
+
+void TlsSession::read(uint8_t* data, size_t n, const Wait& wait, const char* op) {
+  while (n > 0) {
+    ERR_clear_error();
+    errno = 0;
+    const int r = SSL_read(ssl_, data, static_cast<int>(std::min<size_t>(n, 1 << 30)));
+    if (!settle(r, wait, op, "TLS read")) continue;
+    data += r, n -= static_cast<size_t>(r);
+  }
+}
+
+auth::ChannelBinding TlsSession::channel_binding() const { return tls_channel_binding(ssl_); }
+
+}  // namespace gw::dist
