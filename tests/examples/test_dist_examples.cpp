@@ -3,8 +3,10 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "tests/dist/launcher/gwrun_process.h"
+#include "tests/tls_pki.h"
 
 using gw::test::run_gwrun;
 
@@ -24,6 +26,28 @@ TEST_CASE("the spec's end-to-end example passes its own check on both workers",
   CHECK(count(r.out, "moved by -0.05 x gradient: yes") == 4);
   CHECK(count(r.out, "gradient [1 1 1 1 1 1 1 1 1]") == 4);  // d(sum(a + b))/da = 1
   CHECK(count(r.out, "check passed") == 2);
+}
+
+TEST_CASE("the spec's example runs under TLS named by the environment alone", "[examples][dist]") {
+  gw::test::Pki pki, other;
+  const gw::dist::TlsOptions tls = pki.issue("node");
+  auto run = [&](const std::string& ca) {
+    ::setenv("GW_TLS_CERT_FILE", tls.cert_file.c_str(), 1);
+    ::setenv("GW_TLS_KEY_FILE", tls.key_file.c_str(), 1);
+    ::setenv("GW_TLS_CA_FILE", ca.c_str(), 1);
+    auto r = run_gwrun({"--nproc-per-node", "2", GW_SEED_EXAMPLE});
+    for (const char* v : {"GW_TLS_CERT_FILE", "GW_TLS_KEY_FILE", "GW_TLS_CA_FILE"}) ::unsetenv(v);
+    return r;
+  };
+  auto r = run(tls.ca_file);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(count(r.out, "check passed") == 2);
+  // Trusting another CA, the workers cannot reach each other: TLS was on.
+  auto refused = run(other.issue("other").ca_file);
+  INFO(refused.out << refused.err);
+  CHECK(refused.exit_code != 0);
+  CHECK(count(refused.out + refused.err, "TLS") > 0);
 }
 
 TEST_CASE("the parameter server trains a model with two trainers", "[examples][dist]") {
