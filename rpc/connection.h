@@ -84,7 +84,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Write state.
   std::mutex write_mu_;
   std::deque<std::unique_ptr<Pending>> queue_;
-  bool waiting_writable_ = false;  // the Asio thread is writing (or waits to)
+  // The Asio thread owns the writing: plain, it waits for the socket to take more; TLS, a
+  // write_tls() is scheduled or in flight.
+  bool waiting_writable_ = false;
   bool close_started_ = false;
   std::deque<std::unique_ptr<Pending>> writing_;  // TLS: the batch being written (Asio thread)
 };

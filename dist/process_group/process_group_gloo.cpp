@@ -1,10 +1,5 @@
 #include "dist/process_group/process_group_gloo.h"
 
-#include <pthread.h>
-
-#include <csignal>
-#include <ctime>
-
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
@@ -29,6 +24,7 @@
 #include <gloo/transport/tcp/device.h>
 
 #include "core/ops.h"
+#include "core/sigpipe.h"
 
 namespace gw::dist {
 
@@ -110,33 +106,6 @@ void divide_by(const Tensor& t, int n, const char* op) {
 
 }  // namespace
 
-// Gloo writes to its sockets without MSG_NOSIGNAL: a write to a peer that died raises SIGPIPE,
-// whose default action kills the process, on whichever thread runs the collective (the user's,
-// inline in Work::wait). While Gloo runs SIGPIPE is blocked on this thread (threads Gloo starts
-// meanwhile keep it blocked), and one it raised is consumed before the mask is restored, so
-// the dead peer surfaces as Gloo's error, an IoError.
-class SigpipeBlocked {
- public:
-  SigpipeBlocked() {
-    sigemptyset(&pipe_);
-    sigaddset(&pipe_, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe_, &previous_);
-  }
-  ~SigpipeBlocked() {
-    if (sigismember(&previous_, SIGPIPE)) return;  // blocked by the caller: leave it pending
-    sigset_t pending;
-    sigpending(&pending);
-    const timespec now{0, 0};
-    if (sigismember(&pending, SIGPIPE)) sigtimedwait(&pipe_, nullptr, &now);
-    pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
-  }
-  SigpipeBlocked(const SigpipeBlocked&) = delete;
-  SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
-
- private:
-  sigset_t pipe_, previous_;
-};
-
 struct ProcessGroupGloo::Impl : std::enable_shared_from_this<ProcessGroupGloo::Impl> {
   using Job = std::function<void(uint32_t tag, Milliseconds timeout)>;
   struct Queued {
@@ -182,7 +151,7 @@ struct ProcessGroupGloo::Impl : std::enable_shared_from_this<ProcessGroupGloo::I
 
 std::exception_ptr ProcessGroupGloo::Impl::attempt(const std::string& op, Milliseconds timeout,
                                                    const std::function<void()>& job) const {
-  SigpipeBlocked no_sigpipe;
+  SigpipeBlocked no_sigpipe;  // Gloo writes without MSG_NOSIGNAL (core/sigpipe.h)
   try {
     job();
     return nullptr;

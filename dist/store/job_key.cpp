@@ -24,9 +24,6 @@
 namespace gw::dist {
 namespace {
 
-constexpr std::array<uint8_t, 4> kHelloMagic{'G', 'W', 'A', '1'};
-constexpr std::array<uint8_t, 4> kChallengeMagic{'G', 'W', 'A', '2'};
-
 template <size_t N>
 std::array<uint8_t, N> random_bytes(const char* what) {
   std::array<uint8_t, N> out{};

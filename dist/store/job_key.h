@@ -88,6 +88,12 @@ struct Identity {
   bool operator==(const Identity&) const = default;
 };
 
+// What opens a Hello and a Challenge. Version 2 (the channel binding) changed the proofs, so a
+// peer still on version 1 is told it does not speak this handshake rather than that it lacks
+// the key.
+inline constexpr std::array<uint8_t, 4> kHelloMagic{'G', 'W', 'A', '3'};
+inline constexpr std::array<uint8_t, 4> kChallengeMagic{'G', 'W', 'A', '4'};
+
 inline constexpr size_t kNonceBytes = 32;
 inline constexpr size_t kMacBytes = 32;
 inline constexpr size_t kNameField = 128;

@@ -20,6 +20,9 @@
 namespace gw::dist::detail {
 namespace {
 
+// Under TLS, messages up to this size are joined into one record.
+constexpr size_t kJoinBytes = 16 * 1024;
+
 int remaining_ms(Clock::time_point deadline) {
   auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
   return static_cast<int>(std::clamp<int64_t>(left, 0, 1 << 30));
@@ -145,10 +148,17 @@ void TcpSocket::wait_ready(short events, Clock::time_point deadline, const char*
 void TcpSocket::send_all(std::initializer_list<const Bytes*> buffers, Clock::time_point deadline,
                          const char* op) {
   if (tls_) {
-    // Store messages are small: one copy makes them one TLS record.
-    Bytes all;
-    for (const Bytes* b : buffers) all.insert(all.end(), b->begin(), b->end());
-    return tls_->write(all.data(), all.size(), tls_wait(deadline, op), op);
+    // Small messages (most are) are joined to go as one TLS record; large ones are not copied.
+    size_t total = 0;
+    for (const Bytes* b : buffers) total += b->size();
+    if (total <= kJoinBytes) {
+      Bytes all;
+      all.reserve(total);
+      for (const Bytes* b : buffers) all.insert(all.end(), b->begin(), b->end());
+      return tls_->write(all.data(), all.size(), tls_wait(deadline, op), op);
+    }
+    for (const Bytes* b : buffers) tls_->write(b->data(), b->size(), tls_wait(deadline, op), op);
+    return;
   }
   std::vector<iovec> iov;
   for (const Bytes* b : buffers)

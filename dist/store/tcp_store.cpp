@@ -130,34 +130,38 @@ detail::TcpSocket detail::connect_store(const std::string& host, uint16_t port, 
                                         const TlsContext& tls, Clock::time_point deadline,
                                         const char* op) {
   // A server flooded with connections that never prove the key closes the oldest waiting ones
-  // (a real client's too, rarely): a handshake cut short is tried again, a few times.
+  // (a real client's too, rarely): a handshake cut short is tried again, a few times. One that
+  // TLS refused (a certificate outside the job's CA) is not.
   constexpr int kAttempts = 4;
   auto backoff = std::chrono::milliseconds(10);
   for (int attempt = 1;; ++attempt) {
     auto socket = TcpSocket::connect(host, port, deadline, op);
-    if (tls) socket.start_tls(tls, deadline, op);  // throws: a server outside the job's CA
-    auth::ClientHandshake handshake(key, auth::Purpose::kStore, {"store-client", -1},
-                                    socket.channel_binding());
-    auth::Challenge challenge;
     auto cut_short = [&](const IoError& e) {
       if (attempt == kAttempts || Clock::now() + backoff >= deadline)
         throw IoError(gw::detail::str("[", op, "] the store at ", host, ":", port,
-                                      " closed the connection during the job-key handshake (",
-                                      attempt,
+                                      " closed the connection during the ", tls ? "TLS or " : "",
+                                      "job-key handshake (", attempt,
                                       " attempts; is it a gradwire TCPStore?): ", e.what()));
       std::this_thread::sleep_for(backoff);
       backoff *= 4;
     };
+    std::optional<auth::ClientHandshake> handshake;
+    auth::Challenge challenge;
     try {
-      const Bytes hello(handshake.hello().begin(), handshake.hello().end());
+      if (tls) socket.start_tls(tls, deadline, op);
+      handshake.emplace(key, auth::Purpose::kStore, auth::Identity{"store-client", -1},
+                        socket.channel_binding());
+      const Bytes hello(handshake->hello().begin(), handshake->hello().end());
       socket.send_all({&hello}, deadline, op);
       const Bytes got = socket.recv_exact(challenge.size(), deadline, op);
       std::copy(got.begin(), got.end(), challenge.begin());
+    } catch (const TlsRefusedError&) {
+      throw;
     } catch (const IoError& e) {
       cut_short(e);
       continue;
     }
-    const auth::Proof proof = handshake.answer(challenge, {"store", -1});  // throws: wrong key
+    const auth::Proof proof = handshake->answer(challenge, {"store", -1});  // throws: wrong key
     const Bytes proof_bytes(proof.begin(), proof.end());
     try {
       socket.send_all({&proof_bytes}, deadline, op);

@@ -1,16 +1,21 @@
 #include "dist/store/tls.h"
 
+#include <fcntl.h>
+#include <openssl/crypto.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include <asio/ssl.hpp>
 
 #include "core/error.h"
+#include "core/sigpipe.h"
 
 namespace gw::dist {
 namespace {
@@ -30,6 +35,28 @@ std::string openssl_error(const std::string& fallback) {
   return text;
 }
 
+// The contents of the private key file `path`, checked private on the descriptor they are read
+// from (no window for the file to change between the check and the read).
+std::string read_private_file(const std::string& path, const char* op) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  GW_CHECK(fd >= 0, InvalidArgumentError, "[", op, "] cannot read TLS key file '", path,
+           "': ", std::strerror(errno));
+  struct stat st {};
+  std::string text;
+  const bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size <= (1 << 20);
+  if (ok && (st.st_mode & 077) == 0) {
+    text.resize(static_cast<size_t>(st.st_size));
+    const ssize_t n = ::read(fd, text.data(), text.size());
+    text.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  }
+  ::close(fd);
+  GW_CHECK(ok, InvalidArgumentError, "[", op, "] TLS key file '", path,
+           "' is not a regular file of at most 1 MiB");
+  GW_CHECK((st.st_mode & 077) == 0, InvalidArgumentError, "[", op, "] TLS key file '", path,
+           "' may be read or written by group or others: make it private with chmod 600");
+  return text;
+}
+
 }  // namespace
 
 TlsContext make_tls_context(const TlsOptions& given, const char* op) {
@@ -44,11 +71,7 @@ TlsContext make_tls_context(const TlsOptions& given, const char* op) {
            "[", op, "] TLS needs a certificate, its key and the job's CA; ", "the ", source,
            " give cert_file '", o.cert_file, "', key_file '", o.key_file, "', ca_file '", o.ca_file,
            "' (", kTlsCertEnv, ", ", kTlsKeyEnv, ", ", kTlsCaEnv, ")");
-  struct stat st {};
-  GW_CHECK(::stat(o.key_file.c_str(), &st) == 0, InvalidArgumentError, "[", op,
-           "] cannot read TLS key file '", o.key_file, "': ", std::strerror(errno));
-  GW_CHECK((st.st_mode & 077) == 0, InvalidArgumentError, "[", op, "] TLS key file '", o.key_file,
-           "' may be read or written by group or others: make it private with chmod 600");
+  std::string key = read_private_file(o.key_file, op);
 
   auto ctx = std::make_shared<asio::ssl::context>(asio::ssl::context::tls);
   SSL_CTX* native = ctx->native_handle();
@@ -63,8 +86,9 @@ TlsContext make_tls_context(const TlsOptions& given, const char* op) {
        [&](std::error_code& ec) { ctx->use_certificate_chain_file(o.cert_file, ec); });
   // (OpenSSL also checks here that the key is the certificate's.)
   load("TLS key", o.key_file, [&](std::error_code& ec) {
-    ctx->use_private_key_file(o.key_file, asio::ssl::context::pem, ec);
+    ctx->use_private_key(asio::buffer(key), asio::ssl::context::pem, ec);
   });
+  OPENSSL_cleanse(key.data(), key.size());
   load("TLS CA file", o.ca_file,
        [&](std::error_code& ec) { ctx->load_verify_file(o.ca_file, ec); });
   // Mutual TLS 1.3 only, AES-GCM first (AES-NI); no session tickets (nothing resumes).
@@ -79,8 +103,9 @@ TlsContext make_tls_context(const TlsOptions& given, const char* op) {
 }
 
 auth::ChannelBinding tls_channel_binding(ssl_st* ssl) {
-  // The exporter label both ends use (RFC 5705, RFC 8446 section 7.5).
-  static constexpr char kLabel[] = "EXPORTER-gradwire-job-key";
+  // The exporter label both ends use (RFC 5705: a label not registered with IANA starts
+  // with "EXPERIMENTAL"; RFC 8446 section 7.5).
+  static constexpr char kLabel[] = "EXPERIMENTAL-gradwire-job-key";
   auth::ChannelBinding out{};
   GW_CHECK(SSL_export_keying_material(ssl, out.data(), out.size(), kLabel, sizeof kLabel - 1,
                                       nullptr, 0, 0) == 1,
@@ -93,13 +118,10 @@ auth::ChannelBinding tls_channel_binding(ssl_st* ssl) {
 TlsSession::TlsSession(const TlsContext& ctx, int fd, const Wait& wait, const std::string& peer,
                        const char* op)
     : ssl_(SSL_new(ctx->native_handle())), peer_(peer) {
-  GW_CHECK(ssl_ != nullptr && SSL_set_fd(ssl_, fd) == 1, IoError, "[", op,
-           "] cannot set up TLS: ", openssl_error("out of memory"));
   try {
-    for (;;) {
-      ERR_clear_error();
-      if (settle(SSL_connect(ssl_), wait, op, "TLS handshake")) break;
-    }
+    GW_CHECK(ssl_ != nullptr && SSL_set_fd(ssl_, fd) == 1, IoError, "[", op,
+             "] cannot set up TLS: ", openssl_error("out of memory"));
+    call(SSL_connect, nullptr, 0, wait, op, "TLS handshake");
   } catch (...) {
     SSL_free(ssl_);
     throw;
@@ -108,39 +130,55 @@ TlsSession::TlsSession(const TlsContext& ctx, int fd, const Wait& wait, const st
 
 TlsSession::~TlsSession() { SSL_free(ssl_); }
 
-bool TlsSession::settle(int ret, const Wait& wait, const char* op, const char* what) {
-  if (ret > 0) return true;
-  const int err = SSL_get_error(ssl_, ret);
-  if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
-    wait(err == SSL_ERROR_WANT_WRITE);
-    return false;
-  }
-  std::string why = err == SSL_ERROR_ZERO_RETURN ? "the peer closed the connection"
-                    : err == SSL_ERROR_SYSCALL && errno != 0
-                        ? std::strerror(errno)
-                        : openssl_error("the peer closed the connection");
-  if (err == SSL_ERROR_SSL && SSL_get_verify_result(ssl_) != X509_V_OK)
-    why += gw::detail::str(" (", X509_verify_cert_error_string(SSL_get_verify_result(ssl_)), ")");
-  throw IoError(gw::detail::str("[", op, "] ", what, " with ", peer_, " failed: ", why));
-}
-
 void TlsSession::write(const uint8_t* data, size_t n, const Wait& wait, const char* op) {
   while (n > 0) {
-    ERR_clear_error();
-    errno = 0;
-    const int r = SSL_write(ssl_, data, static_cast<int>(std::min<size_t>(n, 1 << 30)));
-    if (!settle(r, wait, op, "TLS write")) continue;
-    data += r, n -= static_cast<size_t>(r);
+    const size_t done = call(SSL_write, const_cast<uint8_t*>(data), n, wait, op, "TLS write");
+    data += done, n -= done;
   }
 }
 
 void TlsSession::read(uint8_t* data, size_t n, const Wait& wait, const char* op) {
   while (n > 0) {
+    const size_t done = call(SSL_read, data, n, wait, op, "TLS read");
+    data += done, n -= done;
+  }
+}
+
+template <typename F>
+size_t TlsSession::call(F f, uint8_t* data, size_t n, const Wait& wait, const char* op,
+                        const char* what) {
+  // OpenSSL's socket BIO writes without MSG_NOSIGNAL (a read may write too: an alert).
+  SigpipeBlocked no_sigpipe;
+  for (;;) {  // bounded by `wait`'s deadline
     ERR_clear_error();
     errno = 0;
-    const int r = SSL_read(ssl_, data, static_cast<int>(std::min<size_t>(n, 1 << 30)));
-    if (!settle(r, wait, op, "TLS read")) continue;
-    data += r, n -= static_cast<size_t>(r);
+    int ret = 0;
+    if constexpr (std::is_invocable_v<F, SSL*>)
+      ret = f(ssl_);
+    else
+      ret = f(ssl_, data, static_cast<int>(std::min<size_t>(n, 1 << 30)));
+    if (ret > 0) return static_cast<size_t>(ret);
+    const int err = SSL_get_error(ssl_, ret);
+    if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
+      wait(err == SSL_ERROR_WANT_WRITE);
+      continue;
+    }
+    // The connection ending (cleanly, abruptly or under an error) is a lost connection;
+    // anything else is TLS refusing the peer (its certificate, an alert it sent).
+    const unsigned long first = ERR_peek_error();
+    if (err == SSL_ERROR_ZERO_RETURN || err == SSL_ERROR_SYSCALL ||
+        ERR_GET_REASON(first) == SSL_R_UNEXPECTED_EOF_WHILE_READING) {
+      const std::string why = err == SSL_ERROR_SYSCALL && errno != 0
+                                  ? std::strerror(errno)
+                                  : std::string("the peer closed the connection");
+      ERR_clear_error();
+      throw IoError(
+          gw::detail::str("[", op, "] ", what, ": connection to ", peer_, " lost: ", why));
+    }
+    std::string why = openssl_error("refused");
+    if (const long verify = SSL_get_verify_result(ssl_); verify != X509_V_OK)
+      why += gw::detail::str(" (", X509_verify_cert_error_string(verify), ")");
+    throw TlsRefusedError(gw::detail::str("[", op, "] ", what, " with ", peer_, " failed: ", why));
   }
 }
 

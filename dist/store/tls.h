@@ -9,7 +9,8 @@
 // job-key handshake runs inside it, bound to that TLS session (its proofs cover the session's
 // exported keying material): a peer relaying the job-key messages between two TLS sessions of
 // its own fails them. Host names are not checked: the job's CA and the job key decide who
-// belongs. After the handshakes every byte is encrypted and authenticated (AES-GCM).
+// belongs. After the handshakes every byte is encrypted and authenticated (AES-GCM, which both
+// ends prefer; ChaCha20-Poly1305 is allowed too).
 //
 //   TlsOptions tls{"node.pem", "node.key", "ca.pem"};
 //   TlsContext ctx = make_tls_context(tls, "init_rpc");  // null when TLS is off
@@ -25,6 +26,7 @@
 #include <memory>
 #include <string>
 
+#include "core/error.h"
 #include "dist/store/job_key.h"
 
 namespace asio::ssl {
@@ -58,27 +60,40 @@ TlsContext make_tls_context(const TlsOptions& given, const char* op);
 // on both ends of one session, different on every other).
 auth::ChannelBinding tls_channel_binding(ssl_st* ssl);
 
+// A TLS handshake that failed on its merits — a certificate the other side does not accept,
+// an alert it sent — rather than because the connection was lost: trying again cannot help.
+class TlsRefusedError : public IoError {
+ public:
+  explicit TlsRefusedError(const std::string& message)
+      : Error(ErrorCode::kIo, message), IoError(message) {}
+};
+
 // A blocking client's TLS session over a connected socket (TCPStore's client): drives
 // OpenSSL by hand on a non-blocking descriptor, waiting with poll() up to a deadline.
 // `wait(want_write)` must wait until the descriptor is readable (writable) or throw.
 class TlsSession {
  public:
   using Wait = std::function<void(bool want_write)>;
-  // Runs the client handshake; throws IoError naming `op` and `peer` when it fails.
+  // Runs the client handshake. Throws TlsRefusedError when TLS refuses (either side's
+  // certificate), IoError when the connection is lost; both name `op` and `peer`.
   TlsSession(const TlsContext& ctx, int fd, const Wait& wait, const std::string& peer,
              const char* op);
   ~TlsSession();
   TlsSession(const TlsSession&) = delete;
   TlsSession& operator=(const TlsSession&) = delete;
 
-  // Writes all of data; reads exactly n bytes (the peer closing first is an IoError).
+  // Writes all of data; reads exactly n bytes. The peer closing first is an IoError; an alert
+  // it sends (such as refusing our certificate, which TLS 1.3 tells after the handshake) a
+  // TlsRefusedError.
   void write(const uint8_t* data, size_t n, const Wait& wait, const char* op);
   void read(uint8_t* data, size_t n, const Wait& wait, const char* op);
   auth::ChannelBinding channel_binding() const;
 
  private:
-  // One OpenSSL call's outcome: done, or waited and to be retried; throws IoError on failure.
-  bool settle(int ret, const Wait& wait, const char* op, const char* what);
+  // Runs the OpenSSL call `f` (SSL_connect, or SSL_read/SSL_write on data[0, n)) until it makes
+  // progress, waiting as it asks; returns the bytes it moved.
+  template <typename F>
+  size_t call(F f, uint8_t* data, size_t n, const Wait& wait, const char* op, const char* what);
 
   ssl_st* ssl_ = nullptr;
   std::string peer_;

@@ -152,7 +152,7 @@ int flood(const char* host, const char* port, int n, const std::string& ready_fi
           std::chrono::milliseconds bound) {
   const auto start = std::chrono::steady_clock::now();
   std::vector<int> fds;
-  const std::array<uint8_t, 4> hello_start{'G', 'W', 'A', '1'};
+  const std::array<uint8_t, 4> hello_start = auth::kHelloMagic;
   const std::array<uint8_t, 16> huge{'G', 'W', 'R', '1', 8, 0, 0, 0, 0, 0, 0, 0x38, 0, 0, 0, 0};
   for (int i = 0; i < n; ++i) {
     fds.push_back(connect_to(host, port));

@@ -74,6 +74,13 @@ TEST_CASE("a worker outside the job's CA, or without TLS, gets nothing run by a 
     Agent::Use use(*p.a);
     CHECK_THROWS_WITH(rpc_sync(1, bump), Contains("TLS"));
   }
+  SECTION("a certificate from another CA, trusting ours: our worker refuses it") {
+    dist::TlsOptions foreign = other.issue("intruder");
+    foreign.ca_file = pki.issue("unused").ca_file;
+    Pair p(tls_options(foreign, key), tls_options(pki.issue("worker1"), key));
+    Agent::Use use(*p.a);
+    CHECK_THROWS_WITH(rpc_sync(1, bump), Contains("TLS"));
+  }
   SECTION("no TLS at all") {
     Pair p(tls_options({}, key), tls_options(pki.issue("worker1"), key));
     Agent::Use use(*p.a);

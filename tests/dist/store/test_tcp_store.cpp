@@ -106,7 +106,7 @@ TEST_CASE("TCPStore server keeps serving while one client stalls mid-frame", "[s
   stalled.send_all({&partial}, deadline, "test");
   // And one that stalls inside the handshake.
   auto mute = detail::TcpSocket::connect("127.0.0.1", master.port(), deadline, "test");
-  Bytes half_hello{'G', 'W', 'A', '1'};
+  Bytes half_hello(auth::kHelloMagic.begin(), auth::kHelloMagic.end());
   mute.send_all({&half_hello}, deadline, "test");
 
   TCPStore client("127.0.0.1", master.port(), 1, false, milliseconds(10000));

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "dist/store/stream.h"
 #include "dist/store/tcp_store.h"
 #include "tests/tls_pki.h"
 
@@ -169,10 +170,60 @@ TEST_CASE("a TCPStore over TLS serves its CA's clients and no one else", "[store
       dist::detail::connect_store("127.0.0.1", master.port(), JobKey::none(),
                                   make_tls_context(other.issue("x"), "test"), deadline, "test"),
       Contains("TLS handshake") && Contains("certificate"));
+  // A client trusting the job's CA but holding another's certificate, or none: the server
+  // refuses it (TLS 1.3 says so after the client's handshake, as an alert), once, no retry.
+  TlsOptions foreign = other.issue("y");
+  foreign.ca_file = pki.issue("unused").ca_file;
+  CHECK_THROWS_AS(dist::detail::connect_store("127.0.0.1", master.port(), JobKey::none(),
+                                              make_tls_context(foreign, "test"), deadline, "test"),
+                  TlsRefusedError);
+  auto no_certificate = std::make_shared<asio::ssl::context>(asio::ssl::context::tls);
+  no_certificate->load_verify_file(foreign.ca_file);
+  no_certificate->set_verify_mode(asio::ssl::verify_peer);
+  CHECK_THROWS_WITH(dist::detail::connect_store("127.0.0.1", master.port(), JobKey::none(),
+                                                no_certificate, deadline, "test"),
+                    Contains("alert"));
   // A TLS client asking a plaintext store gets no answer it could mistake for one.
   TCPStore plain("127.0.0.1", master_options({}));
   CHECK_THROWS_AS(TCPStore("127.0.0.1", client_options(plain.port(), pki.issue("c2"))), IoError);
   CHECK(master.num_keys() == keys);
+}
+
+TEST_CASE("both ends of one TLS session share its channel binding; another session has another",
+          "[store][tls]") {
+  test::Pki pki;
+  const TlsContext ctx = make_tls_context(pki.issue("node"), "test");
+  asio::io_context io;
+  asio::ip::tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
+  // One TLS session over loopback: both ends' bindings, {server, client}.
+  auto session = [&](const TlsContext& tls) {
+    Stream server(asio::ip::tcp::socket(io), tls), client(asio::ip::tcp::socket(io), tls);
+    std::error_code server_ec = asio::error::would_block, client_ec = asio::error::would_block;
+    acceptor.async_accept(server.socket(), [&](const std::error_code& ec) {
+      if (ec)
+        server_ec = ec;
+      else
+        server.async_tls_handshake(asio::ssl::stream_base::server,
+                                   [&](const std::error_code& e) { server_ec = e; });
+    });
+    client.socket().async_connect(acceptor.local_endpoint(), [&](const std::error_code& ec) {
+      if (ec)
+        client_ec = ec;
+      else
+        client.async_tls_handshake(asio::ssl::stream_base::client,
+                                   [&](const std::error_code& e) { client_ec = e; });
+    });
+    io.restart();
+    io.run_for(10s);
+    REQUIRE(!server_ec);
+    REQUIRE(!client_ec);
+    return std::pair{server.channel_binding(), client.channel_binding()};
+  };
+  const auto [server, client] = session(ctx);
+  CHECK(server == client);
+  CHECK(server != auth::ChannelBinding{});
+  CHECK(session(ctx).first != server);  // a relay would hold two sessions: two bindings
+  CHECK(session(nullptr).first == auth::ChannelBinding{});  // plain TCP: none
 }
 
 TEST_CASE("on the wire, a TLS store's traffic is unreadable; a plain one's is not",
