@@ -64,10 +64,10 @@ bool identical_on_all_ranks(gw::nn::Module& model, gw::dist::ProcessGroup& pg) {
 
 int main(int argc, char** argv) {
   const Args args = parse(argc, argv);
-  const int rank = gw::examples::env_int("ddp_train", "RANK");
-  const int world = gw::examples::env_int("ddp_train", "WORLD_SIZE");
+  const gw::dist::LaunchEnv env = gw::examples::launch_env("ddp_train");
+  const int rank = env.rank, world = env.world_size;
   try {
-    auto pg = gw::dist::init_process_group("gloo", "env://", rank, world);
+    auto pg = gw::dist::init_process_group("gloo");  // rank, world size, master: from `env`
     auto train = gw::data::load_fashion_mnist(gw::data::Split::Train, args.limit);
     auto test = gw::data::load_fashion_mnist(gw::data::Split::Test);
     gw::Generator gen(static_cast<uint64_t>(rank));  // DDP starts every replica from rank 0's

@@ -84,10 +84,10 @@ bool run_process(int rank, int dst_rank) {
 }  // namespace
 
 int main() {
-  const int rank = gw::examples::env_int("dist_autograd_seed", "RANK");
-  const int world_size = gw::examples::env_int("dist_autograd_seed", "WORLD_SIZE");
+  const gw::dist::LaunchEnv env = gw::examples::launch_env("dist_autograd_seed");
+  const int rank = env.rank, world_size = env.world_size;
   try {
-    rpc::init_rpc("worker" + std::to_string(rank), rank, world_size);
+    rpc::init_rpc("worker{rank}");
     const bool ok = run_process(rank, (rank + 1) % world_size);
     rpc::shutdown();
     std::printf("worker%d: %s\n", rank, ok ? "check passed" : "CHECK FAILED");

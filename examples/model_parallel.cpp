@@ -77,14 +77,14 @@ double accuracy(const SplitModel& model, const gw::data::Dataset& test) {
 int main(int argc, char** argv) {
   (void)kRegistered;
   const auto args = gw::examples::parse_train_args("model_parallel", argc, argv);
-  const int rank = gw::examples::env_int("model_parallel", "RANK");
-  const int world_size = gw::examples::env_int("model_parallel", "WORLD_SIZE");
+  const gw::dist::LaunchEnv env = gw::examples::launch_env("model_parallel");
+  const int rank = env.rank, world_size = env.world_size;
   if (world_size != 3) {
     std::fprintf(stderr, "model_parallel runs on 3 workers (--nproc-per-node 3)\n");
     return 2;
   }
   try {
-    rpc::init_rpc("worker" + std::to_string(rank), rank, world_size);
+    rpc::init_rpc("worker{rank}");
     if (rank != 0) {
       rpc::shutdown();  // serve the halves until worker0 is done
       return 0;

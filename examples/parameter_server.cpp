@@ -77,14 +77,14 @@ namespace {
 
 int main(int argc, char** argv) {
   const auto args = gw::examples::parse_train_args("parameter_server", argc, argv);
-  const int rank = gw::examples::env_int("parameter_server", "RANK");
-  const int world_size = gw::examples::env_int("parameter_server", "WORLD_SIZE");
+  const gw::dist::LaunchEnv env = gw::examples::launch_env("parameter_server");
+  const int rank = env.rank, world_size = env.world_size;
   if (world_size < 2) {
     std::fprintf(stderr, "parameter_server needs a server and a trainer (--nproc-per-node 2+)\n");
     return 2;
   }
   try {
-    rpc::init_rpc(rank == 0 ? "ps" : "trainer" + std::to_string(rank - 1), rank, world_size);
+    rpc::init_rpc(rank == 0 ? "ps" : "trainer" + std::to_string(rank - 1));
     if (rank != 0) {
       rpc::shutdown();  // serves the server's calls until everyone is done
       return 0;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <regex>
 
+#include "dist/store/net_address.h"
 #include "dist/store/rendezvous.h"
 #include "rpc/autograd_hook.h"
 #include "rpc/call_table.h"
@@ -55,6 +56,16 @@ void fail(Response& r, const std::string& worker, const std::exception& e) {
   r.error = Failure{worker, e.what(), code_of(e)};
 }
 
+// The IP address the agent listens on and publishes: the one the options name (a host name is
+// resolved), else the one the other hosts reach this one on (dist/store/net_address.h).
+std::string listen_address(const RpcBackendOptions& o) {
+  constexpr const char* kOp = "init_rpc";
+  if (!o.address.empty()) return dist::resolve_host(o.address, kOp);
+  if (o.store) return dist::default_address(kOp);
+  const auto master = dist::rendezvous_host(o.init_method);
+  return master ? dist::reachable_address(*master, kOp) : dist::default_address(kOp);
+}
+
 }  // namespace
 
 Agent* Agent::current() { return t_current_agent; }
@@ -89,6 +100,7 @@ Agent::Agent(std::string name, int rank, int world_size, RpcBackendOptions optio
   GW_CHECK(options_.max_pending_requests_per_peer > 0, InvalidArgumentError,
            "[init_rpc] max_pending_requests_per_peer must be positive, got ",
            options_.max_pending_requests_per_peer);
+  options_.address = listen_address(options_);
   Transport::Options net;
   net.self_name = self_.name;
   net.self_id = self_.id;

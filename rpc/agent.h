@@ -72,8 +72,11 @@ struct RpcBackendOptions {
   std::string init_method = "env://";
   // If set, used instead of init_method (e.g. a HashStore shared by threads as ranks).
   std::shared_ptr<dist::Store> store;
-  // The address this worker listens on and publishes to the others.
-  std::string address = "127.0.0.1";
+  // The address this worker listens on and publishes to the others: an IP address or a host
+  // name. Empty: the address of the interface GW_SOCKET_IFNAME names, else of the one that
+  // routes to the master (init_method's host; loopback for a job on this host alone, or with
+  // a `store` given).
+  std::string address;
   // A message larger than this (header + tensors) is not sent (its call fails with
   // InvalidArgumentError); one received closes its connection. The same on every worker.
   uint64_t max_frame_bytes = uint64_t{1} << 30;

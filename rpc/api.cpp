@@ -2,6 +2,8 @@
 
 #include <mutex>
 
+#include "dist/store/launch_env.h"
+
 namespace gw::rpc {
 
 namespace {
@@ -15,6 +17,16 @@ void init_rpc(const std::string& name, int rank, int world_size, RpcBackendOptio
   GW_CHECK(!g_agent, StateError, "[init_rpc] RPC is already initialized on this process as '",
            g_agent->get_worker_info().name, "'");
   g_agent = std::make_unique<Agent>(name, rank, world_size, std::move(options));
+}
+
+void init_rpc(const std::string& name, RpcBackendOptions options) {
+  const dist::LaunchEnv env = dist::detect_launch_env();
+  if (options.init_method == RpcBackendOptions{}.init_method && !options.store)
+    options.init_method = env.init_method();
+  std::string named = name;
+  for (auto at = named.find("{rank}"); at != std::string::npos; at = named.find("{rank}"))
+    named.replace(at, 6, std::to_string(env.rank));
+  init_rpc(named, env.rank, env.world_size, std::move(options));
 }
 
 void shutdown(bool graceful) {

@@ -4,7 +4,7 @@
 //   Tensor my_add(Tensor a, Tensor b) { return a + b; }
 //   GW_RPC_FUNCTION(my_add);
 //
-//   gw::rpc::init_rpc("worker0", rank, world_size);        // MASTER_ADDR / MASTER_PORT
+//   gw::rpc::init_rpc("worker{rank}");   // rank, world size, master from gwrun/srun/mpirun/...
 //   Tensor r = gw::rpc::rpc_sync("worker1", my_add, gw::ones({2}), gw::ones({2}));
 //   auto fut = gw::rpc::rpc_async<Tensor>("worker1", "add", gw::ones({2}), 3);  // builtin
 //   auto m = gw::rpc::rpc_async<int64_t>(1, "min", 1, 2);   // by rank
@@ -30,6 +30,11 @@ namespace gw::rpc {
 
 // Creates this process's agent (see Agent). Throws StateError if RPC is already initialized.
 void init_rpc(const std::string& name, int rank, int world_size, RpcBackendOptions options = {});
+// The same, with the rank and world size of whichever launcher started this process (gwrun,
+// torchrun, srun, mpirun, a PyTorchJob: dist/store/launch_env.h); "{rank}" in `name` becomes
+// the rank. With the default init_method ("env://"), the rendezvous is the launcher's master.
+//   gw::rpc::init_rpc("worker{rank}");
+void init_rpc(const std::string& name, RpcBackendOptions options = {});
 // Shuts the process's agent down (graceful: see Agent::shutdown) and destroys it.
 void shutdown(bool graceful = true);
 

@@ -30,7 +30,8 @@ std::vector<char*> c_strings(const std::vector<std::string>& strings) {
 
 std::vector<std::string> worker_environment(const LaunchOptions& options, int local_rank) {
   int n = options.nproc_per_node;
-  std::array<std::pair<const char*, std::string>, 7> vars{{
+  std::array<std::pair<const char*, std::string>, 8> vars{{
+      {"GW_LAUNCHER", "gwrun"},
       {"RANK", std::to_string(options.rank_of(local_rank))},
       {"WORLD_SIZE", std::to_string(options.nnodes * n)},
       {"LOCAL_RANK", std::to_string(local_rank)},

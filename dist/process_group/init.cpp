@@ -1,9 +1,10 @@
 #include "dist/process_group/init.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <mutex>
 
+#include "dist/store/launch_env.h"
+#include "dist/store/net_address.h"
 #include "dist/store/prefix_store.h"
 #include "dist/store/rendezvous.h"
 
@@ -16,6 +17,7 @@ struct Default {
   std::shared_ptr<ProcessGroup> group;
   std::shared_ptr<Store> store;
   int groups_made = 0;  // names each new_group's part of the store
+  std::string address;  // where the default group's Gloo pairs listen; new_group's too
 };
 Default& state() {
   static Default d;
@@ -36,24 +38,34 @@ void check_backend(const std::string& backend) {
            "[init_process_group] the default process group exists already");
 }
 
-// The address this rank's Gloo pairs listen on: GW_GLOO_HOSTNAME for runs across machines,
-// else loopback.
-GlooOptions gloo_options(Milliseconds timeout) {
-  GlooOptions o{.timeout = timeout};
-  if (const char* host = std::getenv("GW_GLOO_HOSTNAME"); host && *host) o.hostname = host;
-  return o;
-}
-
 std::shared_ptr<ProcessGroup> make_group([[maybe_unused]] const std::string& backend,
                                          std::shared_ptr<Store> store, int rank, int size,
-                                         Milliseconds timeout) {
+                                         Milliseconds timeout, const std::string& address) {
 #ifdef GW_HAVE_NCCL
   if (backend == "nccl")
     return std::make_shared<ProcessGroupNCCL>(std::move(store), rank, size,
                                               NcclOptions{.timeout = timeout});
 #endif
-  return std::make_shared<ProcessGroupGloo>(std::move(store), rank, size, gloo_options(timeout));
+  return std::make_shared<ProcessGroupGloo>(std::move(store), rank, size,
+                                            GlooOptions{.timeout = timeout, .hostname = address});
 }
+// Makes the default group over `store`, its pairs listening on `address`.
+std::shared_ptr<ProcessGroup> start(const std::string& backend, std::shared_ptr<Store> store,
+                                    int rank, int world_size, Milliseconds timeout,
+                                    const std::string& address) {
+  // Connecting takes as long as the slowest rank: not under the lock.
+  auto group = make_group(backend, std::make_shared<PrefixStore>("default_pg", store), rank,
+                          world_size, timeout, address);
+  auto& s = state();
+  std::lock_guard lock(s.mu);
+  GW_CHECK(!s.group, StateError, "[init_process_group] the default process group exists already");
+  s.store = std::move(store);
+  s.group = group;
+  s.groups_made = 0;
+  s.address = address;
+  return group;
+}
+
 }  // namespace
 
 #ifndef GW_HAVE_NCCL
@@ -67,24 +79,24 @@ std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend,
                                                  const std::string& init_method, int rank,
                                                  int world_size, Milliseconds timeout) {
   check_backend(backend);
-  return init_process_group(backend, rendezvous(init_method, rank, world_size), rank, world_size,
-                            timeout);
+  const auto master = rendezvous_host(init_method);
+  const std::string address = master ? reachable_address(*master, "init_process_group")
+                                     : default_address("init_process_group");
+  return start(backend, rendezvous(init_method, rank, world_size), rank, world_size, timeout,
+               address);
+}
+
+std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend, Milliseconds timeout) {
+  const LaunchEnv env = detect_launch_env();
+  return init_process_group(backend, env.init_method(), env.rank, env.world_size, timeout);
 }
 
 std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend,
                                                  std::shared_ptr<Store> store, int rank,
                                                  int world_size, Milliseconds timeout) {
   check_backend(backend);
-  // Connecting takes as long as the slowest rank: not under the lock.
-  auto group = make_group(backend, std::make_shared<PrefixStore>("default_pg", store), rank,
-                          world_size, timeout);
-  auto& s = state();
-  std::lock_guard lock(s.mu);
-  GW_CHECK(!s.group, StateError, "[init_process_group] the default process group exists already");
-  s.store = std::move(store);
-  s.group = group;
-  s.groups_made = 0;
-  return group;
+  return start(backend, std::move(store), rank, world_size, timeout,
+               default_address("init_process_group"));
 }
 
 std::shared_ptr<ProcessGroup> default_process_group() {
@@ -119,18 +131,20 @@ std::shared_ptr<ProcessGroup> new_group(std::vector<int> ranks, Milliseconds tim
            "[new_group] rank ", ranks.front() < 0 ? ranks.front() : ranks.back(),
            " is outside [0, ", world->size(), ")");
   std::shared_ptr<Store> store;
+  std::string address;
   int index;
   {
     auto& s = state();
     std::lock_guard lock(s.mu);
     store = s.store;
+    address = s.address;
     index = s.groups_made++;
   }
   auto me = std::find(ranks.begin(), ranks.end(), world->rank());
   if (me == ranks.end()) return nullptr;
   auto prefixed = std::make_shared<PrefixStore>("group" + std::to_string(index), store);
   return make_group(world->backend(), std::move(prefixed), static_cast<int>(me - ranks.begin()),
-                    static_cast<int>(ranks.size()), timeout);
+                    static_cast<int>(ranks.size()), timeout, address);
 }
 
 }  // namespace gw::dist

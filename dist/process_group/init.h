@@ -1,5 +1,6 @@
 // torch.distributed's module-level API: the process's default group, and subgroups.
 //
+//   gw::dist::init_process_group("gloo");   // rank, world size, master from gwrun/srun/mpirun/...
 //   gw::dist::init_process_group("gloo", "env://", rank, world_size);   // MASTER_ADDR/PORT
 //   auto pg = gw::dist::default_process_group();
 //   auto evens = gw::dist::new_group({0, 2});   // every rank calls it; others get nullptr
@@ -17,10 +18,18 @@ namespace gw::dist {
 
 // Creates the default group. `backend` is "gloo" (CPU tensors) or "nccl" (CUDA tensors, in a
 // build with NCCL; one process per GPU, the device from LOCAL_RANK); throws
-// InvalidArgumentError for others, and StateError if a default group exists already.
+// InvalidArgumentError for others, and StateError if a default group exists already. Gloo's
+// pairs listen on the address the other hosts reach this one on (dist/store/net_address.h:
+// GW_SOCKET_IFNAME's interface, else the one routing to the master; loopback for a store
+// given directly unless GW_SOCKET_IFNAME is set).
 std::shared_ptr<ProcessGroup> init_process_group(
     const std::string& backend, const std::string& init_method, int rank, int world_size,
     Milliseconds timeout = kDefaultCollectiveTimeout);
+// The same with the rank, world size and master of whichever launcher started this process
+// (gwrun, torchrun, srun, mpirun, a PyTorchJob: dist/store/launch_env.h).
+//   gw::dist::init_process_group("gloo");
+std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend,
+                                                 Milliseconds timeout = kDefaultCollectiveTimeout);
 // The same over a store the caller made.
 std::shared_ptr<ProcessGroup> init_process_group(
     const std::string& backend, std::shared_ptr<Store> store, int rank, int world_size,

@@ -39,6 +39,48 @@ std::string env_var(const char* name) {
   return v;
 }
 
+// An init_method URL, parsed: a TCP master (host, port) or a file.
+struct Target {
+  std::string host, source;  // TCP: the master's host, and where it was named
+  uint16_t port = 0;
+  std::string file;  // file://
+};
+
+Target parse_init_method(const std::string& init_method) {
+  const auto scheme_end = init_method.find("://");
+  GW_CHECK(scheme_end != std::string::npos, InvalidArgumentError, "[", kOp, "] init_method '",
+           init_method, "' is not a URL; expected env://, tcp://host:port or file:///path");
+  const std::string scheme = init_method.substr(0, scheme_end);
+  const std::string rest = init_method.substr(scheme_end + 3);
+  Target t;
+  if (scheme == "env") {
+    GW_CHECK(rest.empty(), InvalidArgumentError, "[", kOp, "] init_method '", init_method,
+             "': env:// takes no address, it reads MASTER_ADDR and MASTER_PORT");
+    t.source = "MASTER_ADDR/MASTER_PORT";
+    t.host = env_var("MASTER_ADDR");
+    t.port = parse_port(env_var("MASTER_PORT"), "MASTER_PORT");
+  } else if (scheme == "tcp") {
+    // "host:port" or "[v6 literal]:port"; the port is after the last colon.
+    const auto colon = rest.rfind(':');
+    GW_CHECK(colon != std::string::npos, InvalidArgumentError, "[", kOp, "] init_method '",
+             init_method, "' has no port; expected tcp://host:port");
+    t.host = rest.substr(0, colon);
+    if (t.host.size() >= 2 && t.host.front() == '[' && t.host.back() == ']')
+      t.host = t.host.substr(1, t.host.size() - 2);
+    t.source = "init_method '" + init_method + "'";
+    t.port = parse_port(rest.substr(colon + 1), t.source);
+  } else if (scheme == "file") {
+    GW_CHECK(!rest.empty() && rest.front() == '/', InvalidArgumentError, "[", kOp,
+             "] init_method '", init_method, "' needs an absolute path: file:///path/to/file");
+    t.file = rest;
+  } else {
+    throw InvalidArgumentError(gw::detail::str("[", kOp, "] init_method '", init_method,
+                                               "' has unknown scheme '", scheme,
+                                               "'; expected env://, tcp:// or file://"));
+  }
+  return t;
+}
+
 }  // namespace
 
 std::shared_ptr<Store> rendezvous(const std::string& init_method, int rank, int world_size,
@@ -47,40 +89,15 @@ std::shared_ptr<Store> rendezvous(const std::string& init_method, int rank, int 
            " must be at least 1");
   GW_CHECK(rank >= 0 && rank < world_size, InvalidArgumentError, "[", kOp, "] rank ", rank,
            " is outside [0, ", world_size, ")");
+  const Target t = parse_init_method(init_method);
+  if (!t.file.empty()) return std::make_shared<FileStore>(t.file, world_size, timeout);
+  return tcp_store(t.host, t.port, rank, world_size, timeout, t.source, tcp);
+}
 
-  const auto scheme_end = init_method.find("://");
-  GW_CHECK(scheme_end != std::string::npos, InvalidArgumentError, "[", kOp, "] init_method '",
-           init_method, "' is not a URL; expected env://, tcp://host:port or file:///path");
-  const std::string scheme = init_method.substr(0, scheme_end);
-  const std::string rest = init_method.substr(scheme_end + 3);
-
-  if (scheme == "env") {
-    GW_CHECK(rest.empty(), InvalidArgumentError, "[", kOp, "] init_method '", init_method,
-             "': env:// takes no address, it reads MASTER_ADDR and MASTER_PORT");
-    std::string port = env_var("MASTER_PORT");
-    return tcp_store(env_var("MASTER_ADDR"), parse_port(port, "MASTER_PORT"), rank, world_size,
-                     timeout, "MASTER_ADDR/MASTER_PORT", tcp);
-  }
-  if (scheme == "tcp") {
-    // "host:port" or "[v6 literal]:port"; the port is after the last colon.
-    const auto colon = rest.rfind(':');
-    GW_CHECK(colon != std::string::npos, InvalidArgumentError, "[", kOp, "] init_method '",
-             init_method, "' has no port; expected tcp://host:port");
-    std::string host = rest.substr(0, colon);
-    if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
-      host = host.substr(1, host.size() - 2);
-    const std::string source = "init_method '" + init_method + "'";
-    return tcp_store(host, parse_port(rest.substr(colon + 1), source), rank, world_size, timeout,
-                     source, tcp);
-  }
-  if (scheme == "file") {
-    GW_CHECK(!rest.empty() && rest.front() == '/', InvalidArgumentError, "[", kOp,
-             "] init_method '", init_method, "' needs an absolute path: file:///path/to/file");
-    return std::make_shared<FileStore>(rest, world_size, timeout);
-  }
-  throw InvalidArgumentError(gw::detail::str("[", kOp, "] init_method '", init_method,
-                                             "' has unknown scheme '", scheme,
-                                             "'; expected env://, tcp:// or file://"));
+std::optional<std::string> rendezvous_host(const std::string& init_method) {
+  Target t = parse_init_method(init_method);
+  if (!t.file.empty()) return std::nullopt;
+  return std::move(t.host);
 }
 
 }  // namespace gw::dist

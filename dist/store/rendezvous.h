@@ -13,6 +13,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "dist/store/store.h"
@@ -25,5 +26,9 @@ namespace gw::dist {
 std::shared_ptr<Store> rendezvous(const std::string& init_method, int rank, int world_size,
                                   Milliseconds timeout = kDefaultStoreTimeout,
                                   const TCPStoreOptions& tcp = {});
+
+// The master host `init_method` names (env://: MASTER_ADDR; tcp://host:port: host), or nullopt
+// for file://. Throws InvalidArgumentError as rendezvous() does on a bad URL or variable.
+std::optional<std::string> rendezvous_host(const std::string& init_method);
 
 }  // namespace gw::dist

@@ -6,13 +6,13 @@
 
 namespace gw::examples {
 
-int env_int(const char* program, const char* name) {
-  const char* v = std::getenv(name);
-  if (!v) {
-    std::fprintf(stderr, "%s: %s is not set; run me under gwrun\n", program, name);
+dist::LaunchEnv launch_env(const char* program) {
+  try {
+    return dist::detect_launch_env();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", program, e.what());
     std::exit(2);
   }
-  return std::atoi(v);
 }
 
 TrainArgs parse_train_args(const char* program, int argc, char** argv, TrainArgs defaults,

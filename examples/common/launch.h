@@ -1,16 +1,19 @@
-// What the distributed examples share: reading the variables gwrun sets for a worker, and the
-// trainers' command-line flags.
+// What the distributed examples share: who this process is in its job, and the trainers'
+// command-line flags.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <string>
 
+#include "dist/store/launch_env.h"
+
 namespace gw::examples {
 
-// The integer environment variable `name` (RANK, WORLD_SIZE, ...); exits with a message naming
-// `program` when it is not set, i.e. when the program was not started by gwrun.
-int env_int(const char* program, const char* name);
+// Who this process is in its job, from whichever launcher started it (gwrun, torchrun, srun,
+// mpirun, a PyTorchJob: gw::dist::detect_launch_env); without one, a job of one process. Exits
+// with one line naming `program` when the environment is inconsistent.
+dist::LaunchEnv launch_env(const char* program);
 
 struct TrainArgs {
   int64_t epochs = 2, batch_size = 64, limit = 0;  // limit > 0: use only that many samples

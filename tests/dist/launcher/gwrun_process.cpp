@@ -27,7 +27,8 @@ void check(bool ok, const char* what) {
 
 }  // namespace
 
-GwrunProcess::GwrunProcess(const std::vector<std::string>& args) {
+GwrunProcess::GwrunProcess(const std::vector<std::string>& args,
+                           const std::vector<std::string>& prefix) {
   int out[2], err[2];
   check(::pipe2(out, O_CLOEXEC) == 0 && ::pipe2(err, O_CLOEXEC) == 0, "pipe2");
   posix_spawn_file_actions_t actions;
@@ -44,11 +45,13 @@ GwrunProcess::GwrunProcess(const std::vector<std::string>& args) {
   posix_spawnattr_setsigdefault(&attr, &all);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
 
-  std::vector<char*> argv{const_cast<char*>(GW_GWRUN)};
+  std::vector<char*> argv;
+  for (const std::string& arg : prefix) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(const_cast<char*>(GW_GWRUN));
   for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
   argv.push_back(nullptr);
   started_ = std::chrono::steady_clock::now();
-  int error = posix_spawn(&pid_, GW_GWRUN, &actions, &attr, argv.data(), environ);
+  int error = posix_spawnp(&pid_, argv[0], &actions, &attr, argv.data(), environ);
   posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&actions);
   ::close(out[1]);
@@ -56,7 +59,7 @@ GwrunProcess::GwrunProcess(const std::vector<std::string>& args) {
   out_fd_ = out[0];
   err_fd_ = err[0];
   errno = error;
-  check(error == 0, "posix_spawn " GW_GWRUN);
+  check(error == 0, "posix_spawn gwrun");
 }
 
 GwrunProcess::~GwrunProcess() {

@@ -20,7 +20,10 @@ struct GwrunResult {
 
 class GwrunProcess {
  public:
-  explicit GwrunProcess(const std::vector<std::string>& args);
+  // Runs `prefix... gwrun args...`: a prefix such as {"ip", "netns", "exec", "ns1"} runs gwrun
+  // through another program (found on PATH), which must exec it.
+  explicit GwrunProcess(const std::vector<std::string>& args,
+                        const std::vector<std::string>& prefix = {});
   ~GwrunProcess();  // kills and reaps gwrun if a failed test left it running
   GwrunProcess(const GwrunProcess&) = delete;
   GwrunProcess& operator=(const GwrunProcess&) = delete;

@@ -1,0 +1,33 @@
+// Which address a process listens on and tells its peers, so that the job's other hosts reach it.
+//
+// Every server of a job (the RPC agent, Gloo's pairs; the TCPStore master binds its host's
+// address, see tcp_store.h) listens on one address of its host and publishes it. The right one
+// is the address of the interface that routes to the job's master — what the other hosts use to
+// reach this host too — unless GW_SOCKET_IFNAME (like GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME)
+// names the interface. A master on loopback means a job on this host alone: loopback then.
+//
+//   std::string ip = reachable_address("node1");  // "10.0.0.2": this host's address toward node1
+#pragma once
+
+#include <string>
+
+namespace gw::dist {
+
+inline constexpr const char* kSocketIfnameEnv = "GW_SOCKET_IFNAME";
+
+// The IP address `host` (a name or an IP literal) resolves to, IPv4 first. Throws
+// InvalidArgumentError naming `op` and the host when it does not resolve.
+std::string resolve_host(const std::string& host, const char* op);
+
+// This host's address the job's other hosts reach it on: the GW_SOCKET_IFNAME interface's
+// address (of `master`'s family when it has both), else the source address of the route to
+// `master`; loopback when `master` is loopback, unless `master` is this machine's own name
+// mapped to loopback (Debian's 127.0.1.1), which means the address of its first interface that
+// is up. Throws InvalidArgumentError naming the interface (and the ones there are) or `master`.
+std::string reachable_address(const std::string& master, const char* op);
+
+// Where a job without a master host (its store given directly) listens: GW_SOCKET_IFNAME's
+// address, else loopback.
+std::string default_address(const char* op);
+
+}  // namespace gw::dist

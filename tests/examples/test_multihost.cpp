@@ -1,0 +1,152 @@
+// The distributed examples across hosts: three network namespaces on a bridge (tests/netns_bed.h),
+// one gwrun per "host" with --nnodes 3 --node-rank i --master-addr <host 0>, as a user runs a job
+// on three machines. Needs root (CI has it); skips elsewhere.
+#include <catch2/catch.hpp>
+
+#include <stdlib.h>
+
+#include <filesystem>
+#include <future>
+#include <memory>
+
+#include "dist/store/job_key.h"
+#include "tests/dist/launcher/gwrun_process.h"
+#include "tests/netns_bed.h"
+#include "tests/skip.h"
+
+using gw::test::GwrunProcess;
+using gw::test::GwrunResult;
+using gw::test::NetnsBed;
+
+namespace {
+
+size_t count(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+// The job's key, shared by every node as GW_JOB_KEY_FILE (README "Running on several machines").
+struct SharedKey {
+  std::filesystem::path dir;
+  SharedKey() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "gw-multihost-XXXXXX").string();
+    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+    dir = tmpl;
+    gw::dist::JobKey::generate().write_new((dir / "job.key").string());
+    ::setenv(gw::dist::kJobKeyEnv, (dir / "job.key").c_str(), 1);
+  }
+  ~SharedKey() {
+    ::unsetenv(gw::dist::kJobKeyEnv);
+    std::filesystem::remove_all(dir);
+  }
+};
+
+// `program` across every host of `bed`, `nproc` workers each, host 0 the master (its IPv4
+// address, or IPv6 with `v6`); each host's gwrun result.
+std::vector<GwrunResult> run_across(const NetnsBed& bed, int nproc,
+                                    const std::vector<std::string>& program, bool v6 = false) {
+  std::vector<std::unique_ptr<GwrunProcess>> hosts;
+  for (int h = 0; h < bed.hosts(); ++h) {
+    std::vector<std::string> args = {"--nnodes",         std::to_string(bed.hosts()),
+                                     "--node-rank",      std::to_string(h),
+                                     "--nproc-per-node", std::to_string(nproc),
+                                     "--master-addr",    v6 ? bed.ipv6(0) : bed.ipv4(0),
+                                     "--master-port",    "29500"};
+    args.insert(args.end(), program.begin(), program.end());
+    hosts.push_back(std::make_unique<GwrunProcess>(args, bed.exec(h)));
+  }
+  // Concurrently: a gwrun blocked on a full pipe would stall the whole job.
+  std::vector<std::future<GwrunResult>> done;
+  for (auto& h : hosts)
+    done.push_back(std::async(std::launch::async, [&h] { return h->finish(); }));
+  std::vector<GwrunResult> results;
+  for (auto& d : done) results.push_back(d.get());
+  return results;
+}
+
+std::string all_output(const std::vector<GwrunResult>& results) {
+  std::string text;
+  for (size_t h = 0; h < results.size(); ++h)
+    text += "--- host " + std::to_string(h) + " (exit " + std::to_string(results[h].exit_code) +
+            ")\n" + results[h].out + results[h].err;
+  return text;
+}
+
+#define SKIP_WITHOUT_BED() \
+  if (const std::string why = NetnsBed::unavailable(); !why.empty()) GW_SKIP(why)
+
+}  // namespace
+
+TEST_CASE("the RPC examples run across three hosts", "[examples][multihost]") {
+  SKIP_WITHOUT_BED();
+  NetnsBed bed(3);
+  SharedKey key;
+  const auto r = run_across(bed, 1, {GW_RPC_BASICS});
+  INFO(all_output(r));
+  for (const auto& host : r) CHECK(host.exit_code == 0);
+  CHECK(count(r[0].out, "rpc_sync add:        tensor([4., 4.])") == 1);
+  CHECK(count(r[0].out, "async_add_chained:   tensor([3., 3.])") == 1);
+  CHECK(count(r[0].out, "get_worker_info:     WorkerInfo(name=worker2, id=2)") == 1);
+}
+
+TEST_CASE("RPC across hosts over IPv6: the store, the agents and gwrun's --master-addr",
+          "[examples][multihost]") {
+  SKIP_WITHOUT_BED();
+  NetnsBed bed(3);
+  SharedKey key;
+  const auto r = run_across(bed, 1, {GW_RPC_BASICS}, /*v6=*/true);
+  INFO(all_output(r));
+  for (const auto& host : r) CHECK(host.exit_code == 0);
+  CHECK(count(r[0].out, "remote + to_here:    tensor([6., 6.])") == 1);
+}
+
+TEST_CASE("distributed autograd and the parameter server run across hosts",
+          "[examples][multihost]") {
+  SKIP_WITHOUT_BED();
+  NetnsBed bed(3);
+  SharedKey key;
+  {
+    const auto r = run_across(bed, 1, {GW_SEED_EXAMPLE});
+    INFO(all_output(r));
+    for (const auto& host : r) CHECK(host.exit_code == 0);
+    CHECK(count(all_output(r), "check passed") == 3);
+  }
+  {
+    const auto r =
+        run_across(bed, 1, {GW_PS_EXAMPLE, "--epochs", "1", "--limit", "6400", "--target", "0.6"});
+    INFO(all_output(r));
+    for (const auto& host : r) CHECK(host.exit_code == 0);
+    CHECK(count(r[0].out, "test accuracy") == 1);
+  }
+}
+
+TEST_CASE("DDP across three hosts trains as on one: same accuracy, identical parameters",
+          "[examples][multihost][ddp]") {
+  SKIP_WITHOUT_BED();
+  NetnsBed bed(3);
+  SharedKey key;
+  const std::vector<std::string> ddp = {GW_DDP_EXAMPLE, "--epochs", "1",  "--limit",
+                                        "3600",         "--target", "0.5"};
+  const auto r = run_across(bed, 1, ddp);
+  INFO(all_output(r));
+  for (const auto& host : r) CHECK(host.exit_code == 0);
+  CHECK(count(all_output(r), "parameters identical to rank 0's: yes") == 3);
+  // The same job, three workers on one host.
+  const GwrunResult local = GwrunProcess(
+                                [&] {
+                                  std::vector<std::string> a = {"--nproc-per-node", "3"};
+                                  a.insert(a.end(), ddp.begin(), ddp.end());
+                                  return a;
+                                }(),
+                                bed.exec(0))
+                                .finish();
+  INFO(local.out << local.err);
+  REQUIRE(local.exit_code == 0);
+  auto accuracy = [](const std::string& out) {
+    const auto at = out.find("epoch 1: test accuracy");
+    return at == std::string::npos ? std::string("(none)")
+                                   : out.substr(at, out.find('\n', at) - at);
+  };
+  CHECK(accuracy(r[0].out) == accuracy(local.out));
+}
