@@ -29,7 +29,7 @@ class SigpipeBlocked {
     sigpending(&pending);
     const timespec now{0, 0};
     if (sigismember(&pending, SIGPIPE)) sigtimedwait(&pipe_, nullptr, &now);
-    pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
+    pthread_sigmask(SIG_UNBLOCK, &pipe_, nullptr);  // only SIGPIPE: the rest may have changed
   }
   SigpipeBlocked(const SigpipeBlocked&) = delete;
   SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;

@@ -88,9 +88,9 @@ struct Identity {
   bool operator==(const Identity&) const = default;
 };
 
-// What opens a Hello and a Challenge. Version 2 (the channel binding) changed the proofs, so a
-// peer still on version 1 is told it does not speak this handshake rather than that it lacks
-// the key.
+// What opens a Hello and a Challenge: version 2 (the channel binding changed the proofs; version
+// 1 opened with GWA1 and GWA2), so a peer still on version 1 is told it does not speak this
+// handshake rather than that it lacks the key.
 inline constexpr std::array<uint8_t, 4> kHelloMagic{'G', 'W', 'A', '3'};
 inline constexpr std::array<uint8_t, 4> kChallengeMagic{'G', 'W', 'A', '4'};
 

@@ -134,15 +134,16 @@ void TcpSocket::throw_lost(const char* op, int err) const {
 }
 
 void TcpSocket::wait_ready(short events, Clock::time_point deadline, const char* op) {
-  for (;;) {
+  // The deadline is checked before each poll, not only by it: a peer that keeps the socket
+  // ready without letting the caller progress must not outlast it.
+  while (Clock::now() < deadline) {
     pollfd p{fd_, events, 0};
-    int rc = ::poll(&p, 1, remaining_ms(deadline));
+    const int rc = ::poll(&p, 1, remaining_ms(deadline));
     if (rc > 0) return;  // readable/writable or an error the next call will report
-    if (rc < 0 && errno == EINTR) continue;
-    if (rc < 0) throw_lost(op, errno);
-    throw TimeoutError(
-        gw::detail::str("[", op, "] no answer from the store at ", peer_, " before the deadline"));
+    if (rc < 0 && errno != EINTR) throw_lost(op, errno);
   }
+  throw TimeoutError(
+      gw::detail::str("[", op, "] no answer from the store at ", peer_, " before the deadline"));
 }
 
 void TcpSocket::send_all(std::initializer_list<const Bytes*> buffers, Clock::time_point deadline,

@@ -35,26 +35,40 @@ std::string openssl_error(const std::string& fallback) {
   return text;
 }
 
+// Private key bytes, wiped when they go.
+struct SecretText {
+  std::string text;
+  ~SecretText() { OPENSSL_cleanse(text.data(), text.size()); }
+};
+
 // The contents of the private key file `path`, checked private on the descriptor they are read
 // from (no window for the file to change between the check and the read).
-std::string read_private_file(const std::string& path, const char* op) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+void read_private_file(const std::string& path, const char* op, SecretText& out) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO must not block
   GW_CHECK(fd >= 0, InvalidArgumentError, "[", op, "] cannot read TLS key file '", path,
            "': ", std::strerror(errno));
   struct stat st {};
-  std::string text;
-  const bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size <= (1 << 20);
-  if (ok && (st.st_mode & 077) == 0) {
-    text.resize(static_cast<size_t>(st.st_size));
-    const ssize_t n = ::read(fd, text.data(), text.size());
-    text.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  std::string problem;
+  if (::fstat(fd, &st) != 0)
+    problem = std::string("cannot be examined: ") + std::strerror(errno);
+  else if (!S_ISREG(st.st_mode) || st.st_size > (1 << 20))
+    problem = "is not a regular file of at most 1 MiB";
+  else if ((st.st_mode & 077) != 0)
+    problem = "may be read or written by group or others: make it private with chmod 600";
+  for (size_t got = 0; problem.empty();) {  // bounded: at most st_size bytes
+    out.text.resize(static_cast<size_t>(st.st_size));
+    const ssize_t n = ::read(fd, out.text.data() + got, out.text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) problem = std::string("cannot be read: ") + std::strerror(errno);
+    if (n <= 0) {
+      out.text.resize(got);
+      break;
+    }
+    got += static_cast<size_t>(n);
   }
   ::close(fd);
-  GW_CHECK(ok, InvalidArgumentError, "[", op, "] TLS key file '", path,
-           "' is not a regular file of at most 1 MiB");
-  GW_CHECK((st.st_mode & 077) == 0, InvalidArgumentError, "[", op, "] TLS key file '", path,
-           "' may be read or written by group or others: make it private with chmod 600");
-  return text;
+  if (problem.empty() && out.text.empty()) problem = "is empty";
+  GW_CHECK(problem.empty(), InvalidArgumentError, "[", op, "] TLS key file '", path, "' ", problem);
 }
 
 }  // namespace
@@ -71,7 +85,8 @@ TlsContext make_tls_context(const TlsOptions& given, const char* op) {
            "[", op, "] TLS needs a certificate, its key and the job's CA; ", "the ", source,
            " give cert_file '", o.cert_file, "', key_file '", o.key_file, "', ca_file '", o.ca_file,
            "' (", kTlsCertEnv, ", ", kTlsKeyEnv, ", ", kTlsCaEnv, ")");
-  std::string key = read_private_file(o.key_file, op);
+  SecretText key;
+  read_private_file(o.key_file, op, key);
 
   auto ctx = std::make_shared<asio::ssl::context>(asio::ssl::context::tls);
   SSL_CTX* native = ctx->native_handle();
@@ -86,9 +101,8 @@ TlsContext make_tls_context(const TlsOptions& given, const char* op) {
        [&](std::error_code& ec) { ctx->use_certificate_chain_file(o.cert_file, ec); });
   // (OpenSSL also checks here that the key is the certificate's.)
   load("TLS key", o.key_file, [&](std::error_code& ec) {
-    ctx->use_private_key(asio::buffer(key), asio::ssl::context::pem, ec);
+    ctx->use_private_key(asio::buffer(key.text), asio::ssl::context::pem, ec);
   });
-  OPENSSL_cleanse(key.data(), key.size());
   load("TLS CA file", o.ca_file,
        [&](std::error_code& ec) { ctx->load_verify_file(o.ca_file, ec); });
   // Mutual TLS 1.3 only, AES-GCM first (AES-NI); no session tickets (nothing resumes).
@@ -157,6 +171,7 @@ size_t TlsSession::call(F f, uint8_t* data, size_t n, const Wait& wait, const ch
       ret = f(ssl_);
     else
       ret = f(ssl_, data, static_cast<int>(std::min<size_t>(n, 1 << 30)));
+    const int call_errno = errno;
     if (ret > 0) return static_cast<size_t>(ret);
     const int err = SSL_get_error(ssl_, ret);
     if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
@@ -167,19 +182,32 @@ size_t TlsSession::call(F f, uint8_t* data, size_t n, const Wait& wait, const ch
     // anything else is TLS refusing the peer (its certificate, an alert it sent).
     const unsigned long first = ERR_peek_error();
     if (err == SSL_ERROR_ZERO_RETURN || err == SSL_ERROR_SYSCALL ||
-        ERR_GET_REASON(first) == SSL_R_UNEXPECTED_EOF_WHILE_READING) {
-      const std::string why = err == SSL_ERROR_SYSCALL && errno != 0
-                                  ? std::strerror(errno)
+        (ERR_GET_LIB(first) == ERR_LIB_SSL &&
+         ERR_GET_REASON(first) == SSL_R_UNEXPECTED_EOF_WHILE_READING)) {
+      const std::string why = err == SSL_ERROR_SYSCALL && call_errno != 0
+                                  ? std::strerror(call_errno)
                                   : std::string("the peer closed the connection");
       ERR_clear_error();
-      throw IoError(
-          gw::detail::str("[", op, "] ", what, ": connection to ", peer_, " lost: ", why));
+      // A server refusing our certificate (TLS 1.3 says so after our handshake) may have
+      // closed before our write: its alert may be waiting, unread.
+      if (!alert_waiting())
+        throw IoError(
+            gw::detail::str("[", op, "] ", what, ": connection to ", peer_, " lost: ", why));
     }
     std::string why = openssl_error("refused");
     if (const long verify = SSL_get_verify_result(ssl_); verify != X509_V_OK)
       why += gw::detail::str(" (", X509_verify_cert_error_string(verify), ")");
     throw TlsRefusedError(gw::detail::str("[", op, "] ", what, " with ", peer_, " failed: ", why));
   }
+}
+
+bool TlsSession::alert_waiting() {
+  char byte;
+  ERR_clear_error();
+  const int r = SSL_peek(ssl_, &byte, 1);  // the socket is non-blocking: never waits
+  if (r > 0 || SSL_get_error(ssl_, r) != SSL_ERROR_SSL) return false;
+  const unsigned long e = ERR_peek_error();
+  return ERR_GET_LIB(e) == ERR_LIB_SSL && ERR_GET_REASON(e) >= SSL_AD_REASON_OFFSET;
 }
 
 auth::ChannelBinding TlsSession::channel_binding() const { return tls_channel_binding(ssl_); }

@@ -75,7 +75,8 @@ class TlsSession {
  public:
   using Wait = std::function<void(bool want_write)>;
   // Runs the client handshake. Throws TlsRefusedError when TLS refuses (either side's
-  // certificate), IoError when the connection is lost; both name `op` and `peer`.
+  // certificate), IoError when the connection is lost; both name `op` and `peer`. `wait` may
+  // throw too (TimeoutError at its deadline).
   TlsSession(const TlsContext& ctx, int fd, const Wait& wait, const std::string& peer,
              const char* op);
   ~TlsSession();
@@ -94,6 +95,9 @@ class TlsSession {
   // progress, waiting as it asks; returns the bytes it moved.
   template <typename F>
   size_t call(F f, uint8_t* data, size_t n, const Wait& wait, const char* op, const char* what);
+
+  // Whether the peer sent an alert we have not read yet (leaves it in OpenSSL's error queue).
+  bool alert_waiting();
 
   ssl_st* ssl_ = nullptr;
   std::string peer_;
