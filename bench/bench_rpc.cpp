@@ -8,11 +8,14 @@
 //   - tensor round trips (a registered identity function) against a TCP echo of the same size
 //     and PyTorch's round trip through an identity function,
 //   - the job key's and TLS's cost: calls, a 16 MiB round trip and connection setup with a key,
-//     and with a key under TLS, against the agent without either.
+//     and with a key under TLS, against the agent without either,
+//   - an RPC world's start-up and graceful shutdown at 64, 256 and 512 processes under gwrun,
+//     against linear growth from the 64-process time of the same run.
 // Where python3-torch cannot run, the first two fall back to published PyTorch figures.
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstdlib>
 #include <future>
 #include <optional>
 #include <string>
@@ -249,6 +252,47 @@ void bench_security(Reporter& report, const char* label, const Security& secured
   }
 }
 
+// A world of n processes under gwrun running rpc_basics (init_rpc, worker0's calls, graceful
+// shutdown), timed from gwrun's start to its exit: median of 3. Against linear growth from the
+// 64-process world: a ratio below 1 means growing faster than linearly. GW_BENCH_WORLD_GWRUN and
+// GW_BENCH_WORLD_PROGRAM time another build's binaries.
+void bench_world(Reporter& report) {
+  const std::string dir = gw::bench::executable_dir();
+  auto from_env = [](const char* name, std::string fallback) {
+    const char* v = std::getenv(name);
+    return v != nullptr && *v != '\0' ? std::string(v) : fallback;
+  };
+  const std::string gwrun = from_env("GW_BENCH_WORLD_GWRUN", dir + "/../dist/launcher/gwrun");
+  const std::string program = from_env("GW_BENCH_WORLD_PROGRAM", dir + "/../examples/rpc_basics");
+  auto seconds = [&](int n) -> std::optional<double> {
+    std::vector<double> runs;
+    for (int i = 0; i < 3; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      if (!gw::bench::run_capture(gwrun + " --nproc-per-node " + std::to_string(n) + " " + program +
+                                  " 2>/dev/null"))
+        return std::nullopt;
+      runs.push_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    std::ranges::sort(runs);
+    return runs[1];
+  };
+  std::optional<double> base;
+  for (const int n : {64, 256, 512}) {
+    const std::string name = "world start-up + shutdown, " + std::to_string(n) + " processes";
+    if (!report.wants("rpc", name) && n != 64) continue;
+    const auto t = seconds(n);
+    if (!t) {
+      report.skip("rpc", name, "gwrun " + program + " failed (too many processes here?)");
+      continue;
+    }
+    if (n == 64) base = t;
+    if (!base || !report.wants("rpc", name)) continue;
+    report.add({"rpc", name, *t, "s", "linear growth from 64 processes, same run", *base * n / 64.0,
+                "median of 3"});
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -269,5 +313,6 @@ int main(int argc, char** argv) {
   bench_security(report, "authenticated", {gw::dist::JobKey::generate(), {}});
   gw::test::Pki pki;  // a throwaway CA for the TLS rows
   bench_security(report, "TLS", {gw::dist::JobKey::generate(), pki.issue("bench")});
+  bench_world(report);
   return 0;
 }

@@ -146,6 +146,9 @@ Agent::~Agent() {
   interceptors_.clear();  // then: those threads send through the interceptors
 }
 
+// Linear in the world size: each worker publishes its entry and bumps a counter (two requests);
+// the last to arrive joins the entries into one table (n reads by one worker), and everyone
+// reads that (one request each) — instead of every worker reading every entry.
 std::vector<PeerAddress> Agent::rendezvous(int world_size) {
   const std::string mine =
       self_.name + "\n" + options_.address + "\n" + std::to_string(transport_->port());
@@ -153,22 +156,30 @@ std::vector<PeerAddress> Agent::rendezvous(int world_size) {
   dist::Bytes got = store_->compare_set(key("worker", self_.id), {}, mine_bytes);
   GW_CHECK(got == mine_bytes, InvalidArgumentError, "[init_rpc] rank ", self_.id,
            " is already taken (by '", std::string(got.begin(), got.end()), "')");
-  std::vector<std::string> keys;
-  for (int r = 0; r < world_size; ++r) keys.push_back(key("worker", r));
-  store_->wait(keys);
+  if (store_->add("rpc/workers/arrived", 1) == world_size) {
+    std::string table;
+    for (int r = 0; r < world_size; ++r) table += store_->get_string(key("worker", r)) + "\n";
+    store_->set("rpc/workers/table", table);
+  }
+  store_->wait({"rpc/workers/table"});
+  const std::string table = store_->get_string("rpc/workers/table");
   std::vector<PeerAddress> peers;
+  size_t at = 0;
   for (int r = 0; r < world_size; ++r) {
-    std::string v = store_->get_string(keys[r]);
-    auto nl1 = v.find('\n'), nl2 = v.rfind('\n');
-    GW_CHECK(nl1 != std::string::npos && nl2 > nl1, IoError, "[init_rpc] malformed address '", v,
-             "' published for rank ", r);
-    WorkerInfo w{v.substr(0, nl1), r};
+    // Three lines per worker: name, address, port.
+    std::string line[3];
+    for (auto& l : line) {
+      const size_t nl = table.find('\n', at);
+      GW_CHECK(nl != std::string::npos, IoError, "[init_rpc] the workers' table ends at rank ", r);
+      l = table.substr(at, nl - at);
+      at = nl + 1;
+    }
+    WorkerInfo w{line[0], r};
     GW_CHECK(!ids_.contains(w.name), InvalidArgumentError, "[init_rpc] worker name '", w.name,
              "' is used by ranks ", ids_[w.name], " and ", r);
     ids_[w.name] = r;
     workers_.push_back(w);
-    peers.push_back({w.name, v.substr(nl1 + 1, nl2 - nl1 - 1),
-                     static_cast<uint16_t>(std::stoi(v.substr(nl2 + 1)))});
+    peers.push_back({w.name, line[1], static_cast<uint16_t>(std::stoi(line[2]))});
   }
   return peers;
 }
@@ -471,11 +482,12 @@ void Agent::on_close(const std::shared_ptr<Connection>& c, const std::string& wh
 
 // --- shutdown --------------------------------------------------------------------------------
 
+// Linear in the world size: a counter, and a flag the last to arrive raises.
 void Agent::barrier(const std::string& phase) {
-  store_->set(key(phase, self_.id), std::string("1"));
-  std::vector<std::string> keys;
-  for (const auto& w : workers_) keys.push_back(key(phase, w.id));
-  store_->wait(keys);
+  const std::string at = "rpc/" + phase;
+  if (store_->add(at + "/arrived", 1) == static_cast<int64_t>(workers_.size()))
+    store_->set(at + "/done", std::string("1"));
+  store_->wait({at + "/done"});
 }
 
 void Agent::shutdown(bool graceful) {
@@ -501,12 +513,9 @@ void Agent::shutdown(bool graceful) {
   stop("the RPC agent was shut down");
   if (graceful) {
     // Rank 0 may own the store (TCPStore): keep it alive until everyone has left the barrier.
-    store_->set(key("shutdown-exit", self_.id), std::string("1"));
-    if (self_.id == 0) {
-      std::vector<std::string> keys;
-      for (const auto& w : workers_) keys.push_back(key("shutdown-exit", w.id));
-      store_->wait(keys);
-    }
+    if (store_->add("rpc/shutdown-exit/arrived", 1) == static_cast<int64_t>(workers_.size()))
+      store_->set("rpc/shutdown-exit/done", std::string("1"));
+    if (self_.id == 0) store_->wait({"rpc/shutdown-exit/done"});
   }
 }
 

@@ -250,11 +250,12 @@ struct SilentListener {
       if (line.find(remote) != std::string::npos) return true;
     return false;
   }
-  // Options whose rendezvous says worker `rank`, named "silent", listens here (the format
-  // Agent::rendezvous writes).
+  // Options whose rendezvous says worker `rank`, named "silent", listens here and has arrived
+  // (what Agent::rendezvous writes).
   RpcBackendOptions options_as_rank(int rank) const {
     auto store = std::make_shared<dist::HashStore>();
     store->set("rpc/worker/" + std::to_string(rank), "silent\n127.0.0.1\n" + std::to_string(port));
+    store->add("rpc/workers/arrived", 1);
     RpcBackendOptions o = Group::small_options();
     o.store = store;
     return o;
