@@ -3,10 +3,12 @@
 // fails.
 #include <cstdio>
 #include <exception>
+#include <optional>
 #include <utility>
 
 #include "core/error.h"
 #include "dist/launcher/job_key_file.h"
+#include "dist/launcher/node_rendezvous.h"
 #include "dist/launcher/options.h"
 #include "dist/launcher/supervisor.h"
 
@@ -24,8 +26,15 @@ int main(int argc, char** argv) {
       std::fputs(help_text().c_str(), stdout);
       return 0;
     }
-    options.master_port = resolve_master_port(options);
     const JobKeyFile key(options.nnodes);  // the workers' GW_JOB_KEY_FILE, removed at the end
+    std::optional<NodeRendezvous> nodes;   // with --rdzv-endpoint; its store lives with the job
+    if (!options.rdzv_endpoint.empty()) {
+      nodes.emplace(options);
+      options.node_rank = nodes->node_rank();
+      options.master_addr = nodes->master_addr();
+      options.master_port = nodes->master_port();
+    }
+    options.master_port = resolve_master_port(options);
     Supervisor supervisor(std::move(options));
     supervisor.start();
     return supervisor.run();

@@ -23,7 +23,8 @@ constexpr int kTorchrunDefaultPort = 29500;
 
 constexpr const char* kUsage =
     "usage: gwrun --nproc-per-node N [--nnodes M] [--node-rank R] [--master-addr A]\n"
-    "             [--master-port P] [--term-timeout S] [--] prog [args...]\n";
+    "             [--master-port P] [--rdzv-endpoint HOST:PORT] [--rdzv-timeout S]\n"
+    "             [--term-timeout S] [--] prog [args...]\n";
 
 constexpr const char* kFlags =
     "\n"
@@ -33,6 +34,10 @@ constexpr const char* kFlags =
     "  --node-rank R       this node's index, 0..M-1 (default 0)\n"
     "  --master-addr A     rank 0's host (default 127.0.0.1)\n"
     "  --master-port P     rank 0's port (default: a free port on one node, else 29500)\n"
+    "  --rdzv-endpoint H:P the nodes, started in any order, meet at H:P (the node whose\n"
+    "                      address H is hosts it) and receive their node ranks and the\n"
+    "                      master's address: no --node-rank or --master-addr needed\n"
+    "  --rdzv-timeout S    seconds a node waits for the others to arrive (default 900)\n"
     "  --term-timeout S    seconds between SIGTERM and SIGKILL when stopping (default 5)\n"
     "\n"
     "Each worker gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,\n"
@@ -64,6 +69,14 @@ bool apply_flag(LaunchOptions& o, std::string_view flag, std::string_view value)
     o.master_addr = value;
   } else if (flag == "--master-port") {
     o.master_port = parse_number(flag, value, 1, 65535);
+  } else if (flag == "--rdzv-endpoint") {
+    GW_CHECK(value.rfind(':') != std::string_view::npos && value.rfind(':') + 1 < value.size(),
+             InvalidArgumentError, "[gwrun] --rdzv-endpoint must be HOST:PORT, got '", value, "'");
+    o.rdzv_endpoint = value;
+  } else if (flag == "--rdzv-timeout") {
+    o.rdzv_timeout_s = parse_number(flag, value, 0.1, 86400.0);
+  } else if (flag == "--rdzv-backend" || flag == "--rdzv-id") {
+    // torchrun's: gwrun's rendezvous is always its own store (c10d semantics); ids unneeded.
   } else if (flag == "--term-timeout") {
     o.term_timeout_s = parse_number(flag, value, 0.0, 3600.0);
   } else {
@@ -106,6 +119,10 @@ LaunchOptions parse_launch_options(int argc, const char* const argv[]) {
   GW_CHECK(o.node_rank < o.nnodes, InvalidArgumentError, "[gwrun] --node-rank ", o.node_rank,
            " is out of range for --nnodes ", o.nnodes, " (expected 0..", o.nnodes - 1, ")");
   GW_CHECK(!o.command.empty(), InvalidArgumentError, "[gwrun] no program to run");
+  GW_CHECK(o.rdzv_endpoint.empty() || (o.node_rank == 0 && o.master_addr == "127.0.0.1"),
+           InvalidArgumentError,
+           "[gwrun] --rdzv-endpoint assigns node ranks and the master: drop --node-rank and "
+           "--master-addr");
   return o;
 }
 

@@ -13,6 +13,10 @@ struct LaunchOptions {
   std::string master_addr = "127.0.0.1";
   int master_port = 0;          // 0: not given, see resolve_master_port
   double term_timeout_s = 5.0;  // grace between SIGTERM and SIGKILL when stopping workers
+  // --rdzv-endpoint HOST:PORT: the nodes meet there and receive their node ranks and the
+  // master's address (node_rendezvous.h) instead of --node-rank and --master-addr.
+  std::string rdzv_endpoint;
+  double rdzv_timeout_s = 900.0;  // how long a node waits for the others (torchrun's default)
   bool help = false;
   std::vector<std::string> command;  // the program and its arguments
 

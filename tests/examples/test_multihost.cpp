@@ -42,6 +42,16 @@ struct SharedKey {
   }
 };
 
+// Every gwrun's result, collected concurrently: one blocked on a full pipe would stall the job.
+std::vector<GwrunResult> finish_all(std::vector<std::unique_ptr<GwrunProcess>>& hosts) {
+  std::vector<std::future<GwrunResult>> done;
+  for (auto& h : hosts)
+    done.push_back(std::async(std::launch::async, [&h] { return h->finish(); }));
+  std::vector<GwrunResult> results;
+  for (auto& d : done) results.push_back(d.get());
+  return results;
+}
+
 // `program` across every host of `bed`, `nproc` workers each, host 0 the master (its IPv4
 // address, or IPv6 with `v6`); each host's gwrun result.
 std::vector<GwrunResult> run_across(const NetnsBed& bed, int nproc,
@@ -149,4 +159,21 @@ TEST_CASE("DDP across three hosts trains as on one: same accuracy, identical par
                                    : out.substr(at, out.find('\n', at) - at);
   };
   CHECK(accuracy(r[0].out) == accuracy(local.out));
+}
+
+TEST_CASE("gwrun --rdzv-endpoint across hosts: nodes started in any order run the job",
+          "[examples][multihost]") {
+  SKIP_WITHOUT_BED();
+  NetnsBed bed(3);
+  SharedKey key;
+  std::vector<std::unique_ptr<GwrunProcess>> hosts;
+  for (int h : {2, 1, 0})  // the hosting node last
+    hosts.push_back(std::make_unique<GwrunProcess>(
+        std::vector<std::string>{"--nnodes", "3", "--rdzv-endpoint", bed.ipv4(0) + ":29400",
+                                 "--nproc-per-node", "1", GW_RPC_BASICS},
+        bed.exec(h)));
+  const auto r = finish_all(hosts);
+  INFO(all_output(r));
+  for (const auto& host : r) CHECK(host.exit_code == 0);
+  CHECK(count(all_output(r), "get_worker_info:     WorkerInfo(name=worker2, id=2)") == 1);
 }

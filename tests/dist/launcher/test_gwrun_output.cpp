@@ -1,4 +1,6 @@
 // gwrun end to end: the workers' environment and how their output is forwarded.
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -6,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <string>
@@ -221,4 +224,62 @@ TEST_CASE("gwrun passes a job key file it was given on, and leaves it", "[gwrun]
   CHECK(bad.out.empty());
   CHECK_THAT(bad.err, Catch::Contains("chmod 600"));
   std::filesystem::remove_all(dir);
+}
+
+namespace {
+// A port that was free on 127.0.0.1 a moment ago.
+int free_loopback_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), len) == 0);
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+}  // namespace
+
+TEST_CASE("nodes started in any order meet at --rdzv-endpoint and receive their node ranks",
+          "[gwrun]") {
+  const std::string endpoint = "127.0.0.1:" + std::to_string(free_loopback_port());
+  std::vector<std::unique_ptr<gw::test::GwrunProcess>> nodes;
+  for (int n = 0; n < 3; ++n)
+    nodes.push_back(std::make_unique<gw::test::GwrunProcess>(
+        std::vector<std::string>{"--nnodes", "3", "--rdzv-endpoint", endpoint, "--nproc-per-node",
+                                 "2", "sh", "-c", kPrintEnv}));
+  std::set<int> ranks, group_ranks;
+  std::set<std::string> masters;
+  for (auto& node : nodes) {
+    const GwrunResult r = node->finish();
+    INFO("stdout:\n" << r.out << "stderr:\n" << r.err);
+    REQUIRE(r.exit_code == 0);
+    for (const std::string& line : split_lines(r.out)) {
+      std::istringstream in(line.substr(line.find(']') + 2));
+      int rank = -1;
+      WorkerEnv env{};
+      in >> rank >> env.world_size >> env.local_rank >> env.local_world_size >> env.group_rank >>
+          env.master_addr >> env.master_port;
+      CHECK(env.world_size == 6);
+      CHECK(rank == env.group_rank * 2 + env.local_rank);
+      ranks.insert(rank);
+      group_ranks.insert(env.group_rank);
+      masters.insert(env.master_addr + ":" + env.master_port);
+    }
+  }
+  CHECK(ranks == std::set<int>{0, 1, 2, 3, 4, 5});
+  CHECK(group_ranks == std::set<int>{0, 1, 2});
+  CHECK(masters.size() == 1);  // every worker was told the same master
+}
+
+TEST_CASE("a node that never arrives fails the rendezvous after --rdzv-timeout", "[gwrun]") {
+  const std::string endpoint = "127.0.0.1:" + std::to_string(free_loopback_port());
+  const GwrunResult r = run_gwrun({"--nnodes", "2", "--rdzv-endpoint", endpoint, "--rdzv-timeout",
+                                   "1", "--nproc-per-node", "1", "sh", "-c", "echo ran"});
+  INFO("stderr:\n" << r.err);
+  CHECK(r.exit_code != 0);
+  CHECK(r.out.find("ran") == std::string::npos);  // no worker started
+  CHECK(r.err.find("rendezvous at " + endpoint + ": 1 of 2 nodes arrived within 1 s") !=
+        std::string::npos);
 }

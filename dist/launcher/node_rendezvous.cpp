@@ -1,0 +1,89 @@
+#include "dist/launcher/node_rendezvous.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <cstring>
+
+#include <asio.hpp>
+
+#include "core/error.h"
+#include "dist/store/net_address.h"
+#include "dist/store/tcp_store.h"
+
+namespace gw::launcher {
+namespace {
+
+constexpr const char* kArrived = "gwrun/nodes/arrived";
+constexpr const char* kComplete = "gwrun/nodes/complete";
+constexpr const char* kMaster = "gwrun/nodes/master";
+
+// A port that was free on `ip` a moment ago (the kernel's pick).
+int free_port(const std::string& ip) {
+  asio::io_context io;
+  asio::ip::tcp::acceptor probe(io);
+  const asio::ip::tcp::endpoint ep(asio::ip::make_address(ip), 0);
+  std::error_code ec;
+  probe.open(ep.protocol(), ec);
+  if (!ec) probe.bind(ep, ec);
+  GW_CHECK(!ec, IoError, "[gwrun] cannot find a free port on ", ip, ": ", ec.message());
+  return probe.local_endpoint().port();
+}
+
+}  // namespace
+
+NodeRendezvous::NodeRendezvous(const LaunchOptions& o) {
+  const std::string& endpoint = o.rdzv_endpoint;
+  const auto colon = endpoint.rfind(':');
+  std::string host = endpoint.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  int port = 0;
+  const std::string port_text = endpoint.substr(colon + 1);
+  const auto [end, ec] =
+      std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  GW_CHECK(
+      ec == std::errc() && end == port_text.data() + port_text.size() && port > 0 && port < 65536,
+      InvalidArgumentError, "[gwrun] --rdzv-endpoint '", endpoint, "' has no valid port");
+
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(o.rdzv_timeout_s * 1000));
+  dist::TCPStoreOptions store;
+  store.port = static_cast<uint16_t>(port);
+  store.world_size = o.nnodes;
+  store.timeout = timeout;
+  // The node that can listen on HOST:PORT hosts; the others (HOST is not theirs, or another
+  // gwrun of this machine took the port first) connect.
+  try {
+    store.is_master = true;
+    store_ = std::make_shared<dist::TCPStore>(host, store);
+    hosting_ = true;
+  } catch (const IoError&) {
+    store.is_master = false;
+    store_ = std::make_shared<dist::TCPStore>(host, store);
+  }
+
+  node_rank_ = static_cast<int>(store_->add(kArrived, 1)) - 1;
+  GW_CHECK(node_rank_ < o.nnodes, StateError, "[gwrun] more nodes than --nnodes ", o.nnodes,
+           " joined the rendezvous at ", endpoint);
+  if (node_rank_ == o.nnodes - 1) store_->set(kComplete, std::string("1"));
+  try {
+    store_->wait({kComplete}, timeout);
+  } catch (const TimeoutError&) {
+    throw TimeoutError(gw::detail::str("[gwrun] rendezvous at ", endpoint, ": ",
+                                       store_->add(kArrived, 0), " of ", o.nnodes,
+                                       " nodes arrived within ", o.rdzv_timeout_s, " s"));
+  }
+  if (node_rank_ == 0) {
+    const std::string ip = dist::reachable_address(host, "gwrun");
+    store_->set(kMaster, ip + "\n" + std::to_string(free_port(ip)));
+  }
+  store_->wait({kMaster}, timeout);
+  const std::string master = store_->get_string(kMaster);
+  const auto nl = master.find('\n');
+  master_addr_ = master.substr(0, nl);
+  master_port_ = std::stoi(master.substr(nl + 1));
+}
+
+}  // namespace gw::launcher
