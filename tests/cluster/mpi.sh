@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Under OpenMPI's mpirun: `mpirun -np 2` DDP training and `mpirun -np 3` the RPC examples, with a
+# job key; the programs take their ranks, world size and master from OpenMPI's variables alone.
+# Skips (exit 77) without Debian's openmpi-bin.
+#   mpi.sh <build dir>
+set -euo pipefail
+build=$(readlink -f "$1")
+command -v mpirun >/dev/null || { echo "skipped: no mpirun (Debian: openmpi-bin)"; exit 77; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+umask 077
+python3 -c 'import secrets; print(secrets.token_hex(32))' >"$work/job.key"
+export GW_JOB_KEY_FILE=$work/job.key
+# As root (CI), OpenMPI wants to be told; two cores: more ranks than cores is fine here.
+mpi=(mpirun --oversubscribe -x GW_JOB_KEY_FILE)
+[[ $(id -u) == 0 ]] && mpi+=(--allow-run-as-root)
+
+fail=0
+check() {  # check <what> <needle> <count> <output file>
+  local n
+  n=$(grep -c -F -- "$2" "$4" || true)
+  if [[ $n != "$3" ]]; then
+    echo "FAILED: $1: expected $3 lines with '$2', found $n"; cat "$4"; fail=1
+  else
+    echo "ok: $1"
+  fi
+}
+
+timeout 300 "${mpi[@]}" -np 2 "$build/examples/ddp_train" --epochs 1 --limit 3200 --target 0.5 \
+  >"$work/ddp.out" 2>&1 || { echo "FAILED: mpirun ddp_train"; cat "$work/ddp.out"; fail=1; }
+check "mpirun -np 2 ddp_train: identical replicas" "parameters identical to rank 0's: yes" 2 \
+  "$work/ddp.out"
+
+timeout 300 "${mpi[@]}" -np 3 "$build/examples/rpc_basics" >"$work/rpc.out" 2>&1 ||
+  { echo "FAILED: mpirun rpc_basics"; cat "$work/rpc.out"; fail=1; }
+check "mpirun -np 3 rpc_basics" "get_worker_info:     WorkerInfo(name=worker2, id=2)" 1 \
+  "$work/rpc.out"
+exit $fail

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Under a real Slurm: starts a one-node cluster on this machine (munged, slurmctld and slurmd
+# with a minimal configuration, all in a scratch directory, on free ports), then runs, with a
+# job key, `srun -n 2` DDP training and `srun -n 3` the RPC examples: the programs take their
+# ranks, world size and master from Slurm's variables alone. Stops the daemons and removes
+# everything at the end. Skips (exit 77) without root or Debian's slurmctld, slurmd and munge.
+#   slurm.sh <build dir>
+set -euo pipefail
+build=$(readlink -f "$1")
+skip() { echo "skipped: $*"; exit 77; }
+[[ $(id -u) == 0 ]] || skip "a Slurm cluster needs root"
+for p in munged slurmctld slurmd srun scontrol; do
+  command -v "$p" >/dev/null || skip "no $p (Debian: munge, slurmctld, slurmd, slurm-client)"
+done
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# munge: its own key, socket and files.
+mkdir -p "$work/munge" && chmod 700 "$work/munge"
+dd if=/dev/urandom of="$work/munge/munge.key" bs=1024 count=1 status=none
+chmod 400 "$work/munge/munge.key"
+munged --foreground --force --key-file="$work/munge/munge.key" \
+  --socket="$work/munge/munge.socket" --pid-file="$work/munge/munged.pid" \
+  --log-file="$work/munge/munged.log" --seed-file="$work/munge/munged.seed" \
+  >>"$work/munge/munged.log" 2>&1 &
+pids+=($!)
+
+host=$(hostname)
+mkdir -p "$work/state" "$work/spool"
+export SLURM_CONF=$work/slurm.conf
+cat >"$SLURM_CONF" <<CONF
+ClusterName=gwtest
+SlurmctldHost=$host
+SlurmUser=root
+SlurmdUser=root
+SlurmctldPort=$(free_port)
+SlurmdPort=$(free_port)
+AuthType=auth/munge
+AuthInfo=socket=$work/munge/munge.socket
+CredType=cred/munge
+StateSaveLocation=$work/state
+SlurmdSpoolDir=$work/spool
+SlurmctldPidFile=$work/slurmctld.pid
+SlurmdPidFile=$work/slurmd.pid
+SlurmctldLogFile=$work/slurmctld.log
+SlurmdLogFile=$work/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+MpiDefault=none
+SchedulerType=sched/builtin
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+ReturnToService=2
+NodeName=$host CPUs=$(nproc) State=UNKNOWN
+PartitionName=gw Nodes=ALL Default=YES MaxTime=10 State=UP OverSubscribe=FORCE
+CONF
+
+for i in $(seq 50); do [[ -S $work/munge/munge.socket ]] && break; sleep 0.1; done
+slurmctld -D -i >>"$work/slurmctld.log" 2>&1 &
+pids+=($!)
+slurmd -D >>"$work/slurmd.log" 2>&1 &
+pids+=($!)
+# Bounded: the node is up within 30 s or the test fails with the daemons' logs.
+for i in $(seq 300); do
+  state=$(sinfo -h -o %T 2>/dev/null || true)
+  [[ $state == idle* ]] && break
+  sleep 0.1
+done
+if [[ ${state:-} != idle* ]]; then
+  echo "the one-node cluster did not come up (state: '${state:-}')"
+  tail -20 "$work/slurmctld.log" "$work/slurmd.log" 2>/dev/null
+  exit 1
+fi
+
+umask 077
+key=$work/job.key
+python3 -c 'import secrets; print(secrets.token_hex(32))' >"$key"
+export GW_JOB_KEY_FILE=$key
+
+fail=0
+check() {  # check <what> <needle> <count> <output file>
+  local n
+  n=$(grep -c -F -- "$2" "$4" || true)
+  if [[ $n != "$3" ]]; then
+    echo "FAILED: $1: expected $3 lines with '$2', found $n"; cat "$4"; fail=1
+  else
+    echo "ok: $1"
+  fi
+}
+
+timeout 300 srun -n 2 --overcommit "$build/examples/ddp_train" --epochs 1 --limit 3200 \
+  --target 0.5 >"$work/ddp.out" 2>&1 || { echo "FAILED: srun ddp_train"; cat "$work/ddp.out"; fail=1; }
+check "srun -n 2 ddp_train: identical replicas" "parameters identical to rank 0's: yes" 2 "$work/ddp.out"
+
+timeout 300 srun -n 3 --overcommit "$build/examples/rpc_basics" >"$work/rpc.out" 2>&1 ||
+  { echo "FAILED: srun rpc_basics"; cat "$work/rpc.out"; fail=1; }
+check "srun -n 3 rpc_basics" "get_worker_info:     WorkerInfo(name=worker2, id=2)" 1 "$work/rpc.out"
+exit $fail
