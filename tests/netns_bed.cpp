@@ -6,7 +6,11 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <stdexcept>
 
 extern char** environ;
@@ -41,6 +45,18 @@ void must(const std::vector<std::string>& argv) {
   }
 }
 
+// Removes the namespaces of beds whose test process died without tearing them down (killed by a
+// timeout, say): "gwbed<pid>-..." with no process <pid>.
+void remove_stale_beds() {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/run/netns", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("gwbed", 0) != 0) continue;
+    const pid_t pid = static_cast<pid_t>(std::atol(name.c_str() + 5));
+    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) run({"ip", "netns", "del", name});
+  }
+}
+
 std::string unique_prefix() {
   static std::atomic<int> beds{0};
   return "gwbed" + std::to_string(::getpid()) + "-" + std::to_string(beds++);
@@ -66,6 +82,8 @@ std::string NetnsBed::unavailable() {
 }
 
 NetnsBed::NetnsBed(int hosts) : prefix_(unique_prefix()), hosts_(hosts) {
+  static const bool cleaned = (remove_stale_beds(), true);
+  (void)cleaned;
   const std::string sw = prefix_ + "-sw";
   try {
     must({"ip", "netns", "add", sw});

@@ -16,10 +16,6 @@
 namespace gw::launcher {
 namespace {
 
-constexpr const char* kArrived = "gwrun/nodes/arrived";
-constexpr const char* kComplete = "gwrun/nodes/complete";
-constexpr const char* kMaster = "gwrun/nodes/master";
-
 // A port that was free on `ip` a moment ago (the kernel's pick).
 int free_port(const std::string& ip) {
   asio::io_context io;
@@ -30,6 +26,17 @@ int free_port(const std::string& ip) {
   if (!ec) probe.bind(ep, ec);
   GW_CHECK(!ec, IoError, "[gwrun] cannot find a free port on ", ip, ": ", ec.message());
   return probe.local_endpoint().port();
+}
+
+// Whether ip:port is taken (by another gwrun hosting the rendezvous on this machine).
+bool port_in_use(const std::string& ip, uint16_t port) {
+  asio::io_context io;
+  asio::ip::tcp::acceptor probe(io);
+  const asio::ip::tcp::endpoint ep(asio::ip::make_address(ip), port);
+  std::error_code ec;
+  probe.open(ep.protocol(), ec);
+  if (!ec) probe.bind(ep, ec);
+  return ec == asio::error::address_in_use;
 }
 
 }  // namespace
@@ -53,17 +60,29 @@ NodeRendezvous::NodeRendezvous(const LaunchOptions& o) {
   store.port = static_cast<uint16_t>(port);
   store.world_size = o.nnodes;
   store.timeout = timeout;
-  // The node that can listen on HOST:PORT hosts; the others (HOST is not theirs, or another
-  // gwrun of this machine took the port first) connect.
-  try {
+  // The node whose address HOST is hosts, unless another gwrun of this machine took the port
+  // first; the others connect.
+  const std::string ip = dist::resolve_host(host, "gwrun");
+  if (dist::is_local_address(ip)) {
     store.is_master = true;
-    store_ = std::make_shared<dist::TCPStore>(host, store);
-    hosting_ = true;
-  } catch (const IoError&) {
+    // A name of this machine mapped to loopback: the store picks (all interfaces, with a key).
+    store.bind_address = dist::names_this_host(host, ip) ? "" : ip;
+    try {
+      store_ = std::make_shared<dist::TCPStore>(host, store);
+      hosting_ = true;
+    } catch (const IoError&) {
+      if (!port_in_use(ip, store.port)) throw;
+    }
+  }
+  if (!hosting_) {
     store.is_master = false;
     store_ = std::make_shared<dist::TCPStore>(host, store);
   }
 
+  // Keys of this job's rendezvous (--rdzv-id): jobs sharing an endpoint do not mix.
+  const std::string prefix = "gwrun/" + o.rdzv_id + "/nodes/";
+  const std::string kArrived = prefix + "arrived", kComplete = prefix + "complete",
+                    kMaster = prefix + "master";
   node_rank_ = static_cast<int>(store_->add(kArrived, 1)) - 1;
   GW_CHECK(node_rank_ < o.nnodes, StateError, "[gwrun] more nodes than --nnodes ", o.nnodes,
            " joined the rendezvous at ", endpoint);

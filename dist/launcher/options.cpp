@@ -38,6 +38,7 @@ constexpr const char* kFlags =
     "                      address H is hosts it) and receive their node ranks and the\n"
     "                      master's address: no --node-rank or --master-addr needed\n"
     "  --rdzv-timeout S    seconds a node waits for the others to arrive (default 900)\n"
+    "  --rdzv-id ID        the job's name at the endpoint, for jobs that share one\n"
     "  --term-timeout S    seconds between SIGTERM and SIGKILL when stopping (default 5)\n"
     "\n"
     "Each worker gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,\n"
@@ -75,8 +76,11 @@ bool apply_flag(LaunchOptions& o, std::string_view flag, std::string_view value)
     o.rdzv_endpoint = value;
   } else if (flag == "--rdzv-timeout") {
     o.rdzv_timeout_s = parse_number(flag, value, 0.1, 86400.0);
-  } else if (flag == "--rdzv-backend" || flag == "--rdzv-id") {
-    // torchrun's: gwrun's rendezvous is always its own store (c10d semantics); ids unneeded.
+  } else if (flag == "--rdzv-id") {
+    GW_CHECK(!value.empty(), InvalidArgumentError, "[gwrun] --rdzv-id must not be empty");
+    o.rdzv_id = value;
+  } else if (flag == "--rdzv-backend") {
+    // torchrun's: gwrun's rendezvous is always its own store, with c10d's semantics.
   } else if (flag == "--term-timeout") {
     o.term_timeout_s = parse_number(flag, value, 0.0, 3600.0);
   } else {

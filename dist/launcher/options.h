@@ -17,6 +17,7 @@ struct LaunchOptions {
   // master's address (node_rendezvous.h) instead of --node-rank and --master-addr.
   std::string rdzv_endpoint;
   double rdzv_timeout_s = 900.0;  // how long a node waits for the others (torchrun's default)
+  std::string rdzv_id = "default";  // the job's name at the endpoint (--rdzv-id)
   bool help = false;
   std::vector<std::string> command;  // the program and its arguments
 

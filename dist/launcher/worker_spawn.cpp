@@ -57,6 +57,9 @@ pid_t spawn_worker(const std::vector<std::string>& command, const std::vector<st
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, out_fd, STDOUT_FILENO);
   posix_spawn_file_actions_adddup2(&actions, err_fd, STDERR_FILENO);
+  // Nothing else of gwrun's: the rendezvous store's sockets (Asio opens them without
+  // close-on-exec) would outlive a killed gwrun in its workers and hold the port.
+  posix_spawn_file_actions_addclosefrom_np(&actions, STDERR_FILENO + 1);
 
   // gwrun's handlers vanish at exec anyway, but its ignored SIGPIPE and any blocked signals
   // would be inherited.

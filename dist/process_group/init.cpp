@@ -1,6 +1,7 @@
 #include "dist/process_group/init.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <mutex>
 
 #include "dist/store/launch_env.h"
@@ -49,6 +50,16 @@ std::shared_ptr<ProcessGroup> make_group([[maybe_unused]] const std::string& bac
   return std::make_shared<ProcessGroupGloo>(std::move(store), rank, size,
                                             GlooOptions{.timeout = timeout, .hostname = address});
 }
+// GW_GLOO_HOSTNAME chose Gloo's address before GW_SOCKET_IFNAME: a job still setting it must
+// not silently get another address.
+void check_no_gloo_hostname() {
+  const char* old = std::getenv("GW_GLOO_HOSTNAME");
+  GW_CHECK(old == nullptr || *old == '\0', InvalidArgumentError,
+           "[init_process_group] GW_GLOO_HOSTNAME (", old,
+           ") is no longer read: Gloo listens on the address that routes to the master; set "
+           "GW_SOCKET_IFNAME to name the interface instead");
+}
+
 // Makes the default group over `store`, its pairs listening on `address`.
 std::shared_ptr<ProcessGroup> start(const std::string& backend, std::shared_ptr<Store> store,
                                     int rank, int world_size, Milliseconds timeout,
@@ -79,6 +90,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend,
                                                  const std::string& init_method, int rank,
                                                  int world_size, Milliseconds timeout) {
   check_backend(backend);
+  check_no_gloo_hostname();
   const auto master = rendezvous_host(init_method);
   const std::string address = master ? reachable_address(*master, "init_process_group")
                                      : default_address("init_process_group");
@@ -95,6 +107,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend,
                                                  std::shared_ptr<Store> store, int rank,
                                                  int world_size, Milliseconds timeout) {
   check_backend(backend);
+  check_no_gloo_hostname();
   return start(backend, std::move(store), rank, world_size, timeout,
                default_address("init_process_group"));
 }

@@ -147,7 +147,7 @@ LaunchEnv from_slurm() {
   LaunchEnv e;
   e.launcher = "slurm";
   const char* who = "Slurm";
-  e.rank = need_int("SLURM_PROCID", "SLURM_STEP_ID", who);
+  e.rank = *env_int("SLURM_PROCID");
   auto ntasks = env_int("SLURM_STEP_NUM_TASKS");
   e.world_size = ntasks ? *ntasks : need_int("SLURM_NTASKS", "SLURM_PROCID", who);
   e.local_rank = env_int("SLURM_LOCALID").value_or(0);
@@ -205,8 +205,10 @@ std::string first_slurm_host(const std::string& nodelist) {
 LaunchEnv detect_launch_env() {
   if (env("RANK") || env("WORLD_SIZE")) return from_torch_variables();
   if (env("OMPI_COMM_WORLD_RANK") || env("OMPI_COMM_WORLD_SIZE")) return from_openmpi();
-  // Inside an srun step only: a batch script (no step) is not one of the job's tasks.
-  if (env("SLURM_PROCID") && (env("SLURM_STEP_ID") || env("SLURM_STEPID"))) return from_slurm();
+  // Inside an srun step only (srun alone sets the step's task counts): a batch script or an
+  // interactive step has SLURM_PROCID too, but is not one of the job's tasks.
+  if (env("SLURM_PROCID") && (env("SLURM_STEP_NUM_TASKS") || env("SLURM_STEP_TASKS_PER_NODE")))
+    return from_slurm();
   return {};
 }
 

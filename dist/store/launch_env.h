@@ -9,10 +9,11 @@
 //   OpenMPI (mpirun)    OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE; the master is
 //                       MASTER_ADDR, else loopback when every rank is on this node; the port
 //                       MASTER_PORT, else one derived from the job's id
-//   Slurm (srun)        SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_STEP_TASKS_PER_NODE
-//                       with SLURM_NODEID; the master is MASTER_ADDR, else the first host of
-//                       SLURM_JOB_NODELIST; the port MASTER_PORT, else one derived from
-//                       SLURM_JOB_ID and SLURM_STEP_ID
+//   Slurm (srun)        SLURM_PROCID, SLURM_STEP_NUM_TASKS (else SLURM_NTASKS), SLURM_LOCALID,
+//                       SLURM_STEP_TASKS_PER_NODE with SLURM_NODEID (inside an srun step
+//                       only: a batch script is not one of the job's tasks); the master is
+//                       MASTER_ADDR, else the first host of SLURM_JOB_NODELIST; the port
+//                       MASTER_PORT, else one derived from SLURM_JOB_ID and SLURM_STEP_ID
 //
 // and, when none of them is there, a job of one process on loopback. Variables that contradict
 // each other or are malformed (a RANK without WORLD_SIZE, a rank outside the world, a port

@@ -8,7 +8,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <strings.h>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -72,7 +71,8 @@ std::optional<std::string> first_interface_address() {
   if (::getifaddrs(&list) != 0) return std::nullopt;
   std::optional<std::string> v4, v6;
   for (const ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
-    if (i->ifa_addr == nullptr || !(i->ifa_flags & IFF_UP) || (i->ifa_flags & IFF_LOOPBACK))
+    if (i->ifa_addr == nullptr || !(i->ifa_flags & IFF_UP) || !(i->ifa_flags & IFF_RUNNING) ||
+        (i->ifa_flags & IFF_LOOPBACK))
       continue;
     if (i->ifa_addr->sa_family == AF_INET && !v4)
       v4 = numeric(i->ifa_addr, sizeof(sockaddr_in));
@@ -142,24 +142,46 @@ std::string resolve_host(const std::string& host, const char* op) {
   return v4.empty() ? any : v4;
 }
 
+bool names_this_host(const std::string& host, const std::string& ip) {
+  in_addr literal{};
+  in6_addr literal6{};
+  const bool is_literal = ::inet_pton(AF_INET, host.c_str(), &literal) == 1 ||
+                          ::inet_pton(AF_INET6, host.c_str(), &literal6) == 1;
+  return !is_literal && is_loopback(ip) && ip != "127.0.0.1" && ip != "::1";
+}
+
 std::string reachable_address(const std::string& master, const char* op) {
   const std::string master_ip = resolve_host(master, op);
   if (const char* ifname = std::getenv(kSocketIfnameEnv); ifname != nullptr && *ifname != '\0')
     return from_ifname(ifname, family_of(master_ip), op);
   if (is_loopback(master_ip)) {
-    // This machine's own name mapped to loopback (Debian's 127.0.1.1): the other hosts know it
-    // by a real address.
-    char self[256] = {};
-    const bool own_name =
-        ::gethostname(self, sizeof self - 1) == 0 && ::strcasecmp(self, master.c_str()) == 0;
-    if (own_name && master_ip != "127.0.0.1" && master_ip != "::1")
+    // A name of this machine mapped to loopback (Debian's 127.0.1.1): the other hosts know it
+    // by a real address — the one of the default route, else of the first interface up.
+    if (names_this_host(master, master_ip)) {
+      if (auto ip = route_source("192.0.2.1")) return *ip;  // TEST-NET-1: a route lookup only
       if (auto ip = first_interface_address()) return *ip;
+    }
     return master_ip;
   }
   auto ip = route_source(master_ip);
   GW_CHECK(ip.has_value() && !ip->empty(), InvalidArgumentError, "[", op, "] no route to master '",
            master, "' (", master_ip, "); set ", kSocketIfnameEnv, " to the interface to use");
   return *ip;
+}
+
+bool is_local_address(const std::string& ip) {
+  if (is_loopback(ip)) return true;
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return false;
+  bool found = false;
+  for (const ifaddrs* i = list; i != nullptr && !found; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr) continue;
+    const int f = i->ifa_addr->sa_family;
+    if (f == AF_INET || f == AF_INET6)
+      found = numeric(i->ifa_addr, f == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6)) == ip;
+  }
+  ::freeifaddrs(list);
+  return found;
 }
 
 std::string default_address(const char* op) {

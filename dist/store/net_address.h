@@ -19,12 +19,20 @@ inline constexpr const char* kSocketIfnameEnv = "GW_SOCKET_IFNAME";
 // InvalidArgumentError naming `op` and the host when it does not resolve.
 std::string resolve_host(const std::string& host, const char* op);
 
+// Whether `host`, which resolved to `ip`, is a name of this machine mapped to loopback (Debian
+// maps the host's names to 127.0.1.1): a name the other hosts resolve to a real address.
+bool names_this_host(const std::string& host, const std::string& ip);
+
 // This host's address the job's other hosts reach it on: the GW_SOCKET_IFNAME interface's
 // address (of `master`'s family when it has both), else the source address of the route to
-// `master`; loopback when `master` is loopback, unless `master` is this machine's own name
-// mapped to loopback (Debian's 127.0.1.1), which means the address of its first interface that
-// is up. Throws InvalidArgumentError naming the interface (and the ones there are) or `master`.
+// `master`; loopback when `master` is loopback, unless `master` names this host
+// (names_this_host), which means the address of the default route (else of the first interface
+// that is up). Throws InvalidArgumentError naming the interface (and the ones there are) or
+// `master`.
 std::string reachable_address(const std::string& master, const char* op);
+
+// Whether `ip` is an address of this machine (loopback included).
+bool is_local_address(const std::string& ip);
 
 // Where a job without a master host (its store given directly) listens: GW_SOCKET_IFNAME's
 // address, else loopback.

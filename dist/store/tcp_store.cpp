@@ -1,8 +1,6 @@
 #include "dist/store/tcp_store.h"
 
-#include <netdb.h>
 #include <netinet/in.h>
-#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -15,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "dist/store/net_address.h"
 #include "dist/store/store_util.h"
 #include "dist/store/tcp_store_server.h"
 
@@ -59,28 +58,11 @@ std::string bind_address(const std::string& host, const std::string& configured,
     return env;
   std::error_code ec;
   if (asio::ip::make_address(host, ec), !ec) return host;  // an IP address already
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* list = nullptr;
-  const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &list);
-  GW_CHECK(rc == 0 && list != nullptr, InvalidArgumentError, "[TCPStore] cannot resolve host '",
-           host, "': ", ::gai_strerror(rc));
-  char text[INET6_ADDRSTRLEN] = {};
-  const int named =
-      ::getnameinfo(list->ai_addr, list->ai_addrlen, text, sizeof text, nullptr, 0, NI_NUMERICHOST);
-  ::freeaddrinfo(list);
-  GW_CHECK(named == 0, InvalidArgumentError, "[TCPStore] cannot print the address of host '", host,
-           "': ", ::gai_strerror(named));
-  // This machine's own hostname, which Debian maps to 127.0.1.1: the other nodes can only
-  // reach it on its real interfaces.
-  char self[256] = {};
-  const auto ip = asio::ip::make_address(text);
-  const bool own_name =
-      ::gethostname(self, sizeof self - 1) == 0 && ::strcasecmp(self, host.c_str()) == 0;
-  if (own_name && ip.is_loopback() && text != std::string("127.0.0.1") &&
-      text != std::string("::1")) {
-    if (widen) return ip.is_v6() ? "::" : "0.0.0.0";
+  const std::string text = resolve_host(host, "TCPStore");
+  // A name of this machine, which Debian maps to 127.0.1.1: the other nodes can only reach it
+  // on its real interfaces.
+  if (names_this_host(host, text)) {
+    if (widen) return asio::ip::make_address(text).is_v6() ? "::" : "0.0.0.0";
     log_error("[TCPStore] '", host, "' is this machine's name mapped to ", text,
               ", which other hosts cannot reach; listening there anyway, as there is no job key "
               "(set GW_STORE_BIND_ADDRESS and GW_JOB_KEY_FILE for a job across hosts)");

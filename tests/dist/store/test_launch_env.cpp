@@ -142,10 +142,13 @@ TEST_CASE("Slurm: srun's variables, the master from the node list", "[store][lau
     CHECK(detect_launch_env().init_method() == "tcp://10.1.2.3:31000");
   }
   {
-    // A batch script is not one of the step's tasks.
-    auto batch = kSlurm;
-    batch.erase("SLURM_STEP_ID");
-    Env env(batch);
+    // A batch script or an interactive step (newer Slurm sets SLURM_STEP_ID=-5 there) is not
+    // one of an srun step's tasks.
+    Env env({{"SLURM_PROCID", "0"},
+             {"SLURM_STEP_ID", "-5"},
+             {"SLURM_NTASKS", "8"},
+             {"SLURM_JOB_NODELIST", "node1"},
+             {"SLURM_JOB_ID", "7"}});
     CHECK(detect_launch_env().launcher == "none");
   }
   CHECK(first_slurm_host("node[07-09,12],gpu1") == "node07");
