@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <stdexcept>
 
 extern char** environ;
@@ -53,7 +54,10 @@ void remove_stale_beds() {
     const std::string name = entry.path().filename().string();
     if (name.rfind("gwbed", 0) != 0) continue;
     const pid_t pid = static_cast<pid_t>(std::atol(name.c_str() + 5));
-    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) run({"ip", "netns", "del", name});
+    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) {
+      run({"ip", "netns", "del", name});
+      std::filesystem::remove_all("/etc/netns/" + name, ec);
+    }
   }
 }
 
@@ -93,6 +97,14 @@ NetnsBed::NetnsBed(int hosts) : prefix_(unique_prefix()), hosts_(hosts) {
       const std::string host = ns(h), port = "p" + std::to_string(h);
       must({"ip", "netns", "add", host});
       ++built_;
+      // An address of its own before eth0, reachable from nowhere else: a host publishing its
+      // first interface instead of the one that routes to the master is caught.
+      // (A veth pair within the host: the dummy driver may be missing in a container.)
+      must({"ip", "-n", host, "link", "add", "aux0", "type", "veth", "peer", "name", "aux1"});
+      must({"ip", "-n", host, "addr", "add", "10.88.0." + std::to_string(h + 1) + "/24", "dev",
+            "aux0"});
+      must({"ip", "-n", host, "link", "set", "aux1", "up"});
+      must({"ip", "-n", host, "link", "set", "aux0", "up"});
       must({"ip", "-n", sw, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns",
             host});
       must({"ip", "-n", sw, "link", "set", port, "master", "br0", "up"});
@@ -100,6 +112,13 @@ NetnsBed::NetnsBed(int hosts) : prefix_(unique_prefix()), hosts_(hosts) {
       must({"ip", "-n", host, "addr", "add", ipv4(h) + "/24", "dev", "eth0"});
       must({"ip", "-n", host, "addr", "add", ipv6(h) + "/64", "dev", "eth0", "nodad"});
       must({"ip", "-n", host, "link", "set", "eth0", "up"});
+    }
+    // Every host's name resolves on every host (`ip netns exec` mounts this over /etc/hosts).
+    std::string hosts_file = "127.0.0.1 localhost\n::1 localhost\n";
+    for (int h = 0; h < hosts; ++h) hosts_file += ipv4(h) + " " + name(h) + "\n";
+    for (int h = 0; h < hosts; ++h) {
+      std::filesystem::create_directories("/etc/netns/" + ns(h));
+      std::ofstream("/etc/netns/" + ns(h) + "/hosts") << hosts_file;
     }
   } catch (...) {
     teardown();
@@ -110,7 +129,11 @@ NetnsBed::NetnsBed(int hosts) : prefix_(unique_prefix()), hosts_(hosts) {
 NetnsBed::~NetnsBed() { teardown(); }
 
 void NetnsBed::teardown() {
-  for (int h = 0; h < built_; ++h) run({"ip", "netns", "del", ns(h)});
+  std::error_code ignored;
+  for (int h = 0; h < built_; ++h) {
+    run({"ip", "netns", "del", ns(h)});
+    std::filesystem::remove_all("/etc/netns/" + ns(h), ignored);
+  }
   built_ = 0;
   run({"ip", "netns", "del", prefix_ + "-sw"});  // takes the bridge and the cables with it
 }

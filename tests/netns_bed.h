@@ -1,8 +1,10 @@
 // A test bed of hosts on one machine: Linux network namespaces, each with its own network stack
 // and one interface, eth0, cabled (a veth pair) to a bridge that lives in a namespace of its own.
-// Host i has 10.77.0.(i+1)/24 and fd77::(i+1)/64; nothing else is reachable from it, and nothing
-// outside the bed (the machine's own namespace included) sees its traffic. The constructor
-// builds it; the destructor deletes the namespaces, which removes their links.
+// Host i has 10.77.0.(i+1)/24 and fd77::(i+1)/64 on eth0, and before it an interface (aux0)
+// with 10.88.0.(i+1) that no other host can reach; the hosts' names (gwhost0, gwhost1, ...) resolve
+// on every host. Nothing outside the bed (the machine's own namespace included) sees its
+// traffic. The constructor builds it; the destructor deletes the namespaces, which removes
+// their links.
 //
 //   if (auto why = NetnsBed::unavailable(); !why.empty()) GW_SKIP(why);
 //   NetnsBed bed(3);
@@ -31,6 +33,7 @@ class NetnsBed {
   std::string ns(int host) const;  // the namespace's name
   std::string ipv4(int host) const { return "10.77.0." + std::to_string(host + 1); }
   std::string ipv6(int host) const { return "fd77::" + std::to_string(host + 1); }
+  std::string name(int host) const { return "gwhost" + std::to_string(host); }
   // The command prefix that runs a program on `host`: {"ip", "netns", "exec", ns(host)}.
   std::vector<std::string> exec(int host) const;
   // Plugs or pulls `host`'s cable (its port on the bridge).

@@ -52,17 +52,27 @@ std::vector<GwrunResult> finish_all(std::vector<std::unique_ptr<GwrunProcess>>& 
   return results;
 }
 
-// `program` across every host of `bed`, `nproc` workers each, host 0 the master (its IPv4
-// address, or IPv6 with `v6`); each host's gwrun result.
+// `program` across every host of `bed`, `nproc` workers each, host 0 the master (named by its
+// IPv4 address, IPv6 address or host name); each host's gwrun result.
+enum class Master { kIpv4, kIpv6, kName };
+
 std::vector<GwrunResult> run_across(const NetnsBed& bed, int nproc,
-                                    const std::vector<std::string>& program, bool v6 = false) {
+                                    const std::vector<std::string>& program,
+                                    Master master = Master::kIpv4) {
   std::vector<std::unique_ptr<GwrunProcess>> hosts;
   for (int h = 0; h < bed.hosts(); ++h) {
-    std::vector<std::string> args = {"--nnodes",         std::to_string(bed.hosts()),
-                                     "--node-rank",      std::to_string(h),
-                                     "--nproc-per-node", std::to_string(nproc),
-                                     "--master-addr",    v6 ? bed.ipv6(0) : bed.ipv4(0),
-                                     "--master-port",    "29500"};
+    std::vector<std::string> args = {"--nnodes",
+                                     std::to_string(bed.hosts()),
+                                     "--node-rank",
+                                     std::to_string(h),
+                                     "--nproc-per-node",
+                                     std::to_string(nproc),
+                                     "--master-addr",
+                                     master == Master::kIpv6   ? bed.ipv6(0)
+                                     : master == Master::kName ? bed.name(0)
+                                                               : bed.ipv4(0),
+                                     "--master-port",
+                                     "29500"};
     args.insert(args.end(), program.begin(), program.end());
     hosts.push_back(std::make_unique<GwrunProcess>(args, bed.exec(h)));
   }
@@ -105,10 +115,20 @@ TEST_CASE("RPC across hosts over IPv6: the store, the agents and gwrun's --maste
   SKIP_WITHOUT_BED();
   NetnsBed bed(3);
   SharedKey key;
-  const auto r = run_across(bed, 1, {GW_RPC_BASICS}, /*v6=*/true);
+  const auto r = run_across(bed, 1, {GW_RPC_BASICS}, Master::kIpv6);
   INFO(all_output(r));
   for (const auto& host : r) CHECK(host.exit_code == 0);
   CHECK(count(r[0].out, "remote + to_here:    tensor([6., 6.])") == 1);
+}
+
+TEST_CASE("RPC across hosts with the master named by its host name", "[examples][multihost]") {
+  SKIP_WITHOUT_BED();
+  NetnsBed bed(3);
+  SharedKey key;
+  const auto r = run_across(bed, 1, {GW_RPC_BASICS}, Master::kName);
+  INFO(all_output(r));
+  for (const auto& host : r) CHECK(host.exit_code == 0);
+  CHECK(count(r[0].out, "rref.remote():       tensor([4., 4.])") == 1);
 }
 
 TEST_CASE("distributed autograd and the parameter server run across hosts",
