@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "tests/dist/launcher/gwrun_process.h"
+#include "tests/process_util.h"
 #include "tests/tls_pki.h"
 
 using gw::test::run_gwrun;
@@ -78,4 +79,23 @@ TEST_CASE("DDP training keeps the replicas identical", "[examples][dist][ddp]") 
   CHECK(r.exit_code == 0);
   CHECK(count(r.out, "parameters identical to rank 0's: yes") == 2);
   CHECK(count(r.out, "epoch 1: test accuracy") == 1);  // rank 0 only
+}
+
+TEST_CASE("an example in a broken environment fails with one line and an exit code, no abort",
+          "[examples][dist]") {
+  // RANK without WORLD_SIZE; then a port that is not one.
+  for (const std::vector<std::string>& env :
+       {std::vector<std::string>{"RANK=0"},
+        std::vector<std::string>{"RANK=0", "WORLD_SIZE=1", "MASTER_ADDR=127.0.0.1",
+                                 "MASTER_PORT=99999"}}) {
+    for (const char* example : {GW_SEED_EXAMPLE, GW_RPC_BASICS}) {
+      std::vector<std::string> argv = {"/usr/bin/env", "-u", "WORLD_SIZE"};
+      argv.insert(argv.end(), env.begin(), env.end());
+      argv.push_back(example);
+      INFO(example << " with " << env.back());
+      const int code = gw::test::wait_exit(gw::test::spawn(argv));
+      CHECK(code > 0);
+      CHECK(code < 128);  // an exit, not a signal (SIGABRT would be 134)
+    }
+  }
 }
