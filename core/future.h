@@ -124,6 +124,7 @@ class Future {
   // Completes the future from the outcome of `f()`: its value or what it throws.
   template <typename F>
   void set_from(F&& f) {
+    std::exception_ptr error;
     try {
       if constexpr (std::is_void_v<T>) {
         f();
@@ -132,8 +133,11 @@ class Future {
         set_result(f());
       }
     } catch (...) {
-      set_exception(std::current_exception());
+      error = std::current_exception();
     }
+    // Outside the catch: waiters on other threads may drop the exception first (see
+    // tests/tsan.supp: only exception_ptr's release may be the last owner then).
+    if (error) set_exception(std::move(error));
   }
 
   // Runs `cb(*this)` once the future completes: inline if it already has.
@@ -159,11 +163,13 @@ class Future {
       using U = typename std::decay_t<R>::value_type;
       Future<U> out;
       add_done_callback([out, f = std::move(f)](Future<T>& self) mutable {
+        std::exception_ptr error;
         try {
           f(self).add_done_callback([out](Future<U>& inner) mutable { out.follow(inner); });
         } catch (...) {
-          out.set_exception(std::current_exception());
+          error = std::current_exception();
         }
+        if (error) out.set_exception(std::move(error));  // outside the catch, as in set_from
       });
       return out;
     } else {

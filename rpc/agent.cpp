@@ -360,13 +360,17 @@ void Agent::on_request(const std::shared_ptr<Connection>& c, Message m) {
   const int from = c->peer_id();
   const uint64_t id = m.id;
   const uint64_t ctx = m.autograd ? m.autograd->context_id : 0;
+  std::exception_ptr refused;
   try {
     receive(from, m, Arrival::kRequest);
   } catch (...) {
+    refused = std::current_exception();
+  }
+  if (refused) {  // answered outside the catch: another thread may drop the error first
     auto held = std::make_shared<Message>(std::move(m));
     if (std::holds_alternative<RRefCreate>(*held->request()))
-      return on_rref_request(c, held, std::current_exception());
-    Future<IValue> failed = Future<IValue>::failed(std::current_exception());
+      return on_rref_request(c, held, std::move(refused));
+    Future<IValue> failed = Future<IValue>::failed(std::move(refused));
     return respond(c, id, failed);
   }
   auto held = std::make_shared<Message>(std::move(m));

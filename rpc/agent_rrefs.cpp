@@ -52,6 +52,7 @@ void Agent::on_rref_request(const std::shared_ptr<Connection>& c, const std::sha
   const uint64_t id = m->id;
   const uint64_t ctx = m->autograd ? m->autograd->context_id : 0;
   Future<IValue> none = Future<IValue>::ready(IValue());
+  std::exception_ptr error;
   try {
     Request& r = *m->request();
     if (auto* create = std::get_if<RRefCreate>(&r)) {
@@ -62,18 +63,23 @@ void Agent::on_rref_request(const std::shared_ptr<Connection>& c, const std::sha
       auto settle = [owner](Future<IValue>& v) {
         if (!owner->value.done()) owner->value.follow(v);
       };
-      try {
-        if (arrival_failed) std::rethrow_exception(arrival_failed);
-        serve(
-            c->peer_id(), ctx,
-            [m] {
-              place_on_devices(*m);
-              const RRefCreate& create = std::get<RRefCreate>(*m->request());
-              return functions().invoke(create.function, create.args);
-            },
-            settle);
-      } catch (...) {
-        Future<IValue> failed = Future<IValue>::failed(std::current_exception());
+      std::exception_ptr failure = arrival_failed;
+      if (!failure) {
+        try {
+          serve(
+              c->peer_id(), ctx,
+              [m] {
+                place_on_devices(*m);
+                const RRefCreate& create = std::get<RRefCreate>(*m->request());
+                return functions().invoke(create.function, create.args);
+              },
+              settle);
+        } catch (...) {
+          failure = std::current_exception();
+        }
+      }
+      if (failure) {  // outside the catch: a waiter on another thread may drop it first
+        Future<IValue> failed = Future<IValue>::failed(std::move(failure));
         settle(failed);
       }
       return;
@@ -98,7 +104,10 @@ void Agent::on_rref_request(const std::shared_ptr<Connection>& c, const std::sha
       throw InternalError("[rpc] " + describe(r) + " is not an RRef message");
     }
   } catch (...) {
-    Future<IValue> failed = Future<IValue>::failed(std::current_exception());
+    error = std::current_exception();
+  }
+  if (error) {  // outside the catch: the caller may drop the error first
+    Future<IValue> failed = Future<IValue>::failed(std::move(error));
     respond(c, id, failed);
   }
 }

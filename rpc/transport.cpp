@@ -136,11 +136,14 @@ void Transport::send(int peer, Message m, Clock::time_point deadline) {
 
 void Transport::write(const std::shared_ptr<Connection>& c, Message& m) {
   handlers_.sending(m.id, *c);
+  std::exception_ptr error;
   try {
     c->send(m);
   } catch (...) {
-    handlers_.unsent(m, std::current_exception());
+    error = std::current_exception();
   }
+  // Outside the catch: the caller's thread may get (and drop) the error first.
+  if (error) handlers_.unsent(m, std::move(error));
 }
 
 // Network thread: opens the connection to `peer` without waiting for it.
@@ -245,6 +248,7 @@ void Transport::connected(int peer, std::shared_ptr<dist::Stream> s, std::except
     return;
   }
   std::shared_ptr<Connection> c;
+  std::exception_ptr error;
   try {
     if (failed) {
       try {
@@ -260,7 +264,10 @@ void Transport::connected(int peer, std::shared_ptr<dist::Stream> s, std::except
     // The handshake goes first, before any request.
     c->send(handlers_.hello(peer));
   } catch (...) {
-    fail_queue(peer, std::current_exception());
+    error = std::current_exception();
+  }
+  if (error) {  // outside the catch: the callers' threads may drop it first
+    fail_queue(peer, std::move(error));
     return;
   }
   {

@@ -273,6 +273,7 @@ void ProcessGroupNCCL::Impl::abort_group(std::exception_ptr error) {
 // stream may not call CUDA, which the Works' continuations may do.
 void ProcessGroupNCCL::Impl::watch() {
   std::unique_lock lock(mu);
+  std::exception_ptr crashed;
   try {
     cuda::set_device(device);
     int idle_polls = 0;
@@ -326,8 +327,11 @@ void ProcessGroupNCCL::Impl::watch() {
       }
     }
   } catch (...) {  // e.g. a CUDA error: fail what is pending rather than end the process
+    crashed = std::current_exception();
+  }
+  if (crashed) {  // outside the catch: the Works' waiters may drop the error first
     if (lock.owns_lock()) lock.unlock();
-    abort_group(std::current_exception());
+    abort_group(std::move(crashed));
   }
 }
 
