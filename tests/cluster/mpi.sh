@@ -15,16 +15,7 @@ export GW_JOB_KEY_FILE=$work/job.key
 mpi=(mpirun --oversubscribe -x GW_JOB_KEY_FILE)
 [[ $(id -u) == 0 ]] && mpi+=(--allow-run-as-root)
 
-fail=0
-check() {  # check <what> <needle> <count> <output file>
-  local n
-  n=$(grep -c -F -- "$2" "$4" || true)
-  if [[ $n != "$3" ]]; then
-    echo "FAILED: $1: expected $3 lines with '$2', found $n"; cat "$4"; fail=1
-  else
-    echo "ok: $1"
-  fi
-}
+source "$(dirname "$0")/check.sh"
 
 timeout 300 "${mpi[@]}" -np 2 "$build/examples/ddp_train" --epochs 1 --limit 3200 --target 0.5 \
   >"$work/ddp.out" 2>&1 || { echo "FAILED: mpirun ddp_train"; cat "$work/ddp.out"; fail=1; }

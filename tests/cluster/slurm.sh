@@ -87,16 +87,7 @@ key=$work/job.key
 python3 -c 'import secrets; print(secrets.token_hex(32))' >"$key"
 export GW_JOB_KEY_FILE=$key
 
-fail=0
-check() {  # check <what> <needle> <count> <output file>
-  local n
-  n=$(grep -c -F -- "$2" "$4" || true)
-  if [[ $n != "$3" ]]; then
-    echo "FAILED: $1: expected $3 lines with '$2', found $n"; cat "$4"; fail=1
-  else
-    echo "ok: $1"
-  fi
-}
+source "$(dirname "$0")/check.sh"
 
 timeout 300 srun -n 2 --overcommit "$build/examples/ddp_train" --epochs 1 --limit 3200 \
   --target 0.5 >"$work/ddp.out" 2>&1 || { echo "FAILED: srun ddp_train"; cat "$work/ddp.out"; fail=1; }

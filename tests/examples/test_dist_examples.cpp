@@ -9,15 +9,8 @@
 #include "tests/process_util.h"
 #include "tests/tls_pki.h"
 
+using gw::test::count;
 using gw::test::run_gwrun;
-
-namespace {
-size_t count(const std::string& text, const std::string& needle) {
-  size_t n = 0;
-  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
-  return n;
-}
-}  // namespace
 
 TEST_CASE("the spec's end-to-end example passes its own check on both workers",
           "[examples][dist]") {

@@ -14,17 +14,12 @@
 #include "tests/netns_bed.h"
 #include "tests/skip.h"
 
+using gw::test::count;
 using gw::test::GwrunProcess;
 using gw::test::GwrunResult;
 using gw::test::NetnsBed;
 
 namespace {
-
-size_t count(const std::string& text, const std::string& needle) {
-  size_t n = 0;
-  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
-  return n;
-}
 
 // The job's key, shared by every node as GW_JOB_KEY_FILE (README "Running on several machines").
 struct SharedKey {

@@ -119,6 +119,12 @@ GwrunResult GwrunProcess::finish() {
 
 GwrunResult run_gwrun(const std::vector<std::string>& args) { return GwrunProcess(args).finish(); }
 
+size_t count(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
 std::vector<std::string> split_lines(const std::string& text) {
   std::vector<std::string> lines;
   std::istringstream in(text);

@@ -48,6 +48,9 @@ class GwrunProcess {
 // Runs gwrun with `args` to completion.
 GwrunResult run_gwrun(const std::vector<std::string>& args);
 
+// How many times `needle` occurs in `text`.
+size_t count(const std::string& text, const std::string& needle);
+
 // Splits `text` into lines without their newlines.
 std::vector<std::string> split_lines(const std::string& text);
 
