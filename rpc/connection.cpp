@@ -188,8 +188,8 @@ void Connection::wait_writable() {
   });
 }
 
-// Asio thread, TLS: writes the queue through the TLS stream as one gathered batch (OpenSSL
-// packs small frames into one record), then what was queued meanwhile, until the queue is empty.
+// Asio thread, TLS: writes the queue through the TLS stream as one gathered batch (Asio joins
+// small buffers into one TLS record), then what was queued meanwhile, until the queue is empty.
 void Connection::write_tls() {
   {
     std::lock_guard lock(write_mu_);
