@@ -136,8 +136,10 @@ Agent::Agent(std::string name, int rank, int world_size, RpcBackendOptions optio
     t_owning_agent = this;
   };
   dispatcher_ = std::make_unique<Dispatcher>(self_.name, options_.num_worker_threads, mark_thread);
-  transport_->start(peers, mark_thread);
+  // Running before the first request can arrive: a peer done with its own constructor may call
+  // at once, and the handler may call on (a nested RPC) before this constructor returns.
   running_ = true;
+  transport_->start(peers, mark_thread);
 }
 
 Agent::~Agent() {
