@@ -6,14 +6,12 @@
 //   - DDP training of the Fashion-MNIST MLP 784-256-128-10, batch 32 per rank (random data).
 // Needs root to build the namespaces; skips its rows elsewhere. The processes are this binary
 // run as `bench_hosts --worker <kind> <rank> <master address> <port>`, with a job key.
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <string>
 
 #include "bench/harness.h"
@@ -21,10 +19,10 @@
 #include "core/random.h"
 #include "ddp/distributed_data_parallel.h"
 #include "dist/process_group/init.h"
-#include "dist/store/job_key.h"
 #include "nn/nn.h"
 #include "optim/sgd.h"
 #include "rpc/rpc.h"
+#include "tests/key_file.h"
 #include "tests/netns_bed.h"
 
 gw::Tensor echo(gw::Tensor t) { return t; }
@@ -168,12 +166,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   gw::test::NetnsBed bed(2);
-  // The job's key, as every node of a real job shares it.
-  const auto dir =
-      std::filesystem::temp_directory_path() / ("gw-bench-hosts-" + std::to_string(::getpid()));
-  std::filesystem::create_directory(dir);
-  gw::dist::JobKey::generate().write_new((dir / "job.key").string());
-  ::setenv(gw::dist::kJobKeyEnv, (dir / "job.key").c_str(), 1);
+  const gw::test::KeyFile key(/*export_env=*/true);  // as every node of a real job shares one
   for (const char* kind : {"rpc", "allreduce", "ddp"}) {
     bool wanted = false;
     for (const auto& c : cases)
@@ -192,6 +185,5 @@ int main(int argc, char** argv) {
           {"hosts", c.name, *v, c.unit, "the same two processes over loopback, same run", *l});
     }
   }
-  std::filesystem::remove_all(dir);
   return 0;
 }

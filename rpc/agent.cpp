@@ -61,9 +61,7 @@ void fail(Response& r, const std::string& worker, const std::exception& e) {
 std::string listen_address(const RpcBackendOptions& o) {
   constexpr const char* kOp = "init_rpc";
   if (!o.address.empty()) return dist::resolve_host(o.address, kOp);
-  if (o.store) return dist::default_address(kOp);
-  const auto master = dist::rendezvous_host(o.init_method);
-  return master ? dist::reachable_address(*master, kOp) : dist::default_address(kOp);
+  return o.store ? dist::default_address(kOp) : dist::address_toward_master(o.init_method, kOp);
 }
 
 }  // namespace

@@ -55,7 +55,6 @@ Connection::Connection(dist::Stream stream, uint64_t max_frame_bytes, MessageHan
       on_close_(std::move(on_close)),
       buf_(kReadBufferBytes),
       reader_(max_frame_bytes) {
-  socket_.set_option(asio::ip::tcp::no_delay(true));
   // A peer host that vanished without closing (power loss, a partition) is noticed within
   // about a minute even on an idle connection, so that its worker, back, can connect again
   // (a worker's second live connection is refused).

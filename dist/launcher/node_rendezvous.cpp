@@ -1,63 +1,17 @@
 #include "dist/launcher/node_rendezvous.h"
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <charconv>
-#include <cstring>
-
-#include <asio.hpp>
-
 #include "core/error.h"
 #include "dist/store/net_address.h"
 #include "dist/store/tcp_store.h"
 
 namespace gw::launcher {
-namespace {
-
-// A port that was free on `ip` a moment ago (the kernel's pick).
-int free_port(const std::string& ip) {
-  asio::io_context io;
-  asio::ip::tcp::acceptor probe(io);
-  const asio::ip::tcp::endpoint ep(asio::ip::make_address(ip), 0);
-  std::error_code ec;
-  probe.open(ep.protocol(), ec);
-  if (!ec) probe.bind(ep, ec);
-  GW_CHECK(!ec, IoError, "[gwrun] cannot find a free port on ", ip, ": ", ec.message());
-  return probe.local_endpoint().port();
-}
-
-// Whether ip:port is taken (by another gwrun hosting the rendezvous on this machine).
-bool port_in_use(const std::string& ip, uint16_t port) {
-  asio::io_context io;
-  asio::ip::tcp::acceptor probe(io);
-  const asio::ip::tcp::endpoint ep(asio::ip::make_address(ip), port);
-  std::error_code ec;
-  probe.open(ep.protocol(), ec);
-  if (!ec) probe.bind(ep, ec);
-  return ec == asio::error::address_in_use;
-}
-
-}  // namespace
 
 NodeRendezvous::NodeRendezvous(const LaunchOptions& o) {
   const std::string& endpoint = o.rdzv_endpoint;
-  const auto colon = endpoint.rfind(':');
-  std::string host = endpoint.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
-    host = host.substr(1, host.size() - 2);
-  int port = 0;
-  const std::string port_text = endpoint.substr(colon + 1);
-  const auto [end, ec] =
-      std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
-  GW_CHECK(
-      ec == std::errc() && end == port_text.data() + port_text.size() && port > 0 && port < 65536,
-      InvalidArgumentError, "[gwrun] --rdzv-endpoint '", endpoint, "' has no valid port");
-
+  const std::string& host = o.rdzv_host;
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(o.rdzv_timeout_s * 1000));
   dist::TCPStoreOptions store;
-  store.port = static_cast<uint16_t>(port);
+  store.port = static_cast<uint16_t>(o.rdzv_port);
   store.world_size = o.nnodes;
   store.timeout = timeout;
   // The node whose address HOST is hosts, unless another gwrun of this machine took the port
@@ -69,12 +23,11 @@ NodeRendezvous::NodeRendezvous(const LaunchOptions& o) {
     store.bind_address = dist::names_this_host(host, ip) ? "" : ip;
     try {
       store_ = std::make_shared<dist::TCPStore>(host, store);
-      hosting_ = true;
     } catch (const IoError&) {
-      if (!port_in_use(ip, store.port)) throw;
+      if (!dist::port_in_use(ip, store.port)) throw;
     }
   }
-  if (!hosting_) {
+  if (!store_) {
     store.is_master = false;
     store_ = std::make_shared<dist::TCPStore>(host, store);
   }
@@ -96,7 +49,7 @@ NodeRendezvous::NodeRendezvous(const LaunchOptions& o) {
   }
   if (node_rank_ == 0) {
     const std::string ip = dist::reachable_address(host, "gwrun");
-    store_->set(kMaster, ip + "\n" + std::to_string(free_port(ip)));
+    store_->set(kMaster, ip + "\n" + std::to_string(dist::free_port(ip, "gwrun")));
   }
   store_->wait({kMaster}, timeout);
   const std::string master = store_->get_string(kMaster);

@@ -29,11 +29,9 @@ class NodeRendezvous {
   int node_rank() const { return node_rank_; }
   const std::string& master_addr() const { return master_addr_; }
   int master_port() const { return master_port_; }
-  bool hosting() const { return hosting_; }
 
  private:
-  std::shared_ptr<dist::Store> store_;
-  bool hosting_ = false;
+  std::shared_ptr<dist::Store> store_;  // the hosting node serves it from here
   int node_rank_ = 0;
   std::string master_addr_;
   int master_port_ = 0;

@@ -1,18 +1,12 @@
 // Parsing and checking gwrun's command line.
 #include "dist/launcher/options.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
-#include <cstring>
 #include <string_view>
 
 #include "core/error.h"
+#include "dist/store/net_address.h"
 
 namespace gw::launcher {
 namespace {
@@ -71,9 +65,15 @@ bool apply_flag(LaunchOptions& o, std::string_view flag, std::string_view value)
   } else if (flag == "--master-port") {
     o.master_port = parse_number(flag, value, 1, 65535);
   } else if (flag == "--rdzv-endpoint") {
-    GW_CHECK(value.rfind(':') != std::string_view::npos && value.rfind(':') + 1 < value.size(),
-             InvalidArgumentError, "[gwrun] --rdzv-endpoint must be HOST:PORT, got '", value, "'");
+    const auto colon = value.rfind(':');
+    GW_CHECK(colon != std::string_view::npos && colon > 0, InvalidArgumentError,
+             "[gwrun] --rdzv-endpoint must be HOST:PORT, got '", value, "'");
     o.rdzv_endpoint = value;
+    std::string_view host = value.substr(0, colon);
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+      host = host.substr(1, host.size() - 2);
+    o.rdzv_host = host;
+    o.rdzv_port = parse_number(flag, value.substr(colon + 1), 1, 65535);
   } else if (flag == "--rdzv-timeout") {
     o.rdzv_timeout_s = parse_number(flag, value, 0.1, 86400.0);
   } else if (flag == "--rdzv-id") {
@@ -133,20 +133,7 @@ LaunchOptions parse_launch_options(int argc, const char* const argv[]) {
 int resolve_master_port(const LaunchOptions& options) {
   if (options.master_port != 0) return options.master_port;
   if (options.nnodes > 1) return kTorchrunDefaultPort;
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  GW_CHECK(fd >= 0, IoError, "[gwrun] socket() for a free port failed: ", std::strerror(errno));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;  // the kernel picks an unused port
-  socklen_t len = sizeof addr;
-  bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-            ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
-  int error = errno;
-  ::close(fd);
-  GW_CHECK(ok, IoError,
-           "[gwrun] binding 127.0.0.1:0 for a free port failed: ", std::strerror(error));
-  return ntohs(addr.sin_port);
+  return dist::free_port("127.0.0.1", "gwrun");
 }
 
 const char* usage_text() { return kUsage; }

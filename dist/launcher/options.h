@@ -15,7 +15,9 @@ struct LaunchOptions {
   double term_timeout_s = 5.0;  // grace between SIGTERM and SIGKILL when stopping workers
   // --rdzv-endpoint HOST:PORT: the nodes meet there and receive their node ranks and the
   // master's address (node_rendezvous.h) instead of --node-rank and --master-addr.
-  std::string rdzv_endpoint;
+  std::string rdzv_endpoint;  // as given, for messages; parsed into:
+  std::string rdzv_host;      // brackets of an IPv6 literal removed
+  int rdzv_port = 0;
   double rdzv_timeout_s = 900.0;  // how long a node waits for the others (torchrun's default)
   std::string rdzv_id = "default";  // the job's name at the endpoint (--rdzv-id)
   bool help = false;

@@ -91,9 +91,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend,
                                                  int world_size, Milliseconds timeout) {
   check_backend(backend);
   check_no_gloo_hostname();
-  const auto master = rendezvous_host(init_method);
-  const std::string address = master ? reachable_address(*master, "init_process_group")
-                                     : default_address("init_process_group");
+  const std::string address = address_toward_master(init_method, "init_process_group");
   return start(backend, rendezvous(init_method, rank, world_size), rank, world_size, timeout,
                address);
 }

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <optional>
 #include <set>
+#include <system_error>
 
 #include "core/error.h"
 
@@ -167,6 +168,51 @@ std::string reachable_address(const std::string& master, const char* op) {
   GW_CHECK(ip.has_value() && !ip->empty(), InvalidArgumentError, "[", op, "] no route to master '",
            master, "' (", master_ip, "); set ", kSocketIfnameEnv, " to the interface to use");
   return *ip;
+}
+
+namespace {
+// Binds a socket to ip:port (0: the kernel picks) and closes it; the error, and the port bound.
+std::error_code bind_probe(const std::string& ip, uint16_t& port) {
+  sockaddr_storage addr{};
+  socklen_t len = 0;
+  if (family_of(ip) == AF_INET) {
+    auto* a = reinterpret_cast<sockaddr_in*>(&addr);
+    a->sin_family = AF_INET;
+    a->sin_port = htons(port);
+    if (::inet_pton(AF_INET, ip.c_str(), &a->sin_addr) != 1)
+      return std::make_error_code(std::errc::invalid_argument);
+    len = sizeof *a;
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&addr);
+    a->sin6_family = AF_INET6;
+    a->sin6_port = htons(port);
+    if (::inet_pton(AF_INET6, ip.c_str(), &a->sin6_addr) != 1)
+      return std::make_error_code(std::errc::invalid_argument);
+    len = sizeof *a;
+  }
+  const int fd = ::socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return {errno, std::generic_category()};
+  std::error_code ec;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+    ec = {errno, std::generic_category()};
+  else
+    port = ntohs(addr.ss_family == AF_INET ? reinterpret_cast<sockaddr_in*>(&addr)->sin_port
+                                           : reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+  ::close(fd);
+  return ec;
+}
+}  // namespace
+
+uint16_t free_port(const std::string& ip, const char* op) {
+  uint16_t port = 0;
+  const std::error_code ec = bind_probe(ip, port);
+  GW_CHECK(!ec, IoError, "[", op, "] cannot find a free port on ", ip, ": ", ec.message());
+  return port;
+}
+
+bool port_in_use(const std::string& ip, uint16_t port) {
+  return bind_probe(ip, port) == std::errc::address_in_use;
 }
 
 bool is_local_address(const std::string& ip) {

@@ -9,6 +9,7 @@
 //   std::string ip = reachable_address("node1");  // "10.0.0.2": this host's address toward node1
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace gw::dist {
@@ -30,6 +31,11 @@ bool names_this_host(const std::string& host, const std::string& ip);
 // that is up). Throws InvalidArgumentError naming the interface (and the ones there are) or
 // `master`.
 std::string reachable_address(const std::string& master, const char* op);
+
+// A port that was free on `ip` a moment ago (the kernel's pick). Throws IoError naming `op`.
+uint16_t free_port(const std::string& ip, const char* op);
+// Whether ip:port is bound by another socket of this machine.
+bool port_in_use(const std::string& ip, uint16_t port);
 
 // Whether `ip` is an address of this machine (loopback included).
 bool is_local_address(const std::string& ip);

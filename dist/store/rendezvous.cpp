@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "dist/store/file_store.h"
+#include "dist/store/net_address.h"
 #include "dist/store/tcp_store.h"
 
 namespace gw::dist {
@@ -92,6 +93,11 @@ std::shared_ptr<Store> rendezvous(const std::string& init_method, int rank, int 
   const Target t = parse_init_method(init_method);
   if (!t.file.empty()) return std::make_shared<FileStore>(t.file, world_size, timeout);
   return tcp_store(t.host, t.port, rank, world_size, timeout, t.source, tcp);
+}
+
+std::string address_toward_master(const std::string& init_method, const char* op) {
+  const auto master = rendezvous_host(init_method);
+  return master ? reachable_address(*master, op) : default_address(op);
 }
 
 std::optional<std::string> rendezvous_host(const std::string& init_method) {

@@ -31,4 +31,8 @@ std::shared_ptr<Store> rendezvous(const std::string& init_method, int rank, int 
 // for file://. Throws InvalidArgumentError as rendezvous() does on a bad URL or variable.
 std::optional<std::string> rendezvous_host(const std::string& init_method);
 
+// The address a process of the job rendezvousing at `init_method` listens on and publishes
+// (dist/store/net_address.h): the one toward its master, or default_address() for file://.
+std::string address_toward_master(const std::string& init_method, const char* op);
+
 }  // namespace gw::dist

@@ -95,11 +95,9 @@ uint32_t le32(const std::array<uint8_t, 4>& b) {
 // One client connection: read a frame, execute it, write the reply, repeat.
 class Session : public std::enable_shared_from_this<Session> {
  public:
+  // `stream` passed the handshakes, which set TCP_NODELAY.
   Session(Stream stream, TCPStoreServer::Impl& server)
-      : socket_(std::move(stream)), server_(server) {
-    std::error_code ignored;
-    socket_.socket().set_option(tcp::no_delay(true), ignored);
-  }
+      : socket_(std::move(stream)), server_(server) {}
 
   void read_header() {
     asio::async_read(socket_, asio::buffer(header_),

@@ -3,14 +3,11 @@
 // on three machines. Needs root (CI has it); skips elsewhere.
 #include <catch2/catch.hpp>
 
-#include <stdlib.h>
-
-#include <filesystem>
 #include <future>
 #include <memory>
 
-#include "dist/store/job_key.h"
 #include "tests/dist/launcher/gwrun_process.h"
+#include "tests/key_file.h"
 #include "tests/netns_bed.h"
 #include "tests/skip.h"
 
@@ -22,19 +19,8 @@ using gw::test::NetnsBed;
 namespace {
 
 // The job's key, shared by every node as GW_JOB_KEY_FILE (README "Running on several machines").
-struct SharedKey {
-  std::filesystem::path dir;
-  SharedKey() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "gw-multihost-XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    dir = tmpl;
-    gw::dist::JobKey::generate().write_new((dir / "job.key").string());
-    ::setenv(gw::dist::kJobKeyEnv, (dir / "job.key").c_str(), 1);
-  }
-  ~SharedKey() {
-    ::unsetenv(gw::dist::kJobKeyEnv);
-    std::filesystem::remove_all(dir);
-  }
+struct SharedKey : gw::test::KeyFile {
+  SharedKey() : KeyFile(/*export_env=*/true) {}
 };
 
 // Every gwrun's result, collected concurrently: one blocked on a full pipe would stall the job.
@@ -71,13 +57,7 @@ std::vector<GwrunResult> run_across(const NetnsBed& bed, int nproc,
     args.insert(args.end(), program.begin(), program.end());
     hosts.push_back(std::make_unique<GwrunProcess>(args, bed.exec(h)));
   }
-  // Concurrently: a gwrun blocked on a full pipe would stall the whole job.
-  std::vector<std::future<GwrunResult>> done;
-  for (auto& h : hosts)
-    done.push_back(std::async(std::launch::async, [&h] { return h->finish(); }));
-  std::vector<GwrunResult> results;
-  for (auto& d : done) results.push_back(d.get());
-  return results;
+  return finish_all(hosts);
 }
 
 std::string all_output(const std::vector<GwrunResult>& results) {

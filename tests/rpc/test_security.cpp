@@ -12,6 +12,7 @@
 #include <asio.hpp>
 
 #include "dist/store/tcp_store.h"
+#include "tests/key_file.h"
 #include "tests/process_util.h"
 #include "tests/rpc/group.h"
 #include "tests/rpc/test_functions.h"
@@ -24,19 +25,7 @@ using Catch::Contains;
 
 namespace {
 
-// A fresh job key in a private file, removed at the end.
-struct KeyFile {
-  dist::JobKey key = dist::JobKey::generate();
-  std::filesystem::path dir, path;
-  KeyFile() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "gw-key-XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    dir = tmpl;
-    path = dir / "job.key";
-    key.write_new(path.string());
-  }
-  ~KeyFile() { std::filesystem::remove_all(dir); }
-};
+using gw::test::KeyFile;
 
 RpcBackendOptions keyed(const dist::JobKey& key) {
   RpcBackendOptions o = Group::small_options();

@@ -51,7 +51,6 @@ class Env {
                                          "OMPI_MCA_orte_ess_jobid",
                                          "SLURM_PROCID",
                                          "SLURM_STEP_ID",
-                                         "SLURM_STEPID",
                                          "SLURM_NTASKS",
                                          "SLURM_STEP_NUM_TASKS",
                                          "SLURM_LOCALID",
@@ -134,7 +133,15 @@ TEST_CASE("Slurm: srun's variables, the master from the node list", "[store][lau
     CHECK((e.rank == 3 && e.world_size == 4 && e.local_rank == 1 && e.local_world_size == 2));
     CHECK(e.master_addr == "node07");
     CHECK((e.master_port >= 20000 && e.master_port < 30000));
-    const uint16_t port = e.master_port;
+  }
+  {
+    // Another task of the same step, on the other node: the same master and port.
+    const uint16_t port = [] {
+      Env env(kSlurm);
+      return detect_launch_env().master_port;
+    }();
+    Env env(with(kSlurm, {{"SLURM_PROCID", "0"}, {"SLURM_LOCALID", "0"}, {"SLURM_NODEID", "0"}}));
+    CHECK(detect_launch_env().rank == 0);
     CHECK(detect_launch_env().master_port == port);  // the same on every rank
   }
   {
