@@ -17,12 +17,14 @@ NodeRendezvous::NodeRendezvous(const LaunchOptions& o) {
   // The node whose address HOST is hosts, unless another gwrun of this machine took the port
   // first; the others connect.
   const std::string ip = dist::resolve_host(host, "gwrun");
+  bool hosting = false;
   if (dist::is_local_address(ip)) {
     store.is_master = true;
     // A name of this machine mapped to loopback: the store picks (all interfaces, with a key).
     store.bind_address = dist::names_this_host(host, ip) ? "" : ip;
     try {
       store_ = std::make_shared<dist::TCPStore>(host, store);
+      hosting = true;
     } catch (const IoError&) {
       if (!dist::port_in_use(ip, store.port)) throw;
     }
@@ -35,7 +37,7 @@ NodeRendezvous::NodeRendezvous(const LaunchOptions& o) {
   // Keys of this job's rendezvous (--rdzv-id): jobs sharing an endpoint do not mix.
   const std::string prefix = "gwrun/" + o.rdzv_id + "/nodes/";
   const std::string kArrived = prefix + "arrived", kComplete = prefix + "complete",
-                    kMaster = prefix + "master";
+                    kMaster = prefix + "master", kRead = prefix + "read", kAllRead = kRead + "/all";
   node_rank_ = static_cast<int>(store_->add(kArrived, 1)) - 1;
   GW_CHECK(node_rank_ < o.nnodes, StateError, "[gwrun] more nodes than --nnodes ", o.nnodes,
            " joined the rendezvous at ", endpoint);
@@ -56,6 +58,10 @@ NodeRendezvous::NodeRendezvous(const LaunchOptions& o) {
   const auto nl = master.find('\n');
   master_addr_ = master.substr(0, nl);
   master_port_ = std::stoi(master.substr(nl + 1));
+  // The hosting node's job may end first (its gwrun exits, and the store with it): not before
+  // every node has read the master.
+  if (store_->add(kRead, 1) == o.nnodes) store_->set(kAllRead, std::string("1"));
+  if (hosting) store_->wait({kAllRead}, timeout);
 }
 
 }  // namespace gw::launcher

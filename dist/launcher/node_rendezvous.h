@@ -31,7 +31,8 @@ class NodeRendezvous {
   int master_port() const { return master_port_; }
 
  private:
-  std::shared_ptr<dist::Store> store_;  // the hosting node serves it from here
+  std::shared_ptr<dist::Store> store_;  // the hosting node serves it from here, until every
+                                        // node has read the master
   int node_rank_ = 0;
   std::string master_addr_;
   int master_port_ = 0;
