@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <regex>
 
+#include "dist/store/liveness.h"
 #include "dist/store/net_address.h"
 #include "dist/store/rendezvous.h"
 #include "rpc/autograd_hook.h"
@@ -48,6 +49,12 @@ bool joins_autograd_context(const Request& r) {
 ErrorCode code_of(const std::exception& e) {
   const Error* err = dynamic_cast<const Error*>(&e);
   return err ? err->code() : ErrorCode::kRemote;
+}
+
+std::string join(const std::vector<std::string>& parts, const std::string& sep) {
+  std::string out;
+  for (const auto& p : parts) out += (out.empty() ? "" : sep) + p;
+  return out;
 }
 
 // Makes `r` the failure `e` raised on `worker`.
@@ -109,6 +116,8 @@ Agent::Agent(std::string name, int rank, int world_size, RpcBackendOptions optio
   net.handshake_timeout = options_.handshake_timeout;
   net.max_unauthenticated = options_.max_unauthenticated_connections;
   net.tls = dist::make_tls_context(options_.tls, "init_rpc");
+  options_.failure_timeout = dist::failure_timeout(options_.failure_timeout, "init_rpc");
+  net.failure_timeout = options_.failure_timeout;
   dist::TCPStoreOptions store_security;
   store_security.job_key = net.key;
   store_security.allow_unauthenticated = options_.allow_unauthenticated;
@@ -486,41 +495,109 @@ void Agent::on_close(const std::shared_ptr<Connection>& c, const std::string& wh
 
 // --- shutdown --------------------------------------------------------------------------------
 
-// Linear in the world size: a counter, and a flag the last to arrive raises.
-void Agent::barrier(const std::string& phase) {
+// Linear in the world size: a counter, and a flag the last to arrive raises. Each worker also
+// leaves its own mark, read only when the barrier fails, to name those who did not come. Waits
+// in slices so that a worker declared dead ends it before `deadline`.
+std::string Agent::barrier(const std::string& phase, Clock::time_point deadline) {
   const std::string at = "rpc/" + phase;
-  if (store_->add(at + "/arrived", 1) == static_cast<int64_t>(workers_.size()))
-    store_->set(at + "/done", std::string("1"));
-  store_->wait({at + "/done"});
+  const int n = static_cast<int>(workers_.size());
+  std::string failed;
+  try {
+    store_->set(key(phase, self_.id), std::string("1"));
+    if (store_->add(at + "/arrived", 1) == n) store_->set(at + "/done", std::string("1"));
+    for (;;) {  // bounded by `deadline` (none: the user asked to wait for ever)
+      const auto now = Clock::now();
+      if (now >= deadline) break;
+      const auto slice = std::min<Clock::duration>(deadline - now, std::chrono::seconds(1));
+      try {
+        store_->wait({at + "/done"}, std::chrono::ceil<Milliseconds>(slice));
+        return {};
+      } catch (const TimeoutError&) {
+      }
+      if (!dead_workers().empty()) break;
+    }
+  } catch (const std::exception& e) {
+    failed = e.what();  // the store is gone (its host died)
+  }
+  std::vector<std::string> missing;
+  try {
+    for (int r = 0; r < n && failed.empty(); ++r)
+      if (!store_->check({key(phase, r)})) missing.push_back("'" + workers_[r].name + "'");
+  } catch (const std::exception& e) {
+    failed = e.what();
+  }
+  std::string why =
+      failed.empty() ? gw::detail::str("worker(s) ", join(missing, ", "), " did not reach shutdown")
+                     : "the rendezvous store failed: " + failed;
+  if (const std::string dead = dead_workers(); !dead.empty()) why += "; " + dead;
+  return why;
 }
 
-void Agent::shutdown(bool graceful) {
+std::string Agent::dead_workers() const {
+  std::vector<std::string> dead;
+  for (const auto& w : workers_)
+    if (std::string d = transport_->dead(w.id); !d.empty()) dead.push_back(std::move(d));
+  return join(dead, "; ");
+}
+
+// Every step waits at most until `deadline`; the first that does not finish says why.
+std::string Agent::drain(Clock::time_point deadline) {
+  const auto left = [&] {
+    if (deadline == Clock::time_point::max()) return kDefaultRpcTimeout;
+    return std::max(Milliseconds(1), std::chrono::ceil<Milliseconds>(deadline - Clock::now()));
+  };
+  if (autograd_) {
+    try {
+      autograd_->flush(left());
+    } catch (const std::exception& e) {
+      log_error(self_.name, ": distributed autograd did not finish before shutdown: ", e.what());
+    }
+  }
+  const std::string calls = "its own calls were still pending";
+  if (!calls_->wait_empty(deadline)) return calls;
+  rrefs_->release_users(left());
+  if (!calls_->wait_empty(deadline)) return calls;  // ... and so are the deletes of our RRefs
+  // Nobody starts new work for us after this barrier (handlers already running may: an RRef
+  // they pass to a worker after its release is forgotten by its owner at stop) ...
+  if (std::string why = barrier("shutdown-arrive", deadline); !why.empty()) return why;
+  // ... and what we serve for others is done, with the calls it made.
+  if (!dispatcher_->wait_idle(deadline)) return "requests it serves were still running";
+  if (!calls_->wait_empty(deadline)) return calls;
+  return barrier("shutdown-leave", deadline);  // everyone is done: connections may close
+}
+
+void Agent::shutdown(bool graceful, Milliseconds timeout) {
   if (!running_) return;
   GW_CHECK(t_owning_agent != this, StateError, "[shutdown] cannot shut down agent '", self_.name,
            "' from one of its own threads (a request handler or a future callback)");
-  if (graceful) {
-    if (autograd_) {
-      try {
-        autograd_->flush(rpc_timeout().count() > 0 ? rpc_timeout() : kDefaultRpcTimeout);
-      } catch (const std::exception& e) {
-        log_error(self_.name, ": distributed autograd did not finish before shutdown: ", e.what());
-      }
-    }
-    calls_->wait_empty();  // our own calls are answered
-    rrefs_->release_users(rpc_timeout());
-    calls_->wait_empty();        // ... and so are the deletes of our RRefs
-    barrier("shutdown-arrive");  // nobody starts new work for us now
-    dispatcher_->wait_idle();    // ... and what we serve for others is done,
-    calls_->wait_empty();        // with the calls it made
-    barrier("shutdown-leave");   // everyone is done: connections may close
-  }
+  if (timeout == kUseDefaultTimeout) timeout = rpc_timeout();
+  GW_CHECK(timeout.count() >= 0, InvalidArgumentError, "[shutdown] timeout must be >= 0 ms ",
+           "(0 = none), got ", timeout.count());
+  const auto deadline = timeout.count() > 0 ? Clock::now() + timeout : Clock::time_point::max();
+  const std::string unfinished = graceful ? drain(deadline) : "";
   stop("the RPC agent was shut down");
-  if (graceful) {
+  if (graceful && unfinished.empty()) {
     // Rank 0 may own the store (TCPStore): keep it alive until everyone has left the barrier.
-    if (store_->add("rpc/shutdown-exit/arrived", 1) == static_cast<int64_t>(workers_.size()))
-      store_->set("rpc/shutdown-exit/done", std::string("1"));
-    if (self_.id == 0) store_->wait({"rpc/shutdown-exit/done"});
+    try {
+      if (store_->add("rpc/shutdown-exit/arrived", 1) == static_cast<int64_t>(workers_.size()))
+        store_->set("rpc/shutdown-exit/done", std::string("1"));
+      if (self_.id == 0 && deadline != Clock::time_point::max())
+        store_->wait(
+            {"rpc/shutdown-exit/done"},
+            std::max(Milliseconds(1), std::chrono::ceil<Milliseconds>(deadline - Clock::now())));
+      else if (self_.id == 0)
+        store_->wait({"rpc/shutdown-exit/done"});
+    } catch (const std::exception& e) {
+      log_error(self_.name, ": not every worker left shutdown: ", e.what());
+    }
   }
+  if (unfinished.empty()) return;
+  const std::string what = gw::detail::str(
+      "[shutdown] worker '", self_.name, "' stopped without a graceful shutdown",
+      timeout.count() > 0 ? gw::detail::str(" (timeout ", timeout.count(), " ms)") : "", ": ",
+      unfinished);
+  if (!dead_workers().empty()) throw IoError(what);
+  throw TimeoutError(what);
 }
 
 void Agent::stop(const std::string& why) {
@@ -536,6 +613,7 @@ void Agent::stop(const std::string& why) {
   const Milliseconds bound = rpc_timeout().count() > 0 ? rpc_timeout() : kDefaultRpcTimeout;
   if (int left = dispatcher_->stop(bound))
     log_error(self_.name, ": ", left, " request handler(s) still running after shutdown");
+  rrefs_->forget_remote_forks();  // the network thread is joined: no RRef message can arrive
 }
 
 }  // namespace gw::rpc

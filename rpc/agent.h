@@ -41,6 +41,7 @@
 
 #include "core/future.h"
 #include "dist/store/job_key.h"
+#include "dist/store/liveness.h"
 #include "dist/store/store.h"
 #include "dist/store/tls.h"
 #include "rpc/interceptor.h"
@@ -96,6 +97,12 @@ struct RpcBackendOptions {
   // GW_TLS_CERT_FILE / GW_TLS_KEY_FILE / GW_TLS_CA_FILE; none: plain TCP. The same on every
   // worker.
   dist::TlsOptions tls;
+  // Liveness (README "When things fail"): a worker this one is connected to that sends nothing
+  // for this long (heartbeats included) is declared dead, which fails every call, distributed
+  // autograd pass and RRef operation pending on it with IoError "no heartbeat for N s";
+  // requests to it then fail at once. A worker busy computing still sends heartbeats (its
+  // network thread does). Default: GW_FAILURE_TIMEOUT (seconds), else 10 s; 0: never.
+  Milliseconds failure_timeout = dist::kFailureTimeoutFromEnv;
   // Calls, remote() creations and distributed autograd requests from one worker being served
   // at once; beyond, a new call fails at once on its caller with StateError (a remote()'s
   // value fails with it, seen at to_here()).
@@ -171,7 +178,11 @@ class Agent {
 
   // graceful: waits for this worker's outstanding calls, then for every worker to reach
   // shutdown and finish its work, then stops. Otherwise stops now and fails pending calls.
-  void shutdown(bool graceful = true);
+  // A graceful shutdown takes at most `timeout` (default: the RPC timeout; 0: no limit): if a
+  // worker does not confirm by then, or is declared dead, this worker stops anyway (everything
+  // local released) and throws TimeoutError, or IoError when a worker was declared dead,
+  // naming the workers that did not confirm.
+  void shutdown(bool graceful = true, Milliseconds timeout = kUseDefaultTimeout);
   bool running() const { return running_.load(); }
 
   // The agent whose thread this is (a request handler, a callback on its network thread), or
@@ -192,7 +203,14 @@ class Agent {
  private:
   // Publishes this worker's address and learns everyone's (by worker id).
   std::vector<PeerAddress> rendezvous(int world_size);
-  void barrier(const std::string& phase);
+  using Clock = std::chrono::steady_clock;
+  // The graceful part of shutdown, each step bounded by `deadline`: empty if it completed, else
+  // why not.
+  std::string drain(Clock::time_point deadline);
+  // Waits for every worker to reach `phase`: empty, else who did not by `deadline`.
+  std::string barrier(const std::string& phase, Clock::time_point deadline);
+  // Why each worker declared dead was, joined; empty if none.
+  std::string dead_workers() const;
   void stop(const std::string& why);
 
   // Network thread: what the transport delivers.

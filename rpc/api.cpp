@@ -29,14 +29,14 @@ void init_rpc(const std::string& name, RpcBackendOptions options) {
   init_rpc(named, env.rank, env.world_size, std::move(options));
 }
 
-void shutdown(bool graceful) {
+void shutdown(bool graceful, Milliseconds timeout) {
   std::unique_ptr<Agent> agent;
   {
     std::lock_guard lock(g_mu);
     GW_CHECK(g_agent, StateError, "[shutdown] RPC is not initialized on this process");
     agent = std::move(g_agent);
   }
-  agent->shutdown(graceful);
+  agent->shutdown(graceful, timeout);
 }
 
 Agent& current_agent() {

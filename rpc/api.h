@@ -35,8 +35,9 @@ void init_rpc(const std::string& name, int rank, int world_size, RpcBackendOptio
 // the rank. With the default init_method ("env://"), the rendezvous is the launcher's master.
 //   gw::rpc::init_rpc("worker{rank}");
 void init_rpc(const std::string& name, RpcBackendOptions options = {});
-// Shuts the process's agent down (graceful: see Agent::shutdown) and destroys it.
-void shutdown(bool graceful = true);
+// Shuts the process's agent down (graceful, timeout: see Agent::shutdown) and destroys it, also
+// when the graceful part fails (then it throws after).
+void shutdown(bool graceful = true, Milliseconds timeout = kUseDefaultTimeout);
 
 // The agent calls go through: the current handler's, else the process's; StateError if none.
 Agent& current_agent();

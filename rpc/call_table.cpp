@@ -125,9 +125,14 @@ void CallTable::close(const std::string& why) {
   asio::post(io_, [this] { arm_timer(); });
 }
 
-void CallTable::wait_empty() {
+bool CallTable::wait_empty(Clock::time_point deadline) {
   std::unique_lock lock(mu_);
-  empty_.wait(lock, [&] { return pending_.empty() && taken_ == 0; });
+  auto empty = [&] { return pending_.empty() && taken_ == 0; };
+  if (deadline == Clock::time_point::max()) {
+    empty_.wait(lock, empty);
+    return true;
+  }
+  return empty_.wait_until(lock, deadline, empty);
 }
 
 // Network thread: points the timer at the earliest deadline.

@@ -65,8 +65,8 @@ class CallTable {
   // Fails every call with StateError(why) and refuses new ones.
   void close(const std::string& why);
 
-  // Blocks until no call is pending or claimed and unanswered.
-  void wait_empty();
+  // Blocks until no call is pending or claimed and unanswered, or until `deadline`; false then.
+  bool wait_empty(Clock::time_point deadline = Clock::time_point::max());
 
  private:
   struct Pending {

@@ -29,7 +29,8 @@ struct Connection::Pending {
   explicit Pending(OutgoingFrame f) : frame(std::move(f)) {
     iov.reserve(2 + frame.tensors.size());
     iov.push_back({frame.prefix.data(), frame.prefix.size()});
-    iov.push_back({frame.header.begin(), frame.header.size() * sizeof(capnp::word)});
+    if (frame.header.size() > 0)  // a heartbeat has none; empty entries would never finish
+      iov.push_back({frame.header.begin(), frame.header.size() * sizeof(capnp::word)});
     for (const auto& t : frame.tensors)
       if (t.nbytes() > 0) iov.push_back({t.raw_data(), t.nbytes()});
   }
@@ -55,9 +56,10 @@ Connection::Connection(dist::Stream stream, uint64_t max_frame_bytes, MessageHan
       on_close_(std::move(on_close)),
       buf_(kReadBufferBytes),
       reader_(max_frame_bytes) {
-  // A peer host that vanished without closing (power loss, a partition) is noticed within
-  // about a minute even on an idle connection, so that its worker, back, can connect again
-  // (a worker's second live connection is refused).
+  // Without heartbeats (failure_timeout 0), a peer host that vanished without closing is still
+  // noticed within about a minute on an idle connection, so that its worker, back, can connect
+  // again (a worker's second live connection is refused). TCP keepalive cannot replace the
+  // heartbeat: a stopped process's kernel answers its probes.
   const int on = 1, idle_s = 30, interval_s = 5, probes = 4;
   ::setsockopt(fd_, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
   ::setsockopt(fd_, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof idle_s);
@@ -82,8 +84,10 @@ void Connection::read_more() {
   if (closed()) return;
   auto self = shared_from_this();
   if (auto direct = reader_.direct_target(kDirectReadBytes); !direct.empty()) {
-    asio::async_read(stream_, asio::buffer(direct.data(), direct.size()),
-                     [self](const std::error_code& ec, size_t n) { self->on_read(ec, n, true); });
+    // What has arrived so far, not the whole tensor: each read is a sign of life.
+    stream_.async_read_some(
+        asio::buffer(direct.data(), direct.size()),
+        [self](const std::error_code& ec, size_t n) { self->on_read(ec, n, true); });
     return;
   }
   stream_.async_read_some(asio::buffer(buf_), [self](const std::error_code& ec, size_t n) {
@@ -98,9 +102,10 @@ void Connection::on_read(const std::error_code& ec, size_t n, bool direct) {
                            : ec.message());
     return;
   }
+  last_heard_ = Clock::now();
   try {
     if (direct) {
-      reader_.direct_filled();  // the direct read took the rest of this tensor
+      reader_.direct_filled(n);
       deliver();
     } else {
       // A handler may close the connection: the rest of the buffer is then left unread.
@@ -135,6 +140,18 @@ void Connection::send(const Message& m) {
   auto pending = std::make_unique<Pending>(std::move(frame));
   std::lock_guard lock(write_mu_);
   GW_CHECK(!close_started_, IoError, "[rpc] connection to ", remote_, " is closed");
+  enqueue_locked(std::move(pending));
+}
+
+void Connection::send_heartbeat() {
+  auto beat = std::make_unique<Pending>(heartbeat_frame());
+  std::lock_guard lock(write_mu_);
+  // Frames still queued are on their way; the peer hears those.
+  if (!close_started_ && queue_.empty()) enqueue_locked(std::move(beat));
+}
+
+void Connection::enqueue_locked(std::unique_ptr<Pending> pending) {
+  last_sent_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
   queue_.push_back(std::move(pending));
   if (queue_.size() > 1 || waiting_writable_) return;  // the Asio thread is draining the queue
   if (stream_.is_tls()) {

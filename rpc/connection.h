@@ -9,9 +9,14 @@
 // Under TLS (dist/store/tls.h), whose session is not for concurrent use, the Asio thread does
 // all the writing: a sender queues its frame, and the queue goes out in gathered batches.
 // `send` is thread-safe.
+//
+// Liveness (dist/store/liveness.h) is the transport's: it asks each connection when it last
+// heard from its peer (any bytes, heartbeats included) and when it last sent, and makes it
+// send a heartbeat — an empty frame the reader drops — when it has sent nothing for a while.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -29,6 +34,7 @@ namespace gw::rpc {
 
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
+  using Clock = std::chrono::steady_clock;
   using MessageHandler = std::function<void(const std::shared_ptr<Connection>&, Message)>;
   using CloseHandler = std::function<void(const std::shared_ptr<Connection>&, const std::string&)>;
 
@@ -46,6 +52,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void send(const Message& m);
   // Closes the socket (from any thread); the close handler runs once, with `why`.
   void close(const std::string& why);
+  // Queues a heartbeat unless a frame is already waiting to go out (any thread).
+  void send_heartbeat();
+  // When bytes last arrived from the peer (Asio thread; the connection's creation at first).
+  Clock::time_point last_heard() const { return last_heard_; }
+  // When a frame was last queued to the peer (any thread).
+  Clock::time_point last_sent() const {
+    return Clock::time_point(Clock::duration(last_sent_.load(std::memory_order_relaxed)));
+  }
   bool closed() const { return closed_.load(std::memory_order_acquire); }
 
   // The peer's address, "ip:port".
@@ -63,6 +77,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Writes as much of the queue as the socket takes now; caller holds write_mu_. Returns
   // false on a socket error (then the connection is being closed).
   bool write_queued_locked();
+  // Queues `p` and writes what the socket takes now; caller holds write_mu_, the connection open.
+  void enqueue_locked(std::unique_ptr<Pending> p);
   void wait_writable();
   void write_tls();  // Asio thread
   void close_on_io_thread(const std::string& why);
@@ -78,10 +94,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::atomic<bool> closed_{false};
 
   // Read state, touched only by the Asio thread.
+  Clock::time_point last_heard_ = Clock::now();
   std::vector<uint8_t> buf_;
   FrameReader reader_;
 
   // Write state.
+  std::atomic<Clock::rep> last_sent_{Clock::now().time_since_epoch().count()};
   std::mutex write_mu_;
   std::deque<std::unique_ptr<Pending>> queue_;
   // The Asio thread owns the writing: plain, it waits for the socket to take more; TLS, a

@@ -58,9 +58,14 @@ void Dispatcher::run_apart(std::function<void()> task) {
   ++active_;
 }
 
-void Dispatcher::wait_idle() {
+bool Dispatcher::wait_idle(std::chrono::steady_clock::time_point deadline) {
   std::unique_lock lock(mu_);
-  idle_.wait(lock, [&] { return active_ == 0; });
+  auto idle = [&] { return active_ == 0; };
+  if (deadline == std::chrono::steady_clock::time_point::max()) {
+    idle_.wait(lock, idle);
+    return true;
+  }
+  return idle_.wait_until(lock, deadline, idle);
 }
 
 int Dispatcher::stop(std::chrono::milliseconds bound) {

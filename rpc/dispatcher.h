@@ -40,8 +40,9 @@ class Dispatcher {
   // Runs `task` on a thread of its own (made on first use), FIFO, never behind the pool's
   // queue: work that handlers may be waiting for, such as placing a response's CUDA tensors.
   void run_apart(std::function<void()> task);
-  // Blocks until every handler has finished (its outcome delivered).
-  void wait_idle();
+  // Blocks until every handler has finished (its outcome delivered), or until `deadline`:
+  // false then.
+  bool wait_idle(std::chrono::steady_clock::time_point deadline);
   // Runs what is queued, then joins the pool; afterwards waits up to `bound` for asynchronous
   // handlers still to finish, and returns how many did not.
   int stop(std::chrono::milliseconds bound);

@@ -18,8 +18,10 @@ size_t FrameReader::feed(const uint8_t* data, size_t n) {
         got_ += take, data += take, n -= take;
         if (got_ < kFramePrefixBytes) break;
         frame_ = parse_prefix(prefix_, max_frame_bytes_);
+        got_ = 0;
+        if (frame_.header_bytes == 0) break;  // a heartbeat: nothing to deliver
         header_ = kj::heapArray<capnp::word>(frame_.header_bytes / sizeof(capnp::word));
-        stage_ = Stage::kHeader, got_ = 0;
+        stage_ = Stage::kHeader;
         break;
       }
       case Stage::kHeader: {
@@ -56,7 +58,12 @@ std::span<uint8_t> FrameReader::direct_target(size_t at_least) {
   return {static_cast<uint8_t*>(t.raw_data()) + got_, left};
 }
 
-void FrameReader::direct_filled() { next_tensor(); }
+void FrameReader::direct_filled(size_t n) {
+  GW_CHECK(stage_ == Stage::kPayload && !ready_ && n <= tensors_[tensor_index_].nbytes() - got_,
+           InvalidArgumentError, "[rpc] direct_filled(", n, ") past the tensor being received");
+  got_ += n;
+  if (got_ == tensors_[tensor_index_].nbytes()) next_tensor();
+}
 
 void FrameReader::begin_payload() {
   parsed_.emplace(header_.asPtr(), frame_.payload_bytes);

@@ -6,8 +6,9 @@
 // announces are checked against the payload's size and their storage allocated before a payload
 // byte is read, so the payload lands straight in tensor storage. When much of a tensor is still
 // due, the caller may read it from the socket directly into that storage (direct_target).
-// Everything a peer claims is validated before it is used; a bad frame throws IoError, after
-// which the reader must not be used again (the connection closes).
+// Heartbeats (empty frames) are taken and dropped. Everything a peer claims is validated
+// before it is used; a bad frame throws IoError, after which the reader must not be used again
+// (the connection closes).
 //
 //   FrameReader reader(max_frame_bytes);
 //   while (n > 0) {
@@ -39,9 +40,9 @@ class FrameReader {
   std::optional<Message> take();
 
   // The rest of the tensor being received, when at least `at_least` bytes of it are due (else
-  // empty): read that many bytes into it, then call direct_filled().
+  // empty): read some of it in place, then say how many bytes with direct_filled().
   std::span<uint8_t> direct_target(size_t at_least);
-  void direct_filled();
+  void direct_filled(size_t n);
 
   // No part of a frame is held (nothing received since the last complete frame).
   bool between_frames() const { return stage_ == Stage::kPrefix && got_ == 0; }

@@ -308,6 +308,12 @@ OutgoingFrame encode(const Message& m) {
   return frame;
 }
 
+OutgoingFrame heartbeat_frame() {
+  OutgoingFrame frame;
+  put_u32(frame.prefix.data(), kMagic);  // no header, no payload
+  return frame;
+}
+
 FramePrefix parse_prefix(const uint8_t* bytes, uint64_t max_frame_bytes) {
   uint32_t magic;
   FramePrefix p;
@@ -316,6 +322,7 @@ FramePrefix parse_prefix(const uint8_t* bytes, uint64_t max_frame_bytes) {
   std::memcpy(&p.payload_bytes, bytes + 8, 8);
   GW_CHECK(magic == kMagic, IoError, "[rpc] bad frame magic 0x", std::hex, magic,
            " (not a gradwire RPC peer?)");
+  if (p.header_bytes == 0 && p.payload_bytes == 0) return p;  // a heartbeat
   GW_CHECK(p.header_bytes > 0 && p.header_bytes % 8 == 0, IoError, "[rpc] bad header size ",
            p.header_bytes, " (must be a positive multiple of 8)");
   GW_CHECK(p.header_bytes <= max_frame_bytes && p.payload_bytes <= max_frame_bytes - p.header_bytes,

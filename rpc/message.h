@@ -37,13 +37,16 @@ struct OutgoingFrame {
 };
 
 OutgoingFrame encode(const Message& m);
+// The empty frame a connection sends when it has had nothing else to send for a while.
+OutgoingFrame heartbeat_frame();
 
 struct FramePrefix {
   uint32_t header_bytes = 0;
   uint64_t payload_bytes = 0;
 };
 
-// Validates magic, alignment and sizes against `max_frame_bytes`; throws IoError.
+// Validates magic, alignment and sizes against `max_frame_bytes`; throws IoError. A prefix with
+// no header and no payload is a heartbeat (heartbeat_frame()): it carries nothing but liveness.
 FramePrefix parse_prefix(const uint8_t* bytes, uint64_t max_frame_bytes);
 
 struct TensorLayout {

@@ -245,6 +245,20 @@ void RRefContext::release_users(std::chrono::milliseconds timeout) {
   for (auto& h : live) send_delete(*h);
 }
 
+void RRefContext::forget_remote_forks() {
+  std::vector<std::shared_ptr<OwnerRRef>> dropped;  // destroyed after the lock is released
+  std::lock_guard lock(mu_);
+  for (auto it = owners_.begin(); it != owners_.end();) {
+    it->second->forks.clear();
+    if (it->second->local_handles > 0) {
+      ++it;
+      continue;
+    }
+    dropped.push_back(std::move(it->second));
+    it = owners_.erase(it);
+  }
+}
+
 size_t RRefContext::num_owned() const {
   std::lock_guard lock(mu_);
   return owners_.size();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "dist/store/liveness.h"
 #include "rpc/log.h"
 
 namespace gw::rpc {
@@ -45,7 +46,13 @@ void Transport::start(const std::vector<PeerAddress>& peers,
       peers_[i].name = peers[i].name;
     }
   }
-  asio::post(io_, [this] { door_->start(); });
+  asio::post(io_, [this] {
+    door_->start();
+    if (options_.failure_timeout.count() > 0) {
+      last_check_ = Clock::now();
+      check_liveness();
+    }
+  });
   thread_ = std::thread([this, on_thread_start] {
     if (on_thread_start) on_thread_start();
     io_.run();
@@ -73,6 +80,60 @@ std::shared_ptr<Connection> Transport::make_connection(dist::Stream s) {
       });
 }
 
+// --- liveness --------------------------------------------------------------------------------
+
+void Transport::check_liveness() {
+  const auto now = Clock::now();
+  const auto period = dist::liveness_check_period(options_.failure_timeout);
+  // Late by a whole window: this process did not run (stopped, starved), so silence now says
+  // nothing of the peers; what they sent meanwhile is read before the next check.
+  const bool late = now - last_check_ > options_.failure_timeout / 2 + period;
+  last_check_ = now;
+  std::vector<std::shared_ptr<Connection>> all;
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    all.assign(inbound_.begin(), inbound_.end());
+    for (const auto& p : peers_)
+      if (p.conn) all.push_back(p.conn);
+  }
+  const auto beat = dist::heartbeat_period(options_.failure_timeout);
+  for (const auto& c : all) {
+    if (c->closed()) continue;
+    if (!late && now - c->last_heard() > options_.failure_timeout && c->peer_id() >= 0)
+      declare_dead(c->peer_id());
+    else if (now - c->last_sent() >= beat)
+      c->send_heartbeat();
+  }
+  liveness_.expires_after(period);
+  liveness_.async_wait([this](const std::error_code& ec) {
+    if (!ec) check_liveness();
+  });
+}
+
+void Transport::declare_dead(int peer) {
+  std::vector<std::shared_ptr<Connection>> lost;
+  std::string why;
+  {
+    std::lock_guard lock(mu_);
+    Peer& p = peers_[static_cast<size_t>(peer)];
+    if (!p.dead.empty()) return;
+    p.dead = describe(peer) + " declared dead: " + dist::no_heartbeat_for(options_.failure_timeout);
+    why = p.dead;
+    if (p.conn) lost.push_back(p.conn);
+    for (const auto& c : inbound_)
+      if (c->peer_id() == peer) lost.push_back(c);
+  }
+  log_error(self_name_, ": ", why);
+  for (const auto& c : lost) c->close(why);
+  fail_queue(peer, std::make_exception_ptr(IoError("[rpc] " + why)));
+}
+
+std::string Transport::dead(int peer) const {
+  std::lock_guard lock(mu_);
+  return peers_[static_cast<size_t>(peer)].dead;
+}
+
 // Network thread: `peer` proved the key on `s`; it becomes a connection if it is one of the
 // job's workers without another live connection to us.
 void Transport::admit(const std::shared_ptr<dist::Stream>& s, const dist::auth::Identity& peer,
@@ -85,6 +146,8 @@ void Transport::admit(const std::shared_ptr<dist::Stream>& s, const dist::auth::
         peers_[static_cast<size_t>(peer.id)].name != peer.name) {
       refused =
           gw::detail::str("'", peer.name, "' (id ", peer.id, ") is not a worker of this group");
+    } else if (const std::string& dead = peers_[static_cast<size_t>(peer.id)].dead; !dead.empty()) {
+      refused = dead;
     } else if (std::any_of(inbound_.begin(), inbound_.end(), [&](const auto& other) {
                  return other->peer_id() == peer.id && !other->closed();
                })) {
@@ -109,11 +172,14 @@ void Transport::admit(const std::shared_ptr<dist::Stream>& s, const dist::auth::
 
 void Transport::send(int peer, Message m, Clock::time_point deadline) {
   std::shared_ptr<Connection> open;
+  std::string dead;
   {
     std::lock_guard lock(mu_);
     Peer& p = peers_[static_cast<size_t>(peer)];
     if (stopping_) {
       // Below, outside the lock.
+    } else if (!p.dead.empty()) {
+      dead = p.dead;
     } else if (p.conn && !p.connecting && !p.conn->closed()) {
       open = p.conn;
     } else {
@@ -125,6 +191,10 @@ void Transport::send(int peer, Message m, Clock::time_point deadline) {
       }
       return;
     }
+  }
+  if (!dead.empty()) {
+    handlers_.unsent(m, std::make_exception_ptr(IoError("[rpc] " + dead)));
+    return;
   }
   if (!open) {
     handlers_.unsent(m, std::make_exception_ptr(StateError(gw::detail::str(
@@ -276,6 +346,10 @@ void Transport::connected(int peer, std::shared_ptr<dist::Stream> s, std::except
       c->close("the RPC agent is shutting down");
       return;
     }
+    if (const std::string& dead = peers_[static_cast<size_t>(peer)].dead; !dead.empty()) {
+      c->close(dead);  // declared dead while connecting: its queue has been failed
+      return;
+    }
     // Known as the peer's connection from now (late answers on it are ours), but used by
     // other senders only once the queue is written.
     peers_[static_cast<size_t>(peer)].conn = c;
@@ -336,6 +410,7 @@ void Transport::stop(const std::string& why) {
   asio::post(io_, [this, why] {
     std::error_code ignored;
     door_->stop();
+    liveness_.cancel();
     std::vector<std::shared_ptr<Connection>> all;
     {
       std::lock_guard lock(mu_);

@@ -20,6 +20,15 @@
 // and a second live connection claiming the same worker is refused. The acceptor survives
 // running out of descriptors (it backs off and retries).
 //
+// Liveness (dist/store/liveness.h): the network thread checks every connection a few times a
+// second. One that has sent nothing for heartbeat_period sends a heartbeat; one that has heard
+// nothing from its peer for failure_timeout declares that worker dead: all its connections
+// close with "worker 'w' at addr:port declared dead: no heartbeat for 10 s (failure_timeout)",
+// which fails what is pending on them (the owner's close handler), and from then on requests
+// to it fail at once and its connections are refused. Only the network thread, which never
+// runs user code, sends heartbeats, so a worker busy computing stays alive. A check that
+// itself ran late (this process was stopped or starved) declares nobody dead: it cannot tell.
+//
 //   Transport t(options, handlers);                                 // listening
 //   publish(t.port()); ...                                          // rendezvous
 //   t.start(peer_endpoints);                                        // network thread runs
@@ -68,6 +77,7 @@ class Transport {
     std::chrono::milliseconds handshake_timeout{10000};
     int max_unauthenticated = 256;
     dist::TlsContext tls;  // every connection under TLS; null: plain TCP
+    std::chrono::milliseconds failure_timeout{0};  // 0: no heartbeats, nobody declared dead
   };
 
   struct Handlers {
@@ -98,6 +108,8 @@ class Transport {
   void send(int peer, Message m, Clock::time_point deadline);
   // Whether `c` is our open connection to its peer (the one our requests to it go out on).
   bool is_outbound(const std::shared_ptr<Connection>& c) const;
+  // Why worker `peer` was declared dead, or empty.
+  std::string dead(int peer) const;
   // Closes the listener and every connection with `why`, fails what is queued, and joins the
   // network thread. Idempotent; not from the network thread.
   void stop(const std::string& why);
@@ -117,6 +129,7 @@ class Transport {
     std::shared_ptr<dist::Stream> socket;           // while connecting
     std::shared_ptr<asio::steady_timer> timer;      // the connect's deadline, if it has one
     bool timed_out = false;
+    std::string dead;  // why it was declared dead; then nothing more goes to it
   };
 
   // Network thread: `peer` proved the key on `s`; it becomes a connection if it is one of the
@@ -137,6 +150,9 @@ class Transport {
   void write(const std::shared_ptr<Connection>& c, Message& m);
   std::string describe(int peer) const;  // "worker 'w' at addr:port"
   std::shared_ptr<Connection> make_connection(dist::Stream s);
+  // Network thread, every liveness_check_period: heartbeats out, silent peers declared dead.
+  void check_liveness();
+  void declare_dead(int peer);
 
   const Options options_;
   const std::string& self_name_ = options_.self_name;
@@ -146,6 +162,8 @@ class Transport {
   asio::ip::tcp::acceptor acceptor_{io_};
   std::optional<dist::auth::Gatekeeper> door_;  // network thread: admits those who prove the key
   std::thread thread_;
+  asio::steady_timer liveness_{io_};  // network thread
+  Clock::time_point last_check_;      // network thread
 
   mutable std::mutex mu_;
   bool stopping_ = false;

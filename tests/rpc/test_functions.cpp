@@ -61,6 +61,13 @@ int64_t crash() { std::_Exit(3); }
 
 std::string whoami() { return current_agent().get_worker_info().name; }
 
+int64_t busy_for_ms(int64_t ms) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  volatile uint64_t spins = 0;
+  while (std::chrono::steady_clock::now() < until) spins = spins + 1;  // bounded by `until`
+  return ms;
+}
+
 namespace {
 std::atomic<int64_t> g_bumps{0};
 }
@@ -117,6 +124,12 @@ void drop_kept_rrefs() {
   std::lock_guard lock(g_kept_mu);
   dropped.swap(g_kept);
 }
+
+int64_t pass_rref_when_released(std::string to, RRef<Tensor> r) {
+  block_until_released();
+  rpc_sync(to, keep_rref, r);
+  return 42;
+}
 RRef<Tensor> make_local_rref(Tensor t) { return RRef<Tensor>(t); }
 
 std::tuple<int64_t, std::string, Point, std::vector<Tensor>> kinds(
@@ -161,6 +174,8 @@ GW_RPC_FUNCTION(async_add_chained);
 GW_RPC_FUNCTION(crash);
 GW_RPC_FUNCTION(async_wait_on);
 GW_RPC_FUNCTION(whoami);
+GW_RPC_FUNCTION(busy_for_ms);
+GW_RPC_FUNCTION(pass_rref_when_released);
 GW_RPC_FUNCTION(bump);
 
 }  // namespace gw::rpc::testing

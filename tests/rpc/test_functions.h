@@ -22,6 +22,8 @@ Future<int64_t> async_wait_on(std::string to);
 // Kills this process at once, as a crash would.
 int64_t crash();
 std::string whoami();
+// Computes (spins, holding its worker thread) for `ms` milliseconds; returns `ms`.
+int64_t busy_for_ms(int64_t ms);
 // A side effect the security tests watch: how often bump() ran in this process.
 int64_t bump();
 int64_t bumps();
@@ -33,6 +35,8 @@ Tensor rref_sum(RRef<Tensor> r);    // r.to_here().sum(), on the receiving worke
 int64_t rref_int(RRef<int64_t> r);  // r.to_here()
 void keep_rref(RRef<Tensor> r);     // holds r until drop_kept_rrefs()
 void drop_kept_rrefs();
+// Blocks until release_blocked(), then passes `r` to worker `to`, which keeps it (keep_rref).
+int64_t pass_rref_when_released(std::string to, RRef<Tensor> r);
 RRef<Tensor> make_local_rref(Tensor t);  // an RRef owned by the worker running this
 // Async: answers with an RRef to `t`, owned by the worker running it, when answer_held_rref()
 // is called in this process (with that worker as the current agent).

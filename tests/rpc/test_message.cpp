@@ -200,6 +200,30 @@ TEST_CASE("FrameReader reads a stream cut into reads of any size", "[message]") 
   }
 }
 
+TEST_CASE("FrameReader drops heartbeats between frames", "[message]") {
+  Message call = call_message("f", {IValue(int64_t{7})}, 5);
+  const OutgoingFrame beat = heartbeat_frame();
+  REQUIRE(beat.total_bytes() == kFramePrefixBytes);
+  std::vector<uint8_t> bytes(beat.prefix.begin(), beat.prefix.end());
+  const std::vector<uint8_t> frame = stream_of({call});
+  bytes.insert(bytes.end(), frame.begin(), frame.end());
+  bytes.insert(bytes.end(), beat.prefix.begin(), beat.prefix.end());
+  FrameReader reader(1 << 20);
+  std::vector<Message> got;
+  for (size_t at = 0; at < bytes.size();) {  // a byte at a time: every split point
+    at += reader.feed(bytes.data() + at, 1);
+    if (auto m = reader.take()) got.push_back(std::move(*m));
+  }
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].id == 5);
+  CHECK(reader.between_frames());
+  // A prefix with a payload but no header is still refused.
+  std::vector<uint8_t> bad(beat.prefix.begin(), beat.prefix.end());
+  bad[8] = 8;
+  FrameReader strict(1 << 20);
+  CHECK_THROWS_AS(strict.feed(bad.data(), bad.size()), IoError);
+}
+
 TEST_CASE("FrameReader hands a large tensor's bytes to a direct read", "[message]") {
   Tensor big = arange(0, 4096).to(kFloat32);
   Message call = call_message("f", {IValue(big)}, 3);
@@ -211,8 +235,16 @@ TEST_CASE("FrameReader hands a large tensor's bytes to a direct read", "[message
   CHECK(reader.direct_target(big.nbytes() + 1).empty());  // fewer bytes than asked are due
   std::span<uint8_t> target = reader.direct_target(1024);
   REQUIRE(target.size() == big.nbytes());
-  std::memcpy(target.data(), bytes.data() + head, target.size());  // what a socket read does
-  reader.direct_filled();
+  // What socket reads do: a first part, then the rest.
+  const size_t part = 1000;
+  std::memcpy(target.data(), bytes.data() + head, part);
+  reader.direct_filled(part);
+  CHECK_FALSE(reader.take());
+  target = reader.direct_target(1024);
+  REQUIRE(target.size() == big.nbytes() - part);
+  CHECK_THROWS_AS(reader.direct_filled(target.size() + 1), InvalidArgumentError);
+  std::memcpy(target.data(), bytes.data() + head + part, target.size());
+  reader.direct_filled(target.size());
   auto m = reader.take();
   REQUIRE(m);
   CHECK(gw::equal(call_of(*m).args[0].to_tensor(), big));

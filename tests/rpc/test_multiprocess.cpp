@@ -6,6 +6,7 @@
 #include <sys/time.h>
 
 #include <cerrno>
+#include <thread>
 
 #include <asio.hpp>
 
@@ -16,6 +17,7 @@
 #include "tests/process_util.h"
 #include "tests/rpc/group.h"
 #include "tests/rpc/test_functions.h"
+#include "tests/scoped_env.h"
 
 using namespace gw;
 using namespace gw::rpc;
@@ -134,6 +136,70 @@ TEST_CASE("a peer killed mid-call fails the pending call at once, not at the tim
   // A new call to the dead worker fails too, rather than hanging.
   CHECK_THROWS_AS(rpc_sync(1, whoami), IoError);
   agent.shutdown(false);
+}
+
+// Liveness: GW_FAILURE_TIMEOUT reaches the peers' agents and this one alike.
+TEST_CASE("a stopped peer is declared dead within failure_timeout, not at the call's timeout",
+          "[rpc][process][liveness]") {
+  gw::test::ScopedEnv window(dist::kFailureTimeoutEnv, "1");
+  auto store = master_store();
+  Peers peers(2, store->port());
+  Agent agent("worker0", 0, 2, with_store(store));
+  Agent::Use use(agent);
+  CHECK(rpc_sync(1, whoami) == "worker1");  // connected
+  auto fut = rpc_async("worker1", block_until_released, timeout(600s));
+  const auto stopped = std::chrono::steady_clock::now();
+  REQUIRE(kill(peers.pids()[0], SIGSTOP) == 0);
+  CHECK_THROWS_WITH(fut.wait(),
+                    Catch::Contains("worker 'worker1'") && Catch::Contains("no heartbeat for 1 s"));
+  const auto took = std::chrono::steady_clock::now() - stopped;
+  INFO("declared dead after " << std::chrono::duration<double>(took).count() << " s");
+  CHECK(took < 30s);  // the call's own timeout is 600 s
+  // From now on a call to it fails at once, with the same reason.
+  CHECK_THROWS_WITH(rpc_sync(1, whoami), Catch::Contains("declared dead"));
+  // A graceful shutdown ends within its timeout, naming the dead worker.
+  CHECK_THROWS_WITH(agent.shutdown(true, 5s), Catch::Contains("'worker1' did not reach shutdown") &&
+                                                  Catch::Contains("no heartbeat"));
+  CHECK_FALSE(agent.running());
+  kill(peers.pids()[0], SIGKILL);
+  CHECK(peers.wait() == std::vector<int>{128 + SIGKILL});
+}
+
+TEST_CASE("a peer busy computing, or stopped for less than failure_timeout, stays alive",
+          "[rpc][process][liveness]") {
+  gw::test::ScopedEnv window(dist::kFailureTimeoutEnv, "2");
+  auto store = master_store();
+  Peers peers(2, store->port());
+  Agent agent("worker0", 0, 2, with_store(store));
+  Agent::Use use(agent);
+  // Its handler holds a worker thread for three windows; its network thread keeps beating.
+  CHECK(rpc_sync(1, busy_for_ms, int64_t{6000}) == 6000);
+  // Stopped for a quarter of the window, with a call in flight: answered once resumed.
+  REQUIRE(kill(peers.pids()[0], SIGSTOP) == 0);
+  auto fut = rpc_async(1, whoami);
+  std::this_thread::sleep_for(500ms);  // how long it stays stopped (not a synchronisation)
+  REQUIRE(kill(peers.pids()[0], SIGCONT) == 0);
+  CHECK(fut.wait() == "worker1");
+  CHECK(rpc_sync(1, whoami) == "worker1");
+  agent.shutdown();
+  CHECK(peers.wait() == std::vector<int>{0});
+}
+
+TEST_CASE("a graceful shutdown with a killed peer returns within its timeout, naming it",
+          "[rpc][process]") {
+  auto store = master_store();
+  Peers peers(3, store->port());
+  Agent agent("worker0", 0, 3, with_store(store));
+  Agent::Use use(agent);
+  CHECK(rpc_sync(2, whoami) == "worker2");
+  kill(peers.pids()[1], SIGKILL);
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_AS(agent.shutdown(true, 2s), TimeoutError);
+  CHECK(std::chrono::steady_clock::now() - start < 30s);
+  CHECK_FALSE(agent.running());
+  CHECK(agent.num_owner_rrefs() == 0);
+  kill(peers.pids()[0], SIGKILL);  // worker1 would wait out its own (default) timeout
+  CHECK(peers.wait() == std::vector<int>{128 + SIGKILL, 128 + SIGKILL});
 }
 
 TEST_CASE("a malformed frame closes only that connection", "[rpc][process]") {

@@ -1,6 +1,8 @@
 // remote() and RRefs: the API, the reference counting protocol, and the helpers.
 #include <catch2/catch.hpp>
 
+#include <future>
+
 #include "core/ops.h"
 #include "tests/rpc/group.h"
 #include "tests/rpc/test_functions.h"
@@ -133,6 +135,29 @@ TEST_CASE("graceful shutdown releases references still held, leaving owner table
     CHECK(held.to_here().sum().item<float>() == 2.f);
   }
   g.shutdown();
+  for (int r = 0; r < 3; ++r) CHECK(g[r].num_owner_rrefs() == 0);
+  drop_kept_rrefs();
+}
+
+TEST_CASE("an RRef that reaches a worker after its last release leaves no owner record", "[rref]") {
+  arm_blocked();
+  Group g(3);
+  {
+    Agent::Use use(g[0]);
+    RRef<Tensor> mine(ones({2}));  // worker0 owns it; past this scope only worker2's fork holds it
+    // worker2's pool runs the function, which holds its fork of `mine` and blocks.
+    auto running = remote("worker2", pass_rref_when_released, std::string("worker1"), mine);
+  }
+  auto shutting_down = std::async(std::launch::async, [&g] { g.shutdown(); });
+  struct Release {
+    ~Release() { release_blocked(); }  // never leave the group blocked, even on failure
+  } release_on_exit;
+  // worker1 has released everything it holds and waits in the last barrier; only worker2,
+  // still serving, keeps the group there.
+  g.store->wait({"rpc/shutdown-leave/1"}, 30s);
+  // Now worker2 passes the RRef to worker1, which keeps it: worker0 records worker1's fork.
+  release_blocked();
+  shutting_down.get();
   for (int r = 0; r < 3; ++r) CHECK(g[r].num_owner_rrefs() == 0);
   drop_kept_rrefs();
 }

@@ -8,6 +8,7 @@
 #include "dist/store/rendezvous.h"
 #include "dist/store/tcp_store.h"
 #include "tests/dist/store/store_test_util.h"
+#include "tests/scoped_env.h"
 
 using namespace gw::dist;
 using namespace gw::dist::test;
@@ -15,27 +16,7 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-// Sets (or unsets, with nullopt) an environment variable for one scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, std::optional<std::string> value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value)
-      ::setenv(name, value->c_str(), 1);
-    else
-      ::unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      ::setenv(name_, old_->c_str(), 1);
-    else
-      ::unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using gw::test::ScopedEnv;
 
 const milliseconds kTimeout(5000);
 

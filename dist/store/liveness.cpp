@@ -1,0 +1,40 @@
+#include "dist/store/liveness.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace gw::dist {
+
+Milliseconds failure_timeout(Milliseconds option, const char* op) {
+  Milliseconds t = option;
+  if (option == kFailureTimeoutFromEnv) {
+    t = kDefaultFailureTimeout;
+    if (const char* v = std::getenv(kFailureTimeoutEnv); v != nullptr && *v != '\0') {
+      char* end = nullptr;
+      const double s = std::strtod(v, &end);
+      GW_CHECK(end != v && *end == '\0' && std::isfinite(s) && s >= 0 && s < 1e6,
+               InvalidArgumentError, "[", op, "] ", kFailureTimeoutEnv, "='", v,
+               "' is not a number of seconds");
+      t = Milliseconds(std::llround(s * 1000));
+    }
+  }
+  GW_CHECK(t.count() >= 0, InvalidArgumentError, "[", op,
+           "] failure_timeout must be >= 0 ms (0 = ", "never declare a peer dead), got ",
+           t.count());
+  GW_CHECK(t.count() == 0 || t.count() >= 100, InvalidArgumentError, "[", op,
+           "] failure_timeout of ", t.count(), " ms is too short to tell a dead peer from a ",
+           "busy one (at least 100 ms; 0 turns liveness off)");
+  return t;
+}
+
+std::string no_heartbeat_for(Milliseconds failure_timeout) {
+  std::ostringstream s;
+  s << "no heartbeat for " << static_cast<double>(failure_timeout.count()) / 1000.0
+    << " s (failure_timeout)";
+  return s.str();
+}
+
+}  // namespace gw::dist
