@@ -1,12 +1,14 @@
 // gwrun, gradwire's torchrun: starts --nproc-per-node workers with the torch.distributed
 // environment and a job key, forwards their output prefixed by rank, and stops them all if one
-// fails.
+// fails (then, with --max-restarts, starts them all again).
 #include <cstdio>
 #include <exception>
 #include <optional>
+#include <string_view>
 #include <utility>
 
 #include "core/error.h"
+#include "dist/launcher/guardian.h"
 #include "dist/launcher/job_key_file.h"
 #include "dist/launcher/node_rendezvous.h"
 #include "dist/launcher/options.h"
@@ -20,6 +22,7 @@ constexpr int kUsageExitCode = 2;  // what argparse-based torchrun uses for bad 
 
 int main(int argc, char** argv) {
   using namespace gw::launcher;
+  if (argc > 1 && std::string_view(argv[1]) == kGuardianFlag) return run_guardian(argc, argv);
   try {
     LaunchOptions options = parse_launch_options(argc, argv);
     if (options.help) {

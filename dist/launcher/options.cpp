@@ -18,7 +18,7 @@ constexpr int kTorchrunDefaultPort = 29500;
 constexpr const char* kUsage =
     "usage: gwrun --nproc-per-node N [--nnodes M] [--node-rank R] [--master-addr A]\n"
     "             [--master-port P] [--rdzv-endpoint HOST:PORT] [--rdzv-timeout S]\n"
-    "             [--term-timeout S] [--] prog [args...]\n";
+    "             [--max-restarts N] [--term-timeout S] [--] prog [args...]\n";
 
 constexpr const char* kFlags =
     "\n"
@@ -33,6 +33,9 @@ constexpr const char* kFlags =
     "                      master's address: no --node-rank or --master-addr needed\n"
     "  --rdzv-timeout S    seconds a node waits for the others to arrive (default 900)\n"
     "  --rdzv-id ID        the job's name at the endpoint, for jobs that share one\n"
+    "  --max-restarts N    when a worker fails, stop all and start all again, at most N\n"
+    "                      times (default 0); workers see GW_RESTART_COUNT (and\n"
+    "                      TORCHELASTIC_RESTART_COUNT) and may resume from a checkpoint\n"
     "  --term-timeout S    seconds between SIGTERM and SIGKILL when stopping (default 5)\n"
     "\n"
     "Each worker gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,\n"
@@ -81,6 +84,8 @@ bool apply_flag(LaunchOptions& o, std::string_view flag, std::string_view value)
     o.rdzv_id = value;
   } else if (flag == "--rdzv-backend") {
     // torchrun's: gwrun's rendezvous is always its own store, with c10d's semantics.
+  } else if (flag == "--max-restarts") {
+    o.max_restarts = parse_number(flag, value, 0, 1000);
   } else if (flag == "--term-timeout") {
     o.term_timeout_s = parse_number(flag, value, 0.0, 3600.0);
   } else {
@@ -123,6 +128,9 @@ LaunchOptions parse_launch_options(int argc, const char* const argv[]) {
   GW_CHECK(o.node_rank < o.nnodes, InvalidArgumentError, "[gwrun] --node-rank ", o.node_rank,
            " is out of range for --nnodes ", o.nnodes, " (expected 0..", o.nnodes - 1, ")");
   GW_CHECK(!o.command.empty(), InvalidArgumentError, "[gwrun] no program to run");
+  GW_CHECK(o.max_restarts == 0 || o.nnodes == 1, InvalidArgumentError,
+           "[gwrun] --max-restarts is supported on a single node only (--nnodes 1), got --nnodes ",
+           o.nnodes);
   GW_CHECK(o.rdzv_endpoint.empty() || (o.node_rank == 0 && o.master_addr == "127.0.0.1"),
            InvalidArgumentError,
            "[gwrun] --rdzv-endpoint assigns node ranks and the master: drop --node-rank and "

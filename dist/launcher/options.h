@@ -13,6 +13,9 @@ struct LaunchOptions {
   std::string master_addr = "127.0.0.1";
   int master_port = 0;          // 0: not given, see resolve_master_port
   double term_timeout_s = 5.0;  // grace between SIGTERM and SIGKILL when stopping workers
+  // --max-restarts N: when a worker fails, stop them all and start them all again, up to N
+  // times (torchrun's semantics), with GW_RESTART_COUNT set to the attempt's number.
+  int max_restarts = 0;
   // --rdzv-endpoint HOST:PORT: the nodes meet there and receive their node ranks and the
   // master's address (node_rendezvous.h) instead of --node-rank and --master-addr.
   std::string rdzv_endpoint;  // as given, for messages; parsed into:

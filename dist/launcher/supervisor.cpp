@@ -54,19 +54,31 @@ Supervisor::Supervisor(LaunchOptions options) : options_(std::move(options)) {}
 
 Supervisor::~Supervisor() {
   kill_alive(SIGKILL);
+  // The guardian, destroyed after, is told of every group still watched when its pipe closes.
   for (Worker& worker : workers_) {
     if (worker.alive) ::waitpid(worker.pid, nullptr, 0);
   }
 }
 
 void Supervisor::start() {
+  guardian_.emplace(options_.term_timeout_s);
+  start_workers(0);
+}
+
+void Supervisor::start_workers(int restart_count) {
+  workers_.clear();
   workers_.reserve(options_.nproc_per_node);
+  stopping_ = false;
+  exit_code_ = 0;
+  kill_deadline_.reset();
   for (int local_rank = 0; local_rank < options_.nproc_per_node; ++local_rank) {
     int rank = options_.rank_of(local_rank);
     std::string prefix = "[" + std::to_string(rank) + "] ";
     Pipe out, err;
-    pid_t pid = spawn_worker(options_.command, worker_environment(options_, local_rank),
-                             out.write_fd, err.write_fd);
+    pid_t pid =
+        spawn_process(options_.command, worker_environment(options_, local_rank, restart_count),
+                      StdFds{-1, out.write_fd, err.write_fd});
+    guardian_->watch(pid);
     workers_.push_back(Worker{rank, pid, true,
                               LineForwarder(out.release_read(), STDOUT_FILENO, prefix),
                               LineForwarder(err.release_read(), STDERR_FILENO, prefix)});
@@ -74,6 +86,16 @@ void Supervisor::start() {
 }
 
 int Supervisor::run() {
+  for (int restart = 1;; ++restart) {  // bounded by --max-restarts
+    const int code = supervise();
+    if (code == 0 || interrupted_ || restart > options_.max_restarts) return code;
+    write_all(STDERR_FILENO, "[gwrun] restarting all workers (restart " + std::to_string(restart) +
+                                 " of " + std::to_string(options_.max_restarts) + ")\n");
+    start_workers(restart);
+  }
+}
+
+int Supervisor::supervise() {
   std::vector<pollfd> fds;
   std::vector<LineForwarder*> sources;
   while (any_alive()) {
@@ -116,6 +138,7 @@ void Supervisor::on_signal(int sig) {
       "[gwrun] received " + describe_signal(sig) + ", forwarding it to the workers\n";
   write_all(STDERR_FILENO, message);
   exit_code_ = 128 + sig;
+  interrupted_ = true;
   stop(sig);
 }
 
@@ -133,6 +156,9 @@ void Supervisor::reap() {
 
 void Supervisor::on_exit(Worker& worker, int status) {
   worker.alive = false;
+  // What it started does not outlive it (its pgid stays valid while any of them is left).
+  ::kill(-worker.pid, SIGKILL);
+  guardian_->forget(worker.pid);
   // Everything the worker wrote is in its pipes now; a grandchild still holding them must
   // not keep gwrun alive, so forward what is there and close.
   worker.out.pump(true);
@@ -161,9 +187,9 @@ void Supervisor::stop(int sig) {
 }
 
 void Supervisor::kill_alive(int sig) {
-  // Only unreaped pids: a reaped one may already belong to an unrelated process.
+  // Only unreaped workers' groups: a reaped one's number may already be another's.
   for (const Worker& worker : workers_) {
-    if (worker.alive) ::kill(worker.pid, sig);
+    if (worker.alive) ::kill(-worker.pid, sig);
   }
 }
 

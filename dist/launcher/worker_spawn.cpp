@@ -28,10 +28,14 @@ std::vector<char*> c_strings(const std::vector<std::string>& strings) {
 
 }  // namespace
 
-std::vector<std::string> worker_environment(const LaunchOptions& options, int local_rank) {
+std::vector<std::string> worker_environment(const LaunchOptions& options, int local_rank,
+                                            int restart_count) {
   int n = options.nproc_per_node;
-  std::array<std::pair<const char*, std::string>, 8> vars{{
+  std::array<std::pair<const char*, std::string>, 11> vars{{
       {"GW_LAUNCHER", "gwrun"},
+      {"GW_RESTART_COUNT", std::to_string(restart_count)},
+      {"TORCHELASTIC_RESTART_COUNT", std::to_string(restart_count)},
+      {"TORCHELASTIC_MAX_RESTARTS", std::to_string(options.max_restarts)},
       {"RANK", std::to_string(options.rank_of(local_rank))},
       {"WORLD_SIZE", std::to_string(options.nnodes * n)},
       {"LOCAL_RANK", std::to_string(local_rank)},
@@ -51,12 +55,13 @@ std::vector<std::string> worker_environment(const LaunchOptions& options, int lo
   return env;
 }
 
-pid_t spawn_worker(const std::vector<std::string>& command, const std::vector<std::string>& env,
-                   int out_fd, int err_fd) {
+pid_t spawn_process(const std::vector<std::string>& command, const std::vector<std::string>& env,
+                    const StdFds& fds) {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, out_fd, STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, err_fd, STDERR_FILENO);
+  if (fds.in >= 0) posix_spawn_file_actions_adddup2(&actions, fds.in, STDIN_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, fds.out, STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, fds.err, STDERR_FILENO);
   // Nothing else of gwrun's: the rendezvous store's sockets (Asio opens them without
   // close-on-exec) would outlive a killed gwrun in its workers and hold the port.
   posix_spawn_file_actions_addclosefrom_np(&actions, STDERR_FILENO + 1);
@@ -71,7 +76,9 @@ pid_t spawn_worker(const std::vector<std::string>& command, const std::vector<st
   for (int sig : SignalPipe::handled_signals()) sigaddset(&defaults, sig);
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  posix_spawnattr_setpgroup(&attr, 0);  // a group of its own, led by the child
+  posix_spawnattr_setflags(&attr,
+                           POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
 
   std::vector<char*> argv = c_strings(command);
   std::vector<char*> envp = c_strings(env);

@@ -10,15 +10,25 @@
 
 namespace gw::launcher {
 
-// gwrun's own environment with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,
-// MASTER_ADDR and MASTER_PORT replaced by this worker's values (options.master_port resolved).
-std::vector<std::string> worker_environment(const LaunchOptions& options, int local_rank);
+// gwrun's own environment with GW_RESTART_COUNT (and torchrun's TORCHELASTIC_RESTART_COUNT), RANK,
+// WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR and MASTER_PORT replaced by
+// this worker's values (options.master_port resolved).
+std::vector<std::string> worker_environment(const LaunchOptions& options, int local_rank,
+                                            int restart_count);
 
-// Starts command[0] (looked up in PATH) with its stdout and stderr on `out_fd` and `err_fd`.
-// The worker stays in gwrun's process group, so a terminal's Ctrl-C reaches it directly as
-// it would under torchrun. Throws InvalidArgumentError naming the program and the reason
-// when it cannot be executed.
-pid_t spawn_worker(const std::vector<std::string>& command, const std::vector<std::string>& env,
-                   int out_fd, int err_fd);
+// Where a child's standard streams go; -1 for stdin: gwrun's.
+struct StdFds {
+  int in = -1;
+  int out = -1;
+  int err = -1;
+};
+
+// Starts command[0] (looked up in PATH) with `fds`, in a process group of its own (its pgid is
+// its pid), so that stopping it stops whatever it started too (a wrapper script's children):
+// gwrun forwards a terminal's Ctrl-C to each group, as torchrun does. Nothing else of gwrun's
+// is inherited: no other descriptor, no blocked or ignored signal. Throws InvalidArgumentError
+// naming the program and the reason when it cannot be executed.
+pid_t spawn_process(const std::vector<std::string>& command, const std::vector<std::string>& env,
+                    const StdFds& fds);
 
 }  // namespace gw::launcher

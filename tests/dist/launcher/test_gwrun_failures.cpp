@@ -1,8 +1,12 @@
 // gwrun end to end: failing workers, signals and usage errors.
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#include <chrono>
 
 #include <cerrno>
 #include <cstring>
@@ -50,6 +54,27 @@ pid_t printed_pid(const std::string& out, int rank) {
 }
 
 bool process_exists(pid_t pid) { return ::kill(pid, 0) == 0 || errno != ESRCH; }
+
+// Whether process `pid` (not necessarily our child) ends within `bound`: a pidfd becomes
+// readable when its process exits (zombie or reaped, it no longer runs).
+bool ends_within(pid_t pid, std::chrono::milliseconds bound) {
+  const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (fd < 0) return errno == ESRCH;  // already gone
+  pollfd p{fd, POLLIN, 0};
+  const int ready = ::poll(&p, 1, static_cast<int>(bound.count()));
+  ::close(fd);
+  return ready == 1;
+}
+
+// The pids a line pattern with one number captures, e.g. "child=([0-9]+)", in output order.
+std::vector<pid_t> printed_pids(const std::string& out, const std::string& pattern) {
+  std::vector<pid_t> pids;
+  const std::regex re(pattern);
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator();
+       ++it)
+    pids.push_back(static_cast<pid_t>(std::stol((*it)[1])));
+  return pids;
+}
 
 }  // namespace
 
@@ -156,4 +181,59 @@ TEST_CASE("gwrun --help prints the flags and exits 0", "[gwrun]") {
   CHECK(r.out.find("usage: gwrun") != std::string::npos);
   CHECK(r.out.find("--term-timeout") != std::string::npos);
   CHECK(r.err.empty());
+}
+
+TEST_CASE("SIGKILL to gwrun leaves no worker and no worker's child running", "[gwrun]") {
+  // Each worker is a wrapper script with a child of its own: both must go.
+  GwrunProcess gwrun({"--nproc-per-node", "2", "--term-timeout", "2", "sh", "-c",
+                      "sleep 600 & echo child=$!; echo worker=$$; wait"});
+  REQUIRE(gwrun.wait_for_stdout("[0] worker="));
+  REQUIRE(gwrun.wait_for_stdout("[1] worker="));
+  REQUIRE(::kill(gwrun.pid(), SIGKILL) == 0);
+  GwrunResult r = gwrun.finish();
+  INFO("stdout:\n" << r.out << "stderr:\n" << r.err);
+  CHECK(r.exit_code == -SIGKILL);
+  std::vector<pid_t> pids = printed_pids(r.out, "child=([0-9]+)");
+  for (pid_t p : printed_pids(r.out, "worker=([0-9]+)")) pids.push_back(p);
+  REQUIRE(pids.size() == 4);
+  for (pid_t p : pids) CHECK(ends_within(p, std::chrono::seconds(30)));
+  CHECK(r.err.find("gwrun exited without stopping its workers") != std::string::npos);
+}
+
+TEST_CASE("gwrun stops what a failed worker's wrapper started, and the others' too", "[gwrun]") {
+  TempFifo fifo;
+  // Rank 1 fails once rank 0 and its child run; every wrapper's child must be gone with it.
+  GwrunResult r =
+      run_gwrun({"--nproc-per-node", "2", "sh", "-c",
+                 "sleep 600 & echo child=$!; if [ \"$RANK\" = 1 ]; then read x < " + fifo.path() +
+                     "; exit 4; fi; echo go > " + fifo.path() + "; wait"});
+  INFO("stdout:\n" << r.out << "stderr:\n" << r.err);
+  CHECK(r.exit_code == 4);
+  const std::vector<pid_t> children = printed_pids(r.out, "child=([0-9]+)");
+  REQUIRE(children.size() == 2);
+  for (pid_t p : children) CHECK(ends_within(p, std::chrono::seconds(30)));
+}
+
+TEST_CASE("gwrun --max-restarts starts every worker again, up to N times", "[gwrun]") {
+  // Rank 1 fails on the first two attempts.
+  const std::string script =
+      "echo attempt=$GW_RESTART_COUNT/$TORCHELASTIC_RESTART_COUNT; "
+      "if [ \"$RANK\" = 1 ] && [ \"$GW_RESTART_COUNT\" -lt 2 ]; then exit 7; fi; exit 0";
+  SECTION("enough restarts: the third attempt succeeds") {
+    GwrunResult r = run_gwrun({"--max-restarts", "2", "--nproc-per-node", "2", "sh", "-c", script});
+    INFO("stdout:\n" << r.out << "stderr:\n" << r.err);
+    CHECK(r.exit_code == 0);
+    // Rank 0 may be stopped before it prints on a failed attempt; it completes the last.
+    for (const char* a : {"attempt=0/0", "attempt=1/1", "attempt=2/2"})
+      CHECK(gw::test::count(r.out, std::string("[1] ") + a) == 1);
+    CHECK(gw::test::count(r.out, "[0] attempt=2/2") == 1);
+    CHECK(gw::test::count(r.err, "restarting all workers") == 2);
+  }
+  SECTION("too few: the last failure's code") {
+    GwrunResult r = run_gwrun({"--max-restarts=1", "--nproc-per-node", "2", "sh", "-c", script});
+    INFO("stdout:\n" << r.out << "stderr:\n" << r.err);
+    CHECK(r.exit_code == 7);
+    CHECK(gw::test::count(r.err, "restarting all workers (restart 1 of 1)") == 1);
+    CHECK(gw::test::count(r.out, "attempt=2") == 0);
+  }
 }
