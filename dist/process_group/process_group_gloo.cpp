@@ -25,6 +25,8 @@
 
 #include "core/ops.h"
 #include "core/sigpipe.h"
+#include "dist/process_group/liveness.h"
+#include "dist/store/liveness.h"
 
 namespace gw::dist {
 
@@ -124,17 +126,27 @@ struct ProcessGroupGloo::Impl : std::enable_shared_from_this<ProcessGroupGloo::I
   bool running = false;  // a collective runs, on the group's thread or inline in a wait()
   bool stopping = false;
   std::exception_ptr broken;  // the failure that made the group unusable
+  std::exception_ptr aborted;  // a rank was declared dead (abort): everything fails at once
+  WorkPtr current;             // the collective running
   uint32_t next_tag = 0;
   std::thread worker;
   struct Waiter {
     std::thread thread;
     std::shared_ptr<std::atomic<bool>> done;
+    WorkPtr work;
+    std::function<void()> abort_wait;  // wakes the thread's wait for Gloo
   };
   std::vector<Waiter> p2p_threads;  // send/recv waiters: finished ones are joined as new ones
                                     // start, the rest at destruction
 
   Milliseconds timeout_of(Milliseconds t) const { return t.count() > 0 ? t : options.timeout; }
   WorkPtr enqueue(const std::string& op, Milliseconds timeout, Job job);
+  // A rank was declared dead (liveness.h): fails the running collective, everything queued and
+  // every send/recv with IoError(why) now, and every later one at once. The collective's thread
+  // may stay in Gloo until its own timeout: it is left behind when the group is destroyed.
+  void abort(const std::string& why);
+  static std::exception_ptr unusable(const std::string& op, const std::exception_ptr& failure);
+  std::shared_ptr<Store> liveness_store;  // the group's store, for GroupLiveness
   void run();  // the group's thread
   // Runs `work` on the calling thread if it is next and nothing runs (Work::wait).
   void run_inline(const Work* work);
@@ -145,8 +157,9 @@ struct ProcessGroupGloo::Impl : std::enable_shared_from_this<ProcessGroupGloo::I
                              const std::function<void()>& job) const;
   // Runs an allreduce of `t` on the group's thread (the body of the reducing collectives).
   void allreduce_now(const Tensor& t, ReduceOp op, uint32_t tag, Milliseconds timeout);
-  template <typename Post, typename Wait>
-  WorkPtr p2p(const char* op, int peer, int tag, Milliseconds timeout, Post post, Wait wait);
+  template <typename Post, typename Wait, typename Abort>
+  WorkPtr p2p(const char* op, int peer, int tag, Milliseconds timeout, Post post, Wait wait,
+              Abort abort_wait);
 };
 
 std::exception_ptr ProcessGroupGloo::Impl::attempt(const std::string& op, Milliseconds timeout,
@@ -172,15 +185,51 @@ std::exception_ptr ProcessGroupGloo::Impl::attempt(const std::string& op, Millis
 
 WorkPtr ProcessGroupGloo::Impl::enqueue(const std::string& op, Milliseconds timeout, Job job) {
   auto work = std::make_shared<Work>(op);
-  work->set_run_inline([weak = weak_from_this(), w = work.get()] {
-    if (auto self = weak.lock()) self->run_inline(w);
-  });
+  // Inline, a collective would run on the waiter's thread, which a dead rank could then hold
+  // in Gloo: with liveness on, collectives run on the group's thread only.
+  if (options.failure_timeout.count() == 0)
+    work->set_run_inline([weak = weak_from_this(), w = work.get()] {
+      if (auto self = weak.lock()) self->run_inline(w);
+    });
   {
     std::lock_guard lock(mu);
-    queue.push_back({work, timeout_of(timeout), std::move(job)});
+    if (!aborted) {
+      queue.push_back({work, timeout_of(timeout), std::move(job)});
+      cv.notify_one();
+      return work;
+    }
   }
-  cv.notify_one();
+  work->finish(unusable(op, aborted));
   return work;
+}
+
+std::exception_ptr ProcessGroupGloo::Impl::unusable(const std::string& op,
+                                                    const std::exception_ptr& failure) {
+  return std::make_exception_ptr(StateError(gw::detail::str(
+      "[", op, "] the gloo group is unusable after an earlier failure: ", what_of(failure))));
+}
+
+void ProcessGroupGloo::Impl::abort(const std::string& why) {
+  std::vector<WorkPtr> failing;
+  std::vector<std::function<void()>> wake;
+  {
+    std::lock_guard lock(mu);
+    if (aborted) return;
+    aborted = std::make_exception_ptr(
+        IoError(gw::detail::str("[process_group] rank ", rank, " of ", size, ": ", why)));
+    if (!broken) broken = aborted;
+    if (current) failing.push_back(current);
+    for (auto& q : queue) failing.push_back(q.work);
+    queue.clear();
+    for (auto& w : p2p_threads)
+      if (!w.done->load()) {
+        failing.push_back(w.work);
+        wake.push_back(w.abort_wait);
+      }
+  }
+  cv.notify_all();
+  for (auto& w : failing) w->finish(aborted);
+  for (auto& w : wake) w();
 }
 
 void ProcessGroupGloo::Impl::run() {
@@ -202,15 +251,14 @@ void ProcessGroupGloo::Impl::run_front(std::unique_lock<std::mutex>& lock) {
   Queued q = std::move(queue.front());
   queue.pop_front();
   running = true;
+  current = q.work;
   const uint32_t tag = next_tag++;  // every rank numbers its collectives alike
   std::exception_ptr failed = broken;
   lock.unlock();
   {
     detail::GroupThreadScope on_group_thread;
     if (failed) {
-      failed = std::make_exception_ptr(StateError(gw::detail::str(
-          "[", q.work->op(),
-          "] the gloo group is unusable after an earlier failure: ", what_of(failed))));
+      failed = unusable(q.work->op(), failed);
     } else {
       failed = attempt(q.work->op(), q.timeout, [&] { q.job(tag, q.timeout); });
     }
@@ -220,12 +268,10 @@ void ProcessGroupGloo::Impl::run_front(std::unique_lock<std::mutex>& lock) {
     lock.unlock();
     // Completed (and its callbacks run) before the next collective may start: Works complete
     // in order.
-    if (failed)
-      q.work->future().set_exception(failed);
-    else
-      q.work->future().set_result();
+    q.work->finish(failed);
   }
   lock.lock();
+  current.reset();
   running = false;
   cv.notify_all();  // the group's thread may take the next one
 }
@@ -237,6 +283,8 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
   impl_->rank = rank;
   impl_->size = size;
   impl_->options = options;
+  impl_->options.failure_timeout = failure_timeout(options.failure_timeout, "ProcessGroupGloo");
+  impl_->liveness_store = store;
   gloo::transport::tcp::attr attr;
   attr.hostname = options.hostname;
   std::exception_ptr failed = impl_->attempt("init_process_group", options.timeout, [&] {
@@ -247,17 +295,32 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
     impl_->context->connectFullMesh(gloo_store, device);
   });
   if (failed) std::rethrow_exception(failed);
-  impl_->worker = std::thread([impl = impl_.get()] { impl->run(); });
+  // The thread shares the group's state: after an abort it may outlive the group (below).
+  impl_->worker = std::thread([impl = impl_] { impl->run(); });
+  if (impl_->options.failure_timeout.count() > 0)
+    liveness_ = std::make_unique<GroupLiveness>(
+        impl_->liveness_store, rank, size, impl_->options.failure_timeout,
+        [weak = std::weak_ptr<Impl>(impl_)](const std::string& why) {
+          if (auto impl = weak.lock()) impl->abort(why);
+        });
 }
 
 ProcessGroupGloo::~ProcessGroupGloo() {
+  liveness_.reset();  // first: it may abort the group
+  bool aborted;
   {
     std::lock_guard lock(impl_->mu);
     impl_->stopping = true;
+    aborted = impl_->aborted != nullptr;
   }
   impl_->cv.notify_all();
-  impl_->worker.join();
-  for (auto& w : impl_->p2p_threads) w.thread.join();
+  // After an abort the collective's thread may be held in Gloo, waiting for a dead rank, until
+  // the collective's own timeout: it is left to finish then (it keeps the state it uses).
+  if (aborted)
+    impl_->worker.detach();
+  else
+    impl_->worker.join();
+  for (auto& w : impl_->p2p_threads) w.thread.join();  // each woken by the abort
 }
 
 // The checks every reducing collective makes before anything is queued.
@@ -452,12 +515,16 @@ WorkPtr ProcessGroupGloo::barrier(CollectiveOptions o) {
 
 // Point-to-point transfers do not take part in the collectives' order: each runs on its own
 // thread, which waits for Gloo's transfer and completes the Work.
-template <typename Post, typename Wait>
+template <typename Post, typename Wait, typename Abort>
 WorkPtr ProcessGroupGloo::Impl::p2p(const char* op, int peer, int tag, Milliseconds timeout,
-                                    Post post, Wait wait) {
+                                    Post post, Wait wait, Abort abort_wait) {
   auto work = std::make_shared<Work>(op);
   auto done = std::make_shared<std::atomic<bool>>(false);
   std::lock_guard lock(mu);
+  if (aborted) {
+    work->finish(unusable(op, aborted));
+    return work;
+  }
   std::erase_if(p2p_threads, [](Waiter& w) {
     if (!w.done->load()) return false;
     w.thread.join();
@@ -471,13 +538,10 @@ WorkPtr ProcessGroupGloo::Impl::p2p(const char* op, int peer, int tag, Milliseco
                     " with peer ", peer, ", tag ", tag, ": timed out after ", timeout.count(),
                     " ms");
          });
-         if (failed)
-           work->future().set_exception(failed);
-         else
-           work->future().set_result();
+         work->finish(failed);
          done->store(true);
        }),
-       done});
+       done, work, abort_wait});
   return work;
 }
 
@@ -488,7 +552,8 @@ WorkPtr ProcessGroupGloo::send(const Tensor& tensor, int dst, int tag, Collectiv
   const uint64_t slot = kSendRecvSlot | static_cast<uint64_t>(tag);
   return impl_->p2p(
       "send", dst, tag, o.timeout, [buf, dst, slot] { buf->send(dst, slot); },
-      [buf, tensor](Milliseconds to) { return buf->waitSend(to); });
+      [buf, tensor](Milliseconds to) { return buf->waitSend(to); },
+      [buf] { buf->abortWaitSend(); });
 }
 
 WorkPtr ProcessGroupGloo::recv(Tensor& tensor, int src, int tag, CollectiveOptions o) {
@@ -498,7 +563,8 @@ WorkPtr ProcessGroupGloo::recv(Tensor& tensor, int src, int tag, CollectiveOptio
   const uint64_t slot = kSendRecvSlot | static_cast<uint64_t>(tag);
   return impl_->p2p(
       "recv", src, tag, o.timeout, [buf, src, slot] { buf->recv(src, slot); },
-      [buf, tensor](Milliseconds to) { return buf->waitRecv(to); });
+      [buf, tensor](Milliseconds to) { return buf->waitRecv(to); },
+      [buf] { buf->abortWaitRecv(); });
 }
 
 }  // namespace gw::dist

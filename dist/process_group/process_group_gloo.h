@@ -3,7 +3,8 @@
 // The ranks find each other through a gw::dist::Store (an adapter gives Gloo the store it
 // expects) and connect a full mesh of TCP pairs. Collectives run in call order on one worker
 // thread per group; each gets the next tag, which is the same on every rank because every rank
-// calls the same collectives in the same order. send/recv run beside them.
+// calls the same collectives in the same order. send/recv run beside them. A GroupLiveness
+// (liveness.h) fails everything pending, on every rank, once a rank is declared dead.
 //
 //   auto store = std::make_shared<gw::dist::HashStore>();        // threads as ranks
 //   gw::dist::ProcessGroupGloo pg(store, rank, world_size);
@@ -13,7 +14,9 @@
 #include <memory>
 #include <string>
 
+#include "dist/process_group/liveness.h"
 #include "dist/process_group/process_group.h"
+#include "dist/store/liveness.h"
 #include "dist/store/store.h"
 
 namespace gw::dist {
@@ -21,6 +24,10 @@ namespace gw::dist {
 struct GlooOptions {
   Milliseconds timeout = kDefaultCollectiveTimeout;  // per collective, unless it sets its own
   std::string hostname = "127.0.0.1";                // the address the pairs listen on
+  // A rank silent for this long is declared dead (dist/process_group/liveness.h): every rank
+  // then fails its pending Works with IoError instead of waiting out `timeout`. Default:
+  // GW_FAILURE_TIMEOUT (seconds), else 10 s; 0: never.
+  Milliseconds failure_timeout = kFailureTimeoutFromEnv;
 };
 
 class ProcessGroupGloo final : public ProcessGroup {
@@ -55,6 +62,7 @@ class ProcessGroupGloo final : public ProcessGroup {
  private:
   struct Impl;
   std::shared_ptr<Impl> impl_;  // shared with the Works, which may run their collective
+  std::unique_ptr<GroupLiveness> liveness_;
 };
 
 }  // namespace gw::dist

@@ -5,6 +5,7 @@
 // Tensors given to a collective must not be touched until then.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <exception>
 #include <functional>
@@ -54,6 +55,17 @@ class Work {
 
   // For the process group that runs it.
   Future<void>& future() { return done_; }
+  // Completes it with `failure` (null: success) unless it was completed already — by a group
+  // failing everything pending at once (a rank declared dead) while the collective still runs.
+  // Thread-safe; returns whether this call completed it.
+  bool finish(std::exception_ptr failure) {
+    if (finished_.exchange(true)) return false;
+    if (failure)
+      done_.set_exception(std::move(failure));
+    else
+      done_.set_result();
+    return true;
+  }
   // How wait() may run the collective itself when it has not started yet: a collective waited
   // for at once then costs no hand-off to the group's thread and back.
   void set_run_inline(std::function<void()> run) { run_inline_ = std::move(run); }
@@ -67,6 +79,7 @@ class Work {
 
   std::string op_;
   Future<void> done_;
+  std::atomic<bool> finished_{false};
   std::function<void()> run_inline_;
 };
 

@@ -30,11 +30,14 @@ Milliseconds failure_timeout(Milliseconds option, const char* op) {
   return t;
 }
 
-std::string no_heartbeat_for(Milliseconds failure_timeout) {
+std::string failure_window(Milliseconds failure_timeout) {
   std::ostringstream s;
-  s << "no heartbeat for " << static_cast<double>(failure_timeout.count()) / 1000.0
-    << " s (failure_timeout)";
+  s << static_cast<double>(failure_timeout.count()) / 1000.0 << " s (failure_timeout)";
   return s.str();
+}
+
+std::string no_heartbeat_for(Milliseconds failure_timeout) {
+  return "no heartbeat for " + failure_window(failure_timeout);
 }
 
 }  // namespace gw::dist

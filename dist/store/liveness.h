@@ -38,7 +38,9 @@ inline Milliseconds liveness_check_period(Milliseconds failure_timeout) {
   return std::min(Milliseconds(500), failure_timeout / 10);
 }
 
-// "no heartbeat for 10 s (failure_timeout)": how a death is reported.
+// "10 s (failure_timeout)", and "no heartbeat for 10 s (failure_timeout)": how a death is
+// reported.
+std::string failure_window(Milliseconds failure_timeout);
 std::string no_heartbeat_for(Milliseconds failure_timeout);
 
 }  // namespace gw::dist

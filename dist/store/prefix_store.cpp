@@ -34,6 +34,9 @@ Bytes PrefixStore::get(const std::string& k) {
 }
 
 int64_t PrefixStore::add(const std::string& k, int64_t delta) { return store_->add(key(k), delta); }
+int64_t PrefixStore::add_within(const std::string& k, int64_t delta, Milliseconds timeout) {
+  return store_->add_within(key(k), delta, timeout);
+}
 
 Bytes PrefixStore::compare_set(const std::string& k, const Bytes& expected, const Bytes& desired) {
   return store_->compare_set(key(k), expected, desired);

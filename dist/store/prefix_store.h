@@ -25,6 +25,7 @@ class PrefixStore : public Store {
   void set(const std::string& key, const Bytes& value) override;
   Bytes get(const std::string& key) override;
   int64_t add(const std::string& key, int64_t delta) override;
+  int64_t add_within(const std::string& key, int64_t delta, Milliseconds timeout) override;
   Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override;
   bool check(const std::vector<std::string>& keys) override;
   bool delete_key(const std::string& key) override;

@@ -41,6 +41,12 @@ class Store {
   virtual Bytes get(const std::string& key) = 0;
   // Adds `delta` to the counter at `key` (absent = 0) and returns the new value.
   virtual int64_t add(const std::string& key, int64_t delta) = 0;
+  // add() that gives up after `timeout` (TimeoutError/IoError) whatever the store's own timeout:
+  // for liveness checks, which must notice a silent store. Stores in this process never wait.
+  virtual int64_t add_within(const std::string& key, int64_t delta, Milliseconds timeout) {
+    (void)timeout;
+    return add(key, delta);
+  }
   // Sets `key` to `desired` if its value is `expected` (absent counts as equal to an empty
   // `expected`); returns the value after the operation.
   virtual Bytes compare_set(const std::string& key, const Bytes& expected,

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/log.h"
 
 namespace gw::dist::detail {
 namespace {
@@ -63,6 +64,8 @@ TcpSocket TcpSocket::connect(const std::string& host, uint16_t port, Clock::time
   const std::string peer = host + ":" + std::to_string(port);
   std::string last_error = "no attempt made";
   auto backoff = std::chrono::milliseconds(10);
+  constexpr auto kTellAfter = std::chrono::seconds(10);
+  bool told = false;
   for (;;) {
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
@@ -88,6 +91,16 @@ TcpSocket TcpSocket::connect(const std::string& host, uint16_t port, Clock::time
           "[", op, "] could not connect to ", peer, " within ",
           std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count(),
           " ms (last error: ", last_error, ")"));
+    // A master that failed before its store came up cannot say so: whoever waits for it says
+    // what it waits for, once, instead of waiting in silence.
+    if (!told && now - start >= kTellAfter) {
+      told = true;
+      log_error("[", op, "] still trying to reach ", peer, " (the master's store) after ",
+                std::chrono::duration_cast<std::chrono::seconds>(now - start).count(),
+                " s; giving up in ",
+                std::chrono::duration_cast<std::chrono::seconds>(deadline - now).count(),
+                " s (last error: ", last_error, ")");
+    }
     // The server may not be up yet: retry, backing off so many waiting clients stay cheap.
     std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - now));
     backoff = std::min(backoff * 2, std::chrono::milliseconds(200));

@@ -184,7 +184,12 @@ ByteReader TCPStore::call(const char* op, const ByteWriter& request, Clock::time
 }
 
 ByteReader TCPStore::call_ok(const char* op, const ByteWriter& request) {
-  ByteReader reply = call(op, request, deadline());
+  return call_ok(op, request, deadline());
+}
+
+ByteReader TCPStore::call_ok(const char* op, const ByteWriter& request,
+                             detail::Clock::time_point deadline) {
+  ByteReader reply = call(op, request, deadline);
   GW_CHECK(read_status(op, reply) == Status::kOk, IoError, "[", op,
            "] unexpected timeout reply from the store server");
   return reply;
@@ -224,11 +229,15 @@ Bytes TCPStore::get(const std::string& key) {
 }
 
 int64_t TCPStore::add(const std::string& key, int64_t delta) {
+  return add_within(key, delta, timeout());
+}
+
+int64_t TCPStore::add_within(const std::string& key, int64_t delta, Milliseconds timeout) {
   const char* op = "TCPStore::add";
   ByteWriter w = request(op, Command::kAdd);
   w.str(key);
   w.u64(static_cast<uint64_t>(delta));
-  ByteReader reply = call_ok(op, w);
+  ByteReader reply = call_ok(op, w, detail::Clock::now() + timeout);
   auto value = static_cast<int64_t>(reply.u64());
   reply.expect_done();
   return value;

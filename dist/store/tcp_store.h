@@ -76,6 +76,7 @@ class TCPStore : public Store {
   void set(const std::string& key, const Bytes& value) override;
   Bytes get(const std::string& key) override;
   int64_t add(const std::string& key, int64_t delta) override;
+  int64_t add_within(const std::string& key, int64_t delta, Milliseconds timeout) override;
   Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override;
   bool check(const std::vector<std::string>& keys) override;
   bool delete_key(const std::string& key) override;
@@ -95,6 +96,8 @@ class TCPStore : public Store {
                           detail::Clock::time_point deadline);
   // call() with the store's timeout, for requests whose only good answer is kOk.
   detail::ByteReader call_ok(const char* op, const detail::ByteWriter& request);
+  detail::ByteReader call_ok(const char* op, const detail::ByteWriter& request,
+                             detail::Clock::time_point deadline);
   // get/wait: the server parks the request until the keys exist or `timeout` passes.
   Bytes wait_on_server(const char* op, detail::Command cmd, const std::vector<std::string>& keys,
                        Milliseconds timeout);

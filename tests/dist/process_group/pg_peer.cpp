@@ -1,8 +1,12 @@
 // A rank for the multi-process process-group tests; rank 0 is the test, which runs the store.
-//   pg_peer <rank> <world_size> <store_port> collectives|die
+//   pg_peer <rank> <world_size> <store_port> collectives|die|idle|busy
 // collectives: every collective (collective_checks.h) and a subgroup allreduce, the sequence
 // test_pg_multiprocess runs on rank 0; each rank checks its own results;
-// die: exits right after a first barrier, as a crash would.
+// die: exits right after a first barrier, as a crash would;
+// idle: after a first barrier, one allreduce (which the test may keep waiting), then a barrier;
+// busy: after a first barrier, computes for 6 s, then one allreduce and a barrier.
+#include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -13,7 +17,7 @@
 
 int main(int argc, char** argv) {
   if (argc != 5) {
-    std::cerr << "usage: pg_peer <rank> <world_size> <store_port> collectives|die\n";
+    std::cerr << "usage: pg_peer <rank> <world_size> <store_port> collectives|die|idle|busy\n";
     return 2;
   }
   const int rank = std::atoi(argv[1]), world = std::atoi(argv[2]);
@@ -24,6 +28,19 @@ int main(int argc, char** argv) {
     if (scenario == "die") {  // once rank 0 is connected too
       pg->barrier()->wait();
       std::_Exit(3);
+    }
+    if (scenario == "idle" || scenario == "busy") {
+      pg->barrier()->wait();
+      if (scenario == "busy") {
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(6);
+        volatile uint64_t spins = 0;
+        while (std::chrono::steady_clock::now() < until) spins = spins + 1;  // bounded
+      }
+      gw::Tensor t = gw::ones({4});
+      pg->allreduce(t)->wait();
+      pg->barrier()->wait();
+      gw::dist::destroy_process_group();
+      return 0;
     }
     gw::dist::testing::Checks checks;
     gw::dist::testing::check_every_collective(*pg, checks);

@@ -1,7 +1,10 @@
 // The default process group between real processes over 127.0.0.1.
 #include <catch2/catch.hpp>
 
+#include <signal.h>
+
 #include <chrono>
+#include <thread>
 
 #include "core/ops.h"
 #include "dist/process_group/init.h"
@@ -9,6 +12,7 @@
 #include "tests/dist/process_group/collective_checks.h"
 #include "tests/dist/process_group/ranks.h"
 #include "tests/process_util.h"
+#include "tests/scoped_env.h"
 
 using namespace gw;
 using namespace std::chrono_literals;
@@ -73,4 +77,47 @@ TEST_CASE("a rank that dies fails the collective on the others at once",
                     Catch::Contains("exists already"));
   CHECK_THROWS_WITH(dist::init_process_group("mpi", "env://", 0, 1),
                     Catch::Contains("backend 'mpi' is not available"));
+}
+
+// Liveness (dist/process_group/liveness.h): GW_FAILURE_TIMEOUT reaches the peer and this rank.
+TEST_CASE("a stopped rank is declared dead and fails the collective within failure_timeout",
+          "[process_group][process][liveness]") {
+  test::ScopedEnv window(dist::kFailureTimeoutEnv, "1");
+  Group g(3, "idle");
+  auto pg = dist::default_process_group();
+  pg->barrier()->wait();
+  REQUIRE(::kill(g.peers.pids()[0], SIGSTOP) == 0);  // rank 1, before its allreduce
+  Tensor t = ones({4});
+  const auto stopped = std::chrono::steady_clock::now();
+  // The group's timeout is 30 minutes: the error must come from the heartbeat.
+  CHECK_THROWS_WITH(pg->allreduce(t)->wait(),
+                    Catch::Contains("rank 1 declared dead") && Catch::Contains("no heartbeat"));
+  const auto took = std::chrono::steady_clock::now() - stopped;
+  INFO("failed after " << std::chrono::duration<double>(took).count() << " s");
+  CHECK(took < 30s);
+  // The group is unusable from now on, at once.
+  CHECK_THROWS_WITH(pg->barrier()->wait(), Catch::Contains("unusable"));
+  ::kill(g.peers.pids()[0], SIGKILL);
+  // Rank 2 learned it through the store and failed too (its allreduce would otherwise wait
+  // for 30 minutes).
+  CHECK(g.wait() == std::vector<int>{128 + SIGKILL, 1});
+}
+
+TEST_CASE("a rank busy computing, or stopped for less than failure_timeout, is not declared dead",
+          "[process_group][process][liveness]") {
+  test::ScopedEnv window(dist::kFailureTimeoutEnv, "2");
+  const bool busy = GENERATE(true, false);
+  Group g(2, busy ? "busy" : "idle");
+  auto pg = dist::default_process_group();
+  pg->barrier()->wait();
+  if (!busy) {
+    REQUIRE(::kill(g.peers.pids()[0], SIGSTOP) == 0);
+    std::this_thread::sleep_for(500ms);  // how long it stays stopped (not a synchronisation)
+    REQUIRE(::kill(g.peers.pids()[0], SIGCONT) == 0);
+  }
+  Tensor t = ones({4});
+  pg->allreduce(t)->wait();  // the busy peer joins after 6 s, three windows
+  CHECK(allclose(t, full({4}, 2.0)));
+  pg->barrier()->wait();
+  CHECK(g.wait() == std::vector<int>{0});
 }
