@@ -57,6 +57,13 @@ std::string join(const std::vector<std::string>& parts, const std::string& sep) 
   return out;
 }
 
+// The time left until `deadline` (at least 1 ms), or `otherwise` when there is none.
+Milliseconds until(std::chrono::steady_clock::time_point deadline, Milliseconds otherwise) {
+  if (deadline == std::chrono::steady_clock::time_point::max()) return otherwise;
+  return std::max(Milliseconds(1),
+                  std::chrono::ceil<Milliseconds>(deadline - std::chrono::steady_clock::now()));
+}
+
 // Makes `r` the failure `e` raised on `worker`.
 void fail(Response& r, const std::string& worker, const std::exception& e) {
   r.value = IValue();
@@ -496,21 +503,23 @@ void Agent::on_close(const std::shared_ptr<Connection>& c, const std::string& wh
 // --- shutdown --------------------------------------------------------------------------------
 
 // Linear in the world size: a counter, and a flag the last to arrive raises. Each worker also
-// leaves its own mark, read only when the barrier fails, to name those who did not come. Waits
-// in slices so that a worker declared dead ends it before `deadline`.
+// leaves its own mark, read only when the barrier fails, to name those who did not come. Every
+// store call is bounded by `deadline` (a store whose host went silent must not hold us), and
+// the wait goes in slices so that a worker declared dead ends it early.
 std::string Agent::barrier(const std::string& phase, Clock::time_point deadline) {
   const std::string at = "rpc/" + phase;
   const int n = static_cast<int>(workers_.size());
+  const auto left = [&] { return until(deadline, store_->timeout()); };
   std::string failed;
   try {
-    store_->set(key(phase, self_.id), std::string("1"));
-    if (store_->add(at + "/arrived", 1) == n) store_->set(at + "/done", std::string("1"));
+    store_->add_within(key(phase, self_.id), 1, left());
+    if (store_->add_within(at + "/arrived", 1, left()) == n)
+      store_->add_within(at + "/done", 1, left());
     for (;;) {  // bounded by `deadline` (none: the user asked to wait for ever)
       const auto now = Clock::now();
       if (now >= deadline) break;
-      const auto slice = std::min<Clock::duration>(deadline - now, std::chrono::seconds(1));
       try {
-        store_->wait({at + "/done"}, std::chrono::ceil<Milliseconds>(slice));
+        store_->wait({at + "/done"}, std::min(left(), Milliseconds(1000)));
         return {};
       } catch (const TimeoutError&) {
       }
@@ -522,7 +531,8 @@ std::string Agent::barrier(const std::string& phase, Clock::time_point deadline)
   std::vector<std::string> missing;
   try {
     for (int r = 0; r < n && failed.empty(); ++r)
-      if (!store_->check({key(phase, r)})) missing.push_back("'" + workers_[r].name + "'");
+      if (store_->add_within(key(phase, r), 0, std::min(left(), Milliseconds(5000))) == 0)
+        missing.push_back("'" + workers_[r].name + "'");
   } catch (const std::exception& e) {
     failed = e.what();
   }
@@ -542,10 +552,7 @@ std::string Agent::dead_workers() const {
 
 // Every step waits at most until `deadline`; the first that does not finish says why.
 std::string Agent::drain(Clock::time_point deadline) {
-  const auto left = [&] {
-    if (deadline == Clock::time_point::max()) return kDefaultRpcTimeout;
-    return std::max(Milliseconds(1), std::chrono::ceil<Milliseconds>(deadline - Clock::now()));
-  };
+  const auto left = [&] { return until(deadline, kDefaultRpcTimeout); };
   if (autograd_) {
     try {
       autograd_->flush(left());
@@ -579,14 +586,12 @@ void Agent::shutdown(bool graceful, Milliseconds timeout) {
   if (graceful && unfinished.empty()) {
     // Rank 0 may own the store (TCPStore): keep it alive until everyone has left the barrier.
     try {
-      if (store_->add("rpc/shutdown-exit/arrived", 1) == static_cast<int64_t>(workers_.size()))
-        store_->set("rpc/shutdown-exit/done", std::string("1"));
-      if (self_.id == 0 && deadline != Clock::time_point::max())
-        store_->wait(
-            {"rpc/shutdown-exit/done"},
-            std::max(Milliseconds(1), std::chrono::ceil<Milliseconds>(deadline - Clock::now())));
-      else if (self_.id == 0)
-        store_->wait({"rpc/shutdown-exit/done"});
+      const int64_t n = static_cast<int64_t>(workers_.size());
+      if (store_->add_within("rpc/shutdown-exit/arrived", 1, until(deadline, store_->timeout())) ==
+          n)
+        store_->add_within("rpc/shutdown-exit/done", 1, until(deadline, store_->timeout()));
+      if (self_.id == 0)
+        store_->wait({"rpc/shutdown-exit/done"}, until(deadline, store_->timeout()));
     } catch (const std::exception& e) {
       log_error(self_.name, ": not every worker left shutdown: ", e.what());
     }

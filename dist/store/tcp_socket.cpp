@@ -59,7 +59,7 @@ int try_connect(const addrinfo* ai, Clock::time_point deadline) {
 }  // namespace
 
 TcpSocket TcpSocket::connect(const std::string& host, uint16_t port, Clock::time_point deadline,
-                             const char* op) {
+                             const char* op, bool server_was_up) {
   const auto start = Clock::now();
   const std::string peer = host + ":" + std::to_string(port);
   std::string last_error = "no attempt made";
@@ -82,6 +82,12 @@ TcpSocket TcpSocket::connect(const std::string& host, uint16_t port, Clock::time
           return TcpSocket(fd, peer);
         }
         last_error = std::strerror(errno);
+        if (server_was_up && errno == ECONNREFUSED) {
+          ::freeaddrinfo(list);
+          throw IoError(gw::detail::str("[", op, "] the store at ", peer,
+                                        " refused the connection: it is gone (its process "
+                                        "exited?); it was up before"));
+        }
       }
       ::freeaddrinfo(list);
     }

@@ -28,8 +28,10 @@ class TcpSocket {
  public:
   // Connects with TCP_NODELAY, retrying with backoff until `deadline` because the server may
   // start later than its clients; throws gw::TimeoutError naming the address and last error.
+  // `server_was_up`: the server answered before, so a refused connection means it is gone:
+  // gw::IoError at once.
   static TcpSocket connect(const std::string& host, uint16_t port, Clock::time_point deadline,
-                           const char* op);
+                           const char* op, bool server_was_up = false);
 
   TcpSocket(TcpSocket&& other) noexcept;
   TcpSocket& operator=(TcpSocket&& other) noexcept;

@@ -110,14 +110,14 @@ TCPStore::~TCPStore() = default;
 
 detail::TcpSocket detail::connect_store(const std::string& host, uint16_t port, const JobKey& key,
                                         const TlsContext& tls, Clock::time_point deadline,
-                                        const char* op) {
+                                        const char* op, bool server_was_up) {
   // A server flooded with connections that never prove the key closes the oldest waiting ones
   // (a real client's too, rarely): a handshake cut short is tried again, a few times. One that
   // TLS refused (a certificate outside the job's CA) is not.
   constexpr int kAttempts = 4;
   auto backoff = std::chrono::milliseconds(10);
   for (int attempt = 1;; ++attempt) {
-    auto socket = TcpSocket::connect(host, port, deadline, op);
+    auto socket = TcpSocket::connect(host, port, deadline, op, server_was_up);
     auto cut_short = [&](const IoError& e) {
       if (attempt == kAttempts || Clock::now() + backoff >= deadline)
         throw IoError(gw::detail::str("[", op, "] the store at ", host, ":", port,
@@ -164,7 +164,8 @@ ByteReader TCPStore::call(const char* op, const ByteWriter& request, Clock::time
       idle_.pop_back();
     }
   }
-  if (!socket) socket.emplace(detail::connect_store(host_, port_, key_, tls_, deadline, op));
+  // The constructor connected: the server was up.
+  if (!socket) socket.emplace(detail::connect_store(host_, port_, key_, tls_, deadline, op, true));
 
   const Bytes& body = request.buffer();
   Bytes header(detail::kFrameHeaderBytes);

@@ -30,9 +30,11 @@ namespace detail {
 class TCPStoreServer;
 // A connection to the store server at host:port (under TLS when `tls` is set) on which this
 // client proved `key` (and the server proved it too): what every TCPStore request goes over,
-// and what tests speak raw frames on. Throws TimeoutError/IoError naming `op`.
+// and what tests speak raw frames on. Throws TimeoutError/IoError naming `op` (IoError at once
+// when the server refuses the connection and `server_was_up`).
 TcpSocket connect_store(const std::string& host, uint16_t port, const JobKey& key,
-                        const TlsContext& tls, Clock::time_point deadline, const char* op);
+                        const TlsContext& tls, Clock::time_point deadline, const char* op,
+                        bool server_was_up = false);
 }  // namespace detail
 
 struct TCPStoreOptions {

@@ -3,12 +3,20 @@
 // on three machines. Needs root (CI has it); skips elsewhere.
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <future>
 #include <memory>
+#include <regex>
 
+#include "dist/store/liveness.h"
 #include "tests/dist/launcher/gwrun_process.h"
 #include "tests/key_file.h"
 #include "tests/netns_bed.h"
+#include "tests/scoped_env.h"
 #include "tests/skip.h"
 
 using gw::test::count;
@@ -37,9 +45,9 @@ std::vector<GwrunResult> finish_all(std::vector<std::unique_ptr<GwrunProcess>>& 
 // IPv4 address, IPv6 address or host name); each host's gwrun result.
 enum class Master { kIpv4, kIpv6, kName };
 
-std::vector<GwrunResult> run_across(const NetnsBed& bed, int nproc,
-                                    const std::vector<std::string>& program,
-                                    Master master = Master::kIpv4) {
+std::vector<std::unique_ptr<GwrunProcess>> start_across(const NetnsBed& bed, int nproc,
+                                                        const std::vector<std::string>& program,
+                                                        Master master = Master::kIpv4) {
   std::vector<std::unique_ptr<GwrunProcess>> hosts;
   for (int h = 0; h < bed.hosts(); ++h) {
     std::vector<std::string> args = {"--nnodes",
@@ -57,8 +65,44 @@ std::vector<GwrunResult> run_across(const NetnsBed& bed, int nproc,
     args.insert(args.end(), program.begin(), program.end());
     hosts.push_back(std::make_unique<GwrunProcess>(args, bed.exec(h)));
   }
+  return hosts;
+}
+
+std::vector<GwrunResult> run_across(const NetnsBed& bed, int nproc,
+                                    const std::vector<std::string>& program,
+                                    Master master = Master::kIpv4) {
+  auto hosts = start_across(bed, nproc, program, master);
   return finish_all(hosts);
 }
+
+// One FIFO per rank, <dir>/go.<rank>, in a fresh directory: a liveness_probe blocks reading its
+// own until the test says "go".
+class GoFifos {
+ public:
+  explicit GoFifos(int ranks) : ranks_(ranks) {
+    char dir[] = "/tmp/gw_go_XXXXXX";
+    REQUIRE(::mkdtemp(dir) != nullptr);
+    dir_ = dir;
+    for (int r = 0; r < ranks; ++r) REQUIRE(::mkfifo(path(r).c_str(), 0600) == 0);
+  }
+  ~GoFifos() {
+    for (int r = 0; r < ranks_; ++r) ::unlink(path(r).c_str());
+    ::rmdir(dir_.c_str());
+  }
+  std::string base() const { return dir_ + "/go"; }
+  std::string path(int rank) const { return base() + "." + std::to_string(rank); }
+  // Opening blocks until the probe opens its end: every probe must be waiting already.
+  void go(int rank) const {
+    const int fd = ::open(path(rank).c_str(), O_WRONLY);
+    REQUIRE(fd >= 0);
+    REQUIRE(::write(fd, "go\n", 3) == 3);
+    ::close(fd);
+  }
+
+ private:
+  int ranks_;
+  std::string dir_;
+};
 
 std::string all_output(const std::vector<GwrunResult>& results) {
   std::string text;
@@ -171,4 +215,40 @@ TEST_CASE("gwrun --rdzv-endpoint across hosts: nodes started in any order run th
   INFO(all_output(r));
   for (const auto& host : r) CHECK(host.exit_code == 0);
   CHECK(count(all_output(r), "get_worker_info:     WorkerInfo(name=worker2, id=2)") == 1);
+}
+
+TEST_CASE("a host cut off mid-job: every rank raises within failure_timeout, and gwrun exits",
+          "[examples][multihost][liveness]") {
+  SKIP_WITHOUT_BED();
+  const std::string scenario = GENERATE("rpc", "autograd", "allreduce");
+  DYNAMIC_SECTION(scenario) {
+    constexpr double kWindow = 2;  // seconds: GW_FAILURE_TIMEOUT for every worker
+    gw::test::ScopedEnv window(gw::dist::kFailureTimeoutEnv, "2");
+    NetnsBed bed(3);
+    SharedKey key;
+    GoFifos fifos(3);
+    auto hosts = start_across(bed, 1, {GW_LIVENESS_PROBE, scenario, fifos.base()});
+    for (int h = 0; h < 3; ++h)
+      REQUIRE(hosts[h]->wait_for_stdout("rank " + std::to_string(h) + " ready"));
+    bed.set_link(1, false);  // host 1's cable pulled: silence, no FIN, no RST
+    const auto cut = std::chrono::steady_clock::now();
+    for (int r = 0; r < 3; ++r) fifos.go(r);
+    const auto r = finish_all(hosts);
+    const double total =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - cut).count();
+    INFO(all_output(r));
+    INFO("every gwrun exited " << total << " s after the cut");
+    const std::regex raised("raised after ([0-9.]+) s: .*(no heartbeat|did not answer|unusable)");
+    for (int h = 0; h < 3; ++h) {
+      CHECK(r[h].exit_code == 1);  // the worker's failure, passed on by gwrun
+      std::smatch m;
+      REQUIRE(std::regex_search(r[h].out, m, raised));
+      const double s = std::stod(m[1]);
+      WARN(scenario << ": rank " << h << " raised " << s << " s after the cut");
+      // The RPC timeout is 60 s and the collective timeout 30 minutes: only liveness is this
+      // fast. (The bound is loose for busy machines; the README reports measured times.)
+      CHECK(s < kWindow + 5);
+    }
+    CHECK(total < 60);
+  }
 }
