@@ -8,11 +8,17 @@
 // epoch and, with --curve PREFIX, the loss curve. At the end every rank checks that its
 // parameters are bit-for-bit those of rank 0 and prints the result; the exit status says
 // whether they were and whether the test accuracy reached --target (default 0.88).
+//
+// With --checkpoint-every N, rank 0 saves the model, the optimizer's state and the position
+// (gw::save_checkpoint) into --checkpoint-dir every N steps and at each epoch's end, and every
+// rank resumes from it when it is there at start: run under gwrun --max-restarts, a job whose
+// rank died goes on from its last checkpoint instead of from scratch.
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "core/checkpoint.h"
 #include "core/ops.h"
 #include "ddp/distributed_data_parallel.h"
 #include "dist/process_group/init.h"
@@ -27,8 +33,9 @@
 namespace {
 
 struct Args : gw::examples::TrainArgs {
-  std::string model = "mlp", curve;
+  std::string model = "mlp", curve, checkpoint_dir = "ddp_train.checkpoint";
   double lr_decay = 0.6;
+  int64_t checkpoint_every = 0;  // 0: no checkpoints
 };
 
 Args parse(int argc, char** argv) {
@@ -37,12 +44,17 @@ Args parse(int argc, char** argv) {
     if (k == "--model" && (v == "mlp" || v == "cnn")) a.model = v;
     else if (k == "--curve") a.curve = v;
     else if (k == "--lr-decay") a.lr_decay = std::atof(v.c_str());
+    else if (k == "--checkpoint-every" && std::atoll(v.c_str()) > 0)
+      a.checkpoint_every = std::atoll(v.c_str());
+    else if (k == "--checkpoint-dir" && !v.empty())
+      a.checkpoint_dir = v;
     else return false;
     return true;
   };
   static_cast<gw::examples::TrainArgs&>(a) = gw::examples::parse_train_args(
       "ddp_train", argc, argv, {.epochs = 5, .batch_size = 32, .lr = 0.02, .target = 0.88}, extra,
-      " [--model mlp|cnn] [--lr-decay X] [--curve PATH]");
+      " [--model mlp|cnn] [--lr-decay X] [--curve PATH] [--checkpoint-every N]"
+      " [--checkpoint-dir DIR]");
   return a;
 }
 
@@ -75,8 +87,35 @@ int main(int argc, char** argv) {
     gw::optim::SGD opt(model.module()->parameters(),
                        gw::optim::SGDOptions{.lr = args.lr, .momentum = 0.9});
     gw::optim::StepLR schedule(opt, {.step_size = 1, .gamma = args.lr_decay});
-    gw::data::Loader loader(train, {.batch_size = args.batch_size, .seed = 0, .rank = rank,
-                                    .world_size = world});
+    constexpr uint64_t kDataSeed = 0;
+    gw::data::Loader loader(
+        train,
+        {.batch_size = args.batch_size, .seed = kDataSeed, .rank = rank, .world_size = world});
+    // Resuming: every rank loads the same checkpoint (DDP would broadcast rank 0's parameters
+    // anyway; the optimizer's state is every rank's own).
+    int64_t first_epoch = 0, first_step = 0;
+    if (args.checkpoint_every > 0) {
+      if (auto c = gw::load_checkpoint(args.checkpoint_dir)) {
+        model.module()->load_state_dict(c->model);
+        opt.load_state_dict(c->optimizer);
+        first_epoch = c->epoch, first_step = c->step;
+        if (rank == 0)
+          std::printf("resuming from %s at epoch %lld, step %lld\n", args.checkpoint_dir.c_str(),
+                      static_cast<long long>(first_epoch + 1), static_cast<long long>(first_step));
+      }
+    }
+    auto checkpoint = [&](int64_t epoch, int64_t step) {  // rank 0 writes; all hold the same
+      if (rank != 0 || args.checkpoint_every == 0) return;
+      gw::save_checkpoint(args.checkpoint_dir, {.model = model.module()->state_dict(),
+                                                .optimizer = opt.state_dict(),
+                                                .epoch = epoch,
+                                                .step = step,
+                                                .seed = kDataSeed,
+                                                .extra = {}});
+      std::printf("checkpoint saved: epoch %lld, step %lld\n", static_cast<long long>(epoch + 1),
+                  static_cast<long long>(step));
+      std::fflush(stdout);
+    };
     if (rank == 0) {
       std::printf("%s\nDDP on %d ranks (gloo), SGD lr %g momentum 0.9, batch %lld per rank, "
                   "%lld epochs\n",
@@ -86,13 +125,13 @@ int main(int argc, char** argv) {
     }
     std::vector<double> losses;
     double acc = 0;
-    for (int64_t epoch = 0; epoch < args.epochs; ++epoch) {
+    for (int64_t epoch = first_epoch; epoch < args.epochs; ++epoch) {
       std::unique_ptr<gw::examples::ProgressBar> bar;
       if (rank == 0)
         bar = std::make_unique<gw::examples::ProgressBar>("epoch " + std::to_string(epoch + 1),
                                                           loader.num_batches());
       int64_t seen = 0;
-      for (int64_t b = 0; b < loader.num_batches(); ++b) {
+      for (int64_t b = epoch == first_epoch ? first_step : 0; b < loader.num_batches(); ++b) {
         auto [x, y] = loader.batch(epoch, b);
         opt.zero_grad();
         gw::Tensor loss = gw::nn::functional::cross_entropy(
@@ -102,6 +141,9 @@ int main(int argc, char** argv) {
         losses.push_back(loss.item<double>());
         seen += y.numel() * world;
         if (bar) bar->update(b + 1, losses.back(), seen);
+        if (args.checkpoint_every > 0 && (b + 1) % args.checkpoint_every == 0 &&
+            b + 1 < loader.num_batches())
+          checkpoint(epoch, b + 1);
       }
       if (bar) bar->finish();
       acc = gw::examples::test_accuracy(*model.module(), test, args.model);
@@ -109,7 +151,10 @@ int main(int argc, char** argv) {
         std::printf("epoch %lld: test accuracy %.2f%% (lr %g)\n",
                     static_cast<long long>(epoch + 1), acc * 100, opt.lr());
       schedule.step();
+      checkpoint(epoch + 1, 0);
     }
+    if (first_epoch >= args.epochs)  // resumed after the last epoch's checkpoint
+      acc = gw::examples::test_accuracy(*model.module(), test, args.model);
     const bool identical = identical_on_all_ranks(*model.module(), *pg);
     std::printf("rank %d: parameters identical to rank 0's: %s\n", rank,
                 identical ? "yes" : "NO");

@@ -2,8 +2,14 @@
 // and on their exit status.
 #include <catch2/catch.hpp>
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <filesystem>
+#include <regex>
 
 #include "tests/dist/launcher/gwrun_process.h"
 #include "tests/process_util.h"
@@ -72,6 +78,69 @@ TEST_CASE("DDP training keeps the replicas identical", "[examples][dist][ddp]") 
   CHECK(r.exit_code == 0);
   CHECK(count(r.out, "parameters identical to rank 0's: yes") == 2);
   CHECK(count(r.out, "epoch 1: test accuracy") == 1);  // rank 0 only
+}
+
+namespace {
+// A fresh directory for checkpoints, removed afterwards.
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/gw_resume_XXXXXX";
+    REQUIRE(::mkdtemp(tmpl) != nullptr);
+    path = tmpl;
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+};
+
+// "test accuracy 74.48%" -> 74.48; -1 if absent.
+double final_accuracy(const std::string& out) {
+  std::smatch m;
+  if (!std::regex_search(out, m, std::regex("\\] test accuracy ([0-9.]+)%"))) return -1;
+  return std::stod(m[1]);
+}
+}  // namespace
+
+TEST_CASE("gwrun --max-restarts: DDP with a rank killed mid-epoch resumes from its checkpoint",
+          "[examples][dist][ddp]") {
+  TempDir uninterrupted, resumed;
+  auto args = [](const std::string& dir) {
+    return std::vector<std::string>{"--max-restarts",
+                                    "2",
+                                    "--nproc-per-node",
+                                    "2",
+                                    GW_DDP_EXAMPLE,
+                                    "--epochs",
+                                    "2",
+                                    "--limit",
+                                    "3600",
+                                    "--target",
+                                    "0.5",
+                                    "--checkpoint-every",
+                                    "10",
+                                    "--checkpoint-dir",
+                                    dir};
+  };
+  const auto reference = run_gwrun(args(uninterrupted.path));
+  INFO(reference.out << reference.err);
+  REQUIRE(reference.exit_code == 0);
+  REQUIRE(count(reference.err, "restarting") == 0);
+
+  gw::test::GwrunProcess job(args(resumed.path));
+  REQUIRE(job.wait_for_stdout("checkpoint saved: epoch 2, step 20"));  // mid second epoch
+  const pid_t victim = job.worker_pid(1);
+  REQUIRE(victim > 0);
+  REQUIRE(::kill(victim, SIGKILL) == 0);
+  const auto r = job.finish();
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(count(r.err, "rank 1 (pid " + std::to_string(victim) + ") was killed by signal 9") == 1);
+  CHECK(count(r.err, "restarting all workers (restart 1 of 2)") == 1);
+  CHECK(count(r.out, "resuming from " + resumed.path + " at epoch 2, step ") == 1);
+  CHECK(count(r.out, "parameters identical to rank 0's: yes") >= 2);
+  const double want = final_accuracy(reference.out), got = final_accuracy(r.out);
+  INFO("uninterrupted " << want << "%, resumed " << got << "%");
+  CHECK(got > 0);
+  CHECK(std::abs(got - want) <= 0.5);
 }
 
 TEST_CASE("an example in a broken environment fails with one line and an exit code, no abort",

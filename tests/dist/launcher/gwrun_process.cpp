@@ -8,8 +8,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <sstream>
 #include <stdexcept>
 
@@ -25,7 +27,28 @@ void check(bool ok, const char* what) {
   if (!ok) throw std::runtime_error(std::string(what) + ": " + std::strerror(errno));
 }
 
+// The NUL-separated entries of a file such as /proc/PID/environ; empty if it cannot be read.
+std::vector<std::string> nul_separated(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<std::string> entries;
+  for (std::string e; std::getline(in, e, '\0');) entries.push_back(e);
+  return entries;
+}
+
 }  // namespace
+
+pid_t GwrunProcess::worker_pid(int rank) const {
+  const std::string self = std::to_string(pid_);
+  std::ifstream children("/proc/" + self + "/task/" + self + "/children");
+  for (pid_t child; children >> child;) {
+    const auto env = nul_separated("/proc/" + std::to_string(child) + "/environ");
+    const auto has = [&](const std::string& entry) {
+      return std::find(env.begin(), env.end(), entry) != env.end();
+    };
+    if (has("GW_LAUNCHER=gwrun") && has("RANK=" + std::to_string(rank))) return child;
+  }
+  return -1;
+}
 
 GwrunProcess::GwrunProcess(const std::vector<std::string>& args,
                            const std::vector<std::string>& prefix) {

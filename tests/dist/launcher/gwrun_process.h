@@ -29,6 +29,9 @@ class GwrunProcess {
   GwrunProcess& operator=(const GwrunProcess&) = delete;
 
   pid_t pid() const { return pid_; }
+  // The pid of gwrun's worker of global rank `rank` (a child of gwrun with GW_LAUNCHER=gwrun
+  // and RANK=rank in its environment), or -1 if there is none now.
+  pid_t worker_pid(int rank) const;
   // Reads output until stdout contains `needle`; false if gwrun closed stdout first.
   bool wait_for_stdout(std::string_view needle);
   // Reads both pipes to end of file and waits for gwrun to exit.

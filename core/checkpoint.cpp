@@ -1,0 +1,113 @@
+#include "core/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "core/error.h"
+
+namespace gw {
+
+namespace {
+
+constexpr const char* kFormat = "gradwire-checkpoint-1";
+constexpr const char* kModel = "model/";
+constexpr const char* kOptimizer = "optimizer/";
+
+[[noreturn]] void fail(const std::string& path, const char* what) {
+  throw IoError(
+      detail::str("[save_checkpoint] ", what, " '", path, "' failed: ", std::strerror(errno)));
+}
+
+// Writes `bytes` to `path` through `path`.tmp: written, flushed to disk, then renamed over
+// `path`, and the directory flushed, so that `path` is always a whole file.
+void write_atomically(const std::string& path, const void* data, size_t size) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail(tmp, "creating");
+  const auto* p = static_cast<const uint8_t*>(data);
+  for (size_t left = size; left > 0;) {  // bounded: each write takes at least one byte
+    const ssize_t n = ::write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int e = errno;
+      ::close(fd);
+      errno = e;
+      fail(tmp, "writing");
+    }
+    p += n, left -= static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) fail(tmp, "flushing");
+  if (::rename(tmp.c_str(), path.c_str()) != 0) fail(path, "renaming into");
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  if (const int d = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      d >= 0) {
+    ::fsync(d);
+    ::close(d);
+  }
+}
+
+std::string tensors_path(const std::string& dir) { return dir + "/checkpoint.safetensors"; }
+
+}  // namespace
+
+void save_checkpoint(const std::string& dir, const Checkpoint& c) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  GW_CHECK(!ec, IoError, "[save_checkpoint] cannot create directory '", dir, "': ", ec.message());
+  NamedTensors all;
+  for (const auto& [k, t] : c.model) all.emplace(kModel + k, t);
+  for (const auto& [k, t] : c.optimizer) all.emplace(kOptimizer + k, t);
+  std::map<std::string, std::string> meta = c.extra;
+  meta["format"] = kFormat;
+  meta["epoch"] = std::to_string(c.epoch);
+  meta["step"] = std::to_string(c.step);
+  meta["seed"] = std::to_string(c.seed);
+  const std::vector<uint8_t> bytes = to_safetensors(all, meta);
+  write_atomically(tensors_path(dir), bytes.data(), bytes.size());
+  // For people and scripts: the same metadata as JSON. A safetensors file is an 8-byte length
+  // and then JSON: a file of no tensors gives exactly {"__metadata__": {...}}.
+  const std::vector<uint8_t> header = to_safetensors({}, meta);
+  std::string json(header.begin() + 8, header.end());
+  while (!json.empty() && json.back() == ' ') json.pop_back();  // the alignment padding
+  json += '\n';
+  write_atomically(dir + "/checkpoint.json", json.data(), json.size());
+}
+
+std::optional<Checkpoint> load_checkpoint(const std::string& dir) {
+  const std::string path = tensors_path(dir);
+  if (!std::filesystem::exists(path)) return std::nullopt;
+  std::map<std::string, std::string> meta;
+  NamedTensors all = load_safetensors(path, &meta);
+  GW_CHECK(meta["format"] == kFormat, IoError, "[load_checkpoint] '", path,
+           "' is not a gradwire checkpoint (format '", meta["format"], "')");
+  Checkpoint c;
+  auto number = [&](const char* key) {
+    const std::string& v = meta[key];
+    char* end = nullptr;
+    errno = 0;
+    const long long n = std::strtoll(v.c_str(), &end, 10);
+    GW_CHECK(!v.empty() && *end == '\0' && errno == 0 && n >= 0, IoError, "[load_checkpoint] '",
+             path, "': bad ", key, " '", v, "'");
+    return n;
+  };
+  c.epoch = number("epoch");
+  c.step = number("step");
+  c.seed = static_cast<uint64_t>(number("seed"));
+  for (auto& [k, t] : all) {
+    if (k.starts_with(kModel))
+      c.model.emplace(k.substr(std::strlen(kModel)), std::move(t));
+    else if (k.starts_with(kOptimizer))
+      c.optimizer.emplace(k.substr(std::strlen(kOptimizer)), std::move(t));
+    else
+      throw IoError(detail::str("[load_checkpoint] '", path, "': unexpected tensor '", k, "'"));
+  }
+  for (const char* k : {"format", "epoch", "step", "seed"}) meta.erase(k);
+  c.extra = std::move(meta);
+  return c;
+}
+
+}  // namespace gw

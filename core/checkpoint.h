@@ -1,0 +1,46 @@
+// A training run's state on disk, for resuming after a failure: the model's and the optimizer's
+// tensors plus where the run was (epoch, step, the data order's seed).
+//
+// Mental model: a checkpoint is one safetensors file, <dir>/checkpoint.safetensors, whose
+// tensors are "model/<name>" and "optimizer/<key>" and whose metadata holds the position.
+// save_checkpoint writes it next to the old one and renames it into place (after fsync), so a
+// crash mid-write leaves the previous checkpoint whole: a reader sees the old one or the new
+// one, never a torn file. <dir>/checkpoint.json then repeats the metadata for people and
+// scripts (load_checkpoint never reads it).
+//
+//   if (auto c = gw::load_checkpoint(dir)) {                 // resuming
+//     model->load_state_dict(c->model);
+//     opt.load_state_dict(c->optimizer);
+//     first_epoch = c->epoch, first_step = c->step;
+//   }
+//   ...
+//   gw::save_checkpoint(dir, {.model = model->state_dict(), .optimizer = opt.state_dict(),
+//                             .epoch = epoch, .step = step + 1, .seed = seed, .extra = {}});
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "core/serialize.h"
+
+namespace gw {
+
+struct Checkpoint {
+  NamedTensors model;                        // nn::Module::state_dict()
+  NamedTensors optimizer;                    // optim::Optimizer::state_dict()
+  int64_t epoch = 0;                         // where to resume: this epoch ...
+  int64_t step = 0;                          // ... at this step (the first not yet taken)
+  uint64_t seed = 0;                         // the data order's seed
+  std::map<std::string, std::string> extra;  // anything else the program wants back
+};
+
+// Writes `c` into directory `dir` (created if missing) atomically; throws IoError naming the
+// path on failure, leaving any previous checkpoint intact.
+void save_checkpoint(const std::string& dir, const Checkpoint& c);
+// The checkpoint in `dir`, or nullopt if there is none; throws IoError naming the file if it
+// exists but cannot be read.
+std::optional<Checkpoint> load_checkpoint(const std::string& dir);
+
+}  // namespace gw

@@ -1,0 +1,102 @@
+// save_checkpoint / load_checkpoint: what goes in comes back, and a write that did not finish
+// never replaces the checkpoint before it.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/checkpoint.h"
+#include "core/ops.h"
+
+using namespace gw;
+
+namespace {
+
+// A fresh directory under the system's temporary directory, removed afterwards.
+struct TempDir {
+  std::string path;
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "gw_ckpt_XXXXXX").string();
+    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+    path = tmpl;
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+};
+
+Checkpoint sample(float value, int64_t step) {
+  Checkpoint c;
+  c.model = {{"fc.weight", full({2, 3}, value)}, {"fc.bias", full({2}, value + 1)}};
+  c.optimizer = {{"state.0.momentum_buffer", full({2, 3}, -value)},
+                 {"lr", full({}, 0.5, kFloat64)}};
+  c.epoch = 3;
+  c.step = step;
+  c.seed = 42;
+  c.extra = {{"note", "a \"quoted\" value"}};
+  return c;
+}
+
+void check_same(const Checkpoint& a, const Checkpoint& b) {
+  REQUIRE(a.model.size() == b.model.size());
+  for (const auto& [k, t] : a.model) CHECK(equal(t, b.model.at(k)));
+  REQUIRE(a.optimizer.size() == b.optimizer.size());
+  for (const auto& [k, t] : a.optimizer) CHECK(equal(t, b.optimizer.at(k)));
+  CHECK(a.epoch == b.epoch);
+  CHECK(a.step == b.step);
+  CHECK(a.seed == b.seed);
+  CHECK(a.extra == b.extra);
+}
+
+}  // namespace
+
+TEST_CASE("a checkpoint comes back as it was saved", "[core][checkpoint]") {
+  TempDir dir;
+  CHECK_FALSE(load_checkpoint(dir.path).has_value());  // none yet
+  const Checkpoint saved = sample(1.5f, 7);
+  save_checkpoint(dir.path + "/run", saved);  // the directory is created
+  auto loaded = load_checkpoint(dir.path + "/run");
+  REQUIRE(loaded);
+  check_same(saved, *loaded);
+  // The metadata, readable by people and scripts.
+  std::ifstream json(dir.path + "/run/checkpoint.json");
+  const std::string text((std::istreambuf_iterator<char>(json)), std::istreambuf_iterator<char>());
+  CHECK_THAT(text, Catch::Contains("\"step\":\"7\"") && Catch::Contains("\"epoch\":\"3\""));
+}
+
+TEST_CASE("a checkpoint write that did not finish leaves the previous one whole",
+          "[core][checkpoint]") {
+  TempDir dir;
+  const Checkpoint first = sample(1.0f, 10);
+  save_checkpoint(dir.path, first);
+  // What a process killed in the middle of the next save leaves: a partial temporary file.
+  {
+    std::ofstream torn(dir.path + "/checkpoint.safetensors.tmp", std::ios::binary);
+    torn << "\x40\x00\x00\x00\x00\x00\x00\x00{\"model/fc.weight\":{";
+  }
+  auto loaded = load_checkpoint(dir.path);
+  REQUIRE(loaded);
+  check_same(first, *loaded);
+  // The next save replaces both.
+  const Checkpoint second = sample(2.0f, 20);
+  save_checkpoint(dir.path, second);
+  loaded = load_checkpoint(dir.path);
+  REQUIRE(loaded);
+  check_same(second, *loaded);
+  CHECK_FALSE(std::filesystem::exists(dir.path + "/checkpoint.safetensors.tmp"));
+}
+
+TEST_CASE("load_checkpoint refuses what is not a checkpoint, naming the file",
+          "[core][checkpoint][errors]") {
+  TempDir dir;
+  save_safetensors(dir.path + "/checkpoint.safetensors", {{"w", ones({2})}});
+  CHECK_THROWS_WITH(load_checkpoint(dir.path), Catch::Contains("checkpoint.safetensors") &&
+                                                   Catch::Contains("not a gradwire checkpoint"));
+  {
+    std::ofstream garbage(dir.path + "/checkpoint.safetensors", std::ios::binary);
+    garbage << "not safetensors";
+  }
+  CHECK_THROWS_AS(load_checkpoint(dir.path), IoError);
+  CHECK_THROWS_WITH(save_checkpoint("/proc/no/such/dir", sample(1, 1)),
+                    Catch::Contains("/proc/no/such/dir"));
+}
