@@ -1,11 +1,13 @@
 #include "core/checkpoint.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 
 #include "core/error.h"
 
@@ -22,26 +24,39 @@ constexpr const char* kOptimizer = "optimizer/";
       detail::str("[save_checkpoint] ", what, " '", path, "' failed: ", std::strerror(errno)));
 }
 
-// Writes `bytes` to `path` through `path`.tmp: written, flushed to disk, then renamed over
-// `path`, and the directory flushed, so that `path` is always a whole file.
+// Writes `size` bytes to `path` through a temporary file beside it: written, flushed to disk,
+// then renamed over `path`, and the directory flushed, so that `path` is always a whole file.
+// On failure the temporary file is removed and `path` is untouched.
 void write_atomically(const std::string& path, const void* data, size_t size) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail(tmp, "creating");
+  std::string tmp = path + ".XXXXXX";  // unique: two writers never share one
+  const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
+  if (fd < 0) fail(path + ".XXXXXX", "creating");
+  auto give_up = [&](const char* what) {
+    const int e = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    errno = e;
+    fail(tmp, what);
+  };
   const auto* p = static_cast<const uint8_t*>(data);
   for (size_t left = size; left > 0;) {  // bounded: each write takes at least one byte
     const ssize_t n = ::write(fd, p, left);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int e = errno;
-      ::close(fd);
-      errno = e;
-      fail(tmp, "writing");
-    }
+    if (n == 0) errno = EIO;
+    if (n <= 0) give_up("writing");
     p += n, left -= static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) fail(tmp, "flushing");
-  if (::rename(tmp.c_str(), path.c_str()) != 0) fail(path, "renaming into");
+  if (::fchmod(fd, 0644) != 0 || ::fsync(fd) != 0) give_up("flushing");
+  if (::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    fail(tmp, "closing");
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    errno = e;
+    fail(path, "renaming into");
+  }
   const std::string dir = std::filesystem::path(path).parent_path().string();
   if (const int d = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
       d >= 0) {
@@ -85,18 +100,19 @@ std::optional<Checkpoint> load_checkpoint(const std::string& dir) {
   GW_CHECK(meta["format"] == kFormat, IoError, "[load_checkpoint] '", path,
            "' is not a gradwire checkpoint (format '", meta["format"], "')");
   Checkpoint c;
-  auto number = [&](const char* key) {
+  auto number = [&](const char* key, uint64_t max) {
     const std::string& v = meta[key];
     char* end = nullptr;
     errno = 0;
-    const long long n = std::strtoll(v.c_str(), &end, 10);
-    GW_CHECK(!v.empty() && *end == '\0' && errno == 0 && n >= 0, IoError, "[load_checkpoint] '",
-             path, "': bad ", key, " '", v, "'");
-    return n;
+    const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
+    GW_CHECK(!v.empty() && v[0] != '-' && *end == '\0' && errno == 0 && n <= max, IoError,
+             "[load_checkpoint] '", path, "': bad ", key, " '", v, "'");
+    return static_cast<uint64_t>(n);
   };
-  c.epoch = number("epoch");
-  c.step = number("step");
-  c.seed = static_cast<uint64_t>(number("seed"));
+  constexpr auto kMaxInt64 = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+  c.epoch = static_cast<int64_t>(number("epoch", kMaxInt64));
+  c.step = static_cast<int64_t>(number("step", kMaxInt64));
+  c.seed = number("seed", std::numeric_limits<uint64_t>::max());
   for (auto& [k, t] : all) {
     if (k.starts_with(kModel))
       c.model.emplace(k.substr(std::strlen(kModel)), std::move(t));

@@ -505,7 +505,8 @@ void Agent::on_close(const std::shared_ptr<Connection>& c, const std::string& wh
 // Linear in the world size: a counter, and a flag the last to arrive raises. Each worker also
 // leaves its own mark, read only when the barrier fails, to name those who did not come. Every
 // store call is bounded by `deadline` (a store whose host went silent must not hold us), and
-// the wait goes in slices so that a worker declared dead ends it early.
+// the wait goes in slices so that a worker declared dead, or whose connection was lost, ends it
+// early.
 std::string Agent::barrier(const std::string& phase, Clock::time_point deadline) {
   const std::string at = "rpc/" + phase;
   const int n = static_cast<int>(workers_.size());
@@ -515,39 +516,44 @@ std::string Agent::barrier(const std::string& phase, Clock::time_point deadline)
     store_->add_within(key(phase, self_.id), 1, left());
     if (store_->add_within(at + "/arrived", 1, left()) == n)
       store_->add_within(at + "/done", 1, left());
-    for (;;) {  // bounded by `deadline` (none: the user asked to wait for ever)
-      const auto now = Clock::now();
-      if (now >= deadline) break;
+    for (bool gone = false;;) {  // bounded by `deadline` (none: the user asked to wait for ever)
+      // After a worker is gone, one last look: it may have passed the barrier and closed.
+      const Milliseconds slice = gone ? Milliseconds(200) : std::min(left(), Milliseconds(1000));
       try {
-        store_->wait({at + "/done"}, std::min(left(), Milliseconds(1000)));
+        store_->wait({at + "/done"}, slice);
         return {};
       } catch (const TimeoutError&) {
       }
-      if (!dead_workers().empty()) break;
+      if (gone || Clock::now() >= deadline) break;
+      gone = !gone_workers().empty();
     }
   } catch (const std::exception& e) {
     failed = e.what();  // the store is gone (its host died)
   }
+  // Who did not come, with a budget of its own: the deadline may be spent.
   std::vector<std::string> missing;
+  const auto ask_until = Clock::now() + std::min(store_->timeout(), Milliseconds(5000));
   try {
     for (int r = 0; r < n && failed.empty(); ++r)
-      if (store_->add_within(key(phase, r), 0, std::min(left(), Milliseconds(5000))) == 0)
+      if (store_->add_within(key(phase, r), 0, until(ask_until, store_->timeout())) == 0)
         missing.push_back("'" + workers_[r].name + "'");
   } catch (const std::exception& e) {
     failed = e.what();
   }
   std::string why =
-      failed.empty() ? gw::detail::str("worker(s) ", join(missing, ", "), " did not reach shutdown")
-                     : "the rendezvous store failed: " + failed;
-  if (const std::string dead = dead_workers(); !dead.empty()) why += "; " + dead;
+      !failed.empty() ? "the rendezvous store failed: " + failed
+      : missing.empty()
+          ? std::string("the last worker to arrive did not raise the flag")
+          : gw::detail::str("worker(s) ", join(missing, ", "), " did not reach shutdown");
+  if (const std::string gone = gone_workers(); !gone.empty()) why += "; " + gone;
   return why;
 }
 
-std::string Agent::dead_workers() const {
-  std::vector<std::string> dead;
+std::string Agent::gone_workers() const {
+  std::vector<std::string> gone;
   for (const auto& w : workers_)
-    if (std::string d = transport_->dead(w.id); !d.empty()) dead.push_back(std::move(d));
-  return join(dead, "; ");
+    if (std::string why = transport_->gone(w.id); !why.empty()) gone.push_back(std::move(why));
+  return join(gone, "; ");
 }
 
 // Every step waits at most until `deadline`; the first that does not finish says why.
@@ -577,7 +583,6 @@ void Agent::shutdown(bool graceful, Milliseconds timeout) {
   if (!running_) return;
   GW_CHECK(t_owning_agent != this, StateError, "[shutdown] cannot shut down agent '", self_.name,
            "' from one of its own threads (a request handler or a future callback)");
-  if (timeout == kUseDefaultTimeout) timeout = rpc_timeout();
   GW_CHECK(timeout.count() >= 0, InvalidArgumentError, "[shutdown] timeout must be >= 0 ms ",
            "(0 = none), got ", timeout.count());
   const auto deadline = timeout.count() > 0 ? Clock::now() + timeout : Clock::time_point::max();
@@ -601,7 +606,7 @@ void Agent::shutdown(bool graceful, Milliseconds timeout) {
       "[shutdown] worker '", self_.name, "' stopped without a graceful shutdown",
       timeout.count() > 0 ? gw::detail::str(" (timeout ", timeout.count(), " ms)") : "", ": ",
       unfinished);
-  if (!dead_workers().empty()) throw IoError(what);
+  if (!gone_workers().empty()) throw IoError(what);
   throw TimeoutError(what);
 }
 

@@ -101,7 +101,8 @@ struct RpcBackendOptions {
   // for this long (heartbeats included) is declared dead, which fails every call, distributed
   // autograd pass and RRef operation pending on it with IoError "no heartbeat for N s";
   // requests to it then fail at once. A worker busy computing still sends heartbeats (its
-  // network thread does). Default: GW_FAILURE_TIMEOUT (seconds), else 10 s; 0: never.
+  // network thread does; keep future callbacks short, they run there). The same on every
+  // worker. Default: GW_FAILURE_TIMEOUT (seconds), else 10 s; 0: never.
   Milliseconds failure_timeout = dist::kFailureTimeoutFromEnv;
   // Calls, remote() creations and distributed autograd requests from one worker being served
   // at once; beyond, a new call fails at once on its caller with StateError (a remote()'s
@@ -178,11 +179,11 @@ class Agent {
 
   // graceful: waits for this worker's outstanding calls, then for every worker to reach
   // shutdown and finish its work, then stops. Otherwise stops now and fails pending calls.
-  // A graceful shutdown takes at most `timeout` (default: the RPC timeout; 0: no limit): if a
-  // worker does not confirm by then, or is declared dead, this worker stops anyway (everything
-  // local released) and throws TimeoutError, or IoError when a worker was declared dead,
-  // naming the workers that did not confirm.
-  void shutdown(bool graceful = true, Milliseconds timeout = kUseDefaultTimeout);
+  // A graceful shutdown takes at most `timeout` (0, the default: no limit, as in PyTorch): if a
+  // worker does not confirm by then, is declared dead, or its connection is lost meanwhile,
+  // this worker stops anyway (everything local released) and throws TimeoutError, or IoError
+  // when a worker is gone, naming the workers that did not confirm.
+  void shutdown(bool graceful = true, Milliseconds timeout = kNoTimeout);
   bool running() const { return running_.load(); }
 
   // The agent whose thread this is (a request handler, a callback on its network thread), or
@@ -209,8 +210,9 @@ class Agent {
   std::string drain(Clock::time_point deadline);
   // Waits for every worker to reach `phase`: empty, else who did not by `deadline`.
   std::string barrier(const std::string& phase, Clock::time_point deadline);
-  // Why each worker declared dead was, joined; empty if none.
-  std::string dead_workers() const;
+  // Why each worker declared dead, or whose connection was lost (and not opened again), is
+  // gone; joined, empty if none.
+  std::string gone_workers() const;
   void stop(const std::string& why);
 
   // Network thread: what the transport delivers.

@@ -37,7 +37,7 @@ void init_rpc(const std::string& name, int rank, int world_size, RpcBackendOptio
 void init_rpc(const std::string& name, RpcBackendOptions options = {});
 // Shuts the process's agent down (graceful, timeout: see Agent::shutdown) and destroys it, also
 // when the graceful part fails (then it throws after).
-void shutdown(bool graceful = true, Milliseconds timeout = kUseDefaultTimeout);
+void shutdown(bool graceful = true, Milliseconds timeout = kNoTimeout);
 
 // The agent calls go through: the current handler's, else the process's; StateError if none.
 Agent& current_agent();

@@ -27,8 +27,9 @@
 
 namespace gw::rpc {
 
-// 2: autograd info; 3: CUDA tensors; 4: every system message a typed variant of the body.
-inline constexpr uint32_t kProtocolVersion = 4;
+// 2: autograd info; 3: CUDA tensors; 4: every system message a typed variant of the body;
+// 5: heartbeats (empty frames).
+inline constexpr uint32_t kProtocolVersion = 5;
 
 // An error raised by the callee, carried back to the caller.
 struct Failure {

@@ -73,8 +73,12 @@ std::shared_ptr<Connection> Transport::make_connection(dist::Stream s) {
           std::lock_guard lock(mu_);
           inbound_.erase(c);
           const int peer = c->peer_id();
-          if (peer >= 0 && peers_[static_cast<size_t>(peer)].conn == c)
-            peers_[static_cast<size_t>(peer)].conn.reset();
+          if (peer >= 0 && !stopping_) {
+            Peer& p = peers_[static_cast<size_t>(peer)];
+            if (p.conn == c) p.conn.reset();
+            p.lost =
+                gw::detail::str("the connection with ", describe(peer), " was lost (", why, ")");
+          }
         }
         handlers_.on_close(c, why);
       });
@@ -129,9 +133,10 @@ void Transport::declare_dead(int peer) {
   fail_queue(peer, std::make_exception_ptr(IoError("[rpc] " + why)));
 }
 
-std::string Transport::dead(int peer) const {
+std::string Transport::gone(int peer) const {
   std::lock_guard lock(mu_);
-  return peers_[static_cast<size_t>(peer)].dead;
+  const Peer& p = peers_[static_cast<size_t>(peer)];
+  return !p.dead.empty() ? p.dead : p.lost;
 }
 
 // Network thread: `peer` proved the key on `s`; it becomes a connection if it is one of the
@@ -157,6 +162,7 @@ void Transport::admit(const std::shared_ptr<dist::Stream>& s, const dist::auth::
         c = make_connection(std::move(*s));
         c->set_peer_id(peer.id);
         inbound_.insert(c);
+        peers_[static_cast<size_t>(peer.id)].lost.clear();
       } catch (const std::exception& e) {
         refused = gw::detail::str("could not set up the connection: ", e.what());
       }
@@ -353,6 +359,7 @@ void Transport::connected(int peer, std::shared_ptr<dist::Stream> s, std::except
     // Known as the peer's connection from now (late answers on it are ours), but used by
     // other senders only once the queue is written.
     peers_[static_cast<size_t>(peer)].conn = c;
+    peers_[static_cast<size_t>(peer)].lost.clear();
   }
   c->start();
   for (;;) {  // bounded: each round takes what was queued while the previous one was written

@@ -25,9 +25,11 @@
 // nothing from its peer for failure_timeout declares that worker dead: all its connections
 // close with "worker 'w' at addr:port declared dead: no heartbeat for 10 s (failure_timeout)",
 // which fails what is pending on them (the owner's close handler), and from then on requests
-// to it fail at once and its connections are refused. Only the network thread, which never
-// runs user code, sends heartbeats, so a worker busy computing stays alive. A check that
-// itself ran late (this process was stopped or starved) declares nobody dead: it cannot tell.
+// to it fail at once and its connections are refused. Only the network thread sends
+// heartbeats, and it runs no request handler, so a worker busy computing stays alive — but it
+// does run the callbacks of futures its responses complete (core/future.h): one that computes
+// for longer than the window makes this worker silent. A check that itself ran late (this
+// process was stopped or starved) declares nobody dead: it cannot tell.
 //
 //   Transport t(options, handlers);                                 // listening
 //   publish(t.port()); ...                                          // rendezvous
@@ -108,8 +110,9 @@ class Transport {
   void send(int peer, Message m, Clock::time_point deadline);
   // Whether `c` is our open connection to its peer (the one our requests to it go out on).
   bool is_outbound(const std::shared_ptr<Connection>& c) const;
-  // Why worker `peer` was declared dead, or empty.
-  std::string dead(int peer) const;
+  // Why worker `peer` is gone: declared dead, or a connection with it was lost and none opened
+  // since; empty if neither. (Connections close only on failures, or at stop.)
+  std::string gone(int peer) const;
   // Closes the listener and every connection with `why`, fails what is queued, and joins the
   // network thread. Idempotent; not from the network thread.
   void stop(const std::string& why);
@@ -130,6 +133,7 @@ class Transport {
     std::shared_ptr<asio::steady_timer> timer;      // the connect's deadline, if it has one
     bool timed_out = false;
     std::string dead;  // why it was declared dead; then nothing more goes to it
+    std::string lost;  // why its last connection closed, until another opens
   };
 
   // Network thread: `peer` proved the key on `s`; it becomes a connection if it is one of the

@@ -88,6 +88,7 @@ void Supervisor::start_workers(int restart_count) {
 int Supervisor::run() {
   for (int restart = 1;; ++restart) {  // bounded by --max-restarts
     const int code = supervise();
+    for (int sig : signals_.take()) on_signal(sig);  // one that came since the last poll
     if (code == 0 || interrupted_ || restart > options_.max_restarts) return code;
     write_all(STDERR_FILENO, "[gwrun] restarting all workers (restart " + std::to_string(restart) +
                                  " of " + std::to_string(options_.max_restarts) + ")\n");
@@ -130,6 +131,7 @@ int Supervisor::supervise() {
 
 void Supervisor::on_signal(int sig) {
   if (sig != SIGINT && sig != SIGTERM) return;  // SIGCHLD only wakes poll(); reap() follows
+  interrupted_ = true;                          // whatever else is going on: no restart after this
   if (stopping_) {
     kill_alive(SIGKILL);  // a second Ctrl-C means "now"
     return;
@@ -138,26 +140,28 @@ void Supervisor::on_signal(int sig) {
       "[gwrun] received " + describe_signal(sig) + ", forwarding it to the workers\n";
   write_all(STDERR_FILENO, message);
   exit_code_ = 128 + sig;
-  interrupted_ = true;
   stop(sig);
 }
 
 void Supervisor::reap() {
   for (Worker& worker : workers_) {
     if (!worker.alive) continue;
+    // Seen exited but not reaped yet: its zombie still holds the group's number, so what is
+    // left of its group can be killed without any risk of the number being someone else's.
+    siginfo_t info{};
+    if (::waitid(P_PID, static_cast<id_t>(worker.pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0 ||
+        info.si_pid != worker.pid)
+      continue;
+    ::kill(-worker.pid, SIGKILL);  // what it started does not outlive it
     int status = 0;
-    pid_t pid;
-    do {
-      pid = ::waitpid(worker.pid, &status, WNOHANG);
-    } while (pid < 0 && errno == EINTR);
-    if (pid == worker.pid) on_exit(worker, status);
+    while (::waitpid(worker.pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    on_exit(worker, status);
   }
 }
 
 void Supervisor::on_exit(Worker& worker, int status) {
   worker.alive = false;
-  // What it started does not outlive it (its pgid stays valid while any of them is left).
-  ::kill(-worker.pid, SIGKILL);
   guardian_->forget(worker.pid);
   // Everything the worker wrote is in its pipes now; a grandchild still holding them must
   // not keep gwrun alive, so forward what is there and close.

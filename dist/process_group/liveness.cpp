@@ -17,11 +17,11 @@ GroupLiveness::GroupLiveness(std::shared_ptr<Store> store, int rank, int size,
     : store_(std::move(store)),
       rank_(rank),
       size_(size),
-      next_((rank + 1) % size),
       failure_timeout_(failure_timeout),
       on_dead_(std::move(on_dead)),
       last_change_(Clock::now()),
-      last_store_ok_(last_change_) {
+      last_store_ok_(last_change_),
+      next_((rank + 1) % size) {
   GW_CHECK(failure_timeout_.count() > 0, InvalidArgumentError,
            "[process_group] liveness needs a positive failure_timeout, got ",
            failure_timeout_.count(), " ms");
@@ -35,7 +35,13 @@ GroupLiveness::~GroupLiveness() {
     stopping_ = true;
   }
   wake_.notify_all();
-  thread_.join();
+  // on_dead may drop the last reference to the group, whose destructor destroys this on the
+  // watcher's own thread: it cannot join itself.
+  if (thread_.get_id() == std::this_thread::get_id())
+    thread_.detach();
+  else
+    thread_.join();
+  if (store_failed_) return;  // nobody can read it, and asking would wait the whole window
   try {
     store_->add_within(left_key(rank_), 1, failure_timeout_);
   } catch (const std::exception&) {
@@ -78,12 +84,16 @@ std::string GroupLiveness::round(Clock::time_point now, bool late) {
     }
     if (watching_) {
       const int64_t count = store_->add_within(beat_key(next_), 0, failure_timeout_);
-      if (count != next_count_) {
+      if (count != next_count_ || late) {  // late: it may have beaten while we were stopped
         next_count_ = count;
         last_change_ = now;
-      } else if (!late && now - last_change_ > failure_timeout_) {
+      } else if (now - last_change_ > failure_timeout_) {
         if (store_->add_within(left_key(next_), 0, failure_timeout_) > 0) {
-          watching_ = false;  // it destroyed its group: not a death
+          // It destroyed its group: not a death. Watch the one after it instead.
+          next_ = (next_ + 1) % size_;
+          watching_ = next_ != rank_;
+          next_count_ = -1;
+          last_change_ = now;
         } else {
           store_->add_within(kDeadKey, next_ + 1, failure_timeout_);
           return "rank " + std::to_string(next_) + " declared dead by rank " +
@@ -93,9 +103,11 @@ std::string GroupLiveness::round(Clock::time_point now, bool late) {
     }
     last_store_ok_ = Clock::now();
   } catch (const std::exception& e) {
-    if (!late && Clock::now() - last_store_ok_ > failure_timeout_)
+    if (!late && Clock::now() - last_store_ok_ > failure_timeout_) {
+      store_failed_ = true;
       return "the group's store did not answer for " + failure_window(failure_timeout_) + ": " +
              e.what();
+    }
   }
   return {};
 }

@@ -7,7 +7,8 @@
 //   - beats: adds 1 to its own counter every heartbeat_period (dist/store/liveness.h);
 //   - watches the next rank's counter (a ring: rank r watches r+1), and declares that rank
 //     dead when the counter has stood still for failure_timeout — unless the rank said it
-//     left (its group was destroyed) — by recording it in the store;
+//     left (its group was destroyed; then it watches the one after) — by recording it in the
+//     store;
 //   - reads that record a few times a second, and fails its own group (on_dead) as soon as
 //     any rank is declared dead: every rank learns within half a second of the declaration.
 // The store must answer as well: a watcher whose store calls have failed for failure_timeout
@@ -49,14 +50,16 @@ class GroupLiveness {
   std::string round(Clock::time_point now, bool late);
 
   std::shared_ptr<Store> store_;
-  const int rank_, size_, next_;
+  const int rank_, size_;
   const Milliseconds failure_timeout_;
   OnDead on_dead_;
 
   // The watcher's own state.
   Clock::time_point last_beat_{}, last_change_, last_store_ok_;
+  int next_;  // the rank watched: the next one that has not left
   int64_t next_count_ = -1;
-  bool watching_ = true;  // false once the next rank left
+  bool watching_ = true;  // false once every other rank left
+  bool store_failed_ = false;
 
   std::mutex mu_;
   std::condition_variable wake_;

@@ -146,7 +146,6 @@ struct ProcessGroupGloo::Impl : std::enable_shared_from_this<ProcessGroupGloo::I
   // may stay in Gloo until its own timeout: it is left behind when the group is destroyed.
   void abort(const std::string& why);
   static std::exception_ptr unusable(const std::string& op, const std::exception_ptr& failure);
-  std::shared_ptr<Store> liveness_store;  // the group's store, for GroupLiveness
   void run();  // the group's thread
   // Runs `work` on the calling thread if it is next and nothing runs (Work::wait).
   void run_inline(const Work* work);
@@ -284,7 +283,7 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
   impl_->size = size;
   impl_->options = options;
   impl_->options.failure_timeout = failure_timeout(options.failure_timeout, "ProcessGroupGloo");
-  impl_->liveness_store = store;
+  std::shared_ptr<Store> liveness_store = store;  // `store` itself goes to Gloo below
   gloo::transport::tcp::attr attr;
   attr.hostname = options.hostname;
   std::exception_ptr failed = impl_->attempt("init_process_group", options.timeout, [&] {
@@ -299,21 +298,25 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
   impl_->worker = std::thread([impl = impl_] { impl->run(); });
   if (impl_->options.failure_timeout.count() > 0)
     liveness_ = std::make_unique<GroupLiveness>(
-        impl_->liveness_store, rank, size, impl_->options.failure_timeout,
+        std::move(liveness_store), rank, size, impl_->options.failure_timeout,
         [weak = std::weak_ptr<Impl>(impl_)](const std::string& why) {
           if (auto impl = weak.lock()) impl->abort(why);
         });
 }
 
 ProcessGroupGloo::~ProcessGroupGloo() {
-  liveness_.reset();  // first: it may abort the group
-  bool aborted;
-  {
-    std::lock_guard lock(impl_->mu);
-    impl_->stopping = true;
-    aborted = impl_->aborted != nullptr;
-  }
+  std::unique_lock lock(impl_->mu);
+  impl_->stopping = true;
   impl_->cv.notify_all();
+  // What was queued still runs. Liveness keeps watching meanwhile, so that a rank dying now
+  // aborts the group instead of holding this destructor for the collective's timeout.
+  impl_->cv.wait(
+      lock, [&] { return (impl_->queue.empty() && !impl_->running) || impl_->aborted != nullptr; });
+  lock.unlock();
+  liveness_.reset();  // this rank leaves: not to be declared dead
+  lock.lock();
+  const bool aborted = impl_->aborted != nullptr;
+  lock.unlock();
   // After an abort the collective's thread may be held in Gloo, waiting for a dead rank, until
   // the collective's own timeout: it is left to finish then (it keeps the state it uses).
   if (aborted)
@@ -347,8 +350,8 @@ WorkPtr ProcessGroupGloo::allreduce(Tensor& tensor, AllreduceOptions o) {
   check_tensor("allreduce", tensor);
   check_reducible("allreduce", tensor, o.op);
   return impl_->enqueue("allreduce", o.timeout,
-                        [this, t = tensor, op = o.op](uint32_t tag, Milliseconds to) {
-                          impl_->allreduce_now(t, op, tag, to);
+                        [impl = impl_.get(), t = tensor, op = o.op](uint32_t tag, Milliseconds to) {
+                          impl->allreduce_now(t, op, tag, to);
                         });
 }
 
@@ -361,26 +364,28 @@ WorkPtr ProcessGroupGloo::allreduce_coalesced(std::vector<Tensor>& tensors, Allr
              "; got ", dtype_name(t.dtype()));
   check_reducible("allreduce_coalesced", tensors[0], o.op);
   Tensor flat = concat(tensors);
-  return impl_->enqueue("allreduce_coalesced", o.timeout,
-                        [this, flat, tensors, op = o.op](uint32_t tag, Milliseconds to) mutable {
-                          impl_->allreduce_now(flat, op, tag, to);
-                          split_into(flat, tensors);
-                        });
+  return impl_->enqueue(
+      "allreduce_coalesced", o.timeout,
+      [impl = impl_.get(), flat, tensors, op = o.op](uint32_t tag, Milliseconds to) mutable {
+        impl->allreduce_now(flat, op, tag, to);
+        split_into(flat, tensors);
+      });
 }
 
 WorkPtr ProcessGroupGloo::broadcast(Tensor& tensor, BroadcastOptions o) {
   check_tensor("broadcast", tensor);
   check_rank("broadcast", o.root, "root");
-  return impl_->enqueue("broadcast", o.timeout,
-                        [this, t = tensor, root = o.root](uint32_t tag, Milliseconds to) {
-                          if (t.nbytes() == 0) return;
-                          gloo::BroadcastOptions g(impl_->context);
-                          g.setOutput<uint8_t>(bytes_of(t), t.nbytes());
-                          g.setRoot(root);
-                          g.setTag(tag);
-                          g.setTimeout(to);
-                          gloo::broadcast(g);
-                        });
+  return impl_->enqueue(
+      "broadcast", o.timeout,
+      [impl = impl_.get(), t = tensor, root = o.root](uint32_t tag, Milliseconds to) {
+        if (t.nbytes() == 0) return;
+        gloo::BroadcastOptions g(impl->context);
+        g.setOutput<uint8_t>(bytes_of(t), t.nbytes());
+        g.setRoot(root);
+        g.setTag(tag);
+        g.setTimeout(to);
+        gloo::broadcast(g);
+      });
 }
 
 WorkPtr ProcessGroupGloo::reduce(Tensor& tensor, ReduceOptions o) {
@@ -392,19 +397,20 @@ WorkPtr ProcessGroupGloo::reduce(Tensor& tensor, ReduceOptions o) {
   const bool root = rank() == o.root;
   // Gloo uses the output of other ranks as scratch space: theirs stay as they were.
   Tensor out = root ? tensor : tensor.clone();
-  return impl_->enqueue("reduce", o.timeout, [this, out, o, root](uint32_t tag, Milliseconds to) {
-    if (out.numel() == 0) return;
-    dispatch<ReduceTypes>(out.dtype(), "reduce", [&]<typename T>() {
-      gloo::ReduceOptions g(impl_->context);
-      g.setOutput<T>(out.data_ptr<T>(), static_cast<size_t>(out.numel()));
-      g.setRoot(o.root);
-      g.setReduceFunction(reduce_function<T>(o.op));
-      g.setTag(tag);
-      g.setTimeout(to);
-      gloo::reduce(g);
-    });
-    if (root && o.op == ReduceOp::AVG) divide_by(out, size(), "reduce");
-  });
+  return impl_->enqueue("reduce", o.timeout,
+                        [impl = impl_.get(), out, o, root](uint32_t tag, Milliseconds to) {
+                          if (out.numel() == 0) return;
+                          dispatch<ReduceTypes>(out.dtype(), "reduce", [&]<typename T>() {
+                            gloo::ReduceOptions g(impl->context);
+                            g.setOutput<T>(out.data_ptr<T>(), static_cast<size_t>(out.numel()));
+                            g.setRoot(o.root);
+                            g.setReduceFunction(reduce_function<T>(o.op));
+                            g.setTag(tag);
+                            g.setTimeout(to);
+                            gloo::reduce(g);
+                          });
+                          if (root && o.op == ReduceOp::AVG) divide_by(out, impl->size, "reduce");
+                        });
 }
 
 WorkPtr ProcessGroupGloo::allgather(std::vector<Tensor>& outputs, const Tensor& input,
@@ -413,17 +419,18 @@ WorkPtr ProcessGroupGloo::allgather(std::vector<Tensor>& outputs, const Tensor& 
   check_count("allgather", outputs.size(), "outputs");
   for (const auto& t : outputs) check_like("allgather", t, input, "output");
   Tensor flat = empty({input.numel() * size()}, TensorOptions().with_dtype(input.dtype()));
-  return impl_->enqueue("allgather", o.timeout,
-                        [this, flat, input, outputs](uint32_t tag, Milliseconds to) mutable {
-                          if (input.nbytes() == 0) return;
-                          gloo::AllgatherOptions g(impl_->context);
-                          g.setInput<uint8_t>(bytes_of(input), input.nbytes());
-                          g.setOutput<uint8_t>(bytes_of(flat), flat.nbytes());
-                          g.setTag(tag);
-                          g.setTimeout(to);
-                          gloo::allgather(g);
-                          split_into(flat, outputs);
-                        });
+  return impl_->enqueue(
+      "allgather", o.timeout,
+      [impl = impl_.get(), flat, input, outputs](uint32_t tag, Milliseconds to) mutable {
+        if (input.nbytes() == 0) return;
+        gloo::AllgatherOptions g(impl->context);
+        g.setInput<uint8_t>(bytes_of(input), input.nbytes());
+        g.setOutput<uint8_t>(bytes_of(flat), flat.nbytes());
+        g.setTag(tag);
+        g.setTimeout(to);
+        gloo::allgather(g);
+        split_into(flat, outputs);
+      });
 }
 
 WorkPtr ProcessGroupGloo::gather(std::vector<Tensor>& outputs, const Tensor& input,
@@ -433,38 +440,39 @@ WorkPtr ProcessGroupGloo::gather(std::vector<Tensor>& outputs, const Tensor& inp
   const bool root = rank() == o.root;
   Tensor flat =
       root ? empty({input.numel() * size()}, TensorOptions().with_dtype(input.dtype())) : Tensor();
-  return impl_->enqueue(
-      "gather", o.timeout,
-      [this, flat, input, outputs, root, r = o.root](uint32_t tag, Milliseconds to) mutable {
-        if (input.nbytes() == 0) return;
-        gloo::GatherOptions g(impl_->context);
-        g.setInput<uint8_t>(bytes_of(input), input.nbytes());
-        if (root) g.setOutput<uint8_t>(bytes_of(flat), flat.nbytes());
-        g.setRoot(r);
-        g.setTag(tag);
-        g.setTimeout(to);
-        gloo::gather(g);
-        if (root) split_into(flat, outputs);
-      });
+  return impl_->enqueue("gather", o.timeout,
+                        [impl = impl_.get(), flat, input, outputs, root, r = o.root](
+                            uint32_t tag, Milliseconds to) mutable {
+                          if (input.nbytes() == 0) return;
+                          gloo::GatherOptions g(impl->context);
+                          g.setInput<uint8_t>(bytes_of(input), input.nbytes());
+                          if (root) g.setOutput<uint8_t>(bytes_of(flat), flat.nbytes());
+                          g.setRoot(r);
+                          g.setTag(tag);
+                          g.setTimeout(to);
+                          gloo::gather(g);
+                          if (root) split_into(flat, outputs);
+                        });
 }
 
 WorkPtr ProcessGroupGloo::scatter(Tensor& output, const std::vector<Tensor>& inputs,
                                   ScatterOptions o) {
   check_tensor("scatter", output, "output");
   check_root_parts("scatter", inputs, output, o.root, "inputs");
-  return impl_->enqueue("scatter", o.timeout,
-                        [this, output, inputs, r = o.root](uint32_t tag, Milliseconds to) {
-                          if (output.nbytes() == 0) return;
-                          gloo::ScatterOptions g(impl_->context);
-                          std::vector<uint8_t*> ptrs;
-                          for (const auto& t : inputs) ptrs.push_back(bytes_of(t));
-                          if (!ptrs.empty()) g.setInputs<uint8_t>(ptrs, output.nbytes());
-                          g.setOutput<uint8_t>(bytes_of(output), output.nbytes());
-                          g.setRoot(r);
-                          g.setTag(tag);
-                          g.setTimeout(to);
-                          gloo::scatter(g);
-                        });
+  return impl_->enqueue(
+      "scatter", o.timeout,
+      [impl = impl_.get(), output, inputs, r = o.root](uint32_t tag, Milliseconds to) {
+        if (output.nbytes() == 0) return;
+        gloo::ScatterOptions g(impl->context);
+        std::vector<uint8_t*> ptrs;
+        for (const auto& t : inputs) ptrs.push_back(bytes_of(t));
+        if (!ptrs.empty()) g.setInputs<uint8_t>(ptrs, output.nbytes());
+        g.setOutput<uint8_t>(bytes_of(output), output.nbytes());
+        g.setRoot(r);
+        g.setTag(tag);
+        g.setTimeout(to);
+        gloo::scatter(g);
+      });
 }
 
 WorkPtr ProcessGroupGloo::reduce_scatter(Tensor& output, const std::vector<Tensor>& inputs,
@@ -475,12 +483,13 @@ WorkPtr ProcessGroupGloo::reduce_scatter(Tensor& output, const std::vector<Tenso
   check_reducible("reduce_scatter", output, o.op);
   // Gloo has no reduce-scatter for these buffers: an allreduce of all inputs, keeping ours.
   Tensor flat = concat(inputs);
-  return impl_->enqueue("reduce_scatter", o.timeout,
-                        [this, flat, output, op = o.op](uint32_t tag, Milliseconds to) {
-                          impl_->allreduce_now(flat, op, tag, to);
-                          const size_t mine = output.nbytes() * static_cast<size_t>(rank());
-                          std::memcpy(output.raw_data(), bytes_of(flat) + mine, output.nbytes());
-                        });
+  return impl_->enqueue(
+      "reduce_scatter", o.timeout,
+      [impl = impl_.get(), flat, output, op = o.op](uint32_t tag, Milliseconds to) {
+        impl->allreduce_now(flat, op, tag, to);
+        const size_t mine = output.nbytes() * static_cast<size_t>(impl->rank);
+        std::memcpy(output.raw_data(), bytes_of(flat) + mine, output.nbytes());
+      });
 }
 
 WorkPtr ProcessGroupGloo::alltoall(std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
@@ -491,22 +500,23 @@ WorkPtr ProcessGroupGloo::alltoall(std::vector<Tensor>& outputs, const std::vect
   for (const auto& t : outputs) check_like("alltoall", t, inputs[0], "output");
   Tensor in = concat(inputs);
   Tensor out = empty_like(in);
-  return impl_->enqueue("alltoall", o.timeout,
-                        [this, in, out, outputs](uint32_t tag, Milliseconds to) mutable {
-                          if (in.nbytes() == 0) return;
-                          gloo::AlltoallOptions g(impl_->context);
-                          g.setInput<uint8_t>(bytes_of(in), in.nbytes());
-                          g.setOutput<uint8_t>(bytes_of(out), out.nbytes());
-                          g.setTag(tag);
-                          g.setTimeout(to);
-                          gloo::alltoall(g);
-                          split_into(out, outputs);
-                        });
+  return impl_->enqueue(
+      "alltoall", o.timeout,
+      [impl = impl_.get(), in, out, outputs](uint32_t tag, Milliseconds to) mutable {
+        if (in.nbytes() == 0) return;
+        gloo::AlltoallOptions g(impl->context);
+        g.setInput<uint8_t>(bytes_of(in), in.nbytes());
+        g.setOutput<uint8_t>(bytes_of(out), out.nbytes());
+        g.setTag(tag);
+        g.setTimeout(to);
+        gloo::alltoall(g);
+        split_into(out, outputs);
+      });
 }
 
 WorkPtr ProcessGroupGloo::barrier(CollectiveOptions o) {
-  return impl_->enqueue("barrier", o.timeout, [this](uint32_t tag, Milliseconds to) {
-    gloo::BarrierOptions g(impl_->context);
+  return impl_->enqueue("barrier", o.timeout, [impl = impl_.get()](uint32_t tag, Milliseconds to) {
+    gloo::BarrierOptions g(impl->context);
     g.setTag(tag);
     g.setTimeout(to);
     gloo::barrier(g);

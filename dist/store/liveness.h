@@ -5,8 +5,9 @@
 // Across hosts the common failure is silent (power lost, a link down, a process stopped): no
 // FIN or RST ever comes. So each watcher expects to hear from each peer at least every
 // `failure_timeout`; peers send a heartbeat whenever they have sent nothing else for a fifth
-// of it, from a thread that never runs user code, so a peer busy computing stays alive and one
-// stopped briefly (shorter than the window) is not declared dead.
+// of it, from a thread that runs no user computation, so a peer busy computing stays alive and
+// one stopped briefly (for well under the window) is not declared dead. Every process of a job
+// must use the same window (GW_FAILURE_TIMEOUT gives it to all of them).
 //
 //   Milliseconds t = gw::dist::failure_timeout(options.failure_timeout, "init_rpc");
 //   ... throw IoError("worker 'w1' declared dead: " + gw::dist::no_heartbeat_for(t));
@@ -27,7 +28,7 @@ inline constexpr const char* kFailureTimeoutEnv = "GW_FAILURE_TIMEOUT";
 
 // The failure timeout an option asks for: itself, or GW_FAILURE_TIMEOUT's, or the default; 0
 // turns liveness off. Throws InvalidArgumentError naming `op` on a negative option or an
-// unreadable variable, and on a window under 100 ms (a scheduler's hiccup is longer).
+// unreadable variable, and on a window under 500 ms (a loaded machine's hiccups are longer).
 Milliseconds failure_timeout(Milliseconds option, const char* op);
 
 // How often a peer that has nothing else to send sends a heartbeat ...

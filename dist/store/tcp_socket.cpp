@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "dist/store/liveness.h"
 
 namespace gw::dist::detail {
 namespace {
@@ -53,6 +54,19 @@ int try_connect(const addrinfo* ai, Clock::time_point deadline) {
   }
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));  // requests are small
+  // A store host that vanished (power, a cut link) must not hold a parked wait for the store's
+  // whole timeout: keepalive probes a quiet connection every fifth of failure_timeout, and
+  // TCP_USER_TIMEOUT drops it once probes or data go unanswered for failure_timeout. (A stopped
+  // store process still answers probes; its rank's own heartbeats catch that.)
+  if (const Milliseconds window = failure_timeout(kFailureTimeoutFromEnv, "TCPStore");
+      window.count() > 0) {
+    const int probe_s = std::max<int>(1, static_cast<int>(window.count() / 5000));
+    const auto user_timeout_ms = static_cast<unsigned>(window.count());
+    ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &probe_s, sizeof probe_s);
+    ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &probe_s, sizeof probe_s);
+    ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms);
+  }
   return fd;
 }
 
@@ -75,6 +89,7 @@ TcpSocket TcpSocket::connect(const std::string& host, uint16_t port, Clock::time
     if (rc != 0) {
       last_error = ::gai_strerror(rc);
     } else {
+      bool all_refused = list != nullptr;
       for (const addrinfo* ai = list; ai != nullptr; ai = ai->ai_next) {
         int fd = try_connect(ai, deadline);
         if (fd >= 0) {
@@ -82,14 +97,12 @@ TcpSocket TcpSocket::connect(const std::string& host, uint16_t port, Clock::time
           return TcpSocket(fd, peer);
         }
         last_error = std::strerror(errno);
-        if (server_was_up && errno == ECONNREFUSED) {
-          ::freeaddrinfo(list);
-          throw IoError(gw::detail::str("[", op, "] the store at ", peer,
-                                        " refused the connection: it is gone (its process "
-                                        "exited?); it was up before"));
-        }
+        all_refused = all_refused && errno == ECONNREFUSED;
       }
       ::freeaddrinfo(list);
+      // Every address of a server that was up refused: it is gone, not late.
+      GW_CHECK(!(server_was_up && all_refused), IoError, "[", op, "] the store at ", peer,
+               " refused the connection: it is gone (its process exited?); it was up before");
     }
     auto now = Clock::now();
     if (now >= deadline)

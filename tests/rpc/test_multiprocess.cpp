@@ -185,8 +185,7 @@ TEST_CASE("a peer busy computing, or stopped for less than failure_timeout, stay
   CHECK(peers.wait() == std::vector<int>{0});
 }
 
-TEST_CASE("a graceful shutdown with a killed peer returns within its timeout, naming it",
-          "[rpc][process]") {
+TEST_CASE("a graceful shutdown with a killed peer ends at once, naming it", "[rpc][process]") {
   auto store = master_store();
   Peers peers(3, store->port());
   Agent agent("worker0", 0, 3, with_store(store));
@@ -194,12 +193,35 @@ TEST_CASE("a graceful shutdown with a killed peer returns within its timeout, na
   CHECK(rpc_sync(2, whoami) == "worker2");
   kill(peers.pids()[1], SIGKILL);
   const auto start = std::chrono::steady_clock::now();
-  CHECK_THROWS_AS(agent.shutdown(true, 2s), TimeoutError);
+  // No timeout (the default): the lost connection ends it.
+  CHECK_THROWS_WITH(agent.shutdown(), Catch::Contains("'worker2'") && Catch::Contains("lost"));
   CHECK(std::chrono::steady_clock::now() - start < 30s);
   CHECK_FALSE(agent.running());
   CHECK(agent.num_owner_rrefs() == 0);
-  kill(peers.pids()[0], SIGKILL);  // worker1 would wait out its own (default) timeout
+  kill(peers.pids()[0], SIGKILL);  // worker1 would wait for worker2 for ever
   CHECK(peers.wait() == std::vector<int>{128 + SIGKILL, 128 + SIGKILL});
+}
+
+TEST_CASE("a graceful shutdown with a silent peer returns at its timeout, naming it",
+          "[rpc][process]") {
+  gw::test::ScopedEnv no_liveness(dist::kFailureTimeoutEnv, "0");  // nobody declared dead
+  auto store = master_store();
+  Peers peers(2, store->port());
+  Agent agent("worker0", 0, 2, with_store(store));
+  Agent::Use use(agent);
+  CHECK(rpc_sync(1, whoami) == "worker1");
+  REQUIRE(kill(peers.pids()[0], SIGSTOP) == 0);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    agent.shutdown(true, 2s);
+    FAIL("shutdown returned although worker1 never confirmed");
+  } catch (const TimeoutError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("'worker1' did not reach shutdown"));
+  }
+  CHECK(std::chrono::steady_clock::now() - start < 30s);
+  CHECK_FALSE(agent.running());
+  kill(peers.pids()[0], SIGKILL);
+  CHECK(peers.wait() == std::vector<int>{128 + SIGKILL});
 }
 
 TEST_CASE("a malformed frame closes only that connection", "[rpc][process]") {
