@@ -138,14 +138,25 @@ TEST_CASE("a peer killed mid-call fails the pending call at once, not at the tim
   agent.shutdown(false);
 }
 
-// Liveness: GW_FAILURE_TIMEOUT reaches the peers' agents and this one alike.
+// Liveness: this process as worker0 beside `world_size - 1` rpc_peer processes, every agent
+// with the failure window `seconds` (GW_FAILURE_TIMEOUT, which the peers inherit).
+struct WatchedGroup {
+  gw::test::ScopedEnv window;
+  std::shared_ptr<dist::TCPStore> store = master_store();
+  Peers peers;
+  Agent agent;
+  Agent::Use use{agent};
+  WatchedGroup(int world_size, const char* seconds)
+      : window(dist::kFailureTimeoutEnv, seconds),
+        peers(world_size, store->port()),
+        agent("worker0", 0, world_size, with_store(store)) {}
+};
+
 TEST_CASE("a stopped peer is declared dead within failure_timeout, not at the call's timeout",
           "[rpc][process][liveness]") {
-  gw::test::ScopedEnv window(dist::kFailureTimeoutEnv, "1");
-  auto store = master_store();
-  Peers peers(2, store->port());
-  Agent agent("worker0", 0, 2, with_store(store));
-  Agent::Use use(agent);
+  WatchedGroup g(2, "1");
+  Peers& peers = g.peers;
+  Agent& agent = g.agent;
   CHECK(rpc_sync(1, whoami) == "worker1");  // connected
   auto fut = rpc_async("worker1", block_until_released, timeout(600s));
   const auto stopped = std::chrono::steady_clock::now();
@@ -167,11 +178,9 @@ TEST_CASE("a stopped peer is declared dead within failure_timeout, not at the ca
 
 TEST_CASE("a peer busy computing, or stopped for less than failure_timeout, stays alive",
           "[rpc][process][liveness]") {
-  gw::test::ScopedEnv window(dist::kFailureTimeoutEnv, "2");
-  auto store = master_store();
-  Peers peers(2, store->port());
-  Agent agent("worker0", 0, 2, with_store(store));
-  Agent::Use use(agent);
+  WatchedGroup g(2, "2");
+  Peers& peers = g.peers;
+  Agent& agent = g.agent;
   // Its handler holds a worker thread for three windows; its network thread keeps beating.
   CHECK(rpc_sync(1, busy_for_ms, int64_t{6000}) == 6000);
   // Stopped for a quarter of the window, with a call in flight: answered once resumed.
@@ -204,11 +213,9 @@ TEST_CASE("a graceful shutdown with a killed peer ends at once, naming it", "[rp
 
 TEST_CASE("a graceful shutdown with a silent peer returns at its timeout, naming it",
           "[rpc][process]") {
-  gw::test::ScopedEnv no_liveness(dist::kFailureTimeoutEnv, "0");  // nobody declared dead
-  auto store = master_store();
-  Peers peers(2, store->port());
-  Agent agent("worker0", 0, 2, with_store(store));
-  Agent::Use use(agent);
+  WatchedGroup g(2, "0");  // nobody is declared dead
+  Peers& peers = g.peers;
+  Agent& agent = g.agent;
   CHECK(rpc_sync(1, whoami) == "worker1");
   REQUIRE(kill(peers.pids()[0], SIGSTOP) == 0);
   const auto start = std::chrono::steady_clock::now();
