@@ -2,10 +2,12 @@
 // host: sets up, says "ready", waits until the test has cut a host off and says "go" through
 // the FIFO <fifo>.<rank>, then tries one operation with the others and reports how long it took
 // to raise:
-//   liveness_probe rpc|autograd|allreduce <fifo>
+//   liveness_probe rpc|autograd|allreduce|store <fifo>
 // rpc: rpc_sync to a worker (worker1; worker1 calls worker0) it reached before;
 // autograd: a distributed backward through such a call;
-// allreduce: an allreduce of the default (Gloo) process group.
+// allreduce: an allreduce of the default (Gloo) process group;
+// store: rank 0 hosts the job's TCPStore and leaves after "go"; the others wait on it for a key
+// that never comes (their store connections' keepalive must notice the silence).
 // Prints "raised after S s: <error>" and exits 1, or "completed" and exits 0.
 #include <chrono>
 #include <cstdio>
@@ -17,6 +19,7 @@
 #include "dist/autograd/dist_autograd.h"
 #include "dist/process_group/init.h"
 #include "dist/store/launch_env.h"
+#include "dist/store/rendezvous.h"
 #include "rpc/rpc.h"
 
 namespace {
@@ -45,12 +48,27 @@ int report(Clock::time_point since, const std::exception* e) {
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::fprintf(stderr, "usage: liveness_probe rpc|autograd|allreduce <fifo>\n");
+    std::fprintf(stderr, "usage: liveness_probe rpc|autograd|allreduce|store <fifo>\n");
     return 2;
   }
   const std::string scenario = argv[1], fifo = argv[2];
   const int rank = gw::dist::detect_launch_env().rank;
   try {
+    if (scenario == "store") {
+      const gw::dist::LaunchEnv env = gw::dist::detect_launch_env();
+      auto store = gw::dist::rendezvous(env.init_method(), rank, env.world_size);
+      store->add("liveness_probe/joined", 1);
+      store->wait({"liveness_probe/joined"});  // connected
+      wait_for_go(fifo, rank);
+      if (rank == 0) return 0;
+      const auto start = Clock::now();
+      try {
+        store->wait({"liveness_probe/never"}, std::chrono::minutes(10));
+        return report(start, nullptr);
+      } catch (const std::exception& e) {
+        return report(start, &e);
+      }
+    }
     if (scenario == "allreduce") {
       auto pg = gw::dist::init_process_group("gloo");
       gw::Tensor t = gw::ones({1 << 16});

@@ -252,3 +252,25 @@ TEST_CASE("a host cut off mid-job: every rank raises within failure_timeout, and
     CHECK(total < 60);
   }
 }
+
+TEST_CASE("a store client whose store host is cut off fails within failure_timeout",
+          "[examples][multihost][liveness]") {
+  SKIP_WITHOUT_BED();
+  gw::test::ScopedEnv window(gw::dist::kFailureTimeoutEnv, "2");
+  NetnsBed bed(2);
+  SharedKey key;
+  GoFifos fifos(2);
+  auto hosts = start_across(bed, 1, {GW_LIVENESS_PROBE, "store", fifos.base()});
+  for (int h = 0; h < 2; ++h)
+    REQUIRE(hosts[h]->wait_for_stdout("rank " + std::to_string(h) + " ready"));
+  bed.set_link(0, false);  // the store's host: silence, no FIN, no RST
+  for (int r = 0; r < 2; ++r) fifos.go(r);
+  const auto r = finish_all(hosts);
+  INFO(all_output(r));
+  CHECK(r[0].exit_code == 0);
+  CHECK(r[1].exit_code == 1);
+  std::smatch m;
+  REQUIRE(std::regex_search(r[1].out, m, std::regex("raised after ([0-9.]+) s")));
+  WARN("the store client raised " << m[1] << " s after the cut");
+  CHECK(std::stod(m[1]) < 2 + 5);  // its wait was for 10 minutes
+}
