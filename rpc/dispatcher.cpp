@@ -20,7 +20,8 @@ void Dispatcher::run(Handler handler, uint64_t autograd_context, Done done) {
   std::lock_guard lock(mu_);
   GW_CHECK(!stopped_, StateError, "[rpc] worker '", name_,
            "' is shut down: it runs no more requests");
-  pool_->submit([this, autograd_context, handler = std::move(handler), done = std::move(done)] {
+  pool_->submit([this, autograd_context, handler = std::move(handler),
+                 done = std::move(done)]() mutable {
     Future<IValue> outcome;
     try {
       AutogradContextScope in_context(autograd_context);
@@ -28,6 +29,9 @@ void Dispatcher::run(Handler handler, uint64_t autograd_context, Done done) {
     } catch (...) {
       outcome = Future<IValue>::failed(std::current_exception());
     }
+    // The request and its arguments go before the answer does: the RRefs among them are
+    // released (their deletes sent) before the caller can see the call done.
+    handler = nullptr;
     // Async functions complete later, on whichever thread finishes their future.
     outcome.add_done_callback([this, done](Future<IValue>& r) {
       try {
