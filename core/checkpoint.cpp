@@ -1,9 +1,9 @@
 #include "core/checkpoint.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -28,9 +28,9 @@ constexpr const char* kOptimizer = "optimizer/";
 // then renamed over `path`, and the directory flushed, so that `path` is always a whole file.
 // On failure the temporary file is removed and `path` is untouched.
 void write_atomically(const std::string& path, const void* data, size_t size) {
-  std::string tmp = path + ".XXXXXX";  // unique: two writers never share one
+  std::string tmp = path + ".tmp-XXXXXX";  // unique: two writers never share one; mode 0600
   const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
-  if (fd < 0) fail(path + ".XXXXXX", "creating");
+  if (fd < 0) fail(path + ".tmp-XXXXXX", "creating");
   auto give_up = [&](const char* what) {
     const int e = errno;
     ::close(fd);
@@ -46,7 +46,7 @@ void write_atomically(const std::string& path, const void* data, size_t size) {
     if (n <= 0) give_up("writing");
     p += n, left -= static_cast<size_t>(n);
   }
-  if (::fchmod(fd, 0644) != 0 || ::fsync(fd) != 0) give_up("flushing");
+  if (::fsync(fd) != 0) give_up("flushing");
   if (::close(fd) != 0) {
     ::unlink(tmp.c_str());
     fail(tmp, "closing");
@@ -70,6 +70,8 @@ std::string tensors_path(const std::string& dir) { return dir + "/checkpoint.saf
 }  // namespace
 
 void save_checkpoint(const std::string& dir, const Checkpoint& c) {
+  GW_CHECK(c.epoch >= 0 && c.step >= 0, InvalidArgumentError,
+           "[save_checkpoint] epoch and step must be >= 0, got ", c.epoch, " and ", c.step);
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   GW_CHECK(!ec, IoError, "[save_checkpoint] cannot create directory '", dir, "': ", ec.message());
@@ -105,8 +107,9 @@ std::optional<Checkpoint> load_checkpoint(const std::string& dir) {
     char* end = nullptr;
     errno = 0;
     const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
-    GW_CHECK(!v.empty() && v[0] != '-' && *end == '\0' && errno == 0 && n <= max, IoError,
-             "[load_checkpoint] '", path, "': bad ", key, " '", v, "'");
+    GW_CHECK(!v.empty() && std::isdigit(static_cast<unsigned char>(v[0])) && *end == '\0' &&
+                 errno == 0 && n <= max,
+             IoError, "[load_checkpoint] '", path, "': bad ", key, " '", v, "'");
     return static_cast<uint64_t>(n);
   };
   constexpr auto kMaxInt64 = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());

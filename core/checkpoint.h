@@ -36,8 +36,9 @@ struct Checkpoint {
   std::map<std::string, std::string> extra;  // anything else the program wants back
 };
 
-// Writes `c` into directory `dir` (created if missing) atomically; throws IoError naming the
-// path on failure, leaving any previous checkpoint intact.
+// Writes `c` into directory `dir` (created if missing) atomically, readable by this user only
+// (mode 0600); throws IoError naming the path on failure, leaving any previous checkpoint
+// intact, and InvalidArgumentError on a negative epoch or step.
 void save_checkpoint(const std::string& dir, const Checkpoint& c);
 // The checkpoint in `dir`, or nullopt if there is none; throws IoError naming the file if it
 // exists but cannot be read.

@@ -34,6 +34,9 @@ void check_name(const std::string& name) {
            "' must be 1-127 characters of letters, digits, '_', ':' or '-'");
 }
 
+// Raised by a worker whose graceful shutdown failed, for those still waiting in its barriers.
+constexpr const char* kShutdownFailed = "rpc/shutdown-failed";
+
 std::string key(const std::string& phase, int rank) {
   return "rpc/" + phase + "/" + std::to_string(rank);
 }
@@ -389,6 +392,8 @@ void Agent::on_request(const std::shared_ptr<Connection>& c, Message m) {
     Future<IValue> failed = Future<IValue>::failed(std::move(refused));
     return respond(c, id, failed);
   }
+  // The handlers that run on the pool take the message over, so that its arguments (and the
+  // RRefs among them) are released when the handler is done, before its answer goes out.
   auto held = std::make_shared<Message>(std::move(m));
   std::visit(
       [&](auto& r) {
@@ -396,7 +401,7 @@ void Agent::on_request(const std::shared_ptr<Connection>& c, Message m) {
         if constexpr (std::is_same_v<T, Call>) {
           serve(
               from, ctx,
-              [held] {
+              [held = std::move(held)] {
                 place_on_devices(*held);
                 const Call& call = std::get<Call>(*held->request());
                 return functions().invoke(call.function, call.args);
@@ -408,7 +413,7 @@ void Agent::on_request(const std::shared_ptr<Connection>& c, Message m) {
           // A release frees what the others hold: never refused for the cap.
           serve(
               std::is_same_v<T, AutogradRelease> ? -1 : from, 0,
-              [this, from, held] {
+              [this, from, held = std::move(held)] {
                 GW_CHECK(autograd_, InvalidArgumentError, "[rpc] worker '", self_.name,
                          "' cannot serve distributed autograd: it does not link gw_dist");
                 place_on_devices(*held);
@@ -512,10 +517,13 @@ std::string Agent::barrier(const std::string& phase, Clock::time_point deadline)
   const int n = static_cast<int>(workers_.size());
   const auto left = [&] { return until(deadline, store_->timeout()); };
   std::string failed;
+  bool others_failed = false;
   try {
     store_->add_within(key(phase, self_.id), 1, left());
     if (store_->add_within(at + "/arrived", 1, left()) == n)
       store_->add_within(at + "/done", 1, left());
+    const auto start = Clock::now();
+    const int next = (self_.id + 1) % n;
     for (bool gone = false;;) {  // bounded by `deadline` (none: the user asked to wait for ever)
       // After a worker is gone, one last look: it may have passed the barrier and closed.
       const Milliseconds slice = gone ? Milliseconds(200) : std::min(left(), Milliseconds(1000));
@@ -525,6 +533,14 @@ std::string Agent::barrier(const std::string& phase, Clock::time_point deadline)
       } catch (const TimeoutError&) {
       }
       if (gone || Clock::now() >= deadline) break;
+      // Slow: make sure someone watches every worker — each its ring neighbour, connected if
+      // it never was — and learn at once when another worker's shutdown failed.
+      if (options_.failure_timeout.count() > 0 && Clock::now() - start >= options_.failure_timeout)
+        transport_->probe(next);
+      if (store_->add_within(kShutdownFailed, 0, left()) > 0) {
+        others_failed = true;
+        break;
+      }
       gone = !gone_workers().empty();
     }
   } catch (const std::exception& e) {
@@ -542,8 +558,9 @@ std::string Agent::barrier(const std::string& phase, Clock::time_point deadline)
   }
   std::string why =
       !failed.empty() ? "the rendezvous store failed: " + failed
+      : others_failed ? std::string("another worker's graceful shutdown failed (see its error)")
       : missing.empty()
-          ? std::string("the last worker to arrive did not raise the flag")
+          ? std::string("every worker arrived, but one stopped before it was counted")
           : gw::detail::str("worker(s) ", join(missing, ", "), " did not reach shutdown");
   if (const std::string gone = gone_workers(); !gone.empty()) why += "; " + gone;
   return why;
@@ -583,10 +600,19 @@ void Agent::shutdown(bool graceful, Milliseconds timeout) {
   if (!running_) return;
   GW_CHECK(t_owning_agent != this, StateError, "[shutdown] cannot shut down agent '", self_.name,
            "' from one of its own threads (a request handler or a future callback)");
+  if (timeout == kUseDefaultTimeout) timeout = kNoTimeout;  // the default: no limit
   GW_CHECK(timeout.count() >= 0, InvalidArgumentError, "[shutdown] timeout must be >= 0 ms ",
            "(0 = none), got ", timeout.count());
   const auto deadline = timeout.count() > 0 ? Clock::now() + timeout : Clock::time_point::max();
   const std::string unfinished = graceful ? drain(deadline) : "";
+  // Decided before stopping: peers that stop in turn must not turn a timeout into a death.
+  const bool gone = !unfinished.empty() && !gone_workers().empty();
+  if (!unfinished.empty()) {
+    try {  // the others waiting in a barrier learn of it at once
+      store_->add_within(kShutdownFailed, 1, Milliseconds(2000));
+    } catch (const std::exception&) {
+    }
+  }
   stop("the RPC agent was shut down");
   if (graceful && unfinished.empty()) {
     // Rank 0 may own the store (TCPStore): keep it alive until everyone has left the barrier.
@@ -606,7 +632,7 @@ void Agent::shutdown(bool graceful, Milliseconds timeout) {
       "[shutdown] worker '", self_.name, "' stopped without a graceful shutdown",
       timeout.count() > 0 ? gw::detail::str(" (timeout ", timeout.count(), " ms)") : "", ": ",
       unfinished);
-  if (!gone_workers().empty()) throw IoError(what);
+  if (gone) throw IoError(what);
   throw TimeoutError(what);
 }
 

@@ -30,8 +30,8 @@ void init_rpc(const std::string& name, RpcBackendOptions options) {
 }
 
 void shutdown(bool graceful, Milliseconds timeout) {
-  GW_CHECK(timeout.count() >= 0, InvalidArgumentError, "[shutdown] timeout must be >= 0 ms ",
-           "(0 = none), got ", timeout.count());
+  GW_CHECK(timeout.count() >= 0 || timeout == kUseDefaultTimeout, InvalidArgumentError,
+           "[shutdown] timeout must be >= 0 ms (0 = none), got ", timeout.count());
   std::unique_ptr<Agent> agent;
   {
     std::lock_guard lock(g_mu);

@@ -29,8 +29,9 @@ void Dispatcher::run(Handler handler, uint64_t autograd_context, Done done) {
     } catch (...) {
       outcome = Future<IValue>::failed(std::current_exception());
     }
-    // The request and its arguments go before the answer does: the RRefs among them are
-    // released (their deletes sent) before the caller can see the call done.
+    // The request and its arguments go before the answer does (the handler holds the only
+    // reference): the RRefs among them are released, their deletes sent, before the caller
+    // can see the call done.
     handler = nullptr;
     // Async functions complete later, on whichever thread finishes their future.
     outcome.add_done_callback([this, done](Future<IValue>& r) {

@@ -7,6 +7,18 @@
 
 namespace gw::rpc {
 
+namespace {
+std::string what_of(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
+}  // namespace
+
 Transport::Transport(Options options, Handlers handlers)
     : options_(std::move(options)), handlers_(std::move(handlers)) {
   const std::string& address = options_.address;
@@ -233,7 +245,10 @@ void Transport::connect(int peer) {
     Peer& p = peers_[static_cast<size_t>(peer)];
     p.socket = s;
     ep = p.endpoint;
-    if (const auto first = earliest_deadline_locked(p); first != Clock::time_point::max()) {
+    auto first = earliest_deadline_locked(p);
+    if (p.queue.empty() && options_.failure_timeout.count() > 0)
+      first = Clock::now() + options_.failure_timeout;  // a probe: a live worker answers by then
+    if (first != Clock::time_point::max()) {
       timer = std::make_shared<asio::steady_timer>(io_, first);
       p.timer = timer;
       watch_connect(peer, s, timer);
@@ -316,6 +331,9 @@ void Transport::connected(int peer, std::shared_ptr<dist::Stream> s, std::except
       expired = take_expired_locked(p);
       again = !p.queue.empty();
       p.connecting = again;
+      if (expired.empty() && !again)  // a probe that got no answer
+        p.lost = describe(peer) + " did not answer a connection within " +
+                 dist::failure_window(options_.failure_timeout);
     }
   }
   if (timed_out) {
@@ -343,6 +361,10 @@ void Transport::connected(int peer, std::shared_ptr<dist::Stream> s, std::except
     error = std::current_exception();
   }
   if (error) {  // outside the catch: the callers' threads may drop it first
+    {
+      std::lock_guard lock(mu_);
+      peers_[static_cast<size_t>(peer)].lost = what_of(error);
+    }
     fail_queue(peer, std::move(error));
     return;
   }
@@ -393,6 +415,16 @@ void Transport::fail_queue(int peer, std::exception_ptr why) {
     p.connecting = false;
   }
   for (auto& q : failed) handlers_.unsent(q.message, why);
+}
+
+void Transport::probe(int peer) {
+  {
+    std::lock_guard lock(mu_);
+    Peer& p = peers_[static_cast<size_t>(peer)];
+    if (stopping_ || !p.dead.empty() || p.connecting || (p.conn && !p.conn->closed())) return;
+    p.connecting = true;
+  }
+  asio::post(io_, [this, peer] { connect(peer); });
 }
 
 bool Transport::is_outbound(const std::shared_ptr<Connection>& c) const {

@@ -110,9 +110,14 @@ class Transport {
   void send(int peer, Message m, Clock::time_point deadline);
   // Whether `c` is our open connection to its peer (the one our requests to it go out on).
   bool is_outbound(const std::shared_ptr<Connection>& c) const;
-  // Why worker `peer` is gone: declared dead, or a connection with it was lost and none opened
-  // since; empty if neither. (Connections close only on failures, or at stop.)
+  // Why worker `peer` is gone: declared dead, or a connection with it was lost (or could not
+  // be opened) and none opened since; empty if neither. (Connections close only on failures,
+  // or at stop.)
   std::string gone(int peer) const;
+  // Opens a connection to `peer` if there is none, so that its heartbeats are watched (a
+  // worker it never called is not); one that fails, or gets no answer within failure_timeout,
+  // makes it gone(). Never blocks.
+  void probe(int peer);
   // Closes the listener and every connection with `why`, fails what is queued, and joins the
   // network thread. Idempotent; not from the network thread.
   void stop(const std::string& why);

@@ -89,8 +89,10 @@ std::string GroupLiveness::round(Clock::time_point now, bool late) {
         last_change_ = now;
       } else if (now - last_change_ > failure_timeout_) {
         if (store_->add_within(left_key(next_), 0, failure_timeout_) > 0) {
-          // It destroyed its group: not a death. Watch the one after it instead.
-          next_ = (next_ + 1) % size_;
+          // It destroyed its group: not a death. Watch the first one after it still there.
+          do {
+            next_ = (next_ + 1) % size_;
+          } while (next_ != rank_ && store_->add_within(left_key(next_), 0, failure_timeout_) > 0);
           watching_ = next_ != rank_;
           next_count_ = -1;
           last_change_ = now;

@@ -194,7 +194,7 @@ WorkPtr ProcessGroupGloo::Impl::enqueue(const std::string& op, Milliseconds time
     std::lock_guard lock(mu);
     if (!aborted) {
       queue.push_back({work, timeout_of(timeout), std::move(job)});
-      cv.notify_one();
+      cv.notify_all();  // the group's thread, and a destructor waiting for the queue
       return work;
     }
   }
@@ -227,8 +227,8 @@ void ProcessGroupGloo::Impl::abort(const std::string& why) {
       }
   }
   cv.notify_all();
+  for (auto& w : wake) w();  // first: a Work's callback may destroy the group, joining them
   for (auto& w : failing) w->finish(aborted);
-  for (auto& w : wake) w();
 }
 
 void ProcessGroupGloo::Impl::run() {
@@ -308,6 +308,15 @@ ProcessGroupGloo::~ProcessGroupGloo() {
   std::unique_lock lock(impl_->mu);
   impl_->stopping = true;
   impl_->cv.notify_all();
+  if (detail::t_on_group_thread) {
+    // Destroyed by a Work's callback on one of the group's own threads (it held the last
+    // reference): that thread cannot wait for itself. The rest of the queue still runs on it.
+    lock.unlock();
+    liveness_.reset();
+    impl_->worker.detach();
+    for (auto& w : impl_->p2p_threads) w.thread.detach();
+    return;
+  }
   // What was queued still runs. Liveness keeps watching meanwhile, so that a rank dying now
   // aborts the group instead of holding this destructor for the collective's timeout.
   impl_->cv.wait(
@@ -542,6 +551,7 @@ WorkPtr ProcessGroupGloo::Impl::p2p(const char* op, int peer, int tag, Milliseco
   });
   p2p_threads.push_back(
       {std::thread([this, work, done, op, peer, tag, timeout = timeout_of(timeout), post, wait] {
+         detail::GroupThreadScope on_group_thread;  // its callbacks run here
          std::exception_ptr failed = attempt(op, timeout, [&] {
            post();
            GW_CHECK(wait(timeout), TimeoutError, "[", op, "] rank ", rank, " of ", size,

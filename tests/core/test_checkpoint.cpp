@@ -71,7 +71,7 @@ TEST_CASE("a checkpoint write that did not finish leaves the previous one whole"
   save_checkpoint(dir.path, first);
   // What a process killed in the middle of the next save leaves: a partial temporary file.
   {
-    std::ofstream torn(dir.path + "/checkpoint.safetensors.a1b2c3", std::ios::binary);
+    std::ofstream torn(dir.path + "/checkpoint.safetensors.tmp-a1b2c3", std::ios::binary);
     torn << "\x40\x00\x00\x00\x00\x00\x00\x00{\"model/fc.weight\":{";
   }
   auto loaded = load_checkpoint(dir.path);
