@@ -52,4 +52,14 @@ std::exception_ptr remote_failure(ErrorCode code, const std::string& worker,
   return std::make_exception_ptr(RemoteError(worker, message));
 }
 
+std::string what_of(const std::exception_ptr& failure) {
+  try {
+    std::rethrow_exception(failure);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
+
 }  // namespace gw

@@ -94,6 +94,9 @@ class RemoteFailure final : public E, public RemoteError {
 std::exception_ptr remote_failure(ErrorCode code, const std::string& worker,
                                   const std::string& message);
 
+// The message of a stored failure ("unknown error" for one that is no std::exception).
+std::string what_of(const std::exception_ptr& failure);
+
 namespace detail {
 // Concatenates anything streamable: str("[add] dim ", d, " out of range").
 template <typename... Args>

@@ -7,18 +7,6 @@
 
 namespace gw::rpc {
 
-namespace {
-std::string what_of(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    return x.what();
-  } catch (...) {
-    return "unknown error";
-  }
-}
-}  // namespace
-
 Transport::Transport(Options options, Handlers handlers)
     : options_(std::move(options)), handlers_(std::move(handlers)) {
   const std::string& address = options_.address;

@@ -72,13 +72,7 @@ void ProcessGroup::check_p2p(const char* op, const Tensor& t, int peer, int tag)
 }
 
 std::string ProcessGroup::what_of(const std::exception_ptr& failure) {
-  try {
-    std::rethrow_exception(failure);
-  } catch (const std::exception& e) {
-    return e.what();
-  } catch (...) {
-    return "unknown error";
-  }
+  return gw::what_of(failure);
 }
 
 Tensor ProcessGroup::concat(const std::vector<Tensor>& parts) {
