@@ -386,9 +386,17 @@ ProcessGroupNCCL::ProcessGroupNCCL(std::shared_ptr<Store> store, int rank, int s
     ncclCommDestroy(m.comm);
     throw;
   }
+  if (const Milliseconds window = failure_timeout(options.failure_timeout, "ProcessGroupNCCL");
+      window.count() > 0)
+    liveness_ = std::make_unique<GroupLiveness>(
+        std::move(store), rank, size, window, [&m](const std::string& why) {
+          m.abort_group(std::make_exception_ptr(IoError(
+              gw::detail::str("[process_group] rank ", m.rank, " of ", m.size, ": ", why))));
+        });
 }
 
 ProcessGroupNCCL::~ProcessGroupNCCL() {
+  liveness_.reset();  // first: it aborts through impl_
   {
     std::lock_guard lock(impl_->mu);
     impl_->stopping = true;

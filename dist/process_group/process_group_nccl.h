@@ -7,7 +7,8 @@
 // caller left them, then runs there and records an event. A watchdog thread completes the Work
 // once the event has passed; when a collective outlives its timeout or NCCL reports an
 // asynchronous error (a peer died), it aborts the communicator and fails every pending Work
-// with TimeoutError / IoError instead of hanging, and the group is unusable afterwards.
+// with TimeoutError / IoError instead of hanging, and the group is unusable afterwards. A
+// GroupLiveness (liveness.h) does the same when a rank is declared dead.
 //
 //   auto pg = gw::dist::init_process_group("nccl", "env://", rank, world_size);
 //   gw::Tensor t = gw::ones({4}, gw::cuda_device(local_rank));
@@ -20,7 +21,9 @@
 #include <memory>
 #include <string>
 
+#include "dist/process_group/liveness.h"
 #include "dist/process_group/process_group.h"
+#include "dist/store/liveness.h"
 #include "dist/store/store.h"
 
 namespace gw::dist {
@@ -28,6 +31,10 @@ namespace gw::dist {
 struct NcclOptions {
   Milliseconds timeout = kDefaultCollectiveTimeout;  // per collective, unless it sets its own
   int device = -1;  // this rank's CUDA device; -1: LOCAL_RANK (else rank) modulo the count
+  // A rank silent for this long is declared dead (dist/process_group/liveness.h): the
+  // communicator is aborted and every pending Work fails with IoError. Default:
+  // GW_FAILURE_TIMEOUT (seconds), else 10 s; 0: never.
+  Milliseconds failure_timeout = kFailureTimeoutFromEnv;
 };
 
 // Whether this build has the NCCL group and the process sees a CUDA device; otherwise `why`
@@ -66,6 +73,7 @@ class ProcessGroupNCCL final : public ProcessGroup {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  std::unique_ptr<GroupLiveness> liveness_;  // destroyed first: it aborts through impl_
 };
 
 }  // namespace gw::dist
