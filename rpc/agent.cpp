@@ -618,11 +618,10 @@ void Agent::shutdown(bool graceful, Milliseconds timeout) {
     // Rank 0 may own the store (TCPStore): keep it alive until everyone has left the barrier.
     try {
       const int64_t n = static_cast<int64_t>(workers_.size());
-      if (store_->add_within("rpc/shutdown-exit/arrived", 1, until(deadline, store_->timeout())) ==
-          n)
-        store_->add_within("rpc/shutdown-exit/done", 1, until(deadline, store_->timeout()));
-      if (self_.id == 0)
-        store_->wait({"rpc/shutdown-exit/done"}, until(deadline, store_->timeout()));
+      const Milliseconds bound = until(deadline, store_->timeout());
+      if (store_->add_within("rpc/shutdown-exit/arrived", 1, bound) == n)
+        store_->add_within("rpc/shutdown-exit/done", 1, bound);
+      if (self_.id == 0) store_->wait({"rpc/shutdown-exit/done"}, bound);
     } catch (const std::exception& e) {
       log_error(self_.name, ": not every worker left shutdown: ", e.what());
     }

@@ -88,10 +88,8 @@ std::shared_ptr<Connection> Transport::make_connection(dist::Stream s) {
 
 void Transport::check_liveness() {
   const auto now = Clock::now();
-  const auto period = dist::liveness_check_period(options_.failure_timeout);
-  // Late by a whole window: this process did not run (stopped, starved), so silence now says
-  // nothing of the peers; what they sent meanwhile is read before the next check.
-  const bool late = now - last_check_ > options_.failure_timeout / 2 + period;
+  // What peers sent while this process did not run is read before the next check.
+  const bool late = dist::check_ran_late(now - last_check_, options_.failure_timeout);
   last_check_ = now;
   std::vector<std::shared_ptr<Connection>> all;
   {
@@ -109,7 +107,7 @@ void Transport::check_liveness() {
     else if (now - c->last_sent() >= beat)
       c->send_heartbeat();
   }
-  liveness_.expires_after(period);
+  liveness_.expires_after(dist::liveness_check_period(options_.failure_timeout));
   liveness_.async_wait([this](const std::error_code& ec) {
     if (!ec) check_liveness();
   });

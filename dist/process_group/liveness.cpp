@@ -56,9 +56,7 @@ void GroupLiveness::run() {
   while (!stopping_) {  // bounded by the group's life
     lock.unlock();
     const auto now = Clock::now();
-    // Late by a whole window: this process did not run; what the others did meanwhile says
-    // nothing of them.
-    const bool late = now - last_round > failure_timeout_ / 2 + period;
+    const bool late = check_ran_late(now - last_round, failure_timeout_);
     last_round = now;
     const std::string why = round(now, late);
     lock.lock();

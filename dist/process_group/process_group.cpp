@@ -71,10 +71,6 @@ void ProcessGroup::check_p2p(const char* op, const Tensor& t, int peer, int tag)
   GW_CHECK(tag >= 0, InvalidArgumentError, "[", op, "] tag must be >= 0, got ", tag);
 }
 
-std::string ProcessGroup::what_of(const std::exception_ptr& failure) {
-  return gw::what_of(failure);
-}
-
 Tensor ProcessGroup::concat(const std::vector<Tensor>& parts) {
   std::vector<Tensor> flat;
   for (const auto& p : parts) flat.push_back(p.reshape({-1}));

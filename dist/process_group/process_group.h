@@ -73,8 +73,6 @@ class ProcessGroup {
   void check_same_shape(const Tensor& tensor, const std::string& what);
   // One contiguous buffer holding `parts` back to back, on their device.
   static Tensor concat(const std::vector<Tensor>& parts);
-  // The message of a stored failure ("unknown error" for one that is no std::exception).
-  static std::string what_of(const std::exception_ptr& failure);
   // Throws naming `op` unless `reduce` suits `t` (AVG needs a floating point tensor).
   static void check_avg(const char* op, const Tensor& t, ReduceOp reduce);
 

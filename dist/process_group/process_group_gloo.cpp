@@ -109,7 +109,9 @@ void divide_by(const Tensor& t, int n, const char* op) {
 }  // namespace
 
 struct ProcessGroupGloo::Impl : std::enable_shared_from_this<ProcessGroupGloo::Impl> {
-  using Job = std::function<void(uint32_t tag, Milliseconds timeout)>;
+  // A collective's body, run with the group's state (which outlives the ProcessGroupGloo when
+  // its thread is left behind after an abort).
+  using Job = std::function<void(Impl& impl, uint32_t tag, Milliseconds timeout)>;
   struct Queued {
     WorkPtr work;
     Milliseconds timeout;
@@ -259,7 +261,7 @@ void ProcessGroupGloo::Impl::run_front(std::unique_lock<std::mutex>& lock) {
     if (failed) {
       failed = unusable(q.work->op(), failed);
     } else {
-      failed = attempt(q.work->op(), q.timeout, [&] { q.job(tag, q.timeout); });
+      failed = attempt(q.work->op(), q.timeout, [&] { q.job(*this, tag, q.timeout); });
     }
     lock.lock();
     // Gloo's pairs are unusable after an error in a collective: later ones would hang.
@@ -359,8 +361,8 @@ WorkPtr ProcessGroupGloo::allreduce(Tensor& tensor, AllreduceOptions o) {
   check_tensor("allreduce", tensor);
   check_reducible("allreduce", tensor, o.op);
   return impl_->enqueue("allreduce", o.timeout,
-                        [impl = impl_.get(), t = tensor, op = o.op](uint32_t tag, Milliseconds to) {
-                          impl->allreduce_now(t, op, tag, to);
+                        [t = tensor, op = o.op](Impl& impl, uint32_t tag, Milliseconds to) {
+                          impl.allreduce_now(t, op, tag, to);
                         });
 }
 
@@ -375,8 +377,8 @@ WorkPtr ProcessGroupGloo::allreduce_coalesced(std::vector<Tensor>& tensors, Allr
   Tensor flat = concat(tensors);
   return impl_->enqueue(
       "allreduce_coalesced", o.timeout,
-      [impl = impl_.get(), flat, tensors, op = o.op](uint32_t tag, Milliseconds to) mutable {
-        impl->allreduce_now(flat, op, tag, to);
+      [flat, tensors, op = o.op](Impl& impl, uint32_t tag, Milliseconds to) mutable {
+        impl.allreduce_now(flat, op, tag, to);
         split_into(flat, tensors);
       });
 }
@@ -384,17 +386,16 @@ WorkPtr ProcessGroupGloo::allreduce_coalesced(std::vector<Tensor>& tensors, Allr
 WorkPtr ProcessGroupGloo::broadcast(Tensor& tensor, BroadcastOptions o) {
   check_tensor("broadcast", tensor);
   check_rank("broadcast", o.root, "root");
-  return impl_->enqueue(
-      "broadcast", o.timeout,
-      [impl = impl_.get(), t = tensor, root = o.root](uint32_t tag, Milliseconds to) {
-        if (t.nbytes() == 0) return;
-        gloo::BroadcastOptions g(impl->context);
-        g.setOutput<uint8_t>(bytes_of(t), t.nbytes());
-        g.setRoot(root);
-        g.setTag(tag);
-        g.setTimeout(to);
-        gloo::broadcast(g);
-      });
+  return impl_->enqueue("broadcast", o.timeout,
+                        [t = tensor, root = o.root](Impl& impl, uint32_t tag, Milliseconds to) {
+                          if (t.nbytes() == 0) return;
+                          gloo::BroadcastOptions g(impl.context);
+                          g.setOutput<uint8_t>(bytes_of(t), t.nbytes());
+                          g.setRoot(root);
+                          g.setTag(tag);
+                          g.setTimeout(to);
+                          gloo::broadcast(g);
+                        });
 }
 
 WorkPtr ProcessGroupGloo::reduce(Tensor& tensor, ReduceOptions o) {
@@ -407,10 +408,10 @@ WorkPtr ProcessGroupGloo::reduce(Tensor& tensor, ReduceOptions o) {
   // Gloo uses the output of other ranks as scratch space: theirs stay as they were.
   Tensor out = root ? tensor : tensor.clone();
   return impl_->enqueue("reduce", o.timeout,
-                        [impl = impl_.get(), out, o, root](uint32_t tag, Milliseconds to) {
+                        [out, o, root](Impl& impl, uint32_t tag, Milliseconds to) {
                           if (out.numel() == 0) return;
                           dispatch<ReduceTypes>(out.dtype(), "reduce", [&]<typename T>() {
-                            gloo::ReduceOptions g(impl->context);
+                            gloo::ReduceOptions g(impl.context);
                             g.setOutput<T>(out.data_ptr<T>(), static_cast<size_t>(out.numel()));
                             g.setRoot(o.root);
                             g.setReduceFunction(reduce_function<T>(o.op));
@@ -418,7 +419,7 @@ WorkPtr ProcessGroupGloo::reduce(Tensor& tensor, ReduceOptions o) {
                             g.setTimeout(to);
                             gloo::reduce(g);
                           });
-                          if (root && o.op == ReduceOp::AVG) divide_by(out, impl->size, "reduce");
+                          if (root && o.op == ReduceOp::AVG) divide_by(out, impl.size, "reduce");
                         });
 }
 
@@ -428,18 +429,17 @@ WorkPtr ProcessGroupGloo::allgather(std::vector<Tensor>& outputs, const Tensor& 
   check_count("allgather", outputs.size(), "outputs");
   for (const auto& t : outputs) check_like("allgather", t, input, "output");
   Tensor flat = empty({input.numel() * size()}, TensorOptions().with_dtype(input.dtype()));
-  return impl_->enqueue(
-      "allgather", o.timeout,
-      [impl = impl_.get(), flat, input, outputs](uint32_t tag, Milliseconds to) mutable {
-        if (input.nbytes() == 0) return;
-        gloo::AllgatherOptions g(impl->context);
-        g.setInput<uint8_t>(bytes_of(input), input.nbytes());
-        g.setOutput<uint8_t>(bytes_of(flat), flat.nbytes());
-        g.setTag(tag);
-        g.setTimeout(to);
-        gloo::allgather(g);
-        split_into(flat, outputs);
-      });
+  return impl_->enqueue("allgather", o.timeout,
+                        [flat, input, outputs](Impl& impl, uint32_t tag, Milliseconds to) mutable {
+                          if (input.nbytes() == 0) return;
+                          gloo::AllgatherOptions g(impl.context);
+                          g.setInput<uint8_t>(bytes_of(input), input.nbytes());
+                          g.setOutput<uint8_t>(bytes_of(flat), flat.nbytes());
+                          g.setTag(tag);
+                          g.setTimeout(to);
+                          gloo::allgather(g);
+                          split_into(flat, outputs);
+                        });
 }
 
 WorkPtr ProcessGroupGloo::gather(std::vector<Tensor>& outputs, const Tensor& input,
@@ -449,39 +449,38 @@ WorkPtr ProcessGroupGloo::gather(std::vector<Tensor>& outputs, const Tensor& inp
   const bool root = rank() == o.root;
   Tensor flat =
       root ? empty({input.numel() * size()}, TensorOptions().with_dtype(input.dtype())) : Tensor();
-  return impl_->enqueue("gather", o.timeout,
-                        [impl = impl_.get(), flat, input, outputs, root, r = o.root](
-                            uint32_t tag, Milliseconds to) mutable {
-                          if (input.nbytes() == 0) return;
-                          gloo::GatherOptions g(impl->context);
-                          g.setInput<uint8_t>(bytes_of(input), input.nbytes());
-                          if (root) g.setOutput<uint8_t>(bytes_of(flat), flat.nbytes());
-                          g.setRoot(r);
-                          g.setTag(tag);
-                          g.setTimeout(to);
-                          gloo::gather(g);
-                          if (root) split_into(flat, outputs);
-                        });
+  return impl_->enqueue(
+      "gather", o.timeout,
+      [flat, input, outputs, root, r = o.root](Impl& impl, uint32_t tag, Milliseconds to) mutable {
+        if (input.nbytes() == 0) return;
+        gloo::GatherOptions g(impl.context);
+        g.setInput<uint8_t>(bytes_of(input), input.nbytes());
+        if (root) g.setOutput<uint8_t>(bytes_of(flat), flat.nbytes());
+        g.setRoot(r);
+        g.setTag(tag);
+        g.setTimeout(to);
+        gloo::gather(g);
+        if (root) split_into(flat, outputs);
+      });
 }
 
 WorkPtr ProcessGroupGloo::scatter(Tensor& output, const std::vector<Tensor>& inputs,
                                   ScatterOptions o) {
   check_tensor("scatter", output, "output");
   check_root_parts("scatter", inputs, output, o.root, "inputs");
-  return impl_->enqueue(
-      "scatter", o.timeout,
-      [impl = impl_.get(), output, inputs, r = o.root](uint32_t tag, Milliseconds to) {
-        if (output.nbytes() == 0) return;
-        gloo::ScatterOptions g(impl->context);
-        std::vector<uint8_t*> ptrs;
-        for (const auto& t : inputs) ptrs.push_back(bytes_of(t));
-        if (!ptrs.empty()) g.setInputs<uint8_t>(ptrs, output.nbytes());
-        g.setOutput<uint8_t>(bytes_of(output), output.nbytes());
-        g.setRoot(r);
-        g.setTag(tag);
-        g.setTimeout(to);
-        gloo::scatter(g);
-      });
+  return impl_->enqueue("scatter", o.timeout,
+                        [output, inputs, r = o.root](Impl& impl, uint32_t tag, Milliseconds to) {
+                          if (output.nbytes() == 0) return;
+                          gloo::ScatterOptions g(impl.context);
+                          std::vector<uint8_t*> ptrs;
+                          for (const auto& t : inputs) ptrs.push_back(bytes_of(t));
+                          if (!ptrs.empty()) g.setInputs<uint8_t>(ptrs, output.nbytes());
+                          g.setOutput<uint8_t>(bytes_of(output), output.nbytes());
+                          g.setRoot(r);
+                          g.setTag(tag);
+                          g.setTimeout(to);
+                          gloo::scatter(g);
+                        });
 }
 
 WorkPtr ProcessGroupGloo::reduce_scatter(Tensor& output, const std::vector<Tensor>& inputs,
@@ -492,13 +491,12 @@ WorkPtr ProcessGroupGloo::reduce_scatter(Tensor& output, const std::vector<Tenso
   check_reducible("reduce_scatter", output, o.op);
   // Gloo has no reduce-scatter for these buffers: an allreduce of all inputs, keeping ours.
   Tensor flat = concat(inputs);
-  return impl_->enqueue(
-      "reduce_scatter", o.timeout,
-      [impl = impl_.get(), flat, output, op = o.op](uint32_t tag, Milliseconds to) {
-        impl->allreduce_now(flat, op, tag, to);
-        const size_t mine = output.nbytes() * static_cast<size_t>(impl->rank);
-        std::memcpy(output.raw_data(), bytes_of(flat) + mine, output.nbytes());
-      });
+  return impl_->enqueue("reduce_scatter", o.timeout,
+                        [flat, output, op = o.op](Impl& impl, uint32_t tag, Milliseconds to) {
+                          impl.allreduce_now(flat, op, tag, to);
+                          const size_t mine = output.nbytes() * static_cast<size_t>(impl.rank);
+                          std::memcpy(output.raw_data(), bytes_of(flat) + mine, output.nbytes());
+                        });
 }
 
 WorkPtr ProcessGroupGloo::alltoall(std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
@@ -509,23 +507,22 @@ WorkPtr ProcessGroupGloo::alltoall(std::vector<Tensor>& outputs, const std::vect
   for (const auto& t : outputs) check_like("alltoall", t, inputs[0], "output");
   Tensor in = concat(inputs);
   Tensor out = empty_like(in);
-  return impl_->enqueue(
-      "alltoall", o.timeout,
-      [impl = impl_.get(), in, out, outputs](uint32_t tag, Milliseconds to) mutable {
-        if (in.nbytes() == 0) return;
-        gloo::AlltoallOptions g(impl->context);
-        g.setInput<uint8_t>(bytes_of(in), in.nbytes());
-        g.setOutput<uint8_t>(bytes_of(out), out.nbytes());
-        g.setTag(tag);
-        g.setTimeout(to);
-        gloo::alltoall(g);
-        split_into(out, outputs);
-      });
+  return impl_->enqueue("alltoall", o.timeout,
+                        [in, out, outputs](Impl& impl, uint32_t tag, Milliseconds to) mutable {
+                          if (in.nbytes() == 0) return;
+                          gloo::AlltoallOptions g(impl.context);
+                          g.setInput<uint8_t>(bytes_of(in), in.nbytes());
+                          g.setOutput<uint8_t>(bytes_of(out), out.nbytes());
+                          g.setTag(tag);
+                          g.setTimeout(to);
+                          gloo::alltoall(g);
+                          split_into(out, outputs);
+                        });
 }
 
 WorkPtr ProcessGroupGloo::barrier(CollectiveOptions o) {
-  return impl_->enqueue("barrier", o.timeout, [impl = impl_.get()](uint32_t tag, Milliseconds to) {
-    gloo::BarrierOptions g(impl->context);
+  return impl_->enqueue("barrier", o.timeout, [](Impl& impl, uint32_t tag, Milliseconds to) {
+    gloo::BarrierOptions g(impl.context);
     g.setTag(tag);
     g.setTimeout(to);
     gloo::barrier(g);

@@ -39,6 +39,14 @@ inline Milliseconds liveness_check_period(Milliseconds failure_timeout) {
   return std::min(Milliseconds(500), failure_timeout / 10);
 }
 
+// Whether a check that came `since_last` after the previous one ran late: this process did not
+// run meanwhile (stopped, starved), so the silence it sees says nothing of its peers, and it
+// declares nobody dead on that round.
+inline bool check_ran_late(std::chrono::steady_clock::duration since_last,
+                           Milliseconds failure_timeout) {
+  return since_last > failure_timeout / 2 + liveness_check_period(failure_timeout);
+}
+
 // "10 s (failure_timeout)", and "no heartbeat for 10 s (failure_timeout)": how a death is
 // reported.
 std::string failure_window(Milliseconds failure_timeout);

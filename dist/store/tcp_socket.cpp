@@ -31,7 +31,8 @@ int remaining_ms(Clock::time_point deadline) {
 }
 
 // One non-blocking connect attempt to one address; returns the fd or -1 with errno set.
-int try_connect(const addrinfo* ai, Clock::time_point deadline) {
+// `window`: failure_timeout, for the keepalive below (0: none).
+int try_connect(const addrinfo* ai, Clock::time_point deadline, Milliseconds window) {
   int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
   if (fd < 0) return -1;
   int err = 0;
@@ -58,8 +59,7 @@ int try_connect(const addrinfo* ai, Clock::time_point deadline) {
   // whole timeout: keepalive probes a quiet connection every fifth of failure_timeout, and
   // TCP_USER_TIMEOUT drops it once probes or data go unanswered for failure_timeout. (A stopped
   // store process still answers probes; its rank's own heartbeats catch that.)
-  if (const Milliseconds window = failure_timeout(kFailureTimeoutFromEnv, "TCPStore");
-      window.count() > 0) {
+  if (window.count() > 0) {
     const int probe_s = std::max<int>(1, static_cast<int>(window.count() / 5000));
     const auto user_timeout_ms = static_cast<unsigned>(window.count());
     ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
@@ -80,6 +80,7 @@ TcpSocket TcpSocket::connect(const std::string& host, uint16_t port, Clock::time
   auto backoff = std::chrono::milliseconds(10);
   constexpr auto kTellAfter = std::chrono::seconds(10);
   bool told = false;
+  const Milliseconds window = failure_timeout(kFailureTimeoutFromEnv, op);
   for (;;) {
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
@@ -91,7 +92,7 @@ TcpSocket TcpSocket::connect(const std::string& host, uint16_t port, Clock::time
     } else {
       bool all_refused = list != nullptr;
       for (const addrinfo* ai = list; ai != nullptr; ai = ai->ai_next) {
-        int fd = try_connect(ai, deadline);
+        int fd = try_connect(ai, deadline, window);
         if (fd >= 0) {
           ::freeaddrinfo(list);
           return TcpSocket(fd, peer);
