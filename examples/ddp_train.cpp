@@ -33,9 +33,9 @@
 namespace {
 
 struct Args : gw::examples::TrainArgs {
-  std::string model = "mlp", curve, checkpoint_dir = "ddp_train.checkpoint";
+  std::string model = "mlp", curve;
   double lr_decay = 0.6;
-  int64_t checkpoint_every = 0;  // 0: no checkpoints
+  gw::examples::CheckpointArgs checkpoint{"ddp_train"};
 };
 
 Args parse(int argc, char** argv) {
@@ -44,17 +44,15 @@ Args parse(int argc, char** argv) {
     if (k == "--model" && (v == "mlp" || v == "cnn")) a.model = v;
     else if (k == "--curve") a.curve = v;
     else if (k == "--lr-decay") a.lr_decay = std::atof(v.c_str());
-    else if (k == "--checkpoint-every" && std::atoll(v.c_str()) > 0)
-      a.checkpoint_every = std::atoll(v.c_str());
-    else if (k == "--checkpoint-dir" && !v.empty())
-      a.checkpoint_dir = v;
-    else return false;
+    else
+      return a.checkpoint.parse(k, v);
     return true;
   };
   static_cast<gw::examples::TrainArgs&>(a) = gw::examples::parse_train_args(
       "ddp_train", argc, argv, {.epochs = 5, .batch_size = 32, .lr = 0.02, .target = 0.88}, extra,
-      " [--model mlp|cnn] [--lr-decay X] [--curve PATH] [--checkpoint-every N]"
-      " [--checkpoint-dir DIR]");
+      (std::string(" [--model mlp|cnn] [--lr-decay X] [--curve PATH]") +
+       gw::examples::CheckpointArgs::kUsage)
+          .c_str());
   return a;
 }
 
@@ -94,27 +92,19 @@ int main(int argc, char** argv) {
     // Resuming: every rank loads the same checkpoint (DDP would broadcast rank 0's parameters
     // anyway; the optimizer's state is every rank's own).
     int64_t first_epoch = 0, first_step = 0;
-    if (args.checkpoint_every > 0) {
-      if (auto c = gw::load_checkpoint(args.checkpoint_dir)) {
-        model.module()->load_state_dict(c->model);
-        opt.load_state_dict(c->optimizer);
-        first_epoch = c->epoch, first_step = c->step;
-        if (rank == 0)
-          std::printf("resuming from %s at epoch %lld, step %lld\n", args.checkpoint_dir.c_str(),
-                      static_cast<long long>(first_epoch + 1), static_cast<long long>(first_step));
-      }
+    if (auto c = args.checkpoint.load(rank == 0)) {
+      model.module()->load_state_dict(c->model);
+      opt.load_state_dict(c->optimizer);
+      first_epoch = c->epoch, first_step = c->step;
     }
     auto checkpoint = [&](int64_t epoch, int64_t step) {  // rank 0 writes; all hold the same
-      if (rank != 0 || args.checkpoint_every == 0) return;
-      gw::save_checkpoint(args.checkpoint_dir, {.model = model.module()->state_dict(),
-                                                .optimizer = opt.state_dict(),
-                                                .epoch = epoch,
-                                                .step = step,
-                                                .seed = kDataSeed,
-                                                .extra = {}});
-      std::printf("checkpoint saved: epoch %lld, step %lld\n", static_cast<long long>(epoch + 1),
-                  static_cast<long long>(step));
-      std::fflush(stdout);
+      if (rank != 0 || args.checkpoint.every == 0) return;
+      args.checkpoint.save({.model = model.module()->state_dict(),
+                            .optimizer = opt.state_dict(),
+                            .epoch = epoch,
+                            .step = step,
+                            .seed = kDataSeed,
+                            .extra = {}});
     };
     if (rank == 0) {
       std::printf("%s\nDDP on %d ranks (gloo), SGD lr %g momentum 0.9, batch %lld per rank, "
@@ -141,7 +131,7 @@ int main(int argc, char** argv) {
         losses.push_back(loss.item<double>());
         seen += y.numel() * world;
         if (bar) bar->update(b + 1, losses.back(), seen);
-        if (args.checkpoint_every > 0 && (b + 1) % args.checkpoint_every == 0 &&
+        if (args.checkpoint.every > 0 && (b + 1) % args.checkpoint.every == 0 &&
             b + 1 < loader.num_batches())
           checkpoint(epoch, b + 1);
       }

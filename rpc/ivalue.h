@@ -5,7 +5,8 @@
 // the parameter's C++ type on the callee. `IValueTraits<T>` does both directions and says whether
 // an IValue fits T, which is how a call with the wrong arguments is rejected with a clear error.
 // Supported: Tensor, bool, integers, floating point, Scalar, std::string, std::vector, std::pair,
-// std::tuple, std::optional, IValue itself, and user types that specialize gw::rpc::Serializer:
+// std::tuple, std::map (e.g. a state_dict), std::optional, IValue itself, and user types that
+// specialize gw::rpc::Serializer:
 //
 //   struct Point { double x, y; };
 //   template <> struct gw::rpc::Serializer<Point> {
@@ -17,6 +18,7 @@
 #include <concepts>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -272,6 +274,24 @@ struct IValueTraits<std::pair<A, B>> {
     return {std::move(a), std::move(b)};
   }
   static std::string name() { return Tuple::name(); }
+};
+
+// Maps travel as lists of (key, value) pairs, in key order.
+template <typename K, typename V>
+struct IValueTraits<std::map<K, V>> {
+  using Pairs = IValueTraits<std::vector<std::pair<K, V>>>;
+  static IValue to(const std::map<K, V>& m) {
+    return Pairs::to(std::vector<std::pair<K, V>>(m.begin(), m.end()));
+  }
+  static bool accepts(const IValue& v) { return Pairs::accepts(v); }
+  static std::map<K, V> from(const IValue& v) {
+    std::map<K, V> out;
+    for (auto& [k, x] : Pairs::from(v)) out.insert_or_assign(std::move(k), std::move(x));
+    return out;
+  }
+  static std::string name() {
+    return "Dict[" + IValueTraits<K>::name() + "," + IValueTraits<V>::name() + "]";
+  }
 };
 
 template <typename T>

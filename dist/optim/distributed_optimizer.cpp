@@ -44,7 +44,9 @@ void register_local_optimizer() {
   std::call_once(once, [] {
     rpc::functions()
         .add_class<LocalOptimizer>("dist.LocalOptimizer")
-        .add_method("step", &LocalOptimizer::step);
+        .add_method("step", &LocalOptimizer::step)
+        .add_method("state_dict", &LocalOptimizer::state_dict)
+        .add_method("load_state_dict", &LocalOptimizer::load_state_dict);
     rpc::functions().add("dist.LocalOptimizer.new", &make_local_optimizer);
   });
 }
@@ -56,6 +58,16 @@ void LocalOptimizer::step(int64_t context_id) {
   auto grads = dist_autograd::get_gradients(static_cast<uint64_t>(context_id));
   std::lock_guard lock(optimizer_step_lock());
   optimizer_->step(grads);
+}
+
+NamedTensors LocalOptimizer::state_dict() {
+  std::lock_guard lock(optimizer_step_lock());
+  return optimizer_->state_dict();
+}
+
+void LocalOptimizer::load_state_dict(NamedTensors state) {
+  std::lock_guard lock(optimizer_step_lock());
+  optimizer_->load_state_dict(state);
 }
 
 DistributedOptimizer::DistributedOptimizer(const optim::OptimizerOptions& options,
@@ -73,6 +85,37 @@ void DistributedOptimizer::step(uint64_t context_id) {
   for (const auto& o : optimizers_)
     steps.push_back(o.rpc_async<void>("step", static_cast<int64_t>(context_id)));
   wait_all(steps);
+}
+
+NamedTensors DistributedOptimizer::state_dict() const {
+  std::vector<Future<NamedTensors>> parts;
+  for (const auto& o : optimizers_) parts.push_back(o.rpc_async<NamedTensors>("state_dict"));
+  NamedTensors out;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const std::string prefix = optimizers_[i].owner_name() + "/";
+    for (auto& [key, t] : parts[i].wait()) out.emplace(prefix + key, std::move(t));
+  }
+  return out;
+}
+
+void DistributedOptimizer::load_state_dict(const NamedTensors& state) {
+  std::map<std::string, NamedTensors> by_owner;  // owner name -> its part, prefix removed
+  for (const auto& o : optimizers_) by_owner[o.owner_name()];
+  for (const auto& [key, t] : state) {
+    const auto slash = key.find('/');
+    auto part = slash == std::string::npos ? by_owner.end() : by_owner.find(key.substr(0, slash));
+    GW_CHECK(part != by_owner.end(), InvalidArgumentError,
+             "[DistributedOptimizer] load_state_dict: key \"", key,
+             "\" names no owner of these parameters (keys are \"<owner name>/<key>\")");
+    part->second.emplace(key.substr(slash + 1), t);
+  }
+  for (const auto& [owner, part] : by_owner)
+    GW_CHECK(!part.empty(), InvalidArgumentError,
+             "[DistributedOptimizer] load_state_dict: no state for owner '", owner, "'");
+  std::vector<Future<void>> loads;
+  for (const auto& o : optimizers_)
+    loads.push_back(o.rpc_async<void>("load_state_dict", by_owner.at(o.owner_name())));
+  wait_all(loads);
 }
 
 }  // namespace gw::dist

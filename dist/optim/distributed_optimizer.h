@@ -5,10 +5,14 @@
 // optimizer of that kind on the owner over the parameters it owns, and keeps an RRef to it.
 // step(context_id) runs all of them at once, each with the gradients that distributed autograd
 // accumulated on its worker in that context, and waits. Steps of several distributed
-// optimizers on one worker are serialized by a lock there.
+// optimizers on one worker are serialized by a lock there. Its state (which PyTorch's cannot
+// give) is every owner's optimizer state, fetched over RPC, with keys prefixed by the owner's
+// name ("ps/state.0.momentum_buffer"), so a checkpoint can hold it and a restarted job load it.
 //
 //   gw::dist::DistributedOptimizer opt(gw::optim::SGD::options(0.05), {rref1, rref2});
 //   opt.step(ctx.id());
+//   gw::NamedTensors state = opt.state_dict();   // ... later, in a new job:
+//   opt.load_state_dict(state);
 #pragma once
 
 #include <cstdint>
@@ -17,6 +21,7 @@
 #include <span>
 #include <vector>
 
+#include "core/serialize.h"
 #include "optim/factory.h"
 #include "rpc/rref.h"
 
@@ -37,6 +42,9 @@ class LocalOptimizer {
   LocalOptimizer(const optim::OptimizerOptions& options, std::vector<Tensor> params);
   // Applies this worker's gradients of `context_id`.
   void step(int64_t context_id);
+  // The optimizer's state_dict / load_state_dict, under the step lock.
+  NamedTensors state_dict();
+  void load_state_dict(NamedTensors state);
 
  private:
   std::unique_ptr<optim::Optimizer> optimizer_;
@@ -48,6 +56,13 @@ class DistributedOptimizer {
                        const std::vector<rpc::RRef<Tensor>>& params);
   // Steps every owner's optimizer with the gradients of `context_id`; throws the first error.
   void step(uint64_t context_id);
+  // Every owner's optimizer state, keys prefixed by "<owner name>/" (optim::Optimizer's keys
+  // after it); fetched from the owners at once.
+  NamedTensors state_dict() const;
+  // Loads a state_dict() of an optimizer over the same parameters: every owner's part must be
+  // there; a key of no owner throws InvalidArgumentError naming it, and each owner checks its
+  // part as optim::Optimizer::load_state_dict does.
+  void load_state_dict(const NamedTensors& state);
 
  private:
   std::vector<rpc::RRef<std::shared_ptr<LocalOptimizer>>> optimizers_;

@@ -37,4 +37,32 @@ TrainArgs parse_train_args(const char* program, int argc, char** argv, TrainArgs
   return a;
 }
 
+bool CheckpointArgs::parse(const std::string& flag, const std::string& value) {
+  if (flag == "--checkpoint-every" && std::atoll(value.c_str()) > 0) {
+    every = std::atoll(value.c_str());
+    return true;
+  }
+  if (flag == "--checkpoint-dir" && !value.empty()) {
+    dir = value;
+    return true;
+  }
+  return false;
+}
+
+std::optional<Checkpoint> CheckpointArgs::load(bool report) const {
+  if (every == 0) return std::nullopt;
+  auto c = load_checkpoint(dir);
+  if (c && report)
+    std::printf("resuming from %s at epoch %lld, step %lld\n", dir.c_str(),
+                static_cast<long long>(c->epoch + 1), static_cast<long long>(c->step));
+  return c;
+}
+
+void CheckpointArgs::save(const Checkpoint& c) const {
+  save_checkpoint(dir, c);
+  std::printf("checkpoint saved: epoch %lld, step %lld\n", static_cast<long long>(c.epoch + 1),
+              static_cast<long long>(c.step));
+  std::fflush(stdout);
+}
+
 }  // namespace gw::examples

@@ -4,7 +4,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
+
+#include "core/checkpoint.h"
 
 #include "dist/store/launch_env.h"
 
@@ -27,5 +30,19 @@ using ExtraFlags = std::function<bool(const std::string& flag, const std::string
 // `extra` knows (its flags listed in `extra_usage`); exits with the usage on anything else.
 TrainArgs parse_train_args(const char* program, int argc, char** argv, TrainArgs defaults = {},
                            const ExtraFlags& extra = {}, const char* extra_usage = "");
+
+// --checkpoint-every N --checkpoint-dir DIR, for the trainers that resume (gw::save_checkpoint):
+// a checkpoint every N steps (0: none) in DIR (default "<program>.checkpoint").
+struct CheckpointArgs {
+  static constexpr const char* kUsage = " [--checkpoint-every N] [--checkpoint-dir DIR]";
+  explicit CheckpointArgs(const char* program) : dir(std::string(program) + ".checkpoint") {}
+  bool parse(const std::string& flag, const std::string& value);  // an ExtraFlags step
+  // The checkpoint to resume from (none without --checkpoint-every); with `report`, says so.
+  std::optional<Checkpoint> load(bool report) const;
+  // Saves `c` and prints "checkpoint saved: epoch E, step S" (E counted from 1).
+  void save(const Checkpoint& c) const;
+  int64_t every = 0;
+  std::string dir;
+};
 
 }  // namespace gw::examples

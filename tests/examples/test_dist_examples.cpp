@@ -143,6 +143,28 @@ TEST_CASE("gwrun --max-restarts: DDP with a rank killed mid-epoch resumes from i
   CHECK(std::abs(got - want) <= 0.5);
 }
 
+TEST_CASE("gwrun --max-restarts: the parameter server resumes after a trainer is killed",
+          "[examples][dist]") {
+  TempDir dir;
+  gw::test::GwrunProcess job({"--max-restarts", "2", "--nproc-per-node", "3", GW_PS_EXAMPLE,
+                              "--epochs", "2", "--limit", "6400", "--target", "0.6",
+                              "--checkpoint-every", "20", "--checkpoint-dir", dir.path});
+  REQUIRE(job.wait_for_stdout("checkpoint saved: epoch 1, step 20"));
+  const pid_t victim = job.worker_pid(2);  // trainer1
+  REQUIRE(victim > 0);
+  REQUIRE(::kill(victim, SIGKILL) == 0);
+  const auto r = job.finish();
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);  // the test accuracy reached the target
+  CHECK(count(r.err, "rank 2 (pid " + std::to_string(victim) + ") was killed by signal 9") == 1);
+  CHECK(count(r.err, "restarting all workers (restart 1 of 2)") == 1);
+  // The restarted server picks up the last checkpoint before the kill, or one just after it.
+  CHECK(std::regex_search(r.out,
+                          std::regex("resuming from " + dir.path + " at epoch 1, step (20|40)\n")));
+  CHECK(count(r.out, "checkpoint saved: epoch 3, step 0") == 1);
+  CHECK(count(r.out, "test accuracy") == 1);
+}
+
 TEST_CASE("an example in a broken environment fails with one line and an exit code, no abort",
           "[examples][dist]") {
   // RANK without WORLD_SIZE; then a port that is not one.

@@ -78,6 +78,46 @@ TEST_CASE("DistributedOptimizer steps local and remote parameters", "[dist_optim
                     Catch::Contains("no parameters"));
 }
 
+TEST_CASE("DistributedOptimizer's state_dict holds every owner's state and loads back",
+          "[dist_optimizer]") {
+  Group g(2);
+  rpc::Agent::Use use(g[0]);
+  rpc::RRef<Tensor> local(rand({3, 3}).requires_grad_());
+  auto remote = rpc::remote("worker1", d_random_tensor);
+  Context ctx;
+  backward(ctx.id(), {(remote.to_here() * local.local_value()).sum()});
+  const auto sgd = optim::SGDOptions{.lr = 0.1, .momentum = 0.9};
+  dist::DistributedOptimizer opt(sgd, {local, remote});
+  const Tensor remote_grad = grad_on_owner(ctx.id(), remote);
+  opt.step(ctx.id());
+
+  const NamedTensors state = opt.state_dict();
+  // One step of SGD with momentum: the buffer is the gradient, on each owner.
+  REQUIRE(state.count("worker1/state.0.momentum_buffer") == 1);
+  CHECK(allclose(state.at("worker1/state.0.momentum_buffer"), remote_grad));
+  CHECK(state.count("worker0/state.0.momentum_buffer") == 1);
+  CHECK(state.at("worker0/lr").item<double>() == 0.1);
+
+  dist::DistributedOptimizer fresh(sgd, {local, remote});
+  CHECK(fresh.state_dict().count("worker1/state.0.momentum_buffer") == 0);
+  fresh.load_state_dict(state);
+  const NamedTensors loaded = fresh.state_dict();
+  REQUIRE(loaded.size() == state.size());
+  for (const auto& [key, t] : state) CHECK(allclose(loaded.at(key), t));
+
+  NamedTensors stray = state;
+  stray["worker7/lr"] = state.at("worker0/lr");
+  CHECK_THROWS_WITH(fresh.load_state_dict(stray), Catch::Contains("\"worker7/lr\" names no owner"));
+  NamedTensors partial;
+  for (const auto& [key, t] : state)
+    if (key.starts_with("worker0/")) partial.emplace(key, t);
+  CHECK_THROWS_WITH(fresh.load_state_dict(partial),
+                    Catch::Contains("no state for owner 'worker1'"));
+  NamedTensors bad = state;
+  bad["worker1/state.0.momentum_buffer"] = zeros({5});
+  CHECK_THROWS_WITH(fresh.load_state_dict(bad), Catch::Contains("state.0.momentum_buffer"));
+}
+
 TEST_CASE("RemoteModule: forward runs remotely; training it matches local training",
           "[remote_module]") {
   Group g(2);
