@@ -33,12 +33,10 @@ int main(int argc, char** argv) {
     std::optional<NodeRendezvous> nodes;   // with --rdzv-endpoint; its store lives with the job
     if (!options.rdzv_endpoint.empty()) {
       nodes.emplace(options);
-      options.node_rank = nodes->node_rank();
-      options.master_addr = nodes->master_addr();
-      options.master_port = nodes->master_port();
+    } else {
+      options.master_port = resolve_master_port(options);
     }
-    options.master_port = resolve_master_port(options);
-    Supervisor supervisor(std::move(options));
+    Supervisor supervisor(std::move(options), nodes ? &*nodes : nullptr);
     supervisor.start();
     return supervisor.run();
   } catch (const gw::InvalidArgumentError& e) {

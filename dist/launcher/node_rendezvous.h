@@ -1,18 +1,32 @@
 // gwrun's rendezvous across nodes (--rdzv-endpoint HOST:PORT), with the semantics of torchrun's
 // c10d rendezvous: every node runs the same gwrun command, in any order; the node whose address
-// HOST is hosts a TCPStore on HOST:PORT and the others connect to it; each node receives a node
-// rank in the order it arrived, and once --nnodes have arrived, node 0 names the master (its
-// address toward HOST and a free port) for every worker's MASTER_ADDR and MASTER_PORT. A node
-// that waits longer than --rdzv-timeout for the others fails, saying how many arrived. The store
-// proves the job key like any other (GW_JOB_KEY_FILE, the same on every node).
+// HOST is hosts a TCPStore on HOST:PORT and the others connect to it. The nodes meet once per
+// round: each receives a node rank in the order it arrived, and once --nnodes have arrived,
+// node 0 names the master (its address toward HOST and a free port) for every worker's
+// MASTER_ADDR and MASTER_PORT. A node that waits longer than --rdzv-timeout for the others
+// fails, saying how many arrived. The store proves the job key like any other
+// (GW_JOB_KEY_FILE, the same on every node).
 //
-//   NodeRendezvous rdzv(options);       // blocks until every node has arrived
-//   options.node_rank = rdzv.node_rank();
-//   options.master_addr = rdzv.master_addr();  options.master_port = rdzv.master_port();
-//   // keep `rdzv` alive while the job runs: the hosting node serves the store from it
+// Rounds are how a job restarts across nodes (--max-restarts): a node whose worker failed says
+// so in the store (fail_round); the others see it while they supervise (failure), stop their
+// workers, and every node joins the next round, where the rendezvous forms again. A node whose
+// workers all succeeded waits in finish() for the others, so that a late failure elsewhere
+// still restarts it; the job ends when every node finished the same round.
+//
+//   NodeRendezvous nodes(options);      // connects to, or hosts, the store
+//   for (int round = 0;; ++round) {
+//     auto place = nodes.join(round);   // blocks until every node has arrived
+//     ... start workers with place.node_rank, place.master_addr, place.master_port;
+//     ... while they run: if (auto f = nodes.failure(round)) stop them; restart;
+//     ... one failed: nodes.fail_round(round, {code, "rank 3 ... was killed"}); restart;
+//     ... all succeeded: if (!nodes.finish(round)) done; else restart;
+//   }
+//   nodes.leave(round);
+//   // keep `nodes` alive while the job runs: the hosting node serves the store from it
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "dist/launcher/options.h"
@@ -22,20 +36,47 @@ namespace gw::launcher {
 
 class NodeRendezvous {
  public:
-  // Throws TimeoutError ("k of N nodes arrived") after options.rdzv_timeout_s, StateError when
-  // more than --nnodes nodes join, InvalidArgumentError on a bad endpoint.
+  // Where this node is in a round.
+  struct Place {
+    int node_rank = 0;
+    std::string master_addr;
+    int master_port = 0;
+  };
+  // A worker failure a node reported for a round.
+  struct Failure {
+    int exit_code = 1;        // gwrun's exit code for it, if no restart is left
+    bool restartable = true;  // false: the node was interrupted, the job ends
+    std::string description;  // "node 1: rank 3 (pid 812) was killed by signal 9 (SIGKILL)"
+  };
+
+  // Hosts or connects to the store; throws IoError when it cannot, InvalidArgumentError on a
+  // bad endpoint.
   explicit NodeRendezvous(const LaunchOptions& options);
 
-  int node_rank() const { return node_rank_; }
-  const std::string& master_addr() const { return master_addr_; }
-  int master_port() const { return master_port_; }
+  // Joins round `round` (0, 1, ...) and waits for every node. Throws TimeoutError ("k of N
+  // nodes arrived") after options.rdzv_timeout_s, StateError when more than --nnodes join.
+  Place join(int round);
+  // The failure a node reported for `round`, if any; cheap enough to poll (one store call).
+  // Throws IoError when the store is gone (its node's gwrun ended).
+  std::optional<Failure> failure(int round);
+  // Reports this node's failure for `round` to every node (the first report stands); the
+  // description is prefixed with "node <rank>: ".
+  void fail_round(int round, const Failure& failure);
+  // This node's workers of `round` all succeeded: waits until every node's did (nullopt), or
+  // a node reports a failure for the round (returned). Waits at most options.rdzv_timeout_s,
+  // then returns nullopt with a warning: this node's work is done.
+  std::optional<Failure> finish(int round);
+  // This node is done with the job (it ends in `round`). The hosting node then serves the
+  // store until every node has left (up to a minute), so that each reads how the job ended.
+  void leave(int round);
 
  private:
-  std::shared_ptr<dist::Store> store_;  // the hosting node serves it from here, until every
-                                        // node has read the master
-  int node_rank_ = 0;
-  std::string master_addr_;
-  int master_port_ = 0;
+  std::string key(int round, const std::string& name) const;
+
+  LaunchOptions options_;
+  std::shared_ptr<dist::Store> store_;  // the hosting node serves it from here
+  bool hosting_ = false;
+  int node_rank_ = 0;  // in the current round
 };
 
 }  // namespace gw::launcher

@@ -35,7 +35,9 @@ constexpr const char* kFlags =
     "  --rdzv-id ID        the job's name at the endpoint, for jobs that share one\n"
     "  --max-restarts N    when a worker fails, stop all and start all again, at most N\n"
     "                      times (default 0); workers see GW_RESTART_COUNT (and\n"
-    "                      TORCHELASTIC_RESTART_COUNT) and may resume from a checkpoint\n"
+    "                      TORCHELASTIC_RESTART_COUNT) and may resume from a checkpoint;\n"
+    "                      across nodes (with --rdzv-endpoint) every node restarts and\n"
+    "                      the rendezvous forms again\n"
     "  --term-timeout S    seconds between SIGTERM and SIGKILL when stopping (default 5)\n"
     "\n"
     "Each worker gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,\n"
@@ -128,9 +130,9 @@ LaunchOptions parse_launch_options(int argc, const char* const argv[]) {
   GW_CHECK(o.node_rank < o.nnodes, InvalidArgumentError, "[gwrun] --node-rank ", o.node_rank,
            " is out of range for --nnodes ", o.nnodes, " (expected 0..", o.nnodes - 1, ")");
   GW_CHECK(!o.command.empty(), InvalidArgumentError, "[gwrun] no program to run");
-  GW_CHECK(o.max_restarts == 0 || o.nnodes == 1, InvalidArgumentError,
-           "[gwrun] --max-restarts is supported on a single node only (--nnodes 1), got --nnodes ",
-           o.nnodes);
+  GW_CHECK(o.max_restarts == 0 || o.nnodes == 1 || !o.rdzv_endpoint.empty(), InvalidArgumentError,
+           "[gwrun] --max-restarts across nodes (--nnodes ", o.nnodes,
+           ") needs --rdzv-endpoint: the nodes meet again there for each restart");
   GW_CHECK(o.rdzv_endpoint.empty() || (o.node_rank == 0 && o.master_addr == "127.0.0.1"),
            InvalidArgumentError,
            "[gwrun] --rdzv-endpoint assigns node ranks and the master: drop --node-rank and "

@@ -50,7 +50,10 @@ std::string describe_signal(int sig) {
 
 }  // namespace
 
-Supervisor::Supervisor(LaunchOptions options) : options_(std::move(options)) {}
+constexpr auto kWatchPeriod = std::chrono::milliseconds(250);  // how often watch_nodes() looks
+
+Supervisor::Supervisor(LaunchOptions options, NodeRendezvous* nodes)
+    : options_(std::move(options)), nodes_(nodes) {}
 
 Supervisor::~Supervisor() {
   kill_alive(SIGKILL);
@@ -62,10 +65,17 @@ Supervisor::~Supervisor() {
 
 void Supervisor::start() {
   guardian_.emplace(options_.term_timeout_s);
-  start_workers(0);
+  start_round(0);
 }
 
-void Supervisor::start_workers(int restart_count) {
+void Supervisor::start_round(int round) {
+  round_ = round;
+  if (nodes_ != nullptr) {
+    const NodeRendezvous::Place place = nodes_->join(round);
+    options_.node_rank = place.node_rank;
+    options_.master_addr = place.master_addr;
+    options_.master_port = place.master_port;
+  }
   workers_.clear();
   workers_.reserve(options_.nproc_per_node);
   stopping_ = false;
@@ -75,9 +85,8 @@ void Supervisor::start_workers(int restart_count) {
     int rank = options_.rank_of(local_rank);
     std::string prefix = "[" + std::to_string(rank) + "] ";
     Pipe out, err;
-    pid_t pid =
-        spawn_process(options_.command, worker_environment(options_, local_rank, restart_count),
-                      StdFds{-1, out.write_fd, err.write_fd});
+    pid_t pid = spawn_process(options_.command, worker_environment(options_, local_rank, round),
+                              StdFds{-1, out.write_fd, err.write_fd});
     guardian_->watch(pid);
     workers_.push_back(Worker{rank, pid, true,
                               LineForwarder(out.release_read(), STDOUT_FILENO, prefix),
@@ -86,13 +95,25 @@ void Supervisor::start_workers(int restart_count) {
 }
 
 int Supervisor::run() {
-  for (int restart = 1;; ++restart) {  // bounded by --max-restarts
-    const int code = supervise();
+  for (;;) {  // bounded by --max-restarts
+    int code = supervise();
     for (int sig : signals_.take()) on_signal(sig);  // one that came since the last poll
-    if (code == 0 || interrupted_ || restart > options_.max_restarts) return code;
-    write_all(STDERR_FILENO, "[gwrun] restarting all workers (restart " + std::to_string(restart) +
-                                 " of " + std::to_string(options_.max_restarts) + ")\n");
-    start_workers(restart);
+    if (code == 0 && nodes_ != nullptr && !interrupted_) {
+      // Done here; the job is done when every node is, or goes on if one failed meanwhile.
+      if (auto failure = nodes_->finish(round_)) {
+        write_all(STDERR_FILENO, "[gwrun] " + failure->description + "\n");
+        code = failure->exit_code;
+        interrupted_ = !failure->restartable;
+      }
+    }
+    if (code == 0 || interrupted_ || nodes_lost_ || round_ >= options_.max_restarts) {
+      leave_nodes();
+      return code;
+    }
+    write_all(STDERR_FILENO, "[gwrun] restarting all workers (restart " +
+                                 std::to_string(round_ + 1) + " of " +
+                                 std::to_string(options_.max_restarts) + ")\n");
+    start_round(round_ + 1);
   }
 }
 
@@ -121,12 +142,49 @@ int Supervisor::supervise() {
       }
     }
     reap();  // every round, not only on SIGCHLD: a byte lost to a full pipe must not hang us
+    if (nodes_ != nullptr && !stopping_ && Clock::now() >= next_watch_) watch_nodes();
     if (kill_deadline_ && Clock::now() >= *kill_deadline_) {
       kill_alive(SIGKILL);
       kill_deadline_.reset();
     }
   }
   return exit_code_;
+}
+
+void Supervisor::watch_nodes() {
+  next_watch_ = Clock::now() + kWatchPeriod;
+  std::optional<NodeRendezvous::Failure> failure;
+  try {
+    failure = nodes_->failure(round_);
+  } catch (const std::exception& e) {
+    failure = NodeRendezvous::Failure{1, false, std::string("lost the rendezvous: ") + e.what()};
+    nodes_lost_ = true;
+  }
+  if (!failure) return;
+  write_all(STDERR_FILENO, "[gwrun] " + failure->description + "; stopping the workers\n");
+  exit_code_ = failure->exit_code;
+  interrupted_ = interrupted_ || !failure->restartable;
+  stop(SIGTERM);
+}
+
+void Supervisor::leave_nodes() {
+  if (nodes_ == nullptr || nodes_lost_) return;
+  try {
+    nodes_->leave(round_);
+  } catch (const std::exception&) {
+    // The store is gone: no node is left to tell.
+  }
+}
+
+void Supervisor::report(const NodeRendezvous::Failure& failure) {
+  if (nodes_ == nullptr || nodes_lost_) return;
+  try {
+    nodes_->fail_round(round_, failure);
+  } catch (const std::exception& e) {
+    write_all(STDERR_FILENO,
+              std::string("[gwrun] could not tell the other nodes: ") + e.what() + "\n");
+    nodes_lost_ = true;
+  }
 }
 
 void Supervisor::on_signal(int sig) {
@@ -141,6 +199,7 @@ void Supervisor::on_signal(int sig) {
   write_all(STDERR_FILENO, message);
   exit_code_ = 128 + sig;
   stop(sig);
+  report({exit_code_, false, "gwrun received " + describe_signal(sig)});
 }
 
 void Supervisor::reap() {
@@ -177,10 +236,11 @@ void Supervisor::on_exit(Worker& worker, int status) {
     exit_code_ = WEXITSTATUS(status);
     what = "exited with code " + std::to_string(exit_code_);
   }
-  write_all(STDERR_FILENO, "[gwrun] rank " + std::to_string(worker.rank) + " (pid " +
-                               std::to_string(worker.pid) + ") " + what +
-                               "; stopping the other workers\n");
+  what =
+      "rank " + std::to_string(worker.rank) + " (pid " + std::to_string(worker.pid) + ") " + what;
+  write_all(STDERR_FILENO, "[gwrun] " + what + "; stopping the other workers\n");
   stop(SIGTERM);
+  report({exit_code_, true, what});
 }
 
 void Supervisor::stop(int sig) {
@@ -205,8 +265,10 @@ bool Supervisor::any_alive() const {
 }
 
 int Supervisor::poll_timeout_ms() const {
-  if (!kill_deadline_) return -1;
-  auto left = std::chrono::duration<double, std::milli>(*kill_deadline_ - Clock::now());
+  std::optional<Clock::time_point> wake = kill_deadline_;
+  if (nodes_ != nullptr && !stopping_) wake = std::min(wake.value_or(next_watch_), next_watch_);
+  if (!wake) return -1;
+  auto left = std::chrono::duration<double, std::milli>(*wake - Clock::now());
   return static_cast<int>(std::max(0.0, std::ceil(left.count())));
 }
 

@@ -3,8 +3,11 @@
 // runs in a process group of its own, and stopping a worker stops its group (SIGTERM, then
 // SIGKILL after --term-timeout), so a wrapper's children go with it; whatever is left in a
 // worker's group when the worker exits is killed. A Guardian (guardian.h) stops the groups if
-// gwrun dies first. Single-threaded: one poll() loop over the worker pipes and a signal
-// self-pipe.
+// gwrun dies first. Across nodes (--rdzv-endpoint) each attempt is a round of the node
+// rendezvous (node_rendezvous.h): a failure here is reported to the other nodes, one reported
+// there stops the workers here too, and every node starts its workers again in the next round.
+// Single-threaded: one poll() loop over the worker pipes and a signal self-pipe (and, across
+// nodes, a look at the rendezvous store every 250 ms).
 #pragma once
 
 #include <sys/types.h>
@@ -15,6 +18,7 @@
 
 #include "dist/launcher/guardian.h"
 #include "dist/launcher/line_forwarder.h"
+#include "dist/launcher/node_rendezvous.h"
 #include "dist/launcher/options.h"
 #include "dist/launcher/signal_pipe.h"
 
@@ -22,14 +26,16 @@ namespace gw::launcher {
 
 class Supervisor {
  public:
-  // options.master_port must be resolved (resolve_master_port).
-  explicit Supervisor(LaunchOptions options);
+  // options.master_port must be resolved (resolve_master_port), unless `nodes` gives the
+  // master each round; `nodes` (optional) must outlive the supervisor.
+  explicit Supervisor(LaunchOptions options, NodeRendezvous* nodes = nullptr);
   // Kills and reaps workers still running, e.g. when start() failed halfway.
   ~Supervisor();
   Supervisor(const Supervisor&) = delete;
   Supervisor& operator=(const Supervisor&) = delete;
 
-  // Starts every local rank. Throws InvalidArgumentError when the program cannot be executed.
+  // Starts every local rank (after the rendezvous, across nodes). Throws InvalidArgumentError
+  // when the program cannot be executed, what NodeRendezvous::join throws across nodes.
   void start();
   // Returns once every worker has exited for good: 0, the first failed worker's exit code
   // (128+signal if it was killed) once no restart is left, or 128+signal when gwrun itself was
@@ -46,8 +52,11 @@ class Supervisor {
   };
   using Clock = std::chrono::steady_clock;
 
-  void start_workers(int restart_count);
-  int supervise();  // one attempt: until every worker has exited
+  void start_round(int round);
+  int supervise();     // one attempt: until every worker has exited
+  void watch_nodes();  // across nodes: stops the workers when another node's failed
+  void report(const NodeRendezvous::Failure& failure);  // to the other nodes, if any
+  void leave_nodes();                                   // the job has ended here
   void on_signal(int sig);
   void reap();
   void on_exit(Worker& worker, int status);
@@ -57,13 +66,17 @@ class Supervisor {
   int poll_timeout_ms() const;
 
   LaunchOptions options_;
+  NodeRendezvous* nodes_;
   SignalPipe signals_;
   std::optional<Guardian> guardian_;
   std::vector<Worker> workers_;
   bool stopping_ = false;
-  bool interrupted_ = false;  // gwrun got SIGINT or SIGTERM: no restart
+  bool interrupted_ = false;  // gwrun (or another node's) got SIGINT or SIGTERM: no restart
+  bool nodes_lost_ = false;   // the rendezvous store is gone: no restart either
+  int round_ = 0;             // the attempt: GW_RESTART_COUNT
   int exit_code_ = 0;
   std::optional<Clock::time_point> kill_deadline_;  // when stopping escalates to SIGKILL
+  Clock::time_point next_watch_{};                  // when watch_nodes() looks again
 };
 
 }  // namespace gw::launcher

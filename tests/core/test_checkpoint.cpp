@@ -9,21 +9,11 @@
 
 #include "core/checkpoint.h"
 #include "core/ops.h"
+#include "tests/temp_dir.h"
 
 using namespace gw;
 
 namespace {
-
-// A fresh directory under the system's temporary directory, removed afterwards.
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "gw_ckpt_XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-};
 
 Checkpoint sample(float value, int64_t step) {
   Checkpoint c;
@@ -51,7 +41,7 @@ void check_same(const Checkpoint& a, const Checkpoint& b) {
 }  // namespace
 
 TEST_CASE("a checkpoint comes back as it was saved", "[core][checkpoint]") {
-  TempDir dir;
+  gw::test::TempDir dir;
   CHECK_FALSE(load_checkpoint(dir.path).has_value());  // none yet
   const Checkpoint saved = sample(1.5f, 7);
   save_checkpoint(dir.path + "/run", saved);  // the directory is created
@@ -66,7 +56,7 @@ TEST_CASE("a checkpoint comes back as it was saved", "[core][checkpoint]") {
 
 TEST_CASE("a checkpoint write that did not finish leaves the previous one whole",
           "[core][checkpoint]") {
-  TempDir dir;
+  gw::test::TempDir dir;
   const Checkpoint first = sample(1.0f, 10);
   save_checkpoint(dir.path, first);
   // What a process killed in the middle of the next save leaves: a partial temporary file.
@@ -90,7 +80,7 @@ TEST_CASE("a checkpoint write that did not finish leaves the previous one whole"
 
 TEST_CASE("load_checkpoint refuses what is not a checkpoint, naming the file",
           "[core][checkpoint][errors]") {
-  TempDir dir;
+  gw::test::TempDir dir;
   save_safetensors(dir.path + "/checkpoint.safetensors", {{"w", ones({2})}});
   CHECK_THROWS_WITH(load_checkpoint(dir.path), Catch::Contains("checkpoint.safetensors") &&
                                                    Catch::Contains("not a gradwire checkpoint"));

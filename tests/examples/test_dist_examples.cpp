@@ -8,11 +8,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <filesystem>
 #include <regex>
 
 #include "tests/dist/launcher/gwrun_process.h"
 #include "tests/process_util.h"
+#include "tests/temp_dir.h"
 #include "tests/tls_pki.h"
 
 using gw::test::count;
@@ -81,17 +81,6 @@ TEST_CASE("DDP training keeps the replicas identical", "[examples][dist][ddp]") 
 }
 
 namespace {
-// A fresh directory for checkpoints, removed afterwards.
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/gw_resume_XXXXXX";
-    REQUIRE(::mkdtemp(tmpl) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-};
-
 // "test accuracy 74.48%" -> 74.48; -1 if absent.
 double final_accuracy(const std::string& out) {
   std::smatch m;
@@ -102,7 +91,7 @@ double final_accuracy(const std::string& out) {
 
 TEST_CASE("gwrun --max-restarts: DDP with a rank killed mid-epoch resumes from its checkpoint",
           "[examples][dist][ddp]") {
-  TempDir uninterrupted, resumed;
+  gw::test::TempDir uninterrupted, resumed;
   auto args = [](const std::string& dir) {
     return std::vector<std::string>{"--max-restarts",
                                     "2",
@@ -145,7 +134,7 @@ TEST_CASE("gwrun --max-restarts: DDP with a rank killed mid-epoch resumes from i
 
 TEST_CASE("gwrun --max-restarts: the parameter server resumes after a trainer is killed",
           "[examples][dist]") {
-  TempDir dir;
+  gw::test::TempDir dir;
   gw::test::GwrunProcess job({"--max-restarts", "2", "--nproc-per-node", "3", GW_PS_EXAMPLE,
                               "--epochs", "2", "--limit", "6400", "--target", "0.6",
                               "--checkpoint-every", "20", "--checkpoint-dir", dir.path});

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -18,6 +19,7 @@
 #include "tests/netns_bed.h"
 #include "tests/scoped_env.h"
 #include "tests/skip.h"
+#include "tests/temp_dir.h"
 
 using gw::test::count;
 using gw::test::GwrunProcess;
@@ -215,6 +217,40 @@ TEST_CASE("gwrun --rdzv-endpoint across hosts: nodes started in any order run th
   INFO(all_output(r));
   for (const auto& host : r) CHECK(host.exit_code == 0);
   CHECK(count(all_output(r), "get_worker_info:     WorkerInfo(name=worker2, id=2)") == 1);
+}
+
+TEST_CASE("gwrun --max-restarts across hosts: a DDP rank killed, every node restarts and resumes",
+          "[examples][multihost]") {
+  SKIP_WITHOUT_BED();
+  NetnsBed bed(2);
+  SharedKey key;
+  gw::test::TempDir checkpoints("gw_resume");  // every host sees it, as a shared file system
+  std::vector<std::unique_ptr<GwrunProcess>> hosts;
+  for (int h = 0; h < 2; ++h)
+    hosts.push_back(std::make_unique<GwrunProcess>(
+        std::vector<std::string>{"--nnodes", "2", "--rdzv-endpoint", bed.ipv4(0) + ":29400",
+                                 "--max-restarts", "2", "--nproc-per-node", "1", GW_DDP_EXAMPLE,
+                                 "--epochs", "2", "--limit", "3600", "--target", "0.5",
+                                 "--checkpoint-every", "10", "--checkpoint-dir", checkpoints.path},
+        bed.exec(h)));
+  // Rank 0 (on the host that arrived first) reports its checkpoints; rank 1 is on the other.
+  const int first = GwrunProcess::wait_for_any_stdout({hosts[0].get(), hosts[1].get()},
+                                                      "checkpoint saved: epoch 2, step 20");
+  REQUIRE(first >= 0);
+  const pid_t victim = hosts[1 - first]->worker_pid(1);
+  REQUIRE(victim > 0);
+  REQUIRE(::kill(victim, SIGKILL) == 0);
+  const auto r = finish_all(hosts);
+  const std::string all = all_output(r);
+  INFO(all);
+  for (const auto& host : r) {
+    CHECK(host.exit_code == 0);
+    CHECK(count(host.err, "restarting all workers (restart 1 of 2)") == 1);
+  }
+  // On its host; the other host reports it too, or its own rank's failure that came first.
+  CHECK(count(all, "rank 1 (pid " + std::to_string(victim) + ") was killed by signal 9") >= 1);
+  CHECK(count(all, "resuming from " + checkpoints.path + " at epoch 2, step ") == 1);
+  CHECK(count(all, "parameters identical to rank 0's: yes") == 2);
 }
 
 TEST_CASE("a host cut off mid-job: every rank raises within failure_timeout, and gwrun exits",

@@ -1,10 +1,13 @@
 // Spawning gwrun from the tests and collecting its output.
 #include "tests/dist/launcher/gwrun_process.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -124,6 +127,29 @@ bool GwrunProcess::wait_for_stdout(std::string_view needle) {
   return true;
 }
 
+int GwrunProcess::wait_for_any_stdout(const std::vector<GwrunProcess*>& processes,
+                                      std::string_view needle) {
+  for (;;) {
+    std::vector<pollfd> fds;
+    bool open = false;
+    for (size_t i = 0; i < processes.size(); ++i) {
+      const GwrunProcess& p = *processes[i];
+      if (p.result_.out.find(needle) != std::string::npos) return static_cast<int>(i);
+      fds.push_back({p.out_fd_, POLLIN, 0});
+      fds.push_back({p.err_fd_, POLLIN, 0});
+      open = open || p.out_fd_ >= 0 || p.err_fd_ >= 0;
+    }
+    if (!open) return -1;
+    const int ready = ::poll(fds.data(), fds.size(), kReadTimeoutMs);
+    if (ready < 0 && errno == EINTR) continue;
+    check(ready >= 0, "poll");
+    if (ready == 0) throw std::runtime_error("no gwrun produced output or exited in 120 s");
+    for (size_t i = 0; i < processes.size(); ++i) {
+      if (fds[2 * i].revents != 0 || fds[2 * i + 1].revents != 0) processes[i]->read_some();
+    }
+  }
+}
+
 GwrunResult GwrunProcess::finish() {
   while (read_some()) {
   }
@@ -153,6 +179,20 @@ std::vector<std::string> split_lines(const std::string& text) {
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) lines.push_back(std::move(line));
   return lines;
+}
+
+int free_loopback_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw std::runtime_error("free_loopback_port: socket failed");
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), len) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+  ::close(fd);
+  if (!ok) throw std::runtime_error("free_loopback_port: no port on 127.0.0.1");
+  return ntohs(a.sin_port);
 }
 
 }  // namespace gw::test

@@ -34,6 +34,10 @@ class GwrunProcess {
   pid_t worker_pid(int rank) const;
   // Reads output until stdout contains `needle`; false if gwrun closed stdout first.
   bool wait_for_stdout(std::string_view needle);
+  // The same over several gwruns at once: the index of the first whose stdout contains
+  // `needle`, or -1 once every one has closed its pipes.
+  static int wait_for_any_stdout(const std::vector<GwrunProcess*>& processes,
+                                 std::string_view needle);
   // Reads both pipes to end of file and waits for gwrun to exit.
   GwrunResult finish();
 
@@ -50,6 +54,9 @@ class GwrunProcess {
 
 // Runs gwrun with `args` to completion.
 GwrunResult run_gwrun(const std::vector<std::string>& args);
+
+// A port that was free on 127.0.0.1 a moment ago.
+int free_loopback_port();
 
 // How many times `needle` occurs in `text`.
 size_t count(const std::string& text, const std::string& needle);

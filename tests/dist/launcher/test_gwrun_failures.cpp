@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <regex>
 #include <string>
 #include <vector>
@@ -235,5 +236,69 @@ TEST_CASE("gwrun --max-restarts starts every worker again, up to N times", "[gwr
     CHECK(r.exit_code == 7);
     CHECK(gw::test::count(r.err, "restarting all workers (restart 1 of 1)") == 1);
     CHECK(gw::test::count(r.out, "attempt=2") == 0);
+  }
+}
+
+namespace {
+// Two gwrun "nodes" of one job on this machine, meeting at a loopback --rdzv-endpoint.
+std::vector<std::unique_ptr<GwrunProcess>> start_nodes(const std::vector<std::string>& args) {
+  const std::string endpoint = "127.0.0.1:" + std::to_string(gw::test::free_loopback_port());
+  std::vector<std::unique_ptr<GwrunProcess>> nodes;
+  for (int n = 0; n < 2; ++n) {
+    std::vector<std::string> argv = {"--nnodes", "2", "--rdzv-endpoint", endpoint};
+    argv.insert(argv.end(), args.begin(), args.end());
+    nodes.push_back(std::make_unique<GwrunProcess>(argv));
+  }
+  return nodes;
+}
+}  // namespace
+
+TEST_CASE("gwrun --max-restarts across nodes: every node restarts, the rendezvous forms again",
+          "[gwrun]") {
+  // Global rank 2 (on whichever node is node 1 in the first round) fails on the first attempt.
+  const std::string script =
+      "echo attempt=$GW_RESTART_COUNT; "
+      "if [ \"$RANK\" = 2 ] && [ \"$GW_RESTART_COUNT\" = 0 ]; then exit 7; fi; exit 0";
+  SECTION("a restart left: both nodes start their workers again and the job succeeds") {
+    auto nodes = start_nodes({"--max-restarts", "2", "--nproc-per-node", "2", "sh", "-c", script});
+    std::string all_out, all_err;
+    for (auto& node : nodes) {
+      const GwrunResult r = node->finish();
+      INFO("stdout:\n" << r.out << "stderr:\n" << r.err);
+      CHECK(r.exit_code == 0);
+      CHECK(gw::test::count(r.err, "restarting all workers (restart 1 of 2)") == 1);
+      CHECK(gw::test::count(r.out, "attempt=1") == 2);  // both local workers, second round
+      all_out += r.out, all_err += r.err;
+    }
+    // The failing node told the other (which had stopped its workers, or had seen them end).
+    CHECK(gw::test::count(all_err, "rank 2 (pid ") == 2);
+    CHECK(std::regex_search(all_err,
+                            std::regex("node 1: rank 2 \\(pid [0-9]+\\) exited with code 7")));
+    for (const char* rank : {"[0] ", "[1] ", "[2] ", "[3] "})
+      CHECK(gw::test::count(all_out, std::string(rank) + "attempt=1") == 1);
+  }
+  SECTION("no restart left: every node exits with the failure's code") {
+    auto nodes = start_nodes(
+        {"--nproc-per-node", "2", "--max-restarts", "0", "sh", "-c", script + "; sleep 600"});
+    for (auto& node : nodes) {
+      const GwrunResult r = node->finish();
+      INFO("stdout:\n" << r.out << "stderr:\n" << r.err);
+      CHECK(r.exit_code == 7);
+      CHECK(gw::test::count(r.out, "attempt=1") == 0);
+    }
+  }
+}
+
+TEST_CASE("gwrun across nodes: an interrupted node ends the job on every node, no restart",
+          "[gwrun]") {
+  auto nodes = start_nodes(
+      {"--max-restarts", "3", "--nproc-per-node", "1", "sh", "-c", "echo ready; exec sleep 600"});
+  for (auto& node : nodes) REQUIRE(node->wait_for_stdout("ready"));
+  REQUIRE(::kill(nodes[0]->pid(), SIGTERM) == 0);
+  for (auto& node : nodes) {
+    const GwrunResult r = node->finish();
+    INFO("stdout:\n" << r.out << "stderr:\n" << r.err);
+    CHECK(r.exit_code == 128 + SIGTERM);
+    CHECK(gw::test::count(r.err, "restarting") == 0);
   }
 }

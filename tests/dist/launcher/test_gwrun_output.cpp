@@ -1,6 +1,4 @@
 // gwrun end to end: the workers' environment and how their output is forwarded.
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -226,24 +224,9 @@ TEST_CASE("gwrun passes a job key file it was given on, and leaves it", "[gwrun]
   std::filesystem::remove_all(dir);
 }
 
-namespace {
-// A port that was free on 127.0.0.1 a moment ago.
-int free_loopback_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), len) == 0);
-  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-}  // namespace
-
 TEST_CASE("nodes started in any order meet at --rdzv-endpoint and receive their node ranks",
           "[gwrun]") {
-  const std::string endpoint = "127.0.0.1:" + std::to_string(free_loopback_port());
+  const std::string endpoint = "127.0.0.1:" + std::to_string(gw::test::free_loopback_port());
   std::vector<std::unique_ptr<gw::test::GwrunProcess>> nodes;
   for (int n = 0; n < 3; ++n)
     nodes.push_back(std::make_unique<gw::test::GwrunProcess>(
@@ -274,7 +257,7 @@ TEST_CASE("nodes started in any order meet at --rdzv-endpoint and receive their 
 }
 
 TEST_CASE("a node that never arrives fails the rendezvous after --rdzv-timeout", "[gwrun]") {
-  const std::string endpoint = "127.0.0.1:" + std::to_string(free_loopback_port());
+  const std::string endpoint = "127.0.0.1:" + std::to_string(gw::test::free_loopback_port());
   const GwrunResult r = run_gwrun({"--nnodes", "2", "--rdzv-endpoint", endpoint, "--rdzv-timeout",
                                    "1", "--nproc-per-node", "1", "sh", "-c", "echo ran"});
   INFO("stderr:\n" << r.err);
