@@ -37,7 +37,6 @@ int main(int argc, char** argv) {
       options.master_port = resolve_master_port(options);
     }
     Supervisor supervisor(std::move(options), nodes ? &*nodes : nullptr);
-    supervisor.start();
     return supervisor.run();
   } catch (const gw::InvalidArgumentError& e) {
     std::fprintf(stderr, "%s\n%s", e.what(), usage_text());

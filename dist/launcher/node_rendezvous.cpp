@@ -51,79 +51,137 @@ NodeRendezvous::NodeRendezvous(const LaunchOptions& o) : options_(o) {
 
 // Keys of this job's rendezvous (--rdzv-id), per round: jobs sharing an endpoint do not mix.
 std::string NodeRendezvous::key(int round, const std::string& name) const {
-  return "gwrun/" + options_.rdzv_id + "/round/" + std::to_string(round) + "/" + name;
+  return job_key("round/" + std::to_string(round) + "/" + name);
+}
+
+std::string NodeRendezvous::job_key(const std::string& name) const {
+  return "gwrun/" + options_.rdzv_id + "/" + name;
+}
+
+bool NodeRendezvous::wait_key(int round, const std::string& key, Milliseconds timeout, bool watch) {
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    if (store_->check({key})) return true;
+    if (interrupted_ && interrupted_()) throw Stopped{};
+    if (watch) {
+      if (auto f = failure(round)) throw Stopped{std::move(f)};
+    }
+    const auto left = std::chrono::duration_cast<Milliseconds>(deadline - Clock::now());
+    if (left <= Milliseconds(0)) return false;
+    try {  // wakes at once when the key appears
+      store_->wait({key}, std::min(left, Milliseconds(kPollPeriod)));
+      return true;
+    } catch (const TimeoutError&) {
+    }
+  }
 }
 
 NodeRendezvous::Place NodeRendezvous::join(int round) {
+  // A job that has ended (a node left it, or was interrupted) forms no round again; nor does a
+  // new launch find the store of an old one still serving.
+  if (auto ended = read(job_key("ended")))
+    throw Stopped{Failure{ended->exit_code == 0 ? 1 : ended->exit_code, false,
+                          "no rendezvous at " + options_.rdzv_endpoint + " for --rdzv-id " +
+                              options_.rdzv_id + ": the job has ended (" + ended->description +
+                              ")"}};
   const std::string arrived = key(round, "arrived"), master = key(round, "master");
   node_rank_ = static_cast<int>(store_->add(arrived, 1)) - 1;
   GW_CHECK(node_rank_ < options_.nnodes, StateError, "[gwrun] more nodes than --nnodes ",
            options_.nnodes, " joined the rendezvous at ", options_.rdzv_endpoint);
-  if (node_rank_ == options_.nnodes - 1) store_->set(arrived + "/all", std::string("1"));
+  if (node_rank_ == options_.nnodes - 1) {
+    store_->set(arrived + "/all", std::string("1"));
+  } else {
+    write_all(STDERR_FILENO, gw::detail::str("[gwrun] rendezvous at ", options_.rdzv_endpoint,
+                                             ": node ", node_rank_ + 1, " of ", options_.nnodes,
+                                             " arrived, waiting for the others\n"));
+  }
   try {
-    store_->wait({arrived + "/all"}, ms(options_.rdzv_timeout_s));
-  } catch (const TimeoutError&) {
-    throw TimeoutError(gw::detail::str(
-        "[gwrun] rendezvous at ", options_.rdzv_endpoint, ": ", store_->add(arrived, 0), " of ",
-        options_.nnodes, " nodes arrived within ", options_.rdzv_timeout_s, " s",
-        round > 0 ? " for restart " + std::to_string(round) : std::string()));
+    if (!wait_key(round, arrived + "/all", ms(options_.rdzv_timeout_s), true)) {
+      throw TimeoutError(gw::detail::str(
+          "[gwrun] rendezvous at ", options_.rdzv_endpoint, ": ", store_->add(arrived, 0), " of ",
+          options_.nnodes, " nodes arrived within ", options_.rdzv_timeout_s, " s",
+          round > 0 ? " for restart " + std::to_string(round) : std::string()));
+    }
+    if (node_rank_ == 0) {
+      const std::string ip = dist::reachable_address(options_.rdzv_host, "gwrun");
+      store_->set(master, ip + "\n" + std::to_string(dist::free_port(ip, "gwrun")));
+    }
+    GW_CHECK(wait_key(round, master, ms(options_.rdzv_timeout_s), true), TimeoutError,
+             "[gwrun] rendezvous at ", options_.rdzv_endpoint, ": node 0 named no master within ",
+             options_.rdzv_timeout_s, " s");
+  } catch (Stopped& stopped) {
+    // A node that left after its workers finished: no restart can form without it.
+    if (stopped.failure && stopped.failure->exit_code == 0)
+      stopped.failure = Failure{1, false, "no restart: " + stopped.failure->description};
+    throw;
   }
-  if (node_rank_ == 0) {
-    const std::string ip = dist::reachable_address(options_.rdzv_host, "gwrun");
-    store_->set(master, ip + "\n" + std::to_string(dist::free_port(ip, "gwrun")));
-  }
-  store_->wait({master}, ms(options_.rdzv_timeout_s));
   const std::string value = store_->get_string(master);
   const auto nl = value.find('\n');
   return Place{node_rank_, value.substr(0, nl), std::stoi(value.substr(nl + 1))};
 }
 
-std::optional<NodeRendezvous::Failure> NodeRendezvous::failure(int round) {
-  const std::string failed = key(round, "failed");
-  if (!store_->check({failed})) return std::nullopt;
-  // "<exit code> <restartable>\n<description>"
-  const std::string value = store_->get_string(failed);
+// "<exit code> <restartable>\n<description>"
+std::optional<NodeRendezvous::Failure> NodeRendezvous::read(const std::string& key) {
+  if (!store_->check({key})) return std::nullopt;
+  const std::string value = store_->get_string(key);
   const auto space = value.find(' '), nl = value.find('\n');
+  GW_CHECK(space < nl && nl != std::string::npos, IoError, "[gwrun] the rendezvous key ", key,
+           " holds no failure: '", value, "'");
   return Failure{std::stoi(value.substr(0, space)), value.substr(space + 1, nl - space - 1) == "1",
                  value.substr(nl + 1)};
 }
 
-void NodeRendezvous::fail_round(int round, const Failure& f) {
+void NodeRendezvous::write(const std::string& key, const Failure& f) {
   const std::string value = std::to_string(f.exit_code) + (f.restartable ? " 1" : " 0") +
                             "\nnode " + std::to_string(node_rank_) + ": " + f.description;
-  store_->compare_set(key(round, "failed"), {}, dist::Bytes(value.begin(), value.end()));
+  store_->compare_set(key, {}, dist::Bytes(value.begin(), value.end()));
+}
+
+std::optional<NodeRendezvous::Failure> NodeRendezvous::failure(int round) {
+  if (auto failed = read(key(round, "failed"))) return failed;
+  return read(job_key("ended"));
+}
+
+void NodeRendezvous::fail_round(int round, const Failure& f) {
+  write(f.restartable ? key(round, "failed") : job_key("ended"), f);
 }
 
 std::optional<NodeRendezvous::Failure> NodeRendezvous::finish(int round) {
   const std::string done = key(round, "done"), all_done = done + "/all";
   if (store_->add(done, 1) == options_.nnodes) store_->set(all_done, std::string("1"));
-  const auto deadline = Clock::now() + ms(options_.rdzv_timeout_s);
-  while (!store_->check({all_done})) {
-    if (auto f = failure(round)) return f;
-    const auto left = std::chrono::duration_cast<Milliseconds>(deadline - Clock::now());
-    if (left <= Milliseconds(0)) {
-      write_all(STDERR_FILENO,
-                gw::detail::str("[gwrun] warning: ", store_->add(done, 0), " of ", options_.nnodes,
-                                " nodes finished within ", options_.rdzv_timeout_s,
-                                " s of this one; leaving without the others\n"));
-      return std::nullopt;
-    }
-    try {  // wakes at once when the last node finishes; looks for failures in between
-      store_->wait({all_done}, std::min(left, Milliseconds(250)));
-    } catch (const TimeoutError&) {
-    }
+  try {
+    if (wait_key(round, all_done, ms(options_.rdzv_timeout_s), true)) return std::nullopt;
+  } catch (const Stopped& stopped) {
+    if (!stopped.failure) throw;  // interrupted
+    // A node that left after its own workers finished gave up waiting: so does this one.
+    if (stopped.failure->exit_code == 0) return std::nullopt;
+    return stopped.failure;
   }
+  write_all(STDERR_FILENO,
+            gw::detail::str("[gwrun] warning: ", store_->add(done, 0), " of ", options_.nnodes,
+                            " nodes finished within ", options_.rdzv_timeout_s,
+                            " s of this one; leaving without the others\n"));
   return std::nullopt;
 }
 
-void NodeRendezvous::leave(int round) {
+void NodeRendezvous::leave(int round, int exit_code) {
+  // The job has ended for this node: no round forms again (unless a failure said it first).
+  write(job_key("ended"),
+        Failure{exit_code, false,
+                exit_code == 0 ? "left the job"
+                               : "left the job with exit code " + std::to_string(exit_code)});
+  // The hosting node waits for every node that joined the round (an interrupted rendezvous
+  // may have fewer than --nnodes).
   const std::string left = key(round, "left");
-  if (store_->add(left, 1) == options_.nnodes) store_->set(left + "/all", std::string("1"));
+  const int64_t joined = store_->add(key(round, "arrived"), 0);
+  if (store_->add(left, 1) >= joined) store_->set(left + "/all", std::string("1"));
   if (!hosting_) return;
   try {
-    store_->wait({left + "/all"}, std::min(ms(options_.rdzv_timeout_s), kLeaveTimeout));
-  } catch (const TimeoutError&) {
-    write_all(STDERR_FILENO, "[gwrun] warning: not every node confirmed the end of the job\n");
+    if (!wait_key(round, left + "/all", std::min(ms(options_.rdzv_timeout_s), kLeaveTimeout),
+                  false))
+      write_all(STDERR_FILENO, "[gwrun] warning: not every node confirmed the end of the job\n");
+  } catch (const Stopped&) {
+    // Interrupted: stop serving now.
   }
 }
 

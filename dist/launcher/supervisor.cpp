@@ -50,10 +50,11 @@ std::string describe_signal(int sig) {
 
 }  // namespace
 
-constexpr auto kWatchPeriod = std::chrono::milliseconds(250);  // how often watch_nodes() looks
-
 Supervisor::Supervisor(LaunchOptions options, NodeRendezvous* nodes)
-    : options_(std::move(options)), nodes_(nodes) {}
+    : options_(std::move(options)), nodes_(nodes) {
+  // Waiting for the other nodes, gwrun still answers Ctrl-C (the signal pipe has it now).
+  if (nodes_ != nullptr) nodes_->set_interrupt([this] { return take_signals(); });
+}
 
 Supervisor::~Supervisor() {
   kill_alive(SIGKILL);
@@ -63,24 +64,26 @@ Supervisor::~Supervisor() {
   }
 }
 
-void Supervisor::start() {
-  guardian_.emplace(options_.term_timeout_s);
-  start_round(0);
-}
-
 void Supervisor::start_round(int round) {
   round_ = round;
-  if (nodes_ != nullptr) {
-    const NodeRendezvous::Place place = nodes_->join(round);
-    options_.node_rank = place.node_rank;
-    options_.master_addr = place.master_addr;
-    options_.master_port = place.master_port;
-  }
   workers_.clear();
-  workers_.reserve(options_.nproc_per_node);
   stopping_ = false;
   exit_code_ = 0;
   kill_deadline_.reset();
+  if (nodes_ != nullptr) {
+    try {
+      const NodeRendezvous::Place place = nodes_->join(round);
+      options_.node_rank = place.node_rank;
+      options_.master_addr = place.master_addr;
+      options_.master_port = place.master_port;
+    } catch (const NodeRendezvous::Stopped& stopped) {
+      // Interrupted (on_signal saw to it), or another node failed already: no workers this
+      // round, and run() decides as if they had been stopped.
+      if (stopped.failure) end_round(*stopped.failure);
+      return;
+    }
+  }
+  workers_.reserve(options_.nproc_per_node);
   for (int local_rank = 0; local_rank < options_.nproc_per_node; ++local_rank) {
     int rank = options_.rank_of(local_rank);
     std::string prefix = "[" + std::to_string(rank) + "] ";
@@ -95,19 +98,35 @@ void Supervisor::start_round(int round) {
 }
 
 int Supervisor::run() {
+  try {
+    return run_rounds();
+  } catch (const std::exception& e) {
+    report({1, false, std::string("gwrun failed: ") + e.what()});
+    throw;
+  }
+}
+
+int Supervisor::run_rounds() {
+  guardian_.emplace(options_.term_timeout_s);
+  start_round(0);
   for (;;) {  // bounded by --max-restarts
     int code = supervise();
-    for (int sig : signals_.take()) on_signal(sig);  // one that came since the last poll
-    if (code == 0 && nodes_ != nullptr && !interrupted_) {
+    if (take_signals() && code == 0) code = exit_code_;  // one that came since the last poll
+    if (code == 0 && nodes_ != nullptr && !nodes_lost_) {
       // Done here; the job is done when every node is, or goes on if one failed meanwhile.
-      if (auto failure = nodes_->finish(round_)) {
-        write_all(STDERR_FILENO, "[gwrun] " + failure->description + "\n");
-        code = failure->exit_code;
-        interrupted_ = !failure->restartable;
+      try {
+        if (auto failure = nodes_->finish(round_)) {
+          end_round(*failure);
+          code = exit_code_;
+        }
+      } catch (const NodeRendezvous::Stopped&) {
+        code = exit_code_;  // interrupted
+      } catch (const std::exception& e) {
+        lose_nodes(e);  // this node's workers succeeded: so did its part
       }
     }
     if (code == 0 || interrupted_ || nodes_lost_ || round_ >= options_.max_restarts) {
-      leave_nodes();
+      leave_nodes(code);
       return code;
     }
     write_all(STDERR_FILENO, "[gwrun] restarting all workers (restart " +
@@ -134,15 +153,14 @@ int Supervisor::supervise() {
     GW_CHECK(ready >= 0 || errno == EINTR, IoError, "[gwrun] poll failed: ", strerror(errno));
     if (ready > 0) {
       // Signals first: an interrupt that also killed workers is not reported as their failure.
-      if (fds[0].revents != 0) {
-        for (int sig : signals_.take()) on_signal(sig);
-      }
+      if (fds[0].revents != 0) take_signals();
       for (size_t i = 0; i < sources.size(); ++i) {
         if (fds[i + 1].revents != 0) sources[i]->pump(false);
       }
     }
     reap();  // every round, not only on SIGCHLD: a byte lost to a full pipe must not hang us
-    if (nodes_ != nullptr && !stopping_ && Clock::now() >= next_watch_) watch_nodes();
+    if (nodes_ != nullptr && !nodes_lost_ && !stopping_ && Clock::now() >= next_watch_)
+      watch_nodes();
     if (kill_deadline_ && Clock::now() >= *kill_deadline_) {
       kill_alive(SIGKILL);
       kill_deadline_.reset();
@@ -152,25 +170,45 @@ int Supervisor::supervise() {
 }
 
 void Supervisor::watch_nodes() {
-  next_watch_ = Clock::now() + kWatchPeriod;
+  next_watch_ = Clock::now() + NodeRendezvous::kPollPeriod;
   std::optional<NodeRendezvous::Failure> failure;
   try {
     failure = nodes_->failure(round_);
   } catch (const std::exception& e) {
-    failure = NodeRendezvous::Failure{1, false, std::string("lost the rendezvous: ") + e.what()};
-    nodes_lost_ = true;
+    lose_nodes(e);
+    return;
   }
-  if (!failure) return;
-  write_all(STDERR_FILENO, "[gwrun] " + failure->description + "; stopping the workers\n");
-  exit_code_ = failure->exit_code;
-  interrupted_ = interrupted_ || !failure->restartable;
+  // Exit code 0: a node left after its workers finished; these may finish too.
+  if (failure && failure->exit_code != 0) end_round(*failure);
+}
+
+void Supervisor::lose_nodes(const std::exception& e) {
+  nodes_lost_ = true;
+  write_all(STDERR_FILENO, std::string("[gwrun] lost the rendezvous: ") + e.what() +
+                               "; no restart is possible now, the workers go on\n");
+}
+
+void Supervisor::end_round(const NodeRendezvous::Failure& failure) {
+  write_all(STDERR_FILENO,
+            "[gwrun] " + failure.description + (any_alive() ? "; stopping the workers\n" : "\n"));
+  exit_code_ = failure.exit_code;
+  interrupted_ = interrupted_ || !failure.restartable;
   stop(SIGTERM);
 }
 
-void Supervisor::leave_nodes() {
+bool Supervisor::take_signals() {
+  bool interrupt = false;
+  for (int sig : signals_.take()) {
+    on_signal(sig);
+    interrupt = interrupt || sig == SIGINT || sig == SIGTERM;
+  }
+  return interrupt;
+}
+
+void Supervisor::leave_nodes(int exit_code) {
   if (nodes_ == nullptr || nodes_lost_) return;
   try {
-    nodes_->leave(round_);
+    nodes_->leave(round_, exit_code);
   } catch (const std::exception&) {
     // The store is gone: no node is left to tell.
   }
@@ -181,15 +219,15 @@ void Supervisor::report(const NodeRendezvous::Failure& failure) {
   try {
     nodes_->fail_round(round_, failure);
   } catch (const std::exception& e) {
-    write_all(STDERR_FILENO,
-              std::string("[gwrun] could not tell the other nodes: ") + e.what() + "\n");
-    nodes_lost_ = true;
+    lose_nodes(e);
   }
 }
 
 void Supervisor::on_signal(int sig) {
   if (sig != SIGINT && sig != SIGTERM) return;  // SIGCHLD only wakes poll(); reap() follows
-  interrupted_ = true;                          // whatever else is going on: no restart after this
+  // Whatever else is going on: no restart after this, here or on the other nodes.
+  if (!interrupted_) report({128 + sig, false, "gwrun received " + describe_signal(sig)});
+  interrupted_ = true;
   if (stopping_) {
     kill_alive(SIGKILL);  // a second Ctrl-C means "now"
     return;
@@ -199,7 +237,6 @@ void Supervisor::on_signal(int sig) {
   write_all(STDERR_FILENO, message);
   exit_code_ = 128 + sig;
   stop(sig);
-  report({exit_code_, false, "gwrun received " + describe_signal(sig)});
 }
 
 void Supervisor::reap() {
@@ -266,7 +303,8 @@ bool Supervisor::any_alive() const {
 
 int Supervisor::poll_timeout_ms() const {
   std::optional<Clock::time_point> wake = kill_deadline_;
-  if (nodes_ != nullptr && !stopping_) wake = std::min(wake.value_or(next_watch_), next_watch_);
+  if (nodes_ != nullptr && !nodes_lost_ && !stopping_)
+    wake = std::min(wake.value_or(next_watch_), next_watch_);
   if (!wake) return -1;
   auto left = std::chrono::duration<double, std::milli>(*wake - Clock::now());
   return static_cast<int>(std::max(0.0, std::ceil(left.count())));

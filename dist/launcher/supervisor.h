@@ -29,17 +29,16 @@ class Supervisor {
   // options.master_port must be resolved (resolve_master_port), unless `nodes` gives the
   // master each round; `nodes` (optional) must outlive the supervisor.
   explicit Supervisor(LaunchOptions options, NodeRendezvous* nodes = nullptr);
-  // Kills and reaps workers still running, e.g. when start() failed halfway.
+  // Kills and reaps workers still running, e.g. when run() failed halfway.
   ~Supervisor();
   Supervisor(const Supervisor&) = delete;
   Supervisor& operator=(const Supervisor&) = delete;
 
-  // Starts every local rank (after the rendezvous, across nodes). Throws InvalidArgumentError
-  // when the program cannot be executed, what NodeRendezvous::join throws across nodes.
-  void start();
-  // Returns once every worker has exited for good: 0, the first failed worker's exit code
-  // (128+signal if it was killed) once no restart is left, or 128+signal when gwrun itself was
-  // interrupted.
+  // Starts every local rank (after the rendezvous, across nodes) and returns once every worker
+  // has exited for good: 0, the first failed worker's exit code (128+signal if it was killed)
+  // once no restart is left, or 128+signal when gwrun itself was interrupted. Throws
+  // InvalidArgumentError when the program cannot be executed, and what NodeRendezvous::join
+  // throws (the other nodes are told the job ends).
   int run();
 
  private:
@@ -52,11 +51,15 @@ class Supervisor {
   };
   using Clock = std::chrono::steady_clock;
 
+  int run_rounds();
   void start_round(int round);
   int supervise();     // one attempt: until every worker has exited
   void watch_nodes();  // across nodes: stops the workers when another node's failed
+  void end_round(const NodeRendezvous::Failure& failure);  // another node's: stop ours
+  bool take_signals();  // handles the signals that came; whether one was SIGINT or SIGTERM
   void report(const NodeRendezvous::Failure& failure);  // to the other nodes, if any
-  void leave_nodes();                                   // the job has ended here
+  void leave_nodes(int exit_code);                      // the job has ended here
+  void lose_nodes(const std::exception& e);             // the store is gone: no restarts
   void on_signal(int sig);
   void reap();
   void on_exit(Worker& worker, int status);

@@ -60,8 +60,9 @@ class DistributedOptimizer {
   // after it); fetched from the owners at once.
   NamedTensors state_dict() const;
   // Loads a state_dict() of an optimizer over the same parameters: every owner's part must be
-  // there; a key of no owner throws InvalidArgumentError naming it, and each owner checks its
-  // part as optim::Optimizer::load_state_dict does.
+  // there; a key of no owner throws InvalidArgumentError naming it before anything changes.
+  // Each owner then checks its part as optim::Optimizer::load_state_dict does: a part it
+  // rejects changes nothing there, but the other owners have loaded theirs.
   void load_state_dict(const NamedTensors& state);
 
  private:

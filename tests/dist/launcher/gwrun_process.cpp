@@ -120,8 +120,8 @@ bool GwrunProcess::read_some() {
   return out_fd_ >= 0 || err_fd_ >= 0;
 }
 
-bool GwrunProcess::wait_for_stdout(std::string_view needle) {
-  while (result_.out.find(needle) == std::string::npos) {
+bool GwrunProcess::wait_for(const std::string& text, std::string_view needle) {
+  while (text.find(needle) == std::string::npos) {
     if (!read_some()) return false;
   }
   return true;

@@ -32,8 +32,10 @@ class GwrunProcess {
   // The pid of gwrun's worker of global rank `rank` (a child of gwrun with GW_LAUNCHER=gwrun
   // and RANK=rank in its environment), or -1 if there is none now.
   pid_t worker_pid(int rank) const;
-  // Reads output until stdout contains `needle`; false if gwrun closed stdout first.
-  bool wait_for_stdout(std::string_view needle);
+  // Reads output until stdout (stderr) contains `needle`; false if gwrun closed its pipes
+  // first.
+  bool wait_for_stdout(std::string_view needle) { return wait_for(result_.out, needle); }
+  bool wait_for_stderr(std::string_view needle) { return wait_for(result_.err, needle); }
   // The same over several gwruns at once: the index of the first whose stdout contains
   // `needle`, or -1 once every one has closed its pipes.
   static int wait_for_any_stdout(const std::vector<GwrunProcess*>& processes,
@@ -44,6 +46,7 @@ class GwrunProcess {
  private:
   // Reads what is available from the open pipes; false once both are closed.
   bool read_some();
+  bool wait_for(const std::string& text, std::string_view needle);
 
   pid_t pid_ = -1;
   int out_fd_ = -1;
