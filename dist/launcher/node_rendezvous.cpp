@@ -18,6 +18,9 @@ using dist::Milliseconds;
 
 // How long the hosting node serves the store for nodes that have not read the job's end yet.
 constexpr Milliseconds kLeaveTimeout{60'000};
+// The bound of one store call once connected: a silent store host must not freeze gwrun (its
+// output forwarding, its signals) for --rdzv-timeout; long waits go through wait_key.
+constexpr Milliseconds kStoreCallTimeout{30'000};
 
 Milliseconds ms(double seconds) { return Milliseconds(static_cast<int64_t>(seconds * 1000)); }
 
@@ -47,6 +50,7 @@ NodeRendezvous::NodeRendezvous(const LaunchOptions& o) : options_(o) {
     store.is_master = false;
     store_ = std::make_shared<dist::TCPStore>(host, store);
   }
+  store_->set_timeout(std::min(store.timeout, kStoreCallTimeout));
 }
 
 // Keys of this job's rendezvous (--rdzv-id), per round: jobs sharing an endpoint do not mix.
@@ -85,9 +89,17 @@ NodeRendezvous::Place NodeRendezvous::join(int round) {
                               options_.rdzv_id + ": the job has ended (" + ended->description +
                               ")"}};
   const std::string arrived = key(round, "arrived"), master = key(round, "master");
+  // A stray gwrun (a second launch of a node while the job runs) must not disturb the job.
+  GW_CHECK(round > 0 || !store_->check({arrived + "/all"}), StateError, "[gwrun] the job at ",
+           options_.rdzv_endpoint, " with --rdzv-id ", options_.rdzv_id,
+           " is running already with its ", options_.nnodes, " nodes");
   node_rank_ = static_cast<int>(store_->add(arrived, 1)) - 1;
-  GW_CHECK(node_rank_ < options_.nnodes, StateError, "[gwrun] more nodes than --nnodes ",
-           options_.nnodes, " joined the rendezvous at ", options_.rdzv_endpoint);
+  if (node_rank_ >= options_.nnodes) {
+    store_->add(arrived, -1);
+    throw StateError(gw::detail::str("[gwrun] more nodes than --nnodes ", options_.nnodes,
+                                     " joined the rendezvous at ", options_.rdzv_endpoint));
+  }
+  member_ = true;
   if (node_rank_ == options_.nnodes - 1) {
     store_->set(arrived + "/all", std::string("1"));
   } else {
@@ -143,6 +155,7 @@ std::optional<NodeRendezvous::Failure> NodeRendezvous::failure(int round) {
 }
 
 void NodeRendezvous::fail_round(int round, const Failure& f) {
+  if (!member_) return;  // a node that never joined speaks for nobody
   write(f.restartable ? key(round, "failed") : job_key("ended"), f);
 }
 
@@ -164,21 +177,21 @@ std::optional<NodeRendezvous::Failure> NodeRendezvous::finish(int round) {
   return std::nullopt;
 }
 
-void NodeRendezvous::leave(int round, int exit_code) {
+void NodeRendezvous::leave(int exit_code) {
+  if (!member_) return;
   // The job has ended for this node: no round forms again (unless a failure said it first).
   write(job_key("ended"),
         Failure{exit_code, false,
                 exit_code == 0 ? "left the job"
                                : "left the job with exit code " + std::to_string(exit_code)});
-  // The hosting node waits for every node that joined the round (an interrupted rendezvous
-  // may have fewer than --nnodes).
-  const std::string left = key(round, "left");
-  const int64_t joined = store_->add(key(round, "arrived"), 0);
-  if (store_->add(left, 1) >= joined) store_->set(left + "/all", std::string("1"));
+  // The hosting node waits for every member (each arrived in round 0, and leaves once; an
+  // interrupted first rendezvous may have fewer than --nnodes).
+  const std::string left = job_key("left");
+  const int64_t members = store_->add(key(0, "arrived"), 0);
+  if (store_->add(left, 1) >= members) store_->set(left + "/all", std::string("1"));
   if (!hosting_) return;
   try {
-    if (!wait_key(round, left + "/all", std::min(ms(options_.rdzv_timeout_s), kLeaveTimeout),
-                  false))
+    if (!wait_key(0, left + "/all", std::min(ms(options_.rdzv_timeout_s), kLeaveTimeout), false))
       write_all(STDERR_FILENO, "[gwrun] warning: not every node confirmed the end of the job\n");
   } catch (const Stopped&) {
     // Interrupted: stop serving now.

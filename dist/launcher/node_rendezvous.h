@@ -21,7 +21,7 @@
 //     ... one failed: nodes.fail_round(round, {code, "rank 3 ... was killed"}); restart;
 //     ... all succeeded: if (!nodes.finish(round)) done; else restart;
 //   }
-//   nodes.leave(round, exit_code);
+//   nodes.leave(exit_code);
 //   // keep `nodes` alive while the job runs: the hosting node serves the store from it
 #pragma once
 
@@ -78,17 +78,18 @@ class NodeRendezvous {
   std::optional<Failure> failure(int round);
   // Reports this node's failure to every node: a restartable one for `round`, another for the
   // whole job (the first report stands); the description is prefixed with "node <rank>: ".
+  // Nothing from a node that never joined.
   void fail_round(int round, const Failure& failure);
   // This node's workers of `round` all succeeded: waits until every node's did (nullopt), or
   // a node reports a failure for the round (returned). Waits at most options.rdzv_timeout_s,
   // then returns nullopt with a warning: this node's work is done. Throws Stopped (empty) on
   // interruption.
   std::optional<Failure> finish(int round);
-  // This node is done with the job (it ends in `round` with `exit_code`): the job's end for
-  // every node, unless a node said otherwise first. The hosting node then serves the store
-  // until every node that joined the round has left (up to a minute, or a new interruption),
-  // so that each reads how the job ended.
-  void leave(int round, int exit_code);
+  // This node is done with the job (with `exit_code`): the job's end for every node, unless a
+  // node said otherwise first. The hosting node then serves the store until every node that
+  // joined has left (up to a minute, or a new interruption), so that each reads how the job
+  // ended. Nothing from a node that never joined.
+  void leave(int exit_code);
 
  private:
   std::string key(int round, const std::string& name) const;
@@ -103,7 +104,8 @@ class NodeRendezvous {
   std::function<bool()> interrupted_;
   std::shared_ptr<dist::Store> store_;  // the hosting node serves it from here
   bool hosting_ = false;
-  int node_rank_ = 0;  // in the current round
+  bool member_ = false;  // joined a round: this node's reports count
+  int node_rank_ = 0;    // in the current round
 };
 
 }  // namespace gw::launcher

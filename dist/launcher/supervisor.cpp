@@ -65,6 +65,7 @@ Supervisor::~Supervisor() {
 }
 
 void Supervisor::start_round(int round) {
+  const int cause = exit_code_;  // of the failure this round restarts after
   round_ = round;
   workers_.clear();
   stopping_ = false;
@@ -77,9 +78,13 @@ void Supervisor::start_round(int round) {
       options_.master_addr = place.master_addr;
       options_.master_port = place.master_port;
     } catch (const NodeRendezvous::Stopped& stopped) {
-      // Interrupted (on_signal saw to it), or another node failed already: no workers this
-      // round, and run() decides as if they had been stopped.
-      if (stopped.failure) end_round(*stopped.failure);
+      // Interrupted (on_signal saw to it), or the job ended, or another node failed already:
+      // no workers this round, and run() decides as if they had been stopped. A restart that
+      // cannot form ends with the failure it was for.
+      if (stopped.failure) {
+        end_round(*stopped.failure);
+        if (cause != 0) exit_code_ = cause;
+      }
       return;
     }
   }
@@ -102,6 +107,7 @@ int Supervisor::run() {
     return run_rounds();
   } catch (const std::exception& e) {
     report({1, false, std::string("gwrun failed: ") + e.what()});
+    leave_nodes(1);
     throw;
   }
 }
@@ -208,7 +214,7 @@ bool Supervisor::take_signals() {
 void Supervisor::leave_nodes(int exit_code) {
   if (nodes_ == nullptr || nodes_lost_) return;
   try {
-    nodes_->leave(round_, exit_code);
+    nodes_->leave(exit_code);
   } catch (const std::exception&) {
     // The store is gone: no node is left to tell.
   }
@@ -225,13 +231,13 @@ void Supervisor::report(const NodeRendezvous::Failure& failure) {
 
 void Supervisor::on_signal(int sig) {
   if (sig != SIGINT && sig != SIGTERM) return;  // SIGCHLD only wakes poll(); reap() follows
-  // Whatever else is going on: no restart after this, here or on the other nodes.
-  if (!interrupted_) report({128 + sig, false, "gwrun received " + describe_signal(sig)});
-  interrupted_ = true;
-  if (stopping_) {
+  if (signalled_) {
     kill_alive(SIGKILL);  // a second Ctrl-C means "now"
     return;
   }
+  // Whatever else is going on: no restart after this, here or on the other nodes.
+  signalled_ = interrupted_ = true;
+  report({128 + sig, false, "gwrun received " + describe_signal(sig)});
   std::string message =
       "[gwrun] received " + describe_signal(sig) + ", forwarding it to the workers\n";
   write_all(STDERR_FILENO, message);

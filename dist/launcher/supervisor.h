@@ -74,7 +74,8 @@ class Supervisor {
   std::optional<Guardian> guardian_;
   std::vector<Worker> workers_;
   bool stopping_ = false;
-  bool interrupted_ = false;  // gwrun (or another node's) got SIGINT or SIGTERM: no restart
+  bool signalled_ = false;    // gwrun got SIGINT or SIGTERM: a second one kills at once
+  bool interrupted_ = false;  // gwrun (or another node's) got one: no restart
   bool nodes_lost_ = false;   // the rendezvous store is gone: no restart either
   int round_ = 0;             // the attempt: GW_RESTART_COUNT
   int exit_code_ = 0;

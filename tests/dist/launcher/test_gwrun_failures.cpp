@@ -241,8 +241,12 @@ TEST_CASE("gwrun --max-restarts starts every worker again, up to N times", "[gwr
 
 namespace {
 // Two gwrun "nodes" of one job on this machine, meeting at a loopback --rdzv-endpoint.
-std::vector<std::unique_ptr<GwrunProcess>> start_nodes(const std::vector<std::string>& args) {
-  const std::string endpoint = "127.0.0.1:" + std::to_string(gw::test::free_loopback_port());
+std::string loopback_endpoint() {
+  return "127.0.0.1:" + std::to_string(gw::test::free_loopback_port());
+}
+
+std::vector<std::unique_ptr<GwrunProcess>> start_nodes(const std::vector<std::string>& args,
+                                                       const std::string& endpoint) {
   std::vector<std::unique_ptr<GwrunProcess>> nodes;
   for (int n = 0; n < 2; ++n) {
     std::vector<std::string> argv = {"--nnodes", "2", "--rdzv-endpoint", endpoint};
@@ -261,7 +265,8 @@ TEST_CASE("gwrun --max-restarts across nodes: every node restarts, the rendezvou
       "echo attempt=$GW_RESTART_COUNT; if [ \"$GW_RESTART_COUNT\" = 0 ]; then "
       "if [ \"$RANK\" = 2 ]; then exit 7; fi; exec sleep 600; fi; exit 0";
   SECTION("a restart left: both nodes start their workers again and the job succeeds") {
-    auto nodes = start_nodes({"--max-restarts", "2", "--nproc-per-node", "2", "sh", "-c", script});
+    auto nodes = start_nodes({"--max-restarts", "2", "--nproc-per-node", "2", "sh", "-c", script},
+                             loopback_endpoint());
     std::string all_out, all_err;
     for (auto& node : nodes) {
       const GwrunResult r = node->finish();
@@ -278,7 +283,7 @@ TEST_CASE("gwrun --max-restarts across nodes: every node restarts, the rendezvou
       CHECK(gw::test::count(all_out, std::string(rank) + "attempt=1") == 1);
   }
   SECTION("no restart left: every node exits with the failure's code") {
-    auto nodes = start_nodes({"--nproc-per-node", "2", "sh", "-c", script});
+    auto nodes = start_nodes({"--nproc-per-node", "2", "sh", "-c", script}, loopback_endpoint());
     for (auto& node : nodes) {
       const GwrunResult r = node->finish();
       INFO("stdout:\n" << r.out << "stderr:\n" << r.err);
@@ -290,9 +295,17 @@ TEST_CASE("gwrun --max-restarts across nodes: every node restarts, the rendezvou
 
 TEST_CASE("gwrun across nodes: an interrupted node ends the job on every node, no restart",
           "[gwrun]") {
+  const std::string endpoint = loopback_endpoint();
   auto nodes = start_nodes(
-      {"--max-restarts", "3", "--nproc-per-node", "1", "sh", "-c", "echo ready; exec sleep 600"});
+      {"--max-restarts", "3", "--nproc-per-node", "1", "sh", "-c", "echo ready; exec sleep 600"},
+      endpoint);
   for (auto& node : nodes) REQUIRE(node->wait_for_stdout("ready"));
+  // A stray third launch of the job is refused and leaves it alone.
+  const GwrunResult stray = run_gwrun({"--nnodes", "2", "--rdzv-endpoint", endpoint,
+                                       "--nproc-per-node", "1", "sh", "-c", "echo stray"});
+  CHECK(stray.exit_code == 1);
+  CHECK(gw::test::count(stray.err, "is running already with its 2 nodes") == 1);
+  CHECK(stray.out.empty());
   REQUIRE(::kill(nodes[0]->pid(), SIGTERM) == 0);
   for (auto& node : nodes) {
     const GwrunResult r = node->finish();
@@ -303,7 +316,7 @@ TEST_CASE("gwrun across nodes: an interrupted node ends the job on every node, n
 }
 
 TEST_CASE("gwrun waiting for the other nodes still answers Ctrl-C", "[gwrun]") {
-  const std::string endpoint = "127.0.0.1:" + std::to_string(gw::test::free_loopback_port());
+  const std::string endpoint = loopback_endpoint();
   // The other node never comes; the rendezvous alone would wait 10 minutes.
   GwrunProcess node({"--nnodes", "2", "--rdzv-endpoint", endpoint, "--rdzv-timeout", "600",
                      "--nproc-per-node", "1", "sh", "-c", "echo ran"});
