@@ -15,9 +15,23 @@ done
 
 work=$(mktemp -d)
 pids=()
+# Bounded: a daemon that ignores SIGTERM for 10 s (slurmd waiting on a step daemon that did
+# not end) is killed, and so is every step daemon of this cluster (found by its SLURM_CONF).
 cleanup() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for i in $(seq 100); do
+    alive=0
+    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    ((alive)) || break
+    sleep 0.1
+  done
+  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  for stepd in $(pgrep slurmstepd || true); do
+    if tr '\0' '\n' <"/proc/$stepd/environ" 2>/dev/null | grep -qx "SLURM_CONF=$work/slurm.conf"; then
+      kill -9 "$stepd" 2>/dev/null || true
+    fi
+  done
   rm -rf "$work"
 }
 trap cleanup EXIT
