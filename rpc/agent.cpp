@@ -142,7 +142,7 @@ Agent::Agent(std::string name, int rank, int world_size, RpcBackendOptions optio
   const std::vector<PeerAddress> peers = rendezvous(world_size);
   std::vector<std::string> names;
   for (const auto& w : workers_) names.push_back(w.name);
-  calls_ = std::make_unique<CallTable>(transport_->io(), std::move(names));
+  calls_ = std::make_unique<CallTable>(transport_->io(), std::move(names), self_.name);
   load_device_maps();
   rrefs_ = std::make_shared<RRefContext>(*this);
   if (gw_rpc_extend_agent) gw_rpc_extend_agent(*this);
@@ -156,6 +156,9 @@ Agent::Agent(std::string name, int rank, int world_size, RpcBackendOptions optio
   // Running before the first request can arrive: a peer done with its own constructor may call
   // at once, and the handler may call on (a nested RPC) before this constructor returns.
   running_ = true;
+  debug::set_identity(self_.id, self_.name);
+  debug_section_ = debug::Section("rpc", [this] { return debug_json(); });
+  debug::dump_on_sigusr1();
   transport_->start(peers, mark_thread);
 }
 
@@ -395,12 +398,13 @@ void Agent::on_request(const std::shared_ptr<Connection>& c, Message m) {
   // The handlers that run on the pool take the message over, so that its arguments (and the
   // RRefs among them) are released when the handler is done, before its answer goes out.
   auto held = std::make_shared<Message>(std::move(m));
+  const std::string what = describe(*held->request());
   std::visit(
       [&](auto& r) {
         using T = std::decay_t<decltype(r)>;
         if constexpr (std::is_same_v<T, Call>) {
           serve(
-              from, ctx,
+              from, ctx, what,
               [held = std::move(held)] {
                 place_on_devices(*held);
                 const Call& call = std::get<Call>(*held->request());
@@ -412,7 +416,7 @@ void Agent::on_request(const std::shared_ptr<Connection>& c, Message m) {
                              std::is_same_v<T, AutogradBackward>) {
           // A release frees what the others hold: never refused for the cap.
           serve(
-              std::is_same_v<T, AutogradRelease> ? -1 : from, 0,
+              std::is_same_v<T, AutogradRelease> ? -1 : from, 0, what,
               [this, from, held = std::move(held)] {
                 GW_CHECK(autograd_, InvalidArgumentError, "[rpc] worker '", self_.name,
                          "' cannot serve distributed autograd: it does not link gw_dist");
@@ -436,7 +440,8 @@ std::exception_ptr Agent::take_serving_slot(int from) {
       " requests from '", workers_[from].name, "' (max_pending_requests_per_peer)")));
 }
 
-void Agent::serve(int from, uint64_t ctx, std::function<Future<IValue>()> handler,
+void Agent::serve(int from, uint64_t ctx, const std::string& what,
+                  std::function<Future<IValue>()> handler,
                   std::function<void(Future<IValue>&)> done) {
   if (from >= 0) {
     if (auto refused = take_serving_slot(from)) {
@@ -444,17 +449,30 @@ void Agent::serve(int from, uint64_t ctx, std::function<Future<IValue>()> handle
       return done(failed);
     }
   }
-  auto release = [this, from] {
+  const uint64_t record = debug::record({.kind = debug::Kind::kRpcServe,
+                                         .state = debug::State::kScheduled,
+                                         .group = self_.name,
+                                         .op = what,
+                                         .detail = from >= 0 ? workers_[from].name : "",
+                                         .peer = from});
+  auto release = [this, from, record](Future<IValue>& outcome) {
     if (from >= 0) serving_[static_cast<size_t>(from)].fetch_sub(1);
+    debug::finish(record, outcome.exception());
   };
   try {
-    dispatcher_->run(std::move(handler), ctx,
-                     [release, done = std::move(done)](Future<IValue>& outcome) {
-                       release();
-                       done(outcome);
-                     });
+    dispatcher_->run(
+        [record, handler = std::move(handler)] {
+          debug::update(record, debug::State::kStarted);
+          return handler();
+        },
+        ctx,
+        [release, done = std::move(done)](Future<IValue>& outcome) {
+          release(outcome);
+          done(outcome);
+        });
   } catch (...) {
-    release();  // the pool refused it
+    Future<IValue> refused = Future<IValue>::failed(std::current_exception());
+    release(refused);  // the pool refused it
     throw;
   }
 }

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "core/future.h"
+#include "dist/debug/flight_recorder.h"
 #include "dist/store/job_key.h"
 #include "dist/store/liveness.h"
 #include "dist/store/store.h"
@@ -236,9 +237,10 @@ class Agent {
 
   // Runs `handler` on the pool in distributed autograd context `ctx`; `done` gets its outcome.
   // Counted against the requests being served for worker `from` (-1: not counted): over
-  // max_pending_requests_per_peer, `done` gets the refusal at once instead.
-  void serve(int from, uint64_t ctx, std::function<Future<IValue>()> handler,
-             std::function<void(Future<IValue>&)> done);
+  // max_pending_requests_per_peer, `done` gets the refusal at once instead. The flight
+  // recorder records it as `what` (a request's describe()).
+  void serve(int from, uint64_t ctx, const std::string& what,
+             std::function<Future<IValue>()> handler, std::function<void(Future<IValue>&)> done);
   // One more request of `from` among those being served, or why not (then none was taken).
   std::exception_ptr take_serving_slot(int from);
   // Runs `function` on the pool in distributed autograd context `autograd_context`.
@@ -248,6 +250,9 @@ class Agent {
   // autograd context `autograd_context` (0: none).
   void respond(const std::shared_ptr<Connection>& c, uint64_t id, Future<IValue>& result,
                uint64_t autograd_context = 0);
+  // This agent's section of get_debug_info() (agent_debug.cpp): its pool, pending calls, the
+  // requests it serves per worker, the values it owns.
+  std::string debug_json() const;
   // Checks options_.device_maps and makes maps_to_ of them.
   void load_device_maps();
   // Where CUDA tensors sent to `peer` go: this worker's device map toward it or, for replies
@@ -275,6 +280,8 @@ class Agent {
   std::unique_ptr<std::atomic<int>[]> serving_;
   std::atomic<uint64_t> next_id_{1};
   std::atomic<uint64_t> stray_responses_{0};
+  // Last: removed from get_debug_info() before the parts it reads go.
+  debug::Section debug_section_;
 };
 
 }  // namespace gw::rpc

@@ -1,11 +1,14 @@
 #include "rpc/call_table.h"
 
+#include <algorithm>
+
+#include "dist/debug/flight_recorder.h"
 #include "rpc/log.h"
 
 namespace gw::rpc {
 
-CallTable::CallTable(asio::io_context& io, std::vector<std::string> worker_names)
-    : io_(io), names_(std::move(worker_names)), timer_(io) {}
+CallTable::CallTable(asio::io_context& io, std::vector<std::string> worker_names, std::string self)
+    : io_(io), names_(std::move(worker_names)), self_(std::move(self)), timer_(io) {}
 
 Future<IValue> CallTable::add(uint64_t id, int peer, std::string what,
                               std::chrono::milliseconds timeout) {
@@ -13,11 +16,19 @@ Future<IValue> CallTable::add(uint64_t id, int peer, std::string what,
   std::lock_guard lock(mu_);
   GW_CHECK(!closed_, StateError, "[rpc] cannot send the ", what, " to worker '", names_[peer],
            "': this RPC agent is shut down");
+  const uint64_t record = debug::record({.kind = debug::Kind::kRpcCall,
+                                         .group = self_,
+                                         .seq = static_cast<int64_t>(id),
+                                         .op = what,
+                                         .detail = names_[peer],
+                                         .peer = peer});
+  debug::finish_when_done(record, future);
   Pending& p = pending_[id];
   p.future = future;
   p.peer = peer;
   p.what = std::move(what);
   p.timeout = timeout;
+  p.sent = Clock::now();
   p.deadline = deadlines_.end();
   if (timeout.count() > 0) {
     const auto when = Clock::now() + timeout;
@@ -135,6 +146,19 @@ bool CallTable::wait_empty(Clock::time_point deadline) {
   return empty_.wait_until(lock, deadline, empty);
 }
 
+std::vector<CallTable::PendingCall> CallTable::pending_calls() const {
+  std::vector<PendingCall> out;
+  const auto now = Clock::now();
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [id, p] : pending_)
+      out.push_back(
+          {id, p.peer, p.what, std::chrono::duration<double, std::milli>(now - p.sent).count()});
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+  return out;
+}
+
 // Network thread: points the timer at the earliest deadline.
 void CallTable::arm_timer() {
   std::lock_guard lock(mu_);
@@ -161,6 +185,7 @@ void CallTable::expire_due() {
   }
   for (auto& p : expired)
     fail_with<TimeoutError>(p, gw::detail::str("timed out after ", p.timeout.count(), " ms"));
+  if (!expired.empty()) debug::request_dump("an RPC on " + self_ + " timed out");
   settled(expired.size());
   arm_timer();
 }

@@ -40,8 +40,9 @@ class CallTable {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // The deadline timer runs on `io`'s thread; error messages name workers by `worker_names`.
-  CallTable(asio::io_context& io, std::vector<std::string> worker_names);
+  // The deadline timer runs on `io`'s thread; error messages name workers by `worker_names`,
+  // and the flight recorder (dist/debug/flight_recorder.h) records each call under `self`.
+  CallTable(asio::io_context& io, std::vector<std::string> worker_names, std::string self);
   CallTable(const CallTable&) = delete;
   CallTable& operator=(const CallTable&) = delete;
 
@@ -68,12 +69,22 @@ class CallTable {
   // Blocks until no call is pending or claimed and unanswered, or until `deadline`; false then.
   bool wait_empty(Clock::time_point deadline = Clock::time_point::max());
 
+  // The calls pending now, oldest first, for get_debug_info().
+  struct PendingCall {
+    uint64_t id;
+    int peer;
+    std::string what;
+    double age_ms;
+  };
+  std::vector<PendingCall> pending_calls() const;
+
  private:
   struct Pending {
     Future<IValue> future;
     int peer = -1;
     std::string what;
     std::chrono::milliseconds timeout{0};
+    Clock::time_point sent;
     const Connection* conn = nullptr;
     std::multimap<Clock::time_point, uint64_t>::iterator deadline;
   };
@@ -92,6 +103,7 @@ class CallTable {
 
   asio::io_context& io_;
   const std::vector<std::string> names_;
+  const std::string self_;
   mutable std::mutex mu_;
   std::condition_variable empty_;
   bool closed_ = false;

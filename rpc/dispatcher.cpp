@@ -7,6 +7,7 @@ namespace gw::rpc {
 
 Dispatcher::Dispatcher(std::string name, int num_threads, std::function<void()> on_thread_start)
     : name_(std::move(name)),
+      num_threads_(num_threads),
       on_thread_start_(std::move(on_thread_start)),
       pool_(std::make_unique<ThreadPool>(num_threads, on_thread_start_)) {}
 
@@ -20,8 +21,11 @@ void Dispatcher::run(Handler handler, uint64_t autograd_context, Done done) {
   std::lock_guard lock(mu_);
   GW_CHECK(!stopped_, StateError, "[rpc] worker '", name_,
            "' is shut down: it runs no more requests");
+  queued_.fetch_add(1, std::memory_order_relaxed);  // before the task can take it off
   pool_->submit([this, autograd_context, handler = std::move(handler),
                  done = std::move(done)]() mutable {
+    queued_.fetch_sub(1, std::memory_order_relaxed);
+    busy_.fetch_add(1, std::memory_order_relaxed);
     Future<IValue> outcome;
     try {
       AutogradContextScope in_context(autograd_context);
@@ -29,6 +33,7 @@ void Dispatcher::run(Handler handler, uint64_t autograd_context, Done done) {
     } catch (...) {
       outcome = Future<IValue>::failed(std::current_exception());
     }
+    busy_.fetch_sub(1, std::memory_order_relaxed);
     // The request and its arguments go before the answer does (the handler holds the only
     // reference): the RRefs among them are released, their deletes sent, before the caller
     // can see the call done.

@@ -11,6 +11,7 @@
 //                  [c, id](Future<IValue>& outcome) { respond(c, id, outcome); });
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -47,10 +48,20 @@ class Dispatcher {
   // handlers still to finish, and returns how many did not.
   int stop(std::chrono::milliseconds bound);
 
+  // How busy the pool is, for get_debug_info(): its threads, those running a handler now, and
+  // the handlers queued behind them.
+  struct Load {
+    int threads, busy, queued;
+  };
+  Load load() const { return {num_threads_, busy_.load(), queued_.load()}; }
+
  private:
   void finish();  // a task counted in active_ is done
 
   const std::string name_;
+  const int num_threads_;
+  std::atomic<int> busy_{0};
+  std::atomic<int> queued_{0};
   const std::function<void()> on_thread_start_;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<ThreadPool> apart_;  // guarded by mu_

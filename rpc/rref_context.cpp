@@ -259,6 +259,11 @@ void RRefContext::forget_remote_forks() {
   }
 }
 
+RRefContext::Sizes RRefContext::sizes() const {
+  std::lock_guard lock(mu_);
+  return {owners_.size(), users_.size(), pending_children_.size()};
+}
+
 size_t RRefContext::num_owned() const {
   std::lock_guard lock(mu_);
   return owners_.size();

@@ -107,6 +107,11 @@ class RRefContext : public Interceptor, public std::enable_shared_from_this<RRef
   // own reference released if it was the last); false on timeout.
   bool wait_children_accepted(std::chrono::milliseconds timeout);
   size_t num_owned() const;
+  // The table sizes, for get_debug_info().
+  struct Sizes {
+    size_t owned, users, children_unaccepted;
+  };
+  Sizes sizes() const;
   // The agent has stopped: no RRef message reaches it any more, so forks held elsewhere can
   // never be used or deleted. Forgets them, and the records only they kept (a fork that
   // reached a worker after its last release, for one); this worker's own handles keep theirs.

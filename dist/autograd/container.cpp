@@ -44,6 +44,13 @@ Container::Container(rpc::Agent& agent)
   GW_CHECK(agent.get_worker_info().id < (1 << kWorkerIdBits), InvalidArgumentError,
            "[dist_autograd] worker id ", agent.get_worker_info().id, " does not fit in ",
            kWorkerIdBits, " bits");
+  debug_section_ = debug::Section("dist_autograd", [this] {
+    std::string ids;
+    std::lock_guard lock(mu_);
+    for (const auto& [id, ctx] : contexts_) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+    return gw::detail::str("{\"worker\":\"", agent_.get_worker_info().name, "\",\"contexts\":[",
+                           ids, "]}");
+  });
 }
 
 Container& Container::of(rpc::Agent& agent) {
@@ -253,7 +260,14 @@ Future<void> Container::backward(uint64_t context_id, std::vector<Tensor> roots,
                                   autograd::make_graph_root(edges, std::move(seeds)),
                                   std::move(sends));
   });
-  return pass->run_root();
+  const uint64_t record = debug::record({.kind = debug::Kind::kDistAutograd,
+                                         .group = agent_.get_worker_info().name,
+                                         .seq = static_cast<int64_t>(context_id),
+                                         .op = "backward",
+                                         .detail = "pass " + std::to_string(pass_id)});
+  Future<void> done = pass->run_root();
+  debug::finish_when_done(record, done);
+  return done;
 }
 
 }  // namespace gw::dist_autograd

@@ -14,6 +14,8 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "dist/debug/flight_recorder.h"
+
 #include "dist/autograd/context.h"
 #include "dist/autograd/release_batcher.h"
 #include "rpc/autograd_hook.h"
@@ -73,7 +75,8 @@ class Container final : public rpc::AutogradHook,
   std::atomic<uint64_t> next_pass_{1};
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, std::shared_ptr<DistAutogradContext>> contexts_;
-  std::unique_ptr<ReleaseBatcher> releases_;  // last: its thread calls into the others
+  std::unique_ptr<ReleaseBatcher> releases_;  // its thread calls into the others
+  debug::Section debug_section_;              // the live contexts, in get_debug_info()
 };
 
 }  // namespace gw::dist_autograd

@@ -18,7 +18,8 @@ constexpr int kTorchrunDefaultPort = 29500;
 constexpr const char* kUsage =
     "usage: gwrun --nproc-per-node N [--nnodes M] [--node-rank R] [--master-addr A]\n"
     "             [--master-port P] [--rdzv-endpoint HOST:PORT] [--rdzv-timeout S]\n"
-    "             [--max-restarts N] [--term-timeout S] [--] prog [args...]\n";
+    "             [--max-restarts N] [--term-timeout S] [--debug-on-timeout S]\n"
+    "             [--] prog [args...]\n";
 
 constexpr const char* kFlags =
     "\n"
@@ -39,6 +40,9 @@ constexpr const char* kFlags =
     "                      across nodes (with --rdzv-endpoint) every node restarts and\n"
     "                      the rendezvous forms again\n"
     "  --term-timeout S    seconds between SIGTERM and SIGKILL when stopping (default 5)\n"
+    "  --debug-on-timeout S  when no worker has finished a collective or an RPC for S\n"
+    "                      seconds while one waits, gather every worker's debug info,\n"
+    "                      print which rank is where, and stop the job (exit code 1)\n"
     "\n"
     "Each worker gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,\n"
     "MASTER_ADDR and MASTER_PORT; its output lines are prefixed with \"[RANK] \".\n"
@@ -88,6 +92,8 @@ bool apply_flag(LaunchOptions& o, std::string_view flag, std::string_view value)
     // torchrun's: gwrun's rendezvous is always its own store, with c10d's semantics.
   } else if (flag == "--max-restarts") {
     o.max_restarts = parse_number(flag, value, 0, 1000);
+  } else if (flag == "--debug-on-timeout") {
+    o.debug_on_timeout_s = parse_number(flag, value, 0.0, 86400.0);
   } else if (flag == "--term-timeout") {
     o.term_timeout_s = parse_number(flag, value, 0.0, 3600.0);
   } else {

@@ -23,6 +23,9 @@ struct LaunchOptions {
   int rdzv_port = 0;
   double rdzv_timeout_s = 900.0;  // how long a node waits for the others (torchrun's default)
   std::string rdzv_id = "default";  // the job's name at the endpoint (--rdzv-id)
+  // --debug-on-timeout S: when no local worker has finished a collective or RPC for S seconds
+  // while one waits, print the hang doctor's diagnosis and stop the job (hang_watch.h).
+  double debug_on_timeout_s = 0;  // 0: off
   bool help = false;
   std::vector<std::string> command;  // the program and its arguments
 

@@ -89,12 +89,15 @@ void Supervisor::start_round(int round) {
     }
   }
   workers_.reserve(options_.nproc_per_node);
+  hang_->start_round(options_.nproc_per_node);
   for (int local_rank = 0; local_rank < options_.nproc_per_node; ++local_rank) {
     int rank = options_.rank_of(local_rank);
     std::string prefix = "[" + std::to_string(rank) + "] ";
     Pipe out, err;
-    pid_t pid = spawn_process(options_.command, worker_environment(options_, local_rank, round),
-                              StdFds{-1, out.write_fd, err.write_fd});
+    pid_t pid = spawn_process(
+        options_.command,
+        worker_environment(options_, local_rank, round, hang_->environment(local_rank)),
+        StdFds{-1, out.write_fd, err.write_fd});
     guardian_->watch(pid);
     workers_.push_back(Worker{rank, pid, true,
                               LineForwarder(out.release_read(), STDOUT_FILENO, prefix),
@@ -114,6 +117,7 @@ int Supervisor::run() {
 
 int Supervisor::run_rounds() {
   guardian_.emplace(options_.term_timeout_s);
+  hang_.emplace(options_.debug_on_timeout_s);
   start_round(0);
   for (;;) {  // bounded by --max-restarts
     int code = supervise();
@@ -167,6 +171,7 @@ int Supervisor::supervise() {
     reap();  // every round, not only on SIGCHLD: a byte lost to a full pipe must not hang us
     if (nodes_ != nullptr && !nodes_lost_ && !stopping_ && Clock::now() >= next_watch_)
       watch_nodes();
+    if (!stopping_ && hang_->stalled()) on_stall();
     if (kill_deadline_ && Clock::now() >= *kill_deadline_) {
       kill_alive(SIGKILL);
       kill_deadline_.reset();
@@ -245,6 +250,28 @@ void Supervisor::on_signal(int sig) {
   stop(sig);
 }
 
+void Supervisor::on_stall() {
+  const std::string what =
+      "no worker has finished a collective or an RPC for " +
+      std::to_string(static_cast<int>(std::ceil(options_.debug_on_timeout_s))) +
+      " s while one waits (--debug-on-timeout)";
+  write_all(STDERR_FILENO, "[gwrun] " + what + ": asking every worker for its debug info\n");
+  print_diagnosis();
+  write_all(STDERR_FILENO, "[gwrun] stopping the workers\n");
+  exit_code_ = 1;
+  stop(SIGTERM);
+  report({exit_code_, true, "the job stalled: " + what});
+}
+
+void Supervisor::print_diagnosis() {
+  std::vector<HangWatch::Target> targets;
+  for (const Worker& w : workers_) targets.push_back({w.rank, w.pid, w.alive, w.exit});
+  std::string text;
+  for (const std::string& line : hang_->diagnose(targets))
+    text += "[gwrun] hang doctor: " + line + "\n";
+  write_all(STDERR_FILENO, text);
+}
+
 void Supervisor::reap() {
   for (Worker& worker : workers_) {
     if (!worker.alive) continue;
@@ -269,19 +296,20 @@ void Supervisor::on_exit(Worker& worker, int status) {
   // not keep gwrun alive, so forward what is there and close.
   worker.out.pump(true);
   worker.err.pump(true);
-  bool failed = !WIFEXITED(status) || WEXITSTATUS(status) != 0;
-  if (!failed || stopping_) return;  // workers dying because we stopped them are no news
-  std::string what;
-  if (WIFSIGNALED(status)) {
-    exit_code_ = 128 + WTERMSIG(status);
-    what = "was killed by " + describe_signal(WTERMSIG(status));
-  } else {
-    exit_code_ = WEXITSTATUS(status);
-    what = "exited with code " + std::to_string(exit_code_);
-  }
+  const int code = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+  std::string what = WIFSIGNALED(status) ? "was killed by " + describe_signal(WTERMSIG(status))
+                                         : "exited with code " + std::to_string(code);
+  worker.exit = what;
+  if (code == 0 || stopping_) return;  // workers dying because we stopped them are no news
+  exit_code_ = code;
   what =
       "rank " + std::to_string(worker.rank) + " (pid " + std::to_string(worker.pid) + ") " + what;
-  write_all(STDERR_FILENO, "[gwrun] " + what + "; stopping the other workers\n");
+  // A worker whose collective or RPC timed out or failed dumped: the others may say why.
+  const bool diagnose = options_.debug_on_timeout_s > 0 || hang_->dumped_on_failure(worker.rank);
+  write_all(STDERR_FILENO, "[gwrun] " + what +
+                               (diagnose ? "; asking the others for their debug info\n"
+                                         : "; stopping the other workers\n"));
+  if (diagnose) print_diagnosis();
   stop(SIGTERM);
   report({exit_code_, true, what});
 }
@@ -311,6 +339,8 @@ int Supervisor::poll_timeout_ms() const {
   std::optional<Clock::time_point> wake = kill_deadline_;
   if (nodes_ != nullptr && !nodes_lost_ && !stopping_)
     wake = std::min(wake.value_or(next_watch_), next_watch_);
+  if (!stopping_ && hang_->next_check() != Clock::time_point::max())
+    wake = std::min(wake.value_or(hang_->next_check()), hang_->next_check());
   if (!wake) return -1;
   auto left = std::chrono::duration<double, std::milli>(*wake - Clock::now());
   return static_cast<int>(std::max(0.0, std::ceil(left.count())));

@@ -6,8 +6,11 @@
 // gwrun dies first. Across nodes (--rdzv-endpoint) each attempt is a round of the node
 // rendezvous (node_rendezvous.h): a failure here is reported to the other nodes, one reported
 // there stops the workers here too, and every node starts its workers again in the next round.
-// Single-threaded: one poll() loop over the worker pipes and a signal self-pipe (and, across
-// nodes, a look at the rendezvous store every 250 ms).
+// A HangWatch (hang_watch.h) gives the workers a place for their debug dumps and, with
+// --debug-on-timeout, tells a stalled job; the doctor's diagnosis is printed before a stalled
+// job is stopped, and before a failed one is when the failed worker dumped (its collective or
+// RPC timed out). Single-threaded: one poll() loop over the worker pipes and a signal
+// self-pipe (and, across nodes, a look at the rendezvous store every 250 ms).
 #pragma once
 
 #include <sys/types.h>
@@ -17,6 +20,7 @@
 #include <vector>
 
 #include "dist/launcher/guardian.h"
+#include "dist/launcher/hang_watch.h"
 #include "dist/launcher/line_forwarder.h"
 #include "dist/launcher/node_rendezvous.h"
 #include "dist/launcher/options.h"
@@ -48,6 +52,7 @@ class Supervisor {
     bool alive;
     LineForwarder out;
     LineForwarder err;
+    std::string exit = {};  // how it ended: "exited with code 1"
   };
   using Clock = std::chrono::steady_clock;
 
@@ -61,6 +66,8 @@ class Supervisor {
   void leave_nodes(int exit_code);                      // the job has ended here
   void lose_nodes(const std::exception& e);             // the store is gone: no restarts
   void on_signal(int sig);
+  void on_stall();  // --debug-on-timeout passed without progress: diagnose, then stop
+  void print_diagnosis();
   void reap();
   void on_exit(Worker& worker, int status);
   void stop(int sig);
@@ -72,6 +79,7 @@ class Supervisor {
   NodeRendezvous* nodes_;
   SignalPipe signals_;
   std::optional<Guardian> guardian_;
+  std::optional<HangWatch> hang_;
   std::vector<Worker> workers_;
   bool stopping_ = false;
   bool signalled_ = false;    // gwrun got SIGINT or SIGTERM: a second one kills at once

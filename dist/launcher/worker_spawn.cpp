@@ -28,8 +28,9 @@ std::vector<char*> c_strings(const std::vector<std::string>& strings) {
 
 }  // namespace
 
-std::vector<std::string> worker_environment(const LaunchOptions& options, int local_rank,
-                                            int restart_count) {
+std::vector<std::string> worker_environment(
+    const LaunchOptions& options, int local_rank, int restart_count,
+    const std::vector<std::pair<std::string, std::string>>& extra) {
   int n = options.nproc_per_node;
   std::array<std::pair<const char*, std::string>, 11> vars{{
       {"GW_LAUNCHER", "gwrun"},
@@ -49,9 +50,11 @@ std::vector<std::string> worker_environment(const LaunchOptions& options, int lo
     std::string_view name(*entry, std::strcspn(*entry, "="));
     bool overridden = false;
     for (const auto& var : vars) overridden = overridden || name == var.first;
+    for (const auto& var : extra) overridden = overridden || name == var.first;
     if (!overridden) env.emplace_back(*entry);  // a stale RANK must not shadow the new one
   }
   for (const auto& [name, value] : vars) env.push_back(std::string(name) + "=" + value);
+  for (const auto& [name, value] : extra) env.push_back(name + "=" + value);
   return env;
 }
 

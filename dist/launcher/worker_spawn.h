@@ -4,6 +4,7 @@
 #include <sys/types.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dist/launcher/options.h"
@@ -13,8 +14,10 @@ namespace gw::launcher {
 // gwrun's own environment with GW_RESTART_COUNT (and torchrun's TORCHELASTIC_RESTART_COUNT), RANK,
 // WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR and MASTER_PORT replaced by
 // this worker's values (options.master_port resolved).
-std::vector<std::string> worker_environment(const LaunchOptions& options, int local_rank,
-                                            int restart_count);
+// `extra` adds (or replaces) more: the hang watch's (hang_watch.h).
+std::vector<std::string> worker_environment(
+    const LaunchOptions& options, int local_rank, int restart_count,
+    const std::vector<std::pair<std::string, std::string>>& extra = {});
 
 // Where a child's standard streams go; -1 for stdin: gwrun's.
 struct StdFds {

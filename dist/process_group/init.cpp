@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "dist/debug/flight_recorder.h"
+#include "dist/process_group/debug.h"
 #include "dist/store/launch_env.h"
 #include "dist/store/net_address.h"
 #include "dist/store/prefix_store.h"
@@ -37,18 +39,28 @@ void check_backend(const std::string& backend) {
            "' is not available (", choices, ")");
   GW_CHECK(!is_initialized(), StateError,
            "[init_process_group] the default process group exists already");
+  distributed_debug_level();  // a bad GW_DISTRIBUTED_DEBUG fails here, before connecting
 }
 
+// The group `name` over `store`; with GW_DISTRIBUTED_DEBUG=DETAIL, checked (debug.h).
 std::shared_ptr<ProcessGroup> make_group([[maybe_unused]] const std::string& backend,
-                                         std::shared_ptr<Store> store, int rank, int size,
-                                         Milliseconds timeout, const std::string& address) {
+                                         const std::string& name, std::shared_ptr<Store> store,
+                                         int rank, int size, Milliseconds timeout,
+                                         const std::string& address) {
+  std::shared_ptr<ProcessGroup> group;
 #ifdef GW_HAVE_NCCL
   if (backend == "nccl")
-    return std::make_shared<ProcessGroupNCCL>(std::move(store), rank, size,
-                                              NcclOptions{.timeout = timeout});
+    group = std::make_shared<ProcessGroupNCCL>(store, rank, size,
+                                               NcclOptions{.timeout = timeout, .group_name = name});
 #endif
-  return std::make_shared<ProcessGroupGloo>(std::move(store), rank, size,
-                                            GlooOptions{.timeout = timeout, .hostname = address});
+  if (!group)
+    group = std::make_shared<ProcessGroupGloo>(
+        store, rank, size,
+        GlooOptions{.timeout = timeout, .hostname = address, .group_name = name});
+  if (distributed_debug_level() == DebugLevel::kDetail)
+    group = std::make_shared<DebugProcessGroup>(
+        std::move(group), std::make_shared<PrefixStore>("gw_debug", std::move(store)), timeout);
+  return group;
 }
 // GW_GLOO_HOSTNAME chose Gloo's address before GW_SOCKET_IFNAME: a job still setting it must
 // not silently get another address.
@@ -65,8 +77,9 @@ std::shared_ptr<ProcessGroup> start(const std::string& backend, std::shared_ptr<
                                     int rank, int world_size, Milliseconds timeout,
                                     const std::string& address) {
   // Connecting takes as long as the slowest rank: not under the lock.
-  auto group = make_group(backend, std::make_shared<PrefixStore>("default_pg", store), rank,
-                          world_size, timeout, address);
+  debug::set_identity(rank, "");
+  auto group = make_group(backend, "default_pg", std::make_shared<PrefixStore>("default_pg", store),
+                          rank, world_size, timeout, address);
   auto& s = state();
   std::lock_guard lock(s.mu);
   GW_CHECK(!s.group, StateError, "[init_process_group] the default process group exists already");
@@ -119,6 +132,10 @@ std::shared_ptr<ProcessGroup> default_process_group() {
   return s.group;
 }
 
+void monitored_barrier(Milliseconds timeout) {
+  default_process_group()->monitored_barrier(timeout);
+}
+
 bool is_initialized() {
   auto& s = state();
   std::lock_guard lock(s.mu);
@@ -153,9 +170,10 @@ std::shared_ptr<ProcessGroup> new_group(std::vector<int> ranks, Milliseconds tim
   }
   auto me = std::find(ranks.begin(), ranks.end(), world->rank());
   if (me == ranks.end()) return nullptr;
-  auto prefixed = std::make_shared<PrefixStore>("group" + std::to_string(index), store);
-  return make_group(world->backend(), std::move(prefixed), static_cast<int>(me - ranks.begin()),
-                    static_cast<int>(ranks.size()), timeout, address);
+  const std::string name = "group" + std::to_string(index);
+  return make_group(world->backend(), name, std::make_shared<PrefixStore>(name, store),
+                    static_cast<int>(me - ranks.begin()), static_cast<int>(ranks.size()), timeout,
+                    address);
 }
 
 }  // namespace gw::dist

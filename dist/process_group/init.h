@@ -37,6 +37,8 @@ std::shared_ptr<ProcessGroup> init_process_group(
 
 // StateError if init_process_group was not called.
 std::shared_ptr<ProcessGroup> default_process_group();
+// monitored_barrier on the default group: names the ranks that do not arrive within `timeout`.
+void monitored_barrier(Milliseconds timeout = kDefaultCollectiveTimeout);
 bool is_initialized();
 void destroy_process_group();
 

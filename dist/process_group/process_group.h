@@ -22,12 +22,15 @@
 #include "core/tensor.h"
 #include "dist/process_group/types.h"
 #include "dist/process_group/work.h"
+#include "dist/store/store.h"
 
 namespace gw::dist {
 
 class ProcessGroup {
  public:
-  ProcessGroup(int rank, int size) : rank_(rank), size_(size) {}
+  // `store`: the group's own namespace of the job's store (monitored_barrier's keys go under
+  // it); may be null for a group that offers no monitored_barrier.
+  ProcessGroup(int rank, int size, std::shared_ptr<Store> store = nullptr);
   virtual ~ProcessGroup() = default;
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
@@ -65,6 +68,13 @@ class ProcessGroup {
                        CollectiveOptions options = {}) = 0;
   virtual WorkPtr recv(Tensor& tensor, int src, int tag = 0, CollectiveOptions options = {}) = 0;
 
+  // c10d's monitored_barrier: a barrier through the group's store that, when a rank does not
+  // come within `timeout`, throws TimeoutError on every rank that came, naming every rank that
+  // did not ("[monitored_barrier] rank 2 did not arrive within 1000 ms"); a rank arriving after
+  // the others gave up throws too. For finding the rank that is stuck (c10d's, with
+  // wait_all_ranks=True). StateError on a group without a store.
+  void monitored_barrier(Milliseconds timeout = kDefaultCollectiveTimeout);
+
   // Checks that every rank passes tensors of the same count, shapes and dtypes (two small
   // allgathers); throws InvalidArgumentError on every rank otherwise, naming the tensor, both
   // shapes and both ranks. DDP runs it on its parameters; `what` names the caller.
@@ -97,6 +107,8 @@ class ProcessGroup {
  private:
   int rank_;
   int size_;
+  std::shared_ptr<Store> barrier_store_;
+  int64_t barriers_ = 0;  // monitored_barrier calls so far: each has its own keys
 };
 
 }  // namespace gw::dist

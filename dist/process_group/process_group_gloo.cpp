@@ -25,6 +25,8 @@
 
 #include "core/ops.h"
 #include "core/sigpipe.h"
+#include "dist/debug/flight_recorder.h"
+#include "dist/process_group/debug.h"
 #include "dist/process_group/liveness.h"
 #include "dist/store/liveness.h"
 
@@ -116,6 +118,7 @@ struct ProcessGroupGloo::Impl : std::enable_shared_from_this<ProcessGroupGloo::I
     WorkPtr work;
     Milliseconds timeout;
     Job job;
+    uint64_t record = 0;  // in the flight recorder
   };
 
   int rank = 0, size = 0;
@@ -131,6 +134,7 @@ struct ProcessGroupGloo::Impl : std::enable_shared_from_this<ProcessGroupGloo::I
   std::exception_ptr aborted;  // a rank was declared dead (abort): everything fails at once
   WorkPtr current;             // the collective running
   uint32_t next_tag = 0;
+  int64_t next_seq = 1;  // the flight recorder's number of the next collective
   std::thread worker;
   struct Waiter {
     std::thread thread;
@@ -142,7 +146,7 @@ struct ProcessGroupGloo::Impl : std::enable_shared_from_this<ProcessGroupGloo::I
                                     // start, the rest at destruction
 
   Milliseconds timeout_of(Milliseconds t) const { return t.count() > 0 ? t : options.timeout; }
-  WorkPtr enqueue(const std::string& op, Milliseconds timeout, Job job);
+  WorkPtr enqueue(const CollectiveSignature& sig, Milliseconds timeout, Job job);
   // A rank was declared dead (liveness.h): fails the running collective, everything queued and
   // every send/recv with IoError(why) now, and every later one at once. The collective's thread
   // may stay in Gloo until its own timeout: it is left behind when the group is destroyed.
@@ -159,8 +163,8 @@ struct ProcessGroupGloo::Impl : std::enable_shared_from_this<ProcessGroupGloo::I
   // Runs an allreduce of `t` on the group's thread (the body of the reducing collectives).
   void allreduce_now(const Tensor& t, ReduceOp op, uint32_t tag, Milliseconds timeout);
   template <typename Post, typename Wait, typename Abort>
-  WorkPtr p2p(const char* op, int peer, int tag, Milliseconds timeout, Post post, Wait wait,
-              Abort abort_wait);
+  WorkPtr p2p(const char* op, const Tensor& tensor, int peer, int tag, Milliseconds timeout,
+              Post post, Wait wait, Abort abort_wait);
 };
 
 std::exception_ptr ProcessGroupGloo::Impl::attempt(const std::string& op, Milliseconds timeout,
@@ -184,8 +188,9 @@ std::exception_ptr ProcessGroupGloo::Impl::attempt(const std::string& op, Millis
   }
 }
 
-WorkPtr ProcessGroupGloo::Impl::enqueue(const std::string& op, Milliseconds timeout, Job job) {
-  auto work = std::make_shared<Work>(op);
+WorkPtr ProcessGroupGloo::Impl::enqueue(const CollectiveSignature& sig, Milliseconds timeout,
+                                        Job job) {
+  auto work = std::make_shared<Work>(sig.op);
   // Inline, a collective would run on the waiter's thread, which a dead rank could then hold
   // in Gloo: with liveness on, collectives run on the group's thread only.
   if (options.failure_timeout.count() == 0)
@@ -194,13 +199,15 @@ WorkPtr ProcessGroupGloo::Impl::enqueue(const std::string& op, Milliseconds time
     });
   {
     std::lock_guard lock(mu);
+    // Numbered and queued under one lock: the numbers follow the order the collectives run in.
+    const uint64_t record = record_collective(options.group_name, next_seq++, sig, work);
     if (!aborted) {
-      queue.push_back({work, timeout_of(timeout), std::move(job)});
+      queue.push_back({work, timeout_of(timeout), std::move(job), record});
       cv.notify_all();  // the group's thread, and a destructor waiting for the queue
       return work;
     }
   }
-  work->finish(unusable(op, aborted));
+  work->finish(unusable(sig.op, aborted));
   return work;
 }
 
@@ -256,6 +263,7 @@ void ProcessGroupGloo::Impl::run_front(std::unique_lock<std::mutex>& lock) {
   const uint32_t tag = next_tag++;  // every rank numbers its collectives alike
   std::exception_ptr failed = broken;
   lock.unlock();
+  debug::update(q.record, debug::State::kStarted);
   {
     detail::GroupThreadScope on_group_thread;
     if (failed) {
@@ -279,7 +287,8 @@ void ProcessGroupGloo::Impl::run_front(std::unique_lock<std::mutex>& lock) {
 
 ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int size,
                                    GlooOptions options)
-    : ProcessGroup(rank, size), impl_(std::make_shared<Impl>()) {
+    : ProcessGroup(rank, size, store), impl_(std::make_shared<Impl>()) {
+  debug::dump_on_sigusr1();
   check_group_args("ProcessGroupGloo", store != nullptr, rank, size, options.timeout);
   impl_->rank = rank;
   impl_->size = size;
@@ -360,7 +369,7 @@ void ProcessGroupGloo::Impl::allreduce_now(const Tensor& t, ReduceOp op, uint32_
 WorkPtr ProcessGroupGloo::allreduce(Tensor& tensor, AllreduceOptions o) {
   check_tensor("allreduce", tensor);
   check_reducible("allreduce", tensor, o.op);
-  return impl_->enqueue("allreduce", o.timeout,
+  return impl_->enqueue(signature::allreduce(tensor, o), o.timeout,
                         [t = tensor, op = o.op](Impl& impl, uint32_t tag, Milliseconds to) {
                           impl.allreduce_now(t, op, tag, to);
                         });
@@ -376,7 +385,7 @@ WorkPtr ProcessGroupGloo::allreduce_coalesced(std::vector<Tensor>& tensors, Allr
   check_reducible("allreduce_coalesced", tensors[0], o.op);
   Tensor flat = concat(tensors);
   return impl_->enqueue(
-      "allreduce_coalesced", o.timeout,
+      signature::allreduce_coalesced(tensors, o), o.timeout,
       [flat, tensors, op = o.op](Impl& impl, uint32_t tag, Milliseconds to) mutable {
         impl.allreduce_now(flat, op, tag, to);
         split_into(flat, tensors);
@@ -386,7 +395,7 @@ WorkPtr ProcessGroupGloo::allreduce_coalesced(std::vector<Tensor>& tensors, Allr
 WorkPtr ProcessGroupGloo::broadcast(Tensor& tensor, BroadcastOptions o) {
   check_tensor("broadcast", tensor);
   check_rank("broadcast", o.root, "root");
-  return impl_->enqueue("broadcast", o.timeout,
+  return impl_->enqueue(signature::broadcast(tensor, o), o.timeout,
                         [t = tensor, root = o.root](Impl& impl, uint32_t tag, Milliseconds to) {
                           if (t.nbytes() == 0) return;
                           gloo::BroadcastOptions g(impl.context);
@@ -407,7 +416,7 @@ WorkPtr ProcessGroupGloo::reduce(Tensor& tensor, ReduceOptions o) {
   const bool root = rank() == o.root;
   // Gloo uses the output of other ranks as scratch space: theirs stay as they were.
   Tensor out = root ? tensor : tensor.clone();
-  return impl_->enqueue("reduce", o.timeout,
+  return impl_->enqueue(signature::reduce(tensor, o), o.timeout,
                         [out, o, root](Impl& impl, uint32_t tag, Milliseconds to) {
                           if (out.numel() == 0) return;
                           dispatch<ReduceTypes>(out.dtype(), "reduce", [&]<typename T>() {
@@ -429,7 +438,7 @@ WorkPtr ProcessGroupGloo::allgather(std::vector<Tensor>& outputs, const Tensor& 
   check_count("allgather", outputs.size(), "outputs");
   for (const auto& t : outputs) check_like("allgather", t, input, "output");
   Tensor flat = empty({input.numel() * size()}, TensorOptions().with_dtype(input.dtype()));
-  return impl_->enqueue("allgather", o.timeout,
+  return impl_->enqueue(signature::allgather(input), o.timeout,
                         [flat, input, outputs](Impl& impl, uint32_t tag, Milliseconds to) mutable {
                           if (input.nbytes() == 0) return;
                           gloo::AllgatherOptions g(impl.context);
@@ -450,7 +459,7 @@ WorkPtr ProcessGroupGloo::gather(std::vector<Tensor>& outputs, const Tensor& inp
   Tensor flat =
       root ? empty({input.numel() * size()}, TensorOptions().with_dtype(input.dtype())) : Tensor();
   return impl_->enqueue(
-      "gather", o.timeout,
+      signature::gather(input, o), o.timeout,
       [flat, input, outputs, root, r = o.root](Impl& impl, uint32_t tag, Milliseconds to) mutable {
         if (input.nbytes() == 0) return;
         gloo::GatherOptions g(impl.context);
@@ -468,7 +477,7 @@ WorkPtr ProcessGroupGloo::scatter(Tensor& output, const std::vector<Tensor>& inp
                                   ScatterOptions o) {
   check_tensor("scatter", output, "output");
   check_root_parts("scatter", inputs, output, o.root, "inputs");
-  return impl_->enqueue("scatter", o.timeout,
+  return impl_->enqueue(signature::scatter(output, o), o.timeout,
                         [output, inputs, r = o.root](Impl& impl, uint32_t tag, Milliseconds to) {
                           if (output.nbytes() == 0) return;
                           gloo::ScatterOptions g(impl.context);
@@ -491,7 +500,7 @@ WorkPtr ProcessGroupGloo::reduce_scatter(Tensor& output, const std::vector<Tenso
   check_reducible("reduce_scatter", output, o.op);
   // Gloo has no reduce-scatter for these buffers: an allreduce of all inputs, keeping ours.
   Tensor flat = concat(inputs);
-  return impl_->enqueue("reduce_scatter", o.timeout,
+  return impl_->enqueue(signature::reduce_scatter(output, o), o.timeout,
                         [flat, output, op = o.op](Impl& impl, uint32_t tag, Milliseconds to) {
                           impl.allreduce_now(flat, op, tag, to);
                           const size_t mine = output.nbytes() * static_cast<size_t>(impl.rank);
@@ -507,7 +516,7 @@ WorkPtr ProcessGroupGloo::alltoall(std::vector<Tensor>& outputs, const std::vect
   for (const auto& t : outputs) check_like("alltoall", t, inputs[0], "output");
   Tensor in = concat(inputs);
   Tensor out = empty_like(in);
-  return impl_->enqueue("alltoall", o.timeout,
+  return impl_->enqueue(signature::alltoall(inputs), o.timeout,
                         [in, out, outputs](Impl& impl, uint32_t tag, Milliseconds to) mutable {
                           if (in.nbytes() == 0) return;
                           gloo::AlltoallOptions g(impl.context);
@@ -521,21 +530,23 @@ WorkPtr ProcessGroupGloo::alltoall(std::vector<Tensor>& outputs, const std::vect
 }
 
 WorkPtr ProcessGroupGloo::barrier(CollectiveOptions o) {
-  return impl_->enqueue("barrier", o.timeout, [](Impl& impl, uint32_t tag, Milliseconds to) {
-    gloo::BarrierOptions g(impl.context);
-    g.setTag(tag);
-    g.setTimeout(to);
-    gloo::barrier(g);
-  });
+  return impl_->enqueue(signature::barrier(), o.timeout,
+                        [](Impl& impl, uint32_t tag, Milliseconds to) {
+                          gloo::BarrierOptions g(impl.context);
+                          g.setTag(tag);
+                          g.setTimeout(to);
+                          gloo::barrier(g);
+                        });
 }
 
 // Point-to-point transfers do not take part in the collectives' order: each runs on its own
 // thread, which waits for Gloo's transfer and completes the Work.
 template <typename Post, typename Wait, typename Abort>
-WorkPtr ProcessGroupGloo::Impl::p2p(const char* op, int peer, int tag, Milliseconds timeout,
-                                    Post post, Wait wait, Abort abort_wait) {
+WorkPtr ProcessGroupGloo::Impl::p2p(const char* op, const Tensor& tensor, int peer, int tag,
+                                    Milliseconds timeout, Post post, Wait wait, Abort abort_wait) {
   auto work = std::make_shared<Work>(op);
   auto done = std::make_shared<std::atomic<bool>>(false);
+  record_collective(options.group_name, -1, signature::p2p(op, tensor, peer, tag), work);
   std::lock_guard lock(mu);
   if (aborted) {
     work->finish(unusable(op, aborted));
@@ -568,7 +579,7 @@ WorkPtr ProcessGroupGloo::send(const Tensor& tensor, int dst, int tag, Collectiv
       impl_->context->createUnboundBuffer(tensor.raw_data(), tensor.nbytes()));
   const uint64_t slot = kSendRecvSlot | static_cast<uint64_t>(tag);
   return impl_->p2p(
-      "send", dst, tag, o.timeout, [buf, dst, slot] { buf->send(dst, slot); },
+      "send", tensor, dst, tag, o.timeout, [buf, dst, slot] { buf->send(dst, slot); },
       [buf, tensor](Milliseconds to) { return buf->waitSend(to); },
       [buf] { buf->abortWaitSend(); });
 }
@@ -579,7 +590,7 @@ WorkPtr ProcessGroupGloo::recv(Tensor& tensor, int src, int tag, CollectiveOptio
       impl_->context->createUnboundBuffer(tensor.raw_data(), tensor.nbytes()));
   const uint64_t slot = kSendRecvSlot | static_cast<uint64_t>(tag);
   return impl_->p2p(
-      "recv", src, tag, o.timeout, [buf, src, slot] { buf->recv(src, slot); },
+      "recv", tensor, src, tag, o.timeout, [buf, src, slot] { buf->recv(src, slot); },
       [buf, tensor](Milliseconds to) { return buf->waitRecv(to); },
       [buf] { buf->abortWaitRecv(); });
 }

@@ -28,6 +28,9 @@ struct GlooOptions {
   // then fails its pending Works with IoError instead of waiting out `timeout`. Default:
   // GW_FAILURE_TIMEOUT (seconds), else 10 s; 0: never.
   Milliseconds failure_timeout = kFailureTimeoutFromEnv;
+  // The group's name in the flight recorder (dist/debug/flight_recorder.h): init_process_group
+  // names its groups "default_pg" and new_group's "group<N>".
+  std::string group_name = "gloo";
 };
 
 class ProcessGroupGloo final : public ProcessGroup {

@@ -15,6 +15,8 @@
 #include "core/ops.h"
 #include "cuda/device.h"
 #include "cuda/stream.h"
+#include "dist/debug/flight_recorder.h"
+#include "dist/process_group/debug.h"
 
 namespace gw::dist {
 
@@ -151,13 +153,14 @@ struct ProcessGroupNCCL::Impl {
   bool aborted = false;
   bool stopping = false;
   std::thread watchdog;
+  int64_t next_seq = 1;  // the flight recorder's number of the next collective (launch_mu)
 
   Milliseconds timeout_of(Milliseconds t) const { return t.count() > 0 ? t : options.timeout; }
   std::string where(const std::string& op) const {
     return gw::detail::str("[", op, "] rank ", rank, " of ", size);
   }
-  WorkPtr launch(const char* op, Milliseconds timeout, std::vector<Tensor> keep, Body body,
-                 After after = nullptr);
+  WorkPtr launch(const CollectiveSignature& sig, Milliseconds timeout, std::vector<Tensor> keep,
+                 Body body, After after = nullptr);
   void watch();
   // With launch_mu held: makes `error` the group's failure unless it has one, aborts the
   // communicator, waits for the stream (so that what the Works keep alive may go), and hands
@@ -168,8 +171,9 @@ struct ProcessGroupNCCL::Impl {
   void abort_group(std::exception_ptr error);  // no lock held
 };
 
-WorkPtr ProcessGroupNCCL::Impl::launch(const char* op, Milliseconds timeout,
+WorkPtr ProcessGroupNCCL::Impl::launch(const CollectiveSignature& sig, Milliseconds timeout,
                                        std::vector<Tensor> keep, Body body, After after) {
+  const std::string& op = sig.op;
   auto work = std::make_shared<Work>(op);
   const Milliseconds limit = timeout_of(timeout);
   cuda::DeviceGuard on_device(device);
@@ -177,6 +181,7 @@ WorkPtr ProcessGroupNCCL::Impl::launch(const char* op, Milliseconds timeout,
   std::deque<Pending> failed;
   {
     std::lock_guard serial(launch_mu);  // the watchdog aborts only between launches
+    record_collective(options.group_name, sig.is_p2p() ? -1 : next_seq++, sig, work);
     {
       std::lock_guard lock(mu);
       if (broken)
@@ -337,7 +342,8 @@ void ProcessGroupNCCL::Impl::watch() {
 
 ProcessGroupNCCL::ProcessGroupNCCL(std::shared_ptr<Store> store, int rank, int size,
                                    NcclOptions options)
-    : ProcessGroup(rank, size), impl_(std::make_unique<Impl>()) {
+    : ProcessGroup(rank, size, store), impl_(std::make_unique<Impl>()) {
+  debug::dump_on_sigusr1();
   check_group_args("ProcessGroupNCCL", store != nullptr, rank, size, options.timeout);
   Impl& m = *impl_;
   m.rank = rank;
@@ -412,9 +418,11 @@ WorkPtr ProcessGroupNCCL::allreduce(Tensor& tensor, AllreduceOptions o) {
   check_tensor("allreduce", tensor);
   const ncclRedOp_t op = nccl_op(o.op, tensor, "allreduce");
   const ncclDataType_t type = nccl_type(tensor.dtype(), "allreduce");
-  return impl_->launch("allreduce", o.timeout, {tensor}, [=](ncclComm_t c, cudaStream_t s) {
-    return ncclAllReduce(tensor.raw_data(), tensor.raw_data(), count_of(tensor), type, op, c, s);
-  });
+  return impl_->launch(signature::allreduce(tensor, o), o.timeout, {tensor},
+                       [=](ncclComm_t c, cudaStream_t s) {
+                         return ncclAllReduce(tensor.raw_data(), tensor.raw_data(),
+                                              count_of(tensor), type, op, c, s);
+                       });
 }
 
 WorkPtr ProcessGroupNCCL::allreduce_coalesced(std::vector<Tensor>& tensors, AllreduceOptions o) {
@@ -426,7 +434,8 @@ WorkPtr ProcessGroupNCCL::allreduce_coalesced(std::vector<Tensor>& tensors, Allr
                        nccl_op(o.op, t, "allreduce_coalesced"));
   }
   return impl_->launch(
-      "allreduce_coalesced", o.timeout, tensors, [tensors, kinds](ncclComm_t c, cudaStream_t s) {
+      signature::allreduce_coalesced(tensors, o), o.timeout, tensors,
+      [tensors, kinds](ncclComm_t c, cudaStream_t s) {
         GroupCalls calls;  // one launch for all of them
         for (size_t i = 0; i < tensors.size(); ++i)
           calls(ncclAllReduce(tensors[i].raw_data(), tensors[i].raw_data(), count_of(tensors[i]),
@@ -439,10 +448,11 @@ WorkPtr ProcessGroupNCCL::broadcast(Tensor& tensor, BroadcastOptions o) {
   check_tensor("broadcast", tensor);
   check_rank("broadcast", o.root, "root");
   const ncclDataType_t type = nccl_type(tensor.dtype(), "broadcast");
-  return impl_->launch("broadcast", o.timeout, {tensor}, [=](ncclComm_t c, cudaStream_t s) {
-    return ncclBroadcast(tensor.raw_data(), tensor.raw_data(), count_of(tensor), type, o.root, c,
-                         s);
-  });
+  return impl_->launch(signature::broadcast(tensor, o), o.timeout, {tensor},
+                       [=](ncclComm_t c, cudaStream_t s) {
+                         return ncclBroadcast(tensor.raw_data(), tensor.raw_data(),
+                                              count_of(tensor), type, o.root, c, s);
+                       });
 }
 
 WorkPtr ProcessGroupNCCL::reduce(Tensor& tensor, ReduceOptions o) {
@@ -451,10 +461,11 @@ WorkPtr ProcessGroupNCCL::reduce(Tensor& tensor, ReduceOptions o) {
   const ncclRedOp_t op = nccl_op(o.op, tensor, "reduce");
   const ncclDataType_t type = nccl_type(tensor.dtype(), "reduce");
   // The receive buffer matters on the root only: the other ranks keep their values.
-  return impl_->launch("reduce", o.timeout, {tensor}, [=](ncclComm_t c, cudaStream_t s) {
-    return ncclReduce(tensor.raw_data(), tensor.raw_data(), count_of(tensor), type, op, o.root, c,
-                      s);
-  });
+  return impl_->launch(signature::reduce(tensor, o), o.timeout, {tensor},
+                       [=](ncclComm_t c, cudaStream_t s) {
+                         return ncclReduce(tensor.raw_data(), tensor.raw_data(), count_of(tensor),
+                                           type, op, o.root, c, s);
+                       });
 }
 
 WorkPtr ProcessGroupNCCL::allgather(std::vector<Tensor>& outputs, const Tensor& input,
@@ -469,7 +480,7 @@ WorkPtr ProcessGroupNCCL::allgather(std::vector<Tensor>& outputs, const Tensor& 
   keep.push_back(input);
   keep.push_back(flat);
   return impl_->launch(
-      "allgather", o.timeout, std::move(keep),
+      signature::allgather(input), o.timeout, std::move(keep),
       [=](ncclComm_t c, cudaStream_t s) {
         return ncclAllGather(input.raw_data(), flat.raw_data(), count_of(input), type, c, s);
       },
@@ -493,17 +504,18 @@ WorkPtr ProcessGroupNCCL::gather(std::vector<Tensor>& outputs, const Tensor& inp
   std::vector<Tensor> keep = outputs;
   keep.push_back(input);
   const int me = rank(), n = size();
-  return impl_->launch("gather", o.timeout, std::move(keep), [=](ncclComm_t c, cudaStream_t s) {
-    GroupCalls calls;
-    if (!root) {
-      calls(ncclSend(input.raw_data(), count_of(input), type, o.root, c, s));
-    } else {
-      for (int r = 0; r < n; ++r)
-        calls(r == me ? copy_async(outputs[r], input, s)
-                      : ncclRecv(outputs[r].raw_data(), count_of(outputs[r]), type, r, c, s));
-    }
-    return calls.end();
-  });
+  return impl_->launch(
+      signature::gather(input, o), o.timeout, std::move(keep), [=](ncclComm_t c, cudaStream_t s) {
+        GroupCalls calls;
+        if (!root) {
+          calls(ncclSend(input.raw_data(), count_of(input), type, o.root, c, s));
+        } else {
+          for (int r = 0; r < n; ++r)
+            calls(r == me ? copy_async(outputs[r], input, s)
+                          : ncclRecv(outputs[r].raw_data(), count_of(outputs[r]), type, r, c, s));
+        }
+        return calls.end();
+      });
 }
 
 WorkPtr ProcessGroupNCCL::scatter(Tensor& output, const std::vector<Tensor>& inputs,
@@ -515,17 +527,18 @@ WorkPtr ProcessGroupNCCL::scatter(Tensor& output, const std::vector<Tensor>& inp
   std::vector<Tensor> keep = inputs;
   keep.push_back(output);
   const int me = rank(), n = size();
-  return impl_->launch("scatter", o.timeout, std::move(keep), [=](ncclComm_t c, cudaStream_t s) {
-    GroupCalls calls;
-    if (!root) {
-      calls(ncclRecv(output.raw_data(), count_of(output), type, o.root, c, s));
-    } else {
-      for (int r = 0; r < n; ++r)
-        calls(r == me ? copy_async(output, inputs[r], s)
-                      : ncclSend(inputs[r].raw_data(), count_of(inputs[r]), type, r, c, s));
-    }
-    return calls.end();
-  });
+  return impl_->launch(
+      signature::scatter(output, o), o.timeout, std::move(keep), [=](ncclComm_t c, cudaStream_t s) {
+        GroupCalls calls;
+        if (!root) {
+          calls(ncclRecv(output.raw_data(), count_of(output), type, o.root, c, s));
+        } else {
+          for (int r = 0; r < n; ++r)
+            calls(r == me ? copy_async(output, inputs[r], s)
+                          : ncclSend(inputs[r].raw_data(), count_of(inputs[r]), type, r, c, s));
+        }
+        return calls.end();
+      });
 }
 
 WorkPtr ProcessGroupNCCL::reduce_scatter(Tensor& output, const std::vector<Tensor>& inputs,
@@ -536,7 +549,7 @@ WorkPtr ProcessGroupNCCL::reduce_scatter(Tensor& output, const std::vector<Tenso
   const ncclRedOp_t op = nccl_op(o.op, output, "reduce_scatter");
   const ncclDataType_t type = nccl_type(output.dtype(), "reduce_scatter");
   Tensor flat = concat(inputs);  // on the caller's stream, before the group's waits for it
-  return impl_->launch("reduce_scatter", o.timeout, {flat, output},
+  return impl_->launch(signature::reduce_scatter(output, o), o.timeout, {flat, output},
                        [=](ncclComm_t c, cudaStream_t s) {
                          return ncclReduceScatter(flat.raw_data(), output.raw_data(),
                                                   count_of(output), type, op, c, s);
@@ -553,42 +566,46 @@ WorkPtr ProcessGroupNCCL::alltoall(std::vector<Tensor>& outputs, const std::vect
   std::vector<Tensor> keep = inputs;
   keep.insert(keep.end(), outputs.begin(), outputs.end());
   const int me = rank(), n = size();
-  return impl_->launch("alltoall", o.timeout, std::move(keep), [=](ncclComm_t c, cudaStream_t s) {
-    GroupCalls calls;
-    for (int r = 0; r < n; ++r) {
-      if (r == me) {
-        calls(copy_async(outputs[r], inputs[r], s));
-        continue;
-      }
-      calls(ncclSend(inputs[r].raw_data(), count_of(inputs[r]), type, r, c, s));
-      calls(ncclRecv(outputs[r].raw_data(), count_of(outputs[r]), type, r, c, s));
-    }
-    return calls.end();
-  });
+  return impl_->launch(
+      signature::alltoall(inputs), o.timeout, std::move(keep), [=](ncclComm_t c, cudaStream_t s) {
+        GroupCalls calls;
+        for (int r = 0; r < n; ++r) {
+          if (r == me) {
+            calls(copy_async(outputs[r], inputs[r], s));
+            continue;
+          }
+          calls(ncclSend(inputs[r].raw_data(), count_of(inputs[r]), type, r, c, s));
+          calls(ncclRecv(outputs[r].raw_data(), count_of(outputs[r]), type, r, c, s));
+        }
+        return calls.end();
+      });
 }
 
 WorkPtr ProcessGroupNCCL::barrier(CollectiveOptions o) {
   // An allreduce of one element: waiting for its Work waits for every rank to reach it.
   Tensor token = zeros({1}, TensorOptions().with_device(device()));
-  return impl_->launch("barrier", o.timeout, {token}, [token](ncclComm_t c, cudaStream_t s) {
-    return ncclAllReduce(token.raw_data(), token.raw_data(), 1, ncclFloat32, ncclSum, c, s);
-  });
+  return impl_->launch(
+      signature::barrier(), o.timeout, {token}, [token](ncclComm_t c, cudaStream_t s) {
+        return ncclAllReduce(token.raw_data(), token.raw_data(), 1, ncclFloat32, ncclSum, c, s);
+      });
 }
 
 WorkPtr ProcessGroupNCCL::send(const Tensor& tensor, int dst, int tag, CollectiveOptions o) {
   check_p2p("send", tensor, dst, tag);
   const ncclDataType_t type = nccl_type(tensor.dtype(), "send");
-  return impl_->launch("send", o.timeout, {tensor}, [=](ncclComm_t c, cudaStream_t s) {
-    return ncclSend(tensor.raw_data(), count_of(tensor), type, dst, c, s);
-  });
+  return impl_->launch(signature::p2p("send", tensor, dst, tag), o.timeout, {tensor},
+                       [=](ncclComm_t c, cudaStream_t s) {
+                         return ncclSend(tensor.raw_data(), count_of(tensor), type, dst, c, s);
+                       });
 }
 
 WorkPtr ProcessGroupNCCL::recv(Tensor& tensor, int src, int tag, CollectiveOptions o) {
   check_p2p("recv", tensor, src, tag);
   const ncclDataType_t type = nccl_type(tensor.dtype(), "recv");
-  return impl_->launch("recv", o.timeout, {tensor}, [=](ncclComm_t c, cudaStream_t s) {
-    return ncclRecv(tensor.raw_data(), count_of(tensor), type, src, c, s);
-  });
+  return impl_->launch(signature::p2p("recv", tensor, src, tag), o.timeout, {tensor},
+                       [=](ncclComm_t c, cudaStream_t s) {
+                         return ncclRecv(tensor.raw_data(), count_of(tensor), type, src, c, s);
+                       });
 }
 
 }  // namespace gw::dist

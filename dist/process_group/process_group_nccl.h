@@ -35,6 +35,8 @@ struct NcclOptions {
   // communicator is aborted and every pending Work fails with IoError. Default:
   // GW_FAILURE_TIMEOUT (seconds), else 10 s; 0: never.
   Milliseconds failure_timeout = kFailureTimeoutFromEnv;
+  // The group's name in the flight recorder (dist/debug/flight_recorder.h).
+  std::string group_name = "nccl";
 };
 
 // Whether this build has the NCCL group and the process sees a CUDA device; otherwise `why`

@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/future.h"
+#include "dist/debug/flight_recorder.h"
 
 namespace gw::dist {
 
@@ -44,6 +45,7 @@ class Work {
       done_.wait(timeout);
     } catch (const TimeoutError&) {
       if (done_.done()) throw;  // the collective's own timeout
+      debug::request_dump("wait for " + op_ + " timed out");
       throw TimeoutError(gw::detail::str("[", op_, "] not completed within ", timeout.count(),
                                          " ms (it keeps running)"));
     }

@@ -1,0 +1,104 @@
+// Seeing inside collectives: what each one is (its signature), its record in the flight recorder
+// (dist/debug/flight_recorder.h), and GW_DISTRIBUTED_DEBUG=DETAIL's check that every rank
+// calls the same one (PyTorch's TORCH_DISTRIBUTED_DEBUG=DETAIL and ProcessGroupWrapper).
+//
+// Every backend records each collective it is given, numbered in call order per group:
+//   allreduce #57 [4096] float32          (scheduled → started → completed / failed)
+// With GW_DISTRIBUTED_DEBUG=DETAIL, init_process_group and new_group wrap their group in a
+// DebugProcessGroup. Before each collective it publishes the collective's number and signature
+// in the group's store and compares every rank's: on a difference every rank raises
+//   [allreduce] GW_DISTRIBUTED_DEBUG=DETAIL: collective #57 differs across ranks: rank 0 calls
+//   allreduce [4] float32 but rank 1 calls allreduce [8] float32
+// instead of hanging or reducing mismatched memory, and a rank that never comes is named when
+// the collective's timeout passes. It costs a few store round trips per collective: a debugging
+// mode, as in PyTorch.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/process_group/process_group.h"
+#include "dist/store/store.h"
+
+namespace gw::dist {
+
+enum class DebugLevel { kOff, kInfo, kDetail };
+// GW_DISTRIBUTED_DEBUG: OFF (default), INFO or DETAIL; throws InvalidArgumentError otherwise.
+DebugLevel distributed_debug_level();
+
+// What a collective is, as ranks must agree on it: "allreduce" and "[4096] float32 MAX".
+struct CollectiveSignature {
+  std::string op;
+  std::string detail;  // shapes, dtype, and what else must match (the root, the reduce op)
+  // `extra` follows the shapes: "root 0", "MAX". Several tensors of one shape: "3 x [4]".
+  static CollectiveSignature of(std::string op, const std::vector<Tensor>& tensors,
+                                const std::string& extra = "");
+  std::string str() const { return detail.empty() ? op : op + " " + detail; }
+  // send/recv: outside the collectives' numbering.
+  bool is_p2p() const { return op == "send" || op == "recv"; }
+};
+// Each collective's signature, from its arguments: the same on every backend and in the check.
+namespace signature {
+CollectiveSignature allreduce(const Tensor& tensor, const AllreduceOptions& o);
+CollectiveSignature allreduce_coalesced(const std::vector<Tensor>& tensors,
+                                        const AllreduceOptions& o);
+CollectiveSignature broadcast(const Tensor& tensor, const BroadcastOptions& o);
+CollectiveSignature reduce(const Tensor& tensor, const ReduceOptions& o);
+CollectiveSignature allgather(const Tensor& input);
+CollectiveSignature gather(const Tensor& input, const GatherOptions& o);
+CollectiveSignature scatter(const Tensor& output, const ScatterOptions& o);
+CollectiveSignature reduce_scatter(const Tensor& output, const CollectiveOptions& o);
+CollectiveSignature alltoall(const std::vector<Tensor>& inputs);
+CollectiveSignature barrier();
+// send/recv: not compared across ranks, recorded with their peer and tag.
+CollectiveSignature p2p(const char* op, const Tensor& tensor, int peer, int tag);
+}  // namespace signature
+
+// Records collective `seq` (from 1) of `group` as scheduled, and its end when `work` completes
+// (a failure also asks for a dump). Returns the recorder's id, for a "started" update.
+uint64_t record_collective(const std::string& group, int64_t seq, const CollectiveSignature& sig,
+                           const WorkPtr& work);
+
+class DebugProcessGroup final : public ProcessGroup {
+ public:
+  // `store`: a namespace of the group's store for the check's keys; `timeout`: how long a rank
+  // waits for the others' signatures when a collective sets none.
+  DebugProcessGroup(std::shared_ptr<ProcessGroup> inner, std::shared_ptr<Store> store,
+                    Milliseconds timeout);
+
+  std::string backend() const override { return inner_->backend(); }
+  Device device() const override { return inner_->device(); }
+  const std::shared_ptr<ProcessGroup>& inner() const { return inner_; }
+
+  WorkPtr allreduce(Tensor& tensor, AllreduceOptions options = {}) override;
+  WorkPtr allreduce_coalesced(std::vector<Tensor>& tensors, AllreduceOptions options = {}) override;
+  WorkPtr broadcast(Tensor& tensor, BroadcastOptions options = {}) override;
+  WorkPtr reduce(Tensor& tensor, ReduceOptions options = {}) override;
+  WorkPtr allgather(std::vector<Tensor>& outputs, const Tensor& input,
+                    CollectiveOptions options = {}) override;
+  WorkPtr gather(std::vector<Tensor>& outputs, const Tensor& input,
+                 GatherOptions options = {}) override;
+  WorkPtr scatter(Tensor& output, const std::vector<Tensor>& inputs,
+                  ScatterOptions options = {}) override;
+  WorkPtr reduce_scatter(Tensor& output, const std::vector<Tensor>& inputs,
+                         CollectiveOptions options = {}) override;
+  WorkPtr alltoall(std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                   CollectiveOptions options = {}) override;
+  WorkPtr barrier(CollectiveOptions options = {}) override;
+  // Point-to-point transfers have no partner set to agree with: passed through unchecked.
+  WorkPtr send(const Tensor& tensor, int dst, int tag = 0, CollectiveOptions options = {}) override;
+  WorkPtr recv(Tensor& tensor, int src, int tag = 0, CollectiveOptions options = {}) override;
+
+ private:
+  // Publishes `sig` as the next collective's and compares every rank's; throws on a
+  // difference (InvalidArgumentError) or a rank that does not come (TimeoutError).
+  void check(const CollectiveSignature& sig, Milliseconds timeout);
+
+  std::shared_ptr<ProcessGroup> inner_;
+  std::shared_ptr<Store> store_;
+  Milliseconds timeout_;
+  int64_t seq_ = 0;
+};
+
+}  // namespace gw::dist
