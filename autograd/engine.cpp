@@ -6,6 +6,7 @@
 #include "autograd/meta.h"
 #include "core/grad_hooks.h"
 #include "core/ops.h"
+#include "core/trace.h"
 
 namespace gw::autograd {
 
@@ -216,6 +217,7 @@ std::shared_ptr<Node> make_graph_root(const std::vector<Edge>& roots, std::vecto
 
 std::vector<Tensor> run_backward(const std::vector<Edge>& roots, const std::vector<Tensor>& grads,
                                  ExecuteOptions options) {
+  trace::Scope span("autograd", "backward");
   GraphTask task(std::make_shared<GraphRoot>(roots, grads), std::move(options));
   task.run();
   return task.captured();

@@ -5,7 +5,10 @@
 //     step minus the same step without DDP, both ranks stepping at once in both cases, in
 //     alternating rounds (the best round of each);
 //   - samples per second (both ranks) of DDP training of the Fashion-MNIST MLP 784-256-128-10
-//     with batch 32 per rank (random data of the same shape: speed does not depend on values).
+//     with batch 32 per rank (random data of the same shape: speed does not depend on values);
+//   - that DDP step with a timeline being recorded (core/trace.h) beside the same step without,
+//     in alternating rounds, the median of each (goal: at most 5% slower).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <future>
@@ -15,6 +18,7 @@
 #include "bench/harness.h"
 #include "core/ops.h"
 #include "core/random.h"
+#include "core/trace.h"
 #include "ddp/distributed_data_parallel.h"
 #include "dist/process_group/process_group_gloo.h"
 #include "dist/store/hash_store.h"
@@ -24,6 +28,7 @@
 namespace {
 
 constexpr int kRanks = 2, kBatch = 32, kBigRounds = 5, kBigSteps = 3, kMnistSteps = 200;
+constexpr int kTraceRounds = 21, kTraceSteps = 20;
 
 std::shared_ptr<gw::nn::Sequential> mlp(const std::vector<int64_t>& sizes) {
   gw::Generator gen(0);
@@ -63,6 +68,7 @@ struct Trainer {
 
 struct Results {
   double big_local = 1e30, big_ddp = 1e30, mnist_step = 0;
+  double traced = 1e30, untraced = 1e30;  // the Fashion-MNIST step, tracing on and off
 };
 
 Results run_rank(std::shared_ptr<gw::dist::Store> store, int rank) {
@@ -88,8 +94,28 @@ Results run_rank(std::shared_ptr<gw::dist::Store> store, int rank) {
   mnist.step();
   mnist.step();
   r.mnist_step = mnist.time(kMnistSteps, *pg);
+  // Tracing is the process's, so rank 0 turns it on and off between barriers: both ranks step
+  // with it on, then both with it off. Nothing is written (cancel).
+  // The medians of the rounds: on two cores, one slow round in a few is the rule.
+  std::vector<double> on, off;
+  for (int round = 0; round < kTraceRounds; ++round) {
+    pg->barrier()->wait();
+    if (rank == 0) gw::trace::start("bench_ddp.trace");
+    on.push_back(mnist.time(kTraceSteps, *pg));
+    pg->barrier()->wait();
+    if (rank == 0) gw::trace::cancel();
+    off.push_back(mnist.time(kTraceSteps, *pg));
+  }
+  auto median = [](std::vector<double> v) {
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  };
+  r.traced = median(on);
+  r.untraced = median(off);
   return r;
 }
+
+constexpr const char* kTraced = "Fashion-MNIST MLP DDP step, traced";
 
 }  // namespace
 
@@ -97,10 +123,13 @@ int main(int argc, char** argv) {
   gw::bench::Reporter report(argc, argv);
   const bool overhead = report.wants("ddp", "overhead per step, 13.7M-parameter MLP");
   const bool mnist = report.wants("ddp", "Fashion-MNIST MLP training, 2 ranks");
-  if (!overhead && !mnist) return 0;
-  auto torch = gw::bench::run_capture("timeout -k 5 300 /usr/bin/python3 " +
-                                      gw::bench::executable_dir() +
-                                      "/torch_anchor_ddp.py 2>/dev/null");
+  const bool traced = report.wants("ddp", kTraced);
+  if (!overhead && !mnist && !traced) return 0;
+  // PyTorch anchors only the first two cases.
+  auto torch = overhead || mnist ? gw::bench::run_capture("timeout -k 5 300 /usr/bin/python3 " +
+                                                          gw::bench::executable_dir() +
+                                                          "/torch_anchor_ddp.py 2>/dev/null")
+                                 : std::nullopt;
   auto get = [&](const std::string& key) {
     return torch ? gw::bench::json_number(*torch, key) : std::nullopt;
   };
@@ -130,5 +159,7 @@ int main(int argc, char** argv) {
     else
       report.skip("ddp", "Fashion-MNIST MLP training, 2 ranks", "the PyTorch anchor failed");
   }
+  if (traced)
+    report.add({"ddp", kTraced, r.traced * 1e3, "ms", "tracing off, same run", r.untraced * 1e3});
   return 0;
 }

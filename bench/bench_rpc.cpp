@@ -25,6 +25,7 @@
 
 #include "bench/harness.h"
 #include "core/ops.h"
+#include "core/trace.h"
 #include "dist/store/hash_store.h"
 #include "rpc/rpc.h"
 #include "tests/tls_pki.h"
@@ -148,6 +149,29 @@ void bench_small(Reporter& report, const TorchAnchor& torch) {
   } else {
     report.add({"rpc", kSmall, t * 1e6, "us", "pytorch 1.13", 600, "published figure"});
   }
+}
+
+// rpc_sync with a timeline being recorded (core/trace.h) beside the same call without, in
+// alternating rounds; and what each of the call's 7 trace events costs (goal: at most 1 us).
+// Nothing is written (cancel).
+void bench_traced(Reporter& report) {
+  const std::string name = "rpc_sync 8 B, traced";
+  if (!report.wants("rpc", name)) return;
+  constexpr int kEventsPerCall = 7;  // send, flow; flow, handler, flow; answer, flow
+  auto call = [] { gw::bench::do_not_optimize(gw::rpc::rpc_sync<int64_t>(1, "min", 1, 2)); };
+  auto [on, off] = gw::bench::seconds_per_call_pair(
+      [&] {
+        if (!gw::trace::enabled()) gw::trace::start("bench_rpc.trace");
+        call();
+      },
+      [&] {
+        if (gw::trace::enabled()) gw::trace::cancel();
+        call();
+      });
+  gw::trace::cancel();
+  report.add({"rpc", name, on * 1e6, "us", "tracing off, same run", off * 1e6});
+  report.add({"rpc", "cost per traced event", (on - off) / kEventsPerCall * 1e6, "us", "goal", 1.0,
+              "a goal, not a measurement"});
 }
 
 void bench_async(Reporter& report, const TorchAnchor& torch) {
@@ -306,6 +330,7 @@ int main(int argc, char** argv) {
     Pair p;
     gw::rpc::Agent::Use use(*p.a);
     bench_small(report, torch);
+    bench_traced(report);
     bench_async(report, torch);
     bench_remote(report);
     bench_tensors(report, torch);

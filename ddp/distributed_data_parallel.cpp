@@ -2,6 +2,7 @@
 
 #include "autograd/grad_mode.h"
 #include "core/ops.h"
+#include "core/trace.h"
 
 namespace gw::ddp {
 
@@ -62,6 +63,7 @@ void DistributedDataParallel::broadcast_from_rank0(const std::vector<Tensor>& te
 }
 
 Tensor DistributedDataParallel::forward(const Tensor& input) {
+  trace::Scope span("ddp", "DDP forward");
   reducer_->prepare_for_forward();
   if (options_.broadcast_buffers) broadcast_from_rank0(module_->buffers());
   Tensor output = module_->forward(input);

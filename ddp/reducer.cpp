@@ -6,6 +6,7 @@
 #include "autograd/accumulate_grad.h"
 #include "autograd/autograd.h"
 #include "core/ops.h"
+#include "core/trace.h"
 
 namespace gw::ddp {
 
@@ -230,6 +231,10 @@ void Reducer::launch_ready_buckets() {
     Bucket& b = buckets_[index];
     GradBucket view{index, b.flat, {}, index + 1 == buckets_.size()};
     for (size_t i : b.params) view.parameters.push_back(params_[i]);
+    trace::Scope span("ddp", "DDP bucket " + std::to_string(index) + " ready",
+                      trace::enabled() ? gw::detail::str("{\"params\":", b.params.size(),
+                                                         ",\"bytes\":", b.flat.nbytes(), "}")
+                                       : std::string());
     b.reduced = hook_(*group_, view);
     ++launched_;
     if (ready_count_ < params_.size()) ++launched_early_;

@@ -13,6 +13,9 @@
 // (gw::save_checkpoint) into --checkpoint-dir every N steps and at each epoch's end, and every
 // rank resumes from it when it is there at start: run under gwrun --max-restarts, a job whose
 // rank died goes on from its last checkpoint instead of from scratch.
+//
+// With --trace FILE, FILE gets the run's timeline (open it at https://ui.perfetto.dev): each
+// rank's forwards, backwards, DDP's buckets and their allreduces on the group's track.
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -36,6 +39,7 @@ struct Args : gw::examples::TrainArgs {
   std::string model = "mlp", curve;
   double lr_decay = 0.6;
   gw::examples::CheckpointArgs checkpoint{"ddp_train"};
+  gw::examples::TraceArgs trace;
 };
 
 Args parse(int argc, char** argv) {
@@ -45,13 +49,13 @@ Args parse(int argc, char** argv) {
     else if (k == "--curve") a.curve = v;
     else if (k == "--lr-decay") a.lr_decay = std::atof(v.c_str());
     else
-      return a.checkpoint.parse(k, v);
+      return a.checkpoint.parse(k, v) || a.trace.parse(k, v);
     return true;
   };
   static_cast<gw::examples::TrainArgs&>(a) = gw::examples::parse_train_args(
       "ddp_train", argc, argv, {.epochs = 5, .batch_size = 32, .lr = 0.02, .target = 0.88}, extra,
       (std::string(" [--model mlp|cnn] [--lr-decay X] [--curve PATH]") +
-       gw::examples::CheckpointArgs::kUsage)
+       gw::examples::CheckpointArgs::kUsage + gw::examples::TraceArgs::kUsage)
           .c_str());
   return a;
 }
@@ -73,10 +77,11 @@ bool identical_on_all_ranks(gw::nn::Module& model, gw::dist::ProcessGroup& pg) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Args args = parse(argc, argv);
+  Args args = parse(argc, argv);
   const gw::dist::LaunchEnv env = gw::examples::launch_env("ddp_train");
   const int rank = env.rank, world = env.world_size;
   try {
+    args.trace.start();
     auto pg = gw::dist::init_process_group("gloo");  // rank, world size, master: from `env`
     auto train = gw::data::load_fashion_mnist(gw::data::Split::Train, args.limit);
     auto test = gw::data::load_fashion_mnist(gw::data::Split::Test);
@@ -156,6 +161,7 @@ int main(int argc, char** argv) {
       }
     }
     gw::dist::destroy_process_group();
+    args.trace.finish(rank, world);
     return identical && acc >= args.target ? 0 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ddp_train (rank %d): %s\n", rank, e.what());

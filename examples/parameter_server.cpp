@@ -200,10 +200,14 @@ int serve(const gw::examples::TrainArgs& args, const gw::examples::CheckpointArg
 
 int main(int argc, char** argv) {
   gw::examples::CheckpointArgs checkpoints("parameter_server");
+  gw::examples::TraceArgs trace;
   const auto args = gw::examples::parse_train_args(
       "parameter_server", argc, argv, {},
-      [&](const std::string& k, const std::string& v) { return checkpoints.parse(k, v); },
-      gw::examples::CheckpointArgs::kUsage);
+      [&](const std::string& k, const std::string& v) {
+        return checkpoints.parse(k, v) || trace.parse(k, v);
+      },
+      (std::string(gw::examples::CheckpointArgs::kUsage) + gw::examples::TraceArgs::kUsage)
+          .c_str());
   const gw::dist::LaunchEnv env = gw::examples::launch_env("parameter_server");
   const int rank = env.rank, world_size = env.world_size;
   if (world_size < 2) {
@@ -211,9 +215,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    trace.start();
     rpc::init_rpc(rank == 0 ? "ps" : "trainer" + std::to_string(rank - 1));
     const int status = rank == 0 ? serve(args, checkpoints, world_size - 1) : 0;
     rpc::shutdown();  // a trainer serves the server's calls until everyone is done
+    trace.finish(rank, world_size);
     return status;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "parameter_server (rank %d): %s\n", rank, e.what());

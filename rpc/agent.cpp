@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <regex>
 
+#include "core/trace.h"
 #include "dist/store/liveness.h"
 #include "dist/store/net_address.h"
 #include "dist/store/rendezvous.h"
@@ -32,6 +33,52 @@ void check_name(const std::string& name) {
   GW_CHECK(!name.empty() && name.size() < 128 && std::regex_match(name, kValid),
            InvalidArgumentError, "[init_rpc] worker name '", name,
            "' must be 1-127 characters of letters, digits, '_', ':' or '-'");
+}
+
+// The trace's flow arrows of an RPC (core/trace.h): from the caller's send to the callee's
+// handler, and from the handler to the caller's answer. Both sides know the caller and the id.
+uint64_t request_flow(int caller, uint64_t id) {
+  return (static_cast<uint64_t>(caller + 1) << 40) | (id & ((uint64_t{1} << 40) - 1));
+}
+uint64_t response_flow(int caller, uint64_t id) {
+  return request_flow(caller, id) | (uint64_t{1} << 63);
+}
+
+// The span of a handler on its pool thread, with the arrows in and out.
+class TraceServe {
+ public:
+  TraceServe(std::string name, int caller, uint64_t id)
+      : name_(std::move(name)), caller_(caller), id_(id), start_(trace::now_us()) {
+    trace::flow(false, request_flow(caller_, id_), start_, trace::current_thread());
+  }
+  ~TraceServe() {
+    const int64_t end = std::max(trace::now_us(), start_ + 2);
+    trace::complete("rpc", std::move(name_), start_, end, trace::current_thread());
+    trace::flow(true, response_flow(caller_, id_), end - 1, trace::current_thread());
+  }
+  TraceServe(const TraceServe&) = delete;
+  TraceServe& operator=(const TraceServe&) = delete;
+
+ private:
+  std::string name_;
+  int caller_;
+  uint64_t id_;
+  int64_t start_;
+};
+
+// The caller's side: a span for the send on the calling thread, and one for the answer on the
+// thread that completes it.
+void trace_call(const std::string& what, const std::string& callee, int caller, uint64_t id,
+                int64_t sent, Future<IValue>& result) {
+  const int tid = trace::current_thread();
+  trace::complete("rpc", what + " to " + callee, sent, std::max(trace::now_us(), sent + 1), tid);
+  trace::flow(true, request_flow(caller, id), sent, tid);
+  result.add_done_callback(
+      [name = "answer to " + what + " from " + callee, caller, id](Future<IValue>&) {
+        const int64_t at = trace::now_us();
+        trace::complete("rpc", name, at, at + 1, trace::current_thread());
+        trace::flow(false, response_flow(caller, id), at, trace::current_thread());
+      });
 }
 
 // Raised by a worker whose graceful shutdown failed, for those still waiting in its barriers.
@@ -157,6 +204,7 @@ Agent::Agent(std::string name, int rank, int world_size, RpcBackendOptions optio
   // at once, and the handler may call on (a nested RPC) before this constructor returns.
   running_ = true;
   debug::set_identity(self_.id, self_.name);
+  trace::set_process(self_.id, self_.name);
   debug_section_ = debug::Section("rpc", [this] { return debug_json(); });
   debug::dump_on_sigusr1();
   transport_->start(peers, mark_thread);
@@ -243,8 +291,15 @@ Future<IValue> Agent::request(const To& to, Request r, Milliseconds timeout) {
            timeout.count());
   const uint64_t ctx = joins_autograd_context(r) ? current_autograd_context() : 0;
   std::string what = describe(r);
+  const int64_t sent = trace::enabled() ? trace::now_us() : 0;
+  // Only requests the callee runs on its pool have a handler span to point at (serve()).
+  const bool on_pool =
+      !std::holds_alternative<RRefFetch>(r) && !std::holds_alternative<RRefFork>(r) &&
+      !std::holds_alternative<RRefAccept>(r) && !std::holds_alternative<RRefDelete>(r);
+  const std::string traced = trace::enabled() && on_pool ? what : std::string();
   Message m;
   m.id = next_id_.fetch_add(1);
+  const uint64_t id = m.id;
   m.body = std::move(r);
   m.device_map = device_map_to(dst.id, /*reply=*/false);
   outgoing(dst.id, m, ctx);
@@ -258,6 +313,7 @@ Future<IValue> Agent::request(const To& to, Request r, Milliseconds timeout) {
   const auto deadline = timeout.count() > 0 ? std::chrono::steady_clock::now() + timeout
                                             : std::chrono::steady_clock::time_point::max();
   transport_->send(dst.id, std::move(m), deadline);
+  if (!traced.empty()) trace_call(traced, dst.name, self_.id, id, sent, result);
   return result;
 }
 
@@ -404,7 +460,7 @@ void Agent::on_request(const std::shared_ptr<Connection>& c, Message m) {
         using T = std::decay_t<decltype(r)>;
         if constexpr (std::is_same_v<T, Call>) {
           serve(
-              from, ctx, what,
+              {from, id, what}, ctx,
               [held = std::move(held)] {
                 place_on_devices(*held);
                 const Call& call = std::get<Call>(*held->request());
@@ -416,7 +472,7 @@ void Agent::on_request(const std::shared_ptr<Connection>& c, Message m) {
                              std::is_same_v<T, AutogradBackward>) {
           // A release frees what the others hold: never refused for the cap.
           serve(
-              std::is_same_v<T, AutogradRelease> ? -1 : from, 0, what,
+              {from, id, what, !std::is_same_v<T, AutogradRelease>}, 0,
               [this, from, held = std::move(held)] {
                 GW_CHECK(autograd_, InvalidArgumentError, "[rpc] worker '", self_.name,
                          "' cannot serve distributed autograd: it does not link gw_dist");
@@ -440,10 +496,10 @@ std::exception_ptr Agent::take_serving_slot(int from) {
       " requests from '", workers_[from].name, "' (max_pending_requests_per_peer)")));
 }
 
-void Agent::serve(int from, uint64_t ctx, const std::string& what,
-                  std::function<Future<IValue>()> handler,
+void Agent::serve(const Served& request, uint64_t ctx, std::function<Future<IValue>()> handler,
                   std::function<void(Future<IValue>&)> done) {
-  if (from >= 0) {
+  const int from = request.from;
+  if (request.counted) {
     if (auto refused = take_serving_slot(from)) {
       Future<IValue> failed = Future<IValue>::failed(refused);
       return done(failed);
@@ -452,17 +508,22 @@ void Agent::serve(int from, uint64_t ctx, const std::string& what,
   const uint64_t record = debug::record({.kind = debug::Kind::kRpcServe,
                                          .state = debug::State::kScheduled,
                                          .group = self_.name,
-                                         .op = what,
-                                         .detail = from >= 0 ? workers_[from].name : "",
+                                         .seq = static_cast<int64_t>(request.id),
+                                         .op = request.what,
+                                         .detail = workers_[from].name,
                                          .peer = from});
-  auto release = [this, from, record](Future<IValue>& outcome) {
-    if (from >= 0) serving_[static_cast<size_t>(from)].fetch_sub(1);
+  auto release = [this, from, counted = request.counted, record](Future<IValue>& outcome) {
+    if (counted) serving_[static_cast<size_t>(from)].fetch_sub(1);
     debug::finish(record, outcome.exception());
   };
+  std::string span;  // the trace's name for the handler's span, when tracing
+  if (trace::enabled()) span = request.what + " from " + workers_[from].name;
   try {
     dispatcher_->run(
-        [record, handler = std::move(handler)] {
+        [record, from, id = request.id, span = std::move(span), handler = std::move(handler)] {
           debug::update(record, debug::State::kStarted);
+          if (span.empty()) return handler();
+          TraceServe traced(span, from, id);
           return handler();
         },
         ctx,

@@ -235,12 +235,19 @@ class Agent {
   // are placed later, by whoever handles it).
   void receive(int from, Message& m, Arrival arrival);
 
+  // A request to serve: message `id` from worker `from`, described as `what` (describe()) in
+  // the flight recorder and the trace; `counted` against max_pending_requests_per_peer.
+  struct Served {
+    int from;
+    uint64_t id;
+    std::string what;
+    bool counted = true;
+  };
   // Runs `handler` on the pool in distributed autograd context `ctx`; `done` gets its outcome.
-  // Counted against the requests being served for worker `from` (-1: not counted): over
-  // max_pending_requests_per_peer, `done` gets the refusal at once instead. The flight
-  // recorder records it as `what` (a request's describe()).
-  void serve(int from, uint64_t ctx, const std::string& what,
-             std::function<Future<IValue>()> handler, std::function<void(Future<IValue>&)> done);
+  // A counted request over max_pending_requests_per_peer for its worker gets the refusal in
+  // `done` at once instead.
+  void serve(const Served& request, uint64_t ctx, std::function<Future<IValue>()> handler,
+             std::function<void(Future<IValue>&)> done);
   // One more request of `from` among those being served, or why not (then none was taken).
   std::exception_ptr take_serving_slot(int from);
   // Runs `function` on the pool in distributed autograd context `autograd_context`.

@@ -44,6 +44,8 @@ class Supervisor {
   // InvalidArgumentError when the program cannot be executed, and what NodeRendezvous::join
   // throws (the other nodes are told the job ends).
   int run();
+  // Its options, with this node's rank (across nodes, the rendezvous's).
+  const LaunchOptions& options() const { return options_; }
 
  private:
   struct Worker {

@@ -1,7 +1,12 @@
 #include "dist/process_group/debug.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <string_view>
+
+#include "core/trace.h"
 
 #include "dist/debug/flight_recorder.h"
 
@@ -88,16 +93,61 @@ CollectiveSignature p2p(const char* op, const Tensor& tensor, int peer, int tag)
 }
 }  // namespace signature
 
-uint64_t record_collective(const std::string& group, int64_t seq, const CollectiveSignature& sig,
-                           const WorkPtr& work) {
+namespace {
+
+// A flow's id: the same on every rank for collective `seq` of `group` and peer rank `peer`.
+uint64_t flow_id(const std::string& group, int64_t seq, int peer) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  auto mix = [&](uint64_t v) {
+    for (int i = 0; i < 8; ++i, v >>= 8) h = (h ^ (v & 0xff)) * 1099511628211ull;
+  };
+  for (char c : group) mix(static_cast<unsigned char>(c));
+  mix(static_cast<uint64_t>(seq));
+  mix(static_cast<uint64_t>(peer));
+  return (h >> 2) | (uint64_t{1} << 62);  // apart from the RPC flows' ids
+}
+
+// Collective `seq` ended: its span runs from when it could start (queued behind the group's
+// previous one) to `end`.
+void trace_collective(const std::string& group, int rank, int size, int64_t seq,
+                      const std::string& name, int64_t scheduled, int64_t end) {
+  static std::mutex mu;
+  static std::map<std::string, int64_t>* last_end = new std::map<std::string, int64_t>;
+  int64_t start;
+  {
+    std::lock_guard lock(mu);
+    int64_t& last = (*last_end)[group];
+    start = std::max(scheduled, last);
+    last = std::max(last, end);
+  }
+  const int tid = trace::track("collectives: " + group);
+  trace::complete("collective", name, start, std::max(end, start + 1), tid,
+                  gw::detail::str("{\"group\":\"", group, "\",\"seq\":", seq, "}"));
+  if (seq < 0) return;
+  if (rank == 0)
+    for (int peer = 1; peer < size; ++peer)
+      trace::flow(true, flow_id(group, seq, peer), start, tid);
+  else
+    trace::flow(false, flow_id(group, seq, rank), start, tid);
+}
+
+}  // namespace
+
+uint64_t record_collective(const std::string& group, int rank, int size, int64_t seq,
+                           const CollectiveSignature& sig, const WorkPtr& work) {
   const uint64_t id = debug::record({.kind = debug::Kind::kCollective,
                                      .state = debug::State::kScheduled,
                                      .group = group,
                                      .seq = seq,
                                      .op = sig.op,
                                      .detail = sig.detail});
-  work->future().add_done_callback([id, group, seq, op = sig.op](Future<void>& f) {
+  const int64_t scheduled = trace::enabled() ? trace::now_us() : 0;
+  work->future().add_done_callback([=, op = sig.op, name = sig.str()](Future<void>& f) {
     debug::finish(id, f.exception());
+    if (trace::enabled())
+      trace_collective(group, rank, size, seq,
+                       seq >= 0 ? op + " #" + std::to_string(seq) + name.substr(op.size()) : name,
+                       scheduled, trace::now_us());
     if (f.has_error()) debug::request_dump(op + " #" + std::to_string(seq) + " failed on " + group);
   });
   return id;
@@ -134,9 +184,21 @@ void DebugProcessGroup::check(const CollectiveSignature& sig, Milliseconds timeo
   std::vector<std::string> all;
   for (int r = 0; r < size(); ++r) all.push_back(r == rank() ? mine : store_->get_string(key(r)));
   // Every rank compares the same strings in the same order, so every rank raises alike.
-  for (int r = 1; r < size(); ++r)
-    GW_CHECK(all[r] == all[0], InvalidArgumentError, where, "collective #", seq,
-             " differs across ranks: rank 0 calls ", all[0], " but rank ", r, " calls ", all[r]);
+  for (int r = 1; r < size(); ++r) {
+    if (all[r] == all[0]) continue;
+    // Not before every rank has read the signatures: the rank hosting the store may exit on
+    // this error, and the others would see a lost store instead of it.
+    std::vector<std::string> read;
+    for (int q = 0; q < size(); ++q) read.push_back(round + "read/" + std::to_string(q));
+    store_->set(read[rank()], "1");
+    try {
+      store_->wait(read, limit);
+    } catch (const std::exception&) {  // raise what was found anyway
+    }
+    throw InvalidArgumentError(gw::detail::str(where, "collective #", seq,
+                                               " differs across ranks: rank 0 calls ", all[0],
+                                               " but rank ", r, " calls ", all[r]));
+  }
   // Every rank has published this round, so every one has read the last.
   if (seq > 1)
     store_->delete_key("detail/" + std::to_string(seq - 1) + "/" + std::to_string(rank()));

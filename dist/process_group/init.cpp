@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "core/trace.h"
 #include "dist/debug/flight_recorder.h"
 #include "dist/process_group/debug.h"
 #include "dist/store/launch_env.h"
@@ -78,6 +79,7 @@ std::shared_ptr<ProcessGroup> start(const std::string& backend, std::shared_ptr<
                                     const std::string& address) {
   // Connecting takes as long as the slowest rank: not under the lock.
   debug::set_identity(rank, "");
+  trace::set_process(rank, "");
   auto group = make_group(backend, "default_pg", std::make_shared<PrefixStore>("default_pg", store),
                           rank, world_size, timeout, address);
   auto& s = state();

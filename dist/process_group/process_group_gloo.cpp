@@ -200,7 +200,8 @@ WorkPtr ProcessGroupGloo::Impl::enqueue(const CollectiveSignature& sig, Millisec
   {
     std::lock_guard lock(mu);
     // Numbered and queued under one lock: the numbers follow the order the collectives run in.
-    const uint64_t record = record_collective(options.group_name, next_seq++, sig, work);
+    const uint64_t record =
+        record_collective(options.group_name, rank, size, next_seq++, sig, work);
     if (!aborted) {
       queue.push_back({work, timeout_of(timeout), std::move(job), record});
       cv.notify_all();  // the group's thread, and a destructor waiting for the queue
@@ -546,7 +547,8 @@ WorkPtr ProcessGroupGloo::Impl::p2p(const char* op, const Tensor& tensor, int pe
                                     Milliseconds timeout, Post post, Wait wait, Abort abort_wait) {
   auto work = std::make_shared<Work>(op);
   auto done = std::make_shared<std::atomic<bool>>(false);
-  record_collective(options.group_name, -1, signature::p2p(op, tensor, peer, tag), work);
+  record_collective(options.group_name, rank, size, -1, signature::p2p(op, tensor, peer, tag),
+                    work);
   std::lock_guard lock(mu);
   if (aborted) {
     work->finish(unusable(op, aborted));

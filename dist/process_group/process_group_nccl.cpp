@@ -181,7 +181,7 @@ WorkPtr ProcessGroupNCCL::Impl::launch(const CollectiveSignature& sig, Milliseco
   std::deque<Pending> failed;
   {
     std::lock_guard serial(launch_mu);  // the watchdog aborts only between launches
-    record_collective(options.group_name, sig.is_p2p() ? -1 : next_seq++, sig, work);
+    record_collective(options.group_name, rank, size, sig.is_p2p() ? -1 : next_seq++, sig, work);
     {
       std::lock_guard lock(mu);
       if (broken)

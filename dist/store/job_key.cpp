@@ -24,6 +24,13 @@
 namespace gw::dist {
 namespace {
 
+// OpenSSL frees its state in an exit handler of its own. A thread still reconnecting to a store
+// while the process exits (a liveness watcher of a process group never destroyed) would then
+// use freed state and crash the exit: OpenSSL's state is left to the end of the process instead.
+// First, before any other OpenSSL call of the program's.
+[[maybe_unused]] const bool kOpenSslKeptToExit =
+    OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, nullptr) == 1;
+
 template <size_t N>
 std::array<uint8_t, N> random_bytes(const char* what) {
   std::array<uint8_t, N> out{};

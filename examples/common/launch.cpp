@@ -1,8 +1,13 @@
 #include "examples/common/launch.h"
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
+#include <vector>
+
+#include "core/trace.h"
 
 namespace gw::examples {
 
@@ -35,6 +40,38 @@ TrainArgs parse_train_args(const char* program, int argc, char** argv, TrainArgs
     std::exit(2);
   }
   return a;
+}
+
+bool TraceArgs::parse(const std::string& flag, const std::string& value) {
+  if (flag != "--trace" || value.empty()) return false;
+  path = value;
+  return true;
+}
+
+void TraceArgs::start() {
+  if (path.empty()) return;
+  started = std::filesystem::file_time_type::clock::now();
+  trace::start(path);
+}
+
+void TraceArgs::finish(int rank, int world_size) const {
+  if (path.empty()) return;
+  trace::stop();
+  if (rank != 0) return;
+  std::vector<std::string> parts;
+  for (int r = 0; r < world_size; ++r)
+    parts.push_back(path + ".rank" + std::to_string(r) + ".json");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+  auto written = [&](const std::string& part) {  // whole: written aside, then renamed
+    std::error_code ec;
+    return std::filesystem::last_write_time(part, ec) >= started && !ec;
+  };
+  for (const auto& part : parts)
+    while (!written(part) && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  trace::merge(parts, path);
+  std::printf("trace of %d ranks written to %s: open it at https://ui.perfetto.dev\n", world_size,
+              path.c_str());
 }
 
 bool CheckpointArgs::parse(const std::string& flag, const std::string& value) {

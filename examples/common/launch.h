@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <optional>
 #include <string>
@@ -43,6 +44,20 @@ struct CheckpointArgs {
   void save(const Checkpoint& c) const;
   int64_t every = 0;
   std::string dir;
+};
+
+// --trace FILE: a timeline of the run (core/trace.h). Each rank writes FILE.rank<R>.json when
+// it calls finish(); rank 0 then waits for the others' files and merges them into FILE, which
+// opens at https://ui.perfetto.dev. (Under gwrun, GW_TRACE=FILE does the same for any program.)
+struct TraceArgs {
+  static constexpr const char* kUsage = " [--trace FILE]";
+  bool parse(const std::string& flag, const std::string& value);  // an ExtraFlags step
+  void start();                                                   // with --trace
+  // Writes this rank's part; rank 0 merges the `world_size` parts (waiting up to a minute for
+  // them) and says where the trace is.
+  void finish(int rank, int world_size) const;
+  std::string path;
+  std::filesystem::file_time_type started{};  // older parts are a previous run's
 };
 
 }  // namespace gw::examples
