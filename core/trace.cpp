@@ -1,5 +1,6 @@
 #include "core/trace.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -73,11 +74,13 @@ class Tracer {
   }
 
   void begin(const std::string& path) {
+    const size_t limit = max_events();
     std::lock_guard lock(mu_);
     GW_CHECK(path_.empty(), StateError, "[trace] a trace into ", path_,
-             " is being collected already");
+             " is being collected already (GW_TRACE and --trace both?)");
     path_ = path;
-    limit_ = max_events();
+    limit_ = limit;
+    dropped_ = 0;
     events_.reserve(std::min<size_t>(limit_, 1 << 16));
     if (!at_exit_) {
       at_exit_ = true;
@@ -94,13 +97,17 @@ class Tracer {
 
   std::string end(bool write = true) {
     detail::g_enabled.store(false, std::memory_order_relaxed);
-    std::lock_guard lock(mu_);
-    if (path_.empty() || !write) {
-      events_.clear();
-      path_.clear();
-      return "";
+    // Taken out under the lock, written outside it: a span ending meanwhile does not wait.
+    std::vector<Event> events;
+    std::string path;
+    {
+      std::lock_guard lock(mu_);
+      events.swap(events_);
+      path.swap(path_);
     }
-    const std::string file = path_ + ".rank" + std::to_string(rank_) + ".json";
+    if (path.empty() || !write) return "";
+    std::lock_guard lock(mu_);  // rank_, name_, tracks_, dropped_ (spans add nothing now)
+    const std::string file = path + ".rank" + std::to_string(rank_) + ".json";
     const std::string aside = file + ".tmp";  // renamed when whole: a reader sees all or none
     std::ofstream out(aside, std::ios::trunc);
     out << "{\"traceEvents\":[\n";
@@ -109,22 +116,23 @@ class Tracer {
     line = meta("process_name", 0,
                 "rank " + std::to_string(rank_) + (name_.empty() ? "" : " (" + name_ + ")"));
     emit(false);
+    line = "{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":" + std::to_string(rank_) +
+           ",\"args\":{\"sort_index\":" + std::to_string(rank_) + "}}";
+    emit(false);
     for (const auto& [name, tid] : tracks_) {
       line = meta("thread_name", tid, name);
       emit(false);
     }
     line = format_dropped();
-    emit(events_.empty());
-    for (size_t i = 0; i < events_.size(); ++i) {
-      line = format(events_[i]);
-      emit(i + 1 == events_.size());
+    emit(events.empty());
+    for (size_t i = 0; i < events.size(); ++i) {
+      line = format(events[i]);
+      emit(i + 1 == events.size());
     }
     out << "],\"displayTimeUnit\":\"ms\"}\n";
     out.close();
     GW_CHECK(!out.fail() && std::rename(aside.c_str(), file.c_str()) == 0, IoError,
              "[trace] cannot write ", file);
-    events_.clear();
-    path_.clear();
     return file;
   }
 
@@ -247,7 +255,36 @@ Scope::Scope(const char* cat, std::string name, std::string args) : cat_(cat) {
 }
 
 Scope::~Scope() {
-  if (start_ >= 0) complete(cat_, std::move(name_), start_, now_us(), current_thread(), args_);
+  if (start_ < 0) return;
+  try {
+    complete(cat_, std::move(name_), start_, std::max(now_us(), start_ + 2), current_thread(),
+             std::move(args_));
+  } catch (...) {  // out of memory: the span is lost, not the program
+  }
+}
+
+uint64_t rpc_flow(int caller, uint64_t message_id, bool response) {
+  // bit 63: response; bits 40..62: caller + 1; bits 0..39: the message id. Bit 62 clear.
+  const uint64_t request = (static_cast<uint64_t>(caller + 1) << 40 & ~(uint64_t{3} << 62)) |
+                           (message_id & ((uint64_t{1} << 40) - 1));
+  return response ? request | (uint64_t{1} << 63) : request;
+}
+
+uint64_t collective_flow(const std::string& group, int64_t seq, int peer) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the group's name, seq and peer
+  auto mix = [&](uint64_t v) {
+    for (int i = 0; i < 8; ++i, v >>= 8) h = (h ^ (v & 0xff)) * 1099511628211ull;
+  };
+  for (char c : group) mix(static_cast<unsigned char>(c));
+  mix(static_cast<uint64_t>(seq));
+  mix(static_cast<uint64_t>(peer));
+  return (h >> 2) | (uint64_t{1} << 62);  // bit 62 set, bit 63 clear: no RPC flow's
+}
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  escape_into(out, s);
+  return out + "\"";
 }
 
 void merge(const std::vector<std::string>& inputs, const std::string& output) {

@@ -55,8 +55,16 @@ int current_thread();
 // text or empty. tid: current_thread() or a track().
 void complete(const char* cat, std::string name, int64_t start_us, int64_t end_us, int tid,
               std::string args = {});
-// A flow arrow's start ("s") or end ("f"), bound to the span enclosing `ts_us` on `tid`.
+// A flow arrow's start ("s") or end ("f"), bound to the span enclosing `ts_us` on `tid`: put it
+// strictly inside the span (spans of at least 2 µs).
 void flow(bool start, uint64_t id, int64_t ts_us, int tid);
+// Flow ids, the same on both ends and apart from each other: an RPC's request (caller → the
+// callee's handler) and response (handler → the caller's answer), numbered by the caller's id
+// and the message id; and collective `seq` of `group` from rank 0 to rank `peer`.
+uint64_t rpc_flow(int caller, uint64_t message_id, bool response);
+uint64_t collective_flow(const std::string& group, int64_t seq, int peer);
+// `s` as a JSON string, quoted and escaped: for a span's args.
+std::string json_string(const std::string& s);
 
 // A span on the calling thread from construction to destruction (nothing when off).
 class Scope {

@@ -1,6 +1,7 @@
 #include "ddp/reducer.h"
 
 #include <algorithm>
+#include <optional>
 #include <unordered_set>
 
 #include "autograd/accumulate_grad.h"
@@ -231,10 +232,11 @@ void Reducer::launch_ready_buckets() {
     Bucket& b = buckets_[index];
     GradBucket view{index, b.flat, {}, index + 1 == buckets_.size()};
     for (size_t i : b.params) view.parameters.push_back(params_[i]);
-    trace::Scope span("ddp", "DDP bucket " + std::to_string(index) + " ready",
-                      trace::enabled() ? gw::detail::str("{\"params\":", b.params.size(),
-                                                         ",\"bytes\":", b.flat.nbytes(), "}")
-                                       : std::string());
+    std::optional<trace::Scope> span;  // made only when tracing: its name costs allocations
+    if (trace::enabled())
+      span.emplace(
+          "ddp", "DDP bucket " + std::to_string(index) + " ready",
+          gw::detail::str("{\"params\":", b.params.size(), ",\"bytes\":", b.flat.nbytes(), "}"));
     b.reduced = hook_(*group_, view);
     ++launched_;
     if (ready_count_ < params_.size()) ++launched_early_;

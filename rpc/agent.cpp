@@ -35,49 +35,54 @@ void check_name(const std::string& name) {
            "' must be 1-127 characters of letters, digits, '_', ':' or '-'");
 }
 
-// The trace's flow arrows of an RPC (core/trace.h): from the caller's send to the callee's
-// handler, and from the handler to the caller's answer. Both sides know the caller and the id.
-uint64_t request_flow(int caller, uint64_t id) {
-  return (static_cast<uint64_t>(caller + 1) << 40) | (id & ((uint64_t{1} << 40) - 1));
-}
-uint64_t response_flow(int caller, uint64_t id) {
-  return request_flow(caller, id) | (uint64_t{1} << 63);
-}
-
-// The span of a handler on its pool thread, with the arrows in and out.
+// The span of a handler on its pool thread (core/trace.h), with the arrow from its caller's
+// send and, unless the caller had its answer before (remote()), the arrow to that answer.
+// Spans on one thread never overlap: a short one after another starts where that one ended.
 class TraceServe {
  public:
-  TraceServe(std::string name, int caller, uint64_t id)
-      : name_(std::move(name)), caller_(caller), id_(id), start_(trace::now_us()) {
-    trace::flow(false, request_flow(caller_, id_), start_, trace::current_thread());
+  TraceServe(std::string name, int caller, uint64_t id, bool answer_flow)
+      : name_(std::move(name)),
+        caller_(caller),
+        id_(id),
+        answer_flow_(answer_flow),
+        start_(std::max(trace::now_us(), t_last_end + 1)) {
+    trace::flow(false, trace::rpc_flow(caller_, id_, false), start_ + 1, trace::current_thread());
   }
   ~TraceServe() {
-    const int64_t end = std::max(trace::now_us(), start_ + 2);
-    trace::complete("rpc", std::move(name_), start_, end, trace::current_thread());
-    trace::flow(true, response_flow(caller_, id_), end - 1, trace::current_thread());
+    const int64_t end = std::max(trace::now_us(), start_ + 3);
+    t_last_end = end;
+    try {
+      trace::complete("rpc", std::move(name_), start_, end, trace::current_thread());
+      if (answer_flow_)
+        trace::flow(true, trace::rpc_flow(caller_, id_, true), end - 1, trace::current_thread());
+    } catch (...) {  // out of memory: the span is lost, not the handler's answer
+    }
   }
   TraceServe(const TraceServe&) = delete;
   TraceServe& operator=(const TraceServe&) = delete;
 
  private:
+  static inline thread_local int64_t t_last_end = 0;
   std::string name_;
   int caller_;
   uint64_t id_;
+  bool answer_flow_;
   int64_t start_;
 };
 
 // The caller's side: a span for the send on the calling thread, and one for the answer on the
-// thread that completes it.
+// thread that completes it (with the arrow from the handler, unless `answer_flow` is off).
 void trace_call(const std::string& what, const std::string& callee, int caller, uint64_t id,
-                int64_t sent, Future<IValue>& result) {
+                int64_t sent, bool answer_flow, Future<IValue>& result) {
   const int tid = trace::current_thread();
-  trace::complete("rpc", what + " to " + callee, sent, std::max(trace::now_us(), sent + 1), tid);
-  trace::flow(true, request_flow(caller, id), sent, tid);
+  trace::complete("rpc", what + " to " + callee, sent, std::max(trace::now_us(), sent + 2), tid);
+  trace::flow(true, trace::rpc_flow(caller, id, false), sent + 1, tid);
   result.add_done_callback(
-      [name = "answer to " + what + " from " + callee, caller, id](Future<IValue>&) {
+      [name = "answer to " + what + " from " + callee, caller, id, answer_flow](Future<IValue>&) {
         const int64_t at = trace::now_us();
-        trace::complete("rpc", name, at, at + 1, trace::current_thread());
-        trace::flow(false, response_flow(caller, id), at, trace::current_thread());
+        trace::complete("rpc", name, at, at + 2, trace::current_thread());
+        if (answer_flow)
+          trace::flow(false, trace::rpc_flow(caller, id, true), at + 1, trace::current_thread());
       });
 }
 
@@ -293,6 +298,7 @@ Future<IValue> Agent::request(const To& to, Request r, Milliseconds timeout) {
   std::string what = describe(r);
   const int64_t sent = trace::enabled() ? trace::now_us() : 0;
   // Only requests the callee runs on its pool have a handler span to point at (serve()).
+  const bool remote_create = std::holds_alternative<RRefCreate>(r);
   const bool on_pool =
       !std::holds_alternative<RRefFetch>(r) && !std::holds_alternative<RRefFork>(r) &&
       !std::holds_alternative<RRefAccept>(r) && !std::holds_alternative<RRefDelete>(r);
@@ -313,7 +319,8 @@ Future<IValue> Agent::request(const To& to, Request r, Milliseconds timeout) {
   const auto deadline = timeout.count() > 0 ? std::chrono::steady_clock::now() + timeout
                                             : std::chrono::steady_clock::time_point::max();
   transport_->send(dst.id, std::move(m), deadline);
-  if (!traced.empty()) trace_call(traced, dst.name, self_.id, id, sent, result);
+  if (!traced.empty())  // remote()'s answer comes before its function has run
+    trace_call(traced, dst.name, self_.id, id, sent, !remote_create, result);
   return result;
 }
 
@@ -520,10 +527,11 @@ void Agent::serve(const Served& request, uint64_t ctx, std::function<Future<IVal
   if (trace::enabled()) span = request.what + " from " + workers_[from].name;
   try {
     dispatcher_->run(
-        [record, from, id = request.id, span = std::move(span), handler = std::move(handler)] {
+        [record, from, id = request.id, answer_flow = request.answer_flow, span = std::move(span),
+         handler = std::move(handler)] {
           debug::update(record, debug::State::kStarted);
           if (span.empty()) return handler();
-          TraceServe traced(span, from, id);
+          TraceServe traced(span, from, id, answer_flow);
           return handler();
         },
         ctx,

@@ -242,6 +242,7 @@ class Agent {
     uint64_t id;
     std::string what;
     bool counted = true;
+    bool answer_flow = true;  // the trace's arrow to the answer: not for remote(), answered first
   };
   // Runs `handler` on the pool in distributed autograd context `ctx`; `done` gets its outcome.
   // A counted request over max_pending_requests_per_peer for its worker gets the refusal in

@@ -67,7 +67,7 @@ void Agent::on_rref_request(const std::shared_ptr<Connection>& c, const std::sha
       if (!failure) {
         try {
           serve(
-              {c->peer_id(), id, describe(r)}, ctx,
+              {c->peer_id(), id, describe(r), true, /*answer_flow=*/false}, ctx,
               [m] {
                 place_on_devices(*m);
                 const RRefCreate& create = std::get<RRefCreate>(*m->request());

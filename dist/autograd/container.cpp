@@ -4,6 +4,7 @@
 
 #include "autograd/meta.h"
 #include "core/ops.h"
+#include "core/trace.h"
 #include "dist/autograd/engine.h"
 #include "dist/nn/remote_module.h"
 #include "dist/optim/distributed_optimizer.h"
@@ -267,6 +268,12 @@ Future<void> Container::backward(uint64_t context_id, std::vector<Tensor> roots,
                                          .detail = "pass " + std::to_string(pass_id)});
   Future<void> done = pass->run_root();
   debug::finish_when_done(record, done);
+  if (trace::enabled())  // the caller waits for it: a span on its thread
+    done.add_done_callback(
+        [context_id, start = trace::now_us(), tid = trace::current_thread()](Future<void>&) {
+          trace::complete("autograd", "distributed backward, context " + std::to_string(context_id),
+                          start, trace::now_us(), tid);
+        });
   return done;
 }
 

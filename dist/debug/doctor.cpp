@@ -51,14 +51,17 @@ std::string where(const std::vector<json>& events) {
 }
 
 // Collectives: per group, each rank's latest one (the highest sequence number).
-void diagnose_collectives(const std::map<int, json>& dumps, std::vector<std::string>& out) {
+// `any_silent`: some rank sent no dump, so none can be said to be missing.
+void diagnose_collectives(const std::map<int, json>& dumps, bool any_silent,
+                          std::vector<std::string>& out) {
   // group -> rank -> latest collective
   std::map<std::string, std::map<int, json>> latest;
   for (const auto& [rank, d] : dumps)
     for (const auto& e : d.value("events", json::array())) {
       if (e.value("kind", "") != "collective" || e.value("seq", int64_t{-1}) < 0) continue;
       auto& slot = latest[e.value("group", "")][rank];
-      if (slot.is_null() || e.value("seq", int64_t{0}) >= slot.value("seq", int64_t{0})) slot = e;
+      // The newest by record, not by number: a group made again numbers from 1.
+      if (slot.is_null() || e.value("id", uint64_t{0}) > slot.value("id", uint64_t{0})) slot = e;
     }
   for (const auto& [group, by_rank] : latest) {
     const bool stuck = std::any_of(by_rank.begin(), by_rank.end(), [](const auto& kv) {
@@ -106,7 +109,7 @@ void diagnose_collectives(const std::map<int, json>& dumps, std::vector<std::str
       std::string line = prefix + ranks_text(ranks) + " " + where(events[key]) + " " + signature(e);
       if (pending(e)) line += " (for " + seconds(e.value("age_ms", 0.0)) + ")";
       if (e.value("state", "") == "failed") line += ": " + e.value("error", "");
-      if (behind.empty() && pending(e)) line += ", and no rank is missing";
+      if (behind.empty() && !any_silent && pending(e)) line += ", and no rank is missing";
       out.push_back(line);
     }
     for (int rank : behind) {
@@ -126,73 +129,85 @@ void diagnose_collectives(const std::map<int, json>& dumps, std::vector<std::str
 struct RpcWorker {
   int threads = 0, busy = 0, queued = 0;
   std::vector<json> calls;  // pending
+  // Every thread of its pool runs a handler: a request to it waits until one returns.
+  bool saturated() const { return threads > 0 && busy >= threads; }
 };
 
-// RPC: the wait-for graph of pending calls, its cycles, and who waits on a saturated pool.
+constexpr int kMaxRpcLines = 10;
+
+// RPC: a worker whose pool is full and whose handlers wait on calls to another such worker, and
+// so on back to the first, is deadlocked. Each such cycle is found once (a depth-first search
+// over the saturated workers, O(workers + calls)); then the calls waiting on a full pool or on
+// a silent worker.
 void diagnose_rpc(const std::map<int, json>& dumps, bool any_silent,
                   std::vector<std::string>& out) {
   std::map<std::string, RpcWorker> workers;
-  for (const auto& [rank, d] : dumps)
-    for (const auto& agent : d.value("sections", json::object()).value("rpc", json::array())) {
+  for (const auto& [rank, d] : dumps) {
+    const json sections = d.value("sections", json::object());
+    if (!sections.is_object()) continue;
+    for (const auto& agent : sections.value("rpc", json::array())) {
+      if (!agent.is_object()) continue;
       RpcWorker& w = workers[agent.value("worker", "?")];
       w.threads = agent.value("threads", 0);
       w.busy = agent.value("busy", 0);
       w.queued = agent.value("queued", 0);
-      for (const auto& c : agent.value("pending_calls", json::array())) w.calls.push_back(c);
+      for (const auto& c : agent.value("pending_calls", json::array()))
+        if (c.is_object()) w.calls.push_back(c);
     }
-  std::map<std::string, std::set<std::string>> edges;
+  }
+  auto saturated = [&](const std::string& name) {
+    auto it = workers.find(name);
+    return it != workers.end() && it->second.saturated();
+  };
+  std::map<std::string, std::set<std::string>> edges;  // between saturated workers only
   for (const auto& [name, w] : workers)
-    for (const auto& c : w.calls) edges[name].insert(c.value("to", "?"));
-  // Simple cycles, each found once: from its smallest name, through larger names only.
-  std::set<std::string> in_cycle;
+    if (w.saturated())
+      for (const auto& c : w.calls)
+        if (const std::string to = c.value("to", "?"); saturated(to)) edges[name].insert(to);
+  enum class Mark { kNew, kOnPath, kDone };
+  std::map<std::string, Mark> mark;
   std::vector<std::string> path;
+  std::set<std::string> in_cycle;
+  int lines = 0;
   std::function<void(const std::string&)> walk = [&](const std::string& at) {
+    mark[at] = Mark::kOnPath;
+    path.push_back(at);
     for (const auto& next : edges[at]) {
-      if (next == path.front()) {
-        bool saturated = true;
-        std::string line;
-        for (const auto& p : path) {
-          line += p + " → ";
-          auto it = workers.find(p);
-          saturated = saturated && it != workers.end() && it->second.threads > 0 &&
-                      it->second.busy >= it->second.threads;
-          in_cycle.insert(p);
+      if (mark[next] == Mark::kOnPath && lines < kMaxRpcLines) {  // back to the path: a cycle
+        std::string line = "rpc: ";
+        for (auto it = std::find(path.begin(), path.end(), next); it != path.end(); ++it) {
+          line += *it + " → ";
+          in_cycle.insert(*it);
         }
-        line += path.front() + ": ";
-        line += saturated ? "every worker's pool is busy waiting on the next (nested blocking "
-                            "RPCs: give the pools more threads, or make the calls asynchronous)"
-                          : "each worker waits for the next";
-        out.push_back("rpc: " + line);
-      } else if (next > path.front() && std::find(path.begin(), path.end(), next) == path.end()) {
-        path.push_back(next);
+        out.push_back(line + next +
+                      ": every worker's pool is busy waiting on the next (nested blocking RPCs: "
+                      "give the pools more threads, or make the calls asynchronous)");
+        ++lines;
+      } else if (mark[next] == Mark::kNew) {
         walk(next);
-        path.pop_back();
       }
     }
+    path.pop_back();
+    mark[at] = Mark::kDone;
   };
-  for (const auto& [name, targets] : edges) {
-    path = {name};
-    walk(name);
-  }
+  for (const auto& [name, targets] : edges)
+    if (mark[name] == Mark::kNew) walk(name);
   // Other calls waiting on a worker that cannot answer: its pool is full, or it is silent.
-  int listed = 0;
   for (const auto& [name, w] : workers) {
     if (in_cycle.contains(name)) continue;
     for (const auto& c : w.calls) {
       const std::string to = c.value("to", "?");
-      std::string why;
       auto it = workers.find(to);
-      if (it == workers.end() && any_silent) {
+      std::string why;
+      if (it == workers.end() && any_silent)
         why = to + " sent no debug info";
-      } else if (it != workers.end() && it->second.threads > 0 &&
-                 it->second.busy >= it->second.threads) {
+      else if (it != workers.end() && it->second.saturated())
         why = to + "'s pool is busy (" + std::to_string(it->second.busy) + " of " +
               std::to_string(it->second.threads) + " threads, " +
               std::to_string(it->second.queued) + " queued)";
-      } else {
+      else
         continue;
-      }
-      if (++listed > 10) return;
+      if (++lines > kMaxRpcLines) return;
       out.push_back("rpc: " + name + " waits for " + to + " (" + c.value("what", "?") + ", for " +
                     seconds(c.value("age_ms", 0.0)) + "): " + why);
     }
@@ -217,15 +232,27 @@ std::vector<std::string> diagnose(const std::map<int, RankDump>& dumps) {
       any_silent = true;
       continue;
     }
-    try {
-      parsed[rank] = json::parse(*dump.json);
-    } catch (const std::exception& e) {
-      out.push_back("rank " + std::to_string(rank) + "'s debug info does not parse: " + e.what());
+    // Only what has the recorder's shape: an object whose events are objects.
+    json j = json::parse(*dump.json, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object() || !j.value("events", json::array()).is_array()) {
+      out.push_back("rank " + std::to_string(rank) + "'s debug info does not parse");
       any_silent = true;
+      continue;
+    }
+    json events = json::array();
+    for (auto& e : j.value("events", json::array()))
+      if (e.is_object()) events.push_back(std::move(e));
+    j["events"] = std::move(events);
+    parsed[rank] = std::move(j);
+  }
+  // A field of an unexpected type throws: one part's failure does not hide the others'.
+  for (auto part : {diagnose_collectives, diagnose_rpc}) {
+    try {
+      part(parsed, any_silent, out);
+    } catch (const std::exception& e) {
+      out.push_back(std::string("part of the debug info could not be read: ") + e.what());
     }
   }
-  diagnose_collectives(parsed, out);
-  diagnose_rpc(parsed, any_silent, out);
   if (out.empty()) out.push_back("no rank is waiting on another");
   return out;
 }

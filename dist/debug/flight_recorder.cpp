@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -21,17 +22,14 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/trace.h"
 #include "dist/debug/progress.h"
 
 namespace gw::debug {
 
 namespace {
 
-int64_t now_us() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
+using trace::now_us;  // the timeline's clock: dumps and traces line up
 
 // A fixed-size text field: recording never allocates.
 template <size_t N>
@@ -40,7 +38,11 @@ struct Text {
   uint8_t size = 0;
   void set(std::string_view s) {
     if (auto nl = s.find('\n'); nl != std::string_view::npos) s = s.substr(0, nl);
-    size = static_cast<uint8_t>(std::min(s.size(), N));
+    size_t n = std::min(s.size(), N);
+    // Not inside a UTF-8 character: back off over its continuation bytes.
+    if (n < s.size())
+      while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
+    size = static_cast<uint8_t>(n);
     std::memcpy(chars.data(), s.data(), size);
   }
   std::string str() const { return {chars.data(), size}; }
@@ -59,9 +61,11 @@ struct Slot {
   Text<160> error;
 };
 
+constexpr size_t kDefaultSize = 2000;
+
 size_t capacity_from_env() {
   const char* v = std::getenv("GW_FLIGHT_RECORDER_SIZE");
-  if (v == nullptr || *v == '\0') return 2000;
+  if (v == nullptr || *v == '\0') return kDefaultSize;
   char* end = nullptr;
   const long long n = std::strtoll(v, &end, 10);
   GW_CHECK(*end == '\0' && n >= 0 && n <= 10'000'000, InvalidArgumentError,
@@ -73,9 +77,21 @@ size_t capacity_from_env() {
 
 class Recorder {
  public:
-  Recorder() : slots_(capacity_from_env()) {
-    if (const char* p = std::getenv("GW_PROGRESS_FILE"); p != nullptr && *p != '\0')
-      progress_ = ProgressFile::open(p);
+  // Never throws: a recorder that cannot be what its environment asks is one that warns.
+  Recorder() {
+    try {
+      slots_.resize(capacity_from_env());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "gw: %s; keeping the default of %zu events\n", e.what(), kDefaultSize);
+      slots_.resize(kDefaultSize);
+    }
+    if (const char* p = std::getenv("GW_PROGRESS_FILE"); p != nullptr && *p != '\0') {
+      try {
+        progress_ = ProgressFile::open(p);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "gw: %s: gwrun cannot tell this process's progress\n", e.what());
+      }
+    }
     if (const char* r = std::getenv("RANK"); r != nullptr && *r != '\0') rank_ = std::atoi(r);
   }
 
@@ -178,7 +194,8 @@ class Recorder {
         sections[named.first].push_back({{"error", e.what()}});
       }
     }
-    return j.dump(1);
+    // Names and errors come from users: text that is not UTF-8 is replaced, not thrown on.
+    return j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace);
   }
 
  private:
@@ -210,11 +227,14 @@ class Dumper {
     std::thread([this] { loop(); }).detach();  // lives as long as the process
     std::atexit([] { dumper().at_exit(); });
   }
+  // A child forked without exec runs the exit handlers too: it leaves the parent's file alone.
+  const pid_t owner = ::getpid();
   // A process that fails right after its operation did (the usual case) exits before the
   // thread could write: what was asked for is written on the way out. Under gwrun's watch
   // (GW_PROGRESS_FILE) every worker leaves its last state, so that the hang doctor sees the
   // ranks that are gone too.
   void at_exit() {
+    if (::getpid() != owner) return;
     std::vector<std::string> reasons;
     {
       std::lock_guard lock(mu_);
@@ -226,17 +246,21 @@ class Dumper {
     else
       write(reasons);
   }
-  // Async-signal-safe.
-  void wake(char why) const { [[maybe_unused]] auto n = ::write(pipe_[1], &why, 1); }
+  // Async-signal-safe (errno is the interrupted code's).
+  void wake(char why) const {
+    const int saved = errno;
+    [[maybe_unused]] auto n = ::write(pipe_[1], &why, 1);
+    errno = saved;
+  }
+  // At most one dump a second on request: a group that fails every collective, or a loop
+  // polling Work::wait(timeout), writes one, not one per failure. SIGUSR1 is always answered.
   void ask(std::string_view reason) {
     {
       std::lock_guard lock(mu_);
       const auto now = std::chrono::steady_clock::now();
-      auto& last = last_[std::string(reason)];
-      if (last != std::chrono::steady_clock::time_point{} &&
-          now - last < std::chrono::milliseconds(100))
+      if (last_ != std::chrono::steady_clock::time_point{} && now - last_ < std::chrono::seconds(1))
         return;
-      last = now;
+      last_ = now;
       reasons_.emplace_back(reason);
     }
     wake('r');
@@ -278,7 +302,7 @@ class Dumper {
   int pipe_[2] = {-1, -1};
   std::mutex mu_;
   std::vector<std::string> reasons_;
-  std::map<std::string, std::chrono::steady_clock::time_point> last_;
+  std::chrono::steady_clock::time_point last_{};  // of the last dump asked for
 };
 
 Dumper& dumper() {
@@ -347,6 +371,8 @@ Section& Section::operator=(Section&& other) noexcept {
 std::string get_debug_info(std::string_view reason) { return recorder().info(reason); }
 
 std::string dump_path() {
+  if (const char* file = std::getenv("GW_DEBUG_DUMP_FILE"); file != nullptr && *file != '\0')
+    return file;  // gwrun's name for this worker's
   const char* dir = std::getenv("GW_DEBUG_DUMP_DIR");
   const std::filesystem::path base = dir != nullptr && *dir != '\0'
                                          ? std::filesystem::path(dir)

@@ -88,7 +88,8 @@ class Section {
 // "events": [...oldest first], "sections": {...}}. Times are microseconds since the epoch.
 std::string get_debug_info(std::string_view reason = "asked");
 
-// Where this process's dumps go.
+// Where this process's dumps go: GW_DEBUG_DUMP_FILE (gwrun names each worker's), else
+// gw_debug.rank<R>.json in GW_DEBUG_DUMP_DIR, else in the temporary directory.
 std::string dump_path();
 // Writes get_debug_info() to dump_path() (through a temporary file and a rename: a reader
 // sees a whole file or none). Returns the path.

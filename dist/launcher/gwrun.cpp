@@ -22,15 +22,20 @@ namespace {
 constexpr int kUsageExitCode = 2;  // what argparse-based torchrun uses for bad usage
 
 // With GW_TRACE=FILE, every worker wrote FILE.rank<R>.json (core/trace.h): this node's ranks'
-// go into FILE, one timeline per rank.
-void merge_traces(const gw::launcher::LaunchOptions& options) {
-  const char* path = std::getenv("GW_TRACE");
-  if (path == nullptr || *path == '\0') return;
+// files of this job (written since `started`) go into FILE, one timeline per rank; across
+// nodes, into FILE.node<N>.json, each node its own.
+void merge_traces(const gw::launcher::LaunchOptions& options,
+                  std::filesystem::file_time_type started) {
+  const char* env = std::getenv("GW_TRACE");
+  if (env == nullptr || *env == '\0') return;
+  const std::string path =
+      options.nnodes > 1 ? env + (".node" + std::to_string(options.node_rank) + ".json") : env;
   std::vector<std::string> parts;
   for (int local = 0; local < options.nproc_per_node; ++local) {
     std::string part =
-        std::string(path) + ".rank" + std::to_string(options.rank_of(local)) + ".json";
-    if (std::filesystem::exists(part)) parts.push_back(std::move(part));
+        std::string(env) + ".rank" + std::to_string(options.rank_of(local)) + ".json";
+    std::error_code ec;
+    if (std::filesystem::last_write_time(part, ec) >= started && !ec) parts.push_back(part);
   }
   if (parts.empty()) return;
   try {
@@ -38,7 +43,7 @@ void merge_traces(const gw::launcher::LaunchOptions& options) {
     std::fprintf(stderr,
                  "[gwrun] the trace of %zu rank(s) is in %s: open it at "
                  "https://ui.perfetto.dev\n",
-                 parts.size(), path);
+                 parts.size(), path.c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "[gwrun] could not merge the traces: %s\n", e.what());
   }
@@ -63,9 +68,10 @@ int main(int argc, char** argv) {
     } else {
       options.master_port = resolve_master_port(options);
     }
+    const auto started = std::filesystem::file_time_type::clock::now();
     Supervisor supervisor(options, nodes ? &*nodes : nullptr);
     const int code = supervisor.run();
-    merge_traces(supervisor.options());
+    merge_traces(supervisor.options(), started);
     return code;
   } catch (const gw::InvalidArgumentError& e) {
     std::fprintf(stderr, "%s\n%s", e.what(), usage_text());

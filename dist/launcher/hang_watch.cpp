@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/trace.h"
 #include "dist/debug/doctor.h"
 
 namespace gw::launcher {
@@ -23,44 +25,43 @@ constexpr auto kCheckPeriod = std::chrono::milliseconds(250);
 constexpr auto kDumpWait = std::chrono::seconds(5);
 constexpr auto kDumpPoll = std::chrono::milliseconds(50);
 
-int64_t now_us() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
+using trace::now_us;  // the clock dumps are stamped with
 }  // namespace
 
 HangWatch::HangWatch(double stall_s) : stall_s_(stall_s) {
-  if (const char* dir = std::getenv("GW_DEBUG_DUMP_DIR"); dir != nullptr && *dir != '\0') {
-    dir_ = dir;
-    std::error_code ec;
-    std::filesystem::create_directories(dir_, ec);
-    GW_CHECK(!ec, IoError, "[gwrun] cannot make GW_DEBUG_DUMP_DIR ", dir_, ": ", ec.message());
-    return;
-  }
+  // Progress files in a directory of this gwrun's own: another job's, or a nested gwrun's,
+  // never shares them.
   std::string pattern = (std::filesystem::temp_directory_path() / "gwrun-debug-XXXXXX").string();
   GW_CHECK(::mkdtemp(pattern.data()) != nullptr, IoError, "[gwrun] cannot make a directory ",
            pattern, ": ", std::strerror(errno));
-  dir_ = pattern;
-  own_dir_ = true;
+  own_dir_ = pattern;
+  dump_dir_ = own_dir_;
+  if (const char* dir = std::getenv("GW_DEBUG_DUMP_DIR"); dir != nullptr && *dir != '\0') {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (!ec) dump_dir_ = dir;
+  }
 }
 
 HangWatch::~HangWatch() {
   progress_.clear();
-  if (!own_dir_) return;
   std::error_code ec;
-  if (keep_dir_) {  // only the dumps stay
-    for (int i = 0; i < static_cast<int>(last_.size()); ++i)
-      std::filesystem::remove(dir_ + "/progress." + std::to_string(i), ec);
-  } else {
-    std::filesystem::remove_all(dir_, ec);
+  if (!keep_dumps_ || dump_dir_ != own_dir_) {
+    std::filesystem::remove_all(own_dir_, ec);
+    return;
   }
+  for (int i = 0; i < static_cast<int>(last_.size()); ++i)  // the dumps stay
+    std::filesystem::remove(progress_file(i), ec);
+}
+
+std::string HangWatch::progress_file(int local_rank) const {
+  return own_dir_ + "/progress." + std::to_string(local_rank);
 }
 
 void HangWatch::start_round(int nproc) {
   progress_.clear();
   for (int i = 0; i < nproc; ++i)
-    progress_.push_back(debug::ProgressFile::create(dir_ + "/progress." + std::to_string(i)));
+    progress_.push_back(debug::ProgressFile::create(progress_file(i)));
   last_.assign(static_cast<size_t>(nproc), {});
   round_start_us_ = now_us();
   last_change_ = Clock::now();
@@ -68,16 +69,19 @@ void HangWatch::start_round(int nproc) {
   next_check_ = stall_s_ > 0 ? Clock::now() + kCheckPeriod : Clock::time_point::max();
 }
 
-std::vector<std::pair<std::string, std::string>> HangWatch::environment(int local_rank) const {
-  return {{"GW_DEBUG_DUMP_DIR", dir_},
-          {"GW_PROGRESS_FILE", dir_ + "/progress." + std::to_string(local_rank)}};
+std::vector<std::pair<std::string, std::string>> HangWatch::environment(int local_rank,
+                                                                        int rank) const {
+  return {{"GW_DEBUG_DUMP_DIR", dump_dir_},
+          {"GW_DEBUG_DUMP_FILE", dump_file(rank)},
+          {"GW_PROGRESS_FILE", progress_file(local_rank)}};
 }
 
-bool HangWatch::stalled() {
+bool HangWatch::stalled(const std::vector<bool>& alive) {
   if (stall_s_ <= 0 || reported_ || Clock::now() < next_check_) return false;
   next_check_ = Clock::now() + kCheckPeriod;
   bool waiting = false;
   for (size_t i = 0; i < progress_.size(); ++i) {
+    if (i >= alive.size() || !alive[i]) continue;  // what a worker that is gone left pending
     const debug::ProgressCounts now = progress_[i]->read();
     if (now != last_[i]) {
       last_[i] = now;
@@ -94,7 +98,7 @@ bool HangWatch::stalled() {
 }
 
 std::string HangWatch::dump_file(int rank) const {
-  return dir_ + "/gw_debug.rank" + std::to_string(rank) + ".json";
+  return dump_dir_ + "/gw_debug.rank" + std::to_string(rank) + ".json";
 }
 
 std::optional<std::string> HangWatch::read_dump(int rank, int64_t since_us) const {
@@ -143,8 +147,10 @@ std::vector<std::string> HangWatch::diagnose(const std::vector<Target>& targets)
                                            : t.exit + " without debug info"};
   }
   std::vector<std::string> lines = debug::diagnose(dumps);
-  keep_dir_ = true;
-  lines.push_back("every rank's debug info is in " + dir_);
+  if (std::any_of(dumps.begin(), dumps.end(), [](const auto& d) { return d.second.json; })) {
+    keep_dumps_ = true;
+    lines.push_back("the ranks' debug info is in " + dump_dir_);
+  }
   return lines;
 }
 

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <utility>
 
@@ -89,14 +90,16 @@ void Supervisor::start_round(int round) {
     }
   }
   workers_.reserve(options_.nproc_per_node);
-  hang_->start_round(options_.nproc_per_node);
+  if (hang_) hang_->start_round(options_.nproc_per_node);
   for (int local_rank = 0; local_rank < options_.nproc_per_node; ++local_rank) {
     int rank = options_.rank_of(local_rank);
     std::string prefix = "[" + std::to_string(rank) + "] ";
     Pipe out, err;
     pid_t pid = spawn_process(
         options_.command,
-        worker_environment(options_, local_rank, round, hang_->environment(local_rank)),
+        worker_environment(options_, local_rank, round,
+                           hang_ ? hang_->environment(local_rank, rank)
+                                 : std::vector<std::pair<std::string, std::string>>{}),
         StdFds{-1, out.write_fd, err.write_fd});
     guardian_->watch(pid);
     workers_.push_back(Worker{rank, pid, true,
@@ -117,7 +120,11 @@ int Supervisor::run() {
 
 int Supervisor::run_rounds() {
   guardian_.emplace(options_.term_timeout_s);
-  hang_.emplace(options_.debug_on_timeout_s);
+  try {
+    hang_.emplace(options_.debug_on_timeout_s);
+  } catch (const std::exception& e) {  // the job runs anyway, without the doctor
+    write_all(STDERR_FILENO, std::string("[gwrun] no hang doctor: ") + e.what() + "\n");
+  }
   start_round(0);
   for (;;) {  // bounded by --max-restarts
     int code = supervise();
@@ -171,7 +178,7 @@ int Supervisor::supervise() {
     reap();  // every round, not only on SIGCHLD: a byte lost to a full pipe must not hang us
     if (nodes_ != nullptr && !nodes_lost_ && !stopping_ && Clock::now() >= next_watch_)
       watch_nodes();
-    if (!stopping_ && hang_->stalled()) on_stall();
+    if (!stopping_ && hang_ && hang_->stalled(alive_by_local_rank())) on_stall();
     if (kill_deadline_ && Clock::now() >= *kill_deadline_) {
       kill_alive(SIGKILL);
       kill_deadline_.reset();
@@ -251,10 +258,10 @@ void Supervisor::on_signal(int sig) {
 }
 
 void Supervisor::on_stall() {
-  const std::string what =
-      "no worker has finished a collective or an RPC for " +
-      std::to_string(static_cast<int>(std::ceil(options_.debug_on_timeout_s))) +
-      " s while one waits (--debug-on-timeout)";
+  char window[32];
+  std::snprintf(window, sizeof window, "%g", options_.debug_on_timeout_s);
+  const std::string what = std::string("no worker has finished a collective or an RPC for ") +
+                           window + " s while one waits (--debug-on-timeout)";
   write_all(STDERR_FILENO, "[gwrun] " + what + ": asking every worker for its debug info\n");
   print_diagnosis();
   write_all(STDERR_FILENO, "[gwrun] stopping the workers\n");
@@ -305,7 +312,8 @@ void Supervisor::on_exit(Worker& worker, int status) {
   what =
       "rank " + std::to_string(worker.rank) + " (pid " + std::to_string(worker.pid) + ") " + what;
   // A worker whose collective or RPC timed out or failed dumped: the others may say why.
-  const bool diagnose = options_.debug_on_timeout_s > 0 || hang_->dumped_on_failure(worker.rank);
+  const bool diagnose =
+      hang_ && (options_.debug_on_timeout_s > 0 || hang_->dumped_on_failure(worker.rank));
   write_all(STDERR_FILENO, "[gwrun] " + what +
                                (diagnose ? "; asking the others for their debug info\n"
                                          : "; stopping the other workers\n"));
@@ -328,6 +336,12 @@ void Supervisor::kill_alive(int sig) {
   }
 }
 
+std::vector<bool> Supervisor::alive_by_local_rank() const {
+  std::vector<bool> alive;
+  for (const Worker& worker : workers_) alive.push_back(worker.alive);
+  return alive;
+}
+
 bool Supervisor::any_alive() const {
   for (const Worker& worker : workers_) {
     if (worker.alive) return true;
@@ -339,7 +353,7 @@ int Supervisor::poll_timeout_ms() const {
   std::optional<Clock::time_point> wake = kill_deadline_;
   if (nodes_ != nullptr && !nodes_lost_ && !stopping_)
     wake = std::min(wake.value_or(next_watch_), next_watch_);
-  if (!stopping_ && hang_->next_check() != Clock::time_point::max())
+  if (!stopping_ && hang_ && hang_->next_check() != Clock::time_point::max())
     wake = std::min(wake.value_or(hang_->next_check()), hang_->next_check());
   if (!wake) return -1;
   auto left = std::chrono::duration<double, std::milli>(*wake - Clock::now());

@@ -75,6 +75,7 @@ class Supervisor {
   void stop(int sig);
   void kill_alive(int sig);
   bool any_alive() const;
+  std::vector<bool> alive_by_local_rank() const;
   int poll_timeout_ms() const;
 
   LaunchOptions options_;

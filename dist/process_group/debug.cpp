@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <sstream>
 #include <string_view>
 
 #include "core/trace.h"
@@ -95,40 +96,35 @@ CollectiveSignature p2p(const char* op, const Tensor& tensor, int peer, int tag)
 
 namespace {
 
-// A flow's id: the same on every rank for collective `seq` of `group` and peer rank `peer`.
-uint64_t flow_id(const std::string& group, int64_t seq, int peer) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  auto mix = [&](uint64_t v) {
-    for (int i = 0; i < 8; ++i, v >>= 8) h = (h ^ (v & 0xff)) * 1099511628211ull;
-  };
-  for (char c : group) mix(static_cast<unsigned char>(c));
-  mix(static_cast<uint64_t>(seq));
-  mix(static_cast<uint64_t>(peer));
-  return (h >> 2) | (uint64_t{1} << 62);  // apart from the RPC flows' ids
-}
-
-// Collective `seq` ended: its span runs from when it could start (queued behind the group's
-// previous one) to `end`.
+// Collective `seq` ended: its span runs from when it could start (queued behind this rank's
+// previous one in the group) to `end`; send/recv (seq -1) run beside them, on a track of their
+// own. An arrow runs from rank 0's span to every other rank's: it starts just inside rank 0's
+// and ends just inside the end of the other's, which cannot end before rank 0 joined.
 void trace_collective(const std::string& group, int rank, int size, int64_t seq,
                       const std::string& name, int64_t scheduled, int64_t end) {
-  static std::mutex mu;
-  static std::map<std::string, int64_t>* last_end = new std::map<std::string, int64_t>;
+  if (seq < 0) {
+    trace::complete("collective", name, scheduled, std::max(end, scheduled + 2),
+                    trace::track("send/recv: " + group));
+    return;
+  }
+  static auto* mu = new std::mutex;  // both used by threads up to exit: never destroyed
+  static auto* last_end = new std::map<std::pair<std::string, int>, int64_t>;
   int64_t start;
   {
-    std::lock_guard lock(mu);
-    int64_t& last = (*last_end)[group];
-    start = std::max(scheduled, last);
-    last = std::max(last, end);
+    std::lock_guard lock(*mu);
+    int64_t& last = (*last_end)[{group, rank}];
+    start = std::max(scheduled, last + 1);  // not on the previous span's end
+    end = std::max(end, start + 2);
+    last = end;
   }
   const int tid = trace::track("collectives: " + group);
-  trace::complete("collective", name, start, std::max(end, start + 1), tid,
-                  gw::detail::str("{\"group\":\"", group, "\",\"seq\":", seq, "}"));
-  if (seq < 0) return;
+  trace::complete("collective", name, start, end, tid,
+                  gw::detail::str("{\"group\":", trace::json_string(group), ",\"seq\":", seq, "}"));
   if (rank == 0)
     for (int peer = 1; peer < size; ++peer)
-      trace::flow(true, flow_id(group, seq, peer), start, tid);
+      trace::flow(true, trace::collective_flow(group, seq, peer), start + 1, tid);
   else
-    trace::flow(false, flow_id(group, seq, rank), start, tid);
+    trace::flow(false, trace::collective_flow(group, seq, rank), end - 1, tid);
 }
 
 }  // namespace
@@ -144,7 +140,7 @@ uint64_t record_collective(const std::string& group, int rank, int size, int64_t
   const int64_t scheduled = trace::enabled() ? trace::now_us() : 0;
   work->future().add_done_callback([=, op = sig.op, name = sig.str()](Future<void>& f) {
     debug::finish(id, f.exception());
-    if (trace::enabled())
+    if (trace::enabled() && scheduled != 0)  // not for one begun before tracing was
       trace_collective(group, rank, size, seq,
                        seq >= 0 ? op + " #" + std::to_string(seq) + name.substr(op.size()) : name,
                        scheduled, trace::now_us());
@@ -152,6 +148,50 @@ uint64_t record_collective(const std::string& group, int rank, int size, int64_t
   });
   return id;
 }
+
+namespace detail {
+
+std::string ranks_text(const std::vector<int>& ranks) {
+  std::string s = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s;
+}
+
+StoreRound store_round(Store& store, const std::string& round, int rank, int size,
+                       const std::string& mine, Milliseconds timeout) {
+  auto key = [&](int r) { return round + std::to_string(r); };
+  std::vector<std::string> keys;
+  for (int r = 0; r < size; ++r) keys.push_back(key(r));
+  store.set(key(rank), mine);
+  std::string verdict = "ok";
+  try {
+    store.wait(keys, timeout);
+  } catch (const TimeoutError&) {
+    std::string missing;
+    for (int r = 0; r < size; ++r)
+      if (!store.check({key(r)})) missing += (missing.empty() ? "" : ",") + std::to_string(r);
+    if (!missing.empty()) verdict = "missing:" + missing;  // else: all came, late
+  }
+  const Bytes mine_verdict(verdict.begin(), verdict.end());
+  const Bytes decided = store.compare_set(round + "verdict", {}, mine_verdict);
+  StoreRound result;
+  const std::string text(decided.begin(), decided.end());
+  if (text.starts_with("missing:")) {
+    std::stringstream list(text.substr(8));
+    for (std::string r; std::getline(list, r, ',');) result.missing.push_back(std::stoi(r));
+    return result;
+  }
+  for (int r = 0; r < size; ++r)
+    result.values.push_back(r == rank ? mine : store.get_string(key(r)));
+  return result;
+}
+
+void delete_round(Store& store, const std::string& round, int rank) {
+  store.delete_key(round + std::to_string(rank));
+  if (rank == 0) store.delete_key(round + "verdict");
+}
+
+}  // namespace detail
 
 DebugProcessGroup::DebugProcessGroup(std::shared_ptr<ProcessGroup> inner,
                                      std::shared_ptr<Store> store, Milliseconds timeout)
@@ -164,97 +204,86 @@ void DebugProcessGroup::check(const CollectiveSignature& sig, Milliseconds timeo
   const Milliseconds limit = timeout.count() > 0 ? timeout : timeout_;
   const int64_t seq = ++seq_;
   const std::string round = "detail/" + std::to_string(seq) + "/";
-  auto key = [&](int r) { return round + std::to_string(r); };
   const std::string mine = sig.str();
-  store_->set(key(rank()), mine);
-  std::vector<std::string> keys;
-  for (int r = 0; r < size(); ++r) keys.push_back(key(r));
   const std::string where = gw::detail::str("[", sig.op, "] GW_DISTRIBUTED_DEBUG=DETAIL: ");
-  try {
-    store_->wait(keys, limit);
-  } catch (const TimeoutError&) {
-    std::string missing;
-    for (int r = 0; r < size(); ++r)
-      if (!store_->check({key(r)})) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-    if (missing.empty()) throw;
-    throw TimeoutError(gw::detail::str(where, "rank(s) ", missing, " did not reach collective #",
-                                       seq, " within ", limit.count(), " ms; rank ", rank(),
-                                       " is in ", mine));
-  }
-  std::vector<std::string> all;
-  for (int r = 0; r < size(); ++r) all.push_back(r == rank() ? mine : store_->get_string(key(r)));
+  const detail::StoreRound got = detail::store_round(*store_, round, rank(), size(), mine, limit);
+  GW_CHECK(got.missing.empty(), TimeoutError, where, detail::ranks_text(got.missing),
+           " did not reach collective #", seq, " within ", limit.count(), " ms; rank ", rank(),
+           " is in ", mine);
+  if (seq > 1) detail::delete_round(*store_, "detail/" + std::to_string(seq - 1) + "/", rank());
   // Every rank compares the same strings in the same order, so every rank raises alike.
   for (int r = 1; r < size(); ++r) {
-    if (all[r] == all[0]) continue;
+    if (got.values[r] == got.values[0]) continue;
     // Not before every rank has read the signatures: the rank hosting the store may exit on
     // this error, and the others would see a lost store instead of it.
-    std::vector<std::string> read;
-    for (int q = 0; q < size(); ++q) read.push_back(round + "read/" + std::to_string(q));
-    store_->set(read[rank()], "1");
-    try {
-      store_->wait(read, limit);
-    } catch (const std::exception&) {  // raise what was found anyway
-    }
-    throw InvalidArgumentError(gw::detail::str(where, "collective #", seq,
-                                               " differs across ranks: rank 0 calls ", all[0],
-                                               " but rank ", r, " calls ", all[r]));
+    detail::store_round(*store_, round + "read/", rank(), size(), "", limit);
+    throw InvalidArgumentError(
+        gw::detail::str(where, "collective #", seq, " differs across ranks: rank 0 calls ",
+                        got.values[0], " but rank ", r, " calls ", got.values[r]));
   }
-  // Every rank has published this round, so every one has read the last.
-  if (seq > 1)
-    store_->delete_key("detail/" + std::to_string(seq - 1) + "/" + std::to_string(rank()));
 }
 
 WorkPtr DebugProcessGroup::allreduce(Tensor& tensor, AllreduceOptions o) {
+  std::lock_guard lock(mu_);
   check(signature::allreduce(tensor, o), o.timeout);
   return inner_->allreduce(tensor, o);
 }
 
 WorkPtr DebugProcessGroup::allreduce_coalesced(std::vector<Tensor>& tensors, AllreduceOptions o) {
+  std::lock_guard lock(mu_);
   check(signature::allreduce_coalesced(tensors, o), o.timeout);
   return inner_->allreduce_coalesced(tensors, o);
 }
 
 WorkPtr DebugProcessGroup::broadcast(Tensor& tensor, BroadcastOptions o) {
+  std::lock_guard lock(mu_);
   check(signature::broadcast(tensor, o), o.timeout);
   return inner_->broadcast(tensor, o);
 }
 
 WorkPtr DebugProcessGroup::reduce(Tensor& tensor, ReduceOptions o) {
+  std::lock_guard lock(mu_);
   check(signature::reduce(tensor, o), o.timeout);
   return inner_->reduce(tensor, o);
 }
 
 WorkPtr DebugProcessGroup::allgather(std::vector<Tensor>& outputs, const Tensor& input,
                                      CollectiveOptions o) {
+  std::lock_guard lock(mu_);
   check(signature::allgather(input), o.timeout);
   return inner_->allgather(outputs, input, o);
 }
 
 WorkPtr DebugProcessGroup::gather(std::vector<Tensor>& outputs, const Tensor& input,
                                   GatherOptions o) {
+  std::lock_guard lock(mu_);
   check(signature::gather(input, o), o.timeout);
   return inner_->gather(outputs, input, o);
 }
 
 WorkPtr DebugProcessGroup::scatter(Tensor& output, const std::vector<Tensor>& inputs,
                                    ScatterOptions o) {
+  std::lock_guard lock(mu_);
   check(signature::scatter(output, o), o.timeout);
   return inner_->scatter(output, inputs, o);
 }
 
 WorkPtr DebugProcessGroup::reduce_scatter(Tensor& output, const std::vector<Tensor>& inputs,
                                           CollectiveOptions o) {
+  std::lock_guard lock(mu_);
   check(signature::reduce_scatter(output, o), o.timeout);
   return inner_->reduce_scatter(output, inputs, o);
 }
 
 WorkPtr DebugProcessGroup::alltoall(std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                                     CollectiveOptions o) {
+  std::lock_guard lock(mu_);
   check(signature::alltoall(inputs), o.timeout);
   return inner_->alltoall(outputs, inputs, o);
 }
 
 WorkPtr DebugProcessGroup::barrier(CollectiveOptions o) {
+  std::lock_guard lock(mu_);
   check(signature::barrier(), o.timeout);
   return inner_->barrier(o);
 }

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,25 @@ CollectiveSignature p2p(const char* op, const Tensor& tensor, int peer, int tag)
 uint64_t record_collective(const std::string& group, int rank, int size, int64_t seq,
                            const CollectiveSignature& sig, const WorkPtr& work);
 
+namespace detail {
+// One round of a check through a group's store (DETAIL's, monitored_barrier's): each rank
+// publishes `mine` under `round` + its rank and waits up to `timeout` for the others'. The
+// first rank to decide — every rank came, or these did not — decides for all (compare_set), so
+// that no rank goes on while another gives up, and a late rank learns it was given up on.
+// Returns every rank's value, or the ranks that were missing. The round's keys stay: the
+// caller deletes its own of the round before once every rank is past it (delete_round).
+struct StoreRound {
+  std::vector<std::string> values;  // by rank, when every rank came
+  std::vector<int> missing;         // otherwise
+};
+StoreRound store_round(Store& store, const std::string& round, int rank, int size,
+                       const std::string& mine, Milliseconds timeout);
+// This rank's keys of `round`, read by every rank once all have come to a later round.
+void delete_round(Store& store, const std::string& round, int rank);
+// "rank 2" / "ranks 0, 2"
+std::string ranks_text(const std::vector<int>& ranks);
+}  // namespace detail
+
 class DebugProcessGroup final : public ProcessGroup {
  public:
   // `store`: a namespace of the group's store for the check's keys; `timeout`: how long a rank
@@ -101,6 +121,9 @@ class DebugProcessGroup final : public ProcessGroup {
   std::shared_ptr<ProcessGroup> inner_;
   std::shared_ptr<Store> store_;
   Milliseconds timeout_;
+  // Held from a collective's check to its hand-off to the inner group: collectives issued
+  // from several threads get their numbers in the order the inner group queues them.
+  std::mutex mu_;
   int64_t seq_ = 0;
 };
 

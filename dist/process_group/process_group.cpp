@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include "core/ops.h"
+#include "dist/process_group/debug.h"
 #include "dist/store/prefix_store.h"
 
 namespace gw::dist {
@@ -41,45 +42,18 @@ ProcessGroup::ProcessGroup(int rank, int size, std::shared_ptr<Store> store)
       barrier_store_(store ? std::make_shared<PrefixStore>("monitored_barrier", std::move(store))
                            : nullptr) {}
 
-namespace {
-std::string ranks_text(const std::vector<int>& ranks) {
-  std::string s = ranks.size() == 1 ? "rank " : "ranks ";
-  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
-  return s;
-}
-}  // namespace
-
 void ProcessGroup::monitored_barrier(Milliseconds timeout) {
   GW_CHECK(barrier_store_, StateError, "[monitored_barrier] this ", backend(),
            " group was made without a store");
   GW_CHECK(timeout.count() > 0, InvalidArgumentError,
            "[monitored_barrier] the timeout must be positive, got ", timeout.count(), " ms");
-  const std::string round = std::to_string(++barriers_) + "/";
-  auto key = [&](int r) { return round + std::to_string(r); };
-  std::vector<std::string> keys;
-  for (int r = 0; r < size(); ++r) keys.push_back(key(r));
-  barrier_store_->set(key(rank()), "1");
-  try {
-    barrier_store_->wait(keys, timeout);
-  } catch (const TimeoutError&) {
-    std::vector<int> missing;
-    for (int r = 0; r < size(); ++r)
-      if (!barrier_store_->check({key(r)})) missing.push_back(r);
-    if (missing.empty()) throw;  // the store itself was slow
-    barrier_store_->set(round + "failed", ranks_text(missing));
-    throw TimeoutError(gw::detail::str("[monitored_barrier] ", ranks_text(missing),
-                                       " did not arrive within ", timeout.count(), " ms (barrier #",
-                                       barriers_, ", rank ", rank(), " of ", size(), ")"));
-  }
-  // The others may have given up on a rank that came after all: this one, or another.
-  if (barrier_store_->check({round + "failed"}))
-    throw TimeoutError(
-        gw::detail::str("[monitored_barrier] barrier #", barriers_,
-                        " failed on another rank: ", barrier_store_->get_string(round + "failed"),
-                        " did not arrive within ", timeout.count(), " ms"));
-  // Every rank has set its key of this round, so every one has read those of the last.
-  if (barriers_ > 1)
-    barrier_store_->delete_key(std::to_string(barriers_ - 1) + "/" + std::to_string(rank()));
+  const int64_t n = ++barriers_;
+  const auto got =
+      detail::store_round(*barrier_store_, std::to_string(n) + "/", rank(), size(), "", timeout);
+  GW_CHECK(got.missing.empty(), TimeoutError, "[monitored_barrier] ",
+           detail::ranks_text(got.missing), " did not arrive within ", timeout.count(),
+           " ms (barrier #", n, ", rank ", rank(), " of ", size(), ")");
+  if (n > 1) detail::delete_round(*barrier_store_, std::to_string(n - 1) + "/", rank());
 }
 
 void ProcessGroup::check_tensor(const char* op, const Tensor& t, const char* what) const {

@@ -181,13 +181,16 @@ WorkPtr ProcessGroupNCCL::Impl::launch(const CollectiveSignature& sig, Milliseco
   std::deque<Pending> failed;
   {
     std::lock_guard serial(launch_mu);  // the watchdog aborts only between launches
-    record_collective(options.group_name, rank, size, sig.is_p2p() ? -1 : next_seq++, sig, work);
     {
       std::lock_guard lock(mu);
       if (broken)
         throw StateError(where(op) + ": the nccl group is unusable after an earlier failure: " +
                          what_of(broken));
     }
+    // Recorded once it will be launched; a launch that fails completes its Work below.
+    const uint64_t record = record_collective(options.group_name, rank, size,
+                                              sig.is_p2p() ? -1 : next_seq++, sig, work);
+    debug::update(record, debug::State::kStarted);  // queued on the stream at once
     // The group's stream starts where the caller's stream is now.
     cuda::Event ready(cuda::EventOptions{.timing = false});
     ready.record(cuda::current_stream(device));
@@ -225,6 +228,7 @@ WorkPtr ProcessGroupNCCL::Impl::launch(const CollectiveSignature& sig, Milliseco
     return work;
   }
   fail(failed);
+  work->finish(error);  // its record ends too
   std::rethrow_exception(error);
 }
 

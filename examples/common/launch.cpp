@@ -66,12 +66,15 @@ void TraceArgs::finish(int rank, int world_size) const {
     std::error_code ec;
     return std::filesystem::last_write_time(part, ec) >= started && !ec;
   };
-  for (const auto& part : parts)
+  std::vector<std::string> here;  // another host's parts are not here: merged without them
+  for (const auto& part : parts) {
     while (!written(part) && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  trace::merge(parts, path);
-  std::printf("trace of %d ranks written to %s: open it at https://ui.perfetto.dev\n", world_size,
-              path.c_str());
+    if (written(part)) here.push_back(part);
+  }
+  trace::merge(here, path);
+  std::printf("trace of %zu of %d ranks written to %s: open it at https://ui.perfetto.dev\n",
+              here.size(), world_size, path.c_str());
 }
 
 bool CheckpointArgs::parse(const std::string& flag, const std::string& value) {

@@ -65,7 +65,7 @@ TEST_CASE("ddp_train --trace: two DDP steps on two ranks, buckets reduced inside
                                 "128", "--target", "0", "--trace", path});
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
-  CHECK(r.out.find("trace of 2 ranks written to " + path) != std::string::npos);
+  CHECK(r.out.find("trace of 2 of 2 ranks written to " + path) != std::string::npos);
   const json trace = load(path);
   for (int rank = 0; rank < 2; ++rank) {
     INFO("rank " << rank);

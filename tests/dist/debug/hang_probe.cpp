@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <set>
 #include <string>
 
 #include "core/ops.h"
@@ -58,7 +59,9 @@ void run_collectives(const std::string& scenario, int rank) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
+  const std::set<std::string> scenarios = {"collectives", "shapes", "silent", "rpc-cycle",
+                                           "barrier"};
+  if (argc != 2 || !scenarios.contains(argv[1])) {
     std::fprintf(stderr, "usage: hang_probe collectives|shapes|silent|rpc-cycle|barrier\n");
     return 2;
   }

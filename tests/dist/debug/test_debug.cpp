@@ -60,10 +60,12 @@ std::string dump(int rank, json events, json sections = json::object()) {
   return json{{"rank", rank}, {"events", events}, {"sections", sections}}.dump();
 }
 
+// Recorded in the order made (the recorder's ids grow).
 json collective(const std::string& op, int64_t seq, const std::string& detail,
                 const std::string& state = "started") {
-  return {{"kind", "collective"}, {"group", "default_pg"}, {"op", op},        {"seq", seq},
-          {"detail", detail},     {"state", state},        {"age_ms", 2500.0}};
+  static uint64_t next_id = 1;
+  return {{"id", next_id++}, {"kind", "collective"}, {"group", "default_pg"}, {"op", op},
+          {"seq", seq},      {"detail", detail},     {"state", state},        {"age_ms", 2500.0}};
 }
 
 }  // namespace
@@ -322,7 +324,7 @@ TEST_CASE("DETAIL names a rank that never reaches the collective", "[detail]") {
       },
       true);
   CHECK(errors[0] ==
-        "[allreduce] GW_DISTRIBUTED_DEBUG=DETAIL: rank(s) 1 did not reach "
+        "[allreduce] GW_DISTRIBUTED_DEBUG=DETAIL: rank 1 did not reach "
         "collective #1 within 300 ms; rank 0 is in allreduce [4] float32");
   CHECK(errors[1].empty());
 }
