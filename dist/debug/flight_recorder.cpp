@@ -43,7 +43,7 @@ struct Text {
     if (n < s.size())
       while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
     size = static_cast<uint8_t>(n);
-    std::memcpy(chars.data(), s.data(), size);
+    if (size > 0) std::memcpy(chars.data(), s.data(), size);  // an empty view may be null
   }
   std::string str() const { return {chars.data(), size}; }
 };
