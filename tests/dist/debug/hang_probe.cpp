@@ -6,6 +6,7 @@
 //   hang_probe rpc-cycle     worker r calls worker r+1's `relay`, which calls on, with one
 //                            thread per pool: every pool ends up waiting on the next
 //   hang_probe barrier       monitored_barrier(1 s); the last rank does not come (exits 0)
+//   hang_probe compute       no hang: allreduce, 2 s of computing (nothing pending), allreduce
 // Every wait is bounded (collectives and RPCs time out after 60 s; gwrun stops it sooner).
 // Prints "raised: <error>" and exits 1 when an operation raised, "completed" and 0 otherwise.
 #include <signal.h>
@@ -14,6 +15,7 @@
 #include <cstdio>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "core/ops.h"
 #include "dist/process_group/init.h"
@@ -50,6 +52,11 @@ void run_collectives(const std::string& scenario, int rank) {
     if (rank == 1) ::raise(SIGSTOP);  // gwrun's SIGKILL ends it
     gw::Tensor t = gw::ones({16});
     pg->allreduce(t)->wait();
+  } else if (scenario == "compute") {
+    gw::Tensor t = gw::ones({16});
+    pg->allreduce(t)->wait();
+    std::this_thread::sleep_for(std::chrono::seconds(2));  // computing: no operation pending
+    pg->allreduce(t)->wait();
   } else if (scenario == "barrier") {
     if (rank != pg->size() - 1) pg->monitored_barrier(std::chrono::seconds(1));  // it never comes
   }
@@ -59,10 +66,10 @@ void run_collectives(const std::string& scenario, int rank) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::set<std::string> scenarios = {"collectives", "shapes", "silent", "rpc-cycle",
-                                           "barrier"};
+  const std::set<std::string> scenarios = {"collectives", "shapes",  "silent",
+                                           "rpc-cycle",   "barrier", "compute"};
   if (argc != 2 || !scenarios.contains(argv[1])) {
-    std::fprintf(stderr, "usage: hang_probe collectives|shapes|silent|rpc-cycle|barrier\n");
+    std::fprintf(stderr, "usage: hang_probe collectives|shapes|silent|rpc-cycle|barrier|compute\n");
     return 2;
   }
   const std::string scenario = argv[1];
