@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
 
   // Published libtorch 1.13 figures, used only when the anchor binary is absent.
   double torch_fwd = 1.1, torch_bwd = 1.4;
-  const char* note = "published figure";
+  const char* note = gw::bench::kPublishedFigure;
   if (auto out = gw::bench::run_capture(gw::bench::executable_dir() + "/torch_anchor_autograd")) {
     auto f = gw::bench::json_number(*out, "forward_us"), b = gw::bench::json_number(*out, "backward_us");
     if (f && b) {

@@ -70,7 +70,7 @@ void bench_dispatch(Reporter& report) {
     torch_add_ = gw::bench::json_number(*anchor_out, "add_inplace_ns");
   }
   constexpr double kPublishedNs = 520;  // libtorch 1.13, 1-element add, as published
-  const char* note = torch_add ? "" : "published figure";
+  const char* note = torch_add ? "" : gw::bench::kPublishedFigure;
   if (report.wants("dispatch", "add 1 elem")) {
     report.add({"dispatch", "add 1 elem", out_of_place * 1e9, "ns", "libtorch 1.13",
                 torch_add.value_or(kPublishedNs), note});

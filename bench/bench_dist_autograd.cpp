@@ -89,7 +89,7 @@ struct TorchAnchor {
     auto v = out ? gw::bench::json_number(*out, key) : std::nullopt;
     return v ? *v : published;
   }
-  std::string note() const { return out ? "tensorpipe over tcp" : "published figure"; }
+  std::string note() const { return out ? "tensorpipe over tcp" : gw::bench::kPublishedFigure; }
 };
 
 TorchAnchor run_torch_anchor() {

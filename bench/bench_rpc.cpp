@@ -147,7 +147,7 @@ void bench_small(Reporter& report, const TorchAnchor& torch) {
   if (auto us = torch.get("rpc_sync_us")) {
     report.add({"rpc", kSmall, t * 1e6, "us", "pytorch 1.13", *us, torch.note});
   } else {
-    report.add({"rpc", kSmall, t * 1e6, "us", "pytorch 1.13", 600, "published figure"});
+    report.add({"rpc", kSmall, t * 1e6, "us", "pytorch 1.13", 600, gw::bench::kPublishedFigure});
   }
 }
 
@@ -171,7 +171,7 @@ void bench_traced(Reporter& report) {
   gw::trace::cancel();
   report.add({"rpc", name, on * 1e6, "us", "tracing off, same run", off * 1e6});
   report.add({"rpc", "cost per traced event", (on - off) / kEventsPerCall * 1e6, "us", "goal", 1.0,
-              "a goal, not a measurement"});
+              gw::bench::kGoal});
 }
 
 void bench_async(Reporter& report, const TorchAnchor& torch) {
@@ -186,7 +186,8 @@ void bench_async(Reporter& report, const TorchAnchor& torch) {
   if (auto rate = torch.get("async_calls_per_s")) {
     report.add({"rpc", kAsync, kInFlight / t, "calls/s", "pytorch 1.13", *rate, torch.note});
   } else {
-    report.add({"rpc", kAsync, kInFlight / t, "calls/s", "pytorch 1.13", 5000, "published figure"});
+    report.add({"rpc", kAsync, kInFlight / t, "calls/s", "pytorch 1.13", 5000,
+                gw::bench::kPublishedFigure});
   }
 }
 

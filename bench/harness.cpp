@@ -16,6 +16,8 @@ bool lower_is_better(const std::string& unit) {
   return unit == "ns" || unit == "us" || unit == "ms" || unit == "s";
 }
 
+bool anchor_measured(const Row& row) { return row.note != kPublishedFigure && row.note != kGoal; }
+
 double speedup(const Row& row) {
   if (row.value <= 0 || row.anchor_value <= 0) return 0;
   return lower_is_better(row.unit) ? row.anchor_value / row.value : row.value / row.anchor_value;
@@ -60,7 +62,9 @@ void Reporter::add(const Row& row) {
     std::cout << "{\"bench\":\"" << json_escape(row.bench) << "\",\"case\":\""
               << json_escape(row.name) << "\",\"value\":" << fmt(row.value) << ",\"unit\":\""
               << json_escape(row.unit) << "\",\"anchor\":\"" << json_escape(row.anchor)
-              << "\",\"anchor_value\":" << fmt(row.anchor_value) << ",\"speedup\":" << fmt(s);
+              << "\",\"anchor_value\":" << fmt(row.anchor_value)
+              << ",\"speedup\":" << (anchor_measured(row) ? fmt(s) : "null")
+              << ",\"anchor_measured\":" << (anchor_measured(row) ? "true" : "false");
     if (!row.note.empty()) std::cout << ",\"note\":\"" << json_escape(row.note) << "\"";
     std::cout << "}" << std::endl;
     return;
@@ -74,9 +78,14 @@ void Reporter::add(const Row& row) {
   }
   std::cout << std::left << std::setw(15) << row.bench << std::setw(30) << row.name << std::right
             << std::setw(12) << fmt(row.value) << "  " << std::left << std::setw(10) << row.unit
-            << std::setw(16) << row.anchor << std::right << std::setw(12)
-            << fmt(row.anchor_value) << std::setw(9) << fmt(s) << "x"
-            << (row.note.empty() ? "" : "  (" + row.note + ")") << std::endl;
+            << std::setw(16) << row.anchor << std::right << std::setw(12) << fmt(row.anchor_value);
+  if (row.note == kPublishedFigure)
+    std::cout << "  anchor not run (a published figure)";
+  else if (row.note == kGoal)
+    std::cout << (s >= 1 ? "  goal met" : "  goal missed");
+  else
+    std::cout << std::setw(9) << fmt(s) << "x" << (row.note.empty() ? "" : "  (" + row.note + ")");
+  std::cout << std::endl;
 }
 
 void Reporter::skip(const std::string& bench, const std::string& name, const std::string& why) {

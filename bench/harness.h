@@ -10,7 +10,9 @@
 //               "eigen", 2 * n * n * n / r / 1e9});
 //
 // The table prints one aligned line per row; --json prints one JSON object per row with
-// bench, case, value, unit, anchor, anchor_value and speedup (> 1: gradwire is faster).
+// bench, case, value, unit, anchor, anchor_value and speedup (> 1: gradwire is faster). A row
+// whose anchor did not run (note kPublishedFigure) says so in the speedup column instead of
+// showing a ratio; one against a goal (kGoal) says whether it is met.
 // Units decide the direction: times (ns, us, ms, s) are lower-is-better, rates higher.
 #pragma once
 
@@ -24,6 +26,11 @@
 
 namespace gw::bench {
 
+// Notes that say a row's anchor value was not measured in this run: its speedup column says
+// so instead of showing a ratio (JSON: "speedup": null, "anchor_measured": false).
+inline constexpr const char* kPublishedFigure = "published figure";  // the anchor did not run
+inline constexpr const char* kGoal = "a goal, not a measurement";    // the anchor is a target
+
 struct Row {
   std::string bench;
   std::string name;  // the case
@@ -36,6 +43,8 @@ struct Row {
 
 bool lower_is_better(const std::string& unit);
 double speedup(const Row& row);
+// Whether the anchor value was measured in this run (not a published figure or a goal).
+bool anchor_measured(const Row& row);
 
 class Reporter {
  public:
