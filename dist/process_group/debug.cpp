@@ -138,13 +138,13 @@ uint64_t record_collective(const std::string& group, int rank, int size, int64_t
                                      .op = sig.op,
                                      .detail = sig.detail});
   const int64_t scheduled = trace::enabled() ? trace::now_us() : 0;
-  work->future().add_done_callback([=, op = sig.op, name = sig.str()](Future<void>& f) {
-    debug::finish(id, f.exception());
+  work->set_on_finish([=, op = sig.op, name = sig.str()](const std::exception_ptr& failure) {
+    debug::finish(id, failure);
     if (trace::enabled() && scheduled != 0)  // not for one begun before tracing was
       trace_collective(group, rank, size, seq,
                        seq >= 0 ? op + " #" + std::to_string(seq) + name.substr(op.size()) : name,
                        scheduled, trace::now_us());
-    if (f.has_error()) debug::request_dump(op + " #" + std::to_string(seq) + " failed on " + group);
+    if (failure) debug::request_dump(op + " #" + std::to_string(seq) + " failed on " + group);
   });
   return id;
 }

@@ -56,8 +56,8 @@ CollectiveSignature barrier();
 CollectiveSignature p2p(const char* op, const Tensor& tensor, int peer, int tag);
 }  // namespace signature
 
-// Records collective `seq` (from 1; -1 for send/recv) of `group` as scheduled, and its end when
-// `work` completes (a failure also asks for a dump). With tracing on (core/trace.h) the
+// Records collective `seq` (from 1; -1 for send/recv) of `group` as scheduled, and its end as
+// `work` finishes, before any waiter wakes (a failure also asks for a dump). With tracing on the
 // collective becomes a span on the group's track, joined by flow arrows from rank 0's span to
 // every other rank's. `rank` and `size` are this rank's in the group. Returns the recorder's
 // id, for a "started" update.

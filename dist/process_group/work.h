@@ -62,11 +62,22 @@ class Work {
   // Thread-safe; returns whether this call completed it.
   bool finish(std::exception_ptr failure) {
     if (finished_.exchange(true)) return false;
+    if (on_finish_) {
+      try {
+        on_finish_(failure);
+      } catch (...) {  // a record lost, not the collective's outcome
+      }
+    }
     if (failure)
       done_.set_exception(std::move(failure));
     else
       done_.set_result();
     return true;
+  }
+  // Runs in finish(), before the Work completes, so that what it records (the flight recorder,
+  // the timeline) is done before any waiter wakes. Set before the Work can finish.
+  void set_on_finish(std::function<void(const std::exception_ptr&)> f) {
+    on_finish_ = std::move(f);
   }
   // How wait() may run the collective itself when it has not started yet: a collective waited
   // for at once then costs no hand-off to the group's thread and back.
@@ -83,6 +94,7 @@ class Work {
   Future<void> done_;
   std::atomic<bool> finished_{false};
   std::function<void()> run_inline_;
+  std::function<void(const std::exception_ptr&)> on_finish_;
 };
 
 using WorkPtr = std::shared_ptr<Work>;
