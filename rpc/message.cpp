@@ -225,6 +225,12 @@ void write_request(wire::Envelope::Body::Builder body, const Request& r,
 }
 }  // namespace
 
+void set_failure(Response& r, const std::string& worker, const std::exception& e) {
+  const Error* err = dynamic_cast<const Error*>(&e);
+  r.value = IValue();
+  r.error = Failure{worker, e.what(), err ? err->code() : ErrorCode::kRemote};
+}
+
 std::string describe(const Request& r) {
   return std::visit(
       [](const auto& m) -> std::string {

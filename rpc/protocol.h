@@ -111,6 +111,9 @@ using Body = std::variant<Request, Response, Handshake>;
 
 // What a request is, for error messages: "call of 'my_add'", "RRef fetch", ...
 std::string describe(const Request& r);
+// Makes `r` the failure `e` raised on `worker`: its message, and its code (ours for a
+// gw::Error, kRemote for anything else).
+void set_failure(Response& r, const std::string& worker, const std::exception& e);
 
 struct Message {
   uint64_t id = 0;  // a request's, and its response's
