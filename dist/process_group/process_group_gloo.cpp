@@ -1,12 +1,8 @@
 #include "dist/process_group/process_group_gloo.h"
 
 #include <atomic>
-#include <condition_variable>
 #include <cstring>
-#include <deque>
 #include <functional>
-#include <mutex>
-#include <thread>
 
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
@@ -26,6 +22,7 @@
 #include "core/ops.h"
 #include "core/sigpipe.h"
 #include "dist/debug/flight_recorder.h"
+#include "dist/process_group/collective_queue.h"
 #include "dist/process_group/debug.h"
 #include "dist/process_group/liveness.h"
 #include "dist/store/liveness.h"
@@ -108,67 +105,9 @@ void divide_by(const Tensor& t, int n, const char* op) {
   });
 }
 
-}  // namespace
-
-struct ProcessGroupGloo::Impl : std::enable_shared_from_this<ProcessGroupGloo::Impl> {
-  // A collective's body, run with the group's state (which outlives the ProcessGroupGloo when
-  // its thread is left behind after an abort).
-  using Job = std::function<void(Impl& impl, uint32_t tag, Milliseconds timeout)>;
-  struct Queued {
-    WorkPtr work;
-    Milliseconds timeout;
-    Job job;
-    uint64_t record = 0;  // in the flight recorder
-  };
-
-  int rank = 0, size = 0;
-  GlooOptions options;
-  std::shared_ptr<gloo::rendezvous::Context> context;
-
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<Queued> queue;
-  bool running = false;  // a collective runs, on the group's thread or inline in a wait()
-  bool stopping = false;
-  std::exception_ptr broken;  // the failure that made the group unusable
-  std::exception_ptr aborted;  // a rank was declared dead (abort): everything fails at once
-  WorkPtr current;             // the collective running
-  uint32_t next_tag = 0;
-  int64_t next_seq = 1;  // the flight recorder's number of the next collective
-  std::thread worker;
-  struct Waiter {
-    std::thread thread;
-    std::shared_ptr<std::atomic<bool>> done;
-    WorkPtr work;
-    std::function<void()> abort_wait;  // wakes the thread's wait for Gloo
-  };
-  std::vector<Waiter> p2p_threads;  // send/recv waiters: finished ones are joined as new ones
-                                    // start, the rest at destruction
-
-  Milliseconds timeout_of(Milliseconds t) const { return t.count() > 0 ? t : options.timeout; }
-  WorkPtr enqueue(const CollectiveSignature& sig, Milliseconds timeout, Job job);
-  // A rank was declared dead (liveness.h): fails the running collective, everything queued and
-  // every send/recv with IoError(why) now, and every later one at once. The collective's thread
-  // may stay in Gloo until its own timeout: it is left behind when the group is destroyed.
-  void abort(const std::string& why);
-  static std::exception_ptr unusable(const std::string& op, const std::exception_ptr& failure);
-  void run();  // the group's thread
-  // Runs `work` on the calling thread if it is next and nothing runs (Work::wait).
-  void run_inline(const Work* work);
-  // Runs the front of the queue; called with `lock` held, returns with it held.
-  void run_front(std::unique_lock<std::mutex>& lock);
-  // Runs `job` and turns Gloo's errors into ours, naming the op and this rank.
-  std::exception_ptr attempt(const std::string& op, Milliseconds timeout,
-                             const std::function<void()>& job) const;
-  // Runs an allreduce of `t` on the group's thread (the body of the reducing collectives).
-  void allreduce_now(const Tensor& t, ReduceOp op, uint32_t tag, Milliseconds timeout);
-  template <typename Post, typename Wait, typename Abort>
-  WorkPtr p2p(const char* op, const Tensor& tensor, int peer, int tag, Milliseconds timeout,
-              Post post, Wait wait, Abort abort_wait);
-};
-
-std::exception_ptr ProcessGroupGloo::Impl::attempt(const std::string& op, Milliseconds timeout,
-                                                   const std::function<void()>& job) const {
+// Runs `job` and turns Gloo's errors into ours, naming the op and this rank.
+std::exception_ptr attempt(int rank, int size, const std::string& op, Milliseconds timeout,
+                           const std::function<void()>& job) {
   SigpipeBlocked no_sigpipe;  // Gloo writes without MSG_NOSIGNAL (core/sigpipe.h)
   try {
     job();
@@ -188,102 +127,50 @@ std::exception_ptr ProcessGroupGloo::Impl::attempt(const std::string& op, Millis
   }
 }
 
-WorkPtr ProcessGroupGloo::Impl::enqueue(const CollectiveSignature& sig, Milliseconds timeout,
-                                        Job job) {
-  auto work = std::make_shared<Work>(sig.op);
-  // Inline, a collective would run on the waiter's thread, which a dead rank could then hold
-  // in Gloo: with liveness on, collectives run on the group's thread only.
-  if (options.failure_timeout.count() == 0)
-    work->set_run_inline([weak = weak_from_this(), w = work.get()] {
-      if (auto self = weak.lock()) self->run_inline(w);
-    });
-  {
-    std::lock_guard lock(mu);
-    // Numbered and queued under one lock: the numbers follow the order the collectives run in.
-    const uint64_t record =
-        record_collective(options.group_name, rank, size, next_seq++, sig, work);
-    if (!aborted) {
-      queue.push_back({work, timeout_of(timeout), std::move(job), record});
-      cv.notify_all();  // the group's thread, and a destructor waiting for the queue
-      return work;
-    }
-  }
-  work->finish(unusable(sig.op, aborted));
-  return work;
+// An allreduce of `t` on the group's thread (the body of the reducing collectives).
+void allreduce_now(const std::shared_ptr<gloo::Context>& context, const Tensor& t, ReduceOp op,
+                   uint32_t tag, Milliseconds timeout) {
+  if (t.numel() == 0) return;
+  dispatch_reduce(t.dtype(), op, "allreduce", [&]<typename T>() {
+    gloo::AllreduceOptions g(context);
+    g.setOutput<T>(static_cast<T*>(t.raw_data()), static_cast<size_t>(t.numel()));
+    g.setReduceFunction(reduce_function<T>(op));
+    g.setTag(tag);
+    g.setTimeout(timeout);
+    gloo::allreduce(g);
+  });
+  if (op == ReduceOp::AVG) divide_by(t, context->size, "allreduce");
 }
 
-std::exception_ptr ProcessGroupGloo::Impl::unusable(const std::string& op,
-                                                    const std::exception_ptr& failure) {
-  return std::make_exception_ptr(StateError(gw::detail::str(
-      "[", op, "] the gloo group is unusable after an earlier failure: ", what_of(failure))));
-}
+}  // namespace
+
+struct ProcessGroupGloo::Impl {
+  int rank = 0, size = 0;
+  GlooOptions options;
+  std::shared_ptr<gloo::rendezvous::Context> context;
+  std::shared_ptr<detail::CollectiveQueue> queue;
+  detail::SideThreads p2p_threads;  // send and receive
+
+  // A rank was declared dead (liveness.h): fails the running collective, everything queued and
+  // every send/recv with IoError(why) now, and every later one at once. The collective's thread
+  // may stay in Gloo until its own timeout: it is left behind when the group is destroyed.
+  void abort(const std::string& why);
+  WorkPtr enqueue(const CollectiveSignature& sig, Milliseconds timeout,
+                  detail::CollectiveQueue::Job job) {
+    return queue->enqueue(sig, timeout, std::move(job));
+  }
+  template <typename Post, typename Wait, typename Abort>
+  WorkPtr p2p(const char* op, const Tensor& tensor, int peer, int tag, Milliseconds timeout,
+              Post post, Wait wait, Abort abort_wait);
+};
 
 void ProcessGroupGloo::Impl::abort(const std::string& why) {
-  std::vector<WorkPtr> failing;
-  std::vector<std::function<void()>> wake;
-  {
-    std::lock_guard lock(mu);
-    if (aborted) return;
-    aborted = std::make_exception_ptr(
-        IoError(gw::detail::str("[process_group] rank ", rank, " of ", size, ": ", why)));
-    if (!broken) broken = aborted;
-    if (current) failing.push_back(current);
-    for (auto& q : queue) failing.push_back(q.work);
-    queue.clear();
-    for (auto& w : p2p_threads)
-      if (!w.done->load()) {
-        failing.push_back(w.work);
-        wake.push_back(w.abort_wait);
-      }
-  }
-  cv.notify_all();
-  for (auto& w : wake) w();  // first: a Work's callback may destroy the group, joining them
-  for (auto& w : failing) w->finish(aborted);
-}
-
-void ProcessGroupGloo::Impl::run() {
-  std::unique_lock lock(mu);
-  while (true) {
-    cv.wait(lock, [&] { return !running && (stopping || !queue.empty()); });
-    if (queue.empty()) return;  // stopping, and everything queued is done
-    run_front(lock);
-  }
-}
-
-void ProcessGroupGloo::Impl::run_inline(const Work* work) {
-  std::unique_lock lock(mu);
-  if (running || queue.empty() || queue.front().work.get() != work) return;
-  run_front(lock);
-}
-
-void ProcessGroupGloo::Impl::run_front(std::unique_lock<std::mutex>& lock) {
-  Queued q = std::move(queue.front());
-  queue.pop_front();
-  running = true;
-  current = q.work;
-  const uint32_t tag = next_tag++;  // every rank numbers its collectives alike
-  std::exception_ptr failed = broken;
-  lock.unlock();
-  debug::update(q.record, debug::State::kStarted);
-  {
-    detail::GroupThreadScope on_group_thread;
-    if (failed) {
-      failed = unusable(q.work->op(), failed);
-    } else {
-      failed = attempt(q.work->op(), q.timeout, [&] { q.job(*this, tag, q.timeout); });
-    }
-    lock.lock();
-    // Gloo's pairs are unusable after an error in a collective: later ones would hang.
-    if (failed && !broken) broken = failed;
-    lock.unlock();
-    // Completed (and its callbacks run) before the next collective may start: Works complete
-    // in order.
-    q.work->finish(failed);
-  }
-  lock.lock();
-  current.reset();
-  running = false;
-  cv.notify_all();  // the group's thread may take the next one
+  auto failure = std::make_exception_ptr(
+      IoError(gw::detail::str("[process_group] rank ", rank, " of ", size, ": ", why)));
+  // Send and receive are woken first: a Work's callback may destroy the group, joining them.
+  std::vector<WorkPtr> sides = p2p_threads.close();
+  if (!queue->abort(failure)) return;
+  for (auto& w : sides) w->finish(failure);
 }
 
 ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int size,
@@ -298,7 +185,7 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
   std::shared_ptr<Store> liveness_store = store;  // `store` itself goes to Gloo below
   gloo::transport::tcp::attr attr;
   attr.hostname = options.hostname;
-  std::exception_ptr failed = impl_->attempt("init_process_group", options.timeout, [&] {
+  std::exception_ptr failed = attempt(rank, size, "init_process_group", options.timeout, [&] {
     auto device = gloo::transport::tcp::CreateDevice(attr);
     impl_->context = std::make_shared<gloo::rendezvous::Context>(rank, size);
     impl_->context->setTimeout(options.timeout);
@@ -306,9 +193,21 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
     impl_->context->connectFullMesh(gloo_store, device);
   });
   if (failed) std::rethrow_exception(failed);
-  // The thread shares the group's state: after an abort it may outlive the group (below).
-  impl_->worker = std::thread([impl = impl_] { impl->run(); });
-  if (impl_->options.failure_timeout.count() > 0)
+  const bool watched = impl_->options.failure_timeout.count() > 0;
+  impl_->queue = detail::CollectiveQueue::start(
+      {.backend = "gloo",
+       .group_name = options.group_name,
+       .rank = rank,
+       .size = size,
+       .timeout = options.timeout,
+       // Inline, a collective would run on the waiter's thread, which a dead rank could then
+       // hold in Gloo: with liveness on, collectives run on the group's thread only.
+       .run_inline = !watched,
+       .attempt = [rank, size](const std::string& op, Milliseconds timeout,
+                               const std::function<void()>& job) {
+         return attempt(rank, size, op, timeout, job);
+       }});
+  if (watched)
     liveness_ = std::make_unique<GroupLiveness>(
         std::move(liveness_store), rank, size, impl_->options.failure_timeout,
         [weak = std::weak_ptr<Impl>(impl_)](const std::string& why) {
@@ -317,34 +216,15 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
 }
 
 ProcessGroupGloo::~ProcessGroupGloo() {
-  std::unique_lock lock(impl_->mu);
-  impl_->stopping = true;
-  impl_->cv.notify_all();
-  if (detail::t_on_group_thread) {
-    // Destroyed by a Work's callback on one of the group's own threads (it held the last
-    // reference): that thread cannot wait for itself. The rest of the queue still runs on it.
-    lock.unlock();
-    liveness_.reset();
-    impl_->worker.detach();
-    for (auto& w : impl_->p2p_threads) w.thread.detach();
-    return;
-  }
   // What was queued still runs. Liveness keeps watching meanwhile, so that a rank dying now
-  // aborts the group instead of holding this destructor for the collective's timeout.
-  impl_->cv.wait(
-      lock, [&] { return (impl_->queue.empty() && !impl_->running) || impl_->aborted != nullptr; });
-  lock.unlock();
-  liveness_.reset();  // this rank leaves: not to be declared dead
-  lock.lock();
-  const bool aborted = impl_->aborted != nullptr;
-  lock.unlock();
-  // After an abort the collective's thread may be held in Gloo, waiting for a dead rank, until
-  // the collective's own timeout: it is left to finish then (it keeps the state it uses).
-  if (aborted)
-    impl_->worker.detach();
+  // aborts the group instead of holding this destructor for the collective's timeout; then this
+  // rank leaves, not to be declared dead.
+  impl_->queue->shutdown([&] { liveness_.reset(); });
+  // Each woken by an abort; left behind on a group thread, which cannot join itself.
+  if (detail::t_on_group_thread)
+    impl_->p2p_threads.detach_all();
   else
-    impl_->worker.join();
-  for (auto& w : impl_->p2p_threads) w.thread.join();  // each woken by the abort
+    impl_->p2p_threads.join_all();
 }
 
 // The checks every reducing collective makes before anything is queued.
@@ -353,27 +233,12 @@ static void check_reducible(const char* name, const Tensor& t, ReduceOp op) {
   dispatch_reduce(t.dtype(), op, name, []<typename T>() {});  // a supported dtype
 }
 
-void ProcessGroupGloo::Impl::allreduce_now(const Tensor& t, ReduceOp op, uint32_t tag,
-                                           Milliseconds timeout) {
-  if (t.numel() == 0) return;
-  dispatch_reduce(t.dtype(), op, "allreduce", [&]<typename T>() {
-    gloo::AllreduceOptions g(context);
-    g.setOutput<T>(static_cast<T*>(t.raw_data()), static_cast<size_t>(t.numel()));
-    g.setReduceFunction(reduce_function<T>(op));
-    g.setTag(tag);
-    g.setTimeout(timeout);
-    gloo::allreduce(g);
-  });
-  if (op == ReduceOp::AVG) divide_by(t, size, "allreduce");
-}
-
 WorkPtr ProcessGroupGloo::allreduce(Tensor& tensor, AllreduceOptions o) {
   check_tensor("allreduce", tensor);
   check_reducible("allreduce", tensor, o.op);
   return impl_->enqueue(signature::allreduce(tensor, o), o.timeout,
-                        [t = tensor, op = o.op](Impl& impl, uint32_t tag, Milliseconds to) {
-                          impl.allreduce_now(t, op, tag, to);
-                        });
+                        [t = tensor, op = o.op, ctx = impl_->context](
+                            uint32_t tag, Milliseconds to) { allreduce_now(ctx, t, op, tag, to); });
 }
 
 WorkPtr ProcessGroupGloo::allreduce_coalesced(std::vector<Tensor>& tensors, AllreduceOptions o) {
@@ -387,8 +252,8 @@ WorkPtr ProcessGroupGloo::allreduce_coalesced(std::vector<Tensor>& tensors, Allr
   Tensor flat = concat(tensors);
   return impl_->enqueue(
       signature::allreduce_coalesced(tensors, o), o.timeout,
-      [flat, tensors, op = o.op](Impl& impl, uint32_t tag, Milliseconds to) mutable {
-        impl.allreduce_now(flat, op, tag, to);
+      [flat, tensors, op = o.op, ctx = impl_->context](uint32_t tag, Milliseconds to) mutable {
+        allreduce_now(ctx, flat, op, tag, to);
         split_into(flat, tensors);
       });
 }
@@ -396,16 +261,17 @@ WorkPtr ProcessGroupGloo::allreduce_coalesced(std::vector<Tensor>& tensors, Allr
 WorkPtr ProcessGroupGloo::broadcast(Tensor& tensor, BroadcastOptions o) {
   check_tensor("broadcast", tensor);
   check_rank("broadcast", o.root, "root");
-  return impl_->enqueue(signature::broadcast(tensor, o), o.timeout,
-                        [t = tensor, root = o.root](Impl& impl, uint32_t tag, Milliseconds to) {
-                          if (t.nbytes() == 0) return;
-                          gloo::BroadcastOptions g(impl.context);
-                          g.setOutput<uint8_t>(bytes_of(t), t.nbytes());
-                          g.setRoot(root);
-                          g.setTag(tag);
-                          g.setTimeout(to);
-                          gloo::broadcast(g);
-                        });
+  return impl_->enqueue(
+      signature::broadcast(tensor, o), o.timeout,
+      [t = tensor, root = o.root, ctx = impl_->context](uint32_t tag, Milliseconds to) {
+        if (t.nbytes() == 0) return;
+        gloo::BroadcastOptions g(ctx);
+        g.setOutput<uint8_t>(bytes_of(t), t.nbytes());
+        g.setRoot(root);
+        g.setTag(tag);
+        g.setTimeout(to);
+        gloo::broadcast(g);
+      });
 }
 
 WorkPtr ProcessGroupGloo::reduce(Tensor& tensor, ReduceOptions o) {
@@ -418,10 +284,10 @@ WorkPtr ProcessGroupGloo::reduce(Tensor& tensor, ReduceOptions o) {
   // Gloo uses the output of other ranks as scratch space: theirs stay as they were.
   Tensor out = root ? tensor : tensor.clone();
   return impl_->enqueue(signature::reduce(tensor, o), o.timeout,
-                        [out, o, root](Impl& impl, uint32_t tag, Milliseconds to) {
+                        [out, o, root, ctx = impl_->context](uint32_t tag, Milliseconds to) {
                           if (out.numel() == 0) return;
                           dispatch<ReduceTypes>(out.dtype(), "reduce", [&]<typename T>() {
-                            gloo::ReduceOptions g(impl.context);
+                            gloo::ReduceOptions g(ctx);
                             g.setOutput<T>(out.data_ptr<T>(), static_cast<size_t>(out.numel()));
                             g.setRoot(o.root);
                             g.setReduceFunction(reduce_function<T>(o.op));
@@ -429,7 +295,7 @@ WorkPtr ProcessGroupGloo::reduce(Tensor& tensor, ReduceOptions o) {
                             g.setTimeout(to);
                             gloo::reduce(g);
                           });
-                          if (root && o.op == ReduceOp::AVG) divide_by(out, impl.size, "reduce");
+                          if (root && o.op == ReduceOp::AVG) divide_by(out, ctx->size, "reduce");
                         });
 }
 
@@ -439,17 +305,18 @@ WorkPtr ProcessGroupGloo::allgather(std::vector<Tensor>& outputs, const Tensor& 
   check_count("allgather", outputs.size(), "outputs");
   for (const auto& t : outputs) check_like("allgather", t, input, "output");
   Tensor flat = empty({input.numel() * size()}, TensorOptions().with_dtype(input.dtype()));
-  return impl_->enqueue(signature::allgather(input), o.timeout,
-                        [flat, input, outputs](Impl& impl, uint32_t tag, Milliseconds to) mutable {
-                          if (input.nbytes() == 0) return;
-                          gloo::AllgatherOptions g(impl.context);
-                          g.setInput<uint8_t>(bytes_of(input), input.nbytes());
-                          g.setOutput<uint8_t>(bytes_of(flat), flat.nbytes());
-                          g.setTag(tag);
-                          g.setTimeout(to);
-                          gloo::allgather(g);
-                          split_into(flat, outputs);
-                        });
+  return impl_->enqueue(
+      signature::allgather(input), o.timeout,
+      [flat, input, outputs, ctx = impl_->context](uint32_t tag, Milliseconds to) mutable {
+        if (input.nbytes() == 0) return;
+        gloo::AllgatherOptions g(ctx);
+        g.setInput<uint8_t>(bytes_of(input), input.nbytes());
+        g.setOutput<uint8_t>(bytes_of(flat), flat.nbytes());
+        g.setTag(tag);
+        g.setTimeout(to);
+        gloo::allgather(g);
+        split_into(flat, outputs);
+      });
 }
 
 WorkPtr ProcessGroupGloo::gather(std::vector<Tensor>& outputs, const Tensor& input,
@@ -459,38 +326,39 @@ WorkPtr ProcessGroupGloo::gather(std::vector<Tensor>& outputs, const Tensor& inp
   const bool root = rank() == o.root;
   Tensor flat =
       root ? empty({input.numel() * size()}, TensorOptions().with_dtype(input.dtype())) : Tensor();
-  return impl_->enqueue(
-      signature::gather(input, o), o.timeout,
-      [flat, input, outputs, root, r = o.root](Impl& impl, uint32_t tag, Milliseconds to) mutable {
-        if (input.nbytes() == 0) return;
-        gloo::GatherOptions g(impl.context);
-        g.setInput<uint8_t>(bytes_of(input), input.nbytes());
-        if (root) g.setOutput<uint8_t>(bytes_of(flat), flat.nbytes());
-        g.setRoot(r);
-        g.setTag(tag);
-        g.setTimeout(to);
-        gloo::gather(g);
-        if (root) split_into(flat, outputs);
-      });
+  return impl_->enqueue(signature::gather(input, o), o.timeout,
+                        [flat, input, outputs, root, r = o.root, ctx = impl_->context](
+                            uint32_t tag, Milliseconds to) mutable {
+                          if (input.nbytes() == 0) return;
+                          gloo::GatherOptions g(ctx);
+                          g.setInput<uint8_t>(bytes_of(input), input.nbytes());
+                          if (root) g.setOutput<uint8_t>(bytes_of(flat), flat.nbytes());
+                          g.setRoot(r);
+                          g.setTag(tag);
+                          g.setTimeout(to);
+                          gloo::gather(g);
+                          if (root) split_into(flat, outputs);
+                        });
 }
 
 WorkPtr ProcessGroupGloo::scatter(Tensor& output, const std::vector<Tensor>& inputs,
                                   ScatterOptions o) {
   check_tensor("scatter", output, "output");
   check_root_parts("scatter", inputs, output, o.root, "inputs");
-  return impl_->enqueue(signature::scatter(output, o), o.timeout,
-                        [output, inputs, r = o.root](Impl& impl, uint32_t tag, Milliseconds to) {
-                          if (output.nbytes() == 0) return;
-                          gloo::ScatterOptions g(impl.context);
-                          std::vector<uint8_t*> ptrs;
-                          for (const auto& t : inputs) ptrs.push_back(bytes_of(t));
-                          if (!ptrs.empty()) g.setInputs<uint8_t>(ptrs, output.nbytes());
-                          g.setOutput<uint8_t>(bytes_of(output), output.nbytes());
-                          g.setRoot(r);
-                          g.setTag(tag);
-                          g.setTimeout(to);
-                          gloo::scatter(g);
-                        });
+  return impl_->enqueue(
+      signature::scatter(output, o), o.timeout,
+      [output, inputs, r = o.root, ctx = impl_->context](uint32_t tag, Milliseconds to) {
+        if (output.nbytes() == 0) return;
+        gloo::ScatterOptions g(ctx);
+        std::vector<uint8_t*> ptrs;
+        for (const auto& t : inputs) ptrs.push_back(bytes_of(t));
+        if (!ptrs.empty()) g.setInputs<uint8_t>(ptrs, output.nbytes());
+        g.setOutput<uint8_t>(bytes_of(output), output.nbytes());
+        g.setRoot(r);
+        g.setTag(tag);
+        g.setTimeout(to);
+        gloo::scatter(g);
+      });
 }
 
 WorkPtr ProcessGroupGloo::reduce_scatter(Tensor& output, const std::vector<Tensor>& inputs,
@@ -501,12 +369,13 @@ WorkPtr ProcessGroupGloo::reduce_scatter(Tensor& output, const std::vector<Tenso
   check_reducible("reduce_scatter", output, o.op);
   // Gloo has no reduce-scatter for these buffers: an allreduce of all inputs, keeping ours.
   Tensor flat = concat(inputs);
-  return impl_->enqueue(signature::reduce_scatter(output, o), o.timeout,
-                        [flat, output, op = o.op](Impl& impl, uint32_t tag, Milliseconds to) {
-                          impl.allreduce_now(flat, op, tag, to);
-                          const size_t mine = output.nbytes() * static_cast<size_t>(impl.rank);
-                          std::memcpy(output.raw_data(), bytes_of(flat) + mine, output.nbytes());
-                        });
+  return impl_->enqueue(
+      signature::reduce_scatter(output, o), o.timeout,
+      [flat, output, op = o.op, ctx = impl_->context](uint32_t tag, Milliseconds to) {
+        allreduce_now(ctx, flat, op, tag, to);
+        const size_t mine = output.nbytes() * static_cast<size_t>(ctx->rank);
+        std::memcpy(output.raw_data(), bytes_of(flat) + mine, output.nbytes());
+      });
 }
 
 WorkPtr ProcessGroupGloo::alltoall(std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
@@ -517,23 +386,24 @@ WorkPtr ProcessGroupGloo::alltoall(std::vector<Tensor>& outputs, const std::vect
   for (const auto& t : outputs) check_like("alltoall", t, inputs[0], "output");
   Tensor in = concat(inputs);
   Tensor out = empty_like(in);
-  return impl_->enqueue(signature::alltoall(inputs), o.timeout,
-                        [in, out, outputs](Impl& impl, uint32_t tag, Milliseconds to) mutable {
-                          if (in.nbytes() == 0) return;
-                          gloo::AlltoallOptions g(impl.context);
-                          g.setInput<uint8_t>(bytes_of(in), in.nbytes());
-                          g.setOutput<uint8_t>(bytes_of(out), out.nbytes());
-                          g.setTag(tag);
-                          g.setTimeout(to);
-                          gloo::alltoall(g);
-                          split_into(out, outputs);
-                        });
+  return impl_->enqueue(
+      signature::alltoall(inputs), o.timeout,
+      [in, out, outputs, ctx = impl_->context](uint32_t tag, Milliseconds to) mutable {
+        if (in.nbytes() == 0) return;
+        gloo::AlltoallOptions g(ctx);
+        g.setInput<uint8_t>(bytes_of(in), in.nbytes());
+        g.setOutput<uint8_t>(bytes_of(out), out.nbytes());
+        g.setTag(tag);
+        g.setTimeout(to);
+        gloo::alltoall(g);
+        split_into(out, outputs);
+      });
 }
 
 WorkPtr ProcessGroupGloo::barrier(CollectiveOptions o) {
   return impl_->enqueue(signature::barrier(), o.timeout,
-                        [](Impl& impl, uint32_t tag, Milliseconds to) {
-                          gloo::BarrierOptions g(impl.context);
+                        [ctx = impl_->context](uint32_t tag, Milliseconds to) {
+                          gloo::BarrierOptions g(ctx);
                           g.setTag(tag);
                           g.setTimeout(to);
                           gloo::barrier(g);
@@ -546,32 +416,20 @@ template <typename Post, typename Wait, typename Abort>
 WorkPtr ProcessGroupGloo::Impl::p2p(const char* op, const Tensor& tensor, int peer, int tag,
                                     Milliseconds timeout, Post post, Wait wait, Abort abort_wait) {
   auto work = std::make_shared<Work>(op);
-  auto done = std::make_shared<std::atomic<bool>>(false);
   record_collective(options.group_name, rank, size, -1, signature::p2p(op, tensor, peer, tag),
                     work);
-  std::lock_guard lock(mu);
-  if (aborted) {
-    work->finish(unusable(op, aborted));
-    return work;
-  }
-  std::erase_if(p2p_threads, [](Waiter& w) {
-    if (!w.done->load()) return false;
-    w.thread.join();
-    return true;
-  });
-  p2p_threads.push_back(
-      {std::thread([this, work, done, op, peer, tag, timeout = timeout_of(timeout), post, wait] {
-         detail::GroupThreadScope on_group_thread;  // its callbacks run here
-         std::exception_ptr failed = attempt(op, timeout, [&] {
-           post();
-           GW_CHECK(wait(timeout), TimeoutError, "[", op, "] rank ", rank, " of ", size,
-                    " with peer ", peer, ", tag ", tag, ": timed out after ", timeout.count(),
-                    " ms");
-         });
-         work->finish(failed);
-         done->store(true);
-       }),
-       done, work, abort_wait});
+  const bool started = p2p_threads.start(
+      [work, op, peer, tag, rank = rank, size = size, timeout = queue->timeout_of(timeout), post,
+       wait] {
+        work->finish(attempt(rank, size, op, timeout, [&] {
+          post();
+          GW_CHECK(wait(timeout), TimeoutError, "[", op, "] rank ", rank, " of ", size,
+                   " with peer ", peer, ", tag ", tag, ": timed out after ", timeout.count(),
+                   " ms");
+        }));
+      },
+      work, abort_wait);
+  if (!started) work->finish(queue->unusable(op, queue->aborted()));
   return work;
 }
 

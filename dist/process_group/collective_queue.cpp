@@ -1,0 +1,183 @@
+#include "dist/process_group/collective_queue.h"
+
+#include "dist/debug/flight_recorder.h"
+
+namespace gw::dist::detail {
+
+std::shared_ptr<CollectiveQueue> CollectiveQueue::start(Options options) {
+  std::shared_ptr<CollectiveQueue> queue(new CollectiveQueue(std::move(options)));
+  queue->thread_ = std::thread([queue] { queue->run(); });
+  return queue;
+}
+
+Milliseconds CollectiveQueue::timeout_of(Milliseconds t) const {
+  return t.count() > 0 ? t : options_.timeout;
+}
+
+std::exception_ptr CollectiveQueue::aborted() const {
+  std::lock_guard lock(mu_);
+  return aborted_;
+}
+
+std::exception_ptr CollectiveQueue::unusable(const std::string& op,
+                                             const std::exception_ptr& failure) const {
+  return std::make_exception_ptr(StateError(
+      gw::detail::str("[", op, "] the ", options_.backend,
+                      " group is unusable after an earlier failure: ", what_of(failure))));
+}
+
+WorkPtr CollectiveQueue::enqueue(const CollectiveSignature& sig, Milliseconds timeout, Job job) {
+  auto work = std::make_shared<Work>(sig.op);
+  if (options_.run_inline)
+    work->set_run_inline([weak = weak_from_this(), w = work.get()] {
+      if (auto self = weak.lock()) self->run_inline(w);
+    });
+  std::exception_ptr refused;
+  {
+    std::lock_guard lock(mu_);
+    // Numbered and queued under one lock: the numbers follow the order the collectives run in.
+    const uint64_t record = record_collective(options_.group_name, options_.rank, options_.size,
+                                              next_seq_++, sig, work);
+    if (!aborted_) {
+      queue_.push_back({work, timeout_of(timeout), std::move(job), record});
+      cv_.notify_all();  // the group's thread, and a shutdown waiting for the queue
+      return work;
+    }
+    refused = aborted_;
+  }
+  work->finish(unusable(sig.op, refused));
+  return work;
+}
+
+bool CollectiveQueue::abort(std::exception_ptr failure) {
+  std::vector<WorkPtr> failing;
+  {
+    std::lock_guard lock(mu_);
+    if (aborted_) return false;
+    aborted_ = failure;
+    if (!broken_) broken_ = failure;
+    if (current_) failing.push_back(current_);
+    for (auto& q : queue_) failing.push_back(q.work);
+    queue_.clear();
+  }
+  cv_.notify_all();
+  for (auto& w : failing) w->finish(failure);
+  return true;
+}
+
+void CollectiveQueue::run() {
+  std::unique_lock lock(mu_);
+  while (true) {
+    cv_.wait(lock, [&] { return !running_ && (stopping_ || !queue_.empty()); });
+    if (queue_.empty()) return;  // stopping, and everything queued is done
+    run_front(lock);
+  }
+}
+
+void CollectiveQueue::run_inline(const Work* work) {
+  std::unique_lock lock(mu_);
+  if (running_ || queue_.empty() || queue_.front().work.get() != work) return;
+  run_front(lock);
+}
+
+void CollectiveQueue::run_front(std::unique_lock<std::mutex>& lock) {
+  Queued q = std::move(queue_.front());
+  queue_.pop_front();
+  running_ = true;
+  current_ = q.work;
+  const uint32_t tag = next_tag_++;  // every rank numbers its collectives alike
+  std::exception_ptr failed = broken_;
+  lock.unlock();
+  debug::update(q.record, debug::State::kStarted);
+  {
+    GroupThreadScope on_group_thread;
+    if (failed) {
+      failed = unusable(q.work->op(), failed);
+    } else {
+      failed = options_.attempt(q.work->op(), q.timeout, [&] { q.job(tag, q.timeout); });
+    }
+    lock.lock();
+    // A backend's connections are unusable after an error in a collective: later ones would
+    // hang.
+    if (failed && !broken_) broken_ = failed;
+    lock.unlock();
+    // Completed (and its callbacks run) before the next collective may start: Works complete
+    // in order.
+    q.work->finish(failed);
+  }
+  lock.lock();
+  current_.reset();
+  running_ = false;
+  cv_.notify_all();  // the group's thread may take the next one
+}
+
+void CollectiveQueue::shutdown(const std::function<void()>& before_join) {
+  std::unique_lock lock(mu_);
+  stopping_ = true;
+  cv_.notify_all();
+  if (t_on_group_thread) {
+    // This thread cannot wait for itself; the rest of the queue still runs on the group's.
+    lock.unlock();
+    if (before_join) before_join();
+    thread_.detach();
+    return;
+  }
+  cv_.wait(lock, [&] { return (queue_.empty() && !running_) || aborted_ != nullptr; });
+  const bool aborted = aborted_ != nullptr;
+  lock.unlock();
+  if (before_join) before_join();
+  // After an abort the collective's thread may be held in the backend, waiting for a dead
+  // rank, until the collective's own timeout: it is left to finish then (it keeps the queue).
+  if (aborted)
+    thread_.detach();
+  else
+    thread_.join();
+}
+
+bool SideThreads::start(std::function<void()> body, WorkPtr work, std::function<void()> wake) {
+  std::lock_guard lock(mu_);
+  if (closed_) return false;
+  std::erase_if(sides_, [](Side& s) {
+    if (!s.done->load()) return false;
+    s.thread.join();
+    return true;
+  });
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  sides_.push_back({std::thread([body = std::move(body), done] {
+                      GroupThreadScope on_group_thread;  // its Work's callbacks run here
+                      body();
+                      done->store(true);
+                    }),
+                    done, std::move(work), std::move(wake)});
+  return true;
+}
+
+std::vector<WorkPtr> SideThreads::close() {
+  std::vector<WorkPtr> running;
+  std::vector<std::function<void()>> wake;
+  {
+    std::lock_guard lock(mu_);
+    closed_ = true;
+    for (auto& s : sides_)
+      if (!s.done->load()) {
+        running.push_back(s.work);
+        if (s.wake) wake.push_back(s.wake);
+      }
+  }
+  for (auto& w : wake) w();
+  return running;
+}
+
+void SideThreads::join_all() {
+  std::lock_guard lock(mu_);
+  for (auto& s : sides_) s.thread.join();
+  sides_.clear();
+}
+
+void SideThreads::detach_all() {
+  std::lock_guard lock(mu_);
+  for (auto& s : sides_) s.thread.detach();
+  sides_.clear();
+}
+
+}  // namespace gw::dist::detail

@@ -1,0 +1,131 @@
+// gw::dist::detail::CollectiveQueue — how a CPU process group runs its collectives: one at a
+// time, in call order, each completing its Work before the next starts.
+//
+// Mental model: every rank calls the same collectives in the same order, so each rank numbers
+// them alike (the tag) and runs them in that order. A collective runs on the group's own
+// thread, or — when the thread that waits for it finds it next in line and nothing running —
+// inline on that thread, which saves the hand-off to the group's thread and back (a small
+// allreduce then costs what the backend's call costs). A failure makes the group unusable:
+// every later collective fails at once naming the first failure. abort() fails what runs and
+// what is queued now, for a rank declared dead (liveness.h).
+//
+//   auto queue = CollectiveQueue::start({.backend = "gloo", .group_name = "default_pg",
+//                                        .rank = 0, .size = 2, .timeout = 30min,
+//                                        .attempt = run_and_translate_errors});
+//   WorkPtr w = queue->enqueue(signature::barrier(), kGroupTimeout,
+//                              [](uint32_t tag, Milliseconds timeout) { /* the backend's call */
+//                              });
+//   w->wait();
+//   queue->shutdown();  // what was queued still runs; then the thread ends
+//
+// Send and receive take no part in that order: SideThreads runs each on a thread of its own.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dist/process_group/debug.h"
+#include "dist/process_group/types.h"
+#include "dist/process_group/work.h"
+
+namespace gw::dist::detail {
+
+class CollectiveQueue : public std::enable_shared_from_this<CollectiveQueue> {
+ public:
+  // A collective's body: the backend's call with the collective's tag and timeout.
+  using Job = std::function<void(uint32_t tag, Milliseconds timeout)>;
+  // Runs `job` and returns its failure (null: success), turned into gradwire's errors naming
+  // `op`: the backend's way of reporting errors.
+  using Attempt = std::function<std::exception_ptr(const std::string& op, Milliseconds timeout,
+                                                   const std::function<void()>& job)>;
+  struct Options {
+    std::string backend;     // "gloo", "mpi": in errors
+    std::string group_name;  // the flight recorder's name of the group
+    int rank = 0, size = 1;
+    Milliseconds timeout = kDefaultCollectiveTimeout;  // a collective's, unless it sets one
+    bool run_inline = true;  // whether a waiting thread may run its collective itself
+    Attempt attempt;
+  };
+
+  // Starts the group's thread, which shares the queue: after an abort it may outlive the group.
+  static std::shared_ptr<CollectiveQueue> start(Options options);
+
+  // Queues `job` as the next collective, recorded in the flight recorder under `sig`.
+  WorkPtr enqueue(const CollectiveSignature& sig, Milliseconds timeout, Job job);
+  // Fails the running collective, everything queued and everything later with `failure`, now.
+  // Returns false when the queue was aborted already.
+  bool abort(std::exception_ptr failure);
+  std::exception_ptr aborted() const;
+  // `t`, or the group's timeout for kGroupTimeout.
+  Milliseconds timeout_of(Milliseconds t) const;
+  // "[op] the gloo group is unusable after an earlier failure: ..."
+  std::exception_ptr unusable(const std::string& op, const std::exception_ptr& failure) const;
+
+  // For the group's destructor: what was queued still runs (unless aborted first); then
+  // `before_join` runs and the thread ends. After an abort, or when called on the group's own
+  // thread (a Work's callback held the last reference), the thread is left to end by itself: it
+  // may be held in the backend until the collective's own timeout.
+  void shutdown(const std::function<void()>& before_join = {});
+
+ private:
+  struct Queued {
+    WorkPtr work;
+    Milliseconds timeout;
+    Job job;
+    uint64_t record = 0;  // in the flight recorder
+  };
+  explicit CollectiveQueue(Options options) : options_(std::move(options)) {}
+  void run();                         // the group's thread
+  void run_inline(const Work* work);  // runs `work` here if it is next and nothing runs
+  // Runs the front of the queue; called with `lock` held, returns with it held.
+  void run_front(std::unique_lock<std::mutex>& lock);
+
+  const Options options_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Queued> queue_;
+  bool running_ = false;  // a collective runs, on the group's thread or inline in a wait()
+  bool stopping_ = false;
+  std::exception_ptr broken_;   // the failure that made the group unusable
+  std::exception_ptr aborted_;  // abort(): everything fails at once
+  WorkPtr current_;             // the collective running
+  uint32_t next_tag_ = 0;
+  int64_t next_seq_ = 1;  // the flight recorder's number of the next collective
+  std::thread thread_;
+};
+
+// Send and receive, each on a thread of its own that completes its Work: they take no part in
+// the collectives' order. Finished threads are joined as new ones start.
+class SideThreads {
+ public:
+  // Runs `body` on a new thread (as a group thread: a Work's callbacks run there); `wake`, if
+  // given, makes a blocked body return. False, running nothing, once closed.
+  bool start(std::function<void()> body, WorkPtr work, std::function<void()> wake = {});
+  // Refuses later bodies, wakes those still running and returns their Works (abort).
+  std::vector<WorkPtr> close();
+  // Joins every thread, or leaves them to end by themselves.
+  void join_all();
+  void detach_all();
+
+ private:
+  struct Side {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+    WorkPtr work;
+    std::function<void()> wake;
+  };
+  std::mutex mu_;
+  std::vector<Side> sides_;
+  bool closed_ = false;
+};
+
+}  // namespace gw::dist::detail
