@@ -4,15 +4,20 @@
 //
 // Each rank trains a replica on its shard of every epoch (batch 32 per rank: 64 per step in
 // all, as mnist_train's single process), DDP averages the gradients over the Gloo process
-// group during backward, and rank 0 shows the progress bar, the test accuracy after every
-// epoch and, with --curve PREFIX, the loss curve. At the end every rank checks that its
-// parameters are bit-for-bit those of rank 0 and prints the result; the exit status says
-// whether they were and whether the test accuracy reached --target (default 0.88).
+// group (or the MPI one: --backend mpi) during backward, and rank 0 shows the progress bar, the
+// test accuracy after every epoch and, with --curve PREFIX, the loss curve. At the end every rank
+// checks that its parameters are bit-for-bit those of rank 0 and prints the result; the exit status
+// says whether they were and whether the test accuracy reached --target (default 0.88).
 //
 // With --checkpoint-every N, rank 0 saves the model, the optimizer's state and the position
 // (gw::save_checkpoint) into --checkpoint-dir every N steps and at each epoch's end, and every
 // rank resumes from it when it is there at start: run under gwrun --max-restarts, a job whose
 // rank died goes on from its last checkpoint instead of from scratch.
+//
+// With --backend mpi, the gradients travel over MPI (under mpirun or srun --mpi=pmix: shared
+// memory between the ranks of a node) instead of Gloo's TCP; nothing else changes:
+//
+//   mpirun -np 2 build/examples/ddp_train --backend mpi
 //
 // With --trace FILE, FILE gets the run's timeline (open it at https://ui.perfetto.dev): each
 // rank's forwards, backwards, DDP's buckets and their allreduces on the group's track.
@@ -36,7 +41,7 @@
 namespace {
 
 struct Args : gw::examples::TrainArgs {
-  std::string model = "mlp", curve;
+  std::string model = "mlp", curve, backend = "gloo";
   double lr_decay = 0.6;
   gw::examples::CheckpointArgs checkpoint{"ddp_train"};
   gw::examples::TraceArgs trace;
@@ -47,6 +52,8 @@ Args parse(int argc, char** argv) {
   auto extra = [&](const std::string& k, const std::string& v) {
     if (k == "--model" && (v == "mlp" || v == "cnn")) a.model = v;
     else if (k == "--curve") a.curve = v;
+    else if (k == "--backend" && (v == "gloo" || v == "mpi"))
+      a.backend = v;
     else if (k == "--lr-decay") a.lr_decay = std::atof(v.c_str());
     else
       return a.checkpoint.parse(k, v) || a.trace.parse(k, v);
@@ -54,7 +61,7 @@ Args parse(int argc, char** argv) {
   };
   static_cast<gw::examples::TrainArgs&>(a) = gw::examples::parse_train_args(
       "ddp_train", argc, argv, {.epochs = 5, .batch_size = 32, .lr = 0.02, .target = 0.88}, extra,
-      (std::string(" [--model mlp|cnn] [--lr-decay X] [--curve PATH]") +
+      (std::string(" [--model mlp|cnn] [--backend gloo|mpi] [--lr-decay X] [--curve PATH]") +
        gw::examples::CheckpointArgs::kUsage + gw::examples::TraceArgs::kUsage)
           .c_str());
   return a;
@@ -82,7 +89,7 @@ int main(int argc, char** argv) {
   const int rank = env.rank, world = env.world_size;
   try {
     args.trace.start();
-    auto pg = gw::dist::init_process_group("gloo");  // rank, world size, master: from `env`
+    auto pg = gw::dist::init_process_group(args.backend);  // ranks, master: from `env` (or MPI)
     auto train = gw::data::load_fashion_mnist(gw::data::Split::Train, args.limit);
     auto test = gw::data::load_fashion_mnist(gw::data::Split::Test);
     gw::Generator gen(static_cast<uint64_t>(rank));  // DDP starts every replica from rank 0's
@@ -112,10 +119,11 @@ int main(int argc, char** argv) {
                             .extra = {}});
     };
     if (rank == 0) {
-      std::printf("%s\nDDP on %d ranks (gloo), SGD lr %g momentum 0.9, batch %lld per rank, "
-                  "%lld epochs\n",
-                  model.module()->repr().c_str(), world, args.lr,
-                  static_cast<long long>(args.batch_size), static_cast<long long>(args.epochs));
+      std::printf(
+          "%s\nDDP on %d ranks (%s), SGD lr %g momentum 0.9, batch %lld per rank, "
+          "%lld epochs\n",
+          model.module()->repr().c_str(), world, args.backend.c_str(), args.lr,
+          static_cast<long long>(args.batch_size), static_cast<long long>(args.epochs));
       std::fflush(stdout);
     }
     std::vector<double> losses;

@@ -28,10 +28,14 @@ std::exception_ptr CollectiveQueue::unusable(const std::string& op,
 
 WorkPtr CollectiveQueue::enqueue(const CollectiveSignature& sig, Milliseconds timeout, Job job) {
   auto work = std::make_shared<Work>(sig.op);
-  if (options_.run_inline)
+  if (options_.run_inline) {
     work->set_run_inline([weak = weak_from_this(), w = work.get()] {
       if (auto self = weak.lock()) self->run_inline(w);
     });
+    work->set_launch([weak = weak_from_this()] {
+      if (auto self = weak.lock()) self->launch();
+    });
+  }
   std::exception_ptr refused;
   {
     std::lock_guard lock(mu_);
@@ -39,8 +43,10 @@ WorkPtr CollectiveQueue::enqueue(const CollectiveSignature& sig, Milliseconds ti
     const uint64_t record = record_collective(options_.group_name, options_.rank, options_.size,
                                               next_seq_++, sig, work);
     if (!aborted_) {
-      queue_.push_back({work, timeout_of(timeout), std::move(job), record});
-      cv_.notify_all();  // the group's thread, and a shutdown waiting for the queue
+      const auto now = Clock::now();
+      queue_.push_back({work, timeout_of(timeout), std::move(job), record, now});
+      last_enqueued_ = now;
+      if (thread_asleep_ || !options_.run_inline) cv_.notify_all();
       return work;
     }
     refused = aborted_;
@@ -68,10 +74,34 @@ bool CollectiveQueue::abort(std::exception_ptr failure) {
 void CollectiveQueue::run() {
   std::unique_lock lock(mu_);
   while (true) {
-    cv_.wait(lock, [&] { return !running_ && (stopping_ || !queue_.empty()); });
-    if (queue_.empty()) return;  // stopping, and everything queued is done
-    run_front(lock);
+    if (!running_ && !queue_.empty()) {
+      // Unless asked to start it, leave the front to a wait() that runs it inline for a while.
+      const auto unclaimed_until = queue_.front().enqueued + kLaunchDelay;
+      if (!options_.run_inline || launch_ || stopping_ || Clock::now() >= unclaimed_until)
+        run_front(lock);
+      else
+        cv_.wait_until(lock, unclaimed_until);
+      continue;
+    }
+    if (queue_.empty()) launch_ = false;
+    if (queue_.empty() && !running_ && stopping_) return;  // everything queued is done
+    if (options_.run_inline && Clock::now() - last_enqueued_ < kStayAwake) {
+      cv_.wait_for(lock, kLaunchDelay);  // collectives come often: look again soon
+    } else {
+      thread_asleep_ = true;
+      cv_.wait(lock);
+      thread_asleep_ = false;
+    }
   }
+}
+
+void CollectiveQueue::launch() {
+  {
+    std::lock_guard lock(mu_);
+    if (queue_.empty() || launch_) return;
+    launch_ = true;
+  }
+  cv_.notify_all();
 }
 
 void CollectiveQueue::run_inline(const Work* work) {
@@ -108,7 +138,10 @@ void CollectiveQueue::run_front(std::unique_lock<std::mutex>& lock) {
   lock.lock();
   current_.reset();
   running_ = false;
-  cv_.notify_all();  // the group's thread may take the next one
+  // The group's thread when there is more to run (unless it looks by itself soon), or a
+  // shutdown waiting.
+  if (stopping_ || (!queue_.empty() && (thread_asleep_ || launch_ || !options_.run_inline)))
+    cv_.notify_all();
 }
 
 void CollectiveQueue::shutdown(const std::function<void()>& before_join) {

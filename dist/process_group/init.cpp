@@ -1,6 +1,7 @@
 #include "dist/process_group/init.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 
@@ -29,12 +30,19 @@ Default& state() {
 }
 
 void check_backend(const std::string& backend) {
-#ifdef GW_HAVE_NCCL
-  const bool known = backend == "gloo" || backend == "nccl";
-  const char* choices = "CPU: \"gloo\", CUDA: \"nccl\"";
+  std::string choices = "CPU: \"gloo\"";
+  bool known = backend == "gloo";
+#ifdef GW_HAVE_MPI
+  known = known || backend == "mpi";
+  choices += ", \"mpi\"";
 #else
-  const bool known = backend == "gloo";
-  const char* choices = "CPU: \"gloo\"; this build has no NCCL";
+  choices += " (this build has no MPI)";
+#endif
+#ifdef GW_HAVE_NCCL
+  known = known || backend == "nccl";
+  choices += "; CUDA: \"nccl\"";
+#else
+  choices += "; this build has no NCCL";
 #endif
   GW_CHECK(known, InvalidArgumentError, "[init_process_group] backend '", backend,
            "' is not available (", choices, ")");
@@ -73,15 +81,9 @@ void check_no_gloo_hostname() {
            "GW_SOCKET_IFNAME to name the interface instead");
 }
 
-// Makes the default group over `store`, its pairs listening on `address`.
-std::shared_ptr<ProcessGroup> start(const std::string& backend, std::shared_ptr<Store> store,
-                                    int rank, int world_size, Milliseconds timeout,
-                                    const std::string& address) {
-  // Connecting takes as long as the slowest rank: not under the lock.
-  debug::set_identity(rank, "");
-  trace::set_process(rank, "");
-  auto group = make_group(backend, "default_pg", std::make_shared<PrefixStore>("default_pg", store),
-                          rank, world_size, timeout, address);
+// Makes `group` the default group; `store` and `address` are new_group's.
+std::shared_ptr<ProcessGroup> install(std::shared_ptr<ProcessGroup> group,
+                                      std::shared_ptr<Store> store, const std::string& address) {
   auto& s = state();
   std::lock_guard lock(s.mu);
   GW_CHECK(!s.group, StateError, "[init_process_group] the default process group exists already");
@@ -92,6 +94,40 @@ std::shared_ptr<ProcessGroup> start(const std::string& backend, std::shared_ptr<
   return group;
 }
 
+// Makes the default group over `store`, its pairs listening on `address`.
+std::shared_ptr<ProcessGroup> start(const std::string& backend, std::shared_ptr<Store> store,
+                                    int rank, int world_size, Milliseconds timeout,
+                                    const std::string& address) {
+  // Connecting takes as long as the slowest rank: not under the lock.
+  debug::set_identity(rank, "");
+  trace::set_process(rank, "");
+  auto group = make_group(backend, "default_pg", std::make_shared<PrefixStore>("default_pg", store),
+                          rank, world_size, timeout, address);
+  return install(std::move(group), std::move(store), address);
+}
+
+// The default group over MPI: MPI knows the ranks, no store or rendezvous is needed. A rank and
+// world size given (>= 0) must be MPI's.
+std::shared_ptr<ProcessGroup> start_mpi([[maybe_unused]] int rank, [[maybe_unused]] int world_size,
+                                        [[maybe_unused]] Milliseconds timeout) {
+#ifdef GW_HAVE_MPI
+  auto group =
+      std::make_shared<ProcessGroupMPI>(MpiOptions{.timeout = timeout, .group_name = "default_pg"});
+  GW_CHECK(rank < 0 || (rank == group->rank() && world_size == group->size()), InvalidArgumentError,
+           "[init_process_group] rank ", rank, " of ", world_size,
+           " was given, but MPI says this is rank ", group->rank(), " of ", group->size());
+  if (distributed_debug_level() == DebugLevel::kDetail)
+    std::fprintf(stderr,
+                 "[init_process_group] GW_DISTRIBUTED_DEBUG=DETAIL compares collectives through "
+                 "a store, which the mpi backend has none of: not checked\n");
+  debug::set_identity(group->rank(), "");
+  trace::set_process(group->rank(), "");
+  return install(std::move(group), nullptr, "");
+#else
+  throw StateError("[init_process_group] this build has no MPI");
+#endif
+}
+
 }  // namespace
 
 #ifndef GW_HAVE_NCCL
@@ -100,11 +136,24 @@ bool nccl_available(std::string* why) {
   return false;
 }
 #endif
+#ifndef GW_HAVE_MPI
+bool mpi_available(std::string* why) {
+  if (why) *why = "this build has no MPI (the mpi feature found no OpenMPI: libopenmpi-dev)";
+  return false;
+}
+#endif
+
+bool launched_by_mpi() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK"})
+    if (const char* set = std::getenv(v); set && *set) return true;
+  return false;
+}
 
 std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend,
                                                  const std::string& init_method, int rank,
                                                  int world_size, Milliseconds timeout) {
   check_backend(backend);
+  if (backend == "mpi") return start_mpi(rank, world_size, timeout);
   check_no_gloo_hostname();
   const std::string address = address_toward_master(init_method, "init_process_group");
   return start(backend, rendezvous(init_method, rank, world_size), rank, world_size, timeout,
@@ -112,6 +161,10 @@ std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend,
 }
 
 std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend, Milliseconds timeout) {
+  if (backend == "mpi") {
+    check_backend(backend);
+    return start_mpi(-1, -1, timeout);
+  }
   const LaunchEnv env = detect_launch_env();
   return init_process_group(backend, env.init_method(), env.rank, env.world_size, timeout);
 }
@@ -120,6 +173,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend,
                                                  std::shared_ptr<Store> store, int rank,
                                                  int world_size, Milliseconds timeout) {
   check_backend(backend);
+  if (backend == "mpi") return start_mpi(rank, world_size, timeout);
   check_no_gloo_hostname();
   return start(backend, std::move(store), rank, world_size, timeout,
                default_address("init_process_group"));
@@ -170,9 +224,13 @@ std::shared_ptr<ProcessGroup> new_group(std::vector<int> ranks, Milliseconds tim
     address = s.address;
     index = s.groups_made++;
   }
+  const std::string name = "group" + std::to_string(index);
+#ifdef GW_HAVE_MPI
+  if (auto mpi = std::dynamic_pointer_cast<ProcessGroupMPI>(world))
+    return mpi->subgroup(ranks, {.timeout = timeout, .group_name = name});
+#endif
   auto me = std::find(ranks.begin(), ranks.end(), world->rank());
   if (me == ranks.end()) return nullptr;
-  const std::string name = "group" + std::to_string(index);
   return make_group(world->backend(), name, std::make_shared<PrefixStore>(name, store),
                     static_cast<int>(me - ranks.begin()), static_cast<int>(ranks.size()), timeout,
                     address);

@@ -1,6 +1,7 @@
 // torch.distributed's module-level API: the process's default group, and subgroups.
 //
 //   gw::dist::init_process_group("gloo");   // rank, world size, master from gwrun/srun/mpirun/...
+//   gw::dist::init_process_group("mpi");    // under mpirun: MPI's ranks, shared memory
 //   gw::dist::init_process_group("gloo", "env://", rank, world_size);   // MASTER_ADDR/PORT
 //   auto pg = gw::dist::default_process_group();
 //   auto evens = gw::dist::new_group({0, 2});   // every rank calls it; others get nullptr
@@ -12,12 +13,15 @@
 #include <vector>
 
 #include "dist/process_group/process_group_gloo.h"
+#include "dist/process_group/process_group_mpi.h"
 #include "dist/process_group/process_group_nccl.h"
 
 namespace gw::dist {
 
-// Creates the default group. `backend` is "gloo" (CPU tensors) or "nccl" (CUDA tensors, in a
-// build with NCCL; one process per GPU, the device from LOCAL_RANK); throws
+// Creates the default group. `backend` is "gloo" (CPU tensors), "mpi" (CPU tensors, in a build
+// with MPI, under mpirun or srun --mpi=pmix: process_group_mpi.h; no store, no rendezvous, and
+// a rank and world size given must be MPI's) or "nccl" (CUDA tensors, in a build with NCCL;
+// one process per GPU, the device from LOCAL_RANK); throws
 // InvalidArgumentError for others, and StateError if a default group exists already. Gloo's
 // pairs listen on the address the other hosts reach this one on (dist/store/net_address.h:
 // GW_SOCKET_IFNAME's interface, else the one routing to the master; loopback for a store

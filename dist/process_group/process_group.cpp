@@ -1,6 +1,7 @@
 #include "dist/process_group/process_group.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string_view>
 
 #include "core/ops.h"
@@ -97,6 +98,22 @@ Tensor ProcessGroup::concat(const std::vector<Tensor>& parts) {
   std::vector<Tensor> flat;
   for (const auto& p : parts) flat.push_back(p.reshape({-1}));
   return cat(flat, 0);
+}
+
+void ProcessGroup::split(const Tensor& flat, std::vector<Tensor>& parts) {
+  const auto* from = static_cast<const uint8_t*>(flat.raw_data());
+  for (auto& p : parts) {
+    std::memcpy(p.raw_data(), from, p.nbytes());
+    from += p.nbytes();
+  }
+}
+
+void ProcessGroup::divide(const Tensor& t, int n, const char* op) {
+  dispatch<FloatTypes>(t.dtype(), op, [&]<typename T>() {
+    T* p = t.data_ptr<T>();
+    const T divisor = static_cast<T>(n);
+    for (int64_t i = 0, count = t.numel(); i < count; ++i) p[i] /= divisor;  // vectorized
+  });
 }
 
 void ProcessGroup::check_avg(const char* op, const Tensor& t, ReduceOp reduce) {

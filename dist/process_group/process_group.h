@@ -83,6 +83,10 @@ class ProcessGroup {
   void check_same_shape(const Tensor& tensor, const std::string& what);
   // One contiguous buffer holding `parts` back to back, on their device.
   static Tensor concat(const std::vector<Tensor>& parts);
+  // The way back: copies `flat`'s bytes into `parts` in order (CPU tensors).
+  static void split(const Tensor& flat, std::vector<Tensor>& parts);
+  // t /= n in place (a CPU floating point tensor): AVG after a SUM.
+  static void divide(const Tensor& t, int n, const char* op);
   // Throws naming `op` unless `reduce` suits `t` (AVG needs a floating point tensor).
   static void check_avg(const char* op, const Tensor& t, ReduceOp reduce);
 

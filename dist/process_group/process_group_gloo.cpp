@@ -88,23 +88,6 @@ GlooReduce reduce_function(ReduceOp op) {
 
 uint8_t* bytes_of(const Tensor& t) { return static_cast<uint8_t*>(t.raw_data()); }
 
-// The way back from concat (process_group.h).
-void split_into(const Tensor& flat, std::vector<Tensor>& parts) {
-  size_t offset = 0;
-  for (auto& p : parts) {
-    std::memcpy(p.raw_data(), bytes_of(flat) + offset, p.nbytes());
-    offset += p.nbytes();
-  }
-}
-
-void divide_by(const Tensor& t, int n, const char* op) {
-  dispatch<FloatTypes>(t.dtype(), op, [&]<typename T>() {
-    T* p = t.data_ptr<T>();
-    const T divisor = static_cast<T>(n);
-    for (int64_t i = 0, count = t.numel(); i < count; ++i) p[i] /= divisor;  // vectorized
-  });
-}
-
 // Runs `job` and turns Gloo's errors into ours, naming the op and this rank.
 std::exception_ptr attempt(int rank, int size, const std::string& op, Milliseconds timeout,
                            const std::function<void()>& job) {
@@ -139,7 +122,7 @@ void allreduce_now(const std::shared_ptr<gloo::Context>& context, const Tensor& 
     g.setTimeout(timeout);
     gloo::allreduce(g);
   });
-  if (op == ReduceOp::AVG) divide_by(t, context->size, "allreduce");
+  if (op == ReduceOp::AVG) ProcessGroup::divide(t, context->size, "allreduce");
 }
 
 }  // namespace
@@ -254,7 +237,7 @@ WorkPtr ProcessGroupGloo::allreduce_coalesced(std::vector<Tensor>& tensors, Allr
       signature::allreduce_coalesced(tensors, o), o.timeout,
       [flat, tensors, op = o.op, ctx = impl_->context](uint32_t tag, Milliseconds to) mutable {
         allreduce_now(ctx, flat, op, tag, to);
-        split_into(flat, tensors);
+        split(flat, tensors);
       });
 }
 
@@ -295,7 +278,7 @@ WorkPtr ProcessGroupGloo::reduce(Tensor& tensor, ReduceOptions o) {
                             g.setTimeout(to);
                             gloo::reduce(g);
                           });
-                          if (root && o.op == ReduceOp::AVG) divide_by(out, ctx->size, "reduce");
+                          if (root && o.op == ReduceOp::AVG) divide(out, ctx->size, "reduce");
                         });
 }
 
@@ -315,7 +298,7 @@ WorkPtr ProcessGroupGloo::allgather(std::vector<Tensor>& outputs, const Tensor& 
         g.setTag(tag);
         g.setTimeout(to);
         gloo::allgather(g);
-        split_into(flat, outputs);
+        split(flat, outputs);
       });
 }
 
@@ -337,7 +320,7 @@ WorkPtr ProcessGroupGloo::gather(std::vector<Tensor>& outputs, const Tensor& inp
                           g.setTag(tag);
                           g.setTimeout(to);
                           gloo::gather(g);
-                          if (root) split_into(flat, outputs);
+                          if (root) split(flat, outputs);
                         });
 }
 
@@ -396,7 +379,7 @@ WorkPtr ProcessGroupGloo::alltoall(std::vector<Tensor>& outputs, const std::vect
         g.setTag(tag);
         g.setTimeout(to);
         gloo::alltoall(g);
-        split_into(out, outputs);
+        split(out, outputs);
       });
 }
 

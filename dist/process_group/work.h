@@ -41,6 +41,7 @@ class Work {
   }
   void wait(std::chrono::milliseconds timeout) const {
     check_not_on_group_thread();
+    ask_launch();
     try {
       done_.wait(timeout);
     } catch (const TimeoutError&) {
@@ -55,8 +56,11 @@ class Work {
   std::exception_ptr exception() const { return done_.exception(); }
   const std::string& op() const { return op_; }
 
-  // For the process group that runs it.
-  Future<void>& future() { return done_; }
+  // Chaining on the future is asynchronous use: a collective not started yet starts now.
+  Future<void>& future() {
+    ask_launch();
+    return done_;
+  }
   // Completes it with `failure` (null: success) unless it was completed already — by a group
   // failing everything pending at once (a rank declared dead) while the collective still runs.
   // Thread-safe; returns whether this call completed it.
@@ -82,6 +86,9 @@ class Work {
   // How wait() may run the collective itself when it has not started yet: a collective waited
   // for at once then costs no hand-off to the group's thread and back.
   void set_run_inline(std::function<void()> run) { run_inline_ = std::move(run); }
+  // How future() and wait(timeout) ask the group to start the collective now rather than leave
+  // it for a wait() to run inline (collective_queue.h).
+  void set_launch(std::function<void()> launch) { launch_ = std::move(launch); }
 
  private:
   void check_not_on_group_thread() const {
@@ -90,10 +97,16 @@ class Work {
              "hook) would wait for itself; chain on future() instead");
   }
 
+  void ask_launch() const {
+    if (launch_ && !done_.done() && !launch_asked_.exchange(true)) launch_();
+  }
+
   std::string op_;
   Future<void> done_;
   std::atomic<bool> finished_{false};
+  mutable std::atomic<bool> launch_asked_{false};
   std::function<void()> run_inline_;
+  std::function<void()> launch_;
   std::function<void(const std::exception_ptr&)> on_finish_;
 };
 

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Under a real Slurm: starts a one-node cluster on this machine (munged, slurmctld and slurmd
 # with a minimal configuration, all in a scratch directory, on free ports), then runs, with a
-# job key, `srun -n 2` DDP training and `srun -n 3` the RPC examples: the programs take their
-# ranks, world size and master from Slurm's variables alone. Stops the daemons and removes
-# everything at the end. Skips (exit 77) without root or Debian's slurmctld, slurmd and munge.
+# job key, `srun -n 2` DDP training (over Gloo, and over MPI with --mpi=pmix) and `srun -n 3`
+# the RPC examples: the programs take their ranks, world size and master from Slurm's variables
+# alone. Stops the daemons and removes everything at the end. Skips (exit 77) without root or
+# Debian's slurmctld, slurmd and munge.
 #   slurm.sh <build dir>
 set -euo pipefail
 build=$(readlink -f "$1")
@@ -106,6 +107,17 @@ source "$(dirname "$0")/check.sh"
 timeout 300 srun -n 2 --overcommit "$build/examples/ddp_train" --epochs 1 --limit 3200 \
   --target 0.5 >"$work/ddp.out" 2>&1 || { echo "FAILED: srun ddp_train"; cat "$work/ddp.out"; fail=1; }
 check "srun -n 2 ddp_train: identical replicas" "parameters identical to rank 0's: yes" 2 "$work/ddp.out"
+
+# The MPI process group under srun: OpenMPI's ranks from Slurm's PMIx, no mpirun.
+if [[ -x $build/tests/dist/process_group/mpi_probe ]] && srun --mpi=list 2>&1 | grep -q pmix; then
+  timeout 300 srun --mpi=pmix -n 2 --overcommit "$build/examples/ddp_train" --backend mpi \
+    --epochs 1 --limit 3200 --target 0.5 >"$work/ddp_mpi.out" 2>&1 ||
+    { echo "FAILED: srun --mpi=pmix ddp_train --backend mpi"; cat "$work/ddp_mpi.out"; fail=1; }
+  check "srun --mpi=pmix -n 2 ddp_train --backend mpi: identical replicas" \
+    "parameters identical to rank 0's: yes" 2 "$work/ddp_mpi.out"
+else
+  echo "skipped: srun --mpi=pmix (a build without MPI, or Slurm without its pmix plugin)"
+fi
 
 timeout 300 srun -n 3 --overcommit "$build/examples/rpc_basics" >"$work/rpc.out" 2>&1 ||
   { echo "FAILED: srun rpc_basics"; cat "$work/rpc.out"; fail=1; }

@@ -75,8 +75,8 @@ TEST_CASE("a rank that dies fails the collective on the others at once",
   CHECK(std::chrono::steady_clock::now() - started < 30s);
   CHECK_THROWS_WITH(dist::init_process_group("gloo", g.store, 0, 2),
                     Catch::Contains("exists already"));
-  CHECK_THROWS_WITH(dist::init_process_group("mpi", "env://", 0, 1),
-                    Catch::Contains("backend 'mpi' is not available"));
+  CHECK_THROWS_WITH(dist::init_process_group("ucc", "env://", 0, 1),
+                    Catch::Contains("backend 'ucc' is not available"));
 }
 
 // Liveness (dist/process_group/liveness.h): GW_FAILURE_TIMEOUT reaches the peer and this rank.

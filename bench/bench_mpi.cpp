@@ -1,0 +1,111 @@
+// ProcessGroupMPI allreduce from 4 B to 64 MiB on two ranks of one machine (OpenMPI's shared
+// memory), beside raw MPI_Allreduce of the same buffers and beside the Gloo group between the
+// same two processes (loopback TCP), in alternating rounds of one run.
+//
+// Started as a plain program it runs itself under `mpirun -np 2`; rank 0 reports.
+#include <mpi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bench/harness.h"
+#include "core/ops.h"
+#include "dist/process_group/process_group_gloo.h"
+#include "dist/process_group/process_group_mpi.h"
+#include "dist/store/tcp_store.h"
+
+namespace {
+
+constexpr int kRanks = 2;
+
+std::string label(size_t bytes) {
+  if (bytes >= (size_t{1} << 20)) return std::to_string(bytes >> 20) + " MiB";
+  if (bytes >= (size_t{1} << 10)) return std::to_string(bytes >> 10) + " KiB";
+  return std::to_string(bytes) + " B";
+}
+
+// Seconds per call of `op` over `iters` calls, after a warm-up; both ranks start together.
+template <typename Op>
+double loop(int iters, Op op) {
+  for (int i = 0; i < 3; ++i) op();
+  MPI_Barrier(MPI_COMM_WORLD);
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) op();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iters;
+}
+
+// Runs this program again under mpirun with the same arguments; returns only if it cannot.
+void run_under_mpirun(int argc, char** argv) {
+  std::vector<std::string> args{"mpirun", "--oversubscribe", "-np", std::to_string(kRanks)};
+  if (::geteuid() == 0) args.push_back("--allow-run-as-root");
+  args.push_back(gw::bench::executable_dir() + "/bench_mpi");
+  for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
+  std::vector<char*> c_args;
+  for (auto& a : args) c_args.push_back(a.data());
+  c_args.push_back(nullptr);
+  ::execvp("mpirun", c_args.data());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gw::bench::Reporter report(argc, argv);
+  if (!gw::dist::launched_by_mpi()) {
+    run_under_mpirun(argc, argv);
+    report.skip("mpi", "allreduce", "no mpirun (Debian: openmpi-bin)");
+    return 0;
+  }
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  {
+    gw::dist::ProcessGroupMPI mpi;
+    // The Gloo group between the same processes: rank 0's store port travels over MPI.
+    std::shared_ptr<gw::dist::TCPStore> store;
+    if (rank == 0)
+      store = std::make_shared<gw::dist::TCPStore>("127.0.0.1", 0, kRanks, true,
+                                                   std::chrono::seconds(60));
+    int port = rank == 0 ? store->port() : 0;
+    MPI_Bcast(&port, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (rank != 0)
+      store = std::make_shared<gw::dist::TCPStore>("127.0.0.1", static_cast<uint16_t>(port), kRanks,
+                                                   false, std::chrono::seconds(60));
+    gw::dist::ProcessGroupGloo gloo(store, rank, kRanks);
+
+    for (size_t bytes :
+         {size_t{4}, size_t{4} << 10, size_t{256} << 10, size_t{4} << 20, size_t{64} << 20}) {
+      const std::string name = "allreduce " + label(bytes);
+      if (!report.wants("mpi", name)) continue;
+      const int n = static_cast<int>(std::max<size_t>(bytes / 4, 1));
+      const int iters = static_cast<int>(std::clamp<size_t>((size_t{256} << 20) / bytes, 4, 20000));
+      gw::Tensor t = gw::ones({n});  // both reduce the same buffer
+      double ours = 1e30, anchor = 1e30, over_gloo = 1e30;
+      for (int round = 0; round < 5; ++round) {  // alternating: a busy moment hits all alike
+        ours = std::min(ours, loop(iters, [&] { mpi.allreduce(t)->wait(); }));
+        anchor = std::min(anchor, loop(iters, [&] {
+                            MPI_Allreduce(MPI_IN_PLACE, t.raw_data(), n, MPI_FLOAT, MPI_SUM,
+                                          MPI_COMM_WORLD);
+                          }));
+        over_gloo =
+            std::min(over_gloo, loop(std::max(iters / 8, 4), [&] { gloo.allreduce(t)->wait(); }));
+      }
+      if (rank != 0) continue;
+      const double bus = static_cast<double>(bytes) * 2.0 * (kRanks - 1) / kRanks / 1e9;
+      if (bytes <= (size_t{4} << 10)) {
+        report.add({"mpi", name, ours * 1e6, "us", "raw MPI_Allreduce", anchor * 1e6});
+        report.add({"mpi", name, ours * 1e6, "us", "gradwire gloo group", over_gloo * 1e6});
+      } else {
+        report.add({"mpi", name, bus / ours, "GB/s", "raw MPI_Allreduce", bus / anchor});
+        report.add({"mpi", name, bus / ours, "GB/s", "gradwire gloo group", bus / over_gloo});
+      }
+    }
+    gloo.barrier()->wait();
+  }
+  MPI_Finalize();
+  return 0;
+}

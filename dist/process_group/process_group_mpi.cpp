@@ -1,0 +1,551 @@
+#include "dist/process_group/process_group_mpi.h"
+
+#include <mpi.h>
+
+#include <chrono>
+#include <climits>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "core/ops.h"
+#include "dist/debug/flight_recorder.h"
+#include "dist/process_group/collective_queue.h"
+#include "dist/process_group/debug.h"
+
+namespace gw::dist {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+const char* thread_level_name(int level) {
+  switch (level) {
+    case MPI_THREAD_SINGLE:
+      return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED:
+      return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED:
+      return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE:
+      return "MPI_THREAD_MULTIPLE";
+  }
+  return "an unknown thread level";
+}
+
+// float16 and bfloat16 travel as MPI_UINT16_T and are summed by these (MPI has no such types).
+template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
+void sum_16bit(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const uint16_t*>(in);
+  auto* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = FromFloat(ToFloat(a[i]) + ToFloat(b[i]));
+}
+float half_bits_to_float(uint16_t b) { return half_to_float(Half{b}); }
+uint16_t float_to_half_bits(float f) { return float_to_half(f).bits; }
+float bf16_bits_to_float(uint16_t b) { return bfloat16_to_float(BFloat16{b}); }
+uint16_t float_to_bf16_bits(float f) { return float_to_bfloat16(f).bits; }
+
+// The process's MPI: initialized by the first group (unless the program did), finalized at exit
+// when gradwire initialized it; and the watchdog that ends the job when an operation in MPI
+// passes its timeout (MPI cannot cancel one).
+class Runtime {
+ public:
+  static Runtime& get() {
+    static Runtime* runtime = new Runtime();  // a constructor that threw is tried again
+    return *runtime;
+  }
+
+  // While alive, operation `op` of `where` ("rank 0 of 2 in group default_pg") is in MPI and
+  // must leave within `timeout`. Both strings outlive it; the message is made only if it fires.
+  class Watch {
+   public:
+    Watch(const std::string& op, const std::string& where, Milliseconds timeout) : runtime_(get()) {
+      const auto deadline = Clock::now() + timeout;
+      std::lock_guard lock(runtime_.mu_);
+      id_ = runtime_.next_++;
+      runtime_.in_mpi_.emplace(id_, InMpi{deadline, &op, &where, timeout});
+      // The watchdog sleeps until the earliest deadline it knew of: woken only for an earlier
+      // one (a collective's costs no system call on the common path).
+      if (deadline < runtime_.wake_at_) runtime_.cv_.notify_all();
+    }
+    ~Watch() {
+      std::lock_guard lock(runtime_.mu_);
+      runtime_.in_mpi_.erase(id_);
+    }
+    Watch(const Watch&) = delete;
+    Watch& operator=(const Watch&) = delete;
+
+   private:
+    Runtime& runtime_;
+    uint64_t id_;
+  };
+
+  MPI_Op half_sum = MPI_OP_NULL, bf16_sum = MPI_OP_NULL;
+  int tag_upper_bound = 32767;  // the least MPI guarantees
+
+ private:
+  struct InMpi {
+    Clock::time_point deadline;
+    const std::string* op;
+    const std::string* where;
+    Milliseconds timeout;
+  };
+
+  Runtime() {
+    int initialized = 0, finalized = 0, provided = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    GW_CHECK(!finalized, StateError, "[ProcessGroupMPI] MPI was finalized already");
+    if (!initialized) {
+      MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+      owned_ = true;
+    } else {
+      MPI_Query_thread(&provided);
+    }
+    // Collectives run on the group's thread or on whichever thread waits for them, send and
+    // receive on threads of their own, several groups side by side.
+    GW_CHECK(provided >= MPI_THREAD_MULTIPLE, StateError, "[ProcessGroupMPI] MPI ",
+             owned_ ? "provides" : "was initialized with", " ", thread_level_name(provided),
+             "; gradwire's MPI group calls MPI from several threads and needs "
+             "MPI_THREAD_MULTIPLE",
+             owned_ ? "" : " (MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided))");
+    MPI_Op_create(&sum_16bit<half_bits_to_float, float_to_half_bits>, 1, &half_sum);
+    MPI_Op_create(&sum_16bit<bf16_bits_to_float, float_to_bf16_bits>, 1, &bf16_sum);
+    int* bound = nullptr;
+    int found = 0;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &bound, &found);
+    if (found && bound) tag_upper_bound = *bound;
+    thread_ = std::thread([this] { watchdog(); });
+    std::atexit([] { get().at_exit(); });
+  }
+
+  void watchdog() {
+    std::unique_lock lock(mu_);
+    while (!stopping_) {
+      if (in_mpi_.empty()) {
+        wake_at_ = Clock::time_point::max();
+        cv_.wait(lock);
+        continue;
+      }
+      auto late = in_mpi_.begin();
+      for (auto it = in_mpi_.begin(); it != in_mpi_.end(); ++it)
+        if (it->second.deadline < late->second.deadline) late = it;
+      if (Clock::now() < late->second.deadline) {
+        wake_at_ = late->second.deadline;
+        cv_.wait_until(lock, wake_at_);
+        continue;
+      }
+      const InMpi& in = late->second;
+      const std::string what = gw::detail::str(
+          "[", *in.op, "] ", *in.where, ": not completed within ", in.timeout.count(), " ms");
+      lock.unlock();
+      std::fprintf(stderr, "%s; MPI cannot cancel it: aborting the job (MPI_Abort, exit code 1)\n",
+                   what.c_str());
+      debug::dump_now(what);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+      return;
+    }
+  }
+
+  // Stops the watchdog; finalizes MPI if gradwire initialized it and nothing is in MPI (a
+  // collective still blocked there would hold MPI_Finalize forever).
+  void at_exit() {
+    bool busy = false;
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+      busy = !in_mpi_.empty();
+    }
+    cv_.notify_all();
+    thread_.join();
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (owned_ && !busy && !finalized) MPI_Finalize();
+  }
+
+  bool owned_ = false;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<uint64_t, InMpi> in_mpi_;
+  Clock::time_point wake_at_ = Clock::time_point::min();  // when the watchdog looks next
+  uint64_t next_ = 1;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+bool finalized() {
+  int done = 0;
+  MPI_Finalized(&done);
+  return done != 0;
+}
+
+// A communicator, freed when the group and the last of its queued operations let it go.
+struct Communicator {
+  MPI_Comm comm = MPI_COMM_NULL;
+  explicit Communicator(MPI_Comm c) : comm(c) {}
+  ~Communicator() {
+    if (comm != MPI_COMM_NULL && !finalized()) MPI_Comm_free(&comm);
+  }
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+};
+using CommPtr = std::shared_ptr<Communicator>;
+
+// MPI counts are ints.
+int count_of(const char* op, int64_t n) {
+  GW_CHECK(n <= INT_MAX, InvalidArgumentError, "[", op, "] ", n,
+           " elements is more than MPI's counts reach (", INT_MAX, ")");
+  return static_cast<int>(n);
+}
+
+// The MPI type that carries `dtype`'s elements.
+MPI_Datatype mpi_type(DType dtype) {
+  switch (dtype) {
+    case DType::Bool:
+      return MPI_C_BOOL;
+    case DType::Int32:
+      return MPI_INT32_T;
+    case DType::Int64:
+      return MPI_INT64_T;
+    case DType::Float16:
+    case DType::BFloat16:
+      return MPI_UINT16_T;
+    case DType::Float32:
+      return MPI_FLOAT;
+    case DType::Float64:
+      return MPI_DOUBLE;
+  }
+  throw InvalidArgumentError("[ProcessGroupMPI] unknown dtype");
+}
+
+// The MPI operation that reduces `dtype` by `op`; InvalidArgumentError naming `name` for a pair
+// MPI cannot reduce (the same pairs as the Gloo group, and bfloat16 sums).
+MPI_Op mpi_op(const char* name, DType dtype, ReduceOp op) {
+  if (dtype == DType::Float16 || dtype == DType::BFloat16) {
+    GW_CHECK(op == ReduceOp::SUM, InvalidArgumentError, "[", name, "] ", dtype_name(dtype),
+             " tensors are reduced with SUM only, got ", to_string(op));
+    return dtype == DType::Float16 ? Runtime::get().half_sum : Runtime::get().bf16_sum;
+  }
+  GW_CHECK(dtype != DType::Bool, InvalidArgumentError, "[", name,
+           "] bool tensors cannot be reduced");
+  switch (op) {
+    case ReduceOp::SUM:
+    case ReduceOp::AVG:
+      return MPI_SUM;
+    case ReduceOp::PRODUCT:
+      return MPI_PROD;
+    case ReduceOp::MIN:
+      return MPI_MIN;
+    case ReduceOp::MAX:
+      return MPI_MAX;
+  }
+  throw InvalidArgumentError("[ProcessGroupMPI] unknown reduce op");
+}
+
+void* data(const Tensor& t) { return t.raw_data(); }
+
+}  // namespace
+
+bool mpi_available(std::string* why) {
+  if (why) why->clear();
+  return true;
+}
+
+struct ProcessGroupMPI::Impl {
+  int rank = 0, size = 0;
+  MpiOptions options;
+  CommPtr comm;
+  std::shared_ptr<detail::CollectiveQueue> queue;
+  detail::SideThreads p2p_threads;
+
+  Impl(CommPtr c, MpiOptions o) : options(std::move(o)), comm(std::move(c)) {
+    MPI_Comm_rank(comm->comm, &rank);
+    MPI_Comm_size(comm->comm, &size);
+    queue = detail::CollectiveQueue::start(
+        {.backend = "mpi",
+         .group_name = options.group_name,
+         .rank = rank,
+         .size = size,
+         .timeout = options.timeout,
+         .run_inline = true,  // a collective past its timeout ends the job wherever it runs
+         .attempt = [where = this->where()](const std::string& op, Milliseconds timeout,
+                                            const std::function<void()>& job) {
+           return attempt(where, op, timeout, job);
+         }});
+  }
+  // "rank 0 of 2 in group default_pg"
+  std::string where() const {
+    return gw::detail::str("rank ", rank, " of ", size, " in group ", options.group_name);
+  }
+  // Runs `job` under the watchdog (an MPI error ends the job by MPI's rules); returns what it
+  // threw.
+  static std::exception_ptr attempt(const std::string& where, const std::string& op,
+                                    Milliseconds timeout, const std::function<void()>& job) {
+    try {
+      Runtime::Watch watch(op, where, timeout);
+      job();
+      return nullptr;
+    } catch (...) {
+      return std::current_exception();
+    }
+  }
+  // The reducing collectives' body: an in-place allreduce of `t`.
+  static void allreduce_now(MPI_Comm comm, int size, const Tensor& t, ReduceOp op) {
+    const int n = count_of("allreduce", t.numel());
+    MPI_Allreduce(MPI_IN_PLACE, data(t), n, mpi_type(t.dtype()), mpi_op("allreduce", t.dtype(), op),
+                  comm);
+    if (op == ReduceOp::AVG) divide(t, size, "allreduce");
+  }
+  WorkPtr p2p(const char* op, const Tensor& tensor, int peer, int tag, Milliseconds timeout,
+              std::function<void(MPI_Comm)> transfer);
+};
+
+ProcessGroupMPI::ProcessGroupMPI(MpiOptions options)
+    : ProcessGroupMPI([&] {
+        GW_CHECK(options.timeout.count() > 0, InvalidArgumentError,
+                 "[ProcessGroupMPI] the timeout must be positive, got ", options.timeout.count(),
+                 " ms");
+        debug::dump_on_sigusr1();
+        Runtime::get();
+        MPI_Comm world = MPI_COMM_NULL;
+        MPI_Comm_dup(MPI_COMM_WORLD, &world);  // its own context: the program's MPI stays apart
+        return std::make_shared<Impl>(std::make_shared<Communicator>(world), std::move(options));
+      }()) {}
+
+ProcessGroupMPI::ProcessGroupMPI(std::shared_ptr<Impl> impl)
+    : ProcessGroup(impl->rank, impl->size), impl_(std::move(impl)) {}
+
+ProcessGroupMPI::~ProcessGroupMPI() {
+  impl_->queue->shutdown();
+  if (detail::t_on_group_thread)
+    impl_->p2p_threads.detach_all();
+  else
+    impl_->p2p_threads.join_all();
+}
+
+std::shared_ptr<ProcessGroupMPI> ProcessGroupMPI::subgroup(const std::vector<int>& ranks,
+                                                           MpiOptions options) const {
+  GW_CHECK(!ranks.empty(), InvalidArgumentError, "[new_group] no ranks given");
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    check_rank("new_group", ranks[i], "rank");
+    GW_CHECK(i == 0 || ranks[i - 1] < ranks[i], InvalidArgumentError,
+             "[new_group] ranks must be sorted and distinct; got ", ranks[i - 1], " before ",
+             ranks[i]);
+  }
+  std::string listed;
+  for (int r : ranks) listed += (listed.empty() ? "[" : ", ") + std::to_string(r);
+  // A collective of this group's communicator: in its order with the others.
+  auto made = std::make_shared<MPI_Comm>(MPI_COMM_NULL);
+  impl_->queue
+      ->enqueue({"new_group", listed + "]"}, kGroupTimeout,
+                [c = impl_->comm, ranks, made](uint32_t, Milliseconds) {
+                  MPI_Group all = MPI_GROUP_NULL, some = MPI_GROUP_NULL;
+                  MPI_Comm_group(c->comm, &all);
+                  MPI_Group_incl(all, static_cast<int>(ranks.size()), ranks.data(), &some);
+                  MPI_Comm_create(c->comm, some, made.get());
+                  MPI_Group_free(&some);
+                  MPI_Group_free(&all);
+                })
+      ->wait();
+  if (*made == MPI_COMM_NULL) return nullptr;  // not one of `ranks`
+  auto impl = std::make_shared<Impl>(std::make_shared<Communicator>(*made), std::move(options));
+  return std::shared_ptr<ProcessGroupMPI>(new ProcessGroupMPI(std::move(impl)));
+}
+
+WorkPtr ProcessGroupMPI::allreduce(Tensor& tensor, AllreduceOptions o) {
+  check_tensor("allreduce", tensor);
+  check_avg("allreduce", tensor, o.op);
+  mpi_op("allreduce", tensor.dtype(), o.op);
+  count_of("allreduce", tensor.numel());
+  return impl_->queue->enqueue(
+      signature::allreduce(tensor, o), o.timeout,
+      [c = impl_->comm, size = size(), t = tensor, op = o.op](uint32_t, Milliseconds) {
+        Impl::allreduce_now(c->comm, size, t, op);
+      });
+}
+
+WorkPtr ProcessGroupMPI::allreduce_coalesced(std::vector<Tensor>& tensors, AllreduceOptions o) {
+  GW_CHECK(!tensors.empty(), InvalidArgumentError, "[allreduce_coalesced] no tensors given");
+  for (const auto& t : tensors) {
+    check_tensor("allreduce_coalesced", t);
+    GW_CHECK(t.dtype() == tensors[0].dtype(), InvalidArgumentError,
+             "[allreduce_coalesced] every tensor must be ", dtype_name(tensors[0].dtype()),
+             "; got ", dtype_name(t.dtype()));
+  }
+  check_avg("allreduce_coalesced", tensors[0], o.op);
+  mpi_op("allreduce_coalesced", tensors[0].dtype(), o.op);
+  Tensor flat = concat(tensors);
+  count_of("allreduce_coalesced", flat.numel());
+  return impl_->queue->enqueue(
+      signature::allreduce_coalesced(tensors, o), o.timeout,
+      [c = impl_->comm, size = size(), flat, tensors, op = o.op](uint32_t, Milliseconds) mutable {
+        Impl::allreduce_now(c->comm, size, flat, op);
+        split(flat, tensors);
+      });
+}
+
+WorkPtr ProcessGroupMPI::broadcast(Tensor& tensor, BroadcastOptions o) {
+  check_tensor("broadcast", tensor);
+  check_rank("broadcast", o.root, "root");
+  const int n = count_of("broadcast", tensor.numel());
+  return impl_->queue->enqueue(
+      signature::broadcast(tensor, o), o.timeout,
+      [c = impl_->comm, t = tensor, n, root = o.root](uint32_t, Milliseconds) {
+        MPI_Bcast(data(t), n, mpi_type(t.dtype()), root, c->comm);
+      });
+}
+
+WorkPtr ProcessGroupMPI::reduce(Tensor& tensor, ReduceOptions o) {
+  check_tensor("reduce", tensor);
+  check_rank("reduce", o.root, "root");
+  check_avg("reduce", tensor, o.op);
+  mpi_op("reduce", tensor.dtype(), o.op);
+  const int n = count_of("reduce", tensor.numel());
+  const bool root = rank() == o.root;
+  return impl_->queue->enqueue(
+      signature::reduce(tensor, o), o.timeout,
+      [c = impl_->comm, size = size(), t = tensor, n, o, root](uint32_t, Milliseconds) {
+        // Only the root's tensor changes: MPI reads the others'.
+        MPI_Reduce(root ? MPI_IN_PLACE : data(t), root ? data(t) : nullptr, n, mpi_type(t.dtype()),
+                   mpi_op("reduce", t.dtype(), o.op), o.root, c->comm);
+        if (root && o.op == ReduceOp::AVG) divide(t, size, "reduce");
+      });
+}
+
+WorkPtr ProcessGroupMPI::allgather(std::vector<Tensor>& outputs, const Tensor& input,
+                                   CollectiveOptions o) {
+  check_tensor("allgather", input, "input");
+  check_count("allgather", outputs.size(), "outputs");
+  for (const auto& t : outputs) check_like("allgather", t, input, "output");
+  const int n = count_of("allgather", input.numel());
+  count_of("allgather", input.numel() * size());
+  Tensor flat = empty({input.numel() * size()}, TensorOptions().with_dtype(input.dtype()));
+  return impl_->queue->enqueue(
+      signature::allgather(input), o.timeout,
+      [c = impl_->comm, flat, input, outputs, n](uint32_t, Milliseconds) mutable {
+        const MPI_Datatype type = mpi_type(input.dtype());
+        MPI_Allgather(data(input), n, type, data(flat), n, type, c->comm);
+        split(flat, outputs);
+      });
+}
+
+WorkPtr ProcessGroupMPI::gather(std::vector<Tensor>& outputs, const Tensor& input,
+                                GatherOptions o) {
+  check_tensor("gather", input, "input");
+  check_root_parts("gather", outputs, input, o.root, "outputs");
+  const int n = count_of("gather", input.numel());
+  count_of("gather", input.numel() * size());
+  const bool root = rank() == o.root;
+  Tensor flat =
+      root ? empty({input.numel() * size()}, TensorOptions().with_dtype(input.dtype())) : Tensor();
+  return impl_->queue->enqueue(
+      signature::gather(input, o), o.timeout,
+      [c = impl_->comm, flat, input, outputs, n, root, r = o.root](uint32_t, Milliseconds) mutable {
+        const MPI_Datatype type = mpi_type(input.dtype());
+        MPI_Gather(data(input), n, type, root ? data(flat) : nullptr, n, type, r, c->comm);
+        if (root) split(flat, outputs);
+      });
+}
+
+WorkPtr ProcessGroupMPI::scatter(Tensor& output, const std::vector<Tensor>& inputs,
+                                 ScatterOptions o) {
+  check_tensor("scatter", output, "output");
+  check_root_parts("scatter", inputs, output, o.root, "inputs");
+  const int n = count_of("scatter", output.numel());
+  count_of("scatter", output.numel() * size());
+  Tensor flat = rank() == o.root ? concat(inputs) : Tensor();
+  return impl_->queue->enqueue(
+      signature::scatter(output, o), o.timeout,
+      [c = impl_->comm, flat, output, n, r = o.root](uint32_t, Milliseconds) {
+        const MPI_Datatype type = mpi_type(output.dtype());
+        MPI_Scatter(flat.defined() ? data(flat) : nullptr, n, type, data(output), n, type, r,
+                    c->comm);
+      });
+}
+
+WorkPtr ProcessGroupMPI::reduce_scatter(Tensor& output, const std::vector<Tensor>& inputs,
+                                        CollectiveOptions o) {
+  check_tensor("reduce_scatter", output, "output");
+  check_count("reduce_scatter", inputs.size(), "inputs");
+  for (const auto& t : inputs) check_like("reduce_scatter", t, output, "input");
+  check_avg("reduce_scatter", output, o.op);
+  mpi_op("reduce_scatter", output.dtype(), o.op);
+  const int n = count_of("reduce_scatter", output.numel());
+  Tensor flat = concat(inputs);
+  count_of("reduce_scatter", flat.numel());
+  return impl_->queue->enqueue(
+      signature::reduce_scatter(output, o), o.timeout,
+      [c = impl_->comm, size = size(), flat, output, n, op = o.op](uint32_t, Milliseconds) {
+        MPI_Reduce_scatter_block(data(flat), data(output), n, mpi_type(output.dtype()),
+                                 mpi_op("reduce_scatter", output.dtype(), op), c->comm);
+        if (op == ReduceOp::AVG) divide(output, size, "reduce_scatter");
+      });
+}
+
+WorkPtr ProcessGroupMPI::alltoall(std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                                  CollectiveOptions o) {
+  check_count("alltoall", inputs.size(), "inputs");
+  check_count("alltoall", outputs.size(), "outputs");
+  for (const auto& t : inputs) check_like("alltoall", t, inputs[0], "input");
+  for (const auto& t : outputs) check_like("alltoall", t, inputs[0], "output");
+  Tensor in = concat(inputs);
+  Tensor out = empty_like(in);
+  const int n = count_of("alltoall", inputs[0].numel());
+  count_of("alltoall", in.numel());
+  return impl_->queue->enqueue(
+      signature::alltoall(inputs), o.timeout,
+      [c = impl_->comm, in, out, outputs, n](uint32_t, Milliseconds) mutable {
+        const MPI_Datatype type = mpi_type(in.dtype());
+        MPI_Alltoall(data(in), n, type, data(out), n, type, c->comm);
+        split(out, outputs);
+      });
+}
+
+WorkPtr ProcessGroupMPI::barrier(CollectiveOptions o) {
+  return impl_->queue->enqueue(signature::barrier(), o.timeout,
+                               [c = impl_->comm](uint32_t, Milliseconds) { MPI_Barrier(c->comm); });
+}
+
+WorkPtr ProcessGroupMPI::Impl::p2p(const char* op, const Tensor& tensor, int peer, int tag,
+                                   Milliseconds timeout, std::function<void(MPI_Comm)> transfer) {
+  GW_CHECK(tag <= Runtime::get().tag_upper_bound, InvalidArgumentError, "[", op, "] tag ", tag,
+           " is above MPI's largest (", Runtime::get().tag_upper_bound, ")");
+  auto work = std::make_shared<Work>(op);
+  record_collective(options.group_name, rank, size, -1, signature::p2p(op, tensor, peer, tag),
+                    work);
+  p2p_threads.start(
+      [work, c = comm, transfer = std::move(transfer), op, timeout = queue->timeout_of(timeout),
+       where = gw::detail::str(where(), " with peer ", peer, ", tag ", tag)] {
+        work->finish(attempt(where, op, timeout, [&] { transfer(c->comm); }));
+      },
+      work);
+  return work;
+}
+
+WorkPtr ProcessGroupMPI::send(const Tensor& tensor, int dst, int tag, CollectiveOptions o) {
+  check_p2p("send", tensor, dst, tag);
+  const int n = count_of("send", tensor.numel());
+  return impl_->p2p("send", tensor, dst, tag, o.timeout, [tensor, n, dst, tag](MPI_Comm comm) {
+    MPI_Send(data(tensor), n, mpi_type(tensor.dtype()), dst, tag, comm);
+  });
+}
+
+WorkPtr ProcessGroupMPI::recv(Tensor& tensor, int src, int tag, CollectiveOptions o) {
+  check_p2p("recv", tensor, src, tag);
+  const int n = count_of("recv", tensor.numel());
+  const int me = rank();
+  return impl_->p2p("recv", tensor, src, tag, o.timeout, [tensor, n, src, tag, me](MPI_Comm comm) {
+    MPI_Status status;
+    const MPI_Datatype type = mpi_type(tensor.dtype());
+    MPI_Recv(data(tensor), n, type, src, tag, comm, &status);
+    int got = 0;
+    MPI_Get_count(&status, type, &got);
+    GW_CHECK(got == n, InvalidArgumentError, "[recv] rank ", me, " expected ", n,
+             " elements from rank ", src, " with tag ", tag, ", got ", got);
+  });
+}
+
+}  // namespace gw::dist
