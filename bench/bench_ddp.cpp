@@ -7,10 +7,17 @@
 //   - samples per second (both ranks) of DDP training of the Fashion-MNIST MLP 784-256-128-10
 //     with batch 32 per rank (random data of the same shape: speed does not depend on values);
 //   - that DDP step with a timeline being recorded (core/trace.h) beside the same step without,
-//     in alternating rounds, the median of each (goal: at most 5% slower).
+//     in alternating rounds, the median of each (goal: at most 5% slower);
+//   - in a build with MPI, the first two again with the ranks as two processes under
+//     `mpirun -np 2` (this program runs itself so): DDP over the MPI group (shared memory)
+//     against PyTorch's overhead, and its throughput beside the Gloo group's between the same
+//     two processes.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <future>
 #include <optional>
 #include <string>
@@ -21,7 +28,9 @@
 #include "core/trace.h"
 #include "ddp/distributed_data_parallel.h"
 #include "dist/process_group/process_group_gloo.h"
+#include "dist/process_group/process_group_mpi.h"
 #include "dist/store/hash_store.h"
+#include "dist/store/tcp_store.h"
 #include "nn/nn.h"
 #include "optim/sgd.h"
 
@@ -68,12 +77,11 @@ struct Trainer {
 
 struct Results {
   double big_local = 1e30, big_ddp = 1e30, mnist_step = 0;
-  double traced = 1e30, untraced = 1e30;  // the Fashion-MNIST step, tracing on and off
+  double traced = 0, untraced = 0;  // the Fashion-MNIST step, tracing on and off
 };
 
-Results run_rank(std::shared_ptr<gw::dist::Store> store, int rank) {
-  auto pg = std::make_shared<gw::dist::ProcessGroupGloo>(store, rank, kRanks);
-  Results r;
+// The overhead case: the 13.7M-parameter MLP's step without and with DDP over `pg`.
+void time_big(const std::shared_ptr<gw::dist::ProcessGroup>& pg, Results& r) {
   // Two copies of the model, one plain and one in DDP, timed in alternating rounds so that a
   // busy moment of the machine hits both alike; the best round of each counts.
   auto big = mlp({784, 4096, 2560, 10}), big_copy = mlp({784, 4096, 2560, 10});
@@ -88,12 +96,19 @@ Results run_rank(std::shared_ptr<gw::dist::Store> store, int rank) {
     r.big_local = std::min(r.big_local, local.time(kBigSteps, *pg));
     r.big_ddp = std::min(r.big_ddp, ddp.time(kBigSteps, *pg));
   }
+}
+
+// The Fashion-MNIST MLP's DDP training over `pg`: seconds per step, and with `traced`, the
+// medians of the step with tracing on and off.
+void time_mnist(const std::shared_ptr<gw::dist::ProcessGroup>& pg, int rank, bool traced,
+                Results& r) {
   auto small = mlp({784, 256, 128, 10});
   gw::ddp::DistributedDataParallel small_ddp(small, pg);
   Trainer mnist([&](const gw::Tensor& x) { return small_ddp.forward(x); }, small->parameters());
   mnist.step();
   mnist.step();
   r.mnist_step = mnist.time(kMnistSteps, *pg);
+  if (!traced) return;
   // Tracing is the process's, so rank 0 turns it on and off between barriers: both ranks step
   // with it on, then both with it off. Nothing is written (cancel).
   // The medians of the rounds: on two cores, one slow round in a few is the rule.
@@ -112,24 +127,96 @@ Results run_rank(std::shared_ptr<gw::dist::Store> store, int rank) {
   };
   r.traced = median(on);
   r.untraced = median(off);
+}
+
+Results run_rank(std::shared_ptr<gw::dist::Store> store, int rank) {
+  auto pg = std::make_shared<gw::dist::ProcessGroupGloo>(store, rank, kRanks);
+  Results r;
+  time_big(pg, r);
+  time_mnist(pg, rank, /*traced=*/true, r);
   return r;
 }
+
+#ifdef GW_HAVE_MPI
+// One of the two processes under mpirun: the cases over the MPI group, and the Fashion-MNIST
+// one over the Gloo group between the same processes. Rank 0 prints one JSON line.
+int run_under_mpi() {
+  auto mpi = std::make_shared<gw::dist::ProcessGroupMPI>();
+  const int rank = mpi->rank();
+  Results r;
+  time_big(mpi, r);
+  time_mnist(mpi, rank, /*traced=*/false, r);
+  // The Gloo group between the same processes: rank 0's store port travels over MPI.
+  std::shared_ptr<gw::dist::TCPStore> store;
+  gw::Tensor port = gw::zeros({1}, gw::kInt64);
+  if (rank == 0) {
+    store = std::make_shared<gw::dist::TCPStore>("127.0.0.1", 0, kRanks, true,
+                                                 std::chrono::seconds(60));
+    port.fill_(static_cast<double>(store->port()));
+  }
+  mpi->broadcast(port)->wait();
+  if (rank != 0)
+    store = std::make_shared<gw::dist::TCPStore>("127.0.0.1",
+                                                 static_cast<uint16_t>(port.item<int64_t>()),
+                                                 kRanks, false, std::chrono::seconds(60));
+  Results over_gloo;
+  time_mnist(std::make_shared<gw::dist::ProcessGroupGloo>(store, rank, kRanks), rank, false,
+             over_gloo);
+  if (rank == 0)
+    std::printf(
+        "{\"big_local_ms\": %.6g, \"big_ddp_ms\": %.6g, \"mnist_step_s\": %.6g, "
+        "\"gloo_mnist_step_s\": %.6g}\n",
+        r.big_local * 1e3, r.big_ddp * 1e3, r.mnist_step, over_gloo.mnist_step);
+  return 0;
+}
+#endif
+
+// The MPI cases: this program again under `mpirun -np 2`; its JSON line, or why it did not run.
+std::optional<std::string> run_mpi_cases(std::string* why) {
+#ifdef GW_HAVE_MPI
+  if (std::system("command -v mpirun >/dev/null 2>&1") != 0) {
+    *why = "no mpirun (Debian: openmpi-bin)";
+    return std::nullopt;
+  }
+  auto out =
+      gw::bench::run_capture(std::string("timeout -k 5 600 mpirun --oversubscribe -np 2 ") +
+                             (::geteuid() == 0 ? "--allow-run-as-root " : "") +
+                             gw::bench::executable_dir() + "/bench_ddp --under-mpi 2>/dev/null");
+  if (!out || out->find("big_ddp_ms") == std::string::npos) {
+    *why = "mpirun -np 2 bench_ddp --under-mpi failed";
+    return std::nullopt;
+  }
+  return out;
+#else
+  gw::dist::mpi_available(why);
+  return std::nullopt;
+#endif
+}
+
+constexpr const char* kMpiOverhead = "overhead per step, 13.7M-parameter MLP, MPI group";
+constexpr const char* kMpiMnist = "Fashion-MNIST MLP training, 2 ranks, MPI group";
 
 constexpr const char* kTraced = "Fashion-MNIST MLP DDP step, traced";
 
 }  // namespace
 
 int main(int argc, char** argv) {
+#ifdef GW_HAVE_MPI
+  if (argc == 2 && std::string(argv[1]) == "--under-mpi") return run_under_mpi();
+#endif
   gw::bench::Reporter report(argc, argv);
   const bool overhead = report.wants("ddp", "overhead per step, 13.7M-parameter MLP");
   const bool mnist = report.wants("ddp", "Fashion-MNIST MLP training, 2 ranks");
   const bool traced = report.wants("ddp", kTraced);
-  if (!overhead && !mnist && !traced) return 0;
-  // PyTorch anchors only the first two cases.
-  auto torch = overhead || mnist ? gw::bench::run_capture("timeout -k 5 300 /usr/bin/python3 " +
-                                                          gw::bench::executable_dir() +
-                                                          "/torch_anchor_ddp.py 2>/dev/null")
-                                 : std::nullopt;
+  const bool mpi_overhead = report.wants("ddp", kMpiOverhead);
+  const bool mpi_mnist = report.wants("ddp", kMpiMnist);
+  if (!overhead && !mnist && !traced && !mpi_overhead && !mpi_mnist) return 0;
+  // PyTorch anchors the overheads and the Gloo throughput.
+  auto torch =
+      overhead || mnist || mpi_overhead
+          ? gw::bench::run_capture("timeout -k 5 300 /usr/bin/python3 " +
+                                   gw::bench::executable_dir() + "/torch_anchor_ddp.py 2>/dev/null")
+          : std::nullopt;
   auto get = [&](const std::string& key) {
     return torch ? gw::bench::json_number(*torch, key) : std::nullopt;
   };
@@ -161,5 +248,28 @@ int main(int argc, char** argv) {
   }
   if (traced)
     report.add({"ddp", kTraced, r.traced * 1e3, "ms", "tracing off, same run", r.untraced * 1e3});
+
+  if (mpi_overhead || mpi_mnist) {
+    std::string why;
+    auto mpi = run_mpi_cases(&why);
+    auto value = [&](const char* key) {
+      return mpi ? gw::bench::json_number(*mpi, key) : std::nullopt;
+    };
+    auto local = get("big_local_ms"), ddp = get("big_ddp_ms");
+    auto mpi_local = value("big_local_ms"), mpi_ddp = value("big_ddp_ms");
+    if (mpi_overhead && !mpi) report.skip("ddp", kMpiOverhead, why);
+    if (mpi_overhead && mpi_local && mpi_ddp) {
+      if (local && ddp)
+        report.add({"ddp", kMpiOverhead, *mpi_ddp - *mpi_local, "ms", "pytorch ddp overhead",
+                    *ddp - *local});
+      else
+        report.skip("ddp", kMpiOverhead, "the PyTorch anchor failed");
+    }
+    auto step = value("mnist_step_s"), gloo_step = value("gloo_mnist_step_s");
+    if (mpi_mnist && !mpi) report.skip("ddp", kMpiMnist, why);
+    if (mpi_mnist && step && gloo_step)
+      report.add({"ddp", kMpiMnist, kRanks * kBatch / *step, "samples/s",
+                  "gradwire gloo group, same processes", kRanks * kBatch / *gloo_step});
+  }
   return 0;
 }

@@ -54,12 +54,38 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
 void DistributedDataParallel::broadcast_from_rank0(const std::vector<Tensor>& tensors) {
   if (tensors.empty() || group_->size() == 1) return;
   autograd::NoGradGuard no_grad;
-  std::vector<dist::WorkPtr> works;
+  // Coalesced (PyTorch's _broadcast_coalesced): runs of tensors of one dtype travel as one
+  // buffer of up to kCoalesceBytes, so that a model's many small tensors cost one round trip
+  // rather than one each. A tensor that large travels alone, in place.
+  constexpr size_t kCoalesceBytes = size_t{64} << 20;
+  struct Chunk {
+    std::vector<Tensor> parts;  // the tensors' data: the same storage, written in place
+    size_t bytes = 0;
+  };
+  std::vector<Chunk> chunks;
   for (const Tensor& t : tensors) {
-    Tensor data = t.detach();  // the same storage: written in place
-    works.push_back(group_->broadcast(data, {.root = 0}));
+    const bool fits = !chunks.empty() && chunks.back().parts[0].dtype() == t.dtype() &&
+                      chunks.back().bytes + t.nbytes() <= kCoalesceBytes;
+    if (!fits) chunks.emplace_back();
+    chunks.back().parts.push_back(t.detach());
+    chunks.back().bytes += t.nbytes();
   }
-  for (auto& w : works) w->wait();
+  std::vector<std::pair<dist::WorkPtr, Tensor>> works;  // with the buffer each fills, if any
+  for (Chunk& c : chunks) {
+    const bool alone = c.parts.size() == 1 && c.parts[0].is_contiguous();
+    Tensor buffer = alone ? c.parts[0] : dist::ProcessGroup::concat(c.parts);
+    works.emplace_back(group_->broadcast(buffer, {.root = 0}), alone ? Tensor() : buffer);
+  }
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    works[k].first->wait();
+    const Tensor& buffer = works[k].second;
+    if (!buffer.defined()) continue;  // broadcast in place
+    int64_t offset = 0;
+    for (Tensor& part : chunks[k].parts) {
+      part.copy_(buffer.narrow(0, offset, part.numel()).view(part.sizes()));
+      offset += part.numel();
+    }
+  }
 }
 
 Tensor DistributedDataParallel::forward(const Tensor& input) {

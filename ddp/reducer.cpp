@@ -19,6 +19,29 @@ bool same_memory(const Tensor& a, const Tensor& b) {
 
 // Waits for a reduction still running and drops it; its error, if any, ended the iteration
 // already (or would be a second one).
+// dst = src / n in one pass over both (CPU tensors of one floating dtype, contiguous), else
+// in two.
+void copy_divided(Tensor& dst, const Tensor& src, int n) {
+  if (dst.device() != kCPU || src.device() != kCPU || dst.dtype() != src.dtype() ||
+      !dst.is_contiguous() || !src.is_contiguous()) {
+    dst.copy_(src);
+    dst.div_(static_cast<double>(n));
+    return;
+  }
+  dispatch<FloatTypes>(dst.dtype(), "DistributedDataParallel", [&]<typename T>() {
+    T* d = dst.data_ptr<T>();
+    const T* s = src.data_ptr<T>();
+    const int64_t count = dst.numel();
+    if ((n & (n - 1)) == 0) {  // a power of two: its reciprocal is exact, and a product faster
+      const T scale = T(1) / static_cast<T>(n);
+      for (int64_t i = 0; i < count; ++i) d[i] = s[i] * scale;  // vectorized
+    } else {
+      const T divisor = static_cast<T>(n);
+      for (int64_t i = 0; i < count; ++i) d[i] = s[i] / divisor;  // vectorized
+    }
+  });
+}
+
 template <typename T>
 void finish_quietly(std::optional<Future<T>>& f) {
   if (!f) return;
@@ -215,10 +238,16 @@ void Reducer::mark_ready(size_t index) {
   const size_t slot =
       static_cast<size_t>(std::find(b.params.begin(), b.params.end(), index) - b.params.begin());
   Tensor dst = grad_slot(b, slot);
+  const int divide_by = hook_ ? 1 : group_->size();  // the built-in reduction sums divided parts
   if (!grad.defined()) {
     dst.zero_();
-  } else if (!same_memory(grad, dst)) {  // a bucket view already holds it
-    dst.copy_(grad);
+  } else if (same_memory(grad, dst)) {  // a bucket view already holds it
+    if (divide_by > 1) dst.div_(static_cast<double>(divide_by));
+  } else {
+    if (divide_by > 1)
+      copy_divided(dst, grad, divide_by);
+    else
+      dst.copy_(grad);
     if (options_.gradient_as_bucket_view) p.set_grad(dst);
   }
   --b.pending;
@@ -237,10 +266,19 @@ void Reducer::launch_ready_buckets() {
       span.emplace(
           "ddp", "DDP bucket " + std::to_string(index) + " ready",
           gw::detail::str("{\"params\":", b.params.size(), ",\"bytes\":", b.flat.nbytes(), "}"));
-    b.reduced = hook_(*group_, view);
+    b.reduced = hook_ ? hook_(*group_, view) : sum_in_place(view.buffer);
     ++launched_;
     if (ready_count_ < params_.size()) ++launched_early_;
   }
+}
+
+Future<Tensor> Reducer::sum_in_place(Tensor buffer) {
+  return group_->allreduce(buffer, {.op = dist::ReduceOp::SUM})
+      ->future()
+      .then([buffer](Future<void>& done) {
+        done.wait();
+        return buffer;
+      });
 }
 
 Tensor Reducer::grad_slot(const Bucket& b, size_t slot) const {

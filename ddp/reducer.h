@@ -40,7 +40,8 @@ struct GradBucket {
 using CommHook = std::function<Future<Tensor>(dist::ProcessGroup& group, GradBucket& bucket)>;
 
 namespace hooks {
-// The default: an averaging allreduce of the buffer.
+// An averaging allreduce of the buffer (what DDP does without a hook, which it does faster: it
+// divides the gradients as it copies them into the bucket).
 CommHook allreduce();
 // Halves the bytes on the wire: the buffer is divided by the world size, sent as float16,
 // summed, and widened again (PyTorch's fp16_compress_hook).
@@ -103,6 +104,8 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   void reset_iteration();  // after a failure: the next iteration starts clean
   void build_buckets(const std::vector<size_t>& order);  // parameters in `order`, capped
   void rebuild_buckets();
+  // The built-in reduction of a bucket whose gradients were divided already.
+  Future<Tensor> sum_in_place(Tensor buffer);
   // The part of bucket `b` that holds the gradient of its `slot`-th parameter, shaped like it.
   Tensor grad_slot(const Bucket& b, size_t slot) const;
   std::vector<bool> used_anywhere();  // the summed used maps, or all true without find_unused
@@ -124,7 +127,10 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   std::vector<bool> used_since_sync_;  // got a gradient in a no_sync backward since the last sync
   Tensor used_map_;                    // int32 by parameter, summed across ranks by the first hook
   std::optional<Future<void>> used_reduced_;
-  CommHook hook_ = hooks::allreduce();
+  // Null: the built-in reduction. Each gradient is divided by the world size as it is copied
+  // into its bucket (one pass over it, as PyTorch's DDP divides before summing), and the bucket
+  // is summed in place.
+  CommHook hook_;
   std::vector<autograd::RemovableHandle> hook_handles_;  // one per parameter
   int64_t launched_ = 0, launched_early_ = 0;
 };
