@@ -85,11 +85,15 @@ bool identical_on_all_ranks(gw::nn::Module& model, gw::dist::ProcessGroup& pg) {
 
 int main(int argc, char** argv) {
   Args args = parse(argc, argv);
-  const gw::dist::LaunchEnv env = gw::examples::launch_env("ddp_train");
-  const int rank = env.rank, world = env.world_size;
+  // Under MPI the group knows the ranks; otherwise the launcher's variables say (and a bad set
+  // of them ends the program with one line).
+  if (args.backend != "mpi") gw::examples::launch_env("ddp_train");
+  int rank = 0, world = 1;
   try {
     args.trace.start();
-    auto pg = gw::dist::init_process_group(args.backend);  // ranks, master: from `env` (or MPI)
+    auto pg = gw::dist::init_process_group(args.backend);  // ranks, master: from the launcher
+    rank = pg->rank();
+    world = pg->size();
     auto train = gw::data::load_fashion_mnist(gw::data::Split::Train, args.limit);
     auto test = gw::data::load_fashion_mnist(gw::data::Split::Test);
     gw::Generator gen(static_cast<uint64_t>(rank));  // DDP starts every replica from rank 0's

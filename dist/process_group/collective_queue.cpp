@@ -28,30 +28,32 @@ std::exception_ptr CollectiveQueue::unusable(const std::string& op,
 
 WorkPtr CollectiveQueue::enqueue(const CollectiveSignature& sig, Milliseconds timeout, Job job) {
   auto work = std::make_shared<Work>(sig.op);
-  if (options_.run_inline) {
+  if (options_.run_inline)
     work->set_run_inline([weak = weak_from_this(), w = work.get()] {
       if (auto self = weak.lock()) self->run_inline(w);
     });
+  if (lazy())
     work->set_launch([weak = weak_from_this()] {
       if (auto self = weak.lock()) self->launch();
     });
-  }
   std::exception_ptr refused;
   {
     std::lock_guard lock(mu_);
     // Numbered and queued under one lock: the numbers follow the order the collectives run in.
     const uint64_t record = record_collective(options_.group_name, options_.rank, options_.size,
                                               next_seq_++, sig, work);
-    if (!aborted_) {
+    if (!aborted_ && !stopping_) {
       const auto now = Clock::now();
       queue_.push_back({work, timeout_of(timeout), std::move(job), record, now});
       last_enqueued_ = now;
-      if (thread_asleep_ || !options_.run_inline) cv_.notify_all();
+      if (thread_asleep_ || !lazy()) cv_.notify_all();
       return work;
     }
     refused = aborted_;
   }
-  work->finish(unusable(sig.op, refused));
+  work->finish(refused ? unusable(sig.op, refused)
+                       : std::make_exception_ptr(StateError(gw::detail::str(
+                             "[", sig.op, "] the ", options_.backend, " group was shut down"))));
   return work;
 }
 
@@ -77,7 +79,7 @@ void CollectiveQueue::run() {
     if (!running_ && !queue_.empty()) {
       // Unless asked to start it, leave the front to a wait() that runs it inline for a while.
       const auto unclaimed_until = queue_.front().enqueued + kLaunchDelay;
-      if (!options_.run_inline || launch_ || stopping_ || Clock::now() >= unclaimed_until)
+      if (!lazy() || launch_ || stopping_ || Clock::now() >= unclaimed_until)
         run_front(lock);
       else
         cv_.wait_until(lock, unclaimed_until);
@@ -85,7 +87,7 @@ void CollectiveQueue::run() {
     }
     if (queue_.empty()) launch_ = false;
     if (queue_.empty() && !running_ && stopping_) return;  // everything queued is done
-    if (options_.run_inline && Clock::now() - last_enqueued_ < kStayAwake) {
+    if (lazy() && Clock::now() - last_enqueued_ < kStayAwake) {
       cv_.wait_for(lock, kLaunchDelay);  // collectives come often: look again soon
     } else {
       thread_asleep_ = true;
@@ -118,13 +120,16 @@ void CollectiveQueue::run_front(std::unique_lock<std::mutex>& lock) {
   const uint32_t tag = next_tag_++;  // every rank numbers its collectives alike
   std::exception_ptr failed = broken_;
   lock.unlock();
-  debug::update(q.record, debug::State::kStarted);
   {
     GroupThreadScope on_group_thread;
-    if (failed) {
-      failed = unusable(q.work->op(), failed);
-    } else {
-      failed = options_.attempt(q.work->op(), q.timeout, [&] { q.job(tag, q.timeout); });
+    try {
+      debug::update(q.record, debug::State::kStarted);
+      if (failed)
+        failed = unusable(q.work->op(), failed);
+      else
+        failed = options_.attempt(q.work->op(), q.timeout, [&] { q.job(tag, q.timeout); });
+    } catch (...) {  // the queue must go on: running_ is cleared below whatever happened
+      failed = std::current_exception();
     }
     lock.lock();
     // A backend's connections are unusable after an error in a collective: later ones would
@@ -140,12 +145,12 @@ void CollectiveQueue::run_front(std::unique_lock<std::mutex>& lock) {
   running_ = false;
   // The group's thread when there is more to run (unless it looks by itself soon), or a
   // shutdown waiting.
-  if (stopping_ || (!queue_.empty() && (thread_asleep_ || launch_ || !options_.run_inline)))
-    cv_.notify_all();
+  if (stopping_ || (!queue_.empty() && (thread_asleep_ || launch_ || !lazy()))) cv_.notify_all();
 }
 
 void CollectiveQueue::shutdown(const std::function<void()>& before_join) {
   std::unique_lock lock(mu_);
+  if (stopping_) return;
   stopping_ = true;
   cv_.notify_all();
   if (t_on_group_thread) {
@@ -167,9 +172,10 @@ void CollectiveQueue::shutdown(const std::function<void()>& before_join) {
     thread_.join();
 }
 
-bool SideThreads::start(std::function<void()> body, WorkPtr work, std::function<void()> wake) {
+std::exception_ptr SideThreads::start(std::function<void()> body, WorkPtr work,
+                                      std::function<void()> wake) {
   std::lock_guard lock(mu_);
-  if (closed_) return false;
+  if (closed_) return closed_;
   std::erase_if(sides_, [](Side& s) {
     if (!s.done->load()) return false;
     s.thread.join();
@@ -182,15 +188,15 @@ bool SideThreads::start(std::function<void()> body, WorkPtr work, std::function<
                       done->store(true);
                     }),
                     done, std::move(work), std::move(wake)});
-  return true;
+  return nullptr;
 }
 
-std::vector<WorkPtr> SideThreads::close() {
+std::vector<WorkPtr> SideThreads::close(std::exception_ptr failure) {
   std::vector<WorkPtr> running;
   std::vector<std::function<void()>> wake;
   {
     std::lock_guard lock(mu_);
-    closed_ = true;
+    if (!closed_) closed_ = std::move(failure);
     for (auto& s : sides_)
       if (!s.done->load()) {
         running.push_back(s.work);
@@ -201,16 +207,23 @@ std::vector<WorkPtr> SideThreads::close() {
   return running;
 }
 
+// Joined outside the lock: a Work's callback on one of them may start another.
 void SideThreads::join_all() {
-  std::lock_guard lock(mu_);
-  for (auto& s : sides_) s.thread.join();
-  sides_.clear();
+  std::vector<Side> sides;
+  {
+    std::lock_guard lock(mu_);
+    sides.swap(sides_);
+  }
+  for (auto& s : sides) s.thread.join();
 }
 
 void SideThreads::detach_all() {
-  std::lock_guard lock(mu_);
-  for (auto& s : sides_) s.thread.detach();
-  sides_.clear();
+  std::vector<Side> sides;
+  {
+    std::lock_guard lock(mu_);
+    sides.swap(sides_);
+  }
+  for (auto& s : sides) s.thread.detach();
 }
 
 }  // namespace gw::dist::detail

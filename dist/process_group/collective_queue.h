@@ -7,8 +7,8 @@
 // inline on that thread, which saves the hand-off to the group's thread and back (a small
 // allreduce then costs what the backend's call costs).
 //
-// With inline runs allowed, the group's thread is not woken for each collective: a wake is a
-// system call and, on a machine whose cores the ranks share, a context switch in the middle of
+// With `lazy_start`, the group's thread is not woken for each collective: a wake is a system
+// call and, on a machine whose cores the ranks share, a context switch in the middle of
 // someone's collective (it cost a third of MPI's bandwidth at 256 KiB on two cores). Instead:
 //   - wait() runs the collective inline;
 //   - future() and wait(timeout) — asynchronous use, like DDP's — start it on the group's
@@ -65,6 +65,7 @@ class CollectiveQueue : public std::enable_shared_from_this<CollectiveQueue> {
     int rank = 0, size = 1;
     Milliseconds timeout = kDefaultCollectiveTimeout;  // a collective's, unless it sets one
     bool run_inline = true;  // whether a waiting thread may run its collective itself
+    bool lazy_start = false;  // with run_inline: see above
     Attempt attempt;
   };
 
@@ -85,7 +86,8 @@ class CollectiveQueue : public std::enable_shared_from_this<CollectiveQueue> {
   // For the group's destructor: what was queued still runs (unless aborted first); then
   // `before_join` runs and the thread ends. After an abort, or when called on the group's own
   // thread (a Work's callback held the last reference), the thread is left to end by itself: it
-  // may be held in the backend until the collective's own timeout.
+  // may be held in the backend until the collective's own timeout. Later collectives are
+  // refused; a second call does nothing.
   void shutdown(const std::function<void()>& before_join = {});
 
  private:
@@ -104,6 +106,7 @@ class CollectiveQueue : public std::enable_shared_from_this<CollectiveQueue> {
     Clock::time_point enqueued;
   };
   explicit CollectiveQueue(Options options) : options_(std::move(options)) {}
+  bool lazy() const { return options_.run_inline && options_.lazy_start; }
   void run();                         // the group's thread
   void run_inline(const Work* work);  // runs `work` here if it is next and nothing runs
   void launch();                      // the group's thread starts what is queued now
@@ -132,10 +135,12 @@ class CollectiveQueue : public std::enable_shared_from_this<CollectiveQueue> {
 class SideThreads {
  public:
   // Runs `body` on a new thread (as a group thread: a Work's callbacks run there); `wake`, if
-  // given, makes a blocked body return. False, running nothing, once closed.
-  bool start(std::function<void()> body, WorkPtr work, std::function<void()> wake = {});
-  // Refuses later bodies, wakes those still running and returns their Works (abort).
-  std::vector<WorkPtr> close();
+  // given, makes a blocked body return. Once closed, runs nothing and returns the failure it
+  // was closed with.
+  std::exception_ptr start(std::function<void()> body, WorkPtr work,
+                           std::function<void()> wake = {});
+  // Refuses later bodies with `failure`, wakes those still running and returns their Works.
+  std::vector<WorkPtr> close(std::exception_ptr failure);
   // Joins every thread, or leaves them to end by themselves.
   void join_all();
   void detach_all();
@@ -149,7 +154,7 @@ class SideThreads {
   };
   std::mutex mu_;
   std::vector<Side> sides_;
-  bool closed_ = false;
+  std::exception_ptr closed_;
 };
 
 }  // namespace gw::dist::detail

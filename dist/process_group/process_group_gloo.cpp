@@ -151,7 +151,7 @@ void ProcessGroupGloo::Impl::abort(const std::string& why) {
   auto failure = std::make_exception_ptr(
       IoError(gw::detail::str("[process_group] rank ", rank, " of ", size, ": ", why)));
   // Send and receive are woken first: a Work's callback may destroy the group, joining them.
-  std::vector<WorkPtr> sides = p2p_threads.close();
+  std::vector<WorkPtr> sides = p2p_threads.close(failure);
   if (!queue->abort(failure)) return;
   for (auto& w : sides) w->finish(failure);
 }
@@ -401,7 +401,7 @@ WorkPtr ProcessGroupGloo::Impl::p2p(const char* op, const Tensor& tensor, int pe
   auto work = std::make_shared<Work>(op);
   record_collective(options.group_name, rank, size, -1, signature::p2p(op, tensor, peer, tag),
                     work);
-  const bool started = p2p_threads.start(
+  const std::exception_ptr refused = p2p_threads.start(
       [work, op, peer, tag, rank = rank, size = size, timeout = queue->timeout_of(timeout), post,
        wait] {
         work->finish(attempt(rank, size, op, timeout, [&] {
@@ -412,7 +412,7 @@ WorkPtr ProcessGroupGloo::Impl::p2p(const char* op, const Tensor& tensor, int pe
         }));
       },
       work, abort_wait);
-  if (!started) work->finish(queue->unusable(op, queue->aborted()));
+  if (refused) work->finish(queue->unusable(op, refused));
   return work;
 }
 

@@ -2,6 +2,7 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <chrono>
 #include <climits>
 #include <condition_variable>
@@ -9,6 +10,8 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <string_view>
 #include <thread>
 
 #include "core/ops.h"
@@ -65,6 +68,7 @@ class Runtime {
     Watch(const std::string& op, const std::string& where, Milliseconds timeout) : runtime_(get()) {
       const auto deadline = Clock::now() + timeout;
       std::lock_guard lock(runtime_.mu_);
+      runtime_.check_open_locked(op);
       id_ = runtime_.next_++;
       runtime_.in_mpi_.emplace(id_, InMpi{deadline, &op, &where, timeout});
       // The watchdog sleeps until the earliest deadline it knew of: woken only for an earlier
@@ -82,6 +86,23 @@ class Runtime {
     Runtime& runtime_;
     uint64_t id_;
   };
+
+  // StateError naming `op` once the process is exiting (MPI is being finalized).
+  void check_open(const std::string& op) {
+    std::lock_guard lock(mu_);
+    check_open_locked(op);
+  }
+  // A group's way to be shut down at exit, before MPI_Finalize (it may outlive main: in a
+  // static, or in init_process_group's default group). Returns the id for forget().
+  uint64_t remember(std::function<void()> shut_down) {
+    std::lock_guard lock(mu_);
+    groups_.emplace(next_, std::move(shut_down));
+    return next_++;
+  }
+  void forget(uint64_t id) {
+    std::lock_guard lock(mu_);
+    groups_.erase(id);
+  }
 
   MPI_Op half_sum = MPI_OP_NULL, bf16_sum = MPI_OP_NULL;
   int tag_upper_bound = 32767;  // the least MPI guarantees
@@ -139,23 +160,39 @@ class Runtime {
         continue;
       }
       const InMpi& in = late->second;
-      const std::string what = gw::detail::str(
-          "[", *in.op, "] ", *in.where, ": not completed within ", in.timeout.count(), " ms");
-      lock.unlock();
-      std::fprintf(stderr, "%s; MPI cannot cancel it: aborting the job (MPI_Abort, exit code 1)\n",
-                   what.c_str());
-      debug::dump_now(what);
+      try {
+        const std::string what = gw::detail::str(
+            "[", *in.op, "] ", *in.where, ": not completed within ", in.timeout.count(), " ms");
+        lock.unlock();
+        std::fprintf(stderr,
+                     "%s; MPI cannot cancel it: aborting the job (MPI_Abort, exit code 1)\n",
+                     what.c_str());
+        debug::dump_now(what);
+      } catch (...) {  // the job ends all the same
+      }
       MPI_Abort(MPI_COMM_WORLD, 1);
       return;
     }
   }
 
-  // Stops the watchdog; finalizes MPI if gradwire initialized it and nothing is in MPI (a
+  void check_open_locked(const std::string& op) const {
+    GW_CHECK(!closing_, StateError, "[", op, "] the process is exiting: MPI is being finalized");
+  }
+
+  // Shuts every live group down (what they queued still runs), then refuses new operations,
+  // stops the watchdog, and finalizes MPI if gradwire initialized it and nothing is in MPI (a
   // collective still blocked there would hold MPI_Finalize forever).
   void at_exit() {
+    std::map<uint64_t, std::function<void()>> groups;
+    {
+      std::lock_guard lock(mu_);
+      groups.swap(groups_);
+    }
+    for (auto& [id, shut_down] : groups) shut_down();
     bool busy = false;
     {
       std::lock_guard lock(mu_);
+      closing_ = true;
       stopping_ = true;
       busy = !in_mpi_.empty();
     }
@@ -173,6 +210,8 @@ class Runtime {
   Clock::time_point wake_at_ = Clock::time_point::min();  // when the watchdog looks next
   uint64_t next_ = 1;
   bool stopping_ = false;
+  bool closing_ = false;                              // at exit: MPI calls are refused
+  std::map<uint64_t, std::function<void()>> groups_;  // live groups' shut-downs
   std::thread thread_;
 };
 
@@ -254,14 +293,34 @@ bool mpi_available(std::string* why) {
   return true;
 }
 
-struct ProcessGroupMPI::Impl {
+// A send or receive: posted on the calling thread, in call order (MPI matches the messages of
+// one sender and tag in the order they were posted), completed on a thread of its own.
+struct Transfer {
+  MPI_Request request = MPI_REQUEST_NULL;
+  std::atomic<bool> cancel{false};  // the group is going away
+};
+
+struct ProcessGroupMPI::Impl : std::enable_shared_from_this<Impl> {
   int rank = 0, size = 0;
   MpiOptions options;
   CommPtr comm;
   std::shared_ptr<detail::CollectiveQueue> queue;
   detail::SideThreads p2p_threads;
+  uint64_t remembered = 0;  // by the runtime, which shuts the group down at exit
 
+  // The group over `c`, which it frees; remembered by the runtime until destroyed.
+  static std::shared_ptr<Impl> make(CommPtr c, MpiOptions o) {
+    GW_CHECK(o.timeout.count() > 0, InvalidArgumentError, "[ProcessGroupMPI] group ", o.group_name,
+             ": the timeout must be positive, got ", o.timeout.count(), " ms");
+    auto impl = std::make_shared<Impl>(std::move(c), std::move(o));
+    impl->remembered = Runtime::get().remember([weak = std::weak_ptr<Impl>(impl)] {
+      if (auto alive = weak.lock()) alive->shut_down();
+    });
+    return impl;
+  }
   Impl(CommPtr c, MpiOptions o) : options(std::move(o)), comm(std::move(c)) {
+    // A program that made MPI_COMM_WORLD return errors would have them ignored here.
+    MPI_Comm_set_errhandler(comm->comm, MPI_ERRORS_ARE_FATAL);
     MPI_Comm_rank(comm->comm, &rank);
     MPI_Comm_size(comm->comm, &size);
     queue = detail::CollectiveQueue::start(
@@ -271,10 +330,23 @@ struct ProcessGroupMPI::Impl {
          .size = size,
          .timeout = options.timeout,
          .run_inline = true,  // a collective past its timeout ends the job wherever it runs
+         .lazy_start = true,
          .attempt = [where = this->where()](const std::string& op, Milliseconds timeout,
                                             const std::function<void()>& job) {
            return attempt(where, op, timeout, job);
          }});
+  }
+  ~Impl() { Runtime::get().forget(remembered); }
+  // What was queued still runs; a receive still waiting is cancelled.
+  void shut_down() {
+    queue->shutdown();
+    if (detail::t_on_group_thread) {  // it cannot join itself
+      p2p_threads.detach_all();
+      return;
+    }
+    p2p_threads.close(std::make_exception_ptr(
+        StateError("[process_group] the mpi group " + options.group_name + " was destroyed")));
+    p2p_threads.join_all();
   }
   // "rank 0 of 2 in group default_pg"
   std::string where() const {
@@ -299,36 +371,33 @@ struct ProcessGroupMPI::Impl {
                   comm);
     if (op == ReduceOp::AVG) divide(t, size, "allreduce");
   }
-  WorkPtr p2p(const char* op, const Tensor& tensor, int peer, int tag, Milliseconds timeout,
-              std::function<void(MPI_Comm)> transfer);
+  WorkPtr p2p(const char* op, const Tensor& tensor, int peer, int tag, Milliseconds timeout);
+  // Waits for `t` by polling (a receive can be cancelled: at its timeout it fails with
+  // TimeoutError; a send cannot: past its timeout the watchdog ends the job).
+  static void complete(Transfer& t, const char* op, const std::string& where, int peer, int tag,
+                       Milliseconds timeout, int expected, MPI_Datatype type);
 };
 
 ProcessGroupMPI::ProcessGroupMPI(MpiOptions options)
     : ProcessGroupMPI([&] {
-        GW_CHECK(options.timeout.count() > 0, InvalidArgumentError,
-                 "[ProcessGroupMPI] the timeout must be positive, got ", options.timeout.count(),
-                 " ms");
         debug::dump_on_sigusr1();
-        Runtime::get();
+        Runtime::get().check_open("ProcessGroupMPI");
         MPI_Comm world = MPI_COMM_NULL;
         MPI_Comm_dup(MPI_COMM_WORLD, &world);  // its own context: the program's MPI stays apart
-        return std::make_shared<Impl>(std::make_shared<Communicator>(world), std::move(options));
+        return Impl::make(std::make_shared<Communicator>(world), std::move(options));
       }()) {}
 
 ProcessGroupMPI::ProcessGroupMPI(std::shared_ptr<Impl> impl)
     : ProcessGroup(impl->rank, impl->size), impl_(std::move(impl)) {}
 
-ProcessGroupMPI::~ProcessGroupMPI() {
-  impl_->queue->shutdown();
-  if (detail::t_on_group_thread)
-    impl_->p2p_threads.detach_all();
-  else
-    impl_->p2p_threads.join_all();
-}
+ProcessGroupMPI::~ProcessGroupMPI() { impl_->shut_down(); }
 
 std::shared_ptr<ProcessGroupMPI> ProcessGroupMPI::subgroup(const std::vector<int>& ranks,
                                                            MpiOptions options) const {
   GW_CHECK(!ranks.empty(), InvalidArgumentError, "[new_group] no ranks given");
+  GW_CHECK(!detail::t_on_group_thread, StateError,
+           "[new_group] called on a process group's own thread (a callback or communication "
+           "hook), where it would wait for itself");
   for (size_t i = 0; i < ranks.size(); ++i) {
     check_rank("new_group", ranks[i], "rank");
     GW_CHECK(i == 0 || ranks[i - 1] < ranks[i], InvalidArgumentError,
@@ -351,7 +420,7 @@ std::shared_ptr<ProcessGroupMPI> ProcessGroupMPI::subgroup(const std::vector<int
                 })
       ->wait();
   if (*made == MPI_COMM_NULL) return nullptr;  // not one of `ranks`
-  auto impl = std::make_shared<Impl>(std::make_shared<Communicator>(*made), std::move(options));
+  auto impl = Impl::make(std::make_shared<Communicator>(*made), std::move(options));
   return std::shared_ptr<ProcessGroupMPI>(new ProcessGroupMPI(std::move(impl)));
 }
 
@@ -510,42 +579,89 @@ WorkPtr ProcessGroupMPI::barrier(CollectiveOptions o) {
 }
 
 WorkPtr ProcessGroupMPI::Impl::p2p(const char* op, const Tensor& tensor, int peer, int tag,
-                                   Milliseconds timeout, std::function<void(MPI_Comm)> transfer) {
-  GW_CHECK(tag <= Runtime::get().tag_upper_bound, InvalidArgumentError, "[", op, "] tag ", tag,
-           " is above MPI's largest (", Runtime::get().tag_upper_bound, ")");
+                                   Milliseconds timeout) {
+  Runtime& runtime = Runtime::get();
+  GW_CHECK(tag <= runtime.tag_upper_bound, InvalidArgumentError, "[", op, "] tag ", tag,
+           " is above MPI's largest (", runtime.tag_upper_bound, ")");
+  runtime.check_open(op);
+  const int n = count_of(op, tensor.numel());
+  const MPI_Datatype type = mpi_type(tensor.dtype());
+  const bool receive = std::string_view(op) == "recv";
   auto work = std::make_shared<Work>(op);
   record_collective(options.group_name, rank, size, -1, signature::p2p(op, tensor, peer, tag),
                     work);
-  p2p_threads.start(
-      [work, c = comm, transfer = std::move(transfer), op, timeout = queue->timeout_of(timeout),
+  auto transfer = std::make_shared<Transfer>();
+  if (receive)
+    MPI_Irecv(data(tensor), n, type, peer, tag, comm->comm, &transfer->request);
+  else
+    MPI_Isend(data(tensor), n, type, peer, tag, comm->comm, &transfer->request);
+  std::exception_ptr refused = p2p_threads.start(
+      [work, transfer, tensor, c = comm, op, peer, tag, n, type,
+       timeout = queue->timeout_of(timeout),
        where = gw::detail::str(where(), " with peer ", peer, ", tag ", tag)] {
-        work->finish(attempt(where, op, timeout, [&] { transfer(c->comm); }));
+        try {
+          complete(*transfer, op, where, peer, tag, timeout, n, type);
+          work->finish(nullptr);
+        } catch (...) {
+          work->finish(std::current_exception());
+        }
       },
-      work);
+      work, [transfer] { transfer->cancel = true; });
+  if (refused) {  // the group is going away: a receive is cancelled, a send finished
+    transfer->cancel = true;
+    try {
+      complete(*transfer, op, where(), peer, tag, queue->timeout_of(timeout), n, type);
+      work->finish(refused);
+    } catch (...) {
+      work->finish(std::current_exception());
+    }
+  }
   return work;
+}
+
+void ProcessGroupMPI::Impl::complete(Transfer& t, const char* op, const std::string& where,
+                                     int peer, int tag, Milliseconds timeout, int expected,
+                                     MPI_Datatype type) {
+  const bool receive = std::string_view(op) == "recv";
+  std::optional<Runtime::Watch> watch;
+  const std::string op_name = op;
+  if (!receive) watch.emplace(op_name, where, timeout);
+  const auto deadline = Clock::now() + timeout;
+  auto pause = std::chrono::microseconds(1);
+  MPI_Status status;
+  while (true) {  // bounded: by the deadline for a receive, by the watchdog for a send
+    int done = 0;
+    MPI_Test(&t.request, &done, &status);
+    if (done) break;
+    if (receive && (t.cancel || Clock::now() >= deadline)) {
+      MPI_Cancel(&t.request);
+      MPI_Wait(&t.request, &status);
+      int cancelled = 0;
+      MPI_Test_cancelled(&status, &cancelled);
+      if (!cancelled) break;  // it came before the cancel
+      GW_CHECK(!t.cancel, StateError, "[recv] ", where,
+               ": the group was destroyed before the message came");
+      throw TimeoutError(
+          gw::detail::str("[recv] ", where, ": timed out after ", timeout.count(), " ms"));
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(1));
+  }
+  if (!receive) return;
+  int got = 0;
+  MPI_Get_count(&status, type, &got);
+  GW_CHECK(got == expected, InvalidArgumentError, "[recv] ", where, ": expected ", expected,
+           " elements from rank ", peer, " with tag ", tag, ", got ", got);
 }
 
 WorkPtr ProcessGroupMPI::send(const Tensor& tensor, int dst, int tag, CollectiveOptions o) {
   check_p2p("send", tensor, dst, tag);
-  const int n = count_of("send", tensor.numel());
-  return impl_->p2p("send", tensor, dst, tag, o.timeout, [tensor, n, dst, tag](MPI_Comm comm) {
-    MPI_Send(data(tensor), n, mpi_type(tensor.dtype()), dst, tag, comm);
-  });
+  return impl_->p2p("send", tensor, dst, tag, o.timeout);
 }
 
 WorkPtr ProcessGroupMPI::recv(Tensor& tensor, int src, int tag, CollectiveOptions o) {
   check_p2p("recv", tensor, src, tag);
-  const int n = count_of("recv", tensor.numel());
-  const int me = rank();
-  return impl_->p2p("recv", tensor, src, tag, o.timeout, [tensor, n, src, tag, me](MPI_Comm comm) {
-    MPI_Status status;
-    const MPI_Datatype type = mpi_type(tensor.dtype());
-    MPI_Recv(data(tensor), n, type, src, tag, comm, &status);
-    int got = 0;
-    MPI_Get_count(&status, type, &got);
-    GW_CHECK(got == n, InvalidArgumentError, "[recv] rank ", me, " expected ", n,
-             " elements from rank ", src, " with tag ", tag, ", got ", got);
-  });
+  return impl_->p2p("recv", tensor, src, tag, o.timeout);
 }
 
 }  // namespace gw::dist

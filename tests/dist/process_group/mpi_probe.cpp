@@ -1,15 +1,21 @@
 // One rank of the MPI process-group tests (test_mpi.cpp), started by `mpirun -np N`.
-//   mpi_probe collectives|timeout|die
+//   mpi_probe collectives|timeout|die|exit
 // collectives: every collective (collective_checks.h) on init_process_group("mpi"), 16-bit
 //   sums, subgroups as communicators, argument errors, Work::wait(timeout); each rank prints
 //   "rank R: C checks, F failed" and its failures, and exits 1 on any;
 // timeout: rank 0's allreduce with a 1 s timeout, which rank 1 never joins (it waits in a
 //   receive nobody sends, itself bounded by 60 s): the watchdog must abort the job;
-// die: rank 1 exits with code 3 after a first barrier while rank 0 waits in an allreduce.
+// die: rank 1 exits with code 3 after a first barrier while rank 0 waits in an allreduce;
+// exit: a program that asked is_initialized() first (so the default group outlives main's
+//   exit handlers' registration), leaves an allreduce unwaited and returns from main: the
+//   collective must finish and MPI be finalized after it, exit code 0.
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
+#include <numeric>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "core/ops.h"
 #include "dist/process_group/init.h"
@@ -19,6 +25,50 @@ using namespace gw;
 using namespace std::chrono_literals;
 
 namespace {
+
+// Waits, bounded, for `work` that nobody runs inline or asked to start: the group's own thread
+// must start it.
+bool completes_unasked(const dist::WorkPtr& work) {
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  while (!work->is_completed() && std::chrono::steady_clock::now() < until)
+    std::this_thread::yield();
+  return work->is_completed();
+}
+
+// Collectives that are not waited for at once: several in flight waited in reverse order,
+// chained on their futures, and never waited for (on a fresh group, whose thread sleeps).
+void check_async(dist::ProcessGroup& pg, dist::testing::Checks& checks) {
+  const int r = pg.rank(), world = pg.size();
+  const double sum = world * (world + 1) / 2.0;
+  Tensor a = ones({4}) * static_cast<double>(r + 1), b = full({3}, r == 0 ? 5.0 : 0.0),
+         c = ones({2}) * static_cast<double>(r + 1);
+  dist::WorkPtr wa = pg.allreduce(a), wb = pg.broadcast(b), wc = pg.allreduce(c);
+  wc->wait();
+  wb->wait();
+  wa->wait();
+  EXPECT(checks,
+         allclose(a, full({4}, sum)) && allclose(b, full({3}, 5.0)) && allclose(c, full({2}, sum)));
+
+  Tensor d = ones({5}) * static_cast<double>(r + 1);
+  Future<double> total = pg.allreduce(d)->future().then([d](Future<void>& done) {
+    done.wait();
+    return d.sum().item<double>();
+  });
+  EXPECT(checks, total.wait() == 5 * sum);
+
+  auto fresh = dist::new_group([&] {
+    std::vector<int> all(static_cast<size_t>(world));
+    std::iota(all.begin(), all.end(), 0);
+    return all;
+  }());
+  Tensor e = ones({6}) * static_cast<double>(r + 1);
+  dist::WorkPtr unasked = fresh->allreduce(e);
+  EXPECT(checks, completes_unasked(unasked));
+  EXPECT(checks, allclose(e, full({6}, sum)));
+  Tensor f = ones({6}) * static_cast<double>(r + 1);
+  EXPECT(checks, completes_unasked(pg.allreduce(f)));  // on an awake group thread
+  EXPECT(checks, allclose(f, full({6}, sum)));
+}
 
 void check_mpi_specifics(dist::ProcessGroup& pg, dist::testing::Checks& checks) {
   const int r = pg.rank(), world = pg.size();
@@ -74,8 +124,15 @@ void check_mpi_specifics(dist::ProcessGroup& pg, dist::testing::Checks& checks) 
     if (r == 0) pg.send(ones({3}), 1, 12)->wait();
     if (r == 1)
       EXPECT_THROWS(checks, InvalidArgumentError, pg.recv(longer, 0, 12)->wait(),
-                    "[recv] rank 1 expected 8 elements from rank 0 with tag 12, got 3");
+                    "expected 8 elements from rank 0 with tag 12, got 3");
+    // A receive past its own timeout is cancelled: TimeoutError, and the job goes on.
+    if (r == 1)
+      EXPECT_THROWS(checks, TimeoutError, pg.recv(longer, 0, 13, {.timeout = 100ms})->wait(),
+                    "[recv] rank 1 of", "timed out after 100 ms");
+    pg.barrier()->wait();
   }
+
+  check_async(pg, checks);
 
   // Subgroups are communicators: every rank calls new_group, the others get nullptr.
   auto ends = dist::new_group({0, world - 1});
@@ -102,8 +159,9 @@ void check_mpi_specifics(dist::ProcessGroup& pg, dist::testing::Checks& checks) 
 
 int main(int argc, char** argv) {
   const std::string scenario = argc > 1 ? argv[1] : "";
-  if (scenario != "collectives" && scenario != "timeout" && scenario != "die") {
-    std::cerr << "usage: mpi_probe collectives|timeout|die\n";
+  if (scenario != "collectives" && scenario != "timeout" && scenario != "die" &&
+      scenario != "exit") {
+    std::cerr << "usage: mpi_probe collectives|timeout|die|exit\n";
     return 2;
   }
   int rank = -1;
@@ -122,8 +180,15 @@ int main(int argc, char** argv) {
         }
       }
     }
+    if (scenario == "exit" && dist::is_initialized()) return 1;
     auto pg = dist::init_process_group("mpi");
     rank = pg->rank();
+    if (scenario == "exit") {
+      static Tensor left = ones({1 << 16});  // outlives main, as the group does
+      pg->allreduce(left);
+      std::cout << "rank " << rank << ": returning with an allreduce in flight\n";
+      return 0;
+    }
     if (scenario == "timeout") {
       if (rank == 1) {
         Tensor never = zeros({1});

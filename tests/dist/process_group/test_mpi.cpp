@@ -87,6 +87,16 @@ TEST_CASE("a rank that dies ends the MPI job with a non-zero exit code", "[mpi][
   CHECK(run.output.find("the allreduce completed") == std::string::npos);
 }
 
+TEST_CASE("a program that returns with an MPI collective in flight exits cleanly",
+          "[mpi][process]") {
+  SKIP_WITHOUT_MPI();
+  const Run run = mpirun(2, "exit");
+  INFO(run.output);
+  CHECK(run.exit_code == 0);  // the collective finished, then MPI was finalized
+  CHECK(run.output.find("failed") == std::string::npos);  // not refused at exit either
+  CHECK(run.output.find("rank 1: returning with an allreduce in flight") != std::string::npos);
+}
+
 TEST_CASE("the mpi backend without MPI is refused, naming the build", "[mpi]") {
   std::string why;
   if (gw::dist::mpi_available(&why)) GW_SKIP("this build has MPI");
