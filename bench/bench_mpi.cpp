@@ -16,6 +16,7 @@
 #include "core/ops.h"
 #include "dist/process_group/process_group_gloo.h"
 #include "dist/process_group/process_group_mpi.h"
+#include "dist/store/launch_env.h"
 #include "dist/store/tcp_store.h"
 
 namespace {
@@ -54,7 +55,7 @@ void run_under_mpirun(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   gw::bench::Reporter report(argc, argv);
-  if (!gw::dist::launched_by_mpi()) {
+  if (gw::dist::detect_launch_env().launcher != "openmpi") {
     run_under_mpirun(argc, argv);
     report.skip("mpi", "allreduce", "no mpirun (Debian: openmpi-bin)");
     return 0;

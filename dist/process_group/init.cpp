@@ -143,12 +143,6 @@ bool mpi_available(std::string* why) {
 }
 #endif
 
-bool launched_by_mpi() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK"})
-    if (const char* set = std::getenv(v); set && *set) return true;
-  return false;
-}
-
 std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend,
                                                  const std::string& init_method, int rank,
                                                  int world_size, Milliseconds timeout) {

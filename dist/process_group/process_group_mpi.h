@@ -38,8 +38,6 @@ struct MpiOptions {
 
 // Whether this build has MPI; if not, why (for a skip or an error message).
 bool mpi_available(std::string* why = nullptr);
-// Whether this process runs under an MPI launcher (mpirun's or PMIx's variables are set).
-bool launched_by_mpi();
 
 class ProcessGroupMPI final : public ProcessGroup {
  public:

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <regex>
 #include <string>
 
@@ -25,8 +26,13 @@ struct Run {
 // dumps go to a directory of the test's.
 Run mpirun(int ranks, const std::string& scenario) {
   gw::test::TempDir dumps("gw_mpi");
-  std::string cmd = "timeout -k 5 120 mpirun --oversubscribe -x GW_DEBUG_DUMP_DIR=" + dumps.path +
-                    " -np " + std::to_string(ranks);
+  std::string cmd;
+  // Under ASan: OpenMPI's own leaks are suppressed (tests/lsan.supp), which needs whole stacks
+  // through its libraries (the fast unwinder stops in them).
+  if (const char* lsan = std::getenv("LSAN_OPTIONS"))
+    cmd += "LSAN_OPTIONS='" + std::string(lsan) + ":fast_unwind_on_malloc=0' ";
+  cmd += "timeout -k 5 120 mpirun --oversubscribe -x GW_DEBUG_DUMP_DIR=" + dumps.path + " -np " +
+         std::to_string(ranks);
   if (::geteuid() == 0) cmd += " --allow-run-as-root";  // CI runs as root
   cmd += std::string(" ") + GW_MPI_PROBE + " " + scenario + " 2>&1";
   Run run;
