@@ -32,10 +32,14 @@ class BlockCache {
     cached_ -= size;
     return p;
   }
-  // Keeps the block if it fits under the limit; otherwise the caller frees it.
+  // Keeps the block, making room under the limit by freeing the largest cached blocks first
+  // (a cache full of a finished phase's big blocks must not turn away the sizes in use now:
+  // each of those would then be a fresh allocation, its pages faulted in again). A block
+  // larger than the limit is not kept: the caller frees it.
   bool give(void* p, size_t size) {
     std::lock_guard lock(mu_);
-    if (cached_ + size > limit_) return false;
+    if (size > limit_) return false;
+    while (cached_ + size > limit_) evict_largest_locked();
     free_[size].push_back(p);
     cached_ += size;
     return true;
@@ -58,6 +62,15 @@ class BlockCache {
   }
 
  private:
+  void evict_largest_locked() {
+    auto largest = free_.end();
+    for (auto it = free_.begin(); it != free_.end(); ++it)
+      if (!it->second.empty() && (largest == free_.end() || it->first > largest->first))
+        largest = it;
+    std::free(largest->second.back());  // cached_ > 0 here: some size has a block
+    largest->second.pop_back();
+    cached_ -= largest->first;
+  }
   void trim_locked() {
     for (auto& [size, blocks] : free_) {
       while (cached_ > limit_ && !blocks.empty()) {

@@ -506,3 +506,24 @@ TEST_CASE("add_out and mul_out write into the given tensor", "[core][elementwise
   gw::add_out(strided, a, a);
   CHECK(strided.to_vector<float>() == std::vector<float>{2, 4, 6, 8, 10, 12});
 }
+
+TEST_CASE("binary ops on outputs large enough to be streamed, at every alignment",
+          "[core][elementwise]") {
+  // Past 8 MiB a contiguous output is written with streaming stores: plain stores up to the
+  // first 64-byte line, whole lines, then plain stores again. Offsets of 0..15 floats move
+  // where those seams fall.
+  const int64_t n = (int64_t{9} << 20) / 4 + 13;
+  Tensor a = gw::arange(n + 16, gw::kFloat32), b = gw::arange(n + 16, gw::kFloat32) * 0.5;
+  Tensor out = gw::zeros({n + 16});
+  for (int64_t offset : {0, 1, 7, 15}) {
+    INFO("offset " << offset);
+    Tensor x = a.narrow(0, offset, n), y = b.narrow(0, 16 - offset, n);
+    Tensor dst = out.narrow(0, offset, n);
+    gw::add_out(dst, x, y);
+    const auto got = dst.to_vector<float>();
+    const auto xs = x.to_vector<float>(), ys = y.to_vector<float>();
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < n; ++i) wrong += got[i] != xs[i] + ys[i];
+    CHECK(wrong == 0);
+  }
+}
