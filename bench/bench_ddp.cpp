@@ -260,7 +260,7 @@ int main(int argc, char** argv) {
     if (mpi_overhead && !mpi) report.skip("ddp", kMpiOverhead, why);
     if (mpi_overhead && mpi_local && mpi_ddp) {
       if (local && ddp)
-        report.add({"ddp", kMpiOverhead, *mpi_ddp - *mpi_local, "ms", "pytorch ddp overhead",
+        report.add({"ddp", kMpiOverhead, *mpi_ddp - *mpi_local, "ms", "pytorch ddp overhead (gloo)",
                     *ddp - *local});
       else
         report.skip("ddp", kMpiOverhead, "the PyTorch anchor failed");

@@ -1,5 +1,7 @@
 #include "ddp/distributed_data_parallel.h"
 
+#include <map>
+
 #include "autograd/grad_mode.h"
 #include "core/ops.h"
 #include "core/trace.h"
@@ -54,37 +56,40 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
 void DistributedDataParallel::broadcast_from_rank0(const std::vector<Tensor>& tensors) {
   if (tensors.empty() || group_->size() == 1) return;
   autograd::NoGradGuard no_grad;
-  // Coalesced (PyTorch's _broadcast_coalesced): runs of tensors of one dtype travel as one
-  // buffer of up to kCoalesceBytes, so that a model's many small tensors cost one round trip
-  // rather than one each. A tensor that large travels alone, in place.
+  // Coalesced (PyTorch's _broadcast_coalesced): the contiguous CPU tensors of each dtype travel
+  // as buffers of up to kCoalesceBytes, so that a model's many small tensors cost one round trip
+  // rather than one each; the rest, and a tensor that large, travel alone, in place. Written
+  // back as raw bytes, like a broadcast in place: no version bump, so a buffer saved for a
+  // backward that spans two forwards stays valid.
   constexpr size_t kCoalesceBytes = size_t{64} << 20;
-  struct Chunk {
-    std::vector<Tensor> parts;  // the tensors' data: the same storage, written in place
-    size_t bytes = 0;
-  };
-  std::vector<Chunk> chunks;
+  std::map<DType, std::vector<std::vector<Tensor>>> runs;            // by dtype: buffers of tensors
+  std::vector<std::pair<dist::WorkPtr, std::vector<Tensor>>> works;  // and the parts it fills
   for (const Tensor& t : tensors) {
-    const bool fits = !chunks.empty() && chunks.back().parts[0].dtype() == t.dtype() &&
-                      chunks.back().bytes + t.nbytes() <= kCoalesceBytes;
-    if (!fits) chunks.emplace_back();
-    chunks.back().parts.push_back(t.detach());
-    chunks.back().bytes += t.nbytes();
-  }
-  std::vector<std::pair<dist::WorkPtr, Tensor>> works;  // with the buffer each fills, if any
-  for (Chunk& c : chunks) {
-    const bool alone = c.parts.size() == 1 && c.parts[0].is_contiguous();
-    Tensor buffer = alone ? c.parts[0] : dist::ProcessGroup::concat(c.parts);
-    works.emplace_back(group_->broadcast(buffer, {.root = 0}), alone ? Tensor() : buffer);
-  }
-  for (size_t k = 0; k < chunks.size(); ++k) {
-    works[k].first->wait();
-    const Tensor& buffer = works[k].second;
-    if (!buffer.defined()) continue;  // broadcast in place
-    int64_t offset = 0;
-    for (Tensor& part : chunks[k].parts) {
-      part.copy_(buffer.narrow(0, offset, part.numel()).view(part.sizes()));
-      offset += part.numel();
+    Tensor data = t.detach();  // the same storage
+    if (data.device() != kCPU || !data.is_contiguous() || data.nbytes() >= kCoalesceBytes) {
+      works.emplace_back(group_->broadcast(data, {.root = 0}), std::vector<Tensor>{});
+      continue;
     }
+    auto& buffers = runs[data.dtype()];
+    size_t bytes = 0;
+    if (!buffers.empty())
+      for (const Tensor& part : buffers.back()) bytes += part.nbytes();
+    if (buffers.empty() || bytes + data.nbytes() > kCoalesceBytes) buffers.emplace_back();
+    buffers.back().push_back(std::move(data));
+  }
+  std::vector<Tensor> flats;
+  for (auto& [dtype, buffers] : runs)
+    for (auto& parts : buffers) {
+      Tensor flat = dist::ProcessGroup::concat(parts);
+      works.emplace_back(group_->broadcast(flat, {.root = 0}), std::move(parts));
+      flats.push_back(flat);
+    }
+  size_t next_flat = 0;
+  for (auto& [work, parts] : works) {
+    work->wait();
+    if (parts.empty()) continue;  // broadcast in place
+    const Tensor& flat = flats[next_flat++];
+    if (group_->rank() != 0) dist::ProcessGroup::split(flat, parts);
   }
 }
 

@@ -17,8 +17,6 @@ bool same_memory(const Tensor& a, const Tensor& b) {
          a.strides() == b.strides();
 }
 
-// Waits for a reduction still running and drops it; its error, if any, ended the iteration
-// already (or would be a second one).
 // dst = src / n in one pass over both (CPU tensors of one floating dtype, contiguous), else
 // in two.
 void copy_divided(Tensor& dst, const Tensor& src, int n) {
@@ -42,6 +40,8 @@ void copy_divided(Tensor& dst, const Tensor& src, int n) {
   });
 }
 
+// Waits for a reduction still running and drops it; its error, if any, ended the iteration
+// already (or would be a second one).
 template <typename T>
 void finish_quietly(std::optional<Future<T>>& f) {
   if (!f) return;

@@ -52,7 +52,9 @@ struct ReducerOptions {
   size_t bucket_cap_bytes = size_t{25} << 20;
   size_t first_bucket_cap_bytes = size_t{1} << 20;
   // Each parameter's .grad becomes a view into its bucket once it is ready: no copy back after
-  // the reduction, and no second copy of the gradients in memory.
+  // the reduction, and no second copy of the gradients in memory. (Without a comm hook the
+  // view is divided by the world size when it becomes ready: after an iteration that failed,
+  // .grad holds that share, not the local gradient.)
   bool gradient_as_bucket_view = false;
 };
 

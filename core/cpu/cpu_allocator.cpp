@@ -1,9 +1,10 @@
 #include "core/cpu/cpu_allocator.h"
 
 #include <cstdlib>
+#include <iterator>
+#include <map>
 #include <mutex>
 #include <new>
-#include <unordered_map>
 #include <vector>
 
 #include "core/error.h"
@@ -26,10 +27,11 @@ class BlockCache {
   void* take(size_t size) {
     std::lock_guard lock(mu_);
     auto it = free_.find(size);
-    if (it == free_.end() || it->second.empty()) return nullptr;
+    if (it == free_.end()) return nullptr;
     void* p = it->second.back();
     it->second.pop_back();
     cached_ -= size;
+    if (it->second.empty()) free_.erase(it);
     return p;
   }
   // Keeps the block, making room under the limit by freeing the largest cached blocks first
@@ -37,11 +39,15 @@ class BlockCache {
   // each of those would then be a fresh allocation, its pages faulted in again). A block
   // larger than the limit is not kept: the caller frees it.
   bool give(void* p, size_t size) {
-    std::lock_guard lock(mu_);
-    if (size > limit_) return false;
-    while (cached_ + size > limit_) evict_largest_locked();
-    free_[size].push_back(p);
-    cached_ += size;
+    std::vector<void*> evicted;  // freed after the lock: munmap is slow
+    {
+      std::lock_guard lock(mu_);
+      if (size > limit_) return false;
+      while (cached_ + size > limit_) evicted.push_back(evict_largest_locked());
+      free_[size].push_back(p);
+      cached_ += size;
+    }
+    for (void* e : evicted) std::free(e);
     return true;
   }
   void set_limit(size_t bytes) {
@@ -62,27 +68,21 @@ class BlockCache {
   }
 
  private:
-  void evict_largest_locked() {
-    auto largest = free_.end();
-    for (auto it = free_.begin(); it != free_.end(); ++it)
-      if (!it->second.empty() && (largest == free_.end() || it->first > largest->first))
-        largest = it;
-    std::free(largest->second.back());  // cached_ > 0 here: some size has a block
+  // Takes a block of the largest cached size out of the cache (cached_ > 0: there is one).
+  void* evict_largest_locked() {
+    auto largest = std::prev(free_.end());  // sizes with no block are erased
+    void* p = largest->second.back();
     largest->second.pop_back();
     cached_ -= largest->first;
+    if (largest->second.empty()) free_.erase(largest);
+    return p;
   }
   void trim_locked() {
-    for (auto& [size, blocks] : free_) {
-      while (cached_ > limit_ && !blocks.empty()) {
-        std::free(blocks.back());
-        blocks.pop_back();
-        cached_ -= size;
-      }
-    }
+    while (cached_ > limit_) std::free(evict_largest_locked());
   }
 
   std::mutex mu_;
-  std::unordered_map<size_t, std::vector<void*>> free_;
+  std::map<size_t, std::vector<void*>> free_;  // by size; every entry has a block
   size_t cached_ = 0;
   size_t limit_ = size_t{256} << 20;
 };

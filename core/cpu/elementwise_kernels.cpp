@@ -1,7 +1,9 @@
 // Unary, binary, ternary (where) and clamp kernels. Each op is a small functor applied by
 // `map_rows`, which picks a contiguous loop (vectorized by the compiler), a broadcast-scalar
 // loop, or a generic strided loop from the inner strides of the current row.
+#if defined(__SSE2__)
 #include <immintrin.h>
+#endif
 
 #include <cmath>
 #include <cstring>
@@ -14,11 +16,26 @@ namespace gw::cpu {
 
 namespace {
 
-// Outputs at least this large are written with streaming (non-temporal) stores: they would not
-// stay in the cache anyway, and a plain store first reads each line it writes (the "read for
-// ownership"), a fourth stream of traffic beside an add's three. glibc's memcpy does the same
-// for large copies.
+#if defined(__SSE2__)
+// Contiguous output rows at least this large (a whole output, single-threaded) are written with
+// streaming (non-temporal) stores: they would not stay in the cache anyway, and a plain store
+// first reads each line it writes (the "read for ownership"), a fourth stream of traffic beside
+// an add's three. glibc's memcpy does the same for large copies. Not when the output overlaps
+// an input: in place, the line was just read (nothing to save), and a partial overlap must
+// see the stores in order.
 constexpr int64_t kStreamBytes = int64_t{8} << 20;
+
+template <typename Out, typename In>
+bool streamable(const Out* o, const In* x, const In* y, int64_t n) {
+  auto apart = [&](const In* in) {
+    const auto* ob = reinterpret_cast<const char*>(o);
+    const auto* ib = reinterpret_cast<const char*>(in);
+    return ob + n * static_cast<int64_t>(sizeof(Out)) <= ib ||
+           ib + n * static_cast<int64_t>(sizeof(In)) <= ob;
+  };
+  return n * static_cast<int64_t>(sizeof(Out)) >= kStreamBytes && 64 % sizeof(Out) == 0 &&
+         apart(x) && apart(y);
+}
 
 // Writes the 64 bytes at `line` to `dst` (64-byte aligned) around the cache.
 inline void stream_line(void* dst, const void* line) {
@@ -51,6 +68,7 @@ void write_streaming(Out* o, int64_t n, F f) {
   for (; i < n; ++i) o[i] = f(i);
   _mm_sfence();  // the streamed lines are visible before the kernel returns
 }
+#endif
 
 template <typename Out, typename In, typename F>
 void map_unary(const Tensor& in, const Tensor& out, F f) {
@@ -75,10 +93,13 @@ void map_binary(const Tensor& a, const Tensor& b, const Tensor& out, F f) {
     auto* y = reinterpret_cast<const In*>(p[2]);
     constexpr int64_t so = sizeof(Out), si = sizeof(In);
     if (s[0] == so && s[1] == si && s[2] == si) {
-      if (n * so >= kStreamBytes && 64 % so == 0)
+#if defined(__SSE2__)
+      if (streamable(o, x, y, n)) {
         write_streaming(o, n, [&](int64_t i) { return f(x[i], y[i]); });
-      else
-        for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], y[i]);
+        return;
+      }
+#endif
+      for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], y[i]);
     } else if (s[0] == so && s[1] == si && s[2] == 0) {
       const In yv = *y;
       for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], yv);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cpu/cpu_allocator.h"
 #include "core/ops.h"
 #include "test_util.h"
 
@@ -526,4 +527,29 @@ TEST_CASE("binary ops on outputs large enough to be streamed, at every alignment
     for (int64_t i = 0; i < n; ++i) wrong += got[i] != xs[i] + ys[i];
     CHECK(wrong == 0);
   }
+  // Float64 outputs, and in place (the output is an input: not streamed).
+  Tensor d = gw::arange(n, gw::kFloat64), e = gw::arange(n, gw::kFloat64) * 3.0;
+  Tensor sum = d + e;
+  d.add_(e);
+  CHECK(gw::equal(d, sum));
+  CHECK(gw::equal(sum, gw::arange(n, gw::kFloat64) * 4.0));
+}
+
+TEST_CASE("a full CPU block cache makes room for the block given back", "[core]") {
+  gw::empty_cpu_cache();
+  gw::set_cpu_cache_limit(size_t{8} << 20);
+  {
+    Tensor big = gw::empty({int64_t{6} << 20 >> 2});  // 6 MiB: cached when freed
+  }
+  CHECK(gw::cpu_cached_bytes() == size_t{6} << 20);
+  {
+    Tensor small = gw::empty({int64_t{4} << 20 >> 2});  // 4 MiB: over the limit with the 6
+  }
+  CHECK(gw::cpu_cached_bytes() == size_t{4} << 20);  // the 6 MiB block made room
+  {
+    Tensor huge = gw::empty({int64_t{16} << 20 >> 2});  // larger than the limit: not kept
+  }
+  CHECK(gw::cpu_cached_bytes() == size_t{4} << 20);
+  gw::set_cpu_cache_limit(size_t{256} << 20);
+  gw::empty_cpu_cache();
 }

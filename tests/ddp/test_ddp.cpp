@@ -391,6 +391,39 @@ TEST_CASE("broadcast_buffers: rank 0's buffers reach every rank before each forw
   }
 }
 
+namespace {
+// Two float buffers (broadcast as one buffer), one of them saved for backward by a product.
+struct Masked : nn::Module {
+  Tensor scale, mask;
+  Masked() : Module("Masked") {
+    scale = register_buffer("scale", full({4}, 1.0));
+    mask = register_buffer("mask", full({4}, 1.0));
+    lin = register_module("lin", std::make_shared<nn::Linear>(4, 4));
+  }
+  Tensor forward(const Tensor& x) override { return lin->forward(x * mask) * scale; }
+  std::shared_ptr<nn::Linear> lin;
+};
+}  // namespace
+
+TEST_CASE("buffers broadcast before a second forward stay valid for the first's backward",
+          "[ddp]") {
+  run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+    auto net = std::make_shared<Masked>();
+    ddp::DistributedDataParallel model(net, borrow(pg));
+    {
+      autograd::NoGradGuard no_grad;
+      net->mask.fill_(static_cast<double>(pg.rank() + 2));
+      net->scale.fill_(static_cast<double>(pg.rank() + 3));
+    }
+    // The second forward's broadcast rewrites `mask`, which the first saved: written as a
+    // broadcast in place (no version bump), backward still runs.
+    Tensor loss = model.forward(ones({2, 4})).sum() + model.forward(ones({2, 4})).sum();
+    EXPECT(c, allclose(net->mask, full({4}, 2.0)) && allclose(net->scale, full({4}, 3.0)));
+    loss.backward();
+    EXPECT(c, net->lin->weight.grad().defined());
+  });
+}
+
 TEST_CASE("a rank that leaves or stalls makes backward raise on the others", "[ddp][errors]") {
   using namespace std::chrono_literals;
   SECTION("it leaves: IoError at once") {
