@@ -24,6 +24,10 @@ namespace {
 // an input: in place, the line was just read (nothing to save), and a partial overlap must
 // see the stores in order.
 constexpr int64_t kStreamBytes = int64_t{8} << 20;
+// How far ahead of the line being computed its inputs are prefetched: one core's hardware
+// prefetchers alone keep too few reads in flight to feed two input streams (measured here:
+// 0.72-0.75x memcpy's bandwidth without, 0.87-0.96x with 2 KiB; 0.5 and 4 KiB did worse).
+constexpr int64_t kPrefetchBytes = 2048;
 
 template <typename Out, typename In>
 bool streamable(const Out* o, const In* x, const In* y, int64_t n) {
@@ -54,14 +58,16 @@ inline void stream_line(void* dst, const void* line) {
 }
 
 // o[i] = f(i) for i in [0, n), a large contiguous output: plain stores up to the first 64-byte
-// boundary and after the last, streaming stores of whole lines between.
-template <typename Out, typename F>
-void write_streaming(Out* o, int64_t n, F f) {
+// boundary and after the last, streaming stores of whole lines between; prefetch(i) before
+// each line.
+template <typename Out, typename F, typename P>
+void write_streaming(Out* o, int64_t n, F f, P prefetch) {
   constexpr int64_t kPerLine = 64 / static_cast<int64_t>(sizeof(Out));
   int64_t i = 0;
   for (; i < n && reinterpret_cast<uintptr_t>(o + i) % 64 != 0; ++i) o[i] = f(i);
   alignas(64) Out line[kPerLine];
   for (; i + kPerLine <= n; i += kPerLine) {
+    prefetch(i);
     for (int64_t k = 0; k < kPerLine; ++k) line[k] = f(i + k);  // vectorized
     stream_line(o + i, line);
   }
@@ -95,7 +101,12 @@ void map_binary(const Tensor& a, const Tensor& b, const Tensor& out, F f) {
     if (s[0] == so && s[1] == si && s[2] == si) {
 #if defined(__SSE2__)
       if (streamable(o, x, y, n)) {
-        write_streaming(o, n, [&](int64_t i) { return f(x[i], y[i]); });
+        write_streaming(
+            o, n, [&](int64_t i) { return f(x[i], y[i]); },
+            [&](int64_t i) {
+              _mm_prefetch(reinterpret_cast<const char*>(x + i) + kPrefetchBytes, _MM_HINT_T0);
+              _mm_prefetch(reinterpret_cast<const char*>(y + i) + kPrefetchBytes, _MM_HINT_T0);
+            });
         return;
       }
 #endif
