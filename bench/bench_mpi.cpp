@@ -23,12 +23,6 @@ namespace {
 
 constexpr int kRanks = 2;
 
-std::string label(size_t bytes) {
-  if (bytes >= (size_t{1} << 20)) return std::to_string(bytes >> 20) + " MiB";
-  if (bytes >= (size_t{1} << 10)) return std::to_string(bytes >> 10) + " KiB";
-  return std::to_string(bytes) + " B";
-}
-
 // Seconds per call of `op` over `iters` calls, after a warm-up; both ranks start together.
 template <typename Op>
 double loop(int iters, Op op) {
@@ -80,7 +74,7 @@ int main(int argc, char** argv) {
 
     for (size_t bytes :
          {size_t{4}, size_t{4} << 10, size_t{256} << 10, size_t{4} << 20, size_t{64} << 20}) {
-      const std::string name = "allreduce " + label(bytes);
+      const std::string name = "allreduce " + gw::bench::size_label(bytes);
       if (!report.wants("mpi", name)) continue;
       const int n = static_cast<int>(std::max<size_t>(bytes / 4, 1));
       const int iters = static_cast<int>(std::clamp<size_t>((size_t{256} << 20) / bytes, 4, 20000));

@@ -40,12 +40,6 @@ std::vector<Case> cases() {
   return out;
 }
 
-std::string label(size_t bytes) {
-  if (bytes >= (size_t{1} << 20)) return std::to_string(bytes >> 20) + " MiB";
-  if (bytes >= (size_t{1} << 10)) return std::to_string(bytes >> 10) + " KiB";
-  return std::to_string(bytes) + " B";
-}
-
 // One timed loop of `iters` calls after a warm-up; the first call lines the ranks up.
 template <typename Op>
 double loop(int iters, Op op) {
@@ -111,7 +105,8 @@ int main(int argc, char** argv) {
   gw::bench::Reporter report(argc, argv);
   std::vector<Case> wanted;
   for (const auto& c : cases())
-    if (report.wants("process_group", "allreduce " + label(c.bytes))) wanted.push_back(c);
+    if (report.wants("process_group", "allreduce " + gw::bench::size_label(c.bytes)))
+      wanted.push_back(c);
   if (wanted.empty()) return 0;
 
   std::string args;
@@ -123,7 +118,7 @@ int main(int argc, char** argv) {
   for (const auto& c : wanted) {
     const Times times = measure(c);
     const double ours = times.gradwire, raw = times.raw;
-    const std::string name = "allreduce " + label(c.bytes);
+    const std::string name = "allreduce " + gw::bench::size_label(c.bytes);
     const double bus = static_cast<double>(c.bytes) * 2.0 * (kRanks - 1) / kRanks / 1e9;
     if (c.bytes <= (size_t{4} << 10)) {
       report.add({"process_group", name, ours * 1e6, "us", "raw gloo", raw * 1e6});

@@ -128,6 +128,12 @@ std::pair<double, double> seconds_per_call_pair(const std::function<void()>& f,
   return {best_f, best_g};
 }
 
+std::string size_label(size_t bytes) {
+  if (bytes >= (size_t{1} << 20)) return std::to_string(bytes >> 20) + " MiB";
+  if (bytes >= (size_t{1} << 10)) return std::to_string(bytes >> 10) + " KiB";
+  return std::to_string(bytes) + " B";
+}
+
 std::optional<std::string> run_capture(const std::string& command) {
   FILE* pipe = popen(command.c_str(), "r");
   if (!pipe) return std::nullopt;

@@ -75,6 +75,9 @@ std::pair<double, double> seconds_per_call_pair(const std::function<void()>& f,
                                                 const std::function<void()>& g,
                                                 double min_seconds = 0.05, int trials = 9);
 
+// "4 B", "4 KiB", "64 MiB": a power-of-two size in its largest whole unit.
+std::string size_label(size_t bytes);
+
 // Runs a command and returns its standard output (empty if it could not run or failed).
 std::optional<std::string> run_capture(const std::string& command);
 // The directory holding the running executable (where sibling anchor binaries live).

@@ -121,6 +121,37 @@ void ProcessGroup::check_avg(const char* op, const Tensor& t, ReduceOp reduce) {
            "] AVG needs a floating point tensor, got ", dtype_name(t.dtype()));
 }
 
+void ProcessGroup::check_coalesced(const char* op, const std::vector<Tensor>& tensors) const {
+  GW_CHECK(!tensors.empty(), InvalidArgumentError, "[", op, "] no tensors given");
+  for (const auto& t : tensors) {
+    check_tensor(op, t);
+    GW_CHECK(t.dtype() == tensors[0].dtype(), InvalidArgumentError, "[", op,
+             "] every tensor must be ", dtype_name(tensors[0].dtype()), "; got ",
+             dtype_name(t.dtype()));
+  }
+}
+
+void ProcessGroup::check_allgather(const std::vector<Tensor>& outputs, const Tensor& input) const {
+  check_tensor("allgather", input, "input");
+  check_count("allgather", outputs.size(), "outputs");
+  for (const auto& t : outputs) check_like("allgather", t, input, "output");
+}
+
+void ProcessGroup::check_reduce_scatter(const Tensor& output,
+                                        const std::vector<Tensor>& inputs) const {
+  check_tensor("reduce_scatter", output, "output");
+  check_count("reduce_scatter", inputs.size(), "inputs");
+  for (const auto& t : inputs) check_like("reduce_scatter", t, output, "input");
+}
+
+void ProcessGroup::check_alltoall(const std::vector<Tensor>& outputs,
+                                  const std::vector<Tensor>& inputs) const {
+  check_count("alltoall", inputs.size(), "inputs");
+  check_count("alltoall", outputs.size(), "outputs");
+  for (const auto& t : inputs) check_like("alltoall", t, inputs[0], "input");
+  for (const auto& t : outputs) check_like("alltoall", t, inputs[0], "output");
+}
+
 void ProcessGroup::check_root_parts(const char* op, const std::vector<Tensor>& parts,
                                     const Tensor& like, int root, const char* what) const {
   check_rank(op, root, "root");

@@ -101,6 +101,13 @@ class ProcessGroup {
   void check_rank(const char* op, int r, const char* what) const;        // in [0, size())
   // send/recv: the tensor, a peer other than this rank, a tag >= 0.
   void check_p2p(const char* op, const Tensor& t, int peer, int tag) const;
+  // The arguments of these collectives (besides the dtypes and reduce ops a backend supports):
+  // several tensors of one dtype; size() outputs like `input`; size() inputs like `output`;
+  // size() inputs and outputs all like inputs[0].
+  void check_coalesced(const char* op, const std::vector<Tensor>& tensors) const;
+  void check_allgather(const std::vector<Tensor>& outputs, const Tensor& input) const;
+  void check_reduce_scatter(const Tensor& output, const std::vector<Tensor>& inputs) const;
+  void check_alltoall(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs) const;
   // gather's outputs / scatter's inputs: one per rank like `like` on the root, none elsewhere.
   void check_root_parts(const char* op, const std::vector<Tensor>& parts, const Tensor& like,
                         int root, const char* what) const;

@@ -225,12 +225,7 @@ WorkPtr ProcessGroupGloo::allreduce(Tensor& tensor, AllreduceOptions o) {
 }
 
 WorkPtr ProcessGroupGloo::allreduce_coalesced(std::vector<Tensor>& tensors, AllreduceOptions o) {
-  GW_CHECK(!tensors.empty(), InvalidArgumentError, "[allreduce_coalesced] no tensors given");
-  for (const auto& t : tensors) check_tensor("allreduce_coalesced", t);
-  for (const auto& t : tensors)
-    GW_CHECK(t.dtype() == tensors[0].dtype(), InvalidArgumentError,
-             "[allreduce_coalesced] every tensor must be ", dtype_name(tensors[0].dtype()),
-             "; got ", dtype_name(t.dtype()));
+  check_coalesced("allreduce_coalesced", tensors);
   check_reducible("allreduce_coalesced", tensors[0], o.op);
   Tensor flat = concat(tensors);
   return impl_->enqueue(
@@ -284,9 +279,7 @@ WorkPtr ProcessGroupGloo::reduce(Tensor& tensor, ReduceOptions o) {
 
 WorkPtr ProcessGroupGloo::allgather(std::vector<Tensor>& outputs, const Tensor& input,
                                     CollectiveOptions o) {
-  check_tensor("allgather", input, "input");
-  check_count("allgather", outputs.size(), "outputs");
-  for (const auto& t : outputs) check_like("allgather", t, input, "output");
+  check_allgather(outputs, input);
   Tensor flat = empty({input.numel() * size()}, TensorOptions().with_dtype(input.dtype()));
   return impl_->enqueue(
       signature::allgather(input), o.timeout,
@@ -346,9 +339,7 @@ WorkPtr ProcessGroupGloo::scatter(Tensor& output, const std::vector<Tensor>& inp
 
 WorkPtr ProcessGroupGloo::reduce_scatter(Tensor& output, const std::vector<Tensor>& inputs,
                                          CollectiveOptions o) {
-  check_tensor("reduce_scatter", output, "output");
-  check_count("reduce_scatter", inputs.size(), "inputs");
-  for (const auto& t : inputs) check_like("reduce_scatter", t, output, "input");
+  check_reduce_scatter(output, inputs);
   check_reducible("reduce_scatter", output, o.op);
   // Gloo has no reduce-scatter for these buffers: an allreduce of all inputs, keeping ours.
   Tensor flat = concat(inputs);
@@ -363,10 +354,7 @@ WorkPtr ProcessGroupGloo::reduce_scatter(Tensor& output, const std::vector<Tenso
 
 WorkPtr ProcessGroupGloo::alltoall(std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                                    CollectiveOptions o) {
-  check_count("alltoall", inputs.size(), "inputs");
-  check_count("alltoall", outputs.size(), "outputs");
-  for (const auto& t : inputs) check_like("alltoall", t, inputs[0], "input");
-  for (const auto& t : outputs) check_like("alltoall", t, inputs[0], "output");
+  check_alltoall(outputs, inputs);
   Tensor in = concat(inputs);
   Tensor out = empty_like(in);
   return impl_->enqueue(

@@ -437,13 +437,7 @@ WorkPtr ProcessGroupMPI::allreduce(Tensor& tensor, AllreduceOptions o) {
 }
 
 WorkPtr ProcessGroupMPI::allreduce_coalesced(std::vector<Tensor>& tensors, AllreduceOptions o) {
-  GW_CHECK(!tensors.empty(), InvalidArgumentError, "[allreduce_coalesced] no tensors given");
-  for (const auto& t : tensors) {
-    check_tensor("allreduce_coalesced", t);
-    GW_CHECK(t.dtype() == tensors[0].dtype(), InvalidArgumentError,
-             "[allreduce_coalesced] every tensor must be ", dtype_name(tensors[0].dtype()),
-             "; got ", dtype_name(t.dtype()));
-  }
+  check_coalesced("allreduce_coalesced", tensors);
   check_avg("allreduce_coalesced", tensors[0], o.op);
   mpi_op("allreduce_coalesced", tensors[0].dtype(), o.op);
   Tensor flat = concat(tensors);
@@ -486,9 +480,7 @@ WorkPtr ProcessGroupMPI::reduce(Tensor& tensor, ReduceOptions o) {
 
 WorkPtr ProcessGroupMPI::allgather(std::vector<Tensor>& outputs, const Tensor& input,
                                    CollectiveOptions o) {
-  check_tensor("allgather", input, "input");
-  check_count("allgather", outputs.size(), "outputs");
-  for (const auto& t : outputs) check_like("allgather", t, input, "output");
+  check_allgather(outputs, input);
   const int n = count_of("allgather", input.numel());
   count_of("allgather", input.numel() * size());
   Tensor flat = empty({input.numel() * size()}, TensorOptions().with_dtype(input.dtype()));
@@ -537,9 +529,7 @@ WorkPtr ProcessGroupMPI::scatter(Tensor& output, const std::vector<Tensor>& inpu
 
 WorkPtr ProcessGroupMPI::reduce_scatter(Tensor& output, const std::vector<Tensor>& inputs,
                                         CollectiveOptions o) {
-  check_tensor("reduce_scatter", output, "output");
-  check_count("reduce_scatter", inputs.size(), "inputs");
-  for (const auto& t : inputs) check_like("reduce_scatter", t, output, "input");
+  check_reduce_scatter(output, inputs);
   check_avg("reduce_scatter", output, o.op);
   mpi_op("reduce_scatter", output.dtype(), o.op);
   const int n = count_of("reduce_scatter", output.numel());
@@ -556,10 +546,7 @@ WorkPtr ProcessGroupMPI::reduce_scatter(Tensor& output, const std::vector<Tensor
 
 WorkPtr ProcessGroupMPI::alltoall(std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                                   CollectiveOptions o) {
-  check_count("alltoall", inputs.size(), "inputs");
-  check_count("alltoall", outputs.size(), "outputs");
-  for (const auto& t : inputs) check_like("alltoall", t, inputs[0], "input");
-  for (const auto& t : outputs) check_like("alltoall", t, inputs[0], "output");
+  check_alltoall(outputs, inputs);
   Tensor in = concat(inputs);
   Tensor out = empty_like(in);
   const int n = count_of("alltoall", inputs[0].numel());
