@@ -8,7 +8,9 @@
 //   auto evens = gw::dist::new_group({0, 2});         // an MPI communicator of ranks 0 and 2
 //
 // Mental model: the first group initializes MPI (MPI_THREAD_MULTIPLE; a program that
-// initialized MPI itself must have asked for that level) and finalizes it at exit. Each group
+// initialized MPI itself must have asked for that level) and finalizes it at exit, after the
+// groups still alive have finished what they queued (make the first group on the main thread:
+// MPI wants MPI_Finalize on the thread that initialized it). Each group
 // owns a communicator (MPI_COMM_WORLD's duplicate for the world) and runs its collectives in
 // call order through a CollectiveQueue: the blocking MPI call runs inline on the thread that
 // waits for it, or on the group's thread — a 4-byte allreduce then costs what MPI_Allreduce
