@@ -12,8 +12,6 @@
 //     `mpirun -np 2` (this program runs itself so): DDP over the MPI group (shared memory)
 //     against PyTorch's overhead, and its throughput beside the Gloo group's between the same
 //     two processes.
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -23,6 +21,7 @@
 #include <string>
 
 #include "bench/harness.h"
+#include "bench/mpi_peers.h"
 #include "core/ops.h"
 #include "core/random.h"
 #include "core/trace.h"
@@ -30,7 +29,6 @@
 #include "dist/process_group/process_group_gloo.h"
 #include "dist/process_group/process_group_mpi.h"
 #include "dist/store/hash_store.h"
-#include "dist/store/tcp_store.h"
 #include "nn/nn.h"
 #include "optim/sgd.h"
 
@@ -146,22 +144,8 @@ int run_under_mpi() {
   Results r;
   time_big(mpi, r);
   time_mnist(mpi, rank, /*traced=*/false, r);
-  // The Gloo group between the same processes: rank 0's store port travels over MPI.
-  std::shared_ptr<gw::dist::TCPStore> store;
-  gw::Tensor port = gw::zeros({1}, gw::kInt64);
-  if (rank == 0) {
-    store = std::make_shared<gw::dist::TCPStore>("127.0.0.1", 0, kRanks, true,
-                                                 std::chrono::seconds(60));
-    port.fill_(static_cast<double>(store->port()));
-  }
-  mpi->broadcast(port)->wait();
-  if (rank != 0)
-    store = std::make_shared<gw::dist::TCPStore>("127.0.0.1",
-                                                 static_cast<uint16_t>(port.item<int64_t>()),
-                                                 kRanks, false, std::chrono::seconds(60));
   Results over_gloo;
-  time_mnist(std::make_shared<gw::dist::ProcessGroupGloo>(store, rank, kRanks), rank, false,
-             over_gloo);
+  time_mnist(gw::bench::gloo_beside(*mpi), rank, /*traced=*/false, over_gloo);
   if (rank == 0)
     std::printf(
         "{\"big_local_ms\": %.6g, \"big_ddp_ms\": %.6g, \"mnist_step_s\": %.6g, "
@@ -178,10 +162,10 @@ std::optional<std::string> run_mpi_cases(std::string* why) {
     *why = "no mpirun (Debian: openmpi-bin)";
     return std::nullopt;
   }
-  auto out =
-      gw::bench::run_capture(std::string("timeout -k 5 600 mpirun --oversubscribe -np 2 ") +
-                             (::geteuid() == 0 ? "--allow-run-as-root " : "") +
-                             gw::bench::executable_dir() + "/bench_ddp --under-mpi 2>/dev/null");
+  std::string command = "timeout -k 5 600";
+  for (const auto& arg : gw::bench::mpirun_args(kRanks)) command += " " + arg;
+  auto out = gw::bench::run_capture(command + " " + gw::bench::executable_dir() +
+                                    "/bench_ddp --under-mpi 2>/dev/null");
   if (!out || out->find("big_ddp_ms") == std::string::npos) {
     *why = "mpirun -np 2 bench_ddp --under-mpi failed";
     return std::nullopt;

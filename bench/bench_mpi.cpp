@@ -4,7 +4,6 @@
 //
 // Started as a plain program it runs itself under `mpirun -np 2`; rank 0 reports.
 #include <mpi.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -13,11 +12,10 @@
 #include <vector>
 
 #include "bench/harness.h"
+#include "bench/mpi_peers.h"
 #include "core/ops.h"
-#include "dist/process_group/process_group_gloo.h"
 #include "dist/process_group/process_group_mpi.h"
 #include "dist/store/launch_env.h"
-#include "dist/store/tcp_store.h"
 
 namespace {
 
@@ -35,8 +33,7 @@ double loop(int iters, Op op) {
 
 // Runs this program again under mpirun with the same arguments; returns only if it cannot.
 void run_under_mpirun(int argc, char** argv) {
-  std::vector<std::string> args{"mpirun", "--oversubscribe", "-np", std::to_string(kRanks)};
-  if (::geteuid() == 0) args.push_back("--allow-run-as-root");
+  std::vector<std::string> args = gw::bench::mpirun_args(kRanks);
   args.push_back(gw::bench::executable_dir() + "/bench_mpi");
   for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
   std::vector<char*> c_args;
@@ -60,17 +57,7 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   {
     gw::dist::ProcessGroupMPI mpi;
-    // The Gloo group between the same processes: rank 0's store port travels over MPI.
-    std::shared_ptr<gw::dist::TCPStore> store;
-    if (rank == 0)
-      store = std::make_shared<gw::dist::TCPStore>("127.0.0.1", 0, kRanks, true,
-                                                   std::chrono::seconds(60));
-    int port = rank == 0 ? store->port() : 0;
-    MPI_Bcast(&port, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    if (rank != 0)
-      store = std::make_shared<gw::dist::TCPStore>("127.0.0.1", static_cast<uint16_t>(port), kRanks,
-                                                   false, std::chrono::seconds(60));
-    gw::dist::ProcessGroupGloo gloo(store, rank, kRanks);
+    auto gloo = gw::bench::gloo_beside(mpi);
 
     for (size_t bytes :
          {size_t{4}, size_t{4} << 10, size_t{256} << 10, size_t{4} << 20, size_t{64} << 20}) {
@@ -87,7 +74,7 @@ int main(int argc, char** argv) {
                                           MPI_COMM_WORLD);
                           }));
         over_gloo =
-            std::min(over_gloo, loop(std::max(iters / 8, 4), [&] { gloo.allreduce(t)->wait(); }));
+            std::min(over_gloo, loop(std::max(iters / 8, 4), [&] { gloo->allreduce(t)->wait(); }));
       }
       if (rank != 0) continue;
       const double bus = static_cast<double>(bytes) * 2.0 * (kRanks - 1) / kRanks / 1e9;
@@ -99,7 +86,7 @@ int main(int argc, char** argv) {
         report.add({"mpi", name, bus / ours, "GB/s", "gradwire gloo group", bus / over_gloo});
       }
     }
-    gloo.barrier()->wait();
+    gloo->barrier()->wait();
   }
   MPI_Finalize();
   return 0;

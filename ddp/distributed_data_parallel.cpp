@@ -62,35 +62,36 @@ void DistributedDataParallel::broadcast_from_rank0(const std::vector<Tensor>& te
   // back as raw bytes, like a broadcast in place: no version bump, so a buffer saved for a
   // backward that spans two forwards stays valid.
   constexpr size_t kCoalesceBytes = size_t{64} << 20;
-  std::map<DType, std::vector<std::vector<Tensor>>> runs;            // by dtype: buffers of tensors
-  std::vector<std::pair<dist::WorkPtr, std::vector<Tensor>>> works;  // and the parts it fills
+  struct Buffer {
+    std::vector<Tensor> parts;  // the tensors' data: their storage, written back in place
+    size_t bytes = 0;
+    Tensor flat;
+    dist::WorkPtr work;
+  };
+  std::map<DType, std::vector<Buffer>> buffers;
+  std::vector<dist::WorkPtr> in_place;
   for (const Tensor& t : tensors) {
     Tensor data = t.detach();  // the same storage
     if (data.device() != kCPU || !data.is_contiguous() || data.nbytes() >= kCoalesceBytes) {
-      works.emplace_back(group_->broadcast(data, {.root = 0}), std::vector<Tensor>{});
+      in_place.push_back(group_->broadcast(data, {.root = 0}));
       continue;
     }
-    auto& buffers = runs[data.dtype()];
-    size_t bytes = 0;
-    if (!buffers.empty())
-      for (const Tensor& part : buffers.back()) bytes += part.nbytes();
-    if (buffers.empty() || bytes + data.nbytes() > kCoalesceBytes) buffers.emplace_back();
-    buffers.back().push_back(std::move(data));
+    auto& runs = buffers[data.dtype()];
+    if (runs.empty() || runs.back().bytes + data.nbytes() > kCoalesceBytes) runs.emplace_back();
+    runs.back().bytes += data.nbytes();
+    runs.back().parts.push_back(std::move(data));
   }
-  std::vector<Tensor> flats;
-  for (auto& [dtype, buffers] : runs)
-    for (auto& parts : buffers) {
-      Tensor flat = dist::ProcessGroup::concat(parts);
-      works.emplace_back(group_->broadcast(flat, {.root = 0}), std::move(parts));
-      flats.push_back(flat);
+  for (auto& [dtype, runs] : buffers)
+    for (Buffer& b : runs) {
+      b.flat = dist::ProcessGroup::concat(b.parts);
+      b.work = group_->broadcast(b.flat, {.root = 0});
     }
-  size_t next_flat = 0;
-  for (auto& [work, parts] : works) {
-    work->wait();
-    if (parts.empty()) continue;  // broadcast in place
-    const Tensor& flat = flats[next_flat++];
-    if (group_->rank() != 0) dist::ProcessGroup::split(flat, parts);
-  }
+  for (auto& w : in_place) w->wait();
+  for (auto& [dtype, runs] : buffers)
+    for (Buffer& b : runs) {
+      b.work->wait();
+      if (group_->rank() != 0) dist::ProcessGroup::split(b.flat, b.parts);
+    }
 }
 
 Tensor DistributedDataParallel::forward(const Tensor& input) {

@@ -51,19 +51,21 @@ void finish_quietly(std::optional<Future<T>>& f) {
   }
   f.reset();
 }
+
+// A future of `buffer` once `op` reduced it in place across `group`.
+Future<Tensor> reduced_in_place(dist::ProcessGroup& group, Tensor buffer, dist::ReduceOp op) {
+  return group.allreduce(buffer, {.op = op})->future().then([buffer](Future<void>& done) {
+    done.wait();
+    return buffer;
+  });
+}
 }  // namespace
 
 namespace hooks {
 
 CommHook allreduce() {
   return [](dist::ProcessGroup& group, GradBucket& bucket) {
-    Tensor buffer = bucket.buffer;
-    return group.allreduce(buffer, {.op = dist::ReduceOp::AVG})
-        ->future()
-        .then([buffer](Future<void>& done) {
-          done.wait();
-          return buffer;
-        });
+    return reduced_in_place(group, bucket.buffer, dist::ReduceOp::AVG);
   };
 }
 
@@ -266,19 +268,12 @@ void Reducer::launch_ready_buckets() {
       span.emplace(
           "ddp", "DDP bucket " + std::to_string(index) + " ready",
           gw::detail::str("{\"params\":", b.params.size(), ",\"bytes\":", b.flat.nbytes(), "}"));
-    b.reduced = hook_ ? hook_(*group_, view) : sum_in_place(view.buffer);
+    // Without a hook the gradients were divided on their way in: summing them averages.
+    b.reduced =
+        hook_ ? hook_(*group_, view) : reduced_in_place(*group_, view.buffer, dist::ReduceOp::SUM);
     ++launched_;
     if (ready_count_ < params_.size()) ++launched_early_;
   }
-}
-
-Future<Tensor> Reducer::sum_in_place(Tensor buffer) {
-  return group_->allreduce(buffer, {.op = dist::ReduceOp::SUM})
-      ->future()
-      .then([buffer](Future<void>& done) {
-        done.wait();
-        return buffer;
-      });
 }
 
 Tensor Reducer::grad_slot(const Bucket& b, size_t slot) const {

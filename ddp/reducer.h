@@ -106,8 +106,6 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   void reset_iteration();  // after a failure: the next iteration starts clean
   void build_buckets(const std::vector<size_t>& order);  // parameters in `order`, capped
   void rebuild_buckets();
-  // The built-in reduction of a bucket whose gradients were divided already.
-  Future<Tensor> sum_in_place(Tensor buffer);
   // The part of bucket `b` that holds the gradient of its `slot`-th parameter, shaped like it.
   Tensor grad_slot(const Bucket& b, size_t slot) const;
   std::vector<bool> used_anywhere();  // the summed used maps, or all true without find_unused

@@ -14,11 +14,6 @@ Milliseconds CollectiveQueue::timeout_of(Milliseconds t) const {
   return t.count() > 0 ? t : options_.timeout;
 }
 
-std::exception_ptr CollectiveQueue::aborted() const {
-  std::lock_guard lock(mu_);
-  return aborted_;
-}
-
 std::exception_ptr CollectiveQueue::unusable(const std::string& op,
                                              const std::exception_ptr& failure) const {
   return std::make_exception_ptr(StateError(
@@ -76,7 +71,7 @@ bool CollectiveQueue::abort(std::exception_ptr failure) {
 void CollectiveQueue::run() {
   std::unique_lock lock(mu_);
   while (true) {
-    if (!running_ && !queue_.empty()) {
+    if (!current_ && !queue_.empty()) {
       // Unless asked to start it, leave the front to a wait() that runs it inline for a while.
       const auto unclaimed_until = queue_.front().enqueued + kLaunchDelay;
       if (!lazy() || launch_ || stopping_ || Clock::now() >= unclaimed_until)
@@ -86,7 +81,7 @@ void CollectiveQueue::run() {
       continue;
     }
     if (queue_.empty()) launch_ = false;
-    if (queue_.empty() && !running_ && stopping_) return;  // everything queued is done
+    if (queue_.empty() && !current_ && stopping_) return;  // everything queued is done
     if (lazy() && Clock::now() - last_enqueued_ < kStayAwake) {
       cv_.wait_for(lock, kLaunchDelay);  // collectives come often: look again soon
     } else {
@@ -108,14 +103,13 @@ void CollectiveQueue::launch() {
 
 void CollectiveQueue::run_inline(const Work* work) {
   std::unique_lock lock(mu_);
-  if (running_ || queue_.empty() || queue_.front().work.get() != work) return;
+  if (current_ || queue_.empty() || queue_.front().work.get() != work) return;
   run_front(lock);
 }
 
 void CollectiveQueue::run_front(std::unique_lock<std::mutex>& lock) {
   Queued q = std::move(queue_.front());
   queue_.pop_front();
-  running_ = true;
   current_ = q.work;
   const uint32_t tag = next_tag_++;  // every rank numbers its collectives alike
   std::exception_ptr failed = broken_;
@@ -128,7 +122,7 @@ void CollectiveQueue::run_front(std::unique_lock<std::mutex>& lock) {
         failed = unusable(q.work->op(), failed);
       else
         failed = options_.attempt(q.work->op(), q.timeout, [&] { q.job(tag, q.timeout); });
-    } catch (...) {  // the queue must go on: running_ is cleared below whatever happened
+    } catch (...) {  // the queue must go on: current_ is cleared below whatever happened
       failed = std::current_exception();
     }
     lock.lock();
@@ -142,7 +136,6 @@ void CollectiveQueue::run_front(std::unique_lock<std::mutex>& lock) {
   }
   lock.lock();
   current_.reset();
-  running_ = false;
   // The group's thread when there is more to run (unless it looks by itself soon), or a
   // shutdown waiting.
   if (stopping_ || (!queue_.empty() && (thread_asleep_ || launch_ || !lazy()))) cv_.notify_all();
@@ -160,7 +153,7 @@ void CollectiveQueue::shutdown(const std::function<void()>& before_join) {
     thread_.detach();
     return;
   }
-  cv_.wait(lock, [&] { return (queue_.empty() && !running_) || aborted_ != nullptr; });
+  cv_.wait(lock, [&] { return (queue_.empty() && !current_) || aborted_ != nullptr; });
   const bool aborted = aborted_ != nullptr;
   lock.unlock();
   if (before_join) before_join();

@@ -77,7 +77,6 @@ class CollectiveQueue : public std::enable_shared_from_this<CollectiveQueue> {
   // Fails the running collective, everything queued and everything later with `failure`, now.
   // Returns false when the queue was aborted already.
   bool abort(std::exception_ptr failure);
-  std::exception_ptr aborted() const;
   // `t`, or the group's timeout for kGroupTimeout.
   Milliseconds timeout_of(Milliseconds t) const;
   // "[op] the gloo group is unusable after an earlier failure: ..."
@@ -117,14 +116,13 @@ class CollectiveQueue : public std::enable_shared_from_this<CollectiveQueue> {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Queued> queue_;
-  bool running_ = false;  // a collective runs, on the group's thread or inline in a wait()
   bool stopping_ = false;
   bool thread_asleep_ = false;  // the group's thread waits to be woken
   bool launch_ = false;         // launch(): run what is queued without waiting for kLaunchDelay
   Clock::time_point last_enqueued_;
   std::exception_ptr broken_;   // the failure that made the group unusable
   std::exception_ptr aborted_;  // abort(): everything fails at once
-  WorkPtr current_;             // the collective running
+  WorkPtr current_;  // the collective running, on the group's thread or inline in a wait()
   uint32_t next_tag_ = 0;
   int64_t next_seq_ = 1;  // the flight recorder's number of the next collective
   std::thread thread_;

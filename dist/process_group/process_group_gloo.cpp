@@ -138,10 +138,6 @@ struct ProcessGroupGloo::Impl {
   // every send/recv with IoError(why) now, and every later one at once. The collective's thread
   // may stay in Gloo until its own timeout: it is left behind when the group is destroyed.
   void abort(const std::string& why);
-  WorkPtr enqueue(const CollectiveSignature& sig, Milliseconds timeout,
-                  detail::CollectiveQueue::Job job) {
-    return queue->enqueue(sig, timeout, std::move(job));
-  }
   template <typename Post, typename Wait, typename Abort>
   WorkPtr p2p(const char* op, const Tensor& tensor, int peer, int tag, Milliseconds timeout,
               Post post, Wait wait, Abort abort_wait);
@@ -219,16 +215,18 @@ static void check_reducible(const char* name, const Tensor& t, ReduceOp op) {
 WorkPtr ProcessGroupGloo::allreduce(Tensor& tensor, AllreduceOptions o) {
   check_tensor("allreduce", tensor);
   check_reducible("allreduce", tensor, o.op);
-  return impl_->enqueue(signature::allreduce(tensor, o), o.timeout,
-                        [t = tensor, op = o.op, ctx = impl_->context](
-                            uint32_t tag, Milliseconds to) { allreduce_now(ctx, t, op, tag, to); });
+  return impl_->queue->enqueue(
+      signature::allreduce(tensor, o), o.timeout,
+      [t = tensor, op = o.op, ctx = impl_->context](uint32_t tag, Milliseconds to) {
+        allreduce_now(ctx, t, op, tag, to);
+      });
 }
 
 WorkPtr ProcessGroupGloo::allreduce_coalesced(std::vector<Tensor>& tensors, AllreduceOptions o) {
   check_coalesced("allreduce_coalesced", tensors);
   check_reducible("allreduce_coalesced", tensors[0], o.op);
   Tensor flat = concat(tensors);
-  return impl_->enqueue(
+  return impl_->queue->enqueue(
       signature::allreduce_coalesced(tensors, o), o.timeout,
       [flat, tensors, op = o.op, ctx = impl_->context](uint32_t tag, Milliseconds to) mutable {
         allreduce_now(ctx, flat, op, tag, to);
@@ -239,7 +237,7 @@ WorkPtr ProcessGroupGloo::allreduce_coalesced(std::vector<Tensor>& tensors, Allr
 WorkPtr ProcessGroupGloo::broadcast(Tensor& tensor, BroadcastOptions o) {
   check_tensor("broadcast", tensor);
   check_rank("broadcast", o.root, "root");
-  return impl_->enqueue(
+  return impl_->queue->enqueue(
       signature::broadcast(tensor, o), o.timeout,
       [t = tensor, root = o.root, ctx = impl_->context](uint32_t tag, Milliseconds to) {
         if (t.nbytes() == 0) return;
@@ -261,27 +259,29 @@ WorkPtr ProcessGroupGloo::reduce(Tensor& tensor, ReduceOptions o) {
   const bool root = rank() == o.root;
   // Gloo uses the output of other ranks as scratch space: theirs stay as they were.
   Tensor out = root ? tensor : tensor.clone();
-  return impl_->enqueue(signature::reduce(tensor, o), o.timeout,
-                        [out, o, root, ctx = impl_->context](uint32_t tag, Milliseconds to) {
-                          if (out.numel() == 0) return;
-                          dispatch<ReduceTypes>(out.dtype(), "reduce", [&]<typename T>() {
-                            gloo::ReduceOptions g(ctx);
-                            g.setOutput<T>(out.data_ptr<T>(), static_cast<size_t>(out.numel()));
-                            g.setRoot(o.root);
-                            g.setReduceFunction(reduce_function<T>(o.op));
-                            g.setTag(tag);
-                            g.setTimeout(to);
-                            gloo::reduce(g);
-                          });
-                          if (root && o.op == ReduceOp::AVG) divide(out, ctx->size, "reduce");
-                        });
+  return impl_->queue->enqueue(signature::reduce(tensor, o), o.timeout,
+                               [out, o, root, ctx = impl_->context](uint32_t tag, Milliseconds to) {
+                                 if (out.numel() == 0) return;
+                                 dispatch<ReduceTypes>(out.dtype(), "reduce", [&]<typename T>() {
+                                   gloo::ReduceOptions g(ctx);
+                                   g.setOutput<T>(out.data_ptr<T>(),
+                                                  static_cast<size_t>(out.numel()));
+                                   g.setRoot(o.root);
+                                   g.setReduceFunction(reduce_function<T>(o.op));
+                                   g.setTag(tag);
+                                   g.setTimeout(to);
+                                   gloo::reduce(g);
+                                 });
+                                 if (root && o.op == ReduceOp::AVG)
+                                   divide(out, ctx->size, "reduce");
+                               });
 }
 
 WorkPtr ProcessGroupGloo::allgather(std::vector<Tensor>& outputs, const Tensor& input,
                                     CollectiveOptions o) {
   check_allgather(outputs, input);
   Tensor flat = empty({input.numel() * size()}, TensorOptions().with_dtype(input.dtype()));
-  return impl_->enqueue(
+  return impl_->queue->enqueue(
       signature::allgather(input), o.timeout,
       [flat, input, outputs, ctx = impl_->context](uint32_t tag, Milliseconds to) mutable {
         if (input.nbytes() == 0) return;
@@ -302,26 +302,26 @@ WorkPtr ProcessGroupGloo::gather(std::vector<Tensor>& outputs, const Tensor& inp
   const bool root = rank() == o.root;
   Tensor flat =
       root ? empty({input.numel() * size()}, TensorOptions().with_dtype(input.dtype())) : Tensor();
-  return impl_->enqueue(signature::gather(input, o), o.timeout,
-                        [flat, input, outputs, root, r = o.root, ctx = impl_->context](
-                            uint32_t tag, Milliseconds to) mutable {
-                          if (input.nbytes() == 0) return;
-                          gloo::GatherOptions g(ctx);
-                          g.setInput<uint8_t>(bytes_of(input), input.nbytes());
-                          if (root) g.setOutput<uint8_t>(bytes_of(flat), flat.nbytes());
-                          g.setRoot(r);
-                          g.setTag(tag);
-                          g.setTimeout(to);
-                          gloo::gather(g);
-                          if (root) split(flat, outputs);
-                        });
+  return impl_->queue->enqueue(signature::gather(input, o), o.timeout,
+                               [flat, input, outputs, root, r = o.root, ctx = impl_->context](
+                                   uint32_t tag, Milliseconds to) mutable {
+                                 if (input.nbytes() == 0) return;
+                                 gloo::GatherOptions g(ctx);
+                                 g.setInput<uint8_t>(bytes_of(input), input.nbytes());
+                                 if (root) g.setOutput<uint8_t>(bytes_of(flat), flat.nbytes());
+                                 g.setRoot(r);
+                                 g.setTag(tag);
+                                 g.setTimeout(to);
+                                 gloo::gather(g);
+                                 if (root) split(flat, outputs);
+                               });
 }
 
 WorkPtr ProcessGroupGloo::scatter(Tensor& output, const std::vector<Tensor>& inputs,
                                   ScatterOptions o) {
   check_tensor("scatter", output, "output");
   check_root_parts("scatter", inputs, output, o.root, "inputs");
-  return impl_->enqueue(
+  return impl_->queue->enqueue(
       signature::scatter(output, o), o.timeout,
       [output, inputs, r = o.root, ctx = impl_->context](uint32_t tag, Milliseconds to) {
         if (output.nbytes() == 0) return;
@@ -343,7 +343,7 @@ WorkPtr ProcessGroupGloo::reduce_scatter(Tensor& output, const std::vector<Tenso
   check_reducible("reduce_scatter", output, o.op);
   // Gloo has no reduce-scatter for these buffers: an allreduce of all inputs, keeping ours.
   Tensor flat = concat(inputs);
-  return impl_->enqueue(
+  return impl_->queue->enqueue(
       signature::reduce_scatter(output, o), o.timeout,
       [flat, output, op = o.op, ctx = impl_->context](uint32_t tag, Milliseconds to) {
         allreduce_now(ctx, flat, op, tag, to);
@@ -357,7 +357,7 @@ WorkPtr ProcessGroupGloo::alltoall(std::vector<Tensor>& outputs, const std::vect
   check_alltoall(outputs, inputs);
   Tensor in = concat(inputs);
   Tensor out = empty_like(in);
-  return impl_->enqueue(
+  return impl_->queue->enqueue(
       signature::alltoall(inputs), o.timeout,
       [in, out, outputs, ctx = impl_->context](uint32_t tag, Milliseconds to) mutable {
         if (in.nbytes() == 0) return;
@@ -372,13 +372,13 @@ WorkPtr ProcessGroupGloo::alltoall(std::vector<Tensor>& outputs, const std::vect
 }
 
 WorkPtr ProcessGroupGloo::barrier(CollectiveOptions o) {
-  return impl_->enqueue(signature::barrier(), o.timeout,
-                        [ctx = impl_->context](uint32_t tag, Milliseconds to) {
-                          gloo::BarrierOptions g(ctx);
-                          g.setTag(tag);
-                          g.setTimeout(to);
-                          gloo::barrier(g);
-                        });
+  return impl_->queue->enqueue(signature::barrier(), o.timeout,
+                               [ctx = impl_->context](uint32_t tag, Milliseconds to) {
+                                 gloo::BarrierOptions g(ctx);
+                                 g.setTag(tag);
+                                 g.setTimeout(to);
+                                 gloo::barrier(g);
+                               });
 }
 
 // Point-to-point transfers do not take part in the collectives' order: each runs on its own

@@ -296,11 +296,21 @@ bool mpi_available(std::string* why) {
 // A send or receive: posted on the calling thread, in call order (MPI matches the messages of
 // one sender and tag in the order they were posted), completed on a thread of its own.
 struct Transfer {
+  bool receive;
+  int peer, tag, count;
+  MPI_Datatype type;
+  Milliseconds timeout;
+  std::string op, where;  // "recv"; "rank 1 of 2 in group default_pg with peer 0, tag 7"
   MPI_Request request = MPI_REQUEST_NULL;
   std::atomic<bool> cancel{false};  // the group is going away
+
+  // Waits for it by polling, and returns its failure: a receive can be cancelled (at its
+  // timeout: TimeoutError; when the group goes away: StateError); a send cannot, and past its
+  // timeout the watchdog ends the job.
+  std::exception_ptr complete();
 };
 
-struct ProcessGroupMPI::Impl : std::enable_shared_from_this<Impl> {
+struct ProcessGroupMPI::Impl {
   int rank = 0, size = 0;
   MpiOptions options;
   CommPtr comm;
@@ -372,10 +382,6 @@ struct ProcessGroupMPI::Impl : std::enable_shared_from_this<Impl> {
     if (op == ReduceOp::AVG) divide(t, size, "allreduce");
   }
   WorkPtr p2p(const char* op, const Tensor& tensor, int peer, int tag, Milliseconds timeout);
-  // Waits for `t` by polling (a receive can be cancelled: at its timeout it fails with
-  // TimeoutError; a send cannot: past its timeout the watchdog ends the job).
-  static void complete(Transfer& t, const char* op, const std::string& where, int peer, int tag,
-                       Milliseconds timeout, int expected, MPI_Datatype type);
 };
 
 ProcessGroupMPI::ProcessGroupMPI(MpiOptions options)
@@ -571,74 +577,70 @@ WorkPtr ProcessGroupMPI::Impl::p2p(const char* op, const Tensor& tensor, int pee
   GW_CHECK(tag <= runtime.tag_upper_bound, InvalidArgumentError, "[", op, "] tag ", tag,
            " is above MPI's largest (", runtime.tag_upper_bound, ")");
   runtime.check_open(op);
-  const int n = count_of(op, tensor.numel());
-  const MPI_Datatype type = mpi_type(tensor.dtype());
-  const bool receive = std::string_view(op) == "recv";
   auto work = std::make_shared<Work>(op);
   record_collective(options.group_name, rank, size, -1, signature::p2p(op, tensor, peer, tag),
                     work);
-  auto transfer = std::make_shared<Transfer>();
-  if (receive)
-    MPI_Irecv(data(tensor), n, type, peer, tag, comm->comm, &transfer->request);
+  std::shared_ptr<Transfer> transfer(
+      new Transfer{.receive = std::string_view(op) == "recv",
+                   .peer = peer,
+                   .tag = tag,
+                   .count = count_of(op, tensor.numel()),
+                   .type = mpi_type(tensor.dtype()),
+                   .timeout = queue->timeout_of(timeout),
+                   .op = op,
+                   .where = gw::detail::str(where(), " with peer ", peer, ", tag ", tag)});
+  Transfer& t = *transfer;
+  if (t.receive)
+    MPI_Irecv(data(tensor), t.count, t.type, peer, tag, comm->comm, &t.request);
   else
-    MPI_Isend(data(tensor), n, type, peer, tag, comm->comm, &transfer->request);
-  std::exception_ptr refused = p2p_threads.start(
-      [work, transfer, tensor, c = comm, op, peer, tag, n, type,
-       timeout = queue->timeout_of(timeout),
-       where = gw::detail::str(where(), " with peer ", peer, ", tag ", tag)] {
-        try {
-          complete(*transfer, op, where, peer, tag, timeout, n, type);
-          work->finish(nullptr);
-        } catch (...) {
-          work->finish(std::current_exception());
-        }
-      },
-      work, [transfer] { transfer->cancel = true; });
+    MPI_Isend(data(tensor), t.count, t.type, peer, tag, comm->comm, &t.request);
+  // The thread keeps the tensor and the communicator until the transfer is done.
+  std::exception_ptr refused =
+      p2p_threads.start([work, transfer, tensor, c = comm] { work->finish(transfer->complete()); },
+                        work, [transfer] { transfer->cancel = true; });
   if (refused) {  // the group is going away: a receive is cancelled, a send finished
-    transfer->cancel = true;
-    try {
-      complete(*transfer, op, where(), peer, tag, queue->timeout_of(timeout), n, type);
-      work->finish(refused);
-    } catch (...) {
-      work->finish(std::current_exception());
-    }
+    t.cancel = true;
+    const std::exception_ptr failed = t.complete();
+    work->finish(failed ? failed : refused);
   }
   return work;
 }
 
-void ProcessGroupMPI::Impl::complete(Transfer& t, const char* op, const std::string& where,
-                                     int peer, int tag, Milliseconds timeout, int expected,
-                                     MPI_Datatype type) {
-  const bool receive = std::string_view(op) == "recv";
-  std::optional<Runtime::Watch> watch;
-  const std::string op_name = op;
-  if (!receive) watch.emplace(op_name, where, timeout);
-  const auto deadline = Clock::now() + timeout;
-  auto pause = std::chrono::microseconds(1);
-  MPI_Status status;
-  while (true) {  // bounded: by the deadline for a receive, by the watchdog for a send
-    int done = 0;
-    MPI_Test(&t.request, &done, &status);
-    if (done) break;
-    if (receive && (t.cancel || Clock::now() >= deadline)) {
-      MPI_Cancel(&t.request);
-      MPI_Wait(&t.request, &status);
-      int cancelled = 0;
-      MPI_Test_cancelled(&status, &cancelled);
-      if (!cancelled) break;  // it came before the cancel
-      GW_CHECK(!t.cancel, StateError, "[recv] ", where,
-               ": the group was destroyed before the message came");
-      throw TimeoutError(
-          gw::detail::str("[recv] ", where, ": timed out after ", timeout.count(), " ms"));
+std::exception_ptr Transfer::complete() {
+  try {
+    std::optional<Runtime::Watch> watch;
+    if (!receive) watch.emplace(op, where, timeout);
+    const auto deadline = Clock::now() + timeout;
+    auto pause = std::chrono::microseconds(1);
+    MPI_Status status;
+    while (true) {  // bounded: by the deadline for a receive, by the watchdog for a send
+      int done = 0;
+      MPI_Test(&request, &done, &status);
+      if (done) break;
+      if (receive && (cancel || Clock::now() >= deadline)) {
+        MPI_Cancel(&request);
+        MPI_Wait(&request, &status);
+        int cancelled = 0;
+        MPI_Test_cancelled(&status, &cancelled);
+        if (!cancelled) break;  // it came before the cancel
+        GW_CHECK(!cancel, StateError, "[recv] ", where,
+                 ": the group was destroyed before the message came");
+        throw TimeoutError(
+            gw::detail::str("[recv] ", where, ": timed out after ", timeout.count(), " ms"));
+      }
+      std::this_thread::sleep_for(pause);
+      pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(1));
     }
-    std::this_thread::sleep_for(pause);
-    pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(1));
+    if (receive) {
+      int got = 0;
+      MPI_Get_count(&status, type, &got);
+      GW_CHECK(got == count, InvalidArgumentError, "[recv] ", where, ": expected ", count,
+               " elements from rank ", peer, " with tag ", tag, ", got ", got);
+    }
+    return nullptr;
+  } catch (...) {
+    return std::current_exception();
   }
-  if (!receive) return;
-  int got = 0;
-  MPI_Get_count(&status, type, &got);
-  GW_CHECK(got == expected, InvalidArgumentError, "[recv] ", where, ": expected ", expected,
-           " elements from rank ", peer, " with tag ", tag, ", got ", got);
 }
 
 WorkPtr ProcessGroupMPI::send(const Tensor& tensor, int dst, int tag, CollectiveOptions o) {

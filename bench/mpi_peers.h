@@ -1,0 +1,44 @@
+// What the benchmarks run under mpirun share (bench_mpi, bench_ddp's MPI rows): the mpirun
+// command, and a Gloo group between the same processes for comparison.
+#pragma once
+
+#include <unistd.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/ops.h"
+#include "dist/process_group/process_group_gloo.h"
+#include "dist/store/tcp_store.h"
+
+namespace gw::bench {
+
+// `mpirun -np <ranks>` as this machine needs it: more ranks than cores (two cores), and CI runs
+// as root.
+inline std::vector<std::string> mpirun_args(int ranks) {
+  std::vector<std::string> args{"mpirun", "--oversubscribe", "-np", std::to_string(ranks)};
+  if (::geteuid() == 0) args.push_back("--allow-run-as-root");
+  return args;
+}
+
+// The Gloo group between the processes of `group` (an MPI group): rank 0's store port travels
+// over `group`. Every rank calls it.
+inline std::shared_ptr<dist::ProcessGroupGloo> gloo_beside(dist::ProcessGroup& group) {
+  const int rank = group.rank(), size = group.size();
+  std::shared_ptr<dist::TCPStore> store;
+  Tensor port = zeros({1}, kInt64);
+  if (rank == 0) {
+    store = std::make_shared<dist::TCPStore>("127.0.0.1", 0, size, true, std::chrono::seconds(60));
+    port.fill_(static_cast<double>(store->port()));
+  }
+  group.broadcast(port)->wait();
+  if (rank != 0)
+    store =
+        std::make_shared<dist::TCPStore>("127.0.0.1", static_cast<uint16_t>(port.item<int64_t>()),
+                                         size, false, std::chrono::seconds(60));
+  return std::make_shared<dist::ProcessGroupGloo>(store, rank, size);
+}
+
+}  // namespace gw::bench
