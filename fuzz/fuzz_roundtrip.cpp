@@ -29,8 +29,18 @@ class Generator {
     m.id = in_.ConsumeIntegral<uint64_t>();
     switch (in_.ConsumeIntegralInRange<int>(0, 11)) {
       case 0:
-        m.body = gw::rpc::Handshake{in_.ConsumeIntegral<uint32_t>(), text(),
-                                    in_.ConsumeIntegral<int32_t>()};
+        m.body = gw::rpc::Handshake{
+            in_.ConsumeIntegral<uint32_t>(), text(), in_.ConsumeIntegral<int32_t>(), {}};
+        if (in_.ConsumeBool()) {
+          auto& shm = m.get<gw::rpc::Handshake>()->shm.emplace();
+          shm.step =
+              static_cast<gw::rpc::SharedMemory::Step>(in_.ConsumeIntegralInRange<int>(0, 3));
+          shm.host = text();
+          shm.pid = in_.ConsumeIntegral<int32_t>();
+          shm.fd = in_.ConsumeIntegral<int32_t>();
+          shm.ring_bytes = in_.ConsumeIntegral<uint64_t>();
+          shm.token = text();
+        }
         m.device_map.resize(in_.ConsumeIntegralInRange<size_t>(0, 4));
         for (auto& [from, to] : m.device_map)  // int16 on the wire
           from = in_.ConsumeIntegral<int16_t>(), to = in_.ConsumeIntegral<int16_t>();

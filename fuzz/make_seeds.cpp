@@ -34,7 +34,7 @@ Message message(uint64_t id, gw::rpc::Body body) {
 }
 
 Message handshake() {
-  return message(0, gw::rpc::Handshake{gw::rpc::kProtocolVersion, "worker0", 0});
+  return message(0, gw::rpc::Handshake{gw::rpc::kProtocolVersion, "worker0", 0, {}});
 }
 
 Message request_tensors() {

@@ -185,6 +185,7 @@ std::string message_difference(const Message& a, const Message& b) {
       return detail::str("worker_name of ", ha->worker_name.size(), " bytes vs ",
                          hb->worker_name.size());
     if (ha->worker_id != hb->worker_id) return "worker_id";
+    if (ha->shm != hb->shm) return "shm";
     return a.device_map == b.device_map ? "" : "device_map";
   }
   if (const auto* ra = a.get<rpc::Response>()) {

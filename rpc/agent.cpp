@@ -3,7 +3,9 @@
 #include "rpc/agent.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <regex>
+#include <string_view>
 
 #include "core/trace.h"
 #include "dist/store/liveness.h"
@@ -108,7 +110,7 @@ Agent::Agent(std::string name, int rank, int world_size, RpcBackendOptions optio
   handlers.on_close = [this](const auto& c, const std::string& why) { on_close(c, why); };
   handlers.hello = [this](int peer) {
     Message hello;
-    hello.body = Handshake{kProtocolVersion, self_.name, self_.id};
+    hello.body = Handshake{kProtocolVersion, self_.name, self_.id, {}};
     hello.device_map = maps_to_[static_cast<size_t>(peer)];
     return hello;
   };
@@ -133,6 +135,17 @@ Agent::Agent(std::string name, int rank, int world_size, RpcBackendOptions optio
   net.tls = dist::make_tls_context(options_.tls, "init_rpc");
   options_.failure_timeout = dist::failure_timeout(options_.failure_timeout, "init_rpc");
   net.failure_timeout = options_.failure_timeout;
+  if (!options_.shared_memory) {
+    const char* env = std::getenv("GW_RPC_SHM");
+    options_.shared_memory = env == nullptr || std::string_view(env) != "0";
+  }
+  net.shm_ring_bytes = *options_.shared_memory ? options_.shm_ring_bytes : 0;
+  if (net.shm_ring_bytes > 0) {
+    GW_CHECK(net.shm_ring_bytes >= shm::kMinRingBytes && net.shm_ring_bytes <= shm::kMaxRingBytes &&
+                 net.shm_ring_bytes % 4096 == 0,
+             InvalidArgumentError, "[init_rpc] shm_ring_bytes ", net.shm_ring_bytes,
+             " must be a multiple of 4096 in [", shm::kMinRingBytes, ", ", shm::kMaxRingBytes, "]");
+  }
   dist::TCPStoreOptions store_security;
   store_security.job_key = net.key;
   store_security.allow_unauthenticated = options_.allow_unauthenticated;
@@ -315,6 +328,8 @@ void Agent::set_autograd_hook(std::shared_ptr<AutogradHook> hook) {
 }
 
 uint64_t Agent::num_stray_responses() const { return stray_responses_.load(); }
+
+std::string Agent::link(const To& to) const { return transport_->link(resolve(to).id); }
 
 // --- receiving -------------------------------------------------------------------------------
 

@@ -114,6 +114,14 @@ struct RpcBackendOptions {
   // a callee's requests back without a map of its own, follow the inverse map. A CUDA tensor
   // on a device its destination's map lacks cannot be sent.
   std::map<std::string, std::map<int, int>> device_maps;
+  // Same-host speed (README "RPC between workers on one host"): a connection whose two workers
+  // are on one host (same boot, network and pid namespaces, and user) carries its frames
+  // through shared memory, rings of shm_ring_bytes each way, instead of loopback TCP; its
+  // socket stays open to tell when the peer dies. Not under TLS. Unset: on, unless
+  // GW_RPC_SHM=0. Each side decides for its own connections, and a side that does not want it
+  // declines.
+  std::optional<bool> shared_memory;
+  uint64_t shm_ring_bytes = uint64_t{4} << 20;
   // Adds entries to device_maps[to]; throws unless the map stays invertible.
   void set_device_map(const std::string& to, const std::map<int, int>& map);
 };
@@ -177,6 +185,9 @@ class Agent {
   size_t num_owner_rrefs() const;
   // Responses dropped because they did not arrive on the connection their call went out on.
   uint64_t num_stray_responses() const;
+  // What carries this worker's requests to `to` now: "shm" (shared memory), "tcp", or "none"
+  // (no open connection: nothing sent to it yet, or lost).
+  std::string link(const To& to) const;
 
   // graceful: waits for this worker's outstanding calls, then for every worker to reach
   // shutdown and finish its work, then stops. Otherwise stops now and fails pending calls.

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <thread>
 
 #include "rpc/log.h"
 
@@ -18,7 +19,36 @@ constexpr size_t kReadBufferBytes = 64 * 1024;
 // Payload left to read beyond this goes straight into tensor storage, not through buf_.
 constexpr size_t kDirectReadBytes = 16 * 1024;
 constexpr size_t kMaxIov = 512;
+// A ring thread with nothing to do keeps looking this long before it sleeps: a round trip's
+// answer, or the next request of a busy caller, usually comes within it, and is then taken
+// without a wake-up. It yields the core meanwhile.
+constexpr auto kRingSpin = std::chrono::microseconds(50);
+// ... and sleeps at most this long at a time (a bound, should a wake-up ever be missed).
+constexpr auto kRingSleep = std::chrono::milliseconds(100);
+
+Message shm_step(SharedMemory::Step step) {
+  Handshake h;
+  h.shm.emplace().step = step;
+  Message m;
+  m.body = std::move(h);
+  return m;
+}
 }  // namespace
+
+void ThreadCount::add() {
+  std::lock_guard lock(mu_);
+  ++live_;
+}
+
+void ThreadCount::done() {
+  std::lock_guard lock(mu_);
+  if (--live_ == 0) cv_.notify_all();
+}
+
+void ThreadCount::wait_none() {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return live_ == 0; });
+}
 
 // A frame's byte ranges still to be written, and the tensors that keep them alive.
 struct Connection::Pending {
@@ -48,14 +78,16 @@ struct Connection::Pending {
 };
 
 Connection::Connection(dist::Stream stream, uint64_t max_frame_bytes, MessageHandler on_message,
-                       CloseHandler on_close)
+                       CloseHandler on_close, ShmOptions shm)
     : stream_(std::move(stream)),
       fd_(socket_.native_handle()),
       max_frame_bytes_(max_frame_bytes),
       on_message_(std::move(on_message)),
       on_close_(std::move(on_close)),
       buf_(kReadBufferBytes),
-      reader_(max_frame_bytes) {
+      reader_(max_frame_bytes),
+      shm_options_(std::move(shm)),
+      ring_reader_(max_frame_bytes) {
   // Without heartbeats (failure_timeout 0), a peer host that vanished without closing is still
   // noticed within about a minute on an idle connection, so that its worker, back, can connect
   // again (a worker's second live connection is refused). TCP keepalive cannot replace the
@@ -102,7 +134,7 @@ void Connection::on_read(const std::error_code& ec, size_t n, bool direct) {
                            : ec.message());
     return;
   }
-  last_heard_ = Clock::now();
+  last_heard_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
   try {
     if (direct) {
       reader_.direct_filled(n);
@@ -124,7 +156,176 @@ void Connection::on_read(const std::error_code& ec, size_t n, bool direct) {
 }
 
 void Connection::deliver() {
-  if (auto m = reader_.take()) on_message_(shared_from_this(), std::move(*m));
+  auto m = reader_.take();
+  if (!m) return;
+  if (const auto* h = m->get<Handshake>(); h && h->shm && !on_shm_step(*m)) return;
+  on_message_(shared_from_this(), std::move(*m));
+}
+
+// --- shared memory ---------------------------------------------------------------------------
+
+void Connection::offer_shm(Message& hello) {
+  if (shm_options_.ring_bytes == 0 || stream_.is_tls()) return;
+  try {
+    shm_ = shm::Segment::create(shm_options_.ring_bytes);
+  } catch (const std::exception& e) {
+    log_error("not offering shared memory to ", remote_, ": ", e.what());
+    return;
+  }
+  const shm::Offer o = shm_->offer();
+  hello.get<Handshake>()->shm =
+      SharedMemory{SharedMemory::Step::kOffer, o.host, o.pid, o.fd, o.ring_bytes, o.token};
+  shm_offered_ = true;
+}
+
+const char* Connection::link() const { return shm_in_.load() ? "shm" : "tcp"; }
+
+bool Connection::on_shm_step(Message& m) {
+  Handshake& h = *m.get<Handshake>();
+  const SharedMemory step = std::move(*h.shm);
+  h.shm.reset();
+  using Step = SharedMemory::Step;
+  switch (step.step) {
+    case Step::kOffer: {
+      GW_CHECK(!shm_offered_ && !shm_, IoError, "[rpc] a shared-memory offer from ", remote_,
+               ", which did not open this connection");
+      std::unique_ptr<shm::Segment> seg;
+      if (shm_options_.ring_bytes > 0 && !stream_.is_tls()) {
+        try {
+          seg = shm::Segment::attach({step.host, step.pid, step.fd, step.ring_bytes, step.token});
+        } catch (const std::exception& e) {
+          // Worth a line only on one host, where the speed was expected.
+          if (step.host == shm::host_identity())
+            log_error("staying on TCP with ", remote_, ": ", e.what());
+        }
+      }
+      {
+        std::lock_guard lock(write_mu_);
+        if (close_started_) return false;
+        if (!seg) {
+          enqueue_locked(std::make_unique<Pending>(encode(shm_step(Step::kDecline))));
+          return true;
+        }
+        shm_ = std::move(seg);
+        enqueue_locked(std::make_unique<Pending>(encode(shm_step(Step::kAccept))));
+        shm_out_ = true;  // the peer reads the ring after our kAccept
+      }
+      start_ring_thread();
+      return true;  // the opener's Handshake, for the agent
+    }
+    case Step::kAccept: {
+      GW_CHECK(shm_offered_ && shm_ && !shm_in_, IoError,
+               "[rpc] an unasked shared-memory accept from ", remote_);
+      shm_->close_fd();  // mapped by the peer
+      {
+        std::lock_guard lock(write_mu_);
+        if (close_started_) return false;
+        enqueue_locked(std::make_unique<Pending>(encode(shm_step(Step::kSwitch))));
+        shm_out_ = true;
+      }
+      shm_in_ = true;  // what the peer sent after its kAccept is in the ring
+      start_ring_thread();
+      return false;
+    }
+    case Step::kDecline:
+      GW_CHECK(shm_offered_ && shm_ && !shm_in_, IoError,
+               "[rpc] an unasked shared-memory decline from ", remote_);
+      shm_.reset();
+      shm_offered_ = false;
+      return false;
+    case Step::kSwitch:
+      GW_CHECK(!shm_offered_ && shm_ && !shm_in_, IoError,
+               "[rpc] an unasked shared-memory switch from ", remote_);
+      shm_in_ = true;
+      shm_->wake_self();
+      return false;
+  }
+  return false;
+}
+
+void Connection::start_ring_thread() {
+  auto threads = shm_options_.threads;
+  threads->add();
+  try {
+    std::thread([self = shared_from_this(), threads]() mutable {
+      if (self->shm_options_.on_thread_start) self->shm_options_.on_thread_start();
+      self->ring_loop();
+      self.reset();  // before done(): the connection may not outlive its owner's wait
+      threads->done();
+    }).detach();
+  } catch (const std::exception& e) {
+    threads->done();
+    close_on_io_thread(std::string("cannot start the shared-memory thread: ") + e.what());
+  }
+}
+
+void Connection::ring_loop() {
+  auto last_work = Clock::now();
+  auto ready = [this] {
+    try {
+      return closed() || (shm_in_.load() && !shm_->readable().empty()) ||
+             (shm_queued_.load() && !shm_->out_full());
+    } catch (const std::exception&) {
+      return true;  // a corrupted ring: the loop finds out
+    }
+  };
+  while (!closed()) {
+    bool worked = false;
+    try {
+      if (shm_in_.load(std::memory_order_acquire)) worked = read_ring();
+      if (shm_queued_.load()) {
+        std::lock_guard lock(write_mu_);
+        if (!close_started_ && write_ring_locked()) worked = true;
+      }
+    } catch (const std::exception& e) {
+      log_error("closing connection from ", remote_, ": ", e.what());
+      close(e.what());
+      return;
+    }
+    const auto now = Clock::now();
+    if (worked) {
+      last_work = now;
+    } else if (now - last_work < kRingSpin) {
+      std::this_thread::yield();
+    } else {
+      shm_->sleep(ready, kRingSleep);
+    }
+  }
+}
+
+bool Connection::read_ring() {
+  auto bytes = shm_->readable();
+  if (bytes.empty()) return false;
+  last_heard_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+  const uint8_t* data = bytes.data();
+  size_t n = bytes.size();
+  while (n > 0 && !closed()) {
+    // The reader copies what it takes (the peer can still write to the segment): the room is
+    // the writer's again before the message is handled.
+    const size_t used = ring_reader_.feed(data, n);
+    data += used, n -= used;
+    shm_->consume(used);
+    if (auto m = ring_reader_.take()) on_message_(shared_from_this(), std::move(*m));
+  }
+  return true;
+}
+
+bool Connection::write_ring_locked() {
+  bool wrote = false;
+  while (!shm_queue_.empty()) {
+    Pending& p = *shm_queue_.front();
+    while (!p.done()) {
+      iovec& v = p.iov[p.next];
+      const size_t n = shm_->write(static_cast<const uint8_t*>(v.iov_base), v.iov_len);
+      if (n == 0) return wrote;  // full: the ring thread writes the rest when there is room
+      wrote = true;
+      shm_bytes_sent_.fetch_add(n, std::memory_order_relaxed);
+      p.advance(n);
+    }
+    shm_queue_.pop_front();
+  }
+  shm_queued_ = false;
+  return wrote;
 }
 
 // --- writing (any thread) -------------------------------------------------------------------
@@ -147,11 +348,29 @@ void Connection::send_heartbeat() {
   auto beat = std::make_unique<Pending>(heartbeat_frame());
   std::lock_guard lock(write_mu_);
   // Frames still queued are on their way; the peer hears those.
-  if (!close_started_ && queue_.empty()) enqueue_locked(std::move(beat));
+  if (!close_started_ && (shm_out_ ? shm_queue_ : queue_).empty()) enqueue_locked(std::move(beat));
 }
 
 void Connection::enqueue_locked(std::unique_ptr<Pending> pending) {
   last_sent_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+  if (shm_out_) {
+    shm_queue_.push_back(std::move(pending));
+    if (shm_queue_.size() > 1) return;  // the ring thread writes the queue
+    try {
+      write_ring_locked();
+    } catch (const std::exception& e) {
+      close_started_ = true;
+      asio::post(socket_.get_executor(), [self = shared_from_this(), why = std::string(e.what())] {
+        self->close_on_io_thread(why);
+      });
+      return;
+    }
+    if (!shm_queue_.empty()) {
+      shm_queued_ = true;
+      shm_->notify_self();
+    }
+    return;
+  }
   queue_.push_back(std::move(pending));
   if (queue_.size() > 1 || waiting_writable_) return;  // the Asio thread is draining the queue
   if (stream_.is_tls()) {
@@ -242,10 +461,12 @@ void Connection::close_on_io_thread(const std::string& why) {
     std::lock_guard lock(write_mu_);
     close_started_ = true;
     queue_.clear();
+    shm_queue_.clear();
     std::error_code ignored;
     socket_.shutdown(asio::socket_base::shutdown_both, ignored);
     socket_.close(ignored);
   }
+  if (shm_) shm_->wake_self();  // its ring thread ends
   on_close_(shared_from_this(), why);
 }
 

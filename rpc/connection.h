@@ -13,10 +13,23 @@
 // Liveness (dist/store/liveness.h) is the transport's: it asks each connection when it last
 // heard from its peer (any bytes, heartbeats included) and when it last sent, and makes it
 // send a heartbeat — an empty frame the reader drops — when it has sent nothing for a while.
+//
+// Shared memory (rpc/shm.h). When both ends are on one host, frames go through a shared
+// segment instead of the socket, negotiated in-band so that no frame overtakes another:
+//   opener:   Handshake{offer} ... (socket)           reads the socket until kAccept, then the ring
+//   accepter: maps the segment, Handshake{kAccept}    writes to the ring from then on
+//   opener:   Handshake{kSwitch}                      writes to the ring from then on
+//   accepter: reads the socket until kSwitch, then the ring
+// A decline (another host, no access, shared memory off) leaves both on the socket. Either
+// way the socket stays open and read, so that a peer that dies is seen as fast as over TCP.
+// The ring is read by the connection's own ring thread, which also writes what a sender left
+// when the ring was full; it spins briefly after its last work, then sleeps on a futex (no
+// core is kept busy). Message handlers then run on that thread.
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -29,8 +42,29 @@
 #include "dist/store/stream.h"
 #include "rpc/frame_reader.h"
 #include "rpc/message.h"
+#include "rpc/shm.h"
 
 namespace gw::rpc {
+
+// The threads connections run for their shared memory, counted so that their owner can wait
+// for every one to end (they end once their connection is closed).
+class ThreadCount {
+ public:
+  void add();
+  void done();
+  void wait_none();
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int live_ = 0;
+};
+
+struct ShmOptions {
+  uint64_t ring_bytes = 0;  // per direction; 0: neither offer nor accept shared memory
+  std::function<void()> on_thread_start;  // runs first on a ring thread
+  std::shared_ptr<ThreadCount> threads;
+};
 
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
@@ -40,7 +74,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // `stream` is connected, its handshakes done.
   Connection(dist::Stream stream, uint64_t max_frame_bytes, MessageHandler on_message,
-             CloseHandler on_close);
+             CloseHandler on_close, ShmOptions shm = {});
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -54,8 +88,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void close(const std::string& why);
   // Queues a heartbeat unless a frame is already waiting to go out (any thread).
   void send_heartbeat();
-  // When bytes last arrived from the peer (Asio thread; the connection's creation at first).
-  Clock::time_point last_heard() const { return last_heard_; }
+  // The opener, before start() and before sending `hello` (its Handshake): offers shared
+  // memory in it, if the options allow and the connection is not under TLS. Never throws: a
+  // segment that cannot be made is not offered.
+  void offer_shm(Message& hello);
+  // "shm" once frames go both ways through shared memory, else "tcp".
+  const char* link() const;
+  // Bytes written into shared memory so far.
+  uint64_t shm_bytes_sent() const { return shm_bytes_sent_.load(std::memory_order_relaxed); }
+
+  // When bytes last arrived from the peer (the connection's creation at first).
+  Clock::time_point last_heard() const {
+    return Clock::time_point(Clock::duration(last_heard_.load(std::memory_order_relaxed)));
+  }
   // When a frame was last queued to the peer (any thread).
   Clock::time_point last_sent() const {
     return Clock::time_point(Clock::duration(last_sent_.load(std::memory_order_relaxed)));
@@ -74,6 +119,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void read_more();
   void on_read(const std::error_code& ec, size_t n, bool direct);
   void deliver();  // the message the reader completed, if any
+  // Asio thread: a shared-memory step from the peer; true if `m` is for the agent too.
+  bool on_shm_step(Message& m);
+  void start_ring_thread();  // Asio thread
+  void ring_loop();          // ring thread
+  bool read_ring();          // ring thread: what the ring holds; false if nothing
+  // Writes as much of shm_queue_ as the ring takes now (whether anything); caller holds
+  // write_mu_. Throws IoError if the peer corrupted the ring.
+  bool write_ring_locked();
   // Writes as much of the queue as the socket takes now; caller holds write_mu_. Returns
   // false on a socket error (then the connection is being closed).
   bool write_queued_locked();
@@ -94,9 +147,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::atomic<bool> closed_{false};
 
   // Read state, touched only by the Asio thread.
-  Clock::time_point last_heard_ = Clock::now();
+  std::atomic<Clock::rep> last_heard_{Clock::now().time_since_epoch().count()};
   std::vector<uint8_t> buf_;
   FrameReader reader_;
+
+  // Shared memory. shm_ is set on the Asio thread before shm_out_ or the ring thread use it,
+  // and lives as long as the connection.
+  const ShmOptions shm_options_;
+  std::unique_ptr<shm::Segment> shm_;
+  bool shm_offered_ = false;             // Asio thread
+  std::atomic<bool> shm_in_{false};      // the ring thread reads frames from the ring
+  std::atomic<bool> shm_queued_{false};  // shm_queue_ waits for room in the ring
+  std::atomic<uint64_t> shm_bytes_sent_{0};
+  FrameReader ring_reader_;  // ring thread
 
   // Write state.
   std::atomic<Clock::rep> last_sent_{Clock::now().time_since_epoch().count()};
@@ -106,6 +169,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // write_tls() is scheduled or in flight.
   bool waiting_writable_ = false;
   bool close_started_ = false;
+  bool shm_out_ = false;  // frames go into the ring, through shm_queue_
+  std::deque<std::unique_ptr<Pending>> shm_queue_;
   std::deque<std::unique_ptr<Pending>> writing_;  // TLS: the batch being written (Asio thread)
 };
 

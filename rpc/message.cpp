@@ -273,6 +273,16 @@ OutgoingFrame encode(const Message& m) {
       pairs[static_cast<unsigned>(i)].setFrom(static_cast<int16_t>(m.device_map[i].first));
       pairs[static_cast<unsigned>(i)].setTo(static_cast<int16_t>(m.device_map[i].second));
     }
+    if (h->shm) {
+      auto shm = out.initShm();
+      shm.setStep(static_cast<uint8_t>(h->shm->step));
+      shm.setHost(text(h->shm->host));
+      shm.setPid(h->shm->pid);
+      shm.setFd(h->shm->fd);
+      shm.setRingBytes(h->shm->ring_bytes);
+      shm.setToken(kj::arrayPtr(reinterpret_cast<const kj::byte*>(h->shm->token.data()),
+                                h->shm->token.size()));
+    }
   } else if (const auto* r = m.get<Response>()) {
     auto out = body.initResponse();
     if (r->error) {
@@ -386,8 +396,21 @@ Message message_of(wire::Envelope::Reader env, std::vector<Tensor> tensors) {
   switch (body.which()) {
     case B::HANDSHAKE: {
       auto h = body.getHandshake();
-      m.body = Handshake{h.getProtocolVersion(), text(h.getWorkerName()), h.getWorkerId()};
+      Handshake out{h.getProtocolVersion(), text(h.getWorkerName()), h.getWorkerId(), {}};
       for (auto p : h.getDeviceMap()) m.device_map.emplace_back(p.getFrom(), p.getTo());
+      if (h.hasShm()) {
+        auto in = h.getShm();
+        GW_CHECK(in.getStep() <= static_cast<uint8_t>(SharedMemory::Step::kSwitch), IoError,
+                 "[rpc] a Handshake with shared-memory step ", int{in.getStep()});
+        auto token = in.getToken();
+        out.shm = SharedMemory{static_cast<SharedMemory::Step>(in.getStep()),
+                               text(in.getHost()),
+                               in.getPid(),
+                               in.getFd(),
+                               in.getRingBytes(),
+                               std::string(token.begin(), token.end())};
+      }
+      m.body = std::move(out);
       break;
     }
     case B::RESPONSE: {

@@ -51,11 +51,27 @@ struct AutogradInfo {
 using DeviceMap = std::vector<std::pair<int, int>>;
 
 // The messages, one per variant of the envelope's body (wire.capnp has what each field means).
+// Shared memory for a connection whose two ends are on one host (rpc/shm.h, negotiated by
+// rpc/connection.h): the opener's Handshake offers a segment; the other side answers kAccept
+// (from then on it writes into the segment) or kDecline; after an accept, the opener's last
+// frame on the socket is kSwitch. These travel as Handshakes that carry nothing else, and never
+// reach the agent.
+struct SharedMemory {
+  enum class Step : uint8_t { kOffer, kAccept, kDecline, kSwitch };
+  Step step = Step::kOffer;
+  std::string host;  // the offer's fields: shm::Offer
+  int32_t pid = 0;
+  int32_t fd = -1;
+  uint64_t ring_bytes = 0;
+  std::string token;
+  bool operator==(const SharedMemory&) const = default;
+};
 // The first on a connection, from the side that opened it.
 struct Handshake {
   uint32_t protocol_version = kProtocolVersion;
   std::string worker_name;
   int32_t worker_id = -1;
+  std::optional<SharedMemory> shm;
 };
 // The answer to a request: its result or the callee's failure.
 struct Response {

@@ -46,6 +46,7 @@ void Transport::start(const std::vector<PeerAddress>& peers,
       peers_[i].name = peers[i].name;
     }
   }
+  on_thread_start_ = on_thread_start;
   asio::post(io_, [this] {
     door_->start();
     if (options_.failure_timeout.count() > 0) {
@@ -81,7 +82,8 @@ std::shared_ptr<Connection> Transport::make_connection(dist::Stream s) {
           }
         }
         handlers_.on_close(c, why);
-      });
+      },
+      ShmOptions{options_.shm_ring_bytes, on_thread_start_, ring_threads_});
 }
 
 // --- liveness --------------------------------------------------------------------------------
@@ -342,7 +344,9 @@ void Transport::connected(int peer, std::shared_ptr<dist::Stream> s, std::except
     c = make_connection(std::move(*s));
     c->set_peer_id(peer);
     // The handshake goes first, before any request.
-    c->send(handlers_.hello(peer));
+    Message hello = handlers_.hello(peer);
+    c->offer_shm(hello);
+    c->send(hello);
   } catch (...) {
     error = std::current_exception();
   }
@@ -413,6 +417,12 @@ void Transport::probe(int peer) {
   asio::post(io_, [this, peer] { connect(peer); });
 }
 
+std::string Transport::link(int peer) const {
+  std::lock_guard lock(mu_);
+  const auto& c = peers_[static_cast<size_t>(peer)].conn;
+  return c && !c->closed() ? c->link() : "none";
+}
+
 bool Transport::is_outbound(const std::shared_ptr<Connection>& c) const {
   std::lock_guard lock(mu_);
   const int peer = c->peer_id();
@@ -453,6 +463,7 @@ void Transport::stop(const std::string& why) {
     work_.reset();
   });
   thread_.join();
+  ring_threads_->wait_none();  // every connection is closed: their ring threads end
   std::lock_guard lock(mu_);
   inbound_.clear();
   for (auto& p : peers_) p.conn.reset();

@@ -80,6 +80,9 @@ class Transport {
     int max_unauthenticated = 256;
     dist::TlsContext tls;  // every connection under TLS; null: plain TCP
     std::chrono::milliseconds failure_timeout{0};  // 0: no heartbeats, nobody declared dead
+    // Shared memory with workers on this host (rpc/shm.h), rings of this many bytes each way;
+    // 0: TCP only.
+    uint64_t shm_ring_bytes = 0;
   };
 
   struct Handlers {
@@ -110,6 +113,8 @@ class Transport {
   void send(int peer, Message m, Clock::time_point deadline);
   // Whether `c` is our open connection to its peer (the one our requests to it go out on).
   bool is_outbound(const std::shared_ptr<Connection>& c) const;
+  // What carries our requests to `peer`: "shm", "tcp", or "none" without an open connection.
+  std::string link(int peer) const;
   // Why worker `peer` is gone: declared dead, or a connection with it was lost (or could not
   // be opened) and none opened since; empty if neither. (Connections close only on failures,
   // or at stop.)
@@ -171,6 +176,8 @@ class Transport {
   asio::ip::tcp::acceptor acceptor_{io_};
   std::optional<dist::auth::Gatekeeper> door_;  // network thread: admits those who prove the key
   std::thread thread_;
+  std::function<void()> on_thread_start_;  // the network thread's, and the ring threads'
+  const std::shared_ptr<ThreadCount> ring_threads_ = std::make_shared<ThreadCount>();
   asio::steady_timer liveness_{io_};  // network thread
   Clock::time_point last_check_;      // network thread
 

@@ -54,6 +54,16 @@ struct Handshake {
   workerName @1 :Text;
   workerId @2 :Int32;
   deviceMap @3 :List(DevicePair);  # where the sender's CUDA tensors go on the receiver
+  shm @4 :SharedMemory;            # a connection within one host (protocol.h SharedMemory)
+}
+
+struct SharedMemory {
+  step @0 :UInt8;            # offer, accept, decline, switch
+  host @1 :Text;
+  pid @2 :Int32;
+  fd @3 :Int32;
+  ringBytes @4 :UInt64;
+  token @5 :Data;
 }
 
 struct Failure {

@@ -252,7 +252,7 @@ int main(int argc, char** argv) {
     }
     if (mode == "nokey") {
       Message hello;
-      hello.body = Handshake{kProtocolVersion, self.name, self.id};
+      hello.body = Handshake{kProtocolVersion, self.name, self.id, {}};
       send_message(fd, hello);
     } else if (mode == "wrongkey") {
       auth::ClientHandshake h(dist::JobKey::generate(), auth::Purpose::kRpc, self);
@@ -278,7 +278,7 @@ int main(int argc, char** argv) {
     }
     // A Handshake frame, forged responses and a call with a side effect: none may be acted on.
     Message hello;
-    hello.body = Handshake{kProtocolVersion, self.name, self.id};
+    hello.body = Handshake{kProtocolVersion, self.name, self.id, {}};
     send_message(fd, hello);
     send_forged(fd, first, last);
     send_call(fd, 1, "bump", {});

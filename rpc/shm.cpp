@@ -1,0 +1,257 @@
+#include "rpc/shm.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <new>
+
+#include "core/error.h"
+
+namespace gw::rpc::shm {
+
+namespace {
+
+constexpr size_t kTokenBytes = 16;
+constexpr uint64_t kMagic = 0x31676d6873777267;  // "grwshmg1"
+// A writer publishes (and may wake the reader) after each chunk of this much, so that a large
+// frame is read while the rest of it is still being copied in.
+constexpr size_t kPublishBytes = 256 * 1024;
+
+std::string read_line(const char* path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+std::string inode_of(const char* path) {
+  struct stat st {};
+  return ::stat(path, &st) == 0 ? std::to_string(st.st_ino) : "?";
+}
+
+long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* limit) {
+  // Not FUTEX_PRIVATE: the word is shared with another process.
+  return ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, limit, nullptr, 0);
+}
+
+}  // namespace
+
+const std::string& host_identity() {
+  static const std::string id = [] {
+    const std::string boot = read_line("/proc/sys/kernel/random/boot_id");
+    return boot.empty()
+               ? std::string()  // no /proc: never co-located
+               : boot + "/net:" + inode_of("/proc/self/ns/net") +
+                     "/pid:" + inode_of("/proc/self/ns/pid") + "/uid:" + std::to_string(::getuid());
+  }();
+  return id;
+}
+
+// The segment's first page: who made it, then each side's bell and each ring's positions, each
+// on its own cache line. The rings follow it.
+struct Segment::Control {
+  struct alignas(64) Bell {
+    std::atomic<uint32_t> seq;       // the futex word
+    std::atomic<uint32_t> sleeping;  // the side waits on seq
+  };
+  struct alignas(64) Position {
+    std::atomic<uint64_t> value;
+  };
+  uint64_t magic;
+  uint64_t ring_bytes;
+  char token[kTokenBytes];
+  Bell bell[2];      // bell[s]: side s sleeps on it
+  Position head[2];  // ring d (side d writes, side 1-d reads): written by its reader
+  Position tail[2];  // written by its writer
+};
+static_assert(std::atomic<uint64_t>::is_always_lock_free &&
+                  std::atomic<uint32_t>::is_always_lock_free,
+              "positions and bells are shared between processes: they must be lock-free");
+namespace {
+constexpr size_t kControlBytes = 4096;
+}
+
+Segment::Segment(int fd, void* base, size_t bytes, int side, uint64_t ring_bytes)
+    : fd_(fd),
+      base_(base),
+      bytes_(bytes),
+      side_(side),
+      ring_bytes_(ring_bytes),
+      control_(static_cast<Control*>(base)) {}
+
+Segment::~Segment() {
+  ::munmap(base_, bytes_);
+  close_fd();
+}
+
+void Segment::close_fd() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+uint8_t* Segment::ring(int direction) const {
+  return static_cast<uint8_t*>(base_) + kControlBytes +
+         static_cast<size_t>(direction) * ring_bytes_;
+}
+
+std::unique_ptr<Segment> Segment::create(uint64_t ring_bytes) {
+  GW_CHECK(ring_bytes >= kMinRingBytes && ring_bytes <= kMaxRingBytes && ring_bytes % 4096 == 0,
+           InvalidArgumentError, "[rpc shm] ring of ", ring_bytes,
+           " bytes: must be a multiple of 4096 in [", kMinRingBytes, ", ", kMaxRingBytes, "]");
+  static_assert(sizeof(Control) <= kControlBytes);
+  const size_t bytes = kControlBytes + 2 * ring_bytes;
+  const int fd = ::memfd_create("gradwire-rpc", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  GW_CHECK(fd >= 0, IoError, "[rpc shm] memfd_create: ", std::strerror(errno));
+  // Sized and sealed before anyone else can see it: a peer cannot shrink it beneath us (which
+  // would turn our reads into SIGBUS).
+  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
+      ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    const int e = errno;
+    ::close(fd);
+    throw IoError(
+        gw::detail::str("[rpc shm] sizing a segment of ", bytes, " bytes: ", std::strerror(e)));
+  }
+  void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    const int e = errno;
+    ::close(fd);
+    throw IoError(
+        gw::detail::str("[rpc shm] mapping a segment of ", bytes, " bytes: ", std::strerror(e)));
+  }
+  auto* c = new (base) Control{};
+  c->magic = kMagic;
+  c->ring_bytes = ring_bytes;
+  if (::getrandom(c->token, kTokenBytes, 0) != static_cast<ssize_t>(kTokenBytes)) {
+    const int e = errno;
+    ::munmap(base, bytes);
+    ::close(fd);
+    throw IoError(gw::detail::str("[rpc shm] getrandom: ", std::strerror(e)));
+  }
+  return std::unique_ptr<Segment>(new Segment(fd, base, bytes, 0, ring_bytes));
+}
+
+Offer Segment::offer() const {
+  return {host_identity(), static_cast<int32_t>(::getpid()), fd_, ring_bytes_,
+          std::string(control_->token, kTokenBytes)};
+}
+
+std::unique_ptr<Segment> Segment::attach(const Offer& offer) {
+  GW_CHECK(!offer.host.empty() && offer.host == host_identity(), InvalidArgumentError,
+           "[rpc shm] the peer is on another host (or namespace): '", offer.host, "', here '",
+           host_identity(), "'");
+  GW_CHECK(offer.ring_bytes >= kMinRingBytes && offer.ring_bytes <= kMaxRingBytes &&
+               offer.ring_bytes % 4096 == 0 && offer.token.size() == kTokenBytes,
+           InvalidArgumentError, "[rpc shm] a malformed offer: ring of ", offer.ring_bytes,
+           " bytes, token of ", offer.token.size());
+  const std::string path = "/proc/" + std::to_string(offer.pid) + "/fd/" + std::to_string(offer.fd);
+  // O_NONBLOCK: should the number name a FIFO by now, opening it must not wait.
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NONBLOCK);
+  GW_CHECK(fd >= 0, InvalidArgumentError, "[rpc shm] cannot open the peer's segment ", path, ": ",
+           std::strerror(errno));
+  const size_t bytes = kControlBytes + 2 * offer.ring_bytes;
+  struct stat st {};
+  const int seals = ::fcntl(fd, F_GET_SEALS);
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<size_t>(st.st_size) != bytes ||
+      seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
+    ::close(fd);
+    throw InvalidArgumentError(gw::detail::str(
+        "[rpc shm] ", path, " is not a sealed segment of the offered size ", bytes));
+  }
+  void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);  // the mapping keeps it
+  GW_CHECK(base != MAP_FAILED, IoError, "[rpc shm] mapping ", path, ": ", std::strerror(errno));
+  auto seg = std::unique_ptr<Segment>(new Segment(-1, base, bytes, 1, offer.ring_bytes));
+  const Control* c = seg->control_;
+  GW_CHECK(c->magic == kMagic && c->ring_bytes == offer.ring_bytes &&
+               std::memcmp(c->token, offer.token.data(), kTokenBytes) == 0,
+           InvalidArgumentError, "[rpc shm] ", path, " does not hold the offered segment");
+  return seg;
+}
+
+// --- the rings -------------------------------------------------------------------------------
+
+size_t Segment::write(const uint8_t* data, size_t n) {
+  const int d = side_;
+  const uint64_t head = control_->head[d].value.load(std::memory_order_acquire);
+  GW_CHECK(head <= tail_ && tail_ - head <= ring_bytes_, IoError,
+           "[rpc shm] the peer corrupted the ring (head ", head, ", tail ", tail_, ")");
+  size_t left = std::min<uint64_t>(n, ring_bytes_ - (tail_ - head));
+  const size_t taken = left;
+  uint8_t* base = ring(d);
+  while (left > 0) {
+    const size_t at = tail_ % ring_bytes_;
+    const size_t chunk = std::min({left, static_cast<size_t>(ring_bytes_ - at), kPublishBytes});
+    std::memcpy(base + at, data, chunk);
+    data += chunk, left -= chunk, tail_ += chunk;
+    control_->tail[d].value.store(tail_, std::memory_order_release);
+    notify_peer();
+  }
+  return taken;
+}
+
+bool Segment::out_full() const {
+  return tail_ - control_->head[side_].value.load(std::memory_order_acquire) >= ring_bytes_;
+}
+
+std::span<const uint8_t> Segment::readable() const {
+  const int d = 1 - side_;
+  const uint64_t tail = control_->tail[d].value.load(std::memory_order_acquire);
+  GW_CHECK(head_ <= tail && tail - head_ <= ring_bytes_, IoError,
+           "[rpc shm] the peer corrupted the ring (head ", head_, ", tail ", tail, ")");
+  const size_t at = head_ % ring_bytes_;
+  return {ring(d) + at, std::min<uint64_t>(tail - head_, ring_bytes_ - at)};
+}
+
+void Segment::consume(size_t n) {
+  head_ += n;
+  control_->head[1 - side_].value.store(head_, std::memory_order_release);
+  notify_peer();  // it may wait for room
+}
+
+// --- waking ----------------------------------------------------------------------------------
+
+void Segment::ring_bell(int side) {
+  Control::Bell& b = control_->bell[side];
+  b.seq.fetch_add(1, std::memory_order_release);
+  futex(&b.seq, FUTEX_WAKE, 1, nullptr);
+}
+
+void Segment::notify_peer() {
+  // Pairs with the fence in sleep(): either the sleeper sees what we published, or we see it
+  // sleeping.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (control_->bell[1 - side_].sleeping.load(std::memory_order_relaxed) != 0) ring_bell(1 - side_);
+}
+
+void Segment::notify_self() {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (control_->bell[side_].sleeping.load(std::memory_order_relaxed) != 0) ring_bell(side_);
+}
+
+void Segment::wake_self() { ring_bell(side_); }
+
+void Segment::sleep(const std::function<bool()>& ready, std::chrono::milliseconds limit) {
+  Control::Bell& b = control_->bell[side_];
+  const uint32_t seen = b.seq.load(std::memory_order_acquire);
+  b.sleeping.store(1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (!ready()) {
+    const auto s = std::chrono::duration_cast<std::chrono::seconds>(limit);
+    const timespec ts{static_cast<time_t>(s.count()),
+                      static_cast<long>(std::chrono::nanoseconds(limit - s).count())};
+    futex(&b.seq, FUTEX_WAIT, seen, &ts);  // returns at once if rung since `seen`
+  }
+  b.sleeping.store(0, std::memory_order_relaxed);
+}
+
+}  // namespace gw::rpc::shm

@@ -1,0 +1,103 @@
+// gw::rpc::shm — the shared memory two RPC workers on one host exchange frames through, in
+// place of their TCP connection's bytes (rpc/connection.h negotiates it and keeps the socket).
+//
+// Mental model: one segment per connection, an anonymous memfd the connecting side creates,
+// sealed against shrinking, holding a byte ring per direction (single producer, single
+// consumer: the writer holds the connection's write lock, the reader is the connection's own
+// ring thread). The other side opens it through /proc/<pid>/fd/<n> (same host identity, same
+// user) and proves it has the right one by the random token at its start; a memfd has no name,
+// so nothing outlives the two processes. Ring positions are 64-bit counters that only grow: the
+// writer publishes `tail` after copying, the reader publishes `head` after consuming, and each
+// side checks what the other published (0 <= tail - head <= ring bytes) before using it.
+//
+// Nothing busy-polls a core. Each side has a bell (a futex word) and a "sleeping" flag: its ring
+// thread spins briefly after its last work, then sets the flag and sleeps on the bell; the peer,
+// after publishing data or freeing space, rings only when the flag is set (a store, a fence,
+// a load: the sleeper re-checks after setting the flag, so no wake-up is lost).
+//
+//   auto seg = shm::Segment::create(2 << 20);                  // connecting side: side 0
+//   send offer(seg->offer()) on the socket ...
+//   auto peer = shm::Segment::attach(offer);                    // accepting side: side 1
+//   seg->write(bytes, n); seg->notify_peer();                   // side 0 -> side 1
+//   auto r = peer->readable(); ...; peer->consume(r.size());    // side 1 reads it
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+
+namespace gw::rpc::shm {
+
+inline constexpr uint64_t kMinRingBytes = 64 * 1024;
+inline constexpr uint64_t kMaxRingBytes = uint64_t{1} << 30;
+
+// What identifies this host to another process: boot id, network and pid namespaces, and user.
+// Two workers share memory only when theirs are equal (workers in separate network namespaces
+// are treated as separate hosts).
+const std::string& host_identity();
+
+// What the connecting side sends so that its peer can map the segment.
+struct Offer {
+  std::string host;  // host_identity() of the creator
+  int32_t pid = 0;
+  int32_t fd = -1;
+  uint64_t ring_bytes = 0;  // per direction
+  std::string token;        // random; the segment starts with it
+};
+
+class Segment {
+ public:
+  // Creates a segment with rings of `ring_bytes` each (side 0). Throws IoError.
+  static std::unique_ptr<Segment> create(uint64_t ring_bytes);
+  // Maps the creator's segment (side 1). Throws InvalidArgumentError naming what did not match
+  // (another host, no access to the creator's descriptor, a wrong token or size).
+  static std::unique_ptr<Segment> attach(const Offer& offer);
+  ~Segment();
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+
+  Offer offer() const;  // side 0, while its descriptor is open
+  void close_fd();      // side 0: the peer has mapped it, or never will
+
+  // --- writing into our ring (one writer at a time) ---
+  // Copies up to `n` bytes, as many as there is room for, and publishes them; returns how many.
+  // Throws IoError if the peer corrupted the ring's positions.
+  size_t write(const uint8_t* data, size_t n);
+  bool out_full() const;  // no room at all
+  // --- reading the peer's ring (the one reader) ---
+  // The bytes ready to read, contiguous (a wrapped ring shows its first part). Throws IoError if
+  // the peer corrupted the ring's positions.
+  std::span<const uint8_t> readable() const;
+  void consume(size_t n);
+
+  // --- waking ---
+  void notify_peer();  // rings the peer's bell if it sleeps
+  void notify_self();  // rings our own bell if we sleep (a writer left work for our thread)
+  void wake_self();    // rings our bell unconditionally (closing)
+  // Sleeps on our bell until rung, `ready()` is true, or `limit` passes (our flag is set around).
+  void sleep(const std::function<bool()>& ready, std::chrono::milliseconds limit);
+
+  uint64_t ring_bytes() const { return ring_bytes_; }
+
+ private:
+  struct Control;
+  Segment(int fd, void* base, size_t bytes, int side, uint64_t ring_bytes);
+  uint8_t* ring(int direction) const;
+  void ring_bell(int side);
+
+  int fd_;  // side 0's descriptor until close_fd(); -1 after
+  void* base_;
+  size_t bytes_;
+  int side_;
+  uint64_t ring_bytes_;
+  Control* control_;
+  // Our own positions (the shared copies are what the peer reads).
+  uint64_t tail_ = 0;  // of our ring
+  uint64_t head_ = 0;  // of the peer's ring
+};
+
+}  // namespace gw::rpc::shm
