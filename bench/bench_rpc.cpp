@@ -9,13 +9,17 @@
 //     and PyTorch's round trip through an identity function,
 //   - the job key's and TLS's cost: calls, a 16 MiB round trip and connection setup with a key,
 //     and with a key under TLS, against the agent without either,
+//   - shared memory (rpc/shm.h): the small call and the tensor round trips against the same
+//     agents over loopback TCP, interleaved in one run, and the round trips against memcpy,
 //   - an RPC world's start-up and graceful shutdown at 64, 256 and 512 processes under gwrun,
 //     against linear growth from the 64-process time of the same run.
+// The cases before the shared-memory ones run over TCP (shared memory off), as the anchors do.
 // Where python3-torch cannot run, the first two fall back to published PyTorch figures.
 #include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <future>
 #include <optional>
 #include <string>
@@ -110,10 +114,12 @@ class RawEcho {
   std::vector<uint8_t> out_, in_;
 };
 
-// How a pair's connections are secured: by nothing (a keyless handshake), a job key, TLS.
+// How a pair's connections are secured: by nothing (a keyless handshake), a job key, TLS; and
+// whether they may use shared memory.
 struct Security {
   std::optional<gw::dist::JobKey> key;
   gw::dist::TlsOptions tls;
+  bool shared_memory = false;
 };
 
 struct Pair {
@@ -123,6 +129,7 @@ struct Pair {
     gw::rpc::RpcBackendOptions o;
     o.job_key = security.key;
     o.tls = security.tls;
+    o.shared_memory = security.shared_memory;
     o.store = store;
     o.num_worker_threads = 2;
     auto fb = std::async(std::launch::async,
@@ -277,6 +284,56 @@ void bench_security(Reporter& report, const char* label, const Security& secured
   }
 }
 
+// Shared memory against loopback TCP, two pairs of agents in this process (interleaved rounds),
+// and each tensor round trip against memcpy of the same bytes: the round trip moves them there
+// and back, so its anchor is the rate of two copies.
+void bench_shm(Reporter& report) {
+  const char* small = "rpc_sync small over shared memory";
+  auto big = [](int64_t mib) {
+    return "tensor round trip " + std::to_string(mib) + " MiB over shared memory";
+  };
+  bool any = report.wants("rpc", small);
+  for (int64_t mib : {1, 16, 64}) any = any || report.wants("rpc", big(mib));
+  if (!any) return;
+  Pair shm({{}, {}, true}), tcp;
+  auto on = [](Pair& p, auto f) {
+    gw::rpc::Agent::Use use(*p.a);
+    f();
+  };
+  on(shm, [] { gw::rpc::rpc_sync<int64_t>(1, "min", 1, 2); });
+  if (shm.a->link(1) != "shm") {
+    report.skip("rpc", "over shared memory", "the agents did not agree on shared memory here");
+    return;
+  }
+  const char* anchor = "the same agents over loopback tcp, same run";
+  if (report.wants("rpc", small)) {
+    auto call = [] { gw::bench::do_not_optimize(gw::rpc::rpc_sync<int64_t>(1, "min", 1, 2)); };
+    auto [t, r] = gw::bench::seconds_per_call_pair([&] { on(shm, call); }, [&] { on(tcp, call); });
+    report.add({"rpc", small, t * 1e6, "us", anchor, r * 1e6});
+  }
+  for (int64_t mib : {1, 16, 64}) {
+    if (!report.wants("rpc", big(mib))) continue;
+    gw::Tensor x = gw::ones({mib << 18});
+    std::vector<uint8_t> copy(x.nbytes());
+    auto call = [&] { gw::bench::do_not_optimize(gw::rpc::rpc_sync(1, echo, x)); };
+    auto [t, r] =
+        gw::bench::seconds_per_call_pair([&] { on(shm, call); }, [&] { on(tcp, call); }, 0.2, 5);
+    const double bytes = 2.0 * x.nbytes();
+    report.add({"rpc", big(mib), bytes / t / 1e9, "GB/s", anchor, bytes / r / 1e9});
+    auto [t2, m] =
+        gw::bench::seconds_per_call_pair([&] { on(shm, call); },
+                                         [&] {
+                                           std::memcpy(copy.data(), x.raw_data(), x.nbytes());
+                                           gw::bench::do_not_optimize(copy.data());
+                                           std::memcpy(copy.data(), x.raw_data(), x.nbytes());
+                                           gw::bench::do_not_optimize(copy.data());
+                                         },
+                                         0.2, 5);
+    report.add({"rpc", big(mib), bytes / t2 / 1e9, "GB/s", "memcpy of the same bytes, twice",
+                bytes / m / 1e9});
+  }
+}
+
 // A world of n processes under gwrun running rpc_basics (init_rpc, worker0's calls, graceful
 // shutdown), timed from gwrun's start to its exit: median of 3. Against linear growth from the
 // 64-process world: a ratio below 1 means growing faster than linearly. GW_BENCH_WORLD_GWRUN and
@@ -339,6 +396,7 @@ int main(int argc, char** argv) {
   bench_security(report, "authenticated", {gw::dist::JobKey::generate(), {}});
   gw::test::Pki pki;  // a throwaway CA for the TLS rows
   bench_security(report, "TLS", {gw::dist::JobKey::generate(), pki.issue("bench")});
+  bench_shm(report);
   bench_world(report);
   return 0;
 }

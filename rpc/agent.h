@@ -102,7 +102,8 @@ struct RpcBackendOptions {
   // for this long (heartbeats included) is declared dead, which fails every call, distributed
   // autograd pass and RRef operation pending on it with IoError "no heartbeat for N s";
   // requests to it then fail at once. A worker busy computing still sends heartbeats (its
-  // network thread does; keep future callbacks short, they run there). The same on every
+  // network thread does; keep future callbacks short: they run on the thread that delivers
+  // responses, the network thread or a shared-memory connection's own). The same on every
   // worker. Default: GW_FAILURE_TIMEOUT (seconds), else 10 s; 0: never.
   Milliseconds failure_timeout = dist::kFailureTimeoutFromEnv;
   // Calls, remote() creations and distributed autograd requests from one worker being served

@@ -24,7 +24,7 @@ constexpr size_t kMaxIov = 512;
 // without a wake-up. It yields the core meanwhile.
 constexpr auto kRingSpin = std::chrono::microseconds(50);
 // ... and sleeps at most this long at a time (a bound, should a wake-up ever be missed).
-constexpr auto kRingSleep = std::chrono::milliseconds(100);
+constexpr auto kRingSleep = std::chrono::milliseconds(1000);
 
 Message shm_step(SharedMemory::Step step) {
   Handshake h;
@@ -33,6 +33,10 @@ Message shm_step(SharedMemory::Step step) {
   m.body = std::move(h);
   return m;
 }
+}  // namespace
+
+namespace {
+thread_local const ThreadCount* t_counted_by = nullptr;  // a ring thread's ThreadCount
 }  // namespace
 
 void ThreadCount::add() {
@@ -46,6 +50,8 @@ void ThreadCount::done() {
 }
 
 void ThreadCount::wait_none() {
+  GW_CHECK(t_counted_by != this, StateError,
+           "[rpc] an RPC agent is stopped from its own connection's thread (a future callback)");
   std::unique_lock lock(mu_);
   cv_.wait(lock, [&] { return live_ == 0; });
 }
@@ -129,9 +135,17 @@ void Connection::read_more() {
 
 void Connection::on_read(const std::error_code& ec, size_t n, bool direct) {
   if (ec) {
-    close_on_io_thread(ec == asio::error::eof || ec == asio::ssl::error::stream_truncated
-                           ? "the peer closed the connection"
-                           : ec.message());
+    std::string why = ec == asio::error::eof || ec == asio::ssl::error::stream_truncated
+                          ? "the peer closed the connection"
+                          : ec.message();
+    if (shm_in_.load() && !closed()) {
+      // Frames the peer wrote into the ring before its socket closed come first.
+      peer_closed_why_ = std::move(why);
+      peer_closed_.store(true, std::memory_order_release);
+      shm_->wake_self();
+      return;
+    }
+    close_on_io_thread(why);
     return;
   }
   last_heard_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
@@ -158,6 +172,9 @@ void Connection::on_read(const std::error_code& ec, size_t n, bool direct) {
 void Connection::deliver() {
   auto m = reader_.take();
   if (!m) return;
+  // From the switch on, frames come through the ring: one on the socket could overtake them.
+  GW_CHECK(!shm_in_.load(), IoError, "[rpc] ", remote_,
+           " sent a frame on the socket after switching to shared memory");
   if (const auto* h = m->get<Handshake>(); h && h->shm && !on_shm_step(*m)) return;
   on_message_(shared_from_this(), std::move(*m));
 }
@@ -166,6 +183,11 @@ void Connection::deliver() {
 
 void Connection::offer_shm(Message& hello) {
   if (shm_options_.ring_bytes == 0 || stream_.is_tls()) return;
+  // Only to an address of this host (loopback, or the one this end has).
+  std::error_code ec1, ec2;
+  const auto there = socket_.remote_endpoint(ec1).address();
+  const auto here = socket_.local_endpoint(ec2).address();
+  if (ec1 || ec2 || !(there.is_loopback() || there == here)) return;
   try {
     shm_ = shm::Segment::create(shm_options_.ring_bytes);
   } catch (const std::exception& e) {
@@ -248,6 +270,7 @@ void Connection::start_ring_thread() {
   threads->add();
   try {
     std::thread([self = shared_from_this(), threads]() mutable {
+      t_counted_by = threads.get();
       if (self->shm_options_.on_thread_start) self->shm_options_.on_thread_start();
       self->ring_loop();
       self.reset();  // before done(): the connection may not outlive its owner's wait
@@ -263,7 +286,7 @@ void Connection::ring_loop() {
   auto last_work = Clock::now();
   auto ready = [this] {
     try {
-      return closed() || (shm_in_.load() && !shm_->readable().empty()) ||
+      return closed() || peer_closed_.load() || (shm_in_.load() && !shm_->readable().empty()) ||
              (shm_queued_.load() && !shm_->out_full());
     } catch (const std::exception&) {
       return true;  // a corrupted ring: the loop finds out
@@ -272,10 +295,20 @@ void Connection::ring_loop() {
   while (!closed()) {
     bool worked = false;
     try {
+      if (peer_closed_.load(std::memory_order_acquire)) {
+        // The peer is gone: the ring holds all it will ever write (bounded).
+        while (!closed() && read_ring()) {
+        }
+        close(peer_closed_why_);
+        return;
+      }
       if (shm_in_.load(std::memory_order_acquire)) worked = read_ring();
       if (shm_queued_.load()) {
         std::lock_guard lock(write_mu_);
-        if (!close_started_ && write_ring_locked()) worked = true;
+        if (close_started_)
+          shm_queued_ = false;  // being closed: nothing more goes out
+        else if (write_ring_locked())
+          worked = true;
       }
     } catch (const std::exception& e) {
       log_error("closing connection from ", remote_, ": ", e.what());
@@ -305,7 +338,15 @@ bool Connection::read_ring() {
     const size_t used = ring_reader_.feed(data, n);
     data += used, n -= used;
     shm_->consume(used);
-    if (auto m = ring_reader_.take()) on_message_(shared_from_this(), std::move(*m));
+    if (auto m = ring_reader_.take()) {
+      in_handler_ = true;
+      struct Done {
+        std::atomic<bool>& flag;
+        ~Done() { flag = false; }
+      } done{in_handler_};
+      on_message_(shared_from_this(), std::move(*m));
+      last_heard_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+    }
   }
   return true;
 }
@@ -319,7 +360,6 @@ bool Connection::write_ring_locked() {
       const size_t n = shm_->write(static_cast<const uint8_t*>(v.iov_base), v.iov_len);
       if (n == 0) return wrote;  // full: the ring thread writes the rest when there is room
       wrote = true;
-      shm_bytes_sent_.fetch_add(n, std::memory_order_relaxed);
       p.advance(n);
     }
     shm_queue_.pop_front();
@@ -360,6 +400,7 @@ void Connection::enqueue_locked(std::unique_ptr<Pending> pending) {
       write_ring_locked();
     } catch (const std::exception& e) {
       close_started_ = true;
+      shm_queued_ = false;
       asio::post(socket_.get_executor(), [self = shared_from_this(), why = std::string(e.what())] {
         self->close_on_io_thread(why);
       });

@@ -1,4 +1,5 @@
-// One TCP connection between two RPC agents, carrying frames (see message.h and wire.capnp).
+// One connection between two RPC agents, carrying frames (see message.h and wire.capnp): a TCP
+// socket, and between workers on one host a shared-memory segment beside it (below).
 //
 // Reading runs on the agent's Asio thread through a FrameReader (rpc/frame_reader.h): small
 // frames are parsed out of a 64 KiB buffer, and large tensor payloads are read straight into
@@ -24,7 +25,9 @@
 // way the socket stays open and read, so that a peer that dies is seen as fast as over TCP.
 // The ring is read by the connection's own ring thread, which also writes what a sender left
 // when the ring was full; it spins briefly after its last work, then sleeps on a futex (no
-// core is kept busy). Message handlers then run on that thread.
+// core is kept busy). Message handlers then run on that thread (the transport runs one handler
+// at a time, whichever thread delivers). When the peer closes its socket, what it wrote into
+// the ring before is still delivered, as TCP delivers what came before a FIN.
 #pragma once
 
 #include <atomic>
@@ -94,11 +97,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void offer_shm(Message& hello);
   // "shm" once frames go both ways through shared memory, else "tcp".
   const char* link() const;
-  // Bytes written into shared memory so far.
-  uint64_t shm_bytes_sent() const { return shm_bytes_sent_.load(std::memory_order_relaxed); }
 
-  // When bytes last arrived from the peer (the connection's creation at first).
+  // When bytes last arrived from the peer (the connection's creation at first); now while the
+  // ring thread runs a handler, since it reads nothing meanwhile.
   Clock::time_point last_heard() const {
+    if (in_handler_.load(std::memory_order_relaxed)) return Clock::now();
     return Clock::time_point(Clock::duration(last_heard_.load(std::memory_order_relaxed)));
   }
   // When a frame was last queued to the peer (any thread).
@@ -158,8 +161,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool shm_offered_ = false;             // Asio thread
   std::atomic<bool> shm_in_{false};      // the ring thread reads frames from the ring
   std::atomic<bool> shm_queued_{false};  // shm_queue_ waits for room in the ring
-  std::atomic<uint64_t> shm_bytes_sent_{0};
-  FrameReader ring_reader_;  // ring thread
+  // The peer closed the socket after switching: the ring thread hands on what the ring still
+  // holds, then closes with peer_closed_why_ (written before the flag).
+  std::atomic<bool> peer_closed_{false};
+  std::string peer_closed_why_;
+  std::atomic<bool> in_handler_{false};  // the ring thread runs on_message_
+  FrameReader ring_reader_;              // ring thread
 
   // Write state.
   std::atomic<Clock::rep> last_sent_{Clock::now().time_since_epoch().count()};

@@ -11,10 +11,11 @@
 //                                              registered; a throw undoes the ones before
 //   unsent     cancelled() of each, reversed    the message never left (connect failed, timed
 //                                              out while queued, socket closed, shutdown)
-//   receiving  incoming() of each, in order    on the network thread, in arrival order, before
-//                                              the message is routed; a throw fails the request
-//                                              (or the call). CUDA tensors are placed on their
-//                                              devices afterwards, off the network thread.
+//   receiving  incoming() of each, in order    one message at a time (the network thread, or a
+//                                              shared-memory connection's), in arrival order,
+//                                              before the message is routed; a throw fails the
+//                                              request (or the call). CUDA tensors are placed on
+//                                              their devices afterwards, off the network thread.
 //
 // A response to a call that timed out meanwhile is still received (kLateResponse) so that the
 // RRefs it carries are released; nothing else should happen to it.

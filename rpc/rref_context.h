@@ -12,7 +12,8 @@
 //     registered the fork with the owner (RRefFork) and told X (RRefAccept).
 //   - a user handle's last copy going away sends RRefDelete; the owner drops the value when no
 //     fork and no local handle is left.
-// All control messages are handled on the receiving agent's network thread, in arrival order.
+// All control messages are handled one at a time by the receiving agent (on its network thread,
+// or a shared-memory connection's thread), in each connection's arrival order.
 // RRefContext is also the agent's first Interceptor (rpc/interceptor.h): RRefs in the values of
 // every message sent become forks, and forks in every message received become RRefs.
 #pragma once

@@ -70,6 +70,7 @@ struct Segment::Control {
   uint64_t magic;
   uint64_t ring_bytes;
   char token[kTokenBytes];
+  std::atomic<uint32_t> attached;  // side 1 has mapped it
   Bell bell[2];      // bell[s]: side s sleeps on it
   Position head[2];  // ring d (side d writes, side 1-d reads): written by its reader
   Position tail[2];  // written by its writer
@@ -154,16 +155,23 @@ std::unique_ptr<Segment> Segment::attach(const Offer& offer) {
            InvalidArgumentError, "[rpc shm] a malformed offer: ring of ", offer.ring_bytes,
            " bytes, token of ", offer.token.size());
   const std::string path = "/proc/" + std::to_string(offer.pid) + "/fd/" + std::to_string(offer.fd);
-  // O_NONBLOCK: should the number name a FIFO by now, opening it must not wait.
-  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NONBLOCK);
-  GW_CHECK(fd >= 0, InvalidArgumentError, "[rpc shm] cannot open the peer's segment ", path, ": ",
-           std::strerror(errno));
+  // Looked at before it is opened for real: O_PATH opens nothing (no device's open runs, no
+  // FIFO waits), so only a sealed regular file of the offered size is opened, through our own
+  // descriptor of it.
+  const int where = ::open(path.c_str(), O_PATH | O_CLOEXEC);
+  GW_CHECK(where >= 0, InvalidArgumentError, "[rpc shm] cannot open the peer's segment ", path,
+           ": ", std::strerror(errno));
   const size_t bytes = kControlBytes + 2 * offer.ring_bytes;
   struct stat st {};
-  const int seals = ::fcntl(fd, F_GET_SEALS);
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<size_t>(st.st_size) != bytes ||
-      seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
-    ::close(fd);
+  const bool regular =
+      ::fstat(where, &st) == 0 && S_ISREG(st.st_mode) && static_cast<size_t>(st.st_size) == bytes;
+  const int fd = regular ? ::open(("/proc/self/fd/" + std::to_string(where)).c_str(),
+                                  O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK)
+                         : -1;
+  ::close(where);
+  const int seals = fd >= 0 ? ::fcntl(fd, F_GET_SEALS) : -1;
+  if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
+    if (fd >= 0) ::close(fd);
     throw InvalidArgumentError(gw::detail::str(
         "[rpc shm] ", path, " is not a sealed segment of the offered size ", bytes));
   }
@@ -171,10 +179,13 @@ std::unique_ptr<Segment> Segment::attach(const Offer& offer) {
   ::close(fd);  // the mapping keeps it
   GW_CHECK(base != MAP_FAILED, IoError, "[rpc shm] mapping ", path, ": ", std::strerror(errno));
   auto seg = std::unique_ptr<Segment>(new Segment(-1, base, bytes, 1, offer.ring_bytes));
-  const Control* c = seg->control_;
+  Control* c = seg->control_;
   GW_CHECK(c->magic == kMagic && c->ring_bytes == offer.ring_bytes &&
                std::memcmp(c->token, offer.token.data(), kTokenBytes) == 0,
            InvalidArgumentError, "[rpc shm] ", path, " does not hold the offered segment");
+  // One peer per segment: an offer replayed on another connection is refused.
+  GW_CHECK(c->attached.exchange(1) == 0, InvalidArgumentError, "[rpc shm] ", path,
+           " is already in use by another connection");
   return seg;
 }
 
@@ -200,7 +211,15 @@ size_t Segment::write(const uint8_t* data, size_t n) {
 }
 
 bool Segment::out_full() const {
-  return tail_ - control_->head[side_].value.load(std::memory_order_acquire) >= ring_bytes_;
+  // Any thread: the shared copy of our tail (ours is the writer's, under its lock). Positions
+  // that do not add up read as room, so that the writer finds out.
+  const uint64_t tail = control_->tail[side_].value.load(std::memory_order_relaxed);
+  const uint64_t head = control_->head[side_].value.load(std::memory_order_acquire);
+  return head <= tail && tail - head >= ring_bytes_;
+}
+
+bool Segment::peer_sleeping() const {
+  return control_->bell[1 - side_].sleeping.load(std::memory_order_acquire) != 0;
 }
 
 std::span<const uint8_t> Segment::readable() const {

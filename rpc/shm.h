@@ -36,8 +36,10 @@ inline constexpr uint64_t kMinRingBytes = 64 * 1024;
 inline constexpr uint64_t kMaxRingBytes = uint64_t{1} << 30;
 
 // What identifies this host to another process: boot id, network and pid namespaces, and user.
-// Two workers share memory only when theirs are equal (workers in separate network namespaces
-// are treated as separate hosts).
+// A connection offers shared memory only when its peer's address is this host's, and the peer
+// tries only when the identities are equal (workers in separate network namespaces are treated
+// as separate hosts). What keeps a segment to its two processes is /proc's access check (same
+// user, ptrace rules) and the token, not this string.
 const std::string& host_identity();
 
 // What the connecting side sends so that its peer can map the segment.
@@ -54,7 +56,8 @@ class Segment {
   // Creates a segment with rings of `ring_bytes` each (side 0). Throws IoError.
   static std::unique_ptr<Segment> create(uint64_t ring_bytes);
   // Maps the creator's segment (side 1). Throws InvalidArgumentError naming what did not match
-  // (another host, no access to the creator's descriptor, a wrong token or size).
+  // (another host, no access to the creator's descriptor, a wrong token or size, a segment
+  // already attached).
   static std::unique_ptr<Segment> attach(const Offer& offer);
   ~Segment();
   Segment(const Segment&) = delete;
@@ -67,7 +70,7 @@ class Segment {
   // Copies up to `n` bytes, as many as there is room for, and publishes them; returns how many.
   // Throws IoError if the peer corrupted the ring's positions.
   size_t write(const uint8_t* data, size_t n);
-  bool out_full() const;  // no room at all
+  bool out_full() const;  // no room at all (any thread)
   // --- reading the peer's ring (the one reader) ---
   // The bytes ready to read, contiguous (a wrapped ring shows its first part). Throws IoError if
   // the peer corrupted the ring's positions.
@@ -80,6 +83,7 @@ class Segment {
   void wake_self();    // rings our bell unconditionally (closing)
   // Sleeps on our bell until rung, `ready()` is true, or `limit` passes (our flag is set around).
   void sleep(const std::function<bool()>& ready, std::chrono::milliseconds limit);
+  bool peer_sleeping() const;  // the peer's flag (tests wait for it)
 
   uint64_t ring_bytes() const { return ring_bytes_; }
 

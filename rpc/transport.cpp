@@ -68,7 +68,11 @@ std::string Transport::describe(int peer) const {
 
 std::shared_ptr<Connection> Transport::make_connection(dist::Stream s) {
   return std::make_shared<Connection>(
-      std::move(s), options_.max_frame_bytes, handlers_.on_message,
+      std::move(s), options_.max_frame_bytes,
+      [this](const std::shared_ptr<Connection>& c, Message m) {
+        std::lock_guard lock(handling_mu_);
+        handlers_.on_message(c, std::move(m));
+      },
       [this](const std::shared_ptr<Connection>& c, const std::string& why) {
         {
           std::lock_guard lock(mu_);

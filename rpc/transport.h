@@ -28,8 +28,11 @@
 // to it fail at once and its connections are refused. Only the network thread sends
 // heartbeats, and it runs no request handler, so a worker busy computing stays alive — but it
 // does run the callbacks of futures its responses complete (core/future.h): one that computes
-// for longer than the window makes this worker silent. A check that itself ran late (this
-// process was stopped or starved) declares nobody dead: it cannot tell.
+// for longer than the window makes this worker silent. (Over shared memory, connection.h,
+// responses and their callbacks are the connection's ring thread's; the network thread still
+// sends the heartbeats, and a connection whose ring thread is in a handler counts as heard.) A
+// check that itself ran late (this process was stopped or starved) declares nobody dead: it cannot
+// tell.
 //
 //   Transport t(options, handlers);                                 // listening
 //   publish(t.port()); ...                                          // rendezvous
@@ -177,6 +180,9 @@ class Transport {
   std::optional<dist::auth::Gatekeeper> door_;  // network thread: admits those who prove the key
   std::thread thread_;
   std::function<void()> on_thread_start_;  // the network thread's, and the ring threads'
+  // Messages are handled one at a time, whichever thread (network, ring) delivers them: the
+  // handlers were written for one network thread.
+  std::mutex handling_mu_;
   const std::shared_ptr<ThreadCount> ring_threads_ = std::make_shared<ThreadCount>();
   asio::steady_timer liveness_{io_};  // network thread
   Clock::time_point last_check_;      // network thread

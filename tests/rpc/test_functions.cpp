@@ -74,6 +74,12 @@ std::atomic<int64_t> g_bumps{0};
 int64_t bump() { return ++g_bumps; }
 int64_t bumps() { return g_bumps.load(); }
 
+int64_t bump_then_exit(std::string to, int64_t n) {
+  rpc_sync<int64_t>(to, "bump");  // the connection to `to` is open (and switched, if it can)
+  for (int64_t i = 0; i < n; ++i) rpc_async<int64_t>(to, "bump");  // written, unanswered
+  std::_Exit(0);
+}
+
 std::string shutdown_from_handler() {
   try {
     current_agent().shutdown(false);
@@ -175,6 +181,7 @@ GW_RPC_FUNCTION(crash);
 GW_RPC_FUNCTION(async_wait_on);
 GW_RPC_FUNCTION(whoami);
 GW_RPC_FUNCTION(busy_for_ms);
+GW_RPC_FUNCTION(bump_then_exit);
 GW_RPC_FUNCTION(pass_rref_when_released);
 GW_RPC_FUNCTION(bump);
 

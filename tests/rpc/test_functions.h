@@ -27,6 +27,8 @@ int64_t busy_for_ms(int64_t ms);
 // A side effect the security tests watch: how often bump() ran in this process.
 int64_t bump();
 int64_t bumps();
+// Calls bump on `to`, sends it `n` more without waiting, and exits this process at once.
+int64_t bump_then_exit(std::string to, int64_t n);
 // Tries to shut the agent down from its own handler; returns the error it got.
 std::string shutdown_from_handler();
 

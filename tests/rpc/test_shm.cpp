@@ -7,6 +7,7 @@
 #include <chrono>
 #include <future>
 #include <numeric>
+#include <thread>
 
 #include "core/ops.h"
 #include "dist/store/tcp_store.h"
@@ -95,17 +96,21 @@ TEST_CASE("attaching refuses another host, a wrong token and a wrong size", "[rp
 TEST_CASE("a sleeping ring thread is woken by its peer's write", "[rpc][shm]") {
   auto a = shm::Segment::create(shm::kMinRingBytes);
   auto b = shm::Segment::attach(a->offer());
-  // b sleeps (up to 30 s) until rung; a writes once b is asleep, or before (then b never sleeps).
+  // b sleeps for up to 20 s unless rung; a writes once it sees b asleep.
   auto slept = std::async(std::launch::async, [&] {
     const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < 3 && b->readable().empty(); ++i)
-      b->sleep([&] { return !b->readable().empty(); }, 10s);
+    b->sleep([&] { return !b->readable().empty(); }, 20s);
     return std::chrono::steady_clock::now() - start;
   });
+  const auto limit = std::chrono::steady_clock::now() + 10s;
+  while (!a->peer_sleeping() && std::chrono::steady_clock::now() < limit)  // bounded
+    std::this_thread::yield();
+  REQUIRE(a->peer_sleeping());
   const uint8_t byte = 42;
   REQUIRE(a->write(&byte, 1) == 1);
-  CHECK(slept.get() < 10s);
+  CHECK(slept.get() < 10s);  // rung, not timed out
   CHECK(b->readable().size() == 1);
+  CHECK_FALSE(a->peer_sleeping());
 }
 
 TEST_CASE("agents on one host talk through shared memory, and report it", "[rpc][shm]") {
@@ -129,6 +134,24 @@ TEST_CASE("agents on one host talk through shared memory, and report it", "[rpc]
   // worker1's answers came back on the connection worker0 opened: through its ring too.
   CHECK(rpc_sync(1, whoami) == "worker1");
   g.shutdown();
+}
+
+TEST_CASE("frames keep their order across the switch from TCP to shared memory", "[rpc][shm]") {
+  gw::test::ScopedEnv on("GW_RPC_SHM", "1");
+  RpcBackendOptions o = Group::small_options();
+  o.num_worker_threads = 1;  // worker1 runs the calls in the order they arrive
+  Group g(2, o);
+  Agent::Use use(g[0]);
+  // Sent at once, before any answer: the first ones go over TCP while shared memory is being
+  // negotiated, the later ones through the ring.
+  std::vector<Future<int64_t>> futs;
+  for (int i = 0; i < 300; ++i) futs.push_back(rpc_async<int64_t>(1, "bump"));
+  std::vector<int64_t> got;
+  for (auto& f : futs) got.push_back(f.wait());
+  std::vector<int64_t> expected(got.size());
+  std::iota(expected.begin(), expected.end(), got.front());
+  CHECK(got == expected);
+  CHECK(g[0].link(1) == "shm");
 }
 
 TEST_CASE("shared memory is off when either side turns it off, and under GW_RPC_SHM=0",
@@ -160,6 +183,27 @@ TEST_CASE("a bad shm_ring_bytes is refused by name", "[rpc][shm]") {
   RpcBackendOptions o = options_with(std::make_shared<dist::HashStore>(), true);
   o.shm_ring_bytes = 1000;
   CHECK_THROWS_WITH(Agent("worker0", 0, 1, o), Catch::Contains("shm_ring_bytes 1000"));
+}
+
+TEST_CASE("what a peer wrote into the ring before it exited is still delivered",
+          "[rpc][shm][process]") {
+  gw::test::ScopedEnv on("GW_RPC_SHM", "1");  // the peer inherits it
+  auto store = std::make_shared<dist::TCPStore>("127.0.0.1", 0, -1, true, 60s);
+  gw::test::PeerProcesses peers(GW_RPC_PEER, 2, store->port());
+  Agent agent("worker0", 0, 2, options_with(store, true));
+  Agent::Use use(agent);
+  const int64_t before = bumps();
+  // worker1 calls bump here, then sends 3000 more without waiting and exits at once: its
+  // socket closes right behind them, while most are still in the ring (handling them takes
+  // longer than the close takes to arrive).
+  constexpr int64_t kSent = 3000;
+  CHECK_THROWS_AS(rpc_sync<int64_t>(1, "bump_then_exit", std::string("worker0"), kSent), IoError);
+  CHECK(peers.wait() == std::vector<int>{0});
+  const auto limit = std::chrono::steady_clock::now() + 20s;
+  while (bumps() < before + 1 + kSent && std::chrono::steady_clock::now() < limit)  // bounded
+    std::this_thread::yield();
+  CHECK(bumps() == before + 1 + kSent);
+  agent.shutdown(false);
 }
 
 TEST_CASE("a peer process killed mid-transfer over shared memory fails the call at once",
