@@ -305,7 +305,7 @@ void bench_shm(Reporter& report) {
     report.skip("rpc", "over shared memory", "the agents did not agree on shared memory here");
     return;
   }
-  const char* anchor = "the same agents over loopback tcp, same run";
+  const char* anchor = "a second pair over loopback tcp, same run";
   if (report.wants("rpc", small)) {
     auto call = [] { gw::bench::do_not_optimize(gw::rpc::rpc_sync<int64_t>(1, "min", 1, 2)); };
     auto [t, r] = gw::bench::seconds_per_call_pair([&] { on(shm, call); }, [&] { on(tcp, call); });

@@ -25,6 +25,8 @@ constexpr size_t kMaxIov = 512;
 constexpr auto kRingSpin = std::chrono::microseconds(50);
 // ... and sleeps at most this long at a time (a bound, should a wake-up ever be missed).
 constexpr auto kRingSleep = std::chrono::milliseconds(1000);
+// A peer's socket closed: its last frames in the ring are handed on within this, or dropped.
+constexpr auto kDrainLimit = std::chrono::seconds(1);
 
 Message shm_step(SharedMemory::Step step) {
   Handshake h;
@@ -49,9 +51,9 @@ void ThreadCount::done() {
   if (--live_ == 0) cv_.notify_all();
 }
 
+bool ThreadCount::counts_this_thread() const { return t_counted_by == this; }
+
 void ThreadCount::wait_none() {
-  GW_CHECK(t_counted_by != this, StateError,
-           "[rpc] an RPC agent is stopped from its own connection's thread (a future callback)");
   std::unique_lock lock(mu_);
   cv_.wait(lock, [&] { return live_ == 0; });
 }
@@ -93,6 +95,7 @@ Connection::Connection(dist::Stream stream, uint64_t max_frame_bytes, MessageHan
       buf_(kReadBufferBytes),
       reader_(max_frame_bytes),
       shm_options_(std::move(shm)),
+      drain_limit_(socket_.get_executor()),
       ring_reader_(max_frame_bytes) {
   // Without heartbeats (failure_timeout 0), a peer host that vanished without closing is still
   // noticed within about a minute on an idle connection, so that its worker, back, can connect
@@ -138,11 +141,22 @@ void Connection::on_read(const std::error_code& ec, size_t n, bool direct) {
     std::string why = ec == asio::error::eof || ec == asio::ssl::error::stream_truncated
                           ? "the peer closed the connection"
                           : ec.message();
-    if (shm_in_.load() && !closed()) {
-      // Frames the peer wrote into the ring before its socket closed come first.
+    const bool peer_closed = ec == asio::error::eof || ec == asio::error::connection_reset;
+    if (peer_closed && shm_in_.load() && !closed()) {
+      // Frames the peer wrote into the ring before its socket closed come first; nothing more
+      // goes out. Should the ring thread be held in a handler, the close comes at the limit.
+      {
+        std::lock_guard lock(write_mu_);
+        close_started_ = true;
+        shm_queue_.clear();
+      }
       peer_closed_why_ = std::move(why);
       peer_closed_.store(true, std::memory_order_release);
       shm_->wake_self();
+      drain_limit_.expires_after(kDrainLimit);
+      drain_limit_.async_wait([self = shared_from_this()](const std::error_code& e) {
+        if (!e) self->close_on_io_thread(self->peer_closed_why_);
+      });
       return;
     }
     close_on_io_thread(why);
@@ -339,7 +353,7 @@ bool Connection::read_ring() {
     data += used, n -= used;
     shm_->consume(used);
     if (auto m = ring_reader_.take()) {
-      in_handler_ = true;
+      in_handler_.store(true, std::memory_order_release);
       struct Done {
         std::atomic<bool>& flag;
         ~Done() { flag = false; }
@@ -507,6 +521,7 @@ void Connection::close_on_io_thread(const std::string& why) {
     socket_.shutdown(asio::socket_base::shutdown_both, ignored);
     socket_.close(ignored);
   }
+  drain_limit_.cancel();
   if (shm_) shm_->wake_self();  // its ring thread ends
   on_close_(shared_from_this(), why);
 }

@@ -56,6 +56,7 @@ class ThreadCount {
   void add();
   void done();
   void wait_none();
+  bool counts_this_thread() const;  // this is one of the threads counted
 
  private:
   std::mutex mu_;
@@ -101,7 +102,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // When bytes last arrived from the peer (the connection's creation at first); now while the
   // ring thread runs a handler, since it reads nothing meanwhile.
   Clock::time_point last_heard() const {
-    if (in_handler_.load(std::memory_order_relaxed)) return Clock::now();
+    if (in_handler_.load(std::memory_order_acquire) && !peer_closed_.load()) return Clock::now();
     return Clock::time_point(Clock::duration(last_heard_.load(std::memory_order_relaxed)));
   }
   // When a frame was last queued to the peer (any thread).
@@ -165,7 +166,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // holds, then closes with peer_closed_why_ (written before the flag).
   std::atomic<bool> peer_closed_{false};
   std::string peer_closed_why_;
-  std::atomic<bool> in_handler_{false};  // the ring thread runs on_message_
+  asio::steady_timer drain_limit_;  // Asio thread: closes anyway should the ring thread be held
+  // The ring thread runs on_message_ (or waits to: handlers run one at a time).
+  std::atomic<bool> in_handler_{false};
   FrameReader ring_reader_;              // ring thread
 
   // Write state.

@@ -170,7 +170,9 @@ std::unique_ptr<Segment> Segment::attach(const Offer& offer) {
                          : -1;
   ::close(where);
   const int seals = fd >= 0 ? ::fcntl(fd, F_GET_SEALS) : -1;
-  if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
+  // The size again, now that it can no longer shrink.
+  if (seals < 0 || (seals & F_SEAL_SHRINK) == 0 || ::fstat(fd, &st) != 0 ||
+      static_cast<size_t>(st.st_size) != bytes) {
     if (fd >= 0) ::close(fd);
     throw InvalidArgumentError(gw::detail::str(
         "[rpc shm] ", path, " is not a sealed segment of the offered size ", bytes));

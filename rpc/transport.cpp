@@ -436,6 +436,8 @@ bool Transport::is_outbound(const std::shared_ptr<Connection>& c) const {
 // --- stopping --------------------------------------------------------------------------------
 
 void Transport::stop(const std::string& why) {
+  GW_CHECK(!ring_threads_->counts_this_thread(), StateError,
+           "[rpc] an RPC agent is stopped from its own connection's thread (a future callback)");
   {
     std::lock_guard lock(mu_);
     if (stopping_ && !thread_.joinable()) return;

@@ -29,8 +29,9 @@
 // heartbeats, and it runs no request handler, so a worker busy computing stays alive — but it
 // does run the callbacks of futures its responses complete (core/future.h): one that computes
 // for longer than the window makes this worker silent. (Over shared memory, connection.h,
-// responses and their callbacks are the connection's ring thread's; the network thread still
-// sends the heartbeats, and a connection whose ring thread is in a handler counts as heard.) A
+// responses and their callbacks are the connection's ring thread's, and a connection whose ring
+// thread is in a handler counts as heard. Handlers still run one at a time: the network thread
+// sends no heartbeat while it waits to hand over a frame of its own.) A
 // check that itself ran late (this process was stopped or starved) declares nobody dead: it cannot
 // tell.
 //

@@ -206,6 +206,40 @@ TEST_CASE("what a peer wrote into the ring before it exited is still delivered",
   agent.shutdown(false);
 }
 
+TEST_CASE("a peer that dies while a callback holds the ring thread still fails its calls",
+          "[rpc][shm][process]") {
+  gw::test::ScopedEnv on("GW_RPC_SHM", "1");  // the peer inherits it
+  auto store = std::make_shared<dist::TCPStore>("127.0.0.1", 0, -1, true, 60s);
+  gw::test::PeerProcesses peers(GW_RPC_PEER, 2, store->port());
+  Agent agent("worker0", 0, 2, options_with(store, true));
+  Agent::Use use(agent);
+  CHECK(rpc_sync(1, whoami) == "worker1");
+  REQUIRE(agent.link(1) == "shm");
+  // The answer's callback runs on the connection's ring thread and holds it until released.
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<bool> entered{false};
+  auto held = rpc_async<std::string>(1, "whoami").then([&](Future<std::string>& f) {
+    entered = true;
+    released.wait_for(60s);  // bounded: released below
+    return f.wait();
+  });
+  const auto limit = std::chrono::steady_clock::now() + 10s;
+  while (!entered && std::chrono::steady_clock::now() < limit)  // bounded
+    std::this_thread::yield();
+  REQUIRE(entered);
+  auto pending = rpc_async("worker1", block_until_released, timeout(600s));
+  const auto start = std::chrono::steady_clock::now();
+  REQUIRE(kill(peers.pids()[0], SIGKILL) == 0);
+  CHECK_THROWS_AS(pending.wait(), IoError);
+  CHECK(std::chrono::steady_clock::now() - start < 10s);
+  CHECK_FALSE(held.done());  // the callback still holds the ring thread
+  release.set_value();
+  CHECK(held.wait() == "worker1");
+  CHECK(peers.wait() == std::vector<int>{128 + SIGKILL});
+  agent.shutdown(false);
+}
+
 TEST_CASE("a peer process killed mid-transfer over shared memory fails the call at once",
           "[rpc][shm][process]") {
   gw::test::ScopedEnv on("GW_RPC_SHM", "1");  // the peer inherits it
