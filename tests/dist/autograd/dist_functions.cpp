@@ -77,6 +77,40 @@ int64_t d_num_contexts() { return static_cast<int64_t>(num_contexts()); }
 GW_RPC_FUNCTION(d_add);
 GW_RPC_FUNCTION(d_mul);
 GW_RPC_FUNCTION(d_nested);
+Tensor d_leaf64(int64_t seed) {
+  Generator gen(static_cast<uint64_t>(seed));
+  return rand({2, 3}, gen, kFloat64).requires_grad_();
+}
+
+Tensor d_op(int64_t code, Tensor a, Tensor b) {
+  switch (code) {
+    case 0:
+      return a + b;
+    case 1:
+      return a - b;
+    case 2:
+      return a * b;
+    case 3:
+      return a * 0.5 + b.tanh();
+    case 4:
+      return a * b + a;
+    default:
+      throw InvalidArgumentError(gw::detail::str("[d_op] no op ", code));
+  }
+}
+
+Tensor d_nested_op(std::string to, int64_t code, int64_t code2, Tensor a, Tensor b) {
+  return d_op(code2, rpc::rpc_sync(to, d_op, code, a, b), a);
+}
+
+Tensor d_fetch_op(int64_t code, rpc::RRef<Tensor> r, Tensor x) {
+  return d_op(code, r.to_here(), x);
+}
+
+GW_RPC_FUNCTION(d_leaf64);
+GW_RPC_FUNCTION(d_op);
+GW_RPC_FUNCTION(d_nested_op);
+GW_RPC_FUNCTION(d_fetch_op);
 GW_RPC_FUNCTION(d_leaf);
 GW_RPC_FUNCTION(d_fetch_triple);
 GW_RPC_FUNCTION(d_failing_backward);

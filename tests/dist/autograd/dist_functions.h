@@ -34,6 +34,18 @@ void d_close_gate();
 // How many distributed autograd contexts this worker holds.
 int64_t d_num_contexts();
 
+// For the random-graph tests (test_dist_random.cpp), in float64:
+// a 2x3 leaf requiring grad, drawn from a generator seeded with `seed`;
+Tensor d_leaf64(int64_t seed);
+// one of kNumOps ops of two tensors, each using both: a + b, a - b, a * b, 0.5 a + tanh(b),
+// a * b + a;
+inline constexpr int64_t kNumOps = 5;
+Tensor d_op(int64_t code, Tensor a, Tensor b);
+// d_op(code2, rpc_sync(to, d_op, code, a, b), a): a nested call whose result comes back here;
+Tensor d_nested_op(std::string to, int64_t code, int64_t code2, Tensor a, Tensor b);
+// d_op(code, r.to_here(), x) on the worker running it.
+Tensor d_fetch_op(int64_t code, rpc::RRef<Tensor> r, Tensor x);
+
 }  // namespace gw::dist_autograd::testing
 
 namespace gw::dist_autograd::testing {
