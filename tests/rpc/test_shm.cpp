@@ -46,6 +46,22 @@ RpcBackendOptions options_with(std::shared_ptr<dist::Store> store, bool shared_m
   return o;
 }
 
+// This process as worker0 beside an rpc_peer process as worker1, shared memory on for both.
+struct PeerProcess {
+  gw::test::ScopedEnv on{"GW_RPC_SHM", "1"};  // the peer inherits it
+  std::shared_ptr<dist::TCPStore> store =
+      std::make_shared<dist::TCPStore>("127.0.0.1", 0, -1, true, 60s);
+  gw::test::PeerProcesses peers{GW_RPC_PEER, 2, store->port()};
+  Agent agent{"worker0", 0, 2, options_with(store, true)};
+  Agent::Use use{agent};
+
+  // Opens the connection to worker1 and checks that it went over to shared memory.
+  void connect() {
+    CHECK(rpc_sync(1, whoami) == "worker1");
+    REQUIRE(agent.link(1) == "shm");
+  }
+};
+
 }  // namespace
 
 TEST_CASE("a segment's rings carry bytes both ways, wrapping around, and never overfill",
@@ -187,34 +203,25 @@ TEST_CASE("a bad shm_ring_bytes is refused by name", "[rpc][shm]") {
 
 TEST_CASE("what a peer wrote into the ring before it exited is still delivered",
           "[rpc][shm][process]") {
-  gw::test::ScopedEnv on("GW_RPC_SHM", "1");  // the peer inherits it
-  auto store = std::make_shared<dist::TCPStore>("127.0.0.1", 0, -1, true, 60s);
-  gw::test::PeerProcesses peers(GW_RPC_PEER, 2, store->port());
-  Agent agent("worker0", 0, 2, options_with(store, true));
-  Agent::Use use(agent);
+  PeerProcess p;
   const int64_t before = bumps();
   // worker1 calls bump here, then sends 3000 more without waiting and exits at once: its
   // socket closes right behind them, while most are still in the ring (handling them takes
   // longer than the close takes to arrive).
   constexpr int64_t kSent = 3000;
   CHECK_THROWS_AS(rpc_sync<int64_t>(1, "bump_then_exit", std::string("worker0"), kSent), IoError);
-  CHECK(peers.wait() == std::vector<int>{0});
+  CHECK(p.peers.wait() == std::vector<int>{0});
   const auto limit = std::chrono::steady_clock::now() + 20s;
   while (bumps() < before + 1 + kSent && std::chrono::steady_clock::now() < limit)  // bounded
     std::this_thread::yield();
   CHECK(bumps() == before + 1 + kSent);
-  agent.shutdown(false);
+  p.agent.shutdown(false);
 }
 
 TEST_CASE("a peer that dies while a callback holds the ring thread still fails its calls",
           "[rpc][shm][process]") {
-  gw::test::ScopedEnv on("GW_RPC_SHM", "1");  // the peer inherits it
-  auto store = std::make_shared<dist::TCPStore>("127.0.0.1", 0, -1, true, 60s);
-  gw::test::PeerProcesses peers(GW_RPC_PEER, 2, store->port());
-  Agent agent("worker0", 0, 2, options_with(store, true));
-  Agent::Use use(agent);
-  CHECK(rpc_sync(1, whoami) == "worker1");
-  REQUIRE(agent.link(1) == "shm");
+  PeerProcess p;
+  p.connect();
   // The answer's callback runs on the connection's ring thread and holds it until released.
   std::promise<void> release;
   std::shared_future<void> released = release.get_future().share();
@@ -230,35 +237,29 @@ TEST_CASE("a peer that dies while a callback holds the ring thread still fails i
   REQUIRE(entered);
   auto pending = rpc_async("worker1", block_until_released, timeout(600s));
   const auto start = std::chrono::steady_clock::now();
-  REQUIRE(kill(peers.pids()[0], SIGKILL) == 0);
+  REQUIRE(kill(p.peers.pids()[0], SIGKILL) == 0);
   CHECK_THROWS_AS(pending.wait(), IoError);
   CHECK(std::chrono::steady_clock::now() - start < 10s);
   CHECK_FALSE(held.done());  // the callback still holds the ring thread
   release.set_value();
   CHECK(held.wait() == "worker1");
-  CHECK(peers.wait() == std::vector<int>{128 + SIGKILL});
-  agent.shutdown(false);
+  CHECK(p.peers.wait() == std::vector<int>{128 + SIGKILL});
+  p.agent.shutdown(false);
 }
 
 TEST_CASE("a peer process killed mid-transfer over shared memory fails the call at once",
           "[rpc][shm][process]") {
-  gw::test::ScopedEnv on("GW_RPC_SHM", "1");  // the peer inherits it
-  auto store = std::make_shared<dist::TCPStore>("127.0.0.1", 0, -1, true, 60s);
-  gw::test::PeerProcesses peers(GW_RPC_PEER, 2, store->port());
-  RpcBackendOptions o = options_with(store, true);
-  Agent agent("worker0", 0, 2, o);
-  Agent::Use use(agent);
-  CHECK(rpc_sync(1, whoami) == "worker1");
-  REQUIRE(agent.link(1) == "shm");
+  PeerProcess p;
+  p.connect();
   // Stopped, the peer takes nothing from the ring: 64 MiB cannot fit in its 4 MiB, so the
   // call is still being written when the peer dies.
-  REQUIRE(kill(peers.pids()[0], SIGSTOP) == 0);
+  REQUIRE(kill(p.peers.pids()[0], SIGSTOP) == 0);
   auto fut = rpc_async<Tensor>(1, "clone", ones({16 << 20}), timeout(600s));
   const auto start = std::chrono::steady_clock::now();
-  REQUIRE(kill(peers.pids()[0], SIGKILL) == 0);
+  REQUIRE(kill(p.peers.pids()[0], SIGKILL) == 0);
   CHECK_THROWS_AS(fut.wait(), IoError);
   CHECK(std::chrono::steady_clock::now() - start < 10s);
-  CHECK(peers.wait() == std::vector<int>{128 + SIGKILL});
+  CHECK(p.peers.wait() == std::vector<int>{128 + SIGKILL});
   CHECK_THROWS_AS(rpc_sync(1, whoami), IoError);
-  agent.shutdown(false);
+  p.agent.shutdown(false);
 }
