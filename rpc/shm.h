@@ -85,8 +85,6 @@ class Segment {
   void sleep(const std::function<bool()>& ready, std::chrono::milliseconds limit);
   bool peer_sleeping() const;  // the peer's flag (tests wait for it)
 
-  uint64_t ring_bytes() const { return ring_bytes_; }
-
  private:
   struct Control;
   Segment(int fd, void* base, size_t bytes, int side, uint64_t ring_bytes);
