@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <unordered_set>
+#include <utility>
 
 #include "autograd/meta.h"
 #include "core/grad_hooks.h"
@@ -40,6 +41,22 @@ const LeafSink* current_leaf_sink() { return t_leaf_sink; }
 
 GraphTask::GraphTask(std::shared_ptr<Node> graph_root, ExecuteOptions options)
     : options_(std::move(options)) {
+  if (options_.smart) {
+    GW_CHECK(options_.capture.empty(), InvalidArgumentError,
+             "[autograd] SMART mode does not capture gradients");
+    std::vector<Node*> candidates;
+    if (graph_root) candidates.push_back(graph_root.get());
+    for (const auto& r : options_.extra_roots) candidates.push_back(r.get());
+    compute_reach(candidates);
+    if (graph_root) {  // delivered: it runs first, with the caller's gradients
+      candidates_[0] = Candidate::kDelivered;
+      --unmarked_;
+      --undelivered_;
+      compute_dependencies({graph_root.get()});
+      ready_.push(std::move(graph_root));
+    }
+    return;
+  }
   std::vector<Node*> starts;
   if (graph_root) starts.push_back(graph_root.get());
   for (const auto& r : options_.extra_roots) {
@@ -68,9 +85,110 @@ void GraphTask::compute_dependencies(const std::vector<Node*>& starts) {
       if (!e.valid()) continue;
       auto [it, inserted] = pending_.try_emplace(e.fn.get());
       it->second.dependencies += 1;
-      if (inserted) stack.push_back(e.fn.get());
+      if (!inserted) continue;
+      stack.push_back(e.fn.get());
+      if (options_.smart && options_.boundary && options_.boundary(*e.fn) &&
+          !certain_locked(e.fn.get()))
+        uncertain_.push_back(e.fn);
     }
   }
+}
+
+void GraphTask::compute_reach(const std::vector<Node*>& candidates) {
+  // One traversal per candidate that stops where it adds nothing: a node reached by more than
+  // kMaxReach candidates is "many" and so is everything below it.
+  auto add = [](Reach& r, uint32_t c) {
+    if (r.many) return false;
+    for (uint8_t k = 0; k < r.size; ++k)
+      if (r.candidates[k] == c) return false;
+    if (r.size == kMaxReach)
+      r.many = true;
+    else
+      r.candidates[r.size++] = c;
+    return true;
+  };
+  candidates_.assign(candidates.size(), Candidate::kUnmarked);
+  unmarked_ = undelivered_ = candidates.size();
+  std::vector<Node*> stack;
+  for (uint32_t c = 0; c < candidates.size(); ++c) {
+    candidate_index_.emplace(candidates[c], c);
+    add(reach_[candidates[c]], c);
+    stack.push_back(candidates[c]);
+    while (!stack.empty()) {
+      Node* n = stack.back();
+      stack.pop_back();
+      for (const Edge& e : n->next_edges)
+        if (e.valid() && add(reach_[e.fn.get()], c)) stack.push_back(e.fn.get());
+    }
+  }
+}
+
+void GraphTask::mark(const std::shared_ptr<Node>& candidate) {
+  std::lock_guard lock(mu_);
+  mark_locked(candidate.get(), Candidate::kMarked);
+}
+
+void GraphTask::mark_locked(Node* candidate, Candidate state) {
+  auto it = candidate_index_.find(candidate);
+  GW_CHECK(it != candidate_index_.end(), InvalidArgumentError, "[autograd] ", candidate->name(),
+           " is not a root of this backward pass");
+  Candidate& c = candidates_[it->second];
+  if (c == Candidate::kUnmarked) {
+    GW_CHECK(!closed_, StateError, "[autograd] ", candidate->name(),
+             " was found on the backward path after its pass declared the others unused");
+    c = state;
+    --unmarked_;
+    if (state == Candidate::kDelivered) --undelivered_;
+    pending_[candidate].dependencies += 1;  // its gradients
+    compute_dependencies({candidate});
+    release_held_locked();
+  } else if (c == Candidate::kMarked && state == Candidate::kDelivered) {
+    c = state;
+    --undelivered_;
+  }
+}
+
+void GraphTask::close() {
+  std::lock_guard lock(mu_);
+  closed_ = true;
+  release_held_locked();
+}
+
+bool GraphTask::held_locked(Node* node) const {
+  if (!options_.smart || closed_ || unmarked_ == 0) return false;
+  const Reach& r = reach_.at(node);
+  if (r.many) return true;
+  for (uint8_t k = 0; k < r.size; ++k)
+    if (candidates_[r.candidates[k]] == Candidate::kUnmarked) return true;
+  return false;
+}
+
+bool GraphTask::certain_locked(Node* node) const {
+  if (undelivered_ == 0) return true;
+  const Reach& r = reach_.at(node);
+  if (r.many) return false;
+  for (uint8_t k = 0; k < r.size; ++k)
+    if (candidates_[r.candidates[k]] != Candidate::kDelivered) return false;
+  return true;
+}
+
+void GraphTask::release_held_locked() {
+  std::vector<std::shared_ptr<Node>> still;
+  for (auto& node : held_) {
+    auto it = pending_.find(node.get());
+    // A node given new dependencies comes back when they are met.
+    if (it == pending_.end() || it->second.dependencies > 0) continue;
+    if (held_locked(node.get()))
+      still.push_back(std::move(node));
+    else
+      ready_.push(std::move(node));
+  }
+  held_ = std::move(still);
+}
+
+std::vector<std::shared_ptr<Node>> GraphTask::take_uncertain() {
+  std::lock_guard lock(mu_);
+  return std::exchange(uncertain_, {});
 }
 
 void GraphTask::compute_needed() {
@@ -105,6 +223,7 @@ void GraphTask::add_gradients(const std::shared_ptr<Node>& node, std::vector<Ten
   GW_CHECK(grads.size() == node->num_inputs, InvalidArgumentError, "[autograd] ", node->name(),
            " takes ", node->num_inputs, " gradients, got ", grads.size());
   std::lock_guard lock(mu_);
+  if (options_.smart) mark_locked(node.get(), Candidate::kDelivered);
   for (uint32_t i = 0; i < grads.size(); ++i)
     accumulate_input_locked(node.get(), i, std::move(grads[i]));
   release_dependency_locked(node.get(), node);
@@ -131,6 +250,10 @@ void GraphTask::accumulate_input_locked(Node* node, uint32_t input_nr, Tensor gr
 void GraphTask::release_dependency_locked(Node* node, const std::shared_ptr<Node>& owner) {
   Pending& p = pending_[node];
   if (--p.dependencies == 0) {
+    if (held_locked(node)) {
+      held_.push_back(owner);
+      return;
+    }
     bool needed = options_.capture.empty() || needed_[node];
     if (needed) {
       ready_.push(owner);
@@ -209,6 +332,12 @@ size_t GraphTask::stalled_nodes(std::string* example) const {
     }
   }
   return n;
+}
+
+size_t GraphTask::open_nodes(std::string* example) const {
+  std::lock_guard lock(mu_);
+  if (example && !pending_.empty()) *example = pending_.begin()->first->name();
+  return pending_.size();
 }
 
 std::shared_ptr<Node> make_graph_root(const std::vector<Edge>& roots, std::vector<Tensor> grads) {

@@ -10,6 +10,13 @@
 // (the send functions of a context), keeps a task open while gradients still arrive from the
 // network (`add_gradient` from any thread, then `run`), and sends leaf gradients to a map of
 // its own instead of `.grad` (`leaf_sink`).
+//
+// SMART mode (dist/autograd/engine.h) adds *candidates*: the graph root and the extra roots,
+// which start unmarked, and of which only those marked live will ever deliver a gradient. The
+// task knows, for every node, which candidates reach it (its reach: up to four, or "many"); it
+// counts the dependencies of what marked candidates reach, and holds a node whose dependencies
+// are met while an unmarked candidate also reaches it, until that candidate is marked (more
+// gradient will come) or the task is closed (none will).
 #pragma once
 
 #include <condition_variable>
@@ -35,6 +42,10 @@ struct ExecuteOptions {
   LeafSink leaf_sink;
   // When set, run only what leads to these edges and return their gradients (autograd::grad).
   std::vector<Edge> capture;
+  // SMART mode: extra_roots are candidates that count only once marked (mark, add_gradients).
+  bool smart = false;
+  // SMART mode: the nodes to report through take_uncertain (the recv functions).
+  std::function<bool(const Node&)> boundary;
 };
 
 class GraphTask {
@@ -56,6 +67,18 @@ class GraphTask {
   // Nodes that received some defined gradient but still wait for others: gradient that will
   // be lost if those never come. `example` gets the name of one of them.
   size_t stalled_nodes(std::string* example = nullptr) const;
+  // Nodes reached from a marked candidate that have not run yet (held ones included).
+  size_t open_nodes(std::string* example = nullptr) const;
+
+  // SMART mode. Marks the extra root `candidate` live: it will receive its gradients (a
+  // gradient for an unmarked candidate marks it too). Throws StateError once closed.
+  void mark(const std::shared_ptr<Node>& candidate);
+  // Declares every unmarked candidate dead: held nodes run without their gradients.
+  void close();
+  // The boundary nodes first reached since the last call whose gradient is not certain to
+  // flow: some candidate reaching them had not received its gradient when they were reached.
+  // A node reached only from candidates that did will run, so needs no word from the caller.
+  std::vector<std::shared_ptr<Node>> take_uncertain();
   const std::vector<Tensor>& captured() const { return captured_; }
   const ExecuteOptions& options() const { return options_; }
 
@@ -70,7 +93,21 @@ class GraphTask {
     }
   };
 
+  // SMART mode: the candidates reaching a node, up to kMaxReach of them, or many.
+  static constexpr size_t kMaxReach = 4;
+  struct Reach {
+    uint32_t candidates[kMaxReach] = {};
+    uint8_t size = 0;
+    bool many = false;
+  };
+  enum class Candidate : uint8_t { kUnmarked, kMarked, kDelivered };
+
   void compute_dependencies(const std::vector<Node*>& starts);
+  void compute_reach(const std::vector<Node*>& candidates);
+  void mark_locked(Node* candidate, Candidate state);
+  bool held_locked(Node* node) const;
+  bool certain_locked(Node* node) const;
+  void release_held_locked();
   void compute_needed();
   void deliver_locked(Node* node, const std::shared_ptr<Node>& owner, uint32_t input_nr,
                       Tensor grad);
@@ -85,6 +122,15 @@ class GraphTask {
       ready_;
   std::unordered_map<Node*, bool> needed_;  // only with options.capture
   std::vector<Tensor> captured_;
+  // SMART mode.
+  std::unordered_map<Node*, Reach> reach_;
+  std::unordered_map<Node*, uint32_t> candidate_index_;
+  std::vector<Candidate> candidates_;  // by index; 0 is the graph root when there is one
+  size_t unmarked_ = 0;
+  size_t undelivered_ = 0;  // candidates not yet kDelivered
+  bool closed_ = false;
+  std::vector<std::shared_ptr<Node>> held_;  // no dependency left, an unmarked candidate reaches
+  std::vector<std::shared_ptr<Node>> uncertain_;
 };
 
 // The leaf_sink of the task running on this thread, if it has one.

@@ -27,7 +27,7 @@ class Generator {
   Message message() {
     Message m;
     m.id = in_.ConsumeIntegral<uint64_t>();
-    switch (in_.ConsumeIntegralInRange<int>(0, 11)) {
+    switch (in_.ConsumeIntegralInRange<int>(0, 12)) {
       case 0:
         m.body = gw::rpc::Handshake{
             in_.ConsumeIntegral<uint32_t>(), text(), in_.ConsumeIntegral<int32_t>(), {}};
@@ -78,6 +78,7 @@ class Generator {
                                      in_.ConsumeIntegral<uint64_t>(),
                                      in_.ConsumeBool(),
                                      {},
+                                     in_.ConsumeBool(),
                                      in_.ConsumeBool()};
         g.grads.resize(in_.ConsumeIntegralInRange<size_t>(0, kMaxItems));
         for (auto& t : g.grads)
@@ -86,6 +87,17 @@ class Generator {
         break;
       }
       case 10: {
+        gw::rpc::AutogradDiscover d{in_.ConsumeIntegral<uint64_t>(),
+                                    in_.ConsumeIntegral<uint64_t>(),
+                                    in_.ConsumeBool(),
+                                    {},
+                                    in_.ConsumeBool()};
+        d.message_ids.resize(in_.ConsumeIntegralInRange<size_t>(0, kMaxItems));
+        for (auto& id : d.message_ids) id = in_.ConsumeIntegral<uint64_t>();
+        m.body = Request(std::move(d));
+        break;
+      }
+      case 11: {
         gw::rpc::AutogradRelease r;
         r.context_ids.resize(in_.ConsumeIntegralInRange<size_t>(0, kMaxItems));
         for (auto& c : r.context_ids) c = in_.ConsumeIntegral<uint64_t>();

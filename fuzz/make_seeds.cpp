@@ -75,8 +75,9 @@ std::vector<Message> system_messages() {
           message(8, Request(gw::rpc::RRefAccept{{0, 4}})),
           message(9, Request(gw::rpc::RRefDelete{{1, 2}, {0, 4}})),
           message(10, Request(gw::rpc::AutogradGradients{
-                          7, 8, 9, false, {counting({3}, gw::kFloat32), Tensor()}, true})),
+                          7, 8, 9, false, {counting({3}, gw::kFloat32), Tensor()}, true, true})),
           message(11, Request(gw::rpc::AutogradRelease{{1, 2}})),
+          message(13, Request(gw::rpc::AutogradDiscover{7, 9, true, {8, 10}, false})),
           message(12, Request(gw::rpc::AutogradBackward{IValue::rref_fork({1, {1, 2}, {0, 5}, 0}),
                                                         7, false}))};
 }

@@ -147,7 +147,7 @@ std::string request_difference(const rpc::Request& ra, const rpc::Request& rb) {
         } else if constexpr (std::is_same_v<T, rpc::AutogradGradients>) {
           if (a.context_id != b.context_id || a.message_id != b.message_id ||
               a.pass_id != b.pass_id || a.retain_graph != b.retain_graph ||
-              a.returned != b.returned)
+              a.returned != b.returned || a.smart != b.smart)
             return "gradients' ids or flags";
           if (a.grads.size() != b.grads.size()) return "number of gradients";
           for (size_t i = 0; i < a.grads.size(); ++i) {
@@ -158,9 +158,15 @@ std::string request_difference(const rpc::Request& ra, const rpc::Request& rb) {
             }
           }
           return "";
+        } else if constexpr (std::is_same_v<T, rpc::AutogradDiscover>) {
+          if (a.context_id != b.context_id || a.pass_id != b.pass_id ||
+              a.retain_graph != b.retain_graph || a.closed != b.closed)
+            return "discovery's ids or flags";
+          return a.message_ids == b.message_ids ? "" : "discovered message ids";
         } else if constexpr (std::is_same_v<T, rpc::AutogradRelease>) {
           return a.context_ids == b.context_ids ? "" : "released context ids";
         } else {
+          static_assert(std::is_same_v<T, rpc::AutogradBackward>);
           if (a.context_id != b.context_id || a.retain_graph != b.retain_graph)
             return "backward's context or flag";
           return value_difference(a.rref, b.rref, "rref");

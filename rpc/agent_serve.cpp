@@ -92,6 +92,7 @@ void Agent::on_request(const std::shared_ptr<Connection>& c, Message m) {
               },
               [this, c, id, ctx](Future<IValue>& done) { respond(c, id, done, ctx); });
         } else if constexpr (std::is_same_v<T, AutogradGradients> ||
+                             std::is_same_v<T, AutogradDiscover> ||
                              std::is_same_v<T, AutogradRelease> ||
                              std::is_same_v<T, AutogradBackward>) {
           // A release frees what the others hold: never refused for the cap.

@@ -6,7 +6,8 @@
 // id of the send function recorded for them (record_send). The receiver attaches the matching
 // recv function to the tensors it read (record_recv) and runs the request's handler with the
 // context current, so nested calls join the same context. Distributed autograd's own requests
-// (AutogradGradients, AutogradRelease, AutogradBackward in rpc/protocol.h) go to the hook.
+// (AutogradGradients, AutogradDiscover, AutogradRelease, AutogradBackward in rpc/protocol.h) go to
+// the hook.
 //
 // Installation is explicit: every Agent's constructor calls gw_rpc_extend_agent (below), which the
 // layer above rpc (gw_dist) defines and which installs a hook of its own on that agent with
@@ -64,6 +65,7 @@ class AutogradHook : public Interceptor {
                            const std::vector<Tensor>& tensors) = 0;
   // Serve distributed autograd's requests from worker `from` (on the agent's pool).
   virtual Future<IValue> handle(int from, AutogradGradients message) = 0;
+  virtual Future<IValue> handle(int from, AutogradDiscover message) = 0;
   virtual Future<IValue> handle(int from, AutogradRelease message) = 0;
   virtual Future<IValue> handle(int from, AutogradBackward message) = 0;
   // Sends what distributed autograd still owes other workers (context releases) and waits for

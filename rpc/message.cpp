@@ -204,10 +204,20 @@ void write_request(wire::Envelope::Body::Builder body, const Request& r,
           g.setPassId(m.pass_id);
           g.setRetainGraph(m.retain_graph);
           g.setReturned(m.returned);
+          g.setSmart(m.smart);
           auto grads = g.initGrads(count(m.grads));
           for (size_t i = 0; i < m.grads.size(); ++i)
             write_value(grads[static_cast<unsigned>(i)],
                         m.grads[i].defined() ? IValue(m.grads[i]) : IValue(), tensors);
+        } else if constexpr (std::is_same_v<T, AutogradDiscover>) {
+          auto d = body.initAutogradDiscover();
+          d.setContextId(m.context_id);
+          d.setPassId(m.pass_id);
+          d.setRetainGraph(m.retain_graph);
+          d.setClosed(m.closed);
+          auto ids = d.initMessageIds(count(m.message_ids));
+          for (size_t i = 0; i < m.message_ids.size(); ++i)
+            ids.set(static_cast<unsigned>(i), m.message_ids[i]);
         } else if constexpr (std::is_same_v<T, AutogradRelease>) {
           auto ids = body.initAutogradRelease(count(m.context_ids));
           for (size_t i = 0; i < m.context_ids.size(); ++i)
@@ -249,6 +259,8 @@ std::string describe(const Request& r) {
           return "RRef delete";
         else if constexpr (std::is_same_v<T, AutogradGradients>)
           return "distributed autograd gradients";
+        else if constexpr (std::is_same_v<T, AutogradDiscover>)
+          return "distributed autograd discovery";
         else if constexpr (std::is_same_v<T, AutogradRelease>)
           return "distributed autograd release";
         else
@@ -455,7 +467,7 @@ Message message_of(wire::Envelope::Reader env, std::vector<Tensor> tensors) {
       auto g = body.getAutogradGradients();
       AutogradGradients out{
           g.getContextId(), g.getMessageId(), g.getPassId(), g.getRetainGraph(), {},
-          g.getReturned()};
+          g.getReturned(),  g.getSmart()};
       out.grads.reserve(g.getGrads().size());
       for (auto v : g.getGrads()) {
         GW_CHECK(v.isTensor() || v.isNone(), IoError,
@@ -463,6 +475,13 @@ Message message_of(wire::Envelope::Reader env, std::vector<Tensor> tensors) {
                  static_cast<int>(v.which()));
         out.grads.push_back(v.isTensor() ? read_value(v, tensors, 0).to_tensor() : Tensor());
       }
+      m.body = Request(std::move(out));
+      break;
+    }
+    case B::AUTOGRAD_DISCOVER: {
+      auto d = body.getAutogradDiscover();
+      AutogradDiscover out{d.getContextId(), d.getPassId(), d.getRetainGraph(), {}, d.getClosed()};
+      for (uint64_t id : d.getMessageIds()) out.message_ids.push_back(id);
       m.body = Request(std::move(out));
       break;
     }

@@ -29,7 +29,7 @@ namespace gw::rpc {
 
 // 2: autograd info; 3: CUDA tensors; 4: every system message a typed variant of the body;
 // 5: heartbeats (empty frames).
-inline constexpr uint32_t kProtocolVersion = 5;
+inline constexpr uint32_t kProtocolVersion = 6;
 
 // An error raised by the callee, carried back to the caller.
 struct Failure {
@@ -112,6 +112,16 @@ struct AutogradGradients {
   bool retain_graph = false;
   std::vector<Tensor> grads;  // undefined: no gradient for that tensor
   bool returned = false;
+  bool smart = false;  // the pass runs in SMART mode
+};
+// SMART mode: the send functions `message_ids` are on the backward path of the pass; or, when
+// `closed`, every send function not yet known to be is not.
+struct AutogradDiscover {
+  uint64_t context_id = 0;
+  uint64_t pass_id = 0;
+  bool retain_graph = false;
+  std::vector<uint64_t> message_ids;
+  bool closed = false;
 };
 struct AutogradRelease {
   std::vector<uint64_t> context_ids;
@@ -121,8 +131,9 @@ struct AutogradBackward {
   uint64_t context_id = 0;
   bool retain_graph = false;
 };
-using Request = std::variant<Call, RRefCreate, RRefFetch, RRefFork, RRefAccept, RRefDelete,
-                             AutogradGradients, AutogradRelease, AutogradBackward>;
+using Request =
+    std::variant<Call, RRefCreate, RRefFetch, RRefFork, RRefAccept, RRefDelete, AutogradGradients,
+                 AutogradDiscover, AutogradRelease, AutogradBackward>;
 using Body = std::variant<Request, Response, Handshake>;
 
 // What a request is, for error messages: "call of 'my_add'", "RRef fetch", ...

@@ -111,6 +111,15 @@ struct AutogradGradients {   # the gradients of one send function, in one backwa
   retainGraph @3 :Bool;
   grads @4 :List(Value);     # one per tensor the send function recorded: a tensor or none
   returned @5 :Bool;         # sent back to the worker that engaged the sender (engine.h)
+  smart @6 :Bool;            # the pass runs in SMART mode
+}
+
+struct AutogradDiscover {    # SMART mode: send functions on the backward path of a pass
+  contextId @0 :UInt64;
+  passId @1 :UInt64;
+  retainGraph @2 :Bool;
+  messageIds @3 :List(UInt64);
+  closed @4 :Bool;           # every send function not yet found is off the path
 }
 
 struct AutogradBackward {    # RRef::backward: run a backward pass from the value on its owner
@@ -136,6 +145,7 @@ struct Envelope {
     autogradGradients @11 :AutogradGradients;
     autogradRelease @12 :List(UInt64);  # distributed autograd contexts that are over
     autogradBackward @13 :AutogradBackward;
+    autogradDiscover @14 :AutogradDiscover;
   }
   autograd @5 :AutogradInfo; # absent outside a context
 }

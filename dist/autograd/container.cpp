@@ -204,13 +204,23 @@ void Container::record_recv(int from, const rpc::AutogradInfo& info,
   ctx->add_recv_function(info.message_id, std::move(recv));
 }
 
-Future<rpc::IValue> Container::handle(int from, rpc::AutogradGradients m) {
-  auto ctx = retrieve(m.context_id);
-  auto pass = ctx->pass(m.pass_id, [&](DistAutogradContext::NodeList sends) {
-    return std::make_shared<Pass>(agent_, ctx, m.pass_id, m.retain_graph, nullptr,
+std::shared_ptr<Pass> Container::joined_pass(uint64_t context_id, uint64_t pass_id,
+                                             bool retain_graph, bool smart) {
+  auto ctx = retrieve(context_id);
+  return ctx->pass(pass_id, [&](DistAutogradContext::NodeList sends) {
+    return std::make_shared<Pass>(agent_, ctx, pass_id, retain_graph, smart, nullptr,
                                   std::move(sends));
   });
-  return pass->receive(from, m.message_id, std::move(m.grads), m.returned);
+}
+
+Future<rpc::IValue> Container::handle(int from, rpc::AutogradGradients m) {
+  return joined_pass(m.context_id, m.pass_id, m.retain_graph, m.smart)
+      ->receive(from, m.message_id, std::move(m.grads), m.returned);
+}
+
+Future<rpc::IValue> Container::handle(int from, rpc::AutogradDiscover m) {
+  return joined_pass(m.context_id, m.pass_id, m.retain_graph, true)
+      ->discover(from, m.message_ids, m.closed);
 }
 
 Future<rpc::IValue> Container::handle(int from, rpc::AutogradRelease m) {
@@ -235,7 +245,12 @@ Future<rpc::IValue> Container::handle(int, rpc::AutogradBackward m) {
 }
 
 Future<void> Container::backward(uint64_t context_id, std::vector<Tensor> roots,
-                                      bool retain_graph) {
+                                 bool retain_graph) {
+  return backward(context_id, std::move(roots), retain_graph, false);
+}
+
+Future<void> Container::backward(uint64_t context_id, std::vector<Tensor> roots, bool retain_graph,
+                                 bool smart) {
   GW_CHECK(!roots.empty(), InvalidArgumentError, "[dist_autograd.backward] no roots given");
   std::vector<autograd::Edge> edges;
   std::vector<Tensor> seeds;
@@ -257,15 +272,16 @@ Future<void> Container::backward(uint64_t context_id, std::vector<Tensor> roots,
   auto ctx = retrieve(context_id);
   const uint64_t pass_id = next_id(next_pass_);
   auto pass = ctx->pass(pass_id, [&](DistAutogradContext::NodeList sends) {
-    return std::make_shared<Pass>(agent_, ctx, pass_id, retain_graph,
+    return std::make_shared<Pass>(agent_, ctx, pass_id, retain_graph, smart,
                                   autograd::make_graph_root(edges, std::move(seeds)),
                                   std::move(sends));
   });
-  const uint64_t record = debug::record({.kind = debug::Kind::kDistAutograd,
-                                         .group = agent_.get_worker_info().name,
-                                         .seq = static_cast<int64_t>(context_id),
-                                         .op = "backward",
-                                         .detail = "pass " + std::to_string(pass_id)});
+  const uint64_t record =
+      debug::record({.kind = debug::Kind::kDistAutograd,
+                     .group = agent_.get_worker_info().name,
+                     .seq = static_cast<int64_t>(context_id),
+                     .op = "backward",
+                     .detail = (smart ? "SMART pass " : "pass ") + std::to_string(pass_id)});
   Future<void> done = pass->run_root();
   debug::finish_when_done(record, done);
   if (trace::enabled())  // the caller waits for it: a span on its thread

@@ -56,14 +56,21 @@ class Container final : public rpc::AutogradHook,
   void record_recv(int from, const rpc::AutogradInfo& info,
                    const std::vector<Tensor>& tensors) override;
   Future<rpc::IValue> handle(int from, rpc::AutogradGradients message) override;
+  Future<rpc::IValue> handle(int from, rpc::AutogradDiscover message) override;
   Future<rpc::IValue> handle(int from, rpc::AutogradRelease message) override;
   Future<rpc::IValue> handle(int from, rpc::AutogradBackward message) override;
   Future<void> backward(uint64_t context_id, std::vector<Tensor> roots,
-                             bool retain_graph) override;
+                        bool retain_graph) override;  // FAST mode
+  // `smart`: SMART mode (engine.h).
+  Future<void> backward(uint64_t context_id, std::vector<Tensor> roots, bool retain_graph,
+                        bool smart);
   void on_connection_lost(int worker, const std::string& why) override;
 
  private:
   std::shared_ptr<DistAutogradContext> get_or_create(uint64_t context_id);
+  // The pass a message of another worker's pass joins here.
+  std::shared_ptr<Pass> joined_pass(uint64_t context_id, uint64_t pass_id, bool retain_graph,
+                                    bool smart);
   std::shared_ptr<DistAutogradContext> take(uint64_t context_id);  // nullptr if absent
   Future<void> send_release(int worker, std::vector<uint64_t> context_ids);
   uint64_t next_id(std::atomic<uint64_t>& counter) const;

@@ -28,6 +28,12 @@ void backward(uint64_t context_id, const std::vector<Tensor>& roots, bool retain
   Container::current().backward(context_id, roots, retain_graph).wait();
 }
 
+void backward(uint64_t context_id, const std::vector<Tensor>& roots, BackwardOptions options) {
+  Container::current()
+      .backward(context_id, roots, options.retain_graph, options.mode == Mode::kSmart)
+      .wait();
+}
+
 GradientMap get_gradients(uint64_t context_id) {
   return Container::current().retrieve(context_id)->gradients();
 }

@@ -51,9 +51,25 @@ class Context {
   rpc::AutogradContextScope scope_;
 };
 
+// How backward finds the send functions it waits for (engine.h):
+//  - kFast (the default, PyTorch's only mode): all of them. An RPC in the context whose result
+//    the loss does not use raises a StateError naming a function left waiting.
+//  - kSmart: those on this pass's backward path, found as the pass runs. Unused RPCs (a metric
+//    computed remotely, a branch taken in some iterations only, a prefetch) are allowed, and
+//    the gradients are local autograd's. It costs nothing extra when every RPC is used, one
+//    more round of messages when one is not.
+enum class Mode { kFast, kSmart };
+
+struct BackwardOptions {
+  bool retain_graph = false;  // keep the graph for another pass in the same context
+  Mode mode = Mode::kFast;
+};
+
 // Runs the distributed backward pass of `context_id` from `roots` (local scalars) and waits
 // until every worker that took part is done. Throws the first error of any worker.
 void backward(uint64_t context_id, const std::vector<Tensor>& roots, bool retain_graph = false);
+//   gw::dist_autograd::backward(ctx.id(), {loss}, {.mode = gw::dist_autograd::Mode::kSmart});
+void backward(uint64_t context_id, const std::vector<Tensor>& roots, BackwardOptions options);
 
 // The gradients accumulated on this worker in `context_id`, by tensor.
 GradientMap get_gradients(uint64_t context_id);

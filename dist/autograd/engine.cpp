@@ -26,16 +26,22 @@ struct Pass::Finished {
 Pass* Pass::current() { return t_pass; }
 
 Pass::Pass(rpc::Agent& agent, const std::shared_ptr<DistAutogradContext>& ctx, uint64_t pass_id,
-           bool retain_graph, std::shared_ptr<autograd::Node> graph_root,
+           bool retain_graph, bool smart, std::shared_ptr<autograd::Node> graph_root,
            std::vector<std::shared_ptr<autograd::Node>> sends)
     : agent_(agent),
       ctx_(ctx),
       context_id_(ctx->id()),
       id_(pass_id),
-      retain_graph_(retain_graph) {
+      retain_graph_(retain_graph),
+      smart_(smart) {
   autograd::ExecuteOptions options;
   options.keep_graph = retain_graph;
   options.extra_roots = std::move(sends);
+  options.smart = smart;
+  if (smart)
+    options.boundary = [](const autograd::Node& n) {
+      return dynamic_cast<const RecvRpcBackward*>(&n) != nullptr;
+    };
   options.leaf_sink = [weak = ctx_](const Tensor& leaf, const Tensor& grad) {
     if (auto c = weak.lock()) c->accumulate_grad(leaf, grad);
   };
@@ -44,35 +50,75 @@ Pass::Pass(rpc::Agent& agent, const std::shared_ptr<DistAutogradContext>& ctx, u
 
 bool Pass::busy() const {
   std::lock_guard lock(mu_);
-  return draining_ || engaged_.has_value();
+  return draining_ || rooting_ || engaged_.has_value();
 }
 
 Future<void> Pass::run_root() {
   Future<rpc::IValue> done;
+  Discoveries found;
   {
     std::lock_guard lock(mu_);
     engaged_ = done;
     draining_ = true;
+    rooting_ = true;
+    found = take_discoveries_locked();
   }
+  send_discoveries(found, false);
   drain();
-  return done.then([self = shared_from_this()](Future<rpc::IValue>& f) {
-    int64_t stalled = 0;
-    std::string where;
-    const rpc::IValue value = f.value();
-    for (const auto& r : value.to_list().at(0).to_list()) {
-      const auto& fields = r.to_list();
-      if (fields[2].to_int() == 0) continue;
-      stalled += fields[2].to_int();
-      if (where.empty())
-        where = fields[3].to_string() + " on worker '" +
-                self->agent_.get_worker_info(static_cast<int>(fields[0].to_int())).name + "'";
+  auto self = shared_from_this();
+  Future<rpc::IValue> last = done;
+  if (smart_)
+    last = done.then([self](Future<rpc::IValue>& f) { return self->close_wave(f.value()); });
+  return last.then([self](Future<rpc::IValue>& f) {
+    {
+      std::lock_guard lock(self->mu_);
+      self->rooting_ = false;
     }
-    GW_CHECK(stalled == 0, StateError, "[dist_autograd.backward] context ", self->context_id_,
-             ": ", stalled, " autograd function(s) (e.g. ", where,
-             ") received gradients but still wait for others that will never come: an RPC made "
-             "in this context returned tensors the loss does not use. FAST mode requires every "
-             "RPC in a context to be part of the backward pass.");
+    self->check(f.value());
   });
+}
+
+Future<rpc::IValue> Pass::close_wave(const rpc::IValue& answer) {
+  std::vector<int> open;
+  for (const auto& r : answer.to_list().at(0).to_list())
+    if (r.to_list()[4].to_int() > 0) open.push_back(static_cast<int>(r.to_list()[0].to_int()));
+  if (open.empty()) return Future<rpc::IValue>::ready(answer);
+  Future<rpc::IValue> done;
+  Discoveries closing;
+  {
+    std::lock_guard lock(mu_);
+    engaged_ = done;
+    for (int w : open) closing[w] = {};
+    outstanding_ += static_cast<int>(closing.size());
+  }
+  // This worker closes through a message to itself too: the held nodes run on the pool.
+  send_discoveries(closing, true);
+  return done;
+}
+
+void Pass::check(const rpc::IValue& answer) const {
+  int64_t stalled = 0;
+  int64_t open = 0;
+  std::string where;
+  for (const auto& r : answer.to_list().at(0).to_list()) {
+    const auto& fields = r.to_list();
+    const int64_t counted = smart_ ? fields[2].to_int() + fields[4].to_int() : fields[2].to_int();
+    if (counted == 0) continue;
+    stalled += fields[2].to_int();
+    open += fields[4].to_int();
+    if (where.empty())
+      where = fields[3].to_string() + " on worker '" +
+              agent_.get_worker_info(static_cast<int>(fields[0].to_int())).name + "'";
+  }
+  GW_CHECK(smart_ || stalled == 0, StateError, "[dist_autograd.backward] context ", context_id_,
+           ": ", stalled, " autograd function(s) (e.g. ", where,
+           ") received gradients but still wait for others that will never come: an RPC made "
+           "in this context returned tensors the loss does not use. FAST mode requires every "
+           "RPC in a context to be part of the backward pass; SMART mode "
+           "(backward(context_id, roots, {.mode = Mode::kSmart})) does not.");
+  GW_CHECK(!smart_ || open == 0, StateError, "[dist_autograd.backward] context ", context_id_,
+           ": SMART mode ended with ", open, " autograd function(s) (e.g. ", where,
+           ") that never ran, ", stalled, " of them holding gradients");
 }
 
 Future<rpc::IValue> Pass::receive(int from, uint64_t message_id, std::vector<Tensor> grads,
@@ -81,15 +127,50 @@ Future<rpc::IValue> Pass::receive(int from, uint64_t message_id, std::vector<Ten
   std::shared_ptr<SendRpcBackward> send;
   std::exception_ptr lookup_failed;
   try {
-    auto ctx = ctx_.lock();
-    GW_CHECK(ctx, StateError, "[dist_autograd] context ", context_id_, " was released on worker '",
-             agent_.get_worker_info().name, "' during its backward pass");
-    send = ctx->send_function(message_id);
+    send = context()->send_function(message_id);
   } catch (...) {
     lookup_failed = std::current_exception();
   }
+  return arrive(from, returned, [&] {
+    if (lookup_failed) std::rethrow_exception(lookup_failed);
+    GW_CHECK(received_.insert(message_id).second, StateError, "[dist_autograd] send function ",
+             message_id, " of context ", context_id_, " received gradients twice in one pass");
+    task_->add_gradients(send, std::move(grads));
+  });
+}
+
+Future<rpc::IValue> Pass::discover(int from, const std::vector<uint64_t>& message_ids,
+                                   bool closed) {
+  std::vector<std::shared_ptr<SendRpcBackward>> sends;
+  std::exception_ptr lookup_failed;
+  try {
+    auto ctx = context();
+    for (uint64_t id : message_ids) sends.push_back(ctx->send_function(id));
+  } catch (...) {
+    lookup_failed = std::current_exception();
+  }
+  return arrive(from, false, [&] {
+    if (lookup_failed) std::rethrow_exception(lookup_failed);
+    GW_CHECK(smart_, StateError, "[dist_autograd] context ", context_id_, ": backward pass ", id_,
+             " runs in FAST mode, yet worker '", agent_.get_worker_info(from).name,
+             "' sent it SMART mode's discovery");
+    for (const auto& send : sends) task_->mark(send);
+    if (closed) task_->close();
+  });
+}
+
+std::shared_ptr<DistAutogradContext> Pass::context() const {
+  auto ctx = ctx_.lock();
+  GW_CHECK(ctx, StateError, "[dist_autograd] context ", context_id_, " was released on worker '",
+           agent_.get_worker_info().name, "' during its backward pass");
+  return ctx;
+}
+
+Future<rpc::IValue> Pass::arrive(int from, bool returned, const std::function<void()>& apply) {
   Future<rpc::IValue> answer;
   std::optional<Finished> failed;
+  Discoveries found;
+  bool drain_here = false;
   {
     std::lock_guard lock(mu_);
     // A returned message counts as arrived even when it cannot be used: its sender does not
@@ -97,10 +178,8 @@ Future<rpc::IValue> Pass::receive(int from, uint64_t message_id, std::vector<Ten
     if (returned) ++returned_received_[from];
     try {
       if (error_) std::rethrow_exception(error_);
-      if (lookup_failed) std::rethrow_exception(lookup_failed);
-      GW_CHECK(received_.insert(message_id).second, StateError, "[dist_autograd] send function ",
-               message_id, " of context ", context_id_, " received gradients twice in one pass");
-      task_->add_gradients(send, std::move(grads));
+      apply();
+      found = take_discoveries_locked();
     } catch (...) {
       if (!error_) error_ = std::current_exception();
       if (returned) failed = take_finished_locked();
@@ -114,12 +193,13 @@ Future<rpc::IValue> Pass::receive(int from, uint64_t message_id, std::vector<Ten
         engaged_by_ = from;
         returned_sent_ = 0;
       }
-      if (draining_) return answer;
+      drain_here = !draining_;
       draining_ = true;
     }
   }
+  send_discoveries(found, false);
   if (failed) failed->complete();
-  if (!answer.has_error()) drain();
+  if (drain_here) drain();
   return answer;
 }
 
@@ -159,13 +239,9 @@ void Pass::send_gradients(int to, uint64_t context_id, uint64_t message_id,
     else
       ++outstanding_;
   }
-  Future<rpc::IValue> answer;
-  try {
-    answer = agent_.request(
-        to, rpc::AutogradGradients{context_id, message_id, id_, retain_graph_, grads, returned});
-  } catch (...) {
-    answer = Future<rpc::IValue>::failed(std::current_exception());
-  }
+  Future<rpc::IValue> answer = request(
+      to,
+      rpc::AutogradGradients{context_id, message_id, id_, retain_graph_, grads, returned, smart_});
   if (returned) {
     // The receiver counts a returned message in and reports its own failures; one that could
     // not even leave fails this worker's pass, which answers the receiver with the error.
@@ -175,9 +251,37 @@ void Pass::send_gradients(int to, uint64_t context_id, uint64_t message_id,
     }
     return;
   }
+  track(to, std::move(answer));
+}
+
+Future<rpc::IValue> Pass::request(int to, rpc::Request r) {
+  try {
+    return agent_.request(to, std::move(r));
+  } catch (...) {
+    return Future<rpc::IValue>::failed(std::current_exception());
+  }
+}
+
+void Pass::track(int to, Future<rpc::IValue> answer) {
   answer.add_done_callback([self = shared_from_this(), to](Future<rpc::IValue>& a) {
     self->on_answer(to, a);
   });
+}
+
+Pass::Discoveries Pass::take_discoveries_locked() {
+  Discoveries found;
+  if (!smart_) return found;
+  for (const auto& node : task_->take_uncertain()) {
+    const auto& recv = static_cast<const RecvRpcBackward&>(*node);
+    found[recv.from()].push_back(recv.message_id());
+  }
+  outstanding_ += static_cast<int>(found.size());
+  return found;
+}
+
+void Pass::send_discoveries(const Discoveries& found, bool closed) {
+  for (const auto& [to, ids] : found)
+    track(to, request(to, rpc::AutogradDiscover{context_id_, id_, retain_graph_, ids, closed}));
 }
 
 void Pass::on_answer(int from, Future<rpc::IValue>& answer) {
@@ -241,29 +345,31 @@ std::optional<Pass::Finished> Pass::take_finished_locked() {
     Report& mine = reports_[agent_.get_worker_info().id];
     mine.seq = ++report_seq_;
     mine.stalled = static_cast<int64_t>(task_->stalled_nodes(&mine.example));
+    mine.open =
+        static_cast<int64_t>(task_->open_nodes(mine.example.empty() ? &mine.example : nullptr));
     f.value = rpc::IValue(rpc::IValueList{reports_value_locked(), rpc::IValue(returned_sent_)});
   }
   return f;
 }
 
-// [[worker, seq, stalled, example], ...]: every worker's latest state seen by this one.
+// [[worker, seq, stalled, example, open], ...]: every worker's latest state seen by this one.
 rpc::IValue Pass::reports_value_locked() const {
   rpc::IValueList out;
   for (const auto& [worker, r] : reports_)
     out.push_back(rpc::IValue(rpc::IValueList{
         rpc::IValue(static_cast<int64_t>(worker)), rpc::IValue(static_cast<int64_t>(r.seq)),
-        rpc::IValue(r.stalled), rpc::IValue(r.example)}));
+        rpc::IValue(r.stalled), rpc::IValue(r.example), rpc::IValue(r.open)}));
   return rpc::IValue(std::move(out));
 }
 
 void Pass::merge_reports_locked(const rpc::IValue& v) {
   for (const auto& item : v.to_list()) {
     const auto& f = item.to_list();
-    GW_CHECK(f.size() == 4, IoError, "[dist_autograd] a pass report has ", f.size(),
-             " fields instead of 4");
+    GW_CHECK(f.size() == 5, IoError, "[dist_autograd] a pass report has ", f.size(),
+             " fields instead of 5");
     Report& r = reports_[static_cast<int>(f[0].to_int())];
     const auto seq = static_cast<uint64_t>(f[1].to_int());
-    if (seq > r.seq) r = Report{seq, f[2].to_int(), f[3].to_string()};
+    if (seq > r.seq) r = Report{seq, f[2].to_int(), f[3].to_string(), f[4].to_int()};
   }
 }
 

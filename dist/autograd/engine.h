@@ -1,4 +1,6 @@
-// The FAST mode backward pass (spec: "FAST mode algorithm"), one Pass per worker and pass.
+// The distributed backward pass, one Pass per worker and pass: FAST mode (spec: "FAST mode
+// algorithm"), the default, and SMART mode (pytorch/pytorch#23110's proposal), which also runs
+// passes where some RPC of the context is not on the backward path.
 //
 // The worker that calls backward(context_id, roots) counts dependencies from its roots plus
 // every send function of the context, each send function expecting one gradient, and runs its
@@ -14,14 +16,36 @@
 // has work left or gradients in flight. One shortcut saves a round trip on the common path:
 // gradients a worker sends back to the worker that engaged it are not waited for; the answer
 // says how many there were, and that worker counts them in before it can finish (or fails if
-// the connection to the sender is lost first). An error anywhere answers upwards at once and fails the
-// pass on every worker it reaches. The answers also carry, per worker, how many nodes still
+// the connection to the sender is lost first). An error anywhere answers upwards at once and fails
+// the pass on every worker it reaches. The answers also carry, per worker, how many nodes still
 // hold gradients while waiting for more: FAST mode's limitation (an RPC result the loss does not
 // use leaves its send function without a gradient forever) then raises instead of silently
 // losing those gradients or hanging as PyTorch does.
+//
+// SMART mode waits only for the send functions on the backward path of this pass: the live
+// ones. Which are live is discovered while the pass runs, not in a phase before it:
+//  - Every node knows which of its worker's candidates (the graph root, the send functions)
+//    reach it (autograd::GraphTask's reach). A worker counts only what live candidates reach,
+//    and holds a node whose gradients are all in while an undecided candidate also reaches it.
+//  - A gradient message makes its send function live. So does an AutogradDiscover: when a live
+//    candidate first reaches a recv function whose gradients are not certain to flow (another
+//    candidate reaching it has not had its gradients yet, so it may be held), the worker tells
+//    the recv's sender at once that the matching send function is live, one message per worker.
+//    A recv reached only from candidates that have their gradients will run, and its gradient
+//    message says the same.
+//  - So when the root's engagement completes, every live send function is known as live: the
+//    rest are dead. If some worker reported nodes still open, the root engages those workers
+//    again with AutogradDiscover{closed}: they release their held nodes, which then run with
+//    exactly the gradients of the live paths, and the pass ends as FAST mode's does.
+// On the common path (no node reached from a live and an unused RPC), SMART mode sends exactly
+// FAST mode's messages; the extra cost is one traversal per candidate. Example, on worker0:
+//   d = rpc_sync("worker1", add, a, b); e = rpc_sync("worker1", mul, b, c); loss = d.sum()
+// FAST mode waits forever for e's gradient at b (gradwire raises); SMART mode holds b until
+// the root's engagement ends, closes, and b gets d's gradient alone.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -34,6 +58,7 @@
 #include "core/future.h"
 #include "dist/autograd/context.h"
 #include "rpc/ivalue.h"
+#include "rpc/protocol.h"
 
 namespace gw::rpc {
 class Agent;
@@ -46,7 +71,7 @@ class Pass : public std::enable_shared_from_this<Pass> {
   // Counts dependencies from `graph_root` (the root worker's GraphRoot; null elsewhere) and
   // the context's send functions `sends`.
   Pass(rpc::Agent& agent, const std::shared_ptr<DistAutogradContext>& ctx, uint64_t pass_id,
-       bool retain_graph, std::shared_ptr<autograd::Node> graph_root,
+       bool retain_graph, bool smart, std::shared_ptr<autograd::Node> graph_root,
        std::vector<std::shared_ptr<autograd::Node>> sends);
 
   uint64_t id() const { return id_; }
@@ -59,6 +84,8 @@ class Pass : public std::enable_shared_from_this<Pass> {
   // `from` sent it back to this worker, which engaged it, without waiting for the answer.
   Future<rpc::IValue> receive(int from, uint64_t message_id, std::vector<Tensor> grads,
                               bool returned);
+  // SMART mode: an AutogradDiscover from worker `from`.
+  Future<rpc::IValue> discover(int from, const std::vector<uint64_t>& message_ids, bool closed);
   // Called by RecvRpcBackward on the thread running this pass.
   void send_gradients(int to, uint64_t context_id, uint64_t message_id,
                       const std::vector<Tensor>& grads);
@@ -74,10 +101,25 @@ class Pass : public std::enable_shared_from_this<Pass> {
     uint64_t seq = 0;
     int64_t stalled = 0;
     std::string example;
+    int64_t open = 0;
   };
+  using Discoveries = std::map<int, std::vector<uint64_t>>;  // message ids by worker
 
+  // A message from `from`: `apply` hands it to the task under mu_; then engagement as above.
+  Future<rpc::IValue> arrive(int from, bool returned, const std::function<void()>& apply);
   // Runs ready nodes until none is left, then answers the engaging message if it can.
   void drain();
+  // SMART mode: the uncertain recv functions' send functions, counted as outstanding.
+  Discoveries take_discoveries_locked();
+  void send_discoveries(const Discoveries& found, bool closed);
+  // The root, SMART mode: the second wave, to the workers with open nodes, if any.
+  Future<rpc::IValue> close_wave(const rpc::IValue& answer);
+  // The root: raises what the final reports say went wrong.
+  void check(const rpc::IValue& answer) const;
+  // A request whose failure to leave is its answer; tracked: answered through on_answer.
+  Future<rpc::IValue> request(int to, rpc::Request r);
+  void track(int to, Future<rpc::IValue> answer);
+  std::shared_ptr<DistAutogradContext> context() const;  // throws once released
   void on_answer(int from, Future<rpc::IValue>& answer);
   bool returned_all_locked() const;
   struct Finished;
@@ -91,10 +133,12 @@ class Pass : public std::enable_shared_from_this<Pass> {
   const uint64_t context_id_;
   const uint64_t id_;
   const bool retain_graph_;
+  const bool smart_;
   std::unique_ptr<autograd::GraphTask> task_;
 
   mutable std::mutex mu_;
   bool draining_ = false;
+  bool rooting_ = false;  // the root, from run_root until the pass is over (both waves)
   int outstanding_ = 0;                          // gradient messages sent, not yet answered
   std::optional<Future<rpc::IValue>> engaged_;  // the engaging message's answer
   int engaged_by_ = -1;                              // ... and its sender

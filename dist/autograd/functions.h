@@ -27,6 +27,8 @@ class RecvRpcBackward final : public autograd::Node {
   // Sends `grads` (undefined ones too: the sender waits for this message) to the send function.
   autograd::TensorList apply(autograd::TensorList&& grads) override;
   std::string name() const override { return "RecvRpcBackward"; }
+  int from() const { return from_; }
+  uint64_t message_id() const { return message_id_; }
 
  private:
   uint64_t context_id_;

@@ -245,3 +245,43 @@ TEST_CASE("a GraphTask with a leaf sink and an extra root", "[autograd][engine][
   CHECK(near(vec(context.at(x)), {2.0 + 2.0 * d, -2.0 + 4.0 * d}));
   CHECK_FALSE(x.grad().defined());
 }
+
+TEST_CASE("SMART mode: a node an unmarked candidate reaches is held until marked or closed",
+          "[autograd][engine][graph_task]") {
+  // Two sends share x; only send1's gradient arrives at first. x's accumulation has what the
+  // marked candidates owe it, but send2 may still be on the path: it is held.
+  Tensor x = leaf({1.0, 2.0});
+  Tensor s1 = x * 2.0, s2 = x * x;
+  auto send1 = std::make_shared<FakeSendBackward>(s1);
+  auto send2 = std::make_shared<FakeSendBackward>(s2);
+  ag::ExecuteOptions options;
+  options.smart = true;
+  options.extra_roots = {send1, send2};
+  options.boundary = [&](const ag::Node& n) { return &n == ag::gradient_edge(x).fn.get(); };
+  ag::GraphTask task(nullptr, options);
+  CHECK(task.open_nodes() == 0);  // nothing counts before a candidate is marked
+  task.add_gradients(send1, {constant({1.0, 1.0})});
+  // x's node was first reached from send1 while send2 was undecided: not certain to run.
+  CHECK(task.take_uncertain().size() == 1);
+  task.run();
+  CHECK(send1->calls == 1);
+  CHECK_FALSE(x.grad().defined());
+  CHECK(task.open_nodes() == 1);
+
+  SECTION("closed: send2 is off the path, x runs with send1's gradient alone") {
+    task.close();
+    task.run();
+    CHECK(vec(x.grad()) == std::vector<double>{2.0, 2.0});
+    CHECK(task.finished());
+    CHECK_THROWS_AS(task.mark(send2), gw::StateError);
+  }
+  SECTION("marked: x waits for send2's gradient too") {
+    task.mark(send2);
+    task.run();
+    CHECK_FALSE(x.grad().defined());
+    task.add_gradients(send2, {constant({5.0, 7.0})});
+    task.run();
+    CHECK(vec(x.grad()) == std::vector<double>{12.0, 30.0});  // 2 + 2x * [5, 7]
+    CHECK(task.finished());
+  }
+}

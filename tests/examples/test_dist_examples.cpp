@@ -28,6 +28,17 @@ TEST_CASE("the spec's end-to-end example passes its own check on both workers",
   CHECK(count(r.out, "check passed") == 2);
 }
 
+TEST_CASE("the SMART mode example: FAST mode raises, SMART mode equals local autograd",
+          "[examples][dist]") {
+  auto r = run_gwrun({"--nproc-per-node", "2", GW_SMART_EXAMPLE});
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(count(r.out, "FAST mode raised") == 1);
+  CHECK(count(r.out, "equals local autograd's") == 2);
+  CHECK(count(r.out, "c has no gradient") == 1);
+  CHECK(count(r.out, "check passed") == 2);
+}
+
 TEST_CASE("the spec's example runs under TLS named by the environment alone", "[examples][dist]") {
   gw::test::Pki pki, other;
   const gw::dist::TlsOptions tls = pki.issue("node");

@@ -264,9 +264,10 @@ TEST_CASE("every system message crosses the wire as its own typed variant", "[me
       RRefFork{{1, 2}, {6, 7}},
       RRefAccept{{6, 7}},
       RRefDelete{{1, 2}, {6, 8}},
-      AutogradGradients{11, 12, 13, true, {full({2}, 3.0), Tensor()}, true},
+      AutogradGradients{11, 12, 13, true, {full({2}, 3.0), Tensor()}, true, true},
       AutogradRelease{{uint64_t{1} << 60, 2, 3}},
-      AutogradBackward{IValue::rref_fork(RRefForkData{1, {1, 2}, {3, 4}, 0}), 9, true}};
+      AutogradBackward{IValue::rref_fork(RRefForkData{1, {1, 2}, {3, 4}, 0}), 9, true},
+      AutogradDiscover{14, 15, true, {16, uint64_t{1} << 62}, true}};
   for (const Request& r : all) {
     INFO(describe(r));
     Message m;
@@ -298,7 +299,7 @@ TEST_CASE("every system message crosses the wire as its own typed variant", "[me
   CHECK(std::get<RRefDelete>(round_trip(all[4])).fork_id == ForkId{6, 8});
   auto grads = std::get<AutogradGradients>(round_trip(all[5]));
   CHECK((grads.context_id == 11 && grads.message_id == 12 && grads.pass_id == 13));
-  CHECK((grads.retain_graph && grads.returned));
+  CHECK((grads.retain_graph && grads.returned && grads.smart));
   REQUIRE(grads.grads.size() == 2);
   CHECK(gw::equal(grads.grads[0], full({2}, 3.0)));
   CHECK_FALSE(grads.grads[1].defined());
@@ -307,4 +308,8 @@ TEST_CASE("every system message crosses the wire as its own typed variant", "[me
   auto backward = std::get<AutogradBackward>(round_trip(all[7]));
   CHECK(backward.rref.to_rref_fork().fork_id == ForkId{3, 4});
   CHECK((backward.context_id == 9 && backward.retain_graph));
+  auto discover = std::get<AutogradDiscover>(round_trip(all[8]));
+  CHECK((discover.context_id == 14 && discover.pass_id == 15 && discover.retain_graph));
+  CHECK(discover.message_ids == std::vector<uint64_t>{16, uint64_t{1} << 62});
+  CHECK(discover.closed);
 }

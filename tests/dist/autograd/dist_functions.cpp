@@ -45,6 +45,10 @@ Tensor d_grad_of(int64_t context_id, rpc::RRef<Tensor> r) {
   return it->second;
 }
 
+bool d_has_grad_of(int64_t context_id, rpc::RRef<Tensor> r) {
+  return get_gradients(static_cast<uint64_t>(context_id)).contains(r.local_value());
+}
+
 Tensor d_relay(std::string to, std::string function, Tensor a) {
   return rpc::rpc_sync<Tensor>(to, function, a);
 }
@@ -116,6 +120,7 @@ GW_RPC_FUNCTION(d_fetch_triple);
 GW_RPC_FUNCTION(d_failing_backward);
 GW_RPC_FUNCTION(d_crashing_backward);
 GW_RPC_FUNCTION(d_grad_of);
+GW_RPC_FUNCTION(d_has_grad_of);
 GW_RPC_FUNCTION(d_num_contexts);
 GW_RPC_FUNCTION(d_relay);
 GW_RPC_FUNCTION(d_gated);

@@ -25,6 +25,8 @@ Tensor d_failing_backward(Tensor a);
 Tensor d_crashing_backward(Tensor a);
 // The gradient that this worker's context `context_id` holds for the value `r` owns here.
 Tensor d_grad_of(int64_t context_id, rpc::RRef<Tensor> r);
+// Whether the owner of `r` holds a gradient for its value in the context.
+bool d_has_grad_of(int64_t context_id, rpc::RRef<Tensor> r);
 // rpc_sync(to, function, a): relays a call, so that its gradients pass through this worker.
 Tensor d_relay(std::string to, std::string function, Tensor a);
 // a * 1, after waiting until d_open_gate() is called in this process (d_close_gate re-arms).

@@ -188,6 +188,44 @@ TEST_CASE("an unused RPC result whose inputs feed the loss raises instead of los
                     Catch::Contains("FAST mode") && Catch::Contains("AccumulateGrad"));
 }
 
+TEST_CASE("SMART mode runs the spec's example: b gets d's gradient alone",
+          "[dist_autograd][smart]") {
+  Group g(2);
+  rpc::Agent::Use use(g[0]);
+  Tensor a = leaf(14), b = leaf(15), c = leaf(16);
+  Context ctx;
+  Tensor d = rpc::rpc_sync("worker1", d_add, a, b);
+  Tensor e = rpc::rpc_sync("worker1", d_mul, b, c);
+  (void)e;
+  backward(ctx.id(), {d.sum()}, {.mode = Mode::kSmart});
+  check_grads(get_gradients(ctx.id()), {a, b},
+              local_grads({a, b}, [](const auto& v) { return (v[0] + v[1]).sum(); }));
+}
+
+TEST_CASE("SMART mode: a received tensor also sent to an unused RPC is found on the path",
+          "[dist_autograd][smart]") {
+  // x comes from worker1 and goes on to worker2, whose result is unused. x's recv function may
+  // wait for that unused send: worker0 tells worker1 at once that x's send function is live,
+  // holds x's recv, and releases it when the pass closes.
+  Group g(3);
+  rpc::Agent::Use use(g[0]);
+  Tensor a = leaf(20), b = leaf(21), c = leaf(22);
+  for (bool retain : {true, false}) {  // two passes on one context, then one on another
+    Context ctx;
+    Tensor x = rpc::rpc_sync("worker1", d_add, a, b);
+    Tensor unused = rpc::rpc_sync("worker2", d_mul, x, c);
+    (void)unused;
+    const int passes = retain ? 2 : 1;
+    for (int p = 0; p < passes; ++p)
+      backward(ctx.id(), {(x * x).sum()}, {.retain_graph = p + 1 < passes, .mode = Mode::kSmart});
+    auto expected =
+        local_grads({a, b}, [](const auto& v) { return ((v[0] + v[1]) * (v[0] + v[1])).sum(); });
+    for (auto& t : expected) t = t * double(passes);
+    check_grads(get_gradients(ctx.id()), {a, b}, expected);
+    CHECK_THROWS_WITH(backward(ctx.id(), {(x * x).sum()}), Catch::Contains("FAST mode requires"));
+  }
+}
+
 TEST_CASE("an exception in a remote backward function is raised on the caller",
           "[dist_autograd][errors]") {
   Group g(3);
