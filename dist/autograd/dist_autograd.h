@@ -56,8 +56,8 @@ class Context {
 //    the loss does not use raises a StateError naming a function left waiting.
 //  - kSmart: those on this pass's backward path, found as the pass runs. Unused RPCs (a metric
 //    computed remotely, a branch taken in some iterations only, a prefetch) are allowed, and
-//    the gradients are local autograd's. It costs nothing extra when every RPC is used, one
-//    more round of messages when one is not.
+//    the gradients are local autograd's. When every RPC is used it sends FAST mode's messages;
+//    an unused RPC that shares inputs with the loss costs a second, short round of messages.
 enum class Mode { kFast, kSmart };
 
 struct BackwardOptions {
