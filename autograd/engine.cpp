@@ -154,22 +154,24 @@ void GraphTask::close() {
   release_held_locked();
 }
 
-bool GraphTask::held_locked(Node* node) const {
-  if (!options_.smart || closed_ || unmarked_ == 0) return false;
+GraphTask::Candidate GraphTask::least_reaching_locked(Node* node) const {
   const Reach& r = reach_.at(node);
-  if (r.many) return true;
-  for (uint8_t k = 0; k < r.size; ++k)
-    if (candidates_[r.candidates[k]] == Candidate::kUnmarked) return true;
-  return false;
+  if (r.many)
+    return unmarked_ > 0      ? Candidate::kUnmarked
+           : undelivered_ > 0 ? Candidate::kMarked
+                              : Candidate::kDelivered;
+  Candidate least = Candidate::kDelivered;
+  for (uint8_t k = 0; k < r.size; ++k) least = std::min(least, candidates_[r.candidates[k]]);
+  return least;
+}
+
+bool GraphTask::held_locked(Node* node) const {
+  return options_.smart && !closed_ && unmarked_ > 0 &&
+         least_reaching_locked(node) == Candidate::kUnmarked;
 }
 
 bool GraphTask::certain_locked(Node* node) const {
-  if (undelivered_ == 0) return true;
-  const Reach& r = reach_.at(node);
-  if (r.many) return false;
-  for (uint8_t k = 0; k < r.size; ++k)
-    if (candidates_[r.candidates[k]] != Candidate::kDelivered) return false;
-  return true;
+  return undelivered_ == 0 || least_reaching_locked(node) == Candidate::kDelivered;
 }
 
 void GraphTask::release_held_locked() {
@@ -215,6 +217,9 @@ void GraphTask::compute_needed() {
 }
 
 void GraphTask::add_gradient(const std::shared_ptr<Node>& node, uint32_t input_nr, Tensor grad) {
+  GW_CHECK(!options_.smart, InvalidArgumentError,
+           "[autograd] SMART mode takes a candidate's gradients whole (add_gradients), not ",
+           node->name(), "'s input ", input_nr, " alone");
   std::lock_guard lock(mu_);
   deliver_locked(node.get(), node, input_nr, std::move(grad));
 }

@@ -54,7 +54,7 @@ class GraphTask {
   GraphTask(std::shared_ptr<Node> graph_root, ExecuteOptions options);
 
   // Delivers a gradient for input `input_nr` of `node` (thread-safe); the node runs once all
-  // its dependencies have arrived.
+  // its dependencies have arrived. Not in SMART mode, where a candidate's gradients come whole.
   void add_gradient(const std::shared_ptr<Node>& node, uint32_t input_nr, Tensor grad);
   // Delivers the gradients of all of `node`'s inputs as one dependency (a message that carries
   // every gradient of a distributed send function).
@@ -100,11 +100,13 @@ class GraphTask {
     uint8_t size = 0;
     bool many = false;
   };
-  enum class Candidate : uint8_t { kUnmarked, kMarked, kDelivered };
+  enum class Candidate : uint8_t { kUnmarked, kMarked, kDelivered };  // in this order
 
   void compute_dependencies(const std::vector<Node*>& starts);
   void compute_reach(const std::vector<Node*>& candidates);
   void mark_locked(Node* candidate, Candidate state);
+  // The least advanced state of the candidates reaching `node` (of all the task's, for "many").
+  Candidate least_reaching_locked(Node* node) const;
   bool held_locked(Node* node) const;
   bool certain_locked(Node* node) const;
   void release_held_locked();

@@ -28,7 +28,8 @@
 namespace gw::rpc {
 
 // 2: autograd info; 3: CUDA tensors; 4: every system message a typed variant of the body;
-// 5: heartbeats (empty frames).
+// 5: heartbeats (empty frames); 6: SMART mode distributed autograd (AutogradDiscover,
+// AutogradGradients.smart).
 inline constexpr uint32_t kProtocolVersion = 6;
 
 // An error raised by the callee, carried back to the caller.

@@ -118,7 +118,7 @@ void Pass::check(const rpc::IValue& answer) const {
            "(backward(context_id, roots, {.mode = Mode::kSmart})) does not.");
   GW_CHECK(!smart_ || open == 0, StateError, "[dist_autograd.backward] context ", context_id_,
            ": SMART mode ended with ", open, " autograd function(s) (e.g. ", where,
-           ") that never ran, ", stalled, " of them holding gradients");
+           ") that never ran");
 }
 
 Future<rpc::IValue> Pass::receive(int from, uint64_t message_id, std::vector<Tensor> grads,
@@ -344,6 +344,7 @@ std::optional<Pass::Finished> Pass::take_finished_locked() {
   if (!error_) {
     Report& mine = reports_[agent_.get_worker_info().id];
     mine.seq = ++report_seq_;
+    mine.example.clear();  // not an earlier wave's
     mine.stalled = static_cast<int64_t>(task_->stalled_nodes(&mine.example));
     mine.open =
         static_cast<int64_t>(task_->open_nodes(mine.example.empty() ? &mine.example : nullptr));

@@ -37,8 +37,12 @@
 //    rest are dead. If some worker reported nodes still open, the root engages those workers
 //    again with AutogradDiscover{closed}: they release their held nodes, which then run with
 //    exactly the gradients of the live paths, and the pass ends as FAST mode's does.
-// On the common path (no node reached from a live and an unused RPC), SMART mode sends exactly
-// FAST mode's messages; the extra cost is one traversal per candidate. Example, on worker0:
+// When no recv function is reached from two candidates (each RPC's result used directly, as in
+// the parameter server), SMART mode sends exactly FAST mode's messages and costs one traversal
+// per candidate more. A recv reached from two (x received, then sent on: y = rpc(w2, g, x))
+// costs a discovery message per worker upstream of it, answered within the first wave; a node
+// reached from more than four candidates is held until all of its worker's candidates are
+// decided, so it may wait for the second wave. Example, on worker0:
 //   d = rpc_sync("worker1", add, a, b); e = rpc_sync("worker1", mul, b, c); loss = d.sum()
 // FAST mode waits forever for e's gradient at b (gradwire raises); SMART mode holds b until
 // the root's engagement ends, closes, and b gets d's gradient alone.
@@ -75,7 +79,8 @@ class Pass : public std::enable_shared_from_this<Pass> {
        std::vector<std::shared_ptr<autograd::Node>> sends);
 
   uint64_t id() const { return id_; }
-  // Between a first message (or backward) and the answer to its engaging message.
+  // Between a first message (or backward) and the answer to its engaging message; on the
+  // root, until the pass is over (between SMART mode's two waves too).
   bool busy() const;
 
   // The root: runs the pass; the future completes when every worker is done, or fails.
@@ -139,7 +144,7 @@ class Pass : public std::enable_shared_from_this<Pass> {
   mutable std::mutex mu_;
   bool draining_ = false;
   bool rooting_ = false;  // the root, from run_root until the pass is over (both waves)
-  int outstanding_ = 0;                          // gradient messages sent, not yet answered
+  int outstanding_ = 0;   // gradient and discovery messages sent, not yet answered
   std::optional<Future<rpc::IValue>> engaged_;  // the engaging message's answer
   int engaged_by_ = -1;                              // ... and its sender
   int64_t returned_sent_ = 0;  // to engaged_by_ since the engagement began, not waited for

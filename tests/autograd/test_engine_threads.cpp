@@ -285,3 +285,33 @@ TEST_CASE("SMART mode: a node an unmarked candidate reaches is held until marked
     CHECK(task.finished());
   }
 }
+
+TEST_CASE("SMART mode: a node reached from more than four candidates waits for all to be decided",
+          "[autograd][engine][graph_task]") {
+  Tensor x = leaf({1.0});
+  std::vector<Tensor> sent;
+  std::vector<std::shared_ptr<FakeSendBackward>> sends;
+  ag::ExecuteOptions options;
+  options.smart = true;
+  for (int k = 1; k <= 6; ++k) {
+    sent.push_back(x * double(k));
+    sends.push_back(std::make_shared<FakeSendBackward>(sent.back()));
+    options.extra_roots.push_back(sends.back());
+  }
+  ag::GraphTask task(nullptr, options);
+  for (int k = 0; k < 5; ++k) task.add_gradients(sends[k], {constant({1.0})});
+  task.run();
+  CHECK_FALSE(x.grad().defined());  // "many": held while the sixth is undecided
+  CHECK_THROWS_AS(task.add_gradient(sends[5], 0, constant({1.0})), gw::InvalidArgumentError);
+  SECTION("closed") {
+    task.close();
+    task.run();
+    CHECK(vec(x.grad()) == std::vector<double>{15.0});  // 1 + 2 + 3 + 4 + 5
+  }
+  SECTION("delivered") {
+    task.add_gradients(sends[5], {constant({1.0})});
+    task.run();
+    CHECK(vec(x.grad()) == std::vector<double>{21.0});
+  }
+  CHECK(task.finished());
+}

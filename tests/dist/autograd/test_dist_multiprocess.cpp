@@ -70,16 +70,45 @@ TEST_CASE("three processes: nested RPCs give the local gradients; contexts are r
   CHECK(peers.wait() == std::vector<int>{0, 0});
 }
 
+TEST_CASE("three processes, SMART mode: a received tensor sent on to an unused RPC",
+          "[dist_autograd][process][smart]") {
+  // x comes from worker1 and goes on to worker2 with b, whose result is unused: worker0 tells
+  // worker1 that x's send function is live, holds x's recv and b, and closes in a second wave.
+  Peers peers(3);
+  rpc::Agent::Use use(*peers.agent);
+  Tensor a = leaf(5), b = leaf(6), t4 = leaf(7);
+  {
+    Context ctx;
+    Tensor x = rpc::rpc_sync("worker1", d_add, a, b);
+    Tensor unused = rpc::rpc_sync("worker2", d_mul, x, b);
+    (void)unused;
+    backward(ctx.id(), {(x * t4).sum()}, {.mode = Mode::kSmart});
+    auto grads = get_gradients(ctx.id());
+    CHECK(allclose(grads.at(a), t4));  // d((a + b) * t4)/da
+    CHECK(allclose(grads.at(b), t4));
+    CHECK(allclose(grads.at(t4), a + b));
+  }
+  wait_for_releases();
+  CHECK(rpc::rpc_sync("worker1", d_num_contexts) == 0);
+  CHECK(rpc::rpc_sync("worker2", d_num_contexts) == 0);
+  peers.agent->shutdown();
+  CHECK(peers.wait() == std::vector<int>{0, 0});
+}
+
 TEST_CASE("a worker dying during backward fails it on the caller, without a hang",
           "[dist_autograd][process]") {
-  Peers peers(2);
-  rpc::Agent::Use use(*peers.agent);
-  Tensor a = leaf(4);
-  Context ctx;
-  Tensor r = rpc::rpc_sync("worker1", d_crashing_backward, a);
-  // The default timeout is a minute: the error must come from the lost connection.
-  auto started = std::chrono::steady_clock::now();
-  CHECK_THROWS_WITH(backward(ctx.id(), {r.sum()}), Catch::Contains("connection lost"));
-  CHECK(std::chrono::steady_clock::now() - started < 30s);
-  CHECK(peers.wait() == std::vector<int>{3});  // it exited in its backward function
+  for (Mode mode : {Mode::kFast, Mode::kSmart}) {
+    INFO((mode == Mode::kFast ? "FAST" : "SMART") << " mode");
+    Peers peers(2);
+    rpc::Agent::Use use(*peers.agent);
+    Tensor a = leaf(4);
+    Context ctx;
+    Tensor r = rpc::rpc_sync("worker1", d_crashing_backward, a);
+    // The default timeout is a minute: the error must come from the lost connection.
+    auto started = std::chrono::steady_clock::now();
+    CHECK_THROWS_WITH(backward(ctx.id(), {r.sum()}, {.mode = mode}),
+                      Catch::Contains("connection lost"));
+    CHECK(std::chrono::steady_clock::now() - started < 30s);
+    CHECK(peers.wait() == std::vector<int>{3});  // it exited in its backward function
+  }
 }
