@@ -56,9 +56,10 @@ class Context {
 //    the loss does not use raises a StateError naming a function left waiting.
 //  - kSmart: those on this pass's backward path, found as the pass runs. Unused RPCs (a metric
 //    computed remotely, a branch taken in some iterations only, a prefetch) are allowed, and
-//    the gradients are local autograd's. When no received tensor is sent on, it sends FAST
-//    mode's messages; otherwise discovery messages too, and a second, short round when an
-//    unused RPC shares inputs with the loss.
+//    the gradients are local autograd's. When every RPC is used and no received tensor is both
+//    sent on and used otherwise, it sends FAST mode's messages; a received tensor that is costs
+//    discovery messages, and an unused RPC that shares inputs with the loss a second, short
+//    round of messages.
 enum class Mode { kFast, kSmart };
 
 struct BackwardOptions {

@@ -37,10 +37,10 @@
 //    rest are dead. If some worker reported nodes still open, the root engages those workers
 //    again with AutogradDiscover{closed}: they release their held nodes, which then run with
 //    exactly the gradients of the live paths, and the pass ends as FAST mode's does.
-// When no recv function is reached from two candidates (each RPC's result used directly, as in
-// the parameter server), SMART mode sends exactly FAST mode's messages and costs one traversal
-// per candidate more. A recv reached from two (x received, then sent on: y = rpc(w2, g, x))
-// costs a discovery message per worker upstream of it, answered within the first wave; a node
+// When no recv function is reached from two candidates and nothing waits for an unused RPC (as
+// in the parameter server), SMART mode sends exactly FAST mode's messages and costs one
+// traversal per candidate more. A recv reached from two (x received, then sent on: y = rpc(w2, g,
+// x)) costs a discovery message per worker upstream of it, answered within the first wave; a node
 // reached from more than four candidates is held until all of its worker's candidates are
 // decided, so it may wait for the second wave. Example, on worker0:
 //   d = rpc_sync("worker1", add, a, b); e = rpc_sync("worker1", mul, b, c); loss = d.sum()

@@ -10,7 +10,7 @@ namespace gw::data {
 
 namespace {
 int from_default_group(int value, bool want_rank) {
-  if (value >= 0) return value;
+  if (value != -1) return value;
   GW_CHECK(dist::is_initialized(), StateError, "[DistributedSampler] no ",
            want_rank ? "rank" : "num_replicas",
            " given and no default process group to take it from (init_process_group)");
@@ -29,8 +29,8 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, DistributedSamplerO
            " is negative");
   GW_CHECK(num_replicas_ >= 1, InvalidArgumentError, "[DistributedSampler] num_replicas ",
            num_replicas_, " must be at least 1");
-  GW_CHECK(rank_ < num_replicas_, InvalidArgumentError, "[DistributedSampler] rank ", rank_,
-           " is not in [0, ", num_replicas_, ")");
+  GW_CHECK(rank_ >= 0 && rank_ < num_replicas_, InvalidArgumentError, "[DistributedSampler] rank ",
+           rank_, " is not in [0, ", num_replicas_, ")");
   const int64_t r = num_replicas_;
   // drop_last: the largest share every rank can have; otherwise the smallest that covers all.
   num_samples_ = options.drop_last ? size_ / r : (size_ + r - 1) / r;

@@ -288,30 +288,41 @@ TEST_CASE("SMART mode: a node an unmarked candidate reaches is held until marked
 
 TEST_CASE("SMART mode: a node reached from more than four candidates waits for all to be decided",
           "[autograd][engine][graph_task]") {
-  Tensor x = leaf({1.0});
+  // x is reached from six sends, so its reach is "many": it waits for every candidate of the
+  // task, the seventh (y's, which does not reach it) included. A recv-like boundary below x is
+  // never certain while a candidate has no gradient.
+  Tensor x = leaf({1.0}), y = leaf({1.0});
+  Tensor from_x = x * 1.0;  // its node is the boundary
   std::vector<Tensor> sent;
   std::vector<std::shared_ptr<FakeSendBackward>> sends;
   ag::ExecuteOptions options;
   options.smart = true;
   for (int k = 1; k <= 6; ++k) {
-    sent.push_back(x * double(k));
+    sent.push_back(from_x * double(k));
     sends.push_back(std::make_shared<FakeSendBackward>(sent.back()));
     options.extra_roots.push_back(sends.back());
   }
+  Tensor from_y = y * 2.0;
+  auto unrelated = std::make_shared<FakeSendBackward>(from_y);
+  options.extra_roots.push_back(unrelated);
+  options.boundary = [&](const ag::Node& n) { return &n == from_x.grad_fn().get(); };
   ag::GraphTask task(nullptr, options);
-  for (int k = 0; k < 5; ++k) task.add_gradients(sends[k], {constant({1.0})});
+  for (int k = 0; k < 6; ++k) task.add_gradients(sends[k], {constant({1.0})});
+  CHECK(task.take_uncertain().size() == 1);  // "many" and y's send has no gradient
   task.run();
-  CHECK_FALSE(x.grad().defined());  // "many": held while the sixth is undecided
-  CHECK_THROWS_AS(task.add_gradient(sends[5], 0, constant({1.0})), gw::InvalidArgumentError);
+  CHECK_FALSE(x.grad().defined());  // held: y's send is undecided
+  CHECK_THROWS_AS(task.add_gradient(unrelated, 0, constant({1.0})), gw::InvalidArgumentError);
   SECTION("closed") {
     task.close();
     task.run();
-    CHECK(vec(x.grad()) == std::vector<double>{15.0});  // 1 + 2 + 3 + 4 + 5
+    CHECK(vec(x.grad()) == std::vector<double>{21.0});  // 1 + 2 + ... + 6
+    CHECK_FALSE(y.grad().defined());
   }
   SECTION("delivered") {
-    task.add_gradients(sends[5], {constant({1.0})});
+    task.add_gradients(unrelated, {constant({1.0})});
     task.run();
     CHECK(vec(x.grad()) == std::vector<double>{21.0});
+    CHECK(vec(y.grad()) == std::vector<double>{2.0});
   }
   CHECK(task.finished());
 }

@@ -73,7 +73,8 @@ TEST_CASE("three processes: nested RPCs give the local gradients; contexts are r
 TEST_CASE("three processes, SMART mode: a received tensor sent on to an unused RPC",
           "[dist_autograd][process][smart]") {
   // x comes from worker1 and goes on to worker2 with b, whose result is unused: worker0 tells
-  // worker1 that x's send function is live, holds x's recv and b, and closes in a second wave.
+  // worker1 that x's send function is live and holds x's recv; worker1 tells worker0 in turn
+  // that the send function of a and b is live; the second wave releases x's recv.
   Peers peers(3);
   rpc::Agent::Use use(*peers.agent);
   Tensor a = leaf(5), b = leaf(6), t4 = leaf(7);

@@ -86,8 +86,12 @@ TEST_CASE("the order is the same on every rank for an epoch, and changes with th
 TEST_CASE("bad sampler arguments are clear errors", "[data][sampler]") {
   CHECK_THROWS_WITH(DistributedSampler(10, {.num_replicas = 3, .rank = 3}),
                     Catch::Contains("rank 3 is not in [0, 3)"));
+  CHECK_THROWS_WITH(DistributedSampler(10, {.num_replicas = 3, .rank = -2}),
+                    Catch::Contains("rank -2 is not in [0, 3)"));
   CHECK_THROWS_WITH(DistributedSampler(10, {.num_replicas = 0, .rank = 0}),
                     Catch::Contains("num_replicas 0"));
+  CHECK_THROWS_WITH(DistributedSampler(10, {.num_replicas = -2, .rank = 0}),
+                    Catch::Contains("num_replicas -2"));
   CHECK_THROWS_WITH(DistributedSampler(-1, {.num_replicas = 1, .rank = 0}),
                     Catch::Contains("dataset size -1"));
   REQUIRE_FALSE(gw::dist::is_initialized());
