@@ -173,33 +173,28 @@ TEST_CASE("an unused RPC result that shares no leaf does not change the gradient
   CHECK_FALSE(grads.contains(e));
 }
 
-TEST_CASE("an unused RPC result whose inputs feed the loss raises instead of losing gradients",
-          "[dist_autograd][fast]") {
+TEST_CASE("an unused RPC whose inputs feed the loss: FAST mode raises, SMART mode runs it",
+          "[dist_autograd][fast][smart]") {
   // The spec's own example: b feeds both RPCs, e is unused. FAST mode would wait forever for
   // e's gradient (PyTorch hangs); gradwire finishes and says why b's gradient is incomplete.
+  // SMART mode gives b d's gradient alone, as local autograd does.
   Group g(2);
   rpc::Agent::Use use(g[0]);
   Tensor a = leaf(14), b = leaf(15), c = leaf(16);
-  Context ctx;
-  Tensor d = rpc::rpc_sync("worker1", d_add, a, b);
-  Tensor e = rpc::rpc_sync("worker1", d_mul, b, c);
-  (void)e;
-  CHECK_THROWS_WITH(backward(ctx.id(), {d.sum()}),
-                    Catch::Contains("FAST mode") && Catch::Contains("AccumulateGrad"));
-}
-
-TEST_CASE("SMART mode runs the spec's example: b gets d's gradient alone",
-          "[dist_autograd][smart]") {
-  Group g(2);
-  rpc::Agent::Use use(g[0]);
-  Tensor a = leaf(14), b = leaf(15), c = leaf(16);
-  Context ctx;
-  Tensor d = rpc::rpc_sync("worker1", d_add, a, b);
-  Tensor e = rpc::rpc_sync("worker1", d_mul, b, c);
-  (void)e;
-  backward(ctx.id(), {d.sum()}, {.mode = Mode::kSmart});
-  check_grads(get_gradients(ctx.id()), {a, b},
-              local_grads({a, b}, [](const auto& v) { return (v[0] + v[1]).sum(); }));
+  for (Mode mode : {Mode::kFast, Mode::kSmart}) {
+    Context ctx;
+    Tensor d = rpc::rpc_sync("worker1", d_add, a, b);
+    Tensor e = rpc::rpc_sync("worker1", d_mul, b, c);
+    (void)e;
+    if (mode == Mode::kFast) {
+      CHECK_THROWS_WITH(backward(ctx.id(), {d.sum()}),
+                        Catch::Contains("FAST mode") && Catch::Contains("AccumulateGrad"));
+      continue;
+    }
+    backward(ctx.id(), {d.sum()}, {.mode = mode});
+    check_grads(get_gradients(ctx.id()), {a, b},
+                local_grads({a, b}, [](const auto& v) { return (v[0] + v[1]).sum(); }));
+  }
 }
 
 TEST_CASE("SMART mode: a received tensor also sent to an unused RPC is found on the path",
