@@ -85,9 +85,12 @@ void Agent::on_request(const std::shared_ptr<Connection>& c, Message m) {
         if constexpr (std::is_same_v<T, Call>) {
           serve(
               {from, id, what}, ctx,
-              [held = std::move(held)] {
+              [held = std::move(held)]() mutable {
                 place_on_devices(*held);
-                const Call& call = std::get<Call>(*held->request());
+                // The arguments are gone before the answer leaves: an RRef among them sends
+                // its delete first, so the caller finds the owner's count already lowered.
+                Call call = std::move(std::get<Call>(*held->request()));
+                held.reset();
                 return functions().invoke(call.function, call.args);
               },
               [this, c, id, ctx](Future<IValue>& done) { respond(c, id, done, ctx); });
