@@ -103,7 +103,10 @@ bool GwrunProcess::read_some() {
   int ready = ::poll(fds, 2, kReadTimeoutMs);
   if (ready < 0 && errno == EINTR) return true;
   check(ready >= 0, "poll");
-  if (ready == 0) throw std::runtime_error("gwrun produced no output and did not exit in 120 s");
+  if (ready == 0)
+    throw std::runtime_error("gwrun (pid " + std::to_string(pid_) +
+                             ") produced no output and did not exit in 120 s; its stdout:\n" +
+                             result_.out + "its stderr:\n" + result_.err);
   int* fd_of[2] = {&out_fd_, &err_fd_};
   std::string* text_of[2] = {&result_.out, &result_.err};
   for (int i = 0; i < 2; ++i) {
@@ -181,18 +184,22 @@ std::vector<std::string> split_lines(const std::string& text) {
   return lines;
 }
 
-int free_loopback_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) throw std::runtime_error("free_loopback_port: socket failed");
+ReservedPort::ReservedPort() {
+  fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  check(fd_ >= 0, "ReservedPort: socket");
+  const int on = 1;
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t len = sizeof a;
-  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), len) == 0 &&
-                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
-  ::close(fd);
-  if (!ok) throw std::runtime_error("free_loopback_port: no port on 127.0.0.1");
-  return ntohs(a.sin_port);
+  const bool ok = ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on) == 0 &&
+                  ::bind(fd_, reinterpret_cast<sockaddr*>(&a), len) == 0 &&
+                  ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+  if (!ok) ::close(fd_);
+  check(ok, "ReservedPort: bind a port of 127.0.0.1");
+  port_ = ntohs(a.sin_port);
 }
+
+ReservedPort::~ReservedPort() { ::close(fd_); }
 
 }  // namespace gw::test

@@ -40,6 +40,8 @@ class GwrunProcess {
   // `needle`, or -1 once every one has closed its pipes.
   static int wait_for_any_stdout(const std::vector<GwrunProcess*>& processes,
                                  std::string_view needle);
+  // What gwrun printed so far (exit_code and seconds are not known yet).
+  const GwrunResult& so_far() const { return result_; }
   // Reads both pipes to end of file and waits for gwrun to exit.
   GwrunResult finish();
 
@@ -58,8 +60,24 @@ class GwrunProcess {
 // Runs gwrun with `args` to completion.
 GwrunResult run_gwrun(const std::vector<std::string>& args);
 
-// A port that was free on 127.0.0.1 a moment ago.
-int free_loopback_port();
+// A port of 127.0.0.1 held for the test while this lives, for an --rdzv-endpoint: a socket bound
+// with SO_REUSEADDR and never listening keeps the kernel from handing the port to anyone else
+// (another test's listener or outgoing connection), while a server that sets SO_REUSEADDR too,
+// as gwrun's store does, can still listen on it. A port merely free a moment ago could be taken
+// by a concurrent test before gwrun binds it.
+class ReservedPort {
+ public:
+  ReservedPort();
+  ~ReservedPort();
+  ReservedPort(const ReservedPort&) = delete;
+  ReservedPort& operator=(const ReservedPort&) = delete;
+  int port() const { return port_; }
+  std::string endpoint() const { return "127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
 
 // How many times `needle` occurs in `text`.
 size_t count(const std::string& text, const std::string& needle);

@@ -241,10 +241,6 @@ TEST_CASE("gwrun --max-restarts starts every worker again, up to N times", "[gwr
 
 namespace {
 // Two gwrun "nodes" of one job on this machine, meeting at a loopback --rdzv-endpoint.
-std::string loopback_endpoint() {
-  return "127.0.0.1:" + std::to_string(gw::test::free_loopback_port());
-}
-
 std::vector<std::unique_ptr<GwrunProcess>> start_nodes(const std::vector<std::string>& args,
                                                        const std::string& endpoint) {
   std::vector<std::unique_ptr<GwrunProcess>> nodes;
@@ -265,8 +261,9 @@ TEST_CASE("gwrun --max-restarts across nodes: every node restarts, the rendezvou
       "echo attempt=$GW_RESTART_COUNT; if [ \"$GW_RESTART_COUNT\" = 0 ]; then "
       "if [ \"$RANK\" = 2 ]; then exit 7; fi; exec sleep 600; fi; exit 0";
   SECTION("a restart left: both nodes start their workers again and the job succeeds") {
+    const gw::test::ReservedPort port;
     auto nodes = start_nodes({"--max-restarts", "2", "--nproc-per-node", "2", "sh", "-c", script},
-                             loopback_endpoint());
+                             port.endpoint());
     std::string all_out, all_err;
     for (auto& node : nodes) {
       const GwrunResult r = node->finish();
@@ -283,7 +280,8 @@ TEST_CASE("gwrun --max-restarts across nodes: every node restarts, the rendezvou
       CHECK(gw::test::count(all_out, std::string(rank) + "attempt=1") == 1);
   }
   SECTION("no restart left: every node exits with the failure's code") {
-    auto nodes = start_nodes({"--nproc-per-node", "2", "sh", "-c", script}, loopback_endpoint());
+    const gw::test::ReservedPort port;
+    auto nodes = start_nodes({"--nproc-per-node", "2", "sh", "-c", script}, port.endpoint());
     for (auto& node : nodes) {
       const GwrunResult r = node->finish();
       INFO("stdout:\n" << r.out << "stderr:\n" << r.err);
@@ -295,11 +293,16 @@ TEST_CASE("gwrun --max-restarts across nodes: every node restarts, the rendezvou
 
 TEST_CASE("gwrun across nodes: an interrupted node ends the job on every node, no restart",
           "[gwrun]") {
-  const std::string endpoint = loopback_endpoint();
+  const gw::test::ReservedPort port;
+  const std::string endpoint = port.endpoint();
   auto nodes = start_nodes(
       {"--max-restarts", "3", "--nproc-per-node", "1", "sh", "-c", "echo ready; exec sleep 600"},
       endpoint);
-  for (auto& node : nodes) REQUIRE(node->wait_for_stdout("ready"));
+  for (auto& node : nodes) {
+    const bool ready = node->wait_for_stdout("ready");
+    INFO("stdout:\n" << node->so_far().out << "stderr:\n" << node->so_far().err);
+    REQUIRE(ready);
+  }
   // A stray third launch of the job is refused and leaves it alone.
   const GwrunResult stray = run_gwrun({"--nnodes", "2", "--rdzv-endpoint", endpoint,
                                        "--nproc-per-node", "1", "sh", "-c", "echo stray"});
@@ -316,11 +319,14 @@ TEST_CASE("gwrun across nodes: an interrupted node ends the job on every node, n
 }
 
 TEST_CASE("gwrun waiting for the other nodes still answers Ctrl-C", "[gwrun]") {
-  const std::string endpoint = loopback_endpoint();
+  const gw::test::ReservedPort port;
+  const std::string endpoint = port.endpoint();
   // The other node never comes; the rendezvous alone would wait 10 minutes.
   GwrunProcess node({"--nnodes", "2", "--rdzv-endpoint", endpoint, "--rdzv-timeout", "600",
                      "--nproc-per-node", "1", "sh", "-c", "echo ran"});
-  REQUIRE(node.wait_for_stderr("node 1 of 2 arrived, waiting for the others"));
+  const bool waiting = node.wait_for_stderr("node 1 of 2 arrived, waiting for the others");
+  INFO("stdout:\n" << node.so_far().out << "stderr:\n" << node.so_far().err);
+  REQUIRE(waiting);
   REQUIRE(::kill(node.pid(), SIGINT) == 0);
   const GwrunResult r = node.finish();
   INFO("stdout:\n" << r.out << "stderr:\n" << r.err);

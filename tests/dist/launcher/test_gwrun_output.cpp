@@ -226,7 +226,8 @@ TEST_CASE("gwrun passes a job key file it was given on, and leaves it", "[gwrun]
 
 TEST_CASE("nodes started in any order meet at --rdzv-endpoint and receive their node ranks",
           "[gwrun]") {
-  const std::string endpoint = "127.0.0.1:" + std::to_string(gw::test::free_loopback_port());
+  const gw::test::ReservedPort port;
+  const std::string endpoint = port.endpoint();
   std::vector<std::unique_ptr<gw::test::GwrunProcess>> nodes;
   for (int n = 0; n < 3; ++n)
     nodes.push_back(std::make_unique<gw::test::GwrunProcess>(
@@ -257,7 +258,8 @@ TEST_CASE("nodes started in any order meet at --rdzv-endpoint and receive their 
 }
 
 TEST_CASE("a node that never arrives fails the rendezvous after --rdzv-timeout", "[gwrun]") {
-  const std::string endpoint = "127.0.0.1:" + std::to_string(gw::test::free_loopback_port());
+  const gw::test::ReservedPort port;
+  const std::string endpoint = port.endpoint();
   const GwrunResult r = run_gwrun({"--nnodes", "2", "--rdzv-endpoint", endpoint, "--rdzv-timeout",
                                    "1", "--nproc-per-node", "1", "sh", "-c", "echo ran"});
   INFO("stderr:\n" << r.err);
