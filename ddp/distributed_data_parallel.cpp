@@ -42,8 +42,8 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   }
   GW_CHECK(!params.empty(), InvalidArgumentError,
            "[DistributedDataParallel] the module has no parameter that requires grad");
-  broadcast_from_rank0(module_->parameters());
-  broadcast_from_rank0(module_->buffers());
+  broadcast_from(0, module_->parameters());
+  broadcast_from(0, module_->buffers());
   reducer_ = std::make_shared<Reducer>(
       std::move(params), std::move(names), group_,
       ReducerOptions{.bucket_cap_bytes = static_cast<size_t>(options.bucket_cap_mb * kMiB),
@@ -53,7 +53,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   reducer_->install_hooks();
 }
 
-void DistributedDataParallel::broadcast_from_rank0(const std::vector<Tensor>& tensors) {
+void DistributedDataParallel::broadcast_from(int root, const std::vector<Tensor>& tensors) {
   if (tensors.empty() || group_->size() == 1) return;
   autograd::NoGradGuard no_grad;
   // Coalesced (PyTorch's _broadcast_coalesced): the contiguous CPU tensors of each dtype travel
@@ -73,7 +73,7 @@ void DistributedDataParallel::broadcast_from_rank0(const std::vector<Tensor>& te
   for (const Tensor& t : tensors) {
     Tensor data = t.detach();  // the same storage
     if (data.device() != kCPU || !data.is_contiguous() || data.nbytes() >= kCoalesceBytes) {
-      in_place.push_back(group_->broadcast(data, {.root = 0}));
+      in_place.push_back(group_->broadcast(data, {.root = root}));
       continue;
     }
     auto& runs = buffers[data.dtype()];
@@ -84,23 +84,71 @@ void DistributedDataParallel::broadcast_from_rank0(const std::vector<Tensor>& te
   for (auto& [dtype, runs] : buffers)
     for (Buffer& b : runs) {
       b.flat = dist::ProcessGroup::concat(b.parts);
-      b.work = group_->broadcast(b.flat, {.root = 0});
+      b.work = group_->broadcast(b.flat, {.root = root});
     }
   for (auto& w : in_place) w->wait();
   for (auto& [dtype, runs] : buffers)
     for (Buffer& b : runs) {
       b.work->wait();
-      if (group_->rank() != 0) dist::ProcessGroup::split(b.flat, b.parts);
+      if (group_->rank() != root) dist::ProcessGroup::split(b.flat, b.parts);
     }
 }
 
 Tensor DistributedDataParallel::forward(const Tensor& input) {
   trace::Scope span("ddp", "DDP forward");
   reducer_->prepare_for_forward();
-  if (options_.broadcast_buffers) broadcast_from_rank0(module_->buffers());
+  int authority = 0;  // whose buffers every rank takes, and whose bucket order
+  int divide_by = group_->size();
+  if (auto iteration = notify_join_context()) {
+    any_rank_reduces(reducer_->sync() && autograd::is_grad_enabled());
+    authority = iteration->training.front();
+    if (!join_options()->divide_by_initial_world_size)
+      divide_by = static_cast<int>(iteration->training.size());
+  }
+  reducer_->set_iteration(authority, divide_by);
+  if (options_.broadcast_buffers) broadcast_from(authority, module_->buffers());
   Tensor output = module_->forward(input);
   reducer_->prepare_for_backward(output, options_.find_unused_parameters);
   return output;
+}
+
+bool DistributedDataParallel::any_rank_reduces(bool mine) {
+  Tensor flag = full({1}, mine ? 1.0 : 0.0, TensorOptions(kInt32).with_device(group_->device()));
+  group_->allreduce(flag, {.op = dist::ReduceOp::MAX})->wait();
+  return flag.to(kCPU).to_vector<int32_t>()[0] > 0;
+}
+
+// What a joined rank does for DDP: each iteration of the others, the collectives of their forward
+// and backward, in their order, with nothing of its own; at the end, the final model.
+class DistributedDataParallel::JoinHook : public dist::JoinHook {
+ public:
+  explicit JoinHook(DistributedDataParallel& ddp) : ddp_(ddp) {}
+
+  void main_hook(const dist::JoinIteration& iteration) override {
+    const bool reduces = ddp_.any_rank_reduces(false);
+    const int authority = iteration.training.front();
+    if (ddp_.options_.broadcast_buffers) ddp_.broadcast_from(authority, ddp_.module_->buffers());
+    if (reduces) ddp_.reducer_->shadow_backward(authority, ddp_.options_.find_unused_parameters);
+  }
+
+  void post_hook(bool is_last_joiner) override {
+    // The lowest of the ranks that joined last trained longest: every rank takes its model (the
+    // others stopped stepping their optimizers when they joined).
+    auto& group = *ddp_.group_;
+    Tensor root = full({1}, is_last_joiner ? group.rank() : group.size(),
+                       TensorOptions(kInt32).with_device(group.device()));
+    group.allreduce(root, {.op = dist::ReduceOp::MIN})->wait();
+    const int from = root.to(kCPU).to_vector<int32_t>()[0];
+    ddp_.broadcast_from(from, ddp_.module_->parameters());
+    ddp_.broadcast_from(from, ddp_.module_->buffers());
+  }
+
+ private:
+  DistributedDataParallel& ddp_;
+};
+
+std::unique_ptr<dist::JoinHook> DistributedDataParallel::join_hook(const dist::JoinOptions&) {
+  return std::make_unique<JoinHook>(*this);
 }
 
 }  // namespace gw::ddp

@@ -21,6 +21,7 @@
 #include <memory>
 
 #include "ddp/reducer.h"
+#include "dist/algorithms/join.h"
 #include "dist/process_group/process_group.h"
 #include "nn/module.h"
 
@@ -40,7 +41,12 @@ struct DDPOptions {
   bool gradient_as_bucket_view = false;
 };
 
-class DistributedDataParallel {
+// A Joinable (dist/algorithms/join.h): inside a Join, a rank that ran out of data shadows the
+// others' forward (the buffer broadcast) and backward (an allreduce of zeros per bucket, through
+// the comm hook; the used-parameter map) until every rank has joined; then every rank takes the
+// parameters and buffers of a rank that joined last. Buffers come from the lowest rank still
+// training (rank 0 without a Join).
+class DistributedDataParallel : public dist::Joinable {
  public:
   DistributedDataParallel(std::shared_ptr<nn::Module> module,
                           std::shared_ptr<dist::ProcessGroup> group, DDPOptions options = {});
@@ -70,8 +76,15 @@ class DistributedDataParallel {
   };
   NoSync no_sync() { return NoSync(*this); }
 
+  std::unique_ptr<dist::JoinHook> join_hook(const dist::JoinOptions& options) override;
+  std::shared_ptr<dist::ProcessGroup> join_process_group() const override { return group_; }
+
  private:
-  void broadcast_from_rank0(const std::vector<Tensor>& tensors);
+  class JoinHook;
+  void broadcast_from(int root, const std::vector<Tensor>& tensors);
+  // Inside a Join: whether any rank's backward of this iteration reduces (a joined rank says
+  // no), so that the joined ranks know whether to shadow it.
+  bool any_rank_reduces(bool mine);
 
   std::shared_ptr<nn::Module> module_;
   std::shared_ptr<dist::ProcessGroup> group_;

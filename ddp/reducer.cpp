@@ -91,6 +91,7 @@ Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names,
       options_(options) {
   ready_.assign(params_.size(), false);
   used_since_sync_.assign(params_.size(), false);
+  divide_by_ = group_->size();
   // Reverse order: the last layers' gradients are usually ready first.
   std::vector<size_t> order(params_.size());
   for (size_t k = 0; k < order.size(); ++k) order[k] = order.size() - 1 - k;
@@ -193,6 +194,33 @@ void Reducer::prepare_for_forward() {
       "find_unused_parameters = true");
 }
 
+void Reducer::set_iteration(int authority, int divide_by) {
+  GW_CHECK(authority >= 0 && authority < group_->size() && divide_by >= 1, InvalidArgumentError,
+           "[DistributedDataParallel] iteration authority ", authority, " and divisor ", divide_by,
+           " for a group of ", group_->size());
+  authority_ = authority;
+  divide_by_ = divide_by;
+}
+
+void Reducer::shadow_backward(int authority, bool find_unused) {
+  std::optional<Future<void>> used;
+  if (find_unused) {
+    Tensor none = zeros({static_cast<int64_t>(params_.size())},
+                        TensorOptions(kInt32).with_device(group_->device()));
+    used = group_->allreduce(none, {.op = dist::ReduceOp::SUM})->future();
+  }
+  std::vector<Future<Tensor>> reduced;
+  for (size_t k = 0; k < buckets_.size(); ++k) {
+    GradBucket view{k, zeros_like(buckets_[k].flat), {}, k + 1 == buckets_.size()};
+    for (size_t i : buckets_[k].params) view.parameters.push_back(params_[i]);
+    reduced.push_back(hook_ ? hook_(*group_, view)
+                            : reduced_in_place(*group_, view.buffer, dist::ReduceOp::SUM));
+  }
+  if (used) used->wait();
+  for (auto& r : reduced) r.wait();
+  if (!rebuilt_) rebuild_buckets(authority);
+}
+
 void Reducer::on_gradient(size_t index) {
   if (!iteration_sync_) {  // no_sync(): gradients accumulate locally
     used_since_sync_[index] = true;
@@ -240,7 +268,7 @@ void Reducer::mark_ready(size_t index) {
   const size_t slot =
       static_cast<size_t>(std::find(b.params.begin(), b.params.end(), index) - b.params.begin());
   Tensor dst = grad_slot(b, slot);
-  const int divide_by = hook_ ? 1 : group_->size();  // the built-in reduction sums divided parts
+  const int divide_by = hook_ ? 1 : divide_by_;  // the built-in reduction sums divided parts
   if (!grad.defined()) {
     dst.zero_();
   } else if (same_memory(grad, dst)) {  // a bucket view already holds it
@@ -311,18 +339,25 @@ void Reducer::finish_iteration() {
       if (!same_memory(grad, averaged)) grad.copy_(averaged);
     }
   }
-  if (!rebuilt_) rebuild_buckets();
+  if (!rebuilt_) rebuild_buckets(authority_);
   reset_iteration();
 }
 
 // After the first iteration the buckets follow the order gradients actually became ready in
 // (PyTorch's bucket rebuild), so that each bucket fills as early as it can. Every rank must
-// bucket alike: rank 0's order is the one used.
-void Reducer::rebuild_buckets() {
+// bucket alike: the order of `root` (rank 0, or inside a Join the lowest rank still training,
+// whose order is complete) is the one used.
+void Reducer::rebuild_buckets(int root) {
   rebuilt_ = true;
-  std::vector<int64_t> mine(ready_order_.begin(), ready_order_.end());
-  Tensor order = from_vector<int64_t>(mine).to(group_->device());
-  group_->broadcast(order, {.root = 0})->wait();
+  Tensor order;
+  if (group_->rank() == root) {
+    std::vector<int64_t> mine(ready_order_.begin(), ready_order_.end());
+    order = from_vector<int64_t>(mine).to(group_->device());
+  } else {
+    order = empty({static_cast<int64_t>(params_.size())},
+                  TensorOptions(kInt64).with_device(group_->device()));
+  }
+  group_->broadcast(order, {.root = root})->wait();
   std::vector<size_t> observed;
   for (int64_t k : order.to(kCPU).to_vector<int64_t>()) observed.push_back(static_cast<size_t>(k));
   build_buckets(observed);

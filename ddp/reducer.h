@@ -87,6 +87,14 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   // A new forward pass: throws if the previous iteration's reduction did not finish (some
   // parameters never got a gradient: they are named).
   void prepare_for_forward();
+  // Of the iteration whose forward runs: whose bucket order the first rebuild takes (rank 0
+  // without a Join) and what the built-in reduction divides each gradient by (the group's size,
+  // or the ranks still training inside a Join that asks for it).
+  void set_iteration(int authority, int divide_by);
+  // A rank that joined (dist/algorithms/join.h): the collectives of the others' synced
+  // backward, in their order, with zeros: the used-parameter map (with `find_unused`), each
+  // bucket through the comm hook (so that a hook's own state stays in step), the first rebuild.
+  void shadow_backward(int authority, bool find_unused);
   // Gradients accumulate locally and are not reduced for forward passes made while this is
   // false (no_sync()).
   void set_sync(bool sync) { sync_ = sync; }
@@ -105,7 +113,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   void finish_iteration();
   void reset_iteration();  // after a failure: the next iteration starts clean
   void build_buckets(const std::vector<size_t>& order);  // parameters in `order`, capped
-  void rebuild_buckets();
+  void rebuild_buckets(int root);
   // The part of bucket `b` that holds the gradient of its `slot`-th parameter, shaped like it.
   Tensor grad_slot(const Bucket& b, size_t slot) const;
   std::vector<bool> used_anywhere();  // the summed used maps, or all true without find_unused
@@ -121,6 +129,8 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   std::vector<bool> ready_;          // by parameter, this iteration
   size_t ready_count_ = 0;
   size_t next_to_launch_ = 0;
+  int authority_ = 0;
+  int divide_by_ = 1;                  // the group's size unless set_iteration says otherwise
   bool sync_ = true;                   // the no_sync() state, read at the end of each forward
   bool iteration_sync_ = true;         // whether the current iteration's backward reduces
   std::vector<size_t> unused_;         // found by prepare_for_backward, marked by the first hook
