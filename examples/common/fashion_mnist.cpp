@@ -93,15 +93,16 @@ const char* fashion_mnist_class(int64_t label) {
 }
 
 Loader::Loader(Dataset dataset, LoaderOptions options)
-    : dataset_(std::move(dataset)), options_(options) {
-  GW_CHECK(options_.batch_size > 0, InvalidArgumentError, "[Loader] batch_size must be positive, got ",
-           options_.batch_size);
-  GW_CHECK(options_.world_size >= 1 && options_.rank >= 0 && options_.rank < options_.world_size,
-           InvalidArgumentError, "[Loader] rank ", options_.rank, " is not in world of size ",
-           options_.world_size);
-  // Every rank gets the same number of samples (the tail that does not divide is dropped),
-  // so DDP ranks run the same number of steps.
-  shard_size_ = dataset_.size() / options_.world_size;
+    : dataset_(std::move(dataset)),
+      options_(options),
+      sampler_(dataset_.size(), {.num_replicas = options.world_size,
+                                 .rank = options.rank,
+                                 .shuffle = options.shuffle,
+                                 .seed = options.seed,
+                                 .drop_last = true}),
+      shard_size_(sampler_.num_samples()) {
+  GW_CHECK(options_.batch_size > 0, InvalidArgumentError,
+           "[Loader] batch_size must be positive, got ", options_.batch_size);
 }
 
 int64_t Loader::num_batches() const {
@@ -110,13 +111,8 @@ int64_t Loader::num_batches() const {
 }
 
 void Loader::reshuffle(int64_t epoch) {
-  Tensor all = options_.shuffle ? [&] {
-    Generator gen(options_.seed * 1000003 + static_cast<uint64_t>(epoch));
-    return randperm(dataset_.size(), gen);
-  }()
-                                : arange(dataset_.size());
-  order_ = all.slice(0, options_.rank, shard_size_ * options_.world_size, options_.world_size)
-               .contiguous();
+  sampler_.set_epoch(epoch);
+  order_ = from_vector<int64_t>(sampler_.indices());
   epoch_ = epoch;
 }
 

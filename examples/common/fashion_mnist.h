@@ -1,6 +1,6 @@
 // Fashion-MNIST from the IDX files that Debian's dataset-fashion-mnist package installs, and a
-// seeded shuffling batch loader that can shard the data across ranks (like PyTorch's
-// DataLoader with a DistributedSampler).
+// seeded shuffling batch loader that shards the data across ranks through the library's
+// DistributedSampler (PyTorch's DataLoader with a DistributedSampler).
 //
 //   auto train = gw::data::load_fashion_mnist(gw::data::Split::Train);
 //   gw::data::Loader loader(train, {.batch_size = 64, .seed = 0});
@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "core/tensor.h"
+#include "dist/data/distributed_sampler.h"
 
 namespace gw::data {
 
@@ -39,7 +40,8 @@ struct LoaderOptions {
   bool shuffle = true;
   uint64_t seed = 0;
   bool drop_last = false;
-  // Sharding: this rank sees every world_size-th sample of the (shuffled) order.
+  // Sharding (gw::data::DistributedSampler with drop_last, so that every rank runs as many
+  // steps): this rank sees every world_size-th sample of the (shuffled) order.
   int rank = 0;
   int world_size = 1;
 };
@@ -57,6 +59,7 @@ class Loader {
 
   Dataset dataset_;
   LoaderOptions options_;
+  DistributedSampler sampler_;
   int64_t shard_size_ = 0;
   int64_t epoch_ = -1;
   Tensor order_;  // this rank's sample indices for the current epoch (int64)
