@@ -99,8 +99,16 @@ Tensor DistributedDataParallel::forward(const Tensor& input) {
   reducer_->prepare_for_forward();
   int authority = 0;  // whose buffers every rank takes, and whose bucket order
   int divide_by = group_->size();
+  if (join_options() != nullptr) {
+    GW_CHECK(!backward_due_ || reducer_->backwards_ended() > backwards_at_forward_, StateError,
+             "[DistributedDataParallel] inside a Join, a forward with grad enabled (outside "
+             "no_sync) must be followed by its backward before the next forward, which the "
+             "joined ranks shadow; run evaluation under NoGradGuard");
+  }
   if (auto iteration = notify_join_context()) {
-    any_rank_reduces(reducer_->sync() && autograd::is_grad_enabled());
+    backward_due_ = reducer_->sync() && autograd::is_grad_enabled();
+    backwards_at_forward_ = reducer_->backwards_ended();
+    any_rank_reduces(backward_due_);
     authority = iteration->training.front();
     if (!join_options()->divide_by_initial_world_size)
       divide_by = static_cast<int>(iteration->training.size());

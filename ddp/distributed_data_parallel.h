@@ -30,7 +30,7 @@ namespace gw::ddp {
 struct DDPOptions {
   double bucket_cap_mb = 25;        // later buckets; the first one is capped at 1 MiB
   double first_bucket_cap_mb = 1;
-  bool broadcast_buffers = true;    // rank 0's buffers to every rank before each forward
+  bool broadcast_buffers = true;  // rank 0's buffers (see Join below) to every rank, each forward
   // Parameters the output does not depend on count as ready instead of stalling the reduction
   // (their gradient is averaged with zeros, and left as it is when no rank used them since the
   // last synced step); costs a graph traversal per forward.
@@ -45,7 +45,9 @@ struct DDPOptions {
 // others' forward (the buffer broadcast) and backward (an allreduce of zeros per bucket, through
 // the comm hook; the used-parameter map) until every rank has joined; then every rank takes the
 // parameters and buffers of a rank that joined last. Buffers come from the lowest rank still
-// training (rank 0 without a Join).
+// training (rank 0 without a Join). Inside a Join, a forward with grad enabled and outside
+// no_sync must be followed by its backward before the next forward (the joined ranks shadow
+// one backward per such forward): run evaluation under NoGradGuard.
 class DistributedDataParallel : public dist::Joinable {
  public:
   DistributedDataParallel(std::shared_ptr<nn::Module> module,
@@ -85,6 +87,10 @@ class DistributedDataParallel : public dist::Joinable {
   // Inside a Join: whether any rank's backward of this iteration reduces (a joined rank says
   // no), so that the joined ranks know whether to shadow it.
   bool any_rank_reduces(bool mine);
+
+  // Inside a Join: the backward the last forward announced has not ended yet.
+  bool backward_due_ = false;
+  int64_t backwards_at_forward_ = 0;
 
   std::shared_ptr<nn::Module> module_;
   std::shared_ptr<dist::ProcessGroup> group_;

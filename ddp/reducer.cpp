@@ -196,8 +196,8 @@ void Reducer::prepare_for_forward() {
 
 void Reducer::set_iteration(int authority, int divide_by) {
   GW_CHECK(authority >= 0 && authority < group_->size() && divide_by >= 1, InvalidArgumentError,
-           "[DistributedDataParallel] iteration authority ", authority, " and divisor ", divide_by,
-           " for a group of ", group_->size());
+           "[DistributedDataParallel] set_iteration: authority ", authority, " is not in [0, ",
+           group_->size(), ") or divisor ", divide_by, " < 1");
   authority_ = authority;
   divide_by_ = divide_by;
 }
@@ -240,6 +240,7 @@ void Reducer::on_gradient(size_t index) {
 }
 
 void Reducer::reset_iteration() {
+  ++backwards_ended_;
   // After a failure, reductions still running must not write into the next iteration.
   for (auto& b : buckets_) {
     finish_quietly(b.reduced);

@@ -3,7 +3,8 @@
 // Parameters are assigned to buckets in reverse parameters() order (roughly the order their
 // gradients become ready in backward), the first bucket capped at 1 MiB so that communication
 // starts early, the others at bucket_cap_mb; after the first iteration the buckets are rebuilt
-// in the order the gradients actually became ready (rank 0's, so that all ranks agree). A
+// in the order the gradients actually became ready (one rank's, so that all ranks agree: rank
+// 0's, or inside a Join the lowest training rank's). A
 // post-accumulate hook on each parameter copies its gradient into its bucket and marks it
 // ready; a bucket whose parameters are all ready is
 // averaged across ranks with an asynchronous allreduce, always in bucket-index order, so that
@@ -53,7 +54,7 @@ struct ReducerOptions {
   size_t first_bucket_cap_bytes = size_t{1} << 20;
   // Each parameter's .grad becomes a view into its bucket once it is ready: no copy back after
   // the reduction, and no second copy of the gradients in memory. (Without a comm hook the
-  // view is divided by the world size when it becomes ready: after an iteration that failed,
+  // view is divided (by the world size) when it becomes ready: after an iteration that failed,
   // .grad holds that share, not the local gradient.)
   bool gradient_as_bucket_view = false;
 };
@@ -101,6 +102,8 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   bool sync() const { return sync_; }
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
+  // How many synced backward passes ended here (reduced, or failed).
+  int64_t backwards_ended() const { return backwards_ended_; }
   // How many allreduces this reducer launched, and how many of them before the last gradient
   // of their iteration was ready (communication overlapping backward).
   int64_t launched() const { return launched_; }
@@ -137,12 +140,13 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   std::vector<bool> used_since_sync_;  // got a gradient in a no_sync backward since the last sync
   Tensor used_map_;                    // int32 by parameter, summed across ranks by the first hook
   std::optional<Future<void>> used_reduced_;
-  // Null: the built-in reduction. Each gradient is divided by the world size as it is copied
+  // Null: the built-in reduction. Each gradient is divided by divide_by_ as it is copied
   // into its bucket (one pass over it, as PyTorch's DDP divides before summing), and the bucket
   // is summed in place.
   CommHook hook_;
   std::vector<autograd::RemovableHandle> hook_handles_;  // one per parameter
   int64_t launched_ = 0, launched_early_ = 0;
+  int64_t backwards_ended_ = 0;
 };
 
 }  // namespace gw::ddp

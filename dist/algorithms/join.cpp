@@ -1,5 +1,6 @@
 #include "dist/algorithms/join.h"
 
+#include <algorithm>
 #include <string>
 
 #include "core/error.h"
@@ -25,27 +26,42 @@ Join::Join(std::vector<Joinable*> joinables, JoinOptions options)
   for (size_t i = 0; i < joinables_.size(); ++i) {
     Joinable* j = joinables_[i];
     GW_CHECK(j != nullptr, InvalidArgumentError, "[Join] joinable ", i, " is null");
-    GW_CHECK(j->join_ == nullptr, InvalidArgumentError, "[Join] joinable ", i,
+    GW_CHECK(j->join_ == nullptr || !options_.enable, InvalidArgumentError, "[Join] joinable ", i,
              " is in another Join already");
+    GW_CHECK(std::find(joinables_.begin(), joinables_.begin() + static_cast<ptrdiff_t>(i), j) ==
+                 joinables_.begin() + static_cast<ptrdiff_t>(i),
+             InvalidArgumentError, "[Join] joinable ", i, " is given twice");
     auto group = j->join_process_group();
     GW_CHECK(group, InvalidArgumentError, "[Join] joinable ", i, " has no process group");
     if (i == 0) group_ = group;
     GW_CHECK(group == group_, InvalidArgumentError, "[Join] joinable ", i,
              " trains on another process group than joinable 0");
   }
-  if (!options_.enable) return;
+  if (!options_.enable) {
+    joinables_.clear();  // a disabled Join holds nothing
+    return;
+  }
   for (Joinable* j : joinables_) j->join_ = this;
 }
 
 Join::~Join() { detach(); }
 
 void Join::detach() {
-  for (Joinable* j : joinables_) j->join_ = nullptr;
+  // Only its own: a joinable destroyed while attached took itself off the list.
+  for (Joinable* j : joinables_)
+    if (j->join_ == this) j->join_ = nullptr;
+  joinables_.clear();
 }
 
 std::optional<JoinIteration> Join::notify(const Joinable& from) {
   GW_CHECK(!joined_, StateError, "[Join] an iteration started on a rank that has joined");
-  if (&from == joinables_.front()) last_ = announce(true);
+  if (&from == joinables_.front()) {
+    last_ = announce(true);
+  } else {
+    GW_CHECK(!last_.training.empty(), StateError,
+             "[Join] a joinable other than the first started an iteration before the first "
+             "announced one: each iteration starts with the first joinable given to the Join");
+  }
   return last_;
 }
 

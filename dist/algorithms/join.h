@@ -23,11 +23,16 @@
 // (a StateError at its next announcement; the joined rank in join()), for loops that must not go
 // on with fewer ranks. divide_by_initial_world_size (DDP's): gradients are divided by the group's
 // size, the joined ranks counting as zeros (true), or by the number of ranks still training
-// (false: each iteration's gradient is that of the data its ranks saw).
+// (false: each iteration's gradient is that of the data its ranks saw). A DDP comm hook divides
+// as it likes: the built-in hooks by the group's size, as in PyTorch.
 //
 // A Join whose join() is never called (an exception ended the loop) only detaches from its
 // joinables: the other ranks then fail within the group's timeout, as they would without a Join.
-// Every rank must train inside a Join with the same joinables, in the same order.
+// Every rank must train inside a Join with the same joinables, in the same order; with several,
+// each iteration runs them in that order (forward and backward of the first, then the next), the
+// first starting the iteration. A joined rank shadows an iteration by what its announcement
+// said, so each announced iteration must issue what the joinable's hook shadows (DDP: a forward
+// with grad enabled and outside no_sync is followed by its backward before the next forward).
 #pragma once
 
 #include <cstdint>

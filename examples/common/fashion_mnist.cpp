@@ -92,9 +92,18 @@ const char* fashion_mnist_class(int64_t label) {
   return label >= 0 && label < 10 ? kNames[label] : "?";
 }
 
+namespace {
+// The sampler reads -1 as "the default group's": the loader takes explicit values only.
+LoaderOptions checked(LoaderOptions o) {
+  GW_CHECK(o.world_size >= 1 && o.rank >= 0 && o.rank < o.world_size, InvalidArgumentError,
+           "[Loader] rank ", o.rank, " is not in world of size ", o.world_size);
+  return o;
+}
+}  // namespace
+
 Loader::Loader(Dataset dataset, LoaderOptions options)
     : dataset_(std::move(dataset)),
-      options_(options),
+      options_(checked(options)),
       sampler_(dataset_.size(), {.num_replicas = options.world_size,
                                  .rank = options.rank,
                                  .shuffle = options.shuffle,
