@@ -99,16 +99,15 @@ Tensor DistributedDataParallel::forward(const Tensor& input) {
   reducer_->prepare_for_forward();
   int authority = 0;  // whose buffers every rank takes, and whose bucket order
   int divide_by = group_->size();
-  if (join_options() != nullptr) {
-    GW_CHECK(!backward_due_ || reducer_->backwards_ended() > backwards_at_forward_, StateError,
-             "[DistributedDataParallel] inside a Join, a forward with grad enabled (outside "
-             "no_sync) must be followed by its backward before the next forward, which the "
-             "joined ranks shadow; run evaluation under NoGradGuard");
-  }
+  GW_CHECK(join_id() == 0 || due_in_join_ != join_id() ||
+               reducer_->backwards_ended() > backwards_at_forward_,
+           StateError,
+           "[DistributedDataParallel] inside a Join, a forward with grad enabled (outside "
+           "no_sync) must be followed by its backward before the next forward, which the "
+           "joined ranks shadow; run evaluation under NoGradGuard");
+  const bool reduces = reducer_->sync() && autograd::is_grad_enabled();
   if (auto iteration = notify_join_context()) {
-    backward_due_ = reducer_->sync() && autograd::is_grad_enabled();
-    backwards_at_forward_ = reducer_->backwards_ended();
-    any_rank_reduces(backward_due_);
+    any_rank_reduces(reduces);
     authority = iteration->training.front();
     if (!join_options()->divide_by_initial_world_size)
       divide_by = static_cast<int>(iteration->training.size());
@@ -117,6 +116,10 @@ Tensor DistributedDataParallel::forward(const Tensor& input) {
   if (options_.broadcast_buffers) broadcast_from(authority, module_->buffers());
   Tensor output = module_->forward(input);
   reducer_->prepare_for_backward(output, options_.find_unused_parameters);
+  if (reduces) {  // a forward that threw announced nothing the joined ranks wait for
+    due_in_join_ = join_id();
+    backwards_at_forward_ = reducer_->backwards_ended();
+  }
   return output;
 }
 

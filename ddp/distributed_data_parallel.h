@@ -88,8 +88,9 @@ class DistributedDataParallel : public dist::Joinable {
   // no), so that the joined ranks know whether to shadow it.
   bool any_rank_reduces(bool mine);
 
-  // Inside a Join: the backward the last forward announced has not ended yet.
-  bool backward_due_ = false;
+  // Inside a Join (join_id() == due_in_join_): the backward the last forward announced has not
+  // ended yet if the reducer's count of ended backwards is still backwards_at_forward_.
+  uint64_t due_in_join_ = 0;
   int64_t backwards_at_forward_ = 0;
 
   std::shared_ptr<nn::Module> module_;

@@ -1,6 +1,7 @@
 #include "dist/algorithms/join.h"
 
 #include <algorithm>
+#include <atomic>
 #include <string>
 
 #include "core/error.h"
@@ -20,8 +21,14 @@ const JoinOptions* Joinable::join_options() const {
   return join_ == nullptr ? nullptr : &join_->options_;
 }
 
+uint64_t Joinable::join_id() const { return join_ == nullptr ? 0 : join_->id_; }
+
+namespace {
+std::atomic<uint64_t> next_join_id{1};
+}
+
 Join::Join(std::vector<Joinable*> joinables, JoinOptions options)
-    : joinables_(std::move(joinables)), options_(options) {
+    : joinables_(std::move(joinables)), options_(options), id_(next_join_id++) {
   GW_CHECK(!joinables_.empty(), InvalidArgumentError, "[Join] no joinable given");
   for (size_t i = 0; i < joinables_.size(); ++i) {
     Joinable* j = joinables_[i];

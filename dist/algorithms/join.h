@@ -83,6 +83,8 @@ class Joinable {
   std::optional<JoinIteration> notify_join_context();
   // The options of the enclosing Join, if any.
   const JoinOptions* join_options() const;
+  // Which Join encloses this joinable: a number no other Join of the process has, 0 for none.
+  uint64_t join_id() const;
 
  private:
   friend class Join;
@@ -113,6 +115,7 @@ class Join {
   std::vector<Joinable*> joinables_;
   std::shared_ptr<ProcessGroup> group_;
   JoinOptions options_;
+  uint64_t id_;
   bool joined_ = false;
   JoinIteration last_;  // the latest announcement, for the joinables after the first
 };

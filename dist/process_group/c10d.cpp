@@ -18,23 +18,58 @@ std::string list(const std::vector<int64_t>& v) {
   return s + "]";
 }
 
-// The splits given, or equal ones; checked against the rows they cut.
-std::vector<int64_t> splits_of(const std::vector<int64_t>& given, const Tensor& t, int n,
-                               const char* what) {
-  GW_CHECK(t.defined() && t.dim() >= 1, InvalidArgumentError, "[all_to_all_single] the ", what,
-           " must be a tensor of at least one dimension");
-  const int64_t rows = t.size(0);
-  if (given.empty()) {
-    GW_CHECK(rows % n == 0, InvalidArgumentError, "[all_to_all_single] the ", what, "'s ", rows,
-             " rows do not divide into ", n, " equal chunks: give its split sizes");
-    return std::vector<int64_t>(static_cast<size_t>(n), rows / n);
-  }
-  GW_CHECK(given.size() == static_cast<size_t>(n) &&
-               std::all_of(given.begin(), given.end(), [](int64_t s) { return s >= 0; }) &&
-               std::accumulate(given.begin(), given.end(), int64_t{0}) == rows,
-           InvalidArgumentError, "[all_to_all_single] ", what, " split sizes ", list(given),
-           " must be ", n, " sizes >= 0 adding up to its ", rows, " rows");
-  return given;
+// What a rank brings to all_to_all_single, as every rank checks it: whether its own arguments
+// are sound (else `problem` says why), its dtype and row size, and its splits.
+struct Plan {
+  std::string problem;
+  std::vector<int64_t> in, out;  // rows to each rank, from each rank
+  int64_t dtype = 0, row = 0;    // row: elements per row
+};
+
+Plan plan_of(const Tensor& output, const Tensor& input, const std::vector<int64_t>& out_given,
+             const std::vector<int64_t>& in_given, const ProcessGroup& group) {
+  const int n = group.size();
+  Plan p;
+  auto splits = [&](const std::vector<int64_t>& given, const Tensor& t, const char* what) {
+    if (!t.defined() || t.dim() < 1) {
+      p.problem = std::string("the ") + what + " is not a tensor of at least one dimension";
+      return std::vector<int64_t>(static_cast<size_t>(n), 0);
+    }
+    const int64_t rows = t.size(0);
+    if (given.empty()) {
+      if (rows % n != 0)
+        p.problem = std::string("the ") + what + "'s " + std::to_string(rows) +
+                    " rows do not divide into " + std::to_string(n) +
+                    " equal chunks: give its split sizes";
+      return std::vector<int64_t>(static_cast<size_t>(n), rows / n);
+    }
+    if (given.size() != static_cast<size_t>(n) ||
+        std::any_of(given.begin(), given.end(), [](int64_t s) { return s < 0; }) ||
+        std::accumulate(given.begin(), given.end(), int64_t{0}) != rows) {
+      p.problem = std::string(what) + " split sizes " + list(given) + " must be " +
+                  std::to_string(n) + " sizes >= 0 adding up to its " + std::to_string(rows) +
+                  " rows";
+      return std::vector<int64_t>(static_cast<size_t>(n), 0);
+    }
+    return given;
+  };
+  p.in = splits(in_given, input, "input");
+  p.out = splits(out_given, output, "output");
+  if (!p.problem.empty()) return p;
+  Shape in_row = input.sizes(), out_row = output.sizes();
+  in_row[0] = out_row[0] = 1;
+  if (in_row != out_row || input.dtype() != output.dtype())
+    p.problem = "the output's rows (" + shape_str(output.sizes()) + ", " +
+                std::string(dtype_name(output.dtype())) + ") differ from the input's (" +
+                shape_str(input.sizes()) + ", " + std::string(dtype_name(input.dtype())) + ")";
+  else if (input.device() != group.device() || output.device() != group.device())
+    p.problem = "the tensors must be on " + group.device().str();
+  else if (output.requires_grad())
+    p.problem = "the output requires grad (all_to_all_single is not differentiable)";
+  p.dtype = static_cast<int64_t>(input.dtype());
+  p.row = input.numel() / std::max<int64_t>(input.size(0), 1);
+  if (input.size(0) == 0) p.row = output.numel() / std::max<int64_t>(output.size(0), 1);
+  return p;
 }
 
 // A tensor of `rows` rows shaped like `like`'s rows.
@@ -67,34 +102,52 @@ int get_world_size() { return default_process_group()->size(); }
 void all_to_all_single(ProcessGroup& group, Tensor& output, const Tensor& input,
                        const std::vector<int64_t>& output_split_sizes,
                        const std::vector<int64_t>& input_split_sizes) {
-  const int n = group.size();
-  const auto in = splits_of(input_split_sizes, input, n, "input");
-  const auto out = splits_of(output_split_sizes, output, n, "output");
-  Shape in_row = input.sizes(), out_row = output.sizes();
-  in_row[0] = out_row[0] = 1;
-  GW_CHECK(in_row == out_row && input.dtype() == output.dtype(), InvalidArgumentError,
-           "[all_to_all_single] the output's rows (", shape_str(output.sizes()), ", ",
-           dtype_name(output.dtype()), ") differ from the input's (", shape_str(input.sizes()),
-           ", ", dtype_name(input.dtype()), ")");
+  const int n = group.size(), me = group.rank();
+  const Plan mine = plan_of(output, input, output_split_sizes, input_split_sizes, group);
+  // One allgather of every rank's plan, so that every rank checks the same things and raises
+  // alike, instead of one raising while the others wait in a collective.
+  std::vector<int64_t> row{mine.problem.empty() ? 1 : 0, mine.dtype, mine.row};
+  row.insert(row.end(), mine.in.begin(), mine.in.end());
+  row.insert(row.end(), mine.out.begin(), mine.out.end());
+  const auto on_device = TensorOptions(kInt64).with_device(group.device());
+  std::vector<Tensor> rows;
+  for (int r = 0; r < n; ++r) rows.push_back(zeros({static_cast<int64_t>(row.size())}, on_device));
+  group.allgather(rows, from_vector<int64_t>(row).to(group.device()))->wait();
+  std::vector<std::vector<int64_t>> plans;
+  for (const Tensor& t : rows) plans.push_back(t.to(kCPU).to_vector<int64_t>());
+  auto in_of = [&](int r, int to) { return plans[r][3 + to]; };
+  auto out_of = [&](int r, int from) { return plans[r][3 + n + from]; };
+  GW_CHECK(mine.problem.empty(), InvalidArgumentError, "[all_to_all_single] rank ", me, ": ",
+           mine.problem);
+  int64_t largest = 0;
+  for (int r = 0; r < n; ++r) {
+    GW_CHECK(plans[r][0] == 1, InvalidArgumentError, "[all_to_all_single] rank ", r,
+             "'s arguments are wrong (it says why)");
+    GW_CHECK(plans[r][1] == mine.dtype && plans[r][2] == mine.row, InvalidArgumentError,
+             "[all_to_all_single] rank ", r, " has rows of ", plans[r][2], " elements of dtype #",
+             plans[r][1], ", rank ", me, " of ", mine.row, " of dtype #", mine.dtype);
+    for (int d = 0; d < n; ++d) {
+      GW_CHECK(in_of(r, d) == out_of(d, r), InvalidArgumentError, "[all_to_all_single] rank ", r,
+               " sends ", in_of(r, d), " rows to rank ", d, ", which expects ", out_of(d, r));
+      largest = std::max(largest, in_of(r, d));
+    }
+  }
   // Chunks of one size everywhere travel as they are; others padded to the largest chunk of
-  // any rank, and cut again.
-  int64_t largest =
-      std::max(*std::max_element(in.begin(), in.end()), *std::max_element(out.begin(), out.end()));
-  Tensor m = full({1}, largest, TensorOptions(kInt64).with_device(group.device()));
-  group.allreduce(m, {.op = ReduceOp::MAX})->wait();
-  largest = m.to(kCPU).to_vector<int64_t>()[0];
-  const bool even = std::all_of(in.begin(), in.end(), [&](int64_t s) { return s == largest; }) &&
-                    std::all_of(out.begin(), out.end(), [&](int64_t s) { return s == largest; });
+  // any rank (n x largest rows per rank: skewed splits cost memory), and cut again.
+  bool even = true;
+  for (int r = 0; r < n; ++r)
+    for (int d = 0; d < n; ++d) even = even && in_of(r, d) == largest;
+  const Tensor source = input.detach();
   std::vector<Tensor> inputs, outputs;
   int64_t in_at = 0;
   for (int r = 0; r < n; ++r) {
-    Tensor chunk = input.narrow(0, in_at, in[r]);
-    in_at += in[r];
+    Tensor chunk = source.narrow(0, in_at, mine.in[r]);
+    in_at += mine.in[r];
     if (even) {
       inputs.push_back(chunk.contiguous());
     } else {
-      Tensor padded = rows_like(input, largest);
-      padded.narrow(0, 0, in[r]).copy_(chunk);
+      Tensor padded = rows_like(source, largest);
+      padded.narrow(0, 0, mine.in[r]).copy_(chunk);
       inputs.push_back(padded);
     }
     outputs.push_back(rows_like(output, largest));
@@ -102,12 +155,27 @@ void all_to_all_single(ProcessGroup& group, Tensor& output, const Tensor& input,
   group.alltoall(outputs, inputs)->wait();
   int64_t out_at = 0;
   for (int r = 0; r < n; ++r) {
-    output.narrow(0, out_at, out[r]).copy_(outputs[r].narrow(0, 0, out[r]));
-    out_at += out[r];
+    output.narrow(0, out_at, mine.out[r]).copy_(outputs[r].narrow(0, 0, mine.out[r]));
+    out_at += mine.out[r];
   }
 }
 
 std::vector<WorkPtr> batch_isend_irecv(ProcessGroup& group, const std::vector<P2POp>& ops) {
+  // NCCL runs ungrouped sends and receives one after the other on its stream: a ring would wait.
+  GW_CHECK(group.backend() != "nccl", InvalidArgumentError,
+           "[batch_isend_irecv] not on the nccl group yet (its sends and receives are not "
+           "grouped): use send and recv in an order that pairs them");
+  // Every operation checked before any starts: none is left half begun for a peer to wait on.
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const P2POp& op = ops[i];
+    GW_CHECK(op.tensor.defined() && op.tensor.is_contiguous() &&
+                 op.tensor.device() == group.device() && op.peer >= 0 && op.peer < group.size() &&
+                 op.peer != group.rank() && op.tag >= 0,
+             InvalidArgumentError, "[batch_isend_irecv] operation ", i,
+             ": needs a defined contiguous tensor on ", group.device().str(),
+             ", a peer other than this rank (", group.rank(), ") in [0, ", group.size(),
+             ") and a tag >= 0; got peer ", op.peer, ", tag ", op.tag);
+  }
   std::vector<WorkPtr> works;
   works.reserve(ops.size());
   for (const P2POp& op : ops) {

@@ -5,8 +5,8 @@
 // metadata: serialize with whatever you like).
 //
 //   const int rank = gw::dist::get_rank();
-//   // Rows of `input` go to the ranks in order: 1 to rank 0, 3 to rank 1 (on every rank).
-//   gw::dist::all_to_all_single(*pg, output, input, {2, 2}, {1, 3});
+//   // Two ranks: rank r sends r + d + 1 rows to rank d, and receives d + r + 1 from each d.
+//   gw::dist::all_to_all_single(*pg, output, input, {r + 1, r + 2}, {r + 1, r + 2});
 //   auto works = gw::dist::batch_isend_irecv(*pg, {{gw::dist::P2POp::kSend, t, (rank + 1) % n},
 //                                                  {gw::dist::P2POp::kRecv, u, (rank + n - 1) %
 //                                                  n}});
@@ -31,8 +31,11 @@ int get_world_size();
 
 // `input`'s rows (dim 0) cut into size() consecutive chunks of input_split_sizes rows, chunk i
 // sent to rank i; `output` receives rank j's chunk for this rank as its j-th chunk of
-// output_split_sizes rows. Empty split sizes: equal chunks (the rows divide by size()). Throws
-// InvalidArgumentError naming the sizes when they do not add up or the other dims differ.
+// output_split_sizes rows. Empty split sizes: equal chunks (the rows divide by size()). The
+// ranks first gather each other's sizes, so that every rank raises the same
+// InvalidArgumentError when any rank's sizes do not add up, its rows differ, or a rank sends
+// other than what its receiver expects. Not differentiable (the input is read detached).
+// Uneven splits travel padded to the largest chunk of any rank.
 void all_to_all_single(ProcessGroup& group, Tensor& output, const Tensor& input,
                        const std::vector<int64_t>& output_split_sizes = {},
                        const std::vector<int64_t>& input_split_sizes = {});
@@ -45,8 +48,9 @@ struct P2POp {
   int peer;
   int tag = 0;
 };
-// Starts every operation at once, so that a ring of sends and receives cannot deadlock; the
-// works, in the order of `ops`.
+// Checks every operation, then starts them all, so that a ring of sends and receives cannot
+// deadlock; the works, in the order of `ops`. Gloo and MPI groups (NCCL's would need its
+// sends and receives grouped: refused for now).
 std::vector<WorkPtr> batch_isend_irecv(ProcessGroup& group, const std::vector<P2POp>& ops);
 
 // `bytes` of rank `root`, on every rank (the others' argument is ignored).

@@ -214,7 +214,13 @@ TEST_CASE("Join checks its joinables, and DDP's forwards inside it", "[join]") {
                 model->forward(x).sum().backward();  // in step again
                 outer.join();
               }
-              // A joinable may die before its Join, joined or not.
+              // A joinable may die before its Join: attached (it takes itself off), joined,
+              // or in a disabled one.
+              {
+                auto other = std::make_unique<ddp::DistributedDataParallel>(mlp(7), borrow(pg));
+                dist::Join pending({other.get(), model.get()});
+                other.reset();
+              }
               dist::Join finished({model.get()});
               dist::Join disabled({model.get()}, {.enable = false});
               finished.join();

@@ -14,13 +14,15 @@
 using namespace gw;
 using gw::dist::testing::Checks;
 using gw::dist::testing::run_ranks;
+using namespace std::chrono_literals;
 
 namespace {
-// Row k of the chunk rank `src` sends to rank `dst`: every element src * 100 + dst * 10 + k.
+// Row k of the chunk rank `src` sends to rank `dst`: src * 100 + dst * 10 + k, + 0.5 in column 1.
 Tensor chunk(int src, int dst, int64_t rows) {
   std::vector<double> v;
   for (int64_t k = 0; k < rows; ++k)
-    for (int c = 0; c < 2; ++c) v.push_back(src * 100 + dst * 10 + static_cast<double>(k));
+    for (int c = 0; c < 2; ++c)
+      v.push_back(src * 100 + dst * 10 + static_cast<double>(k) + c * 0.5);
   return from_vector<double>(v).reshape({rows, 2});
 }
 
@@ -28,69 +30,98 @@ std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; 
 }  // namespace
 
 TEST_CASE("all_to_all_single with even and uneven splits", "[c10d]") {
-  run_ranks(3, [](dist::ProcessGroupGloo& pg, Checks& c) {
-    const int me = pg.rank(), n = pg.size();
-    // Even: two rows for every rank.
-    std::vector<Tensor> mine, expected;
-    for (int r = 0; r < n; ++r) {
-      mine.push_back(chunk(me, r, 2));
-      expected.push_back(chunk(r, me, 2));
-    }
-    Tensor out = zeros({2 * n, 2}, kFloat64);
-    dist::all_to_all_single(pg, out, cat(mine, 0));
-    EXPECT(c, allclose(out, cat(expected, 0)));
-    // Uneven: rank s sends s + d rows to rank d (none from rank 0 to itself).
-    std::vector<int64_t> in_splits, out_splits;
-    mine.clear(), expected.clear();
-    for (int r = 0; r < n; ++r) {
-      in_splits.push_back(me + r);
-      out_splits.push_back(r + me);
-      mine.push_back(chunk(me, r, me + r));
-      expected.push_back(chunk(r, me, r + me));
-    }
-    Tensor uneven = zeros({3 * me + 3, 2}, kFloat64);
-    dist::all_to_all_single(pg, uneven, cat(mine, 0), out_splits, in_splits);
-    EXPECT(c, allclose(uneven, cat(expected, 0)));
-    // Sizes that do not add up are refused before anything is sent (on every rank alike).
-    EXPECT_THROWS(c, InvalidArgumentError,
-                  dist::all_to_all_single(pg, uneven, cat(mine, 0), out_splits, {1, 1, 100}),
-                  "input split sizes [1, 1, 100]");
-  });
+  run_ranks(
+      3,
+      [](dist::ProcessGroupGloo& pg, Checks& c) {
+        const int me = pg.rank(), n = pg.size();
+        // Even: two rows for every rank.
+        std::vector<Tensor> mine, expected;
+        for (int r = 0; r < n; ++r) {
+          mine.push_back(chunk(me, r, 2));
+          expected.push_back(chunk(r, me, 2));
+        }
+        Tensor out = zeros({2 * n, 2}, kFloat64);
+        dist::all_to_all_single(pg, out, cat(mine, 0));
+        EXPECT(c, allclose(out, cat(expected, 0)));
+        // Uneven: rank s sends s + d rows to rank d (none from rank 0 to itself).
+        std::vector<int64_t> in_splits, out_splits;
+        mine.clear(), expected.clear();
+        for (int r = 0; r < n; ++r) {
+          in_splits.push_back(me + r);
+          out_splits.push_back(r + me);
+          mine.push_back(chunk(me, r, me + r));
+          expected.push_back(chunk(r, me, r + me));
+        }
+        Tensor uneven = zeros({3 * me + 3, 2}, kFloat64);
+        dist::all_to_all_single(pg, uneven, cat(mine, 0), out_splits, in_splits);
+        EXPECT(c, allclose(uneven, cat(expected, 0)));
+        // Sizes that do not add up on one rank: every rank raises, none is left in a collective.
+        const std::vector<int64_t> bad = me == 1 ? std::vector<int64_t>{1, 1, 100} : in_splits;
+        EXPECT_THROWS(c, InvalidArgumentError,
+                      dist::all_to_all_single(pg, uneven, cat(mine, 0), out_splits, bad),
+                      me == 1 ? "rank 1: input split sizes [1, 1, 100] must be 3 sizes"
+                              : "rank 1's arguments are wrong");
+        // A receiver that expects other than what is sent: named on every rank.
+        Tensor six = zeros({6, 2}, kFloat64);
+        const std::vector<int64_t> expects =
+            me == 2 ? std::vector<int64_t>{1, 3, 2} : std::vector<int64_t>{};
+        EXPECT_THROWS(c, InvalidArgumentError, dist::all_to_all_single(pg, six, six, expects),
+                      "rank 0 sends 2 rows to rank 2, which expects 1");
+        // Still in step after the refusals.
+        dist::all_to_all_single(
+            pg, out,
+            cat(std::vector<Tensor>{chunk(me, 0, 2), chunk(me, 1, 2), chunk(me, 2, 2)}, 0));
+        EXPECT(c,
+               allclose(
+                   out,
+                   cat(std::vector<Tensor>{chunk(0, me, 2), chunk(1, me, 2), chunk(2, me, 2)}, 0)));
+      },
+      {.timeout = 20s});
 }
 
 TEST_CASE("batch_isend_irecv: a ring of sends and receives started together", "[c10d]") {
-  run_ranks(3, [](dist::ProcessGroupGloo& pg, Checks& c) {
-    const int me = pg.rank(), n = pg.size();
-    Tensor out = full({4}, static_cast<double>(me), kFloat64);
-    Tensor in = zeros({4}, kFloat64), in_tagged = zeros({4}, kFloat64);
-    // Every rank sends first: with blocking sends this ring would wait forever.
-    auto works = dist::batch_isend_irecv(pg, {{dist::P2POp::kSend, out, (me + 1) % n},
-                                              {dist::P2POp::kSend, out * 2.0, (me + n - 1) % n, 5},
-                                              {dist::P2POp::kRecv, in, (me + n - 1) % n},
-                                              {dist::P2POp::kRecv, in_tagged, (me + 1) % n, 5}});
-    EXPECT(c, works.size() == 4u);
-    for (auto& w : works) w->wait();
-    EXPECT(c, allclose(in, full({4}, static_cast<double>((me + n - 1) % n), kFloat64)));
-    EXPECT(c, allclose(in_tagged, full({4}, 2.0 * ((me + 1) % n), kFloat64)));
-  });
+  run_ranks(3,
+            [](dist::ProcessGroupGloo& pg, Checks& c) {
+              const int me = pg.rank(), n = pg.size();
+              Tensor out = full({4}, static_cast<double>(me), kFloat64);
+              Tensor in = zeros({4}, kFloat64), in_tagged = zeros({4}, kFloat64);
+              // Every rank sends first: with blocking sends this ring would wait forever.
+              auto works =
+                  dist::batch_isend_irecv(pg, {{dist::P2POp::kSend, out, (me + 1) % n},
+                                               {dist::P2POp::kSend, out * 2.0, (me + n - 1) % n, 5},
+                                               {dist::P2POp::kRecv, in, (me + n - 1) % n},
+                                               {dist::P2POp::kRecv, in_tagged, (me + 1) % n, 5}});
+              EXPECT(c, works.size() == 4u);
+              for (auto& w : works) w->wait();
+              EXPECT(c, allclose(in, full({4}, static_cast<double>((me + n - 1) % n), kFloat64)));
+              EXPECT(c, allclose(in_tagged, full({4}, 2.0 * ((me + 1) % n), kFloat64)));
+              // Checked before anything starts: nothing half begun for a peer to wait on.
+              EXPECT_THROWS(c, InvalidArgumentError,
+                            dist::batch_isend_irecv(pg, {{dist::P2POp::kSend, out, (me + 1) % n},
+                                                         {dist::P2POp::kRecv, in, me}}),
+                            "operation 1", "got peer " + std::to_string(me));
+            },
+            {.timeout = 20s});
 }
 
 TEST_CASE("byte buffers broadcast and gathered, of any length", "[c10d]") {
-  run_ranks(3, [](dist::ProcessGroupGloo& pg, Checks& c) {
-    const int me = pg.rank();
-    const auto from_1 =
-        dist::broadcast_bytes(pg, me == 1 ? bytes("rank 1's plan: 7 bytes") : bytes("x"), 1);
-    EXPECT(c, from_1 == bytes("rank 1's plan: 7 bytes"));
-    EXPECT(c, dist::broadcast_bytes(pg, {}, 0).empty());
-    // Lengths 0, 6 and 11: none a multiple of the words they travel in.
-    const std::vector<std::string> names{"", "worker", "worker-two!"};
-    const auto all = dist::all_gather_bytes(pg, bytes(names[static_cast<size_t>(me)]));
-    EXPECT(c, all.size() == 3u);
-    for (size_t r = 0; r < all.size() && r < names.size(); ++r)
-      EXPECT(c, all[r] == bytes(names[r]));
-    EXPECT_THROWS(c, InvalidArgumentError, dist::broadcast_bytes(pg, {}, 3),
-                  "[broadcast_bytes] root 3");
-  });
+  run_ranks(3,
+            [](dist::ProcessGroupGloo& pg, Checks& c) {
+              const int me = pg.rank();
+              const auto from_1 = dist::broadcast_bytes(
+                  pg, me == 1 ? bytes("rank 1's plan: 7 bytes") : bytes("x"), 1);
+              EXPECT(c, from_1 == bytes("rank 1's plan: 7 bytes"));
+              EXPECT(c, dist::broadcast_bytes(pg, {}, 0).empty());
+              // Lengths 0, 6 and 11: none a multiple of the words they travel in.
+              const std::vector<std::string> names{"", "worker", "worker-two!"};
+              const auto all = dist::all_gather_bytes(pg, bytes(names[static_cast<size_t>(me)]));
+              EXPECT(c, all.size() == 3u);
+              for (size_t r = 0; r < all.size() && r < names.size(); ++r)
+                EXPECT(c, all[r] == bytes(names[r]));
+              EXPECT_THROWS(c, InvalidArgumentError, dist::broadcast_bytes(pg, {}, 3),
+                            "[broadcast_bytes] root 3");
+            },
+            {.timeout = 20s});
 }
 
 TEST_CASE("get_rank and get_world_size of the default group", "[c10d]") {
