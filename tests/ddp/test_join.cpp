@@ -122,6 +122,28 @@ std::vector<Tensor> grads_of(nn::Module& m) {
   for (const Tensor& p : m.parameters()) g.push_back(p.grad());
   return g;
 }
+// This rank's `batches` iterations inside `join` (each with an evaluation forward first, which
+// the joined ranks shadow without a backward, if `evaluate`), each iteration's gradients checked
+// against the reference; then join(), after which every rank holds the reference's final model
+// (the ranks that joined early stopped stepping: they take it from a rank that trained last).
+void train_and_join(ddp::DistributedDataParallel& model, dist::Join& join, int batches,
+                    const Reference& ref, Checks& c, bool evaluate) {
+  optim::SGD opt(model.module()->parameters(), optim::SGD::options(kLr));
+  const int rank = model.join_process_group()->rank();
+  for (int i = 0; i < batches; ++i) {
+    auto [x, y] = batch(rank, i);
+    if (evaluate) {
+      autograd::NoGradGuard no_grad;
+      model(x);
+    }
+    opt.zero_grad();
+    nn::functional::cross_entropy(model(x), y).backward();
+    EXPECT(c, all_close(grads_of(*model.module()), ref.grads[i]));
+    opt.step();
+  }
+  join.join();
+  EXPECT(c, all_close(model.module()->parameters(), ref.final_params));
+}
 }  // namespace
 
 TEST_CASE("Join: uneven inputs finish with the gradients and model of the data seen", "[join]") {
@@ -141,22 +163,8 @@ TEST_CASE("Join: uneven inputs finish with the gradients and model of the data s
                         {.bucket_cap_mb = 1e-4,
                          .first_bucket_cap_mb = 1e-4,  // a bucket per parameter
                          .find_unused_parameters = find_unused});
-                    optim::SGD opt(model.module()->parameters(), optim::SGD::options(kLr));
                     dist::Join join({&model}, {.divide_by_initial_world_size = divide_by_initial});
-                    for (int i = 0; i < batches[pg.rank()]; ++i) {
-                      auto [x, y] = batch(pg.rank(), i);
-                      {  // an evaluation forward: the joined ranks shadow its buffer broadcast only
-                        autograd::NoGradGuard no_grad;
-                        model(x);
-                      }
-                      opt.zero_grad();
-                      nn::functional::cross_entropy(model(x), y).backward();
-                      EXPECT(c, all_close(grads_of(*model.module()), ref.grads[i]));
-                      opt.step();
-                    }
-                    join.join();
-                    // The ranks that joined early stopped stepping: they take the final model too.
-                    EXPECT(c, all_close(model.module()->parameters(), ref.final_params));
+                    train_and_join(model, join, batches[pg.rank()], ref, c, true);
                     EXPECT(c, std::abs(net_of(model).seen.item<double>() - ref.final_seen) < 1e-9);
                   },
                   {.timeout = 20s});
@@ -175,17 +183,8 @@ TEST_CASE("Join shadows a comm hook's collectives", "[join]") {
                 ++calls;
                 return average(group, bucket);
               });
-              optim::SGD opt(model.module()->parameters(), optim::SGD::options(kLr));
               dist::Join join({&model});
-              for (int i = 0; i < batches[pg.rank()]; ++i) {
-                auto [x, y] = batch(pg.rank(), i);
-                opt.zero_grad();
-                nn::functional::cross_entropy(model(x), y).backward();
-                EXPECT(c, all_close(grads_of(*model.module()), ref.grads[i]));
-                opt.step();
-              }
-              join.join();
-              EXPECT(c, all_close(model.module()->parameters(), ref.final_params));
+              train_and_join(model, join, batches[pg.rank()], ref, c, false);
               EXPECT(c, calls == 3 * static_cast<int>(model.reducer().buckets().size()));
             },
             {.timeout = 20s});
