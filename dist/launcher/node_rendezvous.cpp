@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <random>
+#include <thread>
 
 #include "core/error.h"
 #include "dist/launcher/line_forwarder.h"
@@ -21,6 +23,8 @@ constexpr Milliseconds kLeaveTimeout{60'000};
 // The bound of one store call once connected: a silent store host must not freeze gwrun (its
 // output forwarding, its signals) for --rdzv-timeout; long waits go through wait_key.
 constexpr Milliseconds kStoreCallTimeout{30'000};
+// How long a node of the store's host connects before trying to host the store itself.
+constexpr Milliseconds kHostRetry{1'000};
 
 Milliseconds ms(double seconds) { return Milliseconds(static_cast<int64_t>(seconds * 1000)); }
 
@@ -32,23 +36,43 @@ NodeRendezvous::NodeRendezvous(const LaunchOptions& o) : options_(o) {
   store.port = static_cast<uint16_t>(o.rdzv_port);
   store.world_size = o.nnodes;
   store.timeout = ms(o.rdzv_timeout_s);
-  // The node whose address HOST is hosts, unless another gwrun of this machine took the port
-  // first; the others connect.
   const std::string ip = dist::resolve_host(host, "gwrun");
-  if (dist::is_local_address(ip)) {
-    store.is_master = true;
-    // A name of this machine mapped to loopback: the store picks (all interfaces, with a key).
-    store.bind_address = dist::names_this_host(host, ip) ? "" : ip;
-    try {
-      store_ = std::make_shared<dist::TCPStore>(host, store);
-      hosting_ = true;
-    } catch (const IoError&) {
-      if (!dist::port_in_use(ip, store.port)) throw;
-    }
-  }
-  if (!store_) {
-    store.is_master = false;
+  if (!dist::is_local_address(ip)) {  // another host serves the store: wait for it
     store_ = std::make_shared<dist::TCPStore>(host, store);
+  } else {
+    // The node whose address HOST is hosts, unless another gwrun of this machine did first; the
+    // others connect. Two nodes of this machine can both fail to listen (each sees the other
+    // listening at once, as two sockets bound with SO_REUSEADDR can), or one can fail to listen
+    // beside a server about to go away: so a node that cannot connect within a moment tries to
+    // host again, until --rdzv-timeout.
+    const auto deadline = Clock::now() + store.timeout;
+    std::minstd_rand jitter(std::random_device{}());
+    for (;;) {
+      try {
+        dist::TCPStoreOptions master = store;
+        master.is_master = true;
+        // A name of this machine mapped to loopback: the store picks (all interfaces, with a
+        // key).
+        master.bind_address = dist::names_this_host(host, ip) ? "" : ip;
+        store_ = std::make_shared<dist::TCPStore>(host, master);
+        hosting_ = true;
+        break;
+      } catch (const IoError&) {
+        if (!dist::port_in_use(ip, store.port)) throw;
+      }
+      const auto left = std::chrono::duration_cast<Milliseconds>(deadline - Clock::now());
+      GW_CHECK(left > Milliseconds(0), TimeoutError, "[gwrun] rendezvous at ", o.rdzv_endpoint,
+               ": no node could host its store within ", o.rdzv_timeout_s, " s");
+      dist::TCPStoreOptions client = store;
+      client.timeout = std::min(kHostRetry, left);
+      try {
+        store_ = std::make_shared<dist::TCPStore>(host, client);
+        break;
+      } catch (const TimeoutError&) {  // nobody serves: host, unless the time is up
+        if (Clock::now() >= deadline) throw;
+      }
+      std::this_thread::sleep_for(Milliseconds(10 + jitter() % 40));  // not in step again
+    }
   }
   store_->set_timeout(std::min(store.timeout, kStoreCallTimeout));
 }
