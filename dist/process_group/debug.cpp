@@ -179,6 +179,20 @@ StoreRound store_round(Store& store, const std::string& round, int rank, int siz
   if (text.starts_with("missing:")) {
     std::stringstream list(text.substr(8));
     for (std::string r; std::getline(list, r, ',');) result.missing.push_back(std::stoi(r));
+    // Not before every rank that came has read the verdict too: the rank hosting the store may
+    // exit on this error, and the others would see a lost store instead of it. Bounded by
+    // `timeout` (a rank may have come and gone since).
+    std::vector<std::string> read;
+    for (int r = 0; r < size; ++r)
+      if (std::find(result.missing.begin(), result.missing.end(), r) == result.missing.end())
+        read.push_back(round + "read/" + std::to_string(r));
+    if (std::find(result.missing.begin(), result.missing.end(), rank) == result.missing.end()) {
+      store.set(round + "read/" + std::to_string(rank), std::string("1"));
+      try {
+        store.wait(read, timeout);
+      } catch (const TimeoutError&) {
+      }
+    }
     return result;
   }
   for (int r = 0; r < size; ++r)

@@ -69,8 +69,10 @@ namespace detail {
 // publishes `mine` under `round` + its rank and waits up to `timeout` for the others'. The
 // first rank to decide — every rank came, or these did not — decides for all (compare_set), so
 // that no rank goes on while another gives up, and a late rank learns it was given up on.
-// Returns every rank's value, or the ranks that were missing. The round's keys stay: the
-// caller deletes its own of the round before once every rank is past it (delete_round).
+// Returns every rank's value, or the ranks that were missing (once every rank that came has
+// read that too, so that the store's host raising and exiting first does not cut the others
+// off from the verdict). The round's keys stay: the caller deletes its own of the round before
+// once every rank is past it (delete_round).
 struct StoreRound {
   std::vector<std::string> values;  // by rank, when every rank came
   std::vector<int> missing;         // otherwise
