@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <string>
 
@@ -67,8 +68,7 @@ Plan plan_of(const Tensor& output, const Tensor& input, const std::vector<int64_
   else if (output.requires_grad())
     p.problem = "the output requires grad (all_to_all_single is not differentiable)";
   p.dtype = static_cast<int64_t>(input.dtype());
-  p.row = input.numel() / std::max<int64_t>(input.size(0), 1);
-  if (input.size(0) == 0) p.row = output.numel() / std::max<int64_t>(output.size(0), 1);
+  p.row = std::accumulate(in_row.begin(), in_row.end(), int64_t{1}, std::multiplies<>());
   return p;
 }
 

@@ -55,6 +55,16 @@ TEST_CASE("all_to_all_single with even and uneven splits", "[c10d]") {
         Tensor uneven = zeros({3 * me + 3, 2}, kFloat64);
         dist::all_to_all_single(pg, uneven, cat(mine, 0), out_splits, in_splits);
         EXPECT(c, allclose(uneven, cat(expected, 0)));
+        // A rank with nothing to send or receive (rows of the same shape, none of them).
+        Tensor none = zeros({0, 2}, kFloat64);
+        Tensor some = zeros({me == 0 ? 0 : 2, 2}, kFloat64);
+        const std::vector<int64_t> to =
+            me == 0 ? std::vector<int64_t>{0, 0, 0} : std::vector<int64_t>{0, 1, 1};
+        dist::all_to_all_single(
+            pg, some,
+            me == 0 ? none : cat(std::vector<Tensor>{chunk(me, 1, 1), chunk(me, 2, 1)}, 0), to, to);
+        if (me > 0)
+          EXPECT(c, allclose(some, cat(std::vector<Tensor>{chunk(1, me, 1), chunk(2, me, 1)}, 0)));
         // Sizes that do not add up on one rank: every rank raises, none is left in a collective.
         const std::vector<int64_t> bad = me == 1 ? std::vector<int64_t>{1, 1, 100} : in_splits;
         EXPECT_THROWS(c, InvalidArgumentError,
