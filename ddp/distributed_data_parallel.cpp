@@ -139,7 +139,9 @@ class DistributedDataParallel::JoinHook : public dist::JoinHook {
     const bool reduces = ddp_.any_rank_reduces(false);
     const int authority = iteration.training.front();
     if (ddp_.options_.broadcast_buffers) ddp_.broadcast_from(authority, ddp_.module_->buffers());
-    if (reduces) ddp_.reducer_->shadow_backward(authority, ddp_.options_.find_unused_parameters);
+    if (!reduces) return;
+    ddp_.reducer_->set_iteration(authority, ddp_.group_->size());
+    ddp_.reducer_->shadow_backward(ddp_.options_.find_unused_parameters);
   }
 
   void post_hook(bool is_last_joiner) override {

@@ -202,7 +202,7 @@ void Reducer::set_iteration(int authority, int divide_by) {
   divide_by_ = divide_by;
 }
 
-void Reducer::shadow_backward(int authority, bool find_unused) {
+void Reducer::shadow_backward(bool find_unused) {
   std::optional<Future<void>> used;
   if (find_unused) {
     Tensor none = zeros({static_cast<int64_t>(params_.size())},
@@ -218,7 +218,7 @@ void Reducer::shadow_backward(int authority, bool find_unused) {
   }
   if (used) used->wait();
   for (auto& r : reduced) r.wait();
-  if (!rebuilt_) rebuild_buckets(authority);
+  if (!rebuilt_) rebuild_buckets(authority_);
 }
 
 void Reducer::on_gradient(size_t index) {

@@ -92,10 +92,11 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   // without a Join) and what the built-in reduction divides each gradient by (the group's size,
   // or the ranks still training inside a Join that asks for it).
   void set_iteration(int authority, int divide_by);
-  // A rank that joined (dist/algorithms/join.h): the collectives of the others' synced
-  // backward, in their order, with zeros: the used-parameter map (with `find_unused`), each
-  // bucket through the comm hook (so that a hook's own state stays in step), the first rebuild.
-  void shadow_backward(int authority, bool find_unused);
+  // A rank that joined (dist/algorithms/join.h), after set_iteration: the collectives of the
+  // others' synced backward, in their order, with zeros: the used-parameter map (with
+  // `find_unused`), each bucket through the comm hook (so that a hook's own state stays in
+  // step), the first rebuild.
+  void shadow_backward(bool find_unused);
   // Gradients accumulate locally and are not reduced for forward passes made while this is
   // false (no_sync()).
   void set_sync(bool sync) { sync_ = sync; }

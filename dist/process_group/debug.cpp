@@ -182,11 +182,13 @@ StoreRound store_round(Store& store, const std::string& round, int rank, int siz
     // Not before every rank that came has read the verdict too: the rank hosting the store may
     // exit on this error, and the others would see a lost store instead of it. Bounded by
     // `timeout` (a rank may have come and gone since).
+    auto came = [&](int r) {
+      return std::find(result.missing.begin(), result.missing.end(), r) == result.missing.end();
+    };
     std::vector<std::string> read;
     for (int r = 0; r < size; ++r)
-      if (std::find(result.missing.begin(), result.missing.end(), r) == result.missing.end())
-        read.push_back(round + "read/" + std::to_string(r));
-    if (std::find(result.missing.begin(), result.missing.end(), rank) == result.missing.end()) {
+      if (came(r)) read.push_back(round + "read/" + std::to_string(r));
+    if (came(rank)) {
       store.set(round + "read/" + std::to_string(rank), std::string("1"));
       try {
         store.wait(read, timeout);

@@ -108,15 +108,15 @@ Loader::Loader(Dataset dataset, LoaderOptions options)
                                  .rank = options.rank,
                                  .shuffle = options.shuffle,
                                  .seed = options.seed,
-                                 .drop_last = true}),
-      shard_size_(sampler_.num_samples()) {
+                                 .drop_last = true}) {
   GW_CHECK(options_.batch_size > 0, InvalidArgumentError,
            "[Loader] batch_size must be positive, got ", options_.batch_size);
 }
 
 int64_t Loader::num_batches() const {
-  return options_.drop_last ? shard_size_ / options_.batch_size
-                            : (shard_size_ + options_.batch_size - 1) / options_.batch_size;
+  const int64_t samples = sampler_.num_samples();
+  return options_.drop_last ? samples / options_.batch_size
+                            : (samples + options_.batch_size - 1) / options_.batch_size;
 }
 
 void Loader::reshuffle(int64_t epoch) {
@@ -130,7 +130,7 @@ std::pair<Tensor, Tensor> Loader::batch(int64_t epoch, int64_t index) {
            " is out of range for ", num_batches(), " batches");
   if (epoch != epoch_) reshuffle(epoch);
   int64_t start = index * options_.batch_size;
-  int64_t len = std::min(options_.batch_size, shard_size_ - start);
+  int64_t len = std::min(options_.batch_size, sampler_.num_samples() - start);
   Tensor idx = order_.narrow(0, start, len);
   return {index_select(dataset_.images, 0, idx), index_select(dataset_.labels, 0, idx)};
 }

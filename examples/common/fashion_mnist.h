@@ -50,7 +50,7 @@ class Loader {
  public:
   Loader(Dataset dataset, LoaderOptions options);
   int64_t num_batches() const;
-  int64_t num_samples() const { return shard_size_; }
+  int64_t num_samples() const { return sampler_.num_samples(); }
   // Batch `index` of `epoch`: the shuffle order depends only on (seed, epoch).
   std::pair<Tensor, Tensor> batch(int64_t epoch, int64_t index);
 
@@ -60,7 +60,6 @@ class Loader {
   Dataset dataset_;
   LoaderOptions options_;
   DistributedSampler sampler_;
-  int64_t shard_size_ = 0;
   int64_t epoch_ = -1;
   Tensor order_;  // this rank's sample indices for the current epoch (int64)
 };
