@@ -8,6 +8,13 @@
 //     with batch 32 per rank (random data of the same shape: speed does not depend on values);
 //   - that DDP step with a timeline being recorded (core/trace.h) beside the same step without,
 //     in alternating rounds, the median of each (goal: at most 5% slower);
+//   - the 13.7M-parameter MLP's DDP step with each compression hook — bf16, PowerSGD at rank 1
+//     and 4, batched PowerSGD at rank 4 — beside the allreduce hook, in alternating rounds (the
+//     best round of each), and the bytes each hands the network per step and rank (the
+//     elements it allreduces times their size; PowerSGD's from its compression statistics);
+//   - the 13.7M-parameter MLP's DDP step with Adam sharded by ZeroRedundancyOptimizer beside
+//     plain Adam, in alternating rounds (the best of each), and the optimizer state each
+//     rank holds;
 //   - in a build with MPI, the first two again with the ranks as two processes under
 //     `mpirun -np 2` (this program runs itself so): DDP over the MPI group (shared memory)
 //     against PyTorch's overhead, and its throughput beside the Gloo group's between the same
@@ -16,9 +23,12 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <future>
+#include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "bench/harness.h"
 #include "bench/mpi_peers.h"
@@ -26,10 +36,13 @@
 #include "core/random.h"
 #include "core/trace.h"
 #include "ddp/distributed_data_parallel.h"
+#include "ddp/powersgd.h"
+#include "dist/optim/zero_redundancy_optimizer.h"
 #include "dist/process_group/process_group_gloo.h"
 #include "dist/process_group/process_group_mpi.h"
 #include "dist/store/hash_store.h"
 #include "nn/nn.h"
+#include "optim/adam.h"
 #include "optim/sgd.h"
 
 namespace {
@@ -73,9 +86,30 @@ struct Trainer {
   }
 };
 
+// The compression hooks' cases, the allreduce hook first (their anchor).
+struct HookCase {
+  const char* name;
+  std::function<gw::ddp::CommHook(std::shared_ptr<gw::ddp::PowerSGDState>)> make;
+  int64_t powersgd_rank = 0;  // 0: not PowerSGD
+  size_t wire_bytes = 4;      // per element allreduced (PowerSGD: float32 P and Q)
+};
+const std::vector<HookCase>& hook_cases() {
+  static const std::vector<HookCase> cases = {
+      {"allreduce hook", [](auto) { return gw::ddp::hooks::allreduce(); }},
+      {"bf16 hook", [](auto) { return gw::ddp::hooks::bf16_compress(); }, 0, 2},
+      {"PowerSGD hook, rank 1", [](auto s) { return gw::ddp::hooks::powersgd(s); }, 1},
+      {"PowerSGD hook, rank 4", [](auto s) { return gw::ddp::hooks::powersgd(s); }, 4},
+      {"batched PowerSGD hook, rank 4", [](auto s) { return gw::ddp::hooks::batched_powersgd(s); },
+       4},
+  };
+  return cases;
+}
+
 struct Results {
   double big_local = 1e30, big_ddp = 1e30, mnist_step = 0;
   double traced = 0, untraced = 0;  // the Fashion-MNIST step, tracing on and off
+  std::vector<double> hook_step, hook_bytes;                                  // by hook_cases()
+  double zero_step = 1e30, adam_step = 1e30, zero_state = 0, adam_state = 0;  // s, bytes
 };
 
 // The overhead case: the 13.7M-parameter MLP's step without and with DDP over `pg`.
@@ -94,6 +128,82 @@ void time_big(const std::shared_ptr<gw::dist::ProcessGroup>& pg, Results& r) {
     r.big_local = std::min(r.big_local, local.time(kBigSteps, *pg));
     r.big_ddp = std::min(r.big_ddp, ddp.time(kBigSteps, *pg));
   }
+}
+
+// The 13.7M-parameter MLP's DDP step through each compression hook, in alternating rounds.
+void time_hooks(const std::shared_ptr<gw::dist::ProcessGroup>& pg, Results& r) {
+  struct Run {
+    std::shared_ptr<gw::nn::Sequential> model = mlp({784, 4096, 2560, 10});
+    std::shared_ptr<gw::ddp::PowerSGDState> powersgd;
+    std::shared_ptr<size_t> elements = std::make_shared<size_t>(0);  // allreduced, so far
+    std::unique_ptr<gw::ddp::DistributedDataParallel> ddp;
+    std::optional<Trainer<std::function<gw::Tensor(const gw::Tensor&)>>> trainer;
+  };
+  const auto& cases = hook_cases();
+  std::vector<Run> runs(cases.size());
+  for (size_t k = 0; k < cases.size(); ++k) {
+    Run& run = runs[k];
+    run.ddp = std::make_unique<gw::ddp::DistributedDataParallel>(run.model, pg);
+    if (cases[k].powersgd_rank > 0)
+      run.powersgd = std::make_shared<gw::ddp::PowerSGDState>(gw::ddp::PowerSGDOptions{
+          .matrix_approximation_rank = cases[k].powersgd_rank, .start_powerSGD_iter = 2});
+    run.ddp->register_comm_hook([hook = cases[k].make(run.powersgd), elements = run.elements](
+                                    gw::dist::ProcessGroup& group, gw::ddp::GradBucket& bucket) {
+      *elements += static_cast<size_t>(bucket.buffer.numel());
+      return hook(group, bucket);
+    });
+    run.trainer.emplace([ddp = run.ddp.get()](const gw::Tensor& x) { return ddp->forward(x); },
+                        run.model->parameters());
+    for (int warm = 0; warm < 3; ++warm) run.trainer->step();  // PowerSGD compresses from the 3rd
+  }
+  r.hook_step.assign(cases.size(), 1e30);
+  r.hook_bytes.assign(cases.size(), 0);
+  for (int round = 0; round < kBigRounds; ++round)
+    for (size_t k = 0; k < cases.size(); ++k) {
+      Run& run = runs[k];
+      const size_t elements = *run.elements;
+      const int64_t after = run.powersgd ? run.powersgd->compression_stats().numel_after : 0;
+      r.hook_step[k] = std::min(r.hook_step[k], run.trainer->time(kBigSteps, *pg));
+      r.hook_bytes[k] =
+          run.powersgd
+              ? static_cast<double>(run.powersgd->compression_stats().numel_after - after) * 4 /
+                    kBigSteps
+              : static_cast<double>((*run.elements - elements) * cases[k].wire_bytes) / kBigSteps;
+    }
+}
+
+// The 13.7M-parameter MLP's DDP step with Adam, plain and sharded, in alternating rounds.
+void time_zero(const std::shared_ptr<gw::dist::ProcessGroup>& pg, Results& r) {
+  const gw::optim::AdamOptions adam{.lr = 1e-4};
+  auto plain_model = mlp({784, 4096, 2560, 10}), zero_model = mlp({784, 4096, 2560, 10});
+  gw::ddp::DistributedDataParallel plain_ddp(plain_model, pg), zero_ddp(zero_model, pg);
+  gw::optim::Adam plain(plain_model->parameters(), adam);
+  gw::dist::ZeroRedundancyOptimizer zero(zero_model->parameters(), adam, pg);
+  gw::Generator gen(1);
+  const gw::Tensor x = gw::randn({kBatch, 784}, gen), y = gw::randint(0, 10, {kBatch}, gen);
+  auto step = [&](gw::ddp::DistributedDataParallel& ddp, auto& opt) {
+    opt.zero_grad();
+    gw::nn::functional::cross_entropy(ddp.forward(x), y).backward();
+    opt.step();
+  };
+  auto time = [&](gw::ddp::DistributedDataParallel& ddp, auto& opt) {
+    pg->barrier()->wait();
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < kBigSteps; ++i) step(ddp, opt);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
+           kBigSteps;
+  };
+  for (int warm = 0; warm < 2; ++warm) {
+    step(plain_ddp, plain);
+    step(zero_ddp, zero);
+  }
+  for (int round = 0; round < kBigRounds; ++round) {
+    r.adam_step = std::min(r.adam_step, time(plain_ddp, plain));
+    r.zero_step = std::min(r.zero_step, time(zero_ddp, zero));
+  }
+  r.zero_state = static_cast<double>(zero.state_bytes());
+  for (const auto& [key, t] : plain.state_dict())
+    if (key != "lr") r.adam_state += static_cast<double>(t.nbytes());
 }
 
 // The Fashion-MNIST MLP's DDP training over `pg`: seconds per step, and with `traced`, the
@@ -127,11 +237,13 @@ void time_mnist(const std::shared_ptr<gw::dist::ProcessGroup>& pg, int rank, boo
   r.untraced = median(off);
 }
 
-Results run_rank(std::shared_ptr<gw::dist::Store> store, int rank) {
+Results run_rank(std::shared_ptr<gw::dist::Store> store, int rank, bool hooks, bool zero) {
   auto pg = std::make_shared<gw::dist::ProcessGroupGloo>(store, rank, kRanks);
   Results r;
   time_big(pg, r);
   time_mnist(pg, rank, /*traced=*/true, r);
+  if (hooks) time_hooks(pg, r);
+  if (zero) time_zero(pg, r);
   return r;
 }
 
@@ -181,6 +293,8 @@ constexpr const char* kMpiOverhead = "overhead per step, 13.7M-parameter MLP, MP
 constexpr const char* kMpiMnist = "Fashion-MNIST MLP training, 2 ranks, MPI group";
 
 constexpr const char* kTraced = "Fashion-MNIST MLP DDP step, traced";
+constexpr const char* kZeroStep = "13.7M MLP step, Adam sharded by ZeroRedundancyOptimizer";
+constexpr const char* kZeroState = "13.7M MLP, Adam state per rank with ZeroRedundancyOptimizer";
 
 }  // namespace
 
@@ -194,7 +308,11 @@ int main(int argc, char** argv) {
   const bool traced = report.wants("ddp", kTraced);
   const bool mpi_overhead = report.wants("ddp", kMpiOverhead);
   const bool mpi_mnist = report.wants("ddp", kMpiMnist);
-  if (!overhead && !mnist && !traced && !mpi_overhead && !mpi_mnist) return 0;
+  bool hooks = false;
+  for (const HookCase& h : hook_cases())
+    hooks = hooks || report.wants("ddp", std::string("13.7M MLP step, ") + h.name);
+  const bool zero = report.wants("ddp", kZeroStep) || report.wants("ddp", kZeroState);
+  if (!overhead && !mnist && !traced && !mpi_overhead && !mpi_mnist && !hooks && !zero) return 0;
   // PyTorch anchors the overheads and the Gloo throughput.
   auto torch =
       overhead || mnist || mpi_overhead
@@ -206,8 +324,8 @@ int main(int argc, char** argv) {
   };
 
   auto store = std::make_shared<gw::dist::HashStore>();
-  auto peer = std::async(std::launch::async, run_rank, store, 1);
-  Results r = run_rank(store, 0);
+  auto peer = std::async(std::launch::async, run_rank, store, 1, hooks, zero);
+  Results r = run_rank(store, 0, hooks, zero);
   peer.get();
 
   if (overhead) {
@@ -232,7 +350,23 @@ int main(int argc, char** argv) {
   }
   if (traced)
     report.add({"ddp", kTraced, r.traced * 1e3, "ms", "tracing off, same run", r.untraced * 1e3});
+  if (hooks) {
+    const auto& cases = hook_cases();
+    for (size_t k = 1; k < cases.size(); ++k) {
+      const std::string name = std::string("13.7M MLP step, ") + cases[k].name;
+      report.add({"ddp", name, r.hook_step[k] * 1e3, "ms", "allreduce hook, same run",
+                  r.hook_step[0] * 1e3});
+      report.add({"ddp", name + ": bytes per step and rank", r.hook_bytes[k] / (1 << 20), "MiB",
+                  "allreduce hook", r.hook_bytes[0] / (1 << 20)});
+    }
+  }
 
+  if (zero) {
+    report.add(
+        {"ddp", kZeroStep, r.zero_step * 1e3, "ms", "plain Adam, same run", r.adam_step * 1e3});
+    report.add({"ddp", kZeroState, r.zero_state / (1 << 20), "MiB", "plain Adam",
+                r.adam_state / (1 << 20)});
+  }
   if (mpi_overhead || mpi_mnist) {
     std::string why;
     auto mpi = run_mpi_cases(&why);

@@ -77,17 +77,6 @@ Half float_to_half(float f) {
   return Half{static_cast<uint16_t>(sign | ((mant_round - 0x38000000u) >> 13))};
 }
 
-float bfloat16_to_float(BFloat16 h) {
-  return std::bit_cast<float>(static_cast<uint32_t>(h.bits) << 16);
-}
-
-BFloat16 float_to_bfloat16(float f) {
-  uint32_t x = std::bit_cast<uint32_t>(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return BFloat16{static_cast<uint16_t>((x >> 16) | 0x40u)};
-  x += 0x7fffu + ((x >> 16) & 1u);
-  return BFloat16{static_cast<uint16_t>(x >> 16)};
-}
-
 namespace detail {
 void throw_unsupported_dtype(std::string_view op, DType t) {
   throw DTypeError(str("[", op, "] dtype ", t, " is not supported"));

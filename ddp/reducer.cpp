@@ -61,6 +61,16 @@ Future<Tensor> reduced_in_place(dist::ProcessGroup& group, Tensor buffer, dist::
 }
 }  // namespace
 
+std::vector<Tensor> GradBucket::gradients() const {
+  std::vector<Tensor> out;
+  int64_t offset = 0;
+  for (const Tensor& p : parameters) {
+    out.push_back(buffer.narrow(0, offset, p.numel()).view(p.sizes()));
+    offset += p.numel();
+  }
+  return out;
+}
+
 namespace hooks {
 
 CommHook allreduce() {
@@ -69,17 +79,24 @@ CommHook allreduce() {
   };
 }
 
-CommHook fp16_compress() {
-  return [](dist::ProcessGroup& group, GradBucket& bucket) {
-    Tensor compressed = (bucket.buffer / static_cast<double>(group.size())).to(kFloat16);
+namespace {
+// Averages the buffer with `wire` as the type on the wire; divides and widens in place.
+CommHook compress_to(DType wire) {
+  return [wire](dist::ProcessGroup& group, GradBucket& bucket) {
+    Tensor buffer = bucket.buffer;
+    Tensor compressed = buffer.div_(static_cast<double>(group.size())).to(wire);
     return group.allreduce(compressed, {.op = dist::ReduceOp::SUM})
         ->future()
-        .then([compressed, dtype = bucket.buffer.dtype()](Future<void>& done) {
+        .then([compressed, buffer](Future<void>& done) mutable {
           done.wait();
-          return compressed.to(dtype);
+          return buffer.copy_(compressed);
         });
   };
 }
+}  // namespace
+
+CommHook fp16_compress() { return compress_to(kFloat16); }
+CommHook bf16_compress() { return compress_to(kBFloat16); }
 
 }  // namespace hooks
 

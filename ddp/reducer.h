@@ -33,6 +33,8 @@ struct GradBucket {
   Tensor buffer;                   // the bucket's gradients, flattened
   std::vector<Tensor> parameters;  // whose gradients they are, in buffer order
   bool is_last = false;            // the last bucket of the iteration
+  // Each parameter's gradient: a view of `buffer`, shaped like the parameter.
+  std::vector<Tensor> gradients() const;
 };
 
 // Reduces a bucket across the group: returns a future of the averaged gradients (a tensor shaped
@@ -47,6 +49,9 @@ CommHook allreduce();
 // Halves the bytes on the wire: the buffer is divided by the world size, sent as float16,
 // summed, and widened again (PyTorch's fp16_compress_hook).
 CommHook fp16_compress();
+// The same through bfloat16 (PyTorch's bf16_compress_hook): float32's range, 8 bits of
+// mantissa. PowerSGD (ddp/powersgd.h) compresses much further.
+CommHook bf16_compress();
 }  // namespace hooks
 
 struct ReducerOptions {

@@ -19,6 +19,10 @@
 //
 //   mpirun -np 2 build/examples/ddp_train --backend mpi
 //
+// With --hook, DDP reduces through a communication hook: fp16 or bf16 compression, or PowerSGD
+// (--powersgd-rank R, plain averaging for the first --powersgd-start steps); rank 0 then also
+// prints how much PowerSGD compressed.
+//
 // With --trace FILE, FILE gets the run's timeline (open it at https://ui.perfetto.dev): each
 // rank's forwards, backwards, DDP's buckets and their allreduces on the group's track.
 #include <cstdio>
@@ -29,6 +33,7 @@
 #include "core/checkpoint.h"
 #include "core/ops.h"
 #include "ddp/distributed_data_parallel.h"
+#include "ddp/powersgd.h"
 #include "dist/process_group/init.h"
 #include "examples/common/fashion_mnist.h"
 #include "examples/common/launch.h"
@@ -41,7 +46,8 @@
 namespace {
 
 struct Args : gw::examples::TrainArgs {
-  std::string model = "mlp", curve, backend = "gloo";
+  std::string model = "mlp", curve, backend = "gloo", hook = "none";
+  int64_t powersgd_rank = 1, powersgd_start = 10;
   double lr_decay = 0.6;
   gw::examples::CheckpointArgs checkpoint{"ddp_train"};
   gw::examples::TraceArgs trace;
@@ -55,16 +61,39 @@ Args parse(int argc, char** argv) {
     else if (k == "--backend" && (v == "gloo" || v == "mpi"))
       a.backend = v;
     else if (k == "--lr-decay") a.lr_decay = std::atof(v.c_str());
+    else if (k == "--hook" && (v == "none" || v == "fp16" || v == "bf16" || v == "powersgd" ||
+                               v == "batched-powersgd"))
+      a.hook = v;
+    else if (k == "--powersgd-rank")
+      a.powersgd_rank = std::atoll(v.c_str());
+    else if (k == "--powersgd-start")
+      a.powersgd_start = std::atoll(v.c_str());
     else
       return a.checkpoint.parse(k, v) || a.trace.parse(k, v);
     return true;
   };
   static_cast<gw::examples::TrainArgs&>(a) = gw::examples::parse_train_args(
       "ddp_train", argc, argv, {.epochs = 5, .batch_size = 32, .lr = 0.02, .target = 0.88}, extra,
-      (std::string(" [--model mlp|cnn] [--backend gloo|mpi] [--lr-decay X] [--curve PATH]") +
+      (std::string(" [--model mlp|cnn] [--backend gloo|mpi] [--lr-decay X] [--curve PATH]"
+                   " [--hook none|fp16|bf16|powersgd|batched-powersgd] [--powersgd-rank R]"
+                   " [--powersgd-start ITER]") +
        gw::examples::CheckpointArgs::kUsage + gw::examples::TraceArgs::kUsage)
           .c_str());
   return a;
+}
+
+// --hook: the communication hook DDP reduces the gradients with; PowerSGD's state, for its
+// statistics.
+std::shared_ptr<gw::ddp::PowerSGDState> register_hook(gw::ddp::DistributedDataParallel& model,
+                                                      const Args& args) {
+  if (args.hook == "fp16") model.register_comm_hook(gw::ddp::hooks::fp16_compress());
+  if (args.hook == "bf16") model.register_comm_hook(gw::ddp::hooks::bf16_compress());
+  if (args.hook.find("powersgd") == std::string::npos) return nullptr;
+  auto state = std::make_shared<gw::ddp::PowerSGDState>(gw::ddp::PowerSGDOptions{
+      .matrix_approximation_rank = args.powersgd_rank, .start_powerSGD_iter = args.powersgd_start});
+  model.register_comm_hook(args.hook == "powersgd" ? gw::ddp::hooks::powersgd(state)
+                                                   : gw::ddp::hooks::batched_powersgd(state));
+  return state;
 }
 
 // Whether every rank's parameters equal rank 0's, bit for bit: rank 0's are broadcast and
@@ -98,6 +127,7 @@ int main(int argc, char** argv) {
     auto test = gw::data::load_fashion_mnist(gw::data::Split::Test);
     gw::Generator gen(static_cast<uint64_t>(rank));  // DDP starts every replica from rank 0's
     gw::ddp::DistributedDataParallel model(gw::examples::fashion_model(args.model, gen), pg);
+    auto powersgd = register_hook(model, args);
     gw::optim::SGD opt(model.module()->parameters(),
                        gw::optim::SGDOptions{.lr = args.lr, .momentum = 0.9});
     gw::optim::StepLR schedule(opt, {.step_size = 1, .gamma = args.lr_decay});
@@ -162,6 +192,9 @@ int main(int argc, char** argv) {
     }
     if (first_epoch >= args.epochs)  // resumed after the last epoch's checkpoint
       acc = gw::examples::test_accuracy(*model.module(), test, args.model);
+    if (powersgd && rank == 0)
+      std::printf("PowerSGD rank %lld: %.1fx fewer numbers on the wire than the gradients\n",
+                  static_cast<long long>(args.powersgd_rank), powersgd->compression_stats().rate());
     const bool identical = identical_on_all_ranks(*model.module(), *pg);
     std::printf("rank %d: parameters identical to rank 0's: %s\n", rank,
                 identical ? "yes" : "NO");

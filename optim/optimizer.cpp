@@ -18,8 +18,8 @@ std::string join(const std::vector<std::string>& names) {
   return out;
 }
 
-// "state.<index>.<name>" split into its parts; false for any other spelling (leading zeros
-// included, so that one index has one key).
+}  // namespace
+
 bool parse_state_key(const std::string& key, size_t& index, std::string& name) {
   constexpr std::string_view kPrefix = "state.";
   if (!key.starts_with(kPrefix)) return false;
@@ -34,8 +34,6 @@ bool parse_state_key(const std::string& key, size_t& index, std::string& name) {
   name = key.substr(dot + 1);
   return true;
 }
-
-}  // namespace
 
 Optimizer::Optimizer(std::vector<Tensor> params, std::string name)
     : params_(std::move(params)), state_(params_.size()), name_(std::move(name)) {

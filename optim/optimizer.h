@@ -76,4 +76,8 @@ class Optimizer {
   std::string name_;
 };
 
+// "state.<index>.<name>" split into its parts; false for any other spelling (leading zeros
+// included, so that one index has one key).
+bool parse_state_key(const std::string& key, size_t& index, std::string& name);
+
 }  // namespace gw::optim

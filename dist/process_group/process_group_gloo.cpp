@@ -53,14 +53,18 @@ class GlooStore final : public gloo::rendezvous::Store {
 
 using ReduceTypes = TypeList<float, double, int64_t, int32_t>;
 
-// Calls f.template operator()<T>() with the element type Gloo reduces for `dtype`: ours, or
-// Gloo's own float16 for float16 tensors (summed only: DDP's fp16 compression).
+// Calls f.template operator()<T>() with the element type Gloo reduces for `dtype`: ours,
+// Gloo's own float16 for float16 tensors, or our bfloat16 (16-bit types are summed only: DDP's
+// fp16 and bf16 compression).
 template <typename F>
 void dispatch_reduce(DType dtype, ReduceOp op, const char* name, F&& f) {
-  if (dtype == DType::Float16) {
-    GW_CHECK(op == ReduceOp::SUM, InvalidArgumentError, "[", name,
-             "] float16 tensors are reduced with SUM only, got ", to_string(op));
-    f.template operator()<gloo::float16>();
+  if (dtype == DType::Float16 || dtype == DType::BFloat16) {
+    GW_CHECK(op == ReduceOp::SUM, InvalidArgumentError, "[", name, "] ", dtype_name(dtype),
+             " tensors are reduced with SUM only, got ", to_string(op));
+    if (dtype == DType::Float16)
+      f.template operator()<gloo::float16>();
+    else
+      f.template operator()<BFloat16>();
   } else {
     dispatch<ReduceTypes>(dtype, name, std::forward<F>(f));
   }
@@ -70,18 +74,31 @@ using GlooReduce = void (*)(void*, const void*, const void*, size_t);
 // prefixes in the top byte).
 constexpr uint64_t kSendRecvSlot = uint64_t{1} << 63;
 
+// Gloo has no bfloat16: its sum, through float32 (rounded to nearest even, as a bf16 add is).
+void bfloat16_sum(void* c, const void* a, const void* b, size_t n) {
+  auto* out = static_cast<BFloat16*>(c);
+  const auto* x = static_cast<const BFloat16*>(a);
+  const auto* y = static_cast<const BFloat16*>(b);
+  for (size_t i = 0; i < n; ++i)
+    out[i] = float_to_bfloat16(bfloat16_to_float(x[i]) + bfloat16_to_float(y[i]));
+}
+
 template <typename T>
 GlooReduce reduce_function(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::SUM:
-    case ReduceOp::AVG:
-      return static_cast<GlooReduce>(&gloo::sum<T>);
-    case ReduceOp::PRODUCT:
-      return static_cast<GlooReduce>(&gloo::product<T>);
-    case ReduceOp::MIN:
-      return static_cast<GlooReduce>(&gloo::min<T>);
-    case ReduceOp::MAX:
-      return static_cast<GlooReduce>(&gloo::max<T>);
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    return &bfloat16_sum;  // SUM only (dispatch_reduce)
+  } else {
+    switch (op) {
+      case ReduceOp::SUM:
+      case ReduceOp::AVG:
+        return static_cast<GlooReduce>(&gloo::sum<T>);
+      case ReduceOp::PRODUCT:
+        return static_cast<GlooReduce>(&gloo::product<T>);
+      case ReduceOp::MIN:
+        return static_cast<GlooReduce>(&gloo::min<T>);
+      case ReduceOp::MAX:
+        return static_cast<GlooReduce>(&gloo::max<T>);
+    }
   }
   throw InvalidArgumentError("[process_group] unknown reduce op");
 }

@@ -1,0 +1,165 @@
+// ZeroRedundancyOptimizer with DDP, ranks as threads over real Gloo: the parameters follow the
+// unsharded optimizer step for step, each rank holds 1/world of the state (measured), and the
+// consolidated state is the plain optimizer's and loads at another world size.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <mutex>
+
+#include "core/ops.h"
+#include "core/random.h"
+#include "ddp/distributed_data_parallel.h"
+#include "dist/optim/zero_redundancy_optimizer.h"
+#include "nn/nn.h"
+#include "optim/adam.h"
+#include "optim/factory.h"
+#include "tests/dist/process_group/ranks.h"
+
+using namespace gw;
+using gw::dist::testing::Checks;
+using gw::dist::testing::run_ranks;
+
+namespace {
+constexpr int64_t kShard = 4;  // samples per rank
+
+std::shared_ptr<nn::Sequential> mlp() {
+  Generator gen(11);
+  return std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(8, 16, true, gen),
+                                          std::make_shared<nn::ReLU>(),
+                                          std::make_shared<nn::Linear>(16, 4, true, gen));
+}
+
+// The batch of a step for `world` ranks; rank r trains on rows [r * kShard, (r + 1) * kShard).
+std::pair<Tensor, Tensor> batch(int world, int step) {
+  Generator gen(3000 + static_cast<uint64_t>(step));
+  return {randn({world * kShard, 8}, gen), randint(0, 4, {world * kShard}, gen)};
+}
+
+std::shared_ptr<dist::ProcessGroup> borrow(dist::ProcessGroupGloo& pg) {
+  return {&pg, [](dist::ProcessGroup*) {}};
+}
+
+const optim::OptimizerOptions kAdam = optim::AdamOptions{.lr = 0.01, .weight_decay = 0.1};
+
+int64_t state_bytes(const NamedTensors& state) {
+  int64_t bytes = 0;
+  for (const auto& [key, t] : state)
+    if (key != "lr") bytes += static_cast<int64_t>(t.nbytes());
+  return bytes;
+}
+
+// Trains steps [from, to) of DDP + ZeRO beside the single-process model and optimizer (which
+// see the whole batch), checking the parameters after each step.
+void train(dist::ProcessGroupGloo& pg, Checks& c, ddp::DistributedDataParallel& model,
+           dist::ZeroRedundancyOptimizer& opt, nn::Module& reference, optim::Optimizer& ref_opt,
+           int from, int to) {
+  const int world = pg.size(), r = pg.rank();
+  for (int step = from; step < to; ++step) {
+    auto [x, y] = batch(world, step);
+    opt.zero_grad();
+    ref_opt.zero_grad();
+    nn::functional::cross_entropy(model.forward(x.narrow(0, r * kShard, kShard)),
+                                  y.narrow(0, r * kShard, kShard))
+        .backward();
+    opt.step();
+    nn::functional::cross_entropy(reference.forward(x), y).backward();
+    ref_opt.step();
+    auto p = model.module()->parameters(), q = reference.parameters();
+    for (size_t i = 0; i < p.size(); ++i) EXPECT(c, allclose(p[i], q[i], 1e-5, 1e-6));
+  }
+}
+}  // namespace
+
+TEST_CASE("ZeRO with DDP steps like the unsharded optimizer, on 1/world of the state",
+          "[ddp][zero]") {
+  for (int world : {2, 3}) {
+    INFO("world " << world);
+    int64_t whole = 0;
+    std::vector<int64_t> per_rank(static_cast<size_t>(world));
+    std::mutex mu;
+    run_ranks(world, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+      ddp::DistributedDataParallel model(mlp(), borrow(pg));
+      dist::ZeroRedundancyOptimizer opt(model.module()->parameters(), kAdam, borrow(pg));
+      auto reference = mlp();
+      auto ref_opt = optim::make_optimizer(reference->parameters(), kAdam);
+      train(pg, c, model, opt, *reference, *ref_opt, 0, 4);
+      // Ranges of ceil(212 / world) elements cut parameters in pieces; every piece is someone's.
+      EXPECT(c, opt.pieces().size() > model.module()->parameters().size());
+      std::lock_guard lock(mu);
+      per_rank[static_cast<size_t>(pg.rank())] = opt.state_bytes();
+      whole = state_bytes(ref_opt->state_dict());
+    });
+    // Adam keeps two float32 tensors per element, and a float32 step count per piece.
+    int64_t sum = 0;
+    for (int64_t b : per_rank) sum += b;
+    const int64_t range = (212 + world - 1) / world;
+    CHECK(sum >= whole);  // every element's moments somewhere; counts per piece
+    CHECK(sum - whole < 4 * 4 * world);
+    for (int64_t b : per_rank) {
+      INFO("rank's state: " << b << " bytes of " << whole);
+      CHECK(b <= range * 2 * 4 + 4 * 4);  // its range's moments and a few counts
+      CHECK(b >= (212 - range * (world - 1)) * 2 * 4);
+    }
+  }
+}
+
+TEST_CASE("ZeRO's consolidated state is the plain optimizer's, and loads at another world size",
+          "[ddp][zero]") {
+  NamedTensors saved;  // rank 0's, after 3 steps at world 2
+  std::mutex mu;
+  run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+    ddp::DistributedDataParallel model(mlp(), borrow(pg));
+    dist::ZeroRedundancyOptimizer opt(model.module()->parameters(), kAdam, borrow(pg));
+    auto reference = mlp();
+    auto ref_opt = optim::make_optimizer(reference->parameters(), kAdam);
+    train(pg, c, model, opt, *reference, *ref_opt, 0, 3);
+    opt.consolidate_state_dict(0);
+    if (pg.rank() == 0) {
+      const NamedTensors mine = opt.state_dict(), theirs = ref_opt->state_dict();
+      EXPECT(c, mine.size() == theirs.size());
+      for (const auto& [key, t] : theirs)
+        EXPECT(c, mine.contains(key) && allclose(mine.at(key), t, 1e-5, 1e-7));
+      std::lock_guard lock(mu);
+      saved = mine;
+    } else {
+      EXPECT_THROWS(c, StateError, opt.state_dict(), "no consolidated state on rank 1");
+    }
+  });
+  REQUIRE(saved.size() == 1 + 4 * 3);  // lr, and step, exp_avg, exp_avg_sq of 4 parameters
+
+  // At world 3 the same data is cut in 3 shards; from the saved state (and the parameters
+  // reached at step 3, set below), training goes on as the plain optimizer would.
+  run_ranks(3, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+    auto reference = mlp();
+    auto ref_opt = optim::make_optimizer(reference->parameters(), kAdam);
+    auto start = mlp();
+    // The parameters after step 3 of world 2: a plain run of those 3 steps.
+    {
+      auto replay = optim::make_optimizer(start->parameters(), kAdam);
+      for (int step = 0; step < 3; ++step) {
+        auto [x, y] = batch(2, step);
+        replay->zero_grad();
+        nn::functional::cross_entropy(start->forward(x), y).backward();
+        replay->step();
+      }
+      auto s = start->parameters(), q = reference->parameters();
+      for (size_t i = 0; i < s.size(); ++i) {
+        autograd::NoGradGuard no_grad;
+        q[i].copy_(s[i]);
+      }
+      ref_opt->load_state_dict(saved);
+    }
+    ddp::DistributedDataParallel model(start, borrow(pg));
+    dist::ZeroRedundancyOptimizer opt(model.module()->parameters(), kAdam, borrow(pg));
+    opt.load_state_dict(saved);
+    train(pg, c, model, opt, *reference, *ref_opt, 3, 6);
+  });
+}
+
+TEST_CASE("ZeRO refuses parameters that differ across ranks, on every rank", "[ddp][zero]") {
+  run_ranks(2, [](dist::ProcessGroupGloo& pg, Checks& c) {
+    Tensor a = zeros({4, 2}).requires_grad_(), b = zeros({pg.rank() == 0 ? 3 : 5}).requires_grad_();
+    EXPECT_THROWS(c, InvalidArgumentError, dist::ZeroRedundancyOptimizer({a, b}, kAdam, borrow(pg)),
+                  "parameter 1 is (3) float32 on rank 0 but (5) float32 on rank 1");
+  });
+}
