@@ -57,7 +57,8 @@ std::vector<Tensor> carve(const Tensor& flat, const std::vector<Shape>& shapes) 
 }  // namespace
 
 // One bucket's compression in flight: what the hook prepared on the backward thread and its
-// continuations finish on the group's.
+// continuations finish on the group's (Q's and the decompression's products run there, ahead
+// of the group's next collective).
 struct BucketCompression {
   Tensor buffer;  // the bucket's gradients: the result is written back here
   Tensor input;   // what the matrices view: `buffer`, or its padded copy
@@ -108,6 +109,11 @@ class PowerSGDHook {
   static Future<Tensor> run(const std::shared_ptr<PowerSGDState>& state, dist::ProcessGroup& group,
                             GradBucket& bucket, bool batched) {
     const PowerSGDOptions& o = state->options_;
+    const DType dtype = bucket.buffer.dtype();
+    GW_CHECK((dtype == kFloat32 || dtype == kFloat64) && bucket.buffer.device().is_cpu(),
+             InvalidArgumentError, "[powerSGD] bucket ", bucket.index, " holds ", dtype_name(dtype),
+             " gradients on ", bucket.buffer.device(),
+             "; PowerSGD compresses float32 and float64 on the CPU");
     std::unique_lock lock(state->mu_);
     const bool compress = state->iteration_ >= o.start_powerSGD_iter;
     if (bucket.is_last) ++state->iteration_;
@@ -115,10 +121,6 @@ class PowerSGDHook {
       lock.unlock();
       return hooks::allreduce()(group, bucket);
     }
-    const DType dtype = bucket.buffer.dtype();
-    GW_CHECK(dtype == kFloat32 || dtype == kFloat64, InvalidArgumentError, "[powerSGD] bucket ",
-             bucket.index, " holds ", dtype_name(dtype),
-             " gradients; PowerSGD compresses float32 and float64");
     auto c = std::make_shared<BucketCompression>();
     c->buffer = bucket.buffer;
     c->world = group.size();
@@ -154,7 +156,7 @@ class PowerSGDHook {
       }
     }
 
-    if (o.use_error_feedback) {
+    if (o.use_error_feedback && !bucket.joined) {  // a joined rank's zeros carry no error
       Tensor& error = state->error_[bucket.index];
       if (error.defined() && error.numel() == c->input.numel())
         c->input.add_(error);

@@ -33,6 +33,9 @@ struct GradBucket {
   Tensor buffer;                   // the bucket's gradients, flattened
   std::vector<Tensor> parameters;  // whose gradients they are, in buffer order
   bool is_last = false;            // the last bucket of the iteration
+  // A joined rank's shadow of the others' backward (Join): `buffer` is zeros, and a hook with
+  // memory (PowerSGD's error feedback) sends zeros without touching it.
+  bool joined = false;
   // Each parameter's gradient: a view of `buffer`, shaped like the parameter.
   std::vector<Tensor> gradients() const;
 };
@@ -46,8 +49,9 @@ namespace hooks {
 // An averaging allreduce of the buffer (what DDP does without a hook, which it does faster: it
 // divides the gradients as it copies them into the bucket).
 CommHook allreduce();
-// Halves the bytes on the wire: the buffer is divided by the world size, sent as float16,
-// summed, and widened again (PyTorch's fp16_compress_hook).
+// Halves the bytes on the wire: the buffer is divided by the world size (in place: with
+// gradient_as_bucket_view, a failed iteration leaves .grad at that share), sent as float16,
+// summed, and widened again into the buffer (PyTorch's fp16_compress_hook).
 CommHook fp16_compress();
 // The same through bfloat16 (PyTorch's bf16_compress_hook): float32's range, 8 bits of
 // mantissa. PowerSGD (ddp/powersgd.h) compresses much further.

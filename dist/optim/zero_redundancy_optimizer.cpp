@@ -124,6 +124,7 @@ void ZeroRedundancyOptimizer::set_lr(double lr) {
            " set_lr: the learning rate must not be negative, got ", lr);
   if (local_) local_->set_lr(lr);
   lr_ = lr;
+  consolidated_.reset();
 }
 
 int64_t ZeroRedundancyOptimizer::state_bytes() const {
@@ -137,6 +138,7 @@ int64_t ZeroRedundancyOptimizer::state_bytes() const {
 void ZeroRedundancyOptimizer::consolidate_state_dict(int to) {
   GW_CHECK(to >= 0 && to < group_->size(), InvalidArgumentError, kOp,
            " consolidate_state_dict: rank ", to, " is not in a group of ", group_->size());
+  consolidated_.reset();
   const int me = group_->rank();
   NamedTensors whole;
   if (me == to) whole.emplace("lr", scalar_tensor(lr_, kFloat64));
@@ -157,7 +159,7 @@ void ZeroRedundancyOptimizer::consolidate_state_dict(int to) {
       const Piece& piece = pieces_.at(theirs.at(j));
       const Tensor& p = params_[piece.param];
       const std::string global = "state." + std::to_string(piece.param) + "." + name;
-      if (t.dim() == 0) {  // a count ("step"): the same in every piece of a parameter
+      if (name == "step") {  // a count: the same in every piece of a parameter
         whole.emplace(global, t);
         continue;
       }
@@ -192,18 +194,20 @@ void ZeroRedundancyOptimizer::load_state_dict(const NamedTensors& state) {
              key, "\" (keys are \"lr\" and \"state.<index>.<name>\")");
     GW_CHECK(i < params_.size(), IndexError, op, "key \"", key, "\" names parameter ", i,
              " but there are ", params_.size(), " parameters");
-    GW_CHECK(t.defined() && (t.numel() == 1 || t.numel() == params_[i].numel()), ShapeError, op,
-             "key \"", key, "\" has shape ", t.defined() ? shape_str(t.sizes()) : "(none)",
-             " but parameter ", i, " has shape ", shape_str(params_[i].sizes()));
+    const bool count = name == "step";
+    GW_CHECK(
+        t.defined() && (count ? t.numel() == 1 : t.sizes() == params_[i].sizes()), ShapeError, op,
+        "key \"", key, "\" has shape ", t.defined() ? shape_str(t.sizes()) : "(none)", " but ",
+        count ? std::string("a step count has one element")
+              : "parameter " + std::to_string(i) + " has shape " + shape_str(params_[i].sizes()));
     by_param[i].emplace_back(name, t);
   }
   NamedTensors local{{"lr", lr->second}};
   for (size_t j = 0; j < mine_.size(); ++j) {
     const Piece& piece = pieces_[mine_[j]];
     for (const auto& [name, t] : by_param[piece.param]) {
-      const bool count = name == "step";
       local.emplace("state." + std::to_string(j) + "." + name,
-                    count ? t : t.reshape({-1}).narrow(0, piece.offset, piece.length));
+                    name == "step" ? t : t.reshape({-1}).narrow(0, piece.offset, piece.length));
     }
   }
   if (local_) local_->load_state_dict(local);  // checks the names; copies

@@ -21,6 +21,9 @@
 // parameter, and "lr"), so it loads into a plain optimizer, and into a ZeroRedundancyOptimizer
 // of any world size: each rank takes its range of it.
 //
+// Not a Joinable yet: inside a Join (dist/algorithms/join.h), a rank that joined would not take
+// part in the others' broadcasts, and their step() would fail when the group's timeout passes.
+//
 // PyTorch splits by whole parameters (largest first), which leaves one rank with most of the
 // state when one parameter dominates (the 13.7M-parameter MLP's 2560 x 4096 weight is 77% of
 // it); element ranges split any model evenly, and every optimizer gradwire has works element by

@@ -74,7 +74,7 @@ using GlooReduce = void (*)(void*, const void*, const void*, size_t);
 // prefixes in the top byte).
 constexpr uint64_t kSendRecvSlot = uint64_t{1} << 63;
 
-// Gloo has no bfloat16: its sum, through float32 (rounded to nearest even, as a bf16 add is).
+// Gloo has no bfloat16: its sum, through float32, rounded to nearest even.
 void bfloat16_sum(void* c, const void* a, const void* b, size_t n) {
   auto* out = static_cast<BFloat16*>(c);
   const auto* x = static_cast<const BFloat16*>(a);
@@ -270,8 +270,9 @@ WorkPtr ProcessGroupGloo::broadcast(Tensor& tensor, BroadcastOptions o) {
 WorkPtr ProcessGroupGloo::reduce(Tensor& tensor, ReduceOptions o) {
   check_tensor("reduce", tensor);
   check_rank("reduce", o.root, "root");
-  GW_CHECK(tensor.dtype() != DType::Float16, InvalidArgumentError,
-           "[reduce] float16 tensors are reduced with allreduce only");
+  GW_CHECK(tensor.dtype() != DType::Float16 && tensor.dtype() != DType::BFloat16,
+           InvalidArgumentError, "[reduce] ", dtype_name(tensor.dtype()),
+           " tensors are reduced with allreduce only");
   check_reducible("reduce", tensor, o.op);
   const bool root = rank() == o.root;
   // Gloo uses the output of other ranks as scratch space: theirs stay as they were.

@@ -80,6 +80,14 @@ TEST_CASE("Gloo sums bfloat16 tensors, and only sums them", "[ddp][hooks]") {
 TEST_CASE("bf16 compression averages within bfloat16's precision", "[ddp][hooks]") {
   run_ranks(2, [](dist::ProcessGroupGloo& pg, Checks& c) {
     train_beside_reference(pg, c, ddp::hooks::bf16_compress(), 2, 2e-2, 2e-3);
+    // What came back is bfloat16 widened: every gradient survives a round trip through it.
+    ddp::DistributedDataParallel model(mlp(5), borrow(pg));
+    model.register_comm_hook(ddp::hooks::bf16_compress());
+    auto [x, y] = batch(2, 0);
+    nn::functional::cross_entropy(model.forward(shard(x, pg.rank())), shard(y, pg.rank()))
+        .backward();
+    for (const Tensor& p : model.module()->parameters())
+      EXPECT(c, equal(p.grad(), p.grad().to(kBFloat16).to(kFloat32)));
   });
 }
 
