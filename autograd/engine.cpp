@@ -14,6 +14,8 @@ namespace gw::autograd {
 namespace {
 
 thread_local const LeafSink* t_leaf_sink = nullptr;
+// The callbacks of the innermost run_backward on this thread (queue_callback).
+thread_local std::vector<std::function<void()>>* t_callbacks = nullptr;
 
 // The synthetic first node of a task: hands the caller's root gradients to the roots.
 class GraphRoot final : public Node {
@@ -353,8 +355,26 @@ std::vector<Tensor> run_backward(const std::vector<Edge>& roots, const std::vect
                                  ExecuteOptions options) {
   trace::Scope span("autograd", "backward");
   GraphTask task(std::make_shared<GraphRoot>(roots, grads), std::move(options));
+  std::vector<std::function<void()>> callbacks;
+  struct Scope {  // a reentrant pass queues to its own list, and restores its caller's
+    std::vector<std::function<void()>>* prev = t_callbacks;
+    ~Scope() { t_callbacks = prev; }
+  } scope;
+  t_callbacks = &callbacks;
   task.run();
+  detail::NoRecordScope no_record;
+  for (size_t i = 0; i < callbacks.size(); ++i) {  // a callback may queue more
+    auto callback = std::move(callbacks[i]);
+    callback();
+  }
   return task.captured();
+}
+
+void queue_callback(std::function<void()> callback) {
+  GW_CHECK(t_callbacks != nullptr, StateError,
+           "[queue_callback] no backward pass that runs callbacks is running on this thread");
+  GW_CHECK(callback, InvalidArgumentError, "[queue_callback] the callback is empty");
+  t_callbacks->push_back(std::move(callback));
 }
 
 }  // namespace gw::autograd

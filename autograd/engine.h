@@ -141,9 +141,17 @@ const LeafSink* current_leaf_sink();
 // A GraphTask's first node: hands grads[i] to roots[i].
 std::shared_ptr<Node> make_graph_root(const std::vector<Edge>& roots, std::vector<Tensor> grads);
 
-// Runs a whole backward pass: roots[i] receives grads[i]. Returns the captured gradients when
-// options.capture is set.
+// Runs a whole backward pass: roots[i] receives grads[i], then the callbacks its nodes and
+// hooks queued. Returns the captured gradients when options.capture is set.
 std::vector<Tensor> run_backward(const std::vector<Edge>& roots, const std::vector<Tensor>& grads,
                                  ExecuteOptions options = {});
+
+// Runs `callback` when the backward pass running on this thread has executed its last node,
+// before backward() returns (PyTorch's Variable._execution_engine.queue_callback): DDP's
+// static_graph reduces there what its first iteration's hooks only counted. Callbacks run in
+// the order queued, with recording off, and may queue more; a pass that throws runs none. A
+// reentrant pass (a backward run by a node of another, as autograd::checkpoint does) has its
+// own callbacks. Outside a pass that runs them (autograd::backward, grad), StateError.
+void queue_callback(std::function<void()> callback);
 
 }  // namespace gw::autograd

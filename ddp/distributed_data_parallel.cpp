@@ -49,7 +49,8 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
       ReducerOptions{.bucket_cap_bytes = static_cast<size_t>(options.bucket_cap_mb * kMiB),
                      .first_bucket_cap_bytes =
                          static_cast<size_t>(options.first_bucket_cap_mb * kMiB),
-                     .gradient_as_bucket_view = options.gradient_as_bucket_view});
+                     .gradient_as_bucket_view = options.gradient_as_bucket_view,
+                     .static_graph = options.static_graph});
   reducer_->install_hooks();
 }
 
@@ -105,6 +106,8 @@ Tensor DistributedDataParallel::forward(const Tensor& input) {
            "[DistributedDataParallel] inside a Join, a forward with grad enabled (outside "
            "no_sync) must be followed by its backward before the next forward, which the "
            "joined ranks shadow; run evaluation under NoGradGuard");
+  GW_CHECK(join_id() == 0 || !options_.static_graph, InvalidArgumentError,
+           "[DistributedDataParallel] static_graph is not supported inside a Join yet");
   const bool reduces = reducer_->sync() && autograd::is_grad_enabled();
   if (auto iteration = notify_join_context()) {
     any_rank_reduces(reduces);
@@ -114,8 +117,8 @@ Tensor DistributedDataParallel::forward(const Tensor& input) {
   }
   reducer_->set_iteration(authority, divide_by);
   if (options_.broadcast_buffers) broadcast_from(authority, module_->buffers());
-  Tensor output = module_->forward(input);
-  reducer_->prepare_for_backward(output, options_.find_unused_parameters);
+  Tensor output =
+      reducer_->prepare_for_backward(module_->forward(input), options_.find_unused_parameters);
   if (reduces) {  // a forward that threw announced nothing the joined ranks wait for
     due_in_join_ = join_id();
     backwards_at_forward_ = reducer_->backwards_ended();
@@ -161,6 +164,8 @@ class DistributedDataParallel::JoinHook : public dist::JoinHook {
 };
 
 std::unique_ptr<dist::JoinHook> DistributedDataParallel::join_hook(const dist::JoinOptions&) {
+  GW_CHECK(!options_.static_graph, InvalidArgumentError,
+           "[DistributedDataParallel] static_graph is not supported inside a Join yet");
   return std::make_unique<JoinHook>(*this);
 }
 

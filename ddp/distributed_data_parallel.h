@@ -39,6 +39,15 @@ struct DDPOptions {
   // second set of gradients). As in PyTorch, zero_grad() dropping .grad undoes it until the
   // parameter's next reduction.
   bool gradient_as_bucket_view = false;
+  // The module uses the same parameters, the same number of times, every iteration (PyTorch's
+  // static_graph). The first backward counts how often each parameter's gradient hook fires
+  // and reduces at its end; later ones reduce each parameter after that many firings. So a
+  // parameter may be used more than once per backward in the way that fires its hook twice (by
+  // a reentrant autograd::checkpoint and outside it), which otherwise fails with "Expected to
+  // mark a variable ready only once"; and parameters the first iteration did not use are marked
+  // ready without find_unused_parameters' graph traversal per forward (find_unused_parameters
+  // is then ignored). Not inside a Join yet.
+  bool static_graph = false;
 };
 
 // A Joinable (dist/algorithms/join.h): inside a Join, a rank that ran out of data shadows the

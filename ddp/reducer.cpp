@@ -52,6 +52,20 @@ void finish_quietly(std::optional<Future<T>>& f) {
   f.reset();
 }
 
+// The identity, whose backward queues `callback` to run when the pass ends (PyTorch's _DDPSink).
+class QueueAtEnd final : public autograd::Node {
+ public:
+  explicit QueueAtEnd(std::function<void()> callback) : callback_(std::move(callback)) {}
+  autograd::TensorList apply(autograd::TensorList&& grads) override {
+    autograd::queue_callback(callback_);
+    return std::move(grads);
+  }
+  std::string name() const override { return "DistributedDataParallelEndOfBackward"; }
+
+ private:
+  std::function<void()> callback_;
+};
+
 // A future of `buffer` once `op` reduced it in place across `group`.
 Future<Tensor> reduced_in_place(dist::ProcessGroup& group, Tensor buffer, dist::ReduceOp op) {
   return group.allreduce(buffer, {.op = op})->future().then([buffer](Future<void>& done) {
@@ -168,11 +182,30 @@ void Reducer::set_comm_hook(CommHook hook) {
   hook_ = std::move(hook);
 }
 
-void Reducer::prepare_for_backward(const Tensor& output, bool find_unused) {
+Tensor Reducer::prepare_for_backward(const Tensor& output, bool find_unused) {
   iteration_sync_ = sync_;
   unused_.clear();
   used_map_ = Tensor();
-  if (!find_unused || !iteration_sync_ || !autograd::is_grad_enabled()) return;
+  const bool reduces = iteration_sync_ && autograd::is_grad_enabled();
+  if (options_.static_graph) {
+    if (!reduces || !output.defined() || !output.requires_grad()) return output;
+    if (counted_) {
+      for (size_t i = 0; i < params_.size(); ++i)
+        if (hook_counts_[i] == 0) unused_.push_back(i);
+      hooks_left_ = hook_counts_;
+      return output;
+    }
+    counting_ = true;
+    hook_counts_.assign(params_.size(), 0);
+    auto node = std::make_shared<QueueAtEnd>([weak = weak_from_this()] {
+      if (auto r = weak.lock()) r->finish_counted_backward();
+    });
+    node->next_edges.push_back(autograd::gradient_edge(output));
+    Tensor out = output.detach();
+    autograd::set_history(out, node);
+    return out;
+  }
+  if (!find_unused || !reduces) return output;
   // The leaves `output` reaches, through its graph's AccumulateGrad nodes.
   std::unordered_set<const TensorImpl*> used;
   if (output.defined() && output.requires_grad()) {
@@ -196,9 +229,11 @@ void Reducer::prepare_for_backward(const Tensor& output, bool find_unused) {
       used_map[i] = used_since_sync_[i] ? 1 : 0;
     }
   used_map_ = from_vector<int32_t>(used_map).to(group_->device());
+  return output;
 }
 
 void Reducer::prepare_for_forward() {
+  counting_ = false;  // a counting forward whose backward never ran: the next one counts
   if (ready_count_ == 0) return;
   std::string missing;
   for (size_t i = 0; i < params_.size(); ++i)
@@ -243,7 +278,18 @@ void Reducer::on_gradient(size_t index) {
     used_since_sync_[index] = true;
     return;
   }
+  if (counting_) {  // static_graph's first synced backward: reduced at its end
+    ++hook_counts_[index];
+    return;
+  }
   try {
+    if (counted_) {  // static_graph: ready at the last of its hooks
+      GW_CHECK(hooks_left_[index] > 0, StateError, "[DistributedDataParallel] static_graph: the ",
+               "gradient hook of parameter ", names_[index], " fired more than the ",
+               hook_counts_[index], " time(s) it fired in the first iteration; every iteration ",
+               "must use the same parameters the same number of times");
+      if (--hooks_left_[index] > 0) return;
+    }
     if (used_map_.defined() && !used_reduced_)
       used_reduced_ = group_->allreduce(used_map_, {.op = dist::ReduceOp::SUM})->future();
     std::vector<size_t> unused;
@@ -254,6 +300,32 @@ void Reducer::on_gradient(size_t index) {
     reset_iteration();
     throw;
   }
+}
+
+void Reducer::finish_counted_backward() {
+  if (!counting_) return;
+  try {
+    // Whether any rank used each parameter: kept for every later iteration.
+    std::vector<int32_t> fired(params_.size());
+    for (size_t i = 0; i < params_.size(); ++i) fired[i] = hook_counts_[i] > 0 ? 1 : 0;
+    Tensor used = from_vector<int32_t>(fired).to(group_->device());
+    group_->allreduce(used, {.op = dist::ReduceOp::SUM})->wait();
+    const std::vector<int32_t> ranks = used.to(kCPU).to_vector<int32_t>();
+    static_used_.assign(params_.size(), false);
+    for (size_t i = 0; i < params_.size(); ++i) static_used_[i] = ranks[i] > 0;
+    counted_ = true;
+    // Every parameter is ready now: in bucket order, so each bucket launches as it fills. (The
+    // last one ends the iteration, which keeps the buckets: their rebuild follows the next
+    // iteration's order, the first in which gradients are ready when they really are.)
+    std::vector<size_t> order;
+    for (const Bucket& b : buckets_) order.insert(order.end(), b.params.begin(), b.params.end());
+    for (size_t i : order) mark_ready(i);
+  } catch (...) {
+    counting_ = counted_ = false;
+    reset_iteration();
+    throw;
+  }
+  counting_ = false;
 }
 
 void Reducer::reset_iteration() {
@@ -274,12 +346,15 @@ void Reducer::reset_iteration() {
 }
 
 void Reducer::mark_ready(size_t index) {
-  GW_CHECK(!ready_[index], StateError, "[DistributedDataParallel] parameter ", names_[index],
-           " was marked ready twice in one iteration (a second backward before the reduction "
-           "of the first finished)");
+  GW_CHECK(!ready_[index], StateError, "[DistributedDataParallel] Expected to mark a variable ",
+           "ready only once: parameter ", names_[index], " was marked ready twice in one ",
+           "iteration. Either a second backward ran before the reduction of the first finished, ",
+           "or the parameter's gradient hook fires more than once per backward (a parameter used ",
+           "by a reentrant autograd::checkpoint and outside it, or by two of them): if the graph ",
+           "is the same every iteration, pass static_graph = true");
   ready_[index] = true;
   ++ready_count_;
-  if (!rebuilt_) ready_order_.push_back(index);
+  if (!rebuilt_ && !counting_) ready_order_.push_back(index);
   Bucket& b = buckets_[bucket_of_[index]];
   const Tensor& p = params_[index];
   const Tensor grad = p.grad();  // undefined for a parameter unused in this iteration
@@ -328,6 +403,7 @@ Tensor Reducer::grad_slot(const Bucket& b, size_t slot) const {
 }
 
 std::vector<bool> Reducer::used_anywhere() {
+  if (counted_) return static_used_;
   std::vector<bool> used(params_.size(), true);
   if (!used_reduced_) return used;
   used_reduced_->wait();
@@ -357,7 +433,7 @@ void Reducer::finish_iteration() {
       if (!same_memory(grad, averaged)) grad.copy_(averaged);
     }
   }
-  if (!rebuilt_) rebuild_buckets(authority_);
+  if (!rebuilt_ && !counting_) rebuild_buckets(authority_);
   reset_iteration();
 }
 

@@ -66,6 +66,10 @@ struct ReducerOptions {
   // view is divided (by the world size) when it becomes ready: after an iteration that failed,
   // .grad holds that share, not the local gradient.)
   bool gradient_as_bucket_view = false;
+  // The graph is the same every iteration (DDPOptions::static_graph): the first synced backward
+  // counts each parameter's hook and reduces at its end; later ones reduce a parameter at its
+  // counted firing and mark the never-fired ones ready without a graph traversal.
+  bool static_graph = false;
 };
 
 struct Bucket {
@@ -93,7 +97,15 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   // The first hook also sums the ranks' used-parameter maps: a parameter no rank used since the
   // last synced backward (no_sync steps count) keeps its .grad untouched, as in PyTorch (except
   // that a bucket view is reduced in place).
-  void prepare_for_backward(const Tensor& output, bool find_unused);
+  //
+  // With static_graph, `find_unused` is ignored: the first synced backward counts how often each
+  // parameter's hook fires (a parameter a reentrant checkpoint uses fires once per pass) and
+  // reduces every bucket at its end; later backwards reduce a parameter when its hook has fired
+  // that often, mark the parameters that never fired ready at their first hook, and keep the
+  // first iteration's used-parameter map. Returns `output`, or during that first iteration a
+  // view of it whose backward node queues the end-of-backward reduction (autograd's
+  // queue_callback), so that it runs after a reentrant pass's hooks too.
+  Tensor prepare_for_backward(const Tensor& output, bool find_unused);
   // A new forward pass: throws if the previous iteration's reduction did not finish (some
   // parameters never got a gradient: they are named).
   void prepare_for_forward();
@@ -121,6 +133,8 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
 
  private:
   void on_gradient(size_t index);  // a parameter's post-accumulate hook
+  // static_graph: the end of the first synced backward, which counted the hooks; reduces all.
+  void finish_counted_backward();
   void mark_ready(size_t index);
   void launch_ready_buckets();
   void finish_iteration();
@@ -148,6 +162,12 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   bool iteration_sync_ = true;         // whether the current iteration's backward reduces
   std::vector<size_t> unused_;         // found by prepare_for_backward, marked by the first hook
   std::vector<bool> used_since_sync_;  // got a gradient in a no_sync backward since the last sync
+  // static_graph: the hooks of each parameter per backward, counted in the first synced one
+  // (while `counting_`), and what is left of them in this one; whether any rank used each.
+  bool counting_ = false;
+  bool counted_ = false;
+  std::vector<int> hook_counts_, hooks_left_;
+  std::vector<bool> static_used_;
   Tensor used_map_;                    // int32 by parameter, summed across ranks by the first hook
   std::optional<Future<void>> used_reduced_;
   // Null: the built-in reduction. Each gradient is divided by divide_by_ as it is copied
