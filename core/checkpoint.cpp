@@ -19,24 +19,25 @@ constexpr const char* kFormat = "gradwire-checkpoint-1";
 constexpr const char* kModel = "model/";
 constexpr const char* kOptimizer = "optimizer/";
 
-[[noreturn]] void fail(const std::string& path, const char* what) {
-  throw IoError(
-      detail::str("[save_checkpoint] ", what, " '", path, "' failed: ", std::strerror(errno)));
+[[noreturn]] void fail(const char* op, const std::string& path, const char* what) {
+  throw IoError(detail::str("[", op, "] ", what, " '", path, "' failed: ", std::strerror(errno)));
 }
 
-// Writes `size` bytes to `path` through a temporary file beside it: written, flushed to disk,
-// then renamed over `path`, and the directory flushed, so that `path` is always a whole file.
-// On failure the temporary file is removed and `path` is untouched.
-void write_atomically(const std::string& path, const void* data, size_t size) {
+std::string tensors_path(const std::string& dir) { return dir + "/checkpoint.safetensors"; }
+
+}  // namespace
+
+void write_file_atomically(const std::string& path, const void* data, size_t size,
+                           const char* op) {
   std::string tmp = path + ".tmp-XXXXXX";  // unique: two writers never share one; mode 0600
   const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
-  if (fd < 0) fail(path + ".tmp-XXXXXX", "creating");
+  if (fd < 0) fail(op, path + ".tmp-XXXXXX", "creating");
   auto give_up = [&](const char* what) {
     const int e = errno;
     ::close(fd);
     ::unlink(tmp.c_str());
     errno = e;
-    fail(tmp, what);
+    fail(op, tmp, what);
   };
   const auto* p = static_cast<const uint8_t*>(data);
   for (size_t left = size; left > 0;) {  // bounded: each write takes at least one byte
@@ -49,13 +50,13 @@ void write_atomically(const std::string& path, const void* data, size_t size) {
   if (::fsync(fd) != 0) give_up("flushing");
   if (::close(fd) != 0) {
     ::unlink(tmp.c_str());
-    fail(tmp, "closing");
+    fail(op, tmp, "closing");
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const int e = errno;
     ::unlink(tmp.c_str());
     errno = e;
-    fail(path, "renaming into");
+    fail(op, path, "renaming into");
   }
   const std::string dir = std::filesystem::path(path).parent_path().string();
   if (const int d = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -64,10 +65,6 @@ void write_atomically(const std::string& path, const void* data, size_t size) {
     ::close(d);
   }
 }
-
-std::string tensors_path(const std::string& dir) { return dir + "/checkpoint.safetensors"; }
-
-}  // namespace
 
 void save_checkpoint(const std::string& dir, const Checkpoint& c) {
   GW_CHECK(c.epoch >= 0 && c.step >= 0, InvalidArgumentError,
@@ -84,14 +81,14 @@ void save_checkpoint(const std::string& dir, const Checkpoint& c) {
   meta["step"] = std::to_string(c.step);
   meta["seed"] = std::to_string(c.seed);
   const std::vector<uint8_t> bytes = to_safetensors(all, meta);
-  write_atomically(tensors_path(dir), bytes.data(), bytes.size());
+  write_file_atomically(tensors_path(dir), bytes.data(), bytes.size(), "save_checkpoint");
   // For people and scripts: the same metadata as JSON. A safetensors file is an 8-byte length
   // and then JSON: a file of no tensors gives exactly {"__metadata__": {...}}.
   const std::vector<uint8_t> header = to_safetensors({}, meta);
   std::string json(header.begin() + 8, header.end());
   while (!json.empty() && json.back() == ' ') json.pop_back();  // the alignment padding
   json += '\n';
-  write_atomically(dir + "/checkpoint.json", json.data(), json.size());
+  write_file_atomically(dir + "/checkpoint.json", json.data(), json.size(), "save_checkpoint");
 }
 
 std::optional<Checkpoint> load_checkpoint(const std::string& dir) {

@@ -44,4 +44,11 @@ void save_checkpoint(const std::string& dir, const Checkpoint& c);
 // exists but cannot be read.
 std::optional<Checkpoint> load_checkpoint(const std::string& dir);
 
+// Writes `size` bytes to `path` through a temporary file beside it (mode 0600): written, flushed
+// to disk, renamed over `path`, and the directory flushed, so that `path` is always a whole
+// file, old or new. On failure the temporary file is removed, `path` is untouched, and an
+// IoError names `op` and the path.
+void write_file_atomically(const std::string& path, const void* data, size_t size,
+                           const char* op);
+
 }  // namespace gw

@@ -3,6 +3,10 @@
 // checked before it is used, and any problem is an IoError naming the field and its value.
 #include "core/serialize.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -14,6 +18,7 @@
 #include <string_view>
 
 #include "core/ops/creation.h"
+#include "core/safetensors_file.h"
 
 namespace gw {
 
@@ -400,20 +405,26 @@ std::map<std::string, std::string> parse_metadata(JsonReader& r) {
   return out;
 }
 
-// Parses and checks a whole safetensors buffer; `where` prefixes every error message.
-NamedTensors parse_safetensors(std::span<const uint8_t> bytes, const std::string& where,
-                               std::map<std::string, std::string>* metadata) {
-  GW_CHECK(bytes.size() >= 8, IoError, where, bytes.size(),
-           " bytes is too short for the 8-byte header length");
-  uint64_t n = get_u64(bytes.data());
-  GW_CHECK(n <= bytes.size() - 8, IoError, where, "header length ", n, " exceeds the ",
-           bytes.size() - 8, " bytes that follow it");
+// The 8-byte header length of a file of `size` bytes, checked against it.
+uint64_t checked_header_length(const uint8_t* first8, uint64_t size, const std::string& where) {
+  GW_CHECK(size >= 8, IoError, where, size, " bytes is too short for the 8-byte header length");
+  uint64_t n = get_u64(first8);
+  GW_CHECK(n <= size - 8, IoError, where, "header length ", n, " exceeds the ", size - 8,
+           " bytes that follow it");
   GW_CHECK(n <= kMaxHeaderBytes, IoError, where, "header length ", n, " exceeds the limit of ",
            kMaxHeaderBytes);
-  std::string_view text(reinterpret_cast<const char*>(bytes.data() + 8), n);
-  GW_CHECK(valid_utf8(text), IoError, where, "the header is not valid UTF-8");
-  std::span<const uint8_t> data = bytes.subspan(8 + n);
+  return n;
+}
 
+struct Header {
+  std::vector<Entry> entries;
+  std::map<std::string, std::string> metadata;
+};
+
+// Parses and checks a safetensors header (the JSON after the length) for a data section of
+// `data_size` bytes; `where` prefixes every error message.
+Header parse_header(std::string_view text, uint64_t data_size, const std::string& where) {
+  GW_CHECK(valid_utf8(text), IoError, where, "the header is not valid UTF-8");
   JsonReader r(text, where);
   std::vector<Entry> entries;
   std::map<std::string, std::string> meta;
@@ -441,9 +452,9 @@ NamedTensors parse_safetensors(std::span<const uint8_t> bytes, const std::string
     auto nbytes = checked_nbytes(e.shape, e.dtype);
     GW_CHECK(nbytes.has_value(), IoError, where, "tensor \"", e.name, "\" of shape ",
              shape_str(e.shape), " overflows the byte count");
-    GW_CHECK(e.begin <= e.end && e.end <= data.size(), IoError, where, "tensor \"", e.name,
+    GW_CHECK(e.begin <= e.end && e.end <= data_size, IoError, where, "tensor \"", e.name,
              "\" has data_offsets [", e.begin, ", ", e.end, "] outside the data section of ",
-             data.size(), " bytes");
+             data_size, " bytes");
     GW_CHECK(e.end - e.begin == *nbytes, IoError, where, "tensor \"", e.name, "\" has ",
              e.end - e.begin, " data bytes but ", e.dtype, " ", shape_str(e.shape), " needs ",
              *nbytes);
@@ -462,12 +473,21 @@ NamedTensors parse_safetensors(std::span<const uint8_t> bytes, const std::string
              e->end, ") overlap");
     prev = e;
   }
+  return {std::move(entries), std::move(meta)};
+}
 
+// Parses and checks a whole safetensors buffer; `where` prefixes every error message.
+NamedTensors parse_safetensors(std::span<const uint8_t> bytes, const std::string& where,
+                               std::map<std::string, std::string>* metadata) {
+  const uint64_t n = checked_header_length(bytes.data(), bytes.size(), where);
+  std::string_view text(reinterpret_cast<const char*>(bytes.data() + 8), n);
+  std::span<const uint8_t> data = bytes.subspan(8 + n);
+  Header header = parse_header(text, data.size(), where);
   NamedTensors out;
-  for (const Entry& e : entries) {
+  for (const Entry& e : header.entries) {
     out.emplace(e.name, tensor_from_bytes(data.data() + e.begin, e.shape, e.dtype));
   }
-  if (metadata) *metadata = std::move(meta);
+  if (metadata) *metadata = std::move(header.metadata);
   return out;
 }
 
@@ -554,6 +574,77 @@ NamedTensors load_safetensors(const std::string& path,
   errno = read_errno;
   if (failed) throw_errno("load_safetensors", path, "read");
   return parse_safetensors(bytes, "[load_safetensors] " + path + ": ", metadata);
+}
+
+// --- reading parts of a safetensors file -----------------------------------------------------
+
+namespace {
+// pread of exactly `size` bytes at `offset`; false on an error or a short file.
+bool read_fully(int fd, void* out, size_t size, uint64_t offset) {
+  auto* p = static_cast<uint8_t*>(out);
+  while (size > 0) {  // bounded: each round reads at least one byte or stops
+    const ssize_t n = ::pread(fd, p, size, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (n == 0) errno = EIO;
+      return false;
+    }
+    p += n, size -= static_cast<size_t>(n), offset += static_cast<uint64_t>(n);
+  }
+  return true;
+}
+}  // namespace
+
+SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+  const std::string where = "[SafetensorsFile] " + path + ": ";
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) throw_errno("SafetensorsFile", path, "open");
+  try {
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0) throw_errno("SafetensorsFile", path, "stat");
+    const auto size = static_cast<uint64_t>(st.st_size);
+    uint8_t first8[8] = {};
+    if (size >= 8 && !read_fully(fd_, first8, 8, 0)) throw_errno("SafetensorsFile", path, "read");
+    const uint64_t n = checked_header_length(first8, size, where);
+    std::string text(n, '\0');
+    if (!read_fully(fd_, text.data(), n, 8)) throw_errno("SafetensorsFile", path, "read");
+    Header header = parse_header(text, size - 8 - n, where);
+    data_start_ = 8 + n;
+    for (Entry& e : header.entries) {
+      begins_.emplace(e.name, e.begin);
+      tensors_.emplace(std::move(e.name), Info{e.dtype, std::move(e.shape)});
+    }
+    metadata_ = std::move(header.metadata);
+  } catch (...) {
+    ::close(fd_);
+    throw;
+  }
+}
+
+SafetensorsFile::~SafetensorsFile() { ::close(fd_); }
+
+void SafetensorsFile::read(const std::string& name, int64_t offset, int64_t count,
+                           void* out) const {
+  auto it = tensors_.find(name);
+  GW_CHECK(it != tensors_.end(), IndexError, "[SafetensorsFile] ", path_, " has no tensor \"",
+           name, "\"");
+  const int64_t numel = gw::numel(it->second.shape);
+  GW_CHECK(offset >= 0 && count >= 0 && offset <= numel && count <= numel - offset, IndexError,
+           "[SafetensorsFile] ", path_, ": elements [", offset, ", ", offset + count,
+           ") are outside tensor \"", name, "\" of ", numel);
+  const uint64_t item = itemsize(it->second.dtype);
+  const uint64_t at = data_start_ + begins_.at(name) + static_cast<uint64_t>(offset) * item;
+  if (count > 0 && !read_fully(fd_, out, static_cast<size_t>(count) * item, at))
+    throw_errno("SafetensorsFile", path_, "read");
+}
+
+Tensor SafetensorsFile::read(const std::string& name) const {
+  auto it = tensors_.find(name);
+  GW_CHECK(it != tensors_.end(), IndexError, "[SafetensorsFile] ", path_, " has no tensor \"",
+           name, "\"");
+  Tensor t = empty(it->second.shape, it->second.dtype);
+  read(name, 0, t.numel(), t.raw_data());
+  return t;
 }
 
 }  // namespace gw

@@ -6,6 +6,7 @@
 #include "core/ops.h"
 #include "core/trace.h"
 #include "dist/autograd/engine.h"
+#include "dist/checkpoint/checkpoint.h"
 #include "dist/nn/remote_module.h"
 #include "dist/optim/distributed_optimizer.h"
 #include "rpc/agent.h"
@@ -29,6 +30,7 @@ inline constexpr std::chrono::microseconds kReleaseInterval{1000};
 extern "C" void gw_rpc_extend_agent(gw::rpc::Agent& agent) {
   gw::dist::register_local_optimizer();
   gw::dist::register_module_methods();
+  gw::dist::checkpoint::detail::register_owner_functions();
   agent.set_autograd_hook(std::make_shared<gw::dist_autograd::Container>(agent));
 }
 

@@ -216,3 +216,61 @@ void ZeroRedundancyOptimizer::load_state_dict(const NamedTensors& state) {
 }
 
 }  // namespace gw::dist
+
+namespace gw::dist {
+
+checkpoint::ShardedState ZeroRedundancyOptimizer::sharded_state_dict(
+    const std::string& prefix) const {
+  checkpoint::ShardedState out;
+  out.emplace(prefix + "lr", checkpoint::Shard{scalar_tensor(lr_, kFloat64), {}, 0});
+  if (!local_) return out;
+  for (const auto& [key, t] : local_->state_dict()) {
+    size_t j = 0;
+    std::string name;
+    if (!optim::parse_state_key(key, j, name)) continue;  // "lr", above
+    // A rank holds one range of a parameter at most: its pieces are consecutive elements.
+    const Piece& piece = pieces_[mine_.at(j)];
+    const std::string global = prefix + "state." + std::to_string(piece.param) + "." + name;
+    if (name == "step")  // a count: the same in every piece of the parameter, on every rank
+      out.emplace(global, checkpoint::Shard{t, t.sizes(), 0});
+    else
+      out.emplace(global, checkpoint::Shard{t, params_[piece.param].sizes(), piece.offset});
+  }
+  return out;
+}
+
+void ZeroRedundancyOptimizer::load_state_dict(const checkpoint::Reader& ckpt,
+                                              const std::string& prefix) {
+  checkpoint::on_every_rank(*group_, [&] {
+    const std::string op = std::string(kOp) + " load_state_dict: ";
+    GW_CHECK(ckpt.contains(prefix + "lr"), InvalidArgumentError, op, "the checkpoint in '",
+             ckpt.dir(), "' has no \"", prefix, "lr\"");
+    NamedTensors local{{"lr", ckpt.read(prefix + "lr")}};
+    for (size_t j = 0; j < mine_.size(); ++j) {
+      const Piece& piece = pieces_[mine_[j]];
+      const Tensor& p = params_[piece.param];
+      const std::string head = prefix + "state." + std::to_string(piece.param) + ".";
+      for (auto it = ckpt.tensors().lower_bound(head);
+           it != ckpt.tensors().end() && it->first.starts_with(head); ++it) {
+        const std::string name = it->first.substr(head.size());
+        const std::string key = "state." + std::to_string(j) + "." + name;
+        if (name == "step") {
+          local.emplace(key, ckpt.read(it->first));
+          continue;
+        }
+        GW_CHECK(it->second.shape == p.sizes(), ShapeError, op, "\"", it->first, "\" is ",
+                 shape_str(it->second.shape), " in the checkpoint but parameter ", piece.param,
+                 " is ", shape_str(p.sizes()));
+        Tensor range =
+            empty({piece.length}, TensorOptions(it->second.dtype).with_device(p.device()));
+        ckpt.read(it->first, range, piece.offset);  // this rank's elements only
+        local.emplace(key, std::move(range));
+      }
+    }
+    if (local_) local_->load_state_dict(local);  // checks the names; copies
+    set_lr(local.at("lr").item<double>());
+    consolidated_.reset();
+  });
+}
+
+}  // namespace gw::dist

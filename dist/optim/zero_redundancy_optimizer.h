@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "core/serialize.h"
+#include "dist/checkpoint/checkpoint.h"
 #include "dist/process_group/process_group.h"
 #include "optim/factory.h"
 
@@ -68,6 +69,16 @@ class ZeroRedundancyOptimizer {
   // The whole state (the plain optimizer's, or a consolidated one of any world size); each rank
   // keeps its range. Checked before anything changes; errors name the key.
   void load_state_dict(const NamedTensors& state);
+
+  // For a distributed checkpoint (dist/checkpoint/checkpoint.h): this rank's ranges of the
+  // plain optimizer's state ("<prefix>state.<parameter>.<name>" for the whole parameter's
+  // shape, each range at its offset; step counts and "<prefix>lr" whole), so that each rank
+  // writes only what it holds and the checkpoint holds the plain optimizer's state_dict.
+  checkpoint::ShardedState sharded_state_dict(const std::string& prefix = "") const;
+  // A collective: each rank reads its ranges of "<prefix>..." from a checkpoint saved at any
+  // world size (by a ZeroRedundancyOptimizer or from a plain optimizer's state), and only those.
+  // An error on any rank raises on every rank; nothing changes on a rank that raised.
+  void load_state_dict(const checkpoint::Reader& checkpoint, const std::string& prefix = "");
 
   // A parameter's elements [offset, offset + length) and the rank that owns them.
   struct Piece {

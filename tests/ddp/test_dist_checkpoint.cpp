@@ -1,0 +1,345 @@
+// Distributed checkpoints (dist/checkpoint/checkpoint.h) over real Gloo and RPC, ranks as
+// threads, real files: a checkpoint of DDP + ZeRO saved at world size 2 loads at 3 (and 3 at 2)
+// and training continues exactly as an uninterrupted run; RemoteModules saved on one placement
+// load on another; every error raises on every rank; a failed save leaves the last one whole.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+
+#include "autograd/autograd.h"
+#include "core/ops.h"
+#include "core/random.h"
+#include "core/safetensors_file.h"
+#include "ddp/distributed_data_parallel.h"
+#include "dist/autograd/dist_autograd.h"
+#include "dist/checkpoint/checkpoint.h"
+#include "dist/optim/distributed_optimizer.h"
+#include "dist/optim/zero_redundancy_optimizer.h"
+#include "nn/nn.h"
+#include "optim/factory.h"
+#include "tests/dist/process_group/ranks.h"
+#include "tests/rpc/group.h"
+#include "tests/temp_dir.h"
+
+using namespace gw;
+namespace dcp = gw::dist::checkpoint;
+using gw::dist::testing::Checks;
+using gw::dist::testing::run_ranks;
+
+namespace {
+constexpr int64_t kGlobal = 6;  // samples per step: 3 per rank at world 2, 2 at world 3
+constexpr int kSteps = 6, kSavedAt = 3;
+
+std::shared_ptr<nn::Sequential> mlp(uint64_t seed) {
+  Generator gen(seed);
+  auto m = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(8, 16, true, gen),
+                                            std::make_shared<nn::ReLU>(),
+                                            std::make_shared<nn::Linear>(16, 4, true, gen));
+  m->to(kFloat64);
+  return m;
+}
+
+std::pair<Tensor, Tensor> batch(int step) {
+  Generator gen(900 + static_cast<uint64_t>(step));
+  return {randn({kGlobal, 8}, gen, kFloat64), randint(0, 4, {kGlobal}, gen)};
+}
+
+std::shared_ptr<dist::ProcessGroup> borrow(dist::ProcessGroupGloo& pg) {
+  return {&pg, [](dist::ProcessGroup*) {}};
+}
+
+const optim::OptimizerOptions kAdam = optim::AdamOptions{.lr = 0.01, .weight_decay = 0.1};
+
+// Steps [from, to) of DDP + ZeRO, each rank on its rows of the global batch.
+void train(dist::ProcessGroupGloo& pg, ddp::DistributedDataParallel& model,
+           dist::ZeroRedundancyOptimizer& opt, int from, int to) {
+  const int64_t rows = kGlobal / pg.size();
+  for (int step = from; step < to; ++step) {
+    auto [x, y] = batch(step);
+    opt.zero_grad();
+    nn::functional::cross_entropy(model.forward(x.narrow(0, pg.rank() * rows, rows)),
+                                  y.narrow(0, pg.rank() * rows, rows))
+        .backward();
+    opt.step();
+  }
+}
+
+// The uninterrupted run: one process, the whole batch, the plain optimizer.
+struct Reference {
+  std::shared_ptr<nn::Sequential> model = mlp(7);
+  std::unique_ptr<optim::Optimizer> opt = optim::make_optimizer(model->parameters(), kAdam);
+  NamedTensors state_at_save;  // the optimizer's, after kSavedAt steps
+  Reference() {
+    for (int step = 0; step < kSteps; ++step) {
+      if (step == kSavedAt) state_at_save = opt->state_dict();
+      auto [x, y] = batch(step);
+      opt->zero_grad();
+      nn::functional::cross_entropy(model->forward(x), y).backward();
+      opt->step();
+    }
+  }
+};
+
+dcp::ShardedState training_state(ddp::DistributedDataParallel& model,
+                                 const dist::ZeroRedundancyOptimizer& opt) {
+  dcp::ShardedState state = dcp::whole(model.module()->state_dict(), "model.");
+  state.merge(opt.sharded_state_dict("optim."));
+  return state;
+}
+
+// Saves after kSavedAt steps at world `from`, then at world `to` loads into a model built from
+// other weights and trains to kSteps, which must end where the uninterrupted run does.
+void save_then_resume(int from, int to, const std::string& dir, const Reference& ref) {
+  run_ranks(from, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+    ddp::DistributedDataParallel model(mlp(7), borrow(pg));
+    dist::ZeroRedundancyOptimizer opt(model.module()->parameters(), kAdam, borrow(pg));
+    train(pg, model, opt, 0, kSavedAt);
+    dcp::save(dir, training_state(model, opt), pg, {{"step", std::to_string(kSavedAt)}});
+    EXPECT(c, dcp::Reader(dir).world_size() == from);
+  });
+  run_ranks(to, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+    ddp::DistributedDataParallel model(mlp(100 + static_cast<uint64_t>(pg.rank())), borrow(pg));
+    dist::ZeroRedundancyOptimizer opt(model.module()->parameters(), kAdam, borrow(pg));
+    dcp::Reader ckpt(dir);
+    dcp::load(ckpt, dcp::whole(model.module()->state_dict(), "model."), pg);
+    opt.load_state_dict(ckpt, "optim.");
+    const int step = std::stoi(ckpt.metadata().at("step"));
+    EXPECT(c, step == kSavedAt);
+    train(pg, model, opt, step, kSteps);
+    auto p = model.module()->parameters(), q = ref.model->parameters();
+    for (size_t i = 0; i < p.size(); ++i) EXPECT(c, allclose(p[i], q[i], 1e-10, 1e-12));
+  });
+}
+}  // namespace
+
+TEST_CASE("a DDP + ZeRO checkpoint saved at world size 2 loads at 3 and training continues "
+          "as if uninterrupted",
+          "[dist_checkpoint]") {
+  const Reference ref;
+  test::TempDir dir("gw_dcp");
+  save_then_resume(2, 3, dir.path, ref);
+
+  // What was written: one file per rank, each with its share; the index says who has what.
+  const dcp::Reader ckpt(dir.path);
+  CHECK(ckpt.generation() == 1);
+  std::vector<std::string> files;
+  for (const auto& f : std::filesystem::directory_iterator(dir.path))
+    files.push_back(f.path().filename().string());
+  std::sort(files.begin(), files.end());
+  CHECK(files == std::vector<std::string>{"1-rank0.safetensors", "1-rank1.safetensors",
+                                          "index.json"});
+  // The replicas were written once, spread over both ranks; the moments by their owners.
+  int64_t model_keys[2] = {0, 0};
+  for (int r = 0; r < 2; ++r) {
+    SafetensorsFile f(dir.path + "/1-rank" + std::to_string(r) + ".safetensors");
+    for (const auto& [key, info] : f.tensors()) model_keys[r] += key.starts_with("model.") ? 1 : 0;
+  }
+  CHECK(model_keys[0] + model_keys[1] == 4);
+  CHECK(model_keys[0] > 0);
+  CHECK(model_keys[1] > 0);
+  // The checkpoint holds the plain optimizer's state: it loads into one.
+  const NamedTensors state = ckpt.read_all("optim.");
+  REQUIRE(state.size() == ref.state_at_save.size());
+  for (const auto& [key, t] : ref.state_at_save) {
+    INFO(key);
+    REQUIRE(state.contains(key));
+    CHECK(allclose(state.at(key), t, 1e-12, 1e-14));
+  }
+  auto plain = optim::make_optimizer(mlp(7)->parameters(), kAdam);
+  plain->load_state_dict(state);
+}
+
+TEST_CASE("a checkpoint saved at world size 3 loads at 2", "[dist_checkpoint]") {
+  const Reference ref;
+  test::TempDir dir("gw_dcp");
+  save_then_resume(3, 2, dir.path, ref);
+}
+
+TEST_CASE("a checkpoint reads only the ranges a rank asks for, in place", "[dist_checkpoint]") {
+  test::TempDir dir("gw_dcp");
+  Tensor whole = arange(0, 30, 1, kFloat32).reshape({5, 6});
+  run_ranks(3, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+    const int64_t begin = pg.rank() * 10;  // three ranges of ten
+    dcp::ShardedState mine{
+        {"w", {whole.reshape({-1}).narrow(0, begin, 10).clone(), whole.sizes(), begin}},
+        {"replica", dcp::Shard{full({2}, 7.0), {2}, 0}}};
+    dcp::save(dir.path, mine, pg);
+    // Each rank wrote its own range.
+    SafetensorsFile f(dir.path + "/1-rank" + std::to_string(pg.rank()) + ".safetensors");
+    EXPECT(c, f.tensors().contains("w@" + std::to_string(begin)));
+  });
+  const dcp::Reader ckpt(dir.path);
+  CHECK(equal(ckpt.read("w"), whole));
+  Tensor part = zeros({2, 4}).t();  // not contiguous: read through a copy
+  ckpt.read("w", part, 7);          // elements 7..14 span two ranks' files
+  CHECK(equal(part.contiguous().reshape({-1}), arange(7, 15, 1, kFloat32)));
+  CHECK(equal(ckpt.read("replica"), full({2}, 7.0)));
+  CHECK_THROWS_AS(ckpt.read("w", zeros({8}), 25), IndexError);
+  CHECK_THROWS_WITH(ckpt.read("w", zeros({2}, kFloat64)), Catch::Contains("float32"));
+  CHECK_THROWS_WITH(ckpt.read("nope"), Catch::Contains("no tensor \"nope\""));
+}
+
+TEST_CASE("checkpoint errors raise on every rank, naming the rank and the tensor",
+          "[dist_checkpoint][errors]") {
+  test::TempDir dir("gw_dcp");
+  run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+    const int r = pg.rank();
+    dcp::save(dir.path, dcp::whole({{"a", full({3}, 1.0)}}), pg, {{"v", "1"}});  // generation 1
+    // Disagreeing shapes, a gap, an undefined tensor: refused before anything is written.
+    EXPECT_THROWS(c, InvalidArgumentError,
+                  dcp::save(dir.path, dcp::whole({{"a", zeros({r == 0 ? 3 : 4})}}), pg),
+                  "tensor \"a\" is float32 (3) on rank 0 but float32 (4) on rank 1");
+    EXPECT_THROWS(c, InvalidArgumentError,
+                  dcp::save(dir.path, {{"b", dcp::Shard{zeros({2}), {6}, r == 0 ? 0 : 4}}}, pg),
+                  "elements [2, 4) of tensor \"b\" (6) are held by no rank");
+    EXPECT_THROWS(c, InvalidArgumentError,
+                  dcp::save(dir.path, {{"c", dcp::Shard{r == 1 ? Tensor() : zeros({1}), {1}, 0}}},
+                            pg),
+                  "tensor \"c\" is undefined");
+    if (r == 0)  // the other rank's failure arrives as its own type, naming the rank
+      EXPECT_THROWS(c, RemoteError,
+                    dcp::save(dir.path, {{"c", dcp::Shard{zeros({1}), {1}, 0}}}, pg),
+                    "[rank 1]", "tensor \"c\" is undefined");
+    else
+      EXPECT_THROWS(c, InvalidArgumentError,
+                    dcp::save(dir.path, {{"c", dcp::Shard{Tensor(), {1}, 0}}}, pg),
+                    "tensor \"c\" is undefined");
+    // The failed saves left generation 1 whole.
+    const dcp::Reader ckpt(dir.path);
+    EXPECT(c, ckpt.generation() == 1 && ckpt.metadata().at("v") == "1");
+    // Loading: a name only rank 1 asks for, a shape that differs.
+    dcp::ShardedState want = dcp::whole({{"a", zeros({3})}});
+    if (r == 1) want.emplace("missing", dcp::Shard{zeros({1}), {1}, 0});
+    EXPECT_THROWS(c, IndexError, dcp::load(ckpt, want, pg), "no tensor \"missing\"");
+    EXPECT_THROWS(c, ShapeError, dcp::load(ckpt, dcp::whole({{"a", zeros({4})}}), pg),
+                  "tensor \"a\" is (3) in the checkpoint but (4) here");
+    EXPECT_THROWS(c, IoError, dcp::load(dir.path + "/none", want, pg), "no checkpoint in");
+    // A second save replaces the first; the first one's files go.
+    dcp::save(dir.path, dcp::whole({{"a", full({3}, 2.0)}}), pg, {{"v", "2"}});
+    Tensor a = zeros({3});
+    dcp::load(dir.path, dcp::whole({{"a", a}}), pg);
+    EXPECT(c, equal(a, full({3}, 2.0)));
+  });
+  CHECK(dcp::Reader(dir.path).generation() == 2);
+  for (const auto& f : std::filesystem::directory_iterator(dir.path))
+    CHECK_FALSE(f.path().filename().string().starts_with("1-"));
+}
+
+TEST_CASE("a damaged index is refused by name", "[dist_checkpoint][errors]") {
+  test::TempDir dir("gw_dcp");
+  auto write = [&](const std::string& text) { std::ofstream(dir.path + "/index.json") << text; };
+  CHECK_THROWS_WITH(dcp::Reader(dir.path), Catch::Contains("no checkpoint in"));
+  write("{not json");
+  CHECK_THROWS_WITH(dcp::Reader(dir.path), Catch::Contains("not a valid index"));
+  const std::string head =
+      R"({"format": "gradwire-distributed-checkpoint-1", "generation": 1, "world_size": 1,
+          "metadata": {}, "tensors": {"t": {"dtype": "float32", "shape": [4], "chunks": )";
+  write(head + R"([{"file": "../x.safetensors", "key": "t", "offset": 0, "numel": 4}]}}})");
+  CHECK_THROWS_WITH(dcp::Reader(dir.path), Catch::Contains("outside the checkpoint"));
+  write(head + R"([{"file": "1-rank0.safetensors", "key": "t", "offset": 0, "numel": 3}]}}})");
+  CHECK_THROWS_WITH(dcp::Reader(dir.path), Catch::Contains("hold 3 of its 4 elements"));
+  write(head + R"([{"file": "1-rank0.safetensors", "key": "t", "offset": 0, "numel": 4}]}}})");
+  const dcp::Reader ckpt(dir.path);  // the index is fine; the file it names is not there
+  CHECK_THROWS_AS(ckpt.read("t"), IoError);
+}
+
+// --- RemoteModule ------------------------------------------------------------------------------
+
+namespace {
+struct SeededLinear : nn::Linear {
+  SeededLinear(int64_t in, int64_t out, int64_t seed)
+      : nn::Linear(in, out, [&]() -> Generator& {
+          static thread_local Generator gen;
+          gen.manual_seed(static_cast<uint64_t>(seed));
+          return gen;
+        }()) {}
+};
+const bool kRegistered = [] {
+  dist::add_module_constructor<SeededLinear, int64_t, int64_t, int64_t>("ckpt_linear");
+  return true;
+}();
+
+// x -> a (remote) -> relu -> b (remote) -> head (here).
+struct Pipeline {
+  std::map<std::string, dist::RemoteModule> remote;
+  std::shared_ptr<nn::Linear> head;
+  Pipeline(const std::string& a_on, const std::string& b_on, int64_t seed) {
+    remote.emplace("a.", dist::RemoteModule(a_on, "ckpt_linear", int64_t{4}, int64_t{6}, seed));
+    remote.emplace("b.", dist::RemoteModule(b_on, "ckpt_linear", int64_t{6}, int64_t{5}, seed + 1));
+    Generator gen(static_cast<uint64_t>(seed) + 2);
+    head = std::make_shared<nn::Linear>(5, 3, true, gen);
+  }
+  Tensor forward(const Tensor& x) {
+    return head->forward(remote.at("b.").forward(remote.at("a.").forward(x).relu()));
+  }
+  std::vector<rpc::RRef<Tensor>> parameters() {
+    auto out = remote.at("a.").remote_parameters();
+    for (auto& p : remote.at("b.").remote_parameters()) out.push_back(p);
+    for (const Tensor& p : head->parameters()) out.emplace_back(p);
+    return out;
+  }
+  void train(int from, int to) {
+    dist::DistributedOptimizer opt(optim::SGD::options(0.2), parameters());
+    for (int step = from; step < to; ++step) {
+      Generator gen(40 + static_cast<uint64_t>(step));
+      Tensor x = randn({8, 4}, gen);
+      Tensor y = randint(0, 3, {8}, gen);
+      dist_autograd::Context ctx;
+      dist_autograd::backward(ctx.id(), {nn::functional::cross_entropy(forward(x), y)});
+      opt.step(ctx.id());
+    }
+  }
+  std::vector<Tensor> values() {
+    std::vector<Tensor> out;
+    for (auto& p : parameters()) out.push_back(p.to_here());
+    return out;
+  }
+};
+}  // namespace
+
+TEST_CASE("RemoteModules saved on one placement load on another; training goes on as if "
+          "uninterrupted",
+          "[dist_checkpoint][remote_module]") {
+  REQUIRE(kRegistered);
+  test::TempDir dir("gw_dcp");
+  std::vector<Tensor> uninterrupted;
+  {
+    rpc::testing::Group g(2);
+    rpc::Agent::Use use(g[0]);
+    Pipeline p("worker1/cpu", "worker1/cpu", 3);
+    p.train(0, 6);
+    uninterrupted = p.values();
+  }
+  {
+    rpc::testing::Group g(2);  // both modules on worker1
+    rpc::Agent::Use use(g[0]);
+    Pipeline p("worker1/cpu", "worker1/cpu", 3);
+    p.train(0, 3);
+    dcp::save(dir.path, p.remote, dcp::whole(p.head->state_dict(), "head."), {{"step", "3"}});
+  }
+  const dcp::Reader ckpt(dir.path);
+  CHECK(ckpt.world_size() == 3);  // two owners' files and this worker's
+  CHECK(ckpt.contains("a.weight"));
+  CHECK(ckpt.contains("b.bias"));
+  CHECK(ckpt.contains("head.weight"));
+  {
+    rpc::testing::Group g(3);  // a on worker1, b on worker2 now, all from other weights
+    rpc::Agent::Use use(g[0]);
+    Pipeline p("worker1/cpu", "worker2/cpu", 50);
+    dcp::load(dir.path, p.remote);
+    p.head->load_state_dict(dcp::Reader(dir.path).read_all("head."));
+    p.train(3, 6);
+    const std::vector<Tensor> resumed = p.values();
+    REQUIRE(resumed.size() == uninterrupted.size());
+    for (size_t i = 0; i < resumed.size(); ++i) CHECK(allclose(resumed[i], uninterrupted[i]));
+
+    // A module whose shapes differ: its owner refuses, and says why.
+    std::map<std::string, dist::RemoteModule> other;
+    other.emplace("a.", dist::RemoteModule("worker2/cpu", "ckpt_linear", int64_t{4}, int64_t{7},
+                                           int64_t{1}));
+    CHECK_THROWS_WITH(dcp::load(dir.path, other), Catch::Contains("weight"));
+    CHECK_THROWS_AS(dcp::load(dir.path, other), RemoteError);
+  }
+}
