@@ -9,10 +9,15 @@
 // checks that its parameters are bit-for-bit those of rank 0 and prints the result; the exit status
 // says whether they were and whether the test accuracy reached --target (default 0.88).
 //
-// With --checkpoint-every N, rank 0 saves the model, the optimizer's state and the position
-// (gw::save_checkpoint) into --checkpoint-dir every N steps and at each epoch's end, and every
-// rank resumes from it when it is there at start: run under gwrun --max-restarts, a job whose
-// rank died goes on from its last checkpoint instead of from scratch.
+// With --zero, the optimizer's momentum is sharded across the ranks (ZeroRedundancyOptimizer):
+// each rank keeps and updates 1/world of it.
+//
+// With --checkpoint-every N, every rank saves its part of the model, the optimizer's state and
+// the position into the distributed checkpoint in --checkpoint-dir (dist/checkpoint) every N
+// steps and at each epoch's end, and every rank resumes from it when it is there at start: run
+// under gwrun --max-restarts, a job whose rank died goes on from its last checkpoint instead of
+// from scratch. The checkpoint loads at any number of ranks (--zero's shards too): a job
+// restarted on more or fewer ranks goes on from the same number of samples seen.
 //
 // With --backend mpi, the gradients travel over MPI (under mpirun or srun --mpi=pmix: shared
 // memory between the ranks of a node) instead of Gloo's TCP; nothing else changes:
@@ -25,30 +30,35 @@
 //
 // With --trace FILE, FILE gets the run's timeline (open it at https://ui.perfetto.dev): each
 // rank's forwards, backwards, DDP's buckets and their allreduces on the group's track.
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
-#include "core/checkpoint.h"
 #include "core/ops.h"
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/powersgd.h"
+#include "dist/checkpoint/checkpoint.h"
+#include "dist/optim/zero_redundancy_optimizer.h"
 #include "dist/process_group/init.h"
 #include "examples/common/fashion_mnist.h"
 #include "examples/common/launch.h"
 #include "examples/common/models.h"
 #include "examples/common/progress.h"
 #include "nn/functional.h"
-#include "optim/lr_scheduler.h"
 #include "optim/sgd.h"
 
 namespace {
+
+namespace dcp = gw::dist::checkpoint;
 
 struct Args : gw::examples::TrainArgs {
   std::string model = "mlp", curve, backend = "gloo", hook = "none";
   int64_t powersgd_rank = 1, powersgd_start = 10;
   double lr_decay = 0.6;
+  bool zero = false;
   gw::examples::CheckpointArgs checkpoint{"ddp_train"};
   gw::examples::TraceArgs trace;
 };
@@ -68,6 +78,8 @@ Args parse(int argc, char** argv) {
       a.powersgd_rank = std::atoll(v.c_str());
     else if (k == "--powersgd-start")
       a.powersgd_start = std::atoll(v.c_str());
+    else if (k == "--zero" && (v == "on" || v == "off"))
+      a.zero = v == "on";
     else
       return a.checkpoint.parse(k, v) || a.trace.parse(k, v);
     return true;
@@ -76,7 +88,7 @@ Args parse(int argc, char** argv) {
       "ddp_train", argc, argv, {.epochs = 5, .batch_size = 32, .lr = 0.02, .target = 0.88}, extra,
       (std::string(" [--model mlp|cnn] [--backend gloo|mpi] [--lr-decay X] [--curve PATH]"
                    " [--hook none|fp16|bf16|powersgd|batched-powersgd] [--powersgd-rank R]"
-                   " [--powersgd-start ITER]") +
+                   " [--powersgd-start ITER] [--zero on|off]") +
        gw::examples::CheckpointArgs::kUsage + gw::examples::TraceArgs::kUsage)
           .c_str());
   return a;
@@ -95,6 +107,38 @@ std::shared_ptr<gw::ddp::PowerSGDState> register_hook(gw::ddp::DistributedDataPa
                                                    : gw::ddp::hooks::batched_powersgd(state));
   return state;
 }
+
+// SGD with momentum 0.9: on every rank whole, or with --zero sharded across the ranks.
+class Optimizer {
+ public:
+  Optimizer(const Args& args, gw::nn::Module& model, std::shared_ptr<gw::dist::ProcessGroup> pg) {
+    const gw::optim::SGDOptions options{.lr = args.lr, .momentum = 0.9};
+    if (args.zero)
+      zero_ = std::make_unique<gw::dist::ZeroRedundancyOptimizer>(model.parameters(), options,
+                                                                   std::move(pg));
+    else
+      plain_ = std::make_unique<gw::optim::SGD>(model.parameters(), options);
+  }
+  void zero_grad() { zero_ ? zero_->zero_grad() : plain_->zero_grad(); }
+  void step() { zero_ ? zero_->step() : plain_->step(); }
+  double lr() const { return zero_ ? zero_->lr() : plain_->lr(); }
+  void set_lr(double lr) { zero_ ? zero_->set_lr(lr) : plain_->set_lr(lr); }
+  // What a checkpoint holds of it: the plain optimizer's state, which every rank holds (and one
+  // writes), or each rank's ranges of it.
+  dcp::ShardedState state() const {
+    return zero_ ? zero_->sharded_state_dict("optim.") : dcp::whole(plain_->state_dict(), "optim.");
+  }
+  void load(const dcp::Reader& ckpt) {
+    if (zero_)
+      zero_->load_state_dict(ckpt, "optim.");
+    else
+      plain_->load_state_dict(ckpt.read_all("optim."));
+  }
+
+ private:
+  std::unique_ptr<gw::optim::SGD> plain_;
+  std::unique_ptr<gw::dist::ZeroRedundancyOptimizer> zero_;
+};
 
 // Whether every rank's parameters equal rank 0's, bit for bit: rank 0's are broadcast and
 // compared on each rank, and the verdicts are combined with a MIN allreduce.
@@ -128,41 +172,54 @@ int main(int argc, char** argv) {
     gw::Generator gen(static_cast<uint64_t>(rank));  // DDP starts every replica from rank 0's
     gw::ddp::DistributedDataParallel model(gw::examples::fashion_model(args.model, gen), pg);
     auto powersgd = register_hook(model, args);
-    gw::optim::SGD opt(model.module()->parameters(),
-                       gw::optim::SGDOptions{.lr = args.lr, .momentum = 0.9});
-    gw::optim::StepLR schedule(opt, {.step_size = 1, .gamma = args.lr_decay});
+    Optimizer opt(args, *model.module(), pg);
     constexpr uint64_t kDataSeed = 0;
     gw::data::Loader loader(
         train,
         {.batch_size = args.batch_size, .seed = kDataSeed, .rank = rank, .world_size = world});
-    // Resuming: every rank loads the same checkpoint (DDP would broadcast rank 0's parameters
-    // anyway; the optimizer's state is every rank's own).
+    // Resuming: every rank reads its part of the checkpoint, whatever the number of ranks that
+    // saved it. A step of theirs is a step of ours scaled by the ranks: every epoch's order is
+    // the same at any world size, and a step takes the next batch_size * world samples of it.
     int64_t first_epoch = 0, first_step = 0;
-    if (auto c = args.checkpoint.load(rank == 0)) {
-      model.module()->load_state_dict(c->model);
-      opt.load_state_dict(c->optimizer);
-      first_epoch = c->epoch, first_step = c->step;
+    if (args.checkpoint.every > 0 && std::filesystem::exists(args.checkpoint.dir + "/index.json")) {
+      const dcp::Reader ckpt(args.checkpoint.dir);
+      dcp::load(ckpt, dcp::whole(model.module()->state_dict(), "model."), *pg);
+      opt.load(ckpt);
+      const auto& meta = ckpt.metadata();
+      first_epoch = std::stoll(meta.at("epoch"));
+      first_step = std::stoll(meta.at("step")) * std::stoll(meta.at("world_size")) / world;
+      if (rank == 0)
+        std::printf("resuming from %s at epoch %lld, step %lld (saved by %s ranks)\n",
+                    args.checkpoint.dir.c_str(), static_cast<long long>(first_epoch + 1),
+                    static_cast<long long>(first_step), meta.at("world_size").c_str());
     }
-    auto checkpoint = [&](int64_t epoch, int64_t step) {  // rank 0 writes; all hold the same
-      if (rank != 0 || args.checkpoint.every == 0) return;
-      args.checkpoint.save({.model = model.module()->state_dict(),
-                            .optimizer = opt.state_dict(),
-                            .epoch = epoch,
-                            .step = step,
-                            .seed = kDataSeed,
-                            .extra = {}});
+    auto checkpoint = [&](int64_t epoch, int64_t step) {  // every rank writes its part
+      if (args.checkpoint.every == 0) return;
+      dcp::ShardedState state = dcp::whole(model.module()->state_dict(), "model.");
+      state.merge(opt.state());
+      dcp::save(args.checkpoint.dir, state, *pg,
+                {{"epoch", std::to_string(epoch)},
+                 {"step", std::to_string(step)},
+                 {"world_size", std::to_string(world)},
+                 {"data_seed", std::to_string(kDataSeed)}});
+      if (rank == 0)
+        std::printf("checkpoint saved: epoch %lld, step %lld\n", static_cast<long long>(epoch + 1),
+                    static_cast<long long>(step));
+      std::fflush(stdout);
     };
     if (rank == 0) {
       std::printf(
-          "%s\nDDP on %d ranks (%s), SGD lr %g momentum 0.9, batch %lld per rank, "
+          "%s\nDDP on %d ranks (%s), SGD lr %g momentum 0.9%s, batch %lld per rank, "
           "%lld epochs\n",
           model.module()->repr().c_str(), world, args.backend.c_str(), args.lr,
+          args.zero ? " sharded across the ranks (ZeRO)" : "",
           static_cast<long long>(args.batch_size), static_cast<long long>(args.epochs));
       std::fflush(stdout);
     }
     std::vector<double> losses;
     double acc = 0;
     for (int64_t epoch = first_epoch; epoch < args.epochs; ++epoch) {
+      opt.set_lr(args.lr * std::pow(args.lr_decay, static_cast<double>(epoch)));  // StepLR's
       std::unique_ptr<gw::examples::ProgressBar> bar;
       if (rank == 0)
         bar = std::make_unique<gw::examples::ProgressBar>("epoch " + std::to_string(epoch + 1),
@@ -187,7 +244,6 @@ int main(int argc, char** argv) {
       if (rank == 0)
         std::printf("epoch %lld: test accuracy %.2f%% (lr %g)\n",
                     static_cast<long long>(epoch + 1), acc * 100, opt.lr());
-      schedule.step();
       checkpoint(epoch + 1, 0);
     }
     if (first_epoch >= args.epochs)  // resumed after the last epoch's checkpoint

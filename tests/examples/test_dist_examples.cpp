@@ -143,6 +143,40 @@ TEST_CASE("gwrun --max-restarts: DDP with a rank killed mid-epoch resumes from i
   CHECK(std::abs(got - want) <= 0.5);
 }
 
+TEST_CASE("DDP with ZeRO: a checkpoint saved by 2 ranks resumes on 3 as if uninterrupted",
+          "[examples][dist][ddp]") {
+  // 96 samples a step either way (48 per rank on 2, 32 on 3): every step averages the same
+  // samples, so the run that moved from 2 ranks to 3 after its first epoch ends where the run
+  // that stayed on 2 does.
+  gw::test::TempDir uninterrupted, moved;
+  auto args = [](const std::string& nproc, const std::string& batch, const std::string& epochs,
+                 const std::string& dir) {
+    return std::vector<std::string>{"--nproc-per-node", nproc,   GW_DDP_EXAMPLE, "--zero",
+                                    "on",               "--epochs", epochs,      "--batch-size",
+                                    batch,              "--limit", "3600",       "--target",
+                                    "0.5",              "--checkpoint-every", "1000",
+                                    "--checkpoint-dir", dir};
+  };
+  const auto reference = run_gwrun(args("2", "48", "2", uninterrupted.path));
+  INFO(reference.out << reference.err);
+  REQUIRE(reference.exit_code == 0);
+  const auto first = run_gwrun(args("2", "48", "1", moved.path));
+  INFO(first.out << first.err);
+  REQUIRE(first.exit_code == 0);
+  CHECK(count(first.out, "checkpoint saved: epoch 2, step 0") == 1);
+  const auto second = run_gwrun(args("3", "32", "2", moved.path));
+  INFO(second.out << second.err);
+  CHECK(second.exit_code == 0);
+  CHECK(count(second.out, "resuming from " + moved.path + " at epoch 2, step 0 (saved by 2 ranks)") ==
+        1);
+  CHECK(count(second.out, "parameters identical to rank 0's: yes") == 3);
+  CHECK(count(second.out, "epoch 1: test accuracy") == 0);  // the first epoch was not run again
+  const double want = final_accuracy(reference.out), got = final_accuracy(second.out);
+  INFO("uninterrupted " << want << "%, moved to 3 ranks " << got << "%");
+  CHECK(got > 0);
+  CHECK(std::abs(got - want) <= 0.1);
+}
+
 TEST_CASE("gwrun --max-restarts: the parameter server resumes after a trainer is killed",
           "[examples][dist]") {
   gw::test::TempDir dir;
