@@ -13,6 +13,7 @@
 #include "optim/sgd.h"
 #include "tests/dist/autograd/dist_functions.h"
 #include "tests/rpc/group.h"
+#include "tests/skip.h"
 #ifdef GW_HAVE_CUDA
 #include "tests/cuda/cuda_test_util.h"
 #endif
@@ -149,9 +150,98 @@ TEST_CASE("RemoteModule: forward runs remotely; training it matches local traini
   CHECK(allclose(params[1].to_here(), local_linear.bias, 1e-5, 1e-6));
   remote_linear.eval();
   remote_linear.train();
+  for (const char* bad : {"worker1/tpu", "worker1/cuda:x", "worker1/cuda:-1", "/cpu"})
+    CHECK_THROWS_WITH(dist::RemoteModule(bad, "d_linear", int64_t{1}, int64_t{1}, int64_t{1}),
+                      Catch::Contains(bad));
+}
+
+namespace {
+// A module of two inputs: linear(a) * b.
+struct Gate : nn::Module {
+  std::shared_ptr<nn::Linear> linear;
+  explicit Gate(int64_t seed) : Module("Gate") {
+    Generator gen(static_cast<uint64_t>(seed));
+    linear = register_module("linear", std::make_shared<nn::Linear>(4, 3, true, gen));
+  }
+  Tensor forward(const Tensor& a, const Tensor& b) { return linear->forward(a) * b; }
+};
+// Two outputs: (a + b, a * b).
+struct SumProduct : nn::Module {
+  SumProduct() : Module("SumProduct") {}
+  std::vector<Tensor> forward(const Tensor& a, const Tensor& b) { return {a + b, a * b}; }
+};
+const bool kGateRegistered = [] {
+  dist::add_module_constructor<Gate, int64_t>("test_gate");
+  dist::add_module_constructor<SumProduct>("test_sum_product");
+  return true;
+}();
+}  // namespace
+
+TEST_CASE("RemoteModule with several inputs: forward and training match the local module",
+          "[remote_module]") {
+  REQUIRE(kGateRegistered);
+  Group g(2);
+  rpc::Agent::Use use(g[0]);
+  dist::RemoteModule gate("worker1", "test_gate", int64_t{9});
+  Gate local(9);
+  Generator gen(2);
+  Tensor a = randn({5, 4}, gen), b = randn({5, 3}, gen);
+  Tensor y = from_vector<int64_t>({0, 1, 2, 0, 1});
+  std::vector<Tensor> out = gate.forward({a, b});
+  REQUIRE(out.size() == 1);
+  CHECK(allclose(out[0], local.forward(a, b)));
+  CHECK(allclose(gate.forward_async({a, b}).wait().at(0), local.forward(a, b)));
+
+  dist::DistributedOptimizer opt(optim::SGD::options(0.3), gate.remote_parameters());
+  optim::SGD local_opt(local.parameters(), optim::SGD::options(0.3));
+  Tensor b_leaf = b.clone().requires_grad_();
+  for (int step = 0; step < 3; ++step) {
+    Context ctx;
+    backward(ctx.id(), {nn::functional::cross_entropy(gate.forward({a, b_leaf})[0], y)});
+    opt.step(ctx.id());
+    CHECK(get_gradients(ctx.id()).contains(b_leaf));  // the second input's gradient came back
+    local_opt.zero_grad();
+    nn::functional::cross_entropy(local.forward(a, b), y).backward();
+    local_opt.step();
+  }
+  auto params = gate.remote_parameters();
+  CHECK(allclose(params[0].to_here(), local.linear->weight, 1e-5, 1e-6));
+
+  // A module of two outputs; arity errors name the module and the counts.
+  dist::RemoteModule sum_product("worker1", "test_sum_product");
+  auto both = sum_product.forward({a, a});
+  REQUIRE(both.size() == 2);
+  CHECK(allclose(both[0], a * 2));
+  CHECK(allclose(both[1], a * a));
+  CHECK_THROWS_WITH(gate.forward(std::vector<Tensor>{a}),
+                    Catch::Contains("the forward of Gate takes 2 inputs, got 1"));
+  CHECK_THROWS_WITH(gate.forward(a), Catch::Contains("[Gate] forward(Tensor) is not implemented"));
+  dist::RemoteModule linear("worker1", "d_linear", int64_t{4}, int64_t{3}, int64_t{1});
+  CHECK_THROWS_WITH(linear.forward({a, b}), Catch::Contains("takes one input, got 2"));
+  CHECK(allclose(linear.forward(std::vector<Tensor>{a}).at(0), linear.forward(a)));
+}
+
+TEST_CASE("RemoteModule on \"worker/cuda:N\": placed on the owner's GPU", "[remote_module]") {
+  Group g(2);
+  rpc::Agent::Use use(g[0]);
+#ifdef GW_HAVE_CUDA
+  if (gw::cuda::is_available()) {
+    dist::RemoteModule gpu("worker1/cuda:0", "d_linear", int64_t{4}, int64_t{3}, int64_t{5});
+    dist::RemoteModule cpu("worker1/cpu", "d_linear", int64_t{4}, int64_t{3}, int64_t{5});
+    CHECK(gpu.device() == cuda_device(0));
+    Tensor x = randn({6, 4});
+    Tensor out = gpu.forward(x);  // a CPU input moved there, the output brought back
+    CHECK(out.device() == kCPU);
+    CHECK(allclose(out, cpu.forward(x), 1e-5, 1e-6));
+    CHECK(gpu.remote_parameters()[0].to_here().device() == cuda_device(0));
+    return;
+  }
+#endif
+  // No GPU here: the owner refuses to place it, naming the device.
   CHECK_THROWS_WITH(
       dist::RemoteModule("worker1/cuda:0", "d_linear", int64_t{1}, int64_t{1}, int64_t{1}),
-      Catch::Contains("cuda:0"));
+      Catch::Contains("cannot place the module on cuda:0"));
+  GW_SKIP("no CUDA device: RemoteModule on a GPU not run");
 }
 
 TEST_CASE("RRef::backward runs backward on the owner", "[rref_backward]") {
