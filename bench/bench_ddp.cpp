@@ -15,6 +15,14 @@
 //   - the 13.7M-parameter MLP's DDP step with Adam sharded by ZeroRedundancyOptimizer beside
 //     plain Adam, in alternating rounds (the best of each), and the optimizer state each
 //     rank holds;
+//   - the Fashion-MNIST MLP with a head it does not use: the DDP step with static_graph beside
+//     find_unused_parameters (a graph traversal and a used-map allreduce per step), in
+//     alternating rounds, the median of each;
+//   - a checkpoint of the 13.7M-parameter MLP and its Adam state (sharded by ZeRO): saved and
+//     loaded by both ranks as a distributed checkpoint (each rank writes its file; each reads
+//     its ranges) beside one file (the state consolidated on rank 0, which writes it with
+//     gw::save_checkpoint; every rank reads it whole), in alternating rounds (the best of each),
+//     on the local disk through the page cache;
 //   - in a build with MPI, the first two again with the ranks as two processes under
 //     `mpirun -np 2` (this program runs itself so): DDP over the MPI group (shared memory)
 //     against PyTorch's overhead, and its throughput beside the Gloo group's between the same
@@ -32,11 +40,17 @@
 
 #include "bench/harness.h"
 #include "bench/mpi_peers.h"
+#include <stdlib.h>
+
+#include <filesystem>
+
+#include "core/checkpoint.h"
 #include "core/ops.h"
 #include "core/random.h"
 #include "core/trace.h"
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/powersgd.h"
+#include "dist/checkpoint/checkpoint.h"
 #include "dist/optim/zero_redundancy_optimizer.h"
 #include "dist/process_group/process_group_gloo.h"
 #include "dist/process_group/process_group_mpi.h"
@@ -110,7 +124,21 @@ struct Results {
   double traced = 0, untraced = 0;  // the Fashion-MNIST step, tracing on and off
   std::vector<double> hook_step, hook_bytes;                                  // by hook_cases()
   double zero_step = 1e30, adam_step = 1e30, zero_state = 0, adam_state = 0;  // s, bytes
+  double static_step = 0, find_unused_step = 0;  // s, medians
+  double dcp_save = 1e30, one_file_save = 1e30, dcp_load = 1e30, one_file_load = 1e30;  // s
+  double checkpoint_bytes = 0;
 };
+
+// What a case runs on each rank.
+struct Cases {
+  bool hooks = false, zero = false, static_graph = false, checkpoint = false;
+  std::string dir;  // for the checkpoints, shared by the ranks
+};
+
+double median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
 
 // The overhead case: the 13.7M-parameter MLP's step without and with DDP over `pg`.
 void time_big(const std::shared_ptr<gw::dist::ProcessGroup>& pg, Results& r) {
@@ -229,21 +257,104 @@ void time_mnist(const std::shared_ptr<gw::dist::ProcessGroup>& pg, int rank, boo
     if (rank == 0) gw::trace::cancel();
     off.push_back(mnist.time(kTraceSteps, *pg));
   }
-  auto median = [](std::vector<double> v) {
-    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-    return v[v.size() / 2];
-  };
   r.traced = median(on);
   r.untraced = median(off);
 }
 
-Results run_rank(std::shared_ptr<gw::dist::Store> store, int rank, bool hooks, bool zero) {
+// The Fashion-MNIST MLP beside a head it never uses.
+struct WithSpareHead : gw::nn::Module {
+  std::shared_ptr<gw::nn::Sequential> body = mlp({784, 256, 128, 10});
+  std::shared_ptr<gw::nn::Linear> spare = std::make_shared<gw::nn::Linear>(128, 10);
+  WithSpareHead() {
+    register_module("body", body);
+    register_module("spare", spare);
+  }
+  gw::Tensor forward(const gw::Tensor& x) override { return body->forward(x); }
+};
+
+// Its DDP step with static_graph and with find_unused_parameters, in alternating rounds.
+void time_static_graph(const std::shared_ptr<gw::dist::ProcessGroup>& pg, Results& r) {
+  auto a = std::make_shared<WithSpareHead>(), b = std::make_shared<WithSpareHead>();
+  gw::ddp::DistributedDataParallel unused(a, pg, {.find_unused_parameters = true}),
+      fixed(b, pg, {.static_graph = true});
+  Trainer find([&](const gw::Tensor& x) { return unused.forward(x); }, a->parameters());
+  Trainer stat([&](const gw::Tensor& x) { return fixed.forward(x); }, b->parameters());
+  for (int warm = 0; warm < 3; ++warm) {  // static_graph counts in its first
+    find.step();
+    stat.step();
+  }
+  std::vector<double> with_find, with_static;
+  for (int round = 0; round < kTraceRounds; ++round) {
+    with_find.push_back(find.time(kTraceSteps, *pg));
+    with_static.push_back(stat.time(kTraceSteps, *pg));
+  }
+  r.find_unused_step = median(with_find);
+  r.static_step = median(with_static);
+}
+
+// The 13.7M-parameter MLP's checkpoint with Adam sharded by ZeRO: saved and loaded as a
+// distributed checkpoint and as one file, in alternating rounds.
+void time_checkpoint(const std::shared_ptr<gw::dist::ProcessGroup>& pg, const std::string& dir,
+                     Results& r) {
+  namespace dcp = gw::dist::checkpoint;
+  auto model = mlp({784, 4096, 2560, 10});
+  gw::ddp::DistributedDataParallel ddp(model, pg);
+  gw::dist::ZeroRedundancyOptimizer zero(model->parameters(), gw::optim::AdamOptions{.lr = 1e-4},
+                                         pg);
+  gw::Generator gen(1);
+  const gw::Tensor x = gw::randn({kBatch, 784}, gen), y = gw::randint(0, 10, {kBatch}, gen);
+  gw::nn::functional::cross_entropy(ddp.forward(x), y).backward();
+  zero.step();  // Adam's state exists from here
+  const std::string spread = dir + "/distributed", single = dir + "/one_file";
+  const bool root = pg->rank() == 0;
+  auto timed = [&](const std::function<void()>& f) {
+    pg->barrier()->wait();
+    const auto start = std::chrono::steady_clock::now();
+    f();
+    pg->barrier()->wait();  // done when the last rank is
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  for (int round = 0; round < kBigRounds; ++round) {
+    r.dcp_save = std::min(r.dcp_save, timed([&] {
+      dcp::ShardedState state = dcp::whole(model->state_dict(), "model.");
+      state.merge(zero.sharded_state_dict("optim."));
+      dcp::save(spread, state, *pg);
+    }));
+    r.one_file_save = std::min(r.one_file_save, timed([&] {
+      zero.consolidate_state_dict(0);
+      if (root)
+        gw::save_checkpoint(single, {.model = model->state_dict(),
+                                     .optimizer = zero.state_dict(),
+                                     .epoch = 0,
+                                     .step = 0,
+                                     .seed = 0,
+                                     .extra = {}});
+    }));
+    r.dcp_load = std::min(r.dcp_load, timed([&] {
+      const dcp::Reader ckpt(spread);
+      dcp::load(ckpt, dcp::whole(model->state_dict(), "model."), *pg);
+      zero.load_state_dict(ckpt, "optim.");
+    }));
+    r.one_file_load = std::min(r.one_file_load, timed([&] {
+      auto c = gw::load_checkpoint(single);
+      model->load_state_dict(c->model);
+      zero.load_state_dict(c->optimizer);
+    }));
+  }
+  if (root)
+    r.checkpoint_bytes =
+        static_cast<double>(std::filesystem::file_size(single + "/checkpoint.safetensors"));
+}
+
+Results run_rank(std::shared_ptr<gw::dist::Store> store, int rank, const Cases& cases) {
   auto pg = std::make_shared<gw::dist::ProcessGroupGloo>(store, rank, kRanks);
   Results r;
   time_big(pg, r);
   time_mnist(pg, rank, /*traced=*/true, r);
-  if (hooks) time_hooks(pg, r);
-  if (zero) time_zero(pg, r);
+  if (cases.hooks) time_hooks(pg, r);
+  if (cases.zero) time_zero(pg, r);
+  if (cases.static_graph) time_static_graph(pg, r);
+  if (cases.checkpoint) time_checkpoint(pg, cases.dir, r);
   return r;
 }
 
@@ -295,6 +406,9 @@ constexpr const char* kMpiMnist = "Fashion-MNIST MLP training, 2 ranks, MPI grou
 constexpr const char* kTraced = "Fashion-MNIST MLP DDP step, traced";
 constexpr const char* kZeroStep = "13.7M MLP step, Adam sharded by ZeroRedundancyOptimizer";
 constexpr const char* kZeroState = "13.7M MLP, Adam state per rank with ZeroRedundancyOptimizer";
+constexpr const char* kStaticGraph = "Fashion-MNIST MLP with an unused head, step with static_graph";
+constexpr const char* kCheckpointSave = "13.7M MLP + Adam (ZeRO) checkpoint save, distributed";
+constexpr const char* kCheckpointLoad = "13.7M MLP + Adam (ZeRO) checkpoint load, distributed";
 
 }  // namespace
 
@@ -308,11 +422,23 @@ int main(int argc, char** argv) {
   const bool traced = report.wants("ddp", kTraced);
   const bool mpi_overhead = report.wants("ddp", kMpiOverhead);
   const bool mpi_mnist = report.wants("ddp", kMpiMnist);
-  bool hooks = false;
+  Cases cases;
   for (const HookCase& h : hook_cases())
-    hooks = hooks || report.wants("ddp", std::string("13.7M MLP step, ") + h.name);
-  const bool zero = report.wants("ddp", kZeroStep) || report.wants("ddp", kZeroState);
-  if (!overhead && !mnist && !traced && !mpi_overhead && !mpi_mnist && !hooks && !zero) return 0;
+    cases.hooks = cases.hooks || report.wants("ddp", std::string("13.7M MLP step, ") + h.name);
+  cases.zero = report.wants("ddp", kZeroStep) || report.wants("ddp", kZeroState);
+  cases.static_graph = report.wants("ddp", kStaticGraph);
+  cases.checkpoint = report.wants("ddp", kCheckpointSave) || report.wants("ddp", kCheckpointLoad);
+  if (!overhead && !mnist && !traced && !mpi_overhead && !mpi_mnist && !cases.hooks &&
+      !cases.zero && !cases.static_graph && !cases.checkpoint)
+    return 0;
+  if (cases.checkpoint) {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "bench_ddp_XXXXXX").string();
+    if (::mkdtemp(tmpl.data()) == nullptr) {
+      std::perror("bench_ddp: mkdtemp");
+      return 1;
+    }
+    cases.dir = tmpl;
+  }
   // PyTorch anchors the overheads and the Gloo throughput.
   auto torch =
       overhead || mnist || mpi_overhead
@@ -324,9 +450,10 @@ int main(int argc, char** argv) {
   };
 
   auto store = std::make_shared<gw::dist::HashStore>();
-  auto peer = std::async(std::launch::async, run_rank, store, 1, hooks, zero);
-  Results r = run_rank(store, 0, hooks, zero);
+  auto peer = std::async(std::launch::async, run_rank, store, 1, cases);
+  Results r = run_rank(store, 0, cases);
   peer.get();
+  if (!cases.dir.empty()) std::filesystem::remove_all(cases.dir);
 
   if (overhead) {
     auto local = get("big_local_ms"), ddp = get("big_ddp_ms");
@@ -350,10 +477,10 @@ int main(int argc, char** argv) {
   }
   if (traced)
     report.add({"ddp", kTraced, r.traced * 1e3, "ms", "tracing off, same run", r.untraced * 1e3});
-  if (hooks) {
-    const auto& cases = hook_cases();
-    for (size_t k = 1; k < cases.size(); ++k) {
-      const std::string name = std::string("13.7M MLP step, ") + cases[k].name;
+  if (cases.hooks) {
+    const auto& hooks = hook_cases();
+    for (size_t k = 1; k < hooks.size(); ++k) {
+      const std::string name = std::string("13.7M MLP step, ") + hooks[k].name;
       report.add({"ddp", name, r.hook_step[k] * 1e3, "ms", "allreduce hook, same run",
                   r.hook_step[0] * 1e3});
       report.add({"ddp", name + ": bytes per step and rank", r.hook_bytes[k] / (1 << 20), "MiB",
@@ -361,7 +488,18 @@ int main(int argc, char** argv) {
     }
   }
 
-  if (zero) {
+  if (cases.static_graph)
+    report.add({"ddp", kStaticGraph, r.static_step * 1e3, "ms",
+                "find_unused_parameters, same run", r.find_unused_step * 1e3});
+  if (cases.checkpoint) {
+    if (!report.json())
+      std::printf("ddp: checkpoint of %.1f MiB\n", r.checkpoint_bytes / (1 << 20));
+    report.add({"ddp", kCheckpointSave, r.dcp_save * 1e3, "ms",
+                "consolidated on rank 0, one file (save_checkpoint)", r.one_file_save * 1e3});
+    report.add({"ddp", kCheckpointLoad, r.dcp_load * 1e3, "ms",
+                "one file, read whole by every rank (load_checkpoint)", r.one_file_load * 1e3});
+  }
+  if (cases.zero) {
     report.add(
         {"ddp", kZeroStep, r.zero_step * 1e3, "ms", "plain Adam, same run", r.adam_step * 1e3});
     report.add({"ddp", kZeroState, r.zero_state / (1 << 20), "MiB", "plain Adam",
