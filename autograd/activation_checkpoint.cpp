@@ -16,6 +16,9 @@ class CheckpointBackward final : public Node {
   }
 
   TensorList apply(TensorList&& grads) override {
+    GW_CHECK(current_leaf_sink() == nullptr, StateError,
+             "[checkpoint] a distributed autograd pass reached a checkpointed segment: its "
+             "reentrant pass would accumulate into .grad, not into the context (not supported)");
     GW_CHECK(!released(), StateError,
              "[checkpoint] backward through a checkpointed segment a second time: its inputs "
              "were freed (pass retain_graph = true to the first backward)");

@@ -18,9 +18,13 @@
 //   firing per parameter unless told the graph is static (DDPOptions::static_graph).
 // - Only inputs that require grad connect the segment to the outer graph: if none does, the
 //   outputs do not require grad and fn's parameters get no gradient.
-// - fn must compute the same thing twice: draw any randomness from a generator it reseeds.
 // - retain_graph works (fn is run again by each backward); autograd::grad through a segment
-//   does not reach the parameters inside it (they accumulate into .grad), as in PyTorch.
+//   does not reach the parameters inside it (they accumulate into .grad), as in PyTorch; a
+//   distributed autograd pass that reaches a segment raises StateError (its gradients would
+//   go to .grad, not to the context).
+// - Unlike PyTorch's, the random state is not saved and restored around the recomputation:
+//   gradwire's random ops take their generator explicitly, and a segment that draws (dropout)
+//   must reseed its own.
 #pragma once
 
 #include <functional>

@@ -97,7 +97,8 @@ void DistributedDataParallel::broadcast_from(int root, const std::vector<Tensor>
 
 Tensor DistributedDataParallel::forward(const Tensor& input) {
   trace::Scope span("ddp", "DDP forward");
-  reducer_->prepare_for_forward();
+  const bool grad = autograd::is_grad_enabled();  // else no backward: the reducer is left alone
+  if (grad) reducer_->prepare_for_forward();
   int authority = 0;  // whose buffers every rank takes, and whose bucket order
   int divide_by = group_->size();
   GW_CHECK(join_id() == 0 || due_in_join_ != join_id() ||
@@ -108,7 +109,7 @@ Tensor DistributedDataParallel::forward(const Tensor& input) {
            "joined ranks shadow; run evaluation under NoGradGuard");
   GW_CHECK(join_id() == 0 || !options_.static_graph, InvalidArgumentError,
            "[DistributedDataParallel] static_graph is not supported inside a Join yet");
-  const bool reduces = reducer_->sync() && autograd::is_grad_enabled();
+  const bool reduces = reducer_->sync() && grad;
   if (auto iteration = notify_join_context()) {
     any_rank_reduces(reduces);
     authority = iteration->training.front();
@@ -117,8 +118,8 @@ Tensor DistributedDataParallel::forward(const Tensor& input) {
   }
   reducer_->set_iteration(authority, divide_by);
   if (options_.broadcast_buffers) broadcast_from(authority, module_->buffers());
-  Tensor output =
-      reducer_->prepare_for_backward(module_->forward(input), options_.find_unused_parameters);
+  Tensor output = module_->forward(input);
+  if (grad) output = reducer_->prepare_for_backward(output, options_.find_unused_parameters);
   if (reduces) {  // a forward that threw announced nothing the joined ranks wait for
     due_in_join_ = join_id();
     backwards_at_forward_ = reducer_->backwards_ended();

@@ -233,7 +233,6 @@ Tensor Reducer::prepare_for_backward(const Tensor& output, bool find_unused) {
 }
 
 void Reducer::prepare_for_forward() {
-  counting_ = false;  // a counting forward whose backward never ran: the next one counts
   if (ready_count_ == 0) return;
   std::string missing;
   for (size_t i = 0; i < params_.size(); ++i)
@@ -313,7 +312,10 @@ void Reducer::finish_counted_backward() {
     const std::vector<int32_t> ranks = used.to(kCPU).to_vector<int32_t>();
     static_used_.assign(params_.size(), false);
     for (size_t i = 0; i < params_.size(); ++i) static_used_[i] = ranks[i] > 0;
+    // Every rank has the counts from here, even if this iteration fails below; no hook is due
+    // until the next reducing forward.
     counted_ = true;
+    hooks_left_.assign(params_.size(), 0);
     // Every parameter is ready now: in bucket order, so each bucket launches as it fills. (The
     // last one ends the iteration, which keeps the buckets: their rebuild follows the next
     // iteration's order, the first in which gradients are ready when they really are.)
@@ -321,7 +323,7 @@ void Reducer::finish_counted_backward() {
     for (const Bucket& b : buckets_) order.insert(order.end(), b.params.begin(), b.params.end());
     for (size_t i : order) mark_ready(i);
   } catch (...) {
-    counting_ = counted_ = false;
+    counting_ = false;
     reset_iteration();
     throw;
   }

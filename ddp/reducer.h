@@ -105,9 +105,11 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   // first iteration's used-parameter map. Returns `output`, or during that first iteration a
   // view of it whose backward node queues the end-of-backward reduction (autograd's
   // queue_callback), so that it runs after a reentrant pass's hooks too.
-  Tensor prepare_for_backward(const Tensor& output, bool find_unused);
-  // A new forward pass: throws if the previous iteration's reduction did not finish (some
-  // parameters never got a gradient: they are named).
+  [[nodiscard]] Tensor prepare_for_backward(const Tensor& output, bool find_unused);
+  // A new forward pass with grad enabled (DDP calls neither this nor prepare_for_backward for
+  // one without, which must not disturb an iteration whose backward is still to come): throws
+  // if the previous iteration's reduction did not finish (parameters that never got a gradient
+  // are named).
   void prepare_for_forward();
   // Of the iteration whose forward runs: whose bucket order the first rebuild takes (rank 0
   // without a Join) and what the built-in reduction divides each gradient by (the group's size,

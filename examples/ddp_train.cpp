@@ -34,6 +34,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,7 @@
 #include "ddp/powersgd.h"
 #include "dist/checkpoint/checkpoint.h"
 #include "dist/optim/zero_redundancy_optimizer.h"
+#include "dist/process_group/c10d.h"
 #include "dist/process_group/init.h"
 #include "examples/common/fashion_mnist.h"
 #include "examples/common/launch.h"
@@ -178,16 +180,23 @@ int main(int argc, char** argv) {
         train,
         {.batch_size = args.batch_size, .seed = kDataSeed, .rank = rank, .world_size = world});
     // Resuming: every rank reads its part of the checkpoint, whatever the number of ranks that
-    // saved it. A step of theirs is a step of ours scaled by the ranks: every epoch's order is
-    // the same at any world size, and a step takes the next batch_size * world samples of it.
+    // saved it (rank 0 decides whether there is one, so that all agree). The position is the
+    // samples seen in the epoch: every epoch's order is the same at any world size, and a step
+    // takes the next batch_size * world samples of it.
     int64_t first_epoch = 0, first_step = 0;
-    if (args.checkpoint.every > 0 && std::filesystem::exists(args.checkpoint.dir + "/index.json")) {
-      const dcp::Reader ckpt(args.checkpoint.dir);
-      dcp::load(ckpt, dcp::whole(model.module()->state_dict(), "model."), *pg);
-      opt.load(ckpt);
-      const auto& meta = ckpt.metadata();
+    const bool resume =
+        args.checkpoint.every > 0 &&
+        gw::dist::broadcast_bytes(
+            *pg, {static_cast<uint8_t>(std::filesystem::exists(args.checkpoint.dir + "/index.json"))},
+            0)[0] != 0;
+    if (resume) {
+      std::optional<dcp::Reader> ckpt;
+      dcp::on_every_rank(*pg, [&] { ckpt.emplace(args.checkpoint.dir); });
+      dcp::load(*ckpt, dcp::whole(model.module()->state_dict(), "model."), *pg);
+      opt.load(*ckpt);
+      const auto& meta = ckpt->metadata();
       first_epoch = std::stoll(meta.at("epoch"));
-      first_step = std::stoll(meta.at("step")) * std::stoll(meta.at("world_size")) / world;
+      first_step = std::stoll(meta.at("samples")) / (args.batch_size * world);
       if (rank == 0)
         std::printf("resuming from %s at epoch %lld, step %lld (saved by %s ranks)\n",
                     args.checkpoint.dir.c_str(), static_cast<long long>(first_epoch + 1),
@@ -200,6 +209,7 @@ int main(int argc, char** argv) {
       dcp::save(args.checkpoint.dir, state, *pg,
                 {{"epoch", std::to_string(epoch)},
                  {"step", std::to_string(step)},
+                 {"samples", std::to_string(step * args.batch_size * world)},  // in the epoch
                  {"world_size", std::to_string(world)},
                  {"data_seed", std::to_string(kDataSeed)}});
       if (rank == 0)

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <optional>
+#include <random>
 
 #include <nlohmann/json.hpp>
 
@@ -40,6 +42,14 @@ struct Piece {
 };
 
 json shape_json(const Shape& s) { return std::vector<int64_t>(s.begin(), s.end()); }
+
+// The elements of `shape`, or nullopt when a size is negative or the product leaves int64.
+std::optional<int64_t> checked_numel(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    if (d < 0 || __builtin_mul_overflow(n, d, &n)) return std::nullopt;
+  return n;
+}
 Shape shape_of(const json& j) { return Shape(j.get<std::vector<int64_t>>()); }
 
 std::optional<DType> parse_dtype(std::string_view s) {
@@ -52,10 +62,10 @@ std::vector<Piece> describe(const ShardedState& state, const char* op) {
   std::vector<Piece> out;
   for (const auto& [name, s] : state) {
     GW_CHECK(s.local.defined(), InvalidArgumentError, op, " tensor \"", name, "\" is undefined");
-    for (int64_t d : s.global_shape)
-      GW_CHECK(d >= 0, InvalidArgumentError, op, " tensor \"", name, "\" has global shape ",
-               shape_str(s.global_shape));
-    const int64_t total = gw::numel(s.global_shape), n = s.local.numel();
+    const auto total_or = checked_numel(s.global_shape);
+    GW_CHECK(total_or.has_value(), InvalidArgumentError, op, " tensor \"", name,
+             "\" has global shape ", shape_str(s.global_shape));
+    const int64_t total = *total_or, n = s.local.numel();
     GW_CHECK(s.offset >= 0 && s.offset <= total && n <= total - s.offset, IndexError, op,
              " tensor \"", name, "\": elements [", s.offset, ", ", s.offset + n,
              ") are outside its global shape ", shape_str(s.global_shape), " (", total,
@@ -169,9 +179,22 @@ Layout plan(const std::vector<std::vector<Piece>>& held,
 
 // --- files -----------------------------------------------------------------------------------
 
-// "<generation>-<writer>.safetensors": a save's files, told apart from an older save's.
-std::string shard_file(int64_t generation, const std::string& writer) {
-  return std::to_string(generation) + "-" + writer + ".safetensors";
+// A save's name: its generation, one more than the directory's last, and a random nonce, so
+// that its files are told apart from any other save's.
+struct SaveId {
+  int64_t generation = 0;
+  std::string nonce;
+  // "<generation>-<nonce>-<writer>.safetensors"
+  std::string file(const std::string& writer) const {
+    return std::to_string(generation) + "-" + nonce + "-" + writer + ".safetensors";
+  }
+};
+
+std::string random_nonce() {
+  std::random_device device;
+  char out[9];
+  std::snprintf(out, sizeof out, "%08x", static_cast<unsigned>(device()));
+  return out;
 }
 
 // The generation a file of a save belongs to, or -1 for any other file.
@@ -184,17 +207,29 @@ int64_t generation_of(const std::string& file) {
   return g;
 }
 
-// One more than any generation in `dir`, its index's or its files'.
-int64_t next_generation(const std::string& dir) {
-  int64_t last = 0;
+// Calls f with the name of every entry of `dir` (none if it cannot be read).
+void for_each_file(const std::string& dir, const std::function<void(const std::string&)>& f) {
   std::error_code ec;
-  for (const auto& f : fs::directory_iterator(dir, ec))
-    last = std::max(last, generation_of(f.path().filename().string()));
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    f(it->path().filename().string());
+}
+
+// The generation of the index in `dir`, or 0 when there is none (or it cannot be read).
+int64_t index_generation(const std::string& dir) {
   try {
-    last = std::max(last, Reader(dir).generation());
-  } catch (const IoError&) {  // none yet, or damaged: the files decide
+    std::ifstream in(dir + "/" + kIndex);
+    if (!in) return 0;
+    return json::parse(in).at("generation").get<int64_t>();
+  } catch (const std::exception&) {
+    return 0;
   }
-  return last + 1;
+}
+
+// A new save's name: one more than any generation in `dir`, its index's or its files'.
+SaveId next_save(const std::string& dir) {
+  int64_t last = index_generation(dir);
+  for_each_file(dir, [&](const std::string& f) { last = std::max(last, generation_of(f)); });
+  return {last + 1, random_nonce()};
 }
 
 void create_dir(const std::string& dir, const char* op) {
@@ -210,16 +245,20 @@ void write_shard(const std::string& dir, const std::string& file, int64_t genera
   NamedTensors tensors;
   for (const Piece& p : writes) {
     const Tensor& local = state.at(p.name).local;
-    tensors.emplace(p.key(), p.whole() ? local.reshape(p.shape) : local.reshape({-1}));
+    GW_CHECK(tensors.emplace(p.key(), p.whole() ? local.reshape(p.shape) : local.reshape({-1}))
+                 .second,
+             InvalidArgumentError, op, " tensor \"", p.name, "\" at ", p.offset,
+             " and a whole tensor named \"", p.key(), "\" would share a key");
   }
   const std::vector<uint8_t> bytes = to_safetensors(
       tensors, {{"format", kFormat}, {"generation", std::to_string(generation)}});
   write_file_atomically(dir + "/" + file, bytes.data(), bytes.size(), op);
 }
 
-// Writes the index that makes generation `generation` the checkpoint, then removes the files
-// of other generations.
-void write_index(const std::string& dir, int64_t generation, int world_size,
+// Writes the index that makes save `id` the checkpoint, then removes the files of older
+// generations. Refuses when a save of this generation or a later one got there first: two
+// jobs saved into one directory at once.
+void write_index(const std::string& dir, const SaveId& id, int world_size,
                  const std::map<std::string, std::string>& metadata, const Layout& layout,
                  const std::function<std::string(size_t)>& file_of, const char* op) {
   json tensors = json::object();
@@ -231,18 +270,22 @@ void write_index(const std::string& dir, int64_t generation, int world_size,
     tensors[name] = {{"dtype", dtype_name(e.dtype)}, {"shape", shape_json(e.shape)}, {"chunks", chunks}};
   }
   const std::string text = json{{"format", kFormat},
-                                {"generation", generation},
+                                {"generation", id.generation},
                                 {"world_size", world_size},
                                 {"metadata", metadata},
                                 {"tensors", tensors}}
                                .dump(1) +
                            "\n";
+  const int64_t found = index_generation(dir);
+  GW_CHECK(found < id.generation, IoError, op, " '", dir, "' got a checkpoint of generation ",
+           found, " while this save (generation ", id.generation,
+           ") ran: one job at a time may save into a directory");
   write_file_atomically(dir + "/" + kIndex, text.data(), text.size(), op);
-  std::error_code ec;
-  for (const auto& f : fs::directory_iterator(dir, ec)) {
-    const int64_t g = generation_of(f.path().filename().string());
-    if (g >= 0 && g != generation) fs::remove(f.path(), ec);  // best effort: the index is whole
-  }
+  for_each_file(dir, [&](const std::string& f) {
+    const int64_t g = generation_of(f);
+    std::error_code ignored;  // best effort: the index is in place
+    if (g >= 0 && g < id.generation) fs::remove(dir + "/" + f, ignored);
+  });
 }
 
 // --- agreeing across ranks -----------------------------------------------------------------
@@ -260,8 +303,12 @@ std::vector<json> gather_or_throw(ProcessGroup& group, const std::function<json(
   } catch (const std::exception& e) {
     mine = std::current_exception();
     message = {{"code", static_cast<int>(ErrorCode::kRemote)}, {"error", e.what()}};
+  } catch (...) {
+    mine = std::current_exception();
+    message = {{"code", static_cast<int>(ErrorCode::kRemote)}, {"error", "unknown error"}};
   }
-  const std::string text = message.dump();
+  // A message may hold a path in any bytes: invalid UTF-8 is replaced, never thrown on.
+  const std::string text = message.dump(-1, ' ', false, json::error_handler_t::replace);
   std::vector<json> out;
   for (const auto& bytes : all_gather_bytes(group, {text.begin(), text.end()}))
     out.push_back(json::parse(bytes.begin(), bytes.end()));
@@ -300,26 +347,27 @@ void save(const std::string& dir, const ShardedState& state, ProcessGroup& group
     json j = {{"pieces", to_json(describe(state, op))}};
     if (me == 0) {
       create_dir(dir, op);
-      j["generation"] = next_generation(dir);
+      const SaveId id = next_save(dir);
+      j["generation"] = id.generation;
+      j["nonce"] = id.nonce;
     }
     return j;
   });
-  const int64_t generation = described[0].at("generation").get<int64_t>();
+  const SaveId id{described[0].at("generation").get<int64_t>(),
+                  described[0].at("nonce").get<std::string>()};
   std::vector<std::vector<Piece>> held;
   for (const json& j : described) held.push_back(pieces_from_json(j.at("pieces")));
   auto rank_name = [](size_t r) { return "rank " + std::to_string(r); };
-  auto file_of = [generation](size_t r) {
-    return shard_file(generation, "rank" + std::to_string(r));
-  };
+  auto file_of = [&id](size_t r) { return id.file("rank" + std::to_string(r)); };
   const Layout layout = plan(held, rank_name, op);  // the same verdict on every rank
   // 2. Every rank's file; 3. once all are on disk, the index.
   gather_or_throw(group, [&] {
-    write_shard(dir, file_of(static_cast<size_t>(me)), generation, state,
+    write_shard(dir, file_of(static_cast<size_t>(me)), id.generation, state,
                 layout.writes[static_cast<size_t>(me)], op);
     return json();
   });
   gather_or_throw(group, [&] {
-    if (me == 0) write_index(dir, generation, group.size(), metadata, layout, file_of, op);
+    if (me == 0) write_index(dir, id, group.size(), metadata, layout, file_of, op);
     return json();
   });
 }
@@ -347,8 +395,9 @@ Reader::Reader(const std::string& dir) : dir_(dir) {
       GW_CHECK(parsed.has_value(), IoError, where, "tensor \"", name, "\" has dtype \"", dtype,
                "\"");
       const Shape shape = shape_of(t.at("shape"));
-      for (int64_t d : shape)
-        GW_CHECK(d >= 0, IoError, where, "tensor \"", name, "\" has shape ", shape_str(shape));
+      const auto total = checked_numel(shape);
+      GW_CHECK(total.has_value(), IoError, where, "tensor \"", name, "\" has shape ",
+               shape_str(shape));
       std::vector<Chunk> chunks;
       int64_t covered = 0;
       for (const json& c : t.at("chunks")) {
@@ -358,28 +407,29 @@ Reader::Reader(const std::string& dir) : dir_(dir) {
                      chunk.file != "." && chunk.file != "..",
                  IoError, where, "tensor \"", name, "\" names file \"", chunk.file,
                  "\" outside the checkpoint");
-        GW_CHECK(chunk.offset == covered && chunk.numel >= 0, IoError, where, "tensor \"", name,
-                 "\" has a chunk at [", chunk.offset, ", ", chunk.offset + chunk.numel,
-                 ") where elements from ", covered, " were expected");
+        GW_CHECK(chunk.offset == covered && chunk.numel >= 0 && chunk.numel <= *total - covered,
+                 IoError, where, "tensor \"", name, "\" has a chunk of ", chunk.numel,
+                 " elements at ", chunk.offset, " where elements from ", covered, " of ", *total,
+                 " were expected");
         covered += chunk.numel;
         chunks.push_back(std::move(chunk));
       }
-      GW_CHECK(covered == gw::numel(shape), IoError, where, "the chunks of tensor \"", name,
-               "\" hold ", covered, " of its ", gw::numel(shape), " elements");
+      GW_CHECK(covered == *total, IoError, where, "the chunks of tensor \"", name, "\" hold ",
+               covered, " of its ", *total, " elements");
       tensors_.emplace(name, TensorInfo{*parsed, shape});
       chunks_.emplace(name, std::move(chunks));
     }
   } catch (const json::exception& e) {
     throw IoError(where + "not a valid index: " + e.what());
   }
+  // Opened now: a later save removes these files, and an open file outlives its name.
+  for (const auto& [name, chunks] : chunks_)
+    for (const Chunk& c : chunks)
+      if (!files_.contains(c.file))
+        files_.emplace(c.file, std::make_unique<SafetensorsFile>(dir_ + "/" + c.file));
 }
 
-const SafetensorsFile& Reader::file(const std::string& name) const {
-  std::lock_guard lock(files_mu_);
-  auto& f = files_[name];
-  if (!f) f = std::make_unique<SafetensorsFile>(dir_ + "/" + name);
-  return *f;
-}
+const SafetensorsFile& Reader::file(const std::string& name) const { return *files_.at(name); }
 
 void Reader::read(const std::string& name, const Tensor& dst, int64_t offset) const {
   auto it = tensors_.find(name);
@@ -435,16 +485,28 @@ NamedTensors Reader::read_all(const std::string& prefix) const {
 }
 
 void load(const Reader& checkpoint, const ShardedState& state, ProcessGroup& group) {
+  // Everything is checked on every rank before anything is read into the live tensors.
   on_every_rank(group, [&] {
     for (const auto& [name, s] : state) {
       GW_CHECK(checkpoint.contains(name), IndexError, "[checkpoint::load] the checkpoint in '",
                checkpoint.dir(), "' has no tensor \"", name, "\"");
-      const Shape& saved = checkpoint.tensors().at(name).shape;
-      GW_CHECK(saved == s.global_shape, ShapeError, "[checkpoint::load] tensor \"", name,
-               "\" is ", shape_str(saved), " in the checkpoint but ", shape_str(s.global_shape),
+      const Reader::TensorInfo& saved = checkpoint.tensors().at(name);
+      GW_CHECK(saved.shape == s.global_shape, ShapeError, "[checkpoint::load] tensor \"", name,
+               "\" is ", shape_str(saved.shape), " in the checkpoint but ",
+               shape_str(s.global_shape), " here");
+      GW_CHECK(s.local.defined() && saved.dtype == s.local.dtype(), InvalidArgumentError,
+               "[checkpoint::load] tensor \"", name, "\" is ", dtype_name(saved.dtype),
+               " in the checkpoint but ",
+               s.local.defined() ? std::string(dtype_name(s.local.dtype())) : "undefined",
                " here");
-      checkpoint.read(name, s.local, s.offset);
+      const int64_t n = s.local.numel(), total = gw::numel(saved.shape);
+      GW_CHECK(s.offset >= 0 && s.offset <= total && n <= total - s.offset, IndexError,
+               "[checkpoint::load] elements [", s.offset, ", ", s.offset + n,
+               ") are outside tensor \"", name, "\" ", shape_str(saved.shape));
     }
+  });
+  on_every_rank(group, [&] {
+    for (const auto& [name, s] : state) checkpoint.read(name, s.local, s.offset);
   });
 }
 
@@ -495,17 +557,17 @@ void save(const std::string& dir, const std::map<std::string, RemoteModule>& mod
           const ShardedState& local, const std::map<std::string, std::string>& metadata) {
   constexpr const char* op = "[checkpoint::save]";
   create_dir(dir, op);
-  const int64_t generation = next_generation(dir);
+  const SaveId id = next_save(dir);
   // Writer k < modules.size() is the k-th module's owner; the last is this worker.
   std::vector<std::string> files;
   std::vector<Future<std::string>> written;
   for (const auto& [prefix, m] : modules) {
-    files.push_back(shard_file(generation, "module" + std::to_string(files.size())));
-    written.push_back(
-        m.get_module_rref().rpc_async<std::string>("checkpoint_write", dir, files.back(), prefix,
-                                                   generation));
+    files.push_back(id.file("module" + std::to_string(files.size())));
+    written.push_back(m.get_module_rref().rpc_async<std::string>("checkpoint_write", dir,
+                                                                 files.back(), prefix,
+                                                                 id.generation));
   }
-  files.push_back(shard_file(generation, "local"));
+  files.push_back(id.file("local"));
   std::exception_ptr failed;
   std::vector<std::vector<Piece>> held;
   for (auto& w : written) {  // every owner is done, or failed, before this returns
@@ -522,8 +584,8 @@ void save(const std::string& dir, const std::map<std::string, RemoteModule>& mod
   names.push_back("this worker");
   const Layout layout = plan(held, [&](size_t w) { return names[w]; }, op);
   // The modules' files hold what they described; this worker's holds its share of `local`.
-  write_shard(dir, files.back(), generation, local, layout.writes.back(), op);
-  write_index(dir, generation, static_cast<int>(modules.size()) + 1, metadata, layout,
+  write_shard(dir, files.back(), id.generation, local, layout.writes.back(), op);
+  write_index(dir, id, static_cast<int>(modules.size()) + 1, metadata, layout,
               [&](size_t w) { return files[w]; }, op);
 }
 

@@ -28,18 +28,19 @@
 // RPC, driven by one caller (see the RemoteModule overloads below): a module placed on worker1
 // at save may be on worker2 at load.
 //
-// Crash safety: files are named by a generation that each save increments; each is written to
-// a temporary name, flushed and renamed, and index.json — renamed into place last — is what
-// makes a save visible. A save that fails on any rank raises on every rank and leaves the
-// previous checkpoint whole; the files of older generations are removed once the new index is
-// in place. Every rank must see the same directory (a shared file system across hosts).
+// Crash safety: files are named by a generation that each save increments (and a random nonce);
+// each is written to a temporary name, flushed and renamed, and index.json — renamed into place
+// last — is what makes a save visible. A save that fails on any rank raises on every rank and
+// leaves the previous checkpoint whole; the files of older generations are removed once the new
+// index is in place. Every rank must see the same directory (a shared file system across
+// hosts), and one job at a time saves into it (a save that finds a newer index than its own
+// when it is done refuses to replace it).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -74,7 +75,8 @@ ShardedState whole(const NamedTensors& tensors, const std::string& prefix = "");
 void save(const std::string& dir, const ShardedState& state, ProcessGroup& group,
           const std::map<std::string, std::string>& metadata = {});
 
-// A checkpoint opened for reading: its index. Files are opened as reads need them.
+// A checkpoint opened for reading: its index, and every file it names, opened at once (so a
+// later save that replaces them does not pull them from under it).
 class Reader {
  public:
   struct TensorInfo {
@@ -115,14 +117,15 @@ class Reader {
   std::map<std::string, TensorInfo> tensors_;
   std::map<std::string, std::vector<Chunk>> chunks_;  // by name, in offset order
   std::map<std::string, std::string> metadata_;
-  mutable std::mutex files_mu_;
-  mutable std::map<std::string, std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, std::unique_ptr<SafetensorsFile>> files_;  // by name, opened at once
 };
 
 // A collective over `group`: fills every shard of `state` in place — shard.local gets elements
 // [shard.offset, ...) of the checkpoint's tensor of that name, which must have shard's
-// global_shape and local's dtype. Raises on every rank when any rank cannot load (a missing
-// name, another shape or dtype), naming the rank and the tensor.
+// global_shape and local's dtype. Every rank checks every shard before any is read, and raises
+// on every rank when any rank cannot load (a missing name, another shape or dtype), naming the
+// rank and the tensor; nothing has changed then. (A file that fails to read midway leaves what
+// was read.)
 void load(const Reader& checkpoint, const ShardedState& state, ProcessGroup& group);
 void load(const std::string& dir, const ShardedState& state, ProcessGroup& group);
 

@@ -58,6 +58,13 @@ struct ForwardOf<R (M::*)(A...)> {
       std::is_same_v<R, Tensor> || std::is_same_v<R, std::vector<Tensor>>;
 };
 
+template <typename M, typename R, typename... A>
+struct ForwardOf<R (M::*)(A...) const> : ForwardOf<R (M::*)(A...)> {};
+template <typename M, typename R, typename... A>
+struct ForwardOf<R (M::*)(A...) noexcept> : ForwardOf<R (M::*)(A...)> {};
+template <typename M, typename R, typename... A>
+struct ForwardOf<R (M::*)(A...) const noexcept> : ForwardOf<R (M::*)(A...)> {};
+
 // M's forward when it takes two or more tensors (and is not overloaded).
 template <typename M>
 void register_many_forward_of() {

@@ -241,11 +241,14 @@ checkpoint::ShardedState ZeroRedundancyOptimizer::sharded_state_dict(
 
 void ZeroRedundancyOptimizer::load_state_dict(const checkpoint::Reader& ckpt,
                                               const std::string& prefix) {
+  // First every rank reads its ranges (all I/O and shape checks); then, once all have, each
+  // takes them.
+  NamedTensors local;
   checkpoint::on_every_rank(*group_, [&] {
     const std::string op = std::string(kOp) + " load_state_dict: ";
     GW_CHECK(ckpt.contains(prefix + "lr"), InvalidArgumentError, op, "the checkpoint in '",
              ckpt.dir(), "' has no \"", prefix, "lr\"");
-    NamedTensors local{{"lr", ckpt.read(prefix + "lr")}};
+    local.emplace("lr", ckpt.read(prefix + "lr"));
     for (size_t j = 0; j < mine_.size(); ++j) {
       const Piece& piece = pieces_[mine_[j]];
       const Tensor& p = params_[piece.param];
@@ -267,6 +270,8 @@ void ZeroRedundancyOptimizer::load_state_dict(const checkpoint::Reader& ckpt,
         local.emplace(key, std::move(range));
       }
     }
+  });
+  checkpoint::on_every_rank(*group_, [&] {
     if (local_) local_->load_state_dict(local);  // checks the names; copies
     set_lr(local.at("lr").item<double>());
     consolidated_.reset();

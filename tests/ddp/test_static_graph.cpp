@@ -139,26 +139,47 @@ TEST_CASE("static_graph: a graph that changes after the first iteration is refus
   });
 }
 
-TEST_CASE("static_graph: an evaluation forward between counting and training changes nothing",
+TEST_CASE("an evaluation forward between a forward and its backward changes nothing",
+          "[ddp][static_graph]") {
+  // static_graph (with a parameter whose hook fires twice), and find_unused_parameters (with
+  // the unused `spare`): the evaluation must not touch the pending iteration.
+  for (bool static_graph : {true, false})
+    run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+      auto net = twice(7, static_graph);
+      ddp::DistributedDataParallel model(
+          net, borrow(pg),
+          {.find_unused_parameters = !static_graph, .static_graph = static_graph});
+      auto reference = twice(7, false);
+      for (int step = 0; step < 3; ++step) {
+        auto [x, y] = batch(2, step);
+        net->zero_grad();
+        reference->zero_grad();
+        Tensor loss = loss_of(model, x.narrow(0, pg.rank() * kShard, kShard),
+                              y.narrow(0, pg.rank() * kShard, kShard));
+        {
+          autograd::NoGradGuard no_grad;  // not counted, not reduced
+          (void)model.forward(x);
+        }
+        loss.backward();
+        loss_of(*reference, x, y).backward();
+        EXPECT(c, allclose(net->block->parameters()[0].grad(),
+                           reference->block->parameters()[0].grad(), 1e-10, 1e-12));
+        EXPECT(c, !net->spare->parameters()[0].grad().defined());
+      }
+    });
+}
+
+TEST_CASE("static_graph: a second backward through one forward is refused by name",
           "[ddp][static_graph]") {
   run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
-    auto net = twice(7, true);
-    ddp::DistributedDataParallel model(net, borrow(pg), {.static_graph = true});
-    auto reference = twice(7, false);
-    for (int step = 0; step < 3; ++step) {
-      auto [x, y] = batch(2, step);
-      {
-        autograd::NoGradGuard no_grad;  // not counted, not reduced
-        (void)model.forward(x);
-      }
-      net->zero_grad();
-      reference->zero_grad();
-      loss_of(model, x.narrow(0, pg.rank() * kShard, kShard),
-              y.narrow(0, pg.rank() * kShard, kShard))
-          .backward();
-      loss_of(*reference, x, y).backward();
-      EXPECT(c, allclose(net->block->parameters()[0].grad(),
-                         reference->block->parameters()[0].grad(), 1e-10, 1e-12));
+    ddp::DistributedDataParallel model(twice(7, false), borrow(pg), {.static_graph = true});
+    auto [x, y] = batch(2, 0);
+    Tensor mine = x.narrow(0, pg.rank() * kShard, kShard),
+           my_y = y.narrow(0, pg.rank() * kShard, kShard);
+    for (int iteration = 0; iteration < 2; ++iteration) {  // the counting one, then a counted one
+      Tensor loss = loss_of(model, mine, my_y);
+      loss.backward(Tensor(), /*retain_graph=*/true);
+      EXPECT_THROWS(c, StateError, loss.backward(), "static_graph", "fired more than the 1 time(s)");
     }
   });
 }
