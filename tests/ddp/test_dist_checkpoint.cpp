@@ -19,6 +19,7 @@
 #include "dist/optim/zero_redundancy_optimizer.h"
 #include "nn/nn.h"
 #include "optim/factory.h"
+#include "tests/dist/autograd/dist_functions.h"  // "d_linear", RemoteModule's constructor
 #include "tests/dist/process_group/ranks.h"
 #include "tests/rpc/group.h"
 #include "tests/temp_dir.h"
@@ -273,26 +274,13 @@ TEST_CASE("a damaged index is refused by name", "[dist_checkpoint][errors]") {
 // --- RemoteModule ------------------------------------------------------------------------------
 
 namespace {
-struct SeededLinear : nn::Linear {
-  SeededLinear(int64_t in, int64_t out, int64_t seed)
-      : nn::Linear(in, out, [&]() -> Generator& {
-          static thread_local Generator gen;
-          gen.manual_seed(static_cast<uint64_t>(seed));
-          return gen;
-        }()) {}
-};
-const bool kRegistered = [] {
-  dist::add_module_constructor<SeededLinear, int64_t, int64_t, int64_t>("ckpt_linear");
-  return true;
-}();
-
 // x -> a (remote) -> relu -> b (remote) -> head (here).
 struct Pipeline {
   std::map<std::string, dist::RemoteModule> remote;
   std::shared_ptr<nn::Linear> head;
   Pipeline(const std::string& a_on, const std::string& b_on, int64_t seed) {
-    remote.emplace("a.", dist::RemoteModule(a_on, "ckpt_linear", int64_t{4}, int64_t{6}, seed));
-    remote.emplace("b.", dist::RemoteModule(b_on, "ckpt_linear", int64_t{6}, int64_t{5}, seed + 1));
+    remote.emplace("a.", dist::RemoteModule(a_on, "d_linear", int64_t{4}, int64_t{6}, seed));
+    remote.emplace("b.", dist::RemoteModule(b_on, "d_linear", int64_t{6}, int64_t{5}, seed + 1));
     Generator gen(static_cast<uint64_t>(seed) + 2);
     head = std::make_shared<nn::Linear>(5, 3, true, gen);
   }
@@ -327,7 +315,6 @@ struct Pipeline {
 TEST_CASE("RemoteModules saved on one placement load on another; training goes on as if "
           "uninterrupted",
           "[dist_checkpoint][remote_module]") {
-  REQUIRE(kRegistered);
   test::TempDir dir("gw_dcp");
   std::vector<Tensor> uninterrupted;
   {
@@ -362,7 +349,7 @@ TEST_CASE("RemoteModules saved on one placement load on another; training goes o
 
     // A module whose shapes differ: its owner refuses, and says why.
     std::map<std::string, dist::RemoteModule> other;
-    other.emplace("a.", dist::RemoteModule("worker2/cpu", "ckpt_linear", int64_t{4}, int64_t{7},
+    other.emplace("a.", dist::RemoteModule("worker2/cpu", "d_linear", int64_t{4}, int64_t{7},
                                            int64_t{1}));
     CHECK_THROWS_WITH(dcp::load(dir.path, other), Catch::Contains("weight"));
     CHECK_THROWS_AS(dcp::load(dir.path, other), RemoteError);
