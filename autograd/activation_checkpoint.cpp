@@ -8,7 +8,8 @@ namespace {
 
 class CheckpointBackward final : public Node {
  public:
-  CheckpointBackward(CheckpointFunction fn, const std::vector<Tensor>& inputs) : fn_(std::move(fn)) {
+  CheckpointBackward(CheckpointFunction fn, const std::vector<Tensor>& inputs)
+      : fn_(std::move(fn)) {
     for (const Tensor& t : inputs) {
       inputs_.emplace_back(t);
       requires_grad_.push_back(t.requires_grad());
@@ -66,8 +67,7 @@ class CheckpointBackward final : public Node {
 std::vector<Tensor> checkpoint(CheckpointFunction fn, const std::vector<Tensor>& inputs) {
   GW_CHECK(fn, InvalidArgumentError, "[checkpoint] the function is empty");
   for (size_t i = 0; i < inputs.size(); ++i)
-    GW_CHECK(inputs[i].defined(), InvalidArgumentError, "[checkpoint] input ", i,
-             " is undefined");
+    GW_CHECK(inputs[i].defined(), InvalidArgumentError, "[checkpoint] input ", i, " is undefined");
   std::vector<Tensor> outputs;
   {
     NoGradGuard no_grad;
@@ -90,9 +90,9 @@ std::vector<Tensor> checkpoint(CheckpointFunction fn, const std::vector<Tensor>&
 
 Tensor checkpoint(std::function<Tensor(const Tensor&)> fn, const Tensor& input) {
   GW_CHECK(fn, InvalidArgumentError, "[checkpoint] the function is empty");
-  return checkpoint(
-      [fn = std::move(fn)](const std::vector<Tensor>& in) { return std::vector<Tensor>{fn(in[0])}; },
-      std::vector<Tensor>{input})[0];
+  return checkpoint([fn = std::move(fn)](
+                        const std::vector<Tensor>& in) { return std::vector<Tensor>{fn(in[0])}; },
+                    std::vector<Tensor>{input})[0];
 }
 
 }  // namespace gw::autograd

@@ -27,10 +27,13 @@
 //     `mpirun -np 2` (this program runs itself so): DDP over the MPI group (shared memory)
 //     against PyTorch's overhead, and its throughput beside the Gloo group's between the same
 //     two processes.
+#include <stdlib.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <future>
 #include <memory>
@@ -40,10 +43,6 @@
 
 #include "bench/harness.h"
 #include "bench/mpi_peers.h"
-#include <stdlib.h>
-
-#include <filesystem>
-
 #include "core/checkpoint.h"
 #include "core/ops.h"
 #include "core/random.h"
@@ -124,7 +123,7 @@ struct Results {
   double traced = 0, untraced = 0;  // the Fashion-MNIST step, tracing on and off
   std::vector<double> hook_step, hook_bytes;                                  // by hook_cases()
   double zero_step = 1e30, adam_step = 1e30, zero_state = 0, adam_state = 0;  // s, bytes
-  double static_step = 0, find_unused_step = 0;  // s, medians
+  double static_step = 0, find_unused_step = 0;                               // s, medians
   double dcp_save = 1e30, one_file_save = 1e30, dcp_load = 1e30, one_file_load = 1e30;  // s
   double checkpoint_bytes = 0;
 };
@@ -314,32 +313,36 @@ void time_checkpoint(const std::shared_ptr<gw::dist::ProcessGroup>& pg, const st
     pg->barrier()->wait();  // done when the last rank is
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
+  auto save_spread = [&] {
+    dcp::ShardedState state = dcp::whole(model->state_dict(), "model.");
+    state.merge(zero.sharded_state_dict("optim."));
+    dcp::save(spread, state, *pg);
+  };
+  auto save_single = [&] {
+    zero.consolidate_state_dict(0);
+    if (root)
+      gw::save_checkpoint(single, {.model = model->state_dict(),
+                                   .optimizer = zero.state_dict(),
+                                   .epoch = 0,
+                                   .step = 0,
+                                   .seed = 0,
+                                   .extra = {}});
+  };
+  auto load_spread = [&] {
+    const dcp::Reader ckpt(spread);
+    dcp::load(ckpt, dcp::whole(model->state_dict(), "model."), *pg);
+    zero.load_state_dict(ckpt, "optim.");
+  };
+  auto load_single = [&] {
+    auto c = gw::load_checkpoint(single);
+    model->load_state_dict(c->model);
+    zero.load_state_dict(c->optimizer);
+  };
   for (int round = 0; round < kBigRounds; ++round) {
-    r.dcp_save = std::min(r.dcp_save, timed([&] {
-      dcp::ShardedState state = dcp::whole(model->state_dict(), "model.");
-      state.merge(zero.sharded_state_dict("optim."));
-      dcp::save(spread, state, *pg);
-    }));
-    r.one_file_save = std::min(r.one_file_save, timed([&] {
-      zero.consolidate_state_dict(0);
-      if (root)
-        gw::save_checkpoint(single, {.model = model->state_dict(),
-                                     .optimizer = zero.state_dict(),
-                                     .epoch = 0,
-                                     .step = 0,
-                                     .seed = 0,
-                                     .extra = {}});
-    }));
-    r.dcp_load = std::min(r.dcp_load, timed([&] {
-      const dcp::Reader ckpt(spread);
-      dcp::load(ckpt, dcp::whole(model->state_dict(), "model."), *pg);
-      zero.load_state_dict(ckpt, "optim.");
-    }));
-    r.one_file_load = std::min(r.one_file_load, timed([&] {
-      auto c = gw::load_checkpoint(single);
-      model->load_state_dict(c->model);
-      zero.load_state_dict(c->optimizer);
-    }));
+    r.dcp_save = std::min(r.dcp_save, timed(save_spread));
+    r.one_file_save = std::min(r.one_file_save, timed(save_single));
+    r.dcp_load = std::min(r.dcp_load, timed(load_spread));
+    r.one_file_load = std::min(r.one_file_load, timed(load_single));
   }
   if (root)
     r.checkpoint_bytes =
@@ -406,7 +409,8 @@ constexpr const char* kMpiMnist = "Fashion-MNIST MLP training, 2 ranks, MPI grou
 constexpr const char* kTraced = "Fashion-MNIST MLP DDP step, traced";
 constexpr const char* kZeroStep = "13.7M MLP step, Adam sharded by ZeroRedundancyOptimizer";
 constexpr const char* kZeroState = "13.7M MLP, Adam state per rank with ZeroRedundancyOptimizer";
-constexpr const char* kStaticGraph = "Fashion-MNIST MLP with an unused head, step with static_graph";
+constexpr const char* kStaticGraph =
+    "Fashion-MNIST MLP with an unused head, step with static_graph";
 constexpr const char* kCheckpointSave = "13.7M MLP + Adam (ZeRO) checkpoint save, distributed";
 constexpr const char* kCheckpointLoad = "13.7M MLP + Adam (ZeRO) checkpoint load, distributed";
 
@@ -489,8 +493,8 @@ int main(int argc, char** argv) {
   }
 
   if (cases.static_graph)
-    report.add({"ddp", kStaticGraph, r.static_step * 1e3, "ms",
-                "find_unused_parameters, same run", r.find_unused_step * 1e3});
+    report.add({"ddp", kStaticGraph, r.static_step * 1e3, "ms", "find_unused_parameters, same run",
+                r.find_unused_step * 1e3});
   if (cases.checkpoint) {
     if (!report.json())
       std::printf("ddp: checkpoint of %.1f MiB\n", r.checkpoint_bytes / (1 << 20));

@@ -626,8 +626,8 @@ SafetensorsFile::~SafetensorsFile() { ::close(fd_); }
 void SafetensorsFile::read(const std::string& name, int64_t offset, int64_t count,
                            void* out) const {
   auto it = tensors_.find(name);
-  GW_CHECK(it != tensors_.end(), IndexError, "[SafetensorsFile] ", path_, " has no tensor \"",
-           name, "\"");
+  GW_CHECK(it != tensors_.end(), IndexError, "[SafetensorsFile] ", path_, " has no tensor \"", name,
+           "\"");
   const int64_t numel = gw::numel(it->second.shape);
   GW_CHECK(offset >= 0 && count >= 0 && offset <= numel && count <= numel - offset, IndexError,
            "[SafetensorsFile] ", path_, ": elements [", offset, ", ", offset + count,
@@ -640,8 +640,8 @@ void SafetensorsFile::read(const std::string& name, int64_t offset, int64_t coun
 
 Tensor SafetensorsFile::read(const std::string& name) const {
   auto it = tensors_.find(name);
-  GW_CHECK(it != tensors_.end(), IndexError, "[SafetensorsFile] ", path_, " has no tensor \"",
-           name, "\"");
+  GW_CHECK(it != tensors_.end(), IndexError, "[SafetensorsFile] ", path_, " has no tensor \"", name,
+           "\"");
   Tensor t = empty(it->second.shape, it->second.dtype);
   read(name, 0, t.numel(), t.raw_data());
   return t;

@@ -1,6 +1,7 @@
 #include "ddp/powersgd.h"
 
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -13,24 +14,50 @@ namespace gw::ddp {
 namespace {
 
 // Gram-Schmidt, each column orthogonalized twice against the ones before ("twice is enough"):
-// the columns of the contiguous rows x cols matrix `m` made orthonormal in place. Gradients are
-// often rank-deficient (a softmax layer's rows sum to zero), so a column can be rounding noise
-// after the first pass; the second makes it orthogonal all the same, where PyTorch's single pass
-// leaves it skewed and P Q^T off. A column of zeros stays zero (no NaN).
+// the columns of the contiguous rows x cols matrix `m` (cols <= rows) made orthonormal in place.
+// Gradients are often rank-deficient (a softmax layer's rows sum to zero; batched PowerSGD pads
+// with rows of zeros), so a column can be all but in the span of the ones before; what is left
+// of it is rounding noise, which normalized would be a skewed basis vector and put P Q^T off
+// (PyTorch's single pass keeps such columns, and zero ones). Such a column — its remainder
+// below 1024 epsilons of its length — is replaced by the unit vector the columns before leave
+// most of (the same on every rank), so the columns stay a full orthonormal set: P P^T still
+// projects onto every direction M has, and a warm-started Q keeps its rank for when the
+// gradient regains it.
 template <typename T>
 void orthonormalize(T* m, int64_t rows, int64_t cols, double epsilon) {
   auto at = [&](int64_t row, int64_t col) -> T& { return m[row * cols + col]; };
-  for (int64_t i = 0; i < cols; ++i) {
+  auto length = [&](int64_t col) {
+    double sum = 0;
+    for (int64_t k = 0; k < rows; ++k) sum += static_cast<double>(at(k, col)) * at(k, col);
+    return std::sqrt(sum);
+  };
+  auto orthogonalize = [&](int64_t i) {  // against columns [0, i), twice
     for (int pass = 0; pass < 2; ++pass)
       for (int64_t j = 0; j < i; ++j) {
         double dot = 0;
         for (int64_t k = 0; k < rows; ++k) dot += static_cast<double>(at(k, i)) * at(k, j);
         for (int64_t k = 0; k < rows; ++k) at(k, i) = static_cast<T>(at(k, i) - dot * at(k, j));
       }
-    double norm = 0;
-    for (int64_t k = 0; k < rows; ++k) norm += static_cast<double>(at(k, i)) * at(k, i);
-    norm = std::sqrt(norm) + epsilon;
-    const double scale = norm > 0 ? 1 / norm : 0;
+    return length(i);
+  };
+  auto unit = [&](int64_t i, int64_t e) {
+    for (int64_t k = 0; k < rows; ++k) at(k, i) = static_cast<T>(k == e ? 1 : 0);
+  };
+  constexpr double kNoise = 1024 * std::numeric_limits<T>::epsilon();
+  for (int64_t i = 0; i < cols; ++i) {
+    const double before = length(i);
+    double left = orthogonalize(i);
+    if (left <= kNoise * before || left == 0) {
+      int64_t best = 0;
+      double best_left = -1;
+      for (int64_t e = 0; e < rows && best_left < 0.5; ++e) {  // usually the first will do
+        unit(i, e);
+        if (const double l = orthogonalize(i); l > best_left) best = e, best_left = l;
+      }
+      unit(i, best);
+      left = orthogonalize(i);
+    }
+    const double scale = 1 / (left + epsilon);
     for (int64_t k = 0; k < rows; ++k) at(k, i) = static_cast<T>(at(k, i) * scale);
   }
 }
@@ -156,7 +183,10 @@ class PowerSGDHook {
       }
     }
 
-    if (o.use_error_feedback && !bucket.joined) {  // a joined rank's zeros carry no error
+    // A joined rank (Join) feeds its memory in with its zeros, as PyTorch's joined ranks run
+    // the hook like any other: at full rank every rank's error is its input minus the average,
+    // and these cancel only when every rank feeds its own back.
+    if (o.use_error_feedback) {
       Tensor& error = state->error_[bucket.index];
       if (error.defined() && error.numel() == c->input.numel())
         c->input.add_(error);
@@ -219,8 +249,10 @@ class PowerSGDHook {
           if (c->uncompressed_flat.defined())
             c->uncompressed_reduced =
                 g->allreduce(c->uncompressed_flat, {.op = dist::ReduceOp::SUM})->future();
-          return c->p.defined() ? g->allreduce(c->p, {.op = dist::ReduceOp::SUM})->future()
-                                : Future<void>::ready();
+          // What the next stage waits for, as a continuation: never by blocking, since this
+          // may run on the group's thread, which the waited collective needs.
+          if (c->p.defined()) return g->allreduce(c->p, {.op = dist::ReduceOp::SUM})->future();
+          return c->uncompressed_reduced ? *c->uncompressed_reduced : Future<void>::ready();
         })
         .then([c, g, issued](Future<void>& p_summed) mutable {
           std::exception_ptr failure;

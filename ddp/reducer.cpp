@@ -262,7 +262,7 @@ void Reducer::shadow_backward(bool find_unused) {
   }
   std::vector<Future<Tensor>> reduced;
   for (size_t k = 0; k < buckets_.size(); ++k) {
-    GradBucket view{k, zeros_like(buckets_[k].flat), {}, k + 1 == buckets_.size(), true};
+    GradBucket view{k, zeros_like(buckets_[k].flat), {}, k + 1 == buckets_.size()};
     for (size_t i : buckets_[k].params) view.parameters.push_back(params_[i]);
     reduced.push_back(hook_ ? hook_(*group_, view)
                             : reduced_in_place(*group_, view.buffer, dist::ReduceOp::SUM));

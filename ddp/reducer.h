@@ -33,9 +33,6 @@ struct GradBucket {
   Tensor buffer;                   // the bucket's gradients, flattened
   std::vector<Tensor> parameters;  // whose gradients they are, in buffer order
   bool is_last = false;            // the last bucket of the iteration
-  // A joined rank's shadow of the others' backward (Join): `buffer` is zeros, and a hook with
-  // memory (PowerSGD's error feedback) sends zeros without touching it.
-  bool joined = false;
   // Each parameter's gradient: a view of `buffer`, shaped like the parameter.
   std::vector<Tensor> gradients() const;
 };
@@ -170,7 +167,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   bool counted_ = false;
   std::vector<int> hook_counts_, hooks_left_;
   std::vector<bool> static_used_;
-  Tensor used_map_;                    // int32 by parameter, summed across ranks by the first hook
+  Tensor used_map_;  // int32 by parameter, summed across ranks by the first hook
   std::optional<Future<void>> used_reduced_;
   // Null: the built-in reduction. Each gradient is divided by divide_by_ as it is copied
   // into its bucket (one pass over it, as PyTorch's DDP divides before summing), and the bucket

@@ -117,7 +117,7 @@ class Optimizer {
     const gw::optim::SGDOptions options{.lr = args.lr, .momentum = 0.9};
     if (args.zero)
       zero_ = std::make_unique<gw::dist::ZeroRedundancyOptimizer>(model.parameters(), options,
-                                                                   std::move(pg));
+                                                                  std::move(pg));
     else
       plain_ = std::make_unique<gw::optim::SGD>(model.parameters(), options);
   }
@@ -187,7 +187,8 @@ int main(int argc, char** argv) {
     const bool resume =
         args.checkpoint.every > 0 &&
         gw::dist::broadcast_bytes(
-            *pg, {static_cast<uint8_t>(std::filesystem::exists(args.checkpoint.dir + "/index.json"))},
+            *pg,
+            {static_cast<uint8_t>(std::filesystem::exists(args.checkpoint.dir + "/index.json"))},
             0)[0] != 0;
     if (resume) {
       std::optional<dcp::Reader> ckpt;
@@ -252,8 +253,8 @@ int main(int argc, char** argv) {
       if (bar) bar->finish();
       acc = gw::examples::test_accuracy(*model.module(), test, args.model);
       if (rank == 0)
-        std::printf("epoch %lld: test accuracy %.2f%% (lr %g)\n",
-                    static_cast<long long>(epoch + 1), acc * 100, opt.lr());
+        std::printf("epoch %lld: test accuracy %.2f%% (lr %g)\n", static_cast<long long>(epoch + 1),
+                    acc * 100, opt.lr());
       checkpoint(epoch + 1, 0);
     }
     if (first_epoch >= args.epochs)  // resumed after the last epoch's checkpoint

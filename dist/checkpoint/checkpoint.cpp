@@ -89,8 +89,7 @@ json to_json(const std::vector<Piece>& pieces) {
 std::vector<Piece> pieces_from_json(const json& j) {
   std::vector<Piece> out;
   for (const json& p : j)
-    out.push_back({p.at("name").get<std::string>(),
-                   *parse_dtype(p.at("dtype").get<std::string>()),
+    out.push_back({p.at("name").get<std::string>(), *parse_dtype(p.at("dtype").get<std::string>()),
                    shape_of(p.at("shape")), p.at("offset").get<int64_t>(),
                    p.at("numel").get<int64_t>()});
   return out;
@@ -145,10 +144,9 @@ Layout plan(const std::vector<std::vector<Piece>>& held,
       GW_CHECK(offset <= covered, InvalidArgumentError, op, " elements [", covered, ", ", offset,
                ") of tensor \"", name, "\" ", shape_str(layout.tensors.at(name).shape),
                " are held by no rank");
-      GW_CHECK(offset == covered, InvalidArgumentError, op, " tensor \"", name,
-               "\": elements [", previous->piece.offset, ", ",
-               previous->piece.offset + previous->piece.numel, ") on ",
-               writer_name(previous->holders[0]), " and [", offset, ", ", offset + numel,
+      GW_CHECK(offset == covered, InvalidArgumentError, op, " tensor \"", name, "\": elements [",
+               previous->piece.offset, ", ", previous->piece.offset + previous->piece.numel,
+               ") on ", writer_name(previous->holders[0]), " and [", offset, ", ", offset + numel,
                ") on ", writer_name(r.holders[0]), " overlap without being the same range");
       covered = offset + numel;
       previous = &r;
@@ -245,13 +243,13 @@ void write_shard(const std::string& dir, const std::string& file, int64_t genera
   NamedTensors tensors;
   for (const Piece& p : writes) {
     const Tensor& local = state.at(p.name).local;
-    GW_CHECK(tensors.emplace(p.key(), p.whole() ? local.reshape(p.shape) : local.reshape({-1}))
-                 .second,
-             InvalidArgumentError, op, " tensor \"", p.name, "\" at ", p.offset,
-             " and a whole tensor named \"", p.key(), "\" would share a key");
+    GW_CHECK(
+        tensors.emplace(p.key(), p.whole() ? local.reshape(p.shape) : local.reshape({-1})).second,
+        InvalidArgumentError, op, " tensor \"", p.name, "\" at ", p.offset,
+        " and a whole tensor named \"", p.key(), "\" would share a key");
   }
-  const std::vector<uint8_t> bytes = to_safetensors(
-      tensors, {{"format", kFormat}, {"generation", std::to_string(generation)}});
+  const std::vector<uint8_t> bytes =
+      to_safetensors(tensors, {{"format", kFormat}, {"generation", std::to_string(generation)}});
   write_file_atomically(dir + "/" + file, bytes.data(), bytes.size(), op);
 }
 
@@ -267,7 +265,8 @@ void write_index(const std::string& dir, const SaveId& id, int world_size,
     for (const auto& [p, w] : e.chunks)
       chunks.push_back(
           {{"file", file_of(w)}, {"key", p.key()}, {"offset", p.offset}, {"numel", p.numel}});
-    tensors[name] = {{"dtype", dtype_name(e.dtype)}, {"shape", shape_json(e.shape)}, {"chunks", chunks}};
+    tensors[name] = {
+        {"dtype", dtype_name(e.dtype)}, {"shape", shape_json(e.shape)}, {"chunks", chunks}};
   }
   const std::string text = json{{"format", kFormat},
                                 {"generation", id.generation},
@@ -378,8 +377,8 @@ Reader::Reader(const std::string& dir) : dir_(dir) {
   const std::string path = dir + "/" + kIndex;
   const std::string where = "[checkpoint::Reader] " + path + ": ";
   std::error_code ec;
-  GW_CHECK(fs::exists(path, ec), IoError, "[checkpoint::Reader] no checkpoint in '", dir,
-           "' (no ", kIndex, ")");
+  GW_CHECK(fs::exists(path, ec), IoError, "[checkpoint::Reader] no checkpoint in '", dir, "' (no ",
+           kIndex, ")");
   try {
     std::ifstream in(path);
     GW_CHECK(in, IoError, where, "cannot be opened");
@@ -438,8 +437,8 @@ void Reader::read(const std::string& name, const Tensor& dst, int64_t offset) co
   const TensorInfo& info = it->second;
   GW_CHECK(dst.defined(), InvalidArgumentError, "[checkpoint::Reader] read \"", name,
            "\": the destination is undefined");
-  GW_CHECK(dst.dtype() == info.dtype, InvalidArgumentError, "[checkpoint::Reader] tensor \"",
-           name, "\" is ", dtype_name(info.dtype), " in the checkpoint but the destination is ",
+  GW_CHECK(dst.dtype() == info.dtype, InvalidArgumentError, "[checkpoint::Reader] tensor \"", name,
+           "\" is ", dtype_name(info.dtype), " in the checkpoint but the destination is ",
            dtype_name(dst.dtype()));
   const int64_t n = dst.numel(), total = gw::numel(info.shape);
   GW_CHECK(offset >= 0 && offset <= total && n <= total - offset, IndexError,
@@ -478,8 +477,8 @@ Tensor Reader::read(const std::string& name) const {
 
 NamedTensors Reader::read_all(const std::string& prefix) const {
   NamedTensors out;
-  for (auto it = tensors_.lower_bound(prefix); it != tensors_.end() && it->first.starts_with(prefix);
-       ++it)
+  for (auto it = tensors_.lower_bound(prefix);
+       it != tensors_.end() && it->first.starts_with(prefix); ++it)
     out.emplace(it->first.substr(prefix.size()), read(it->first));
   return out;
 }
@@ -497,8 +496,7 @@ void load(const Reader& checkpoint, const ShardedState& state, ProcessGroup& gro
       GW_CHECK(s.local.defined() && saved.dtype == s.local.dtype(), InvalidArgumentError,
                "[checkpoint::load] tensor \"", name, "\" is ", dtype_name(saved.dtype),
                " in the checkpoint but ",
-               s.local.defined() ? std::string(dtype_name(s.local.dtype())) : "undefined",
-               " here");
+               s.local.defined() ? std::string(dtype_name(s.local.dtype())) : "undefined", " here");
       const int64_t n = s.local.numel(), total = gw::numel(saved.shape);
       GW_CHECK(s.offset >= 0 && s.offset <= total && n <= total - s.offset, IndexError,
                "[checkpoint::load] elements [", s.offset, ", ", s.offset + n,
@@ -563,9 +561,8 @@ void save(const std::string& dir, const std::map<std::string, RemoteModule>& mod
   std::vector<Future<std::string>> written;
   for (const auto& [prefix, m] : modules) {
     files.push_back(id.file("module" + std::to_string(files.size())));
-    written.push_back(m.get_module_rref().rpc_async<std::string>("checkpoint_write", dir,
-                                                                 files.back(), prefix,
-                                                                 id.generation));
+    written.push_back(m.get_module_rref().rpc_async<std::string>(
+        "checkpoint_write", dir, files.back(), prefix, id.generation));
   }
   files.push_back(id.file("local"));
   std::exception_ptr failed;
@@ -582,11 +579,13 @@ void save(const std::string& dir, const std::map<std::string, RemoteModule>& mod
   std::vector<std::string> names;
   for (const auto& [prefix, m] : modules) names.push_back("the module under \"" + prefix + "\"");
   names.push_back("this worker");
-  const Layout layout = plan(held, [&](size_t w) { return names[w]; }, op);
+  const Layout layout = plan(
+      held, [&](size_t w) { return names[w]; }, op);
   // The modules' files hold what they described; this worker's holds its share of `local`.
   write_shard(dir, files.back(), id.generation, local, layout.writes.back(), op);
-  write_index(dir, id, static_cast<int>(modules.size()) + 1, metadata, layout,
-              [&](size_t w) { return files[w]; }, op);
+  write_index(
+      dir, id, static_cast<int>(modules.size()) + 1, metadata, layout,
+      [&](size_t w) { return files[w]; }, op);
 }
 
 void load(const std::string& dir, const std::map<std::string, RemoteModule>& modules) {

@@ -143,8 +143,7 @@ void on_every_rank(ProcessGroup& group, const std::function<void()>& f);
 // their tensors, e.g. its own model part) and then the index. Raises when any owner fails, and
 // leaves the previous checkpoint whole.
 void save(const std::string& dir, const std::map<std::string, RemoteModule>& modules,
-          const ShardedState& local = {},
-          const std::map<std::string, std::string>& metadata = {});
+          const ShardedState& local = {}, const std::map<std::string, std::string>& metadata = {});
 // Every module's owner — wherever the module lives now — reads its state_dict from the
 // checkpoint (strict: every parameter and buffer, of the same shapes), all at once; raises the
 // first owner's error.

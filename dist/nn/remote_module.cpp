@@ -91,8 +91,7 @@ void register_module_methods() {
   });
 }
 
-std::pair<std::string, Device> RemoteModule::parse_remote_device(
-    const std::string& remote_device) {
+std::pair<std::string, Device> RemoteModule::parse_remote_device(const std::string& remote_device) {
   const auto slash = remote_device.find('/');
   const std::string worker = remote_device.substr(0, slash);
   const std::string device = slash == std::string::npos ? "cpu" : remote_device.substr(slash + 1);
@@ -102,14 +101,12 @@ std::pair<std::string, Device> RemoteModule::parse_remote_device(
     return {worker, Device::parse(device)};
   } catch (const InvalidArgumentError&) {
     throw InvalidArgumentError(gw::detail::str("[RemoteModule] device '", device, "' of '",
-                                           remote_device,
-                                           "' is not one (\"cpu\", \"cuda\" or \"cuda:N\")"));
+                                               remote_device,
+                                               "' is not one (\"cpu\", \"cuda\" or \"cuda:N\")"));
   }
 }
 
-void RemoteModule::move_to_device() const {
-  module_.rpc_sync<void>("to_device", device_.str());
-}
+void RemoteModule::move_to_device() const { module_.rpc_sync<void>("to_device", device_.str()); }
 
 bool RemoteModule::device_map_set() const {
   const auto& maps = rpc::current_agent().options().device_maps;

@@ -52,8 +52,7 @@ struct ForwardOf;
 template <typename M, typename R, typename... A>
 struct ForwardOf<R (M::*)(A...)> {
   static constexpr size_t arity = sizeof...(A);
-  static constexpr bool all_tensors =
-      (std::is_same_v<std::remove_cvref_t<A>, Tensor> && ...);
+  static constexpr bool all_tensors = (std::is_same_v<std::remove_cvref_t<A>, Tensor> && ...);
   static constexpr bool returns_tensors =
       std::is_same_v<R, Tensor> || std::is_same_v<R, std::vector<Tensor>>;
 };
@@ -112,8 +111,8 @@ class RemoteModule {
   // std::shared_ptr<nn::Module>.
   template <typename... Args>
   RemoteModule(const std::string& remote_device, const std::string& constructor, Args&&... args)
-      : RemoteModule(parse_remote_device(remote_device), constructor,
-                     std::forward<Args>(args)...) {}
+      : RemoteModule(parse_remote_device(remote_device), constructor, std::forward<Args>(args)...) {
+  }
 
   // A handle on a module that already lives somewhere (e.g. a parameter server's model).
   explicit RemoteModule(ModuleRRef module)
@@ -138,8 +137,7 @@ class RemoteModule {
   // "<worker>/<device>" split; InvalidArgumentError naming it when it is neither.
   static std::pair<std::string, Device> parse_remote_device(const std::string& remote_device);
   template <typename... Args>
-  RemoteModule(std::pair<std::string, Device> where, const std::string& constructor,
-               Args&&... args)
+  RemoteModule(std::pair<std::string, Device> where, const std::string& constructor, Args&&... args)
       : owner_(std::move(where.first)),
         device_(where.second),
         module_(rpc::remote<std::shared_ptr<nn::Module>>(owner_, constructor,

@@ -34,12 +34,11 @@ Grads run(bool checkpointed, int* w_hook_fired = nullptr) {
   Block block(gen);
   Tensor x = randn({3, 5}, gen, kFloat64).requires_grad_();
   if (w_hook_fired)
-    ag::register_post_accumulate_grad_hook(block.w, [w_hook_fired](const Tensor&) {
-      ++*w_hook_fired;
-    });
+    ag::register_post_accumulate_grad_hook(block.w,
+                                           [w_hook_fired](const Tensor&) { ++*w_hook_fired; });
   Tensor h = x * 2;
-  Tensor mid = checkpointed ? ag::checkpoint([&](const Tensor& t) { return block(t); }, h)
-                            : block(h);
+  Tensor mid =
+      checkpointed ? ag::checkpoint([&](const Tensor& t) { return block(t); }, h) : block(h);
   (block(mid) * block(mid)).sum().backward();
   return {block.w.grad(), block.b.grad(), x.grad()};
 }
@@ -139,8 +138,11 @@ TEST_CASE("queue_callback: runs after the last node, in order; reentrant passes 
   });
   out.sum().backward();
   // The outer pass's callbacks wait for everything, the reentrant pass's hooks included.
-  const std::vector<std::string> expected{"hook",         "inner callback",   "hook",
-                                          "outer callback 1", "outer callback 2",
+  const std::vector<std::string> expected{"hook",
+                                          "inner callback",
+                                          "hook",
+                                          "outer callback 1",
+                                          "outer callback 2",
                                           "queued by a callback"};
   CHECK(log == expected);
 

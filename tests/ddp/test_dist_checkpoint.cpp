@@ -115,9 +115,10 @@ void save_then_resume(int from, int to, const std::string& dir, const Reference&
 }
 }  // namespace
 
-TEST_CASE("a DDP + ZeRO checkpoint saved at world size 2 loads at 3 and training continues "
-          "as if uninterrupted",
-          "[dist_checkpoint]") {
+TEST_CASE(
+    "a DDP + ZeRO checkpoint saved at world size 2 loads at 3 and training continues "
+    "as if uninterrupted",
+    "[dist_checkpoint]") {
   const Reference ref;
   test::TempDir dir("gw_dcp");
   save_then_resume(2, 3, dir.path, ref);
@@ -174,7 +175,8 @@ TEST_CASE("a checkpoint reads only the ranges a rank asks for, in place", "[dist
     bool found = false;
     for (const auto& file : std::filesystem::directory_iterator(dir.path))
       if (file.path().string().ends_with("-rank" + std::to_string(pg.rank()) + ".safetensors"))
-        found = SafetensorsFile(file.path().string()).tensors().contains("w@" + std::to_string(begin));
+        found =
+            SafetensorsFile(file.path().string()).tensors().contains("w@" + std::to_string(begin));
     EXPECT(c, found);
   });
   const dcp::Reader ckpt(dir.path);
@@ -201,14 +203,14 @@ TEST_CASE("checkpoint errors raise on every rank, naming the rank and the tensor
     EXPECT_THROWS(c, InvalidArgumentError,
                   dcp::save(dir.path, {{"b", dcp::Shard{zeros({2}), {6}, r == 0 ? 0 : 4}}}, pg),
                   "elements [2, 4) of tensor \"b\" (6) are held by no rank");
-    EXPECT_THROWS(c, InvalidArgumentError,
-                  dcp::save(dir.path, {{"c", dcp::Shard{r == 1 ? Tensor() : zeros({1}), {1}, 0}}},
-                            pg),
-                  "tensor \"c\" is undefined");
+    EXPECT_THROWS(
+        c, InvalidArgumentError,
+        dcp::save(dir.path, {{"c", dcp::Shard{r == 1 ? Tensor() : zeros({1}), {1}, 0}}}, pg),
+        "tensor \"c\" is undefined");
     if (r == 0)  // the other rank's failure arrives as its own type, naming the rank
       EXPECT_THROWS(c, RemoteError,
-                    dcp::save(dir.path, {{"c", dcp::Shard{zeros({1}), {1}, 0}}}, pg),
-                    "[rank 1]", "tensor \"c\" is undefined");
+                    dcp::save(dir.path, {{"c", dcp::Shard{zeros({1}), {1}, 0}}}, pg), "[rank 1]",
+                    "tensor \"c\" is undefined");
     else
       EXPECT_THROWS(c, InvalidArgumentError,
                     dcp::save(dir.path, {{"c", dcp::Shard{Tensor(), {1}, 0}}}, pg),
@@ -312,9 +314,10 @@ struct Pipeline {
 };
 }  // namespace
 
-TEST_CASE("RemoteModules saved on one placement load on another; training goes on as if "
-          "uninterrupted",
-          "[dist_checkpoint][remote_module]") {
+TEST_CASE(
+    "RemoteModules saved on one placement load on another; training goes on as if "
+    "uninterrupted",
+    "[dist_checkpoint][remote_module]") {
   test::TempDir dir("gw_dcp");
   std::vector<Tensor> uninterrupted;
   {
@@ -349,8 +352,8 @@ TEST_CASE("RemoteModules saved on one placement load on another; training goes o
 
     // A module whose shapes differ: its owner refuses, and says why.
     std::map<std::string, dist::RemoteModule> other;
-    other.emplace("a.", dist::RemoteModule("worker2/cpu", "d_linear", int64_t{4}, int64_t{7},
-                                           int64_t{1}));
+    other.emplace(
+        "a.", dist::RemoteModule("worker2/cpu", "d_linear", int64_t{4}, int64_t{7}, int64_t{1}));
     CHECK_THROWS_WITH(dcp::load(dir.path, other), Catch::Contains("weight"));
     CHECK_THROWS_AS(dcp::load(dir.path, other), RemoteError);
   }

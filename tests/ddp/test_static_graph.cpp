@@ -70,12 +70,12 @@ TEST_CASE("static_graph: a parameter whose hook fires twice per backward trains 
       run_ranks(3, [&](dist::ProcessGroupGloo& pg, Checks& c) {
         auto net = twice(pg.rank() == 0 ? 7 : 70 + pg.rank(), checkpointed);
         int block_hooks = 0;  // per backward: 2 with the checkpoint, else 1
-        autograd::register_post_accumulate_grad_hook(
-            net->block->parameters()[0], [&](const Tensor&) { ++block_hooks; });
-        ddp::DistributedDataParallel model(
-            net, borrow(pg),
-            {.first_bucket_cap_mb = 1e-3, .gradient_as_bucket_view = as_view,
-             .static_graph = true});
+        autograd::register_post_accumulate_grad_hook(net->block->parameters()[0],
+                                                     [&](const Tensor&) { ++block_hooks; });
+        ddp::DistributedDataParallel model(net, borrow(pg),
+                                           {.first_bucket_cap_mb = 1e-3,
+                                            .gradient_as_bucket_view = as_view,
+                                            .static_graph = true});
         auto reference = twice(7, false);
         optim::SGD opt(net->parameters(), {.lr = 0.1, .momentum = 0.9});
         optim::SGD ref_opt(reference->parameters(), {.lr = 0.1, .momentum = 0.9});
@@ -118,8 +118,7 @@ TEST_CASE("without static_graph, a hook that fires twice fails with PyTorch's me
                   loss_of(model, x.narrow(0, pg.rank() * kShard, kShard),
                           y.narrow(0, pg.rank() * kShard, kShard))
                       .backward(),
-                  "Expected to mark a variable ready only once", "block.",
-                  "static_graph = true");
+                  "Expected to mark a variable ready only once", "block.", "static_graph = true");
   });
 }
 
@@ -147,8 +146,7 @@ TEST_CASE("an evaluation forward between a forward and its backward changes noth
     run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
       auto net = twice(7, static_graph);
       ddp::DistributedDataParallel model(
-          net, borrow(pg),
-          {.find_unused_parameters = !static_graph, .static_graph = static_graph});
+          net, borrow(pg), {.find_unused_parameters = !static_graph, .static_graph = static_graph});
       auto reference = twice(7, false);
       for (int step = 0; step < 3; ++step) {
         auto [x, y] = batch(2, step);
@@ -179,7 +177,8 @@ TEST_CASE("static_graph: a second backward through one forward is refused by nam
     for (int iteration = 0; iteration < 2; ++iteration) {  // the counting one, then a counted one
       Tensor loss = loss_of(model, mine, my_y);
       loss.backward(Tensor(), /*retain_graph=*/true);
-      EXPECT_THROWS(c, StateError, loss.backward(), "static_graph", "fired more than the 1 time(s)");
+      EXPECT_THROWS(c, StateError, loss.backward(), "static_graph",
+                    "fired more than the 1 time(s)");
     }
   });
 }

@@ -151,11 +151,23 @@ TEST_CASE("DDP with ZeRO: a checkpoint saved by 2 ranks resumes on 3 as if unint
   gw::test::TempDir uninterrupted, moved;
   auto args = [](const std::string& nproc, const std::string& batch, const std::string& epochs,
                  const std::string& dir) {
-    return std::vector<std::string>{"--nproc-per-node", nproc,   GW_DDP_EXAMPLE, "--zero",
-                                    "on",               "--epochs", epochs,      "--batch-size",
-                                    batch,              "--limit", "3600",       "--target",
-                                    "0.5",              "--checkpoint-every", "1000",
-                                    "--checkpoint-dir", dir};
+    return std::vector<std::string>{"--nproc-per-node",
+                                    nproc,
+                                    GW_DDP_EXAMPLE,
+                                    "--zero",
+                                    "on",
+                                    "--epochs",
+                                    epochs,
+                                    "--batch-size",
+                                    batch,
+                                    "--limit",
+                                    "3600",
+                                    "--target",
+                                    "0.5",
+                                    "--checkpoint-every",
+                                    "1000",
+                                    "--checkpoint-dir",
+                                    dir};
   };
   const auto reference = run_gwrun(args("2", "48", "2", uninterrupted.path));
   INFO(reference.out << reference.err);
@@ -167,8 +179,8 @@ TEST_CASE("DDP with ZeRO: a checkpoint saved by 2 ranks resumes on 3 as if unint
   const auto second = run_gwrun(args("3", "32", "2", moved.path));
   INFO(second.out << second.err);
   CHECK(second.exit_code == 0);
-  CHECK(count(second.out, "resuming from " + moved.path + " at epoch 2, step 0 (saved by 2 ranks)") ==
-        1);
+  CHECK(count(second.out,
+              "resuming from " + moved.path + " at epoch 2, step 0 (saved by 2 ranks)") == 1);
   CHECK(count(second.out, "parameters identical to rank 0's: yes") == 3);
   CHECK(count(second.out, "epoch 1: test accuracy") == 0);  // the first epoch was not run again
   const double want = final_accuracy(reference.out), got = final_accuracy(second.out);
