@@ -3,7 +3,11 @@
 // in the same run:
 //   - rpc_sync small call (min(1, 2)) and a 16 MiB tensor round trip,
 //   - Gloo allreduce (SUM) of 4 MiB of float32, and of one float,
-//   - DDP training of the Fashion-MNIST MLP 784-256-128-10, batch 32 per rank (random data).
+//   - DDP training of the Fashion-MNIST MLP 784-256-128-10, batch 32 per rank (random data);
+// and where compression pays, on a link of 1 Gbit/s (tc's token bucket on each host's eth0):
+//   - the DDP step of the 784-4096-2560-10 MLP (13.7M parameters), batch 32 per rank, through
+//     PowerSGD (rank 4) and the bf16 hook, beside the allreduce hook over the same link, in
+//     alternating rounds (the best of each).
 // Needs root to build the namespaces; skips its rows elsewhere. The processes are this binary
 // run as `bench_hosts --worker <kind> <rank> <master address> <port>`, with a job key.
 
@@ -18,6 +22,7 @@
 #include "core/ops.h"
 #include "core/random.h"
 #include "ddp/distributed_data_parallel.h"
+#include "ddp/powersgd.h"
 #include "dist/process_group/init.h"
 #include "nn/nn.h"
 #include "optim/sgd.h"
@@ -106,9 +111,63 @@ int ddp_worker(int rank, const std::string& init_method) {
   return 0;
 }
 
+// The 13.7M-parameter MLP's DDP step through each hook, in alternating rounds; rank 0 reports
+// the best round of each, in ms.
+int hooks_worker(int rank, const std::string& init_method) {
+  constexpr int kBatch = 32, kRounds = 3, kSteps = 3;
+  auto pg = gw::dist::init_process_group("gloo", init_method, rank, 2);
+  struct Run {
+    const char* key;
+    std::shared_ptr<gw::nn::Sequential> model = std::make_shared<gw::nn::Sequential>();
+    std::unique_ptr<gw::ddp::DistributedDataParallel> ddp;
+    std::unique_ptr<gw::optim::SGD> opt;
+    double best = 1e30;
+  };
+  std::vector<Run> runs(3);
+  runs[0].key = "allreduce_ms", runs[1].key = "bf16_ms", runs[2].key = "powersgd_ms";
+  gw::Generator gen(0);
+  const gw::Tensor x = gw::randn({kBatch, 784}, gen), y = gw::randint(0, 10, {kBatch}, gen);
+  for (Run& run : runs) {
+    gw::Generator weights(1);
+    run.model->push_back(std::make_shared<gw::nn::Linear>(784, 4096, true, weights));
+    run.model->push_back(std::make_shared<gw::nn::ReLU>());
+    run.model->push_back(std::make_shared<gw::nn::Linear>(4096, 2560, true, weights));
+    run.model->push_back(std::make_shared<gw::nn::ReLU>());
+    run.model->push_back(std::make_shared<gw::nn::Linear>(2560, 10, true, weights));
+    run.ddp = std::make_unique<gw::ddp::DistributedDataParallel>(run.model, pg);
+    run.opt =
+        std::make_unique<gw::optim::SGD>(run.model->parameters(), gw::optim::SGD::options(0.01));
+  }
+  runs[1].ddp->register_comm_hook(gw::ddp::hooks::bf16_compress());
+  runs[2].ddp->register_comm_hook(gw::ddp::hooks::powersgd(std::make_shared<gw::ddp::PowerSGDState>(
+      gw::ddp::PowerSGDOptions{.matrix_approximation_rank = 4, .start_powerSGD_iter = 2})));
+  auto step = [&](Run& run) {
+    run.opt->zero_grad();
+    gw::nn::functional::cross_entropy(run.ddp->forward(x), y).backward();
+    run.opt->step();
+  };
+  for (Run& run : runs)
+    for (int i = 0; i < 3; ++i) step(run);  // PowerSGD compresses from the 3rd
+  for (int round = 0; round < kRounds; ++round)
+    for (Run& run : runs) {
+      pg->barrier()->wait();
+      const auto start = std::chrono::steady_clock::now();
+      for (int i = 0; i < kSteps; ++i) step(run);
+      const double s =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      run.best = std::min(run.best, s / kSteps);
+    }
+  if (rank == 0)
+    std::printf("{\"allreduce_ms\": %g, \"bf16_ms\": %g, \"powersgd_ms\": %g}\n",
+                runs[0].best * 1e3, runs[1].best * 1e3, runs[2].best * 1e3);
+  pg->barrier()->wait();
+  gw::dist::destroy_process_group();
+  return 0;
+}
+
 int worker(int argc, char** argv) {
   if (argc != 6) {
-    std::fprintf(stderr, "usage: bench_hosts --worker rpc|allreduce|ddp RANK MASTER PORT\n");
+    std::fprintf(stderr, "usage: bench_hosts --worker rpc|allreduce|ddp|hooks RANK MASTER PORT\n");
     return 2;
   }
   const std::string kind = argv[2], master = argv[4], port = argv[5];
@@ -119,6 +178,7 @@ int worker(int argc, char** argv) {
     if (kind == "rpc") return rpc_worker(rank, init);
     if (kind == "allreduce") return allreduce_worker(rank, init);
     if (kind == "ddp") return ddp_worker(rank, init);
+    if (kind == "hooks") return hooks_worker(rank, init);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_hosts worker %s %d: %s\n", kind.c_str(), rank, e.what());
     return 1;
@@ -183,6 +243,29 @@ int main(int argc, char** argv) {
       }
       report.add(
           {"hosts", c.name, *v, c.unit, "the same two processes over loopback, same run", *l});
+    }
+  }
+  // Compression where the link is the bottleneck: both hosts' cables limited to 1 Gbit/s.
+  const char* kPowerSGD = "13.7M MLP DDP step, PowerSGD rank 4, two hosts at 1 Gbit/s";
+  const char* kBf16 = "13.7M MLP DDP step, bf16 hook, two hosts at 1 Gbit/s";
+  if (report.wants("hosts", kPowerSGD) || report.wants("hosts", kBf16)) {
+    bool limited = true;
+    for (int host = 0; host < 2; ++host)
+      limited = limited && std::system(("ip netns exec " + bed.ns(host) +
+                                        " tc qdisc replace dev eth0 root tbf rate 1gbit burst 1mb "
+                                        "latency 100ms")
+                                           .c_str()) == 0;
+    const std::string out = limited ? pair("hooks", bed.ns(0), bed.ns(1), bed.ipv4(0)) : "";
+    const auto all = gw::bench::json_number(out, "allreduce_ms");
+    for (const auto& [name, key] :
+         {std::pair{kPowerSGD, "powersgd_ms"}, std::pair{kBf16, "bf16_ms"}}) {
+      const auto v = gw::bench::json_number(out, key);
+      if (!limited)
+        report.skip("hosts", name, "tc could not limit the link (iproute2's tc, sch_tbf)");
+      else if (!v || !all)
+        report.skip("hosts", name, "a worker failed: " + out);
+      else
+        report.add({"hosts", name, *v, "ms", "allreduce hook over the same link, same run", *all});
     }
   }
   return 0;

@@ -107,8 +107,6 @@ Tensor DistributedDataParallel::forward(const Tensor& input) {
            "[DistributedDataParallel] inside a Join, a forward with grad enabled (outside "
            "no_sync) must be followed by its backward before the next forward, which the "
            "joined ranks shadow; run evaluation under NoGradGuard");
-  GW_CHECK(join_id() == 0 || !options_.static_graph, InvalidArgumentError,
-           "[DistributedDataParallel] static_graph is not supported inside a Join yet");
   const bool reduces = reducer_->sync() && grad;
   if (auto iteration = notify_join_context()) {
     any_rank_reduces(reduces);

@@ -31,12 +31,15 @@ void orthonormalize(T* m, int64_t rows, int64_t cols, double epsilon) {
     for (int64_t k = 0; k < rows; ++k) sum += static_cast<double>(at(k, col)) * at(k, col);
     return std::sqrt(sum);
   };
+  // The squared lengths of the finished columns: 1, or a little less with epsilon.
+  std::vector<double> squared(static_cast<size_t>(cols), 1);
   auto orthogonalize = [&](int64_t i) {  // against columns [0, i), twice
     for (int pass = 0; pass < 2; ++pass)
       for (int64_t j = 0; j < i; ++j) {
         double dot = 0;
         for (int64_t k = 0; k < rows; ++k) dot += static_cast<double>(at(k, i)) * at(k, j);
-        for (int64_t k = 0; k < rows; ++k) at(k, i) = static_cast<T>(at(k, i) - dot * at(k, j));
+        const double along = dot / squared[static_cast<size_t>(j)];
+        for (int64_t k = 0; k < rows; ++k) at(k, i) = static_cast<T>(at(k, i) - along * at(k, j));
       }
     return length(i);
   };
@@ -59,6 +62,7 @@ void orthonormalize(T* m, int64_t rows, int64_t cols, double epsilon) {
     }
     const double scale = 1 / (left + epsilon);
     for (int64_t k = 0; k < rows; ++k) at(k, i) = static_cast<T>(at(k, i) * scale);
+    squared[static_cast<size_t>(i)] = left * scale * left * scale;
   }
 }
 
@@ -170,7 +174,7 @@ class PowerSGDHook {
     } else {
       c->input = bucket.buffer;
       for (Tensor& g : bucket.gradients()) {
-        if (g.dim() > 1) {
+        if (g.dim() > 1 && g.size(0) > 0 && g.numel() > 0) {
           const int64_t n = g.size(0), m = g.numel() / n;
           const int64_t r = std::min({n, m, o.matrix_approximation_rank});
           if (static_cast<double>((n + m) * r) * o.min_compression_rate <

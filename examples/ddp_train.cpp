@@ -113,7 +113,8 @@ std::shared_ptr<gw::ddp::PowerSGDState> register_hook(gw::ddp::DistributedDataPa
 // SGD with momentum 0.9: on every rank whole, or with --zero sharded across the ranks.
 class Optimizer {
  public:
-  Optimizer(const Args& args, gw::nn::Module& model, std::shared_ptr<gw::dist::ProcessGroup> pg) {
+  Optimizer(const Args& args, gw::nn::Module& model, std::shared_ptr<gw::dist::ProcessGroup> pg)
+      : group_(pg) {
     const gw::optim::SGDOptions options{.lr = args.lr, .momentum = 0.9};
     if (args.zero)
       zero_ = std::make_unique<gw::dist::ZeroRedundancyOptimizer>(model.parameters(), options,
@@ -130,14 +131,16 @@ class Optimizer {
   dcp::ShardedState state() const {
     return zero_ ? zero_->sharded_state_dict("optim.") : dcp::whole(plain_->state_dict(), "optim.");
   }
+  // A collective: a rank that cannot load makes every rank raise.
   void load(const dcp::Reader& ckpt) {
     if (zero_)
       zero_->load_state_dict(ckpt, "optim.");
     else
-      plain_->load_state_dict(ckpt.read_all("optim."));
+      dcp::on_every_rank(*group_, [&] { plain_->load_state_dict(ckpt.read_all("optim.")); });
   }
 
  private:
+  std::shared_ptr<gw::dist::ProcessGroup> group_;
   std::unique_ptr<gw::optim::SGD> plain_;
   std::unique_ptr<gw::dist::ZeroRedundancyOptimizer> zero_;
 };

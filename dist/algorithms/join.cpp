@@ -48,6 +48,9 @@ Join::Join(std::vector<Joinable*> joinables, JoinOptions options)
     joinables_.clear();  // a disabled Join holds nothing
     return;
   }
+  // Made here, as PyTorch does, so that a joinable that cannot be joined refuses on every rank
+  // before any collective.
+  for (Joinable* j : joinables_) hooks_.push_back(j->join_hook(options_));
   for (Joinable* j : joinables_) j->join_ = this;
 }
 
@@ -102,8 +105,6 @@ void Join::join() {
   GW_CHECK(!joined_, StateError, "[Join] join() was called twice");
   joined_ = true;
   if (!options_.enable) return;
-  std::vector<std::unique_ptr<JoinHook>> hooks;
-  for (Joinable* j : joinables_) hooks.push_back(j->join_hook(options_));
   bool is_last_joiner = true;
   // Once per iteration of the ranks still training: bounded by their loops, and each collective
   // by the group's timeout.
@@ -112,10 +113,10 @@ void Join::join() {
     if (it.training.empty()) break;
     GW_CHECK(!options_.throw_on_early_termination, StateError, "[Join] rank ", group_->rank(),
              " exhausted its inputs and throw_on_early_termination is set: every rank stops");
-    for (auto& h : hooks) h->main_hook(it);
+    for (auto& h : hooks_) h->main_hook(it);
     is_last_joiner = false;
   }
-  for (auto& h : hooks) h->post_hook(is_last_joiner);
+  for (auto& h : hooks_) h->post_hook(is_last_joiner);
   detach();
 }
 

@@ -94,7 +94,8 @@ class Joinable {
 class Join {
  public:
   // Throws InvalidArgumentError when `joinables` is empty, holds a null or a joinable in another
-  // Join, or when they train on different process groups.
+  // Join, or when they train on different process groups; and whatever a joinable's join_hook
+  // throws (made here, as in PyTorch).
   explicit Join(std::vector<Joinable*> joinables, JoinOptions options = {});
   ~Join();  // detaches from the joinables
   Join(const Join&) = delete;
@@ -113,6 +114,7 @@ class Join {
   void detach();
 
   std::vector<Joinable*> joinables_;
+  std::vector<std::unique_ptr<JoinHook>> hooks_;  // by joinable
   std::shared_ptr<ProcessGroup> group_;
   JoinOptions options_;
   uint64_t id_;

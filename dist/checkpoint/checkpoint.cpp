@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <random>
 
@@ -224,9 +225,11 @@ int64_t index_generation(const std::string& dir) {
 }
 
 // A new save's name: one more than any generation in `dir`, its index's or its files'.
-SaveId next_save(const std::string& dir) {
+SaveId next_save(const std::string& dir, const char* op) {
   int64_t last = index_generation(dir);
   for_each_file(dir, [&](const std::string& f) { last = std::max(last, generation_of(f)); });
+  GW_CHECK(last < std::numeric_limits<int64_t>::max(), IoError, op, " '", dir,
+           "' holds a checkpoint of generation ", last, ": no later one can be numbered");
   return {last + 1, random_nonce()};
 }
 
@@ -346,7 +349,7 @@ void save(const std::string& dir, const ShardedState& state, ProcessGroup& group
     json j = {{"pieces", to_json(describe(state, op))}};
     if (me == 0) {
       create_dir(dir, op);
-      const SaveId id = next_save(dir);
+      const SaveId id = next_save(dir, op);
       j["generation"] = id.generation;
       j["nonce"] = id.nonce;
     }
@@ -374,10 +377,26 @@ void save(const std::string& dir, const ShardedState& state, ProcessGroup& group
 // --- reading ---------------------------------------------------------------------------------
 
 Reader::Reader(const std::string& dir) : dir_(dir) {
-  const std::string path = dir + "/" + kIndex;
+  // A save that lands between reading the index and opening its files removes those files; the
+  // index has changed then, and is read again (twice more at most: saves take longer).
+  for (int attempt = 0;; ++attempt) {
+    try {
+      open();
+      return;
+    } catch (const IoError&) {
+      if (attempt == 2 || index_generation(dir_) == generation_) throw;
+    }
+  }
+}
+
+void Reader::open() {
+  tensors_.clear();
+  chunks_.clear();
+  files_.clear();
+  const std::string path = dir_ + "/" + kIndex;
   const std::string where = "[checkpoint::Reader] " + path + ": ";
   std::error_code ec;
-  GW_CHECK(fs::exists(path, ec), IoError, "[checkpoint::Reader] no checkpoint in '", dir, "' (no ",
+  GW_CHECK(fs::exists(path, ec), IoError, "[checkpoint::Reader] no checkpoint in '", dir_, "' (no ",
            kIndex, ")");
   try {
     std::ifstream in(path);
@@ -555,7 +574,7 @@ void save(const std::string& dir, const std::map<std::string, RemoteModule>& mod
           const ShardedState& local, const std::map<std::string, std::string>& metadata) {
   constexpr const char* op = "[checkpoint::save]";
   create_dir(dir, op);
-  const SaveId id = next_save(dir);
+  const SaveId id = next_save(dir, op);
   // Writer k < modules.size() is the k-th module's owner; the last is this worker.
   std::vector<std::string> files;
   std::vector<Future<std::string>> written;

@@ -110,6 +110,7 @@ class Reader {
     int64_t offset = 0, numel = 0;
   };
   const SafetensorsFile& file(const std::string& name) const;
+  void open();  // reads the index, opens its files
 
   std::string dir_;
   int64_t generation_ = 0;
