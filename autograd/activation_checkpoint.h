@@ -8,9 +8,8 @@
 // .grad of the parameters fn uses and hands the inputs' gradients on to the outer pass.
 //
 //   auto block = std::make_shared<gw::nn::Linear>(512, 512, true, gen);
-//   gw::Tensor h = gw::autograd::checkpoint([&](const gw::Tensor& x) { return
-//   block->forward(x).relu(); },
-//                                           stem->forward(x));
+//   auto segment = [&](const gw::Tensor& x) { return block->forward(x).relu(); };
+//   gw::Tensor h = gw::autograd::checkpoint(segment, stem->forward(x));
 //   loss(head->forward(h)).backward();   // block's activations are recomputed here
 //
 // What follows from the reentrant pass, as in PyTorch:

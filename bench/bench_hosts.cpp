@@ -116,15 +116,13 @@ int ddp_worker(int rank, const std::string& init_method) {
 int hooks_worker(int rank, const std::string& init_method) {
   constexpr int kBatch = 32, kRounds = 3, kSteps = 3;
   auto pg = gw::dist::init_process_group("gloo", init_method, rank, 2);
-  struct Run {
-    const char* key;
+  struct Run {  // allreduce, bf16, PowerSGD
     std::shared_ptr<gw::nn::Sequential> model = std::make_shared<gw::nn::Sequential>();
     std::unique_ptr<gw::ddp::DistributedDataParallel> ddp;
     std::unique_ptr<gw::optim::SGD> opt;
     double best = 1e30;
   };
   std::vector<Run> runs(3);
-  runs[0].key = "allreduce_ms", runs[1].key = "bf16_ms", runs[2].key = "powersgd_ms";
   gw::Generator gen(0);
   const gw::Tensor x = gw::randn({kBatch, 784}, gen), y = gw::randint(0, 10, {kBatch}, gen);
   for (Run& run : runs) {

@@ -45,6 +45,8 @@ class SafetensorsFile {
   Tensor read(const std::string& name) const;
 
  private:
+  const Info& info(const std::string& name) const;  // IndexError naming an unknown one
+
   std::string path_;
   int fd_ = -1;
   uint64_t data_start_ = 0;  // file offset of the data section

@@ -623,28 +623,31 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
 
 SafetensorsFile::~SafetensorsFile() { ::close(fd_); }
 
-void SafetensorsFile::read(const std::string& name, int64_t offset, int64_t count,
-                           void* out) const {
+const SafetensorsFile::Info& SafetensorsFile::info(const std::string& name) const {
   auto it = tensors_.find(name);
   GW_CHECK(it != tensors_.end(), IndexError, "[SafetensorsFile] ", path_, " has no tensor \"", name,
            "\"");
-  const int64_t numel = gw::numel(it->second.shape);
+  return it->second;
+}
+
+void SafetensorsFile::read(const std::string& name, int64_t offset, int64_t count,
+                           void* out) const {
+  const Info& t = info(name);
+  const int64_t numel = gw::numel(t.shape);
   GW_CHECK(offset >= 0 && count >= 0 && offset <= numel && count <= numel - offset, IndexError,
            "[SafetensorsFile] ", path_, ": elements [", offset, ", ", offset + count,
            ") are outside tensor \"", name, "\" of ", numel);
-  const uint64_t item = itemsize(it->second.dtype);
+  const uint64_t item = itemsize(t.dtype);
   const uint64_t at = data_start_ + begins_.at(name) + static_cast<uint64_t>(offset) * item;
   if (count > 0 && !read_fully(fd_, out, static_cast<size_t>(count) * item, at))
     throw_errno("SafetensorsFile", path_, "read");
 }
 
 Tensor SafetensorsFile::read(const std::string& name) const {
-  auto it = tensors_.find(name);
-  GW_CHECK(it != tensors_.end(), IndexError, "[SafetensorsFile] ", path_, " has no tensor \"", name,
-           "\"");
-  Tensor t = empty(it->second.shape, it->second.dtype);
-  read(name, 0, t.numel(), t.raw_data());
-  return t;
+  const Info& t = info(name);
+  Tensor out = empty(t.shape, t.dtype);
+  read(name, 0, out.numel(), out.raw_data());
+  return out;
 }
 
 }  // namespace gw

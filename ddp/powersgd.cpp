@@ -174,7 +174,7 @@ class PowerSGDHook {
     } else {
       c->input = bucket.buffer;
       for (Tensor& g : bucket.gradients()) {
-        if (g.dim() > 1 && g.size(0) > 0 && g.numel() > 0) {
+        if (g.dim() > 1 && g.numel() > 0) {
           const int64_t n = g.size(0), m = g.numel() / n;
           const int64_t r = std::min({n, m, o.matrix_approximation_rank});
           if (static_cast<double>((n + m) * r) * o.min_compression_rate <

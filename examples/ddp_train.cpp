@@ -202,9 +202,9 @@ int main(int argc, char** argv) {
       first_epoch = std::stoll(meta.at("epoch"));
       first_step = std::stoll(meta.at("samples")) / (args.batch_size * world);
       if (rank == 0)
-        std::printf("resuming from %s at epoch %lld, step %lld (saved by %s ranks)\n",
+        std::printf("resuming from %s at epoch %lld, step %lld (saved by %d ranks)\n",
                     args.checkpoint.dir.c_str(), static_cast<long long>(first_epoch + 1),
-                    static_cast<long long>(first_step), meta.at("world_size").c_str());
+                    static_cast<long long>(first_step), ckpt->world_size());
     }
     auto checkpoint = [&](int64_t epoch, int64_t step) {  // every rank writes its part
       if (args.checkpoint.every == 0) return;
@@ -212,10 +212,7 @@ int main(int argc, char** argv) {
       state.merge(opt.state());
       dcp::save(args.checkpoint.dir, state, *pg,
                 {{"epoch", std::to_string(epoch)},
-                 {"step", std::to_string(step)},
-                 {"samples", std::to_string(step * args.batch_size * world)},  // in the epoch
-                 {"world_size", std::to_string(world)},
-                 {"data_seed", std::to_string(kDataSeed)}});
+                 {"samples", std::to_string(step * args.batch_size * world)}});  // in the epoch
       if (rank == 0)
         std::printf("checkpoint saved: epoch %lld, step %lld\n", static_cast<long long>(epoch + 1),
                     static_cast<long long>(step));

@@ -450,20 +450,30 @@ void Reader::open() {
 
 const SafetensorsFile& Reader::file(const std::string& name) const { return *files_.at(name); }
 
-void Reader::read(const std::string& name, const Tensor& dst, int64_t offset) const {
+const Reader::TensorInfo& Reader::info(const std::string& name) const {
   auto it = tensors_.find(name);
   GW_CHECK(it != tensors_.end(), IndexError, "[checkpoint::Reader] the checkpoint in '", dir_,
            "' has no tensor \"", name, "\"");
-  const TensorInfo& info = it->second;
+  return it->second;
+}
+
+void Reader::check(const std::string& name, const Tensor& dst, int64_t offset) const {
+  const TensorInfo& saved = info(name);
   GW_CHECK(dst.defined(), InvalidArgumentError, "[checkpoint::Reader] read \"", name,
            "\": the destination is undefined");
-  GW_CHECK(dst.dtype() == info.dtype, InvalidArgumentError, "[checkpoint::Reader] tensor \"", name,
-           "\" is ", dtype_name(info.dtype), " in the checkpoint but the destination is ",
+  GW_CHECK(dst.dtype() == saved.dtype, InvalidArgumentError, "[checkpoint::Reader] tensor \"", name,
+           "\" is ", dtype_name(saved.dtype), " in the checkpoint but the destination is ",
            dtype_name(dst.dtype()));
-  const int64_t n = dst.numel(), total = gw::numel(info.shape);
+  const int64_t n = dst.numel(), total = gw::numel(saved.shape);
   GW_CHECK(offset >= 0 && offset <= total && n <= total - offset, IndexError,
            "[checkpoint::Reader] elements [", offset, ", ", offset + n, ") are outside tensor \"",
-           name, "\" ", shape_str(info.shape), " (", total, " elements)");
+           name, "\" ", shape_str(saved.shape), " (", total, " elements)");
+}
+
+void Reader::read(const std::string& name, const Tensor& dst, int64_t offset) const {
+  check(name, dst, offset);
+  const TensorInfo& info = tensors_.at(name);
+  const int64_t n = dst.numel();
   const bool direct = dst.device() == kCPU && dst.is_contiguous();
   Tensor into = direct ? dst : empty({n}, info.dtype);
   auto* out = static_cast<uint8_t*>(into.raw_data());
@@ -487,10 +497,8 @@ void Reader::read(const std::string& name, const Tensor& dst, int64_t offset) co
 }
 
 Tensor Reader::read(const std::string& name) const {
-  auto it = tensors_.find(name);
-  GW_CHECK(it != tensors_.end(), IndexError, "[checkpoint::Reader] the checkpoint in '", dir_,
-           "' has no tensor \"", name, "\"");
-  Tensor t = empty(it->second.shape, it->second.dtype);
+  const TensorInfo& saved = info(name);
+  Tensor t = empty(saved.shape, saved.dtype);
   read(name, t);
   return t;
 }
@@ -509,18 +517,10 @@ void load(const Reader& checkpoint, const ShardedState& state, ProcessGroup& gro
     for (const auto& [name, s] : state) {
       GW_CHECK(checkpoint.contains(name), IndexError, "[checkpoint::load] the checkpoint in '",
                checkpoint.dir(), "' has no tensor \"", name, "\"");
-      const Reader::TensorInfo& saved = checkpoint.tensors().at(name);
-      GW_CHECK(saved.shape == s.global_shape, ShapeError, "[checkpoint::load] tensor \"", name,
-               "\" is ", shape_str(saved.shape), " in the checkpoint but ",
-               shape_str(s.global_shape), " here");
-      GW_CHECK(s.local.defined() && saved.dtype == s.local.dtype(), InvalidArgumentError,
-               "[checkpoint::load] tensor \"", name, "\" is ", dtype_name(saved.dtype),
-               " in the checkpoint but ",
-               s.local.defined() ? std::string(dtype_name(s.local.dtype())) : "undefined", " here");
-      const int64_t n = s.local.numel(), total = gw::numel(saved.shape);
-      GW_CHECK(s.offset >= 0 && s.offset <= total && n <= total - s.offset, IndexError,
-               "[checkpoint::load] elements [", s.offset, ", ", s.offset + n,
-               ") are outside tensor \"", name, "\" ", shape_str(saved.shape));
+      const Shape& saved = checkpoint.tensors().at(name).shape;
+      GW_CHECK(saved == s.global_shape, ShapeError, "[checkpoint::load] tensor \"", name, "\" is ",
+               shape_str(saved), " in the checkpoint but ", shape_str(s.global_shape), " here");
+      checkpoint.check(name, s.local, s.offset);  // dtype and range
     }
   });
   on_every_rank(group, [&] {
@@ -537,6 +537,21 @@ void load(const std::string& dir, const ShardedState& state, ProcessGroup& group
 // --- RemoteModule ----------------------------------------------------------------------------
 
 namespace {
+// Waits for every future, so that no owner is still at work when this returns; rethrows the
+// first failure.
+template <typename T>
+void wait_all(std::vector<Future<T>>& futures) {
+  std::exception_ptr failed;
+  for (auto& f : futures) {
+    try {
+      f.wait();
+    } catch (...) {
+      if (!failed) failed = std::current_exception();
+    }
+  }
+  if (failed) std::rethrow_exception(failed);
+}
+
 // On a module's owner: writes its state_dict, whole, as `file` of `dir`; returns the pieces.
 std::string write_module(std::shared_ptr<nn::Module> module, std::string dir, std::string file,
                          std::string prefix, int64_t generation) {
@@ -585,16 +600,9 @@ void save(const std::string& dir, const std::map<std::string, RemoteModule>& mod
         "checkpoint_write", dir, files.back(), prefix, id.generation));
   }
   files.push_back(id.file("local"));
-  std::exception_ptr failed;
   std::vector<std::vector<Piece>> held;
-  for (auto& w : written) {  // every owner is done, or failed, before this returns
-    try {
-      held.push_back(pieces_from_json(json::parse(w.wait())));
-    } catch (...) {
-      if (!failed) failed = std::current_exception();
-    }
-  }
-  if (failed) std::rethrow_exception(failed);
+  wait_all(written);
+  for (auto& w : written) held.push_back(pieces_from_json(json::parse(w.wait())));
   held.push_back(describe(local, op));
   std::vector<std::string> names;
   for (const auto& [prefix, m] : modules) names.push_back("the module under \"" + prefix + "\"");
@@ -613,15 +621,7 @@ void load(const std::string& dir, const std::map<std::string, RemoteModule>& mod
   std::vector<Future<void>> done;
   for (const auto& [prefix, m] : modules)
     done.push_back(m.get_module_rref().rpc_async<void>("checkpoint_read", dir, prefix));
-  std::exception_ptr failed;
-  for (auto& d : done) {
-    try {
-      d.wait();
-    } catch (...) {
-      if (!failed) failed = std::current_exception();
-    }
-  }
-  if (failed) std::rethrow_exception(failed);
+  wait_all(done);
 }
 
 }  // namespace gw::dist::checkpoint

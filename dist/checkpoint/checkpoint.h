@@ -98,6 +98,8 @@ class Reader {
   // device or layout, of the checkpoint's dtype). IndexError for an unknown name or a range
   // outside the tensor, InvalidArgumentError for another dtype.
   void read(const std::string& name, const Tensor& dst, int64_t offset = 0) const;
+  // The checks read(name, dst, offset) makes, without reading.
+  void check(const std::string& name, const Tensor& dst, int64_t offset = 0) const;
   // The whole logical tensor `name`.
   Tensor read(const std::string& name) const;
   // Every tensor whose name starts with `prefix`, whole, named without it: e.g. a plain
@@ -109,6 +111,7 @@ class Reader {
     std::string file, key;
     int64_t offset = 0, numel = 0;
   };
+  const TensorInfo& info(const std::string& name) const;  // IndexError naming an unknown one
   const SafetensorsFile& file(const std::string& name) const;
   void open();  // reads the index, opens its files
 

@@ -31,7 +31,6 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <tuple>
 #include <type_traits>
 #include <typeindex>
 #include <vector>
@@ -128,7 +127,6 @@ class RemoteModule {
   // RRefs to the module's parameters (and its submodules' with `recurse`), owned remotely.
   std::vector<rpc::RRef<Tensor>> remote_parameters(bool recurse = true) const;
   const ModuleRRef& get_module_rref() const { return module_; }
-  const std::string& owner() const { return owner_; }
   Device device() const { return device_; }
   void train(bool on = true) const;
   void eval() const { train(false); }

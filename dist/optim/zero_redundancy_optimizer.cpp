@@ -215,10 +215,6 @@ void ZeroRedundancyOptimizer::load_state_dict(const NamedTensors& state) {
   consolidated_.reset();
 }
 
-}  // namespace gw::dist
-
-namespace gw::dist {
-
 checkpoint::ShardedState ZeroRedundancyOptimizer::sharded_state_dict(
     const std::string& prefix) const {
   checkpoint::ShardedState out;
