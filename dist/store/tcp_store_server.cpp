@@ -104,8 +104,8 @@ class Session : public std::enable_shared_from_this<Session> {
                      [self = shared_from_this()](std::error_code ec, size_t) {
                        uint32_t n = le32(self->header_);
                        // A bad length is a broken or hostile client: drop it, serve the rest.
-                       if (ec || n == 0 || n > self->server_.max_frame_bytes()) {
-                         if (!ec)
+                       if (ec || self->closed_ || n == 0 || n > self->server_.max_frame_bytes()) {
+                         if (!ec && !self->closed_)
                            log_error("[TCPStore] closing a client's connection: its request of ", n,
                                      " bytes exceeds max_frame_bytes ",
                                      self->server_.max_frame_bytes());
@@ -140,7 +140,9 @@ class Session : public std::enable_shared_from_this<Session> {
     body_.resize(n);
     asio::async_read(socket_, asio::buffer(body_),
                      [self = shared_from_this()](std::error_code ec, size_t) {
-                       if (ec) return self->close();
+                       // closed_: the read completed just before stop() closed the session, so
+                       // its request must not arm a wait that would keep the server running.
+                       if (ec || self->closed_) return self->close();
                        try {
                          self->server_.handle(self, std::move(self->body_));
                        } catch (const std::exception&) {

@@ -179,6 +179,33 @@ TEST_CASE("TCPStore surfaces a dead server as an error, not a hang", "[store][tc
                     Contains("could not connect to 127.0.0.1:" + std::to_string(port)));
 }
 
+TEST_CASE("TCPStore's server stops promptly while waits are arriving", "[store][tcp]") {
+  // A wait whose request was read just as the server stopped must not arm its timer on the
+  // closed connection: the destructor would then block for the whole wait. Several clients
+  // race their waits against the shutdown, over a few rounds, to land in that window.
+  constexpr int kRounds = 20, kClients = 8;
+  for (int round = 0; round < kRounds; ++round) {
+    auto master = std::make_unique<TCPStore>("127.0.0.1", 0, kClients + 1, true, milliseconds(10000));
+    std::vector<std::unique_ptr<TCPStore>> clients;
+    for (int i = 0; i < kClients; ++i)
+      clients.push_back(
+          std::make_unique<TCPStore>("127.0.0.1", master->port(), kClients + 1, false, milliseconds(10000)));
+    ThreadGroup waiters;
+    for (auto& c : clients)
+      waiters.spawn([&store = *c] {
+        try {
+          store.wait({"never"}, milliseconds(60000));
+        } catch (const gw::IoError&) {  // the server went away: expected
+        }
+      });
+    const auto start = Clock::now();
+    master.reset();
+    INFO("round " << round);
+    CHECK(Clock::now() - start < milliseconds(10000));
+    CHECK(waiters.join().empty());
+  }
+}
+
 TEST_CASE("TCPStore times out on a server that never answers", "[store][tcp]") {
   SilentListener silent;  // the kernel completes the TCP handshake; nobody ever reads
   auto start = Clock::now();
