@@ -185,11 +185,12 @@ TEST_CASE("TCPStore's server stops promptly while waits are arriving", "[store][
   // race their waits against the shutdown, over a few rounds, to land in that window.
   constexpr int kRounds = 20, kClients = 8;
   for (int round = 0; round < kRounds; ++round) {
-    auto master = std::make_unique<TCPStore>("127.0.0.1", 0, kClients + 1, true, milliseconds(10000));
+    auto master =
+        std::make_unique<TCPStore>("127.0.0.1", 0, kClients + 1, true, milliseconds(10000));
     std::vector<std::unique_ptr<TCPStore>> clients;
     for (int i = 0; i < kClients; ++i)
-      clients.push_back(
-          std::make_unique<TCPStore>("127.0.0.1", master->port(), kClients + 1, false, milliseconds(10000)));
+      clients.push_back(std::make_unique<TCPStore>("127.0.0.1", master->port(), kClients + 1, false,
+                                                   milliseconds(10000)));
     ThreadGroup waiters;
     for (auto& c : clients)
       waiters.spawn([&store = *c] {
