@@ -29,10 +29,15 @@ class Scalar {
   bool is_integral() const { return kind_ == Kind::Int; }
   bool is_bool() const { return kind_ == Kind::Bool; }
 
+  // The value as a T; the 16-bit floats round through float, as core's convert does.
   template <typename T>
   T to() const {
-    if (kind_ == Kind::Float) return static_cast<T>(d_);
-    return static_cast<T>(i_);
+    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+      return convert<T>(to<float>());
+    } else {
+      if (kind_ == Kind::Float) return static_cast<T>(d_);
+      return static_cast<T>(i_);
+    }
   }
   double to_double() const { return to<double>(); }
 

@@ -154,12 +154,7 @@ void CudaBackend::fill(const Tensor& dst, const Scalar& value) {
   // The element's bits are made on the host (core's conversions), so the kernel only stores.
   uint64_t bits = 0;
   dispatch<CudaAllTypes>(dst.dtype(), "fill_", [&]<typename T>() {
-    T v;
-    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
-      v = convert<T>(value.to<float>());
-    } else {
-      v = value.to<T>();
-    }
+    const T v = value.to<T>();
     std::memcpy(&bits, &v, sizeof(T));
   });
   OnDevice on(dst);

@@ -68,7 +68,9 @@ void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
 }
 
 void CpuBackend::fill(const Tensor& dst, const Scalar& value) {
-  dispatch<AllTypes>(dst.dtype(), "fill_", [&]<typename T>() {
+  // Every storable dtype: a fill only stores, so float16/bfloat16 tensors (which have no CPU
+  // arithmetic) can still be made with zeros, ones, full and eye.
+  dispatch<CopyTypes>(dst.dtype(), "fill_", [&]<typename T>() {
     const T v = value.to<T>();
     for_each_row<1>(dst.sizes(), {&dst}, [v](auto& p, auto& s, int64_t n) {
       if (s[0] == sizeof(T)) {

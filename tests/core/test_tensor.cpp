@@ -296,3 +296,20 @@ TEST_CASE("to(dtype) truncates floats toward zero and maps nonzero to true", "[c
     CHECK(raw_values(t) == std::vector<double>{0, 3, 1, 4, 2, 5});
   }
 }
+
+TEST_CASE("float16 and bfloat16 tensors are made by zeros, ones, full and eye", "[core][tensor]") {
+  // These dtypes have no CPU arithmetic, but a fill only stores; the values read back in
+  // float32 are the rounded scalars.
+  for (gw::DType t : {gw::kFloat16, gw::kBFloat16}) {
+    CAPTURE(t);
+    CHECK(gw::zeros({2, 3}, t).to(gw::kFloat32).to_vector<float>() == std::vector<float>(6, 0.f));
+    CHECK(gw::ones({4}, t).to(gw::kFloat32).to_vector<float>() == std::vector<float>(4, 1.f));
+    CHECK(gw::full({3}, 2.5, t).to(gw::kFloat32).to_vector<float>() == std::vector<float>(3, 2.5f));
+    const float third = t == gw::kFloat16 ? gw::convert<float>(gw::convert<gw::Half>(1.f / 3))
+                                          : gw::convert<float>(gw::convert<gw::BFloat16>(1.f / 3));
+    CHECK(gw::full({1}, 1.0 / 3, t).to(gw::kFloat32).item<float>() == third);
+    CHECK(third != 1.f / 3);  // rounded to the 16-bit format
+    CHECK(gw::eye(2, 3, t).to(gw::kFloat32).to_vector<float>() ==
+          std::vector<float>{1, 0, 0, 0, 1, 0});
+  }
+}
