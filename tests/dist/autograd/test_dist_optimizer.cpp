@@ -233,7 +233,22 @@ TEST_CASE("RemoteModule on \"worker/cuda:N\": placed on the owner's GPU", "[remo
     Tensor out = gpu.forward(x);  // a CPU input moved there, the output brought back
     CHECK(out.device() == kCPU);
     CHECK(allclose(out, cpu.forward(x), 1e-5, 1e-6));
-    CHECK(gpu.remote_parameters()[0].to_here().device() == cuda_device(0));
+    // Its parameters are CUDA tensors: without a device map toward this worker the owner
+    // refuses to send them (as PyTorch's TensorPipe agent does), naming the device.
+    CHECK_THROWS_WITH(gpu.remote_parameters()[0].to_here(),
+                      Catch::Contains("cuda:0") && Catch::Contains("device map"));
+    // With a map they arrive on the mapped device, and forward's outputs stay on the GPU.
+    const Tensor expected = cpu.forward(x);
+    rpc::RpcBackendOptions mapped = Group::small_options();
+    mapped.set_device_map("worker1", {{0, 0}});
+    Group h(2, mapped);
+    rpc::Agent::Use use_mapped(h[0]);
+    dist::RemoteModule on_gpu("worker1/cuda:0", "d_linear", int64_t{4}, int64_t{3}, int64_t{5});
+    Tensor weight = on_gpu.remote_parameters()[0].to_here();
+    CHECK(weight.device() == cuda_device(0));
+    Tensor y = on_gpu.forward(x);
+    CHECK(y.device() == cuda_device(0));
+    CHECK(allclose(y.to(kCPU), expected, 1e-5, 1e-6));
     return;
   }
 #endif
