@@ -40,6 +40,11 @@ void check_same_device(const char* op, std::initializer_list<const Tensor*> tens
   }
 }
 
+void Backend::adam_step(std::span<const AdamParam>, const AdamUpdate&) {
+  throw InternalError(detail::str("[adam_step] the backend of ", Device(device_type()),
+                                  " has no fused Adam kernel"));
+}
+
 bool is_float_only(UnaryOp op) {
   switch (op) {
     case UnaryOp::Exp: case UnaryOp::Log: case UnaryOp::Sqrt: case UnaryOp::Rsqrt:

@@ -15,6 +15,7 @@
 #include <initializer_list>
 #include <limits>
 #include <optional>
+#include <span>
 
 #include "core/device.h"
 #include "core/scalar.h"
@@ -40,6 +41,25 @@ const char* op_name(BinaryOp op);
 inline bool is_comparison(BinaryOp op) {
   return op >= BinaryOp::Eq && op <= BinaryOp::LogicalOr;
 }
+
+// One parameter of a fused Adam step (Backend::adam_step): param, grad and the moments are
+// contiguous tensors of one floating dtype on one device.
+struct AdamParam {
+  Tensor param, grad, exp_avg, exp_avg_sq;
+  Tensor max_exp_avg_sq;         // defined with amsgrad
+  double step_size;              // lr / (1 - beta1^step), the parameter's own step count
+  double bias_correction2_sqrt;  // sqrt(1 - beta2^step)
+};
+// What a fused Adam step does to every parameter of a group, in this order: the parameter is
+// scaled by param_scale (AdamW's decoupled decay, 1 - lr * weight_decay), the gradient negated
+// if maximize and given weight_decay * param (Adam's coupled decay), the moments updated, then
+// param -= step_size * exp_avg / (sqrt(second moment) / bias_correction2_sqrt + eps).
+struct AdamUpdate {
+  double beta1, beta2, eps;
+  double weight_decay;  // coupled (Adam); 0 for AdamW
+  double param_scale;   // decoupled (AdamW); 1 for Adam
+  bool amsgrad, maximize;
+};
 
 class Backend {
  public:
@@ -74,6 +94,26 @@ class Backend {
   // the batch dim. Either input may be strided (transposed views are used without copies).
   virtual void bmm(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
   virtual void softmax(const Tensor& in, int64_t dim, bool log, const Tensor& out) = 0;
+
+  // Fused row ops, each one pass over memory where the composite would take several. Every
+  // tensor is contiguous; x and logits are (rows, n). Statistics kept for the backward
+  // (mean, rstd, lse: one per row) have x's dtype, float32 for 16-bit x.
+  //
+  // y = (x - mean) * rstd * weight + bias per row, rstd = 1 / sqrt(biased variance + eps);
+  // weight and bias (n) may be undefined.
+  virtual void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                          const Tensor& y, const Tensor& mean, const Tensor& rstd) = 0;
+  // Its gradients; an undefined gx, gweight or gbias is not computed.
+  virtual void layer_norm_backward(const Tensor& gy, const Tensor& x, const Tensor& weight,
+                                   const Tensor& mean, const Tensor& rstd, const Tensor& gx,
+                                   const Tensor& gweight, const Tensor& gbias) = 0;
+  // loss = lse - logits[target] per row, lse = log(sum(exp(logits))); target holds int64
+  // classes, already checked to be in [0, n).
+  virtual void cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& loss,
+                             const Tensor& lse) = 0;
+  // grad_logits = grad_loss[row] * (exp(logits - lse) - (column == target)).
+  virtual void cross_entropy_backward(const Tensor& logits, const Tensor& target, const Tensor& lse,
+                                      const Tensor& grad_loss, const Tensor& grad_logits) = 0;
   virtual void index_select(const Tensor& in, int64_t dim, const Tensor& index,
                             const Tensor& out) = 0;
   virtual void gather(const Tensor& in, int64_t dim, const Tensor& index, const Tensor& out) = 0;
@@ -86,6 +126,11 @@ class Backend {
                         const Tensor& cols) = 0;
   virtual void fold2d(const Tensor& cols, const std::array<int64_t, 8>& params,
                       const Tensor& x) = 0;
+  // Adam/AdamW on many parameters in a few launches (PyTorch's fused=True). Only backends
+  // that say so in has_fused_adam implement it; the optimizers compose the same update from
+  // ops elsewhere (the CPU keeps PyTorch's single-tensor arithmetic, op by op).
+  virtual bool has_fused_adam() const { return false; }
+  virtual void adam_step(std::span<const AdamParam> params, const AdamUpdate& update);
   // Uniform: [a, b); Normal: mean a, std b; RandInt: [a, b); Bernoulli: probability a.
   virtual void random(RandomKind kind, const Tensor& out, double a, double b,
                       Generator& gen) = 0;

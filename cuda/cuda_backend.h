@@ -36,6 +36,15 @@ class CudaBackend final : public Backend {
                          const Tensor& indices) override;
   void bmm(const Tensor& a, const Tensor& b, const Tensor& out) override;
   void softmax(const Tensor& in, int64_t dim, bool log, const Tensor& out) override;
+  void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                  const Tensor& y, const Tensor& mean, const Tensor& rstd) override;
+  void layer_norm_backward(const Tensor& gy, const Tensor& x, const Tensor& weight,
+                           const Tensor& mean, const Tensor& rstd, const Tensor& gx,
+                           const Tensor& gweight, const Tensor& gbias) override;
+  void cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& loss,
+                     const Tensor& lse) override;
+  void cross_entropy_backward(const Tensor& logits, const Tensor& target, const Tensor& lse,
+                              const Tensor& grad_loss, const Tensor& grad_logits) override;
   void index_select(const Tensor& in, int64_t dim, const Tensor& index,
                     const Tensor& out) override;
   void gather(const Tensor& in, int64_t dim, const Tensor& index, const Tensor& out) override;
@@ -44,6 +53,8 @@ class CudaBackend final : public Backend {
   void unfold2d(const Tensor& x, const std::array<int64_t, 8>& params,
                 const Tensor& cols) override;
   void fold2d(const Tensor& cols, const std::array<int64_t, 8>& params, const Tensor& x) override;
+  bool has_fused_adam() const override { return true; }
+  void adam_step(std::span<const AdamParam> params, const AdamUpdate& update) override;
   void random(RandomKind kind, const Tensor& out, double a, double b, Generator& gen) override;
   void bernoulli(const Tensor& p, const Tensor& out, Generator& gen) override;
 };

@@ -99,60 +99,171 @@ __device__ C int_pow(C base, C exp, ErrorSlot err) {
   return result;
 }
 
+// x op y for the arithmetic ops, in the compute type C.
+template <typename C>
+__device__ __forceinline__ C binary_value(BinaryOp op, C x, C y, ErrorSlot err) {
+  if constexpr (std::is_same_v<C, bool>) {  // + and * on bools are or/and (PyTorch)
+    return (op == BinaryOp::Add || op == BinaryOp::Maximum) ? (x || y) : (x && y);
+  } else {
+    switch (op) {
+      case BinaryOp::Add:
+        return C(x + y);
+      case BinaryOp::Sub:
+        return C(x - y);
+      case BinaryOp::Mul:
+        return C(x * y);
+      case BinaryOp::Div:
+        return C(x / y);  // floating only (checked on the host)
+      case BinaryOp::Pow:
+        if constexpr (std::is_floating_point_v<C>) {
+          return pow(x, y);
+        } else {
+          return int_pow(x, y, err);
+        }
+      case BinaryOp::Maximum:
+      case BinaryOp::Minimum:
+        if constexpr (std::is_floating_point_v<C>) {
+          if (is_nan(x) || is_nan(y)) return x + y;  // NaN propagates
+        }
+        if (op == BinaryOp::Maximum) return x > y ? x : y;
+        return x < y ? x : y;
+      default:
+        return C(0);
+    }
+  }
+}
+
+// out = x op y for one element: comparisons write a bool, the rest a T.
+template <typename T>
+__device__ __forceinline__ void apply_binary(BinaryOp op, compute_t<T> x, compute_t<T> y, char* out,
+                                             ErrorSlot err) {
+  bool* flag = reinterpret_cast<bool*>(out);
+  switch (op) {
+    case BinaryOp::Eq:
+      *flag = x == y;
+      return;
+    case BinaryOp::Ne:
+      *flag = x != y;
+      return;
+    case BinaryOp::Lt:
+      *flag = x < y;
+      return;
+    case BinaryOp::Le:
+      *flag = x <= y;
+      return;
+    case BinaryOp::Gt:
+      *flag = x > y;
+      return;
+    case BinaryOp::Ge:
+      *flag = x >= y;
+      return;
+    case BinaryOp::LogicalAnd:
+      *flag = static_cast<bool>(x) && static_cast<bool>(y);
+      return;
+    case BinaryOp::LogicalOr:
+      *flag = static_cast<bool>(x) || static_cast<bool>(y);
+      return;
+    default:
+      store<T>(out, binary_value(op, x, y, err));
+  }
+}
+
 template <typename T>
 struct BinaryFn {
   BinaryOp op;
   ErrorSlot err;  // integer pow reports negative exponents here
   __device__ void operator()(char** p) const {
-    using C = compute_t<T>;
-    const C x = load<T>(p[1]), y = load<T>(p[2]);
-    bool* flag = reinterpret_cast<bool*>(p[0]);
-    switch (op) {
-      case BinaryOp::Eq: *flag = x == y; return;
-      case BinaryOp::Ne: *flag = x != y; return;
-      case BinaryOp::Lt: *flag = x < y; return;
-      case BinaryOp::Le: *flag = x <= y; return;
-      case BinaryOp::Gt: *flag = x > y; return;
-      case BinaryOp::Ge: *flag = x >= y; return;
-      case BinaryOp::LogicalAnd: *flag = static_cast<bool>(x) && static_cast<bool>(y); return;
-      case BinaryOp::LogicalOr: *flag = static_cast<bool>(x) || static_cast<bool>(y); return;
-      default: break;
-    }
-    if constexpr (std::is_same_v<C, bool>) {  // + and * on bools are or/and (PyTorch)
-      const bool r = (op == BinaryOp::Add || op == BinaryOp::Maximum) ? (x || y) : (x && y);
-      store<T>(p[0], r);
+    apply_binary<T>(op, load<T>(p[1]), load<T>(p[2]), p[0], err);
+  }
+};
+
+// One operand is a host scalar, passed by value: p[1] is the tensor operand.
+template <typename T>
+struct BinaryScalarFn {
+  BinaryOp op;
+  ErrorSlot err;
+  compute_t<T> scalar;
+  bool scalar_first;  // scalar op tensor rather than tensor op scalar
+  __device__ void operator()(char** p) const {
+    const compute_t<T> v = load<T>(p[1]);
+    apply_binary<T>(op, scalar_first ? scalar : v, scalar_first ? v : scalar, p[0], err);
+  }
+};
+
+// The same ops as values, for the contiguous fast path (try_launch_vector).
+template <typename T>
+struct UnaryValueFn {
+  UnaryOp op;
+  __device__ compute_t<T> operator()(compute_t<T> x) const {
+    if constexpr (std::is_floating_point_v<compute_t<T>>) {
+      return apply_float(op, x);
     } else {
-      C r = C(0);
-      switch (op) {
-        case BinaryOp::Add: r = C(x + y); break;
-        case BinaryOp::Sub: r = C(x - y); break;
-        case BinaryOp::Mul: r = C(x * y); break;
-        case BinaryOp::Div: r = C(x / y); break;  // floating only (checked on the host)
-        case BinaryOp::Pow:
-          if constexpr (std::is_floating_point_v<C>) {
-            r = pow(x, y);
-          } else {
-            r = int_pow(x, y, err);
-          }
-          break;
-        case BinaryOp::Maximum:
-        case BinaryOp::Minimum:
-          if constexpr (std::is_floating_point_v<C>) {
-            if (is_nan(x) || is_nan(y)) {
-              r = x + y;  // NaN propagates
-              break;
-            }
-          }
-          if (op == BinaryOp::Maximum) {
-            r = x > y ? x : y;
-          } else {
-            r = x < y ? x : y;
-          }
-          break;
-        default: break;
-      }
-      store<T>(p[0], r);
+      return apply_integral(op, x);
     }
+  }
+};
+
+// A unary op fixed at compile time: the activations of a network are the hot unary ops, and
+// with the op a constant the per-element switch folds away (GELU's erf already costs many
+// instructions per element; a switch on top cost a tenth of the bandwidth).
+template <typename T, UnaryOp kOp>
+struct FixedUnaryFn {
+  __device__ compute_t<T> operator()(compute_t<T> x) const { return apply_float(kOp, x); }
+};
+
+// Calls f.template operator()<kOp>() when op is one of the hot floating-point unary ops, and
+// returns whether it did.
+template <typename F>
+bool with_fixed_unary(UnaryOp op, F&& f) {
+  switch (op) {
+    case UnaryOp::Gelu:
+      f.template operator()<UnaryOp::Gelu>();
+      return true;
+    case UnaryOp::GeluTanh:
+      f.template operator()<UnaryOp::GeluTanh>();
+      return true;
+    case UnaryOp::Relu:
+      f.template operator()<UnaryOp::Relu>();
+      return true;
+    case UnaryOp::Sigmoid:
+      f.template operator()<UnaryOp::Sigmoid>();
+      return true;
+    case UnaryOp::Tanh:
+      f.template operator()<UnaryOp::Tanh>();
+      return true;
+    case UnaryOp::Exp:
+      f.template operator()<UnaryOp::Exp>();
+      return true;
+    default:
+      return false;
+  }
+}
+
+template <typename T>
+struct BinaryValueFn {
+  BinaryOp op;
+  ErrorSlot err;
+  __device__ compute_t<T> operator()(compute_t<T> x, compute_t<T> y) const {
+    return binary_value(op, x, y, err);
+  }
+};
+
+template <typename T>
+struct BinaryScalarValueFn {
+  BinaryOp op;
+  ErrorSlot err;
+  compute_t<T> scalar;
+  bool scalar_first;
+  __device__ compute_t<T> operator()(compute_t<T> v) const {
+    return binary_value(op, scalar_first ? scalar : v, scalar_first ? v : scalar, err);
+  }
+};
+
+template <typename T>
+struct AddScaledValueFn {
+  compute_t<T> alpha;
+  __device__ compute_t<T> operator()(compute_t<T> x, compute_t<T> y) const {
+    return compute_t<T>(x + alpha * y);
   }
 };
 
@@ -200,13 +311,29 @@ void CudaBackend::unary(UnaryOp op, const Tensor& in, const Tensor& out) {
     using D = cuda_type_t<T>;
     // core/ops checked the dtype: float-only ops get floating point, bool only abs and relu.
     if (op == UnaryOp::LogicalNot) return launch_strided(it, LogicalNotFn<D>{}, on.stream);
+    if constexpr (std::is_floating_point_v<compute_t<D>>) {
+      bool done = false;
+      const bool fixed = with_fixed_unary(op, [&]<UnaryOp kOp>() {
+        done = try_launch_vector<D, 1>(out, {&in}, FixedUnaryFn<D, kOp>{}, on.stream);
+      });
+      if (fixed && done) return;
+    }
+    if constexpr (!std::is_same_v<D, bool>) {
+      if (try_launch_vector<D, 1>(out, {&in}, UnaryValueFn<D>{op}, on.stream)) return;
+    }
     launch_strided(it, UnaryFn<D>{op}, on.stream);
   });
 }
 
 void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
   OnDevice on(out);
-  auto it = make_iter<3>(out.sizes(), {&out, &a, &b}, op_name(op));
+  // A CPU operand is a broadcast 0-dim tensor (core's wrapped numbers): its value rides in the
+  // kernel's arguments, so the kernel streams one operand fewer.
+  const bool scalar_first = a.device().is_cpu();
+  const Tensor* scalar = scalar_first ? &a : b.device().is_cpu() ? &b : nullptr;
+  const Tensor& tensor = scalar_first ? b : a;
+  auto it3 = scalar ? StridedIter<3>{} : make_iter<3>(out.sizes(), {&out, &a, &b}, op_name(op));
+  auto it2 = scalar ? make_iter<2>(out.sizes(), {&out, &tensor}, op_name(op)) : StridedIter<2>{};
   dispatch<CudaAllTypes>(a.dtype(), op_name(op), [&]<typename T>() {
     using D = cuda_type_t<T>;
     constexpr DType dt = dtype_of_v<T>;
@@ -218,16 +345,41 @@ void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Te
       GW_CHECK(op != BinaryOp::Div, InternalError, "[", op_name(op),
                "] no CUDA kernel for dtype ", a.dtype());
     }
+    auto scalar_value = [&] {  // the host scalar in the kernel's compute type
+      const T host = *static_cast<const T*>(scalar->raw_data());
+      if constexpr (is_half_v<D>) {
+        return convert<float>(host);
+      } else {
+        return static_cast<compute_t<D>>(host);
+      }
+    };
+    auto run = [&](ErrorSlot err) {
+      if constexpr (dt != kBool) {
+        if (!is_comparison(op)) {
+          const bool vectorized =
+              scalar ? try_launch_vector<D, 1>(
+                           out, {&tensor},
+                           BinaryScalarValueFn<D>{op, err, scalar_value(), scalar_first}, on.stream)
+                     : try_launch_vector<D, 2>(out, {&a, &b}, BinaryValueFn<D>{op, err}, on.stream);
+          if (vectorized) return;
+        }
+      }
+      if (scalar) {
+        launch_strided(it2, BinaryScalarFn<D>{op, err, scalar_value(), scalar_first}, on.stream);
+      } else {
+        launch_strided(it3, BinaryFn<D>{op, err}, on.stream);
+      }
+    };
     if (!is_floating(dt) && dt != kBool && op == BinaryOp::Pow) {
       ErrorFlag flag(out.device(), on.stream);
-      launch_strided(it, BinaryFn<D>{op, flag.slot()}, on.stream);
+      run(flag.slot());
       if (auto e = flag.check()) {
         throw InvalidArgumentError(detail::str(
             "[pow] integers to negative integer powers are not allowed (exponent ", *e, ")"));
       }
       return;
     }
-    launch_strided(it, BinaryFn<D>{op, ErrorSlot{nullptr, nullptr}}, on.stream);
+    run(ErrorSlot{nullptr, nullptr});
   });
 }
 
@@ -236,8 +388,10 @@ void CudaBackend::add_scaled(const Tensor& a, const Tensor& b, const Scalar& alp
   OnDevice on(out);
   auto it = make_iter<3>(out.sizes(), {&out, &a, &b}, "add");
   dispatch<CudaNumericTypes>(out.dtype(), "add", [&]<typename T>() {
-    using C = compute_t<cuda_type_t<T>>;
-    launch_strided(it, AddScaledFn<cuda_type_t<T>>{alpha.to<C>()}, on.stream);
+    using D = cuda_type_t<T>;
+    const compute_t<D> scale = alpha.to<compute_t<D>>();
+    if (try_launch_vector<D, 2>(out, {&a, &b}, AddScaledValueFn<D>{scale}, on.stream)) return;
+    launch_strided(it, AddScaledFn<D>{scale}, on.stream);
   });
 }
 

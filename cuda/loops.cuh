@@ -98,6 +98,11 @@ decltype(auto) dispatch_by_size(size_t size, const char* op, F&& f) {
   throw InternalError(detail::str("[", op, "] no CUDA kernel for elements of ", size, " bytes"));
 }
 
+inline constexpr int kWarpSize = 32;
+// The shared memory a kernel may take without opting in is 48 KiB, static and dynamic
+// together: a row cached in dynamic shared memory gets this much, leaving 1 KiB for the
+// kernels' static reduction slots.
+inline constexpr size_t kRowCacheBytes = 47 * 1024;
 inline constexpr int kMaxDims = 8;
 inline constexpr int kThreads = 256;
 inline constexpr int64_t kMaxBlocks = 65536;  // grid-stride loops cover the rest
@@ -150,29 +155,35 @@ StridedIter<N> make_iter(std::span<const int64_t> shape, const std::array<const 
   return it;
 }
 
-// Pointers of element `linear` (row-major over it.sizes) for every operand.
-template <int N>
-__device__ __forceinline__ void element_ptrs(const StridedIter<N>& it, int64_t linear,
-                                             char* (&p)[N]) {
+// Pointers of element `linear` (row-major over it.sizes) for every operand. I is the index
+// type of the division chain: 32-bit whenever numel fits, since 64-bit division is a long
+// instruction sequence on the GPU and this runs once per element. Offsets stay 64-bit.
+template <int N, typename I>
+__device__ __forceinline__ void element_ptrs(const StridedIter<N>& it, I linear, char* (&p)[N]) {
 #pragma unroll
   for (int k = 0; k < N; ++k) p[k] = it.data[k];
+  if (it.ndim == 1) {  // contiguous or evenly strided: no division at all
+#pragma unroll
+    for (int k = 0; k < N; ++k) p[k] += static_cast<int64_t>(linear) * it.strides[0][k];
+    return;
+  }
 #pragma unroll
   for (int d = kMaxDims - 1; d >= 0; --d) {
     if (d < it.ndim) {
-      const int64_t size = it.sizes[d];
-      const int64_t c = linear % size;
+      const I size = static_cast<I>(it.sizes[d]);
+      const I c = linear % size;
       linear /= size;
 #pragma unroll
-      for (int k = 0; k < N; ++k) p[k] += c * it.strides[d][k];
+      for (int k = 0; k < N; ++k) p[k] += static_cast<int64_t>(c) * it.strides[d][k];
     }
   }
 }
 
-template <int N, typename F>
+template <int N, typename I, typename F>
 __global__ void strided_kernel(StridedIter<N> it, F f) {
-  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < it.numel;
-       i += step) {
+  const I n = static_cast<I>(it.numel);
+  const I step = static_cast<I>(gridDim.x) * blockDim.x;
+  for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
     char* p[N];
     element_ptrs(it, i, p);
     f(p);
@@ -186,8 +197,152 @@ inline unsigned grid_for(int64_t n) {
 template <int N, typename F>
 void launch_strided(const StridedIter<N>& it, const F& f, cudaStream_t stream) {
   if (it.numel == 0) return;
-  strided_kernel<N, F><<<grid_for(it.numel), kThreads, 0, stream>>>(it, f);
+  // 32-bit indices leave room for the grid-stride step past the last element.
+  if (it.numel < (int64_t{1} << 31)) {
+    strided_kernel<N, uint32_t, F><<<grid_for(it.numel), kThreads, 0, stream>>>(it, f);
+  } else {
+    strided_kernel<N, int64_t, F><<<grid_for(it.numel), kThreads, 0, stream>>>(it, f);
+  }
   GW_CUDA_CHECK_LAUNCH();
+}
+
+// --- the contiguous fast path ----------------------------------------------------------------
+// Most elementwise work is on whole contiguous tensors of one dtype. Then each thread moves 16
+// bytes per load and store (4 floats, 8 bf16) and computes on the lanes in registers, with no
+// index arithmetic: what the memory system needs to run at its speed. try_launch_vector takes
+// the path when every pointer is 16-byte aligned and the tensors are contiguous, and says
+// whether it did; callers fall back to launch_strided otherwise.
+//
+//   if (!try_launch_vector<D, 2>(out, {&a, &b}, AddFn<D>{}, stream)) launch_strided(...);
+//
+// F maps K compute_t<T> values to one: __device__ compute_t<T> operator()(compute_t<T>...).
+
+template <typename T>
+inline constexpr int kVecWidth = sizeof(T) >= 16 ? 1 : static_cast<int>(16 / sizeof(T));
+
+template <typename T, int V>
+struct alignas(sizeof(T) * V) Pack {
+  T v[V];
+};
+
+template <typename T, int K>
+struct VectorArgs {
+  T* out;
+  const T* in[K];
+  int64_t n;
+};
+
+template <typename T, int K, typename F>
+__device__ __forceinline__ T apply_lanes(const F& f, const T (&x)[K]) {
+  using C = compute_t<T>;
+  if constexpr (K == 1) {
+    return cast<T>(f(cast<C>(x[0])));
+  } else {
+    return cast<T>(f(cast<C>(x[0]), cast<C>(x[1])));
+  }
+}
+
+// Each iteration moves two packs per operand, both loads issued before any arithmetic, so
+// that enough bytes are in flight even when the functor is long (GELU's erf).
+template <typename T, int K, typename F>
+__global__ void vector_kernel(VectorArgs<T, K> a, F f) {
+  constexpr int V = kVecWidth<T>;
+  using P = Pack<T, V>;
+  const int64_t packs = a.n / V;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  auto compute = [&](const P(&in)[K]) {
+    P out;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      T lanes[K];
+#pragma unroll
+      for (int k = 0; k < K; ++k) lanes[k] = in[k].v[j];
+      out.v[j] = apply_lanes<T, K>(f, lanes);
+    }
+    return out;
+  };
+  int64_t i = first;
+  for (; i + step < packs; i += 2 * step) {
+    P in0[K], in1[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      in0[k] = reinterpret_cast<const P*>(a.in[k])[i];
+      in1[k] = reinterpret_cast<const P*>(a.in[k])[i + step];
+    }
+    reinterpret_cast<P*>(a.out)[i] = compute(in0);
+    reinterpret_cast<P*>(a.out)[i + step] = compute(in1);
+  }
+  if (i < packs) {
+    P in0[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) in0[k] = reinterpret_cast<const P*>(a.in[k])[i];
+    reinterpret_cast<P*>(a.out)[i] = compute(in0);
+  }
+  const int64_t tail = packs * V + first;  // fewer than V elements past the last pack
+  if (tail < a.n) {
+    T lanes[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) lanes[k] = a.in[k][tail];
+    a.out[tail] = apply_lanes<T, K>(f, lanes);
+  }
+}
+
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// T is the device element type (cuda_type_t) of `out` and every input.
+template <typename T, int K, typename F>
+bool try_launch_vector(const Tensor& out, const std::array<const Tensor*, K>& ins, const F& f,
+                       cudaStream_t stream) {
+  if (!out.is_contiguous() || !aligned16(out.raw_data())) return false;
+  VectorArgs<T, K> a{static_cast<T*>(out.raw_data()), {}, out.numel()};
+  for (int k = 0; k < K; ++k) {
+    const Tensor& t = *ins[k];
+    if (!t.is_contiguous() || t.sizes() != out.sizes() || t.dtype() != out.dtype() ||
+        !aligned16(t.raw_data())) {
+      return false;
+    }
+    a.in[k] = static_cast<const T*>(t.raw_data());
+  }
+  if (a.n == 0) return true;
+  const int64_t pairs = std::max<int64_t>(a.n / kVecWidth<T> / 2, 1);  // two packs a thread
+  vector_kernel<T, K, F><<<grid_for(pairs), kThreads, 0, stream>>>(a, f);
+  GW_CUDA_CHECK_LAUNCH();
+  return true;
+}
+
+// --- block-wide reductions ------------------------------------------------------------------
+
+struct SumOf {
+  template <typename C>
+  __device__ C operator()(C a, C b) const {
+    return a + b;
+  }
+};
+// The larger of two values that are never NaN.
+struct MaxOf {
+  template <typename C>
+  __device__ C operator()(C a, C b) const {
+    return a > b ? a : b;
+  }
+};
+
+// op over v of every thread of the block (kBlock threads, a multiple of 32), in every thread.
+// Calls from one kernel may follow each other: the shared slots are released before returning.
+template <int kBlock, typename C, typename Op>
+__device__ __forceinline__ C block_all_reduce(C v, Op op) {
+  constexpr int kWarps = kBlock / kWarpSize;
+  __shared__ C partial[kWarps];
+  for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) {
+    v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  }
+  if (threadIdx.x % kWarpSize == 0) partial[threadIdx.x / kWarpSize] = v;
+  __syncthreads();
+  v = partial[0];
+#pragma unroll
+  for (int w = 1; w < kWarps; ++w) v = op(v, partial[w]);
+  __syncthreads();
+  return v;
 }
 
 // The device and stream an op on `t` runs on: the device becomes current for the scope.

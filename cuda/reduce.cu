@@ -1,6 +1,14 @@
-// Reductions (sum, prod, max, min) and max/min with indices. The input is laid out as
-// (rows, cols) with the reduced elements of one output contiguous in a row (a permuted copy
-// when they are not), then one block reduces each row, or one thread when rows are short.
+// Reductions (sum, prod, max, min) and max/min with indices.
+//
+// A contiguous input whose reduced dims are adjacent is read in place as (outer, r, inner):
+// every output element reduces r values that are `inner` apart. Two kernels cover it, each
+// able to spread one output's work over many blocks, so that the whole GPU streams the input
+// however few outputs there are (a whole-tensor sum has one):
+//   - inner == 1 (rows reduced along their length): a block per (row, chunk of the row);
+//   - inner > 1 (a bias gradient: sum over the leading dims): a thread per output column,
+//     coalesced across the column, with the r axis cut into chunks over grid.y.
+// Split work leaves per-chunk partials in the accumulator type, which a second launch of the
+// same kernel reduces. Other layouts are made contiguous with the reduced dims last first.
 // Floating sums accumulate in double and integer sums in int64, as on the CPU.
 #include <limits>
 
@@ -32,40 +40,192 @@ __device__ __forceinline__ A combine(ReduceOp op, A acc, A v) {
   }
 }
 
-constexpr int kReduceThreads = 256;  // a power of two: the tree below halves it
+constexpr int kReduceThreads = 256;
+constexpr int kWarp = kWarpSize;
 // Rows of at most this many elements are reduced by one thread each.
 constexpr int64_t kShortRow = 16;
+// About this many threads keep every multiprocessor of a large GPU streaming (an H100 holds
+// 2^18 at once). Rows take four times that, so that blocks come in several waves and the
+// last wave's imbalance is small; column partials are a tensor's worth of traffic each, so
+// columns take one wave.
+constexpr int64_t kBusyThreads = int64_t{1} << 18;
+constexpr int64_t kBusyRowThreads = int64_t{1} << 20;
+// A thread reduces at least this many elements before the work is split further.
+constexpr int64_t kPerThread = 16;
 
-// out[r] = reduction of x[r * cols .. r * cols + cols) for a contiguous (rows, cols) x.
-template <typename T, typename A>
-__global__ void reduce_rows_block(const T* x, A* out, int64_t rows, int64_t cols, ReduceOp op,
-                                  A init) {
-  __shared__ A shared[kReduceThreads];
-  const int tid = static_cast<int>(threadIdx.x);
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const T* row = x + r * cols;
-    A acc = init;
-    for (int64_t i = tid; i < cols; i += kReduceThreads) acc = combine(op, acc, cast<A>(row[i]));
-    shared[tid] = acc;
-    __syncthreads();
-    for (int s = kReduceThreads / 2; s > 0; s >>= 1) {
-      if (tid < s) shared[tid] = combine(op, shared[tid], shared[tid + s]);
-      __syncthreads();
-    }
-    if (tid == 0) out[r] = shared[0];
-    __syncthreads();  // shared[0] is read before the next row overwrites it
+template <typename A>
+__device__ __forceinline__ A shuffle_down(A v, int offset) {
+  if constexpr (std::is_same_v<A, bool>) {
+    return __shfl_down_sync(0xffffffffu, static_cast<int>(v), offset) != 0;
+  } else {
+    return __shfl_down_sync(0xffffffffu, v, offset);
   }
 }
 
-template <typename T, typename A>
-__global__ void reduce_rows_thread(const T* x, A* out, int64_t rows, int64_t cols, ReduceOp op,
+// The block's combined value, valid in thread 0.
+template <typename A>
+__device__ __forceinline__ A block_combine(ReduceOp op, A acc) {
+  __shared__ A warp_values[kReduceThreads / kWarp];
+  for (int off = kWarp / 2; off > 0; off >>= 1) acc = combine(op, acc, shuffle_down(acc, off));
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int warp = static_cast<int>(threadIdx.x) / kWarp;
+  if (lane == 0) warp_values[warp] = acc;
+  __syncthreads();
+  if (warp == 0) {
+    acc = warp_values[lane < kReduceThreads / kWarp ? lane : 0];
+    for (int off = kReduceThreads / kWarp / 2; off > 0; off >>= 1) {
+      acc = combine(op, acc, shuffle_down(acc, off));
+    }
+  }
+  return acc;
+}
+
+// out[row * chunks + c] = reduction of chunk c (grid.y) of row (grid.x) of a contiguous
+// (rows, cols) x; a chunk is `chunk` elements long. With V > 1 the rows and chunks start on
+// 16-byte boundaries and threads load V-element packs; several loads are in flight per thread.
+template <typename T, typename A, typename O, int V>
+__global__ void reduce_rows(const T* x, O* out, int64_t cols, int64_t chunk, ReduceOp op, A init) {
+  const int64_t row = blockIdx.x;
+  const int64_t begin = blockIdx.y * chunk;
+  const int64_t end = begin + chunk < cols ? begin + chunk : cols;
+  const T* p = x + row * cols;
+  A acc = init;
+  if constexpr (V > 1) {
+    using P = Pack<T, V>;
+    const P* packs = reinterpret_cast<const P*>(p);
+    int64_t i = begin / V + threadIdx.x;
+    const int64_t last = end / V;  // end is a multiple of V (cols is)
+    // Four packs in flight, into four accumulators (four short dependency chains).
+    A part[4] = {init, init, init, init};
+    for (; i + 3 * kReduceThreads < last; i += 4 * kReduceThreads) {
+      P in[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) in[u] = packs[i + u * kReduceThreads];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+#pragma unroll
+        for (int j = 0; j < V; ++j) part[u] = combine(op, part[u], cast<A>(in[u].v[j]));
+      }
+    }
+    for (; i < last; i += kReduceThreads) {
+      const P in = packs[i];
+#pragma unroll
+      for (int j = 0; j < V; ++j) part[0] = combine(op, part[0], cast<A>(in.v[j]));
+    }
+    acc = combine(op, combine(op, part[0], part[1]), combine(op, part[2], part[3]));
+  } else {
+    int64_t i = begin + threadIdx.x;
+    for (; i + 3 * kReduceThreads < end; i += 4 * kReduceThreads) {
+      const T v0 = p[i], v1 = p[i + kReduceThreads], v2 = p[i + 2 * kReduceThreads],
+              v3 = p[i + 3 * kReduceThreads];
+      acc = combine(op, acc, cast<A>(v0));
+      acc = combine(op, acc, cast<A>(v1));
+      acc = combine(op, acc, cast<A>(v2));
+      acc = combine(op, acc, cast<A>(v3));
+    }
+    for (; i < end; i += kReduceThreads) acc = combine(op, acc, cast<A>(p[i]));
+  }
+  acc = block_combine(op, acc);
+  if (threadIdx.x == 0) out[row * gridDim.y + blockIdx.y] = cast<O>(acc);
+}
+
+template <typename T, typename A, typename O>
+__global__ void reduce_rows_thread(const T* x, O* out, int64_t rows, int64_t cols, ReduceOp op,
                                    A init) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; r < rows;
        r += step) {
     A acc = init;
     for (int64_t i = 0; i < cols; ++i) acc = combine(op, acc, cast<A>(x[r * cols + i]));
-    out[r] = acc;
+    out[r] = cast<O>(acc);
+  }
+}
+
+// For x of (outer, r, inner): out[(c * outer + o) * inner + j] reduces x[o, k, j] over the
+// k of chunk c (grid.y), `chunk` long. Neighbouring threads read neighbouring columns.
+template <typename T, typename A, typename O>
+__global__ void reduce_columns(const T* x, O* out, int64_t outer, int64_t r, int64_t inner,
+                               int64_t chunk, ReduceOp op, A init) {
+  const int64_t columns = outer * inner;
+  const int64_t c = blockIdx.y;
+  const int64_t begin = c * chunk, end = begin + chunk < r ? begin + chunk : r;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t col = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; col < columns;
+       col += step) {
+    const int64_t o = col / inner, j = col % inner;
+    const T* p = x + o * r * inner + j;
+    A acc = init;
+    int64_t k = begin;
+    for (; k + 3 < end; k += 4) {
+      const T v0 = p[k * inner], v1 = p[(k + 1) * inner], v2 = p[(k + 2) * inner],
+              v3 = p[(k + 3) * inner];
+      acc = combine(op, acc, cast<A>(v0));
+      acc = combine(op, acc, cast<A>(v1));
+      acc = combine(op, acc, cast<A>(v2));
+      acc = combine(op, acc, cast<A>(v3));
+    }
+    for (; k < end; ++k) acc = combine(op, acc, cast<A>(p[k * inner]));
+    out[c * columns + col] = cast<O>(acc);
+  }
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Reduces the contiguous (outer, r, inner) x into the contiguous out (outer * inner), which
+// the last pass writes in its own type O; partials between passes are in A.
+template <typename T, typename A, typename O>
+void reduce_contiguous(const T* x, O* out, int64_t outer, int64_t r, int64_t inner, ReduceOp op,
+                       A init, const TensorOptions& scratch, cudaStream_t stream) {
+  if (inner == 1 && r <= kShortRow) {
+    reduce_rows_thread<<<grid_for(outer), kThreads, 0, stream>>>(x, out, outer, r, op, init);
+    GW_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  const int64_t outputs = outer * inner;
+  // Chunks per output: enough for the GPU to be busy, each still worth a thread's while.
+  const int64_t lanes = inner == 1 ? kReduceThreads : 1;  // threads per output and chunk
+  const int64_t busy = inner == 1 ? kBusyRowThreads : kBusyThreads;
+  int64_t chunks = std::clamp<int64_t>(busy / std::max<int64_t>(outputs * lanes, 1), 1,
+                                       std::max<int64_t>(r / (lanes * kPerThread), 1));
+  chunks = std::min<int64_t>(chunks, 65535);  // grid.y's limit, and a bound on the scratch
+  // Packs when every row starts on a 16-byte boundary; chunks are then whole packs.
+  constexpr int kVec = kVecWidth<T>;
+  const bool packed = inner == 1 && r % kVec == 0 && aligned16(x);
+  const int64_t chunk = packed ? ceil_div(ceil_div(r, chunks), kVec) * kVec : ceil_div(r, chunks);
+  chunks = ceil_div(r, chunk);
+  // One chunk: straight into out. Several: partials first, then another pass over them.
+  Tensor partial;
+  if (chunks > 1) partial = empty({chunks * outputs}, scratch.with_dtype(dtype_of_v<A>));
+  auto* dst = static_cast<A*>(chunks > 1 ? partial.raw_data() : nullptr);
+  if (inner == 1) {
+    GW_CHECK(outer < (int64_t{1} << 31), InvalidArgumentError, "[cuda reduce] ", outer,
+             " rows exceed the grid");
+    const dim3 grid(static_cast<unsigned>(outer), static_cast<unsigned>(chunks));
+    auto launch = [&]<typename D, int V>(D* to) {
+      reduce_rows<T, A, D, V><<<grid, kReduceThreads, 0, stream>>>(x, to, r, chunk, op, init);
+    };
+    if (chunks == 1) {
+      packed ? launch.template operator()<O, kVec>(out) : launch.template operator()<O, 1>(out);
+    } else {
+      packed ? launch.template operator()<A, kVec>(dst) : launch.template operator()<A, 1>(dst);
+    }
+    GW_CUDA_CHECK_LAUNCH();
+    // Partials are laid out (row, chunk): reduce each row's chunks.
+    if (chunks > 1)
+      reduce_contiguous<A, A, O>(dst, out, outer, chunks, 1, op, init, scratch, stream);
+  } else {
+    const auto blocks =
+        static_cast<unsigned>(std::min<int64_t>(ceil_div(outputs, kThreads), kMaxBlocks));
+    const dim3 grid(blocks, static_cast<unsigned>(chunks));
+    if (chunks == 1) {
+      reduce_columns<<<grid, kThreads, 0, stream>>>(x, out, outer, r, inner, chunk, op, init);
+    } else {
+      reduce_columns<<<grid, kThreads, 0, stream>>>(x, dst, outer, r, inner, chunk, op, init);
+    }
+    GW_CUDA_CHECK_LAUNCH();
+    // Partials are laid out (chunk, output): reduce over the chunks.
+    if (chunks > 1)
+      reduce_contiguous<A, A, O>(dst, out, 1, chunks, outputs, op, init, scratch, stream);
   }
 }
 
@@ -150,29 +310,43 @@ void CudaBackend::reduce(ReduceOp op, const Tensor& in, const Tensor& out) {
     }
   }
   if (rows == 0) return;
+  // (outer, r, inner) in place when `in` is contiguous and the reduced dims are adjacent.
+  int64_t outer = rows, inner = 1;
+  Tensor x = in;
+  const bool adjacent = !reduced.empty() && reduced.back() - reduced.front() + 1 ==
+                                                static_cast<int64_t>(reduced.size());
+  if (in.is_contiguous() && adjacent) {
+    outer = 1;
+    for (int64_t d = 0; d < reduced.front(); ++d) outer *= in.size(d);
+    inner = rows / outer;
+  } else if (cols > 0) {
+    x = rows_layout(in, kept, reduced);
+  }
   OnDevice on(out);
   dispatch<CudaAllTypes>(in.dtype(), "reduce", [&]<typename T>() {
     using D = cuda_type_t<T>;
     auto run = [&]<typename A>() {
-      // Results land in a contiguous buffer of the accumulator type, then convert into out.
-      Tensor acc = empty(out.sizes(), out.options().with_dtype(dtype_of_v<A>));
       const A init = reduce_identity<A>(op);
       if (cols == 0) {
-        fill(acc, Scalar(init));
-      } else {
-        Tensor x = rows_layout(in, kept, reduced);
-        const D* px = static_cast<const D*>(x.raw_data());
-        A* pa = static_cast<A*>(acc.raw_data());
-        if (cols <= kShortRow) {
-          reduce_rows_thread<<<grid_for(rows), kThreads, 0, on.stream>>>(px, pa, rows, cols, op,
-                                                                         init);
-        } else {
-          reduce_rows_block<<<row_grid(rows), kReduceThreads, 0, on.stream>>>(px, pa, rows, cols,
-                                                                            op, init);
-        }
-        GW_CUDA_CHECK_LAUNCH();
+        fill(out, Scalar(init));
+        return;
       }
-      copy_on_device(acc, out);
+      auto into = [&]<typename O>(O* to) {
+        reduce_contiguous<D, A, O>(static_cast<const D*>(x.raw_data()), to, outer, cols, inner, op,
+                                   init, out.options(), on.stream);
+      };
+      // The last pass writes `out` itself when it is contiguous and of the input's or the
+      // accumulator's type (a float32 sum, an int64 count); otherwise an accumulator buffer
+      // is converted into it.
+      if (out.is_contiguous() && out.dtype() == in.dtype()) {
+        into(static_cast<D*>(out.raw_data()));
+      } else if (out.is_contiguous() && out.dtype() == dtype_of_v<A>) {
+        into(static_cast<A*>(out.raw_data()));
+      } else {
+        Tensor acc = empty(out.sizes(), out.options().with_dtype(dtype_of_v<A>));
+        into(static_cast<A*>(acc.raw_data()));
+        copy_on_device(acc, out);
+      }
     };
     if (op == ReduceOp::Max || op == ReduceOp::Min) {
       run.template operator()<compute_t<D>>();

@@ -2,6 +2,10 @@
 
 #include <algorithm>
 
+#include "autograd/functions/common.h"
+#include "core/backend.h"
+#include "core/grad_hooks.h"
+
 namespace gw::nn::functional {
 
 namespace {
@@ -32,8 +36,8 @@ Shape without_dim(const Shape& shape, int64_t d) {
   return out;
 }
 
-// -input[target] along the class dim; `op` is the user-facing name for the messages.
-Tensor nll(const Tensor& input, const Tensor& target, Reduction reduction, const char* op) {
+// Checks a classification target against its input; `op` names the user-facing op.
+void check_target(const Tensor& input, const Tensor& target, const char* op) {
   check_floating(input, op, "input");
   GW_CHECK(target.dtype() == kInt64, DTypeError, "[", op,
            "] target must hold int64 class indices, got a ", target.dtype(), " tensor");
@@ -49,9 +53,42 @@ Tensor nll(const Tensor& input, const Tensor& target, Reduction reduction, const
     GW_CHECK(c >= 0 && c < classes, IndexError, "[", op, "] target ", c, " is out of bounds for ",
              classes, " classes");
   }
+}
+
+// -input[target] along the class dim.
+Tensor nll(const Tensor& input, const Tensor& target, Reduction reduction, const char* op) {
+  check_target(input, target, op);
+  const int64_t class_dim = input.dim() == 1 ? 0 : 1;
   Tensor picked = gather(input, class_dim, target.unsqueeze(class_dim)).squeeze(class_dim);
   return reduce(neg(picked), reduction);
 }
+
+// cross_entropy's derivative for (N, C) scores: one fused kernel, softmax minus the one-hot
+// target, scaled by each row's incoming gradient.
+class CrossEntropyBackward final : public autograd::Node {
+ public:
+  CrossEntropyBackward(const Tensor& logits, const Tensor& target, const Tensor& lse,
+                       Shape input_shape)
+      : logits_(logits), target_(target), lse_(lse), shape_(std::move(input_shape)) {}
+  std::string name() const override { return "CrossEntropyBackward"; }
+  void release_variables() override {
+    logits_.reset();
+    target_.reset();
+    lse_.reset();
+  }
+  autograd::TensorList apply(autograd::TensorList&& grads) override {
+    Tensor logits = logits_.unpack(*this);
+    Tensor grad = empty_like(logits);
+    backend_for(logits, "cross_entropy_backward")
+        .cross_entropy_backward(logits, target_.unpack(*this), lse_.unpack(*this),
+                                grads[0].to(logits.dtype()).contiguous(), grad);
+    return {grad.reshape(shape_)};
+  }
+
+ private:
+  autograd::SavedTensor logits_, target_, lse_;
+  Shape shape_;
+};
 
 }  // namespace
 
@@ -102,6 +139,41 @@ Tensor embedding(const Tensor& indices, const Tensor& weight) {
   return gw::embedding(weight, indices);
 }
 
+namespace {
+
+// layer_norm's derivative, one fused kernel for all three gradients (Backend).
+class LayerNormBackward final : public autograd::Node {
+ public:
+  LayerNormBackward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                    Shape normalized_shape)
+      : x_(x), weight_(weight), mean_(mean), rstd_(rstd), shape_(std::move(normalized_shape)) {}
+  std::string name() const override { return "LayerNormBackward"; }
+  void release_variables() override {
+    x_.reset();
+    weight_.reset();
+    mean_.reset();
+    rstd_.reset();
+  }
+  autograd::TensorList apply(autograd::TensorList&& grads) override {
+    Tensor x = x_.unpack(*this), w = weight_.defined() ? weight_.unpack(*this) : Tensor();
+    Tensor gx, gw, gb;
+    if (autograd::wants(*this, 0)) gx = empty_like(x);
+    if (autograd::wants(*this, 1)) gw = zeros(shape_, x.options());  // zeros: sums of no rows
+    if (autograd::wants(*this, 2)) gb = zeros(shape_, x.options());
+    if (x.numel() == 0) return {gx, gw, gb};
+    backend_for(x, "layer_norm_backward")
+        .layer_norm_backward(grads[0].to(x.dtype()).contiguous(), x, w, mean_.unpack(*this),
+                             rstd_.unpack(*this), gx, gw, gb);
+    return {gx, gw, gb};
+  }
+
+ private:
+  autograd::SavedTensor x_, weight_, mean_, rstd_;
+  Shape shape_;
+};
+
+}  // namespace
+
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps) {
   check_floating(x, "layer_norm", "input");
@@ -115,13 +187,22 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
              t == &weight ? "weight" : "bias", " of shape ", shape_str(t->sizes()),
              " does not match normalized_shape ", shape_str(normalized_shape));
   }
-  Shape dims;
-  for (int64_t d = x.dim() - k; d < x.dim(); ++d) dims.push_back(d);
-  Tensor centered = x - x.mean(dims, true);
-  Tensor var = square(centered).mean(dims, true);  // biased, as PyTorch's layer_norm
-  Tensor y = centered * rsqrt(var + eps);
-  if (weight.defined()) y = y * weight;
-  if (bias.defined()) y = y + bias;
+  check_same_device("layer_norm", {&x, &weight, &bias});
+  const int64_t n = numel(normalized_shape), rows = n == 0 ? 0 : x.numel() / n;
+  const DType stat = x.element_size() == 2 ? kFloat32 : x.dtype();
+  // The output has the input's dtype; weight and bias of another one (float32 weights beside
+  // bfloat16 activations) are converted, and their gradients converted back by autograd.
+  auto as_input = [&x](const Tensor& t) {
+    return t.defined() ? t.to(x.dtype()).contiguous() : Tensor();
+  };
+  const Tensor xc = x.contiguous(), w = as_input(weight), b = as_input(bias);
+  Tensor y = empty(x.sizes(), x.options().with_requires_grad(false));
+  Tensor mean = empty({rows}, x.options().with_dtype(stat).with_requires_grad(false));
+  Tensor rstd = empty_like(mean);
+  if (rows > 0 && n > 0) backend_for(x, "layer_norm").layer_norm(xc, w, b, eps, y, mean, rstd);
+  if (detail::recorder_for({&x, &w, &b})) {
+    autograd::record<LayerNormBackward>({&x, &w, &b}, y, xc, w, mean, rstd, normalized_shape);
+  }
   return y;
 }
 
@@ -173,7 +254,22 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, Reduction reduct
   GW_CHECK(input.dim() >= 1, ShapeError,
            "[cross_entropy] input must be (C) or (N,C,...) scores, got shape ",
            shape_str(input.sizes()));
-  return nll(log_softmax(input, input.dim() == 1 ? 0 : 1), target, reduction, "cross_entropy");
+  if (input.dim() > 2) {  // (N, C, d1, ...): the class dim is not the rows' last
+    return nll(log_softmax(input, 1), target, reduction, "cross_entropy");
+  }
+  check_target(input, target, "cross_entropy");
+  check_same_device("cross_entropy", {&input, &target});
+  // (C) is one row; the per-row losses come back in the target's shape.
+  const Tensor logits = input.dim() == 1 ? input.unsqueeze(0).contiguous() : input.contiguous();
+  const Tensor labels = target.reshape({logits.size(0)}).contiguous();
+  const DType stat = input.element_size() == 2 ? kFloat32 : input.dtype();
+  Tensor losses = empty({logits.size(0)}, input.options().with_requires_grad(false));
+  Tensor lse = empty({logits.size(0)}, input.options().with_dtype(stat).with_requires_grad(false));
+  backend_for(input, "cross_entropy").cross_entropy(logits, labels, losses, lse);
+  if (detail::recorder_for(input)) {
+    autograd::record<CrossEntropyBackward>({&input}, losses, logits, labels, lse, input.sizes());
+  }
+  return reduce(losses.reshape(target.sizes()), reduction);
 }
 
 }  // namespace gw::nn::functional

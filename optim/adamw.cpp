@@ -16,6 +16,14 @@ std::vector<std::string> AdamW::state_names() const {
   return detail::adam_state_names(options_.amsgrad);
 }
 
+void AdamW::apply(std::vector<ParamUpdate>& updates) {
+  auto rest = detail::fused_adam(
+      updates, detail::fused_settings(options_, lr_, /*decoupled=*/true), lr_,
+      [this](size_t i) -> NamedTensors& { return state(i); },
+      [](NamedTensors& st) { return increment_step(st); });
+  for (ParamUpdate& r : rest) update(r.index, r.param, r.grad);
+}
+
 void AdamW::update(size_t index, Tensor& param, const Tensor& grad) {
   const AdamWOptions& o = options_;
   NamedTensors& st = state(index);

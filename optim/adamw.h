@@ -27,6 +27,8 @@ class AdamW : public Optimizer {
 
  protected:
   void update(size_t index, Tensor& param, const Tensor& grad) override;
+  // Parameters on a device with a fused Adam kernel (CUDA) take it, the rest update().
+  void apply(std::vector<ParamUpdate>& updates) override;
   std::vector<std::string> state_names() const override;
 
  private:

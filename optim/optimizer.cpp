@@ -81,13 +81,18 @@ void Optimizer::update_all(const std::vector<std::pair<size_t, Tensor>>& grads) 
              p.device());
   }
   autograd::NoGradGuard no_grad;
+  std::vector<ParamUpdate> updates;
+  updates.reserve(grads.size());
   for (const auto& [i, g] : grads) {
-    Tensor p = params_[i];
     // detach: a create_graph gradient's history must not leak into the state. A gradient of
     // another floating dtype is converted, as torch's in-place updates would.
-    Tensor grad = g.detach().to(p.dtype());
-    update(i, p, grad);
+    updates.push_back({i, params_[i], g.detach().to(params_[i].dtype())});
   }
+  apply(updates);
+}
+
+void Optimizer::apply(std::vector<ParamUpdate>& updates) {
+  for (ParamUpdate& u : updates) update(u.index, u.param, u.grad);
 }
 
 void Optimizer::zero_grad() {

@@ -26,6 +26,14 @@ namespace gw::optim {
 
 using GradMap = TensorMap<Tensor>;
 
+// One parameter's part of a step: parameters()[index] and its gradient (detached, converted
+// to the parameter's dtype).
+struct ParamUpdate {
+  size_t index;
+  Tensor param;
+  Tensor grad;
+};
+
 class Optimizer {
  public:
   // Parameters must be defined, floating point leaves, each listed once.
@@ -58,6 +66,9 @@ class Optimizer {
  protected:
   // Updates params_[index] with `grad`; runs with recording off.
   virtual void update(size_t index, Tensor& param, const Tensor& grad) = 0;
+  // Applies one step's updates, with recording off. The default calls update() for each;
+  // optimizers with a fused kernel override it to update many parameters per launch.
+  virtual void apply(std::vector<ParamUpdate>& updates);
   // The state names one parameter has once stepped, under the current options. "step" is a
   // 0-dim float32 count (as in torch); every other entry is shaped like the parameter.
   virtual std::vector<std::string> state_names() const = 0;

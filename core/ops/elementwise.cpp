@@ -43,9 +43,29 @@ Tensor unary_op(UnaryOp op, const Tensor& x) {
   return out;
 }
 
+// A 0-dim CPU tensor, which a binary op takes beside tensors of any device (as PyTorch does):
+// wrapped Scalars are such tensors, so `x * 2` on a GPU allocates no device memory for the 2,
+// and the device backend reads the value on the host and passes it to its kernel.
+bool is_cpu_scalar(const Tensor& t) { return t.dim() == 0 && t.device().is_cpu(); }
+
+// The device a binary op on a and b runs on, after the device check.
+Device binary_device(const char* op, const Tensor& a, const Tensor& b) {
+  if (is_cpu_scalar(b)) return a.device();
+  if (is_cpu_scalar(a)) return b.device();
+  check_same_device(op, {&a, &b});
+  return a.device();
+}
+
 // Runs a binary kernel with both operands converted to `compute` and broadcast.
 Tensor binary_op(BinaryOp op, const Tensor& a, const Tensor& b, DType compute) {
-  check_same_device(op_name(op), {&a, &b});
+  const Device device = binary_device(op_name(op), a, b);
+  // A CPU scalar that wants a gradient joins the device through a recorded copy, so that its
+  // gradient comes back to the CPU.
+  for (const Tensor* t : {&a, &b}) {
+    if (is_cpu_scalar(*t) && t->requires_grad() && !device.is_cpu()) {
+      return binary_op(op, t == &a ? a.to(device) : a, t == &b ? b.to(device) : b, compute);
+    }
+  }
   GradRecorder* rec = detail::recorder_for({&a, &b});
   detail::NoRecordScope no_record;
   const bool same_shape = a.sizes() == b.sizes();
@@ -55,14 +75,17 @@ Tensor binary_op(BinaryOp op, const Tensor& a, const Tensor& b, DType compute) {
     x = x.expand(shape);
     y = y.expand(shape);
   }
-  Tensor out = empty(std::move(shape), a.options().with_dtype(is_comparison(op) ? kBool : compute));
-  backend_for(a, op_name(op)).binary(op, x, y, out);
+  Tensor out = empty(std::move(shape),
+                     TensorOptions(is_comparison(op) ? kBool : compute).with_device(device));
+  backend_for(device.type, op_name(op)).binary(op, x, y, out);
   if (rec) rec->binary(op, a, b, out);
   return out;
 }
 
-// A Scalar as a 0-dim tensor; it takes part in promotion as a "wrapped number".
-Tensor wrap(const Scalar& s, DType dtype, Device device) {
+// A Scalar as a 0-dim tensor; it takes part in promotion as a "wrapped number". Binary ops
+// take it on the CPU whatever the other operand's device (is_cpu_scalar); `where` and
+// masked_fill get it on their device.
+Tensor wrap(const Scalar& s, DType dtype, Device device = kCPU) {
   return full({}, s, TensorOptions(dtype).with_device(device));
 }
 
@@ -70,7 +93,7 @@ Tensor wrap(const Scalar& s, DType dtype, Device device) {
 // self += alpha * other in one pass.
 Tensor& binary_inplace(BinaryOp op, Tensor& self, const Tensor& other,
                        const Scalar* alpha = nullptr) {
-  check_same_device(op_name(op), {&self, &other});
+  if (!is_cpu_scalar(other)) check_same_device(op_name(op), {&self, &other});
   detail::check_inplace_allowed(self, (std::string(op_name(op)) + "_").c_str());
   DType rt = result_type(self, other);
   GW_CHECK(category(rt) <= category(self.dtype()), DTypeError, "[", op_name(op),
@@ -81,6 +104,8 @@ Tensor& binary_inplace(BinaryOp op, Tensor& self, const Tensor& other,
              ", strides ", shape_str(self.strides()), ")");
   }
   Tensor y = other.to(self.dtype());
+  // add_scaled takes operands on self's device only (binary takes a CPU scalar as well).
+  if (alpha && !(y.device() == self.device())) y = y.to(self.device());
   if (y.sizes() != self.sizes()) {
     Shape shape = broadcast_shapes(self.sizes(), y.sizes(), op_name(op));
     GW_CHECK(shape == self.sizes(), ShapeError, "[", op_name(op), "_] output of shape ",
@@ -127,12 +152,13 @@ DType result_type(const Tensor& a, const Scalar& b) {
 // --- arithmetic -------------------------------------------------------------------------------
 
 namespace {
-// a + alpha * b in one pass; with history to record it is the composite add(a, mul(b, alpha)).
+// a + alpha * b in one pass; with history to record, or a CPU scalar beside a device tensor,
+// it is the composite add(a, mul(b, alpha)).
 Tensor add_scaled(const Tensor& a, const Tensor& b, const Scalar& alpha) {
   DType t = result_type(a, b);
   GW_CHECK(is_floating(t) || !alpha.is_floating(), DTypeError,
            "[add] alpha ", alpha, " must be an integer for ", t, " tensors");
-  if (detail::recorder_for({&a, &b}) || t == kBool) {
+  if (detail::recorder_for({&a, &b}) || t == kBool || !(a.device() == b.device())) {
     return binary_op(BinaryOp::Add, a, mul(b, alpha), t);
   }
   check_same_device("add", {&a, &b});
@@ -149,7 +175,7 @@ Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha) {
 }
 Tensor add(const Tensor& a, const Scalar& b) {
   DType t = result_type(a, b);
-  return binary_op(BinaryOp::Add, a, wrap(b, t, a.device()), t);
+  return binary_op(BinaryOp::Add, a, wrap(b, t), t);
 }
 Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha) {
   GW_CHECK(a.dtype() != kBool || b.dtype() != kBool, DTypeError,
@@ -159,25 +185,25 @@ Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha) {
 }
 Tensor sub(const Tensor& a, const Scalar& b) {
   DType t = result_type(a, b);
-  return binary_op(BinaryOp::Sub, a, wrap(b, t, a.device()), t);
+  return binary_op(BinaryOp::Sub, a, wrap(b, t), t);
 }
 Tensor sub(const Scalar& a, const Tensor& b) {
   DType t = result_type(b, a);
-  return binary_op(BinaryOp::Sub, wrap(a, t, b.device()), b, t);
+  return binary_op(BinaryOp::Sub, wrap(a, t), b, t);
 }
 Tensor mul(const Tensor& a, const Tensor& b) {
   return binary_op(BinaryOp::Mul, a, b, result_type(a, b));
 }
 Tensor mul(const Tensor& a, const Scalar& b) {
   DType t = result_type(a, b);
-  return binary_op(BinaryOp::Mul, a, wrap(b, t, a.device()), t);
+  return binary_op(BinaryOp::Mul, a, wrap(b, t), t);
 }
 Tensor div(const Tensor& a, const Tensor& b) {
   return binary_op(BinaryOp::Div, a, b, division_type(result_type(a, b)));
 }
 Tensor div(const Tensor& a, const Scalar& b) {
   DType t = division_type(result_type(a, b));
-  return binary_op(BinaryOp::Div, a, wrap(b, t, a.device()), t);
+  return binary_op(BinaryOp::Div, a, wrap(b, t), t);
 }
 Tensor pow(const Tensor& a, const Tensor& exponent) {
   return binary_op(BinaryOp::Pow, a, exponent, result_type(a, exponent));
@@ -185,7 +211,7 @@ Tensor pow(const Tensor& a, const Tensor& exponent) {
 Tensor pow(const Tensor& a, const Scalar& exponent) {
   DType t = result_type(a, exponent);
   if (exponent.to_double() == 2.0 && is_floating(t)) return square(a.to(t));
-  return binary_op(BinaryOp::Pow, a, wrap(exponent, t, a.device()), t);
+  return binary_op(BinaryOp::Pow, a, wrap(exponent, t), t);
 }
 Tensor maximum(const Tensor& a, const Tensor& b) {
   return binary_op(BinaryOp::Maximum, a, b, result_type(a, b));
@@ -262,13 +288,13 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> m
 
 // --- comparisons and logic --------------------------------------------------------------------
 
-#define GW_COMPARISON(name, Op)                                                    \
-  Tensor name(const Tensor& a, const Tensor& b) {                                  \
-    return binary_op(BinaryOp::Op, a, b, result_type(a, b));                       \
-  }                                                                                \
-  Tensor name(const Tensor& a, const Scalar& b) {                                  \
-    DType t = result_type(a, b);                                           \
-    return binary_op(BinaryOp::Op, a, wrap(b, t, a.device()), t);                  \
+#define GW_COMPARISON(name, Op)                              \
+  Tensor name(const Tensor& a, const Tensor& b) {            \
+    return binary_op(BinaryOp::Op, a, b, result_type(a, b)); \
+  }                                                          \
+  Tensor name(const Tensor& a, const Scalar& b) {            \
+    DType t = result_type(a, b);                             \
+    return binary_op(BinaryOp::Op, a, wrap(b, t), t);        \
   }
 GW_COMPARISON(eq, Eq)
 GW_COMPARISON(ne, Ne)
@@ -289,6 +315,16 @@ Tensor logical_not(const Tensor& a) { return unary_op(UnaryOp::LogicalNot, a); }
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   GW_CHECK(cond.dtype() == kBool, DTypeError, "[where] condition must be bool, got ",
            cond.dtype());
+  // A CPU scalar operand (a wrapped number, or a comparison of one) joins the others' device.
+  const Tensor* on = nullptr;
+  for (const Tensor* t : {&cond, &a, &b}) {
+    if (!on && !is_cpu_scalar(*t)) on = t;
+  }
+  if (on && !on->device().is_cpu() &&
+      (is_cpu_scalar(cond) || is_cpu_scalar(a) || is_cpu_scalar(b))) {
+    auto moved = [&](const Tensor& t) { return is_cpu_scalar(t) ? t.to(on->device()) : t; };
+    return where(moved(cond), moved(a), moved(b));
+  }
   check_same_device("where", {&cond, &a, &b});
   Shape shape = broadcast_shapes(broadcast_shapes(cond.sizes(), a.sizes(), "where"), b.sizes(),
                                  "where");
@@ -347,7 +383,7 @@ Tensor operator-(const Scalar& a, const Tensor& b) { return sub(a, b); }
 Tensor operator*(const Scalar& a, const Tensor& b) { return mul(b, a); }
 Tensor operator/(const Scalar& a, const Tensor& b) {
   DType t = division_type(result_type(b, a));
-  return div(wrap(a, t, b.device()), b);
+  return div(wrap(a, t), b);
 }
 Tensor operator-(const Tensor& x) { return neg(x); }
 Tensor& operator+=(Tensor& a, const Tensor& b) { return a.add_(b); }
@@ -366,7 +402,7 @@ Tensor& Tensor::add_(const Tensor& other, const Scalar& alpha) {
   return binary_inplace(BinaryOp::Add, *this, other, &alpha);
 }
 Tensor& Tensor::add_(const Scalar& other) {
-  return binary_inplace(BinaryOp::Add, *this, wrap(other, result_type(*this, other), device()));
+  return binary_inplace(BinaryOp::Add, *this, wrap(other, result_type(*this, other)));
 }
 Tensor& Tensor::sub_(const Tensor& other, const Scalar& alpha) {
   if (alpha.to_double() == 1.0) return binary_inplace(BinaryOp::Sub, *this, other);
@@ -374,11 +410,11 @@ Tensor& Tensor::sub_(const Tensor& other, const Scalar& alpha) {
   return binary_inplace(BinaryOp::Add, *this, other, &negated);
 }
 Tensor& Tensor::sub_(const Scalar& other) {
-  return binary_inplace(BinaryOp::Sub, *this, wrap(other, result_type(*this, other), device()));
+  return binary_inplace(BinaryOp::Sub, *this, wrap(other, result_type(*this, other)));
 }
 Tensor& Tensor::mul_(const Tensor& other) { return binary_inplace(BinaryOp::Mul, *this, other); }
 Tensor& Tensor::mul_(const Scalar& other) {
-  return binary_inplace(BinaryOp::Mul, *this, wrap(other, result_type(*this, other), device()));
+  return binary_inplace(BinaryOp::Mul, *this, wrap(other, result_type(*this, other)));
 }
 Tensor& Tensor::div_(const Tensor& other) {
   GW_CHECK(is_floating_point(), DTypeError, "[div_] true division cannot write into a ",
@@ -388,7 +424,7 @@ Tensor& Tensor::div_(const Tensor& other) {
 Tensor& Tensor::div_(const Scalar& other) {
   GW_CHECK(is_floating_point(), DTypeError, "[div_] true division cannot write into a ",
            dtype(), " tensor");
-  return binary_inplace(BinaryOp::Div, *this, wrap(other, dtype(), device()));
+  return binary_inplace(BinaryOp::Div, *this, wrap(other, dtype()));
 }
 
 Tensor& Tensor::clamp_(std::optional<Scalar> min, std::optional<Scalar> max) {

@@ -9,6 +9,7 @@
 #include "core/ops.h"
 #include "core/random.h"
 #include "cuda/blas.h"
+#include "nn/functional.h"
 #include "tests/cuda/cuda_test_util.h"
 
 using cuda_test::expect_close;
@@ -140,6 +141,17 @@ TEST_CASE("binary ops, broadcasting and promotion match the CPU", "[cuda][parity
   parity("scalars", {a}, [](const Inputs& in) {
     return gw::sub(2.5, gw::div(gw::add(gw::mul(in[0], 3), 1), 2));
   });
+  // CPU scalar tensors beside CUDA tensors, as PyTorch allows: in-place with alpha, and one
+  // that wants a gradient, which comes back on the CPU.
+  parity("CPU scalar tensors", {a}, [](const Inputs& in) {
+    Tensor t = in[0].clone();
+    t.add_(gw::scalar_tensor(1.5), 2.0);
+    return gw::add(gw::mul(t, gw::scalar_tensor(3.0)), gw::scalar_tensor(-1.0), 0.5);
+  });
+  Tensor w = gw::scalar_tensor(2.0).requires_grad_(true);
+  gw::sum(gw::mul(w, a.to(kGpu))).backward();
+  CHECK(w.grad().device() == gw::kCPU);
+  CHECK(w.grad().item<double>() == Approx(gw::sum(a).item<double>()).epsilon(1e-5));
   parity("add alpha", {a, b}, [](const Inputs& in) { return gw::add(in[0], in[1], 0.5); });
   parity("sub alpha int", {a.to(gw::kInt64), b.to(gw::kInt64)},
          [](const Inputs& in) { return gw::sub(in[0], in[1], 3); });
@@ -302,6 +314,67 @@ TEST_CASE("softmax matches the CPU", "[cuda][parity][reduce]") {
   parity("softmax with a -inf row", {rows}, [](const Inputs& in) { return gw::softmax(in[0], 1); });
   parity("log_softmax wide", {randn({3, 5000}, 42)},
          [](const Inputs& in) { return gw::log_softmax(in[0], -1); });
+  // Rows too long for registers (12288: just too long for shared memory as well; 16384 and
+  // 20001: read twice), and rows that are not whole 16-byte packs.
+  for (int64_t n : {12288, 16384, 20001, 1001, 1999}) {
+    parity("softmax of rows of " + std::to_string(n), {gw::mul(randn({3, n}, 43), 4)},
+           [](const Inputs& in) { return gw::softmax(in[0], -1); });
+  }
+  parity("log_softmax of an unaligned view", {randn({3, 4097}, 44)},
+         [](const Inputs& in) { return gw::log_softmax(in[0].narrow(1, 1, 4096), -1); });
+}
+
+namespace {
+// Gradients of sum(op(inputs) * weights) with respect to input `which`.
+Tensor grad_of(const std::function<Tensor(const Inputs&)>& op, const Inputs& in, size_t which,
+               const Tensor& weights) {
+  Inputs leaves;
+  for (const Tensor& t : in) {
+    leaves.push_back(t.is_floating_point() ? t.detach().requires_grad_(true) : t);
+  }
+  gw::sum(gw::mul(op(leaves), weights)).backward();
+  return leaves[which].grad();
+}
+}  // namespace
+
+TEST_CASE("layer_norm and cross_entropy match the CPU, forward and backward",
+          "[cuda][parity][nn]") {
+  GW_REQUIRE_CUDA_DEVICE();
+  namespace F = gw::nn::functional;
+  // 37: one element per load; 768 and 4100: 16-byte packs held in registers; 10000: kept in
+  // shared memory; 12288 and 16000: too long for either, read twice.
+  for (int64_t n : {37, 768, 4100, 10000, 12288, 16000}) {
+    const std::string tag = " n=" + std::to_string(n);
+    Inputs in = {gw::add(gw::mul(randn({6, n}, 50), 3), 1), randn({n}, 51), randn({n}, 52)};
+    auto norm = [n](const Inputs& t) { return F::layer_norm(t[0], {n}, t[1], t[2], 1e-5); };
+    parity("layer_norm" + tag, in, norm);
+    parity_16("layer_norm" + tag, gw::kBFloat16, in, norm);
+    Tensor w = randn({6, n}, 53);
+    for (size_t which : {0, 1, 2}) {
+      parity("layer_norm grad " + std::to_string(which) + tag, {in[0], in[1], in[2], w},
+             [&norm, which](const Inputs& t) {
+               return grad_of(norm, {t[0], t[1], t[2]}, which, t[3]);
+             });
+    }
+    parity("layer_norm without affine" + tag, {in[0], w}, [n](const Inputs& t) {
+      return grad_of([n](const Inputs& u) { return F::layer_norm(u[0], {n}); }, {t[0]}, 0, t[1]);
+    });
+  }
+  for (int64_t classes : {10, 1000, 32003}) {
+    const std::string tag = " classes=" + std::to_string(classes);
+    gw::Generator gen(54);
+    Tensor logits = gw::mul(randn({7, classes}, 55), 4);
+    Tensor target = gw::randint(0, classes, {7}, gen);
+    auto loss = [](const Inputs& t) { return F::cross_entropy(t[0], t[1], F::Reduction::kNone); };
+    parity("cross_entropy" + tag, {logits, target}, loss);
+    parity_16("cross_entropy" + tag, gw::kBFloat16, {logits, target}, loss);
+    parity("cross_entropy grad" + tag, {logits, target, randn({7}, 56)}, [&loss](const Inputs& t) {
+      return grad_of(loss, {t[0], t[1]}, 0, t[2]);
+    });
+  }
+  Tensor bad = gw::zeros({2, 3}, kGpu);
+  CHECK_THROWS_WITH(F::cross_entropy(bad, gw::full({2}, 3, gw::kInt64).to(kGpu)),
+                    Catch::Contains("target 3 is out of bounds for 3 classes"));
 }
 
 TEST_CASE("indexing matches the CPU", "[cuda][parity][index]") {

@@ -8,6 +8,7 @@
 #include "core/random.h"
 #include "nn/nn.h"
 #include "optim/adam.h"
+#include "optim/adamw.h"
 #include "optim/sgd.h"
 #include "tests/cuda/cuda_test_util.h"
 
@@ -75,4 +76,53 @@ TEST_CASE("an MLP trains the same on the GPU as on the CPU", "[cuda][nn][optim]"
   }
   auto p = gpu->parameters(), q = cpu->parameters();
   for (size_t i = 0; i < p.size(); ++i) CHECK(allclose(p[i].to(kCPU), q[i], 1e-4, 1e-5));
+}
+
+TEST_CASE("fused Adam and AdamW steps on the GPU match the op-by-op steps on the CPU",
+          "[cuda][optim]") {
+  GW_REQUIRE_CUDA_DEVICE();
+  // 40 parameters (two launches of 32) of 1 to 4999 elements; some skip a step, so their step
+  // counts differ within a launch.
+  auto run = [](auto make_optimizer, DType dtype) {
+    Generator gen(11);
+    std::vector<Tensor> cpu, gpu;
+    for (int64_t i = 0; i < 40; ++i) {
+      Tensor p = randn({1 + (i * 131) % 4999}, gen).to(dtype);
+      cpu.push_back(p.clone().requires_grad_());
+      gpu.push_back(p.to(kGpu).requires_grad_());
+    }
+    auto cpu_opt = make_optimizer(cpu);
+    auto gpu_opt = make_optimizer(gpu);
+    for (int step = 0; step < 4; ++step) {
+      for (size_t i = 0; i < cpu.size(); ++i) {
+        const bool skip = i % 7 == 3 && step % 2 == 1;
+        Tensor g = randn(cpu[i].sizes(), gen).to(dtype);
+        cpu[i].set_grad(skip ? Tensor() : g);
+        gpu[i].set_grad(skip ? Tensor() : g.to(kGpu));
+      }
+      cpu_opt.step();
+      gpu_opt.step();
+    }
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      INFO("parameter " << i);
+      CHECK(allclose(gpu[i].to(kCPU), cpu[i], 1e-5, 1e-6));
+    }
+    auto cpu_state = cpu_opt.state_dict(), gpu_state = gpu_opt.state_dict();
+    REQUIRE(cpu_state.size() == gpu_state.size());
+    for (const auto& [key, value] : cpu_state) {
+      INFO(key);
+      CHECK(allclose(gpu_state.at(key).to(kCPU), value, 1e-5, 1e-6));
+    }
+  };
+  run(
+      [](std::vector<Tensor> ps) {
+        return optim::Adam(ps, {.lr = 1e-2, .weight_decay = 0.1, .amsgrad = true});
+      },
+      kFloat32);
+  run(
+      [](std::vector<Tensor> ps) {
+        return optim::AdamW(ps, {.lr = 1e-2, .weight_decay = 0.1, .maximize = true});
+      },
+      kFloat32);
+  run([](std::vector<Tensor> ps) { return optim::Adam(ps, {.lr = 1e-3}); }, kFloat64);
 }

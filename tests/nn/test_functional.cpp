@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <functional>
 
 #include "nn_test_util.h"
 
@@ -157,4 +158,70 @@ TEST_CASE("functional dropout with the same seed gives the same mask", "[nn][fun
   for (double v : values(a)) zeros += v == 0;
   CHECK(zeros > 300);  // p = 0.4 of 1000: mean 400, sd 15.5
   CHECK(zeros < 500);
+}
+
+namespace {
+// Gradients of sum(f(inputs) * weights) with respect to every input, through autograd.
+std::vector<Tensor> grads_of(const std::function<Tensor(const std::vector<Tensor>&)>& f,
+                             const std::vector<Tensor>& inputs, const Tensor& weights) {
+  std::vector<Tensor> leaves;
+  for (const Tensor& t : inputs) leaves.push_back(t.detach().requires_grad_(true));
+  gw::sum(f(leaves) * weights).backward();
+  std::vector<Tensor> grads;
+  for (const Tensor& t : leaves) grads.push_back(t.grad());
+  return grads;
+}
+}  // namespace
+
+TEST_CASE("fused layer_norm and cross_entropy equal their composite definitions",
+          "[nn][functional]") {
+  gw::Generator gen(31);
+  Tensor x = gw::randn({4, 3, 6}, gen) * 3.0 + 1.0, w = gw::randn({3, 6}, gen),
+         b = gw::randn({3, 6}, gen), weights = gw::randn({4, 3, 6}, gen);
+  // layer_norm over the last two dims, against mean/var/rsqrt composed by hand.
+  auto composite = [](const std::vector<Tensor>& in) {
+    Tensor centered = in[0] - in[0].mean({1, 2}, true);
+    Tensor var = gw::square(centered).mean({1, 2}, true);
+    return centered * gw::rsqrt(var + 1e-5) * in[1] + in[2];
+  };
+  auto fused = [](const std::vector<Tensor>& in) {
+    return F::layer_norm(in[0], {3, 6}, in[1], in[2], 1e-5);
+  };
+  CHECK(gw::allclose(fused({x, w, b}), composite({x, w, b}), 1e-5, 1e-6));
+  auto expected = grads_of(composite, {x, w, b}, weights);
+  auto actual = grads_of(fused, {x, w, b}, weights);
+  for (size_t i = 0; i < 3; ++i) {
+    INFO("gradient " << i);
+    CHECK(gw::allclose(actual[i], expected[i], 1e-4, 1e-5));
+  }
+  // A weight of another dtype is converted for the kernel; its gradient comes back in its own.
+  Tensor w64 = w.to(gw::kFloat64).detach().requires_grad_(true);
+  Tensor y64 = F::layer_norm(x, {3, 6}, w64, b, 1e-5);
+  CHECK(y64.dtype() == gw::kFloat32);
+  (y64 * weights).sum().backward();
+  CHECK(w64.grad().dtype() == gw::kFloat64);
+  CHECK(gw::allclose(w64.grad().to(gw::kFloat32), expected[1], 1e-4, 1e-5));
+  // No rows: the parameters' gradients are sums of nothing.
+  Tensor empty_rows = gw::zeros({0, 6}).requires_grad_(true);
+  Tensor w6 = gw::ones({6}).requires_grad_(true), b6 = gw::zeros({6}).requires_grad_(true);
+  F::layer_norm(empty_rows, {6}, w6, b6).sum().backward();
+  CHECK(gw::equal(w6.grad(), gw::zeros({6})));
+  CHECK(gw::equal(b6.grad(), gw::zeros({6})));
+
+  // cross_entropy of (N, C) and of one (C) row, against log_softmax and a gather.
+  Tensor logits = gw::randn({5, 7}, gen) * 2.0, row_weights = gw::randn({5}, gen);
+  Tensor target = gw::randint(0, 7, {5}, gen);
+  auto by_hand = [&target](const std::vector<Tensor>& in) {
+    return -gw::gather(gw::log_softmax(in[0], 1), 1, target.unsqueeze(1)).squeeze(1);
+  };
+  auto loss = [&target](const std::vector<Tensor>& in) {
+    return F::cross_entropy(in[0], target, Reduction::kNone);
+  };
+  CHECK(gw::allclose(loss({logits}), by_hand({logits}), 1e-6, 1e-7));
+  CHECK(gw::allclose(grads_of(loss, {logits}, row_weights)[0],
+                     grads_of(by_hand, {logits}, row_weights)[0], 1e-6, 1e-7));
+  Tensor one = logits[0].detach().requires_grad_(true);
+  F::cross_entropy(one, target[0]).backward();
+  CHECK(one.grad().sizes() == gw::Shape{7});
+  CHECK(gw::allclose(one.grad(), grads_of(loss, {logits}, gw::eye(5)[0])[0][0]));
 }

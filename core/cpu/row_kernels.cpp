@@ -1,0 +1,155 @@
+// The fused row ops on the CPU: layer_norm and cross-entropy, forward and backward, each row
+// handled by one thread in a few passes over the row while it is in cache. Accumulation is in
+// double (acc_type_t), as for the other reductions; these are the reference the CUDA kernels
+// are tested against.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/cpu/cpu_backend.h"
+#include "core/cpu/loops.h"
+#include "core/ops/creation.h"
+#include "core/parallel.h"
+
+namespace gw::cpu {
+
+namespace {
+
+template <typename T>
+const T* data_or_null(const Tensor& t) {
+  return t.defined() ? t.data_ptr<T>() : nullptr;
+}
+
+int64_t row_grain(int64_t n) {
+  return std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(n, 1));
+}
+
+}  // namespace
+
+void CpuBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                            const Tensor& y, const Tensor& mean, const Tensor& rstd) {
+  dispatch<FloatTypes>(x.dtype(), "layer_norm", [&]<typename T>() {
+    using A = acc_type_t<T>;
+    const int64_t rows = mean.numel(), n = rows == 0 ? 0 : x.numel() / rows;
+    const T *px = x.data_ptr<T>(), *pw = data_or_null<T>(weight), *pb = data_or_null<T>(bias);
+    T *py = y.data_ptr<T>(), *pm = mean.data_ptr<T>(), *pr = rstd.data_ptr<T>();
+    parallel_for(0, rows, row_grain(n), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const T* xr = px + r * n;
+        A sum = 0;
+        for (int64_t i = 0; i < n; ++i) sum += xr[i];
+        const A mu = sum / static_cast<A>(n);
+        A squares = 0;  // two passes: exact where sum-of-squares formulas cancel
+        for (int64_t i = 0; i < n; ++i) squares += (xr[i] - mu) * (xr[i] - mu);
+        const A inv = 1 / std::sqrt(squares / static_cast<A>(n) + eps);
+        for (int64_t i = 0; i < n; ++i) {
+          A v = (xr[i] - mu) * inv;
+          if (pw) v *= pw[i];
+          if (pb) v += pb[i];
+          py[r * n + i] = static_cast<T>(v);
+        }
+        pm[r] = static_cast<T>(mu);
+        pr[r] = static_cast<T>(inv);
+      }
+    });
+  });
+}
+
+void CpuBackend::layer_norm_backward(const Tensor& gy, const Tensor& x, const Tensor& weight,
+                                     const Tensor& mean, const Tensor& rstd, const Tensor& gx,
+                                     const Tensor& gweight, const Tensor& gbias) {
+  dispatch<FloatTypes>(x.dtype(), "layer_norm_backward", [&]<typename T>() {
+    using A = acc_type_t<T>;
+    const int64_t rows = mean.numel(), n = rows == 0 ? 0 : x.numel() / rows;
+    const T *pg = gy.data_ptr<T>(), *px = x.data_ptr<T>(), *pw = data_or_null<T>(weight);
+    const T *pm = mean.data_ptr<T>(), *pr = rstd.data_ptr<T>();
+    if (gx.defined()) {
+      // gx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = gy * weight
+      T* pgx = gx.data_ptr<T>();
+      parallel_for(0, rows, row_grain(n), [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+          const T *g = pg + r * n, *xr = px + r * n;
+          const A mu = pm[r], inv = pr[r];
+          A sum_g = 0, sum_gx = 0;
+          for (int64_t i = 0; i < n; ++i) {
+            const A gi = pw ? A(g[i]) * pw[i] : A(g[i]);
+            sum_g += gi;
+            sum_gx += gi * (xr[i] - mu) * inv;
+          }
+          const A mean_g = sum_g / static_cast<A>(n), mean_gx = sum_gx / static_cast<A>(n);
+          for (int64_t i = 0; i < n; ++i) {
+            const A gi = pw ? A(g[i]) * pw[i] : A(g[i]);
+            pgx[r * n + i] = static_cast<T>(inv * (gi - mean_g - (xr[i] - mu) * inv * mean_gx));
+          }
+        }
+      });
+    }
+    if (gweight.defined() || gbias.defined()) {
+      // Column sums over the rows, each column's chunk by one thread, rows in memory order.
+      T* pgw = gweight.defined() ? gweight.data_ptr<T>() : nullptr;
+      T* pgb = gbias.defined() ? gbias.data_ptr<T>() : nullptr;
+      auto columns = [&](int64_t begin, int64_t end) {
+        std::vector<A> sw(static_cast<size_t>(end - begin)), sb(sw.size());
+        for (int64_t r = 0; r < rows; ++r) {
+          const T *g = pg + r * n, *xr = px + r * n;
+          const A mu = pm[r], inv = pr[r];
+          for (int64_t i = begin; i < end; ++i) {
+            sw[i - begin] += A(g[i]) * (xr[i] - mu) * inv;
+            sb[i - begin] += g[i];
+          }
+        }
+        for (int64_t i = begin; i < end; ++i) {
+          if (pgw) pgw[i] = static_cast<T>(sw[i - begin]);
+          if (pgb) pgb[i] = static_cast<T>(sb[i - begin]);
+        }
+      };
+      parallel_for(0, n, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(rows, 1)),
+                   columns);
+    }
+  });
+}
+
+void CpuBackend::cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& loss,
+                               const Tensor& lse) {
+  dispatch<FloatTypes>(logits.dtype(), "cross_entropy", [&]<typename T>() {
+    using A = acc_type_t<T>;
+    const int64_t rows = loss.numel(), n = rows == 0 ? 0 : logits.numel() / rows;
+    const T* px = logits.data_ptr<T>();
+    const int64_t* pt = target.data_ptr<int64_t>();
+    T *pl = loss.data_ptr<T>(), *ps = lse.data_ptr<T>();
+    parallel_for(0, rows, row_grain(n), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const T* xr = px + r * n;
+        T m = -std::numeric_limits<T>::infinity();
+        for (int64_t i = 0; i < n; ++i) m = std::max(m, xr[i]);
+        if (std::isinf(m) && m < 0) m = 0;  // an all -inf row: avoid inf - inf
+        A sum = 0;
+        for (int64_t i = 0; i < n; ++i) sum += std::exp(A(xr[i]) - m);
+        const A log_sum_exp = m + std::log(sum);
+        ps[r] = static_cast<T>(log_sum_exp);
+        pl[r] = static_cast<T>(log_sum_exp - xr[pt[r]]);
+      }
+    });
+  });
+}
+
+void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& target,
+                                        const Tensor& lse, const Tensor& grad_loss,
+                                        const Tensor& grad_logits) {
+  dispatch<FloatTypes>(logits.dtype(), "cross_entropy_backward", [&]<typename T>() {
+    const int64_t rows = lse.numel(), n = rows == 0 ? 0 : logits.numel() / rows;
+    const T *px = logits.data_ptr<T>(), *ps = lse.data_ptr<T>(), *pg = grad_loss.data_ptr<T>();
+    const int64_t* pt = target.data_ptr<int64_t>();
+    T* po = grad_logits.data_ptr<T>();
+    parallel_for(0, rows, row_grain(n), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const T *xr = px + r * n, s = ps[r], g = pg[r];
+        T* orow = po + r * n;
+        for (int64_t i = 0; i < n; ++i) orow[i] = g * std::exp(xr[i] - s);
+        orow[pt[r]] -= g;
+      }
+    });
+  });
+}
+
+}  // namespace gw::cpu
