@@ -1,7 +1,9 @@
 // The CUDA backend against the raw CUDA it is built on, in the same run:
 //   - GEMM (float32, TF32 off) against cublasSgemm on the same buffers;
-//   - elementwise add's bandwidth (three streams) against a plain copy kernel's (two streams),
-//     which is what the memory can do;
+//   - the memory-bound kernels (add, gelu, whole-tensor sum, softmax, layer_norm forward and
+//     backward, cross-entropy forward and backward) in GB/s of the bytes they must move,
+//     against a plain copy kernel's GB/s (what the memory can do) in alternating rounds;
+//     bench/torch_anchor_cuda.py measures the same cases in PyTorch on the same GPU;
 //   - host <-> device copies of a tensor against cudaMemcpy of the same bytes (pinned host
 //     memory both ways);
 //   - the cost of one tiny op (checks, allocation, dispatch, launch) against launching a
@@ -13,6 +15,7 @@
 
 #include <cublas_v2.h>
 
+#include <functional>
 #include <string>
 
 #include "bench/cuda_anchor_kernels.h"
@@ -24,6 +27,7 @@
 #include "cuda/cuda_error.h"
 #include "cuda/device.h"
 #include "cuda/stream.h"
+#include "nn/functional.h"
 #include "nn/nn.h"
 #include "optim/sgd.h"
 #ifdef GW_HAVE_NCCL
@@ -71,23 +75,81 @@ void gemm(gw::bench::Reporter& report) {
   }
 }
 
-void elementwise(gw::bench::Reporter& report) {
-  const std::string name = "add f32 64M";
+// The anchor of the memory-bound cases: a copy kernel moving 256 MiB each way.
+struct CopyKernel {
+  static constexpr int64_t n = int64_t{64} << 20;
+  Tensor src = gw::ones({n}, kGpu), dst = gw::empty({n}, kGpu);
+  void operator()() {
+    gw::bench::launch_copy(dst.data_ptr<float>(), src.data_ptr<float>(), static_cast<size_t>(n),
+                           gw::cuda::current_stream(0));
+  }
+  double bytes() const { return 8.0 * n; }
+};
+
+// One memory-bound case: `op` must move `bytes` (reads plus writes) per call; it is timed in
+// alternating rounds with the copy kernel.
+void memory_case(gw::bench::Reporter& report, CopyKernel& copy, const std::string& name,
+                 double bytes, const std::function<void()>& op) {
   if (!report.wants("cuda", name)) return;
-  const int64_t n = int64_t{64} << 20;
-  Tensor a = gw::ones({n}, kGpu), b = gw::ones({n}, kGpu), out = gw::empty({n}, kGpu);
-  auto [ours, copy] = gw::bench::seconds_per_call_pair(
+  auto [ours, anchor] = gw::bench::seconds_per_call_pair(
       [&] {
-        gw::bench::do_not_optimize(gw::add(a, b));
+        op();
         sync();
       },
       [&] {
-        gw::bench::launch_copy(out.data_ptr<float>(), a.data_ptr<float>(),
-                               static_cast<size_t>(n), gw::cuda::current_stream(0));
+        copy();
         sync();
       });
-  const double bytes = 4.0 * static_cast<double>(n);
-  report.add({"cuda", name, 3 * bytes / ours / 1e9, "GB/s", "copy kernel", 2 * bytes / copy / 1e9});
+  report.add(
+      {"cuda", name, bytes / ours / 1e9, "GB/s", "copy kernel", copy.bytes() / anchor / 1e9});
+}
+
+void memory_bound(gw::bench::Reporter& report) {
+  namespace F = gw::nn::functional;
+  gw::Generator gen(3);
+  CopyKernel copy;
+  const int64_t n = int64_t{64} << 20;
+  const double f = 4;  // bytes per float
+  {
+    Tensor a = gw::randn({n}, gen).to(kGpu), b = gw::randn({n}, gen).to(kGpu);
+    memory_case(report, copy, "add f32 64M", 3 * f * n, [&] { gw::bench::do_not_optimize(a + b); });
+    memory_case(report, copy, "gelu f32 64M", 2 * f * n,
+                [&] { gw::bench::do_not_optimize(gw::gelu(a)); });
+    memory_case(report, copy, "sum f32 64M", f * n,
+                [&] { gw::bench::do_not_optimize(gw::sum(a)); });
+    memory_case(report, copy, "bias-gradient sum f32 16384x4096, dim 0", f * n, [&] {
+      gw::bench::do_not_optimize(gw::sum(a.view({16384, 4096}), {0}));
+    });
+  }
+  {
+    Tensor x = gw::randn({8192, 8192}, gen).to(kGpu);
+    memory_case(report, copy, "softmax f32 8192x8192", 2 * f * 8192 * 8192,
+                [&] { gw::bench::do_not_optimize(gw::softmax(x, -1)); });
+  }
+  {
+    const int64_t rows = 8192, h = 4096;
+    Tensor x = gw::randn({rows, h}, gen).to(kGpu), w = gw::randn({h}, gen).to(kGpu),
+           b = gw::randn({h}, gen).to(kGpu), gy = gw::randn({rows, h}, gen).to(kGpu);
+    memory_case(report, copy, "layer_norm f32 8192x4096", 2 * f * rows * h,
+                [&] { gw::bench::do_not_optimize(F::layer_norm(x, {h}, w, b, 1e-5)); });
+    Tensor xl = x.detach().requires_grad_(true), wl = w.detach().requires_grad_(true),
+           bl = b.detach().requires_grad_(true);
+    // Forward (read x, write y) and backward (read gy and x twice, write gx).
+    memory_case(report, copy, "layer_norm fwd+bwd f32 8192x4096", 7 * f * rows * h, [&] {
+      for (const Tensor& t : {xl, wl, bl}) t.set_grad({});
+      F::layer_norm(xl, {h}, wl, bl, 1e-5).backward(gy);
+    });
+  }
+  {
+    const int64_t rows = 4096, classes = 32000;
+    Tensor logits = gw::randn({rows, classes}, gen).to(kGpu).requires_grad_(true);
+    Tensor target = gw::randint(0, classes, {rows}, gen).to(kGpu);
+    // Forward reads the logits; backward reads them and writes their gradient.
+    memory_case(report, copy, "cross_entropy fwd+bwd 4096x32000", 3 * f * rows * classes, [&] {
+      logits.set_grad({});
+      F::cross_entropy(logits, target).backward();
+    });
+  }
 }
 
 void transfers(gw::bench::Reporter& report) {
@@ -197,15 +259,17 @@ int main(int argc, char** argv) {
   if (!gw::cuda::is_available()) {
     const std::string why = "no device (" + gw::cuda::no_device_reason() + ")";
     for (const char* name :
-         {"gemm f32 1024", "gemm f32 4096", "add f32 64M", "H2D 256 MiB pinned",
-          "D2H 256 MiB pinned", "one-element add, per op", "MLP SGD step, batch 64",
-          "DDP step, world size 1 (NCCL)"})
+         {"gemm f32 1024", "gemm f32 4096", "add f32 64M", "gelu f32 64M", "sum f32 64M",
+          "bias-gradient sum f32 16384x4096, dim 0", "softmax f32 8192x8192",
+          "layer_norm f32 8192x4096", "layer_norm fwd+bwd f32 8192x4096",
+          "cross_entropy fwd+bwd 4096x32000", "H2D 256 MiB pinned", "D2H 256 MiB pinned",
+          "one-element add, per op", "MLP SGD step, batch 64", "DDP step, world size 1 (NCCL)"})
       report.skip("cuda", name, why);
     return 0;
   }
   if (!report.json()) std::printf("cuda: %s\n", device_name().c_str());
   gemm(report);
-  elementwise(report);
+  memory_bound(report);
   transfers(report);
   dispatch(report);
   training(report);

@@ -1,0 +1,93 @@
+"""PyTorch on the same GPU: the anchor of bench_cuda's memory-bound rows.
+
+Each case is the same work as the bench_cuda row of the same name, with the same byte count,
+timed with CUDA events (warm-up, then the mean of a batch that lasts at least 50 ms, best of 9
+batches), and printed as "cuda/<case>: <GB/s> GB/s". Needs python3 with torch and a GPU; says
+why and exits 0 otherwise, so a machine without them skips it.
+"""
+import sys
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError as e:  # pragma: no cover - depends on the machine
+    print(f"skipped: no torch ({e})")
+    sys.exit(0)
+
+
+def seconds_per_call(f, min_seconds=0.05, trials=9):
+    # torch_timing.seconds_per_call's loop, timed by CUDA events; kept here because the GPU
+    # bundle (shared/gpu/bundle.sh) carries the bench/*cuda*.py scripts alone.
+    f()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    batch, best, done = 1, float("inf"), 0
+    while done < trials:
+        start.record()
+        for _ in range(batch):
+            f()
+        end.record()
+        end.synchronize()
+        elapsed = start.elapsed_time(end) / 1e3
+        if elapsed < min_seconds:
+            batch = max(batch * 2, int(batch * min_seconds / (elapsed + 1e-9) * 0.5))
+            continue
+        best = min(best, elapsed / batch)
+        done += 1
+    return best
+
+
+def report(name, bytes_moved, f):
+    print(f"cuda/{name}: {bytes_moved / seconds_per_call(f) / 1e9:.1f} GB/s", flush=True)
+
+
+def main():
+    if not torch.cuda.is_available():
+        print("skipped: torch sees no GPU")
+        return
+    torch.backends.cuda.matmul.allow_tf32 = False
+    dev = torch.device("cuda:0")
+    print(f"torch {torch.__version__} on {torch.cuda.get_device_name(0)}")
+    g = torch.Generator(device=dev).manual_seed(3)
+    n, f = 64 << 20, 4
+    src, dst = torch.ones(n, device=dev), torch.empty(n, device=dev)
+    report("copy_ f32 64M (copy kernel)", 2 * f * n, lambda: dst.copy_(src))
+    a = torch.randn(n, device=dev, generator=g)
+    b = torch.randn(n, device=dev, generator=g)
+    report("add f32 64M", 3 * f * n, lambda: a + b)
+    report("gelu f32 64M", 2 * f * n, lambda: F.gelu(a))
+    report("sum f32 64M", f * n, lambda: a.sum())
+    a2 = a.view(16384, 4096)
+    report("bias-gradient sum f32 16384x4096, dim 0", f * n, lambda: a2.sum(0))
+    del a, b, a2
+    x = torch.randn(8192, 8192, device=dev, generator=g)
+    report("softmax f32 8192x8192", 2 * f * 8192 * 8192, lambda: torch.softmax(x, -1))
+    del x
+    rows, h = 8192, 4096
+    x = torch.randn(rows, h, device=dev, generator=g)
+    w = torch.randn(h, device=dev, generator=g)
+    bias = torch.randn(h, device=dev, generator=g)
+    gy = torch.randn(rows, h, device=dev, generator=g)
+    report("layer_norm f32 8192x4096", 2 * f * rows * h,
+           lambda: F.layer_norm(x, (h,), w, bias, 1e-5))
+    xl, wl, bl = (t.detach().requires_grad_(True) for t in (x, w, bias))
+
+    def layer_norm_step():
+        xl.grad = wl.grad = bl.grad = None
+        F.layer_norm(xl, (h,), wl, bl, 1e-5).backward(gy)
+
+    report("layer_norm fwd+bwd f32 8192x4096", 7 * f * rows * h, layer_norm_step)
+    del x, gy, xl, wl, bl
+    rows, classes = 4096, 32000
+    logits = torch.randn(rows, classes, device=dev, generator=g).requires_grad_(True)
+    target = torch.randint(0, classes, (rows,), device=dev, generator=g)
+
+    def cross_entropy_step():
+        logits.grad = None
+        F.cross_entropy(logits, target).backward()
+
+    report("cross_entropy fwd+bwd 4096x32000", 3 * f * rows * classes, cross_entropy_step)
+
+
+if __name__ == "__main__":
+    main()
