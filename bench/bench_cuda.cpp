@@ -1,7 +1,8 @@
 // The CUDA backend against the raw CUDA it is built on, in the same run:
 //   - GEMM (float32, TF32 off) against cublasSgemm on the same buffers;
 //   - the memory-bound kernels (add, gelu, whole-tensor sum, softmax, layer_norm forward and
-//     backward, cross-entropy forward and backward) in GB/s of the bytes they must move,
+//     backward, cross-entropy forward and backward, an Adam step of GPT-2 small's parameters)
+//     in GB/s of the bytes they must move,
 //     against a plain copy kernel's GB/s (what the memory can do) in alternating rounds;
 //     bench/torch_anchor_cuda.py measures the same cases in PyTorch on the same GPU;
 //   - host <-> device copies of a tensor against cudaMemcpy of the same bytes (pinned host
@@ -29,6 +30,7 @@
 #include "cuda/stream.h"
 #include "nn/functional.h"
 #include "nn/nn.h"
+#include "optim/adam.h"
 #include "optim/sgd.h"
 #ifdef GW_HAVE_NCCL
 #include "ddp/distributed_data_parallel.h"
@@ -139,6 +141,30 @@ void memory_bound(gw::bench::Reporter& report) {
       for (const Tensor& t : {xl, wl, bl}) t.set_grad({});
       F::layer_norm(xl, {h}, wl, bl, 1e-5).backward(gy);
     });
+  }
+  {
+    // GPT-2 small's 148 parameter tensors (124M parameters): one Adam step reads param, grad
+    // and both moments and writes param and both moments.
+    std::vector<gw::Shape> shapes = {{50257, 768}, {1024, 768}};
+    for (int layer = 0; layer < 12; ++layer) {
+      for (gw::Shape s : std::vector<gw::Shape>{{768}, {768}, {2304, 768}, {2304}, {768, 768},
+                                                {768}, {768}, {768}, {3072, 768}, {3072},
+                                                {768, 3072}, {768}}) {
+        shapes.push_back(s);
+      }
+    }
+    shapes.push_back({768});
+    shapes.push_back({768});
+    std::vector<Tensor> params;
+    double elements = 0;
+    for (const gw::Shape& s : shapes) {
+      params.push_back(gw::randn(s, gen).to(kGpu).requires_grad_(true));
+      params.back().set_grad(gw::randn(s, gen).to(kGpu));
+      elements += static_cast<double>(params.back().numel());
+    }
+    gw::optim::Adam adam(params, gw::optim::Adam::options(1e-4));
+    memory_case(report, copy, "Adam step, GPT-2 small (148 tensors, 124M)", 7 * f * elements,
+                [&] { adam.step(); });
   }
   {
     const int64_t rows = 4096, classes = 32000;
@@ -262,7 +288,8 @@ int main(int argc, char** argv) {
          {"gemm f32 1024", "gemm f32 4096", "add f32 64M", "gelu f32 64M", "sum f32 64M",
           "bias-gradient sum f32 16384x4096, dim 0", "softmax f32 8192x8192",
           "layer_norm f32 8192x4096", "layer_norm fwd+bwd f32 8192x4096",
-          "cross_entropy fwd+bwd 4096x32000", "H2D 256 MiB pinned", "D2H 256 MiB pinned",
+          "Adam step, GPT-2 small (148 tensors, 124M)", "cross_entropy fwd+bwd 4096x32000",
+          "H2D 256 MiB pinned", "D2H 256 MiB pinned",
           "one-element add, per op", "MLP SGD step, batch 64", "DDP step, world size 1 (NCCL)"})
       report.skip("cuda", name, why);
     return 0;

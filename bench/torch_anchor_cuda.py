@@ -78,6 +78,21 @@ def main():
 
     report("layer_norm fwd+bwd f32 8192x4096", 7 * f * rows * h, layer_norm_step)
     del x, gy, xl, wl, bl
+    shapes = [(50257, 768), (1024, 768)]
+    for _ in range(12):
+        shapes += [(768,), (768,), (2304, 768), (2304,), (768, 768), (768,), (768,), (768,),
+                   (3072, 768), (3072,), (768, 3072), (768,)]
+    shapes += [(768,), (768,)]
+    params = [torch.randn(s, device=dev, generator=g).requires_grad_(True) for s in shapes]
+    for p in params:
+        p.grad = torch.randn(p.shape, device=dev, generator=g)
+    elements = sum(p.numel() for p in params)
+    for fused in (True, False):
+        adam = torch.optim.Adam(params, lr=1e-4, fused=fused, foreach=None if fused else True)
+        name = "fused=True" if fused else "foreach=True"
+        report(f"Adam step, GPT-2 small (148 tensors, 124M) [{name}]", 7 * f * elements,
+               adam.step)
+    del params, adam
     rows, classes = 4096, 32000
     logits = torch.randn(rows, classes, device=dev, generator=g).requires_grad_(True)
     target = torch.randint(0, classes, (rows,), device=dev, generator=g)
