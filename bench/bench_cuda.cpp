@@ -142,7 +142,7 @@ void memory_bound(gw::bench::Reporter& report) {
       F::layer_norm(xl, {h}, wl, bl, 1e-5).backward(gy);
     });
   }
-  {
+  if (report.wants("cuda", "Adam step, GPT-2 small (148 tensors, 124M)")) {
     // GPT-2 small's 148 parameter tensors (124M parameters): one Adam step reads param, grad
     // and both moments and writes param and both moments.
     std::vector<gw::Shape> shapes = {{50257, 768}, {1024, 768}};

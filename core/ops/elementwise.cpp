@@ -159,7 +159,7 @@ Tensor add_scaled(const Tensor& a, const Tensor& b, const Scalar& alpha) {
   GW_CHECK(is_floating(t) || !alpha.is_floating(), DTypeError,
            "[add] alpha ", alpha, " must be an integer for ", t, " tensors");
   if (detail::recorder_for({&a, &b}) || t == kBool || !(a.device() == b.device())) {
-    return binary_op(BinaryOp::Add, a, mul(b, alpha), t);
+    return binary_op(BinaryOp::Add, a, mul(b.to(t), alpha), t);  // alpha * b in t, as the kernel
   }
   check_same_device("add", {&a, &b});
   Shape shape = a.sizes() == b.sizes() ? a.sizes() : broadcast_shapes(a.sizes(), b.sizes(), "add");

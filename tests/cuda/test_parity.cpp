@@ -243,6 +243,24 @@ TEST_CASE("reductions match the CPU", "[cuda][parity][reduce]") {
   parity("argmax of 2^20", {big}, [](const Inputs& in) { return gw::argmax(in[0]); });
   parity("column sums", {big.view({1024, 1024})},
          [](const Inputs& in) { return gw::sum(in[0], {0}); });
+  // Reductions split over many blocks, in every accumulator and output type: int32 sums into
+  // int64, 16-bit maxima through float partials, bools in 16-element packs, and a NaN in a
+  // later chunk than the largest number.
+  Tensor ints = gw::mul(big, 100).to(gw::kInt32);
+  parity("int32 sum of 2^20", {ints}, [](const Inputs& in) { return gw::sum(in[0]); });
+  parity("int32 column sums", {ints.view({1024, 1024})},
+         [](const Inputs& in) { return gw::sum(in[0], {0}); });
+  parity_16("max of 2^20", gw::kBFloat16, {big},
+            [](const Inputs& in) { return gw::amax(in[0], {0}); });
+  parity_16("sum of 2^20", gw::kFloat16, {big}, [](const Inputs& in) { return gw::sum(in[0]); });
+  Tensor flags = gw::gt(big, 3.0);
+  parity("bool sum and max of 2^20", {flags}, [](const Inputs& in) {
+    return gw::add(gw::sum(in[0]), gw::amax(in[0], {0}).to(gw::kInt64));
+  });
+  Tensor late_nan = big.clone();
+  late_nan.narrow(0, 900000, 1).fill_(std::numeric_limits<double>::quiet_NaN());
+  parity("max of 2^20 with a late NaN", {late_nan},
+         [](const Inputs& in) { return gw::amax(in[0], {0}); });
   parity("bool sum and max", {gw::gt(x, 0)},
          [](const Inputs& in) { return gw::add(gw::sum(in[0], {1}), gw::amax(in[0], {1})); });
   parity("sum of empty", {gw::zeros({3, 0})}, [](const Inputs& in) { return gw::sum(in[0], {1}); });
