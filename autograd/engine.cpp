@@ -43,22 +43,6 @@ const LeafSink* current_leaf_sink() { return t_leaf_sink; }
 
 GraphTask::GraphTask(std::shared_ptr<Node> graph_root, ExecuteOptions options)
     : options_(std::move(options)) {
-  if (options_.smart) {
-    GW_CHECK(options_.capture.empty(), InvalidArgumentError,
-             "[autograd] SMART mode does not capture gradients");
-    std::vector<Node*> candidates;
-    if (graph_root) candidates.push_back(graph_root.get());
-    for (const auto& r : options_.extra_roots) candidates.push_back(r.get());
-    compute_reach(candidates);
-    if (graph_root) {  // delivered: it runs first, with the caller's gradients
-      candidates_[0] = Candidate::kDelivered;
-      --unmarked_;
-      --undelivered_;
-      compute_dependencies({graph_root.get()});
-      ready_.push(std::move(graph_root));
-    }
-    return;
-  }
   std::vector<Node*> starts;
   if (graph_root) starts.push_back(graph_root.get());
   for (const auto& r : options_.extra_roots) {
@@ -71,6 +55,25 @@ GraphTask::GraphTask(std::shared_ptr<Node> graph_root, ExecuteOptions options)
     compute_needed();
   }
   if (graph_root) ready_.push(std::move(graph_root));
+}
+
+GraphTask::GraphTask(Gated, ExecuteOptions options) : options_(std::move(options)), gated_(true) {
+  GW_CHECK(options_.capture.empty(), InvalidArgumentError,
+           "[autograd] a gated backward pass does not capture gradients");
+}
+
+bool GraphTask::hold_locked(Node*) const { return false; }
+void GraphTask::reached_locked(const std::shared_ptr<Node>&) {}
+void GraphTask::delivering_locked(Node*) {}
+
+void GraphTask::start_locked(std::shared_ptr<Node> graph_root) {
+  compute_dependencies({graph_root.get()});
+  ready_.push(std::move(graph_root));
+}
+
+void GraphTask::open_locked(Node* root) {
+  pending_[root].dependencies += 1;  // its gradients
+  compute_dependencies({root});
 }
 
 void GraphTask::compute_dependencies(const std::vector<Node*>& starts) {
@@ -89,91 +92,9 @@ void GraphTask::compute_dependencies(const std::vector<Node*>& starts) {
       it->second.dependencies += 1;
       if (!inserted) continue;
       stack.push_back(e.fn.get());
-      if (options_.smart && options_.boundary && options_.boundary(*e.fn) &&
-          !certain_locked(e.fn.get()))
-        uncertain_.push_back(e.fn);
+      if (gated_) reached_locked(e.fn);
     }
   }
-}
-
-void GraphTask::compute_reach(const std::vector<Node*>& candidates) {
-  // One traversal per candidate that stops where it adds nothing: a node reached by more than
-  // kMaxReach candidates is "many" and so is everything below it.
-  auto add = [](Reach& r, uint32_t c) {
-    if (r.many) return false;
-    for (uint8_t k = 0; k < r.size; ++k)
-      if (r.candidates[k] == c) return false;
-    if (r.size == kMaxReach)
-      r.many = true;
-    else
-      r.candidates[r.size++] = c;
-    return true;
-  };
-  candidates_.assign(candidates.size(), Candidate::kUnmarked);
-  unmarked_ = undelivered_ = candidates.size();
-  std::vector<Node*> stack;
-  for (uint32_t c = 0; c < candidates.size(); ++c) {
-    candidate_index_.emplace(candidates[c], c);
-    add(reach_[candidates[c]], c);
-    stack.push_back(candidates[c]);
-    while (!stack.empty()) {
-      Node* n = stack.back();
-      stack.pop_back();
-      for (const Edge& e : n->next_edges)
-        if (e.valid() && add(reach_[e.fn.get()], c)) stack.push_back(e.fn.get());
-    }
-  }
-}
-
-void GraphTask::mark(const std::shared_ptr<Node>& candidate) {
-  std::lock_guard lock(mu_);
-  mark_locked(candidate.get(), Candidate::kMarked);
-}
-
-void GraphTask::mark_locked(Node* candidate, Candidate state) {
-  auto it = candidate_index_.find(candidate);
-  GW_CHECK(it != candidate_index_.end(), InvalidArgumentError, "[autograd] ", candidate->name(),
-           " is not a root of this backward pass");
-  Candidate& c = candidates_[it->second];
-  if (c == Candidate::kUnmarked) {
-    GW_CHECK(!closed_, StateError, "[autograd] ", candidate->name(),
-             " was found on the backward path after its pass declared the others unused");
-    c = state;
-    --unmarked_;
-    if (state == Candidate::kDelivered) --undelivered_;
-    pending_[candidate].dependencies += 1;  // its gradients
-    compute_dependencies({candidate});
-    release_held_locked();
-  } else if (c == Candidate::kMarked && state == Candidate::kDelivered) {
-    c = state;
-    --undelivered_;
-  }
-}
-
-void GraphTask::close() {
-  std::lock_guard lock(mu_);
-  closed_ = true;
-  release_held_locked();
-}
-
-GraphTask::Candidate GraphTask::least_reaching_locked(Node* node) const {
-  const Reach& r = reach_.at(node);
-  if (r.many)
-    return unmarked_ > 0      ? Candidate::kUnmarked
-           : undelivered_ > 0 ? Candidate::kMarked
-                              : Candidate::kDelivered;
-  Candidate least = Candidate::kDelivered;
-  for (uint8_t k = 0; k < r.size; ++k) least = std::min(least, candidates_[r.candidates[k]]);
-  return least;
-}
-
-bool GraphTask::held_locked(Node* node) const {
-  return options_.smart && !closed_ && unmarked_ > 0 &&
-         least_reaching_locked(node) == Candidate::kUnmarked;
-}
-
-bool GraphTask::certain_locked(Node* node) const {
-  return undelivered_ == 0 || least_reaching_locked(node) == Candidate::kDelivered;
 }
 
 void GraphTask::release_held_locked() {
@@ -182,17 +103,12 @@ void GraphTask::release_held_locked() {
     auto it = pending_.find(node.get());
     // A node given new dependencies comes back when they are met.
     if (it == pending_.end() || it->second.dependencies > 0) continue;
-    if (held_locked(node.get()))
+    if (hold_locked(node.get()))
       still.push_back(std::move(node));
     else
       ready_.push(std::move(node));
   }
   held_ = std::move(still);
-}
-
-std::vector<std::shared_ptr<Node>> GraphTask::take_uncertain() {
-  std::lock_guard lock(mu_);
-  return std::exchange(uncertain_, {});
 }
 
 void GraphTask::compute_needed() {
@@ -219,8 +135,9 @@ void GraphTask::compute_needed() {
 }
 
 void GraphTask::add_gradient(const std::shared_ptr<Node>& node, uint32_t input_nr, Tensor grad) {
-  GW_CHECK(!options_.smart, InvalidArgumentError,
-           "[autograd] SMART mode takes a candidate's gradients whole (add_gradients), not ",
+  GW_CHECK(!gated_, InvalidArgumentError,
+           "[autograd] a gated backward pass takes a root's gradients whole (add_gradients), "
+           "not ",
            node->name(), "'s input ", input_nr, " alone");
   std::lock_guard lock(mu_);
   deliver_locked(node.get(), node, input_nr, std::move(grad));
@@ -230,7 +147,7 @@ void GraphTask::add_gradients(const std::shared_ptr<Node>& node, std::vector<Ten
   GW_CHECK(grads.size() == node->num_inputs, InvalidArgumentError, "[autograd] ", node->name(),
            " takes ", node->num_inputs, " gradients, got ", grads.size());
   std::lock_guard lock(mu_);
-  if (options_.smart) mark_locked(node.get(), Candidate::kDelivered);
+  if (gated_) delivering_locked(node.get());
   for (uint32_t i = 0; i < grads.size(); ++i)
     accumulate_input_locked(node.get(), i, std::move(grads[i]));
   release_dependency_locked(node.get(), node);
@@ -257,7 +174,7 @@ void GraphTask::accumulate_input_locked(Node* node, uint32_t input_nr, Tensor gr
 void GraphTask::release_dependency_locked(Node* node, const std::shared_ptr<Node>& owner) {
   Pending& p = pending_[node];
   if (--p.dependencies == 0) {
-    if (held_locked(node)) {
+    if (gated_ && hold_locked(node)) {
       held_.push_back(owner);
       return;
     }

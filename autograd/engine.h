@@ -11,12 +11,10 @@
 // network (`add_gradient` from any thread, then `run`), and sends leaf gradients to a map of
 // its own instead of `.grad` (`leaf_sink`).
 //
-// SMART mode (dist/autograd/engine.h) adds *candidates*: the graph root and the extra roots,
-// which start unmarked, and of which only those marked live will ever deliver a gradient. The
-// task knows, for every node, which candidates reach it (its reach: up to four, or "many"); it
-// counts the dependencies of what marked candidates reach, and holds a node whose dependencies
-// are met while an unmarked candidate also reaches it, until that candidate is marked (more
-// gradient will come) or the task is closed (none will).
+// A task can also be *gated*: a subclass opens its extra roots one at a time (open_locked) as it
+// learns that their gradients will come, and may hold a node whose dependencies are met until
+// it says otherwise (hold_locked, release_held_locked). Distributed autograd's SMART mode is
+// such a task (dist/autograd/smart_task.h); the local engine knows nothing more of it.
 #pragma once
 
 #include <condition_variable>
@@ -42,19 +40,18 @@ struct ExecuteOptions {
   LeafSink leaf_sink;
   // When set, run only what leads to these edges and return their gradients (autograd::grad).
   std::vector<Edge> capture;
-  // SMART mode: extra_roots are candidates that count only once marked (mark, add_gradients).
-  bool smart = false;
-  // SMART mode: the nodes to report through take_uncertain (the recv functions).
-  std::function<bool(const Node&)> boundary;
 };
 
 class GraphTask {
  public:
   // `graph_root` (may be null) runs first; options.extra_roots wait for add_gradient.
   GraphTask(std::shared_ptr<Node> graph_root, ExecuteOptions options);
+  virtual ~GraphTask() = default;
+  GraphTask(const GraphTask&) = delete;
+  GraphTask& operator=(const GraphTask&) = delete;
 
   // Delivers a gradient for input `input_nr` of `node` (thread-safe); the node runs once all
-  // its dependencies have arrived. Not in SMART mode, where a candidate's gradients come whole.
+  // its dependencies have arrived. Not in a gated task, where a root's gradients come whole.
   void add_gradient(const std::shared_ptr<Node>& node, uint32_t input_nr, Tensor grad);
   // Delivers the gradients of all of `node`'s inputs as one dependency (a message that carries
   // every gradient of a distributed send function).
@@ -67,20 +64,37 @@ class GraphTask {
   // Nodes that received some defined gradient but still wait for others: gradient that will
   // be lost if those never come. `example` gets the name of one of them.
   size_t stalled_nodes(std::string* example = nullptr) const;
-  // Nodes reached from a marked candidate that have not run yet (held ones included).
+  // Nodes reached from an open root that have not run yet (held ones included).
   size_t open_nodes(std::string* example = nullptr) const;
-
-  // SMART mode. Marks the extra root `candidate` live: it will receive its gradients (a
-  // gradient for an unmarked candidate marks it too). Throws StateError once closed.
-  void mark(const std::shared_ptr<Node>& candidate);
-  // Declares every unmarked candidate dead: held nodes run without their gradients.
-  void close();
-  // The boundary nodes first reached since the last call whose gradient is not certain to
-  // flow: some candidate reaching them had not received its gradient when they were reached.
-  // A node reached only from candidates that did will run, so needs no word from the caller.
-  std::vector<std::shared_ptr<Node>> take_uncertain();
   const std::vector<Tensor>& captured() const { return captured_; }
   const ExecuteOptions& options() const { return options_; }
+
+ protected:
+  // A gated task: the constructor only keeps the options; the subclass starts the graph root
+  // (start_locked) and opens the extra roots (open_locked) once it has what its hooks need.
+  // No capture.
+  struct Gated {};
+  GraphTask(Gated, ExecuteOptions options);
+
+  // The hooks of a gated task, each called with mu_ held.
+  // Whether `node`, whose dependencies are all met, must wait; a held node is offered again at
+  // each release_held_locked.
+  virtual bool hold_locked(Node* node) const;
+  // `node` was reached for the first time while counting dependencies.
+  virtual void reached_locked(const std::shared_ptr<Node>& node);
+  // add_gradients is about to deliver `root`'s gradients.
+  virtual void delivering_locked(Node* root);
+
+  // What a gated task's subclass does, with mu_ held.
+  // Counts the dependencies of what `graph_root` reaches and makes it ready to run first.
+  void start_locked(std::shared_ptr<Node> graph_root);
+  // Counts the dependencies of what the extra root `root` reaches that nothing counted yet,
+  // plus one for `root` itself: its gradients come through add_gradients.
+  void open_locked(Node* root);
+  // Offers every held node again: those hold_locked lets go become ready.
+  void release_held_locked();
+
+  mutable std::mutex mu_;
 
  private:
   struct Pending {
@@ -93,23 +107,7 @@ class GraphTask {
     }
   };
 
-  // SMART mode: the candidates reaching a node, up to kMaxReach of them, or many.
-  static constexpr size_t kMaxReach = 4;
-  struct Reach {
-    uint32_t candidates[kMaxReach] = {};
-    uint8_t size = 0;
-    bool many = false;
-  };
-  enum class Candidate : uint8_t { kUnmarked, kMarked, kDelivered };  // in this order
-
   void compute_dependencies(const std::vector<Node*>& starts);
-  void compute_reach(const std::vector<Node*>& candidates);
-  void mark_locked(Node* candidate, Candidate state);
-  // The least advanced state of the candidates reaching `node` (of all the task's, for "many").
-  Candidate least_reaching_locked(Node* node) const;
-  bool held_locked(Node* node) const;
-  bool certain_locked(Node* node) const;
-  void release_held_locked();
   void compute_needed();
   void deliver_locked(Node* node, const std::shared_ptr<Node>& owner, uint32_t input_nr,
                       Tensor grad);
@@ -118,21 +116,13 @@ class GraphTask {
   void execute(const std::shared_ptr<Node>& node, std::vector<Tensor> inputs);
 
   ExecuteOptions options_;
-  mutable std::mutex mu_;
+  const bool gated_ = false;
   std::unordered_map<Node*, Pending> pending_;
   std::priority_queue<std::shared_ptr<Node>, std::vector<std::shared_ptr<Node>>, ByPriority>
       ready_;
   std::unordered_map<Node*, bool> needed_;  // only with options.capture
   std::vector<Tensor> captured_;
-  // SMART mode.
-  std::unordered_map<Node*, Reach> reach_;
-  std::unordered_map<Node*, uint32_t> candidate_index_;
-  std::vector<Candidate> candidates_;  // by index; 0 is the graph root when there is one
-  size_t unmarked_ = 0;
-  size_t undelivered_ = 0;  // candidates not yet kDelivered
-  bool closed_ = false;
-  std::vector<std::shared_ptr<Node>> held_;  // no dependency left, an unmarked candidate reaches
-  std::vector<std::shared_ptr<Node>> uncertain_;
+  std::vector<std::shared_ptr<Node>> held_;  // no dependency left, but hold_locked said wait
 };
 
 // The leaf_sink of the task running on this thread, if it has one.

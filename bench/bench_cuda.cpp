@@ -21,13 +21,13 @@
 
 #include "bench/cuda_anchor_kernels.h"
 #include "bench/harness.h"
+#include "core/cuda/allocator.h"
+#include "core/cuda/blas.h"
+#include "core/cuda/cuda_error.h"
+#include "core/cuda/device.h"
+#include "core/cuda/stream.h"
 #include "core/ops.h"
 #include "core/random.h"
-#include "cuda/allocator.h"
-#include "cuda/blas.h"
-#include "cuda/cuda_error.h"
-#include "cuda/device.h"
-#include "cuda/stream.h"
 #include "nn/functional.h"
 #include "nn/nn.h"
 #include "optim/adam.h"
@@ -35,7 +35,7 @@
 #ifdef GW_HAVE_NCCL
 #include "ddp/distributed_data_parallel.h"
 #include "dist/process_group/process_group_nccl.h"
-#include "dist/store/hash_store.h"
+#include "store/hash_store.h"
 #endif
 
 namespace {
@@ -263,7 +263,7 @@ void training(gw::bench::Reporter& report) {
 #ifdef GW_HAVE_NCCL
   if (report.wants("cuda", "DDP step, world size 1 (NCCL)")) {
     auto pg = std::make_shared<gw::dist::ProcessGroupNCCL>(
-        std::make_shared<gw::dist::HashStore>(), 0, 1, gw::dist::NcclOptions{.device = 0});
+        std::make_shared<gw::store::HashStore>(), 0, 1, gw::dist::NcclOptions{.device = 0});
     auto plain = mlp(kGpu), wrapped = mlp(kGpu);
     gw::ddp::DistributedDataParallel model(wrapped, pg);
     double local = step_seconds([&](const Tensor& x) { return plain->forward(x); },

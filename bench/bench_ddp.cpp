@@ -49,14 +49,14 @@
 #include "core/trace.h"
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/powersgd.h"
-#include "dist/checkpoint/checkpoint.h"
+#include "dist/checkpoint/dist_checkpoint.h"
 #include "dist/optim/zero_redundancy_optimizer.h"
 #include "dist/process_group/process_group_gloo.h"
 #include "dist/process_group/process_group_mpi.h"
-#include "dist/store/hash_store.h"
 #include "nn/nn.h"
 #include "optim/adam.h"
 #include "optim/sgd.h"
+#include "store/hash_store.h"
 
 namespace {
 
@@ -349,7 +349,7 @@ void time_checkpoint(const std::shared_ptr<gw::dist::ProcessGroup>& pg, const st
         static_cast<double>(std::filesystem::file_size(single + "/checkpoint.safetensors"));
 }
 
-Results run_rank(std::shared_ptr<gw::dist::Store> store, int rank, const Cases& cases) {
+Results run_rank(std::shared_ptr<gw::store::Store> store, int rank, const Cases& cases) {
   auto pg = std::make_shared<gw::dist::ProcessGroupGloo>(store, rank, kRanks);
   Results r;
   time_big(pg, r);
@@ -453,7 +453,7 @@ int main(int argc, char** argv) {
     return torch ? gw::bench::json_number(*torch, key) : std::nullopt;
   };
 
-  auto store = std::make_shared<gw::dist::HashStore>();
+  auto store = std::make_shared<gw::store::HashStore>();
   auto peer = std::async(std::launch::async, run_rank, store, 1, cases);
   Results r = run_rank(store, 0, cases);
   peer.get();

@@ -25,18 +25,19 @@
 #include "core/ops.h"
 #include "core/random.h"
 #include "dist/autograd/dist_autograd.h"
+#include "dist/init_rpc.h"
 #include "dist/nn/remote_module.h"
 #include "dist/optim/distributed_optimizer.h"
-#include "dist/store/hash_store.h"
 #include "examples/common/server_mlp.h"
 #include "nn/functional.h"
 #include "optim/sgd.h"
 #include "rpc/rpc.h"
+#include "store/hash_store.h"
 
 using gw::Tensor;
 namespace dist = gw::dist;
 namespace rpc = gw::rpc;
-namespace dist_autograd = gw::dist_autograd;
+namespace dist_autograd = gw::dist::autograd;
 
 constexpr int64_t kPsBatch = 64, kPsSteps = 150, kPsWarmup = 5;
 
@@ -58,8 +59,8 @@ std::map<int, std::unique_ptr<Trainer>> g_trainers;
 
 // `steps` steps of one trainer on its own fixed batch.
 double ps_train(dist::ModuleRRef model, int64_t steps, bool smart) {
-  const dist_autograd::BackwardOptions options{.mode = smart ? dist_autograd::Mode::kSmart
-                                                             : dist_autograd::Mode::kFast};
+  const dist::autograd::BackwardOptions options{.mode = smart ? dist::autograd::Mode::kSmart
+                                                              : dist::autograd::Mode::kFast};
   const int me = rpc::get_worker_info().id;
   Trainer* trainer;
   {
@@ -77,9 +78,9 @@ double ps_train(dist::ModuleRRef model, int64_t steps, bool smart) {
   }
   double loss = 0;
   for (int64_t s = 0; s < steps; ++s) {
-    dist_autograd::Context ctx;
+    dist::autograd::Context ctx;
     Tensor l = gw::nn::functional::cross_entropy(trainer->net.forward(trainer->x), trainer->y);
-    dist_autograd::backward(ctx.id(), {l}, options);
+    dist::autograd::backward(ctx.id(), {l}, options);
     trainer->opt.step(ctx.id());
     loss = l.item<double>();
   }
@@ -110,12 +111,12 @@ struct Group {
   std::vector<std::unique_ptr<rpc::Agent>> agents;
   explicit Group(int n) {
     rpc::RpcBackendOptions o;
-    o.store = std::make_shared<gw::dist::HashStore>();
+    o.store = std::make_shared<gw::store::HashStore>();
     o.num_worker_threads = 8;
     std::vector<std::future<std::unique_ptr<rpc::Agent>>> starting;
     for (int r = 0; r < n; ++r)
       starting.push_back(std::async(std::launch::async, [r, n, o] {
-        return std::make_unique<rpc::Agent>("worker" + std::to_string(r), r, n, o);
+        return std::make_unique<rpc::Agent>("worker" + std::to_string(r), r, n, dist::with_dist(o));
       }));
     for (auto& s : starting) agents.push_back(s.get());
   }
@@ -153,19 +154,19 @@ int main(int argc, char** argv) {
         {"dist_autograd", name + ", SMART mode", smart, unit, "gradwire FAST mode", fast, note});
   };
   auto mode_of = [](bool smart) {
-    return dist_autograd::BackwardOptions{.mode = smart ? dist_autograd::Mode::kSmart
-                                                        : dist_autograd::Mode::kFast};
+    return dist::autograd::BackwardOptions{.mode = smart ? dist::autograd::Mode::kSmart
+                                                         : dist::autograd::Mode::kFast};
   };
 
   if (report.wants("dist_autograd", "one rpc iteration")) {
     Tensor t1 = gw::rand({3, 3}).requires_grad_(), t2 = gw::rand({3, 3}).requires_grad_();
     Tensor t4 = gw::rand({3, 3}).requires_grad_();
     auto iteration = [&](bool smart) {
-      dist_autograd::Context ctx;
+      dist::autograd::Context ctx;
       Tensor t3 = rpc::rpc_sync("worker1", my_add, t1, t2);
       Tensor loss = (t3 * t4).sum();
-      dist_autograd::backward(ctx.id(), {loss}, mode_of(smart));
-      gw::bench::do_not_optimize(dist_autograd::get_gradients(ctx.id()).size());
+      dist::autograd::backward(ctx.id(), {loss}, mode_of(smart));
+      gw::bench::do_not_optimize(dist::autograd::get_gradients(ctx.id()).size());
     };
     auto [smart, fast] =
         gw::bench::seconds_per_call_pair([&] { iteration(true); }, [&] { iteration(false); });
@@ -173,11 +174,11 @@ int main(int argc, char** argv) {
   }
   if (report.wants("dist_autograd", "spec end-to-end iteration")) {
     auto iteration = [&](bool smart) {
-      dist_autograd::Context ctx;
+      dist::autograd::Context ctx;
       auto rref1 = rpc::remote("worker1", random_tensor);
       auto rref2 = rpc::remote("worker1", random_tensor);
       Tensor loss = rref1.to_here() + rref2.to_here();
-      dist_autograd::backward(ctx.id(), {loss.sum()}, mode_of(smart));
+      dist::autograd::backward(ctx.id(), {loss.sum()}, mode_of(smart));
       gw::dist::DistributedOptimizer opt(gw::optim::SGD::options(0.05), {rref1, rref2});
       opt.step(ctx.id());
     };

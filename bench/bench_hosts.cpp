@@ -23,7 +23,7 @@
 #include "core/random.h"
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/powersgd.h"
-#include "dist/process_group/init.h"
+#include "dist/process_group/init_process_group.h"
 #include "nn/nn.h"
 #include "optim/sgd.h"
 #include "rpc/rpc.h"

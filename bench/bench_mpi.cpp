@@ -15,7 +15,7 @@
 #include "bench/mpi_peers.h"
 #include "core/ops.h"
 #include "dist/process_group/process_group_mpi.h"
-#include "dist/store/launch_env.h"
+#include "store/launch_env.h"
 
 namespace {
 
@@ -46,7 +46,7 @@ void run_under_mpirun(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   gw::bench::Reporter report(argc, argv);
-  if (gw::dist::detect_launch_env().launcher != "openmpi") {
+  if (gw::store::detect_launch_env().launcher != "openmpi") {
     run_under_mpirun(argc, argv);
     report.skip("mpi", "allreduce", "no mpirun (Debian: openmpi-bin)");
     return 0;

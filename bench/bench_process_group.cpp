@@ -18,7 +18,7 @@
 #include "bench/harness.h"
 #include "core/ops.h"
 #include "dist/process_group/process_group_gloo.h"
-#include "dist/store/hash_store.h"
+#include "store/hash_store.h"
 
 namespace {
 
@@ -59,8 +59,8 @@ struct Times {
 // Both ranks run, in alternating rounds, the ProcessGroupGloo allreduce and the raw Gloo one,
 // so that a busy moment on the machine hits both alike; rank 0's best of each is returned.
 Times measure(const Case& c, int rounds = 5) {
-  auto store = std::make_shared<gw::dist::HashStore>();
-  auto unwatched_store = std::make_shared<gw::dist::HashStore>();
+  auto store = std::make_shared<gw::store::HashStore>();
+  auto unwatched_store = std::make_shared<gw::store::HashStore>();
   gloo::rendezvous::HashStore raw_store;
   auto rank_main = [&](int rank) {
     gw::dist::ProcessGroupGloo pg(store, rank, kRanks);

@@ -30,8 +30,8 @@
 #include "bench/harness.h"
 #include "core/ops.h"
 #include "core/trace.h"
-#include "dist/store/hash_store.h"
 #include "rpc/rpc.h"
+#include "store/hash_store.h"
 #include "tests/tls_pki.h"
 
 // Returns its argument: the tensor goes there and back with no work in between, like the echo.
@@ -117,15 +117,15 @@ class RawEcho {
 // How a pair's connections are secured: by nothing (a keyless handshake), a job key, TLS; and
 // whether they may use shared memory.
 struct Security {
-  std::optional<gw::dist::JobKey> key;
-  gw::dist::TlsOptions tls;
+  std::optional<gw::store::JobKey> key;
+  gw::store::TlsOptions tls;
   bool shared_memory = false;
 };
 
 struct Pair {
   std::unique_ptr<gw::rpc::Agent> a, b;
   explicit Pair(const Security& security = {}) {
-    auto store = std::make_shared<gw::dist::HashStore>();
+    auto store = std::make_shared<gw::store::HashStore>();
     gw::rpc::RpcBackendOptions o;
     o.job_key = security.key;
     o.tls = security.tls;
@@ -344,7 +344,7 @@ void bench_world(Reporter& report) {
     const char* v = std::getenv(name);
     return v != nullptr && *v != '\0' ? std::string(v) : fallback;
   };
-  const std::string gwrun = from_env("GW_BENCH_WORLD_GWRUN", dir + "/../dist/launcher/gwrun");
+  const std::string gwrun = from_env("GW_BENCH_WORLD_GWRUN", dir + "/../tools/gwrun/gwrun");
   const std::string program = from_env("GW_BENCH_WORLD_PROGRAM", dir + "/../examples/rpc_basics");
   auto seconds = [&](int n) -> std::optional<double> {
     std::vector<double> runs;
@@ -393,9 +393,9 @@ int main(int argc, char** argv) {
     bench_remote(report);
     bench_tensors(report, torch);
   }
-  bench_security(report, "authenticated", {gw::dist::JobKey::generate(), {}});
+  bench_security(report, "authenticated", {gw::store::JobKey::generate(), {}});
   gw::test::Pki pki;  // a throwaway CA for the TLS rows
-  bench_security(report, "TLS", {gw::dist::JobKey::generate(), pki.issue("bench")});
+  bench_security(report, "TLS", {gw::store::JobKey::generate(), pki.issue("bench")});
   bench_shm(report);
   bench_world(report);
   return 0;

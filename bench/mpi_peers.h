@@ -11,7 +11,7 @@
 
 #include "core/ops.h"
 #include "dist/process_group/process_group_gloo.h"
-#include "dist/store/tcp_store.h"
+#include "store/tcp_store.h"
 
 namespace gw::bench {
 
@@ -27,17 +27,18 @@ inline std::vector<std::string> mpirun_args(int ranks) {
 // over `group`. Every rank calls it.
 inline std::shared_ptr<dist::ProcessGroupGloo> gloo_beside(dist::ProcessGroup& group) {
   const int rank = group.rank(), size = group.size();
-  std::shared_ptr<dist::TCPStore> store;
+  std::shared_ptr<store::TCPStore> store;
   Tensor port = zeros({1}, kInt64);
   if (rank == 0) {
-    store = std::make_shared<dist::TCPStore>("127.0.0.1", 0, size, true, std::chrono::seconds(60));
+    store =
+        std::make_shared<gw::store::TCPStore>("127.0.0.1", 0, size, true, std::chrono::seconds(60));
     port.fill_(static_cast<double>(store->port()));
   }
   group.broadcast(port)->wait();
   if (rank != 0)
-    store =
-        std::make_shared<dist::TCPStore>("127.0.0.1", static_cast<uint16_t>(port.item<int64_t>()),
-                                         size, false, std::chrono::seconds(60));
+    store = std::make_shared<gw::store::TCPStore>("127.0.0.1",
+                                                  static_cast<uint16_t>(port.item<int64_t>()), size,
+                                                  false, std::chrono::seconds(60));
   return std::make_shared<dist::ProcessGroupGloo>(store, rank, size);
 }
 

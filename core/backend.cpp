@@ -1,30 +1,27 @@
 #include "core/backend.h"
 
 #include "core/cpu/cpu_backend.h"
+#ifdef GW_HAVE_CUDA
+#include "core/cuda/cuda_backend.h"
+#endif
 
 #include <algorithm>
-#include <array>
-#include <atomic>
 
 namespace gw {
 
-namespace {
-std::array<std::atomic<Backend*>, kNumDeviceTypes>& registry() {
-  static std::array<std::atomic<Backend*>, kNumDeviceTypes> backends{};
-  return backends;
-}
-}  // namespace
-
-void register_backend(DeviceType type, Backend* backend) {
-  registry()[static_cast<size_t>(type)].store(backend, std::memory_order_release);
-}
-
 Backend& backend_for(DeviceType type, const char* op) {
-  if (type == DeviceType::CPU) return cpu::cpu_backend();
-  Backend* b = registry()[static_cast<size_t>(type)].load(std::memory_order_acquire);
-  GW_CHECK(b != nullptr, InvalidArgumentError, "[", op, "] no backend for device ",
-           Device(type).str(), " in this build");
-  return *b;
+  switch (type) {
+    case DeviceType::CPU:
+      return cpu::cpu_backend();
+    case DeviceType::CUDA:
+#ifdef GW_HAVE_CUDA
+      return cuda::cuda_backend();
+#else
+      break;
+#endif
+  }
+  throw InvalidArgumentError(detail::str("[", op, "] no backend for device ", Device(type).str(),
+                                         " in this build (gradwire was built without CUDA)"));
 }
 
 void check_same_device(const char* op, std::initializer_list<const Tensor*> tensors) {
@@ -45,18 +42,6 @@ void Backend::adam_step(std::span<const AdamParam>, const AdamUpdate&) {
                                   " has no fused Adam kernel"));
 }
 
-bool is_float_only(UnaryOp op) {
-  switch (op) {
-    case UnaryOp::Exp: case UnaryOp::Log: case UnaryOp::Sqrt: case UnaryOp::Rsqrt:
-    case UnaryOp::Sigmoid: case UnaryOp::Tanh: case UnaryOp::Gelu: case UnaryOp::GeluTanh:
-    case UnaryOp::Sin: case UnaryOp::Cos: case UnaryOp::Reciprocal: case UnaryOp::Log1p:
-    case UnaryOp::Expm1: case UnaryOp::Erf:
-      return true;
-    default:
-      return false;
-  }
-}
-
 MatrixView classify_matrix(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride) {
   // The stride of a size-1 dim is never used, so it does not constrain the layout.
   const int64_t r = std::max<int64_t>(rows, 1), c = std::max<int64_t>(cols, 1);
@@ -73,21 +58,6 @@ Conv2dGeometry conv2d_geometry(const Tensor& x, const std::array<int64_t, 8>& p)
   g.oh = conv_output_size(g.h, g.kh, g.sh, g.ph, g.dh);
   g.ow = conv_output_size(g.w, g.kw, g.sw, g.pw, g.dw);
   return g;
-}
-
-const char* op_name(UnaryOp op) {
-  static constexpr const char* kNames[] = {
-      "neg",  "abs",  "exp",         "log",    "sqrt",       "rsqrt", "sigmoid", "tanh",
-      "relu", "gelu", "gelu",        "sin",    "cos",        "sign",  "logical_not",
-      "square", "reciprocal", "log1p", "expm1", "floor", "ceil", "round", "erf"};
-  return kNames[static_cast<size_t>(op)];
-}
-
-const char* op_name(BinaryOp op) {
-  static constexpr const char* kNames[] = {"add", "sub", "mul", "div", "pow", "maximum",
-                                           "minimum", "eq", "ne", "lt", "le", "gt", "ge",
-                                           "logical_and", "logical_or"};
-  return kNames[static_cast<size_t>(op)];
 }
 
 }  // namespace gw

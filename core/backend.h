@@ -18,6 +18,7 @@
 #include <span>
 
 #include "core/device.h"
+#include "core/op_list.h"
 #include "core/scalar.h"
 #include "core/storage.h"
 #include "core/tensor.h"
@@ -26,21 +27,59 @@ namespace gw {
 
 class Generator;
 
-enum class UnaryOp : uint8_t {
-  Neg, Abs, Exp, Log, Sqrt, Rsqrt, Sigmoid, Tanh, Relu, Gelu, GeluTanh, Sin, Cos, Sign,
-  LogicalNot, Square, Reciprocal, Log1p, Expm1, Floor, Ceil, Round, Erf,
-};
-enum class BinaryOp : uint8_t {
-  Add, Sub, Mul, Div, Pow, Maximum, Minimum, Eq, Ne, Lt, Le, Gt, Ge, LogicalAnd, LogicalOr,
-};
+// The elementwise ops, their names and dtype rules: one line each in core/op_list.h.
+#define GW_OP_ENUM(Enum, ...) Enum,
+enum class UnaryOp : uint8_t { GW_UNARY_OPS(GW_OP_ENUM) };
+enum class BinaryOp : uint8_t { GW_BINARY_OPS(GW_OP_ENUM) };
+#undef GW_OP_ENUM
+// Which dtypes an elementwise op takes (see core/op_list.h).
+enum class OpRule : uint8_t { kFloat, kNumeric, kAll, kLogical, kArith, kCompare };
+
+constexpr const char* op_name(UnaryOp op) {
+  switch (op) {
+#define GW_OP_NAME(Enum, name, ...) \
+  case UnaryOp::Enum:               \
+    return #name;
+    GW_UNARY_OPS(GW_OP_NAME)
+#undef GW_OP_NAME
+  }
+  return "?";
+}
+constexpr const char* op_name(BinaryOp op) {
+  switch (op) {
+#define GW_OP_NAME(Enum, name, ...) \
+  case BinaryOp::Enum:              \
+    return #name;
+    GW_BINARY_OPS(GW_OP_NAME)
+#undef GW_OP_NAME
+  }
+  return "?";
+}
+constexpr OpRule op_rule(UnaryOp op) {
+  switch (op) {
+#define GW_OP_RULE(Enum, name, rule, ...) \
+  case UnaryOp::Enum:                     \
+    return OpRule::rule;
+    GW_UNARY_OPS(GW_OP_RULE)
+#undef GW_OP_RULE
+  }
+  return OpRule::kAll;
+}
+constexpr OpRule op_rule(BinaryOp op) {
+  switch (op) {
+#define GW_OP_RULE(Enum, name, rule, ...) \
+  case BinaryOp::Enum:                    \
+    return OpRule::rule;
+    GW_BINARY_OPS(GW_OP_RULE)
+#undef GW_OP_RULE
+  }
+  return OpRule::kArith;
+}
+// Comparisons and logic: bool out.
+constexpr bool is_comparison(BinaryOp op) { return op_rule(op) != OpRule::kArith; }
+
 enum class ReduceOp : uint8_t { Sum, Prod, Max, Min };
 enum class RandomKind : uint8_t { Uniform, Normal, RandInt, Bernoulli };
-
-const char* op_name(UnaryOp op);
-const char* op_name(BinaryOp op);
-inline bool is_comparison(BinaryOp op) {
-  return op >= BinaryOp::Eq && op <= BinaryOp::LogicalOr;
-}
 
 // One parameter of a fused Adam step (Backend::adam_step): param, grad and the moments are
 // contiguous tensors of one floating dtype on one device.
@@ -138,19 +177,17 @@ class Backend {
   virtual void bernoulli(const Tensor& p, const Tensor& out, Generator& gen) = 0;
 };
 
-// The backend for a device type; throws naming `op` when none is registered (e.g. CUDA in a
-// build without it).
+// The backend for a device type: core/cpu/ or core/cuda/. Throws naming `op` for CUDA in a build
+// without it.
 Backend& backend_for(DeviceType type, const char* op);
 inline Backend& backend_for(const Tensor& t, const char* op) {
   return backend_for(t.device().type, op);
 }
-// Called once by a device layer at load time.
-void register_backend(DeviceType type, Backend* backend);
 
 // --- shared by the backends' kernels ---------------------------------------------------------
 
 // Unary ops defined on floating point only (an integer input is promoted to float32 first).
-bool is_float_only(UnaryOp op);
+constexpr bool is_float_only(UnaryOp op) { return op_rule(op) == OpRule::kFloat; }
 
 // How a GEMM can read a (rows, cols) matrix with the given element strides without a copy.
 enum class MatrixLayout { RowMajor, ColMajor, Copy };

@@ -1,5 +1,5 @@
 // Where a tensor's memory lives. Every tensor has a Device; operations dispatch on it through
-// the Backend registered for its DeviceType (core/backend.h).
+// the Backend of its DeviceType (core/backend.h: core/cpu/ or core/cuda/).
 #pragma once
 
 #include <cstdint>

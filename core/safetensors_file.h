@@ -3,7 +3,7 @@
 // Mental model: opening reads and checks only the header (every name, dtype, shape and byte
 // range, as load_safetensors does); read() then fetches one tensor, or a range of its elements
 // in row-major order, with a positioned read of just those bytes. A job that reshards a
-// checkpoint (dist/checkpoint/checkpoint.h) reads from each rank's file only the ranges it
+// checkpoint (dist/checkpoint/dist_checkpoint.h) reads from each rank's file only the ranges it
 // needs, instead of every file whole.
 //
 //   gw::SafetensorsFile f("shard.safetensors");

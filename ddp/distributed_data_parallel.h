@@ -1,5 +1,6 @@
 // gw::ddp::DistributedDataParallel — data-parallel training of an nn::Module
-// (torch.nn.parallel.DistributedDataParallel; ddp_design.txt).
+// (torch.nn.parallel.DistributedDataParallel; PyTorch's DDP design note,
+// pytorch.org/docs/stable/notes/ddp.html, and Li et al., VLDB 2020, arxiv.org/abs/2006.15704).
 //
 // Mental model: every rank holds a replica of the model and trains it on its own shard of each
 // batch. At construction DDP checks that every rank's parameters have the same shapes and

@@ -1,4 +1,5 @@
-// The Reducer: DDP's gradient synchronisation (ddp_design.txt, "Reducer").
+// The Reducer: DDP's gradient synchronisation (the Reducer of PyTorch's DDP design note,
+// pytorch.org/docs/stable/notes/ddp.html).
 //
 // Parameters are assigned to buckets in reverse parameters() order (roughly the order their
 // gradients become ready in backward), the first bucket capped at 1 MiB so that communication

@@ -1,6 +1,6 @@
 // Data-parallel training of the Fashion-MNIST MLP (or CNN) with DistributedDataParallel:
 //
-//   build/dist/launcher/gwrun --nproc-per-node 2 build/examples/ddp_train [--model cnn]
+//   build/tools/gwrun/gwrun --nproc-per-node 2 build/examples/ddp_train [--model cnn]
 //
 // Each rank trains a replica on its shard of every epoch (batch 32 per rank: 64 per step in
 // all, as mnist_train's single process), DDP averages the gradients over the Gloo process
@@ -41,10 +41,10 @@
 #include "core/ops.h"
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/powersgd.h"
-#include "dist/checkpoint/checkpoint.h"
+#include "dist/checkpoint/dist_checkpoint.h"
 #include "dist/optim/zero_redundancy_optimizer.h"
 #include "dist/process_group/c10d.h"
-#include "dist/process_group/init.h"
+#include "dist/process_group/init_process_group.h"
 #include "examples/common/fashion_mnist.h"
 #include "examples/common/launch.h"
 #include "examples/common/models.h"

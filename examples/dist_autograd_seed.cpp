@@ -1,6 +1,7 @@
-// The distributed autograd design note's "simple end to end example", in C++:
+// The "simple end to end example" of PyTorch's distributed autograd design note
+// (pytorch.org/docs/stable/rpc/distributed_autograd.html), in C++:
 //
-//   build/dist/launcher/gwrun --nproc-per-node 2 build/examples/dist_autograd_seed
+//   build/tools/gwrun/gwrun --nproc-per-node 2 build/examples/dist_autograd_seed
 //
 // Each worker, inside a distributed autograd context, creates two random tensors on the other
 // worker with remote(), adds them locally after to_here(), runs the distributed backward pass
@@ -13,6 +14,7 @@
 
 #include "core/ops.h"
 #include "dist/autograd/dist_autograd.h"
+#include "dist/init_rpc.h"
 #include "dist/optim/distributed_optimizer.h"
 #include "examples/common/launch.h"
 #include "optim/sgd.h"
@@ -20,7 +22,7 @@
 
 using gw::Tensor;
 namespace rpc = gw::rpc;
-namespace dist_autograd = gw::dist_autograd;
+namespace dist = gw::dist;
 
 // def random_tensor(): return torch.rand((3, 3), requires_grad=True)
 Tensor random_tensor() { return gw::rand({3, 3}).requires_grad_(); }
@@ -28,7 +30,7 @@ GW_RPC_FUNCTION(random_tensor);
 
 // The gradient that the owner of `value` accumulated for it in context `context_id`.
 Tensor gradient_in_context(int64_t context_id, rpc::RRef<Tensor> value) {
-  auto grads = dist_autograd::get_gradients(static_cast<uint64_t>(context_id));
+  auto grads = dist::autograd::get_gradients(static_cast<uint64_t>(context_id));
   auto it = grads.find(value.local_value());
   GW_CHECK(it != grads.end(), gw::StateError, "[gradient_in_context] context ", context_id,
            " holds no gradient for this RRef's value");
@@ -49,13 +51,13 @@ bool run_process(int rank, int dst_rank) {
   const std::string dst_name = "worker" + std::to_string(dst_rank);
   bool ok = true;
   {
-    dist_autograd::Context context;  // with dist_autograd.context() as context_id:
+    dist::autograd::Context context;  // with dist_autograd.context() as context_id:
     // Forward pass (create references on remote nodes).
     auto rref1 = rpc::remote(dst_name, random_tensor);
     auto rref2 = rpc::remote(dst_name, random_tensor);
     Tensor loss = rref1.to_here() + rref2.to_here();
     // Backward pass (run distributed autograd).
-    dist_autograd::backward(context.id(), {loss.sum()});
+    dist::autograd::backward(context.id(), {loss.sum()});
     // Build DistributedOptimizer.
     gw::dist::DistributedOptimizer dist_optim(gw::optim::SGD::options(0.05), {rref1, rref2});
 
@@ -84,10 +86,10 @@ bool run_process(int rank, int dst_rank) {
 }  // namespace
 
 int main() {
-  const gw::dist::LaunchEnv env = gw::examples::launch_env("dist_autograd_seed");
+  const gw::store::LaunchEnv env = gw::examples::launch_env("dist_autograd_seed");
   const int rank = env.rank, world_size = env.world_size;
   try {
-    rpc::init_rpc("worker{rank}");
+    dist::init_rpc("worker{rank}");
     const bool ok = run_process(rank, (rank + 1) % world_size);
     rpc::shutdown();
     std::printf("worker%d: %s\n", rank, ok ? "check passed" : "CHECK FAILED");

@@ -1,6 +1,6 @@
 // SMART mode distributed autograd: an RPC whose result the loss does not use.
 //
-//   build/dist/launcher/gwrun --nproc-per-node 2 build/examples/dist_autograd_smart
+//   build/tools/gwrun/gwrun --nproc-per-node 2 build/examples/dist_autograd_smart
 //
 // The design note's example of what FAST mode cannot run: worker0 sends b to worker1 twice,
 // once for the loss (d = a + b) and once for a value it only looks at (e = b * c, a metric).
@@ -20,12 +20,13 @@
 #include "core/ops.h"
 #include "core/random.h"
 #include "dist/autograd/dist_autograd.h"
+#include "dist/init_rpc.h"
 #include "examples/common/launch.h"
 #include "rpc/rpc.h"
 
 using gw::Tensor;
 namespace rpc = gw::rpc;
-namespace dist_autograd = gw::dist_autograd;
+namespace dist = gw::dist;
 
 Tensor add(Tensor a, Tensor b) { return a + b; }
 GW_RPC_FUNCTION(add);
@@ -35,14 +36,14 @@ GW_RPC_FUNCTION(mul);
 namespace {
 
 // The gradients of a, b, c after the forward pass above and backward in `mode`.
-dist_autograd::GradientMap distributed(const Tensor& a, const Tensor& b, const Tensor& c,
-                                       dist_autograd::Mode mode) {
-  dist_autograd::Context context;
+dist::autograd::GradientMap distributed(const Tensor& a, const Tensor& b, const Tensor& c,
+                                        dist::autograd::Mode mode) {
+  dist::autograd::Context context;
   Tensor d = rpc::rpc_sync("worker1", add, a, b);
   Tensor e = rpc::rpc_sync("worker1", mul, b, c);
   std::printf("worker0: metric e.mean() = %.4f\n", e.mean().item<double>());
-  dist_autograd::backward(context.id(), {d.sum()}, {.mode = mode});
-  return dist_autograd::get_gradients(context.id());
+  dist::autograd::backward(context.id(), {d.sum()}, {.mode = mode});
+  return dist::autograd::get_gradients(context.id());
 }
 
 bool run_driver() {
@@ -51,13 +52,13 @@ bool run_driver() {
          c = gw::rand({3, 3}).requires_grad_();
 
   try {
-    distributed(a, b, c, dist_autograd::Mode::kFast);
+    distributed(a, b, c, dist::autograd::Mode::kFast);
     std::printf("worker0: FAST mode ran (unexpected)\n");
   } catch (const gw::StateError& e) {
     std::printf("worker0: FAST mode raised: %s\n", e.what());
   }
 
-  const auto grads = distributed(a, b, c, dist_autograd::Mode::kSmart);
+  const auto grads = distributed(a, b, c, dist::autograd::Mode::kSmart);
   (a + b).sum().backward();  // local autograd on the same values: d's part only
   bool ok = !grads.contains(c);
   std::printf("worker0: SMART mode: c has %s gradient (local autograd: none)\n",
@@ -75,11 +76,11 @@ bool run_driver() {
 }  // namespace
 
 int main() {
-  const gw::dist::LaunchEnv env = gw::examples::launch_env("dist_autograd_smart");
+  const gw::store::LaunchEnv env = gw::examples::launch_env("dist_autograd_smart");
   try {
     GW_CHECK(env.world_size == 2, gw::InvalidArgumentError,
              "[dist_autograd_smart] runs on 2 workers, got ", env.world_size);
-    rpc::init_rpc("worker{rank}");
+    dist::init_rpc("worker{rank}");
     const bool ok = env.rank == 0 ? run_driver() : true;
     rpc::shutdown();
     std::printf("worker%d: %s\n", env.rank, ok ? "check passed" : "CHECK FAILED");

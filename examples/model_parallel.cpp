@@ -1,6 +1,6 @@
 // Model-parallel training on Fashion-MNIST: one MLP split across two workers, driven by a third.
 //
-//   build/dist/launcher/gwrun --nproc-per-node 3 build/examples/model_parallel [--epochs 2]
+//   build/tools/gwrun/gwrun --nproc-per-node 3 build/examples/model_parallel [--epochs 2]
 //
 // worker1 holds the first half of the model (784-256-128 with ReLUs), worker2 the second half
 // (128-10), each as a RemoteModule; worker0 holds the data. Each step sends a batch through
@@ -14,6 +14,7 @@
 
 #include "core/ops.h"
 #include "dist/autograd/dist_autograd.h"
+#include "dist/init_rpc.h"
 #include "dist/nn/remote_module.h"
 #include "dist/optim/distributed_optimizer.h"
 #include "examples/common/fashion_mnist.h"
@@ -31,7 +32,7 @@ namespace F = gw::nn::functional;
 namespace nn = gw::nn;
 namespace dist = gw::dist;
 namespace rpc = gw::rpc;
-namespace dist_autograd = gw::dist_autograd;
+namespace dist_autograd = gw::dist::autograd;
 
 namespace {
 
@@ -77,14 +78,14 @@ double accuracy(const SplitModel& model, const gw::data::Dataset& test) {
 int main(int argc, char** argv) {
   (void)kRegistered;
   const auto args = gw::examples::parse_train_args("model_parallel", argc, argv);
-  const gw::dist::LaunchEnv env = gw::examples::launch_env("model_parallel");
+  const gw::store::LaunchEnv env = gw::examples::launch_env("model_parallel");
   const int rank = env.rank, world_size = env.world_size;
   if (world_size != 3) {
     std::fprintf(stderr, "model_parallel runs on 3 workers (--nproc-per-node 3)\n");
     return 2;
   }
   try {
-    rpc::init_rpc("worker{rank}");
+    dist::init_rpc("worker{rank}");
     if (rank != 0) {
       rpc::shutdown();  // serve the halves until worker0 is done
       return 0;
@@ -106,9 +107,9 @@ int main(int argc, char** argv) {
       int64_t seen = 0;
       for (int64_t b = 0; b < loader.num_batches(); ++b) {
         auto [x, y] = loader.batch(epoch, b);
-        dist_autograd::Context context;
+        dist::autograd::Context context;
         Tensor loss = F::cross_entropy(model.forward(x), y);
-        dist_autograd::backward(context.id(), {loss});
+        dist::autograd::backward(context.id(), {loss});
         opt.step(context.id());
         sum += loss.item<double>();
         seen += y.numel();

@@ -1,6 +1,6 @@
 // Parameter-server training on Fashion-MNIST with distributed autograd:
 //
-//   build/dist/launcher/gwrun --nproc-per-node 3 build/examples/parameter_server [--epochs 2]
+//   build/tools/gwrun/gwrun --nproc-per-node 3 build/examples/parameter_server [--epochs 2]
 //
 // Rank 0 is the parameter server "ps": it owns the model (an MLP, 784-256-128-10) and creates,
 // over RPC, a Trainer on each other rank (rpc::remote), handing it an RRef to the model. A
@@ -23,6 +23,7 @@
 
 #include "core/ops.h"
 #include "dist/autograd/dist_autograd.h"
+#include "dist/init_rpc.h"
 #include "dist/nn/remote_module.h"
 #include "dist/optim/distributed_optimizer.h"
 #include "examples/common/fashion_mnist.h"
@@ -38,7 +39,7 @@ using gw::Tensor;
 namespace F = gw::nn::functional;
 namespace dist = gw::dist;
 namespace rpc = gw::rpc;
-namespace dist_autograd = gw::dist_autograd;
+namespace dist_autograd = gw::dist::autograd;
 
 namespace {
 
@@ -73,9 +74,9 @@ class Trainer {
     }
     for (int64_t b = first; b < last; ++b) {
       auto [x, y] = loader_.batch(epoch, b);
-      dist_autograd::Context context;
+      dist::autograd::Context context;
       Tensor loss = F::cross_entropy(net_.forward(x), y);
-      dist_autograd::backward(context.id(), {loss});
+      dist::autograd::backward(context.id(), {loss});
       opt_.step(context.id());
       loss_sum_ += loss.item<double>();
       ++steps_;
@@ -208,7 +209,7 @@ int main(int argc, char** argv) {
       },
       (std::string(gw::examples::CheckpointArgs::kUsage) + gw::examples::TraceArgs::kUsage)
           .c_str());
-  const gw::dist::LaunchEnv env = gw::examples::launch_env("parameter_server");
+  const gw::store::LaunchEnv env = gw::examples::launch_env("parameter_server");
   const int rank = env.rank, world_size = env.world_size;
   if (world_size < 2) {
     std::fprintf(stderr, "parameter_server needs a server and a trainer (--nproc-per-node 2+)\n");
@@ -216,7 +217,7 @@ int main(int argc, char** argv) {
   }
   try {
     trace.start();
-    rpc::init_rpc(rank == 0 ? "ps" : "trainer" + std::to_string(rank - 1));
+    dist::init_rpc(rank == 0 ? "ps" : "trainer" + std::to_string(rank - 1));
     const int status = rank == 0 ? serve(args, checkpoints, world_size - 1) : 0;
     rpc::shutdown();  // a trainer serves the server's calls until everyone is done
     trace.finish(rank, world_size);

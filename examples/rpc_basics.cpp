@@ -1,6 +1,6 @@
 // The examples of the RPC spec (torch.distributed.rpc), in C++. Run with three workers:
 //
-//   build/dist/launcher/gwrun --nproc-per-node 3 build/examples/rpc_basics
+//   build/tools/gwrun/gwrun --nproc-per-node 3 build/examples/rpc_basics
 //
 // or under srun -n 3, mpirun -np 3, a PyTorchJob of three: init_rpc("worker{rank}") takes the
 // rank, world size and master from whichever launcher started it. worker0 drives, the others
@@ -14,8 +14,9 @@
 using gw::Tensor;
 namespace rpc = gw::rpc;
 
-// The spec's @rpc.functions.async_execution example: runs on worker1, returns at once with a
-// future; the add on `to` proceeds meanwhile and its result plus z answers worker0.
+// PyTorch's @rpc.functions.async_execution example (pytorch.org/docs/stable/rpc.html): runs on
+// worker1, returns at once with a future; the add on `to` proceeds meanwhile and its result plus z
+// answers worker0.
 gw::Future<Tensor> async_add_chained(std::string to, Tensor x, int64_t y, int64_t z) {
   return rpc::rpc_async<Tensor>(to, "add", x, y).then([z](gw::Future<Tensor>& fut) {
     return fut.wait() + z;
@@ -23,7 +24,8 @@ gw::Future<Tensor> async_add_chained(std::string to, Tensor x, int64_t y, int64_
 }
 GW_RPC_FUNCTION(async_add_chained);
 
-// The spec's AsyncExecutionClass: its method runs on the RRef's owner with async execution.
+// The AsyncExecutionClass of the same page: its method runs on the RRef's owner with async
+// execution.
 struct AsyncExecutionClass {
   gw::Future<Tensor> async_add(std::string to, Tensor x, int64_t y, int64_t z) {
     return async_add_chained(std::move(to), std::move(x), y, z);
@@ -37,7 +39,8 @@ static const bool kRegistered = [] {
   return true;
 }();
 
-// worker0's part: the spec's examples, each printed beside PyTorch's output.
+// worker0's part: the examples of pytorch.org/docs/stable/rpc.html, each printed beside PyTorch's
+// output.
 static void drive();
 
 int main() {

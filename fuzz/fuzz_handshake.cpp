@@ -1,4 +1,4 @@
-// libFuzzer target: the job-key handshake (dist/store/job_key.h) fed by an adversary. A server
+// libFuzzer target: the job-key handshake (store/job_key.h) fed by an adversary. A server
 // reads a fuzzed hello and proof, a client a fuzzed challenge. Neither may crash, and with a key
 // the fuzzer cannot know (random per process) neither may ever accept.
 #include <algorithm>
@@ -6,10 +6,10 @@
 #include <cstdlib>
 
 #include "core/error.h"
-#include "dist/store/job_key.h"
+#include "store/job_key.h"
 
 using namespace gw::dist;
-using namespace gw::dist::auth;
+using namespace gw::store::auth;
 
 namespace {
 // Copies the next bytes of the input into `out` (zeros past its end).

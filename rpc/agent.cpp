@@ -3,25 +3,18 @@
 #include "rpc/agent.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <regex>
-#include <string_view>
 
+#include "core/log.h"
 #include "core/trace.h"
-#include "dist/store/liveness.h"
-#include "dist/store/net_address.h"
-#include "dist/store/rendezvous.h"
+#include "rpc/agent_options.h"
 #include "rpc/autograd_hook.h"
 #include "rpc/call_table.h"
 #include "rpc/dispatcher.h"
 #include "rpc/function_table.h"
-#include "rpc/log.h"
 #include "rpc/message.h"
 #include "rpc/rref_context.h"
 #include "rpc/transport.h"
-
-// A weak reference: null unless the program links the layer above that defines it.
-#pragma weak gw_rpc_extend_agent
+#include "store/rendezvous.h"
 
 namespace gw::rpc {
 
@@ -29,13 +22,6 @@ namespace {
 thread_local Agent* t_current_agent = nullptr;
 // The agent whose network or pool thread this is (Agent::Use does not set it).
 thread_local const Agent* t_owning_agent = nullptr;
-
-void check_name(const std::string& name) {
-  static const std::regex kValid("[A-Za-z0-9_:\\-]+");
-  GW_CHECK(!name.empty() && name.size() < 128 && std::regex_match(name, kValid),
-           InvalidArgumentError, "[init_rpc] worker name '", name,
-           "' must be 1-127 characters of letters, digits, '_', ':' or '-'");
-}
 
 // The caller's side: a span for the send on the calling thread, and one for the answer on the
 // thread that completes it (with the arrow from the handler, unless `answer_flow` is off).
@@ -80,14 +66,6 @@ Milliseconds until(std::chrono::steady_clock::time_point deadline, Milliseconds 
                   std::chrono::ceil<Milliseconds>(deadline - std::chrono::steady_clock::now()));
 }
 
-// The IP address the agent listens on and publishes: the one the options name (a host name is
-// resolved), else the one the other hosts reach this one on (dist/store/net_address.h).
-std::string listen_address(const RpcBackendOptions& o) {
-  constexpr const char* kOp = "init_rpc";
-  if (!o.address.empty()) return dist::resolve_host(o.address, kOp);
-  return o.store ? dist::default_address(kOp) : dist::address_toward_master(o.init_method, kOp);
-}
-
 }  // namespace
 
 Agent* Agent::current() { return t_current_agent; }
@@ -95,16 +73,11 @@ Agent::Use::Use(Agent& agent) : previous_(t_current_agent) { t_current_agent = &
 Agent::Use::~Use() { t_current_agent = previous_; }
 
 Agent::Agent(std::string name, int rank, int world_size, RpcBackendOptions options)
-    : options_(std::move(options)),
-      self_{std::move(name), rank},
-      rpc_timeout_ms_(options_.rpc_timeout.count()) {
-  check_name(self_.name);
-  GW_CHECK(world_size > 0 && rank >= 0 && rank < world_size, InvalidArgumentError,
-           "[init_rpc] rank ", rank, " is outside [0, world_size=", world_size, ")");
-  GW_CHECK(options_.num_worker_threads > 0, InvalidArgumentError,
-           "[init_rpc] num_worker_threads must be positive, got ", options_.num_worker_threads);
-  GW_CHECK(options_.rpc_timeout.count() >= 0, InvalidArgumentError,
-           "[init_rpc] rpc_timeout must be >= 0 ms (0 = none), got ", options_.rpc_timeout.count());
+    : self_{std::move(name), rank}, rpc_timeout_ms_(options.rpc_timeout.count()) {
+  // Checked, and completed from the environment, before anything is made (agent_options.h).
+  ResolvedOptions resolved = resolve_options(self_, world_size, std::move(options));
+  options_ = std::move(resolved.options);
+  // The transport listens now; its network thread starts last, once everything it calls is made.
   Transport::Handlers handlers;
   handlers.on_message = [this](const auto& c, Message m) { on_message(c, std::move(m)); };
   handlers.on_close = [this](const auto& c, const std::string& why) { on_close(c, why); };
@@ -119,51 +92,22 @@ Agent::Agent(std::string name, int rank, int world_size, RpcBackendOptions optio
     cancelled(m);
     calls_->fail(m.id, std::move(why));
   };
-  GW_CHECK(options_.max_pending_requests_per_peer > 0, InvalidArgumentError,
-           "[init_rpc] max_pending_requests_per_peer must be positive, got ",
-           options_.max_pending_requests_per_peer);
-  options_.address = listen_address(options_);
-  Transport::Options net;
-  net.self_name = self_.name;
-  net.self_id = self_.id;
-  net.address = options_.address;
-  net.max_frame_bytes = options_.max_frame_bytes;
-  net.key = dist::resolve_job_key(options_.job_key, options_.address,
-                                  options_.allow_unauthenticated, "init_rpc");
-  net.handshake_timeout = options_.handshake_timeout;
-  net.max_unauthenticated = options_.max_unauthenticated_connections;
-  net.tls = dist::make_tls_context(options_.tls, "init_rpc");
-  options_.failure_timeout = dist::failure_timeout(options_.failure_timeout, "init_rpc");
-  net.failure_timeout = options_.failure_timeout;
-  if (!options_.shared_memory) {
-    const char* env = std::getenv("GW_RPC_SHM");
-    options_.shared_memory = env == nullptr || std::string_view(env) != "0";
-  }
-  net.shm_ring_bytes = *options_.shared_memory ? options_.shm_ring_bytes : 0;
-  if (net.shm_ring_bytes > 0) {
-    GW_CHECK(net.shm_ring_bytes >= shm::kMinRingBytes && net.shm_ring_bytes <= shm::kMaxRingBytes &&
-                 net.shm_ring_bytes % 4096 == 0,
-             InvalidArgumentError, "[init_rpc] shm_ring_bytes ", net.shm_ring_bytes,
-             " must be a multiple of 4096 in [", shm::kMinRingBytes, ", ", shm::kMaxRingBytes, "]");
-  }
-  dist::TCPStoreOptions store_security;
-  store_security.job_key = net.key;
-  store_security.allow_unauthenticated = options_.allow_unauthenticated;
-  store_security.handshake_timeout = options_.handshake_timeout;
-  store_security.max_unauthenticated_connections = options_.max_unauthenticated_connections;
-  store_security.tls = options_.tls;
-  transport_ = std::make_unique<Transport>(std::move(net), std::move(handlers));
+  transport_ = std::make_unique<Transport>(std::move(resolved.transport), std::move(handlers));
+  // Rendezvous: the store given, else init_method's; then every worker's address through it.
   store_ = options_.store ? options_.store
-                          : dist::rendezvous(options_.init_method, rank, world_size,
-                                             dist::kDefaultStoreTimeout, store_security);
+                          : store::rendezvous(options_.init_method, rank, world_size,
+                                              store::kDefaultStoreTimeout, resolved.store_security);
   serving_ = std::make_unique<std::atomic<int>[]>(static_cast<size_t>(world_size));
   const std::vector<PeerAddress> peers = rendezvous(world_size);
+  // Now that the group is known: the call table (by worker name), the device maps (by worker
+  // id), the RRef protocol, then the extensions (distributed autograd's hook), so that every
+  // interceptor is in place before the first message.
   std::vector<std::string> names;
   for (const auto& w : workers_) names.push_back(w.name);
   calls_ = std::make_unique<CallTable>(transport_->io(), std::move(names), self_.name);
   load_device_maps();
   rrefs_ = std::make_shared<RRefContext>(*this);
-  if (gw_rpc_extend_agent) gw_rpc_extend_agent(*this);
+  for (const auto& extend : options_.extensions) extend(*this);
   interceptors_.push_back(rrefs_.get());
   if (autograd_) interceptors_.push_back(autograd_.get());
   auto mark_thread = [this] {
@@ -193,8 +137,8 @@ Agent::~Agent() {
 std::vector<PeerAddress> Agent::rendezvous(int world_size) {
   const std::string mine =
       self_.name + "\n" + options_.address + "\n" + std::to_string(transport_->port());
-  const dist::Bytes mine_bytes(mine.begin(), mine.end());
-  dist::Bytes got = store_->compare_set(key("worker", self_.id), {}, mine_bytes);
+  const store::Bytes mine_bytes(mine.begin(), mine.end());
+  store::Bytes got = store_->compare_set(key("worker", self_.id), {}, mine_bytes);
   GW_CHECK(got == mine_bytes, InvalidArgumentError, "[init_rpc] rank ", self_.id,
            " is already taken (by '", std::string(got.begin(), got.end()), "')");
   if (store_->add("rpc/workers/arrived", 1) == world_size) {
@@ -318,7 +262,7 @@ void Agent::receive(int from, Message& m, Arrival arrival) {
            "[rpc] worker '", self_.name,
            "' received a message recorded in distributed autograd context ",
            m.autograd ? m.autograd->context_id : 0,
-           " but does not link distributed autograd (gw_dist)");
+           " but has no distributed autograd: start RPC with gw::dist::init_rpc (dist/init_rpc.h)");
 }
 
 void Agent::set_autograd_hook(std::shared_ptr<AutogradHook> hook) {

@@ -40,17 +40,18 @@
 #include <vector>
 
 #include "core/future.h"
-#include "dist/debug/flight_recorder.h"
-#include "dist/store/job_key.h"
-#include "dist/store/liveness.h"
-#include "dist/store/store.h"
-#include "dist/store/tls.h"
+#include "debug/flight_recorder.h"
 #include "rpc/interceptor.h"
 #include "rpc/ivalue.h"
 #include "rpc/protocol.h"
+#include "store/job_key.h"
+#include "store/liveness.h"
+#include "store/store.h"
+#include "store/tls.h"
 
 namespace gw::rpc {
 
+class Agent;
 class AutogradHook;
 class CallTable;
 class Connection;
@@ -73,7 +74,7 @@ struct RpcBackendOptions {
   // Rendezvous: "env://" (MASTER_ADDR, MASTER_PORT), "tcp://host:port" or "file:///path".
   std::string init_method = "env://";
   // If set, used instead of init_method (e.g. a HashStore shared by threads as ranks).
-  std::shared_ptr<dist::Store> store;
+  std::shared_ptr<store::Store> store;
   // The address this worker listens on and publishes to the others: an IP address or a host
   // name. Empty: the address of the interface GW_SOCKET_IFNAME names, else of the one that
   // routes to the master (init_method's host; loopback for a job on this host alone, or with
@@ -84,20 +85,20 @@ struct RpcBackendOptions {
   uint64_t max_frame_bytes = uint64_t{1} << 30;
 
   // Security (README "Security"). Every connection, and the rendezvous store's, proves the job
-  // key before anything else (dist/store/job_key.h): this one, else GW_JOB_KEY_FILE's. Without
+  // key before anything else (store/job_key.h): this one, else GW_JOB_KEY_FILE's. Without
   // a key, `address` must be loopback unless allow_unauthenticated (or
   // GW_ALLOW_UNAUTHENTICATED=1) declares the network trusted.
-  std::optional<dist::JobKey> job_key;
+  std::optional<store::JobKey> job_key;
   bool allow_unauthenticated = false;
   // A connection that has not proved the key by then is closed ...
   Milliseconds handshake_timeout{10000};
   // ... and beyond this many such connections at once, each new one closes the oldest of
   // those from the busiest address. (The rendezvous TCPStore gets both limits too.)
   int max_unauthenticated_connections = 256;
-  // TLS on every connection, and the rendezvous store's (dist/store/tls.h): these files, else
+  // TLS on every connection, and the rendezvous store's (store/tls.h): these files, else
   // GW_TLS_CERT_FILE / GW_TLS_KEY_FILE / GW_TLS_CA_FILE; none: plain TCP. The same on every
   // worker.
-  dist::TlsOptions tls;
+  store::TlsOptions tls;
   // Liveness (README "When things fail"): a worker this one is connected to that sends nothing
   // for this long (heartbeats included) is declared dead, which fails every call, distributed
   // autograd pass and RRef operation pending on it with IoError "no heartbeat for N s";
@@ -105,7 +106,7 @@ struct RpcBackendOptions {
   // network thread does; keep future callbacks short: they run on the thread that delivers
   // responses, the network thread or a shared-memory connection's own). The same on every
   // worker. Default: GW_FAILURE_TIMEOUT (seconds), else 10 s; 0: never.
-  Milliseconds failure_timeout = dist::kFailureTimeoutFromEnv;
+  Milliseconds failure_timeout = store::kFailureTimeoutFromEnv;
   // Calls, remote() creations and distributed autograd requests from one worker being served
   // at once; beyond, a new call fails at once on its caller with StateError (a remote()'s
   // value fails with it, seen at to_here()).
@@ -123,6 +124,9 @@ struct RpcBackendOptions {
   // declines.
   std::optional<bool> shared_memory;
   uint64_t shm_ring_bytes = uint64_t{4} << 20;
+  // What the layers above rpc install on the agent while it is constructed, in order, before
+  // any request can arrive: gw::dist::init_rpc passes distributed autograd's (dist/init_rpc.h).
+  std::vector<std::function<void(Agent&)>> extensions;
   // Adds entries to device_maps[to]; throws unless the map stays invertible.
   void set_device_map(const std::string& to, const std::map<int, int>& map);
 };
@@ -178,9 +182,10 @@ class Agent {
   Future<IValue> fetch(const std::shared_ptr<RRefHandle>& rref,
                        Milliseconds timeout = kUseDefaultTimeout);
   RRefContext& rrefs() { return *rrefs_; }
-  // Distributed autograd's hook (rpc/autograd_hook.h); nullptr when it is not linked in.
+  // Distributed autograd's hook (rpc/autograd_hook.h); nullptr when no extension installed one.
   AutogradHook* autograd_hook() const { return autograd_.get(); }
-  // Installs it: only gw_rpc_extend_agent, during construction (StateError once running).
+  // Installs it: only an extension (RpcBackendOptions::extensions), during construction
+  // (StateError once running).
   void set_autograd_hook(std::shared_ptr<AutogradHook> hook);
   // How many values this worker owns that are still referenced (0 after a graceful shutdown).
   size_t num_owner_rrefs() const;
@@ -285,7 +290,7 @@ class Agent {
   std::unordered_map<std::string, int> ids_;
   std::atomic<int64_t> rpc_timeout_ms_;
   std::atomic<bool> running_{false};
-  std::shared_ptr<dist::Store> store_;
+  std::shared_ptr<store::Store> store_;
   // Declared before what uses its network thread (the call table's timer), so destroyed after.
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<CallTable> calls_;

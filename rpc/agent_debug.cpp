@@ -1,5 +1,5 @@
-// The agent's section of get_debug_info() (dist/debug/flight_recorder.h), which gwrun's hang
-// doctor reads (dist/debug/doctor.h): who this worker waits for, and how busy its pool is.
+// The agent's section of get_debug_info() (debug/flight_recorder.h), which gwrun's hang
+// doctor reads (debug/doctor.h): who this worker waits for, and how busy its pool is.
 #include <nlohmann/json.hpp>
 
 #include "rpc/agent.h"

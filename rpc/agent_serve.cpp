@@ -3,15 +3,15 @@
 // on requests served per worker, and the response that carries the handler's outcome back.
 #include <algorithm>
 
+#include "core/log.h"
 #include "core/trace.h"
-#include "dist/debug/flight_recorder.h"
+#include "debug/flight_recorder.h"
 #include "rpc/agent.h"
 #include "rpc/autograd_hook.h"
 #include "rpc/call_table.h"
 #include "rpc/connection.h"
 #include "rpc/dispatcher.h"
 #include "rpc/function_table.h"
-#include "rpc/log.h"
 #include "rpc/message.h"
 #include "rpc/transport.h"
 
@@ -103,7 +103,8 @@ void Agent::on_request(const std::shared_ptr<Connection>& c, Message m) {
               {from, id, what, !std::is_same_v<T, AutogradRelease>}, 0,
               [this, from, held = std::move(held)] {
                 GW_CHECK(autograd_, InvalidArgumentError, "[rpc] worker '", self_.name,
-                         "' cannot serve distributed autograd: it does not link gw_dist");
+                         "' cannot serve distributed autograd: start RPC with gw::dist::init_rpc "
+                         "(dist/init_rpc.h)");
                 place_on_devices(*held);
                 return autograd_->handle(from, std::move(std::get<T>(*held->request())));
               },

@@ -2,7 +2,7 @@
 
 #include <mutex>
 
-#include "dist/store/launch_env.h"
+#include "store/launch_env.h"
 
 namespace gw::rpc {
 
@@ -20,7 +20,7 @@ void init_rpc(const std::string& name, int rank, int world_size, RpcBackendOptio
 }
 
 void init_rpc(const std::string& name, RpcBackendOptions options) {
-  const dist::LaunchEnv env = dist::detect_launch_env();
+  const store::LaunchEnv env = store::detect_launch_env();
   if (options.init_method == RpcBackendOptions{}.init_method && !options.store)
     options.init_method = env.init_method();
   std::string named = name;

@@ -31,7 +31,7 @@ namespace gw::rpc {
 // Creates this process's agent (see Agent). Throws StateError if RPC is already initialized.
 void init_rpc(const std::string& name, int rank, int world_size, RpcBackendOptions options = {});
 // The same, with the rank and world size of whichever launcher started this process (gwrun,
-// torchrun, srun, mpirun, a PyTorchJob: dist/store/launch_env.h); "{rank}" in `name` becomes
+// torchrun, srun, mpirun, a PyTorchJob: store/launch_env.h); "{rank}" in `name` becomes
 // the rank. With the default init_method ("env://"), the rendezvous is the launcher's master.
 //   gw::rpc::init_rpc("worker{rank}");
 void init_rpc(const std::string& name, RpcBackendOptions options = {});

@@ -9,10 +9,10 @@
 // (AutogradGradients, AutogradDiscover, AutogradRelease, AutogradBackward in rpc/protocol.h) go to
 // the hook.
 //
-// Installation is explicit: every Agent's constructor calls gw_rpc_extend_agent (below), which the
-// layer above rpc (gw_dist) defines and which installs a hook of its own on that agent with
-// Agent::set_autograd_hook. A program that uses no part of distributed autograd does not link it,
-// and its agents refuse autograd messages with an error that says so.
+// Installation is explicit: the layer above rpc hands the agent an extension in its options
+// (RpcBackendOptions::extensions; gw::dist::init_rpc, dist/init_rpc.h, passes dist's), which
+// installs a hook on the agent with Agent::set_autograd_hook while the agent is constructed. An
+// agent started without it refuses autograd messages with an error that says so.
 #pragma once
 
 #include <chrono>
@@ -79,10 +79,3 @@ class AutogradHook : public Interceptor {
 };
 
 }  // namespace gw::rpc
-
-// The one extension point of the layers above rpc, called by every Agent's constructor when
-// defined: gw_dist defines it (dist/autograd/container.cpp). The agent refers to it weakly
-// (rpc/agent.cpp), so rpc neither depends on gw_dist nor needs linker flags: the function is
-// there exactly when the program links the part of gw_dist that defines it, which every use of
-// distributed autograd, the DistributedOptimizer or RemoteModule does.
-extern "C" void gw_rpc_extend_agent(gw::rpc::Agent& agent);

@@ -1,6 +1,6 @@
 // The builtin functions every worker can run without registering anything: the public tensor
 // ops of core under their PyTorch names (torch.add, torch.matmul, ...), overloaded where core
-// is, and Python's min/max on numbers (the RPC spec's examples use them).
+// is, and Python's min/max on numbers (the examples of pytorch.org/docs/stable/rpc.html use them).
 #include <algorithm>
 
 #include "core/ops.h"
@@ -15,30 +15,14 @@ using S = const Scalar&;
 using Tensors = const std::vector<Tensor>&;
 
 void register_elementwise(FunctionTable& t) {
-  using Unary = Tensor (*)(T);
-  for (auto [name, fn] :
-       std::initializer_list<std::pair<const char*, Unary>>{{"neg", gw::neg},
-                                                            {"abs", gw::abs},
-                                                            {"exp", gw::exp},
-                                                            {"log", gw::log},
-                                                            {"log1p", gw::log1p},
-                                                            {"expm1", gw::expm1},
-                                                            {"sqrt", gw::sqrt},
-                                                            {"rsqrt", gw::rsqrt},
-                                                            {"square", gw::square},
-                                                            {"reciprocal", gw::reciprocal},
-                                                            {"sin", gw::sin},
-                                                            {"cos", gw::cos},
-                                                            {"erf", gw::erf},
-                                                            {"sign", gw::sign},
-                                                            {"floor", gw::floor},
-                                                            {"ceil", gw::ceil},
-                                                            {"round", gw::round},
-                                                            {"relu", gw::relu},
-                                                            {"sigmoid", gw::sigmoid},
-                                                            {"tanh", gw::tanh},
-                                                            {"logical_not", gw::logical_not}})
-    t.add(name, fn);
+  // Every unary op of core/op_list.h that has a function of its own, under its name.
+#define GW_BUILTIN_fn(name) t.add(#name, static_cast<Tensor (*)(T)>(gw::name));
+#define GW_BUILTIN_none(name)
+#define GW_BUILTIN(Enum, name, rule, fn) GW_BUILTIN_##fn(name)
+  GW_UNARY_OPS(GW_BUILTIN)
+#undef GW_BUILTIN
+#undef GW_BUILTIN_none
+#undef GW_BUILTIN_fn
   t.add("gelu", [](T x) { return gw::gelu(x); });
   t.add("gelu", [](T x, std::string approximate) { return gw::gelu(x, approximate); });
   t.add("clamp", [](T x, std::optional<Scalar> lo, std::optional<Scalar> hi) {

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "dist/debug/flight_recorder.h"
-#include "rpc/log.h"
+#include "core/log.h"
+#include "debug/flight_recorder.h"
 
 namespace gw::rpc {
 

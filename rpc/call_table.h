@@ -41,7 +41,7 @@ class CallTable {
   using Clock = std::chrono::steady_clock;
 
   // The deadline timer runs on `io`'s thread; error messages name workers by `worker_names`,
-  // and the flight recorder (dist/debug/flight_recorder.h) records each call under `self`.
+  // and the flight recorder (debug/flight_recorder.h) records each call under `self`.
   CallTable(asio::io_context& io, std::vector<std::string> worker_names, std::string self);
   CallTable(const CallTable&) = delete;
   CallTable& operator=(const CallTable&) = delete;

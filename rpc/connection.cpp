@@ -10,7 +10,7 @@
 #include <cstring>
 #include <thread>
 
-#include "rpc/log.h"
+#include "core/log.h"
 
 namespace gw::rpc {
 
@@ -85,7 +85,7 @@ struct Connection::Pending {
   }
 };
 
-Connection::Connection(dist::Stream stream, uint64_t max_frame_bytes, MessageHandler on_message,
+Connection::Connection(store::Stream stream, uint64_t max_frame_bytes, MessageHandler on_message,
                        CloseHandler on_close, ShmOptions shm)
     : stream_(std::move(stream)),
       fd_(socket_.native_handle()),

@@ -7,11 +7,11 @@
 // validated before it is used; a bad frame closes this connection only. Writing is done by the
 // sending thread itself with one gathered sendmsg() on the socket (no copy of tensor bytes, no hop
 // to another thread); only when the kernel's buffer is full does the rest wait for the Asio thread.
-// Under TLS (dist/store/tls.h), whose session is not for concurrent use, the Asio thread does
+// Under TLS (store/tls.h), whose session is not for concurrent use, the Asio thread does
 // all the writing: a sender queues its frame, and the queue goes out in gathered batches.
 // `send` is thread-safe.
 //
-// Liveness (dist/store/liveness.h) is the transport's: it asks each connection when it last
+// Liveness (store/liveness.h) is the transport's: it asks each connection when it last
 // heard from its peer (any bytes, heartbeats included) and when it last sent, and makes it
 // send a heartbeat — an empty frame the reader drops — when it has sent nothing for a while.
 //
@@ -42,10 +42,10 @@
 
 #include <asio.hpp>
 
-#include "dist/store/stream.h"
 #include "rpc/frame_reader.h"
 #include "rpc/message.h"
 #include "rpc/shm.h"
+#include "store/socket_stream.h"
 
 namespace gw::rpc {
 
@@ -77,7 +77,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   using CloseHandler = std::function<void(const std::shared_ptr<Connection>&, const std::string&)>;
 
   // `stream` is connected, its handshakes done.
-  Connection(dist::Stream stream, uint64_t max_frame_bytes, MessageHandler on_message,
+  Connection(store::Stream stream, uint64_t max_frame_bytes, MessageHandler on_message,
              CloseHandler on_close, ShmOptions shm = {});
   ~Connection();
   Connection(const Connection&) = delete;
@@ -140,7 +140,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void write_tls();  // Asio thread
   void close_on_io_thread(const std::string& why);
 
-  dist::Stream stream_;
+  store::Stream stream_;
   asio::ip::tcp::socket& socket_ = stream_.socket();
   const int fd_;
   const uint64_t max_frame_bytes_;

@@ -1,7 +1,7 @@
 #include "rpc/dispatcher.h"
 
+#include "core/log.h"
 #include "rpc/autograd_hook.h"
-#include "rpc/log.h"
 
 namespace gw::rpc {
 

@@ -105,7 +105,7 @@ struct RRefDelete {
   RRefId rref_id;
   ForkId fork_id;
 };
-// Distributed autograd (dist/autograd/engine.h, container.h):
+// Distributed autograd (dist/autograd/dist_engine.h, context_container.h):
 struct AutogradGradients {
   uint64_t context_id = 0;
   uint64_t message_id = 0;

@@ -102,7 +102,9 @@ class RRef {
   requires std::is_same_v<T, Tensor> {
     if (is_owner()) {
       AutogradHook* hook = current_agent().autograd_hook();
-      GW_CHECK(hook, StateError, "[RRef::backward] distributed autograd is not linked in");
+      GW_CHECK(hook, StateError,
+               "[RRef::backward] this agent has no distributed autograd: start RPC with "
+               "gw::dist::init_rpc (dist/init_rpc.h)");
       hook->backward(context_id, {local_value()}, retain_graph).wait();
     } else {
       current_agent()

@@ -1,7 +1,7 @@
 #include "rpc/rref_context.h"
 
+#include "core/log.h"
 #include "rpc/agent.h"
-#include "rpc/log.h"
 
 namespace gw::rpc {
 

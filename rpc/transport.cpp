@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "dist/store/liveness.h"
-#include "rpc/log.h"
+#include "core/log.h"
+#include "store/liveness.h"
 
 namespace gw::rpc {
 
@@ -14,17 +14,17 @@ Transport::Transport(Options options, Handlers handlers)
   const auto ip = asio::ip::make_address(address, ec);
   GW_CHECK(!ec, InvalidArgumentError, "[init_rpc] address '", address,
            "' is not an IP address: ", ec.message());
-  ec = dist::auth::listen(acceptor_, ip, 0);
+  ec = store::auth::listen(acceptor_, ip, 0);
   GW_CHECK(!ec, IoError, "[init_rpc] cannot listen on ", address, ": ", ec.message());
   door_.emplace(acceptor_,
-                dist::auth::Gatekeeper::Options{options_.key,
-                                                dist::auth::Purpose::kRpc,
-                                                {options_.self_name, options_.self_id},
-                                                options_.handshake_timeout,
-                                                options_.max_unauthenticated,
-                                                "rpc " + self_name_,
-                                                options_.tls},
-                [this](std::shared_ptr<dist::Stream> s, const dist::auth::Identity& peer,
+                store::auth::Gatekeeper::Options{options_.key,
+                                                 store::auth::Purpose::kRpc,
+                                                 {options_.self_name, options_.self_id},
+                                                 options_.handshake_timeout,
+                                                 options_.max_unauthenticated,
+                                                 "rpc " + self_name_,
+                                                 options_.tls},
+                [this](std::shared_ptr<store::Stream> s, const store::auth::Identity& peer,
                        const std::string& from) { admit(s, peer, from); });
 }
 
@@ -66,7 +66,7 @@ std::string Transport::describe(int peer) const {
                          p.endpoint.port());
 }
 
-std::shared_ptr<Connection> Transport::make_connection(dist::Stream s) {
+std::shared_ptr<Connection> Transport::make_connection(store::Stream s) {
   return std::make_shared<Connection>(
       std::move(s), options_.max_frame_bytes,
       [this](const std::shared_ptr<Connection>& c, Message m) {
@@ -95,7 +95,7 @@ std::shared_ptr<Connection> Transport::make_connection(dist::Stream s) {
 void Transport::check_liveness() {
   const auto now = Clock::now();
   // What peers sent while this process did not run is read before the next check.
-  const bool late = dist::check_ran_late(now - last_check_, options_.failure_timeout);
+  const bool late = store::check_ran_late(now - last_check_, options_.failure_timeout);
   last_check_ = now;
   std::vector<std::shared_ptr<Connection>> all;
   {
@@ -105,7 +105,7 @@ void Transport::check_liveness() {
     for (const auto& p : peers_)
       if (p.conn) all.push_back(p.conn);
   }
-  const auto beat = dist::heartbeat_period(options_.failure_timeout);
+  const auto beat = store::heartbeat_period(options_.failure_timeout);
   for (const auto& c : all) {
     if (c->closed()) continue;
     if (!late && now - c->last_heard() > options_.failure_timeout && c->peer_id() >= 0)
@@ -113,7 +113,7 @@ void Transport::check_liveness() {
     else if (now - c->last_sent() >= beat)
       c->send_heartbeat();
   }
-  liveness_.expires_after(dist::liveness_check_period(options_.failure_timeout));
+  liveness_.expires_after(store::liveness_check_period(options_.failure_timeout));
   liveness_.async_wait([this](const std::error_code& ec) {
     if (!ec) check_liveness();
   });
@@ -126,7 +126,8 @@ void Transport::declare_dead(int peer) {
     std::lock_guard lock(mu_);
     Peer& p = peers_[static_cast<size_t>(peer)];
     if (!p.dead.empty()) return;
-    p.dead = describe(peer) + " declared dead: " + dist::no_heartbeat_for(options_.failure_timeout);
+    p.dead =
+        describe(peer) + " declared dead: " + store::no_heartbeat_for(options_.failure_timeout);
     why = p.dead;
     if (p.conn) lost.push_back(p.conn);
     for (const auto& c : inbound_)
@@ -145,7 +146,7 @@ std::string Transport::gone(int peer) const {
 
 // Network thread: `peer` proved the key on `s`; it becomes a connection if it is one of the
 // job's workers without another live connection to us.
-void Transport::admit(const std::shared_ptr<dist::Stream>& s, const dist::auth::Identity& peer,
+void Transport::admit(const std::shared_ptr<store::Stream>& s, const store::auth::Identity& peer,
                       const std::string& from) {
   std::shared_ptr<Connection> c;
   std::string refused;
@@ -228,7 +229,7 @@ void Transport::write(const std::shared_ptr<Connection>& c, Message& m) {
 
 // Network thread: opens the connection to `peer` without waiting for it.
 void Transport::connect(int peer) {
-  auto s = std::make_shared<dist::Stream>(asio::ip::tcp::socket(io_), options_.tls);
+  auto s = std::make_shared<store::Stream>(asio::ip::tcp::socket(io_), options_.tls);
   std::shared_ptr<asio::steady_timer> timer;
   Endpoint ep;
   {
@@ -247,13 +248,13 @@ void Transport::connect(int peer) {
     }
   }
   s->socket().async_connect(ep, [this, peer, s, timer](const std::error_code& ec) {
-    auto done = [this, peer, s, timer](std::exception_ptr failed, const dist::auth::Identity&) {
+    auto done = [this, peer, s, timer](std::exception_ptr failed, const store::auth::Identity&) {
       if (timer) timer->cancel();
       connected(peer, s, failed);
     };
     if (ec) return done(std::make_exception_ptr(IoError(ec.message())), {});
-    dist::auth::async_connect(
-        s, options_.key, dist::auth::Purpose::kRpc, {options_.self_name, options_.self_id},
+    store::auth::async_connect(
+        s, options_.key, store::auth::Purpose::kRpc, {options_.self_name, options_.self_id},
         {peers_[static_cast<size_t>(peer)].name, peer}, options_.handshake_timeout, done);
   });
 }
@@ -261,7 +262,7 @@ void Transport::connect(int peer) {
 // At each queued request's deadline, the requests out of time leave the queue (unsent); the
 // connect gives up (closing the socket aborts it) once nothing is left to wait for it. Caller
 // holds mu_.
-void Transport::watch_connect(int peer, std::shared_ptr<dist::Stream> s,
+void Transport::watch_connect(int peer, std::shared_ptr<store::Stream> s,
                               std::shared_ptr<asio::steady_timer> timer) {
   timer->async_wait([this, peer, s, timer](const std::error_code& ec) {
     if (ec) return;  // cancelled: the connect completed
@@ -307,7 +308,7 @@ void Transport::expire(int peer, std::deque<Queued>& expired) {
 
 // Network thread: the connect to `peer` finished; on success, writes the Handshake and then the
 // queue, in order.
-void Transport::connected(int peer, std::shared_ptr<dist::Stream> s, std::exception_ptr failed) {
+void Transport::connected(int peer, std::shared_ptr<store::Stream> s, std::exception_ptr failed) {
   bool timed_out = false, again = false;
   std::deque<Queued> expired;
   {
@@ -325,7 +326,7 @@ void Transport::connected(int peer, std::shared_ptr<dist::Stream> s, std::except
       p.connecting = again;
       if (expired.empty() && !again)  // a probe that got no answer
         p.lost = describe(peer) + " did not answer a connection within " +
-                 dist::failure_window(options_.failure_timeout);
+                 store::failure_window(options_.failure_timeout);
     }
   }
   if (timed_out) {

@@ -12,15 +12,15 @@
 // back with the reason (IoError). Responses do not come through here:
 // they go back on the connection their request came in on (Connection::send).
 //
-// Every connection, both ways, opens with the job-key handshake (dist/store/handshake.h), under
-// TLS when the options give a context (dist/store/tls.h): an
+// Every connection, both ways, opens with the job-key handshake (store/handshake.h), under
+// TLS when the options give a context (store/tls.h): an
 // accepted connection becomes a Connection, known as its worker's, only once that worker
 // proved the key within the handshake timeout; until then nothing is read from it beyond the
 // handshake's fixed-size messages, at most `max_unauthenticated` such connections exist at once,
 // and a second live connection claiming the same worker is refused. The acceptor survives
 // running out of descriptors (it backs off and retries).
 //
-// Liveness (dist/store/liveness.h): the network thread checks every connection a few times a
+// Liveness (store/liveness.h): the network thread checks every connection a few times a
 // second. One that has sent nothing for heartbeat_period sends a heartbeat; one that has heard
 // nothing from its peer for failure_timeout declares that worker dead: all its connections
 // close with "worker 'w' at addr:port declared dead: no heartbeat for 10 s (failure_timeout)",
@@ -57,8 +57,8 @@
 
 #include <asio.hpp>
 
-#include "dist/store/handshake.h"
 #include "rpc/connection.h"
+#include "store/handshake.h"
 
 namespace gw::rpc {
 
@@ -79,10 +79,10 @@ class Transport {
     int self_id = -1;
     std::string address;  // listened on: an IP address
     uint64_t max_frame_bytes = 0;
-    dist::JobKey key = dist::JobKey::none();
+    store::JobKey key = store::JobKey::none();
     std::chrono::milliseconds handshake_timeout{10000};
     int max_unauthenticated = 256;
-    dist::TlsContext tls;  // every connection under TLS; null: plain TCP
+    store::TlsContext tls;                         // every connection under TLS; null: plain TCP
     std::chrono::milliseconds failure_timeout{0};  // 0: no heartbeats, nobody declared dead
     // Shared memory with workers on this host (rpc/shm.h), rings of this many bytes each way;
     // 0: TCP only.
@@ -143,7 +143,7 @@ class Transport {
     std::shared_ptr<Connection> conn;
     bool connecting = false;  // a connect, or the flush of its queue, is under way
     std::deque<Queued> queue;
-    std::shared_ptr<dist::Stream> socket;           // while connecting
+    std::shared_ptr<store::Stream> socket;          // while connecting
     std::shared_ptr<asio::steady_timer> timer;      // the connect's deadline, if it has one
     bool timed_out = false;
     std::string dead;  // why it was declared dead; then nothing more goes to it
@@ -152,13 +152,13 @@ class Transport {
 
   // Network thread: `peer` proved the key on `s`; it becomes a connection if it is one of the
   // job's workers without another live connection to us.
-  void admit(const std::shared_ptr<dist::Stream>& s, const dist::auth::Identity& peer,
+  void admit(const std::shared_ptr<store::Stream>& s, const store::auth::Identity& peer,
              const std::string& from);
   void connect(int peer);  // network thread
-  void watch_connect(int peer, std::shared_ptr<dist::Stream> s,
+  void watch_connect(int peer, std::shared_ptr<store::Stream> s,
                      std::shared_ptr<asio::steady_timer> timer);
   // The connect to `peer` ended: its socket authenticated, or why not.
-  void connected(int peer, std::shared_ptr<dist::Stream> s, std::exception_ptr failed);
+  void connected(int peer, std::shared_ptr<store::Stream> s, std::exception_ptr failed);
   // Hands every request queued for `peer` back as unsent with `why`.
   void fail_queue(int peer, std::exception_ptr why);
   // Caller holds mu_: the requests out of time, taken from the queue; the earliest deadline.
@@ -167,7 +167,7 @@ class Transport {
   void expire(int peer, std::deque<Queued>& expired);  // unsent, TimeoutError
   void write(const std::shared_ptr<Connection>& c, Message& m);
   std::string describe(int peer) const;  // "worker 'w' at addr:port"
-  std::shared_ptr<Connection> make_connection(dist::Stream s);
+  std::shared_ptr<Connection> make_connection(store::Stream s);
   // Network thread, every liveness_check_period: heartbeats out, silent peers declared dead.
   void check_liveness();
   void declare_dead(int peer);
@@ -178,7 +178,7 @@ class Transport {
   asio::io_context io_;
   asio::executor_work_guard<asio::io_context::executor_type> work_{io_.get_executor()};
   asio::ip::tcp::acceptor acceptor_{io_};
-  std::optional<dist::auth::Gatekeeper> door_;  // network thread: admits those who prove the key
+  std::optional<store::auth::Gatekeeper> door_;  // network thread: admits those who prove the key
   std::thread thread_;
   std::function<void()> on_thread_start_;  // the network thread's, and the ring threads'
   // Messages are handled one at a time, whichever thread (network, ring) delivers them: the

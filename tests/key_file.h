@@ -11,12 +11,12 @@
 #include <stdexcept>
 #include <string>
 
-#include "dist/store/job_key.h"
+#include "store/job_key.h"
 
 namespace gw::test {
 
 struct KeyFile {
-  dist::JobKey key = dist::JobKey::generate();
+  store::JobKey key = store::JobKey::generate();
   std::filesystem::path dir, path;
   bool exported = false;
 
@@ -26,10 +26,10 @@ struct KeyFile {
     dir = tmpl;
     path = dir / "job.key";
     key.write_new(path.string());
-    if (exported) ::setenv(dist::kJobKeyEnv, path.c_str(), 1);
+    if (exported) ::setenv(store::kJobKeyEnv, path.c_str(), 1);
   }
   ~KeyFile() {
-    if (exported) ::unsetenv(dist::kJobKeyEnv);
+    if (exported) ::unsetenv(store::kJobKeyEnv);
     std::error_code ignored;
     std::filesystem::remove_all(dir, ignored);
   }

@@ -90,7 +90,7 @@ Pki::~Pki() {
   std::filesystem::remove_all(dir_, ignored);
 }
 
-dist::TlsOptions Pki::issue(const std::string& name) {
+store::TlsOptions Pki::issue(const std::string& name) {
   EVP_PKEY* key = new_key();
   X509* cert = make_cert(name, key, ca_->cert, ca_->key, false);
   const auto cert_file = dir_ / (name + ".pem"), key_file = dir_ / (name + ".key");

@@ -3,7 +3,7 @@
 // directory that is removed with it.
 //
 //   gw::test::Pki pki;                                 // a fresh CA
-//   gw::dist::TlsOptions tls = pki.issue("worker0");   // cert, key (0600) and the CA's file
+//   gw::store::TlsOptions tls = pki.issue("worker0");   // cert, key (0600) and the CA's file
 //   gw::test::Pki other;                               // a CA the first one does not trust
 #pragma once
 
@@ -11,7 +11,7 @@
 #include <memory>
 #include <string>
 
-#include "dist/store/tls.h"
+#include "store/tls.h"
 
 namespace gw::test {
 
@@ -24,7 +24,7 @@ class Pki {
 
   // A P-256 key and a certificate for `name` signed by this CA, valid for a day: the options
   // that use them, trusting this CA.
-  dist::TlsOptions issue(const std::string& name);
+  store::TlsOptions issue(const std::string& name);
   const std::filesystem::path& dir() const { return dir_; }
 
  private:

@@ -18,48 +18,10 @@ class UnaryBackward final : public Node {
     out_.reset();
   }
 
+  // The rule is the op's own, beside its forward (core/ops/elementwise.cpp).
   TensorList apply(TensorList&& grads) override {
-    const Tensor& g = grads[0];
     Tensor x = x_.unpack(*this), y = out_.unpack(*this);
-    Tensor r;
-    switch (op_) {
-      case UnaryOp::Neg: r = neg(g); break;
-      case UnaryOp::Abs: r = mul(g, sign(x)); break;
-      case UnaryOp::Exp: r = mul(g, y); break;
-      case UnaryOp::Log: r = div(g, x); break;
-      case UnaryOp::Log1p: r = div(g, add(x, 1)); break;
-      case UnaryOp::Expm1: r = mul(g, add(y, 1)); break;
-      case UnaryOp::Sqrt: r = div(g, mul(y, 2)); break;
-      case UnaryOp::Rsqrt: r = mul(g, mul(pow(y, 3), -0.5)); break;
-      case UnaryOp::Square: r = mul(g, mul(x, 2)); break;
-      case UnaryOp::Reciprocal: r = neg(mul(g, square(y))); break;
-      case UnaryOp::Sin: r = mul(g, cos(x)); break;
-      case UnaryOp::Cos: r = neg(mul(g, sin(x))); break;
-      case UnaryOp::Sigmoid: r = mul(g, mul(y, sub(1, y))); break;
-      case UnaryOp::Tanh: r = mul(g, sub(1, square(y))); break;
-      case UnaryOp::Relu: r = where(gt(y, 0), g, Scalar(0.0)); break;
-      case UnaryOp::Gelu: {
-        // d/dx x·Φ(x) = Φ(x) + x·φ(x)
-        Tensor cdf = mul(add(erf(mul(x, std::numbers::sqrt2 / 2)), 1), 0.5);
-        Tensor pdf = mul(exp(mul(square(x), -0.5)), 1 / std::sqrt(2 * std::numbers::pi));
-        r = mul(g, add(cdf, mul(x, pdf)));
-        break;
-      }
-      case UnaryOp::GeluTanh: {
-        constexpr double k = 0.7978845608028654, c = 0.044715;
-        Tensor t = tanh(mul(add(x, mul(pow(x, 3), c)), k));
-        Tensor dt = mul(sub(1, square(t)), mul(add(mul(square(x), 3 * c), 1), k));
-        r = mul(g, add(mul(add(t, 1), 0.5), mul(mul(x, dt), 0.5)));
-        break;
-      }
-      case UnaryOp::Erf:
-        r = mul(g, mul(exp(neg(square(x))), 2 / std::sqrt(std::numbers::pi)));
-        break;
-      default:  // sign, floor, ceil, round: zero almost everywhere
-        r = zeros_like(x);
-        break;
-    }
-    return {r.to(x.dtype())};
+    return {unary_derivative(op_, grads[0], x, y).to(x.dtype())};
   }
 
  private:

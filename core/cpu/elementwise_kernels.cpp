@@ -144,58 +144,74 @@ T sigmoid(T x) {
   return e / (T(1) + e);
 }
 
+// Each unary op's value at one element, for the dtypes its rule admits (core/op_list.h: the
+// front end promotes integers for float-only ops and refuses bools where the rule does). One
+// case per op and no default: a missing op fails the build.
 template <typename T>
 void unary_typed(UnaryOp op, const Tensor& in, const Tensor& out) {
   using U = UnaryOp;
+  constexpr bool kBool = std::is_same_v<T, bool>;
   constexpr bool kFloat = std::is_floating_point_v<T>;
-  if constexpr (std::is_same_v<T, bool>) {
-    switch (op) {
-      case U::Abs:
-      case U::Relu: return map_unary<T, T>(in, out, [](T x) { return x; });
-      case U::LogicalNot: return map_unary<bool, T>(in, out, [](T x) { return !x; });
-      default:
-        throw DTypeError(detail::str("[", op_name(op), "] is not supported for bool tensors"));
-    }
-  } else {
-    switch (op) {
-      case U::Neg: return map_unary<T, T>(in, out, [](T x) { return T(-x); });
-      case U::Abs: return map_unary<T, T>(in, out, [](T x) { return x < 0 ? T(-x) : x; });
-      case U::Square: return map_unary<T, T>(in, out, [](T x) { return T(x * x); });
-      case U::Sign:
-        return map_unary<T, T>(in, out, [](T x) { return T((T(0) < x) - (x < T(0))); });
-      case U::Relu: return map_unary<T, T>(in, out, [](T x) { return x > T(0) ? x : T(0); });
-      case U::LogicalNot: return map_unary<bool, T>(in, out, [](T x) { return !x; });
-      default: break;
-    }
-  }
-  if constexpr (kFloat) {
-    switch (op) {
-      case U::Exp: return map_unary<T, T>(in, out, [](T x) { return std::exp(x); });
-      case U::Log: return map_unary<T, T>(in, out, [](T x) { return std::log(x); });
-      case U::Log1p: return map_unary<T, T>(in, out, [](T x) { return std::log1p(x); });
-      case U::Expm1: return map_unary<T, T>(in, out, [](T x) { return std::expm1(x); });
-      case U::Sqrt: return map_unary<T, T>(in, out, [](T x) { return std::sqrt(x); });
-      case U::Rsqrt: return map_unary<T, T>(in, out, [](T x) { return T(1) / std::sqrt(x); });
-      case U::Reciprocal: return map_unary<T, T>(in, out, [](T x) { return T(1) / x; });
-      case U::Sigmoid: return map_unary<T, T>(in, out, sigmoid<T>);
-      case U::Tanh: return map_unary<T, T>(in, out, [](T x) { return std::tanh(x); });
-      case U::Gelu: return map_unary<T, T>(in, out, gelu_exact<T>);
-      case U::GeluTanh: return map_unary<T, T>(in, out, gelu_tanh<T>);
-      case U::Sin: return map_unary<T, T>(in, out, [](T x) { return std::sin(x); });
-      case U::Erf: return map_unary<T, T>(in, out, [](T x) { return std::erf(x); });
-      case U::Cos: return map_unary<T, T>(in, out, [](T x) { return std::cos(x); });
-      case U::Floor: return map_unary<T, T>(in, out, [](T x) { return std::floor(x); });
-      case U::Ceil: return map_unary<T, T>(in, out, [](T x) { return std::ceil(x); });
-      case U::Round: return map_unary<T, T>(in, out, [](T x) { return std::nearbyint(x); });
-      default: break;
-    }
-  } else {
-    switch (op) {  // rounding integers is the identity
-      case U::Floor:
-      case U::Ceil:
-      case U::Round: return map_unary<T, T>(in, out, [](T x) { return x; });
-      default: break;
-    }
+  auto map = [&](auto f) { map_unary<T, T>(in, out, f); };
+  switch (op) {
+    case U::Neg:
+      if constexpr (!kBool) return map([](T x) { return T(-x); });
+      break;
+    case U::Abs:  // of bools: the identity
+      if constexpr (kBool)
+        return map([](T x) { return x; });
+      else
+        return map([](T x) { return x < 0 ? T(-x) : x; });
+    case U::Relu:
+      if constexpr (kBool)
+        return map([](T x) { return x; });
+      else
+        return map([](T x) { return x > T(0) ? x : T(0); });
+    case U::Square:
+      if constexpr (!kBool) return map([](T x) { return T(x * x); });
+      break;
+    case U::Sign:
+      if constexpr (!kBool) return map([](T x) { return T((T(0) < x) - (x < T(0))); });
+      break;
+    case U::LogicalNot:
+      return map_unary<bool, T>(in, out, [](T x) { return !x; });
+    case U::Floor:  // of integers: the identity
+      if constexpr (kFloat)
+        return map([](T x) { return std::floor(x); });
+      else if constexpr (!kBool)
+        return map([](T x) { return x; });
+      break;
+    case U::Ceil:
+      if constexpr (kFloat)
+        return map([](T x) { return std::ceil(x); });
+      else if constexpr (!kBool)
+        return map([](T x) { return x; });
+      break;
+    case U::Round:
+      if constexpr (kFloat)
+        return map([](T x) { return std::nearbyint(x); });
+      else if constexpr (!kBool)
+        return map([](T x) { return x; });
+      break;
+#define GW_FLOAT_OP(Op, ...)                                    \
+  case U::Op:                                                   \
+    if constexpr (kFloat) return map([](T x) { __VA_ARGS__; }); \
+    break;
+      GW_FLOAT_OP(Exp, return std::exp(x))
+      GW_FLOAT_OP(Log, return std::log(x))
+      GW_FLOAT_OP(Log1p, return std::log1p(x))
+      GW_FLOAT_OP(Expm1, return std::expm1(x))
+      GW_FLOAT_OP(Sqrt, return std::sqrt(x))
+      GW_FLOAT_OP(Rsqrt, return T(1) / std::sqrt(x))
+      GW_FLOAT_OP(Reciprocal, return T(1) / x)
+      GW_FLOAT_OP(Sigmoid, return sigmoid(x))
+      GW_FLOAT_OP(Tanh, return std::tanh(x))
+      GW_FLOAT_OP(Gelu, return gelu_exact(x))
+      GW_FLOAT_OP(GeluTanh, return gelu_tanh(x))
+      GW_FLOAT_OP(Sin, return std::sin(x))
+      GW_FLOAT_OP(Cos, return std::cos(x))
+      GW_FLOAT_OP(Erf, return std::erf(x))
+#undef GW_FLOAT_OP
   }
   throw DTypeError(detail::str("[", op_name(op), "] is not supported for dtype ", in.dtype()));
 }

@@ -3,6 +3,7 @@
 #include "core/ops/elementwise.h"
 
 #include <cmath>
+#include <numbers>
 
 #include "core/grad_hooks.h"
 #include "core/ops/creation.h"
@@ -31,13 +32,13 @@ DType combine(std::optional<DType> higher, DType lower) {
 Tensor unary_op(UnaryOp op, const Tensor& x) {
   GradRecorder* rec = detail::recorder_for(x);
   detail::NoRecordScope no_record;
+  const OpRule rule = op_rule(op);
   Tensor in = x;
-  if (is_float_only(op) && !x.is_floating_point()) in = x.to(kFloat32);  // like torch.exp(int)
-  GW_CHECK(in.dtype() != kBool || op == UnaryOp::LogicalNot || op == UnaryOp::Abs ||
-               op == UnaryOp::Relu,
-           DTypeError, "[", op_name(op), "] is not supported for bool tensors");
-  Tensor out = empty(in.sizes(), in.options().with_dtype(op == UnaryOp::LogicalNot ? kBool
-                                                                                     : in.dtype()));
+  if (rule == OpRule::kFloat && !x.is_floating_point()) in = x.to(kFloat32);  // torch.exp(int)
+  GW_CHECK(in.dtype() != kBool || rule == OpRule::kAll || rule == OpRule::kLogical, DTypeError, "[",
+           op_name(op), "] is not supported for bool tensors");
+  Tensor out =
+      empty(in.sizes(), in.options().with_dtype(rule == OpRule::kLogical ? kBool : in.dtype()));
   backend_for(in, op_name(op)).unary(op, in, out);
   if (rec) rec->unary(op, x, out);
   return out;
@@ -246,30 +247,74 @@ Tensor& mul_out(Tensor& out, const Tensor& a, const Tensor& b) {
 
 // --- unary ------------------------------------------------------------------------------------
 
-Tensor neg(const Tensor& x) { return unary_op(UnaryOp::Neg, x); }
-Tensor abs(const Tensor& x) { return unary_op(UnaryOp::Abs, x); }
-Tensor exp(const Tensor& x) { return unary_op(UnaryOp::Exp, x); }
-Tensor log(const Tensor& x) { return unary_op(UnaryOp::Log, x); }
-Tensor log1p(const Tensor& x) { return unary_op(UnaryOp::Log1p, x); }
-Tensor expm1(const Tensor& x) { return unary_op(UnaryOp::Expm1, x); }
-Tensor sqrt(const Tensor& x) { return unary_op(UnaryOp::Sqrt, x); }
-Tensor rsqrt(const Tensor& x) { return unary_op(UnaryOp::Rsqrt, x); }
-Tensor square(const Tensor& x) { return unary_op(UnaryOp::Square, x); }
-Tensor reciprocal(const Tensor& x) { return unary_op(UnaryOp::Reciprocal, x); }
-Tensor sin(const Tensor& x) { return unary_op(UnaryOp::Sin, x); }
-Tensor erf(const Tensor& x) { return unary_op(UnaryOp::Erf, x); }
-Tensor cos(const Tensor& x) { return unary_op(UnaryOp::Cos, x); }
-Tensor sign(const Tensor& x) { return unary_op(UnaryOp::Sign, x); }
-Tensor floor(const Tensor& x) { return unary_op(UnaryOp::Floor, x); }
-Tensor ceil(const Tensor& x) { return unary_op(UnaryOp::Ceil, x); }
-Tensor round(const Tensor& x) { return unary_op(UnaryOp::Round, x); }
-Tensor relu(const Tensor& x) { return unary_op(UnaryOp::Relu, x); }
-Tensor sigmoid(const Tensor& x) { return unary_op(UnaryOp::Sigmoid, x); }
-Tensor tanh(const Tensor& x) { return unary_op(UnaryOp::Tanh, x); }
+#define GW_UNARY_FN_fn(Enum, name) \
+  Tensor name(const Tensor& x) { return unary_op(UnaryOp::Enum, x); }
+#define GW_UNARY_FN_none(Enum, name)
+#define GW_UNARY_FN(Enum, name, rule, fn) GW_UNARY_FN_##fn(Enum, name)
+GW_UNARY_OPS(GW_UNARY_FN)
+#undef GW_UNARY_FN
+#undef GW_UNARY_FN_none
+#undef GW_UNARY_FN_fn
 Tensor gelu(const Tensor& x, std::string_view approximate) {
   GW_CHECK(approximate == "none" || approximate == "tanh", InvalidArgumentError,
            "[gelu] approximate must be \"none\" or \"tanh\", got \"", approximate, "\"");
   return unary_op(approximate == "none" ? UnaryOp::Gelu : UnaryOp::GeluTanh, x);
+}
+
+// Each unary op's derivative: d op(x)/dx * g, from x and y = op(x). A missing op fails the build.
+Tensor unary_derivative(UnaryOp op, const Tensor& g, const Tensor& x, const Tensor& y) {
+  switch (op) {
+    case UnaryOp::Neg:
+      return neg(g);
+    case UnaryOp::Abs:
+      return mul(g, sign(x));
+    case UnaryOp::Exp:
+      return mul(g, y);
+    case UnaryOp::Log:
+      return div(g, x);
+    case UnaryOp::Log1p:
+      return div(g, add(x, 1));
+    case UnaryOp::Expm1:
+      return mul(g, add(y, 1));
+    case UnaryOp::Sqrt:
+      return div(g, mul(y, 2));
+    case UnaryOp::Rsqrt:
+      return mul(g, mul(pow(y, 3), -0.5));
+    case UnaryOp::Square:
+      return mul(g, mul(x, 2));
+    case UnaryOp::Reciprocal:
+      return neg(mul(g, square(y)));
+    case UnaryOp::Sin:
+      return mul(g, cos(x));
+    case UnaryOp::Cos:
+      return neg(mul(g, sin(x)));
+    case UnaryOp::Sigmoid:
+      return mul(g, mul(y, sub(1, y)));
+    case UnaryOp::Tanh:
+      return mul(g, sub(1, square(y)));
+    case UnaryOp::Relu:
+      return where(gt(y, 0), g, Scalar(0.0));
+    case UnaryOp::Gelu: {  // d/dx x·Φ(x) = Φ(x) + x·φ(x)
+      Tensor cdf = mul(add(erf(mul(x, std::numbers::sqrt2 / 2)), 1), 0.5);
+      Tensor pdf = mul(exp(mul(square(x), -0.5)), 1 / std::sqrt(2 * std::numbers::pi));
+      return mul(g, add(cdf, mul(x, pdf)));
+    }
+    case UnaryOp::GeluTanh: {
+      constexpr double k = 0.7978845608028654, c = 0.044715;
+      Tensor t = tanh(mul(add(x, mul(pow(x, 3), c)), k));
+      Tensor dt = mul(sub(1, square(t)), mul(add(mul(square(x), 3 * c), 1), k));
+      return mul(g, add(mul(add(t, 1), 0.5), mul(mul(x, dt), 0.5)));
+    }
+    case UnaryOp::Erf:
+      return mul(g, mul(exp(neg(square(x))), 2 / std::sqrt(std::numbers::pi)));
+    case UnaryOp::Sign:  // zero almost everywhere
+    case UnaryOp::Floor:
+    case UnaryOp::Ceil:
+    case UnaryOp::Round:
+    case UnaryOp::LogicalNot:
+      return zeros_like(x);
+  }
+  throw InternalError(detail::str("[autograd] no derivative for unary op ", int(op)));
 }
 
 Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max) {
@@ -310,7 +355,6 @@ Tensor logical_and(const Tensor& a, const Tensor& b) {
 Tensor logical_or(const Tensor& a, const Tensor& b) {
   return binary_op(BinaryOp::LogicalOr, a, b, result_type(a, b));
 }
-Tensor logical_not(const Tensor& a) { return unary_op(UnaryOp::LogicalNot, a); }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   GW_CHECK(cond.dtype() == kBool, DTypeError, "[where] condition must be bool, got ",

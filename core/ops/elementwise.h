@@ -33,28 +33,22 @@ Tensor minimum(const Tensor& a, const Tensor& b);
 Tensor& add_out(Tensor& out, const Tensor& a, const Tensor& b);
 Tensor& mul_out(Tensor& out, const Tensor& a, const Tensor& b);
 
-Tensor neg(const Tensor& x);
-Tensor abs(const Tensor& x);
-Tensor exp(const Tensor& x);
-Tensor log(const Tensor& x);
-Tensor log1p(const Tensor& x);
-Tensor expm1(const Tensor& x);
-Tensor sqrt(const Tensor& x);
-Tensor rsqrt(const Tensor& x);
-Tensor square(const Tensor& x);
-Tensor reciprocal(const Tensor& x);
-Tensor sin(const Tensor& x);
-Tensor erf(const Tensor& x);
-Tensor cos(const Tensor& x);
-Tensor sign(const Tensor& x);
-Tensor floor(const Tensor& x);
-Tensor ceil(const Tensor& x);
-Tensor round(const Tensor& x);
-Tensor relu(const Tensor& x);
-Tensor sigmoid(const Tensor& x);
-Tensor tanh(const Tensor& x);
+// The unary ops core/op_list.h marks `fn`, one function each: Tensor neg(const Tensor& x), abs,
+// exp, log, sqrt, rsqrt, sigmoid, tanh, relu, sin, cos, sign, logical_not, square, reciprocal,
+// log1p, expm1, floor, ceil, round, erf, ...
+#define GW_UNARY_FN_fn(name) Tensor name(const Tensor& x);
+#define GW_UNARY_FN_none(name)
+#define GW_UNARY_FN(Enum, name, rule, fn) GW_UNARY_FN_##fn(name)
+GW_UNARY_OPS(GW_UNARY_FN)
+#undef GW_UNARY_FN
+#undef GW_UNARY_FN_none
+#undef GW_UNARY_FN_fn
 // approximate: "none" (exact, erf) or "tanh", as in torch.nn.functional.gelu.
 Tensor gelu(const Tensor& x, std::string_view approximate = "none");
+// The derivative of a unary op times the incoming gradient g, given its input x and output
+// y = op(x): what autograd's node for the op returns. Each op's rule sits beside its forward
+// (core/ops/elementwise.cpp).
+Tensor unary_derivative(UnaryOp op, const Tensor& g, const Tensor& x, const Tensor& y);
 Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max);
 
 // Comparisons and logic produce bool tensors.
@@ -72,7 +66,6 @@ Tensor gt(const Tensor& a, const Scalar& b);
 Tensor ge(const Tensor& a, const Scalar& b);
 Tensor logical_and(const Tensor& a, const Tensor& b);
 Tensor logical_or(const Tensor& a, const Tensor& b);
-Tensor logical_not(const Tensor& a);
 
 // cond ? a : b, broadcasting all three; cond must be bool.
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);

@@ -1,9 +1,9 @@
 #include "dist/autograd/context.h"
 
 #include "core/ops.h"
-#include "dist/autograd/engine.h"
+#include "dist/autograd/dist_engine.h"
 
-namespace gw::dist_autograd {
+namespace gw::dist::autograd {
 
 void DistAutogradContext::add_send_function(uint64_t message_id,
                                             std::shared_ptr<SendRpcBackward> fn) {
@@ -83,4 +83,4 @@ std::shared_ptr<Pass> DistAutogradContext::pass(
   return pass_;
 }
 
-}  // namespace gw::dist_autograd
+}  // namespace gw::dist::autograd

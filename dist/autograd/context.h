@@ -1,4 +1,6 @@
-// One distributed autograd context on one worker (spec: "Distributed Autograd Context").
+// One distributed autograd context on one worker ("Distributed Autograd Context" in
+// PyTorch's distributed autograd design note,
+// pytorch.org/docs/stable/rpc/distributed_autograd.html).
 //
 // It holds what a forward pass recorded here (send and recv functions by autograd_message_id, the
 // workers this worker exchanged messages with in the context), the gradients that backward
@@ -17,7 +19,7 @@
 #include "core/tensor.h"
 #include "dist/autograd/functions.h"
 
-namespace gw::dist_autograd {
+namespace gw::dist::autograd {
 
 // Context, message and pass ids carry the worker that made them in their top bits.
 inline constexpr int kWorkerIdBits = 16;
@@ -46,7 +48,7 @@ class DistAutogradContext {
   // The backward pass `pass_id` on this worker: the running one, or a new one that `make`
   // builds from the context's send functions when the previous pass is over. Throws
   // StateError while another pass runs.
-  using NodeList = std::vector<std::shared_ptr<autograd::Node>>;
+  using NodeList = std::vector<std::shared_ptr<gw::autograd::Node>>;
   std::shared_ptr<Pass> current_pass() const;
   std::shared_ptr<Pass> pass(uint64_t pass_id,
                              const std::function<std::shared_ptr<Pass>(NodeList)>& make);
@@ -62,4 +64,4 @@ class DistAutogradContext {
   std::map<uint64_t, uint64_t> newest_pass_;  // by the worker that started it
 };
 
-}  // namespace gw::dist_autograd
+}  // namespace gw::dist::autograd

@@ -1,10 +1,10 @@
 #include "dist/autograd/dist_autograd.h"
 
-#include "dist/autograd/container.h"
+#include "core/log.h"
+#include "dist/autograd/context_container.h"
 #include "rpc/agent.h"
-#include "rpc/log.h"
 
-namespace gw::dist_autograd {
+namespace gw::dist::autograd {
 
 namespace {
 uint64_t new_context_id(Container& c) {
@@ -46,4 +46,4 @@ void wait_for_releases(std::chrono::milliseconds timeout) {
   Container::current().flush(timeout);
 }
 
-}  // namespace gw::dist_autograd
+}  // namespace gw::dist::autograd

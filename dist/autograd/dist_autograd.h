@@ -1,19 +1,20 @@
-// gw::dist_autograd — distributed autograd (torch.distributed.autograd).
+// gw::dist::autograd — distributed autograd (torch.distributed.autograd).
 //
-// Mental model (the spec's design note): inside a Context, every RPC that carries tensors
-// requiring grad records a send function on the sender and a recv function on the receiver, so
-// the autograd graph continues across workers. backward(context_id, roots) runs it everywhere
-// (FAST mode, see engine.h) and returns when every worker that took part is done; gradients land
-// in the context of each worker, not in `.grad`, and get_gradients reads them there. Leaving the
-// Context releases it on every worker it reached.
+// Mental model (PyTorch's distributed autograd design note,
+// pytorch.org/docs/stable/rpc/distributed_autograd.html): inside a Context, every RPC that carries
+// tensors requiring grad records a send function on the sender and a recv function on the receiver,
+// so the autograd graph continues across workers. backward(context_id, roots) runs it everywhere
+// (FAST mode, see dist_engine.h) and returns when every worker that took part is done; gradients
+// land in the context of each worker, not in `.grad`, and get_gradients reads them there. Leaving
+// the Context releases it on every worker it reached.
 //
 //   {
-//     gw::dist_autograd::Context ctx;
+//     gw::dist::autograd::Context ctx;
 //     Tensor t1 = gw::rand({3, 3}).requires_grad_(), t2 = gw::rand({3, 3}).requires_grad_();
 //     Tensor t3 = gw::rpc::rpc_sync("worker1", my_add, t1, t2);
 //     Tensor loss = (t3 * t4).sum();
-//     gw::dist_autograd::backward(ctx.id(), {loss});
-//     auto grads = gw::dist_autograd::get_gradients(ctx.id());   // grads[t1], grads[t4], ...
+//     gw::dist::autograd::backward(ctx.id(), {loss});
+//     auto grads = gw::dist::autograd::get_gradients(ctx.id());   // grads[t1], grads[t4], ...
 //   }
 //
 // These functions use the RPC agent calls go through (rpc/api.h: current_agent()).
@@ -28,7 +29,7 @@
 #include "dist/autograd/context.h"
 #include "rpc/autograd_hook.h"
 
-namespace gw::dist_autograd {
+namespace gw::dist::autograd {
 
 class Container;
 
@@ -51,7 +52,7 @@ class Context {
   rpc::AutogradContextScope scope_;
 };
 
-// How backward finds the send functions it waits for (engine.h):
+// How backward finds the send functions it waits for (dist_engine.h):
 //  - kFast (the default, PyTorch's only mode): all of them. An RPC in the context whose result
 //    the loss does not use raises a StateError naming a function left waiting.
 //  - kSmart: those on this pass's backward path, found as the pass runs. Unused RPCs (a metric
@@ -70,7 +71,7 @@ struct BackwardOptions {
 // Runs the distributed backward pass of `context_id` from `roots` (local scalars) and waits
 // until every worker that took part is done. Throws the first error of any worker.
 void backward(uint64_t context_id, const std::vector<Tensor>& roots, bool retain_graph = false);
-//   gw::dist_autograd::backward(ctx.id(), {loss}, {.mode = gw::dist_autograd::Mode::kSmart});
+//   gw::dist::autograd::backward(ctx.id(), {loss}, {.mode = gw::dist::autograd::Mode::kSmart});
 void backward(uint64_t context_id, const std::vector<Tensor>& roots, BackwardOptions options);
 
 // The gradients accumulated on this worker in `context_id`, by tensor.
@@ -85,4 +86,4 @@ size_t num_contexts();
 // Throws TimeoutError after `timeout`.
 void wait_for_releases(std::chrono::milliseconds timeout = std::chrono::seconds(60));
 
-}  // namespace gw::dist_autograd
+}  // namespace gw::dist::autograd

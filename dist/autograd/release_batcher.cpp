@@ -4,7 +4,7 @@
 
 #include "core/error.h"
 
-namespace gw::dist_autograd {
+namespace gw::dist::autograd {
 
 ReleaseBatcher::ReleaseBatcher(Send send, std::chrono::microseconds interval)
     : send_(std::move(send)), interval_(interval), thread_([this] { run(); }) {}
@@ -79,4 +79,4 @@ void ReleaseBatcher::flush(std::chrono::milliseconds timeout) {
   }
 }
 
-}  // namespace gw::dist_autograd
+}  // namespace gw::dist::autograd

@@ -17,7 +17,7 @@
 
 #include "core/future.h"
 
-namespace gw::dist_autograd {
+namespace gw::dist::autograd {
 
 class ReleaseBatcher {
  public:
@@ -50,4 +50,4 @@ class ReleaseBatcher {
   std::thread thread_;
 };
 
-}  // namespace gw::dist_autograd
+}  // namespace gw::dist::autograd

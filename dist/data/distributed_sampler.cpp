@@ -4,9 +4,9 @@
 
 #include "core/error.h"
 #include "core/random.h"
-#include "dist/process_group/init.h"
+#include "dist/process_group/init_process_group.h"
 
-namespace gw::data {
+namespace gw::dist {
 
 namespace {
 int from_default_group(int value, bool want_rank) {
@@ -51,4 +51,4 @@ std::vector<int64_t> DistributedSampler::indices() const {
   return mine;
 }
 
-}  // namespace gw::data
+}  // namespace gw::dist

@@ -1,9 +1,9 @@
-// gw::data::DistributedSampler — torch.utils.data.distributed.DistributedSampler: which samples
+// gw::dist::DistributedSampler — torch.utils.data.distributed.DistributedSampler: which samples
 // of a dataset each rank reads in an epoch, so that the ranks of a data-parallel job together
 // read the whole dataset once, each a different part, and all the same number of samples (DDP's
 // collectives need every rank to run as many steps).
 //
-//   gw::data::DistributedSampler sampler(dataset.size(), {.shuffle = true, .seed = 42});
+//   gw::dist::DistributedSampler sampler(dataset.size(), {.shuffle = true, .seed = 42});
 //   for (int64_t epoch = 0; epoch < epochs; ++epoch) {
 //     sampler.set_epoch(epoch);                       // a new order every epoch, the same on
 //     for (int64_t i : sampler.indices()) ...         // every rank for the same (seed, epoch)
@@ -13,14 +13,14 @@
 // otherwise; rank r takes positions r, r + R, r + 2R, ... of it (R ranks). When the size does not
 // divide by R, drop_last drops the tail so that every rank has floor(size / R) samples;
 // otherwise the order is padded with its own first samples up to ceil(size / R) per rank. The
-// rank and R default to the default process group's (dist/process_group/init.h). The
+// rank and R default to the default process group's (dist/process_group/init_process_group.h). The
 // permutation is gradwire's generator's, not PyTorch's: the same seed gives another order.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-namespace gw::data {
+namespace gw::dist {
 
 struct DistributedSamplerOptions {
   int num_replicas = -1;  // -1: the default process group's size
@@ -57,4 +57,4 @@ class DistributedSampler {
   int64_t epoch_ = 0;
 };
 
-}  // namespace gw::data
+}  // namespace gw::dist

@@ -9,9 +9,6 @@
 namespace gw::dist {
 
 namespace {
-// A program that uses RemoteModule gets gw_dist's agent extension, which registers the methods
-// on every worker, owners that never make a RemoteModule included: this reference links it.
-[[gnu::used]] void (*const kAgentExtension)(rpc::Agent&) = &gw_rpc_extend_agent;
 
 std::vector<rpc::RRef<Tensor>> parameter_rrefs(std::shared_ptr<nn::Module> module, bool recurse) {
   std::vector<rpc::RRef<Tensor>> out;

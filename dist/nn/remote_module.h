@@ -87,8 +87,8 @@ void register_many_forward_of() {
 using ModuleRRef = rpc::RRef<std::shared_ptr<nn::Module>>;
 
 // Registers the methods RemoteModule calls on the module's owner ("nn.Module.*"); once per
-// process, however often it is called. Every RPC agent does it (gw_rpc_extend_agent), and so
-// does add_module_constructor.
+// process, however often it is called. Every agent started by dist::init_rpc does it
+// (dist/init_rpc.h), and so does add_module_constructor.
 void register_module_methods();
 
 // Registers `name(A...)`, which builds an M on the worker that runs it, for RemoteModule; and

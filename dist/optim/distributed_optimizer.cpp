@@ -8,12 +8,6 @@
 
 namespace gw::dist {
 
-// One lock per process, as PyTorch's: concurrent steps on a worker never interleave.
-std::mutex& optimizer_step_lock() {
-  static std::mutex mu;
-  return mu;
-}
-
 namespace {
 std::shared_ptr<LocalOptimizer> make_local_optimizer(optim::OptimizerOptions options,
                                                      std::vector<rpc::RRef<Tensor>> params) {
@@ -55,7 +49,7 @@ LocalOptimizer::LocalOptimizer(const optim::OptimizerOptions& options, std::vect
     : optimizer_(optim::make_optimizer(std::move(params), options)) {}
 
 void LocalOptimizer::step(int64_t context_id) {
-  auto grads = dist_autograd::get_gradients(static_cast<uint64_t>(context_id));
+  auto grads = dist::autograd::get_gradients(static_cast<uint64_t>(context_id));
   std::lock_guard lock(optimizer_step_lock());
   optimizer_->step(grads);
 }

@@ -1,13 +1,14 @@
 // gw::dist::DistributedOptimizer (torch.distributed.optim.DistributedOptimizer).
 //
-// Mental model (the spec's "Distributed Optimizer"): it takes RRefs to parameters, remote or
-// local, and optimizer options. For every distinct owner it creates, over RPC, one local
-// optimizer of that kind on the owner over the parameters it owns, and keeps an RRef to it.
-// step(context_id) runs all of them at once, each with the gradients that distributed autograd
-// accumulated on its worker in that context, and waits. Steps of several distributed
-// optimizers on one worker are serialized by a lock there. Its state (which PyTorch's cannot
-// give) is every owner's optimizer state, fetched over RPC, with keys prefixed by the owner's
-// name ("ps/state.0.momentum_buffer"), so a checkpoint can hold it and a restarted job load it.
+// Mental model ("Distributed Optimizer" in pytorch.org/docs/stable/rpc/distributed_autograd.html):
+// it takes RRefs to parameters, remote or local, and optimizer options. For every distinct owner it
+// creates, over RPC, one local optimizer of that kind on the owner over the parameters it owns, and
+// keeps an RRef to it. step(context_id) runs all of them at once, each with the gradients that
+// distributed autograd accumulated on its worker in that context, and waits. Steps of several
+// distributed optimizers on one worker are serialized by a lock there. Its state (which PyTorch's
+// cannot give) is every owner's optimizer state, fetched over RPC, with keys prefixed by the
+// owner's name ("ps/state.0.momentum_buffer"), so a checkpoint can hold it and a restarted job load
+// it.
 //
 //   gw::dist::DistributedOptimizer opt(gw::optim::SGD::options(0.05), {rref1, rref2});
 //   opt.step(ctx.id());
@@ -22,18 +23,16 @@
 #include <vector>
 
 #include "core/serialize.h"
+#include "dist/step_lock.h"
 #include "optim/factory.h"
 #include "rpc/rref.h"
 
 namespace gw::dist {
 
-// The lock that serializes the steps of every LocalOptimizer in this process; code that must
-// not see parameters mid-update (a parameter server's forward snapshot) can take it too.
-std::mutex& optimizer_step_lock();
-
 // Registers the functions a DistributedOptimizer calls on the parameters' owners
-// ("dist.LocalOptimizer.*"); once per process, however often it is called. Every RPC agent does
-// it (gw_rpc_extend_agent), since an owner may never make a DistributedOptimizer itself.
+// ("dist.LocalOptimizer.*"); once per process, however often it is called. Every agent started
+// by dist::init_rpc does it (dist/init_rpc.h), since an owner may never make a
+// DistributedOptimizer itself.
 void register_local_optimizer();
 
 // The worker-side optimizer (PyTorch's _LocalOptimizer).

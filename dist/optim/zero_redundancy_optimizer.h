@@ -36,7 +36,7 @@
 #include <vector>
 
 #include "core/serialize.h"
-#include "dist/checkpoint/checkpoint.h"
+#include "dist/checkpoint/dist_checkpoint.h"
 #include "dist/process_group/process_group.h"
 #include "optim/factory.h"
 
@@ -70,7 +70,7 @@ class ZeroRedundancyOptimizer {
   // keeps its range. Checked before anything changes; errors name the key.
   void load_state_dict(const NamedTensors& state);
 
-  // For a distributed checkpoint (dist/checkpoint/checkpoint.h): this rank's ranges of the
+  // For a distributed checkpoint (dist/checkpoint/dist_checkpoint.h): this rank's ranges of the
   // plain optimizer's state ("<prefix>state.<parameter>.<name>" for the whole parameter's
   // shape, each range at its offset; step counts and "<prefix>lr" whole), so that each rank
   // writes only what it holds and the checkpoint holds the plain optimizer's state_dict.

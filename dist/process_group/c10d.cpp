@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 #include "core/ops.h"
-#include "dist/process_group/init.h"
+#include "dist/process_group/init_process_group.h"
 
 namespace gw::dist {
 namespace {

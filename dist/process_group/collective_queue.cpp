@@ -1,6 +1,6 @@
 #include "dist/process_group/collective_queue.h"
 
-#include "dist/debug/flight_recorder.h"
+#include "debug/flight_recorder.h"
 
 namespace gw::dist::detail {
 

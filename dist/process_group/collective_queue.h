@@ -18,7 +18,7 @@
 //     one wakes it).
 // A failure makes the group unusable:
 // every later collective fails at once naming the first failure. abort() fails what runs and
-// what is queued now, for a rank declared dead (liveness.h).
+// what is queued now, for a rank declared dead (group_liveness.h).
 //
 //   auto queue = CollectiveQueue::start({.backend = "gloo", .group_name = "default_pg",
 //                                        .rank = 0, .size = 2, .timeout = 30min,
@@ -45,7 +45,7 @@
 #include <thread>
 #include <vector>
 
-#include "dist/process_group/debug.h"
+#include "dist/process_group/debug_process_group.h"
 #include "dist/process_group/types.h"
 #include "dist/process_group/work.h"
 

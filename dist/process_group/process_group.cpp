@@ -5,8 +5,8 @@
 #include <string_view>
 
 #include "core/ops.h"
-#include "dist/process_group/debug.h"
-#include "dist/store/prefix_store.h"
+#include "dist/process_group/debug_process_group.h"
+#include "store/prefix_store.h"
 
 namespace gw::dist {
 
@@ -37,11 +37,12 @@ std::string to_string(ReduceOp op) {
   return "?";
 }
 
-ProcessGroup::ProcessGroup(int rank, int size, std::shared_ptr<Store> store)
+ProcessGroup::ProcessGroup(int rank, int size, std::shared_ptr<store::Store> store)
     : rank_(rank),
       size_(size),
-      barrier_store_(store ? std::make_shared<PrefixStore>("monitored_barrier", std::move(store))
-                           : nullptr) {}
+      barrier_store_(
+          store ? std::make_shared<store::PrefixStore>("monitored_barrier", std::move(store))
+                : nullptr) {}
 
 void ProcessGroup::monitored_barrier(Milliseconds timeout) {
   GW_CHECK(barrier_store_, StateError, "[monitored_barrier] this ", backend(),

@@ -22,7 +22,7 @@
 #include "core/tensor.h"
 #include "dist/process_group/types.h"
 #include "dist/process_group/work.h"
-#include "dist/store/store.h"
+#include "store/store.h"
 
 namespace gw::dist {
 
@@ -30,7 +30,7 @@ class ProcessGroup {
  public:
   // `store`: the group's own namespace of the job's store (monitored_barrier's keys go under
   // it); may be null for a group that offers no monitored_barrier.
-  ProcessGroup(int rank, int size, std::shared_ptr<Store> store = nullptr);
+  ProcessGroup(int rank, int size, std::shared_ptr<store::Store> store = nullptr);
   virtual ~ProcessGroup() = default;
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
@@ -118,7 +118,7 @@ class ProcessGroup {
  private:
   int rank_;
   int size_;
-  std::shared_ptr<Store> barrier_store_;
+  std::shared_ptr<store::Store> barrier_store_;
   int64_t barriers_ = 0;  // monitored_barrier calls so far: each has its own keys
 };
 

@@ -21,11 +21,11 @@
 
 #include "core/ops.h"
 #include "core/sigpipe.h"
-#include "dist/debug/flight_recorder.h"
+#include "debug/flight_recorder.h"
 #include "dist/process_group/collective_queue.h"
-#include "dist/process_group/debug.h"
-#include "dist/process_group/liveness.h"
-#include "dist/store/liveness.h"
+#include "dist/process_group/debug_process_group.h"
+#include "dist/process_group/group_liveness.h"
+#include "store/liveness.h"
 
 namespace gw::dist {
 
@@ -34,12 +34,12 @@ namespace {
 // Gloo's view of our store.
 class GlooStore final : public gloo::rendezvous::Store {
  public:
-  explicit GlooStore(std::shared_ptr<dist::Store> store) : store_(std::move(store)) {}
+  explicit GlooStore(std::shared_ptr<store::Store> store) : store_(std::move(store)) {}
   void set(const std::string& key, const std::vector<char>& data) override {
-    store_->set(key, Bytes(data.begin(), data.end()));
+    store_->set(key, store::Bytes(data.begin(), data.end()));
   }
   std::vector<char> get(const std::string& key) override {
-    Bytes b = store_->get(key);
+    store::Bytes b = store_->get(key);
     return {b.begin(), b.end()};
   }
   void wait(const std::vector<std::string>& keys) override { store_->wait(keys); }
@@ -48,7 +48,7 @@ class GlooStore final : public gloo::rendezvous::Store {
   }
 
  private:
-  std::shared_ptr<dist::Store> store_;
+  std::shared_ptr<store::Store> store_;
 };
 
 using ReduceTypes = TypeList<float, double, int64_t, int32_t>;
@@ -151,8 +151,8 @@ struct ProcessGroupGloo::Impl {
   std::shared_ptr<detail::CollectiveQueue> queue;
   detail::SideThreads p2p_threads;  // send and receive
 
-  // A rank was declared dead (liveness.h): fails the running collective, everything queued and
-  // every send/recv with IoError(why) now, and every later one at once. The collective's thread
+  // A rank was declared dead (group_liveness.h): fails the running collective, everything queued
+  // and every send/recv with IoError(why) now, and every later one at once. The collective's thread
   // may stay in Gloo until its own timeout: it is left behind when the group is destroyed.
   void abort(const std::string& why);
   template <typename Post, typename Wait, typename Abort>
@@ -169,7 +169,7 @@ void ProcessGroupGloo::Impl::abort(const std::string& why) {
   for (auto& w : sides) w->finish(failure);
 }
 
-ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int size,
+ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<store::Store> store, int rank, int size,
                                    GlooOptions options)
     : ProcessGroup(rank, size, store), impl_(std::make_shared<Impl>()) {
   debug::dump_on_sigusr1();
@@ -177,8 +177,9 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
   impl_->rank = rank;
   impl_->size = size;
   impl_->options = options;
-  impl_->options.failure_timeout = failure_timeout(options.failure_timeout, "ProcessGroupGloo");
-  std::shared_ptr<Store> liveness_store = store;  // `store` itself goes to Gloo below
+  impl_->options.failure_timeout =
+      store::failure_timeout(options.failure_timeout, "ProcessGroupGloo");
+  std::shared_ptr<store::Store> liveness_store = store;  // `store` itself goes to Gloo below
   gloo::transport::tcp::attr attr;
   attr.hostname = options.hostname;
   std::exception_ptr failed = attempt(rank, size, "init_process_group", options.timeout, [&] {

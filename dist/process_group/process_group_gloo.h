@@ -1,12 +1,12 @@
 // gw::dist::ProcessGroupGloo — the CPU ProcessGroup, on Gloo (Debian's libgloo).
 //
-// The ranks find each other through a gw::dist::Store (an adapter gives Gloo the store it
+// The ranks find each other through a gw::store::Store (an adapter gives Gloo the store it
 // expects) and connect a full mesh of TCP pairs. Collectives run in call order on one worker
 // thread per group; each gets the next tag, which is the same on every rank because every rank
 // calls the same collectives in the same order. send/recv run beside them. A GroupLiveness
-// (liveness.h) fails everything pending, on every rank, once a rank is declared dead.
+// (group_liveness.h) fails everything pending, on every rank, once a rank is declared dead.
 //
-//   auto store = std::make_shared<gw::dist::HashStore>();        // threads as ranks
+//   auto store = std::make_shared<gw::store::HashStore>();        // threads as ranks
 //   gw::dist::ProcessGroupGloo pg(store, rank, world_size);
 //   pg.allreduce(t, {.op = gw::dist::ReduceOp::MAX})->wait();
 #pragma once
@@ -14,21 +14,21 @@
 #include <memory>
 #include <string>
 
-#include "dist/process_group/liveness.h"
+#include "dist/process_group/group_liveness.h"
 #include "dist/process_group/process_group.h"
-#include "dist/store/liveness.h"
-#include "dist/store/store.h"
+#include "store/liveness.h"
+#include "store/store.h"
 
 namespace gw::dist {
 
 struct GlooOptions {
   Milliseconds timeout = kDefaultCollectiveTimeout;  // per collective, unless it sets its own
   std::string hostname = "127.0.0.1";                // the address the pairs listen on
-  // A rank silent for this long is declared dead (dist/process_group/liveness.h): every rank
+  // A rank silent for this long is declared dead (dist/process_group/group_liveness.h): every rank
   // then fails its pending Works with IoError instead of waiting out `timeout`. Default:
   // GW_FAILURE_TIMEOUT (seconds), else 10 s; 0: never.
-  Milliseconds failure_timeout = kFailureTimeoutFromEnv;
-  // The group's name in the flight recorder (dist/debug/flight_recorder.h): init_process_group
+  Milliseconds failure_timeout = store::kFailureTimeoutFromEnv;
+  // The group's name in the flight recorder (debug/flight_recorder.h): init_process_group
   // names its groups "default_pg" and new_group's "group<N>".
   std::string group_name = "gloo";
 };
@@ -37,7 +37,8 @@ class ProcessGroupGloo final : public ProcessGroup {
  public:
   // Connects to every other rank through `store` (which several groups may share: give each
   // its own PrefixStore). Throws TimeoutError if the others do not come within the timeout.
-  ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int size, GlooOptions options = {});
+  ProcessGroupGloo(std::shared_ptr<store::Store> store, int rank, int size,
+                   GlooOptions options = {});
   ~ProcessGroupGloo() override;  // finishes what was queued
 
   std::string backend() const override { return "gloo"; }

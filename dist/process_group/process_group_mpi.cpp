@@ -15,9 +15,9 @@
 #include <thread>
 
 #include "core/ops.h"
-#include "dist/debug/flight_recorder.h"
+#include "debug/flight_recorder.h"
 #include "dist/process_group/collective_queue.h"
-#include "dist/process_group/debug.h"
+#include "dist/process_group/debug_process_group.h"
 
 namespace gw::dist {
 

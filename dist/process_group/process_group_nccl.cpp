@@ -12,11 +12,11 @@
 #include <mutex>
 #include <thread>
 
+#include "core/cuda/device.h"
+#include "core/cuda/stream.h"
 #include "core/ops.h"
-#include "cuda/device.h"
-#include "cuda/stream.h"
-#include "dist/debug/flight_recorder.h"
-#include "dist/process_group/debug.h"
+#include "debug/flight_recorder.h"
+#include "dist/process_group/debug_process_group.h"
 
 namespace gw::dist {
 
@@ -344,7 +344,7 @@ void ProcessGroupNCCL::Impl::watch() {
   }
 }
 
-ProcessGroupNCCL::ProcessGroupNCCL(std::shared_ptr<Store> store, int rank, int size,
+ProcessGroupNCCL::ProcessGroupNCCL(std::shared_ptr<store::Store> store, int rank, int size,
                                    NcclOptions options)
     : ProcessGroup(rank, size, store), impl_(std::make_unique<Impl>()) {
   debug::dump_on_sigusr1();
@@ -363,10 +363,10 @@ ProcessGroupNCCL::ProcessGroupNCCL(std::shared_ptr<Store> store, int rank, int s
     GW_CHECK(r == ncclSuccess, IoError,
              "[ProcessGroupNCCL] ncclGetUniqueId failed: ", ncclGetErrorString(r));
     const auto* bytes = reinterpret_cast<const uint8_t*>(&id);
-    store->set("nccl_unique_id", Bytes(bytes, bytes + sizeof(id)));
+    store->set("nccl_unique_id", store::Bytes(bytes, bytes + sizeof(id)));
   } else {
     store->wait({"nccl_unique_id"}, options.timeout);
-    const Bytes bytes = store->get("nccl_unique_id");
+    const store::Bytes bytes = store->get("nccl_unique_id");
     GW_CHECK(bytes.size() == sizeof(id), InvalidArgumentError,
              "[ProcessGroupNCCL] the store holds a unique id of ", bytes.size(),
              " bytes, expected ", sizeof(id));
@@ -396,7 +396,8 @@ ProcessGroupNCCL::ProcessGroupNCCL(std::shared_ptr<Store> store, int rank, int s
     ncclCommDestroy(m.comm);
     throw;
   }
-  if (const Milliseconds window = failure_timeout(options.failure_timeout, "ProcessGroupNCCL");
+  if (const Milliseconds window =
+          store::failure_timeout(options.failure_timeout, "ProcessGroupNCCL");
       window.count() > 0)
     liveness_ = std::make_unique<GroupLiveness>(
         std::move(store), rank, size, window, [&m](const std::string& why) {

@@ -8,7 +8,7 @@
 // once the event has passed; when a collective outlives its timeout or NCCL reports an
 // asynchronous error (a peer died), it aborts the communicator and fails every pending Work
 // with TimeoutError / IoError instead of hanging, and the group is unusable afterwards. A
-// GroupLiveness (liveness.h) does the same when a rank is declared dead.
+// GroupLiveness (group_liveness.h) does the same when a rank is declared dead.
 //
 //   auto pg = gw::dist::init_process_group("nccl", "env://", rank, world_size);
 //   gw::Tensor t = gw::ones({4}, gw::cuda_device(local_rank));
@@ -21,21 +21,21 @@
 #include <memory>
 #include <string>
 
-#include "dist/process_group/liveness.h"
+#include "dist/process_group/group_liveness.h"
 #include "dist/process_group/process_group.h"
-#include "dist/store/liveness.h"
-#include "dist/store/store.h"
+#include "store/liveness.h"
+#include "store/store.h"
 
 namespace gw::dist {
 
 struct NcclOptions {
   Milliseconds timeout = kDefaultCollectiveTimeout;  // per collective, unless it sets its own
   int device = -1;  // this rank's CUDA device; -1: LOCAL_RANK (else rank) modulo the count
-  // A rank silent for this long is declared dead (dist/process_group/liveness.h): the
+  // A rank silent for this long is declared dead (dist/process_group/group_liveness.h): the
   // communicator is aborted and every pending Work fails with IoError. Default:
   // GW_FAILURE_TIMEOUT (seconds), else 10 s; 0: never.
-  Milliseconds failure_timeout = kFailureTimeoutFromEnv;
-  // The group's name in the flight recorder (dist/debug/flight_recorder.h).
+  Milliseconds failure_timeout = store::kFailureTimeoutFromEnv;
+  // The group's name in the flight recorder (debug/flight_recorder.h).
   std::string group_name = "nccl";
 };
 
@@ -46,7 +46,8 @@ bool nccl_available(std::string* why = nullptr);
 class ProcessGroupNCCL final : public ProcessGroup {
  public:
   // Builds the communicator with the other ranks (blocks until all of them are there).
-  ProcessGroupNCCL(std::shared_ptr<Store> store, int rank, int size, NcclOptions options = {});
+  ProcessGroupNCCL(std::shared_ptr<store::Store> store, int rank, int size,
+                   NcclOptions options = {});
   ~ProcessGroupNCCL() override;  // waits for pending collectives (within their timeouts)
 
   std::string backend() const override { return "nccl"; }

@@ -14,7 +14,7 @@
 
 #include "core/error.h"
 #include "core/future.h"
-#include "dist/debug/flight_recorder.h"
+#include "debug/flight_recorder.h"
 
 namespace gw::dist {
 

@@ -40,7 +40,7 @@ struct LoaderOptions {
   bool shuffle = true;
   uint64_t seed = 0;
   bool drop_last = false;
-  // Sharding (gw::data::DistributedSampler with drop_last, so that every rank runs as many
+  // Sharding (gw::dist::DistributedSampler with drop_last, so that every rank runs as many
   // steps): this rank sees every world_size-th sample of the (shuffled) order.
   int rank = 0;
   int world_size = 1;
@@ -59,7 +59,7 @@ class Loader {
 
   Dataset dataset_;
   LoaderOptions options_;
-  DistributedSampler sampler_;
+  dist::DistributedSampler sampler_;
   int64_t epoch_ = -1;
   Tensor order_;  // this rank's sample indices for the current epoch (int64)
 };

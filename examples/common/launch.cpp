@@ -11,9 +11,9 @@
 
 namespace gw::examples {
 
-dist::LaunchEnv launch_env(const char* program) {
+store::LaunchEnv launch_env(const char* program) {
   try {
-    return dist::detect_launch_env();
+    return store::detect_launch_env();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: %s\n", program, e.what());
     std::exit(2);

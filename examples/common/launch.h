@@ -10,14 +10,14 @@
 
 #include "core/checkpoint.h"
 
-#include "dist/store/launch_env.h"
+#include "store/launch_env.h"
 
 namespace gw::examples {
 
 // Who this process is in its job, from whichever launcher started it (gwrun, torchrun, srun,
-// mpirun, a PyTorchJob: gw::dist::detect_launch_env); without one, a job of one process. Exits
+// mpirun, a PyTorchJob: gw::store::detect_launch_env); without one, a job of one process. Exits
 // with one line naming `program` when the environment is inconsistent.
-dist::LaunchEnv launch_env(const char* program);
+store::LaunchEnv launch_env(const char* program);
 
 struct TrainArgs {
   int64_t epochs = 2, batch_size = 64, limit = 0;  // limit > 0: use only that many samples

@@ -9,12 +9,13 @@
 #include "core/ops.h"
 #include "ddp/distributed_data_parallel.h"
 #include "dist/autograd/dist_autograd.h"
+#include "dist/init_rpc.h"
 #include "dist/nn/remote_module.h"
-#include "dist/process_group/init.h"
-#include "dist/store/hash_store.h"
+#include "dist/process_group/init_process_group.h"
 #include "nn/nn.h"
 #include "optim/sgd.h"
 #include "rpc/rpc.h"
+#include "store/hash_store.h"
 
 namespace {
 gw::Tensor twice(gw::Tensor t) { return t * 2; }
@@ -43,21 +44,21 @@ int main() {
   opt.step();
   // rpc and distributed autograd: worker0 calls itself
   gw::rpc::RpcBackendOptions options;
-  options.store = std::make_shared<gw::dist::HashStore>();
-  gw::rpc::init_rpc("worker0", 0, 1, options);
+  options.store = std::make_shared<gw::store::HashStore>();
+  gw::dist::init_rpc("worker0", 0, 1, options);
   {
-    gw::dist_autograd::Context context;
+    gw::dist::autograd::Context context;
     Tensor a = gw::full({3}, 1.5).requires_grad_();
     Tensor r = gw::rpc::rpc_sync("worker0", twice, a);
-    gw::dist_autograd::backward(context.id(), {r.sum()});
-    auto grads = gw::dist_autograd::get_gradients(context.id());
+    gw::dist::autograd::backward(context.id(), {r.sum()});
+    auto grads = gw::dist::autograd::get_gradients(context.id());
     ok &= check(gw::equal(r, gw::full({3}, 3.0)), "rpc_sync");
     ok &= check(grads.size() == 1 && gw::equal(grads.begin()->second, gw::full({3}, 2.0)),
                 "distributed autograd");
   }
   gw::rpc::shutdown();
   // a process group of one rank, and DDP over it
-  auto pg = gw::dist::init_process_group("gloo", std::make_shared<gw::dist::HashStore>(), 0, 1);
+  auto pg = gw::dist::init_process_group("gloo", std::make_shared<gw::store::HashStore>(), 0, 1);
   gw::ddp::DistributedDataParallel ddp(model, pg);
   ddp.forward(gw::ones({4, 2})).sum().backward();
   ok &= check(model->parameters()[0].grad().defined(), "DDP");

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "core/cuda/device.h"
 #include "core/ops.h"
-#include "cuda/device.h"
 #include "tests/skip.h"
 
 #define GW_REQUIRE_CUDA_DEVICE()                                            \

@@ -6,9 +6,9 @@
 #include <functional>
 #include <limits>
 
+#include "core/cuda/blas.h"
 #include "core/ops.h"
 #include "core/random.h"
-#include "cuda/blas.h"
 #include "nn/functional.h"
 #include "tests/cuda/cuda_test_util.h"
 
@@ -68,12 +68,15 @@ struct Named {
 TEST_CASE("unary ops match the CPU", "[cuda][parity][elementwise]") {
   GW_REQUIRE_CUDA_DEVICE();
   const std::vector<Named> ops = {
-      {"neg", gw::neg, false},       {"abs", gw::abs, false},       {"exp", gw::exp, false},
-      {"log", gw::log, true},        {"log1p", gw::log1p, true},    {"expm1", gw::expm1, false},
-      {"sqrt", gw::sqrt, true},      {"rsqrt", gw::rsqrt, true},    {"square", gw::square, false},
-      {"reciprocal", gw::reciprocal, true}, {"sin", gw::sin, false}, {"cos", gw::cos, false},
-      {"erf", gw::erf, false},       {"sign", gw::sign, false},     {"floor", gw::floor, false},
-      {"ceil", gw::ceil, false},     {"round", gw::round, false},   {"relu", gw::relu, false},
+      {"neg", gw::neg, false},         {"abs", gw::abs, false},
+      {"exp", gw::exp, false},         {"log", gw::log, true},
+      {"log1p", gw::log1p, true},      {"expm1", gw::expm1, false},
+      {"sqrt", gw::sqrt, true},        {"rsqrt", gw::rsqrt, true},
+      {"square", gw::square, false},   {"reciprocal", gw::reciprocal, true},
+      {"sin", gw::sin, false},         {"cos", gw::cos, false},
+      {"erf", gw::erf, false},         {"sign", gw::sign, false},
+      {"floor", gw::floor, false},     {"ceil", gw::ceil, false},
+      {"round", gw::round, false},     {"relu", gw::relu, false},
       {"sigmoid", gw::sigmoid, false}, {"tanh", gw::tanh, false},
   };
   for (const Named& u : ops) {

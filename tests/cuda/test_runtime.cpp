@@ -5,11 +5,11 @@
 #include <cstring>
 
 #include "core/backend.h"
+#include "core/cuda/allocator.h"
+#include "core/cuda/cuda_error.h"
+#include "core/cuda/device.h"
+#include "core/cuda/stream.h"
 #include "core/ops.h"
-#include "cuda/allocator.h"
-#include "cuda/cuda_error.h"
-#include "cuda/device.h"
-#include "cuda/stream.h"
 #include "tests/cuda/cuda_test_util.h"
 
 using Catch::Matchers::Contains;
@@ -48,7 +48,7 @@ TEST_CASE("device_count never throws and agrees with is_available", "[cuda][devi
   CHECK(gw::cuda::no_device_reason().empty() == (n > 0));
 }
 
-TEST_CASE("the CUDA backend is registered by linking gw_cuda", "[cuda][device]") {
+TEST_CASE("core dispatches CUDA tensors to the CUDA backend", "[cuda][device]") {
   CHECK_NOTHROW(gw::backend_for(gw::DeviceType::CUDA, "test"));
   CHECK(gw::backend_for(gw::DeviceType::CUDA, "test").device_type() == gw::DeviceType::CUDA);
 }

@@ -1,4 +1,4 @@
-// Distributed checkpoints (dist/checkpoint/checkpoint.h) over real Gloo and RPC, ranks as
+// Distributed checkpoints (dist/checkpoint/dist_checkpoint.h) over real Gloo and RPC, ranks as
 // threads, real files: a checkpoint of DDP + ZeRO saved at world size 2 loads at 3 (and 3 at 2)
 // and training continues exactly as an uninterrupted run; RemoteModules saved on one placement
 // load on another; every error raises on every rank; a failed save leaves the last one whole.
@@ -14,14 +14,14 @@
 #include "core/safetensors_file.h"
 #include "ddp/distributed_data_parallel.h"
 #include "dist/autograd/dist_autograd.h"
-#include "dist/checkpoint/checkpoint.h"
+#include "dist/checkpoint/dist_checkpoint.h"
 #include "dist/optim/distributed_optimizer.h"
 #include "dist/optim/zero_redundancy_optimizer.h"
 #include "nn/nn.h"
 #include "optim/factory.h"
 #include "tests/dist/autograd/dist_functions.h"  // "d_linear", RemoteModule's constructor
+#include "tests/dist/autograd/dist_group.h"
 #include "tests/dist/process_group/ranks.h"
-#include "tests/rpc/group.h"
 #include "tests/temp_dir.h"
 
 using namespace gw;
@@ -301,8 +301,8 @@ struct Pipeline {
       Generator gen(40 + static_cast<uint64_t>(step));
       Tensor x = randn({8, 4}, gen);
       Tensor y = randint(0, 3, {8}, gen);
-      dist_autograd::Context ctx;
-      dist_autograd::backward(ctx.id(), {nn::functional::cross_entropy(forward(x), y)});
+      dist::autograd::Context ctx;
+      dist::autograd::backward(ctx.id(), {nn::functional::cross_entropy(forward(x), y)});
       opt.step(ctx.id());
     }
   }
@@ -321,14 +321,14 @@ TEST_CASE(
   test::TempDir dir("gw_dcp");
   std::vector<Tensor> uninterrupted;
   {
-    rpc::testing::Group g(2);
+    dist::testing::DistGroup g(2);
     rpc::Agent::Use use(g[0]);
     Pipeline p("worker1/cpu", "worker1/cpu", 3);
     p.train(0, 6);
     uninterrupted = p.values();
   }
   {
-    rpc::testing::Group g(2);  // both modules on worker1
+    dist::testing::DistGroup g(2);  // both modules on worker1
     rpc::Agent::Use use(g[0]);
     Pipeline p("worker1/cpu", "worker1/cpu", 3);
     p.train(0, 3);
@@ -340,7 +340,7 @@ TEST_CASE(
   CHECK(ckpt.contains("b.bias"));
   CHECK(ckpt.contains("head.weight"));
   {
-    rpc::testing::Group g(3);  // a on worker1, b on worker2 now, all from other weights
+    dist::testing::DistGroup g(3);  // a on worker1, b on worker2 now, all from other weights
     rpc::Agent::Use use(g[0]);
     Pipeline p("worker1/cpu", "worker2/cpu", 50);
     dcp::load(dir.path, p.remote);

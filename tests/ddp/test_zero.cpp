@@ -11,7 +11,7 @@
 #include "core/ops.h"
 #include "core/random.h"
 #include "ddp/distributed_data_parallel.h"
-#include "dist/checkpoint/checkpoint.h"
+#include "dist/checkpoint/dist_checkpoint.h"
 #include "dist/optim/zero_redundancy_optimizer.h"
 #include "nn/nn.h"
 #include "optim/adam.h"

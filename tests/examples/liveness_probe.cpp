@@ -17,10 +17,11 @@
 
 #include "core/ops.h"
 #include "dist/autograd/dist_autograd.h"
-#include "dist/process_group/init.h"
-#include "dist/store/launch_env.h"
-#include "dist/store/rendezvous.h"
+#include "dist/init_rpc.h"
+#include "dist/process_group/init_process_group.h"
 #include "rpc/rpc.h"
+#include "store/launch_env.h"
+#include "store/rendezvous.h"
 
 namespace {
 
@@ -52,11 +53,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string scenario = argv[1], fifo = argv[2];
-  const int rank = gw::dist::detect_launch_env().rank;
+  const int rank = gw::store::detect_launch_env().rank;
   try {
     if (scenario == "store") {
-      const gw::dist::LaunchEnv env = gw::dist::detect_launch_env();
-      auto store = gw::dist::rendezvous(env.init_method(), rank, env.world_size);
+      const gw::store::LaunchEnv env = gw::store::detect_launch_env();
+      auto store = gw::store::rendezvous(env.init_method(), rank, env.world_size);
       store->add("liveness_probe/joined", 1);
       store->wait({"liveness_probe/joined"});  // connected
       wait_for_go(fifo, rank);
@@ -85,12 +86,12 @@ int main(int argc, char** argv) {
       gw::dist::destroy_process_group();
       return code;
     }
-    gw::rpc::init_rpc("worker{rank}");
+    gw::dist::init_rpc("worker{rank}");
     const std::string target = rank == 1 ? "worker0" : "worker1";
     const gw::Tensor x = gw::ones({4}).requires_grad_(true);
     gw::rpc::rpc_sync<gw::Tensor>(target, "mul", x, x);  // connected both ways
     // autograd: the forward pass now, so that only the backward pass meets the cut.
-    std::optional<gw::dist_autograd::Context> context;
+    std::optional<gw::dist::autograd::Context> context;
     gw::Tensor y;
     if (scenario == "autograd") {
       context.emplace();
@@ -103,7 +104,7 @@ int main(int argc, char** argv) {
       if (scenario == "rpc")
         gw::rpc::rpc_sync<gw::Tensor>(target, "mul", x, x);
       else
-        gw::dist_autograd::backward(context->id(), {y.sum()});
+        gw::dist::autograd::backward(context->id(), {y.sum()});
       code = report(start, nullptr);
     } catch (const std::exception& e) {
       code = report(start, &e);

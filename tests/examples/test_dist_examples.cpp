@@ -10,7 +10,7 @@
 #include <cstdlib>
 #include <regex>
 
-#include "tests/dist/launcher/gwrun_process.h"
+#include "tests/gwrun/gwrun_process.h"
 #include "tests/process_util.h"
 #include "tests/temp_dir.h"
 #include "tests/tls_pki.h"
@@ -18,7 +18,7 @@
 using gw::test::count;
 using gw::test::run_gwrun;
 
-TEST_CASE("the spec's end-to-end example passes its own check on both workers",
+TEST_CASE("the design note's end-to-end example passes its own check on both workers",
           "[examples][dist]") {
   auto r = run_gwrun({"--nproc-per-node", "2", GW_SEED_EXAMPLE});
   INFO(r.out << r.err);
@@ -39,9 +39,10 @@ TEST_CASE("the SMART mode example: FAST mode raises, SMART mode equals local aut
   CHECK(count(r.out, "check passed") == 2);
 }
 
-TEST_CASE("the spec's example runs under TLS named by the environment alone", "[examples][dist]") {
+TEST_CASE("the design note's example runs under TLS named by the environment alone",
+          "[examples][dist]") {
   gw::test::Pki pki, other;
-  const gw::dist::TlsOptions tls = pki.issue("node");
+  const gw::store::TlsOptions tls = pki.issue("node");
   auto run = [&](const std::string& ca) {
     ::setenv("GW_TLS_CERT_FILE", tls.cert_file.c_str(), 1);
     ::setenv("GW_TLS_KEY_FILE", tls.key_file.c_str(), 1);

@@ -13,8 +13,8 @@
 #include <memory>
 #include <regex>
 
-#include "dist/store/liveness.h"
-#include "tests/dist/launcher/gwrun_process.h"
+#include "store/liveness.h"
+#include "tests/gwrun/gwrun_process.h"
 #include "tests/key_file.h"
 #include "tests/netns_bed.h"
 #include "tests/scoped_env.h"
@@ -259,7 +259,7 @@ TEST_CASE("a host cut off mid-job: every rank raises within failure_timeout, and
   const std::string scenario = GENERATE("rpc", "autograd", "allreduce");
   DYNAMIC_SECTION(scenario) {
     constexpr double kWindow = 2;  // seconds: GW_FAILURE_TIMEOUT for every worker
-    gw::test::ScopedEnv window(gw::dist::kFailureTimeoutEnv, "2");
+    gw::test::ScopedEnv window(gw::store::kFailureTimeoutEnv, "2");
     NetnsBed bed(3);
     SharedKey key;
     GoFifos fifos(3);
@@ -292,7 +292,7 @@ TEST_CASE("a host cut off mid-job: every rank raises within failure_timeout, and
 TEST_CASE("a store client whose store host is cut off fails within failure_timeout",
           "[examples][multihost][liveness]") {
   SKIP_WITHOUT_BED();
-  gw::test::ScopedEnv window(gw::dist::kFailureTimeoutEnv, "2");
+  gw::test::ScopedEnv window(gw::store::kFailureTimeoutEnv, "2");
   NetnsBed bed(2);
   SharedKey key;
   GoFifos fifos(2);

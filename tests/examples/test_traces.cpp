@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tests/dist/launcher/gwrun_process.h"
+#include "tests/gwrun/gwrun_process.h"
 #include "tests/temp_dir.h"
 
 using nlohmann::json;

@@ -1,18 +1,19 @@
 // Threads as ranks: N RPC agents in this process, rendezvousing through one HashStore.
 #pragma once
 
+#include <functional>
 #include <future>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "dist/store/hash_store.h"
 #include "rpc/agent.h"
+#include "store/hash_store.h"
 
 namespace gw::rpc::testing {
 
 struct Group {
-  std::shared_ptr<dist::HashStore> store = std::make_shared<dist::HashStore>();
+  std::shared_ptr<gw::store::HashStore> store = std::make_shared<gw::store::HashStore>();
   std::vector<std::unique_ptr<Agent>> agents;
 
   // The options tests start from: a small pool, since several agents share this process.
@@ -22,14 +23,19 @@ struct Group {
     return o;
   }
 
-  explicit Group(int n, RpcBackendOptions options = small_options()) {
-    options.store = store;
+  explicit Group(int n, RpcBackendOptions options = small_options())
+      : Group(n, [&options](int) { return options; }) {}
+  // Rank r starts with options_of(r).
+  Group(int n, const std::function<RpcBackendOptions(int)>& options_of) {
     // Each constructor waits for the others to publish their address: start them together.
     std::vector<std::future<std::unique_ptr<Agent>>> starting;
-    for (int r = 0; r < n; ++r)
+    for (int r = 0; r < n; ++r) {
+      RpcBackendOptions options = options_of(r);
+      options.store = store;
       starting.push_back(std::async(std::launch::async, [r, n, options] {
         return std::make_unique<Agent>("worker" + std::to_string(r), r, n, options);
       }));
+    }
     for (auto& s : starting) agents.push_back(s.get());
   }
   ~Group() { shutdown(); }

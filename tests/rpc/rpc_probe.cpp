@@ -38,14 +38,14 @@
 #include <vector>
 
 #include "core/ops.h"
-#include "dist/store/byte_codec.h"
-#include "dist/store/job_key.h"
-#include "dist/store/tcp_store_wire.h"
 #include "rpc/message.h"
+#include "store/byte_codec.h"
+#include "store/job_key.h"
+#include "store/tcp_store_wire.h"
 
 using namespace gw;
 using namespace gw::rpc;
-namespace auth = gw::dist::auth;
+namespace auth = gw::store::auth;
 
 namespace {
 
@@ -116,7 +116,7 @@ int connect_to(const char* host, const char* port) {
 }
 
 // The handshake of a client holding `key`; what it sent goes to `hello` and `proof`.
-void prove(int fd, const dist::JobKey& key, const auth::Identity& self,
+void prove(int fd, const store::JobKey& key, const auth::Identity& self,
            const auth::Identity& target, auth::Hello* hello = nullptr,
            auth::Proof* proof = nullptr) {
   auth::ClientHandshake h(key, auth::Purpose::kRpc, self);
@@ -185,15 +185,15 @@ int flood(const char* host, const char* port, int n, const std::string& ready_fi
 
 // A store client without the key: set, get and delete, straight after connecting.
 int store_without_key(const char* host, const char* port) {
-  namespace d = gw::dist::detail;
+  namespace d = gw::store::detail;
   const int fd = connect_to(host, port);
   auto frame = [&](d::Command cmd, const std::string& key, const std::string* value) {
     d::ByteWriter w("rpc_probe");
     w.u8(static_cast<uint8_t>(cmd));
     w.str(key);
-    if (value) w.bytes(dist::Bytes(value->begin(), value->end()));
+    if (value) w.bytes(store::Bytes(value->begin(), value->end()));
     if (cmd == d::Command::kGet) w.u64(100);
-    const dist::Bytes& body = w.buffer();
+    const store::Bytes& body = w.buffer();
     const auto n = static_cast<uint32_t>(body.size());
     const uint8_t len[4] = {uint8_t(n), uint8_t(n >> 8), uint8_t(n >> 16), uint8_t(n >> 24)};
     write_all(fd, len, 4);
@@ -226,7 +226,7 @@ int main(int argc, char** argv) {
   const auth::Identity target{argv[4], std::atoi(argv[5])};
   const auth::Identity self{argv[6], std::atoi(argv[7])};
   const bool keyless = std::string(argv[8]) == "-" || mode == "flood";
-  const dist::JobKey key = keyless ? dist::JobKey::none() : dist::JobKey::load(argv[8]);
+  const store::JobKey key = keyless ? store::JobKey::none() : store::JobKey::load(argv[8]);
   const uint64_t first = argc == 11 ? std::strtoull(argv[9], nullptr, 10) : 1;
   const uint64_t last = argc == 11 ? std::strtoull(argv[10], nullptr, 10) : 0;
   int fd = -1;
@@ -255,11 +255,11 @@ int main(int argc, char** argv) {
       hello.body = Handshake{kProtocolVersion, self.name, self.id, {}};
       send_message(fd, hello);
     } else if (mode == "wrongkey") {
-      auth::ClientHandshake h(dist::JobKey::generate(), auth::Purpose::kRpc, self);
+      auth::ClientHandshake h(store::JobKey::generate(), auth::Purpose::kRpc, self);
       write_array(fd, h.hello());
       auth::Challenge challenge;
       read_all(fd, challenge.data(), challenge.size());
-      write_array(fd, dist::JobKey::generate().bytes());  // a "proof" it cannot make
+      write_array(fd, store::JobKey::generate().bytes());  // a "proof" it cannot make
     } else if (mode == "replay") {
       auth::Hello hello;
       auth::Proof proof;

@@ -29,7 +29,8 @@ TEST_CASE("rpc_sync runs a registered function on the callee", "[rpc]") {
   Agent::Use use(g[0]);
   Tensor r = rpc_sync("worker1", my_add, ones({2}), full({2}, 2.f));
   CHECK(r.to_vector<float>() == std::vector<float>{3.f, 3.f});
-  // By rank and by WorkerInfo, and the builtin add with a Scalar (the spec's first example).
+  // By rank and by WorkerInfo, and the builtin add with a Scalar (the first example of
+  // pytorch.org/docs/stable/rpc.html).
   CHECK(rpc_sync<Tensor>(1, "add", ones({2}), 3).to_vector<float>() == std::vector<float>{4, 4});
   CHECK(rpc_sync<Tensor>(get_worker_info("worker1"), "add", ones({2}), 3).sum().item<float>() == 8);
   CHECK(rpc_sync(1, whoami) == "worker1");
@@ -253,7 +254,7 @@ struct SilentListener {
   // Options whose rendezvous says worker `rank`, named "silent", listens here and has arrived
   // (what Agent::rendezvous writes).
   RpcBackendOptions options_as_rank(int rank) const {
-    auto store = std::make_shared<dist::HashStore>();
+    auto store = std::make_shared<gw::store::HashStore>();
     store->set("rpc/worker/" + std::to_string(rank), "silent\n127.0.0.1\n" + std::to_string(port));
     store->add("rpc/workers/arrived", 1);
     RpcBackendOptions o = Group::small_options();
@@ -398,7 +399,7 @@ TEST_CASE("an agent cannot be shut down from its own handler", "[rpc]") {
 }
 
 TEST_CASE("init_rpc rejects bad names, ranks and duplicate names", "[rpc]") {
-  auto store = std::make_shared<dist::HashStore>(std::chrono::milliseconds(200));
+  auto store = std::make_shared<gw::store::HashStore>(std::chrono::milliseconds(200));
   RpcBackendOptions o;
   o.store = store;
   CHECK_THROWS_WITH(Agent("bad name!", 0, 1, o), Catch::Contains("worker name 'bad name!'"));

@@ -19,7 +19,7 @@ using gw::rpc::testing::my_add;
 TEST_CASE("set_device_map keeps maps invertible", "[rpc][cuda]") {
   RpcBackendOptions o;
   o.set_device_map("worker1", {{0, 1}});
-  o.set_device_map("worker1", {{1, 2}});  // incrementally, as in the spec's example
+  o.set_device_map("worker1", {{1, 2}});  // incrementally, as in PyTorch's example
   CHECK(o.device_maps.at("worker1") == std::map<int, int>{{0, 1}, {1, 2}});
   CHECK_THROWS_WITH(
       o.set_device_map("worker1", {{3, 1}}),

@@ -11,9 +11,9 @@
 #include <asio.hpp>
 
 #include "core/ops.h"
-#include "dist/store/tcp_store.h"
 #include "rpc/frame_reader.h"
 #include "rpc/message.h"
+#include "store/tcp_store.h"
 #include "tests/process_util.h"
 #include "tests/rpc/group.h"
 #include "tests/rpc/test_functions.h"
@@ -31,27 +31,27 @@ struct Peers : gw::test::PeerProcesses {
   Peers(int world_size, uint16_t port) : PeerProcesses(GW_RPC_PEER, world_size, port) {}
 };
 
-RpcBackendOptions with_store(std::shared_ptr<dist::Store> store) {
+RpcBackendOptions with_store(std::shared_ptr<store::Store> store) {
   RpcBackendOptions o;
   o.store = std::move(store);
   o.num_worker_threads = 4;
   return o;
 }
 
-std::shared_ptr<dist::TCPStore> master_store() {
-  return std::make_shared<dist::TCPStore>("127.0.0.1", 0, -1, true, std::chrono::seconds(60));
+std::shared_ptr<store::TCPStore> master_store() {
+  return std::make_shared<gw::store::TCPStore>("127.0.0.1", 0, -1, true, std::chrono::seconds(60));
 }
 
 // The port worker `rank` listens on, as published in the store.
-uint16_t rpc_port(dist::Store& store, int rank) {
+uint16_t rpc_port(store::Store& store, int rank) {
   std::string v = store.get_string("rpc/worker/" + std::to_string(rank));
   return static_cast<uint16_t>(std::stoi(v.substr(v.rfind('\n') + 1)));
 }
 
 // Connects a raw socket to worker `rank` as worker 0 of a job without a key (so proving the
 // key), sends `bytes`, and reports whether the agent then closed the connection (reads EOF).
-bool agent_closes_after(dist::Store& store, int rank, const std::vector<uint8_t>& bytes) {
-  namespace auth = dist::auth;
+bool agent_closes_after(store::Store& store, int rank, const std::vector<uint8_t>& bytes) {
+  namespace auth = store::auth;
   asio::io_context io;
   asio::ip::tcp::socket s(io);
   s.connect({asio::ip::make_address("127.0.0.1"), rpc_port(store, rank)});
@@ -66,7 +66,7 @@ bool agent_closes_after(dist::Store& store, int rank, const std::vector<uint8_t>
       p += got, n -= static_cast<size_t>(got);
     }
   };
-  auth::ClientHandshake handshake(dist::JobKey::none(), auth::Purpose::kRpc, {"worker0", 0});
+  auth::ClientHandshake handshake(store::JobKey::none(), auth::Purpose::kRpc, {"worker0", 0});
   asio::write(s, asio::buffer(handshake.hello()));
   auth::Challenge challenge;
   read_exactly(challenge.data(), challenge.size());
@@ -142,12 +142,12 @@ TEST_CASE("a peer killed mid-call fails the pending call at once, not at the tim
 // with the failure window `seconds` (GW_FAILURE_TIMEOUT, which the peers inherit).
 struct WatchedGroup {
   gw::test::ScopedEnv window;
-  std::shared_ptr<dist::TCPStore> store = master_store();
+  std::shared_ptr<store::TCPStore> store = master_store();
   Peers peers;
   Agent agent;
   Agent::Use use{agent};
   WatchedGroup(int world_size, const char* seconds)
-      : window(dist::kFailureTimeoutEnv, seconds),
+      : window(store::kFailureTimeoutEnv, seconds),
         peers(world_size, store->port()),
         agent("worker0", 0, world_size, with_store(store)) {}
 };

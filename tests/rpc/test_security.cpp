@@ -11,7 +11,7 @@
 
 #include <asio.hpp>
 
-#include "dist/store/tcp_store.h"
+#include "store/tcp_store.h"
 #include "tests/key_file.h"
 #include "tests/process_util.h"
 #include "tests/rpc/group.h"
@@ -27,14 +27,14 @@ namespace {
 
 using gw::test::KeyFile;
 
-RpcBackendOptions keyed(const dist::JobKey& key) {
+RpcBackendOptions keyed(const store::JobKey& key) {
   RpcBackendOptions o = Group::small_options();
   o.job_key = key;
   return o;
 }
 
 // "host", "port" of worker `rank`, as published in the store.
-std::pair<std::string, std::string> address_of(dist::Store& store, int rank) {
+std::pair<std::string, std::string> address_of(store::Store& store, int rank) {
   const std::string v = store.get_string("rpc/worker/" + std::to_string(rank));
   const auto nl1 = v.find('\n'), nl2 = v.rfind('\n');
   return {v.substr(nl1 + 1, nl2 - nl1 - 1), v.substr(nl2 + 1)};
@@ -106,7 +106,7 @@ TEST_CASE("a flood of unauthenticated and slow connections stops no one and hold
   const int64_t before = mapped_bytes();
   // 40 connections to worker1 (5x the cap) that stall in or before the handshake, claim an
   // 896 MiB frame, or trickle; each must be closed within 10x the handshake timeout. (The
-  // eviction rule itself is tested in tests/dist/store/test_gatekeeper.cpp.)
+  // eviction rule itself is tested in tests/store/test_gatekeeper.cpp.)
   const auto ready = key.dir / "flood.ready";
   auto flood = std::async(std::launch::async, [&] {
     const auto [host, port] = address_of(*g.store, 1);
@@ -136,8 +136,8 @@ TEST_CASE("a flood of unauthenticated and slow connections stops no one and hold
 
 TEST_CASE("after running out of descriptors, a worker accepts connections again",
           "[rpc][security][process]") {
-  namespace auth = dist::auth;
-  auto store = std::make_shared<dist::TCPStore>("127.0.0.1", 0, -1, true, 60s);
+  namespace auth = store::auth;
+  auto store = std::make_shared<gw::store::TCPStore>("127.0.0.1", 0, -1, true, 60s);
   // worker1 may open 24 more descriptors once it has joined.
   gw::test::PeerProcesses peer(GW_RPC_PEER, 2, store->port(), {"24"});
   RpcBackendOptions o = Group::small_options();
@@ -156,7 +156,7 @@ TEST_CASE("after running out of descriptors, a worker accepts connections again"
     int answered = 0;
     for (int i = 0; i < 64; ++i) {
       flood.emplace_back(io).connect(ep);
-      auth::ClientHandshake h(dist::JobKey::none(), auth::Purpose::kRpc, {"worker0", 0});
+      auth::ClientHandshake h(store::JobKey::none(), auth::Purpose::kRpc, {"worker0", 0});
       asio::write(flood.back(), asio::buffer(h.hello()));
       asio::async_read(flood.back(), asio::buffer(challenges[static_cast<size_t>(i)]),
                        [&](const std::error_code& ec, size_t) { answered += ec ? 0 : 1; });
@@ -174,14 +174,14 @@ TEST_CASE("after running out of descriptors, a worker accepts connections again"
 TEST_CASE("without a key, listening beyond loopback is refused and says how to fix it",
           "[rpc][security]") {
   RpcBackendOptions o = Group::small_options();
-  o.store = std::make_shared<dist::HashStore>();
+  o.store = std::make_shared<gw::store::HashStore>();
   o.address = "192.0.2.1";  // a documentation address: refused before anything is bound
   CHECK_THROWS_WITH(Agent("worker0", 0, 1, o),
                     Contains("refusing to listen on 192.0.2.1 without a job key") &&
                         Contains("GW_JOB_KEY_FILE") && Contains("GW_ALLOW_UNAUTHENTICATED"));
-  dist::TCPStoreOptions so;
+  store::TCPStoreOptions so;
   so.is_master = true, so.port = 0, so.bind_address = "192.0.2.1";
-  CHECK_THROWS_WITH(dist::TCPStore("127.0.0.1", so), Contains("without a job key"));
+  CHECK_THROWS_WITH(store::TCPStore("127.0.0.1", so), Contains("without a job key"));
   // Opting out gets as far as binding (which fails here: not an address of this host).
   o.allow_unauthenticated = true;
   CHECK_THROWS_WITH(Agent("worker0", 0, 1, o), Contains("cannot listen on 192.0.2.1"));
@@ -189,9 +189,9 @@ TEST_CASE("without a key, listening beyond loopback is refused and says how to f
 
 TEST_CASE("the TCPStore serves nothing to a client without the key", "[rpc][security][process]") {
   KeyFile key;
-  dist::TCPStoreOptions so;
+  store::TCPStoreOptions so;
   so.is_master = true, so.port = 0, so.job_key = key.key, so.timeout = 10s;
-  dist::TCPStore master("127.0.0.1", so);
+  store::TCPStore master("127.0.0.1", so);
   master.set("secret", "s3cr3t");
   // A separate process sends set, get and delete without the key.
   const int rc = gw::test::wait_exit(
@@ -201,13 +201,13 @@ TEST_CASE("the TCPStore serves nothing to a client without the key", "[rpc][secu
   CHECK(master.get_string("secret") == "s3cr3t");
   CHECK_FALSE(master.check({"intruder"}));
   // A client with another key: the server fails to prove itself to it, and vice versa.
-  dist::TCPStoreOptions wrong;
-  wrong.port = master.port(), wrong.job_key = dist::JobKey::generate(), wrong.timeout = 2s;
-  CHECK_THROWS_WITH(dist::TCPStore("127.0.0.1", wrong), Contains("failed to prove the job key"));
+  store::TCPStoreOptions wrong;
+  wrong.port = master.port(), wrong.job_key = store::JobKey::generate(), wrong.timeout = 2s;
+  CHECK_THROWS_WITH(store::TCPStore("127.0.0.1", wrong), Contains("failed to prove the job key"));
   // The job's own client is served.
-  dist::TCPStoreOptions right = wrong;
+  store::TCPStoreOptions right = wrong;
   right.job_key = key.key;
-  dist::TCPStore client("127.0.0.1", right);
+  store::TCPStore client("127.0.0.1", right);
   CHECK(client.get_string("secret") == "s3cr3t");
 }
 
@@ -230,7 +230,7 @@ TEST_CASE("a worker serves at most max_pending_requests_per_peer requests of one
 }
 
 TEST_CASE("the TCPStore listens only on its host's address", "[rpc][security]") {
-  dist::TCPStoreOptions so;
+  store::TCPStoreOptions so;
   so.is_master = true, so.port = 0, so.timeout = 10s;
   auto refused_at = [](const char* address, uint16_t port) {
     asio::io_context io;
@@ -240,12 +240,12 @@ TEST_CASE("the TCPStore listens only on its host's address", "[rpc][security]") 
     return ec == asio::error::connection_refused;
   };
   {
-    dist::TCPStore master("localhost", so);  // 127.0.0.1 only
+    store::TCPStore master("localhost", so);  // 127.0.0.1 only
     CHECK_FALSE(refused_at("127.0.0.1", master.port()));
     CHECK(refused_at("127.0.0.2", master.port()));
   }
   so.bind_address = "127.0.0.2";
-  dist::TCPStore master("127.0.0.2", so);
+  store::TCPStore master("127.0.0.2", so);
   master.set("k", "v");
   CHECK(refused_at("127.0.0.1", master.port()));
 }

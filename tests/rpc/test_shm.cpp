@@ -10,8 +10,8 @@
 #include <thread>
 
 #include "core/ops.h"
-#include "dist/store/tcp_store.h"
 #include "rpc/shm.h"
+#include "store/tcp_store.h"
 #include "tests/process_util.h"
 #include "tests/rpc/group.h"
 #include "tests/rpc/test_functions.h"
@@ -39,7 +39,7 @@ void read_all(shm::Segment& seg, std::vector<uint8_t>& out, size_t want) {
   }
 }
 
-RpcBackendOptions options_with(std::shared_ptr<dist::Store> store, bool shared_memory) {
+RpcBackendOptions options_with(std::shared_ptr<store::Store> store, bool shared_memory) {
   RpcBackendOptions o = Group::small_options();
   o.store = std::move(store);
   o.shared_memory = shared_memory;
@@ -49,8 +49,8 @@ RpcBackendOptions options_with(std::shared_ptr<dist::Store> store, bool shared_m
 // This process as worker0 beside an rpc_peer process as worker1, shared memory on for both.
 struct PeerProcess {
   gw::test::ScopedEnv on{"GW_RPC_SHM", "1"};  // the peer inherits it
-  std::shared_ptr<dist::TCPStore> store =
-      std::make_shared<dist::TCPStore>("127.0.0.1", 0, -1, true, 60s);
+  std::shared_ptr<store::TCPStore> store =
+      std::make_shared<gw::store::TCPStore>("127.0.0.1", 0, -1, true, 60s);
   gw::test::PeerProcesses peers{GW_RPC_PEER, 2, store->port()};
   Agent agent{"worker0", 0, 2, options_with(store, true)};
   Agent::Use use{agent};
@@ -173,7 +173,7 @@ TEST_CASE("frames keep their order across the switch from TCP to shared memory",
 TEST_CASE("shared memory is off when either side turns it off, and under GW_RPC_SHM=0",
           "[rpc][shm]") {
   SECTION("the accepting side declines") {
-    auto store = std::make_shared<dist::HashStore>();
+    auto store = std::make_shared<gw::store::HashStore>();
     auto b = std::async(std::launch::async, [&] {
       return std::make_unique<Agent>("worker1", 1, 2, options_with(store, false));
     });
@@ -196,7 +196,7 @@ TEST_CASE("shared memory is off when either side turns it off, and under GW_RPC_
 }
 
 TEST_CASE("a bad shm_ring_bytes is refused by name", "[rpc][shm]") {
-  RpcBackendOptions o = options_with(std::make_shared<dist::HashStore>(), true);
+  RpcBackendOptions o = options_with(std::make_shared<gw::store::HashStore>(), true);
   o.shm_ring_bytes = 1000;
   CHECK_THROWS_WITH(Agent("worker0", 0, 1, o), Catch::Contains("shm_ring_bytes 1000"));
 }

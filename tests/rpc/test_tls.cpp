@@ -1,4 +1,4 @@
-// RPC under TLS (dist/store/tls.h), over real sockets on loopback: workers of one job's CA talk,
+// RPC under TLS (store/tls.h), over real sockets on loopback: workers of one job's CA talk,
 // a worker outside it (another CA, or no TLS at all) gets nothing run. Certificates come from
 // throwaway CAs (tests/tls_pki.h).
 #include <catch2/catch.hpp>
@@ -18,7 +18,7 @@ using Catch::Contains;
 
 namespace {
 
-RpcBackendOptions tls_options(const dist::TlsOptions& tls, const dist::JobKey& key) {
+RpcBackendOptions tls_options(const store::TlsOptions& tls, const store::JobKey& key) {
   RpcBackendOptions o = Group::small_options();
   o.job_key = key;
   o.tls = tls;
@@ -29,7 +29,7 @@ RpcBackendOptions tls_options(const dist::TlsOptions& tls, const dist::JobKey& k
 // Two workers with options of their own, started together (each waits for the other to
 // publish its address); destroyed without a graceful shutdown, which would need them to talk.
 struct Pair {
-  std::shared_ptr<dist::HashStore> store = std::make_shared<dist::HashStore>();
+  std::shared_ptr<gw::store::HashStore> store = std::make_shared<gw::store::HashStore>();
   std::unique_ptr<Agent> a, b;
   Pair(RpcBackendOptions oa, RpcBackendOptions ob) {
     oa.store = ob.store = store;
@@ -47,7 +47,7 @@ struct Pair {
 
 TEST_CASE("RPC over TLS: calls both ways and 16 MiB tensors arrive intact", "[rpc][tls]") {
   test::Pki pki;
-  Group g(2, tls_options(pki.issue("job"), dist::JobKey::generate()));
+  Group g(2, tls_options(pki.issue("job"), store::JobKey::generate()));
   {
     Agent::Use use(g[0]);
     CHECK(rpc_sync(1, whoami) == "worker1");
@@ -67,7 +67,7 @@ TEST_CASE("RPC over TLS: calls both ways and 16 MiB tensors arrive intact", "[rp
 TEST_CASE("a worker outside the job's CA, or without TLS, gets nothing run by a TLS worker",
           "[rpc][tls]") {
   test::Pki pki, other;
-  const dist::JobKey key = dist::JobKey::generate();
+  const store::JobKey key = store::JobKey::generate();
   const int64_t bumped = bumps();
   SECTION("a certificate from another CA") {
     Pair p(tls_options(other.issue("intruder"), key), tls_options(pki.issue("worker1"), key));
@@ -75,7 +75,7 @@ TEST_CASE("a worker outside the job's CA, or without TLS, gets nothing run by a 
     CHECK_THROWS_WITH(rpc_sync(1, bump), Contains("TLS"));
   }
   SECTION("a certificate from another CA, trusting ours: our worker refuses it") {
-    dist::TlsOptions foreign = other.issue("intruder");
+    store::TlsOptions foreign = other.issue("intruder");
     foreign.ca_file = pki.issue("unused").ca_file;
     Pair p(tls_options(foreign, key), tls_options(pki.issue("worker1"), key));
     Agent::Use use(*p.a);
@@ -96,10 +96,10 @@ TEST_CASE("a worker outside the job's CA, or without TLS, gets nothing run by a 
 
 TEST_CASE("TLS options are checked when the agent starts", "[rpc][tls]") {
   test::Pki pki;
-  dist::TlsOptions partial = pki.issue("worker0");
+  store::TlsOptions partial = pki.issue("worker0");
   partial.ca_file.clear();
-  RpcBackendOptions o = tls_options(partial, dist::JobKey::generate());
-  o.store = std::make_shared<dist::HashStore>();
+  RpcBackendOptions o = tls_options(partial, store::JobKey::generate());
+  o.store = std::make_shared<gw::store::HashStore>();
   CHECK_THROWS_WITH(Agent("worker0", 0, 1, o),
                     Contains("[init_rpc] TLS needs a certificate, its key and the job's CA") &&
                         Contains("ca_file ''"));

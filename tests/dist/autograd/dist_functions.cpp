@@ -7,7 +7,7 @@
 #include "core/ops.h"
 #include "core/random.h"
 
-namespace gw::dist_autograd::testing {
+namespace gw::dist::autograd::testing {
 
 Tensor d_add(Tensor a, Tensor b) { return a + b; }
 Tensor d_mul(Tensor a, Tensor b) { return a * b; }
@@ -125,12 +125,12 @@ GW_RPC_FUNCTION(d_num_contexts);
 GW_RPC_FUNCTION(d_relay);
 GW_RPC_FUNCTION(d_gated);
 
-}  // namespace gw::dist_autograd::testing
+}  // namespace gw::dist::autograd::testing
 
 #include "dist/nn/remote_module.h"
 #include "nn/linear.h"
 
-namespace gw::dist_autograd::testing {
+namespace gw::dist::autograd::testing {
 
 Tensor d_random_tensor() { return rand({3, 3}).requires_grad_(); }
 Tensor d_square_sum(rpc::RRef<Tensor> r) {
@@ -160,4 +160,4 @@ const bool kLinear = [] {
 }();
 }  // namespace
 
-}  // namespace gw::dist_autograd::testing
+}  // namespace gw::dist::autograd::testing

@@ -9,7 +9,7 @@
 #include "dist/autograd/dist_autograd.h"
 #include "rpc/rpc.h"
 
-namespace gw::dist_autograd::testing {
+namespace gw::dist::autograd::testing {
 
 Tensor d_add(Tensor a, Tensor b);
 Tensor d_mul(Tensor a, Tensor b);
@@ -48,10 +48,11 @@ Tensor d_nested_op(std::string to, int64_t code, int64_t code2, Tensor a, Tensor
 // d_op(code, r.to_here(), x) on the worker running it.
 Tensor d_fetch_op(int64_t code, rpc::RRef<Tensor> r, Tensor x);
 
-}  // namespace gw::dist_autograd::testing
+}  // namespace gw::dist::autograd::testing
 
-namespace gw::dist_autograd::testing {
-// torch.rand((3, 3), requires_grad=True) as in the spec's end-to-end example.
+namespace gw::dist::autograd::testing {
+// torch.rand((3, 3), requires_grad=True) as in the distributed autograd design note's end-to-end
+// example.
 Tensor d_random_tensor();
 // (r.to_here() ** 2).sum() on the worker running it.
 Tensor d_square_sum(rpc::RRef<Tensor> r);
@@ -59,4 +60,4 @@ Tensor d_square_sum(rpc::RRef<Tensor> r);
 std::optional<Tensor> d_grad_field(rpc::RRef<Tensor> r);
 // RemoteModule's constructor "d_linear"(in, out, seed): an nn::Linear drawn from a generator
 // seeded with `seed`.
-}  // namespace gw::dist_autograd::testing
+}  // namespace gw::dist::autograd::testing

@@ -9,12 +9,12 @@
 #include "core/random.h"
 #include "dist/autograd/dist_autograd.h"
 #include "tests/dist/autograd/dist_functions.h"
-#include "tests/rpc/group.h"
+#include "tests/dist/autograd/dist_group.h"
 
 using namespace gw;
-using namespace gw::dist_autograd;
-using namespace gw::dist_autograd::testing;
-using gw::rpc::testing::Group;
+using namespace gw::dist::autograd;
+using namespace gw::dist::autograd::testing;
+using Group = gw::dist::testing::DistGroup;
 
 namespace {
 Tensor leaf(uint64_t seed) {
@@ -49,7 +49,32 @@ int64_t contexts_on(Group& g, int rank) {
 }
 }  // namespace
 
-TEST_CASE("the spec's example: gradients through rpc_sync equal local ones", "[dist_autograd]") {
+TEST_CASE("an agent started without gw::dist::init_rpc refuses distributed autograd, naming it",
+          "[dist_autograd]") {
+  // worker0 starts as gw::dist::init_rpc does, worker1 as plain gw::rpc::init_rpc does.
+  rpc::testing::Group g(2, [](int rank) {
+    rpc::RpcBackendOptions o = rpc::testing::Group::small_options();
+    return rank == 0 ? gw::dist::with_dist(o) : o;
+  });
+  SECTION("a context on the plain agent") {
+    rpc::Agent::Use use(g[1]);
+    CHECK_THROWS_WITH(Context(), Catch::Contains("gw::dist::init_rpc"));
+  }
+  SECTION("a call in a context to the plain agent") {
+    rpc::Agent::Use use(g[0]);
+    Context ctx;
+    Tensor a = leaf(1);
+    CHECK_THROWS_WITH(rpc::rpc_sync<Tensor>("worker1", "add", a, a),
+                      Catch::Contains("gw::dist::init_rpc"));
+  }
+  SECTION("with_dist twice installs distributed autograd once") {
+    rpc::RpcBackendOptions o = gw::dist::with_dist(gw::dist::with_dist({}));
+    CHECK(o.extensions.size() == 1);
+  }
+}
+
+TEST_CASE("the design note's example: gradients through rpc_sync equal local ones",
+          "[dist_autograd]") {
   Group g(2);
   rpc::Agent::Use use(g[0]);
   Tensor t1 = leaf(1), t2 = leaf(2), t4 = leaf(4);
@@ -175,7 +200,7 @@ TEST_CASE("an unused RPC result that shares no leaf does not change the gradient
 
 TEST_CASE("an unused RPC whose inputs feed the loss: FAST mode raises, SMART mode runs it",
           "[dist_autograd][fast][smart]") {
-  // The spec's own example: b feeds both RPCs, e is unused. FAST mode would wait forever for
+  // The design note's own example: b feeds both RPCs, e is unused. FAST mode would wait forever for
   // e's gradient (PyTorch hangs); gradwire finishes and says why b's gradient is incomplete.
   // SMART mode gives b d's gradient alone, as local autograd does.
   Group g(2);
@@ -263,7 +288,7 @@ TEST_CASE("bad arguments to the distributed autograd API are clear errors",
   CHECK(allclose(get_gradients(ctx.id()).at(a), a.detach() * 2.0));
   // A graph with a recv function outside distributed backward.
   Tensor r = rpc::rpc_sync("worker0", d_add, a, a);
-  CHECK_THROWS_WITH(r.sum().backward(), Catch::Contains("dist_autograd::backward"));
+  CHECK_THROWS_WITH(r.sum().backward(), Catch::Contains("dist::autograd::backward"));
 }
 
 TEST_CASE("a response that arrives after its context was left fails instead of reviving it",

@@ -6,21 +6,22 @@
 #include "core/ops.h"
 #include "core/random.h"
 #include "dist/autograd/dist_autograd.h"
-#include "dist/store/tcp_store.h"
+#include "dist/init_rpc.h"
+#include "store/tcp_store.h"
 #include "tests/dist/autograd/dist_functions.h"
 #include "tests/process_util.h"
 
 using namespace gw;
-using namespace gw::dist_autograd;
-using namespace gw::dist_autograd::testing;
+using namespace gw::dist::autograd;
+using namespace gw::dist::autograd::testing;
 using namespace std::chrono_literals;
 
 namespace {
 // Ranks 1..world_size-1 as dist_autograd_peer processes; this process is rank 0 and owns the
 // store.
 struct Peers {
-  std::shared_ptr<dist::TCPStore> store =
-      std::make_shared<dist::TCPStore>("127.0.0.1", 0, -1, true, std::chrono::seconds(60));
+  std::shared_ptr<store::TCPStore> store =
+      std::make_shared<gw::store::TCPStore>("127.0.0.1", 0, -1, true, std::chrono::seconds(60));
   gw::test::PeerProcesses processes;
   std::unique_ptr<rpc::Agent> agent;
 
@@ -29,7 +30,7 @@ struct Peers {
     rpc::RpcBackendOptions o;
     o.store = store;
     o.num_worker_threads = 4;
-    agent = std::make_unique<rpc::Agent>("worker0", 0, world_size, o);
+    agent = std::make_unique<rpc::Agent>("worker0", 0, world_size, dist::with_dist(o));
   }
   std::vector<int> wait() { return processes.wait(); }
   ~Peers() {
@@ -50,7 +51,7 @@ TEST_CASE("three processes: nested RPCs give the local gradients; contexts are r
   Tensor a = leaf(1), b = leaf(2), t4 = leaf(3);
   {
     Context ctx;
-    Tensor t3 = rpc::rpc_sync("worker1", d_add, a, b);  // the spec's example
+    Tensor t3 = rpc::rpc_sync("worker1", d_add, a, b);  // the design note's example
     Tensor r = rpc::rpc_sync("worker1", d_nested, std::string("worker2"), t3, b);
     backward(ctx.id(), {(r * t4).sum()});
     auto grads = get_gradients(ctx.id());

@@ -12,23 +12,24 @@
 #include "nn/linear.h"
 #include "optim/sgd.h"
 #include "tests/dist/autograd/dist_functions.h"
-#include "tests/rpc/group.h"
+#include "tests/dist/autograd/dist_group.h"
 #include "tests/skip.h"
 #ifdef GW_HAVE_CUDA
 #include "tests/cuda/cuda_test_util.h"
 #endif
 
 using namespace gw;
-using namespace gw::dist_autograd;
-using namespace gw::dist_autograd::testing;
-using gw::rpc::testing::Group;
+using namespace gw::dist::autograd;
+using namespace gw::dist::autograd::testing;
+using Group = gw::dist::testing::DistGroup;
 
 namespace {
 Tensor grad_on_owner(uint64_t ctx, const rpc::RRef<Tensor>& r) {
   return rpc::rpc_sync(r.owner_name(), d_grad_of, static_cast<int64_t>(ctx), r);
 }
 
-// The spec's end-to-end example on one worker, checking the update it makes.
+// The distributed autograd design note's end-to-end example on one worker, checking the update it
+// makes.
 bool run_spec_example(const std::string& dst) {
   Context ctx;
   auto rref1 = rpc::remote(dst, d_random_tensor);
@@ -45,7 +46,7 @@ bool run_spec_example(const std::string& dst) {
 }
 }  // namespace
 
-TEST_CASE("the spec's end-to-end example: both workers at once", "[dist_optimizer]") {
+TEST_CASE("the design note's end-to-end example: both workers at once", "[dist_optimizer]") {
   Group g(2);
   std::vector<std::future<bool>> runs;
   for (int rank = 0; rank < 2; ++rank)
@@ -296,11 +297,11 @@ TEST_CASE("CUDA tensors through distributed autograd and the distributed optimiz
   Tensor w = rand({3, 3}, gen).to(gpu).requires_grad_();
   const Tensor w_before = w.detach().to(kCPU);
   dist::DistributedOptimizer opt(optim::SGD::options(0.5), {rpc::RRef<Tensor>(w)});
-  dist_autograd::Context ctx;
-  Tensor product = rpc::rpc_sync("worker1", dist_autograd::testing::d_mul, a, w);
+  dist::autograd::Context ctx;
+  Tensor product = rpc::rpc_sync("worker1", dist::autograd::testing::d_mul, a, w);
   CHECK(product.device() == gpu);  // back on the inverse of the device map
-  dist_autograd::backward(ctx.id(), {product.sum()});
-  auto grads = dist_autograd::get_gradients(ctx.id());
+  dist::autograd::backward(ctx.id(), {product.sum()});
+  auto grads = dist::autograd::get_gradients(ctx.id());
   REQUIRE(grads.contains(w));
   CHECK(grads.at(w).device() == gpu);
   CHECK(allclose(grads.at(w).to(kCPU), a.detach().to(kCPU)));  // d(sum(a * w))/dw = a

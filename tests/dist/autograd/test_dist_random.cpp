@@ -23,12 +23,12 @@
 #include "core/random.h"
 #include "dist/autograd/dist_autograd.h"
 #include "tests/dist/autograd/dist_functions.h"
-#include "tests/rpc/group.h"
+#include "tests/dist/autograd/dist_group.h"
 
 using namespace gw;
-using namespace gw::dist_autograd;
-using namespace gw::dist_autograd::testing;
-using gw::rpc::testing::Group;
+using namespace gw::dist::autograd;
+using namespace gw::dist::autograd::testing;
+using Group = gw::dist::testing::DistGroup;
 
 namespace {
 

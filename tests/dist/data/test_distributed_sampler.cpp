@@ -6,9 +6,9 @@
 #include <set>
 
 #include "dist/data/distributed_sampler.h"
-#include "dist/process_group/init.h"
+#include "dist/process_group/init_process_group.h"
 
-using gw::data::DistributedSampler;
+using gw::dist::DistributedSampler;
 
 namespace {
 // Every rank's indices for `epoch`, each from its own sampler (as each process makes one).

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "core/ops.h"
-#include "dist/process_group/init.h"
+#include "dist/process_group/init_process_group.h"
 #include "tests/dist/process_group/collective_checks.h"
 
 using namespace gw;

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "core/ops.h"
-#include "dist/process_group/init.h"
+#include "dist/process_group/init_process_group.h"
 #include "tests/dist/process_group/collective_checks.h"
 
 int main(int argc, char** argv) {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "dist/process_group/process_group_gloo.h"
-#include "dist/store/hash_store.h"
+#include "store/hash_store.h"
 #include "tests/dist/process_group/checks.h"
 
 namespace gw::dist::testing {
@@ -30,7 +30,7 @@ inline void require_passed(const Checks& checks) {
 // check held.
 inline void run_ranks(int n, const std::function<void(ProcessGroupGloo&, Checks&)>& fn,
                       GlooOptions options = {}) {
-  auto store = std::make_shared<HashStore>();
+  auto store = std::make_shared<gw::store::HashStore>();
   Checks checks;
   std::vector<std::future<void>> ranks;
   for (int r = 0; r < n; ++r)

@@ -7,8 +7,8 @@
 
 #include "core/ops.h"
 #include "dist/process_group/c10d.h"
-#include "dist/process_group/init.h"
-#include "dist/store/hash_store.h"
+#include "dist/process_group/init_process_group.h"
+#include "store/hash_store.h"
 #include "tests/dist/process_group/ranks.h"
 
 using namespace gw;
@@ -138,7 +138,7 @@ TEST_CASE("get_rank and get_world_size of the default group", "[c10d]") {
   REQUIRE_FALSE(dist::is_initialized());
   CHECK_THROWS_AS(dist::get_rank(), StateError);
   CHECK_THROWS_AS(dist::get_world_size(), StateError);
-  dist::init_process_group("gloo", std::make_shared<dist::HashStore>(), 0, 1);
+  dist::init_process_group("gloo", std::make_shared<gw::store::HashStore>(), 0, 1);
   CHECK(dist::get_rank() == 0);
   CHECK(dist::get_world_size() == 1);
   dist::destroy_process_group();

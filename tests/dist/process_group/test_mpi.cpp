@@ -11,7 +11,7 @@
 #include <regex>
 #include <string>
 
-#include "dist/process_group/init.h"
+#include "dist/process_group/init_process_group.h"
 #include "tests/skip.h"
 #include "tests/temp_dir.h"
 

@@ -7,10 +7,10 @@
 #include "core/ops.h"
 #include "core/random.h"
 #include "ddp/distributed_data_parallel.h"
-#include "dist/process_group/init.h"
-#include "dist/store/hash_store.h"
+#include "dist/process_group/init_process_group.h"
 #include "nn/nn.h"
 #include "optim/sgd.h"
+#include "store/hash_store.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/dist/process_group/collective_checks.h"
 #include "tests/dist/process_group/ranks.h"
@@ -21,13 +21,13 @@ TEST_CASE("without a CUDA device the nccl group says why instead of crashing", "
   std::string why;
   if (dist::nccl_available(&why)) GW_SKIP("a CUDA device is present");
   CHECK(!why.empty());
-  auto store = std::make_shared<dist::HashStore>();
+  auto store = std::make_shared<gw::store::HashStore>();
   CHECK_THROWS_WITH(dist::ProcessGroupNCCL(store, 0, 1), Catch::Contains("no CUDA device"));
 }
 
 TEST_CASE("nccl: every collective at world size 1 on CUDA tensors", "[nccl]") {
   GW_REQUIRE_CUDA_DEVICE();
-  dist::ProcessGroupNCCL pg(std::make_shared<dist::HashStore>(), 0, 1);
+  dist::ProcessGroupNCCL pg(std::make_shared<gw::store::HashStore>(), 0, 1);
   CHECK(pg.backend() == "nccl");
   dist::testing::Checks checks;
   dist::testing::check_every_collective(pg, checks);
@@ -36,7 +36,7 @@ TEST_CASE("nccl: every collective at world size 1 on CUDA tensors", "[nccl]") {
 
 TEST_CASE("nccl: bad arguments raise before anything runs", "[nccl][errors]") {
   GW_REQUIRE_CUDA_DEVICE();
-  dist::ProcessGroupNCCL pg(std::make_shared<dist::HashStore>(), 0, 1);
+  dist::ProcessGroupNCCL pg(std::make_shared<gw::store::HashStore>(), 0, 1);
   Tensor cpu = ones({4});
   CHECK_THROWS_WITH(pg.allreduce(cpu), Catch::Contains("takes tensors on cuda:") &&
                                            Catch::Contains("is on cpu"));
@@ -54,7 +54,8 @@ TEST_CASE("nccl: bad arguments raise before anything runs", "[nccl][errors]") {
 // NCCL group on CUDA tensors, not that gradients are summed across GPUs (one GPU here).
 TEST_CASE("nccl: DDP at world size 1 matches local training", "[nccl][ddp]") {
   GW_REQUIRE_CUDA_DEVICE();
-  auto pg = std::make_shared<dist::ProcessGroupNCCL>(std::make_shared<dist::HashStore>(), 0, 1);
+  auto pg =
+      std::make_shared<dist::ProcessGroupNCCL>(std::make_shared<gw::store::HashStore>(), 0, 1);
   const Device gpu = pg->device();
   auto make = [&] {
     Generator gen(3);

@@ -7,8 +7,8 @@
 #include <thread>
 
 #include "core/ops.h"
-#include "dist/process_group/init.h"
-#include "dist/store/tcp_store.h"
+#include "dist/process_group/init_process_group.h"
+#include "store/tcp_store.h"
 #include "tests/dist/process_group/collective_checks.h"
 #include "tests/dist/process_group/ranks.h"
 #include "tests/process_util.h"
@@ -20,8 +20,8 @@ using namespace std::chrono_literals;
 namespace {
 // `world_size - 1` pg_peer processes running `scenario`, and this process as rank 0.
 struct Group {
-  std::shared_ptr<dist::TCPStore> store =
-      std::make_shared<dist::TCPStore>("127.0.0.1", 0, -1, true, std::chrono::seconds(60));
+  std::shared_ptr<store::TCPStore> store =
+      std::make_shared<gw::store::TCPStore>("127.0.0.1", 0, -1, true, std::chrono::seconds(60));
   test::PeerProcesses peers;
   Group(int world_size, const std::string& scenario)
       : peers(GW_PG_PEER, world_size, store->port(), {scenario}) {
@@ -79,10 +79,11 @@ TEST_CASE("a rank that dies fails the collective on the others at once",
                     Catch::Contains("backend 'ucc' is not available"));
 }
 
-// Liveness (dist/process_group/liveness.h): GW_FAILURE_TIMEOUT reaches the peer and this rank.
+// Liveness (dist/process_group/group_liveness.h): GW_FAILURE_TIMEOUT reaches the peer and this
+// rank.
 TEST_CASE("a stopped rank is declared dead and fails the collective within failure_timeout",
           "[process_group][process][liveness]") {
-  test::ScopedEnv window(dist::kFailureTimeoutEnv, "1");
+  test::ScopedEnv window(store::kFailureTimeoutEnv, "1");
   Group g(3, "idle");
   auto pg = dist::default_process_group();
   pg->barrier()->wait();
@@ -114,7 +115,7 @@ TEST_CASE("a stopped rank is declared dead and fails the collective within failu
 
 TEST_CASE("a rank busy computing, or stopped for less than failure_timeout, is not declared dead",
           "[process_group][process][liveness]") {
-  test::ScopedEnv window(dist::kFailureTimeoutEnv, "2");
+  test::ScopedEnv window(store::kFailureTimeoutEnv, "2");
   const bool busy = GENERATE(true, false);
   Group g(2, busy ? "busy" : "idle");
   auto pg = dist::default_process_group();

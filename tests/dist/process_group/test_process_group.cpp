@@ -7,7 +7,7 @@
 
 #include "core/ops.h"
 #include "dist/process_group/process_group_gloo.h"
-#include "dist/store/hash_store.h"
+#include "store/hash_store.h"
 #include "tests/dist/process_group/collective_checks.h"
 #include "tests/dist/process_group/ranks.h"
 
