@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cerrno>
 #include <cstdio>
@@ -16,6 +17,9 @@
 #include <optional>
 #include <set>
 #include <string_view>
+#include <utility>
+
+#include <nlohmann/json.hpp>
 
 #include "core/ops/creation.h"
 #include "core/safetensors_file.h"
@@ -193,145 +197,14 @@ void append_json_string(std::string& out, std::string_view s, const char* op) {
   out += '"';
 }
 
-// A strict reader for exactly the JSON a safetensors header uses: objects, strings, arrays and
-// non-negative integers. Anything else (floats, negatives, true/false/null) is rejected.
-class JsonReader {
- public:
-  JsonReader(std::string_view text, std::string where) : s_(text), where_(std::move(where)) {}
-
-  template <typename... Args>
-  [[noreturn]] void fail(const Args&... args) const {
-    throw IoError(detail::str(where_, args..., " (header byte ", pos_, ")"));
-  }
-
-  void skip_ws() {
-    while (pos_ < s_.size() &&
-           (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r')) {
-      ++pos_;
-    }
-  }
-  bool consume(char c) {
-    skip_ws();
-    if (pos_ < s_.size() && s_[pos_] == c) return ++pos_, true;
-    return false;
-  }
-  void expect(char c) {
-    if (!consume(c)) {
-      if (pos_ >= s_.size()) fail("expected '", c, "' but the header ended");
-      fail("expected '", c, "', found '", s_[pos_], "'");
-    }
-  }
-  bool at_end() {
-    skip_ws();
-    return pos_ == s_.size();
-  }
-
-  std::string string() {
-    expect('"');
-    std::string out;
-    while (true) {
-      if (pos_ >= s_.size()) fail("unterminated string");
-      char c = s_[pos_++];
-      if (c == '"') return out;
-      if (static_cast<uint8_t>(c) < 0x20) fail("raw control character in a string");
-      if (c != '\\') {
-        out += c;
-        continue;
-      }
-      if (pos_ >= s_.size()) fail("unterminated escape");
-      char e = s_[pos_++];
-      if (e == 'u') {
-        append_utf8(out, code_point());
-        continue;
-      }
-      static constexpr std::string_view kEscaped = "\"\\/bfnrt", kMeaning = "\"\\/\b\f\n\r\t";
-      size_t k = kEscaped.find(e);
-      if (k == std::string_view::npos) fail("invalid escape '\\", e, "'");
-      out += kMeaning[k];
-    }
-  }
-
-  uint64_t uint() {
-    skip_ws();
-    if (pos_ < s_.size() && s_[pos_] == '-') fail("negative numbers are not allowed");
-    size_t start = pos_;
-    uint64_t v = 0;
-    while (pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9') {
-      if (__builtin_mul_overflow(v, 10u, &v) ||
-          __builtin_add_overflow(v, static_cast<uint64_t>(s_[pos_] - '0'), &v)) {
-        fail("integer ", s_.substr(start, pos_ + 1 - start), "... overflows 64 bits");
-      }
-      ++pos_;
-    }
-    if (pos_ == start) fail("expected a non-negative integer");
-    if (s_[start] == '0' && pos_ - start > 1)
-      fail("leading zeros in ", s_.substr(start, pos_ - start));
-    if (pos_ < s_.size() && (s_[pos_] == '.' || s_[pos_] == 'e' || s_[pos_] == 'E')) {
-      fail("only integers are allowed, found a fraction or exponent after ", v);
-    }
-    return v;
-  }
-
-  std::vector<uint64_t> uint_array() {
-    std::vector<uint64_t> out;
-    expect('[');
-    if (consume(']')) return out;
-    do out.push_back(uint());
-    while (consume(','));
-    expect(']');
-    return out;
-  }
-
- private:
-  uint32_t hex4() {
-    if (pos_ + 4 > s_.size()) fail("truncated \\u escape");
-    uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) {
-      char h = s_[pos_++];
-      int d = h >= '0' && h <= '9'   ? h - '0'
-              : h >= 'a' && h <= 'f' ? h - 'a' + 10
-              : h >= 'A' && h <= 'F' ? h - 'A' + 10
-                                     : -1;
-      if (d < 0) fail("bad hex digit '", h, "' in a \\u escape");
-      v = v * 16 + static_cast<uint32_t>(d);
-    }
-    return v;
-  }
-  // One \uXXXX (the "\u" already read), joining a UTF-16 surrogate pair.
-  uint32_t code_point() {
-    uint32_t hi = hex4();
-    if (hi >= 0xdc00 && hi <= 0xdfff) fail("unpaired low surrogate in a \\u escape");
-    if (hi < 0xd800 || hi > 0xdbff) return hi;
-    if (pos_ + 2 > s_.size() || s_[pos_] != '\\' || s_[pos_ + 1] != 'u') {
-      fail("high surrogate not followed by a low one");
-    }
-    pos_ += 2;
-    uint32_t lo = hex4();
-    if (lo < 0xdc00 || lo > 0xdfff) fail("high surrogate not followed by a low one");
-    return 0x10000 + ((hi - 0xd800) << 10) + (lo - 0xdc00);
-  }
-  static void append_utf8(std::string& out, uint32_t cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xc0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3f));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xe0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-      out += static_cast<char>(0x80 | (cp & 0x3f));
-    } else {
-      out += static_cast<char>(0xf0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3f));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-      out += static_cast<char>(0x80 | (cp & 0x3f));
-    }
-  }
-
-  std::string_view s_;
-  std::string where_;
-  size_t pos_ = 0;
-};
+// A byte for an error message: 'c' when printable ASCII, its hex value otherwise.
+std::string shown(char ch) {
+  auto c = static_cast<uint8_t>(ch);
+  if (c > 0x20 && c < 0x7f) return detail::str('\'', ch, '\'');
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "byte 0x%02x", c);
+  return buf;
+}
 
 struct Entry {
   std::string name;
@@ -340,70 +213,167 @@ struct Entry {
   uint64_t begin, end;
 };
 
-Entry parse_entry(JsonReader& r, std::string name) {
-  Entry e{std::move(name), kFloat32, {}, 0, 0};
-  bool has_dtype = false, has_shape = false, has_offsets = false;
-  r.expect('{');
-  do {
-    std::string key = r.string();
-    r.expect(':');
-    auto once = [&](bool& seen) {
-      if (seen) r.fail("tensor \"", e.name, "\" has a duplicate key \"", key, "\"");
-      seen = true;
-    };
-    if (key == "dtype") {
-      once(has_dtype);
-      std::string d = r.string();
-      auto t = parse_safetensors_dtype(d);
-      if (!t) r.fail("tensor \"", e.name, "\" has unsupported dtype \"", d, "\"");
-      e.dtype = *t;
-    } else if (key == "shape") {
-      once(has_shape);
-      for (uint64_t s : r.uint_array()) {
-        if (s > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-          r.fail("tensor \"", e.name, "\" has size ", s, " out of range");
-        }
-        e.shape.push_back(static_cast<int64_t>(s));
-      }
-      if (e.shape.size() > kMaxDims) {
-        r.fail("tensor \"", e.name, "\" has ", e.shape.size(), " dims, more than ", kMaxDims);
-      }
-    } else if (key == "data_offsets") {
-      once(has_offsets);
-      auto offs = r.uint_array();
-      if (offs.size() != 2)
-        r.fail("tensor \"", e.name, "\" needs 2 data_offsets, got ", offs.size());
-      e.begin = offs[0];
-      e.end = offs[1];
-    } else {
-      r.fail("tensor \"", e.name, "\" has unknown key \"", key, "\"");
-    }
-  } while (r.consume(','));
-  r.expect('}');
-  if (!has_dtype || !has_shape || !has_offsets) {
-    r.fail("tensor \"", e.name, "\" lacks ",
-           !has_dtype   ? "\"dtype\""
-           : !has_shape ? "\"shape\""
-                        : "\"data_offsets\"");
-  }
-  return e;
-}
+struct Header {
+  std::vector<Entry> entries;
+  std::map<std::string, std::string> metadata;
+};
 
-std::map<std::string, std::string> parse_metadata(JsonReader& r) {
-  std::map<std::string, std::string> out;
-  r.expect('{');
-  if (r.consume('}')) return out;
-  do {
-    std::string key = r.string();
-    r.expect(':');
-    std::string value = r.string();
-    if (!out.emplace(std::move(key), std::move(value)).second) {
-      r.fail("duplicate __metadata__ key");
+// Reads a safetensors header through nlohmann's SAX parser. nlohmann reads the JSON and words
+// its syntax errors itself; this class checks each event against the schema as it arrives, so
+// no document tree is built (a hostile header costs no more memory than the entries it
+// declares), duplicate keys are seen (nlohmann's tree would keep only the last) and the first
+// problem in text order is the one reported. depth_ counts the open containers: 1 inside the
+// header object, 2 inside an entry or "__metadata__", 3 inside "shape" or "data_offsets".
+class HeaderReader final : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  explicit HeaderReader(const std::string& where) : where_(where) {}
+
+  Header header;
+
+  bool start_object(std::size_t) override {
+    if (depth_ > 1) mismatch("'{'");
+    if (depth_++ == 1 && !in_meta_) {
+      entry_ = Entry{member_, kFloat32, {}, 0, 0};
+      seen_ = {};
     }
-  } while (r.consume(','));
-  r.expect('}');
-  return out;
-}
+    return true;
+  }
+
+  bool key(string_t& k) override {
+    if (depth_ == 1) {  // a tensor name or "__metadata__"
+      in_meta_ = k == "__metadata__";
+      if (in_meta_ && std::exchange(has_meta_, true)) fail("duplicate \"__metadata__\"");
+      if (!in_meta_ && !names_.insert(k).second) fail("duplicate tensor name \"", k, "\"");
+      member_ = std::move(k);
+    } else if (in_meta_) {
+      if (header.metadata.count(k)) fail("duplicate __metadata__ key \"", k, "\"");
+      meta_key_ = std::move(k);
+    } else {
+      auto it = std::find(std::begin(kFields), std::end(kFields), k);
+      if (it == std::end(kFields)) fail("tensor \"", member_, "\" has unknown key \"", k, "\"");
+      field_ = static_cast<Field>(it - std::begin(kFields));
+      if (std::exchange(seen_[field_], true)) {
+        fail("tensor \"", member_, "\" has a duplicate key \"", k, "\"");
+      }
+    }
+    return true;
+  }
+
+  bool end_object() override {
+    if (--depth_ == 1 && !in_meta_) {  // an entry is complete
+      for (Field f : {kDtype, kShape, kOffsets}) {
+        if (!seen_[f]) fail("tensor \"", member_, "\" lacks \"", kFields[f], "\"");
+      }
+      header.entries.push_back(std::move(entry_));
+    }
+    return true;
+  }
+
+  bool start_array(std::size_t) override {
+    if (depth_ != 2 || in_meta_ || field_ == kDtype) mismatch("'['");
+    values_.clear();
+    count_ = 0;
+    ++depth_;
+    return true;
+  }
+
+  bool end_array() override {  // only "shape" and "data_offsets" get here
+    --depth_;
+    if (field_ == kOffsets) {
+      if (count_ != 2) fail("tensor \"", member_, "\" needs 2 data_offsets, got ", count_);
+      entry_.begin = values_[0];
+      entry_.end = values_[1];
+      return true;
+    }
+    if (count_ > kMaxDims) {
+      fail("tensor \"", member_, "\" has ", count_, " dims, more than ", kMaxDims);
+    }
+    for (uint64_t s : values_) {
+      if (s > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        fail("tensor \"", member_, "\" has size ", s, " out of range");
+      }
+      entry_.shape.push_back(static_cast<int64_t>(s));
+    }
+    return true;
+  }
+
+  // nlohmann reports a non-negative integer as unsigned, one with a '-' (even -0) as signed,
+  // and one with a fraction, an exponent or too many digits for 64 bits as a float.
+  bool number_unsigned(number_unsigned_t v) override {
+    if (depth_ != 3) mismatch(detail::str(v));
+    if (values_.size() < kMaxDims) values_.push_back(v);  // the count alone past that
+    ++count_;
+    return true;
+  }
+  bool number_integer(number_integer_t v) override {
+    if (depth_ == 3) fail(context(), "negative numbers are not allowed");
+    mismatch(detail::str(v));
+  }
+  bool number_float(number_float_t, const string_t& s) override {
+    if (depth_ != 3) mismatch(s);
+    if (s.starts_with('-')) fail(context(), "negative numbers are not allowed, found ", s);
+    if (s.find_first_of(".eE") == std::string::npos) {
+      fail(context(), "integer ", s, " overflows 64 bits");
+    }
+    fail(context(), "only integers are allowed, found a fraction or exponent in ", s);
+  }
+
+  bool string(string_t& s) override {
+    if (depth_ == 2 && in_meta_) {
+      header.metadata.emplace(std::move(meta_key_), std::move(s));
+      return true;
+    }
+    if (depth_ != 2 || field_ != kDtype) mismatch("a string");
+    auto t = parse_safetensors_dtype(s);
+    if (!t) fail("tensor \"", member_, "\" has unsupported dtype \"", s, "\"");
+    entry_.dtype = *t;
+    return true;
+  }
+  bool null() override { mismatch("null"); }
+  bool boolean(bool b) override { mismatch(b ? "true" : "false"); }
+  bool binary(binary_t&) override { mismatch("binary data"); }  // not from JSON text
+
+  // A syntax error, in nlohmann's words; `pos` counts the bytes read.
+  bool parse_error(std::size_t pos, const std::string&,
+                   const nlohmann::json::exception& e) override {
+    fail(e.what(), " (header byte ", pos > 0 ? pos - 1 : 0, ")");
+  }
+
+ private:
+  enum Field { kDtype, kShape, kOffsets };
+  static constexpr std::string_view kFields[] = {"dtype", "shape", "data_offsets"};
+
+  template <typename... Args>
+  [[noreturn]] void fail(const Args&... args) const {
+    throw IoError(detail::str(where_, args...));
+  }
+  // "<whose value>: expected <what the schema wants here>, found <found>".
+  [[noreturn]] void mismatch(const std::string& found) const {
+    const char* want = depth_ <= 1                    ? "'{'"
+                       : depth_ == 3                  ? "a non-negative integer"
+                       : in_meta_ || field_ == kDtype ? "'\"'"
+                                                      : "'['";
+    fail(context(), "expected ", want, ", found ", found);
+  }
+  std::string context() const {
+    if (in_meta_) {
+      return depth_ == 1 ? "\"__metadata__\": " : "__metadata__ key \"" + meta_key_ + "\": ";
+    }
+    if (depth_ == 1) return "tensor \"" + member_ + "\": ";
+    return detail::str("tensor \"", member_, "\", key \"", kFields[field_], "\": ");
+  }
+
+  const std::string& where_;
+  int depth_ = 0;
+  bool in_meta_ = false, has_meta_ = false;
+  std::string member_, meta_key_;  // the current tensor name; the current metadata key
+  std::set<std::string> names_;
+  Entry entry_;
+  Field field_ = kDtype;
+  std::array<bool, 3> seen_{};
+  std::vector<uint64_t> values_;  // of the current array, at most kMaxDims of them
+  size_t count_ = 0;              // of the current array, all of them
+};
 
 // The 8-byte header length of a file of `size` bytes, checked against it.
 uint64_t checked_header_length(const uint8_t* first8, uint64_t size, const std::string& where) {
@@ -416,37 +386,20 @@ uint64_t checked_header_length(const uint8_t* first8, uint64_t size, const std::
   return n;
 }
 
-struct Header {
-  std::vector<Entry> entries;
-  std::map<std::string, std::string> metadata;
-};
-
 // Parses and checks a safetensors header (the JSON after the length) for a data section of
 // `data_size` bytes; `where` prefixes every error message.
 Header parse_header(std::string_view text, uint64_t data_size, const std::string& where) {
   GW_CHECK(valid_utf8(text), IoError, where, "the header is not valid UTF-8");
-  JsonReader r(text, where);
-  std::vector<Entry> entries;
-  std::map<std::string, std::string> meta;
-  std::set<std::string> names;
-  bool has_meta = false;
-  r.expect('{');
-  if (!r.consume('}')) {
-    do {
-      std::string name = r.string();
-      r.expect(':');
-      if (name == "__metadata__") {
-        if (has_meta) r.fail("duplicate \"__metadata__\"");
-        has_meta = true;
-        meta = parse_metadata(r);
-      } else {
-        if (!names.insert(name).second) r.fail("duplicate tensor name \"", name, "\"");
-        entries.push_back(parse_entry(r, std::move(name)));
-      }
-    } while (r.consume(','));
-    r.expect('}');
-  }
-  if (!r.at_end()) r.fail("trailing bytes after the header object");
+  // nlohmann would skip a byte-order mark; a header has none, so '{' comes first.
+  const size_t first = text.find_first_not_of(" \t\n\r");
+  GW_CHECK(first != std::string_view::npos, IoError, where, "expected '{' but the header ended");
+  GW_CHECK(text[first] == '{', IoError, where, "expected '{', found ", shown(text[first]),
+           " (header byte ", first, ")");
+  // The reader throws every error, syntax errors included; nlohmann's SAX parser throws none.
+  HeaderReader reader(where);
+  GW_CHECK(nlohmann::json::sax_parse(text.data(), text.data() + text.size(), &reader), IoError,
+           where, "malformed header");
+  std::vector<Entry>& entries = reader.header.entries;
 
   for (const Entry& e : entries) {
     auto nbytes = checked_nbytes(e.shape, e.dtype);
@@ -473,7 +426,7 @@ Header parse_header(std::string_view text, uint64_t data_size, const std::string
              e->end, ") overlap");
     prev = e;
   }
-  return {std::move(entries), std::move(meta)};
+  return std::move(reader.header);
 }
 
 // Parses and checks a whole safetensors buffer; `where` prefixes every error message.
