@@ -45,7 +45,8 @@
   X(Floor,      floor,       kNumeric, fn)  \
   X(Ceil,       ceil,        kNumeric, fn)  \
   X(Round,      round,       kNumeric, fn)  \
-  X(Erf,        erf,         kFloat,   fn)
+  X(Erf,        erf,         kFloat,   fn)  \
+  X(Silu,       silu,        kFloat,   fn)
 
 // Binary ops take two tensors (or a tensor and a Scalar) of one computed dtype; their public
 // functions, with their Scalar overloads and alpha, are written by hand (elementwise.h).

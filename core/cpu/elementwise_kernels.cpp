@@ -211,6 +211,7 @@ void unary_typed(UnaryOp op, const Tensor& in, const Tensor& out) {
       GW_FLOAT_OP(Sin, return std::sin(x))
       GW_FLOAT_OP(Cos, return std::cos(x))
       GW_FLOAT_OP(Erf, return std::erf(x))
+      GW_FLOAT_OP(Silu, return x * sigmoid(x))
 #undef GW_FLOAT_OP
   }
   throw DTypeError(detail::str("[", op_name(op), "] is not supported for dtype ", in.dtype()));

@@ -64,6 +64,7 @@ __host__ __device__ C unary_value(UnaryOp op, C x) {
       GW_FLOAT_OP(Sin, sin(x))
       GW_FLOAT_OP(Cos, cos(x))
       GW_FLOAT_OP(Erf, erf(x))
+      GW_FLOAT_OP(Silu, x * sigmoid(x))
   }
 #undef GW_FLOAT_OP
   return x;

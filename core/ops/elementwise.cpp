@@ -307,6 +307,10 @@ Tensor unary_derivative(UnaryOp op, const Tensor& g, const Tensor& x, const Tens
     }
     case UnaryOp::Erf:
       return mul(g, mul(exp(neg(square(x))), 2 / std::sqrt(std::numbers::pi)));
+    case UnaryOp::Silu: {  // d/dx x·σ(x) = σ(x)·(1 + x·(1 - σ(x)))
+      Tensor s = sigmoid(x);
+      return mul(g, mul(s, add(mul(x, sub(1, s)), 1)));
+    }
     case UnaryOp::Sign:  // zero almost everywhere
     case UnaryOp::Floor:
     case UnaryOp::Ceil:

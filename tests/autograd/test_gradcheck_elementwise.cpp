@@ -35,6 +35,7 @@ std::vector<Unary> unary_ops() {
       {"tanh", [](const Tensor& x) { return gw::tanh(x); }, -2, 2, {}},
       {"relu", [](const Tensor& x) { return gw::relu(x); }, -2, 2, {0.0}},
       {"gelu", [](const Tensor& x) { return gw::gelu(x); }, -3, 3, {}},
+      {"silu", [](const Tensor& x) { return gw::silu(x); }, -4, 4, {}},
       {"gelu(tanh)", [](const Tensor& x) { return gw::gelu(x, "tanh"); }, -3, 3, {}},
       // Method forms go through the same primitives.
       {"Tensor::exp", [](const Tensor& x) { return x.exp(); }, -2, 2, {}},

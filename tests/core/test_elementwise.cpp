@@ -139,6 +139,10 @@ std::vector<UnaryCase> unary_cases() {
        kGeneral},
       {"gelu", [](const Tensor& x) { return gw::gelu(x); },
        [](double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }, kGeneral},
+      {"silu",
+       [](const Tensor& x) { return gw::silu(x); },
+       [](double x) { return x / (1.0 + std::exp(-x)); },
+       {-30.0, -2.5, -0.5, 0.0, 0.5, 2.5, 30.0}},
       {"gelu tanh", [](const Tensor& x) { return gw::gelu(x, "tanh"); },
        [](double x) {
          const double k = std::sqrt(2.0 / std::numbers::pi);

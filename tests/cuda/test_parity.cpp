@@ -78,6 +78,7 @@ TEST_CASE("unary ops match the CPU", "[cuda][parity][elementwise]") {
       {"floor", gw::floor, false},     {"ceil", gw::ceil, false},
       {"round", gw::round, false},     {"relu", gw::relu, false},
       {"sigmoid", gw::sigmoid, false}, {"tanh", gw::tanh, false},
+      {"silu", gw::silu, false},
   };
   for (const Named& u : ops) {
     Tensor x = gw::mul(u.positive_only ? positive({6, 33}, 1) : randn({6, 33}, 1), 3);
