@@ -87,11 +87,7 @@ Agent::Agent(std::string name, int rank, int world_size, RpcBackendOptions optio
     hello.device_map = maps_to_[static_cast<size_t>(peer)];
     return hello;
   };
-  handlers.sending = [this](uint64_t id, const Connection& c) { calls_->bind(id, &c); };
-  handlers.unsent = [this](Message& m, std::exception_ptr why) {
-    cancelled(m);
-    calls_->fail(m.id, std::move(why));
-  };
+  handlers.unsent = [this](Message& m) { cancelled(m); };
   transport_ = std::make_unique<Transport>(std::move(resolved.transport), std::move(handlers));
   // Rendezvous: the store given, else init_method's; then every worker's address through it.
   store_ = options_.store ? options_.store
@@ -122,7 +118,7 @@ Agent::Agent(std::string name, int rank, int world_size, RpcBackendOptions optio
   trace::set_process(self_.id, self_.name);
   debug_section_ = debug::Section("rpc", [this] { return debug_json(); });
   debug::dump_on_sigusr1();
-  transport_->start(peers, mark_thread);
+  transport_->start(peers, *calls_, mark_thread);
 }
 
 Agent::~Agent() {

@@ -12,7 +12,8 @@
 //
 // Inside, the agent is three parts and a list of interceptors, each in its own header:
 //   Transport   (rpc/transport.h)   sockets and the network thread, which never blocks: requests
-//                                   are written by the calling thread, connects are asynchronous
+//                                   are written by the calling thread, connects are asynchronous;
+//                                   it binds each call to its connection (or fails it) itself
 //   CallTable   (rpc/call_table.h)  pending calls, their deadlines and the connection each is
 //                                   bound to; the only place a response completes a call
 //   Dispatcher  (rpc/dispatcher.h)  the pool that runs request handlers, device placement of
@@ -20,7 +21,8 @@
 //   Interceptor (rpc/interceptor.h) how the RRef protocol and distributed autograd see every
 //                                   message sent and received
 // The agent itself routes: a request's variant picks its handler (on_request), a response goes
-// to the call table.
+// to the call table. A call goes agent -> call table (add) -> transport -> connection, and
+// comes back only if its request could not leave (the interceptors undo what they recorded).
 //
 // Most code uses the free functions in rpc/api.h (init_rpc, rpc_sync, ...), which act on the
 // process's default agent, or on the agent running the current request handler. Tests create

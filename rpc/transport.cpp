@@ -32,8 +32,9 @@ Transport::~Transport() { stop("the RPC agent was destroyed"); }
 
 uint16_t Transport::port() const { return acceptor_.local_endpoint().port(); }
 
-void Transport::start(const std::vector<PeerAddress>& peers,
+void Transport::start(const std::vector<PeerAddress>& peers, CallTable& calls,
                       const std::function<void()>& on_thread_start) {
+  calls_ = &calls;
   {
     std::lock_guard lock(mu_);
     peers_.resize(peers.size());
@@ -204,19 +205,19 @@ void Transport::send(int peer, Message m, Clock::time_point deadline) {
     }
   }
   if (!dead.empty()) {
-    handlers_.unsent(m, std::make_exception_ptr(IoError("[rpc] " + dead)));
+    unsent(m, std::make_exception_ptr(IoError("[rpc] " + dead)));
     return;
   }
   if (!open) {
-    handlers_.unsent(m, std::make_exception_ptr(StateError(gw::detail::str(
-                            "[rpc] the RPC agent '", self_name_, "' is shut down"))));
+    unsent(m, std::make_exception_ptr(StateError(
+                  gw::detail::str("[rpc] the RPC agent '", self_name_, "' is shut down"))));
     return;
   }
   write(open, m);
 }
 
 void Transport::write(const std::shared_ptr<Connection>& c, Message& m) {
-  handlers_.sending(m.id, *c);
+  calls_->bind(m.id, c.get());
   std::exception_ptr error;
   try {
     c->send(m);
@@ -224,7 +225,12 @@ void Transport::write(const std::shared_ptr<Connection>& c, Message& m) {
     error = std::current_exception();
   }
   // Outside the catch: the caller's thread may get (and drop) the error first.
-  if (error) handlers_.unsent(m, std::move(error));
+  if (error) unsent(m, std::move(error));
+}
+
+void Transport::unsent(Message& m, std::exception_ptr why) {
+  handlers_.unsent(m);
+  calls_->fail(m.id, std::move(why));
 }
 
 // Network thread: opens the connection to `peer` without waiting for it.
@@ -301,9 +307,9 @@ Transport::Clock::time_point Transport::earliest_deadline_locked(const Peer& p) 
 
 void Transport::expire(int peer, std::deque<Queued>& expired) {
   for (auto& q : expired)
-    handlers_.unsent(q.message,
-                     std::make_exception_ptr(TimeoutError("[rpc] connecting to " + describe(peer) +
-                                                          " took longer than the call's timeout")));
+    unsent(q.message,
+           std::make_exception_ptr(TimeoutError("[rpc] connecting to " + describe(peer) +
+                                                " took longer than the call's timeout")));
 }
 
 // Network thread: the connect to `peer` finished; on success, writes the Handshake and then the
@@ -409,7 +415,7 @@ void Transport::fail_queue(int peer, std::exception_ptr why) {
     failed.swap(p.queue);
     p.connecting = false;
   }
-  for (auto& q : failed) handlers_.unsent(q.message, why);
+  for (auto& q : failed) unsent(q.message, why);
 }
 
 void Transport::probe(int peer) {

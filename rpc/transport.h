@@ -37,8 +37,8 @@
 //
 //   Transport t(options, handlers);                                 // listening
 //   publish(t.port()); ...                                          // rendezvous
-//   t.start(peer_endpoints);                                        // network thread runs
-//   t.send(1, std::move(request), deadline);  // handlers.sending, then handlers.unsent if lost
+//   t.start(peer_endpoints, calls);                                 // network thread runs
+//   t.send(1, std::move(request), deadline);  // bound in `calls`, or failed there (and unsent)
 //   t.stop("shutdown");                                             // closes all, joins
 #pragma once
 
@@ -57,6 +57,7 @@
 
 #include <asio.hpp>
 
+#include "rpc/call_table.h"
 #include "rpc/connection.h"
 #include "store/handshake.h"
 
@@ -93,10 +94,9 @@ class Transport {
     Connection::MessageHandler on_message;   // network thread
     Connection::CloseHandler on_close;       // network thread; the transport has forgotten it
     std::function<Message(int peer)> hello;  // the Handshake that opens a connection to `peer`
-    // Request `id` is about to be written to `conn` (any thread).
-    std::function<void(uint64_t id, const Connection& conn)> sending;
-    // Request `m` never left, because of `why` (IoError, TimeoutError, StateError).
-    std::function<void(Message& m, std::exception_ptr why)> unsent;
+    // Request `m` never left (any thread): undo what was recorded for it before send(). Its
+    // call fails right after, with the reason.
+    std::function<void(Message& m)> unsent;
   };
 
   // Listens on options.address (an ephemeral port). Throws IoError if it cannot.
@@ -108,12 +108,15 @@ class Transport {
   uint16_t port() const;
   asio::io_context& io() { return io_; }
 
-  // Learns where the peers listen (by worker id) and starts the network thread;
-  // `on_thread_start` runs first on it. Throws IoError on an address that is not an IP.
-  void start(const std::vector<PeerAddress>& peers, const std::function<void()>& on_thread_start);
-  // Sends request `m` to worker `peer`, connecting first if needed, within `deadline`
-  // (Clock::time_point::max(): no limit of ours). Never blocks and never throws: the outcome
-  // goes to handlers.sending or handlers.unsent.
+  // Learns where the peers listen (by worker id) and the table of our calls (which must outlive
+  // stop()), and starts the network thread; `on_thread_start` runs first on it. Throws IoError
+  // on an address that is not an IP.
+  void start(const std::vector<PeerAddress>& peers, CallTable& calls,
+             const std::function<void()>& on_thread_start);
+  // Sends request `m`, call m.id in the table, to worker `peer`, connecting first if needed,
+  // within `deadline` (Clock::time_point::max(): no limit of ours). Never blocks and never
+  // throws: the call is bound to the connection the request is written to, or, if it cannot
+  // leave, handed to handlers.unsent and then failed in the table.
   void send(int peer, Message m, Clock::time_point deadline);
   // Whether `c` is our open connection to its peer (the one our requests to it go out on).
   bool is_outbound(const std::shared_ptr<Connection>& c) const;
@@ -166,6 +169,8 @@ class Transport {
   static Clock::time_point earliest_deadline_locked(const Peer& p);
   void expire(int peer, std::deque<Queued>& expired);  // unsent, TimeoutError
   void write(const std::shared_ptr<Connection>& c, Message& m);
+  // Request `m` never left because of `why`: handlers.unsent, then its call fails.
+  void unsent(Message& m, std::exception_ptr why);
   std::string describe(int peer) const;  // "worker 'w' at addr:port"
   std::shared_ptr<Connection> make_connection(store::Stream s);
   // Network thread, every liveness_check_period: heartbeats out, silent peers declared dead.
@@ -175,6 +180,7 @@ class Transport {
   const Options options_;
   const std::string& self_name_ = options_.self_name;
   Handlers handlers_;
+  CallTable* calls_ = nullptr;  // set by start()
   asio::io_context io_;
   asio::executor_work_guard<asio::io_context::executor_type> work_{io_.get_executor()};
   asio::ip::tcp::acceptor acceptor_{io_};
