@@ -1,6 +1,7 @@
-// The user-facing entry points: Tensor's autograd methods, backward, grad, and hooks. This file
-// also installs the recorder: any program that calls backward or grad links it, so its
-// static initializer runs before the first op.
+// The user-facing entry points: Tensor's autograd methods, backward, grad, and hooks.
+// The two ways to ask for a gradient, requires_grad_ and TensorOptions::with_requires_grad,
+// are where autograd hands core its recorder (core/grad_hooks.h): before anything requires
+// grad, so that every op on a tensor that does records.
 #include "autograd/autograd.h"
 
 #include <atomic>
@@ -10,12 +11,29 @@
 namespace gw {
 
 namespace {
-struct InstallRecorder {
-  InstallRecorder() {
-    static autograd::Recorder recorder;
-    install_grad_recorder(&recorder);
-  }
-} install_recorder;
+void install_recorder() {
+  static autograd::Recorder recorder;  // made once, thread-safely
+  static const bool installed = (install_grad_recorder(&recorder), true);
+  (void)installed;
+}
+}  // namespace
+
+Tensor& Tensor::requires_grad_(bool requires_grad) {
+  GW_CHECK(!requires_grad || is_floating_point(), DTypeError,
+           "[requires_grad_] only floating point tensors can require gradients, got ", dtype());
+  if (requires_grad) install_recorder();
+  checked()->requires_grad = requires_grad;
+  return *this;
+}
+
+TensorOptions TensorOptions::with_requires_grad(bool r) const {
+  if (r) install_recorder();
+  TensorOptions o = *this;
+  o.requires_grad = r;
+  return o;
+}
+
+namespace {
 
 Tensor root_gradient(const Tensor& t, const Tensor& given, const char* op, size_t i) {
   GW_CHECK(t.requires_grad(), InvalidArgumentError, "[", op, "] element ", i,

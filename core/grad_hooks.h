@@ -5,10 +5,18 @@
 // ops record nothing), then, if grad mode is on and an input requires grad, hands inputs and
 // output to the GradRecorder that the autograd layer installed, which attaches a backward
 // node to the output. Composite ops (mean, var, linear, ...) record through the primitives
-// they call. Without the autograd layer nothing is installed and nothing is recorded.
+// they call.
+//
+// The wiring is explicit. The two ways to ask for a gradient, Tensor::requires_grad_ and
+// TensorOptions::with_requires_grad, are defined by the autograd layer, and install its
+// recorder the first time they are asked for true. A factory given options that require grad
+// without the recorder installed (the field set by hand, in a program without autograd)
+// refuses them (StateError): a tensor never requires grad while nothing would record its
+// history.
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <functional>
 #include <optional>
 #include <vector>
@@ -57,7 +65,7 @@ class GradRecorder {
                         const Tensor& out) = 0;
 };
 
-// Installed once by the autograd layer at load time.
+// Called by the autograd layer before anything first requires grad.
 void install_grad_recorder(GradRecorder* recorder);
 
 bool grad_mode_enabled();
@@ -65,15 +73,17 @@ void set_grad_mode_enabled(bool enabled);
 
 namespace detail {
 
+// Set once, and read only once an input requires grad (so after it was set).
+extern std::atomic<GradRecorder*> g_grad_recorder;
 // Read on every op: constinit spares the TLS wrapper call, initial-exec the TLS lookup.
-extern GradRecorder* g_grad_recorder;
 extern thread_local constinit bool t_grad_mode __attribute__((tls_model("initial-exec")));
 
-// The recorder, if `out` of an op on these inputs must record its history.
+// The recorder, if `out` of an op on these inputs must record its history. (An input that
+// requires grad was marked after the recorder was installed.)
 inline GradRecorder* recorder_for(std::initializer_list<const Tensor*> inputs) {
-  if (!t_grad_mode || g_grad_recorder == nullptr) return nullptr;
+  if (!t_grad_mode) return nullptr;
   for (const Tensor* t : inputs) {
-    if (t->defined() && t->requires_grad()) return g_grad_recorder;
+    if (t->defined() && t->requires_grad()) return g_grad_recorder.load(std::memory_order_acquire);
   }
   return nullptr;
 }
@@ -93,6 +103,15 @@ class NoRecordScope {
 
 // In-place ops cannot rewrite history yet: they refuse tensors that record it.
 void check_inplace_allowed(const Tensor& self, const char* op);
+
+// A factory's TensorOptions::requires_grad (`op` names it): a floating point `t` requires grad
+// from now on. Throws DTypeError for other dtypes, StateError before autograd is installed.
+// Factories fill their tensor with options `without_grad`, then mark it.
+void factory_requires_grad(Tensor& t, const char* op);
+inline TensorOptions without_grad(TensorOptions options) {
+  options.requires_grad = false;
+  return options;
+}
 
 }  // namespace detail
 }  // namespace gw

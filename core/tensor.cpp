@@ -122,13 +122,6 @@ void Tensor::set_data(const Tensor& src) const {
   impl->dtype = src.dtype();
 }
 
-Tensor& Tensor::requires_grad_(bool requires_grad) {
-  GW_CHECK(!requires_grad || is_floating_point(), DTypeError,
-           "[requires_grad_] only floating point tensors can require gradients, got ", dtype());
-  checked()->requires_grad = requires_grad;
-  return *this;
-}
-
 // ---------------------------------------------------------------------------------------------
 // Views
 

@@ -56,7 +56,9 @@ struct TensorOptions {
   TensorOptions(Device d) : device(d) {}  // NOLINT: zeros({2}, gw::kCPU)
   TensorOptions with_dtype(DType d) const { auto o = *this; o.dtype = d; return o; }
   TensorOptions with_device(Device d) const { auto o = *this; o.device = d; return o; }
-  TensorOptions with_requires_grad(bool r) const { auto o = *this; o.requires_grad = r; return o; }
+  // Defined in the autograd layer, as Tensor::requires_grad_ is: asking for a gradient
+  // installs autograd's recorder (core/grad_hooks.h).
+  TensorOptions with_requires_grad(bool r) const;
 };
 
 struct TensorImpl {
@@ -151,12 +153,13 @@ class Tensor {
 
   // --- autograd flag (the engine itself is in the autograd layer) ---------------------------
   bool requires_grad() const { return checked()->requires_grad; }
-  Tensor& requires_grad_(bool requires_grad = true);
   const std::shared_ptr<autograd::AutogradMeta>& autograd_meta() const {
     return checked()->autograd_meta;
   }
 
   // --- autograd (defined in the autograd layer: these need gw_autograd) ---------------------
+  // Marks a leaf; asking for true installs autograd's recorder (core/grad_hooks.h).
+  Tensor& requires_grad_(bool requires_grad = true);
   // Accumulates d(this)/d(leaf) into every leaf's .grad; `gradient` may be omitted for scalars.
   void backward(const Tensor& gradient = {}, bool retain_graph = false) const;
   Tensor grad() const;  // undefined until a backward pass reaches this leaf

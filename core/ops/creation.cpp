@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/backend.h"
+#include "core/grad_hooks.h"
 
 namespace gw {
 
@@ -14,30 +15,40 @@ Tensor empty(Shape shape, TensorOptions options) {
   Shape strides = contiguous_strides(shape);
   Tensor t = Tensor::make(std::move(storage), std::move(shape), std::move(strides), 0,
                           options.dtype);
-  if (options.requires_grad) t.requires_grad_(true);
+  if (options.requires_grad) detail::factory_requires_grad(t, "empty");
   return t;
 }
+
+namespace {
+// full, zeros and ones; `op` names the one called.
+Tensor filled(Shape shape, const Scalar& value, TensorOptions options, const char* op) {
+  Tensor t = empty(std::move(shape), detail::without_grad(options));
+  backend_for(t, op).fill(t, value);
+  if (options.requires_grad) detail::factory_requires_grad(t, op);
+  return t;
+}
+}  // namespace
 
 Tensor full(Shape shape, const Scalar& value, TensorOptions options) {
-  Tensor t = empty(std::move(shape), options.with_requires_grad(false));
-  backend_for(t, "full").fill(t, value);
-  if (options.requires_grad) t.requires_grad_(true);
-  return t;
+  return filled(std::move(shape), value, options, "full");
 }
-
-Tensor zeros(Shape shape, TensorOptions options) { return full(std::move(shape), 0, options); }
-Tensor ones(Shape shape, TensorOptions options) { return full(std::move(shape), 1, options); }
+Tensor zeros(Shape shape, TensorOptions options) {
+  return filled(std::move(shape), 0, options, "zeros");
+}
+Tensor ones(Shape shape, TensorOptions options) {
+  return filled(std::move(shape), 1, options, "ones");
+}
 
 Tensor eye(int64_t n, TensorOptions options) { return eye(n, n, options); }
 
 Tensor eye(int64_t n, int64_t m, TensorOptions options) {
   GW_CHECK(n >= 0 && m >= 0, ShapeError, "[eye] sizes must be non-negative, got ", n, "x", m);
-  Tensor t = zeros({n, m}, options.with_requires_grad(false));
+  Tensor t = zeros({n, m}, detail::without_grad(options));
   int64_t k = std::min(n, m);
   // The diagonal is a strided view: stride m + 1 through the flat storage.
   Tensor diag = Tensor::make(t.storage(), {k}, {m + 1}, 0, t.dtype());
   backend_for(t, "eye").fill(diag, 1);
-  if (options.requires_grad) t.requires_grad_(true);
+  if (options.requires_grad) detail::factory_requires_grad(t, "eye");
   return t;
 }
 
@@ -56,9 +67,9 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step,
   GW_CHECK((st > 0 && e >= s) || (st < 0 && e <= s), InvalidArgumentError, "[arange] step ",
            st, " does not lead from ", s, " to ", e);
   auto n = static_cast<int64_t>(std::ceil((e - s) / st));
-  Tensor t = empty({n}, options.with_requires_grad(false));
+  Tensor t = empty({n}, detail::without_grad(options));
   backend_for(t, "arange").iota(t, s, st);
-  if (options.requires_grad) t.requires_grad_(true);
+  if (options.requires_grad) detail::factory_requires_grad(t, "arange");
   return t;
 }
 
@@ -74,7 +85,7 @@ Tensor linspace(double start, double end, int64_t steps, TensorOptions options) 
     v[i] = (i < half || steps == 1) ? start + step * i : end - step * (steps - 1 - i);
   }
   Tensor t = from_vector(v, {steps}).to(options.dtype).to(options.device);
-  if (options.requires_grad) t.requires_grad_(true);
+  if (options.requires_grad) detail::factory_requires_grad(t, "linspace");
   return t;
 }
 

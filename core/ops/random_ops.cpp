@@ -9,9 +9,9 @@ namespace gw {
 namespace {
 Tensor random_tensor(RandomKind kind, Shape shape, double a, double b, Generator& gen,
                      TensorOptions options, const char* op) {
-  Tensor t = empty(std::move(shape), options.with_requires_grad(false));
+  Tensor t = empty(std::move(shape), detail::without_grad(options));
   backend_for(t, op).random(kind, t, a, b, gen);
-  if (options.requires_grad) t.requires_grad_(true);
+  if (options.requires_grad) detail::factory_requires_grad(t, op);
   return t;
 }
 }  // namespace

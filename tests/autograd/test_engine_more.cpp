@@ -334,3 +334,24 @@ TEST_CASE("grad mode is per thread", "[autograd][grad_mode][threads]") {
   CHECK(other_records);
   CHECK_FALSE((x * 2.0).requires_grad());
 }
+
+// --- marking leaves -----------------------------------------------------------------------------
+
+TEST_CASE("leaves made by requires_grad_ and by factories record their history",
+          "[autograd][leaves]") {
+  Tensor ints = gw::zeros({3}, gw::kInt64);
+  CHECK_THROWS_WITH(ints.requires_grad_(),
+                    Catch::Contains("[requires_grad_]") && Catch::Contains("int64"));
+  CHECK_THROWS_WITH(gw::zeros({2}, gw::TensorOptions(gw::kInt32).with_requires_grad(true)),
+                    Catch::Contains("[zeros]") && Catch::Contains("int32"));
+  Tensor x = gw::tensor({1.f, 2.f});
+  x.requires_grad_();
+  CHECK(x.str() == "tensor([1., 2.], requires_grad=True)");
+  Tensor w = gw::ones({2}, gw::TensorOptions(gw::kFloat32).with_requires_grad(true));
+  CHECK(w.requires_grad());
+  (w * x).sum().backward();
+  CHECK(vec(w.grad()) == std::vector<double>{1.0, 2.0});
+  CHECK(vec(x.grad()) == std::vector<double>{1.0, 1.0});
+  x.requires_grad_(false);
+  CHECK_FALSE((x * 2.0f).requires_grad());
+}

@@ -219,10 +219,6 @@ TEST_CASE("dtypes an operation does not support", "[core][errors]") {
   CHECK_THROWS_MATCHES(gw::softmax(ints, 0), gw::DTypeError, Says({"[softmax]", "int64"}));
   CHECK_THROWS_MATCHES(gw::logsumexp(gw::zeros({3}, gw::kInt32), {0}), gw::DTypeError,
                        Says({"[logsumexp]", "int32"}));
-  CHECK_THROWS_MATCHES(ints.requires_grad_(), gw::DTypeError,
-                       Says({"[requires_grad_]", "int64"}));
-  CHECK_THROWS_MATCHES(gw::zeros({2}, gw::TensorOptions(gw::kInt32).with_requires_grad(true)),
-                       gw::DTypeError, Says({"[requires_grad_]", "int32"}));
   CHECK_THROWS_MATCHES(gw::where(ints, ints, ints), gw::DTypeError,
                        Says({"[where]", "bool", "int64"}));
   CHECK_THROWS_MATCHES(gw::masked_fill(ints, ints, 1), gw::DTypeError,
@@ -346,6 +342,22 @@ TEST_CASE("using an undefined tensor", "[core][errors]") {
   CHECK_THROWS_MATCHES(gw::sum(u), gw::StateError, Says({"undefined"}));
   CHECK_THROWS_MATCHES(u.fill_(1), gw::StateError, Says({"undefined"}));
   CHECK_THROWS_MATCHES(m23().copy_(u), gw::StateError, Says({"undefined"}));
+}
+
+// This program links core alone, where asking for a gradient (with_requires_grad,
+// requires_grad_) does not link: options that require grad can only be set by hand, and a
+// factory refuses to make a tensor whose history nothing would record.
+TEST_CASE("requires_grad from a factory without autograd", "[core][errors]") {
+  gw::TensorOptions ints(gw::kInt32), floats(gw::kFloat32);
+  ints.requires_grad = floats.requires_grad = true;
+  CHECK_THROWS_MATCHES(gw::zeros({2}, ints), gw::DTypeError,
+                       Says({"[zeros]", "requires_grad", "int32"}));
+  CHECK_THROWS_MATCHES(gw::zeros({2}, floats), gw::StateError,
+                       Says({"[zeros]", "autograd is not installed", "with_requires_grad"}));
+  gw::Generator gen(1);
+  CHECK_THROWS_MATCHES(gw::randn({2}, gen, floats), gw::StateError, Says({"[randn]", "autograd"}));
+  CHECK_THROWS_MATCHES(gw::arange(0, 3, 1, floats), gw::StateError, Says({"[arange]", "autograd"}));
+  CHECK_THROWS_MATCHES(gw::empty({2}, floats), gw::StateError, Says({"[empty]", "autograd"}));
 }
 
 TEST_CASE("bad thread counts and device names", "[core][errors]") {
