@@ -1,8 +1,8 @@
 // The device seam. Operations in core/ops do everything that does not depend on the device —
 // argument checks, broadcasting, dtype promotion, output allocation, views — and then call
 // the Backend registered for the tensors' DeviceType to run the kernel. CPU kernels live in
-// core/cpu (Eigen); the CUDA layer registers its own Backend at load time, so op call sites
-// never change when a device is added.
+// core/cpu (Eigen), CUDA kernels in core/cuda; backend_for picks one by device type, so op
+// call sites never change when a device is added.
 //
 // Contract for every kernel: inputs and outputs are on this backend's device; elementwise
 // inputs are already expanded to the output's shape (stride 0 on broadcast dims) and converted

@@ -48,6 +48,13 @@
   X(Erf,        erf,         kFloat,   fn)  \
   X(Silu,       silu,        kFloat,   fn)
 
+// The unary ops marked `fn`: expands GW_UNARY_FN(Enum, name), which the includer defines (and
+// undefines after), once for each.
+#define GW_FOR_EACH_UNARY_FN GW_UNARY_OPS(GW_UNARY_FN_SELECT)
+#define GW_UNARY_FN_SELECT(Enum, name, rule, fn) GW_UNARY_FN_SELECT_##fn(Enum, name)
+#define GW_UNARY_FN_SELECT_fn(Enum, name) GW_UNARY_FN(Enum, name)
+#define GW_UNARY_FN_SELECT_none(Enum, name)
+
 // Binary ops take two tensors (or a tensor and a Scalar) of one computed dtype; their public
 // functions, with their Scalar overloads and alpha, are written by hand (elementwise.h).
 // rule: kArith (the computed dtype out), kCompare or kLogical (bool out).

@@ -16,13 +16,9 @@ using Tensors = const std::vector<Tensor>&;
 
 void register_elementwise(FunctionTable& t) {
   // Every unary op of core/op_list.h that has a function of its own, under its name.
-#define GW_BUILTIN_fn(name) t.add(#name, static_cast<Tensor (*)(T)>(gw::name));
-#define GW_BUILTIN_none(name)
-#define GW_BUILTIN(Enum, name, rule, fn) GW_BUILTIN_##fn(name)
-  GW_UNARY_OPS(GW_BUILTIN)
-#undef GW_BUILTIN
-#undef GW_BUILTIN_none
-#undef GW_BUILTIN_fn
+#define GW_UNARY_FN(Enum, name) t.add(#name, static_cast<Tensor (*)(T)>(gw::name));
+  GW_FOR_EACH_UNARY_FN
+#undef GW_UNARY_FN
   t.add("gelu", [](T x) { return gw::gelu(x); });
   t.add("gelu", [](T x, std::string approximate) { return gw::gelu(x, approximate); });
   t.add("clamp", [](T x, std::optional<Scalar> lo, std::optional<Scalar> hi) {

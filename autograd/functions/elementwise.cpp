@@ -93,7 +93,14 @@ class BinaryBackward final : public Node {
         if (need_b) gb = mul(g, sub(1, share_a));
         break;
       }
-      default:
+      case BinaryOp::Eq:  // bool results: the recorder never makes a node for them
+      case BinaryOp::Ne:
+      case BinaryOp::Lt:
+      case BinaryOp::Le:
+      case BinaryOp::Gt:
+      case BinaryOp::Ge:
+      case BinaryOp::LogicalAnd:
+      case BinaryOp::LogicalOr:
         throw InternalError(detail::str("[backward] ", op_name(op_), " is not differentiable"));
     }
     return {ga.defined() && need_a ? sum_to(ga, a_shape_).to(a_dtype_) : Tensor(),

@@ -230,65 +230,75 @@ T int_pow(T base, T exp) {
   return result;
 }
 
+// Each binary op at one element, for the dtypes its rule admits (comparisons and logical ops
+// write bools). One case per op and no default, as unary_typed: a missing op fails the build.
 template <typename T>
 void binary_typed(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
   using B = BinaryOp;
+  constexpr bool kBool = std::is_same_v<T, bool>;
+  constexpr bool kFloat = std::is_floating_point_v<T>;
+  auto test = [&](auto f) { map_binary<bool, T>(a, b, out, f); };
+  auto map = [&](auto f) { map_binary<T, T>(a, b, out, f); };
+  // Maximum and minimum propagate NaN, as PyTorch's do.
+  auto pick = [](bool first, T x, T y) {
+    if constexpr (kFloat) {
+      if (std::isnan(x) || std::isnan(y)) return std::numeric_limits<T>::quiet_NaN();
+    }
+    return first ? x : y;
+  };
   switch (op) {
-    case B::Eq: return map_binary<bool, T>(a, b, out, [](T x, T y) { return x == y; });
-    case B::Ne: return map_binary<bool, T>(a, b, out, [](T x, T y) { return x != y; });
-    case B::Lt: return map_binary<bool, T>(a, b, out, [](T x, T y) { return x < y; });
-    case B::Le: return map_binary<bool, T>(a, b, out, [](T x, T y) { return x <= y; });
-    case B::Gt: return map_binary<bool, T>(a, b, out, [](T x, T y) { return x > y; });
-    case B::Ge: return map_binary<bool, T>(a, b, out, [](T x, T y) { return x >= y; });
+    case B::Eq:
+      return test([](T x, T y) { return x == y; });
+    case B::Ne:
+      return test([](T x, T y) { return x != y; });
+    case B::Lt:
+      return test([](T x, T y) { return x < y; });
+    case B::Le:
+      return test([](T x, T y) { return x <= y; });
+    case B::Gt:
+      return test([](T x, T y) { return x > y; });
+    case B::Ge:
+      return test([](T x, T y) { return x >= y; });
     case B::LogicalAnd:
-      return map_binary<bool, T>(a, b, out, [](T x, T y) { return bool(x) && bool(y); });
+      return test([](T x, T y) { return bool(x) && bool(y); });
     case B::LogicalOr:
-      return map_binary<bool, T>(a, b, out, [](T x, T y) { return bool(x) || bool(y); });
-    default: break;
+      return test([](T x, T y) { return bool(x) || bool(y); });
+    // PyTorch: + and max of bools are or, * and min are and.
+    case B::Add:
+      if constexpr (kBool)
+        return map([](T x, T y) { return x || y; });
+      else
+        return map([](T x, T y) { return T(x + y); });
+    case B::Mul:
+      if constexpr (kBool)
+        return map([](T x, T y) { return x && y; });
+      else
+        return map([](T x, T y) { return T(x * y); });
+    case B::Maximum:
+      if constexpr (kBool)
+        return map([](T x, T y) { return x || y; });
+      else
+        return map([&](T x, T y) { return pick(x > y, x, y); });
+    case B::Minimum:
+      if constexpr (kBool)
+        return map([](T x, T y) { return x && y; });
+      else
+        return map([&](T x, T y) { return pick(x < y, x, y); });
+    case B::Sub:
+      if constexpr (!kBool) return map([](T x, T y) { return T(x - y); });
+      break;
+    case B::Div:  // integer division goes through floating point (the front end converts)
+      if constexpr (kFloat) return map([](T x, T y) { return x / y; });
+      break;
+    case B::Pow:
+      if constexpr (kFloat)
+        return map([](T x, T y) { return std::pow(x, y); });
+      else if constexpr (!kBool)
+        return map(int_pow<T>);
+      break;
   }
-  if constexpr (std::is_same_v<T, bool>) {
-    switch (op) {  // PyTorch: + and * on bools are or/and
-      case B::Add:
-      case B::Maximum: return map_binary<T, T>(a, b, out, [](T x, T y) { return x || y; });
-      case B::Mul:
-      case B::Minimum: return map_binary<T, T>(a, b, out, [](T x, T y) { return x && y; });
-      default:
-        throw DTypeError(detail::str("[", op_name(op), "] is not supported for bool tensors"));
-    }
-  } else {
-    switch (op) {
-      case B::Add: return map_binary<T, T>(a, b, out, [](T x, T y) { return T(x + y); });
-      case B::Sub: return map_binary<T, T>(a, b, out, [](T x, T y) { return T(x - y); });
-      case B::Mul: return map_binary<T, T>(a, b, out, [](T x, T y) { return T(x * y); });
-      case B::Div:
-        if constexpr (std::is_floating_point_v<T>) {
-          return map_binary<T, T>(a, b, out, [](T x, T y) { return x / y; });
-        } else {
-          break;  // integer division goes through floating point (the front end converts)
-        }
-      case B::Pow:
-        if constexpr (std::is_floating_point_v<T>) {
-          return map_binary<T, T>(a, b, out, [](T x, T y) { return std::pow(x, y); });
-        } else {
-          return map_binary<T, T>(a, b, out, int_pow<T>);
-        }
-      case B::Maximum:
-        return map_binary<T, T>(a, b, out, [](T x, T y) {
-          if constexpr (std::is_floating_point_v<T>) {
-            if (std::isnan(x) || std::isnan(y)) return std::numeric_limits<T>::quiet_NaN();
-          }
-          return x > y ? x : y;
-        });
-      case B::Minimum:
-        return map_binary<T, T>(a, b, out, [](T x, T y) {
-          if constexpr (std::is_floating_point_v<T>) {
-            if (std::isnan(x) || std::isnan(y)) return std::numeric_limits<T>::quiet_NaN();
-          }
-          return x < y ? x : y;
-        });
-      default: break;
-    }
-  }
+  if constexpr (kBool)
+    throw DTypeError(detail::str("[", op_name(op), "] is not supported for bool tensors"));
   throw InternalError(detail::str("[", op_name(op), "] no CPU kernel for dtype ", a.dtype()));
 }
 

@@ -107,6 +107,13 @@ __device__ C int_pow(C base, C exp, ErrorSlot err) {
   return result;
 }
 
+// The binary ops binary_value and apply_binary know. They run on the device only, where no
+// compiler checks a switch for missing cases: a binary op added to core/op_list.h fails the
+// build here until it has its case below (and this count is raised).
+#define GW_COUNT_OP(...) +1
+static_assert(0 GW_BINARY_OPS(GW_COUNT_OP) == 15, "a new binary op needs its CUDA case here");
+#undef GW_COUNT_OP
+
 // x op y for the arithmetic ops, in the compute type C.
 template <typename C>
 __device__ __forceinline__ C binary_value(BinaryOp op, C x, C y, ErrorSlot err) {

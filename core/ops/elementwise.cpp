@@ -247,14 +247,10 @@ Tensor& mul_out(Tensor& out, const Tensor& a, const Tensor& b) {
 
 // --- unary ------------------------------------------------------------------------------------
 
-#define GW_UNARY_FN_fn(Enum, name) \
+#define GW_UNARY_FN(Enum, name) \
   Tensor name(const Tensor& x) { return unary_op(UnaryOp::Enum, x); }
-#define GW_UNARY_FN_none(Enum, name)
-#define GW_UNARY_FN(Enum, name, rule, fn) GW_UNARY_FN_##fn(Enum, name)
-GW_UNARY_OPS(GW_UNARY_FN)
+GW_FOR_EACH_UNARY_FN
 #undef GW_UNARY_FN
-#undef GW_UNARY_FN_none
-#undef GW_UNARY_FN_fn
 Tensor gelu(const Tensor& x, std::string_view approximate) {
   GW_CHECK(approximate == "none" || approximate == "tanh", InvalidArgumentError,
            "[gelu] approximate must be \"none\" or \"tanh\", got \"", approximate, "\"");

@@ -36,13 +36,9 @@ Tensor& mul_out(Tensor& out, const Tensor& a, const Tensor& b);
 // The unary ops core/op_list.h marks `fn`, one function each: Tensor neg(const Tensor& x), abs,
 // exp, log, sqrt, rsqrt, sigmoid, tanh, relu, sin, cos, sign, logical_not, square, reciprocal,
 // log1p, expm1, floor, ceil, round, erf, ...
-#define GW_UNARY_FN_fn(name) Tensor name(const Tensor& x);
-#define GW_UNARY_FN_none(name)
-#define GW_UNARY_FN(Enum, name, rule, fn) GW_UNARY_FN_##fn(name)
-GW_UNARY_OPS(GW_UNARY_FN)
+#define GW_UNARY_FN(Enum, name) Tensor name(const Tensor& x);
+GW_FOR_EACH_UNARY_FN
 #undef GW_UNARY_FN
-#undef GW_UNARY_FN_none
-#undef GW_UNARY_FN_fn
 // approximate: "none" (exact, erf) or "tanh", as in torch.nn.functional.gelu.
 Tensor gelu(const Tensor& x, std::string_view approximate = "none");
 // The derivative of a unary op times the incoming gradient g, given its input x and output
