@@ -49,7 +49,7 @@ class Node;
 struct TensorOptions {
   DType dtype = kFloat32;
   Device device = kCPU;
-  bool requires_grad = false;
+  bool requires_grad = false;  // set it with with_requires_grad, which installs autograd
 
   TensorOptions() = default;
   TensorOptions(DType d) : dtype(d) {}    // NOLINT: zeros({2}, gw::kInt64)

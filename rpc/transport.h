@@ -37,7 +37,7 @@
 //
 //   Transport t(options, handlers);                                 // listening
 //   publish(t.port()); ...                                          // rendezvous
-//   t.start(peer_endpoints, calls);                                 // network thread runs
+//   t.start(peer_endpoints, calls, on_thread_start);                // network thread runs
 //   t.send(1, std::move(request), deadline);  // bound in `calls`, or failed there (and unsent)
 //   t.stop("shutdown");                                             // closes all, joins
 #pragma once

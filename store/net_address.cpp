@@ -10,7 +10,9 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <optional>
+#include <random>
 #include <set>
 #include <system_error>
 
@@ -202,10 +204,31 @@ std::error_code bind_probe(const std::string& ip, uint16_t& port) {
   ::close(fd);
   return ec;
 }
+
+// The first port of the kernel's ephemeral range, from which it picks for bind(0) and for
+// outgoing connections (Linux's default, if unreadable).
+int ephemeral_ports_start() {
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0, high = 0;
+  if (range >> low >> high && low > 0 && low <= high) return low;
+  return 32768;
+}
 }  // namespace
 
 uint16_t free_port(const std::string& ip, const char* op) {
-  uint16_t port = 0;
+  // Below the ephemeral range, between the window's floor and its start: between our probe and
+  // its user's bind, only a process naming this very port could take it.
+  constexpr int kFloor = 10000, kMinWindow = 1000, kTries = 64;
+  const int start = ephemeral_ports_start();
+  if (start - kFloor >= kMinWindow) {
+    std::mt19937 gen(std::random_device{}());
+    std::uniform_int_distribution<int> pick(kFloor, start - 1);
+    for (int i = 0; i < kTries; ++i) {
+      auto port = static_cast<uint16_t>(pick(gen));
+      if (!bind_probe(ip, port)) return port;
+    }
+  }
+  uint16_t port = 0;  // the kernel's pick, in the ephemeral range
   const std::error_code ec = bind_probe(ip, port);
   GW_CHECK(!ec, IoError, "[", op, "] cannot find a free port on ", ip, ": ", ec.message());
   return port;

@@ -32,7 +32,10 @@ bool names_this_host(const std::string& host, const std::string& ip);
 // `master`.
 std::string reachable_address(const std::string& master, const char* op);
 
-// A port that was free on `ip` a moment ago (the kernel's pick). Throws IoError naming `op`.
+// A port that was free on `ip` a moment ago, for a process about to listen on it. Chosen at
+// random below the kernel's ephemeral range (ip_local_port_range), so that no bind(0) and no
+// outgoing connection of this machine takes it meanwhile; the kernel's pick when that range
+// leaves no room below it. Throws IoError naming `op`.
 uint16_t free_port(const std::string& ip, const char* op);
 // Whether ip:port is bound by another socket of this machine.
 bool port_in_use(const std::string& ip, uint16_t port);

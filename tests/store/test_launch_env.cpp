@@ -5,12 +5,15 @@
 #include <ifaddrs.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <string>
 
 #include "core/error.h"
 #include "store/launch_env.h"
 #include "store/net_address.h"
+#include "store/tcp_store.h"
+#include "tests/skip.h"
 
 using namespace gw;
 using namespace gw::store;
@@ -233,4 +236,24 @@ TEST_CASE("the address to listen on: the route to the master, or the named inter
       default_address("init_rpc"),
       Contains("[init_rpc] GW_SOCKET_IFNAME='no-such-if0' is not an interface") && Contains("lo"));
   ::unsetenv(kSocketIfnameEnv);
+}
+
+// gwrun hands a free port to the rank that will host the store; until that rank binds it, no
+// bind(0) or outgoing connection of this machine may take it: it is chosen below the range
+// the kernel picks those from.
+TEST_CASE("a free port for a master: listenable, and outside the kernel's ephemeral range",
+          "[store][launch]") {
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0, high = 0;
+  if (!(range >> low >> high) || low < 11000)
+    GW_SKIP("the ephemeral port range leaves no room below it");
+  for (int i = 0; i < 5; ++i) {
+    const uint16_t port = free_port("127.0.0.1", "test");
+    CHECK(port >= 10000);
+    CHECK(port < low);
+    CHECK_FALSE(port_in_use("127.0.0.1", port));
+    TCPStoreOptions o;
+    o.port = port, o.is_master = true, o.world_size = 1;
+    CHECK(TCPStore("127.0.0.1", o).port() == port);
+  }
 }
