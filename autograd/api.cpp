@@ -19,10 +19,12 @@ void install_recorder() {
 }  // namespace
 
 Tensor& Tensor::requires_grad_(bool requires_grad) {
-  GW_CHECK(!requires_grad || is_floating_point(), DTypeError,
-           "[requires_grad_] only floating point tensors can require gradients, got ", dtype());
-  if (requires_grad) install_recorder();
-  checked()->requires_grad = requires_grad;
+  if (!requires_grad) {
+    checked()->requires_grad = false;
+    return *this;
+  }
+  install_recorder();
+  detail::mark_requires_grad(*this, "requires_grad_");
   return *this;
 }
 

@@ -12,9 +12,9 @@ void check_inplace_allowed(const Tensor& self, const char* op) {
            "use gw::autograd::NoGradGuard (as optimizers do) or an out-of-place op");
 }
 
-void factory_requires_grad(Tensor& t, const char* op) {
+void mark_requires_grad(Tensor& t, const char* op) {
   GW_CHECK(t.is_floating_point(), DTypeError, "[", op,
-           "] requires_grad: only floating point tensors can require gradients, got ", t.dtype());
+           "] requires_grad needs a floating point tensor, got ", t.dtype());
   GW_CHECK(g_grad_recorder.load(std::memory_order_acquire) != nullptr, StateError, "[", op,
            "] requires_grad: autograd is not installed; ask for gradients with "
            "TensorOptions::with_requires_grad or Tensor::requires_grad_ (gw_autograd), which "

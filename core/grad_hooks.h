@@ -104,10 +104,11 @@ class NoRecordScope {
 // In-place ops cannot rewrite history yet: they refuse tensors that record it.
 void check_inplace_allowed(const Tensor& self, const char* op);
 
-// A factory's TensorOptions::requires_grad (`op` names it): a floating point `t` requires grad
-// from now on. Throws DTypeError for other dtypes, StateError before autograd is installed.
-// Factories fill their tensor with options `without_grad`, then mark it.
-void factory_requires_grad(Tensor& t, const char* op);
+// `t` requires grad from now on (`op` names who asks: Tensor::requires_grad_, or a factory given
+// TensorOptions::requires_grad). Throws DTypeError unless `t` is floating point, StateError
+// before autograd is installed. Factories fill their tensor with options `without_grad`, then
+// mark it.
+void mark_requires_grad(Tensor& t, const char* op);
 inline TensorOptions without_grad(TensorOptions options) {
   options.requires_grad = false;
   return options;

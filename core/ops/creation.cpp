@@ -15,7 +15,7 @@ Tensor empty(Shape shape, TensorOptions options) {
   Shape strides = contiguous_strides(shape);
   Tensor t = Tensor::make(std::move(storage), std::move(shape), std::move(strides), 0,
                           options.dtype);
-  if (options.requires_grad) detail::factory_requires_grad(t, "empty");
+  if (options.requires_grad) detail::mark_requires_grad(t, "empty");
   return t;
 }
 
@@ -24,7 +24,7 @@ namespace {
 Tensor filled(Shape shape, const Scalar& value, TensorOptions options, const char* op) {
   Tensor t = empty(std::move(shape), detail::without_grad(options));
   backend_for(t, op).fill(t, value);
-  if (options.requires_grad) detail::factory_requires_grad(t, op);
+  if (options.requires_grad) detail::mark_requires_grad(t, op);
   return t;
 }
 }  // namespace
@@ -48,7 +48,7 @@ Tensor eye(int64_t n, int64_t m, TensorOptions options) {
   // The diagonal is a strided view: stride m + 1 through the flat storage.
   Tensor diag = Tensor::make(t.storage(), {k}, {m + 1}, 0, t.dtype());
   backend_for(t, "eye").fill(diag, 1);
-  if (options.requires_grad) detail::factory_requires_grad(t, "eye");
+  if (options.requires_grad) detail::mark_requires_grad(t, "eye");
   return t;
 }
 
@@ -69,7 +69,7 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step,
   auto n = static_cast<int64_t>(std::ceil((e - s) / st));
   Tensor t = empty({n}, detail::without_grad(options));
   backend_for(t, "arange").iota(t, s, st);
-  if (options.requires_grad) detail::factory_requires_grad(t, "arange");
+  if (options.requires_grad) detail::mark_requires_grad(t, "arange");
   return t;
 }
 
@@ -85,7 +85,7 @@ Tensor linspace(double start, double end, int64_t steps, TensorOptions options) 
     v[i] = (i < half || steps == 1) ? start + step * i : end - step * (steps - 1 - i);
   }
   Tensor t = from_vector(v, {steps}).to(options.dtype).to(options.device);
-  if (options.requires_grad) detail::factory_requires_grad(t, "linspace");
+  if (options.requires_grad) detail::mark_requires_grad(t, "linspace");
   return t;
 }
 

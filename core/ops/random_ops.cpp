@@ -11,7 +11,7 @@ Tensor random_tensor(RandomKind kind, Shape shape, double a, double b, Generator
                      TensorOptions options, const char* op) {
   Tensor t = empty(std::move(shape), detail::without_grad(options));
   backend_for(t, op).random(kind, t, a, b, gen);
-  if (options.requires_grad) detail::factory_requires_grad(t, op);
+  if (options.requires_grad) detail::mark_requires_grad(t, op);
   return t;
 }
 }  // namespace
