@@ -74,22 +74,23 @@ CallArgs pack(Args&&... args) {
   (one(std::forward<Args>(args)), ...);
   return out;
 }
+// A call's result as the caller's type R (void: nothing).
+template <typename R>
+R result_as(IValue v) {
+  if constexpr (std::is_same_v<R, IValue>) {
+    return v;
+  } else if constexpr (!std::is_void_v<R>) {
+    GW_CHECK(IValueTraits<R>::accepts(v), InvalidArgumentError, "[rpc] expected a result of type ",
+             IValueTraits<R>::name(), ", got ", v.kind_name());
+    return IValueTraits<R>::from(v);
+  }
+}
 template <typename R>
 Future<R> typed(Future<IValue> f) {
   if constexpr (std::is_same_v<R, IValue>) {
     return f;
   } else {
-    return f.then([](Future<IValue>& done) -> R {
-      if constexpr (std::is_void_v<R>) {
-        done.wait();
-      } else {
-        IValue v = done.wait();
-        GW_CHECK(IValueTraits<R>::accepts(v), InvalidArgumentError,
-                 "[rpc] expected a result of type ", IValueTraits<R>::name(), ", got ",
-                 v.kind_name());
-        return IValueTraits<R>::from(v);
-      }
-    });
+    return f.then([](Future<IValue>& done) -> R { return result_as<R>(done.wait()); });
   }
 }
 }  // namespace detail
@@ -106,14 +107,19 @@ Future<rpc_result_t<R>> rpc_async(const To& to, R (*fn)(P...), Args&&... args) {
                                     std::forward<Args>(args)...);
 }
 
+// Waits on the call's own future and converts its result here, on the caller's thread: no
+// second future to complete, nothing converted on the thread that read the response.
 template <typename R = IValue, typename... Args>
 R rpc_sync(const To& to, const std::string& function, Args&&... args) {
-  return rpc_async<R>(to, function, std::forward<Args>(args)...).wait();
+  auto call = detail::pack(std::forward<Args>(args)...);
+  return detail::result_as<R>(
+      current_agent().call(to, function, std::move(call.args), call.timeout).wait());
 }
 
 template <typename R, typename... P, typename... Args>
 rpc_result_t<R> rpc_sync(const To& to, R (*fn)(P...), Args&&... args) {
-  return rpc_async(to, fn, std::forward<Args>(args)...).wait();
+  return rpc_sync<rpc_result_t<R>>(to, functions().name_of(reinterpret_cast<const void*>(fn)),
+                                   std::forward<Args>(args)...);
 }
 
 }  // namespace gw::rpc

@@ -39,7 +39,7 @@ void Dispatcher::run(Handler handler, uint64_t autograd_context, Done done) {
     // can see the call done.
     handler = nullptr;
     // Async functions complete later, on whichever thread finishes their future.
-    outcome.add_done_callback([this, done](Future<IValue>& r) {
+    outcome.add_done_callback([this, done = std::move(done)](Future<IValue>& r) {
       try {
         done(r);
       } catch (const std::exception& e) {
