@@ -74,6 +74,12 @@ CallArgs pack(Args&&... args) {
   (one(std::forward<Args>(args)), ...);
   return out;
 }
+// Sends the call through this thread's agent; its future holds the result as an IValue.
+template <typename... Args>
+Future<IValue> start(const To& to, const std::string& function, Args&&... args) {
+  CallArgs call = pack(std::forward<Args>(args)...);
+  return current_agent().call(to, function, std::move(call.args), call.timeout);
+}
 // A call's result as the caller's type R (void: nothing).
 template <typename R>
 R result_as(IValue v) {
@@ -97,8 +103,7 @@ Future<R> typed(Future<IValue> f) {
 
 template <typename R = IValue, typename... Args>
 Future<R> rpc_async(const To& to, const std::string& function, Args&&... args) {
-  auto call = detail::pack(std::forward<Args>(args)...);
-  return detail::typed<R>(current_agent().call(to, function, std::move(call.args), call.timeout));
+  return detail::typed<R>(detail::start(to, function, std::forward<Args>(args)...));
 }
 
 template <typename R, typename... P, typename... Args>
@@ -111,9 +116,7 @@ Future<rpc_result_t<R>> rpc_async(const To& to, R (*fn)(P...), Args&&... args) {
 // second future to complete, nothing converted on the thread that read the response.
 template <typename R = IValue, typename... Args>
 R rpc_sync(const To& to, const std::string& function, Args&&... args) {
-  auto call = detail::pack(std::forward<Args>(args)...);
-  return detail::result_as<R>(
-      current_agent().call(to, function, std::move(call.args), call.timeout).wait());
+  return detail::result_as<R>(detail::start(to, function, std::forward<Args>(args)...).wait());
 }
 
 template <typename R, typename... P, typename... Args>
