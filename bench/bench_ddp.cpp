@@ -452,6 +452,7 @@ int main(int argc, char** argv) {
   auto get = [&](const std::string& key) {
     return torch ? gw::bench::json_number(*torch, key) : std::nullopt;
   };
+  const std::string blas = torch ? gw::bench::blas_note(*torch) : "";
 
   auto store = std::make_shared<gw::store::HashStore>();
   auto peer = std::async(std::launch::async, run_rank, store, 1, cases);
@@ -467,7 +468,7 @@ int main(int argc, char** argv) {
                   r.big_local * 1e3, r.big_ddp * 1e3);
     if (local && ddp)
       report.add({"ddp", "overhead per step, 13.7M-parameter MLP", ours, "ms",
-                  "pytorch ddp overhead", *ddp - *local});
+                  "pytorch ddp overhead", *ddp - *local, blas});
     else
       report.skip("ddp", "overhead per step, 13.7M-parameter MLP", "the PyTorch anchor failed");
   }
@@ -475,7 +476,7 @@ int main(int argc, char** argv) {
     auto theirs = get("mnist_samples_per_s");
     if (theirs)
       report.add({"ddp", "Fashion-MNIST MLP training, 2 ranks", kRanks * kBatch / r.mnist_step,
-                  "samples/s", "pytorch ddp", *theirs});
+                  "samples/s", "pytorch ddp", *theirs, blas});
     else
       report.skip("ddp", "Fashion-MNIST MLP training, 2 ranks", "the PyTorch anchor failed");
   }
@@ -521,7 +522,7 @@ int main(int argc, char** argv) {
     if (mpi_overhead && mpi_local && mpi_ddp) {
       if (local && ddp)
         report.add({"ddp", kMpiOverhead, *mpi_ddp - *mpi_local, "ms", "pytorch ddp overhead (gloo)",
-                    *ddp - *local});
+                    *ddp - *local, blas});
       else
         report.skip("ddp", kMpiOverhead, "the PyTorch anchor failed");
     }

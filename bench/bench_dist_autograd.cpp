@@ -96,7 +96,12 @@ struct TorchAnchor {
     auto v = out ? gw::bench::json_number(*out, key) : std::nullopt;
     return v ? *v : published;
   }
-  std::string note() const { return out ? "tensorpipe over tcp" : gw::bench::kPublishedFigure; }
+  // `multiplies`: the case multiplies matrices, so the note names each side's BLAS.
+  std::string note(bool multiplies) const {
+    if (!out) return gw::bench::kPublishedFigure;
+    return multiplies ? "tensorpipe over tcp; " + gw::bench::blas_note(*out)
+                      : "tensorpipe over tcp";
+  }
 };
 
 TorchAnchor run_torch_anchor() {
@@ -142,16 +147,16 @@ int main(int argc, char** argv) {
 
   // The FAST row against PyTorch, then the SMART row against that FAST figure.
   auto add_rows = [&](const std::string& name, double fast, double smart, const char* unit,
-                      const std::string& torch_key, double torch_published) {
+                      const std::string& torch_key, double torch_published,
+                      bool multiplies = false) {
     const double anchor = torch.get(torch_key, torch_published);
-    report.add({"dist_autograd", name, fast, unit, "pytorch", anchor, torch.note()});
+    report.add({"dist_autograd", name, fast, unit, "pytorch", anchor, torch.note(multiplies)});
     const bool per_second = std::string(unit) == "samples/s";
     const double vs_torch = per_second ? smart / anchor : anchor / smart;
-    char note[96];
-    std::snprintf(note, sizeof note, "%.1fx pytorch's FAST mode (%s)", vs_torch,
-                  torch.note().c_str());
-    report.add(
-        {"dist_autograd", name + ", SMART mode", smart, unit, "gradwire FAST mode", fast, note});
+    char ratio[32];
+    std::snprintf(ratio, sizeof ratio, "%.1fx", vs_torch);
+    report.add({"dist_autograd", name + ", SMART mode", smart, unit, "gradwire FAST mode", fast,
+                std::string(ratio) + " pytorch's FAST mode (" + torch.note(multiplies) + ")"});
   };
   auto mode_of = [](bool smart) {
     return dist::autograd::BackwardOptions{.mode = smart ? dist::autograd::Mode::kSmart
@@ -207,7 +212,8 @@ int main(int argc, char** argv) {
       fast = std::max(fast, run(kPsSteps, false));
       smart = std::max(smart, run(kPsSteps, true));
     }
-    add_rows("parameter server, 2 trainers", fast, smart, "samples/s", "ps_samples_per_s", 5700);
+    add_rows("parameter server, 2 trainers", fast, smart, "samples/s", "ps_samples_per_s", 5700,
+             /*multiplies=*/true);
     std::lock_guard lock(g_trainers_mu);
     g_trainers.clear();
   }

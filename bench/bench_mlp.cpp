@@ -69,7 +69,8 @@ int main(int argc, char** argv) {
   std::string script = gw::bench::executable_dir() + "/torch_anchor_mlp.py";
   if (auto out = gw::bench::run_capture("/usr/bin/python3 " + script + " 2>/dev/null")) {
     if (auto torch_us = gw::bench::json_number(*out, "step_us")) {
-      report.add({"mlp", "sgd step b64", step_us, "us", "pytorch 1.13", *torch_us});
+      report.add({"mlp", "sgd step b64", step_us, "us", "pytorch 1.13", *torch_us,
+                  gw::bench::blas_note(*out)});
     }
   } else {
     report.add({"mlp", "sgd step b64", step_us, "us", "pytorch 1.13", 0,

@@ -165,4 +165,20 @@ std::optional<double> json_number(const std::string& text, const std::string& ke
   }
 }
 
+std::optional<std::string> json_string(const std::string& text, const std::string& key) {
+  const std::string needle = "\"" + key + "\":";
+  size_t pos = text.find(needle);
+  if (pos == std::string::npos) return std::nullopt;
+  pos = text.find_first_not_of(" \t", pos + needle.size());
+  if (pos == std::string::npos || text[pos] != '"') return std::nullopt;  // not a string
+  const size_t end = text.find('"', pos + 1);
+  if (end == std::string::npos) return std::nullopt;
+  return text.substr(pos + 1, end - pos - 1);
+}
+
+std::string blas_note(const std::string& anchor_output) {
+  return "torch on " + json_string(anchor_output, "blas").value_or("an unreported BLAS") +
+         "; gradwire on Eigen, 1 thread";
+}
+
 }  // namespace gw::bench

@@ -85,6 +85,14 @@ std::optional<std::string> run_capture(const std::string& command);
 std::string executable_dir();
 // Extracts the number after "key": in a flat JSON line; nullopt when absent.
 std::optional<double> json_number(const std::string& text, const std::string& key);
+// Extracts the string after "key": in a flat JSON line (no escapes inside); nullopt when absent.
+std::optional<std::string> json_string(const std::string& text, const std::string& key);
+
+// The note of a row where PyTorch multiplies matrices: which BLAS and how many threads each side
+// used, from the "blas" field of the anchor's output (bench/torch_blas.py), e.g.
+// "torch on OpenBLAS 0.3.21 pthread, 1 thread; gradwire on Eigen, 1 thread" (gradwire's GEMMs
+// run on one thread whatever set_num_threads says).
+std::string blas_note(const std::string& anchor_output);
 
 // Keeps the optimizer from deleting a computation whose result is unused.
 template <typename T>

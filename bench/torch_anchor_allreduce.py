@@ -8,6 +8,7 @@
 import sys
 import time
 
+import torch_blas  # first: before torch loads the BLAS
 import torch
 import torch.distributed as dist
 

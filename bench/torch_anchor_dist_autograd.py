@@ -29,6 +29,7 @@
 import sys
 import time
 
+import torch_blas  # first: before torch loads the BLAS
 import torch
 import torch.distributed.autograd as dist_autograd
 import torch.distributed.rpc as rpc

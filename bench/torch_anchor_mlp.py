@@ -2,6 +2,7 @@
 # single-threaded like gradwire's default. Prints microseconds per step as one JSON line.
 import json
 
+import torch_blas  # first: before torch loads the BLAS
 import torch
 
 from torch_timing import seconds_per_call
@@ -24,4 +25,4 @@ def step():
     opt.step()
 
 
-print(json.dumps({"step_us": seconds_per_call(step) * 1e6}))
+print(json.dumps({"step_us": seconds_per_call(step) * 1e6, "blas": torch_blas.in_use()}))

@@ -11,6 +11,7 @@
 # TensorPipe runs over TCP as torch_rpc_setup.py pins it.
 import sys
 
+import torch_blas  # first: before torch loads the BLAS
 import torch
 
 from torch_rpc_setup import backend_options, free_port, run_with_peers, transport_fields

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 
+import torch_blas  # first: before torch loads the BLAS
 import torch.distributed.rpc as rpc
 
 PINNED = {} if os.environ.get("GW_TORCH_RPC_DEFAULT_TRANSPORTS") else {
@@ -43,8 +44,8 @@ def free_port():
 
 def run_with_peers(script, peers, rank0):
     """Starts `script --peer ARGS...` once per argument list in `peers` (ranks 1, 2, ...), runs
-    rank0() here, waits for the peers and prints rank0's result as one JSON line; exits 1 if a
-    peer failed."""
+    rank0() here, waits for the peers and prints rank0's result, with the BLAS it ran on, as one
+    JSON line; exits 1 if a peer failed."""
     children = [subprocess.Popen([sys.executable, os.path.abspath(script), "--peer"] + args,
                                  stdout=subprocess.DEVNULL) for args in peers]
     try:
@@ -55,4 +56,4 @@ def run_with_peers(script, peers, rank0):
         for child in children:
             if child.poll() is None:
                 child.kill()
-    print(json.dumps(results), flush=True)
+    print(json.dumps({**results, "blas": torch_blas.in_use()}), flush=True)
