@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <future>
 #include <optional>
 #include <string>
@@ -338,6 +339,22 @@ void bench_shm(Reporter& report) {
 // shutdown), timed from gwrun's start to its exit: median of 3. Against linear growth from the
 // 64-process world: a ratio below 1 means growing faster than linearly. GW_BENCH_WORLD_GWRUN and
 // GW_BENCH_WORLD_PROGRAM time another build's binaries.
+// What one rpc_basics worker needs at its peak, with room to spare: on a 23 GiB machine the
+// kernel killed workers of a 256-process world holding 96 MB each.
+constexpr double kWorldBytesPerProcess = 128.0 * (1 << 20);
+
+// The memory the kernel says it can hand out without swapping (MemAvailable), in bytes.
+std::optional<double> memory_available() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  double kib = 0;
+  while (meminfo >> key >> kib) {
+    if (key == "MemAvailable:") return kib * 1024;
+    meminfo.ignore(256, '\n');
+  }
+  return std::nullopt;
+}
+
 void bench_world(Reporter& report) {
   const std::string dir = gw::bench::executable_dir();
   auto from_env = [](const char* name, std::string fallback) {
@@ -363,6 +380,14 @@ void bench_world(Reporter& report) {
   for (const int n : {64, 256, 512}) {
     const std::string name = "world start-up + shutdown, " + std::to_string(n) + " processes";
     if (!report.wants("rpc", name) && n != 64) continue;
+    const double needed = n * kWorldBytesPerProcess;
+    if (const auto available = memory_available(); available && *available < needed) {
+      report.skip("rpc", name,
+                  "needs about " + std::to_string(static_cast<int>(needed / (1 << 30)) + 1) +
+                      " GiB, " + std::to_string(static_cast<int>(*available / (1 << 30))) +
+                      " GiB available");
+      continue;
+    }
     const auto t = seconds(n);
     if (!t) {
       report.skip("rpc", name, "gwrun " + program + " failed (too many processes here?)");
