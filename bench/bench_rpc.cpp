@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -383,7 +384,7 @@ void bench_world(Reporter& report) {
     const double needed = n * kWorldBytesPerProcess;
     if (const auto available = memory_available(); available && *available < needed) {
       report.skip("rpc", name,
-                  "needs about " + std::to_string(static_cast<int>(needed / (1 << 30)) + 1) +
+                  "needs about " + std::to_string(static_cast<int>(std::ceil(needed / (1 << 30)))) +
                       " GiB, " + std::to_string(static_cast<int>(*available / (1 << 30))) +
                       " GiB available");
       continue;
