@@ -154,22 +154,27 @@ std::string executable_dir() {
   return path.substr(0, path.rfind('/'));
 }
 
+namespace {
+// Where the value after "key": starts in a flat JSON line (spaces skipped), or npos.
+size_t value_start(const std::string& text, const std::string& key) {
+  const std::string needle = "\"" + key + "\":";
+  const size_t pos = text.find(needle);
+  return pos == std::string::npos ? pos : text.find_first_not_of(" \t", pos + needle.size());
+}
+}  // namespace
+
 std::optional<double> json_number(const std::string& text, const std::string& key) {
-  std::string needle = "\"" + key + "\":";
-  size_t pos = text.find(needle);
+  const size_t pos = value_start(text, key);
   if (pos == std::string::npos) return std::nullopt;
   try {
-    return std::stod(text.substr(pos + needle.size()));
+    return std::stod(text.substr(pos));
   } catch (...) {
     return std::nullopt;
   }
 }
 
 std::optional<std::string> json_string(const std::string& text, const std::string& key) {
-  const std::string needle = "\"" + key + "\":";
-  size_t pos = text.find(needle);
-  if (pos == std::string::npos) return std::nullopt;
-  pos = text.find_first_not_of(" \t", pos + needle.size());
+  const size_t pos = value_start(text, key);
   if (pos == std::string::npos || text[pos] != '"') return std::nullopt;  // not a string
   const size_t end = text.find('"', pos + 1);
   if (end == std::string::npos) return std::nullopt;
