@@ -4,7 +4,8 @@
 // agent listens on a TCP port and publishes "name, address" in the rendezvous Store, then reads
 // everyone else's. Connections open on demand, one per caller->callee direction, starting with
 // a handshake. A request is run by the callee's pool of `num_worker_threads` threads using the
-// function table; its response, which only the connection the request went out on can carry,
+// function table (or, for a function registered to run inline, by the thread that read it); its
+// response, which only the connection the request went out on can carry,
 // completes the caller's Future. A call fails on its Future with gw::TimeoutError after its
 // timeout, with gw::IoError as soon as the connection to the callee drops, and with
 // gw::RemoteError (naming the callee) when the function threw there: a gw::Error keeps its type
@@ -16,8 +17,9 @@
 //                                   it binds each call to its connection (or fails it) itself
 //   CallTable   (rpc/call_table.h)  pending calls, their deadlines and the connection each is
 //                                   bound to; the only place a response completes a call
-//   Dispatcher  (rpc/dispatcher.h)  the pool that runs request handlers, device placement of
-//                                   received CUDA tensors included
+//   Dispatcher  (rpc/dispatcher.h)  the pool that runs request handlers (inline ones on the
+//                                   reading thread), device placement of received CUDA
+//                                   tensors included
 //   Interceptor (rpc/interceptor.h) how the RRef protocol and distributed autograd see every
 //                                   message sent and received
 // The agent itself routes: a request's variant picks its handler (on_request), a response goes
@@ -43,6 +45,7 @@
 
 #include "core/future.h"
 #include "debug/flight_recorder.h"
+#include "rpc/function_table.h"
 #include "rpc/interceptor.h"
 #include "rpc/ivalue.h"
 #include "rpc/protocol.h"
@@ -262,6 +265,7 @@ class Agent {
     std::string what;
     bool counted = true;
     bool answer_flow = true;  // the trace's arrow to the answer: not for remote(), answered first
+    Runs runs = Runs::kOnPool;  // kInline: on this thread, the one that read it
   };
   // Runs `handler` on the pool in distributed autograd context `ctx`; `done` gets its outcome.
   // A counted request over max_pending_requests_per_peer for its worker gets the refusal in

@@ -57,7 +57,7 @@ class TraceServe {
 }  // namespace
 
 // Network thread, in arrival order: the interceptors see the request (RRefs materialized, the
-// distributed autograd context joined), then its variant picks the handler.
+// distributed autograd context joined), then its variant picks the handler, and where it runs.
 void Agent::on_request(const std::shared_ptr<Connection>& c, Message m) {
   const int from = c->peer_id();
   const uint64_t id = m.id;
@@ -83,15 +83,20 @@ void Agent::on_request(const std::shared_ptr<Connection>& c, Message m) {
       [&](auto& r) {
         using T = std::decay_t<decltype(r)>;
         if constexpr (std::is_same_v<T, Call>) {
+          // A function registered to run inline runs here, unless its call brings what the
+          // pool's threads set up (a distributed autograd context, CUDA placements).
+          auto fn = functions().find(r.function, r.args);
+          const bool here = fn && fn->runs == Runs::kInline && ctx == 0 && held->placements.empty();
           serve(
-              {from, id, what}, ctx,
-              [held = std::move(held)]() mutable {
+              {from, id, what, true, true, here ? Runs::kInline : Runs::kOnPool}, ctx,
+              [held = std::move(held), fn = std::move(fn)]() mutable {
                 place_on_devices(*held);
                 // The arguments are gone before the answer leaves: an RRef among them sends
                 // its delete first, so the caller finds the owner's count already lowered.
                 Call call = std::move(std::get<Call>(*held->request()));
                 held.reset();
-                return functions().invoke(call.function, call.args);
+                // Without an overload, invoke() throws the error that names the candidates.
+                return fn ? fn->invoke(call.args) : functions().invoke(call.function, call.args);
               },
               [this, c, id, ctx](Future<IValue>& done) { respond(c, id, done, ctx); });
         } else if constexpr (std::is_same_v<T, AutogradGradients> ||
@@ -160,7 +165,8 @@ void Agent::serve(const Served& request, uint64_t ctx, std::function<Future<IVal
         [release, done = std::move(done)](Future<IValue>& outcome) {
           release(outcome);
           done(outcome);
-        });
+        },
+        request.runs);
   } catch (...) {
     Future<IValue> refused = Future<IValue>::failed(std::current_exception());
     release(refused);  // the pool refused it

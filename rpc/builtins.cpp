@@ -132,11 +132,16 @@ void register_builtins(FunctionTable& t) {
   register_reductions_and_linalg(t);
   register_shape_and_index(t);
   register_creation(t);
-  // Python's min/max on numbers. Registered after the tensor overloads, which take a Tensor.
-  t.add("min", [](int64_t a, int64_t b) { return std::min(a, b); });
-  t.add("min", [](double a, double b) { return std::min(a, b); });
-  t.add("max", [](int64_t a, int64_t b) { return std::max(a, b); });
-  t.add("max", [](double a, double b) { return std::max(a, b); });
+  // Python's min/max on numbers, run where they are read. Registered after the tensor
+  // overloads, which take a Tensor.
+  t.add(
+      "min", [](int64_t a, int64_t b) { return std::min(a, b); }, Runs::kInline);
+  t.add(
+      "min", [](double a, double b) { return std::min(a, b); }, Runs::kInline);
+  t.add(
+      "max", [](int64_t a, int64_t b) { return std::max(a, b); }, Runs::kInline);
+  t.add(
+      "max", [](double a, double b) { return std::max(a, b); }, Runs::kInline);
 }
 
 }  // namespace

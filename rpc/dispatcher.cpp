@@ -5,6 +5,12 @@
 
 namespace gw::rpc {
 
+namespace {
+thread_local bool t_inline = false;  // this thread runs a handler inline
+}  // namespace
+
+bool Dispatcher::running_inline() { return t_inline; }
+
 Dispatcher::Dispatcher(std::string name, int num_threads, std::function<void()> on_thread_start)
     : name_(std::move(name)),
       num_threads_(num_threads),
@@ -17,14 +23,9 @@ void Dispatcher::finish() {
 }
 
 // Submits under mu_, so that stop() never resets a pool being submitted to.
-void Dispatcher::run(Handler handler, uint64_t autograd_context, Done done) {
-  std::lock_guard lock(mu_);
-  GW_CHECK(!stopped_, StateError, "[rpc] worker '", name_,
-           "' is shut down: it runs no more requests");
-  queued_.fetch_add(1, std::memory_order_relaxed);  // before the task can take it off
-  pool_->submit([this, autograd_context, handler = std::move(handler),
-                 done = std::move(done)]() mutable {
-    queued_.fetch_sub(1, std::memory_order_relaxed);
+void Dispatcher::run(Handler handler, uint64_t autograd_context, Done done, Runs where) {
+  auto task = [this, autograd_context, handler = std::move(handler),
+               done = std::move(done)]() mutable {
     busy_.fetch_add(1, std::memory_order_relaxed);
     Future<IValue> outcome;
     try {
@@ -49,6 +50,23 @@ void Dispatcher::run(Handler handler, uint64_t autograd_context, Done done) {
       }
       finish();
     });
+  };
+  std::unique_lock lock(mu_);
+  GW_CHECK(!stopped_, StateError, "[rpc] worker '", name_,
+           "' is shut down: it runs no more requests");
+  if (where == Runs::kInline) {
+    ++active_;
+    lock.unlock();
+    struct Inline {
+      Inline() { t_inline = true; }
+      ~Inline() { t_inline = false; }
+    } scope;
+    return task();
+  }
+  queued_.fetch_add(1, std::memory_order_relaxed);  // before the task can take it off
+  pool_->submit([this, task = std::move(task)]() mutable {
+    queued_.fetch_sub(1, std::memory_order_relaxed);
+    task();
   });
   ++active_;  // once submitted: its finish() waits for mu_, which this thread holds
 }

@@ -1,11 +1,12 @@
 // gw::rpc::Dispatcher — where an agent's request handlers run: a pool of `num_worker_threads`
 // threads, and the count of handlers not yet finished that a graceful shutdown waits for.
 //
-// Mental model: the network thread never runs user code. It routes each request on its variant
-// (Agent::on_request) to a handler and hands the handler here; the handler runs on the pool in
-// the request's distributed autograd context and returns a future (already done, unless the
-// function is asynchronous); `done` receives its outcome when it completes, on whichever
-// thread completes it, and sends the response.
+// Mental model: the network thread runs no user code but the functions registered to run
+// inline (rpc/function_table.h). It routes each request on its variant (Agent::on_request) to
+// a handler and hands the handler here; the handler runs on the pool (or, inline, on the
+// calling thread) in the request's distributed autograd context and returns a future (already
+// done, unless the function is asynchronous); `done` receives its outcome when it completes,
+// on whichever thread completes it, and sends the response.
 //
 //   dispatcher.run([&] { return functions().invoke(name, args); }, ctx,
 //                  [c, id](Future<IValue>& outcome) { respond(c, id, outcome); });
@@ -20,6 +21,7 @@
 #include <mutex>
 
 #include "core/future.h"
+#include "rpc/function_table.h"
 #include "rpc/ivalue.h"
 #include "rpc/thread_pool.h"
 
@@ -36,8 +38,11 @@ class Dispatcher {
   Dispatcher& operator=(const Dispatcher&) = delete;
 
   // Runs `handler` on the pool with distributed autograd context `autograd_context` (0: none)
-  // current; a throw becomes its failed outcome. Throws StateError once stopped.
-  void run(Handler handler, uint64_t autograd_context, Done done);
+  // current; a throw becomes its failed outcome. Throws StateError once stopped. Runs::kInline
+  // runs it on this thread instead, before returning.
+  void run(Handler handler, uint64_t autograd_context, Done done, Runs where = Runs::kOnPool);
+  // Whether this thread is running a handler inline (run() with Runs::kInline).
+  static bool running_inline();
   // Runs `task` on a thread of its own (made on first use), FIFO, never behind the pool's
   // queue: work that handlers may be waiting for, such as placing a response's CUDA tensors.
   void run_apart(std::function<void()> task);

@@ -16,7 +16,7 @@ std::string describe_args(const IValueList& args) {
 
 void FunctionTable::add_overload(const std::string& name, Overload o) {
   std::lock_guard lock(mu_);
-  table_[name].push_back(std::move(o));
+  table_[name].push_back(std::make_shared<const Overload>(std::move(o)));
 }
 
 std::string FunctionTable::name_of(const void* fn) const {
@@ -54,25 +54,28 @@ bool FunctionTable::contains(const std::string& name) const {
   return table_.contains(name);
 }
 
+std::shared_ptr<const FunctionTable::Overload> FunctionTable::find(const std::string& name,
+                                                                   const IValueList& args) const {
+  std::lock_guard lock(mu_);
+  auto it = table_.find(name);
+  if (it == table_.end()) return nullptr;
+  for (const auto& o : it->second)
+    if (o->accepts(args)) return o;
+  return nullptr;
+}
+
 Future<IValue> FunctionTable::invoke(const std::string& name, const IValueList& args) const {
-  Invoker match;
+  if (auto o = find(name, args)) return o->invoke(args);
   std::string candidates;
   {
     std::lock_guard lock(mu_);
     auto it = table_.find(name);
     GW_CHECK(it != table_.end(), InvalidArgumentError, "[rpc] unknown function '", name,
              "': it is not registered on this worker");
-    for (const auto& o : it->second) {
-      if (o.accepts(args)) {
-        match = o.invoke;  // a copy: add() may grow the vector once the lock is released
-        break;
-      }
-      candidates += "\n  " + o.signature;
-    }
+    for (const auto& o : it->second) candidates += "\n  " + o->signature;
   }
-  GW_CHECK(match, InvalidArgumentError, "[rpc] no overload of '", name, "' accepts arguments ",
-           describe_args(args), "; candidates:", candidates);
-  return match(args);
+  throw InvalidArgumentError(gw::detail::str("[rpc] no overload of '", name, "' accepts arguments ",
+                                             describe_args(args), "; candidates:", candidates));
 }
 
 }  // namespace gw::rpc

@@ -188,6 +188,28 @@ TEST_CASE("unknown functions and mismatched arguments fail on the caller", "[rpc
   CHECK_THROWS_WITH(rpc_sync(7, "min", 1, 2), Catch::Contains("unknown worker id 7"));
 }
 
+TEST_CASE("a function registered to run inline answers while every pool thread is busy", "[rpc]") {
+  arm_blocked();
+  RpcBackendOptions o = Group::small_options();
+  o.num_worker_threads = 1;
+  Group g(2, o);
+  Agent::Use use(g[0]);
+  // The callee's only pool thread waits; a call queued behind it would time out.
+  auto blocked = rpc_async<int64_t>("worker1", "block_until_released", timeout(0ms));
+  CHECK(rpc_sync<int64_t>("worker1", "twice", 21, timeout(10s)) == 42);
+  CHECK(rpc_sync(1, twice, 5, timeout(10s)) == 10);
+  CHECK(rpc_sync<int64_t>("worker1", "min", 7, 3, timeout(10s)) == 3);  // builtin, inline
+  // It may not make calls of its own: their answers would come to the thread that runs it.
+  CHECK_THROWS_AS(rpc_sync(1, call_from_inline, std::string("worker0"), timeout(10s)), StateError);
+  CHECK_THROWS_WITH(rpc_sync(1, call_from_inline, std::string("worker0"), timeout(10s)),
+                    Catch::Contains("registered to run inline"));
+  release_blocked();
+  CHECK(blocked.wait() == 42);
+  // Arguments no overload accepts fail from the pool, as for any function.
+  CHECK_THROWS_WITH(rpc_sync<int64_t>("worker1", "twice", std::string("x"), timeout(10s)),
+                    Catch::Contains("no overload of 'twice'"));
+}
+
 TEST_CASE("a call that runs past its timeout fails with TimeoutError", "[rpc]") {
   arm_blocked();
   Group g(2);

@@ -61,6 +61,9 @@ int64_t crash() { std::_Exit(3); }
 
 std::string whoami() { return current_agent().get_worker_info().name; }
 
+int64_t twice(int64_t x) { return 2 * x; }
+int64_t call_from_inline(std::string to) { return rpc_sync<int64_t>(to, "min", 1, 2); }
+
 int64_t busy_for_ms(int64_t ms) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
   volatile uint64_t spins = 0;
@@ -181,6 +184,8 @@ GW_RPC_FUNCTION(crash);
 GW_RPC_FUNCTION(async_wait_on);
 GW_RPC_FUNCTION(whoami);
 GW_RPC_FUNCTION(busy_for_ms);
+GW_RPC_INLINE_FUNCTION(twice);
+GW_RPC_INLINE_FUNCTION(call_from_inline);
 GW_RPC_FUNCTION(bump_then_exit);
 GW_RPC_FUNCTION(pass_rref_when_released);
 GW_RPC_FUNCTION(bump);

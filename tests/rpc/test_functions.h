@@ -22,6 +22,10 @@ Future<int64_t> async_wait_on(std::string to);
 // Kills this process at once, as a crash would.
 int64_t crash();
 std::string whoami();
+// Registered to run inline, on the thread that read the request: returns 2 * x.
+int64_t twice(int64_t x);
+// Registered to run inline: makes an RPC call to `to`, which an inline function may not.
+int64_t call_from_inline(std::string to);
 // Computes (spins, holding its worker thread) for `ms` milliseconds; returns `ms`.
 int64_t busy_for_ms(int64_t ms);
 // A side effect the security tests watch: how often bump() ran in this process.
