@@ -7,6 +7,10 @@
 
 namespace gw::rpc {
 
+namespace {
+constexpr auto kPollAfterWork = std::chrono::microseconds(50);
+}  // namespace
+
 Transport::Transport(Options options, Handlers handlers)
     : options_(std::move(options)), handlers_(std::move(handlers)) {
   const std::string& address = options_.address;
@@ -57,7 +61,21 @@ void Transport::start(const std::vector<PeerAddress>& peers, CallTable& calls,
   });
   thread_ = std::thread([this, on_thread_start] {
     if (on_thread_start) on_thread_start();
-    io_.run();
+    // After its last work the thread looks for more, yielding, for kPollAfterWork before it
+    // sleeps in epoll: in a conversation the next frame (the answer to a call just sent, the
+    // next call of a caller just answered) usually comes sooner, and finding it costs less
+    // than the wake-up from epoll (10-15 us on a VM). At most 50 us of a core per burst.
+    auto last_work = Clock::now();
+    while (!io_.stopped()) {
+      if (io_.poll() > 0) {
+        last_work = Clock::now();
+      } else if (Clock::now() - last_work < kPollAfterWork) {
+        std::this_thread::yield();
+      } else {
+        io_.run_one();
+        last_work = Clock::now();
+      }
+    }
   });
 }
 
