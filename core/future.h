@@ -44,6 +44,22 @@ struct IsFuture<Future<T>> : std::true_type {};
 template <typename T>
 inline constexpr bool is_future_v = detail::IsFuture<std::decay_t<T>>::value;
 
+// Marks this thread, while the scope lives, as one that may not wait: a wait on a future not
+// done yet throws StateError naming `why` instead of blocking (e.g. the thread that reads the
+// frames which would complete it).
+class NoWaiting {
+ public:
+  explicit NoWaiting(const char* why) : previous_(t_why) { t_why = why; }
+  ~NoWaiting() { t_why = previous_; }
+  NoWaiting(const NoWaiting&) = delete;
+  NoWaiting& operator=(const NoWaiting&) = delete;
+  static const char* why() { return t_why; }
+
+ private:
+  static inline thread_local const char* t_why = nullptr;
+  const char* previous_;
+};
+
 template <typename T = void>
 class Future {
   using Stored = std::conditional_t<std::is_void_v<T>, std::monostate, T>;
@@ -83,6 +99,7 @@ class Future {
 
   // Blocks until done; returns the value or rethrows the error.
   T wait() const {
+    check_may_wait();
     spin_briefly();
     std::unique_lock lock(state_->mu);
     state_->cv.wait(lock, [&] { return state_->done; });
@@ -91,6 +108,7 @@ class Future {
   // Like wait(), but throws gw::TimeoutError if the future is not done within `timeout`.
   template <typename Rep, typename Period>
   T wait(std::chrono::duration<Rep, Period> timeout) const {
+    check_may_wait();
     spin_briefly();
     std::unique_lock lock(state_->mu);
     if (!state_->cv.wait_for(lock, timeout, [&] { return state_->done; }))
@@ -206,6 +224,12 @@ class Future {
     std::exception_ptr error;
     std::vector<Callback> callbacks;
   };
+
+  void check_may_wait() const {
+    if (const char* why = NoWaiting::why(); why && !state_->ready.load(std::memory_order_acquire))
+      throw StateError(gw::detail::str(
+          "[Future::wait] the future is not done and this thread may not wait: ", why));
+  }
 
   // A reply often comes within tens of microseconds: waiting that long without sleeping saves
   // the wake-up of a blocked thread, which costs about as much. Bounded, then wait() blocks.

@@ -196,9 +196,6 @@ Future<IValue> Agent::call(const To& to, const std::string& function, IValueList
 
 Future<IValue> Agent::request(const To& to, Request r, Milliseconds timeout) {
   GW_CHECK(running_, StateError, "[rpc] the RPC agent '", self_.name, "' is shut down");
-  GW_CHECK(!Dispatcher::running_inline(), StateError, "[rpc] ", describe(r),
-           " from a function registered to run inline (gw::rpc::Runs::kInline): its answer "
-           "would come to the thread that waits for it; register the function without kInline");
   const WorkerInfo& dst = resolve(to);
   if (timeout == kUseDefaultTimeout) timeout = rpc_timeout();
   GW_CHECK(timeout.count() >= 0, InvalidArgumentError, "[rpc] timeout must be >= 0 ms, got ",

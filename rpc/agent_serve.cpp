@@ -84,9 +84,13 @@ void Agent::on_request(const std::shared_ptr<Connection>& c, Message m) {
         using T = std::decay_t<decltype(r)>;
         if constexpr (std::is_same_v<T, Call>) {
           // A function registered to run inline runs here, unless its call brings what the
-          // pool's threads set up (a distributed autograd context, CUDA placements).
+          // pool's threads set up (a distributed autograd context, CUDA placements) or RRefs,
+          // whose values may have to be waited for and whose deletes go out when released.
           auto fn = functions().find(r.function, r.args);
-          const bool here = fn && fn->runs == Runs::kInline && ctx == 0 && held->placements.empty();
+          const bool here =
+              fn && fn->runs == Runs::kInline && ctx == 0 && held->placements.empty() &&
+              std::ranges::none_of(r.args,
+                                   [](const IValue& a) { return a.contains(IValue::Kind::kRRef); });
           serve(
               {from, id, what, true, true, here ? Runs::kInline : Runs::kOnPool}, ctx,
               [held = std::move(held), fn = std::move(fn)]() mutable {

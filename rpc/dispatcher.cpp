@@ -5,12 +5,6 @@
 
 namespace gw::rpc {
 
-namespace {
-thread_local bool t_inline = false;  // this thread runs a handler inline
-}  // namespace
-
-bool Dispatcher::running_inline() { return t_inline; }
-
 Dispatcher::Dispatcher(std::string name, int num_threads, std::function<void()> on_thread_start)
     : name_(std::move(name)),
       num_threads_(num_threads),
@@ -26,7 +20,6 @@ void Dispatcher::finish() {
 void Dispatcher::run(Handler handler, uint64_t autograd_context, Done done, Runs where) {
   auto task = [this, autograd_context, handler = std::move(handler),
                done = std::move(done)]() mutable {
-    busy_.fetch_add(1, std::memory_order_relaxed);
     Future<IValue> outcome;
     try {
       AutogradContextScope in_context(autograd_context);
@@ -34,7 +27,6 @@ void Dispatcher::run(Handler handler, uint64_t autograd_context, Done done, Runs
     } catch (...) {
       outcome = Future<IValue>::failed(std::current_exception());
     }
-    busy_.fetch_sub(1, std::memory_order_relaxed);
     // The request and its arguments go before the answer does (the handler holds the only
     // reference): the RRefs among them are released, their deletes sent, before the caller
     // can see the call done.
@@ -57,16 +49,17 @@ void Dispatcher::run(Handler handler, uint64_t autograd_context, Done done, Runs
   if (where == Runs::kInline) {
     ++active_;
     lock.unlock();
-    struct Inline {
-      Inline() { t_inline = true; }
-      ~Inline() { t_inline = false; }
-    } scope;
+    NoWaiting here(
+        "it runs an RPC function registered to run inline (gw::rpc::Runs::kInline), on the "
+        "thread that reads the frames which would complete the future");
     return task();
   }
   queued_.fetch_add(1, std::memory_order_relaxed);  // before the task can take it off
   pool_->submit([this, task = std::move(task)]() mutable {
     queued_.fetch_sub(1, std::memory_order_relaxed);
+    busy_.fetch_add(1, std::memory_order_relaxed);
     task();
+    busy_.fetch_sub(1, std::memory_order_relaxed);
   });
   ++active_;  // once submitted: its finish() waits for mu_, which this thread holds
 }

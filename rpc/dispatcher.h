@@ -39,10 +39,9 @@ class Dispatcher {
 
   // Runs `handler` on the pool with distributed autograd context `autograd_context` (0: none)
   // current; a throw becomes its failed outcome. Throws StateError once stopped. Runs::kInline
-  // runs it on this thread instead, before returning.
+  // runs it on this thread instead, before returning, where a wait on a future not done yet
+  // throws StateError (NoWaiting, core/future.h).
   void run(Handler handler, uint64_t autograd_context, Done done, Runs where = Runs::kOnPool);
-  // Whether this thread is running a handler inline (run() with Runs::kInline).
-  static bool running_inline();
   // Runs `task` on a thread of its own (made on first use), FIFO, never behind the pool's
   // queue: work that handlers may be waiting for, such as placing a response's CUDA tensors.
   void run_apart(std::function<void()> task);
@@ -54,7 +53,7 @@ class Dispatcher {
   int stop(std::chrono::milliseconds bound);
 
   // How busy the pool is, for get_debug_info(): its threads, those running a handler now, and
-  // the handlers queued behind them.
+  // the handlers queued behind them (handlers run inline are not counted).
   struct Load {
     int threads, busy, queued;
   };

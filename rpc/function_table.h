@@ -9,10 +9,11 @@
 //
 // A function runs on the callee's pool of handler threads, unless it is registered to run
 // inline: then the thread that read the request runs it and sends the answer, saving a hand-off
-// between threads (a third of a small call's time). That is for functions that only compute on
-// their arguments, within microseconds: the thread reads every connection, so an inline
-// function must never block, and it may not make RPC calls (they throw StateError). It runs on
-// the pool after all when its call brings CUDA tensors or a distributed autograd context.
+// between threads. That is for functions that only compute on their arguments, within
+// microseconds: the thread reads every connection, so an inline function must never block, and
+// may not wait on a future (rpc_sync, to_here: they throw StateError, since the answer would
+// come to this very thread). It runs on the pool after all when its call brings CUDA tensors,
+// RRefs or a distributed autograd context.
 //
 //   Tensor my_add(Tensor a, Tensor b) { return a + b; }
 //   GW_RPC_FUNCTION(my_add);                                // registers "my_add"
@@ -56,7 +57,7 @@ using rpc_result_t = typename UnwrapFuture<std::decay_t<R>>::type;
 // Where the callee runs a function (see the top of this file).
 enum class Runs {
   kOnPool,  // on the agent's handler threads
-  kInline,  // on the thread that read the request: it must not block or make RPC calls
+  kInline,  // on the thread that read the request: it must not block, nor wait on a future
 };
 
 class FunctionTable {

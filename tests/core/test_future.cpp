@@ -31,6 +31,24 @@ TEST_CASE("Future wakes a waiter on another thread", "[future]") {
   t.join();
 }
 
+TEST_CASE("a thread that may not wait gets StateError instead of blocking", "[future]") {
+  Future<int> pending;
+  Future<int> done = Future<int>::ready(3);
+  {
+    NoWaiting scope("it reads the frames");
+    CHECK(done.wait() == 3);  // nothing to wait for
+    CHECK_THROWS_AS(pending.wait(), StateError);
+    CHECK_THROWS_WITH(pending.wait(1h), Catch::Contains("may not wait: it reads the frames"));
+    {
+      NoWaiting inner("inner");
+      CHECK_THROWS_WITH(pending.wait(), Catch::Contains("inner"));
+    }
+    CHECK_THROWS_WITH(pending.wait(), Catch::Contains("it reads the frames"));  // restored
+  }
+  CHECK(NoWaiting::why() == nullptr);
+  CHECK_THROWS_AS(pending.wait(10ms), TimeoutError);  // waits again
+}
+
 TEST_CASE("then chains continuations, flattens futures and carries errors", "[future]") {
   Future<int> f;
   auto plus_one = f.then([](Future<int>& x) { return x.wait() + 1; });

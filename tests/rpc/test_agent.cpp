@@ -199,12 +199,20 @@ TEST_CASE("a function registered to run inline answers while every pool thread i
   CHECK(rpc_sync<int64_t>("worker1", "twice", 21, timeout(10s)) == 42);
   CHECK(rpc_sync(1, twice, 5, timeout(10s)) == 10);
   CHECK(rpc_sync<int64_t>("worker1", "min", 7, 3, timeout(10s)) == 3);  // builtin, inline
-  // It may not make calls of its own: their answers would come to the thread that runs it.
+  // It may not wait for calls of its own: their answers would come to the thread that runs it.
   CHECK_THROWS_AS(rpc_sync(1, call_from_inline, std::string("worker0"), timeout(10s)), StateError);
   CHECK_THROWS_WITH(rpc_sync(1, call_from_inline, std::string("worker0"), timeout(10s)),
                     Catch::Contains("registered to run inline"));
   release_blocked();
   CHECK(blocked.wait() == 42);
+  // A call that brings an RRef runs on the pool, where to_here() may wait, and the fork it
+  // made is deleted once the function is done.
+  {
+    RRef<int64_t> mine(int64_t{7});
+    CHECK(rpc_sync(1, rref_int_inline, mine, timeout(10s)) == 7);
+  }
+  for (int trip = 0; trip < 200 && g[0].num_owner_rrefs() != 0; ++trip) rpc_sync(1, whoami);
+  CHECK(g[0].num_owner_rrefs() == 0);
   // Arguments no overload accepts fail from the pool, as for any function.
   CHECK_THROWS_WITH(rpc_sync<int64_t>("worker1", "twice", std::string("x"), timeout(10s)),
                     Catch::Contains("no overload of 'twice'"));

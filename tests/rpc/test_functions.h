@@ -24,8 +24,10 @@ int64_t crash();
 std::string whoami();
 // Registered to run inline, on the thread that read the request: returns 2 * x.
 int64_t twice(int64_t x);
-// Registered to run inline: makes an RPC call to `to`, which an inline function may not.
+// Registered to run inline: rpc_sync to `to`, whose wait an inline function may not do.
 int64_t call_from_inline(std::string to);
+// Registered to run inline: r's value, where it is owned (a call with an RRef runs on the pool).
+int64_t rref_int_inline(RRef<int64_t> r);
 // Computes (spins, holding its worker thread) for `ms` milliseconds; returns `ms`.
 int64_t busy_for_ms(int64_t ms);
 // A side effect the security tests watch: how often bump() ran in this process.
