@@ -16,8 +16,10 @@ namespace ag = gw::autograd;
 
 
 inline Tensor leaf(std::vector<double> v) { return gw::from_vector(v).requires_grad_(); }
-inline Tensor leaf(std::vector<double> v, gw::Shape shape) {
-  return gw::from_vector(v, shape).requires_grad_();
+// A float64 leaf of `shape` holding `v` (`shape` {} makes a 0-dim tensor of v[0]).
+inline Tensor leaf(const std::vector<double>& v, gw::Shape shape) {
+  Tensor t = shape.empty() ? gw::scalar_tensor(v.at(0), gw::kFloat64) : gw::from_vector(v, shape);
+  return t.requires_grad_();
 }
 inline Tensor constant(std::vector<double> v) { return gw::from_vector(v); }
 inline std::vector<double> vec(const Tensor& t) { return t.to_vector<double>(); }

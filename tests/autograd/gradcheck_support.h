@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "autograd/autograd.h"
+#include "tests/autograd/engine_test_util.h"
 
 namespace gwtest {
 
@@ -29,9 +30,9 @@ inline Tensor make(const std::vector<double>& v, Shape shape) {
   return gw::from_vector<double>(v, shape);
 }
 
-inline Tensor leaf(const std::vector<double>& v, Shape shape) {
-  return make(v, shape).requires_grad_();
-}
+using engine_test::leaf;
+using engine_test::near;
+using engine_test::vec;
 
 // Uniform values in [lo, hi) that stay at least `margin` away from every point in `avoid`
 // (kinks, bounds, integers): a central difference never straddles one.
@@ -118,18 +119,6 @@ inline void expect_gradcheck(const std::string& what, const Fn& fn,
   } catch (const std::exception& e) {
     FAIL_CHECK("threw: " << e.what());
   }
-}
-
-// Values of a tensor, for exact comparisons against hand-computed expectations.
-inline std::vector<double> vec(const Tensor& t) { return t.to_vector<double>(); }
-
-// Element-wise closeness of two value lists (relative 1e-12 plus absolute 1e-12).
-inline bool near(const std::vector<double>& a, const std::vector<double>& b, double tol = 1e-12) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!(std::abs(a[i] - b[i]) <= tol * (1.0 + std::abs(b[i])))) return false;
-  }
-  return true;
 }
 
 }  // namespace gwtest

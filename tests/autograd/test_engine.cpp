@@ -2,13 +2,11 @@
 #include <catch2/catch.hpp>
 
 #include "autograd/autograd.h"
+#include "tests/autograd/engine_test_util.h"
 
 using gw::Tensor;
-
-namespace {
-Tensor leaf(std::vector<double> v) { return gw::from_vector(v).requires_grad_(); }
-std::vector<double> vec(const Tensor& t) { return t.to_vector<double>(); }
-}  // namespace
+using engine_test::leaf;
+using engine_test::vec;
 
 TEST_CASE("a chain of ops gives the analytic gradient", "[autograd][engine]") {
   Tensor x = leaf({1.0, 2.0, 3.0});

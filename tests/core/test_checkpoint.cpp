@@ -15,7 +15,7 @@ using namespace gw;
 
 namespace {
 
-Checkpoint sample(float value, int64_t step) {
+Checkpoint sample_checkpoint(float value, int64_t step) {
   Checkpoint c;
   c.model = {{"fc.weight", full({2, 3}, value)}, {"fc.bias", full({2}, value + 1)}};
   c.optimizer = {{"state.0.momentum_buffer", full({2, 3}, -value)},
@@ -43,7 +43,7 @@ void check_same(const Checkpoint& a, const Checkpoint& b) {
 TEST_CASE("a checkpoint comes back as it was saved", "[core][checkpoint]") {
   gw::test::TempDir dir;
   CHECK_FALSE(load_checkpoint(dir.path).has_value());  // none yet
-  const Checkpoint saved = sample(1.5f, 7);
+  const Checkpoint saved = sample_checkpoint(1.5f, 7);
   save_checkpoint(dir.path + "/run", saved);  // the directory is created
   auto loaded = load_checkpoint(dir.path + "/run");
   REQUIRE(loaded);
@@ -57,7 +57,7 @@ TEST_CASE("a checkpoint comes back as it was saved", "[core][checkpoint]") {
 TEST_CASE("a checkpoint write that did not finish leaves the previous one whole",
           "[core][checkpoint]") {
   gw::test::TempDir dir;
-  const Checkpoint first = sample(1.0f, 10);
+  const Checkpoint first = sample_checkpoint(1.0f, 10);
   save_checkpoint(dir.path, first);
   // What a process killed in the middle of the next save leaves: a partial temporary file.
   {
@@ -68,7 +68,7 @@ TEST_CASE("a checkpoint write that did not finish leaves the previous one whole"
   REQUIRE(loaded);
   check_same(first, *loaded);
   // The next save replaces both.
-  const Checkpoint second = sample(2.0f, 20);
+  const Checkpoint second = sample_checkpoint(2.0f, 20);
   save_checkpoint(dir.path, second);
   loaded = load_checkpoint(dir.path);
   REQUIRE(loaded);
@@ -89,6 +89,6 @@ TEST_CASE("load_checkpoint refuses what is not a checkpoint, naming the file",
     garbage << "not safetensors";
   }
   CHECK_THROWS_AS(load_checkpoint(dir.path), IoError);
-  CHECK_THROWS_WITH(save_checkpoint("/proc/no/such/dir", sample(1, 1)),
+  CHECK_THROWS_WITH(save_checkpoint("/proc/no/such/dir", sample_checkpoint(1, 1)),
                     Catch::Contains("/proc/no/such/dir"));
 }

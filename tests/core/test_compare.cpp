@@ -8,14 +8,13 @@
 #include <vector>
 
 #include "core/ops.h"
+#include "tests/core/test_util.h"
 
 using gw::Shape;
 using gw::Tensor;
 
-namespace {
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-constexpr double kInf = std::numeric_limits<double>::infinity();
-}  // namespace
+using core_test::kInf;
+using core_test::kNaN;
 
 // --- comparisons and logic ------------------------------------------------------------------
 

@@ -12,17 +12,15 @@
 #include <vector>
 
 #include "core/ops.h"
+#include "tests/core/test_util.h"
 
 using gw::Shape;
 using gw::Tensor;
 
+using core_test::ThreadsGuard;
+
 namespace {
 
-// Restores the thread count when a test changes it.
-struct ThreadsGuard {
-  int saved = gw::get_num_threads();
-  ~ThreadsGuard() { gw::set_num_threads(saved); }
-};
 
 // Records every chunk parallel_for hands out (Catch assertions are not thread-safe, so the
 // checks run afterwards on the calling thread).

@@ -7,19 +7,11 @@
 #include <sstream>
 
 #include "core/ops.h"
+#include "tests/core/test_util.h"
 
 using gw::Tensor;
 
-namespace {
-
-// A 1-D tensor of a 16-bit float dtype from raw bit patterns (no CPU arithmetic in them).
-Tensor from_bits(std::vector<uint16_t> bits, gw::DType dtype) {
-  Tensor t = gw::empty({static_cast<int64_t>(bits.size())}, dtype);
-  std::memcpy(t.raw_data(), bits.data(), bits.size() * 2);
-  return t;
-}
-
-}  // namespace
+using core_test::from_bits;
 
 TEST_CASE("print: each dtype", "[core][print]") {
   CHECK(gw::tensor({{1.f, 2.f}, {3.f, 4.f}}).str() == "tensor([[1., 2.],\n        [3., 4.]])");

@@ -11,9 +11,12 @@
 #include <vector>
 
 #include "core/ops.h"
+#include "tests/core/test_util.h"
 
 using gw::Shape;
 using gw::Tensor;
+
+using core_test::ThreadsGuard;
 
 namespace {
 
@@ -61,11 +64,6 @@ Moments moments(const std::vector<double>& v) {
   return m;
 }
 
-// Restores the thread count when a test changes it.
-struct ThreadsGuard {
-  int saved = gw::get_num_threads();
-  ~ThreadsGuard() { gw::set_num_threads(saved); }
-};
 
 }  // namespace
 

@@ -12,16 +12,18 @@
 #include <vector>
 
 #include "core/ops.h"
+#include "tests/core/test_util.h"
 
 using gw::Shape;
 using gw::Tensor;
 
+using core_test::kInf;
+
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // Deterministic values with a wide spread and no ties.
-std::vector<double> sample(int64_t n) {
+std::vector<double> spread(int64_t n) {
   std::vector<double> v(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) v[i] = std::sin(static_cast<double>(i) * 1.7 + 0.3) * 3.0;
   return v;
@@ -96,7 +98,7 @@ double ref_logsumexp(const std::vector<double>& v) {
   return m + std::log(s);
 }
 
-void check_close(const std::vector<double>& got, const std::vector<double>& want, double eps) {
+void check_values(const std::vector<double>& got, const std::vector<double>& want, double eps) {
   REQUIRE(got.size() == want.size());
   for (size_t i = 0; i < got.size(); ++i) {
     CAPTURE(i);
@@ -110,7 +112,7 @@ void check_close(const std::vector<double>& got, const std::vector<double>& want
 
 // The inputs every reduction is run on: contiguous, transposed and stepped views of one base.
 std::vector<std::pair<std::string, Tensor>> inputs() {
-  Tensor base = gw::from_vector(sample(48), {2, 3, 8});
+  Tensor base = gw::from_vector(spread(48), {2, 3, 8});
   return {
       {"contiguous", base.slice(2, 0, 4)},           // (2,3,4)
       {"transposed", base.slice(2, 0, 4).transpose(0, 2)},  // (4,3,2)
@@ -136,7 +138,7 @@ void check_reduction(const std::string& name, const Reduction& op, const RefRedu
         CHECK(r.dtype() == x.dtype());
         std::vector<double> want;
         for (const auto& grp : g.groups) want.push_back(ref(grp));
-        check_close(r.to_vector<double>(), want, 1e-12);
+        check_values(r.to_vector<double>(), want, 1e-12);
       }
     }
   }
@@ -376,7 +378,7 @@ TEST_CASE("reductions of 0-dim and empty tensors", "[core][reduce]") {
 // --- softmax --------------------------------------------------------------------------------
 
 TEST_CASE("softmax and log_softmax over each dim", "[core][reduce][softmax]") {
-  Tensor base = gw::from_vector(sample(60), {3, 4, 5});
+  Tensor base = gw::from_vector(spread(60), {3, 4, 5});
   for (const Tensor& x : {base, base.transpose(0, 2), base.slice(1, 0, 4, 3)}) {
     for (int64_t dim : {0, 1, 2, -1}) {
       CAPTURE(gw::shape_str(x.sizes()), dim);

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "core/ops.h"
+#include "tests/core/test_util.h"
 
 using Catch::Matchers::Contains;
 using Catch::Matchers::StartsWith;
@@ -27,11 +28,6 @@ bool same(const Tensor& a, const Tensor& b) {
   return a.dtype() == b.dtype() && a.sizes() == b.sizes() && bytes_of(a) == bytes_of(b);
 }
 
-Tensor from_bits(std::vector<uint16_t> bits, gw::DType dtype) {
-  Tensor t = gw::empty({2, 2}, dtype);
-  std::memcpy(t.raw_data(), bits.data(), 8);
-  return t;
-}
 
 // One small tensor of every dtype.
 std::vector<Tensor> one_of_each_dtype() {
@@ -41,8 +37,8 @@ std::vector<Tensor> one_of_each_dtype() {
       gw::from_vector<int64_t>({INT64_MIN, -1, 0, INT64_MAX}, {2, 1, 2}),
       gw::from_vector<int32_t>({INT32_MIN, 5, INT32_MAX}, {3, 1}),
       gw::from_vector<bool>({true, false, false, true}, {4}),
-      from_bits({0x3c00, 0xc000, 0x7bff, 0x0001}, gw::kFloat16),
-      from_bits({0x3f80, 0xc040, 0x7f80, 0x0001}, gw::kBFloat16),
+      core_test::from_bits({0x3c00, 0xc000, 0x7bff, 0x0001}, gw::kFloat16, {2, 2}),
+      core_test::from_bits({0x3f80, 0xc040, 0x7f80, 0x0001}, gw::kBFloat16, {2, 2}),
   };
 }
 

@@ -6,12 +6,34 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <numeric>
 #include <vector>
 
 #include "core/ops.h"
 
 namespace core_test {
+
+inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+inline constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Restores the thread count when a test changes it.
+struct ThreadsGuard {
+  int saved = gw::get_num_threads();
+  ~ThreadsGuard() { gw::set_num_threads(saved); }
+};
+
+// A tensor of a 16-bit float dtype from raw bit patterns (no CPU arithmetic in them), of
+// `shape`, or 1-D when it is empty.
+inline gw::Tensor from_bits(const std::vector<uint16_t>& bits, gw::DType dtype,
+                            gw::Shape shape = {}) {
+  if (shape.empty()) shape = {static_cast<int64_t>(bits.size())};
+  gw::Tensor t = gw::empty(shape, dtype);
+  REQUIRE(t.nbytes() == bits.size() * 2);
+  std::memcpy(t.raw_data(), bits.data(), bits.size() * 2);
+  return t;
+}
 
 // A float32 tensor holding 0, 1, 2, ... in row-major order, built without any gradwire op.
 inline gw::Tensor iota(gw::Shape shape) {

@@ -138,6 +138,8 @@ TEST_CASE("a peer killed mid-call fails the pending call at once, not at the tim
   agent.shutdown(false);
 }
 
+namespace {
+
 // Liveness: this process as worker0 beside `world_size - 1` rpc_peer processes, every agent
 // with the failure window `seconds` (GW_FAILURE_TIMEOUT, which the peers inherit).
 struct WatchedGroup {
@@ -151,6 +153,7 @@ struct WatchedGroup {
         peers(world_size, store->port()),
         agent("worker0", 0, world_size, with_store(store)) {}
 };
+}  // namespace
 
 TEST_CASE("a stopped peer is declared dead within failure_timeout, not at the call's timeout",
           "[rpc][process][liveness]") {

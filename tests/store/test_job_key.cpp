@@ -17,14 +17,14 @@ using Catch::Contains;
 
 namespace {
 
-struct TempDir {
+struct KeyDir {
   std::filesystem::path path;
-  TempDir() {
+  KeyDir() {
     std::string tmpl = (std::filesystem::temp_directory_path() / "gw-key-test-XXXXXX").string();
     REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
     path = tmpl;
   }
-  ~TempDir() { std::filesystem::remove_all(path); }
+  ~KeyDir() { std::filesystem::remove_all(path); }
   std::string write(const std::string& name, const std::string& text, mode_t mode) {
     const auto p = path / name;
     std::ofstream(p) << text;
@@ -46,7 +46,7 @@ Identity handshake(const JobKey& client_key, const JobKey& server_key,
 }  // namespace
 
 TEST_CASE("a job key file round-trips and must be private and well-formed", "[store][auth]") {
-  TempDir dir;
+  KeyDir dir;
   const JobKey key = JobKey::generate();
   CHECK_FALSE(key.is_none());
   CHECK(key != JobKey::generate());

@@ -121,7 +121,7 @@ class RecordingRelay {
 }  // namespace
 
 TEST_CASE("TLS options are checked: all three files, readable, private, matching", "[store][tls]") {
-  test::Pki pki;
+  gw::test::Pki pki;
   const TlsOptions a = pki.issue("a"), b = pki.issue("b");
   CHECK(make_tls_context({}, "test") == nullptr);  // TLS off
   CHECK(make_tls_context(a, "test") != nullptr);
@@ -151,7 +151,7 @@ TEST_CASE("TLS options are checked: all three files, readable, private, matching
 }
 
 TEST_CASE("a TCPStore over TLS serves its CA's clients and no one else", "[store][tls]") {
-  test::Pki pki, other;
+  gw::test::Pki pki, other;
   TCPStore master("127.0.0.1", master_options(pki.issue("master")));
   TCPStore client("127.0.0.1", client_options(master.port(), pki.issue("client")));
   client.set("k", "v");
@@ -199,7 +199,7 @@ TEST_CASE("a TCPStore over TLS serves its CA's clients and no one else", "[store
 
 TEST_CASE("both ends of one TLS session share its channel binding; another session has another",
           "[store][tls]") {
-  test::Pki pki;
+  gw::test::Pki pki;
   const TlsContext ctx = make_tls_context(pki.issue("node"), "test");
   asio::io_context io;
   asio::ip::tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
@@ -236,7 +236,7 @@ TEST_CASE("both ends of one TLS session share its channel binding; another sessi
 
 TEST_CASE("on the wire, a TLS store's traffic is unreadable; a plain one's is not",
           "[store][tls]") {
-  test::Pki pki;
+  gw::test::Pki pki;
   const std::string secret = "gradwire-secret-value-0123456789abcdef";
   for (const bool tls : {false, true}) {
     INFO("TLS " << tls);

@@ -17,7 +17,7 @@ using namespace gw::dist::autograd::testing;
 using Group = gw::dist::testing::DistGroup;
 
 namespace {
-Tensor leaf(uint64_t seed) {
+Tensor seeded_leaf(uint64_t seed) {
   Generator gen(seed);
   return rand({3, 3}, gen).requires_grad_();
 }
@@ -63,7 +63,7 @@ TEST_CASE("an agent started without gw::dist::init_rpc refuses distributed autog
   SECTION("a call in a context to the plain agent") {
     rpc::Agent::Use use(g[0]);
     Context ctx;
-    Tensor a = leaf(1);
+    Tensor a = seeded_leaf(1);
     CHECK_THROWS_WITH(rpc::rpc_sync<Tensor>("worker1", "add", a, a),
                       Catch::Contains("gw::dist::init_rpc"));
   }
@@ -77,7 +77,7 @@ TEST_CASE("the design note's example: gradients through rpc_sync equal local one
           "[dist_autograd]") {
   Group g(2);
   rpc::Agent::Use use(g[0]);
-  Tensor t1 = leaf(1), t2 = leaf(2), t4 = leaf(4);
+  Tensor t1 = seeded_leaf(1), t2 = seeded_leaf(2), t4 = seeded_leaf(4);
   auto f = [](const std::vector<Tensor>& t) { return ((t[0] + t[1]) * t[2]).sum(); };
   uint64_t id;
   {
@@ -106,7 +106,7 @@ TEST_CASE("the design note's example: gradients through rpc_sync equal local one
 TEST_CASE("nested RPCs: A -> B -> C with tensors flowing back", "[dist_autograd]") {
   Group g(3);
   rpc::Agent::Use use(g[0]);
-  Tensor a = leaf(5), b = leaf(6);
+  Tensor a = seeded_leaf(5), b = seeded_leaf(6);
   auto f = [](const std::vector<Tensor>& t) { return ((t[0] * t[1] + t[0]) * t[0]).sum(); };
   {
     Context ctx;
@@ -129,7 +129,7 @@ TEST_CASE("RRef.to_here chains record send and recv functions", "[dist_autograd]
   Tensor y = rpc::rpc_sync("worker2", d_fetch_triple, x);
   Tensor loss = (y * y).sum() + x.to_here().sum();
   backward(ctx.id(), {loss});
-  Tensor value = leaf(7).detach();
+  Tensor value = seeded_leaf(7).detach();
   Tensor expected = local_grads({value}, [](const std::vector<Tensor>& t) {
     return ((t[0] * 3.0) * (t[0] * 3.0)).sum() + t[0].sum();
   })[0];
@@ -141,7 +141,7 @@ TEST_CASE("retain_graph allows a second backward; gradients accumulate in the co
           "[dist_autograd]") {
   Group g(2);
   rpc::Agent::Use use(g[0]);
-  Tensor a = leaf(8), b = leaf(9);
+  Tensor a = seeded_leaf(8), b = seeded_leaf(9);
   Context ctx;
   Tensor loss = (rpc::rpc_sync("worker1", d_mul, a, b) * a).sum();
   backward(ctx.id(), {loss}, /*retain_graph=*/true);
@@ -163,7 +163,7 @@ TEST_CASE("contexts of several threads run at once", "[dist_autograd][threads]")
       const std::string other = t % 2 ? "worker0" : "worker1";
       int good = 0;
       for (int i = 0; i < kIterations; ++i) {
-        Tensor a = leaf(100 + t * kIterations + i), b = leaf(7 * t + i);
+        Tensor a = seeded_leaf(100 + t * kIterations + i), b = seeded_leaf(7 * t + i);
         Context ctx;
         Tensor loss = (rpc::rpc_sync(other, d_mul, a, b) + a).sum();
         backward(ctx.id(), {loss});
@@ -186,7 +186,7 @@ TEST_CASE("an unused RPC result that shares no leaf does not change the gradient
           "[dist_autograd][fast]") {
   Group g(2);
   rpc::Agent::Use use(g[0]);
-  Tensor a = leaf(10), b = leaf(11), c = leaf(12), e = leaf(13);
+  Tensor a = seeded_leaf(10), b = seeded_leaf(11), c = seeded_leaf(12), e = seeded_leaf(13);
   Context ctx;
   Tensor d = rpc::rpc_sync("worker1", d_add, a, b);
   Tensor unused = rpc::rpc_sync("worker1", d_mul, c, e);  // never reaches the loss
@@ -205,7 +205,7 @@ TEST_CASE("an unused RPC whose inputs feed the loss: FAST mode raises, SMART mod
   // SMART mode gives b d's gradient alone, as local autograd does.
   Group g(2);
   rpc::Agent::Use use(g[0]);
-  Tensor a = leaf(14), b = leaf(15), c = leaf(16);
+  Tensor a = seeded_leaf(14), b = seeded_leaf(15), c = seeded_leaf(16);
   for (Mode mode : {Mode::kFast, Mode::kSmart}) {
     Context ctx;
     Tensor d = rpc::rpc_sync("worker1", d_add, a, b);
@@ -229,7 +229,7 @@ TEST_CASE("SMART mode: a received tensor also sent to an unused RPC is found on 
   // holds x's recv, and releases it when the pass closes.
   Group g(3);
   rpc::Agent::Use use(g[0]);
-  Tensor a = leaf(20), b = leaf(21), c = leaf(22);
+  Tensor a = seeded_leaf(20), b = seeded_leaf(21), c = seeded_leaf(22);
   for (bool retain : {true, false}) {  // two passes on one context, then one on another
     Context ctx;
     Tensor x = rpc::rpc_sync("worker1", d_add, a, b);
@@ -250,7 +250,7 @@ TEST_CASE("an exception in a remote backward function is raised on the caller",
           "[dist_autograd][errors]") {
   Group g(3);
   rpc::Agent::Use use(g[0]);
-  Tensor a = leaf(17);
+  Tensor a = seeded_leaf(17);
   {
     Context ctx;
     Tensor r = rpc::rpc_sync("worker1", d_failing_backward, a);
@@ -276,7 +276,7 @@ TEST_CASE("bad arguments to the distributed autograd API are clear errors",
           "[dist_autograd][errors]") {
   Group g(1);
   rpc::Agent::Use use(g[0]);
-  Tensor a = leaf(18);
+  Tensor a = seeded_leaf(18);
   CHECK_THROWS_WITH(backward(12345, {a.sum()}), Catch::Contains("has no context 12345"));
   Context ctx;
   CHECK_THROWS_WITH(backward(ctx.id(), {a * 2.0}), Catch::Contains("roots must be scalars"));
@@ -299,7 +299,7 @@ TEST_CASE("a response that arrives after its context was left fails instead of r
   Future<Tensor> late;
   {
     Context ctx;
-    late = rpc::rpc_async("worker1", d_gated, leaf(19));
+    late = rpc::rpc_async("worker1", d_gated, seeded_leaf(19));
   }
   d_open_gate();  // the response, recorded in the context, arrives now
   CHECK_THROWS_WITH(late.wait(), Catch::Contains("has no context"));
@@ -309,7 +309,7 @@ TEST_CASE("a response that arrives after its context was left fails instead of r
 TEST_CASE("a call that cannot be sent leaves no send function behind", "[dist_autograd][fast]") {
   Group g(2);
   rpc::Agent::Use use(g[0]);
-  Tensor a = leaf(20);
+  Tensor a = seeded_leaf(20);
   Context ctx;
   // An object cannot travel: the request fails before it leaves, after being recorded.
   CHECK_THROWS(rpc::rpc_sync("worker1", "no_such_function", a, rpc::IValue::object({})));
@@ -321,7 +321,7 @@ TEST_CASE("a call that cannot be sent leaves no send function behind", "[dist_au
 TEST_CASE("a context adds to a gradient out of place while get_gradients' copy is held",
           "[dist_autograd]") {
   DistAutogradContext ctx(1);
-  Tensor w = leaf(40);
+  Tensor w = seeded_leaf(40);
   ctx.accumulate_grad(w, full({3, 3}, 1.0));
   GradientMap held = ctx.gradients();  // shares the context's tensor
   ctx.accumulate_grad(w, full({3, 3}, 2.0));
