@@ -58,8 +58,11 @@ void Dispatcher::run(Handler handler, uint64_t autograd_context, Done done, Runs
   pool_->submit([this, task = std::move(task)]() mutable {
     queued_.fetch_sub(1, std::memory_order_relaxed);
     busy_.fetch_add(1, std::memory_order_relaxed);
+    struct Idle {
+      std::atomic<int>& busy;
+      ~Idle() { busy.fetch_sub(1, std::memory_order_relaxed); }
+    } idle{busy_};
     task();
-    busy_.fetch_sub(1, std::memory_order_relaxed);
   });
   ++active_;  // once submitted: its finish() waits for mu_, which this thread holds
 }

@@ -28,14 +28,14 @@
 // close with "worker 'w' at addr:port declared dead: no heartbeat for 10 s (failure_timeout)",
 // which fails what is pending on them (the owner's close handler), and from then on requests
 // to it fail at once and its connections are refused. Only the network thread sends
-// heartbeats, and it runs no request handler, so a worker busy computing stays alive — but it
-// does run the callbacks of futures its responses complete (core/future.h): one that computes
-// for longer than the window makes this worker silent. (Over shared memory, connection.h,
-// responses and their callbacks are the connection's ring thread's, and a connection whose ring
-// thread is in a handler counts as heard. Handlers still run one at a time: the network thread
-// sends no heartbeat while it waits to hand over a frame of its own.) A
-// check that itself ran late (this process was stopped or starved) declares nobody dead: it cannot
-// tell.
+// heartbeats, and it runs no request handler but the tiny ones registered to run inline
+// (rpc/function_table.h), so a worker busy computing stays alive — but it does run the callbacks of
+// futures its responses complete (core/future.h): one that computes for longer than the window
+// makes this worker silent. (Over shared memory, connection.h, responses and their callbacks are
+// the connection's ring thread's, and a connection whose ring thread is in a handler counts as
+// heard. Handlers still run one at a time: the network thread sends no heartbeat while it waits to
+// hand over a frame of its own.) A check that itself ran late (this process was stopped or starved)
+// declares nobody dead: it cannot tell.
 //
 //   Transport t(options, handlers);                                 // listening
 //   publish(t.port()); ...                                          // rendezvous

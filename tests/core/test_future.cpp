@@ -37,13 +37,14 @@ TEST_CASE("a thread that may not wait gets StateError instead of blocking", "[fu
   {
     NoWaiting scope("it reads the frames");
     CHECK(done.wait() == 3);  // nothing to wait for
-    CHECK_THROWS_AS(pending.wait(), StateError);
-    CHECK_THROWS_WITH(pending.wait(1h), Catch::Contains("may not wait: it reads the frames"));
+    // (Bounded waits: without the scope they end in TimeoutError, not a hang.)
+    CHECK_THROWS_AS(pending.wait(100ms), StateError);
+    CHECK_THROWS_WITH(pending.wait(100ms), Catch::Contains("may not wait: it reads the frames"));
     {
       NoWaiting inner("inner");
-      CHECK_THROWS_WITH(pending.wait(), Catch::Contains("inner"));
+      CHECK_THROWS_WITH(pending.wait(100ms), Catch::Contains("inner"));
     }
-    CHECK_THROWS_WITH(pending.wait(), Catch::Contains("it reads the frames"));  // restored
+    CHECK_THROWS_WITH(pending.wait(100ms), Catch::Contains("it reads the frames"));  // restored
   }
   CHECK(NoWaiting::why() == nullptr);
   CHECK_THROWS_AS(pending.wait(10ms), TimeoutError);  // waits again

@@ -21,7 +21,6 @@ using core_test::ThreadsGuard;
 
 namespace {
 
-
 // Records every chunk parallel_for hands out (Catch assertions are not thread-safe, so the
 // checks run afterwards on the calling thread).
 struct Coverage {

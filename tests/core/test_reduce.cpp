@@ -21,7 +21,6 @@ using core_test::kInf;
 
 namespace {
 
-
 // Deterministic values with a wide spread and no ties.
 std::vector<double> spread(int64_t n) {
   std::vector<double> v(static_cast<size_t>(n));

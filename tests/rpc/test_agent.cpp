@@ -203,6 +203,13 @@ TEST_CASE("a function registered to run inline answers while every pool thread i
   CHECK_THROWS_AS(rpc_sync(1, call_from_inline, std::string("worker0"), timeout(10s)), StateError);
   CHECK_THROWS_WITH(rpc_sync(1, call_from_inline, std::string("worker0"), timeout(10s)),
                     Catch::Contains("registered to run inline"));
+  // Sending is fine: worker0's bump runs (bump counts in this process, which both agents share).
+  const int64_t bumped = bumps();
+  CHECK(rpc_sync(1, bump_from_inline, std::string("worker0"), timeout(10s)) == 1);
+  const auto until = std::chrono::steady_clock::now() + 10s;  // round trips, not a sleep
+  while (bumps() == bumped && std::chrono::steady_clock::now() < until)
+    rpc_sync<int64_t>(1, "min", 1, 2);
+  CHECK(bumps() == bumped + 1);
   release_blocked();
   CHECK(blocked.wait() == 42);
   // A call that brings an RRef runs on the pool, where to_here() may wait, and the fork it

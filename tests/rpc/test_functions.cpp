@@ -64,6 +64,10 @@ std::string whoami() { return current_agent().get_worker_info().name; }
 int64_t twice(int64_t x) { return 2 * x; }
 int64_t call_from_inline(std::string to) { return rpc_sync<int64_t>(to, "min", 1, 2); }
 int64_t rref_int_inline(RRef<int64_t> r) { return r.to_here(); }
+int64_t bump_from_inline(std::string to) {
+  rpc_async<int64_t>(to, "bump");
+  return 1;
+}
 
 int64_t busy_for_ms(int64_t ms) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
@@ -188,6 +192,7 @@ GW_RPC_FUNCTION(busy_for_ms);
 GW_RPC_INLINE_FUNCTION(twice);
 GW_RPC_INLINE_FUNCTION(call_from_inline);
 GW_RPC_INLINE_FUNCTION(rref_int_inline);
+GW_RPC_INLINE_FUNCTION(bump_from_inline);
 GW_RPC_FUNCTION(bump_then_exit);
 GW_RPC_FUNCTION(pass_rref_when_released);
 GW_RPC_FUNCTION(bump);

@@ -26,6 +26,8 @@ std::string whoami();
 int64_t twice(int64_t x);
 // Registered to run inline: rpc_sync to `to`, whose wait an inline function may not do.
 int64_t call_from_inline(std::string to);
+// Registered to run inline: calls bump on `to` without waiting for it (rpc_async); returns 1.
+int64_t bump_from_inline(std::string to);
 // Registered to run inline: r's value, where it is owned (a call with an RRef runs on the pool).
 int64_t rref_int_inline(RRef<int64_t> r);
 // Computes (spins, holding its worker thread) for `ms` milliseconds; returns `ms`.
