@@ -92,7 +92,8 @@ void Agent::on_request(const std::shared_ptr<Connection>& c, Message m) {
               std::ranges::none_of(r.args,
                                    [](const IValue& a) { return a.contains(IValue::Kind::kRRef); });
           serve(
-              {from, id, what, true, true, here ? Runs::kInline : Runs::kOnPool}, ctx,
+              {.from = from, .id = id, .what = what, .runs = here ? Runs::kInline : Runs::kOnPool},
+              ctx,
               [held = std::move(held), fn = std::move(fn)]() mutable {
                 place_on_devices(*held);
                 // The arguments are gone before the answer leaves: an RRef among them sends
