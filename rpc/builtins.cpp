@@ -132,16 +132,14 @@ void register_builtins(FunctionTable& t) {
   register_reductions_and_linalg(t);
   register_shape_and_index(t);
   register_creation(t);
-  // Python's min/max on numbers, run where they are read. Registered after the tensor
-  // overloads, which take a Tensor.
-  t.add(
-      "min", [](int64_t a, int64_t b) { return std::min(a, b); }, Runs::kInline);
-  t.add(
-      "min", [](double a, double b) { return std::min(a, b); }, Runs::kInline);
-  t.add(
-      "max", [](int64_t a, int64_t b) { return std::max(a, b); }, Runs::kInline);
-  t.add(
-      "max", [](double a, double b) { return std::max(a, b); }, Runs::kInline);
+  // Python's min/max on numbers, run where they are read: for ints and for floats. Registered
+  // after the tensor overloads, which take a Tensor.
+  auto on_numbers = [&t](const char* name, auto pick) {
+    t.add(name, std::function<int64_t(int64_t, int64_t)>(pick), Runs::kInline);
+    t.add(name, std::function<double(double, double)>(pick), Runs::kInline);
+  };
+  on_numbers("min", [](auto a, auto b) { return std::min(a, b); });
+  on_numbers("max", [](auto a, auto b) { return std::max(a, b); });
 }
 
 }  // namespace

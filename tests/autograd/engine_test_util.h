@@ -15,11 +15,15 @@ using gw::Tensor;
 namespace ag = gw::autograd;
 
 
+// A float64 tensor of `shape` (0-dim when empty) holding `v`, not requiring grad.
+inline Tensor make(const std::vector<double>& v, gw::Shape shape) {
+  if (shape.empty()) return gw::scalar_tensor(v.at(0), gw::kFloat64);
+  return gw::from_vector<double>(v, shape);
+}
 inline Tensor leaf(std::vector<double> v) { return gw::from_vector(v).requires_grad_(); }
-// A float64 leaf of `shape` holding `v` (`shape` {} makes a 0-dim tensor of v[0]).
+// The same as make(), requiring grad.
 inline Tensor leaf(const std::vector<double>& v, gw::Shape shape) {
-  Tensor t = shape.empty() ? gw::scalar_tensor(v.at(0), gw::kFloat64) : gw::from_vector(v, shape);
-  return t.requires_grad_();
+  return make(v, shape).requires_grad_();
 }
 inline Tensor constant(std::vector<double> v) { return gw::from_vector(v); }
 inline std::vector<double> vec(const Tensor& t) { return t.to_vector<double>(); }

@@ -24,13 +24,8 @@ using gw::Shape;
 using gw::Tensor;
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 
-// A float64 tensor of `shape` (0-dim when empty) holding `v`, not requiring grad.
-inline Tensor make(const std::vector<double>& v, Shape shape) {
-  if (shape.empty()) return gw::scalar_tensor(v.at(0), gw::kFloat64);
-  return gw::from_vector<double>(v, shape);
-}
-
 using engine_test::leaf;
+using engine_test::make;
 using engine_test::near;
 using engine_test::vec;
 
