@@ -14,7 +14,6 @@ namespace engine_test {
 using gw::Tensor;
 namespace ag = gw::autograd;
 
-
 // A float64 tensor of `shape` (0-dim when empty) holding `v`, not requiring grad.
 inline Tensor make(const std::vector<double>& v, gw::Shape shape) {
   if (shape.empty()) return gw::scalar_tensor(v.at(0), gw::kFloat64);
