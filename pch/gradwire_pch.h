@@ -1,20 +1,6 @@
-// The precompiled header of every layer library (meson's `cpp_pch`): the standard headers most
-// of their files include and the tensor header, parsed once per library instead of once per
-// file, which builds the layers in two thirds of the time. Each file still includes what it
-// uses: `meson configure build -Db_pch=false` builds without it, and shows a missing include.
-#include <algorithm>
-#include <atomic>
-#include <chrono>
-#include <condition_variable>
-#include <cstdint>
-#include <cstring>
-#include <functional>
-#include <map>
-#include <memory>
-#include <mutex>
-#include <optional>
-#include <string>
-#include <thread>
-#include <vector>
+// The precompiled header of the layers from autograd up: the standard headers of
+// pch/std_pch.h and the tensor, which nearly all their files include; parsed once per library
+// instead of once per file. Each file still includes what it uses (see pch/std_pch.h).
+#include "pch/std_pch.h"
 
 #include "core/tensor.h"
