@@ -37,6 +37,19 @@ void check_same_device(const char* op, std::initializer_list<const Tensor*> tens
   }
 }
 
+void Backend::attention(const Tensor&, const Tensor&, const Tensor&, const Tensor&, bool, double,
+                        const Tensor&, const Tensor&) {
+  throw InternalError(detail::str("[scaled_dot_product_attention] the backend of ",
+                                  Device(device_type()), " has no fused attention kernel"));
+}
+
+void Backend::attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                 const Tensor&, bool, double, const Tensor&, const Tensor&,
+                                 const Tensor&, const Tensor&, const Tensor&) {
+  throw InternalError(detail::str("[scaled_dot_product_attention] the backend of ",
+                                  Device(device_type()), " has no fused attention kernel"));
+}
+
 void Backend::adam_step(std::span<const AdamParam>, const AdamUpdate&) {
   throw InternalError(detail::str("[adam_step] the backend of ", Device(device_type()),
                                   " has no fused Adam kernel"));

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <array>
+#include <optional>
 #include <string_view>
 
 #include "core/ops.h"
@@ -53,6 +54,24 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {},
 // x (N,C,H,W) or (C,H,W); stride {0,0} means the kernel size; padding at most half the kernel.
 Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel,
                   std::array<int64_t, 2> stride = {0, 0}, std::array<int64_t, 2> padding = {0, 0});
+
+// --- attention ------------------------------------------------------------------------------
+// torch.nn.functional.scaled_dot_product_attention: softmax(q kᵀ · scale + mask) v over the last
+// two dims, for q (..., L, E), k (..., S, E), v (..., S, Ev) with equal batch dims (e.g. batch,
+// heads), giving (..., L, Ev). attn_mask broadcasts to (..., L, S): bool (true: takes part) or
+// added to the scores; is_causal lets row i see keys j <= i (not with a mask); scale defaults to
+// 1/sqrt(E); dropout_p drops probabilities (always, as PyTorch's: pass 0 to evaluate). A row
+// whose every key is masked out gives zeros (as PyTorch 2.5+; softmax alone would give NaN).
+//
+//   Tensor y = F::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
+//
+// On the CPU, float32 and float64 run one fused kernel (FlashAttention's online softmax): no
+// (L x S) matrix is made, forward or backward. Elsewhere, and with dropout or a float mask that
+// requires grad, it is the composition of matmul, softmax and dropout.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& attn_mask = {}, double dropout_p = 0.0,
+                                    bool is_causal = false,
+                                    std::optional<double> scale = std::nullopt);
 
 // --- losses ---------------------------------------------------------------------------------
 // Mean (or sum) of (input - target)^2; the shapes must be equal.

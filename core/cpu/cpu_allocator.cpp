@@ -1,5 +1,6 @@
 #include "core/cpu/cpu_allocator.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <iterator>
 #include <map>
@@ -93,27 +94,52 @@ BlockCache& cache() {
   return *c;
 }
 
+// Bytes in blocks handed out, and their peak.
+std::atomic<size_t> g_allocated{0}, g_peak{0};
+
+void count_alloc(size_t size) {
+  const size_t now = g_allocated.fetch_add(size, std::memory_order_relaxed) + size;
+  size_t peak = g_peak.load(std::memory_order_relaxed);
+  while (now > peak && !g_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+
 }  // namespace
 
 void set_cpu_cache_limit(size_t bytes) { cache().set_limit(bytes); }
 void empty_cpu_cache() { cache().clear(); }
 size_t cpu_cached_bytes() { return cache().cached(); }
 
+CpuMemoryStats cpu_memory_stats() {
+  return {.allocated_bytes = g_allocated.load(std::memory_order_relaxed),
+          .peak_allocated_bytes = g_peak.load(std::memory_order_relaxed),
+          .cached_bytes = cache().cached()};
+}
+
+void reset_peak_cpu_memory_stats() {
+  g_peak.store(g_allocated.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
+
 namespace cpu {
 
 void* alloc_block(size_t nbytes) {
   size_t size = rounded(nbytes);
   if (size >= kCachedMin) {
-    if (void* p = cache().take(size)) return p;
+    if (void* p = cache().take(size)) {
+      count_alloc(size);
+      return p;
+    }
   }
   void* p = std::aligned_alloc(kAlignment, size);
   GW_CHECK(p != nullptr, InvalidArgumentError, "[allocate] out of memory allocating ", nbytes,
            " bytes");
+  count_alloc(size);
   return p;
 }
 
 void free_block(void* ptr, size_t nbytes) {
   size_t size = rounded(nbytes);
+  g_allocated.fetch_sub(size, std::memory_order_relaxed);
   if (size >= kCachedMin && cache().give(ptr, size)) return;
   std::free(ptr);
 }

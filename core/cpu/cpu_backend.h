@@ -34,6 +34,13 @@ class CpuBackend final : public Backend {
                      const Tensor& lse) override;
   void cross_entropy_backward(const Tensor& logits, const Tensor& target, const Tensor& lse,
                               const Tensor& grad_loss, const Tensor& grad_logits) override;
+  bool has_fused_attention() const override { return true; }
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool causal,
+                 double scale, const Tensor& out, const Tensor& lse) override;
+  void attention_backward(const Tensor& gout, const Tensor& q, const Tensor& k, const Tensor& v,
+                          const Tensor& mask, bool causal, double scale, const Tensor& out,
+                          const Tensor& lse, const Tensor& gq, const Tensor& gk,
+                          const Tensor& gv) override;
   void index_select(const Tensor& in, int64_t dim, const Tensor& index,
                     const Tensor& out) override;
   void gather(const Tensor& in, int64_t dim, const Tensor& index, const Tensor& out) override;

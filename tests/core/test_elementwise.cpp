@@ -571,3 +571,24 @@ TEST_CASE("a full CPU block cache makes room for the block given back", "[core]"
   gw::set_cpu_cache_limit(size_t{256} << 20);
   gw::empty_cpu_cache();
 }
+
+TEST_CASE("the CPU allocator counts the bytes in use and their peak", "[core]") {
+  const size_t mib = size_t{1} << 20;
+  const size_t before = gw::cpu_memory_stats().allocated_bytes;
+  gw::reset_peak_cpu_memory_stats();
+  CHECK(gw::cpu_memory_stats().peak_allocated_bytes == before);
+  {
+    Tensor a = gw::empty({int64_t{3} << 20 >> 2});  // 3 MiB
+    CHECK(gw::cpu_memory_stats().allocated_bytes == before + 3 * mib);
+    {
+      Tensor b = gw::empty({int64_t{1} << 20 >> 2});
+      CHECK(gw::cpu_memory_stats().allocated_bytes == before + 4 * mib);
+    }
+    CHECK(gw::cpu_memory_stats().allocated_bytes == before + 3 * mib);
+  }
+  const gw::CpuMemoryStats after = gw::cpu_memory_stats();
+  CHECK(after.allocated_bytes == before);
+  CHECK(after.peak_allocated_bytes == before + 4 * mib);
+  gw::reset_peak_cpu_memory_stats();
+  CHECK(gw::cpu_memory_stats().peak_allocated_bytes == before);
+}

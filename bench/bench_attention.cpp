@@ -1,0 +1,103 @@
+// Causal self-attention, forward and backward (batch 4, 4 heads, head_dim 64, float32, one
+// thread): gradwire's fused kernel (scaled_dot_product_attention, is_causal) beside, in the
+// same run, the same attention composed from matmul and softmax in gradwire (the scores made in
+// full) and in PyTorch 1.13 (bench/torch_anchor_attention.py; 1.13 has no fused attention).
+// Then the peak memory either takes beyond its inputs (the CPU allocator's peak), by length:
+// linear for the fused kernel, quadratic for the composition.
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <string>
+
+#include "bench/harness.h"
+#include "core/cpu/cpu_allocator.h"
+#include "nn/functional.h"
+
+namespace {
+
+constexpr int64_t kBatch = 4, kHeads = 4, kHeadDim = 64;
+constexpr int64_t kLengths[] = {128, 512};
+constexpr int64_t kMemoryLengths[] = {256, 512, 1024};
+
+gw::Tensor leaf(int64_t l, gw::Generator& gen) {
+  return gw::randn({kBatch, kHeads, l, kHeadDim}, gen).requires_grad_();
+}
+
+// 0 on and below the diagonal, -inf above: is_causal as an additive mask.
+gw::Tensor causal_bias(int64_t l) {
+  const gw::Tensor i = gw::arange(l, gw::kInt64);
+  return gw::masked_fill(gw::zeros({l, l}), gw::gt(i.unsqueeze(0), i.unsqueeze(1)),
+                         -std::numeric_limits<double>::infinity());
+}
+
+gw::Tensor composed(const gw::Tensor& q, const gw::Tensor& k, const gw::Tensor& v,
+                    const gw::Tensor& bias) {
+  gw::Tensor s = gw::matmul(q, k.transpose(-2, -1)) * (1 / std::sqrt(double(kHeadDim)));
+  return gw::matmul(gw::softmax(s + bias, -1), v);
+}
+
+// MiB that forward and backward of `attention` take at their peak beyond what exists before.
+double peak_mib(const std::function<gw::Tensor()>& attention, const gw::Tensor& gout,
+                std::initializer_list<gw::Tensor*> leaves) {
+  const size_t base = gw::cpu_memory_stats().allocated_bytes;
+  gw::reset_peak_cpu_memory_stats();
+  attention().backward(gout);
+  for (gw::Tensor* t : leaves) t->set_grad({});
+  return double(gw::cpu_memory_stats().peak_allocated_bytes - base) / (1 << 20);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gw::bench::Reporter report(argc, argv);
+  std::string lengths;
+  for (int64_t l : kLengths) lengths += " " + std::to_string(l);
+  const std::string script = gw::bench::executable_dir() + "/torch_anchor_attention.py " +
+                             std::to_string(kBatch) + " " + std::to_string(kHeads) + " " +
+                             std::to_string(kHeadDim) + lengths;
+  bool timed = false;
+  for (int64_t l : kLengths)
+    timed |= report.wants("attention", "causal fwd+bwd L=" + std::to_string(l));
+  const auto torch_out =
+      timed ? gw::bench::run_capture("/usr/bin/python3 " + script + " 2>/dev/null") : std::nullopt;
+  gw::Generator gen(0);
+  for (int64_t l : kLengths) {
+    const std::string name = "causal fwd+bwd L=" + std::to_string(l);
+    if (!report.wants("attention", name)) continue;
+    gw::Tensor q = leaf(l, gen), k = leaf(l, gen), v = leaf(l, gen);
+    gw::Tensor gout = gw::randn({kBatch, kHeads, l, kHeadDim}, gen);
+    const gw::Tensor bias = causal_bias(l);
+    auto backward = [&](const gw::Tensor& out) {
+      out.backward(gout);
+      for (gw::Tensor* t : {&q, &k, &v}) t->set_grad({});
+    };
+    auto [fused, with_scores] = gw::bench::seconds_per_call_pair(
+        [&] { backward(gw::nn::functional::scaled_dot_product_attention(q, k, v, {}, 0.0, true)); },
+        [&] { backward(composed(q, k, v, bias)); });
+    const double us = fused * 1e6;
+    const auto torch_us = torch_out
+                              ? gw::bench::json_number(*torch_out, "L" + std::to_string(l) + "_us")
+                              : std::nullopt;
+    if (torch_us) {
+      report.add({"attention", name, us, "us", "pytorch 1.13 composed", *torch_us,
+                  gw::bench::blas_note(*torch_out)});
+    } else {
+      report.add(
+          {"attention", name, us, "us", "pytorch 1.13 composed", 0, "python3-torch not available"});
+    }
+    report.add({"attention", name, us, "us", "gradwire composed", with_scores * 1e6});
+  }
+  for (int64_t l : kMemoryLengths) {
+    const std::string name = "causal fwd+bwd peak memory L=" + std::to_string(l);
+    if (!report.wants("attention", name)) continue;
+    gw::Tensor q = leaf(l, gen), k = leaf(l, gen), v = leaf(l, gen);
+    gw::Tensor gout = gw::randn({kBatch, kHeads, l, kHeadDim}, gen);
+    const gw::Tensor bias = causal_bias(l);
+    const double fused = peak_mib(
+        [&] { return gw::nn::functional::scaled_dot_product_attention(q, k, v, {}, 0.0, true); },
+        gout, {&q, &k, &v});
+    const double full = peak_mib([&] { return composed(q, k, v, bias); }, gout, {&q, &k, &v});
+    report.add({"attention", name, fused, "MiB", "gradwire composed", full});
+  }
+  return 0;
+}

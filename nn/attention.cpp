@@ -1,0 +1,164 @@
+// scaled_dot_product_attention (nn/functional.h): the checks, the fused kernel of the tensors'
+// backend (on the CPU core/cpu/attention_kernels.cpp) with its derivative, and the composition
+// softmax(q kᵀ · scale + mask) v, which runs where the fused kernel does not: on a backend
+// without one (CUDA: cuBLAS products and the softmax kernel), for dtypes other than float32 and
+// float64, with dropout, and when a float mask needs its own gradient.
+#include <array>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <string>
+
+#include "autograd/functions/common.h"
+#include "autograd/grad_mode.h"
+#include "core/backend.h"
+#include "core/grad_hooks.h"
+#include "nn/functional.h"
+
+namespace gw::nn::functional {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+Shape batch_of(const Tensor& t) { return Shape(t.sizes().begin(), t.sizes().end() - 2); }
+
+// A bool mask (true: takes part) as an additive one of q's dtype: 0 or -inf.
+Tensor additive(const Tensor& mask, const Tensor& q) {
+  if (!mask.defined() || mask.dtype() != kBool) return mask;
+  return where(mask, 0.0, full({}, -kInf, TensorOptions(q.dtype()).with_device(q.device())));
+}
+
+Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                double dropout_p, bool causal, double scale) {
+  Tensor s = matmul(q, k.transpose(-2, -1)) * scale;
+  if (causal) {  // key j takes part in row i if j <= i
+    const TensorOptions index = TensorOptions(kInt64).with_device(q.device());
+    Tensor rows = arange(q.size(-2), index).unsqueeze(1), keys = arange(k.size(-2), index);
+    s = masked_fill(s, gt(keys.unsqueeze(0), rows), -kInf);
+  }
+  if (mask.defined()) s = s + mask;
+  // A row whose every key is masked gets zeros, as PyTorch 2.5+ gives (softmax: 0/0).
+  Tensor none = eq(amax(s.detach(), {-1}, true), -kInf);
+  Tensor p = masked_fill(softmax(masked_fill(s, none, 0.0), -1), none, 0.0);
+  if (dropout_p > 0) p = dropout(p, dropout_p, true);
+  return matmul(p, v);
+}
+
+// The fused kernel's derivative: the backend recomputes the probabilities from lse.
+class AttentionBackward final : public autograd::Node {
+ public:
+  // q, k, v, out and lse in the kernel's (BH, ., .) layout; shapes: the inputs' own.
+  AttentionBackward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                    const Tensor& out, const Tensor& lse, bool causal, double scale,
+                    std::array<Shape, 3> shapes)
+      : q_(q),
+        k_(k),
+        v_(v),
+        mask_(mask),
+        out_(out),
+        lse_(lse),
+        causal_(causal),
+        scale_(scale),
+        shapes_(std::move(shapes)) {}
+  std::string name() const override { return "ScaledDotProductAttentionBackward"; }
+  void release_variables() override {
+    for (auto* t : {&q_, &k_, &v_, &mask_, &out_, &lse_}) t->reset();
+  }
+  autograd::TensorList apply(autograd::TensorList&& grads) override {
+    Tensor q = q_.unpack(*this), k = k_.unpack(*this), v = v_.unpack(*this);
+    Tensor out = out_.unpack(*this);
+    Tensor gq = empty_like(q), gk = empty_like(k), gv = empty_like(v);
+    backend_for(q, "scaled_dot_product_attention")
+        .attention_backward(grads[0].to(q.dtype()).contiguous().view(out.sizes()), q, k, v,
+                            mask_.defined() ? mask_.unpack(*this) : Tensor(), causal_, scale_, out,
+                            lse_.unpack(*this), gq, gk, gv);
+    return {gq.view(shapes_[0]), gk.view(shapes_[1]), gv.view(shapes_[2])};
+  }
+
+ private:
+  autograd::SavedTensor q_, k_, v_, mask_, out_, lse_;
+  bool causal_;
+  double scale_;
+  std::array<Shape, 3> shapes_;
+};
+
+}  // namespace
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& attn_mask, double dropout_p, bool is_causal,
+                                    std::optional<double> scale) {
+  constexpr const char* op = "scaled_dot_product_attention";
+  auto shapes = [&] {
+    return detail::str("query ", shape_str(q.sizes()), ", key ", shape_str(k.sizes()),
+                       " and value ", shape_str(v.sizes()));
+  };
+  GW_CHECK(q.is_floating_point(), DTypeError, "[", op, "] query must be floating point, got ",
+           q.dtype());
+  GW_CHECK(k.dtype() == q.dtype() && v.dtype() == q.dtype(), DTypeError, "[", op,
+           "] query, key and value must have one dtype, got ", q.dtype(), ", ", k.dtype(), " and ",
+           v.dtype());
+  check_same_device(op, {&q, &k, &v, &attn_mask});
+  GW_CHECK(q.dim() >= 2 && k.dim() == q.dim() && v.dim() == q.dim(), ShapeError, "[", op,
+           "] expects (..., L, E) query, (..., S, E) key and (..., S, Ev) value of one rank, got ",
+           shapes());
+  GW_CHECK(batch_of(k) == batch_of(q) && batch_of(v) == batch_of(q), ShapeError, "[", op,
+           "] the batch and head dims differ: ", shapes());
+  GW_CHECK(k.size(-1) == q.size(-1), ShapeError, "[", op,
+           "] query and key must have one head_dim (E), got ", shapes());
+  GW_CHECK(v.size(-2) == k.size(-2), ShapeError, "[", op,
+           "] key and value must have one sequence length (S), got ", shapes());
+  GW_CHECK(dropout_p >= 0 && dropout_p < 1, InvalidArgumentError, "[", op,
+           "] dropout_p must be in [0, 1), got ", dropout_p);
+  GW_CHECK(!(is_causal && attn_mask.defined()), InvalidArgumentError, "[", op,
+           "] takes an attn_mask or is_causal, not both");
+  const int64_t l = q.size(-2), s = k.size(-2), e = q.size(-1), ev = v.size(-1);
+  Shape scores = batch_of(q);
+  scores.insert(scores.end(), {l, s});
+  if (attn_mask.defined()) {
+    GW_CHECK(attn_mask.dtype() == kBool || attn_mask.dtype() == q.dtype(), DTypeError, "[", op,
+             "] attn_mask must be bool or the query's dtype (", q.dtype(), "), got ",
+             attn_mask.dtype());
+    bool fits = attn_mask.dim() <= q.dim();
+    for (int64_t d = 1; fits && d <= attn_mask.dim(); ++d) {
+      const int64_t m = attn_mask.size(-d);
+      fits = m == 1 || m == scores[scores.size() - static_cast<size_t>(d)];
+    }
+    GW_CHECK(fits, ShapeError, "[", op, "] attn_mask of shape ", shape_str(attn_mask.sizes()),
+             " does not broadcast to the scores' shape ", shape_str(scores), " (", shapes(), ")");
+  }
+  const double sc = scale.value_or(1 / std::sqrt(static_cast<double>(e)));
+  const Tensor mask = additive(attn_mask, q);
+
+  const bool fused = backend_for(q, op).has_fused_attention() &&
+                     (q.dtype() == kFloat32 || q.dtype() == kFloat64) && dropout_p == 0 &&
+                     !(mask.defined() && detail::recorder_for(mask)) && l > 0 && s > 0 && e > 0;
+  if (!fused) return composed(q, k, v, mask, dropout_p, is_causal, sc);
+
+  GradRecorder* rec = detail::recorder_for({&q, &k, &v});
+  const int64_t bh = numel(batch_of(q));
+  // What the kernel reads and writes, in its (BH, ., .) layout, outside the graph: the node
+  // keeps `flat`, a view of the output without the output's history (no cycle through it).
+  Tensor qc, kc, vc, mc, out, flat, lse;
+  {
+    autograd::NoGradGuard no_grad;
+    qc = q.contiguous().view({bh, l, e});
+    kc = k.contiguous().view({bh, s, e});
+    vc = v.contiguous().view({bh, s, ev});
+    if (mask.defined()) mc = mask.expand(scores);
+    Shape out_shape = batch_of(q);
+    out_shape.insert(out_shape.end(), {l, ev});
+    const TensorOptions options = TensorOptions(q.dtype()).with_device(q.device());
+    out = empty(std::move(out_shape), options);
+    flat = out.view({bh, l, ev});
+    lse = empty({bh, l}, options);
+    backend_for(q, op).attention(qc, kc, vc, mc, is_causal, sc, flat, lse);
+  }
+  if (rec) {
+    autograd::record<AttentionBackward>({&q, &k, &v}, out, qc, kc, vc, mc, flat, lse, is_causal, sc,
+                                        std::array<Shape, 3>{q.sizes(), k.sizes(), v.sizes()});
+  }
+  return out;
+}
+
+}  // namespace gw::nn::functional

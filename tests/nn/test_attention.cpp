@@ -1,0 +1,296 @@
+// scaled_dot_product_attention: the fused CPU kernel against softmax(q kᵀ · scale + mask) v
+// written out here with core ops, and against PyTorch's (tests/nn/fixtures/make_reference.py),
+// values and gradients; finite differences; bad input.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+
+#include "core/cpu/cpu_allocator.h"
+#include "nn_test_util.h"
+
+using gw::Tensor;
+namespace F = gw::nn::functional;
+using nn_test::randn64;
+using nn_test::rel_error;
+using Inputs = std::vector<Tensor>;
+
+namespace {
+
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+// The reference: the scores made in full. `bias` is additive (or undefined).
+Tensor attention_in_full(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
+                         double scale) {
+  Tensor s = gw::matmul(q, k.transpose(-2, -1)) * scale;
+  if (bias.defined()) s = s + bias;
+  return gw::matmul(gw::softmax(s, -1), v);
+}
+
+// 0 where key j takes part in row i (j <= i), -inf elsewhere.
+Tensor causal_bias(int64_t l, int64_t s) {
+  std::vector<double> b(static_cast<size_t>(l * s));
+  for (int64_t i = 0; i < l; ++i)
+    for (int64_t j = 0; j < s; ++j) b[static_cast<size_t>(i * s + j)] = j <= i ? 0 : kNegInf;
+  return gw::from_vector(b, {l, s});
+}
+
+struct Case {
+  const char* name;
+  int64_t b, h, l, s, e, ev;
+};
+
+// Output and the gradients of q, k and v under a fixed upstream gradient.
+std::vector<Tensor> run(const std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)>& f,
+                        const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& gout) {
+  std::vector<Tensor> leaves;
+  for (const Tensor* t : {&q, &k, &v}) leaves.push_back(t->detach().requires_grad_());
+  Tensor out = f(leaves[0], leaves[1], leaves[2]);
+  (out * gout).sum().backward();
+  return {out.detach(), leaves[0].grad(), leaves[1].grad(), leaves[2].grad()};
+}
+
+void check_same(const std::vector<Tensor>& got, const std::vector<Tensor>& want, double tol) {
+  const char* names[] = {"output", "grad q", "grad k", "grad v"};
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO(names[i]);
+    CHECK(rel_error(got[i], want[i]) < tol);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("fused attention equals the scores made in full", "[nn][attention]") {
+  // More rows and keys than one tile (32 x 64) in some cases, fewer in others.
+  const Case cases[] = {{"small", 2, 3, 5, 7, 4, 6},
+                        {"one head, long", 1, 1, 70, 130, 8, 8},
+                        {"rows > keys", 2, 2, 40, 9, 16, 5}};
+  gw::Generator gen(7);
+  for (const Case& c : cases) {
+    for (int mode = 0; mode < 4; ++mode) {  // plain, causal, bool mask, float mask
+      INFO(c.name << ", mode " << mode);
+      Tensor q = randn64({c.b, c.h, c.l, c.e}, gen, false);
+      Tensor k = randn64({c.b, c.h, c.s, c.e}, gen, false);
+      Tensor v = randn64({c.b, c.h, c.s, c.ev}, gen, false);
+      Tensor gout = randn64({c.b, c.h, c.l, c.ev}, gen, false);
+      const double scale = 1 / std::sqrt(static_cast<double>(c.e));
+      Tensor mask, bias;
+      bool causal = false;
+      if (mode == 1) {
+        causal = true;
+        bias = causal_bias(c.l, c.s);
+      } else if (mode == 2) {  // (L, S), every row keeps key 0
+        mask = gw::logical_or(gw::gt(gw::rand({c.l, c.s}, gen), 0.4),
+                              gw::eq(gw::arange(c.s, gw::kInt64), 0));
+        bias = gw::where(mask, 0.0, gw::full({}, kNegInf, gw::kFloat64));
+      } else if (mode == 3) {  // (B, 1, 1, S): a padding mask's shape
+        mask = randn64({c.b, 1, 1, c.s}, gen, false);
+        bias = mask;
+      }
+      auto fused = run(
+          [&](const Tensor& a, const Tensor& b, const Tensor& d) {
+            return F::scaled_dot_product_attention(a, b, d, mask, 0.0, causal);
+          },
+          q, k, v, gout);
+      auto full = run([&](const Tensor& a, const Tensor& b,
+                          const Tensor& d) { return attention_in_full(a, b, d, bias, scale); },
+                      q, k, v, gout);
+      check_same(fused, full, 1e-12);
+
+      // float32 through the same kernel, to float32's precision.
+      auto f32 = [](const Tensor& t) {
+        return t.defined() && t.is_floating_point() ? t.to(gw::kFloat32) : t;
+      };
+      auto fused32 = run(
+          [&](const Tensor& a, const Tensor& b, const Tensor& d) {
+            return F::scaled_dot_product_attention(a, b, d, f32(mask), 0.0, causal);
+          },
+          f32(q), f32(k), f32(v), f32(gout));
+      check_same(fused32, full, 1e-4);
+    }
+  }
+}
+
+TEST_CASE("attention matches PyTorch's, float64", "[nn][attention][torch]") {
+  static const gw::NamedTensors fixture =
+      gw::load_safetensors(GW_SOURCE_DIR "/tests/nn/fixtures/reference.safetensors");
+  auto at = [&](const std::string& key) {
+    INFO("fixture key " << key);
+    auto it = fixture.find(key);
+    REQUIRE(it != fixture.end());
+    return it->second;
+  };
+  for (const char* name : {"plain", "causal", "bool_mask", "float_mask"}) {
+    INFO(name);
+    const std::string p = std::string("attn.") + name + ".";
+    const Tensor mask = fixture.count(p + "mask") ? at(p + "mask") : Tensor();
+    const bool causal = std::string(name) == "causal";
+    auto got = run(
+        [&](const Tensor& a, const Tensor& b, const Tensor& d) {
+          return F::scaled_dot_product_attention(a, b, d, mask, 0.0, causal);
+        },
+        at(p + "q"), at(p + "k"), at(p + "v"), at(p + "gout"));
+    check_same(got, {at(p + "out"), at(p + "grad.q"), at(p + "grad.k"), at(p + "grad.v")}, 1e-12);
+  }
+}
+
+TEST_CASE("attention takes a scale, unbatched inputs, and a float mask's gradient",
+          "[nn][attention]") {
+  gw::Generator gen(8);
+  Tensor q = randn64({6, 4}, gen, false), k = randn64({9, 4}, gen, false);
+  Tensor v = randn64({9, 3}, gen, false), gout = randn64({6, 3}, gen, false);
+  auto fused = run(
+      [](const Tensor& a, const Tensor& b, const Tensor& d) {
+        return F::scaled_dot_product_attention(a, b, d, {}, 0.0, false, 0.3);
+      },
+      q, k, v, gout);
+  auto full = run([](const Tensor& a, const Tensor& b,
+                     const Tensor& d) { return attention_in_full(a, b, d, {}, 0.3); },
+                  q, k, v, gout);
+  check_same(fused, full, 1e-12);
+
+  // A float mask that requires grad gets one: the composition runs, and it matches.
+  Tensor bias = randn64({6, 9}, gen);
+  Tensor out = F::scaled_dot_product_attention(q, k, v, bias);
+  (out * gout).sum().backward();
+  Tensor bias_ref = bias.detach().requires_grad_();
+  (attention_in_full(q, k, v, bias_ref, 0.5) * gout).sum().backward();
+  REQUIRE(bias.grad().defined());
+  CHECK(rel_error(bias.grad(), bias_ref.grad()) < 1e-12);
+}
+
+TEST_CASE("a row whose every key is masked gives zeros, and leaves the gradients finite",
+          "[nn][attention]") {
+  gw::Generator gen(10);
+  Tensor q = randn64({2, 3, 6, 4}, gen, false), k = randn64({2, 3, 8, 4}, gen, false);
+  Tensor v = randn64({2, 3, 8, 5}, gen, false), gout = randn64({2, 3, 6, 5}, gen, false);
+  std::vector<double> keep(6 * 8, 1.0);
+  for (int j = 0; j < 8; ++j) keep[2 * 8 + j] = 0;  // row 2 sees no key
+  keep[4 * 8 + 3] = 0;
+  Tensor mask = gw::from_vector(keep, {6, 8}).to(gw::kBool);
+  Tensor bias = gw::where(mask, 0.0, gw::full({}, kNegInf, gw::kFloat64));
+  auto fused = run([&](const Tensor& a, const Tensor& b,
+                       const Tensor& d) { return F::scaled_dot_product_attention(a, b, d, mask); },
+                   q, k, v, gout);
+  // The composition: a float mask that requires grad takes it.
+  Tensor trainable = bias.detach().requires_grad_();
+  auto composed =
+      run([&](const Tensor& a, const Tensor& b,
+              const Tensor& d) { return F::scaled_dot_product_attention(a, b, d, trainable); },
+          q, k, v, gout);
+  check_same(fused, composed, 1e-12);
+  CHECK(gw::equal(fused[0].narrow(2, 2, 1), gw::zeros({2, 3, 1, 5}, gw::kFloat64)));
+  for (const Tensor& t : fused) CHECK(gw::allclose(t, t));  // no NaN anywhere
+  // The other rows are those of the scores made in full.
+  Tensor others = gw::cat({fused[0].narrow(2, 0, 2), fused[0].narrow(2, 3, 3)}, 2);
+  Tensor in_full = attention_in_full(q, k, v, bias, 0.5);
+  CHECK(rel_error(others, gw::cat({in_full.narrow(2, 0, 2), in_full.narrow(2, 3, 3)}, 2)) < 1e-12);
+}
+
+TEST_CASE("attention on several threads, causal through the composition, strided inputs",
+          "[nn][attention]") {
+  gw::Generator gen(11);
+  Tensor q = randn64({3, 5, 70, 8}, gen, false), k = randn64({3, 5, 100, 8}, gen, false);
+  Tensor v = randn64({3, 5, 100, 6}, gen, false), gout = randn64({3, 5, 70, 6}, gen, false);
+  const double scale = 1 / std::sqrt(8.0);
+  auto full =
+      run([&](const Tensor& a, const Tensor& b,
+              const Tensor& d) { return attention_in_full(a, b, d, causal_bias(70, 100), scale); },
+          q, k, v, gout);
+  const int threads = gw::get_num_threads();
+  gw::set_num_threads(4);
+  auto fused =
+      run([&](const Tensor& a, const Tensor& b,
+              const Tensor& d) { return F::scaled_dot_product_attention(a, b, d, {}, 0.0, true); },
+          q, k, v, gout);
+  gw::set_num_threads(threads);
+  check_same(fused, full, 1e-12);
+  // A dropout probability that rounds to keeping everything takes the composition, exactly.
+  auto composed = run(
+      [&](const Tensor& a, const Tensor& b, const Tensor& d) {
+        return F::scaled_dot_product_attention(a, b, d, {}, 1e-300, true);
+      },
+      q, k, v, gout);
+  check_same(composed, full, 1e-12);
+  // q as a transposed (B, L, H, E) tensor, the layout a multi-head projection produces.
+  Tensor q_blhe = q.transpose(1, 2).contiguous().transpose(1, 2);
+  REQUIRE_FALSE(q_blhe.is_contiguous());
+  auto strided =
+      run([&](const Tensor& a, const Tensor& b,
+              const Tensor& d) { return F::scaled_dot_product_attention(a, b, d, {}, 0.0, true); },
+          q_blhe, k, v, gout);
+  check_same(strided, full, 1e-12);
+}
+
+TEST_CASE("fused attention holds no (L x S) matrix, forward or backward", "[nn][attention]") {
+  // One head's scores at L = S = 512 in float32: 1 MiB. The fused kernel's extra memory is its
+  // outputs, gradients and one log-sum-exp per row; the composition holds several such
+  // matrices (scores, probabilities, their gradients), which the same measurement sees.
+  const int64_t l = 512;
+  const size_t scores = size_t(l * l) * sizeof(float);
+  gw::Generator gen(12);
+  auto leaf = [&](int64_t e) { return gw::randn({1, 2, l, e}, gen).requires_grad_(); };
+  Tensor q = leaf(16), k = leaf(16), v = leaf(16), gout = gw::randn({1, 2, l, 16}, gen);
+  auto peak_extra = [&](bool fused) {
+    const size_t base = gw::cpu_memory_stats().allocated_bytes;
+    gw::reset_peak_cpu_memory_stats();
+    {
+      Tensor out = fused ? F::scaled_dot_product_attention(q, k, v, {}, 0.0, true)
+                         : F::scaled_dot_product_attention(q, k, v, {}, 1e-300, true);
+      out.backward(gout);
+    }
+    for (Tensor* t : {&q, &k, &v}) t->set_grad({});
+    return gw::cpu_memory_stats().peak_allocated_bytes - base;
+  };
+  const size_t fused = peak_extra(true), composed = peak_extra(false);
+  INFO("fused " << fused << " B, composed " << composed << " B, one head's scores " << scores);
+  CHECK(fused < scores);
+  CHECK(composed > 2 * scores);
+}
+
+TEST_CASE("gradcheck: fused attention, causal and masked", "[nn][attention][gradcheck]") {
+  gw::Generator gen(9);
+  Tensor q = randn64({2, 3, 4}, gen), k = randn64({2, 5, 4}, gen), v = randn64({2, 5, 3}, gen);
+  NN_GRADCHECK(
+      [](const Inputs& in) {
+        return F::scaled_dot_product_attention(in[0], in[1], in[2], {}, 0.0, true);
+      },
+      Inputs{q, k, v});
+  Tensor mask =
+      gw::from_vector(std::vector<double>{1, 0, 1, 1, 0, 1, 1, 0, 0, 1, 0, 1, 1, 1, 1}, {3, 5})
+          .to(gw::kBool);
+  NN_GRADCHECK(
+      [mask](const Inputs& in) {
+        return F::scaled_dot_product_attention(in[0], in[1], in[2], mask);
+      },
+      Inputs{q, k, v});
+}
+
+TEST_CASE("attention refuses shapes and options that do not fit, naming them", "[nn][attention]") {
+  Tensor q = gw::zeros({2, 4, 5, 8}), k = gw::zeros({2, 4, 6, 8}), v = gw::zeros({2, 4, 6, 3});
+  auto fails = [](auto f, const std::string& part) {
+    try {
+      f();
+      FAIL("no error");
+    } catch (const gw::Error& e) {
+      INFO(e.what());
+      CHECK(std::string(e.what()).find("[scaled_dot_product_attention]") != std::string::npos);
+      CHECK(std::string(e.what()).find(part) != std::string::npos);
+    }
+  };
+  fails([&] { F::scaled_dot_product_attention(q, gw::zeros({2, 4, 6, 7}), v); }, "(2,4,6,7)");
+  fails([&] { F::scaled_dot_product_attention(q, k, gw::zeros({2, 4, 5, 3})); }, "(2,4,5,3)");
+  fails([&] { F::scaled_dot_product_attention(q, gw::zeros({2, 3, 6, 8}), v); }, "batch and head");
+  fails(
+      [&] {
+        F::scaled_dot_product_attention(q, k, v, gw::zeros({5, 7}));
+      },
+      "attn_mask of shape (5,7)");
+  fails(
+      [&] {
+        F::scaled_dot_product_attention(q, k, v, gw::zeros({5, 6}), 0.0, true);
+      },
+      "not both");
+  fails([&] { F::scaled_dot_product_attention(q, k, v, {}, 1.0); }, "dropout_p");
+  fails([&] { F::scaled_dot_product_attention(q, k.to(gw::kFloat64), v); }, "one dtype");
+}
