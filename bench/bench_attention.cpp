@@ -2,8 +2,11 @@
 // thread): gradwire's fused kernel (scaled_dot_product_attention, is_causal) beside, in the
 // same run, the same attention composed from matmul and softmax in gradwire (the scores made in
 // full) and in PyTorch 1.13 (bench/torch_anchor_attention.py; 1.13 has no fused attention).
+// The fused kernel skips the key blocks above the diagonal (half the products at L=512), as
+// flash attention does; the compositions compute every score and mask them.
 // Then the peak memory either takes beyond its inputs (the CPU allocator's peak), by length:
-// linear for the fused kernel, quadratic for the composition.
+// linear for the fused kernel, quadratic for the composition. Eigen's own scratch (the kernel's
+// tiles, GEMM packing: tens of KiB) comes from malloc and is not counted.
 #include <cmath>
 #include <functional>
 #include <limits>

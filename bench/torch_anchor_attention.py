@@ -15,11 +15,11 @@ batch, heads, head_dim = (int(a) for a in sys.argv[1:4])
 result = {"blas": torch_blas.in_use()}
 for length in (int(a) for a in sys.argv[4:]):
     q, k, v = (torch.randn(batch, heads, length, head_dim, requires_grad=True) for _ in range(3))
-    keep = torch.ones(length, length, dtype=torch.bool).tril()
+    masked = ~torch.ones(length, length, dtype=torch.bool).tril()
     gout = torch.randn(batch, heads, length, head_dim)
 
     def step():
-        s = (q @ k.transpose(-2, -1) / head_dim ** 0.5).masked_fill(~keep, float("-inf"))
+        s = (q @ k.transpose(-2, -1) / head_dim ** 0.5).masked_fill(masked, float("-inf"))
         out = torch.softmax(s, -1) @ v
         out.backward(gout)
         for t in (q, k, v):

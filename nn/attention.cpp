@@ -31,7 +31,9 @@ Tensor additive(const Tensor& mask, const Tensor& q) {
 
 Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                 double dropout_p, bool causal, double scale) {
-  Tensor s = matmul(q, k.transpose(-2, -1)) * scale;
+  if (k.size(-2) == 0) return matmul(matmul(q, k.transpose(-2, -1)), v);  // no key: zeros
+  Tensor s = matmul(q, k.transpose(-2, -1));
+  if (q.size(-1) > 0) s = s * scale;  // E = 0: the scores are 0 (the default scale is inf)
   if (causal) {  // key j takes part in row i if j <= i
     const TensorOptions index = TensorOptions(kInt64).with_device(q.device());
     Tensor rows = arange(q.size(-2), index).unsqueeze(1), keys = arange(k.size(-2), index);

@@ -97,11 +97,14 @@ BlockCache& cache() {
 // Bytes in blocks handed out, and their peak.
 std::atomic<size_t> g_allocated{0}, g_peak{0};
 
-void count_alloc(size_t size) {
-  const size_t now = g_allocated.fetch_add(size, std::memory_order_relaxed) + size;
+void raise_peak(size_t now) {
   size_t peak = g_peak.load(std::memory_order_relaxed);
   while (now > peak && !g_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
   }
+}
+
+void count_alloc(size_t size) {
+  raise_peak(g_allocated.fetch_add(size, std::memory_order_relaxed) + size);
 }
 
 }  // namespace
@@ -118,6 +121,7 @@ CpuMemoryStats cpu_memory_stats() {
 
 void reset_peak_cpu_memory_stats() {
   g_peak.store(g_allocated.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  raise_peak(g_allocated.load(std::memory_order_relaxed));  // an allocation in between
 }
 
 namespace cpu {

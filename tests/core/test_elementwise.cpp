@@ -585,6 +585,10 @@ TEST_CASE("the CPU allocator counts the bytes in use and their peak", "[core]") 
       CHECK(gw::cpu_memory_stats().allocated_bytes == before + 4 * mib);
     }
     CHECK(gw::cpu_memory_stats().allocated_bytes == before + 3 * mib);
+    const size_t cached = gw::cpu_memory_stats().cached_bytes;  // b's block, kept
+    Tensor again = gw::empty({int64_t{1} << 20 >> 2});          // from the cache
+    CHECK(gw::cpu_memory_stats().cached_bytes == cached - mib);
+    CHECK(gw::cpu_memory_stats().allocated_bytes == before + 4 * mib);
   }
   const gw::CpuMemoryStats after = gw::cpu_memory_stats();
   CHECK(after.allocated_bytes == before);

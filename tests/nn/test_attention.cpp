@@ -205,6 +205,21 @@ TEST_CASE("attention on several threads, causal through the composition, strided
           q, k, v, gout);
   gw::set_num_threads(threads);
   check_same(fused, full, 1e-12);
+  // Row 5 sees no key of the first block of 64 but some of the second: its running maximum
+  // starts at -inf there.
+  std::vector<double> keep(70 * 100, 1.0);
+  for (int j = 0; j < 64; ++j) keep[5 * 100 + j] = 0;
+  Tensor mask = gw::from_vector(keep, {70, 100}).to(gw::kBool);
+  auto masked_full = run(
+      [&](const Tensor& a, const Tensor& b, const Tensor& d) {
+        return attention_in_full(a, b, d, gw::where(mask, 0.0, gw::full({}, kNegInf, gw::kFloat64)),
+                                 scale);
+      },
+      q, k, v, gout);
+  auto masked = run([&](const Tensor& a, const Tensor& b,
+                        const Tensor& d) { return F::scaled_dot_product_attention(a, b, d, mask); },
+                    q, k, v, gout);
+  check_same(masked, masked_full, 1e-12);
   // A dropout probability that rounds to keeping everything takes the composition, exactly.
   auto composed = run(
       [&](const Tensor& a, const Tensor& b, const Tensor& d) {
@@ -246,6 +261,21 @@ TEST_CASE("fused attention holds no (L x S) matrix, forward or backward", "[nn][
   INFO("fused " << fused << " B, composed " << composed << " B, one head's scores " << scores);
   CHECK(fused < scores);
   CHECK(composed > 2 * scores);
+}
+
+TEST_CASE("attention without keys, or with head_dim 0, gives what PyTorch gives",
+          "[nn][attention]") {
+  gw::Generator gen(13);
+  Tensor q = randn64({2, 3, 4}, gen), k = randn64({2, 0, 4}, gen), v = randn64({2, 0, 5}, gen);
+  Tensor none = F::scaled_dot_product_attention(q, k, v);
+  CHECK(gw::equal(none, gw::zeros({2, 3, 5}, gw::kFloat64)));
+  none.sum().backward();
+  CHECK(gw::equal(q.grad(), gw::zeros({2, 3, 4}, gw::kFloat64)));
+  // E = 0: every score is 0, so each row is the mean of v.
+  Tensor v2 = randn64({2, 6, 5}, gen, false);
+  Tensor mean = F::scaled_dot_product_attention(gw::zeros({2, 3, 0}, gw::kFloat64),
+                                                gw::zeros({2, 6, 0}, gw::kFloat64), v2);
+  CHECK(rel_error(mean, gw::mean(v2, {1}, true).expand({2, 3, 5})) < 1e-12);
 }
 
 TEST_CASE("gradcheck: fused attention, causal and masked", "[nn][attention][gradcheck]") {
