@@ -8,7 +8,6 @@
 // linear for the fused kernel, quadratic for the composition. Eigen's own scratch (the kernel's
 // tiles, GEMM packing: tens of KiB) comes from malloc and is not counted.
 #include <cmath>
-#include <functional>
 #include <limits>
 #include <string>
 
@@ -22,10 +21,6 @@ constexpr int64_t kBatch = 4, kHeads = 4, kHeadDim = 64;
 constexpr int64_t kLengths[] = {128, 512};
 constexpr int64_t kMemoryLengths[] = {256, 512, 1024};
 
-gw::Tensor leaf(int64_t l, gw::Generator& gen) {
-  return gw::randn({kBatch, kHeads, l, kHeadDim}, gen).requires_grad_();
-}
-
 // 0 on and below the diagonal, -inf above: is_causal as an additive mask.
 gw::Tensor causal_bias(int64_t l) {
   const gw::Tensor i = gw::arange(l, gw::kInt64);
@@ -33,21 +28,38 @@ gw::Tensor causal_bias(int64_t l) {
                          -std::numeric_limits<double>::infinity());
 }
 
-gw::Tensor composed(const gw::Tensor& q, const gw::Tensor& k, const gw::Tensor& v,
-                    const gw::Tensor& bias) {
-  gw::Tensor s = gw::matmul(q, k.transpose(-2, -1)) * (1 / std::sqrt(double(kHeadDim)));
-  return gw::matmul(gw::softmax(s + bias, -1), v);
-}
-
-// MiB that forward and backward of `attention` take at their peak beyond what exists before.
-double peak_mib(const std::function<gw::Tensor()>& attention, const gw::Tensor& gout,
-                std::initializer_list<gw::Tensor*> leaves) {
-  const size_t base = gw::cpu_memory_stats().allocated_bytes;
-  gw::reset_peak_cpu_memory_stats();
-  attention().backward(gout);
-  for (gw::Tensor* t : leaves) t->set_grad({});
-  return double(gw::cpu_memory_stats().peak_allocated_bytes - base) / (1 << 20);
-}
+// One case: q, k and v (leaves), an upstream gradient and the causal mask, for length l.
+struct Case {
+  gw::Tensor q, k, v, gout, bias;
+  Case(int64_t l, gw::Generator& gen)
+      : q(leaf(l, gen)),
+        k(leaf(l, gen)),
+        v(leaf(l, gen)),
+        gout(gw::randn({kBatch, kHeads, l, kHeadDim}, gen)),
+        bias(causal_bias(l)) {}
+  static gw::Tensor leaf(int64_t l, gw::Generator& gen) {
+    return gw::randn({kBatch, kHeads, l, kHeadDim}, gen).requires_grad_();
+  }
+  gw::Tensor fused() const {
+    return gw::nn::functional::scaled_dot_product_attention(q, k, v, {}, 0.0, true);
+  }
+  gw::Tensor composed() const {
+    gw::Tensor s = gw::matmul(q, k.transpose(-2, -1)) * (1 / std::sqrt(double(kHeadDim)));
+    return gw::matmul(gw::softmax(s + bias, -1), v);
+  }
+  // Backward from `out`; the leaves' gradients are dropped for the next call.
+  void backward(const gw::Tensor& out) {
+    out.backward(gout);
+    for (gw::Tensor* t : {&q, &k, &v}) t->set_grad({});
+  }
+  // MiB that forward and backward of `attention` take at their peak beyond what exists before.
+  double peak_mib(gw::Tensor (Case::*attention)() const) {
+    const size_t base = gw::cpu_memory_stats().allocated_bytes;
+    gw::reset_peak_cpu_memory_stats();
+    backward((this->*attention)());
+    return double(gw::cpu_memory_stats().peak_allocated_bytes - base) / (1 << 20);
+  }
+};
 
 }  // namespace
 
@@ -67,16 +79,9 @@ int main(int argc, char** argv) {
   for (int64_t l : kLengths) {
     const std::string name = "causal fwd+bwd L=" + std::to_string(l);
     if (!report.wants("attention", name)) continue;
-    gw::Tensor q = leaf(l, gen), k = leaf(l, gen), v = leaf(l, gen);
-    gw::Tensor gout = gw::randn({kBatch, kHeads, l, kHeadDim}, gen);
-    const gw::Tensor bias = causal_bias(l);
-    auto backward = [&](const gw::Tensor& out) {
-      out.backward(gout);
-      for (gw::Tensor* t : {&q, &k, &v}) t->set_grad({});
-    };
-    auto [fused, with_scores] = gw::bench::seconds_per_call_pair(
-        [&] { backward(gw::nn::functional::scaled_dot_product_attention(q, k, v, {}, 0.0, true)); },
-        [&] { backward(composed(q, k, v, bias)); });
+    Case c(l, gen);
+    auto [fused, composed] = gw::bench::seconds_per_call_pair([&] { c.backward(c.fused()); },
+                                                              [&] { c.backward(c.composed()); });
     const double us = fused * 1e6;
     const auto torch_us = torch_out
                               ? gw::bench::json_number(*torch_out, "L" + std::to_string(l) + "_us")
@@ -88,19 +93,14 @@ int main(int argc, char** argv) {
       report.add(
           {"attention", name, us, "us", "pytorch 1.13 composed", 0, "python3-torch not available"});
     }
-    report.add({"attention", name, us, "us", "gradwire composed", with_scores * 1e6});
+    report.add({"attention", name, us, "us", "gradwire composed", composed * 1e6});
   }
   for (int64_t l : kMemoryLengths) {
     const std::string name = "causal fwd+bwd peak memory L=" + std::to_string(l);
     if (!report.wants("attention", name)) continue;
-    gw::Tensor q = leaf(l, gen), k = leaf(l, gen), v = leaf(l, gen);
-    gw::Tensor gout = gw::randn({kBatch, kHeads, l, kHeadDim}, gen);
-    const gw::Tensor bias = causal_bias(l);
-    const double fused = peak_mib(
-        [&] { return gw::nn::functional::scaled_dot_product_attention(q, k, v, {}, 0.0, true); },
-        gout, {&q, &k, &v});
-    const double full = peak_mib([&] { return composed(q, k, v, bias); }, gout, {&q, &k, &v});
-    report.add({"attention", name, fused, "MiB", "gradwire composed", full});
+    Case c(l, gen);
+    report.add({"attention", name, c.peak_mib(&Case::fused), "MiB", "gradwire composed",
+                c.peak_mib(&Case::composed)});
   }
   return 0;
 }
