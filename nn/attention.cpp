@@ -1,8 +1,9 @@
-// scaled_dot_product_attention (nn/functional.h): the checks, the fused kernel of the tensors'
-// backend (on the CPU core/cpu/attention_kernels.cpp) with its derivative, and the composition
-// softmax(q kᵀ · scale + mask) v, which runs where the fused kernel does not: on a backend
-// without one (CUDA: cuBLAS products and the softmax kernel), for dtypes other than float32 and
-// float64, with dropout, and when a float mask needs its own gradient.
+// Attention in nn. scaled_dot_product_attention (nn/functional.h): the checks, the fused kernel
+// of the tensors' backend (on the CPU core/cpu/attention_kernels.cpp) with its derivative, and
+// the composition softmax(q kᵀ · scale + mask) v, which runs where the fused kernel does not: on
+// a backend without one (CUDA: cuBLAS products and the softmax kernel), for dtypes other than
+// float32 and float64, with dropout, and when a float mask needs its own gradient. Then
+// MultiheadAttention (nn/attention.h), the module on top of it.
 #include <array>
 #include <cmath>
 #include <limits>
@@ -13,13 +14,19 @@
 #include "autograd/grad_mode.h"
 #include "core/backend.h"
 #include "core/grad_hooks.h"
+#include "nn/attention.h"
 #include "nn/functional.h"
+#include "nn/init.h"
+
+namespace gw::nn {
+namespace {
+constexpr double kInf = std::numeric_limits<double>::infinity();
+}  // namespace
+}  // namespace gw::nn
 
 namespace gw::nn::functional {
 
 namespace {
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
 
 Shape batch_of(const Tensor& t) { return Shape(t.sizes().begin(), t.sizes().end() - 2); }
 
@@ -164,3 +171,137 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 }
 
 }  // namespace gw::nn::functional
+
+namespace gw::nn {
+
+namespace {
+
+// A MultiheadAttention mask (bool: true is masked out) as an additive one of `like`'s dtype.
+Tensor mha_additive(const Tensor& mask, const Tensor& like) {
+  if (!mask.defined() || mask.dtype() != kBool) return mask;
+  return where(mask, full({}, -kInf, TensorOptions(like.dtype()).with_device(like.device())), 0.0);
+}
+
+}  // namespace
+
+MultiheadAttention::MultiheadAttention(int64_t embed_dim, int64_t num_heads,
+                                       const MultiheadAttentionOptions& options, Generator& gen)
+    : Module("MultiheadAttention"),
+      embed_dim(embed_dim),
+      num_heads(num_heads),
+      head_dim(num_heads > 0 ? embed_dim / num_heads : 0),
+      options(options) {
+  GW_CHECK(embed_dim > 0 && num_heads > 0 && embed_dim % num_heads == 0, InvalidArgumentError,
+           "[MultiheadAttention] embed_dim (", embed_dim, ") must be a positive multiple of ",
+           "num_heads (", num_heads, ")");
+  GW_CHECK(options.dropout >= 0 && options.dropout < 1, InvalidArgumentError,
+           "[MultiheadAttention] dropout must be in [0, 1), got ", options.dropout);
+  in_proj_weight = register_parameter("in_proj_weight", empty({3 * embed_dim, embed_dim}));
+  if (options.bias) in_proj_bias = register_parameter("in_proj_bias", empty({3 * embed_dim}));
+  out_proj = register_module("out_proj",
+                             std::make_shared<Linear>(embed_dim, embed_dim, options.bias, gen));
+  reset_parameters(gen);
+}
+
+MultiheadAttention::MultiheadAttention(int64_t embed_dim, int64_t num_heads,
+                                       const MultiheadAttentionOptions& options)
+    : MultiheadAttention(embed_dim, num_heads, options, default_generator()) {}
+
+void MultiheadAttention::reset_parameters(Generator& gen) {
+  init::xavier_uniform_(in_proj_weight, gen);
+  if (in_proj_bias.defined()) init::zeros_(in_proj_bias);
+  out_proj->reset_parameters(gen);
+  if (out_proj->bias.defined()) init::zeros_(out_proj->bias);
+}
+
+std::pair<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, const Tensor& key,
+                                                      const Tensor& value,
+                                                      const Tensor& key_padding_mask,
+                                                      bool need_weights, const Tensor& attn_mask,
+                                                      bool average_attn_weights, bool is_causal) {
+  constexpr const char* op = "MultiheadAttention";
+  const bool batched = query.dim() == 3;
+  GW_CHECK(
+      (query.dim() == 2 || batched) && key.dim() == query.dim() && value.dim() == query.dim() &&
+          query.size(-1) == embed_dim && key.size(-1) == embed_dim && value.size(-1) == embed_dim,
+      ShapeError, "[", op, "] expects query, key and value of shape ",
+      options.batch_first ? "(N, L, E)" : "(L, N, E)", " or (L, E) with E = ", embed_dim, ", got ",
+      shape_str(query.sizes()), ", ", shape_str(key.sizes()), " and ", shape_str(value.sizes()));
+  // (N, L, E) from here on.
+  auto batch_major = [&](const Tensor& t) {
+    if (!batched) return t.unsqueeze(0);
+    return options.batch_first ? t : t.transpose(0, 1);
+  };
+  const Tensor q = batch_major(query), k = batch_major(key), v = batch_major(value);
+  const int64_t n = q.size(0), l = q.size(1), s = k.size(1);
+  GW_CHECK(k.size(0) == n && v.size(0) == n && v.size(1) == s, ShapeError, "[", op,
+           "] query, key and value do not agree on the batch or key and value on the length: ",
+           shape_str(query.sizes()), ", ", shape_str(key.sizes()), " and ",
+           shape_str(value.sizes()));
+  // The projections, split into heads: (N, H, len, D).
+  auto project = [&](const Tensor& x, int64_t part, int64_t len) {
+    const Tensor b =
+        in_proj_bias.defined() ? in_proj_bias.narrow(0, part * embed_dim, embed_dim) : Tensor();
+    return functional::linear(x, in_proj_weight.narrow(0, part * embed_dim, embed_dim), b)
+        .view({n, len, num_heads, head_dim})
+        .transpose(1, 2);
+  };
+  const Tensor qh = project(q, 0, l), kh = project(k, 1, s), vh = project(v, 2, s);
+
+  // One additive mask broadcasting to (N, H, L, S), or none.
+  Tensor mask;
+  if (attn_mask.defined()) {
+    const bool per_head = attn_mask.dim() == 3;
+    GW_CHECK((attn_mask.dim() == 2 || (per_head && attn_mask.size(0) == n * num_heads)) &&
+                 attn_mask.size(-2) == l && attn_mask.size(-1) == s,
+             ShapeError, "[", op, "] attn_mask must be (L, S) = (", l, ", ", s,
+             ") or (N * num_heads, L, S) = (", n * num_heads, ", ", l, ", ", s, "), got ",
+             shape_str(attn_mask.sizes()));
+    mask = mha_additive(attn_mask, q);
+    if (per_head) mask = mask.view({n, num_heads, l, s});
+  }
+  if (key_padding_mask.defined()) {
+    GW_CHECK(key_padding_mask.dim() == (batched ? 2 : 1) && key_padding_mask.size(-1) == s &&
+                 (!batched || key_padding_mask.size(0) == n),
+             ShapeError, "[", op, "] key_padding_mask must be ", batched ? "(N, S)" : "(S)",
+             " with N = ", n, ", S = ", s, ", got ", shape_str(key_padding_mask.sizes()));
+    Tensor padding = mha_additive(key_padding_mask, q).view({n, 1, 1, s});
+    mask = mask.defined() ? mask + padding : padding;
+  }
+  const bool causal = is_causal && !attn_mask.defined();
+  auto after_row = [&] {  // (L, S): true where key j comes after row i
+    const TensorOptions index = TensorOptions(kInt64).with_device(q.device());
+    return gt(arange(s, index).unsqueeze(0), arange(l, index).unsqueeze(1));
+  };
+  if (causal && mask.defined()) mask = masked_fill(mask, after_row(), -kInf);  // with padding
+  const double dropout_p = is_training() ? options.dropout : 0.0;
+
+  Tensor heads, weights;
+  if (need_weights) {  // the probabilities themselves are asked for: the scores in full
+    Tensor scores = matmul(qh, kh.transpose(-2, -1)) * (1 / std::sqrt(double(head_dim)));
+    if (mask.defined())
+      scores = scores + mask;
+    else if (causal)
+      scores = masked_fill(scores, after_row(), -kInf);
+    weights = softmax(scores, -1);
+    heads = matmul(functional::dropout(weights, dropout_p, dropout_p > 0), vh);
+    if (average_attn_weights) weights = mean(weights, {1});
+    if (!batched) weights = weights.squeeze(0);
+  } else {
+    heads = functional::scaled_dot_product_attention(qh, kh, vh, mask, dropout_p,
+                                                     causal && !mask.defined());
+  }
+  Tensor out = out_proj->forward(heads.transpose(1, 2).reshape({n, l, embed_dim}));
+  if (!batched) return {out.squeeze(0), weights};
+  return {options.batch_first ? out : out.transpose(0, 1), weights};
+}
+
+Tensor MultiheadAttention::forward(const Tensor& x) { return forward(x, x, x, {}, false).first; }
+
+std::string MultiheadAttention::extra_repr() const {
+  return detail::str("embed_dim=", embed_dim, ", num_heads=", num_heads,
+                     ", dropout=", float_repr(options.dropout),
+                     ", batch_first=", options.batch_first ? "True" : "False");
+}
+
+}  // namespace gw::nn

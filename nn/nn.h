@@ -3,6 +3,7 @@
 #pragma once
 
 #include "nn/activation.h"
+#include "nn/attention.h"
 #include "nn/container.h"
 #include "nn/conv.h"
 #include "nn/dropout.h"

@@ -134,6 +134,68 @@ TEST_CASE("attention matches PyTorch's, float64", "[nn][attention][torch]") {
   }
 }
 
+TEST_CASE("MultiheadAttention matches PyTorch's, float64", "[nn][attention][torch]") {
+  static const gw::NamedTensors fixture =
+      gw::load_safetensors(GW_SOURCE_DIR "/tests/nn/fixtures/reference.safetensors");
+  auto find = [&](const std::string& key) {
+    auto it = fixture.find(key);
+    return it == fixture.end() ? Tensor() : it->second;
+  };
+  struct MhaCase {
+    const char* name;
+    bool batch_first, need_weights, average;
+  };
+  for (const MhaCase& c :
+       {MhaCase{"self_padding", false, true, true},
+        MhaCase{"causal_batch_first", true, false, true}, MhaCase{"cross", true, true, false}}) {
+    INFO(c.name);
+    const std::string p = std::string("mha.") + c.name + ".";
+    gw::nn::MultiheadAttention mha(8, 2, {.batch_first = c.batch_first});
+    mha.to(gw::kFloat64);
+    gw::NamedTensors state;
+    for (const auto& [key, t] : fixture)
+      if (key.rfind(p + "param.", 0) == 0) state[key.substr(p.size() + 6)] = t;
+    mha.load_state_dict(state);  // strict: PyTorch's names and shapes
+    Tensor query = find(p + "query").detach().requires_grad_();
+    const bool cross = find(p + "kv").defined();
+    Tensor kv = cross ? find(p + "kv").detach().requires_grad_() : query;
+    auto [out, weights] = mha.forward(query, kv, kv, find(p + "key_padding_mask"), c.need_weights,
+                                      find(p + "attn_mask"), c.average);
+    CHECK(rel_error(out, find(p + "out")) < 1e-12);
+    if (c.need_weights) CHECK(rel_error(weights, find(p + "weights")) < 1e-12);
+    (out * find(p + "gout")).sum().backward();
+    CHECK(rel_error(query.grad(), find(p + "grad.query")) < 1e-12);
+    if (cross) CHECK(rel_error(kv.grad(), find(p + "grad.kv")) < 1e-12);
+    for (const auto& [name, param] : mha.named_parameters()) {
+      INFO(name);
+      CHECK(rel_error(param.grad(), find(p + "grad." + name)) < 1e-12);
+    }
+  }
+}
+
+TEST_CASE("MultiheadAttention: is_causal, self-attention forward, bad shapes", "[nn][attention]") {
+  gw::Generator gen(14);
+  gw::nn::MultiheadAttention mha(8, 2, {.batch_first = true}, gen);
+  Tensor x = gw::randn({2, 5, 8}, gen);
+  std::vector<double> upper(25, 0.0);
+  for (int i = 0; i < 5; ++i)
+    for (int j = i + 1; j < 5; ++j) upper[size_t(i * 5 + j)] = 1;
+  Tensor masked_out = gw::from_vector(upper, {5, 5}).to(gw::kBool);
+  Tensor causal = mha.forward(x, x, x, {}, false, {}, true, true).first;
+  Tensor with_mask = mha.forward(x, x, x, {}, false, masked_out).first;
+  CHECK(rel_error(causal, with_mask) < 1e-6);
+  auto [weighted, weights] = mha.forward(x, x, x, {}, true, {}, true, true);
+  CHECK(rel_error(weighted, causal) < 1e-6);
+  CHECK(gw::equal(weights.narrow(2, 1, 4).narrow(1, 0, 1), gw::zeros({2, 1, 4})));  // row 0
+  CHECK(rel_error(mha.forward(x), mha.forward(x, x, x, {}, false).first) < 1e-12);
+  CHECK_THROWS_WITH(mha.forward(gw::zeros({2, 5, 6}), x, x), Catch::Contains("E = 8"));
+  CHECK_THROWS_WITH(mha.forward(x, x, x, {}, false, gw::zeros({5, 4})),
+                    Catch::Contains("attn_mask must be (L, S) = (5, 5)"));
+  CHECK_THROWS_WITH(mha.forward(x, x, x, gw::zeros({2, 4}, gw::kBool)),
+                    Catch::Contains("key_padding_mask must be (N, S)"));
+  CHECK_THROWS_WITH(gw::nn::MultiheadAttention(8, 3), Catch::Contains("multiple of num_heads"));
+}
+
 TEST_CASE("attention takes a scale, unbatched inputs, and a float mask's gradient",
           "[nn][attention]") {
   gw::Generator gen(8);
