@@ -1,5 +1,8 @@
 #include "optim/lr_scheduler.h"
 
+#include <cmath>
+#include <numbers>
+
 #include "optim/check.h"
 
 namespace gw::optim {
@@ -14,6 +17,41 @@ StepLR::StepLR(Optimizer& optimizer, const StepLROptions& options)
 void StepLR::step() {
   ++last_epoch_;
   if (last_epoch_ % options_.step_size == 0) optimizer_.set_lr(optimizer_.lr() * options_.gamma);
+}
+
+LambdaLR::LambdaLR(Optimizer& optimizer, std::function<double(int64_t)> factor)
+    : optimizer_(optimizer), factor_(std::move(factor)), base_lr_(optimizer.lr()) {
+  GW_CHECK(factor_ != nullptr, InvalidArgumentError, "[LambdaLR] no factor function given");
+  apply();
+}
+
+void LambdaLR::step() {
+  ++last_epoch_;
+  apply();
+}
+
+void LambdaLR::apply() {
+  const double f = factor_(last_epoch_);
+  GW_CHECK(f >= 0 && std::isfinite(f), InvalidArgumentError, "[LambdaLR] the factor at step ",
+           last_epoch_, " is ", f, "; it must be finite and non-negative");
+  optimizer_.set_lr(base_lr_ * f);
+}
+
+std::function<double(int64_t)> warmup_cosine(int64_t warmup_steps, int64_t total_steps,
+                                             double min_factor) {
+  GW_CHECK(warmup_steps >= 0 && total_steps > warmup_steps, InvalidArgumentError,
+           "[warmup_cosine] needs 0 <= warmup_steps < total_steps, got ", warmup_steps, " and ",
+           total_steps);
+  GW_CHECK(min_factor >= 0 && min_factor <= 1, InvalidArgumentError,
+           "[warmup_cosine] min_factor must be in [0, 1], got ", min_factor);
+  return [=](int64_t step) {
+    if (step < warmup_steps)
+      return static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
+    if (step >= total_steps) return min_factor;
+    const double progress =
+        static_cast<double>(step - warmup_steps) / static_cast<double>(total_steps - warmup_steps);
+    return min_factor + (1 - min_factor) * 0.5 * (1 + std::cos(std::numbers::pi * progress));
+  };
 }
 
 }  // namespace gw::optim

@@ -3,9 +3,16 @@
 //
 //   gw::optim::StepLR sched(opt, {.step_size = 30, .gamma = 0.1});
 //   for (int epoch = 0; epoch < 100; ++epoch) { train(opt); sched.step(); }
+//
+// LambdaLR sets lr = base_lr * f(step) and is stepped per optimizer step in transformer
+// training; warmup_cosine is the usual f: a linear warm-up, then a cosine decay.
+//
+//   gw::optim::LambdaLR sched(opt, gw::optim::warmup_cosine(100, 5000, 0.1));
+//   for (int64_t it = 0; it < 5000; ++it) { train_step(opt); sched.step(); }
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "optim/optimizer.h"
 
@@ -30,5 +37,27 @@ class StepLR {
   StepLROptions options_;
   int64_t last_epoch_ = 0;
 };
+
+// torch.optim.lr_scheduler.LambdaLR: lr = base_lr * factor(last_epoch), base_lr being the
+// optimizer's lr when the scheduler is made; the constructor applies factor(0).
+class LambdaLR {
+ public:
+  LambdaLR(Optimizer& optimizer, std::function<double(int64_t)> factor);
+  void step();
+  int64_t last_epoch() const { return last_epoch_; }
+  double get_last_lr() const { return optimizer_.lr(); }
+
+ private:
+  void apply();
+  Optimizer& optimizer_;
+  std::function<double(int64_t)> factor_;
+  double base_lr_;
+  int64_t last_epoch_ = 0;
+};
+
+// A LambdaLR factor: (step + 1) / warmup_steps for the first warmup_steps steps, then a cosine
+// from 1 down to min_factor at total_steps, and min_factor after.
+std::function<double(int64_t)> warmup_cosine(int64_t warmup_steps, int64_t total_steps,
+                                             double min_factor = 0.0);
 
 }  // namespace gw::optim

@@ -1,5 +1,5 @@
 // Options: torch's defaults, rejected hyperparameters (errors name the option and the value),
-// make_optimizer, and the StepLR schedule.
+// make_optimizer, and the StepLR and LambdaLR (warmup_cosine) schedules.
 #include <catch2/catch.hpp>
 
 #include <functional>
@@ -145,4 +145,27 @@ TEST_CASE("StepLR multiplies the lr by gamma every step_size epochs", "[optim][l
   CHECK_THROWS_WITH(StepLR(opt, {.step_size = 0}),
                     Catch::Contains("step_size") && Catch::Contains("0"));
   CHECK_THROWS_WITH(StepLR(opt, {.step_size = 3, .gamma = -1}), Catch::Contains("gamma"));
+}
+
+TEST_CASE("LambdaLR with warmup_cosine: a linear warm-up, then a cosine to the floor",
+          "[optim][lr_scheduler]") {
+  std::vector<Tensor> p = params();
+  SGD opt(p, {.lr = 0.5});
+  LambdaLR sched(opt, warmup_cosine(4, 12, 0.1));
+  CHECK(opt.lr() == Approx(0.5 * 0.25));  // factor(0) applied at once: (0 + 1) / 4
+  std::vector<double> lrs = {opt.lr()};
+  for (int i = 0; i < 14; ++i) {
+    sched.step();
+    lrs.push_back(opt.lr());
+  }
+  CHECK(sched.last_epoch() == 14);
+  for (int i = 0; i < 4; ++i) CHECK(lrs[size_t(i)] == Approx(0.5 * (i + 1) / 4.0));
+  CHECK(lrs[4] == Approx(0.5));                      // the top: cos(0)
+  CHECK(lrs[8] == Approx(0.5 * (0.1 + 0.9 * 0.5)));  // halfway: cos(pi / 2)
+  for (int i = 5; i < 12; ++i) CHECK(lrs[size_t(i)] < lrs[size_t(i - 1)]);
+  CHECK(lrs[12] == Approx(0.05));  // the floor, and after it
+  CHECK(lrs[14] == Approx(0.05));
+
+  CHECK_THROWS_WITH(warmup_cosine(10, 10), Catch::Contains("warmup_steps < total_steps"));
+  CHECK_THROWS_WITH(LambdaLR(opt, [](int64_t) { return -1.0; }), Catch::Contains("factor"));
 }
