@@ -20,7 +20,16 @@
 
 namespace gw::nn {
 namespace {
+
 constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// softmax over the last dim, with zeros for a row whose every score is -inf (every key masked),
+// as PyTorch 2.5+ gives, where softmax alone would give 0/0.
+Tensor masked_softmax(const Tensor& scores) {
+  Tensor none = eq(amax(scores.detach(), {-1}, true), -kInf);
+  return masked_fill(softmax(masked_fill(scores, none, 0.0), -1), none, 0.0);
+}
+
 }  // namespace
 }  // namespace gw::nn
 
@@ -47,9 +56,7 @@ Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&
     s = masked_fill(s, gt(keys.unsqueeze(0), rows), -kInf);
   }
   if (mask.defined()) s = s + mask;
-  // A row whose every key is masked gets zeros, as PyTorch 2.5+ gives (softmax: 0/0).
-  Tensor none = eq(amax(s.detach(), {-1}, true), -kInf);
-  Tensor p = masked_fill(softmax(masked_fill(s, none, 0.0), -1), none, 0.0);
+  Tensor p = masked_softmax(s);
   if (dropout_p > 0) p = dropout(p, dropout_p, true);
   return matmul(p, v);
 }
@@ -176,9 +183,13 @@ namespace gw::nn {
 
 namespace {
 
-// A MultiheadAttention mask (bool: true is masked out) as an additive one of `like`'s dtype.
-Tensor mha_additive(const Tensor& mask, const Tensor& like) {
-  if (!mask.defined() || mask.dtype() != kBool) return mask;
+// A MultiheadAttention mask (bool: true is masked out; floating: added) as an additive one of
+// `like`'s dtype; `name` for the error.
+Tensor mha_additive(const Tensor& mask, const Tensor& like, const char* name) {
+  if (!mask.defined()) return mask;
+  GW_CHECK(mask.dtype() == kBool || mask.is_floating_point(), DTypeError, "[MultiheadAttention] ",
+           name, " must be bool or floating point, got ", mask.dtype());
+  if (mask.dtype() != kBool) return mask.to(like.dtype());
   return where(mask, full({}, -kInf, TensorOptions(like.dtype()).with_device(like.device())), 0.0);
 }
 
@@ -257,7 +268,7 @@ std::pair<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, const
              ShapeError, "[", op, "] attn_mask must be (L, S) = (", l, ", ", s,
              ") or (N * num_heads, L, S) = (", n * num_heads, ", ", l, ", ", s, "), got ",
              shape_str(attn_mask.sizes()));
-    mask = mha_additive(attn_mask, q);
+    mask = mha_additive(attn_mask, q, "attn_mask");
     if (per_head) mask = mask.view({n, num_heads, l, s});
   }
   if (key_padding_mask.defined()) {
@@ -265,7 +276,7 @@ std::pair<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, const
                  (!batched || key_padding_mask.size(0) == n),
              ShapeError, "[", op, "] key_padding_mask must be ", batched ? "(N, S)" : "(S)",
              " with N = ", n, ", S = ", s, ", got ", shape_str(key_padding_mask.sizes()));
-    Tensor padding = mha_additive(key_padding_mask, q).view({n, 1, 1, s});
+    Tensor padding = mha_additive(key_padding_mask, q, "key_padding_mask").view({n, 1, 1, s});
     mask = mask.defined() ? mask + padding : padding;
   }
   const bool causal = is_causal && !attn_mask.defined();
@@ -283,8 +294,9 @@ std::pair<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, const
       scores = scores + mask;
     else if (causal)
       scores = masked_fill(scores, after_row(), -kInf);
-    weights = softmax(scores, -1);
-    heads = matmul(functional::dropout(weights, dropout_p, dropout_p > 0), vh);
+    // The weights returned are those that multiply v: after dropout, as PyTorch's.
+    weights = functional::dropout(masked_softmax(scores), dropout_p, dropout_p > 0);
+    heads = matmul(weights, vh);
     if (average_attn_weights) weights = mean(weights, {1});
     if (!batched) weights = weights.squeeze(0);
   } else {

@@ -38,9 +38,11 @@ class MultiheadAttention : public Module {
                      const MultiheadAttentionOptions& options = {});
 
   // (output, weights): output in query's layout; weights (N, L, S), averaged over the heads
-  // unless !average_attn_weights ((N, num_heads, L, S)), undefined unless need_weights. As in
-  // PyTorch, need_weights defaults to true; pass false for the fused kernel (the weights need
-  // the full (L x S) matrix). is_causal without attn_mask lets row i see keys j <= i.
+  // unless !average_attn_weights ((N, num_heads, L, S)), undefined unless need_weights; they
+  // are the probabilities after dropout, as PyTorch's. As in PyTorch, need_weights defaults to
+  // true; pass false for the fused kernel (the weights need the full (L x S) matrix). A row
+  // whose every key is masked gives zeros on both paths. is_causal without attn_mask lets row
+  // i see keys j <= i (PyTorch 2 asks for the mask too); with attn_mask, the mask decides.
   std::pair<Tensor, Tensor> forward(const Tensor& query, const Tensor& key, const Tensor& value,
                                     const Tensor& key_padding_mask = {}, bool need_weights = true,
                                     const Tensor& attn_mask = {}, bool average_attn_weights = true,

@@ -196,6 +196,40 @@ TEST_CASE("MultiheadAttention: is_causal, self-attention forward, bad shapes", "
   CHECK_THROWS_WITH(gw::nn::MultiheadAttention(8, 3), Catch::Contains("multiple of num_heads"));
 }
 
+TEST_CASE("MultiheadAttention: per-head masks in PyTorch's order, fully padded samples",
+          "[nn][attention]") {
+  gw::Generator gen(15);
+  gw::nn::MultiheadAttention mha(4, 2, {.batch_first = true}, gen);
+  mha.to(gw::kFloat64);
+  Tensor x = randn64({2, 3, 4}, gen, false);
+  // Mask slice i = n * num_heads + h hides every key but i % 3: that head's weights are 1 there.
+  std::vector<double> hide(4 * 3 * 3, 1.0);
+  for (int i = 0; i < 4; ++i)
+    for (int r = 0; r < 3; ++r) hide[size_t(i * 9 + r * 3 + i % 3)] = 0;
+  Tensor mask = gw::from_vector(hide, {4, 3, 3}).to(gw::kBool);
+  auto [out, weights] = mha.forward(x, x, x, {}, true, mask, false);
+  for (int n = 0; n < 2; ++n)
+    for (int h = 0; h < 2; ++h) {
+      INFO("sample " << n << ", head " << h);
+      CHECK(gw::equal(weights.select(0, n).select(0, h).select(1, (n * 2 + h) % 3),
+                      gw::ones({3}, gw::kFloat64)));
+    }
+  CHECK(rel_error(mha.forward(x, x, x, {}, false, mask).first, out) < 1e-12);
+
+  // Sample 1 has every key padded: zeros on both paths, and finite gradients.
+  std::vector<double> pad = {0, 0, 1, 1, 1, 1};
+  Tensor padding = gw::from_vector(pad, {2, 3}).to(gw::kBool);
+  Tensor xg = x.detach().requires_grad_();
+  auto [padded, padded_weights] = mha.forward(xg, xg, xg, padding);
+  Tensor fused = mha.forward(x, x, x, padding, false).first;
+  CHECK(rel_error(padded, fused) < 1e-12);
+  CHECK(gw::equal(padded_weights.select(0, 1), gw::zeros({3, 3}, gw::kFloat64)));
+  padded.sum().backward();
+  CHECK(gw::allclose(xg.grad(), xg.grad()));  // no NaN
+  CHECK_THROWS_WITH(mha.forward(x, x, x, {}, true, gw::zeros({3, 3}, gw::kInt64)),
+                    Catch::Contains("attn_mask must be bool or floating point"));
+}
+
 TEST_CASE("attention takes a scale, unbatched inputs, and a float mask's gradient",
           "[nn][attention]") {
   gw::Generator gen(8);
