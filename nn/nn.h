@@ -16,3 +16,4 @@
 #include "nn/module.h"
 #include "nn/normalization.h"
 #include "nn/pooling.h"
+#include "nn/transformer.h"

@@ -8,6 +8,7 @@
 
 #include "core/cpu/cpu_allocator.h"
 #include "nn_test_util.h"
+#include "optim/adamw.h"
 
 using gw::Tensor;
 namespace F = gw::nn::functional;
@@ -228,6 +229,54 @@ TEST_CASE("MultiheadAttention: per-head masks in PyTorch's order, fully padded s
   CHECK(gw::allclose(xg.grad(), xg.grad()));  // no NaN
   CHECK_THROWS_WITH(mha.forward(x, x, x, {}, true, gw::zeros({3, 3}, gw::kInt64)),
                     Catch::Contains("attn_mask must be bool or floating point"));
+}
+
+TEST_CASE("a GPT block matches PyTorch's, and so do three AdamW steps of it, float64",
+          "[nn][attention][torch]") {
+  static const gw::NamedTensors fixture =
+      gw::load_safetensors(GW_SOURCE_DIR "/tests/nn/fixtures/reference.safetensors");
+  auto at = [&](const std::string& key) {
+    INFO("fixture key " << key);
+    auto it = fixture.find(key);
+    REQUIRE(it != fixture.end());
+    return it->second;
+  };
+  gw::nn::GPTBlock block(8, 2);
+  block.to(gw::kFloat64);
+  gw::NamedTensors state;
+  for (const auto& [key, t] : fixture)
+    if (key.rfind("gpt.param.", 0) == 0) state[key.substr(10)] = t;
+  block.load_state_dict(state);  // strict: the names are PyTorch's
+  Tensor x = at("gpt.x").detach().requires_grad_();
+  Tensor out = block.forward(x);
+  CHECK(rel_error(out, at("gpt.out")) < 1e-12);
+  (out * at("gpt.gout")).sum().backward();
+  CHECK(rel_error(x.grad(), at("gpt.grad.x")) < 1e-12);
+  for (const auto& [name, param] : block.named_parameters()) {
+    INFO(name);
+    CHECK(rel_error(param.grad(), at("gpt.grad." + name)) < 1e-12);
+  }
+  gw::optim::AdamW opt(block.parameters(), {.lr = 1e-2, .weight_decay = 0.1});
+  for (int step = 0; step < 3; ++step) {
+    opt.zero_grad();
+    (block.forward(at("gpt.x")) * at("gpt.gout")).sum().backward();
+    opt.step();
+  }
+  for (const auto& [name, param] : block.named_parameters()) {
+    INFO("after three AdamW steps: " << name);
+    const Tensor want = at("gpt.adamw." + name);
+    if (name != "attn.in_proj_bias") {
+      CHECK(rel_error(param, want) < 1e-12);
+      continue;
+    }
+    // The key bias adds q·b to every score of a row, which softmax ignores: its gradient is 0
+    // but for rounding (1e-17), which Adam divides by its own square root. Those entries move
+    // by rounding noise of size lr * noise / eps on both sides; the query and value biases
+    // are exact.
+    CHECK(rel_error(param.narrow(0, 0, 8), want.narrow(0, 0, 8)) < 1e-12);
+    CHECK(rel_error(param.narrow(0, 16, 8), want.narrow(0, 16, 8)) < 1e-12);
+    CHECK(rel_error(param.narrow(0, 8, 8), want.narrow(0, 8, 8)) < 1e-6);
+  }
 }
 
 TEST_CASE("attention takes a scale, unbatched inputs, and a float mask's gradient",
