@@ -7,10 +7,11 @@
 //   gw::Tensor norm = gw::nn::utils::clip_grad_norm_(model->parameters(), 1.0);
 //   opt.step();
 //
-// norm_type is p >= 0 or infinity (the largest |g|). Parameters without a gradient are
-// skipped; with none at all the norm is 0. The scale is max_norm / (norm + 1e-6), clamped to 1,
-// as PyTorch's. A NaN or infinite norm is applied all the same (the gradients become NaN or
-// zero, as in PyTorch), unless error_if_nonfinite: then InvalidArgumentError, nothing changed.
+// norm_type is p > 0 or infinity (the largest |g|); each gradient's norm is taken in float64.
+// Parameters without a gradient are skipped; with none at all the norm is 0. The scale is
+// max_norm / (norm + 1e-6), clamped to 1, as PyTorch's. A NaN or infinite norm is applied all
+// the same (the gradients become NaN or zero, as in PyTorch), unless error_if_nonfinite: then
+// InvalidArgumentError, nothing changed.
 #pragma once
 
 #include <limits>

@@ -3,9 +3,16 @@
 // the gradient, so it is not rescaled by the adaptive denominator (Loshchilov & Hutter).
 //
 //   gw::optim::AdamW opt(params, {.lr = 1e-3, .weight_decay = 0.05});
+//
+// Parameter groups, as torch's param_groups, set the weight decay per group; the usual recipe
+// for transformers decays the matrices and not the biases and norms:
+//
+//   gw::optim::AdamW opt(gw::optim::weight_decay_groups(model->parameters(), 0.1), {.lr = 3e-4});
 #pragma once
 
 #include <array>
+#include <optional>
+#include <vector>
 
 #include "optim/optimizer.h"
 
@@ -20,10 +27,24 @@ struct AdamWOptions {
   bool maximize = false;
 };
 
+// Parameters that share options, which they override where set (torch's param_groups).
+struct ParamGroup {
+  std::vector<Tensor> params;
+  std::optional<double> weight_decay;  // the optimizer's when unset
+};
+
+// Two groups of `params`: those with two dims or more (the matrices of linear layers,
+// embeddings) decay by weight_decay, the rest (biases, norms' scales and shifts) do not.
+std::vector<ParamGroup> weight_decay_groups(const std::vector<Tensor>& params, double weight_decay);
+
 class AdamW : public Optimizer {
  public:
   AdamW(std::vector<Tensor> params, const AdamWOptions& options = {});
+  // Parameters in the groups' order; each group's weight decay, or options.weight_decay.
+  AdamW(const std::vector<ParamGroup>& groups, const AdamWOptions& options = {});
   static AdamWOptions options(double lr) { return AdamWOptions{.lr = lr}; }
+  // The weight decay of parameters()[index].
+  double weight_decay(size_t index) const { return decay_[index]; }
 
  protected:
   void update(size_t index, Tensor& param, const Tensor& grad) override;
@@ -33,6 +54,7 @@ class AdamW : public Optimizer {
 
  private:
   AdamWOptions options_;
+  std::vector<double> decay_;  // per parameter
 };
 
 }  // namespace gw::optim

@@ -19,22 +19,27 @@ void StepLR::step() {
   if (last_epoch_ % options_.step_size == 0) optimizer_.set_lr(optimizer_.lr() * options_.gamma);
 }
 
-LambdaLR::LambdaLR(Optimizer& optimizer, std::function<double(int64_t)> factor)
-    : optimizer_(optimizer), factor_(std::move(factor)), base_lr_(optimizer.lr()) {
+LambdaLR::LambdaLR(Optimizer& optimizer, std::function<double(int64_t)> factor, int64_t last_epoch,
+                   std::optional<double> base_lr)
+    : optimizer_(optimizer),
+      factor_(std::move(factor)),
+      base_lr_(base_lr.value_or(optimizer.lr())) {
   GW_CHECK(factor_ != nullptr, InvalidArgumentError, "[LambdaLR] no factor function given");
-  apply();
+  GW_CHECK(last_epoch >= 0, InvalidArgumentError, "[LambdaLR] last_epoch must be >= 0, got ",
+           last_epoch);
+  detail::check_at_least("LambdaLR", "base_lr", base_lr_);
+  apply(last_epoch);
 }
 
-void LambdaLR::step() {
-  ++last_epoch_;
-  apply();
-}
+void LambdaLR::step() { apply(last_epoch_ + 1); }
 
-void LambdaLR::apply() {
-  const double f = factor_(last_epoch_);
+// Sets the lr for `epoch` and makes it the last one, or throws with nothing changed.
+void LambdaLR::apply(int64_t epoch) {
+  const double f = factor_(epoch);
   GW_CHECK(f >= 0 && std::isfinite(f), InvalidArgumentError, "[LambdaLR] the factor at step ",
-           last_epoch_, " is ", f, "; it must be finite and non-negative");
+           epoch, " is ", f, "; it must be finite and non-negative");
   optimizer_.set_lr(base_lr_ * f);
+  last_epoch_ = epoch;
 }
 
 std::function<double(int64_t)> warmup_cosine(int64_t warmup_steps, int64_t total_steps,
@@ -46,7 +51,7 @@ std::function<double(int64_t)> warmup_cosine(int64_t warmup_steps, int64_t total
            "[warmup_cosine] min_factor must be in [0, 1], got ", min_factor);
   return [=](int64_t step) {
     if (step < warmup_steps)
-      return static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
+      return static_cast<double>(step + 1) / static_cast<double>(warmup_steps + 1);
     if (step >= total_steps) return min_factor;
     const double progress =
         static_cast<double>(step - warmup_steps) / static_cast<double>(total_steps - warmup_steps);

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 
 #include "optim/optimizer.h"
 
@@ -39,24 +40,27 @@ class StepLR {
 };
 
 // torch.optim.lr_scheduler.LambdaLR: lr = base_lr * factor(last_epoch), base_lr being the
-// optimizer's lr when the scheduler is made; the constructor applies factor(0).
+// optimizer's lr when the scheduler is made; the constructor applies factor(last_epoch). To
+// resume, pass the step reached and the base lr (the optimizer's lr is the scheduled one then).
 class LambdaLR {
  public:
-  LambdaLR(Optimizer& optimizer, std::function<double(int64_t)> factor);
+  LambdaLR(Optimizer& optimizer, std::function<double(int64_t)> factor, int64_t last_epoch = 0,
+           std::optional<double> base_lr = std::nullopt);
   void step();
   int64_t last_epoch() const { return last_epoch_; }
   double get_last_lr() const { return optimizer_.lr(); }
 
  private:
-  void apply();
+  void apply(int64_t epoch);
   Optimizer& optimizer_;
   std::function<double(int64_t)> factor_;
   double base_lr_;
   int64_t last_epoch_ = 0;
 };
 
-// A LambdaLR factor: (step + 1) / warmup_steps for the first warmup_steps steps, then a cosine
-// from 1 down to min_factor at total_steps, and min_factor after.
+// A LambdaLR factor as nanoGPT's: (step + 1) / (warmup_steps + 1) for the first warmup_steps
+// steps, then a cosine from 1 (at warmup_steps) down to min_factor at total_steps, and
+// min_factor after.
 std::function<double(int64_t)> warmup_cosine(int64_t warmup_steps, int64_t total_steps,
                                              double min_factor = 0.0);
 

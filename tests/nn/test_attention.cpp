@@ -270,9 +270,8 @@ TEST_CASE("a GPT block matches PyTorch's, and so do three AdamW steps of it, flo
       continue;
     }
     // The key bias adds q·b to every score of a row, which softmax ignores: its gradient is 0
-    // but for rounding (1e-17), which Adam divides by its own square root. Those entries move
-    // by rounding noise of size lr * noise / eps on both sides; the query and value biases
-    // are exact.
+    // but for rounding, far below Adam's eps, so those entries move by lr * noise / eps, a
+    // different noise on each side; the query and value biases are exact.
     CHECK(rel_error(param.narrow(0, 0, 8), want.narrow(0, 0, 8)) < 1e-12);
     CHECK(rel_error(param.narrow(0, 16, 8), want.narrow(0, 16, 8)) < 1e-12);
     CHECK(rel_error(param.narrow(0, 8, 8), want.narrow(0, 8, 8)) < 1e-6);

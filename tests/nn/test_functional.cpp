@@ -256,4 +256,11 @@ TEST_CASE("clip_grad_norm_ scales gradients to a total norm, as PyTorch", "[nn][
                     Catch::Contains("[clip_grad_norm_]") && Catch::Contains("inf"));
   nn_test::check_values(a.grad(), {3, -4});
   CHECK_THROWS_WITH(gw::nn::utils::clip_grad_norm_({a}, 1.0, -1.0), Catch::Contains("norm_type"));
+  CHECK_THROWS_WITH(gw::nn::utils::clip_grad_norm_({a}, 1.0, 0.0), Catch::Contains("norm_type"));
+  // float16 gradients whose squares overflow float16 (300^2 > 65504): the norm is still exact.
+  Tensor h = gw::zeros({2}, gw::kFloat16).requires_grad_();
+  h.set_grad(gw::from_vector(std::vector<float>{300, 400}, {2}).to(gw::kFloat16));
+  CHECK(gw::nn::utils::clip_grad_norm_({h}, 1000.0).item<double>() == Approx(500.0));
+  CHECK(gw::nn::utils::clip_grad_norm_({h}, 50.0).item<double>() == Approx(500.0));
+  nn_test::check_values(h.grad(), {30, 40}, 1e-3);  // scaled by 50 / 500
 }

@@ -152,20 +152,68 @@ TEST_CASE("LambdaLR with warmup_cosine: a linear warm-up, then a cosine to the f
   std::vector<Tensor> p = params();
   SGD opt(p, {.lr = 0.5});
   LambdaLR sched(opt, warmup_cosine(4, 12, 0.1));
-  CHECK(opt.lr() == Approx(0.5 * 0.25));  // factor(0) applied at once: (0 + 1) / 4
+  CHECK(opt.lr() == Approx(0.5 * 0.2));  // factor(0) applied at once: (0 + 1) / (4 + 1)
   std::vector<double> lrs = {opt.lr()};
   for (int i = 0; i < 14; ++i) {
     sched.step();
     lrs.push_back(opt.lr());
   }
   CHECK(sched.last_epoch() == 14);
-  for (int i = 0; i < 4; ++i) CHECK(lrs[size_t(i)] == Approx(0.5 * (i + 1) / 4.0));
+  for (int i = 0; i < 4; ++i) CHECK(lrs[size_t(i)] == Approx(0.5 * (i + 1) / 5.0));
   CHECK(lrs[4] == Approx(0.5));                      // the top: cos(0)
   CHECK(lrs[8] == Approx(0.5 * (0.1 + 0.9 * 0.5)));  // halfway: cos(pi / 2)
-  for (int i = 5; i < 12; ++i) CHECK(lrs[size_t(i)] < lrs[size_t(i - 1)]);
+  for (int i = 1; i <= 4; ++i) CHECK(lrs[size_t(i)] > lrs[size_t(i - 1)]);
+  for (int i = 5; i <= 12; ++i) CHECK(lrs[size_t(i)] < lrs[size_t(i - 1)]);
   CHECK(lrs[12] == Approx(0.05));  // the floor, and after it
   CHECK(lrs[14] == Approx(0.05));
 
+  // Resumed at step 8 with the base lr, it continues where the first left off.
+  SGD resumed_opt(params(), {.lr = lrs[8]});
+  LambdaLR resumed(resumed_opt, warmup_cosine(4, 12, 0.1), 8, 0.5);
+  CHECK(resumed_opt.lr() == Approx(lrs[8]));
+  resumed.step();
+  CHECK(resumed.last_epoch() == 9);
+  CHECK(resumed_opt.lr() == Approx(lrs[9]));
+
   CHECK_THROWS_WITH(warmup_cosine(10, 10), Catch::Contains("warmup_steps < total_steps"));
   CHECK_THROWS_WITH(LambdaLR(opt, [](int64_t) { return -1.0; }), Catch::Contains("factor"));
+  LambdaLR failing(opt, [](int64_t step) { return step < 2 ? 1.0 : -1.0; });
+  failing.step();
+  CHECK_THROWS_WITH(failing.step(), Catch::Contains("at step 2"));
+  CHECK(failing.last_epoch() == 1);  // the failed step is not counted
+}
+
+TEST_CASE("AdamW parameter groups: each group steps as an AdamW of its own", "[optim][adamw]") {
+  // make_params(): a (2, 3) matrix, which weight_decay_groups decays, and a (4) vector, which
+  // it does not.
+  std::vector<Tensor> p = params();
+  std::vector<ParamGroup> groups = weight_decay_groups(p, 0.25);
+  REQUIRE(groups.size() == 2);
+  REQUIRE(groups[0].params.size() == 1);
+  CHECK(groups[0].params[0].dim() == 2);
+  CHECK(groups[0].weight_decay == 0.25);
+  REQUIRE(groups[1].params.size() == 1);
+  CHECK(groups[1].weight_decay == 0.0);
+  AdamW grouped(groups, {.lr = 0.1, .weight_decay = 0.5});
+  CHECK(grouped.weight_decay(0) == 0.25);
+  CHECK(grouped.weight_decay(1) == 0.0);
+
+  std::vector<Tensor> a = optim_test::clone_params(p), b = optim_test::clone_params(p);
+  AdamW matrix({a[0]}, {.lr = 0.1, .weight_decay = 0.25});
+  AdamW vector({b[1]}, {.lr = 0.1, .weight_decay = 0.0});
+  for (int k = 0; k < 3; ++k) {
+    std::vector<Tensor> g = optim_test::fixed_grads(k);
+    grouped.step(optim_test::grad_map(p, g));
+    matrix.step(optim_test::grad_map({a[0]}, {g[0]}));
+    vector.step(optim_test::grad_map({b[1]}, {g[1]}));
+  }
+  CHECK(gw::equal(p[0], a[0]));
+  CHECK(gw::equal(p[1], b[1]));
+  CHECK_FALSE(gw::equal(p[0], optim_test::make_params()[0]));  // they did move
+  // A group without its own weight decay takes the optimizer's; a negative one is refused.
+  std::vector<Tensor> c = params();
+  AdamW defaults({ParamGroup{.params = c, .weight_decay = {}}}, {.weight_decay = 0.5});
+  CHECK(defaults.weight_decay(1) == 0.5);
+  CHECK_THROWS_WITH(AdamW({ParamGroup{.params = params(), .weight_decay = -1.0}}),
+                    Catch::Contains("weight_decay"));
 }
