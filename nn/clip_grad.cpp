@@ -14,29 +14,30 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, d
   autograd::NoGradGuard no_grad;
   std::vector<Tensor> grads;
   for (const Tensor& p : parameters)
-    if (p.defined() && p.grad().defined()) grads.push_back(p.grad());
+    if (p.defined() && p.grad().defined() && p.grad().numel() > 0) grads.push_back(p.grad());
   if (grads.empty()) return scalar_tensor(0.0, kFloat32);
-  // Each gradient's norm in float64 (a float16 gradient's squares would overflow in its own
-  // dtype), then the norm of those norms.
+  // Each gradient's sum of |g|^p (or its largest |g|) in float64, as float16 squares would
+  // overflow, on the first gradient's device; one read of the total (one sync on a GPU).
   const bool inf = std::isinf(norm_type);
-  double total = 0;
+  std::vector<Tensor> parts;
   for (const Tensor& g : grads) {
     const Tensor a = abs(g.to(kFloat64));
-    const double norm = inf ? max(a).item<double>()
-                            : std::pow(pow(a, norm_type).sum().item<double>(), 1 / norm_type);
-    total = inf ? std::max(total, norm) : total + std::pow(norm, norm_type);
-    if (std::isnan(norm)) total = norm;
+    parts.push_back((inf ? max(a) : pow(a, norm_type).sum()).to(grads[0].device()));
   }
-  if (!inf) total = std::pow(total, 1 / norm_type);
+  const Tensor all = stack(parts);
+  const double total =
+      inf ? max(all).item<double>() : std::pow(all.sum().item<double>(), 1 / norm_type);
   GW_CHECK(!error_if_nonfinite || std::isfinite(total), InvalidArgumentError,
            "[clip_grad_norm_] the total norm of order ", norm_type, " of the gradients is ", total,
            ", so they cannot be clipped (error_if_nonfinite)");
   const double scale = std::min(max_norm / (total + 1e-6), 1.0);
-  for (Tensor& g : grads) {
-    if (g.element_size() == 2)  // 16-bit storage: scaled in float32 (the CPU has no 16-bit mul)
-      g.copy_(g.to(kFloat32) * scale);
-    else
-      g.mul_(scale);
+  if (scale != 1.0) {  // NaN too
+    for (Tensor& g : grads) {
+      if (g.element_size() == 2)  // 16-bit storage: scaled in float32 (no 16-bit mul on the CPU)
+        g.copy_(g.to(kFloat32) * scale);
+      else
+        g.mul_(scale);
+    }
   }
   return scalar_tensor(total, TensorOptions(grads[0].dtype()).with_device(grads[0].device()));
 }

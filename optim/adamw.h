@@ -40,11 +40,13 @@ std::vector<ParamGroup> weight_decay_groups(const std::vector<Tensor>& params, d
 class AdamW : public Optimizer {
  public:
   AdamW(std::vector<Tensor> params, const AdamWOptions& options = {});
-  // Parameters in the groups' order; each group's weight decay, or options.weight_decay.
+  // Parameters in the groups' order (parameters() and the state_dict's indices follow it, so a
+  // checkpoint loads into an optimizer grouped the same way); each group's weight decay, or
+  // options.weight_decay. The weight decays are not in the state_dict.
   AdamW(const std::vector<ParamGroup>& groups, const AdamWOptions& options = {});
   static AdamWOptions options(double lr) { return AdamWOptions{.lr = lr}; }
   // The weight decay of parameters()[index].
-  double weight_decay(size_t index) const { return decay_[index]; }
+  double weight_decay(size_t index) const { return decay_.at(index); }
 
  protected:
   void update(size_t index, Tensor& param, const Tensor& grad) override;

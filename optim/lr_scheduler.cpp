@@ -27,6 +27,10 @@ LambdaLR::LambdaLR(Optimizer& optimizer, std::function<double(int64_t)> factor, 
   GW_CHECK(factor_ != nullptr, InvalidArgumentError, "[LambdaLR] no factor function given");
   GW_CHECK(last_epoch >= 0, InvalidArgumentError, "[LambdaLR] last_epoch must be >= 0, got ",
            last_epoch);
+  // Resumed, the optimizer's lr is a scheduled one already: scaling it again would be wrong.
+  GW_CHECK(last_epoch == 0 || base_lr.has_value(), InvalidArgumentError,
+           "[LambdaLR] resuming at step ", last_epoch,
+           " needs the base lr the schedule started from");
   detail::check_at_least("LambdaLR", "base_lr", base_lr_);
   apply(last_epoch);
 }

@@ -263,4 +263,9 @@ TEST_CASE("clip_grad_norm_ scales gradients to a total norm, as PyTorch", "[nn][
   CHECK(gw::nn::utils::clip_grad_norm_({h}, 1000.0).item<double>() == Approx(500.0));
   CHECK(gw::nn::utils::clip_grad_norm_({h}, 50.0).item<double>() == Approx(500.0));
   nn_test::check_values(h.grad(), {30, 40}, 1e-3);  // scaled by 50 / 500
+  // A NaN gradient makes the norm NaN, and every gradient NaN, as in PyTorch.
+  a.set_grad(gw::from_vector(std::vector<float>{std::nanf(""), 1}, {2}));
+  b.set_grad(gw::from_vector(std::vector<float>{2}, {1}));
+  CHECK(std::isnan(gw::nn::utils::clip_grad_norm_({a, b}, 1.0).item<double>()));
+  CHECK(std::isnan(b.grad().item<double>()));
 }

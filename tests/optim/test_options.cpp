@@ -175,6 +175,8 @@ TEST_CASE("LambdaLR with warmup_cosine: a linear warm-up, then a cosine to the f
   CHECK(resumed.last_epoch() == 9);
   CHECK(resumed_opt.lr() == Approx(lrs[9]));
 
+  CHECK_THROWS_WITH(LambdaLR(resumed_opt, warmup_cosine(4, 12, 0.1), 8),
+                    Catch::Contains("needs the base lr"));
   CHECK_THROWS_WITH(warmup_cosine(10, 10), Catch::Contains("warmup_steps < total_steps"));
   CHECK_THROWS_WITH(LambdaLR(opt, [](int64_t) { return -1.0; }), Catch::Contains("factor"));
   LambdaLR failing(opt, [](int64_t step) { return step < 2 ? 1.0 : -1.0; });
