@@ -30,6 +30,12 @@ Tensor masked_softmax(const Tensor& scores) {
   return masked_fill(softmax(masked_fill(scores, none, 0.0), -1), none, 0.0);
 }
 
+// (L, S): true where key j comes after row i, which causal attention hides.
+Tensor key_after_row(int64_t l, int64_t s, Device device) {
+  const TensorOptions index = TensorOptions(kInt64).with_device(device);
+  return gt(arange(s, index).unsqueeze(0), arange(l, index).unsqueeze(1));
+}
+
 }  // namespace
 }  // namespace gw::nn
 
@@ -50,11 +56,7 @@ Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&
   if (k.size(-2) == 0) return matmul(matmul(q, k.transpose(-2, -1)), v);  // no key: zeros
   Tensor s = matmul(q, k.transpose(-2, -1));
   if (q.size(-1) > 0) s = s * scale;  // E = 0: the scores are 0 (the default scale is inf)
-  if (causal) {  // key j takes part in row i if j <= i
-    const TensorOptions index = TensorOptions(kInt64).with_device(q.device());
-    Tensor rows = arange(q.size(-2), index).unsqueeze(1), keys = arange(k.size(-2), index);
-    s = masked_fill(s, gt(keys.unsqueeze(0), rows), -kInf);
-  }
+  if (causal) s = masked_fill(s, key_after_row(q.size(-2), k.size(-2), q.device()), -kInf);
   if (mask.defined()) s = s + mask;
   Tensor p = masked_softmax(s);
   if (dropout_p > 0) p = dropout(p, dropout_p, true);
@@ -280,11 +282,8 @@ std::pair<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, const
     mask = mask.defined() ? mask + padding : padding;
   }
   const bool causal = is_causal && !attn_mask.defined();
-  auto after_row = [&] {  // (L, S): true where key j comes after row i
-    const TensorOptions index = TensorOptions(kInt64).with_device(q.device());
-    return gt(arange(s, index).unsqueeze(0), arange(l, index).unsqueeze(1));
-  };
-  if (causal && mask.defined()) mask = masked_fill(mask, after_row(), -kInf);  // with padding
+  if (causal && mask.defined())  // with padding: one mask
+    mask = masked_fill(mask, key_after_row(l, s, q.device()), -kInf);
   const double dropout_p = is_training() ? options.dropout : 0.0;
 
   Tensor heads, weights;
@@ -293,7 +292,7 @@ std::pair<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, const
     if (mask.defined())
       scores = scores + mask;
     else if (causal)
-      scores = masked_fill(scores, after_row(), -kInf);
+      scores = masked_fill(scores, key_after_row(l, s, q.device()), -kInf);
     // The weights returned are those that multiply v: after dropout, as PyTorch's.
     weights = functional::dropout(masked_softmax(scores), dropout_p, dropout_p > 0);
     heads = matmul(weights, vh);
