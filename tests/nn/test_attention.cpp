@@ -51,6 +51,23 @@ std::vector<Tensor> run(const std::function<Tensor(const Tensor&, const Tensor&,
   return {out.detach(), leaves[0].grad(), leaves[1].grad(), leaves[2].grad()};
 }
 
+// PyTorch's values: tests/nn/fixtures/make_reference.py.
+const gw::NamedTensors& reference() {
+  static const gw::NamedTensors tensors =
+      gw::load_safetensors(GW_SOURCE_DIR "/tests/nn/fixtures/reference.safetensors");
+  return tensors;
+}
+Tensor reference_or_none(const std::string& key) {
+  auto it = reference().find(key);
+  return it == reference().end() ? Tensor() : it->second;
+}
+Tensor reference_at(const std::string& key) {
+  INFO("fixture key " << key);
+  Tensor t = reference_or_none(key);
+  REQUIRE(t.defined());
+  return t;
+}
+
 void check_same(const std::vector<Tensor>& got, const std::vector<Tensor>& want, double tol) {
   const char* names[] = {"output", "grad q", "grad k", "grad v"};
   for (size_t i = 0; i < got.size(); ++i) {
@@ -113,35 +130,25 @@ TEST_CASE("fused attention equals the scores made in full", "[nn][attention]") {
 }
 
 TEST_CASE("attention matches PyTorch's, float64", "[nn][attention][torch]") {
-  static const gw::NamedTensors fixture =
-      gw::load_safetensors(GW_SOURCE_DIR "/tests/nn/fixtures/reference.safetensors");
-  auto at = [&](const std::string& key) {
-    INFO("fixture key " << key);
-    auto it = fixture.find(key);
-    REQUIRE(it != fixture.end());
-    return it->second;
-  };
   for (const char* name : {"plain", "causal", "bool_mask", "float_mask"}) {
     INFO(name);
     const std::string p = std::string("attn.") + name + ".";
-    const Tensor mask = fixture.count(p + "mask") ? at(p + "mask") : Tensor();
+    const Tensor mask = reference_or_none(p + "mask");
     const bool causal = std::string(name) == "causal";
     auto got = run(
         [&](const Tensor& a, const Tensor& b, const Tensor& d) {
           return F::scaled_dot_product_attention(a, b, d, mask, 0.0, causal);
         },
-        at(p + "q"), at(p + "k"), at(p + "v"), at(p + "gout"));
-    check_same(got, {at(p + "out"), at(p + "grad.q"), at(p + "grad.k"), at(p + "grad.v")}, 1e-12);
+        reference_at(p + "q"), reference_at(p + "k"), reference_at(p + "v"),
+        reference_at(p + "gout"));
+    check_same(got,
+               {reference_at(p + "out"), reference_at(p + "grad.q"), reference_at(p + "grad.k"),
+                reference_at(p + "grad.v")},
+               1e-12);
   }
 }
 
 TEST_CASE("MultiheadAttention matches PyTorch's, float64", "[nn][attention][torch]") {
-  static const gw::NamedTensors fixture =
-      gw::load_safetensors(GW_SOURCE_DIR "/tests/nn/fixtures/reference.safetensors");
-  auto find = [&](const std::string& key) {
-    auto it = fixture.find(key);
-    return it == fixture.end() ? Tensor() : it->second;
-  };
   struct MhaCase {
     const char* name;
     bool batch_first, need_weights, average;
@@ -154,22 +161,23 @@ TEST_CASE("MultiheadAttention matches PyTorch's, float64", "[nn][attention][torc
     gw::nn::MultiheadAttention mha(8, 2, {.batch_first = c.batch_first});
     mha.to(gw::kFloat64);
     gw::NamedTensors state;
-    for (const auto& [key, t] : fixture)
+    for (const auto& [key, t] : reference())
       if (key.rfind(p + "param.", 0) == 0) state[key.substr(p.size() + 6)] = t;
     mha.load_state_dict(state);  // strict: PyTorch's names and shapes
-    Tensor query = find(p + "query").detach().requires_grad_();
-    const bool cross = find(p + "kv").defined();
-    Tensor kv = cross ? find(p + "kv").detach().requires_grad_() : query;
-    auto [out, weights] = mha.forward(query, kv, kv, find(p + "key_padding_mask"), c.need_weights,
-                                      find(p + "attn_mask"), c.average);
-    CHECK(rel_error(out, find(p + "out")) < 1e-12);
-    if (c.need_weights) CHECK(rel_error(weights, find(p + "weights")) < 1e-12);
-    (out * find(p + "gout")).sum().backward();
-    CHECK(rel_error(query.grad(), find(p + "grad.query")) < 1e-12);
-    if (cross) CHECK(rel_error(kv.grad(), find(p + "grad.kv")) < 1e-12);
+    Tensor query = reference_or_none(p + "query").detach().requires_grad_();
+    const bool cross = reference_or_none(p + "kv").defined();
+    Tensor kv = cross ? reference_or_none(p + "kv").detach().requires_grad_() : query;
+    auto [out, weights] =
+        mha.forward(query, kv, kv, reference_or_none(p + "key_padding_mask"), c.need_weights,
+                    reference_or_none(p + "attn_mask"), c.average);
+    CHECK(rel_error(out, reference_or_none(p + "out")) < 1e-12);
+    if (c.need_weights) CHECK(rel_error(weights, reference_or_none(p + "weights")) < 1e-12);
+    (out * reference_or_none(p + "gout")).sum().backward();
+    CHECK(rel_error(query.grad(), reference_or_none(p + "grad.query")) < 1e-12);
+    if (cross) CHECK(rel_error(kv.grad(), reference_or_none(p + "grad.kv")) < 1e-12);
     for (const auto& [name, param] : mha.named_parameters()) {
       INFO(name);
-      CHECK(rel_error(param.grad(), find(p + "grad." + name)) < 1e-12);
+      CHECK(rel_error(param.grad(), reference_or_none(p + "grad." + name)) < 1e-12);
     }
   }
 }
@@ -233,38 +241,30 @@ TEST_CASE("MultiheadAttention: per-head masks in PyTorch's order, fully padded s
 
 TEST_CASE("a GPT block matches PyTorch's, and so do three AdamW steps of it, float64",
           "[nn][attention][torch]") {
-  static const gw::NamedTensors fixture =
-      gw::load_safetensors(GW_SOURCE_DIR "/tests/nn/fixtures/reference.safetensors");
-  auto at = [&](const std::string& key) {
-    INFO("fixture key " << key);
-    auto it = fixture.find(key);
-    REQUIRE(it != fixture.end());
-    return it->second;
-  };
   gw::nn::GPTBlock block(8, 2);
   block.to(gw::kFloat64);
   gw::NamedTensors state;
-  for (const auto& [key, t] : fixture)
+  for (const auto& [key, t] : reference())
     if (key.rfind("gpt.param.", 0) == 0) state[key.substr(10)] = t;
   block.load_state_dict(state);  // strict: the names are PyTorch's
-  Tensor x = at("gpt.x").detach().requires_grad_();
+  Tensor x = reference_at("gpt.x").detach().requires_grad_();
   Tensor out = block.forward(x);
-  CHECK(rel_error(out, at("gpt.out")) < 1e-12);
-  (out * at("gpt.gout")).sum().backward();
-  CHECK(rel_error(x.grad(), at("gpt.grad.x")) < 1e-12);
+  CHECK(rel_error(out, reference_at("gpt.out")) < 1e-12);
+  (out * reference_at("gpt.gout")).sum().backward();
+  CHECK(rel_error(x.grad(), reference_at("gpt.grad.x")) < 1e-12);
   for (const auto& [name, param] : block.named_parameters()) {
     INFO(name);
-    CHECK(rel_error(param.grad(), at("gpt.grad." + name)) < 1e-12);
+    CHECK(rel_error(param.grad(), reference_at("gpt.grad." + name)) < 1e-12);
   }
   gw::optim::AdamW opt(block.parameters(), {.lr = 1e-2, .weight_decay = 0.1});
   for (int step = 0; step < 3; ++step) {
     opt.zero_grad();
-    (block.forward(at("gpt.x")) * at("gpt.gout")).sum().backward();
+    (block.forward(reference_at("gpt.x")) * reference_at("gpt.gout")).sum().backward();
     opt.step();
   }
   for (const auto& [name, param] : block.named_parameters()) {
     INFO("after three AdamW steps: " << name);
-    const Tensor want = at("gpt.adamw." + name);
+    const Tensor want = reference_at("gpt.adamw." + name);
     if (name != "attn.in_proj_bias") {
       CHECK(rel_error(param, want) < 1e-12);
       continue;
