@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <memory>
 
+#include <sys/wait.h>
+
 #include "core/error.h"
 
 namespace gw::data {
@@ -56,9 +58,12 @@ CharCorpus load_bible_kjv() {
   std::array<char, 1 << 16> buffer;
   for (size_t n; (n = std::fread(buffer.data(), 1, buffer.size(), pipe.get())) > 0;)
     raw.append(buffer.data(), n);
+  const bool read_failed = std::ferror(pipe.get()) != 0;
   const int status = ::pclose(pipe.release());
-  GW_CHECK(status == 0 && raw.size() > (size_t{1} << 20), IoError, missing, ": exit status ",
-           status, ", ", raw.size(), " bytes");
+  const int exit_code = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  GW_CHECK(!read_failed && exit_code == 0 && raw.ends_with("Amen.\n"), IoError, missing,
+           ": exit code ", exit_code, ", ", raw.size(), " bytes",
+           read_failed ? ", read failed" : "");
   // "Ge1:1 In the beginning ...": each line without the reference before the first space.
   std::string text;
   text.reserve(raw.size());
@@ -77,7 +82,7 @@ CharWindows::CharWindows(const CharCorpus& corpus, CorpusSplit split, int64_t co
     : context_(context) {
   GW_CHECK(context > 0, InvalidArgumentError, "[CharWindows] context must be positive, got ",
            context);
-  const size_t cut = corpus.text.size() / 10 * 9;
+  const size_t cut = corpus.text.size() * 9 / 10;
   tokens_ = corpus.encode(split == CorpusSplit::Train ? corpus.text.substr(0, cut)
                                                       : corpus.text.substr(cut));
   GW_CHECK(size() > 0, InvalidArgumentError, "[CharWindows] the ",
@@ -87,7 +92,7 @@ CharWindows::CharWindows(const CharCorpus& corpus, CorpusSplit split, int64_t co
 
 std::pair<Tensor, Tensor> CharWindows::batch(const std::vector<int64_t>& starts, int64_t first,
                                              int64_t batch) const {
-  GW_CHECK(batch > 0 && first >= 0 && first + batch <= static_cast<int64_t>(starts.size()),
+  GW_CHECK(batch > 0 && first >= 0 && batch <= static_cast<int64_t>(starts.size()) - first,
            InvalidArgumentError, "[CharWindows] starts [", first, ", ", first + batch,
            ") outside the ", starts.size(), " given");
   std::vector<int64_t> x, y;

@@ -1,5 +1,5 @@
 // A character-level corpus for the GPT examples: the King James Bible that Debian's bible-kjv
-// package ships (public domain, ~4.3M characters, read through its `bible` program), its
+// package ships (public domain, ~4.1M characters, read through its `bible` program), its
 // character vocabulary, a deterministic train/validation split, and (batch, context) windows
 // whose starts a DistributedSampler shards across ranks.
 //
