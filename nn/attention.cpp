@@ -30,6 +30,13 @@ Tensor masked_softmax(const Tensor& scores) {
   return masked_fill(softmax(masked_fill(scores, none, 0.0), -1), none, 0.0);
 }
 
+// A bool mask as an additive one of `like`'s dtype: -inf where it hides a key, 0 elsewhere.
+// It hides where true (MultiheadAttention's convention) or where false (the functional op's).
+Tensor bool_as_additive(const Tensor& mask, bool true_hides, const Tensor& like) {
+  const Tensor hidden = full({}, -kInf, TensorOptions(like.dtype()).with_device(like.device()));
+  return true_hides ? where(mask, hidden, 0.0) : where(mask, 0.0, hidden);
+}
+
 // (L, S): true where key j comes after row i, which causal attention hides.
 Tensor key_after_row(int64_t l, int64_t s, Device device) {
   const TensorOptions index = TensorOptions(kInt64).with_device(device);
@@ -48,7 +55,7 @@ Shape batch_of(const Tensor& t) { return Shape(t.sizes().begin(), t.sizes().end(
 // A bool mask (true: takes part) as an additive one of q's dtype: 0 or -inf.
 Tensor additive(const Tensor& mask, const Tensor& q) {
   if (!mask.defined() || mask.dtype() != kBool) return mask;
-  return where(mask, 0.0, full({}, -kInf, TensorOptions(q.dtype()).with_device(q.device())));
+  return bool_as_additive(mask, false, q);
 }
 
 Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
@@ -192,7 +199,7 @@ Tensor mha_additive(const Tensor& mask, const Tensor& like, const char* name) {
   GW_CHECK(mask.dtype() == kBool || mask.is_floating_point(), DTypeError, "[MultiheadAttention] ",
            name, " must be bool or floating point, got ", mask.dtype());
   if (mask.dtype() != kBool) return mask.to(like.dtype());
-  return where(mask, full({}, -kInf, TensorOptions(like.dtype()).with_device(like.device())), 0.0);
+  return bool_as_additive(mask, true, like);
 }
 
 }  // namespace
