@@ -4,7 +4,6 @@
 
 #include "nn/activation.h"
 #include "nn/attention.h"
-#include "nn/clip_grad.h"
 #include "nn/container.h"
 #include "nn/conv.h"
 #include "nn/dropout.h"

@@ -5,6 +5,7 @@
 #include "optim/adagrad.h"
 #include "optim/adam.h"
 #include "optim/adamw.h"
+#include "optim/clip_grad.h"
 #include "optim/factory.h"
 #include "optim/lr_scheduler.h"
 #include "optim/optimizer.h"

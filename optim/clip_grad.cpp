@@ -1,11 +1,11 @@
-#include "nn/clip_grad.h"
+#include "optim/clip_grad.h"
 
 #include <cmath>
 
 #include "autograd/grad_mode.h"
 #include "core/ops.h"
 
-namespace gw::nn::utils {
+namespace gw::optim {
 
 Tensor clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, double norm_type,
                        bool error_if_nonfinite) {
@@ -42,4 +42,4 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, d
   return scalar_tensor(total, TensorOptions(grads[0].dtype()).with_device(grads[0].device()));
 }
 
-}  // namespace gw::nn::utils
+}  // namespace gw::optim
