@@ -40,6 +40,8 @@ Tensor Linear::forward(const Tensor& input) {
   return functional::linear(input, weight, bias);
 }
 
+void Linear::tie_weight(const Tensor& shared) { weight = tie_parameter("weight", shared); }
+
 std::string Linear::extra_repr() const {
   return detail::str("in_features=", in_features, ", out_features=", out_features,
                      ", bias=", bias.defined() ? "True" : "False");

@@ -22,6 +22,10 @@ class Linear : public Module {
   // PyTorch's init: weight kaiming_uniform_(a = sqrt(5)), i.e. U(-1/sqrt(in), 1/sqrt(in)),
   // and bias U(-1/sqrt(in), 1/sqrt(in)).
   void reset_parameters(Generator& gen);
+  // Shares `weight` (out_features, in_features), e.g. an Embedding's, as this layer's weight
+  // (weight tying: a language model's output head reads the token embedding). See
+  // Module::tie_parameter.
+  void tie_weight(const Tensor& weight);
 
   const int64_t in_features;
   const int64_t out_features;

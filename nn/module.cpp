@@ -102,6 +102,25 @@ void Module::set_tensor(const std::string& name, const Tensor& tensor) {
   *slot = t;
 }
 
+Tensor Module::tie_parameter(const std::string& name, const Tensor& parameter) {
+  auto it = std::find_if(parameters_.begin(), parameters_.end(),
+                         [&](const auto& e) { return e.first == name; });
+  GW_CHECK(it != parameters_.end(), InvalidArgumentError, "[", type_name_,
+           "] tie_parameter: no parameter named \"", name, "\"");
+  GW_CHECK(parameter.defined() && parameter.is_leaf() && parameter.requires_grad(),
+           InvalidArgumentError, "[", type_name_, "] tie_parameter(\"", name,
+           "\"): the tensor must be a parameter (a leaf that requires grad)");
+  const Tensor& own = it->second;
+  GW_CHECK(parameter.sizes() == own.sizes() && parameter.dtype() == own.dtype() &&
+               parameter.device() == own.device(),
+           ShapeError, "[", type_name_, "] tie_parameter(\"", name, "\"): the tensor is ",
+           shape_str(parameter.sizes()), " ", parameter.dtype(), " on ", parameter.device(),
+           ", the parameter it replaces ", shape_str(own.sizes()), " ", own.dtype(), " on ",
+           own.device());
+  it->second = parameter;
+  return parameter;
+}
+
 // --- traversal ------------------------------------------------------------------------------
 
 void Module::collect(const std::string& prefix, bool params, bool recurse,

@@ -89,6 +89,12 @@ class Module : public std::enable_shared_from_this<Module> {
   }
   // Replaces a registered parameter or buffer (e.g. after loading).
   void set_tensor(const std::string& name, const Tensor& tensor);
+  // Makes the registered parameter `name` the tensor `parameter`, a parameter of another module
+  // (PyTorch: `lm_head.weight = wte.weight`), and returns it for the member that holds it. The
+  // modules then share one tensor: its gradient sums both uses, parameters() lists it once (so
+  // an optimizer updates it once) and state_dict() under both names. Throws unless `parameter`
+  // is a leaf that requires grad with the replaced one's shape, dtype and device.
+  Tensor tie_parameter(const std::string& name, const Tensor& parameter);
   // Extra text for repr(), e.g. "in_features=784, out_features=128".
   virtual std::string extra_repr() const { return ""; }
   // A double as Python's repr prints it (0.5, 1e-05), for extra_repr.

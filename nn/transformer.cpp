@@ -1,8 +1,16 @@
 #include "nn/transformer.h"
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <mutex>
+#include <numeric>
+
+#include "autograd/grad_mode.h"
 #include "core/ops.h"
 #include "nn/activation.h"
-#include "nn/linear.h"
+#include "nn/functional.h"
+#include "nn/init.h"
 
 namespace gw::nn {
 
@@ -37,6 +45,140 @@ Tensor GPTBlock::forward(const Tensor& x) {
   Tensor y =
       x + residual_dropout_->forward(attn->forward(h, h, h, {}, false, {}, true, true).first);
   return y + residual_dropout_->forward(mlp->forward(ln_2->forward(y)));
+}
+
+// --- GPT ------------------------------------------------------------------------------------
+
+namespace {
+
+GPTOptions checked(const GPTOptions& o) {
+  GW_CHECK(o.vocab_size > 0 && o.context > 0 && o.layers > 0 && o.heads > 0 && o.width > 0,
+           InvalidArgumentError,
+           "[GPT] vocab_size, context, layers, heads and width must be positive, got ",
+           o.vocab_size, ", ", o.context, ", ", o.layers, ", ", o.heads, ", ", o.width);
+  return o;
+}
+
+}  // namespace
+
+GPT::GPT(const GPTOptions& opts, Generator& gen) : Module("GPT"), options(checked(opts)) {
+  wte = register_module("wte", std::make_shared<Embedding>(options.vocab_size, options.width, gen));
+  wpe = register_module("wpe", std::make_shared<Embedding>(options.context, options.width, gen));
+  drop = register_module("drop", std::make_shared<Dropout>(options.dropout, gen));
+  h = register_module("h", std::make_shared<Sequential>());
+  for (int64_t i = 0; i < options.layers; ++i) {
+    h->push_back(std::make_shared<GPTBlock>(
+        options.width, options.heads,
+        GPTBlockOptions{.dropout = options.dropout, .bias = options.bias}, gen));
+  }
+  ln_f = register_module("ln_f", std::make_shared<LayerNorm>(options.width));
+  lm_head = register_module(
+      "lm_head", std::make_shared<Linear>(options.width, options.vocab_size, false, gen));
+  if (options.tie_weights) lm_head->tie_weight(wte->weight);
+  reset_parameters(gen);
+}
+
+GPT::GPT(const GPTOptions& opts) : GPT(opts, default_generator()) {}
+
+void GPT::reset_parameters(Generator& gen) {
+  autograd::NoGradGuard no_grad;
+  const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(options.layers));
+  for (const auto& [name, p] : named_parameters()) {
+    const bool ends_branch =
+        name.ends_with("attn.out_proj.weight") || name.ends_with("mlp.2.weight");
+    if (name.ends_with("bias")) {
+      init::zeros_(p);
+    } else if (name.starts_with("ln_") || name.find(".ln_") != std::string::npos) {
+      init::ones_(p);  // a LayerNorm's weight
+    } else {
+      init::normal_(p, gen, 0, ends_branch ? residual_std : 0.02);
+    }
+  }
+}
+
+Tensor GPT::forward(const Tensor& tokens) {
+  GW_CHECK(tokens.dim() == 2, ShapeError, "[GPT] expects tokens of shape (N, L), got ",
+           shape_str(tokens.sizes()));
+  const int64_t length = tokens.size(1);
+  GW_CHECK(length >= 1 && length <= options.context, ShapeError, "[GPT] a sequence of ", length,
+           " tokens (tokens ", shape_str(tokens.sizes()), ") does not fit the context of ",
+           options.context);
+  const Tensor positions = arange(length, TensorOptions(kInt64).with_device(tokens.device()));
+  Tensor x = drop->forward(wte->forward(tokens) + wpe->forward(positions));
+  return lm_head->forward(ln_f->forward(h->forward(x)));
+}
+
+Tensor GPT::loss(const Tensor& tokens, const Tensor& targets) {
+  GW_CHECK(targets.sizes() == tokens.sizes(), ShapeError, "[GPT] loss: targets ",
+           shape_str(targets.sizes()), " must have the tokens' shape ", shape_str(tokens.sizes()));
+  const Tensor logits = forward(tokens);
+  return functional::cross_entropy(logits.reshape({-1, options.vocab_size}), targets.reshape({-1}));
+}
+
+std::vector<int64_t> GPT::generate(std::vector<int64_t> prompt, int64_t count, Generator& gen,
+                                   const SamplingOptions& sampling) {
+  GW_CHECK(!prompt.empty() && count >= 0, InvalidArgumentError,
+           "[GPT] generate needs a non-empty prompt and count >= 0, got ", prompt.size(),
+           " tokens and count ", count);
+  GW_CHECK(sampling.temperature > 0 && sampling.top_k >= 0, InvalidArgumentError,
+           "[GPT] generate: temperature must be positive and top_k >= 0, got ",
+           sampling.temperature, " and ", sampling.top_k);
+  for (int64_t t : prompt) {
+    GW_CHECK(t >= 0 && t < options.vocab_size, InvalidArgumentError,
+             "[GPT] generate: prompt token ", t, " is outside the vocabulary [0, ",
+             options.vocab_size, ")");
+  }
+  const bool was_training = is_training();
+  eval();
+  autograd::NoGradGuard no_grad;
+  const Device device = wte->weight.device();
+  std::vector<double> probs(static_cast<size_t>(options.vocab_size));
+  std::vector<int64_t> order(probs.size());
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t n = std::min<int64_t>(static_cast<int64_t>(prompt.size()), options.context);
+    std::vector<int64_t> window(prompt.end() - n, prompt.end());
+    const Tensor logits = forward(from_vector(window, {1, n}, device))
+                              .select(1, n - 1)
+                              .reshape({-1})
+                              .to(kCPU)
+                              .to(kFloat64);
+    const std::vector<double> l = logits.to_vector<double>();
+    // Softmax of logits / temperature over the top_k most likely tokens (all when top_k is 0).
+    std::iota(order.begin(), order.end(), 0);
+    size_t keep = order.size();
+    if (sampling.top_k > 0 && static_cast<size_t>(sampling.top_k) < keep) {
+      keep = static_cast<size_t>(sampling.top_k);
+      std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(keep),
+                        order.end(), [&](int64_t a, int64_t b) { return l[a] > l[b]; });
+    }
+    double top = -std::numeric_limits<double>::infinity(), sum = 0;
+    for (size_t j = 0; j < keep; ++j) top = std::max(top, l[order[j]]);
+    for (size_t j = 0; j < keep; ++j) {
+      probs[j] = std::exp((l[order[j]] - top) / sampling.temperature);
+      sum += probs[j];
+    }
+    double u;
+    {
+      std::lock_guard lock(gen.mutex());
+      u = gen.next_double() * sum;
+    }
+    size_t pick = keep - 1;
+    for (size_t j = 0; j < keep; ++j) {
+      if (u < probs[j]) {
+        pick = j;
+        break;
+      }
+      u -= probs[j];
+    }
+    prompt.push_back(order[pick]);
+  }
+  train(was_training);
+  return prompt;
+}
+
+std::string GPT::extra_repr() const {
+  return detail::str("vocab_size=", options.vocab_size, ", context=", options.context,
+                     ", tie_weights=", options.tie_weights ? "True" : "False");
 }
 
 }  // namespace gw::nn

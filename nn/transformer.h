@@ -1,4 +1,5 @@
-// GPTBlock: one pre-LayerNorm transformer decoder block, as GPT-2 and nanoGPT build it:
+// The pieces of a GPT: GPTBlock, one pre-LayerNorm transformer decoder block, as GPT-2 and nanoGPT
+// build it:
 //
 //   x = x + dropout(attn(ln_1(x)))   causal multi-head self-attention (the fused kernel)
 //   x = x + dropout(mlp(ln_2(x)))    Linear(E, 4E) -> GELU -> Linear(4E, E)
@@ -9,14 +10,26 @@
 //
 // Children are named ln_1, attn (a MultiheadAttention, batch first), ln_2 and mlp (a Sequential:
 // mlp.0, mlp.1, mlp.2), so a PyTorch module with the same names loads its state dict.
+//
+// GPT: a decoder-only language model built of them, as GPT-2 and nanoGPT are: token and
+// position embeddings, `layers` blocks, a final LayerNorm and an output head that shares the
+// token embedding (weight tying):
+//
+//   gw::nn::GPT model({.vocab_size = 65, .context = 128, .layers = 4, .heads = 4, .width = 128},
+//                     gen);
+//   gw::Tensor loss = model.loss(x, y);  // x, y: (N, L) int64, y the next token of each x
+//   std::vector<int64_t> text = model.generate(prompt, 200, gen, {.temperature = 0.8});
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "core/random.h"
 #include "nn/attention.h"
 #include "nn/container.h"
 #include "nn/dropout.h"
+#include "nn/embedding.h"
+#include "nn/linear.h"
 #include "nn/module.h"
 #include "nn/normalization.h"
 
@@ -43,6 +56,54 @@ class GPTBlock : public Module {
 
  private:
   std::shared_ptr<Dropout> residual_dropout_;
+};
+
+struct GPTOptions {
+  int64_t vocab_size = 0;   // tokens are 0 ... vocab_size - 1
+  int64_t context = 128;    // the longest sequence: positions 0 ... context - 1 are embedded
+  int64_t layers = 4;       // blocks
+  int64_t heads = 4;        // attention heads per block; width must be a multiple
+  int64_t width = 128;      // the embedding dimension E
+  double dropout = 0.0;     // after the embeddings and in every block, in training
+  bool bias = true;         // in the blocks' projections and MLPs (the head has none)
+  bool tie_weights = true;  // lm_head.weight is wte.weight
+};
+
+struct SamplingOptions {
+  double temperature = 1.0;  // the logits are divided by it: below 1, surer; above, more varied
+  int64_t top_k = 0;         // sample among the k most likely tokens only (0: all)
+};
+
+class GPT : public Module {
+ public:
+  GPT(const GPTOptions& options, Generator& gen);
+  // Draws from gw::default_generator().
+  explicit GPT(const GPTOptions& options);
+
+  // tokens (N, L) int64 with L <= context -> logits (N, L, vocab_size); row i of a sequence
+  // sees tokens 0 ... i.
+  Tensor forward(const Tensor& tokens) override;
+  // The mean cross-entropy of predicting targets (N, L) int64 from tokens (N, L).
+  Tensor loss(const Tensor& tokens, const Tensor& targets);
+  // GPT-2's init: Linear and Embedding weights N(0, 0.02), biases zero, LayerNorms one and
+  // zero, and the projections that end a residual branch (attn.out_proj, mlp.2) N(0, 0.02 /
+  // sqrt(2 layers)), so the residual stream's variance does not grow with depth.
+  void reset_parameters(Generator& gen);
+  // `prompt` (non-empty tokens) followed by `count` more, each drawn from the model's
+  // prediction given the last `context` tokens before it. Runs in eval mode without gradients
+  // (the mode is restored after).
+  std::vector<int64_t> generate(std::vector<int64_t> prompt, int64_t count, Generator& gen,
+                                const SamplingOptions& sampling = {});
+
+  const GPTOptions options;
+  std::shared_ptr<Embedding> wte, wpe;  // token and position embeddings
+  std::shared_ptr<Dropout> drop;
+  std::shared_ptr<Sequential> h;  // the blocks: h.0 ... h.<layers - 1>, each a GPTBlock
+  std::shared_ptr<LayerNorm> ln_f;
+  std::shared_ptr<Linear> lm_head;  // (vocab_size, width), no bias
+
+ protected:
+  std::string extra_repr() const override;
 };
 
 }  // namespace gw::nn

@@ -1,0 +1,154 @@
+// The GPT model (nn/transformer.h) and weight tying (Module::tie_parameter): a tied head's
+// gradient is the sum of both uses, it is one parameter to the optimizer and two names to the
+// state dict; causality, the context limit, generation and a short training run.
+#include <catch2/catch.hpp>
+
+#include <set>
+
+#include "nn_test_util.h"
+#include "optim/adamw.h"
+
+using gw::Tensor;
+using nn_test::rel_error;
+
+namespace {
+
+gw::nn::GPTOptions tiny_gpt(bool tie = true) {
+  return {.vocab_size = 11, .context = 8, .layers = 2, .heads = 2, .width = 8, .tie_weights = tie};
+}
+
+// Random tokens (n, l) in [0, vocab).
+Tensor random_tokens(int64_t n, int64_t l, int64_t vocab, gw::Generator& gen) {
+  std::vector<int64_t> t(static_cast<size_t>(n * l));
+  for (int64_t& x : t) x = static_cast<int64_t>(gen.next_below(static_cast<uint64_t>(vocab)));
+  return gw::from_vector(t, {n, l});
+}
+
+}  // namespace
+
+TEST_CASE("a tied head shares the embedding: one parameter, two names, both uses' gradients",
+          "[nn][gpt]") {
+  gw::Generator gen(1);
+  gw::nn::GPT tied(tiny_gpt(true), gen);
+  gw::nn::GPT untied(tiny_gpt(false), gen);
+  tied.to(gw::kFloat64);
+  untied.to(gw::kFloat64);
+  CHECK(tied.lm_head->weight.impl() == tied.wte->weight.impl());
+  CHECK(untied.lm_head->weight.impl() != untied.wte->weight.impl());
+  CHECK(tied.parameters().size() + 1 == untied.parameters().size());
+  const gw::NamedTensors state = tied.state_dict();
+  CHECK(state.count("wte.weight") == 1);
+  CHECK(state.count("lm_head.weight") == 1);
+
+  // The untied model with the tied one's values in both places: the tied gradient is the sum.
+  untied.load_state_dict(state);
+  Tensor x = random_tokens(3, 8, 11, gen), y = random_tokens(3, 8, 11, gen);
+  tied.loss(x, y).backward();
+  untied.loss(x, y).backward();
+  CHECK(rel_error(tied.wte->weight.grad(),
+                  untied.wte->weight.grad() + untied.lm_head->weight.grad()) < 1e-12);
+  CHECK(rel_error(tied.h->at<gw::nn::GPTBlock>(1)->attn->in_proj_weight.grad(),
+                  untied.h->at<gw::nn::GPTBlock>(1)->attn->in_proj_weight.grad()) < 1e-12);
+
+  // The optimizer updates it once; listing it twice is refused.
+  gw::optim::AdamW opt(tied.parameters(), {.lr = 0.1});
+  Tensor before = tied.wte->weight.detach().clone();
+  opt.step();
+  CHECK(rel_error(tied.lm_head->weight.detach(), tied.wte->weight.detach()) == 0);
+  CHECK_FALSE(gw::equal(before, tied.wte->weight.detach()));
+  CHECK_THROWS_WITH(gw::optim::AdamW({tied.wte->weight, tied.lm_head->weight}),
+                    Catch::Contains("more than once"));
+
+  // Loading a state dict keeps the tie; to() keeps it too.
+  tied.load_state_dict(untied.state_dict(), true);
+  CHECK(tied.lm_head->weight.impl() == tied.wte->weight.impl());
+  tied.to(gw::kFloat32);
+  CHECK(tied.lm_head->weight.impl() == tied.wte->weight.impl());
+  CHECK(tied.wte->weight.dtype() == gw::kFloat32);
+}
+
+TEST_CASE("tie_parameter refuses a tensor that is not a parameter of the same shape", "[nn][gpt]") {
+  gw::Generator gen(2);
+  gw::nn::Linear head(8, 11, false, gen);
+  gw::nn::Embedding other(12, 8, gen);
+  CHECK_THROWS_MATCHES(head.tie_weight(other.weight), gw::ShapeError,
+                       Catch::Message("[Linear] tie_parameter(\"weight\"): the tensor is (12,8) "
+                                      "float32 on cpu, the parameter it replaces (11,8) float32 "
+                                      "on cpu"));
+  CHECK_THROWS_WITH(head.tie_weight(other.weight.detach() * 2), Catch::Contains("a leaf"));
+  Tensor before = head.weight;
+  CHECK(head.weight.impl() == before.impl());  // nothing changed
+}
+
+TEST_CASE("GPT: causal logits, the context limit, bad options and targets", "[nn][gpt]") {
+  gw::Generator gen(3);
+  gw::nn::GPT model(tiny_gpt(), gen);
+  model.to(gw::kFloat64);
+  Tensor x = random_tokens(2, 8, 11, gen);
+  Tensor logits = model.forward(x);
+  CHECK(gw::shape_str(logits.sizes()) == "(2,8,11)");
+  // Changing token 5 changes no logit before position 5, and does change position 5's.
+  std::vector<int64_t> t = x.to_vector<int64_t>();
+  t[5] = (t[5] + 1) % 11;
+  Tensor changed = model.forward(gw::from_vector(t, {2, 8}));
+  CHECK(rel_error(changed.slice(1, 0, 5), logits.slice(1, 0, 5)) == 0);
+  CHECK(rel_error(changed.slice(1, 5, 6), logits.slice(1, 5, 6)) > 1e-6);
+
+  CHECK_THROWS_MATCHES(model.forward(random_tokens(2, 9, 11, gen)), gw::ShapeError,
+                       Catch::Message("[GPT] a sequence of 9 tokens (tokens (2,9)) does not fit "
+                                      "the context of 8"));
+  CHECK_THROWS_WITH(model.loss(x, random_tokens(2, 7, 11, gen)),
+                    Catch::Contains("targets (2,7) must have the tokens' shape (2,8)"));
+  CHECK_THROWS_WITH(gw::nn::GPT({.vocab_size = 11, .heads = 3, .width = 8}, gen),
+                    Catch::Contains("embed_dim (8) must be a positive multiple of"));
+  CHECK_THROWS_WITH(gw::nn::GPT({.vocab_size = 0}, gen), Catch::Contains("must be positive"));
+}
+
+TEST_CASE("GPT: GPT-2's init", "[nn][gpt]") {
+  gw::Generator gen(4);
+  gw::nn::GPT model({.vocab_size = 50, .context = 64, .layers = 8, .heads = 2, .width = 64}, gen);
+  auto stddev = [](const Tensor& t) { return std::sqrt(gw::var(t.detach()).item<double>()); };
+  CHECK(stddev(model.wte->weight) == Approx(0.02).epsilon(0.1));
+  CHECK(stddev(model.h->at<gw::nn::GPTBlock>(0)->attn->in_proj_weight) ==
+        Approx(0.02).epsilon(0.1));
+  CHECK(stddev(model.h->at<gw::nn::GPTBlock>(7)->attn->out_proj->weight) ==
+        Approx(0.02 / 4).epsilon(0.1));  // 0.02 / sqrt(2 * 8)
+  CHECK(gw::equal(model.ln_f->weight.detach(), gw::ones({64})));
+  CHECK(gw::equal(model.h->at<gw::nn::GPTBlock>(3)->ln_2->bias.detach(), gw::zeros({64})));
+}
+
+TEST_CASE("GPT: generate continues the prompt, reproducibly, and learns a pattern", "[nn][gpt]") {
+  gw::Generator gen(5);
+  gw::nn::GPT model({.vocab_size = 5, .context = 8, .layers = 1, .heads = 2, .width = 16}, gen);
+  // Text 0 1 2 3 4 0 1 2 ...: after a short AdamW run the model predicts it.
+  std::vector<int64_t> text(64);
+  for (size_t i = 0; i < text.size(); ++i) text[i] = static_cast<int64_t>(i % 5);
+  Tensor x = gw::from_vector(std::vector<int64_t>(text.begin(), text.begin() + 40), {5, 8});
+  Tensor y = gw::from_vector(std::vector<int64_t>(text.begin() + 1, text.begin() + 41), {5, 8});
+  gw::optim::AdamW opt(model.parameters(), {.lr = 1e-2, .weight_decay = 0});
+  double first = 0, last = 0;
+  for (int step = 0; step < 80; ++step) {
+    opt.zero_grad();
+    Tensor loss = model.loss(x, y);
+    loss.backward();
+    opt.step();
+    (step == 0 ? first : last) = loss.item<double>();
+  }
+  INFO("loss " << first << " -> " << last);
+  CHECK(last < 0.1 * first);
+
+  gw::Generator a(7), b(7);
+  std::vector<int64_t> out = model.generate({3}, 20, a, {.temperature = 0.5});
+  CHECK(out == model.generate({3}, 20, b, {.temperature = 0.5}));
+  REQUIRE(out.size() == 21);
+  CHECK(out[0] == 3);
+  // top_k 1 is greedy: the pattern, over more than a context's length.
+  std::vector<int64_t> greedy = model.generate({3}, 12, a, {.top_k = 1});
+  for (size_t i = 0; i < greedy.size(); ++i) CHECK(greedy[i] == static_cast<int64_t>((3 + i) % 5));
+  CHECK(model.is_training());  // restored
+
+  CHECK_THROWS_WITH(model.generate({}, 3, a), Catch::Contains("non-empty prompt"));
+  CHECK_THROWS_WITH(model.generate({5}, 3, a), Catch::Contains("prompt token 5 is outside"));
+  CHECK_THROWS_WITH(model.generate({1}, 3, a, {.temperature = 0}),
+                    Catch::Contains("temperature must be positive"));
+}
