@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "autograd/grad_mode.h"
@@ -107,16 +108,21 @@ Tensor Module::tie_parameter(const std::string& name, const Tensor& parameter) {
                          [&](const auto& e) { return e.first == name; });
   GW_CHECK(it != parameters_.end(), InvalidArgumentError, "[", type_name_,
            "] tie_parameter: no parameter named \"", name, "\"");
-  GW_CHECK(parameter.defined() && parameter.is_leaf() && parameter.requires_grad(),
-           InvalidArgumentError, "[", type_name_, "] tie_parameter(\"", name,
-           "\"): the tensor must be a parameter (a leaf that requires grad)");
+  GW_CHECK(parameter.defined(), InvalidArgumentError, "[", type_name_, "] tie_parameter(\"", name,
+           "\"): the tensor is undefined");
+  GW_CHECK(parameter.is_leaf() && parameter.requires_grad(), InvalidArgumentError, "[", type_name_,
+           "] tie_parameter(\"", name,
+           "\"): the tensor must be a parameter, a leaf that requires grad (is_leaf ",
+           parameter.is_leaf() ? "true" : "false", ", requires_grad ",
+           parameter.requires_grad() ? "true" : "false", ")");
   const Tensor& own = it->second;
-  GW_CHECK(parameter.sizes() == own.sizes() && parameter.dtype() == own.dtype() &&
-               parameter.device() == own.device(),
-           ShapeError, "[", type_name_, "] tie_parameter(\"", name, "\"): the tensor is ",
-           shape_str(parameter.sizes()), " ", parameter.dtype(), " on ", parameter.device(),
-           ", the parameter it replaces ", shape_str(own.sizes()), " ", own.dtype(), " on ",
-           own.device());
+  GW_CHECK(parameter.sizes() == own.sizes(), ShapeError, "[", type_name_, "] tie_parameter(\"",
+           name, "\"): the tensor is ", shape_str(parameter.sizes()),
+           ", the parameter it replaces ", shape_str(own.sizes()));
+  GW_CHECK(parameter.dtype() == own.dtype() && parameter.device() == own.device(),
+           InvalidArgumentError, "[", type_name_, "] tie_parameter(\"", name, "\"): the tensor is ",
+           parameter.dtype(), " on ", parameter.device(), ", the parameter it replaces ",
+           own.dtype(), " on ", own.device());
   it->second = parameter;
   return parameter;
 }
@@ -190,13 +196,26 @@ void Module::load_state_dict(const NamedTensors& state, bool strict) {
   collect("", false, true, own);
 
   // Everything is checked before anything is copied, so a failed load leaves the model as it was.
+  // A tensor tied under several names (Module::tie_parameter) needs one of them in `state`, as a
+  // file that stores it once has it; when several are there, they must hold the same values.
+  std::unordered_map<const TensorImpl*, std::string> loaded_as;
+  for (const auto& [name, dst] : own) {
+    auto it = state.find(name);
+    if (it == state.end() || !it->second.defined()) continue;
+    auto [first, inserted] = loaded_as.emplace(dst.impl(), name);
+    if (inserted) continue;
+    const Tensor& other = state.at(first->second);
+    GW_CHECK(other.sizes() != it->second.sizes() || equal(other, it->second), InvalidArgumentError,
+             "[load_state_dict] ", type_name_, ": \"", first->second, "\" and \"", name,
+             "\" are one tied parameter here, but the state dict holds different values for them");
+  }
   std::vector<std::string> missing, unexpected, mismatched;
   std::unordered_set<std::string> own_names;
   for (const auto& [name, dst] : own) {
     own_names.insert(name);
     auto it = state.find(name);
     if (it == state.end()) {
-      missing.push_back(name);
+      if (!loaded_as.count(dst.impl())) missing.push_back(name);
     } else if (!it->second.defined() || it->second.sizes() != dst.sizes()) {
       mismatched.push_back(detail::str(
           "size mismatch for ", name, ": copying a tensor of shape ",

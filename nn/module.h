@@ -61,7 +61,8 @@ class Module : public std::enable_shared_from_this<Module> {
   // Parameters and buffers by dotted name ("fc1.weight"), as in PyTorch.
   NamedTensors state_dict() const;
   // Copies values into the existing tensors. With strict, missing or unexpected keys and shape
-  // mismatches throw naming the key. Shape mismatches throw even when not strict (as in
+  // mismatches throw naming the key. A tied parameter needs only one of its names, and its
+  // names must agree where several are given. Shape mismatches throw even when not strict (as in
   // PyTorch), and nothing is copied unless every check passes.
   void load_state_dict(const NamedTensors& state, bool strict = true);
   void save(const std::string& path) const;  // safetensors
@@ -93,7 +94,8 @@ class Module : public std::enable_shared_from_this<Module> {
   // (PyTorch: `lm_head.weight = wte.weight`), and returns it for the member that holds it. The
   // modules then share one tensor: its gradient sums both uses, parameters() lists it once (so
   // an optimizer updates it once) and state_dict() under both names. Throws unless `parameter`
-  // is a leaf that requires grad with the replaced one's shape, dtype and device.
+  // is a leaf that requires grad with the replaced one's shape, dtype and device. Tie before an
+  // optimizer or DDP takes the parameters: they would keep the replaced tensor.
   Tensor tie_parameter(const std::string& name, const Tensor& parameter);
   // Extra text for repr(), e.g. "in_features=784, out_features=128".
   virtual std::string extra_repr() const { return ""; }

@@ -56,6 +56,8 @@ GPTOptions checked(const GPTOptions& o) {
            InvalidArgumentError,
            "[GPT] vocab_size, context, layers, heads and width must be positive, got ",
            o.vocab_size, ", ", o.context, ", ", o.layers, ", ", o.heads, ", ", o.width);
+  GW_CHECK(o.width % o.heads == 0, InvalidArgumentError, "[GPT] width (", o.width,
+           ") must be a multiple of heads (", o.heads, ")");
   return o;
 }
 
@@ -128,33 +130,49 @@ std::vector<int64_t> GPT::generate(std::vector<int64_t> prompt, int64_t count, G
              "[GPT] generate: prompt token ", t, " is outside the vocabulary [0, ",
              options.vocab_size, ")");
   }
-  const bool was_training = is_training();
+  // Eval mode (no dropout) while sampling, and the caller's mode back however it ends.
+  struct ModeGuard {
+    Module& m;
+    bool was_training;
+    ~ModeGuard() { m.train(was_training); }
+  } mode{*this, is_training()};
   eval();
   autograd::NoGradGuard no_grad;
   const Device device = wte->weight.device();
-  std::vector<double> probs(static_cast<size_t>(options.vocab_size));
-  std::vector<int64_t> order(probs.size());
+  std::vector<double> probs;
+  std::vector<int64_t> candidates;
   for (int64_t i = 0; i < count; ++i) {
     const int64_t n = std::min<int64_t>(static_cast<int64_t>(prompt.size()), options.context);
     std::vector<int64_t> window(prompt.end() - n, prompt.end());
-    const Tensor logits = forward(from_vector(window, {1, n}, device))
-                              .select(1, n - 1)
-                              .reshape({-1})
-                              .to(kCPU)
-                              .to(kFloat64);
-    const std::vector<double> l = logits.to_vector<double>();
-    // Softmax of logits / temperature over the top_k most likely tokens (all when top_k is 0).
-    std::iota(order.begin(), order.end(), 0);
-    size_t keep = order.size();
-    if (sampling.top_k > 0 && static_cast<size_t>(sampling.top_k) < keep) {
-      keep = static_cast<size_t>(sampling.top_k);
-      std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(keep),
-                        order.end(), [&](int64_t a, int64_t b) { return l[a] > l[b]; });
+    const std::vector<double> l = forward(from_vector(window, {1, n}, device))
+                                      .select(1, n - 1)
+                                      .reshape({-1})
+                                      .to(kCPU)
+                                      .to(kFloat64)
+                                      .to_vector<double>();
+    for (double v : l) {
+      GW_CHECK(std::isfinite(v), StateError, "[GPT] generate: step ", i,
+               " predicted a non-finite logit (", v, ")");
     }
-    double top = -std::numeric_limits<double>::infinity(), sum = 0;
-    for (size_t j = 0; j < keep; ++j) top = std::max(top, l[order[j]]);
-    for (size_t j = 0; j < keep; ++j) {
-      probs[j] = std::exp((l[order[j]] - top) / sampling.temperature);
+    // The candidates: every token, or those whose logit is at least the top_k-th largest (as
+    // nanoGPT keeps them, ties included).
+    double threshold = -std::numeric_limits<double>::infinity();
+    if (sampling.top_k > 0 && sampling.top_k < options.vocab_size) {
+      std::vector<double> sorted = l;
+      std::nth_element(sorted.begin(), sorted.begin() + (sampling.top_k - 1), sorted.end(),
+                       std::greater<>());
+      threshold = sorted[static_cast<size_t>(sampling.top_k - 1)];
+    }
+    candidates.clear();
+    for (int64_t t = 0; t < options.vocab_size; ++t) {
+      if (l[t] >= threshold) candidates.push_back(t);
+    }
+    // softmax(logits / temperature) over them, then the token whose slice of [0, sum) holds u.
+    const double top = *std::max_element(l.begin(), l.end());
+    probs.assign(candidates.size(), 0);
+    double sum = 0;
+    for (size_t j = 0; j < candidates.size(); ++j) {
+      probs[j] = std::exp((l[candidates[j]] - top) / sampling.temperature);
       sum += probs[j];
     }
     double u;
@@ -162,17 +180,15 @@ std::vector<int64_t> GPT::generate(std::vector<int64_t> prompt, int64_t count, G
       std::lock_guard lock(gen.mutex());
       u = gen.next_double() * sum;
     }
-    size_t pick = keep - 1;
-    for (size_t j = 0; j < keep; ++j) {
-      if (u < probs[j]) {
-        pick = j;
-        break;
-      }
+    size_t pick = 0;  // the most likely token has probability 1 before normalising: sum >= 1
+    for (size_t j = 0; j < candidates.size(); ++j) {
+      if (probs[j] == 0) continue;
+      pick = j;
+      if (u < probs[j]) break;
       u -= probs[j];
     }
-    prompt.push_back(order[pick]);
+    prompt.push_back(candidates[pick]);
   }
-  train(was_training);
   return prompt;
 }
 

@@ -11,8 +11,11 @@
 
 namespace gw::examples {
 
-ProgressBar::ProgressBar(std::string label, int64_t total)
-    : label_(std::move(label)), total_(std::max<int64_t>(total, 1)), tty_(isatty(STDOUT_FILENO)),
+ProgressBar::ProgressBar(std::string label, int64_t total, std::string unit)
+    : label_(std::move(label)),
+      unit_(std::move(unit)),
+      total_(std::max<int64_t>(total, 1)),
+      tty_(isatty(STDOUT_FILENO)),
       start_(std::chrono::steady_clock::now()) {}
 
 void ProgressBar::update(int64_t done, double loss, int64_t samples) {
@@ -23,16 +26,17 @@ void ProgressBar::update(int64_t done, double loss, int64_t samples) {
   if (tty_) {
     constexpr int kWidth = 30;
     int filled = static_cast<int>(frac * kWidth);
-    std::printf("\r%s [%s%s] %3d%% loss %.4f  %.0f samples/s ", label_.c_str(),
+    std::printf("\r%s [%s%s] %3d%% loss %.4f  %.0f %s/s ", label_.c_str(),
                 std::string(filled, '#').c_str(), std::string(kWidth - filled, '.').c_str(),
-                static_cast<int>(frac * 100), loss, rate);
+                static_cast<int>(frac * 100), loss, rate, unit_.c_str());
     std::fflush(stdout);
     return;
   }
   int decile = static_cast<int>(frac * 10);
   if (decile != last_decile_ && decile < 10) {
     last_decile_ = decile;
-    std::printf("%s %3d%% loss %.4f  %.0f samples/s\n", label_.c_str(), decile * 10, loss, rate);
+    std::printf("%s %3d%% loss %.4f  %.0f %s/s\n", label_.c_str(), decile * 10, loss, rate,
+                unit_.c_str());
     std::fflush(stdout);
   }
 }
@@ -42,11 +46,18 @@ void ProgressBar::finish() {
 }
 
 void write_loss_curve(const std::string& prefix, const std::vector<double>& losses,
-                      const std::string& title) {
+                      const std::string& title, const std::vector<LossPoint>& validation) {
   std::ofstream csv(prefix + ".csv");
   GW_CHECK(csv.good(), IoError, "[write_loss_curve] cannot write ", prefix, ".csv");
-  csv << "step,loss\n";
-  for (size_t i = 0; i < losses.size(); ++i) csv << i << "," << losses[i] << "\n";
+  csv << (validation.empty() ? "step,loss\n" : "step,loss,val_loss\n");
+  auto val = validation.begin();
+  for (size_t i = 0; i < losses.size(); ++i) {
+    csv << i << "," << losses[i];
+    for (; val != validation.end() && val->step <= static_cast<int64_t>(i); ++val) {
+      if (val->step == static_cast<int64_t>(i)) csv << "," << val->loss;
+    }
+    csv << "\n";
+  }
 
   // Plot a moving average so the trend reads through the minibatch noise.
   const size_t n = losses.size(), window = std::max<size_t>(1, n / 100);
@@ -58,6 +69,7 @@ void write_loss_curve(const std::string& prefix, const std::vector<double>& loss
     smooth[i] = acc / static_cast<double>(std::min(i + 1, window));
   }
   double hi = n ? *std::max_element(smooth.begin(), smooth.end()) : 1;
+  for (const LossPoint& p : validation) hi = std::max(hi, p.loss);
   hi = hi > 0 ? hi : 1;
   constexpr double W = 640, H = 360, L = 60, B = 40, T = 30, R = 20;
   std::ofstream svg(prefix + ".svg");
@@ -77,12 +89,22 @@ void write_loss_curve(const std::string& prefix, const std::vector<double>& loss
   }
   svg << "<text x='" << (W + L) / 2 << "' y='" << H - 8 << "' text-anchor='middle'>step (" << n
       << " total)</text>\n<polyline fill='none' stroke='#1f77b4' stroke-width='1.5' points='";
-  for (size_t i = 0; i < n; ++i) {
-    double x = L + (W - L - R) * (n > 1 ? static_cast<double>(i) / static_cast<double>(n - 1) : 0);
-    double y = H - B - (H - B - T) * smooth[i] / hi;
-    svg << x << "," << y << " ";
+  auto x_of = [&](double step) {
+    return L + (W - L - R) * (n > 1 ? step / static_cast<double>(n - 1) : 0);
+  };
+  auto y_of = [&](double loss) { return H - B - (H - B - T) * loss / hi; };
+  for (size_t i = 0; i < n; ++i)
+    svg << x_of(static_cast<double>(i)) << "," << y_of(smooth[i]) << " ";
+  svg << "'/>\n";
+  if (!validation.empty()) {
+    svg << "<polyline fill='none' stroke='#ff7f0e' stroke-width='2' points='";
+    for (const LossPoint& p : validation)
+      svg << x_of(static_cast<double>(p.step)) << "," << y_of(p.loss) << " ";
+    svg << "'/>\n<text x='" << W - R << "' y='" << T + 12 << "' text-anchor='end' fill='#1f77b4'>"
+        << "training (moving average)</text>\n<text x='" << W - R << "' y='" << T + 28
+        << "' text-anchor='end' fill='#ff7f0e'>validation</text>\n";
   }
-  svg << "'/>\n</svg>\n";
+  svg << "</svg>\n";
 }
 
 }  // namespace gw::examples

@@ -229,3 +229,109 @@ TEST_CASE("an example in a broken environment fails with one line and an exit co
     }
   }
 }
+
+namespace {
+
+// gpt_train on a model small enough for a test: `steps` steps of 16 windows of 32 characters in
+// all, however many ranks share them.
+std::vector<std::string> gpt_args(int ranks, std::vector<std::string> extra = {}, int steps = 200) {
+  std::vector<std::string> a = {"--nproc-per-node",
+                                std::to_string(ranks),
+                                GW_GPT_EXAMPLE,
+                                "--width",
+                                "32",
+                                "--layers",
+                                "1",
+                                "--heads",
+                                "2",
+                                "--context",
+                                "32",
+                                "--batch-size",
+                                std::to_string(16 / ranks),
+                                "--steps",
+                                std::to_string(steps),
+                                "--eval-every",
+                                std::to_string(steps / 2),
+                                "--eval-batches",
+                                "2",
+                                "--sample",
+                                "80"};
+  if (ranks > 1) a.insert(a.end(), {"--ddp", "gloo"});
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+// "step N: train loss X, val loss Y" -> the line's losses, as printed; "" if absent.
+std::string gpt_losses_at(const std::string& out, int step) {
+  std::smatch m;
+  const std::regex line("step " + std::to_string(step) +
+                        ": (train loss [0-9.]+, val loss [0-9.]+)");
+  return std::regex_search(out, m, line) ? m[1].str() : "";
+}
+
+double gpt_val_loss_at(const std::string& out, int step) {
+  const std::string losses = gpt_losses_at(out, step);
+  return losses.empty() ? -1 : std::stod(losses.substr(losses.find("val loss ") + 9));
+}
+
+}  // namespace
+
+TEST_CASE("gpt_train: DDP on 2 ranks trains as one process on the same global batches",
+          "[examples][dist][gpt]") {
+  const auto single = run_gwrun(gpt_args(1));
+  INFO(single.out << single.err);
+  REQUIRE(single.exit_code == 0);
+  const auto ddp = run_gwrun(gpt_args(2));
+  INFO(ddp.out << ddp.err);
+  REQUIRE(ddp.exit_code == 0);
+  // Learning: the validation loss falls from ln(63) = 4.14 and on between the two evaluations.
+  const double val100 = gpt_val_loss_at(single.out, 100), val200 = gpt_val_loss_at(single.out, 200);
+  CHECK(val100 > 0);
+  CHECK(val100 < 3.5);
+  CHECK(val200 < val100);
+  CHECK(gpt_losses_at(ddp.out, 100) == gpt_losses_at(single.out, 100));
+  CHECK(gpt_losses_at(ddp.out, 200) == gpt_losses_at(single.out, 200));
+  CHECK(count(ddp.out, "DDP on 2 ranks (gloo)") == 1);
+  CHECK(count(ddp.out, "--- a sample (80 characters, temperature 0.8) ---") == 1);  // rank 0's
+  CHECK(count(ddp.out, "] And ") == 1);  // the sample goes on from the prompt
+}
+
+TEST_CASE(
+    "gpt_train: a rank killed mid-run resumes from the checkpoint and ends as if never "
+    "stopped; another run's or a corrupt checkpoint is refused",
+    "[examples][dist][gpt]") {
+  // Long enough (about 3 s) for the kill to land mid-run.
+  constexpr int kSteps = 1000;
+  gw::test::TempDir dir;
+  const auto reference = run_gwrun(gpt_args(1, {"--sample", "0"}, kSteps));
+  REQUIRE(reference.exit_code == 0);
+
+  std::vector<std::string> args = gpt_args(
+      2, {"--sample", "0", "--checkpoint-every", "20", "--checkpoint-dir", dir.path}, kSteps);
+  args.insert(args.begin(), {"--max-restarts", "1"});
+  gw::test::GwrunProcess job(args);
+  REQUIRE(job.wait_for_stdout("checkpoint saved: step 20"));
+  const pid_t victim = job.worker_pid(1);
+  REQUIRE(victim > 0);
+  REQUIRE(::kill(victim, SIGKILL) == 0);
+  const auto r = job.finish();
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(count(r.err, "restarting all workers (restart 1 of 1)") == 1);
+  CHECK(count(r.out, "resuming from " + dir.path + " at step ") == 1);
+  CHECK(count(r.out, "checkpoint saved: step 1000") == 1);
+  CHECK(gpt_losses_at(r.out, kSteps) == gpt_losses_at(reference.out, kSteps));
+  CHECK(!gpt_losses_at(r.out, kSteps).empty());
+
+  // The same directory for a wider model: refused, naming the difference.
+  const auto other = run_gwrun(gpt_args(
+      1, {"--width", "64", "--checkpoint-every", "20", "--checkpoint-dir", dir.path}, kSteps));
+  CHECK(other.exit_code != 0);
+  CHECK(count(other.err, "is of another run: its width is 32, this run's 64") == 1);
+  // A torn file (a copy cut short, not one save_checkpoint wrote): refused with the reason.
+  std::filesystem::resize_file(dir.path + "/checkpoint.safetensors", 100);
+  const auto torn =
+      run_gwrun(gpt_args(1, {"--checkpoint-every", "20", "--checkpoint-dir", dir.path}, kSteps));
+  CHECK(torn.exit_code != 0);
+  CHECK(count(torn.err, "checkpoint.safetensors: header length") == 1);
+}

@@ -70,14 +70,45 @@ TEST_CASE("a tied head shares the embedding: one parameter, two names, both uses
 TEST_CASE("tie_parameter refuses a tensor that is not a parameter of the same shape", "[nn][gpt]") {
   gw::Generator gen(2);
   gw::nn::Linear head(8, 11, false, gen);
-  gw::nn::Embedding other(12, 8, gen);
+  gw::nn::Embedding other(12, 8, gen), same(11, 8, gen);
+  const Tensor original = head.weight;
   CHECK_THROWS_MATCHES(head.tie_weight(other.weight), gw::ShapeError,
-                       Catch::Message("[Linear] tie_parameter(\"weight\"): the tensor is (12,8) "
-                                      "float32 on cpu, the parameter it replaces (11,8) float32 "
-                                      "on cpu"));
-  CHECK_THROWS_WITH(head.tie_weight(other.weight.detach() * 2), Catch::Contains("a leaf"));
-  Tensor before = head.weight;
-  CHECK(head.weight.impl() == before.impl());  // nothing changed
+                       Catch::Message("[Linear] tie_parameter(\"weight\"): the tensor is (12,8), "
+                                      "the parameter it replaces (11,8)"));
+  CHECK_THROWS_WITH(
+      head.tie_weight(other.weight.detach() * 2),
+      Catch::Contains("a leaf that requires grad (is_leaf true, requires_grad false)"));
+  CHECK_THROWS_WITH(head.tie_weight(same.weight.to(gw::kFloat64).detach().requires_grad_()),
+                    Catch::Contains("the tensor is float64 on cpu, the parameter it replaces "
+                                    "float32 on cpu"));
+  // Nothing changed: the member and the registered parameter are the original tensor.
+  CHECK(head.weight.impl() == original.impl());
+  CHECK(head.named_parameters().at(0).second.impl() == original.impl());
+}
+
+TEST_CASE("a tied parameter loads from either of its names, and they must agree", "[nn][gpt]") {
+  gw::Generator gen(6);
+  gw::nn::GPT model(tiny_gpt(), gen);
+  gw::NamedTensors state = model.state_dict();
+  for (auto& [name, t] : state) t = t.clone();
+  const Tensor wanted = gw::randn({11, 8}, gen);
+  // A file that stores the shared tensor once, under either name, loads strictly.
+  for (const char* kept : {"wte.weight", "lm_head.weight"}) {
+    gw::NamedTensors once = state;
+    once.erase(std::string(kept) == "wte.weight" ? "lm_head.weight" : "wte.weight");
+    once[kept] = wanted;
+    model.load_state_dict(once);
+    CHECK(gw::equal(model.wte->weight.detach(), wanted));
+    CHECK(model.lm_head->weight.impl() == model.wte->weight.impl());
+  }
+  // An untied model's state dict (two different matrices) is refused, and nothing is loaded.
+  state["lm_head.weight"] = gw::randn({11, 8}, gen);
+  state["ln_f.bias"] = gw::ones({8});
+  CHECK_THROWS_WITH(model.load_state_dict(state),
+                    Catch::Contains("\"wte.weight\" and \"lm_head.weight\" are one tied "
+                                    "parameter here, but the state dict holds different values"));
+  CHECK(gw::equal(model.wte->weight.detach(), wanted));
+  CHECK(gw::equal(model.ln_f->bias.detach(), gw::zeros({8})));
 }
 
 TEST_CASE("GPT: causal logits, the context limit, bad options and targets", "[nn][gpt]") {
@@ -100,7 +131,7 @@ TEST_CASE("GPT: causal logits, the context limit, bad options and targets", "[nn
   CHECK_THROWS_WITH(model.loss(x, random_tokens(2, 7, 11, gen)),
                     Catch::Contains("targets (2,7) must have the tokens' shape (2,8)"));
   CHECK_THROWS_WITH(gw::nn::GPT({.vocab_size = 11, .heads = 3, .width = 8}, gen),
-                    Catch::Contains("embed_dim (8) must be a positive multiple of"));
+                    Catch::Contains("[GPT] width (8) must be a multiple of heads (3)"));
   CHECK_THROWS_WITH(gw::nn::GPT({.vocab_size = 0}, gen), Catch::Contains("must be positive"));
 }
 
@@ -144,6 +175,7 @@ TEST_CASE("GPT: generate continues the prompt, reproducibly, and learns a patter
   CHECK(out[0] == 3);
   // top_k 1 is greedy: the pattern, over more than a context's length.
   std::vector<int64_t> greedy = model.generate({3}, 12, a, {.top_k = 1});
+  CHECK(greedy == model.generate({3}, 12, b, {.temperature = 1e-3}));
   for (size_t i = 0; i < greedy.size(); ++i) CHECK(greedy[i] == static_cast<int64_t>((3 + i) % 5));
   CHECK(model.is_training());  // restored
 
@@ -151,4 +183,8 @@ TEST_CASE("GPT: generate continues the prompt, reproducibly, and learns a patter
   CHECK_THROWS_WITH(model.generate({5}, 3, a), Catch::Contains("prompt token 5 is outside"));
   CHECK_THROWS_WITH(model.generate({1}, 3, a, {.temperature = 0}),
                     Catch::Contains("temperature must be positive"));
+  // A diverged model is an error, not a stream of one token; the mode is restored all the same.
+  model.ln_f->weight.detach().fill_(std::nan(""));
+  CHECK_THROWS_WITH(model.generate({1}, 3, a), Catch::Contains("non-finite logit"));
+  CHECK(model.is_training());
 }
