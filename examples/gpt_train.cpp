@@ -30,30 +30,26 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "autograd/grad_mode.h"
 #include "core/checkpoint.h"
 #include "core/cuda/device.h"
 #include "core/ops.h"
 #include "core/parallel.h"
-#include "ddp/distributed_data_parallel.h"
 #include "dist/checkpoint/dist_checkpoint.h"
 #include "dist/data/distributed_sampler.h"
 #include "dist/process_group/c10d.h"
 #include "dist/process_group/init_process_group.h"
 #include "examples/common/char_corpus.h"
+#include "examples/common/gpt_recipe.h"
 #include "examples/common/launch.h"
 #include "examples/common/progress.h"
-#include "nn/functional.h"
 #include "nn/transformer.h"
-#include "optim/adamw.h"
-#include "optim/clip_grad.h"
-#include "optim/lr_scheduler.h"
 
 namespace {
 
@@ -147,135 +143,66 @@ Args parse(int argc, char** argv) {
                     : a.warmup < 0 || a.warmup >= a.steps ? "--warmup must be in [0, --steps)"
                     : a.eval_every < 1 || a.eval_batches < 1
                         ? "--eval-every and --eval-batches must be at least 1"
-                    : a.sample < 0  ? "--sample must not be negative"
-                    : a.threads < 1 ? "--threads must be at least 1"
-                    : !(a.lr > 0)   ? "--lr must be positive"
-                                    : nullptr;
+                    : a.sample < 0   ? "--sample must not be negative"
+                    : a.threads < 1  ? "--threads must be at least 1"
+                    : !(a.lr > 0)    ? "--lr must be positive"
+                    : !(a.clip >= 0) ? "--clip must not be negative (0: no clipping)"
+                    : !(a.temperature > 0) || a.top_k < 0
+                        ? "--temperature must be positive, --top-k >= 0"
+                    : !a.ddp.empty() && a.device == "cuda"
+                        ? "--ddp runs on the CPU (gloo, mpi): drop it or --device cuda"
+                        : nullptr;
   if (bad) {
-    std::fprintf(stderr, "gpt_train: %s (steps %lld, batch size %lld, warmup %lld, lr %g)\n", bad,
-                 static_cast<long long>(a.steps), static_cast<long long>(a.batch_size),
-                 static_cast<long long>(a.warmup), a.lr);
+    std::fprintf(stderr,
+                 "gpt_train: %s (steps %lld, batch size %lld, warmup %lld, lr %g, clip %g, "
+                 "temperature %g, top-k %lld)\n",
+                 bad, static_cast<long long>(a.steps), static_cast<long long>(a.batch_size),
+                 static_cast<long long>(a.warmup), a.lr, a.clip, a.temperature,
+                 static_cast<long long>(a.top_k));
     std::exit(2);
   }
   return a;
 }
 
-// What a checkpoint must agree with to be resumed: the model's shape, and the steps and their
-// global batch (each step's windows are the same at any number of ranks with the same global
-// batch, so a run may resume on more or fewer ranks).
+// What a checkpoint must agree with to be resumed: the model, the recipe, and the steps and
+// their global batch (each step's windows are the same at any number of ranks with the same
+// global batch, so a run may resume on more or fewer ranks).
 std::map<std::string, std::string> run_identity(const Args& a, int64_t vocab, int world) {
   const auto& m = a.model;
-  return {
-      {"vocab_size", std::to_string(vocab)}, {"context", std::to_string(m.context)},
-      {"layers", std::to_string(m.layers)},  {"heads", std::to_string(m.heads)},
-      {"width", std::to_string(m.width)},    {"global_batch", std::to_string(a.batch_size * world)},
-      {"steps", std::to_string(a.steps)}};
+  auto num = [](double x) { return gw::detail::str(x); };
+  return {{"vocab_size", std::to_string(vocab)},
+          {"context", std::to_string(m.context)},
+          {"layers", std::to_string(m.layers)},
+          {"heads", std::to_string(m.heads)},
+          {"width", std::to_string(m.width)},
+          {"dropout", num(m.dropout)},
+          {"global_batch", std::to_string(a.batch_size * world)},
+          {"steps", std::to_string(a.steps)},
+          {"warmup", std::to_string(a.warmup)},
+          {"lr", num(a.lr)},
+          {"min_lr_factor", num(a.min_lr_factor)},
+          {"weight_decay", num(a.weight_decay)},
+          {"clip", num(a.clip)}};
 }
 
-// The model, its optimizer and schedule, and the data-parallel wrapper when there is a group.
-class Trainer {
- public:
-  Trainer(const Args& args, const gw::data::CharCorpus& corpus, gw::Device device,
-          std::shared_ptr<gw::dist::ProcessGroup> group)
-      : args_(args), device_(device), group_(std::move(group)) {
-    gw::nn::GPTOptions options = args.model;
-    options.vocab_size = corpus.vocab_size();
-    gw::Generator gen(args.seed);  // the same on every rank (and DDP broadcasts rank 0's anyway)
-    model_ = std::make_shared<gw::nn::GPT>(options, gen);
-    model_->to(device);
-    if (group_) ddp_ = std::make_unique<gw::ddp::DistributedDataParallel>(model_, group_);
-    opt_ = std::make_unique<gw::optim::AdamW>(
-        gw::optim::weight_decay_groups(model_->parameters(), args.weight_decay),
-        gw::optim::AdamWOptions{.lr = args.lr, .betas = {0.9, 0.99}});
+// Loads checkpoint `c` into the trainer after checking that it is this run's; throws naming
+// what differs before anything is loaded (load_state_dict checks every tensor before it copies
+// one).
+void restore(gw::examples::GPTTrainer& trainer, const gw::Checkpoint& c, const Args& args,
+             const std::map<std::string, std::string>& identity) {
+  for (const auto& [key, want] : identity) {
+    auto it = c.extra.find(key);
+    GW_CHECK(it != c.extra.end() && it->second == want, gw::InvalidArgumentError,
+             "[gpt_train] the checkpoint in ", args.checkpoint.dir, " is of another run: its ", key,
+             " is ", it == c.extra.end() ? std::string("missing") : it->second, ", this run's ",
+             want);
   }
-
-  gw::nn::GPT& model() { return *model_; }
-
-  // Puts the learning rate where step `step` has it (after resuming, the step reached).
-  void schedule_from(int64_t step) {
-    schedule_ = std::make_unique<gw::optim::LambdaLR>(
-        *opt_, gw::optim::warmup_cosine(args_.warmup, args_.steps, args_.min_lr_factor), step,
-        args_.lr);
-  }
-
-  // One step on a batch; returns its loss (this rank's; the ranks' gradients are averaged).
-  double step(const gw::Tensor& x, const gw::Tensor& y) {
-    opt_->zero_grad();
-    const gw::Tensor logits = ddp_ ? ddp_->forward(x.to(device_)) : model_->forward(x.to(device_));
-    gw::Tensor loss = gw::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}),
-                                                        y.to(device_).reshape({-1}));
-    loss.backward();
-    gw::optim::clip_grad_norm_(model_->parameters(), args_.clip);
-    opt_->step();
-    schedule_->step();
-    return loss.item<double>();
-  }
-
-  double lr() const { return opt_->lr(); }
-
-  gw::Checkpoint checkpoint(int64_t step, std::map<std::string, std::string> identity) const {
-    return {.model = model_->state_dict(),
-            .optimizer = opt_->state_dict(),
-            .epoch = 0,
-            .step = step,
-            .seed = args_.seed,
-            .extra = std::move(identity)};
-  }
-
-  // Loads `c` after checking that it is this run's; throws naming what differs, before
-  // anything is loaded. (load_state_dict checks every tensor before it copies one.)
-  void restore(const gw::Checkpoint& c, const std::map<std::string, std::string>& identity) {
-    for (const auto& [key, want] : identity) {
-      auto it = c.extra.find(key);
-      GW_CHECK(it != c.extra.end() && it->second == want, gw::InvalidArgumentError,
-               "[gpt_train] the checkpoint in ", args_.checkpoint.dir, " is of another run: its ",
-               key, " is ", it == c.extra.end() ? std::string("missing") : it->second,
-               ", this run's ", want);
-    }
-    GW_CHECK(c.step >= 0 && c.step <= args_.steps && c.seed == args_.seed, gw::InvalidArgumentError,
-             "[gpt_train] the checkpoint in ", args_.checkpoint.dir, " is at step ", c.step,
-             " of seed ", c.seed, "; this run has ", args_.steps, " steps of seed ", args_.seed);
-    model_->load_state_dict(c.model);
-    opt_->load_state_dict(c.optimizer);
-  }
-
- private:
-  const Args& args_;
-  gw::Device device_;
-  std::shared_ptr<gw::dist::ProcessGroup> group_;
-  std::shared_ptr<gw::nn::GPT> model_;
-  std::unique_ptr<gw::ddp::DistributedDataParallel> ddp_;
-  std::unique_ptr<gw::optim::AdamW> opt_;
-  std::unique_ptr<gw::optim::LambdaLR> schedule_;
-};
-
-// The sum of `value` over the ranks (itself without a group).
-double sum_over_ranks(double value, gw::dist::ProcessGroup* group) {
-  if (!group) return value;
-  gw::Tensor total = gw::full({1}, value, gw::kFloat64);
-  group->allreduce(total)->wait();
-  return total.item<double>();
-}
-
-// The mean loss over eval_batches fixed batches of batch_size * world windows of the validation
-// split, evenly spaced through it (the same set at any world size); each rank evaluates its
-// rows of every batch.
-double validation_loss(gw::nn::GPT& model, const gw::data::CharWindows& val, const Args& args,
-                       gw::Device device, gw::dist::ProcessGroup* group) {
-  const int rank = group ? group->rank() : 0, world = group ? group->size() : 1;
-  const int64_t global_batch = args.batch_size * world, windows = args.eval_batches * global_batch;
-  std::vector<int64_t> starts(static_cast<size_t>(windows));
-  for (int64_t i = 0; i < windows; ++i)
-    starts[static_cast<size_t>(i)] = i * (val.size() - 1) / std::max<int64_t>(windows - 1, 1);
-  gw::autograd::NoGradGuard no_grad;
-  model.eval();
-  double sum = 0;
-  for (int64_t b = 0; b < args.eval_batches; ++b) {
-    auto [x, y] = val.batch(starts, b * global_batch + rank * args.batch_size, args.batch_size);
-    sum += model.loss(x.to(device), y.to(device)).item<double>();
-  }
-  model.train();
-  return sum_over_ranks(sum, group) / static_cast<double>(args.eval_batches * world);
+  GW_CHECK(c.step >= 0 && c.step <= args.steps && c.seed == args.seed, gw::InvalidArgumentError,
+           "[gpt_train] the checkpoint in ", args.checkpoint.dir, " is at step ", c.step,
+           " of seed ", c.seed, "; this run has ", args.steps, " steps of seed ", args.seed);
+  trainer.model().load_state_dict(c.model);
+  trainer.optimizer().load_state_dict(c.optimizer);
+  trainer.schedule_from(c.step);
 }
 
 }  // namespace
@@ -285,6 +212,15 @@ int main(int argc, char** argv) {
   if (args.ddp == "gloo") gw::examples::launch_env("gpt_train");  // one line on a bad launcher
   int rank = 0, world = 1;
   try {
+    // What can fail on one rank alone is checked before the ranks meet.
+    GW_CHECK(args.device == "cpu" || gw::cuda::is_available(), gw::InvalidArgumentError,
+             "[gpt_train] --device cuda, but there is no GPU: ", gw::cuda::no_device_reason());
+    const gw::Device device = args.device == "cuda" ? gw::cuda_device(0) : gw::kCPU;
+    const gw::data::CharCorpus corpus = gw::data::load_bible_kjv();
+    const std::vector<int64_t> prompt = corpus.encode(args.prompt);
+    const gw::data::CharWindows train(corpus, gw::data::CorpusSplit::Train, args.model.context);
+    const gw::data::CharWindows val(corpus, gw::data::CorpusSplit::Validation, args.model.context);
+
     args.trace.start();
     gw::set_num_threads(static_cast<int>(args.threads));
     std::shared_ptr<gw::dist::ProcessGroup> group;
@@ -293,19 +229,33 @@ int main(int argc, char** argv) {
       rank = group->rank();
       world = group->size();
     }
-    GW_CHECK(args.device == "cpu" || gw::cuda::is_available(), gw::InvalidArgumentError,
-             "[gpt_train] --device cuda, but there is no GPU: ", gw::cuda::no_device_reason());
-    const gw::Device device = args.device == "cuda" ? gw::cuda_device(0) : gw::kCPU;
-
-    const gw::data::CharCorpus corpus = gw::data::load_bible_kjv();
-    const gw::data::CharWindows train(corpus, gw::data::CorpusSplit::Train, args.model.context);
-    const gw::data::CharWindows val(corpus, gw::data::CorpusSplit::Validation, args.model.context);
     gw::dist::DistributedSampler sampler(
         train.size(), {.num_replicas = world, .rank = rank, .seed = args.seed, .drop_last = true});
     const int64_t steps_per_epoch = sampler.num_samples() / args.batch_size;
+    GW_CHECK(steps_per_epoch > 0, gw::InvalidArgumentError, "[gpt_train] a batch of ",
+             args.batch_size, " windows on each of ", world, " ranks is more than the ",
+             train.size(), " windows of the training split");
 
-    Trainer trainer(args, corpus, device, group);
+    gw::nn::GPTOptions options = args.model;
+    options.vocab_size = corpus.vocab_size();
+    // The same on every rank (and DDP broadcasts rank 0's weights anyway); the model's dropout
+    // draws from it, so it lives as long as the model.
+    gw::Generator gen(args.seed);
+    auto model = std::make_shared<gw::nn::GPT>(options, gen);
+    model->to(device);
+    gw::examples::GPTTrainer trainer(model,
+                                     {.steps = args.steps,
+                                      .warmup = args.warmup,
+                                      .lr = args.lr,
+                                      .min_lr_factor = args.min_lr_factor,
+                                      .weight_decay = args.weight_decay,
+                                      .clip = args.clip},
+                                     group);
     const auto identity = run_identity(args, corpus.vocab_size(), world);
+    // A collective: what throws on one rank throws on all (without a group, just f).
+    auto on_every_rank = [&](const std::function<void()>& f) {
+      group ? gw::dist::checkpoint::on_every_rank(*group, f) : f();
+    };
 
     // Resuming: rank 0 says whether there is a checkpoint, so that all ranks agree; every rank
     // loads it, and when one cannot, every rank stops.
@@ -316,29 +266,27 @@ int main(int argc, char** argv) {
         group ? gw::dist::broadcast_bytes(*group, {static_cast<uint8_t>(exists)}, 0)[0] != 0
               : exists;
     if (resume) {
-      auto load = [&] {
+      on_every_rank([&] {
         std::optional<gw::Checkpoint> c = gw::load_checkpoint(args.checkpoint.dir);
         GW_CHECK(c.has_value(), gw::IoError, "[gpt_train] no checkpoint in ", args.checkpoint.dir,
                  " on rank ", rank);
-        trainer.restore(*c, identity);
+        restore(trainer, *c, args, identity);
         first = c->step;
-      };
-      group ? gw::dist::checkpoint::on_every_rank(*group, load) : load();
+      });
       if (rank == 0)
         std::printf("resuming from %s at step %lld\n", args.checkpoint.dir.c_str(),
                     static_cast<long long>(first));
     }
-    trainer.schedule_from(first);
 
     const int64_t tokens_per_step = args.batch_size * args.model.context * world;
     if (rank == 0) {
       int64_t count = 0;
-      for (const gw::Tensor& p : trainer.model().parameters()) count += p.numel();
+      for (const gw::Tensor& p : model->parameters()) count += p.numel();
       std::printf(
           "%s\n%.2fM parameters; %zu characters of text, vocabulary of %lld; %s%s\n"
           "AdamW lr %g (warm-up %lld, cosine to %g), weight decay %g, clip %g; %lld steps of "
           "%lld tokens\n",
-          trainer.model().repr().c_str(), static_cast<double>(count) / 1e6, corpus.text.size(),
+          model->repr().c_str(), static_cast<double>(count) / 1e6, corpus.text.size(),
           static_cast<long long>(corpus.vocab_size()), args.device.c_str(),
           group ? (", DDP on " + std::to_string(world) + " ranks (" + args.ddp + ")").c_str() : "",
           args.lr, static_cast<long long>(args.warmup), args.lr * args.min_lr_factor,
@@ -347,17 +295,39 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
 
-    auto save = [&](int64_t step) {
-      if (rank != 0) return;
-      gw::save_checkpoint(args.checkpoint.dir, trainer.checkpoint(step, identity));
-      std::printf("checkpoint saved: step %lld\n", static_cast<long long>(step));
-      std::fflush(stdout);
-    };
-    std::vector<double> losses;
-    std::vector<gw::examples::LossPoint> val_losses;
-    std::unique_ptr<gw::examples::ProgressBar> bar;
+    std::unique_ptr<gw::examples::ProgressBar> bar;  // rank 0's
     if (rank == 0)
       bar = std::make_unique<gw::examples::ProgressBar>("train", args.steps - first, "tokens");
+    // Rank 0 writes; when it cannot, every rank stops (rather than wait for it in a collective).
+    auto save = [&](int64_t step) {
+      on_every_rank([&] {
+        if (rank != 0) return;
+        gw::save_checkpoint(args.checkpoint.dir, {.model = model->state_dict(),
+                                                  .optimizer = trainer.optimizer().state_dict(),
+                                                  .step = step,
+                                                  .seed = args.seed,
+                                                  .extra = identity});
+      });
+      if (bar) bar->print("checkpoint saved: step " + std::to_string(step));
+    };
+    // The validation loss on the same windows at any number of ranks.
+    auto validate = [&] {
+      return gw::examples::validation_loss(*model, val, args.eval_batches, args.batch_size * world,
+                                           group.get());
+    };
+    // losses[i]: step first + i + 1's loss, this rank's until averaged over the ranks (one
+    // collective per evaluation, for the steps since the last).
+    std::vector<double> losses;
+    size_t averaged = 0;
+    auto average_losses = [&] {
+      if (!group || averaged == losses.size()) return;
+      gw::Tensor t = gw::from_vector(std::vector<double>(losses.begin() + averaged, losses.end()));
+      group->allreduce(t)->wait();
+      const std::vector<double> sums = t.to_vector<double>();
+      for (size_t i = 0; i < sums.size(); ++i) losses[averaged + i] = sums[i] / world;
+      averaged = losses.size();
+    };
+    std::vector<gw::examples::LossPoint> val_losses;
     std::vector<int64_t> order;
     double final_val = std::nan("");
     for (int64_t s = first; s < args.steps; ++s) {
@@ -367,41 +337,39 @@ int main(int argc, char** argv) {
         order = sampler.indices();
       }
       auto [x, y] = train.batch(order, b * args.batch_size, args.batch_size);
-      // The loss of the whole global batch (the ranks' means, averaged), as one process sees it.
-      losses.push_back(sum_over_ranks(trainer.step(x, y), group.get()) / world);
+      const double lr = trainer.optimizer().lr();  // this step's
+      losses.push_back(trainer.step(x, y));
       if (bar) bar->update(s + 1 - first, losses.back(), (s + 1 - first) * tokens_per_step);
       const bool last = s + 1 == args.steps;
       if ((s + 1) % args.eval_every == 0 || last) {
-        final_val = validation_loss(trainer.model(), val, args, device, group.get());
-        val_losses.push_back({static_cast<int64_t>(losses.size()) - 1, final_val});
-        if (bar) bar->finish();
-        if (rank == 0) {
-          std::printf("step %lld: train loss %.4f, val loss %.4f, lr %.3g\n",
-                      static_cast<long long>(s + 1), losses.back(), final_val, trainer.lr());
-          std::fflush(stdout);
-        }
+        final_val = validate();
+        average_losses();
+        val_losses.push_back({s + 1, final_val});
+        char line[128];
+        std::snprintf(line, sizeof line, "step %lld: train loss %.4f, val loss %.4f, lr %.3g",
+                      static_cast<long long>(s + 1), losses.back(), final_val, lr);
+        if (bar) bar->print(line);
       }
       if (args.checkpoint.every > 0 && ((s + 1) % args.checkpoint.every == 0 || last)) save(s + 1);
     }
     if (bar) bar->finish();
     if (first == args.steps) {  // resumed after the last step
-      final_val = validation_loss(trainer.model(), val, args, device, group.get());
+      final_val = validate();
       if (rank == 0) std::printf("val loss %.4f\n", final_val);
     }
 
+    if (rank == 0 && !args.curve.empty()) {
+      gw::examples::write_loss_curve(args.curve, losses, "char-GPT on the King James Bible",
+                                     val_losses, first + 1);
+      std::printf("wrote %s.csv and %s.svg\n", args.curve.c_str(), args.curve.c_str());
+    }
     if (rank == 0 && args.sample > 0) {
-      gw::Generator gen(args.seed);
-      const std::vector<int64_t> text =
-          trainer.model().generate(corpus.encode(args.prompt), args.sample, gen,
-                                   {.temperature = args.temperature, .top_k = args.top_k});
+      gw::Generator sampling(args.seed);
+      const std::vector<int64_t> text = model->generate(
+          prompt, args.sample, sampling, {.temperature = args.temperature, .top_k = args.top_k});
       std::printf("--- a sample (%lld characters, temperature %g) ---\n%s\n---\n",
                   static_cast<long long>(args.sample), args.temperature,
                   corpus.decode(text).c_str());
-    }
-    if (rank == 0 && !args.curve.empty()) {
-      gw::examples::write_loss_curve(args.curve, losses, "char-GPT on the King James Bible",
-                                     val_losses);
-      std::printf("wrote %s.csv and %s.svg\n", args.curve.c_str(), args.curve.c_str());
     }
     const bool reached = args.target <= 0 || final_val <= args.target;
     if (rank == 0 && args.target > 0)

@@ -204,10 +204,17 @@ void Module::load_state_dict(const NamedTensors& state, bool strict) {
     if (it == state.end() || !it->second.defined()) continue;
     auto [first, inserted] = loaded_as.emplace(dst.impl(), name);
     if (inserted) continue;
-    const Tensor& other = state.at(first->second);
-    GW_CHECK(other.sizes() != it->second.sizes() || equal(other, it->second), InvalidArgumentError,
-             "[load_state_dict] ", type_name_, ": \"", first->second, "\" and \"", name,
-             "\" are one tied parameter here, but the state dict holds different values for them");
+    const Tensor& a = state.at(first->second);
+    const Tensor& b = it->second;
+    const bool same_memory = a.storage() == b.storage() &&
+                             a.storage_offset() == b.storage_offset() &&
+                             a.strides() == b.strides();  // e.g. this model's own state_dict()
+    GW_CHECK(a.sizes() != b.sizes() || same_memory ||
+                 equal(a.to(kCPU).to(dst.dtype()), b.to(kCPU).to(dst.dtype())),
+             InvalidArgumentError, "[load_state_dict] ", type_name_, ": \"", first->second,
+             "\" and \"", name,
+             "\" are one tied parameter here, but the state dict holds different values (or NaN) "
+             "for them");
   }
   std::vector<std::string> missing, unexpected, mismatched;
   std::unordered_set<std::string> own_names;

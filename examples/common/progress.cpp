@@ -30,6 +30,7 @@ void ProgressBar::update(int64_t done, double loss, int64_t samples) {
                 std::string(filled, '#').c_str(), std::string(kWidth - filled, '.').c_str(),
                 static_cast<int>(frac * 100), loss, rate, unit_.c_str());
     std::fflush(stdout);
+    drawn_ = true;
     return;
   }
   int decile = static_cast<int>(frac * 10);
@@ -41,20 +42,31 @@ void ProgressBar::update(int64_t done, double loss, int64_t samples) {
   }
 }
 
+void ProgressBar::print(const std::string& line) {
+  finish();
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
 void ProgressBar::finish() {
-  if (tty_) std::printf("\n");
+  if (drawn_) std::printf("\n");
+  drawn_ = false;
 }
 
 void write_loss_curve(const std::string& prefix, const std::vector<double>& losses,
-                      const std::string& title, const std::vector<LossPoint>& validation) {
+                      const std::string& title, const std::vector<LossPoint>& validation,
+                      int64_t first_step) {
   std::ofstream csv(prefix + ".csv");
   GW_CHECK(csv.good(), IoError, "[write_loss_curve] cannot write ", prefix, ".csv");
   csv << (validation.empty() ? "step,loss\n" : "step,loss,val_loss\n");
   auto val = validation.begin();
   for (size_t i = 0; i < losses.size(); ++i) {
-    csv << i << "," << losses[i];
-    for (; val != validation.end() && val->step <= static_cast<int64_t>(i); ++val) {
-      if (val->step == static_cast<int64_t>(i)) csv << "," << val->loss;
+    const int64_t step = first_step + static_cast<int64_t>(i);
+    csv << step << "," << losses[i];
+    if (!validation.empty()) {
+      while (val != validation.end() && val->step < step) ++val;
+      csv << ",";
+      if (val != validation.end() && val->step == step) csv << val->loss;
     }
     csv << "\n";
   }
@@ -99,7 +111,7 @@ void write_loss_curve(const std::string& prefix, const std::vector<double>& loss
   if (!validation.empty()) {
     svg << "<polyline fill='none' stroke='#ff7f0e' stroke-width='2' points='";
     for (const LossPoint& p : validation)
-      svg << x_of(static_cast<double>(p.step)) << "," << y_of(p.loss) << " ";
+      svg << x_of(static_cast<double>(p.step - first_step)) << "," << y_of(p.loss) << " ";
     svg << "'/>\n<text x='" << W - R << "' y='" << T + 12 << "' text-anchor='end' fill='#1f77b4'>"
         << "training (moving average)</text>\n<text x='" << W - R << "' y='" << T + 28
         << "' text-anchor='end' fill='#ff7f0e'>validation</text>\n";

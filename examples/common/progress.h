@@ -16,26 +16,32 @@ class ProgressBar {
   ProgressBar(std::string label, int64_t total, std::string unit = "samples");
   // Advances to `done` steps; `loss` and `samples` (processed so far) feed the readout.
   void update(int64_t done, double loss, int64_t samples);
+  // Prints `line` (and a newline) on a line of its own; on a terminal the bar is drawn again
+  // below it at the next update.
+  void print(const std::string& line);
+  // Ends the bar's line (once).
   void finish();
 
  private:
   std::string label_, unit_;
   int64_t total_;
   bool tty_;
+  bool drawn_ = false;  // on a terminal: the bar is on the current line
   int last_decile_ = -1;
   std::chrono::steady_clock::time_point start_;
 };
 
-// A loss measured at some steps, e.g. on the validation split.
+// A loss measured after some step, e.g. on the validation split.
 struct LossPoint {
-  int64_t step;
+  int64_t step;  // counted from 1, as the training losses' steps
   double loss;
 };
 
-// Writes step,loss rows to `<prefix>.csv` and a line chart to `<prefix>.svg`; with
-// `validation`, a val_loss column and a second line, each point at the index of the training
-// loss it was measured after.
+// Writes step,loss rows to `<prefix>.csv` and a line chart to `<prefix>.svg`. losses[i] is
+// step first_step + i's. With `validation`, a val_loss column (empty where there is none) and
+// a second line, each point at its step.
 void write_loss_curve(const std::string& prefix, const std::vector<double>& losses,
-                      const std::string& title, const std::vector<LossPoint>& validation = {});
+                      const std::string& title, const std::vector<LossPoint>& validation = {},
+                      int64_t first_step = 1);
 
 }  // namespace gw::examples

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <regex>
 
 #include "tests/gwrun/gwrun_process.h"
@@ -278,7 +280,8 @@ double gpt_val_loss_at(const std::string& out, int step) {
 
 TEST_CASE("gpt_train: DDP on 2 ranks trains as one process on the same global batches",
           "[examples][dist][gpt]") {
-  const auto single = run_gwrun(gpt_args(1));
+  gw::test::TempDir dir;
+  const auto single = run_gwrun(gpt_args(1, {"--curve", dir.path + "/curve"}));
   INFO(single.out << single.err);
   REQUIRE(single.exit_code == 0);
   const auto ddp = run_gwrun(gpt_args(2));
@@ -289,21 +292,37 @@ TEST_CASE("gpt_train: DDP on 2 ranks trains as one process on the same global ba
   CHECK(val100 > 0);
   CHECK(val100 < 3.5);
   CHECK(val200 < val100);
-  CHECK(gpt_losses_at(ddp.out, 100) == gpt_losses_at(single.out, 100));
-  CHECK(gpt_losses_at(ddp.out, 200) == gpt_losses_at(single.out, 200));
+  // The same batches: the same losses but for the order of the sums (two means averaged,
+  // against one mean), which 200 Adam steps may carry to the fourth decimal.
+  for (int step : {100, 200}) {
+    INFO("step " << step);
+    CHECK(std::abs(gpt_val_loss_at(ddp.out, step) - gpt_val_loss_at(single.out, step)) < 2e-3);
+  }
   CHECK(count(ddp.out, "DDP on 2 ranks (gloo)") == 1);
   CHECK(count(ddp.out, "--- a sample (80 characters, temperature 0.8) ---") == 1);  // rank 0's
   CHECK(count(ddp.out, "] And ") == 1);  // the sample goes on from the prompt
+
+  // The curve: a row per step, the validation loss in the rows of the steps it followed.
+  std::ifstream csv(dir.path + "/curve.csv");
+  std::vector<std::string> rows;
+  for (std::string line; std::getline(csv, line);) rows.push_back(line);
+  REQUIRE(rows.size() == 201);
+  CHECK(rows[0] == "step,loss,val_loss");
+  CHECK(rows[99].ends_with(","));  // step 99: no validation
+  REQUIRE(rows[100].starts_with("100,"));
+  CHECK(std::abs(std::stod(rows[100].substr(rows[100].rfind(',') + 1)) - val100) < 1e-4);
+  CHECK(std::filesystem::file_size(dir.path + "/curve.svg") > 0);
 }
 
 TEST_CASE(
     "gpt_train: a rank killed mid-run resumes from the checkpoint and ends as if never "
     "stopped; another run's or a corrupt checkpoint is refused",
     "[examples][dist][gpt]") {
-  // Long enough (about 3 s) for the kill to land mid-run.
+  // Long enough (about 3 s) for the kill to land mid-run. The reference runs on 2 ranks too, so
+  // that every sum is made in the same order and the losses agree to the last printed digit.
   constexpr int kSteps = 1000;
   gw::test::TempDir dir;
-  const auto reference = run_gwrun(gpt_args(1, {"--sample", "0"}, kSteps));
+  const auto reference = run_gwrun(gpt_args(2, {"--sample", "0"}, kSteps));
   REQUIRE(reference.exit_code == 0);
 
   std::vector<std::string> args = gpt_args(

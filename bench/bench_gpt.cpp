@@ -1,0 +1,135 @@
+// Training gpt_train's character-level GPT on the CPU (4 blocks, 4 heads, width 128, context 128,
+// batch 32: 4096 tokens a step; AdamW, warm-up and cosine, clipping: examples/common/gpt_recipe.h)
+// for 200 steps on the King James Bible, beside the same model in PyTorch 1.13
+// (bench/torch_anchor_gpt.py: nn.MultiheadAttention, nn.LayerNorm, GELU, the head tied to the
+// embedding) started from the same weights on the same batches in the same order, both on one
+// thread. Rows: training tokens/s (steps 6 to 200), and the validation loss after 100 and 200
+// steps (on gpt_train's fixed validation windows; lower is better). With GW_BENCH_GPT_CURVES=FILE,
+// both training loss curves go to FILE as CSV.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "bench/harness.h"
+#include "core/serialize.h"
+#include "dist/data/distributed_sampler.h"
+#include "examples/common/gpt_recipe.h"
+
+namespace {
+
+constexpr int64_t kSteps = 200, kBatch = 32, kContext = 128, kEvalBatches = 20, kUntimed = 5;
+constexpr int64_t kEvalAt[] = {100, 200};
+
+// x, y (steps, batch, context): the batches gpt_train takes with --seed 0 on one rank.
+std::pair<gw::Tensor, gw::Tensor> training_batches(const gw::data::CharWindows& train) {
+  gw::dist::DistributedSampler sampler(
+      train.size(), {.num_replicas = 1, .rank = 0, .seed = 0, .drop_last = true});
+  const std::vector<int64_t> order = sampler.indices();
+  std::vector<gw::Tensor> xs, ys;
+  for (int64_t s = 0; s < kSteps; ++s) {
+    auto [x, y] = train.batch(order, s * kBatch, kBatch);
+    xs.push_back(x);
+    ys.push_back(y);
+  }
+  return {gw::stack(xs), gw::stack(ys)};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gw::bench::Reporter report(argc, argv);
+  const char* curves = std::getenv("GW_BENCH_GPT_CURVES");  // a CSV file for both loss curves
+  const std::string tokens_case = "char-GPT training, 4096 tokens a step";
+  if (!report.wants("gpt", tokens_case) && !report.wants("gpt", "val loss")) return 0;
+
+  std::optional<gw::data::CharCorpus> corpus;
+  try {
+    corpus = gw::data::load_bible_kjv();
+  } catch (const gw::IoError& e) {
+    report.skip("gpt", tokens_case, e.what());
+    return 0;
+  }
+  const gw::data::CharWindows train(*corpus, gw::data::CorpusSplit::Train, kContext);
+  const gw::data::CharWindows val(*corpus, gw::data::CorpusSplit::Validation, kContext);
+  auto [xs, ys] = training_batches(train);
+
+  gw::Generator gen(0);
+  auto model = std::make_shared<gw::nn::GPT>(
+      gw::nn::GPTOptions{.vocab_size = corpus->vocab_size(), .context = kContext}, gen);
+  const gw::examples::GPTRecipe recipe{.steps = kSteps, .warmup = kSteps / 10};
+
+  // What the anchor needs: the initial weights, the batches, the validation windows.
+  const std::string dir =
+      std::filesystem::temp_directory_path() / ("gw_bench_gpt_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  {
+    gw::NamedTensors file;
+    for (auto& [name, t] : model->state_dict()) file["model." + name] = t.clone();
+    file["x"] = xs;
+    file["y"] = ys;
+    const std::vector<int64_t> starts =
+        gw::examples::evenly_spaced_windows(val, kEvalBatches, kBatch);
+    auto [vx, vy] = val.batch(starts, 0, kEvalBatches * kBatch);
+    file["val_x"] = vx;
+    file["val_y"] = vy;
+    gw::save_safetensors(dir + "/run.safetensors", file,
+                         {{"heads", std::to_string(model->options.heads)},
+                          {"warmup", std::to_string(recipe.warmup)},
+                          {"lr", std::to_string(recipe.lr)},
+                          {"min_lr_factor", std::to_string(recipe.min_lr_factor)},
+                          {"weight_decay", std::to_string(recipe.weight_decay)},
+                          {"clip", std::to_string(recipe.clip)}});
+  }
+
+  gw::examples::GPTTrainer trainer(model, recipe);
+  std::vector<double> losses;
+  std::vector<double> val_losses;
+  double seconds = 0;
+  for (int64_t s = 0; s < kSteps; ++s) {
+    const auto start = std::chrono::steady_clock::now();
+    losses.push_back(trainer.step(xs.select(0, s), ys.select(0, s)));
+    if (s >= kUntimed)
+      seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    for (int64_t at : kEvalAt)
+      if (s + 1 == at)
+        val_losses.push_back(gw::examples::validation_loss(*model, val, kEvalBatches, kBatch));
+  }
+  const double tokens_per_s = double((kSteps - kUntimed) * kBatch * kContext) / seconds;
+
+  const auto torch_out =
+      gw::bench::run_capture("/usr/bin/python3 " + gw::bench::executable_dir() +
+                             "/torch_anchor_gpt.py " + dir + "/run.safetensors 2>/dev/null");
+  std::filesystem::remove_all(dir);
+  auto torch_number = [&](const std::string& key) {
+    return torch_out ? gw::bench::json_number(*torch_out, key) : std::nullopt;
+  };
+  auto add = [&](const std::string& name, double value, const std::string& unit,
+                 const std::string& key) {
+    if (!report.wants("gpt", name)) return;
+    if (auto t = torch_number(key))
+      report.add({"gpt", name, value, unit, "pytorch 1.13", *t, gw::bench::blas_note(*torch_out)});
+    else
+      report.add({"gpt", name, value, unit, "pytorch 1.13", 0, "python3-torch not available"});
+  };
+  add(tokens_case, tokens_per_s, "tokens/s", "tokens_per_s");
+  for (size_t i = 0; i < std::size(kEvalAt); ++i)
+    add("val loss after " + std::to_string(kEvalAt[i]) + " steps", val_losses[i], "nats",
+        "val_loss_" + std::to_string(kEvalAt[i]));
+
+  if (curves) {  // step, gradwire's training loss, PyTorch's (from the anchor's line)
+    std::ofstream csv(curves);
+    csv << "step,gradwire,pytorch\n";
+    for (int64_t s = 0; s < kSteps; ++s) {
+      const auto t = torch_number("loss_" + std::to_string(s));
+      csv << s + 1 << "," << losses[static_cast<size_t>(s)] << "," << (t ? std::to_string(*t) : "")
+          << "\n";
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,77 @@
+#include "examples/common/gpt_recipe.h"
+
+#include <algorithm>
+
+#include "autograd/grad_mode.h"
+#include "core/ops.h"
+#include "nn/functional.h"
+#include "optim/clip_grad.h"
+
+namespace gw::examples {
+
+GPTTrainer::GPTTrainer(std::shared_ptr<nn::GPT> model, const GPTRecipe& recipe,
+                       std::shared_ptr<dist::ProcessGroup> group)
+    : recipe_(recipe), model_(std::move(model)) {
+  if (group) ddp_ = std::make_unique<ddp::DistributedDataParallel>(model_, std::move(group));
+  opt_ = std::make_unique<optim::AdamW>(
+      optim::weight_decay_groups(model_->parameters(), recipe.weight_decay),
+      optim::AdamWOptions{.lr = recipe.lr, .betas = {0.9, 0.99}});
+  schedule_from(0);
+}
+
+void GPTTrainer::schedule_from(int64_t step) {
+  schedule_ = std::make_unique<optim::LambdaLR>(
+      *opt_, optim::warmup_cosine(recipe_.warmup, recipe_.steps, recipe_.min_lr_factor), step,
+      recipe_.lr);
+}
+
+double GPTTrainer::step(const Tensor& x, const Tensor& y) {
+  const Device device = model_->wte->weight.device();
+  opt_->zero_grad();
+  const Tensor logits = ddp_ ? ddp_->forward(x.to(device)) : model_->forward(x.to(device));
+  Tensor loss = nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}),
+                                              y.to(device).reshape({-1}));
+  loss.backward();
+  if (recipe_.clip > 0) optim::clip_grad_norm_(model_->parameters(), recipe_.clip);
+  opt_->step();
+  schedule_->step();
+  return loss.item<double>();
+}
+
+double sum_over_ranks(double value, dist::ProcessGroup* group) {
+  if (!group) return value;
+  Tensor total = full({1}, value, kFloat64);
+  group->allreduce(total)->wait();
+  return total.item<double>();
+}
+
+std::vector<int64_t> evenly_spaced_windows(const data::CharWindows& windows, int64_t batches,
+                                           int64_t batch) {
+  const int64_t n = batches * batch;
+  std::vector<int64_t> starts(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    starts[static_cast<size_t>(i)] = i * (windows.size() - 1) / std::max<int64_t>(n - 1, 1);
+  return starts;
+}
+
+double validation_loss(nn::GPT& model, const data::CharWindows& windows, int64_t batches,
+                       int64_t batch, dist::ProcessGroup* group) {
+  const int rank = group ? group->rank() : 0, world = group ? group->size() : 1;
+  GW_CHECK(batch % world == 0, InvalidArgumentError, "[validation_loss] batch ", batch,
+           " does not divide among ", world, " ranks");
+  const int64_t mine = batch / world;
+  const std::vector<int64_t> starts = evenly_spaced_windows(windows, batches, batch);
+  const Device device = model.wte->weight.device();
+  autograd::NoGradGuard no_grad;
+  const bool was_training = model.is_training();
+  model.eval();
+  double sum = 0;
+  for (int64_t b = 0; b < batches; ++b) {
+    auto [x, y] = windows.batch(starts, b * batch + rank * mine, mine);
+    sum += model.loss(x.to(device), y.to(device)).item<double>();
+  }
+  model.train(was_training);
+  return sum_over_ranks(sum, group) / static_cast<double>(batches * world);
+}
+
+}  // namespace gw::examples

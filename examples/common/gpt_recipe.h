@@ -1,0 +1,69 @@
+// How gpt_train trains its GPT, shared with bench/bench_gpt so that the benchmark times the
+// trainer's own step: AdamW (betas 0.9, 0.99) with weight decay on the matrices only, a linear
+// warm-up then a cosine decay of the learning rate, the gradients clipped by their global norm;
+// and the validation loss on fixed windows.
+//
+//   auto model = std::make_shared<gw::nn::GPT>(options, gen);
+//   gw::examples::GPTTrainer trainer(model, {.steps = 2000}, group);  // group: DDP, or nullptr
+//   for (int64_t s = 0; s < 2000; ++s) trainer.step(x, y);
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "ddp/distributed_data_parallel.h"
+#include "examples/common/char_corpus.h"
+#include "nn/transformer.h"
+#include "optim/adamw.h"
+#include "optim/lr_scheduler.h"
+
+namespace gw::examples {
+
+struct GPTRecipe {
+  int64_t steps = 2000;        // the schedule's length
+  int64_t warmup = 100;        // steps of linear warm-up
+  double lr = 1e-3;            // the peak learning rate
+  double min_lr_factor = 0.1;  // the cosine ends at lr * min_lr_factor
+  double weight_decay = 0.1;   // on parameters of two dims or more
+  double clip = 1.0;           // the gradients' global norm is clipped to this (0: not clipped)
+};
+
+class GPTTrainer {
+ public:
+  // Trains `model` (already on its device); with a group, through DDP over it. The schedule
+  // starts at step 0 (see schedule_from).
+  GPTTrainer(std::shared_ptr<nn::GPT> model, const GPTRecipe& recipe,
+             std::shared_ptr<dist::ProcessGroup> group = nullptr);
+
+  // One step on inputs and targets (N, L) int64 (moved to the model's device); returns this
+  // rank's loss (with DDP, the ranks' gradients are averaged).
+  double step(const Tensor& x, const Tensor& y);
+  // Puts the learning rate where step `step` has it, e.g. after resuming at that step.
+  void schedule_from(int64_t step);
+
+  nn::GPT& model() { return *model_; }
+  optim::AdamW& optimizer() { return *opt_; }
+
+ private:
+  GPTRecipe recipe_;
+  std::shared_ptr<nn::GPT> model_;
+  std::unique_ptr<ddp::DistributedDataParallel> ddp_;
+  std::unique_ptr<optim::AdamW> opt_;
+  std::unique_ptr<optim::LambdaLR> schedule_;
+};
+
+// The sum of `value` over the ranks of `group` (`value` itself without one).
+double sum_over_ranks(double value, dist::ProcessGroup* group);
+
+// The first `batches` x `batch` windows of `windows.size()`, evenly spaced: the fixed set the
+// validation loss is measured on.
+std::vector<int64_t> evenly_spaced_windows(const data::CharWindows& windows, int64_t batches,
+                                           int64_t batch);
+
+// The model's mean loss over `batches` batches of `batch` windows of `windows`
+// (evenly_spaced_windows), in eval mode without gradients; with a group of R ranks, batch is
+// the global batch and each rank evaluates its R-th of every batch (batch % R == 0).
+double validation_loss(nn::GPT& model, const data::CharWindows& windows, int64_t batches,
+                       int64_t batch, dist::ProcessGroup* group = nullptr);
+
+}  // namespace gw::examples
