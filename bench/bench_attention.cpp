@@ -1,12 +1,13 @@
-// Causal self-attention, forward and backward (batch 4, 4 heads, head_dim 64, float32, one
-// thread): gradwire's fused kernel (scaled_dot_product_attention, is_causal) beside, in the
-// same run, the same attention composed from matmul and softmax in gradwire (the scores made in
-// full) and in PyTorch 1.13 (bench/torch_anchor_attention.py; 1.13 has no fused attention).
-// The fused kernel skips the key blocks above the diagonal (half the products at L=512), as
-// flash attention does; the compositions compute every score and mask them.
-// Then the peak memory either takes beyond its inputs (the CPU allocator's peak), by length:
-// linear for the fused kernel, quadratic for the composition. Eigen's own scratch (the kernel's
-// tiles, GEMM packing: tens of KiB) comes from malloc and is not counted.
+// Causal self-attention, forward and backward (4 heads, head_dim 64, float32, one thread; batch
+// 4 up to L=512, batch 1 for the long sequences): gradwire's fused kernel
+// (scaled_dot_product_attention, is_causal) beside, in the same run, the same attention composed
+// from matmul and softmax in gradwire (the scores made in full) and in PyTorch 1.13
+// (bench/torch_anchor_attention.py; 1.13 has no fused attention). The fused kernel skips the key
+// blocks above the diagonal (half the products at L=512), as flash attention does; the compositions
+// compute every score and mask them. Then the peak memory either takes beyond its inputs (the CPU
+// allocator's peak), by length at batch 1: linear for the fused kernel, quadratic for the
+// composition. Eigen's own scratch (the kernel's tiles, GEMM packing: tens of KiB) comes from
+// malloc and is not counted.
 #include <cmath>
 #include <limits>
 #include <string>
@@ -17,9 +18,15 @@
 
 namespace {
 
-constexpr int64_t kBatch = 4, kHeads = 4, kHeadDim = 64;
-constexpr int64_t kLengths[] = {128, 512};
-constexpr int64_t kMemoryLengths[] = {256, 512, 1024};
+constexpr int64_t kHeads = 4, kHeadDim = 64;
+struct Size {
+  int64_t batch, length;
+  std::string name() const {  // the batch-4 rows keep their first names
+    return (batch == 4 ? "" : "B=" + std::to_string(batch) + " ") + "L=" + std::to_string(length);
+  }
+};
+constexpr Size kTimed[] = {{4, 128}, {4, 512}, {1, 256}, {1, 1024}, {1, 4096}};
+constexpr int64_t kMemoryLengths[] = {256, 1024, 4096};  // at batch 1
 
 // 0 on and below the diagonal, -inf above: is_causal as an additive mask.
 gw::Tensor causal_bias(int64_t l) {
@@ -31,14 +38,14 @@ gw::Tensor causal_bias(int64_t l) {
 // One case: q, k and v (leaves), an upstream gradient and the causal mask, for length l.
 struct Case {
   gw::Tensor q, k, v, gout, bias;
-  Case(int64_t l, gw::Generator& gen)
-      : q(leaf(l, gen)),
-        k(leaf(l, gen)),
-        v(leaf(l, gen)),
-        gout(gw::randn({kBatch, kHeads, l, kHeadDim}, gen)),
-        bias(causal_bias(l)) {}
-  static gw::Tensor leaf(int64_t l, gw::Generator& gen) {
-    return gw::randn({kBatch, kHeads, l, kHeadDim}, gen).requires_grad_();
+  Case(Size size, gw::Generator& gen)
+      : q(leaf(size, gen)),
+        k(leaf(size, gen)),
+        v(leaf(size, gen)),
+        gout(gw::randn({size.batch, kHeads, size.length, kHeadDim}, gen)),
+        bias(causal_bias(size.length)) {}
+  static gw::Tensor leaf(Size size, gw::Generator& gen) {
+    return gw::randn({size.batch, kHeads, size.length, kHeadDim}, gen).requires_grad_();
   }
   gw::Tensor fused() const {
     return gw::nn::functional::scaled_dot_product_attention(q, k, v, {}, 0.0, true);
@@ -65,27 +72,26 @@ struct Case {
 
 int main(int argc, char** argv) {
   gw::bench::Reporter report(argc, argv);
-  std::string lengths;
-  for (int64_t l : kLengths) lengths += " " + std::to_string(l);
-  const std::string script = gw::bench::executable_dir() + "/torch_anchor_attention.py " +
-                             std::to_string(kBatch) + " " + std::to_string(kHeads) + " " +
-                             std::to_string(kHeadDim) + lengths;
+  std::string sizes;  // the anchor's cases: batch:length
   bool timed = false;
-  for (int64_t l : kLengths)
-    timed |= report.wants("attention", "causal fwd+bwd L=" + std::to_string(l));
+  for (Size size : kTimed) {
+    sizes += " " + std::to_string(size.batch) + ":" + std::to_string(size.length);
+    timed |= report.wants("attention", "causal fwd+bwd " + size.name());
+  }
+  const std::string script = gw::bench::executable_dir() + "/torch_anchor_attention.py " +
+                             std::to_string(kHeads) + " " + std::to_string(kHeadDim) + sizes;
   const auto torch_out =
       timed ? gw::bench::run_capture("/usr/bin/python3 " + script + " 2>/dev/null") : std::nullopt;
   gw::Generator gen(0);
-  for (int64_t l : kLengths) {
-    const std::string name = "causal fwd+bwd L=" + std::to_string(l);
+  for (Size size : kTimed) {
+    const std::string name = "causal fwd+bwd " + size.name();
     if (!report.wants("attention", name)) continue;
-    Case c(l, gen);
+    Case c(size, gen);
     auto [fused, composed] = gw::bench::seconds_per_call_pair([&] { c.backward(c.fused()); },
                                                               [&] { c.backward(c.composed()); });
     const double us = fused * 1e6;
-    const auto torch_us = torch_out
-                              ? gw::bench::json_number(*torch_out, "L" + std::to_string(l) + "_us")
-                              : std::nullopt;
+    const std::string key = std::to_string(size.batch) + ":" + std::to_string(size.length) + "_us";
+    const auto torch_us = torch_out ? gw::bench::json_number(*torch_out, key) : std::nullopt;
     if (torch_us) {
       report.add({"attention", name, us, "us", "pytorch 1.13 composed", *torch_us,
                   gw::bench::blas_note(*torch_out)});
@@ -96,9 +102,9 @@ int main(int argc, char** argv) {
     report.add({"attention", name, us, "us", "gradwire composed", composed * 1e6});
   }
   for (int64_t l : kMemoryLengths) {
-    const std::string name = "causal fwd+bwd peak memory L=" + std::to_string(l);
+    const std::string name = "causal fwd+bwd peak memory B=1 L=" + std::to_string(l);
     if (!report.wants("attention", name)) continue;
-    Case c(l, gen);
+    Case c({1, l}, gen);
     report.add({"attention", name, c.peak_mib(&Case::fused), "MiB", "gradwire composed",
                 c.peak_mib(&Case::composed)});
   }

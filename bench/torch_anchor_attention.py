@@ -11,9 +11,10 @@ from torch_timing import seconds_per_call
 
 torch.set_num_threads(1)
 torch.manual_seed(0)
-batch, heads, head_dim = (int(a) for a in sys.argv[1:4])
+heads, head_dim = (int(a) for a in sys.argv[1:3])
 result = {"blas": torch_blas.in_use()}
-for length in (int(a) for a in sys.argv[4:]):
+for case in sys.argv[3:]:  # batch:length
+    batch, length = (int(a) for a in case.split(":"))
     q, k, v = (torch.randn(batch, heads, length, head_dim, requires_grad=True) for _ in range(3))
     masked = ~torch.ones(length, length, dtype=torch.bool).tril()
     gout = torch.randn(batch, heads, length, head_dim)
@@ -25,5 +26,5 @@ for length in (int(a) for a in sys.argv[4:]):
         for t in (q, k, v):
             t.grad = None
 
-    result[f"L{length}_us"] = seconds_per_call(step) * 1e6
+    result[f"{case}_us"] = seconds_per_call(step) * 1e6
 print(json.dumps(result))

@@ -3,8 +3,9 @@
 # tied to the token embedding), trained with gpt_train's recipe (AdamW betas 0.9, 0.99, decay on
 # the matrices only; linear warm-up, cosine to min_lr_factor; clip_grad_norm_) on one thread.
 # Reads the initial weights, the batches and the validation windows bench_gpt wrote (argv[1]:
-# a safetensors file), trains on every batch in order, and prints one JSON line: tokens/s from
-# the sixth step on, the validation loss after 100 and 200 steps and every step's loss.
+# a safetensors file), trains on every batch in order, and prints one JSON line: tokens/s over
+# the fastest 50 consecutive steps after the fifth (as bench_gpt counts), the validation loss
+# after 100 and 200 steps and every step's loss.
 import json
 import math
 import struct
@@ -17,6 +18,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 UNTIMED = 5
+WINDOW = 50
 EVAL_AT = (100, 200)
 DTYPES = {"F32": torch.float32, "F64": torch.float64, "I64": torch.int64}
 
@@ -109,7 +111,7 @@ def main():
         return sum(losses) / len(losses)
 
     result = {"blas": torch_blas.in_use()}
-    seconds = 0.0
+    seconds = []
     for s in range(steps):
         start = time.perf_counter()
         opt.zero_grad()
@@ -119,11 +121,11 @@ def main():
         opt.step()
         schedule.step()
         result[f"loss_{s}"] = loss.item()
-        if s >= UNTIMED:
-            seconds += time.perf_counter() - start
+        seconds.append(time.perf_counter() - start)
         if s + 1 in EVAL_AT:
             result[f"val_loss_{s + 1}"] = validation_loss()
-    result["tokens_per_s"] = (steps - UNTIMED) * batch * context / seconds
+    best = min(sum(seconds[s:s + WINDOW]) for s in range(UNTIMED, steps - WINDOW + 1))
+    result["tokens_per_s"] = WINDOW * batch * context / best
     print(json.dumps(result))
 
 

@@ -37,6 +37,16 @@ void check_same_device(const char* op, std::initializer_list<const Tensor*> tens
   }
 }
 
+void Backend::mm_accumulate(const Tensor&, const Tensor&, const Tensor&) {
+  throw InternalError(detail::str("[addmm] the backend of ", Device(device_type()),
+                                  " has no accumulating matrix product"));
+}
+
+void Backend::unary_backward(UnaryOp op, const Tensor&, const Tensor&, const Tensor&) {
+  throw InternalError(detail::str("[", op_name(op), "] the backend of ", Device(device_type()),
+                                  " has no fused derivative kernel for it"));
+}
+
 void Backend::attention(const Tensor&, const Tensor&, const Tensor&, const Tensor&, bool, double,
                         const Tensor&, const Tensor&) {
   throw InternalError(detail::str("[scaled_dot_product_attention] the backend of ",

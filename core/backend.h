@@ -114,6 +114,11 @@ class Backend {
   virtual void iota(const Tensor& out, double start, double step) = 0;
 
   virtual void unary(UnaryOp op, const Tensor& in, const Tensor& out) = 0;
+  // out = g * d op(x)/dx in one pass (PyTorch's gelu_backward, silu_backward), g, x and out of
+  // one shape and floating dtype. Only ops the backend names in has_fused_unary_backward;
+  // unary_derivative composes the others from ops.
+  virtual bool has_fused_unary_backward(UnaryOp) const { return false; }
+  virtual void unary_backward(UnaryOp op, const Tensor& g, const Tensor& x, const Tensor& out);
   // a, b have the compute dtype; out has it too, or bool for comparisons.
   virtual void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) = 0;
   // out = a + alpha * b (axpy), a and b of out's dtype: one pass for add(a, b, alpha) and the
@@ -132,6 +137,12 @@ class Backend {
   // Batched matrix product: a (B,n,k), b (B,k,m), out (B,n,m) contiguous, or the same without
   // the batch dim. Either input may be strided (transposed views are used without copies).
   virtual void bmm(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
+  // out += a @ b for 2-D a (n,k), b (k,m) and out (n,m) contiguous, floating: addmm's product
+  // accumulated onto the bias it starts from (a GEMM writes its output once instead of zeroing
+  // it, and no pass adds the bias after). Only backends that say so in has_fused_addmm; addmm
+  // composes matmul and add elsewhere.
+  virtual bool has_fused_addmm() const { return false; }
+  virtual void mm_accumulate(const Tensor& a, const Tensor& b, const Tensor& out);
   virtual void softmax(const Tensor& in, int64_t dim, bool log, const Tensor& out) = 0;
 
   // Fused row ops, each one pass over memory where the composite would take several. Every

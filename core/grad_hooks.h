@@ -43,6 +43,8 @@ class GradRecorder {
                                  const Tensor& values, const Tensor& indices) = 0;
   // 2-D, or 3-D with one batch size.
   virtual void matmul(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
+  // out = input + a @ b (2-D a and b; input broadcast to out).
+  virtual void addmm(const Tensor& input, const Tensor& a, const Tensor& b, const Tensor& out) = 0;
   virtual void softmax(const Tensor& x, int64_t dim, bool log, const Tensor& out) = 0;
   virtual void index_select(const Tensor& x, int64_t dim, const Tensor& index,
                             const Tensor& out) = 0;

@@ -19,6 +19,7 @@ class Recorder final : public GradRecorder {
   void reduce_with_index(const Tensor& x, int64_t dim, bool keepdim, const Tensor& values,
                          const Tensor& indices) override;
   void matmul(const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void addmm(const Tensor& input, const Tensor& a, const Tensor& b, const Tensor& out) override;
   void softmax(const Tensor& x, int64_t dim, bool log, const Tensor& out) override;
   void index_select(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) override;
   void gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) override;

@@ -24,6 +24,8 @@ class CpuBackend final : public Backend {
   void reduce_with_index(ReduceOp op, const Tensor& in, int64_t dim, const Tensor& values,
                          const Tensor& indices) override;
   void bmm(const Tensor& a, const Tensor& b, const Tensor& out) override;
+  bool has_fused_addmm() const override { return true; }
+  void mm_accumulate(const Tensor& a, const Tensor& b, const Tensor& out) override;
   void softmax(const Tensor& in, int64_t dim, bool log, const Tensor& out) override;
   void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
                   const Tensor& y, const Tensor& mean, const Tensor& rstd) override;
@@ -34,6 +36,10 @@ class CpuBackend final : public Backend {
                      const Tensor& lse) override;
   void cross_entropy_backward(const Tensor& logits, const Tensor& target, const Tensor& lse,
                               const Tensor& grad_loss, const Tensor& grad_logits) override;
+  bool has_fused_unary_backward(UnaryOp op) const override {
+    return op == UnaryOp::Gelu || op == UnaryOp::GeluTanh || op == UnaryOp::Silu;
+  }
+  void unary_backward(UnaryOp op, const Tensor& g, const Tensor& x, const Tensor& out) override;
   bool has_fused_attention() const override { return true; }
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool causal,
                  double scale, const Tensor& out, const Tensor& lse) override;

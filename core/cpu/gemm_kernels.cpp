@@ -16,35 +16,38 @@ template <typename T, int Alignment>
 using OutMap =
     Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, Alignment>;
 
+// c = a @ b, or c += a @ b when accumulating (Eigen's `=` zeroes c first, then accumulates).
 template <typename T, int OA, int OB>
-void gemm(const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t n, int64_t k,
-          int64_t m) {
+void gemm(const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t n, int64_t k, int64_t m,
+          bool accumulate) {
   MatMap<T, OA> A(a, n, k, Eigen::OuterStride<>(lda));
   MatMap<T, OB> B(b, k, m, Eigen::OuterStride<>(ldb));
+  auto run = [&](auto&& C) {
+    if (accumulate)
+      C.noalias() += A * B;
+    else
+      C.noalias() = A * B;
+  };
   // Eigen stores faster into an output it knows is aligned; fresh outputs are 64-aligned.
-  if (reinterpret_cast<uintptr_t>(c) % 64 == 0) {
-    OutMap<T, Eigen::Aligned64> C(c, n, m);
-    C.noalias() = A * B;
-  } else {
-    OutMap<T, Eigen::Unaligned> C(c, n, m);
-    C.noalias() = A * B;
-  }
+  if (reinterpret_cast<uintptr_t>(c) % 64 == 0)
+    run(OutMap<T, Eigen::Aligned64>(c, n, m));
+  else
+    run(OutMap<T, Eigen::Unaligned>(c, n, m));
 }
 
 template <typename T>
-void gemm_dispatch(const T* a, MatrixView va, const T* b, MatrixView vb, T* c, int64_t n,
-                   int64_t k, int64_t m) {
+void gemm_dispatch(const T* a, MatrixView va, const T* b, MatrixView vb, T* c, int64_t n, int64_t k,
+                   int64_t m, bool accumulate) {
   constexpr int R = Eigen::RowMajor, C = Eigen::ColMajor;
   bool ar = va.layout == MatrixLayout::RowMajor, br = vb.layout == MatrixLayout::RowMajor;
-  if (ar && br) return gemm<T, R, R>(a, va.ld, b, vb.ld, c, n, k, m);
-  if (ar && !br) return gemm<T, R, C>(a, va.ld, b, vb.ld, c, n, k, m);
-  if (!ar && br) return gemm<T, C, R>(a, va.ld, b, vb.ld, c, n, k, m);
-  return gemm<T, C, C>(a, va.ld, b, vb.ld, c, n, k, m);
+  if (ar && br) return gemm<T, R, R>(a, va.ld, b, vb.ld, c, n, k, m, accumulate);
+  if (ar && !br) return gemm<T, R, C>(a, va.ld, b, vb.ld, c, n, k, m, accumulate);
+  if (!ar && br) return gemm<T, C, R>(a, va.ld, b, vb.ld, c, n, k, m, accumulate);
+  return gemm<T, C, C>(a, va.ld, b, vb.ld, c, n, k, m, accumulate);
 }
 
-}  // namespace
-
-void CpuBackend::bmm(const Tensor& a_in, const Tensor& b_in, const Tensor& out) {
+// bmm, or with `accumulate` out += a @ b.
+void bmm_into(const Tensor& a_in, const Tensor& b_in, const Tensor& out, bool accumulate) {
   dispatch<NumericTypes>(a_in.dtype(), "matmul", [&]<typename T>() {
     // 2-D operands are a batch of one (saves mm three views).
     const int64_t r = a_in.dim() - 2;
@@ -63,16 +66,26 @@ void CpuBackend::bmm(const Tensor& a_in, const Tensor& b_in, const Tensor& out) 
     }
     T* pc = out.data_ptr<T>();
     if (k == 0) {
-      std::fill_n(pc, out.numel(), T(0));
+      if (!accumulate) std::fill_n(pc, out.numel(), T(0));
       return;
     }
     const T* pa = a.data_ptr<T>();
     const T* pb = b.data_ptr<T>();
     const int64_t sa = r ? a.stride(0) : 0, sb = r ? b.stride(0) : 0;
     for (int64_t i = 0; i < batch; ++i) {
-      gemm_dispatch<T>(pa + i * sa, va, pb + i * sb, vb, pc + i * n * m, n, k, m);
+      gemm_dispatch<T>(pa + i * sa, va, pb + i * sb, vb, pc + i * n * m, n, k, m, accumulate);
     }
   });
+}
+
+}  // namespace
+
+void CpuBackend::bmm(const Tensor& a, const Tensor& b, const Tensor& out) {
+  bmm_into(a, b, out, false);
+}
+
+void CpuBackend::mm_accumulate(const Tensor& a, const Tensor& b, const Tensor& out) {
+  bmm_into(a, b, out, true);
 }
 
 }  // namespace gw::cpu

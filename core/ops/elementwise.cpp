@@ -259,6 +259,15 @@ Tensor gelu(const Tensor& x, std::string_view approximate) {
 
 // Each unary op's derivative: d op(x)/dx * g, from x and y = op(x). A missing op fails the build.
 Tensor unary_derivative(UnaryOp op, const Tensor& g, const Tensor& x, const Tensor& y) {
+  // One pass where the backend fuses it, unless this derivative is itself recorded (a double
+  // backward differentiates the composition below).
+  Backend& backend = backend_for(x, op_name(op));
+  if (backend.has_fused_unary_backward(op) && g.sizes() == x.sizes() && g.dtype() == x.dtype() &&
+      g.device() == x.device() && !detail::recorder_for({&g, &x})) {
+    Tensor out = empty(x.sizes(), x.options());
+    backend.unary_backward(op, g, x, out);
+    return out;
+  }
   switch (op) {
     case UnaryOp::Neg:
       return neg(g);

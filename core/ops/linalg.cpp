@@ -98,9 +98,42 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return r;
 }
 
+Tensor addmm(const Tensor& input, const Tensor& a, const Tensor& b) {
+  check_operands("addmm", a, b);
+  GW_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0), ShapeError,
+           "[addmm] expects matrices (n,k) and (k,m), got shapes ", shape_str(a.sizes()), " and ",
+           shape_str(b.sizes()));
+  const Shape shape = {a.size(0), b.size(1)};
+  GW_CHECK(input.defined() && input.dim() <= 2 &&
+               broadcast_shapes(input.sizes(), shape, "addmm") == shape,
+           ShapeError, "[addmm] input of shape ",
+           input.defined() ? shape_str(input.sizes()) : "(undefined)",
+           " does not broadcast to the product's ", shape_str(shape));
+  Backend& backend = backend_for(a, "addmm");
+  if (!backend.has_fused_addmm() || !a.is_floating_point() || input.dtype() != a.dtype() ||
+      input.device() != a.device()) {
+    return add(mm(a, b), input);
+  }
+  GradRecorder* rec = detail::recorder_for({&input, &a, &b});
+  detail::NoRecordScope no_record;
+  Tensor out = empty(shape, a.options());
+  backend.copy(input.expand(shape), out);
+  backend.mm_accumulate(a, b, out);
+  if (rec) rec->addmm(input, a, b, out);
+  return out;
+}
+
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   GW_CHECK(weight.dim() == 2, ShapeError, "[linear] weight must be 2-D, got shape ",
            shape_str(weight.sizes()));
+  if (bias.defined() && x.dim() >= 2 && x.is_contiguous() && bias.dim() == 1 &&
+      x.size(-1) == weight.size(1)) {
+    // (..., in) as rows of one matrix: one GEMM that starts from the bias (torch's addmm).
+    Shape shape = x.sizes();
+    shape.back() = weight.size(0);
+    const int64_t rows = numel(Shape(x.sizes().begin(), x.sizes().end() - 1));  // -1 cannot
+    return addmm(bias, x.reshape({rows, x.size(-1)}), weight.t()).view(shape);  // infer 0 wide
+  }
   Tensor y = matmul(x, weight.t());
   return bias.defined() ? add(y, bias) : y;
 }

@@ -11,6 +11,9 @@ Tensor mm(const Tensor& a, const Tensor& b);    // (n,k) @ (k,m)
 Tensor bmm(const Tensor& a, const Tensor& b);   // (B,n,k) @ (B,k,m)
 Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor dot(const Tensor& a, const Tensor& b);   // 1-D · 1-D
+// input + a @ b, as torch.addmm: a (n,k), b (k,m), input broadcasting to (n,m) (a bias row of
+// m). On the CPU the product accumulates onto the broadcast input in one GEMM.
+Tensor addmm(const Tensor& input, const Tensor& a, const Tensor& b);
 // x @ weight.T + bias, as torch.nn.functional.linear (bias may be undefined).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 

@@ -340,3 +340,56 @@ TEST_CASE("float32 op float64: each gradient has its own input's dtype",
     CHECK(vec(s.grad()) == std::vector<double>{0.5});
   }
 }
+
+TEST_CASE("the fused activation derivatives equal their composition from ops",
+          "[autograd][elementwise]") {
+  // unary_derivative runs one fused pass when nothing records (a backward), and composes the
+  // rule from ops when it is itself recorded (here: x requires grad, recording on).
+  for (gw::DType dtype : {gw::kFloat32, gw::kFloat64}) {
+    for (gw::UnaryOp op : {gw::UnaryOp::Gelu, gw::UnaryOp::GeluTanh, gw::UnaryOp::Silu}) {
+      INFO(gw::op_name(op) << " " << dtype);
+      gw::Generator gen(7);
+      Tensor x = (gw::randn({1000}, gen, dtype) * 4).requires_grad_();
+      Tensor g = gw::randn({1000}, gen, dtype);
+      Tensor composed = gw::unary_derivative(op, g, x, {});
+      REQUIRE(composed.requires_grad());  // recorded: the composition
+      Tensor fused;
+      {
+        gw::detail::NoRecordScope no_record;
+        fused = gw::unary_derivative(op, g, x.detach(), {});
+      }
+      const double tol = dtype == gw::kFloat32 ? 1e-5 : 1e-13;
+      CHECK(gw::allclose(fused, composed.detach(), tol, tol));
+    }
+  }
+}
+
+TEST_CASE("GELU and its derivative at extremes: infinities, NaN, huge and tiny values",
+          "[autograd][elementwise]") {
+  // float32 runs on approximations of exp and erf (core/cpu/elementwise_kernels.cpp); their
+  // values at the edges must be what the float64 formulas give.
+  const std::vector<double> xs = {-INFINITY, -3e38, -1e20, -30, -9.5, -1e-40, 0,
+                                  1e-40,     1e-8,  9.5,   30,  1e20, 3e38,   INFINITY};
+  Tensor x64 = gw::from_vector(xs);
+  Tensor x32 = x64.to(gw::kFloat32);
+  auto check = [&](const Tensor& got32, const Tensor& want64, const char* what) {
+    std::vector<double> got = got32.to(gw::kFloat64).to_vector<double>();
+    std::vector<double> want = want64.to_vector<double>();
+    for (size_t i = 0; i < xs.size(); ++i) {
+      INFO(what << " at x = " << xs[i] << ": float32 " << got[i] << ", float64 " << want[i]);
+      if (std::isnan(want[i])) {
+        CHECK(std::isnan(got[i]));
+      } else if (std::isinf(want[i]) || std::abs(want[i]) > 1e30) {
+        CHECK(got[i] == static_cast<double>(static_cast<float>(want[i])));
+      } else {
+        CHECK(std::abs(got[i] - want[i]) <= 1e-6 * std::max(1.0, std::abs(want[i])));
+      }
+    }
+  };
+  check(gw::gelu(x32), gw::gelu(x64), "gelu");
+  gw::detail::NoRecordScope no_record;  // the fused derivative
+  const Tensor g64 = gw::ones({static_cast<int64_t>(xs.size())}, gw::kFloat64);
+  check(gw::unary_derivative(gw::UnaryOp::Gelu, g64.to(gw::kFloat32), x32, {}),
+        gw::unary_derivative(gw::UnaryOp::Gelu, g64, x64, {}), "gelu'");
+  for (float v : gw::gelu(gw::full({3}, std::nan(""))).to_vector<float>()) CHECK(std::isnan(v));
+}

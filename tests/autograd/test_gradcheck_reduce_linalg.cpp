@@ -350,3 +350,28 @@ TEST_CASE("gradcheck: dot and linear", "[autograd][gradcheck][linalg]") {
   CHECK(vec(b.grad()) == std::vector<double>{2, 2});
   CHECK(w.grad().is_contiguous());  // .grad of a weight read transposed is still row-major
 }
+
+TEST_CASE("gradcheck: addmm with a bias row, a column and a full input",
+          "[autograd][gradcheck][linalg]") {
+  auto f = [](const std::vector<Tensor>& in) { return gw::addmm(in[0], in[1], in[2]); };
+  expect_gradcheck("addmm (4) + (3,2)@(2,4)", f,
+                   {uniform({4}, 160), uniform({3, 2}, 161), uniform({2, 4}, 162)});
+  expect_gradcheck("addmm (3,1) + (3,2)@(2,4)", f,
+                   {uniform({3, 1}, 163), uniform({3, 2}, 164), uniform({2, 4}, 165)});
+  expect_gradcheck("addmm (3,4) + (3,2)ᵀ-view@(2,4)",
+                   [](const std::vector<Tensor>& in) { return gw::addmm(in[0], in[1].t(), in[2]); },
+                   {uniform({3, 4}, 166), uniform({2, 3}, 167), uniform({2, 4}, 168)});
+}
+
+TEST_CASE("gradcheck: addmm with a 0-dim and a (1,m) input; linear without input features",
+          "[autograd][gradcheck][linalg]") {
+  auto f = [](const std::vector<Tensor>& in) { return gw::addmm(in[0], in[1], in[2]); };
+  expect_gradcheck("addmm () + (3,2)@(2,4)", f,
+                   {uniform({}, 170), uniform({3, 2}, 171), uniform({2, 4}, 172)});
+  expect_gradcheck("addmm (1,4) + (3,2)@(2,4)", f,
+                   {uniform({1, 4}, 173), uniform({3, 2}, 174), uniform({2, 4}, 175)});
+  // in_features 0: the bias, broadcast over the rows.
+  Tensor b = make({1, 2, 3}, {3});
+  Tensor y = gw::linear(gw::zeros({2, 0}, gw::kFloat64), gw::zeros({3, 0}, gw::kFloat64), b);
+  CHECK(vec(y) == std::vector<double>{1, 2, 3, 1, 2, 3});
+}

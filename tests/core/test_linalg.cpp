@@ -236,3 +236,28 @@ TEST_CASE("matrix products with zero-size dims", "[core][linalg]") {
     CHECK(gw::equal(rm, gw::zeros({2, 3, 4})));
   }
 }
+
+TEST_CASE("addmm is input + a @ b, the input broadcast", "[core][linalg]") {
+  for (gw::DType dt : kTypes) {
+    CAPTURE(dt);
+    Tensor a = rnd({3, 4}, dt, 1), b = rnd({4, 5}, dt, 2);
+    for (const Shape& is : {Shape{5}, Shape{1, 5}, Shape{3, 1}, Shape{3, 5}, Shape{}}) {
+      CAPTURE(gw::shape_str(is));
+      Tensor input = rnd(is, dt, 3);
+      Tensor r = gw::addmm(input, a, b);
+      Tensor want = gw::add(gw::mm(a, b), input);
+      REQUIRE(r.sizes() == Shape{3, 5});
+      std::vector<double> got = r.to_vector<double>(), w = want.to_vector<double>();
+      for (size_t i = 0; i < got.size(); ++i)
+        CHECK(got[i] == Approx(w[i]).epsilon(tolerance(dt) * 10));
+    }
+  }
+  // An empty inner dim: the input alone.
+  CHECK(gw::equal(gw::addmm(gw::ones({4}), gw::ones({2, 0}), gw::ones({0, 4})), gw::ones({2, 4})));
+  CHECK_THROWS_AS(gw::addmm(gw::ones({3}), gw::ones({2, 2}), gw::ones({2, 4})), gw::ShapeError);
+  CHECK_THROWS_WITH(gw::addmm(gw::ones({3}), gw::ones({2, 2}), gw::ones({2, 4})),
+                    Catch::Contains("addmm"));
+  CHECK_THROWS_WITH(gw::addmm(gw::ones({4}), gw::ones({2, 3}), gw::ones({2, 4})),
+                    Catch::Contains("[addmm] expects matrices (n,k) and (k,m), got shapes "
+                                    "(2,3) and (2,4)"));
+}
