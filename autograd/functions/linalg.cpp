@@ -1,4 +1,7 @@
 // Derivative rules of the matrix product and of addmm (a bias plus a product).
+#include <optional>
+#include <utility>
+
 #include "autograd/functions/common.h"
 #include "autograd/functions/recorder.h"
 
@@ -19,10 +22,14 @@ Tensor product_like(const Tensor& x, const Tensor& y, const Tensor& like) {
   return matmul(x, y);
 }
 
-class MatmulBackward final : public Node {
+// a @ b, or input + a @ b (addmm: then the first edge is the input's, which gets the gradient
+// summed over the rows it was broadcast to).
+class ProductBackward final : public Node {
  public:
-  MatmulBackward(const Tensor& a, const Tensor& b) : a_(a), b_(b) {}
-  std::string name() const override { return "MatmulBackward"; }
+  ProductBackward(const Tensor& a, const Tensor& b) : a_(a), b_(b) {}
+  ProductBackward(const Tensor& input, const Tensor& a, const Tensor& b)
+      : input_{{input.sizes(), input.dtype()}}, a_(a), b_(b) {}
+  std::string name() const override { return input_ ? "AddmmBackward" : "MatmulBackward"; }
   void release_variables() override {
     a_.reset();
     b_.reset();
@@ -30,52 +37,28 @@ class MatmulBackward final : public Node {
   TensorList apply(TensorList&& grads) override {
     const Tensor& g = grads[0];
     Tensor a = a_.unpack(*this), b = b_.unpack(*this);
-    Tensor ga, gb;
-    if (wants(*this, 0)) ga = product_like(g, mT(b), a);  // dA = dC @ Bᵀ
-    if (wants(*this, 1)) gb = product_like(mT(a), g, b);  // dB = Aᵀ @ dC
-    return {ga, gb};
+    const size_t first = input_ ? 1 : 0;  // a's edge
+    TensorList out(first + 2);
+    if (input_ && wants(*this, 0)) out[0] = sum_to(g, input_->first).to(input_->second);
+    if (wants(*this, first)) out[first] = product_like(g, mT(b), a);          // dA = dC @ Bᵀ
+    if (wants(*this, first + 1)) out[first + 1] = product_like(mT(a), g, b);  // dB = Aᵀ @ dC
+    return out;
   }
 
  private:
-  SavedTensor a_, b_;
-};
-
-// input + a @ b: the product's gradients, and the input's summed over the rows it was
-// broadcast to.
-class AddmmBackward final : public Node {
- public:
-  AddmmBackward(const Tensor& input, const Tensor& a, const Tensor& b)
-      : input_shape_(input.sizes()), input_dtype_(input.dtype()), a_(a), b_(b) {}
-  std::string name() const override { return "AddmmBackward"; }
-  void release_variables() override {
-    a_.reset();
-    b_.reset();
-  }
-  TensorList apply(TensorList&& grads) override {
-    const Tensor& g = grads[0];
-    Tensor a = a_.unpack(*this), b = b_.unpack(*this);
-    Tensor gi, ga, gb;
-    if (wants(*this, 0)) gi = sum_to(g, input_shape_).to(input_dtype_);
-    if (wants(*this, 1)) ga = product_like(g, mT(b), a);
-    if (wants(*this, 2)) gb = product_like(mT(a), g, b);
-    return {gi, ga, gb};
-  }
-
- private:
-  Shape input_shape_;
-  DType input_dtype_;
+  std::optional<std::pair<Shape, DType>> input_;
   SavedTensor a_, b_;
 };
 
 }  // namespace
 
 void Recorder::addmm(const Tensor& input, const Tensor& a, const Tensor& b, const Tensor& out) {
-  record<AddmmBackward>({&input, &a, &b}, out, input, a, b);
+  record<ProductBackward>({&input, &a, &b}, out, input, a, b);
 }
 
 void Recorder::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   if (!out.is_floating_point()) return;
-  record<MatmulBackward>({&a, &b}, out, a, b);
+  record<ProductBackward>({&a, &b}, out, a, b);
 }
 
 }  // namespace gw::autograd

@@ -103,6 +103,20 @@ double final_accuracy(const std::string& out) {
 }
 }  // namespace
 
+namespace {
+// Runs gwrun with `args` (--max-restarts among them), kills worker `rank` with SIGKILL once
+// `line` is on its standard output, and waits for the job: its result, and the pid killed.
+std::pair<gw::test::GwrunResult, pid_t> kill_worker_when(const std::vector<std::string>& args,
+                                                         const std::string& line, int rank) {
+  gw::test::GwrunProcess job(args);
+  REQUIRE(job.wait_for_stdout(line));
+  const pid_t victim = job.worker_pid(rank);
+  REQUIRE(victim > 0);
+  REQUIRE(::kill(victim, SIGKILL) == 0);
+  return {job.finish(), victim};
+}
+}  // namespace
+
 TEST_CASE("gwrun --max-restarts: DDP with a rank killed mid-epoch resumes from its checkpoint",
           "[examples][dist][ddp]") {
   gw::test::TempDir uninterrupted, resumed;
@@ -128,12 +142,8 @@ TEST_CASE("gwrun --max-restarts: DDP with a rank killed mid-epoch resumes from i
   REQUIRE(reference.exit_code == 0);
   REQUIRE(count(reference.err, "restarting") == 0);
 
-  gw::test::GwrunProcess job(args(resumed.path));
-  REQUIRE(job.wait_for_stdout("checkpoint saved: epoch 2, step 20"));  // mid second epoch
-  const pid_t victim = job.worker_pid(1);
-  REQUIRE(victim > 0);
-  REQUIRE(::kill(victim, SIGKILL) == 0);
-  const auto r = job.finish();
+  const auto [r, victim] =  // mid second epoch
+      kill_worker_when(args(resumed.path), "checkpoint saved: epoch 2, step 20", 1);
   INFO(r.out << r.err);
   CHECK(r.exit_code == 0);
   CHECK(count(r.err, "rank 1 (pid " + std::to_string(victim) + ") was killed by signal 9") == 1);
@@ -195,14 +205,10 @@ TEST_CASE("DDP with ZeRO: a checkpoint saved by 2 ranks resumes on 3 as if unint
 TEST_CASE("gwrun --max-restarts: the parameter server resumes after a trainer is killed",
           "[examples][dist]") {
   gw::test::TempDir dir;
-  gw::test::GwrunProcess job({"--max-restarts", "2", "--nproc-per-node", "3", GW_PS_EXAMPLE,
-                              "--epochs", "2", "--limit", "6400", "--target", "0.6",
-                              "--checkpoint-every", "20", "--checkpoint-dir", dir.path});
-  REQUIRE(job.wait_for_stdout("checkpoint saved: epoch 1, step 20"));
-  const pid_t victim = job.worker_pid(2);  // trainer1
-  REQUIRE(victim > 0);
-  REQUIRE(::kill(victim, SIGKILL) == 0);
-  const auto r = job.finish();
+  const auto [r, victim] = kill_worker_when(
+      {"--max-restarts", "2", "--nproc-per-node", "3", GW_PS_EXAMPLE, "--epochs", "2", "--limit",
+       "6400", "--target", "0.6", "--checkpoint-every", "20", "--checkpoint-dir", dir.path},
+      "checkpoint saved: epoch 1, step 20", 2);  // rank 2: trainer1
   INFO(r.out << r.err);
   CHECK(r.exit_code == 0);  // the test accuracy reached the target
   CHECK(count(r.err, "rank 2 (pid " + std::to_string(victim) + ") was killed by signal 9") == 1);
@@ -328,12 +334,7 @@ TEST_CASE(
   std::vector<std::string> args = gpt_args(
       2, {"--sample", "0", "--checkpoint-every", "20", "--checkpoint-dir", dir.path}, kSteps);
   args.insert(args.begin(), {"--max-restarts", "1"});
-  gw::test::GwrunProcess job(args);
-  REQUIRE(job.wait_for_stdout("checkpoint saved: step 20"));
-  const pid_t victim = job.worker_pid(1);
-  REQUIRE(victim > 0);
-  REQUIRE(::kill(victim, SIGKILL) == 0);
-  const auto r = job.finish();
+  const auto [r, victim] = kill_worker_when(args, "checkpoint saved: step 20", 1);
   INFO(r.out << r.err);
   CHECK(r.exit_code == 0);
   CHECK(count(r.err, "restarting all workers (restart 1 of 1)") == 1);
