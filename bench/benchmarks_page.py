@@ -41,8 +41,8 @@ HEADER = """\
 Every figure here is measured beside an *anchor* — the same work done by a reference (raw
 Eigen, memcpy, raw TCP, raw Gloo or MPI, libtorch/PyTorch, cuBLAS, a copy kernel) — in the same
 run, mostly in alternating rounds, best of each, so that a busy moment of the machine hits both
-alike. The ratio is gradwire's advantage: above 1x gradwire is faster (units of time and size
-are lower-is-better, rates higher-is-better). A row whose anchor did not run (libtorch missing,
+alike. The ratio is gradwire's advantage: above 1x gradwire is faster (units of time, size and
+loss are lower-is-better, rates higher-is-better). A row whose anchor did not run (libtorch missing,
 say) gives the anchor's published figure and no ratio; a row against a goal says whether the
 goal is met. Figures from different machines, or from different runs on a shared machine, are
 not comparable; ratios from the same run are.

@@ -133,9 +133,9 @@ void map_binary(const Tensor& a, const Tensor& b, const Tensor& out, F f) {
 // float32 exp and erf without branches or calls, so that a loop over them vectorizes (libm's
 // expf and erff are scalar calls: erff alone was half of a GPT step's GELU). exp: x = n ln2 + r
 // with |r| <= ln2 / 2, e^r by its degree-6 Taylor polynomial, 2^n put in the exponent bits;
-// relative error below 2e-7 on [-87, 88] (beyond, clamped). erf: Abramowitz and Stegun 7.1.26,
-// absolute error below 1.5e-7 (PyTorch's vectorized erf is the same formula).
-// a * b + c, fused where the target has FMA (std::fma is a library call without it).
+// relative error below 2e-7 on [-87, 88] (below, 0; above, infinity). erf: Abramowitz and
+// Stegun 7.1.26, absolute error below 1.5e-7 (PyTorch's vectorized erf is the same formula). a * b
+// + c, fused where the target has FMA (std::fma is a library call without it).
 inline float madd(float a, float b, float c) {
 #if defined(__FMA__)
   return std::fma(a, b, c);

@@ -355,3 +355,31 @@ TEST_CASE(
   CHECK(torn.exit_code != 0);
   CHECK(count(torn.err, "checkpoint.safetensors: header length") == 1);
 }
+
+TEST_CASE("gpt_train: a checkpoint saved by 2 ranks resumes on 1 with the same global batch",
+          "[examples][dist][gpt]") {
+  constexpr int kSteps = 1000;
+  gw::test::TempDir dir;
+  const std::vector<std::string> checkpoint = {
+      "--sample", "0", "--checkpoint-every", "20", "--checkpoint-dir", dir.path};
+  // Two ranks of 8 windows, one killed after step 20's checkpoint: no restarts, the job fails.
+  const auto [killed, victim] =
+      kill_worker_when(gpt_args(2, checkpoint, kSteps), "checkpoint saved: step 20", 1);
+  INFO(killed.out << killed.err);
+  REQUIRE(killed.exit_code != 0);
+  // One rank of 16 windows goes on from the last checkpoint, on the same batches.
+  const auto resumed = run_gwrun(gpt_args(1, checkpoint, kSteps));
+  INFO(resumed.out << resumed.err);
+  CHECK(resumed.exit_code == 0);
+  std::smatch m;
+  REQUIRE(std::regex_search(resumed.out, m, std::regex("resuming from .* at step ([0-9]+)")));
+  CHECK(std::stoi(m[1]) >= 20);
+  CHECK(std::stoi(m[1]) < kSteps);
+  const auto reference = run_gwrun(gpt_args(1, {"--sample", "0"}, kSteps));
+  REQUIRE(reference.exit_code == 0);
+  const double want = gpt_val_loss_at(reference.out, kSteps);
+  const double got = gpt_val_loss_at(resumed.out, kSteps);
+  INFO("uninterrupted " << want << ", resumed on another number of ranks " << got);
+  CHECK(got > 0);
+  CHECK(std::abs(got - want) < 2e-3);
+}
