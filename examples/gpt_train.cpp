@@ -18,8 +18,8 @@
 // and at the end (one safetensors file, written aside and renamed into place), and a run that
 // finds a checkpoint in --checkpoint-dir goes on from it, with the same data order and learning
 // rate as if it had not stopped, also on another number of ranks with the same global batch
-// (--batch-size x ranks). A checkpoint of another run (its width, layers, steps, ...) or a
-// torn or malformed one is refused with the reason before anything is loaded. Every rank reads the
+// (--batch-size x ranks). A checkpoint of another run (its width, layers, steps, ...) or a torn
+// or malformed one is refused with the reason before anything is loaded. Every rank reads the
 // checkpoint: across hosts, --checkpoint-dir must be on a shared file system.
 //
 // --device cuda trains on the GPU; --curve PREFIX writes the training and validation loss as
