@@ -38,7 +38,6 @@
 #include <vector>
 
 #include "core/checkpoint.h"
-#include "core/cuda/device.h"
 #include "core/ops.h"
 #include "core/parallel.h"
 #include "dist/checkpoint/dist_checkpoint.h"
@@ -213,9 +212,9 @@ int main(int argc, char** argv) {
   int rank = 0, world = 1;
   try {
     // What can fail on one rank alone is checked before the ranks meet.
-    GW_CHECK(args.device == "cpu" || gw::cuda::is_available(), gw::InvalidArgumentError,
-             "[gpt_train] --device cuda, but there is no GPU: ", gw::cuda::no_device_reason());
     const gw::Device device = args.device == "cuda" ? gw::cuda_device(0) : gw::kCPU;
+    // Without a GPU, or in a build without CUDA, this throws and says which.
+    if (device.is_cuda()) gw::zeros({1}, device);
     const gw::data::CharCorpus corpus = gw::data::load_bible_kjv();
     const std::vector<int64_t> prompt = corpus.encode(args.prompt);
     const gw::data::CharWindows train(corpus, gw::data::CorpusSplit::Train, args.model.context);
