@@ -8,6 +8,7 @@
 // the validation loss after 100 and 200
 // steps (on gpt_train's fixed validation windows; lower is better). With GW_BENCH_GPT_CURVES=FILE,
 // both training loss curves go to FILE as CSV.
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -70,9 +72,11 @@ int main(int argc, char** argv) {
   const gw::examples::GPTRecipe recipe{.steps = kSteps, .warmup = kSteps / 10};
 
   // What the anchor needs: the initial weights, the batches, the validation windows.
-  const std::string dir =
-      std::filesystem::temp_directory_path() / ("gw_bench_gpt_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  std::string dir = (std::filesystem::temp_directory_path() / "gw_bench_gpt_XXXXXX").string();
+  if (::mkdtemp(dir.data()) == nullptr) {
+    report.skip("gpt", tokens_case, "cannot make a temporary directory");
+    return 0;
+  }
   {
     gw::NamedTensors file;
     for (auto& [name, t] : model->state_dict()) file["model." + name] = t.clone();
@@ -83,13 +87,9 @@ int main(int argc, char** argv) {
     auto [vx, vy] = val.batch(starts, 0, kEvalBatches * kBatch);
     file["val_x"] = vx;
     file["val_y"] = vy;
-    gw::save_safetensors(dir + "/run.safetensors", file,
-                         {{"heads", std::to_string(model->options.heads)},
-                          {"warmup", std::to_string(recipe.warmup)},
-                          {"lr", std::to_string(recipe.lr)},
-                          {"min_lr_factor", std::to_string(recipe.min_lr_factor)},
-                          {"weight_decay", std::to_string(recipe.weight_decay)},
-                          {"clip", std::to_string(recipe.clip)}});
+    std::map<std::string, std::string> metadata = gw::examples::recipe_metadata(recipe);
+    metadata["heads"] = std::to_string(model->options.heads);
+    gw::save_safetensors(dir + "/run.safetensors", file, metadata);
   }
 
   gw::examples::GPTTrainer trainer(model, recipe);

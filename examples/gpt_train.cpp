@@ -54,10 +54,11 @@ namespace {
 
 struct Args {
   gw::nn::GPTOptions model{.context = 128, .layers = 4, .heads = 4, .width = 128};
-  int64_t steps = 2000, batch_size = 32, warmup = -1 /* min(100, steps / 10) */, eval_every = 250,
-          eval_batches = 20;
+  // warmup -1 until parsed: then min(100, steps / 10) unless given.
+  gw::examples::GPTRecipe recipe{.warmup = -1};
+  int64_t batch_size = 32, eval_every = 250, eval_batches = 20;
   int64_t sample = 500, top_k = 0, threads = 1;
-  double lr = 1e-3, min_lr_factor = 0.1, weight_decay = 0.1, clip = 1.0, temperature = 0.8;
+  double temperature = 0.8;
   double target = 0;  // > 0: the final validation loss must be at most this
   uint64_t seed = 0;
   std::string ddp, device = "cpu", curve, prompt = "And ";
@@ -81,7 +82,7 @@ Args parse(int argc, char** argv) {
     const int64_t n = std::atoll(v.c_str());
     const double x = std::atof(v.c_str());
     if (k == "--steps")
-      a.steps = n;
+      a.recipe.steps = n;
     else if (k == "--batch-size")
       a.batch_size = n;
     else if (k == "--context")
@@ -95,15 +96,15 @@ Args parse(int argc, char** argv) {
     else if (k == "--dropout")
       a.model.dropout = x;
     else if (k == "--lr")
-      a.lr = x;
+      a.recipe.lr = x;
     else if (k == "--warmup")
-      a.warmup = n;
+      a.recipe.warmup = n;
     else if (k == "--min-lr-factor")
-      a.min_lr_factor = x;
+      a.recipe.min_lr_factor = x;
     else if (k == "--weight-decay")
-      a.weight_decay = x;
+      a.recipe.weight_decay = x;
     else if (k == "--clip")
-      a.clip = x;
+      a.recipe.clip = x;
     else if (k == "--eval-every")
       a.eval_every = n;
     else if (k == "--eval-batches")
@@ -135,17 +136,18 @@ Args parse(int argc, char** argv) {
     std::fputs(kUsage, stderr);
     std::exit(2);
   }
-  if (a.warmup == -1) a.warmup = std::min<int64_t>(100, a.steps / 10);
+  if (a.recipe.warmup == -1) a.recipe.warmup = std::min<int64_t>(100, a.recipe.steps / 10);
   // Values the flags parsed to that cannot run, named.
-  const char* bad = a.steps < 1                           ? "--steps must be at least 1"
-                    : a.batch_size < 1                    ? "--batch-size must be at least 1"
-                    : a.warmup < 0 || a.warmup >= a.steps ? "--warmup must be in [0, --steps)"
+  const char* bad = a.recipe.steps < 1 ? "--steps must be at least 1"
+                    : a.batch_size < 1 ? "--batch-size must be at least 1"
+                    : a.recipe.warmup < 0 || a.recipe.warmup >= a.recipe.steps
+                        ? "--warmup must be in [0, --steps)"
                     : a.eval_every < 1 || a.eval_batches < 1
                         ? "--eval-every and --eval-batches must be at least 1"
-                    : a.sample < 0   ? "--sample must not be negative"
-                    : a.threads < 1  ? "--threads must be at least 1"
-                    : !(a.lr > 0)    ? "--lr must be positive"
-                    : !(a.clip >= 0) ? "--clip must not be negative (0: no clipping)"
+                    : a.sample < 0          ? "--sample must not be negative"
+                    : a.threads < 1         ? "--threads must be at least 1"
+                    : !(a.recipe.lr > 0)    ? "--lr must be positive"
+                    : !(a.recipe.clip >= 0) ? "--clip must not be negative (0: no clipping)"
                     : !(a.temperature > 0) || a.top_k < 0
                         ? "--temperature must be positive, --top-k >= 0"
                     : !a.ddp.empty() && a.device == "cuda"
@@ -155,8 +157,8 @@ Args parse(int argc, char** argv) {
     std::fprintf(stderr,
                  "gpt_train: %s (steps %lld, batch size %lld, warmup %lld, lr %g, clip %g, "
                  "temperature %g, top-k %lld)\n",
-                 bad, static_cast<long long>(a.steps), static_cast<long long>(a.batch_size),
-                 static_cast<long long>(a.warmup), a.lr, a.clip, a.temperature,
+                 bad, static_cast<long long>(a.recipe.steps), static_cast<long long>(a.batch_size),
+                 static_cast<long long>(a.recipe.warmup), a.recipe.lr, a.recipe.clip, a.temperature,
                  static_cast<long long>(a.top_k));
     std::exit(2);
   }
@@ -168,20 +170,15 @@ Args parse(int argc, char** argv) {
 // global batch, so a run may resume on more or fewer ranks).
 std::map<std::string, std::string> run_identity(const Args& a, int64_t vocab, int world) {
   const auto& m = a.model;
-  auto num = [](double x) { return gw::detail::str(x); };
-  return {{"vocab_size", std::to_string(vocab)},
-          {"context", std::to_string(m.context)},
-          {"layers", std::to_string(m.layers)},
-          {"heads", std::to_string(m.heads)},
-          {"width", std::to_string(m.width)},
-          {"dropout", num(m.dropout)},
-          {"global_batch", std::to_string(a.batch_size * world)},
-          {"steps", std::to_string(a.steps)},
-          {"warmup", std::to_string(a.warmup)},
-          {"lr", num(a.lr)},
-          {"min_lr_factor", num(a.min_lr_factor)},
-          {"weight_decay", num(a.weight_decay)},
-          {"clip", num(a.clip)}};
+  std::map<std::string, std::string> identity = gw::examples::recipe_metadata(a.recipe);
+  identity.insert({{"vocab_size", std::to_string(vocab)},
+                   {"context", std::to_string(m.context)},
+                   {"layers", std::to_string(m.layers)},
+                   {"heads", std::to_string(m.heads)},
+                   {"width", std::to_string(m.width)},
+                   {"dropout", gw::detail::str(m.dropout)},
+                   {"global_batch", std::to_string(a.batch_size * world)}});
+  return identity;
 }
 
 // Loads checkpoint `c` into the trainer after checking that it is this run's; throws naming
@@ -196,9 +193,10 @@ void restore(gw::examples::GPTTrainer& trainer, const gw::Checkpoint& c, const A
              " is ", it == c.extra.end() ? std::string("missing") : it->second, ", this run's ",
              want);
   }
-  GW_CHECK(c.step >= 0 && c.step <= args.steps && c.seed == args.seed, gw::InvalidArgumentError,
-           "[gpt_train] the checkpoint in ", args.checkpoint.dir, " is at step ", c.step,
-           " of seed ", c.seed, "; this run has ", args.steps, " steps of seed ", args.seed);
+  GW_CHECK(c.step >= 0 && c.step <= args.recipe.steps && c.seed == args.seed,
+           gw::InvalidArgumentError, "[gpt_train] the checkpoint in ", args.checkpoint.dir,
+           " is at step ", c.step, " of seed ", c.seed, "; this run has ", args.recipe.steps,
+           " steps of seed ", args.seed);
   trainer.model().load_state_dict(c.model);
   trainer.optimizer().load_state_dict(c.optimizer);
   trainer.schedule_from(c.step);
@@ -242,14 +240,7 @@ int main(int argc, char** argv) {
     gw::Generator gen(args.seed);
     auto model = std::make_shared<gw::nn::GPT>(options, gen);
     model->to(device);
-    gw::examples::GPTTrainer trainer(model,
-                                     {.steps = args.steps,
-                                      .warmup = args.warmup,
-                                      .lr = args.lr,
-                                      .min_lr_factor = args.min_lr_factor,
-                                      .weight_decay = args.weight_decay,
-                                      .clip = args.clip},
-                                     group);
+    gw::examples::GPTTrainer trainer(model, args.recipe, group);
     const auto identity = run_identity(args, corpus.vocab_size(), world);
     // A collective: what throws on one rank throws on all (without a group, just f).
     auto on_every_rank = [&](const std::function<void()>& f) {
@@ -288,15 +279,16 @@ int main(int argc, char** argv) {
           model->repr().c_str(), static_cast<double>(count) / 1e6, corpus.text.size(),
           static_cast<long long>(corpus.vocab_size()), args.device.c_str(),
           group ? (", DDP on " + std::to_string(world) + " ranks (" + args.ddp + ")").c_str() : "",
-          args.lr, static_cast<long long>(args.warmup), args.lr * args.min_lr_factor,
-          args.weight_decay, args.clip, static_cast<long long>(args.steps),
-          static_cast<long long>(tokens_per_step));
+          args.recipe.lr, static_cast<long long>(args.recipe.warmup),
+          args.recipe.lr * args.recipe.min_lr_factor, args.recipe.weight_decay, args.recipe.clip,
+          static_cast<long long>(args.recipe.steps), static_cast<long long>(tokens_per_step));
       std::fflush(stdout);
     }
 
     std::unique_ptr<gw::examples::ProgressBar> bar;  // rank 0's
     if (rank == 0)
-      bar = std::make_unique<gw::examples::ProgressBar>("train", args.steps - first, "tokens");
+      bar =
+          std::make_unique<gw::examples::ProgressBar>("train", args.recipe.steps - first, "tokens");
     // Rank 0 writes; when it cannot, every rank stops (rather than wait for it in a collective).
     auto save = [&](int64_t step) {
       on_every_rank([&] {
@@ -329,7 +321,7 @@ int main(int argc, char** argv) {
     std::vector<gw::examples::LossPoint> val_losses;
     std::vector<int64_t> order;
     double final_val = std::nan("");
-    for (int64_t s = first; s < args.steps; ++s) {
+    for (int64_t s = first; s < args.recipe.steps; ++s) {
       const int64_t epoch = s / steps_per_epoch, b = s % steps_per_epoch;
       if (order.empty() || b == 0) {
         sampler.set_epoch(epoch);
@@ -339,7 +331,7 @@ int main(int argc, char** argv) {
       const double lr = trainer.optimizer().lr();  // this step's
       losses.push_back(trainer.step(x, y));
       if (bar) bar->update(s + 1 - first, losses.back(), (s + 1 - first) * tokens_per_step);
-      const bool last = s + 1 == args.steps;
+      const bool last = s + 1 == args.recipe.steps;
       if ((s + 1) % args.eval_every == 0 || last) {
         final_val = validate();
         average_losses();
@@ -352,7 +344,7 @@ int main(int argc, char** argv) {
       if (args.checkpoint.every > 0 && ((s + 1) % args.checkpoint.every == 0 || last)) save(s + 1);
     }
     if (bar) bar->finish();
-    if (first == args.steps) {  // resumed after the last step
+    if (first == args.recipe.steps) {  // resumed after the last step
       final_val = validate();
       if (rank == 0) std::printf("val loss %.4f\n", final_val);
     }

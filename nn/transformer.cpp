@@ -4,7 +4,6 @@
 #include <cmath>
 #include <limits>
 #include <mutex>
-#include <numeric>
 
 #include "autograd/grad_mode.h"
 #include "core/ops.h"
@@ -85,17 +84,29 @@ GPT::GPT(const GPTOptions& opts) : GPT(opts, default_generator()) {}
 void GPT::reset_parameters(Generator& gen) {
   autograd::NoGradGuard no_grad;
   const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(options.layers));
-  for (const auto& [name, p] : named_parameters()) {
-    const bool ends_branch =
-        name.ends_with("attn.out_proj.weight") || name.ends_with("mlp.2.weight");
-    if (name.ends_with("bias")) {
-      init::zeros_(p);
-    } else if (name.starts_with("ln_") || name.find(".ln_") != std::string::npos) {
-      init::ones_(p);  // a LayerNorm's weight
-    } else {
-      init::normal_(p, gen, 0, ends_branch ? residual_std : 0.02);
-    }
+  // In parameters() order, so that the draws come in the order of the module tree.
+  auto linear = [&](Linear& l, double std) {
+    init::normal_(l.weight, gen, 0, std);
+    if (l.bias.defined()) init::zeros_(l.bias);
+  };
+  auto norm = [](LayerNorm& n) {
+    init::ones_(n.weight);
+    init::zeros_(n.bias);
+  };
+  init::normal_(wte->weight, gen, 0, 0.02);
+  init::normal_(wpe->weight, gen, 0, 0.02);
+  for (size_t i = 0; i < h->size(); ++i) {
+    GPTBlock& block = *h->at<GPTBlock>(i);
+    norm(*block.ln_1);
+    init::normal_(block.attn->in_proj_weight, gen, 0, 0.02);
+    if (block.attn->in_proj_bias.defined()) init::zeros_(block.attn->in_proj_bias);
+    linear(*block.attn->out_proj, residual_std);  // ends a residual branch
+    norm(*block.ln_2);
+    linear(*block.mlp->at<Linear>(0), 0.02);
+    linear(*block.mlp->at<Linear>(2), residual_std);  // ends a residual branch
   }
+  norm(*ln_f);
+  if (!options.tie_weights) init::normal_(lm_head->weight, gen, 0, 0.02);
 }
 
 Tensor GPT::forward(const Tensor& tokens) {

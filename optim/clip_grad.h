@@ -14,7 +14,6 @@
 // InvalidArgumentError, nothing changed.
 #pragma once
 
-#include <limits>
 #include <vector>
 
 #include "core/tensor.h"

@@ -38,11 +38,26 @@ double GPTTrainer::step(const Tensor& x, const Tensor& y) {
   return loss.item<double>();
 }
 
+namespace {
+
+// The sum of `value` over the ranks of `group` (`value` itself without one).
 double sum_over_ranks(double value, dist::ProcessGroup* group) {
   if (!group) return value;
   Tensor total = full({1}, value, kFloat64);
   group->allreduce(total)->wait();
   return total.item<double>();
+}
+
+}  // namespace
+
+std::map<std::string, std::string> recipe_metadata(const GPTRecipe& recipe) {
+  auto text = [](double x) { return detail::str(x); };
+  return {{"steps", std::to_string(recipe.steps)},
+          {"warmup", std::to_string(recipe.warmup)},
+          {"lr", text(recipe.lr)},
+          {"min_lr_factor", text(recipe.min_lr_factor)},
+          {"weight_decay", text(recipe.weight_decay)},
+          {"clip", text(recipe.clip)}};
 }
 
 std::vector<int64_t> evenly_spaced_windows(const data::CharWindows& windows, int64_t batches,

@@ -9,7 +9,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 
 #include "ddp/distributed_data_parallel.h"
 #include "examples/common/char_corpus.h"
@@ -27,6 +29,9 @@ struct GPTRecipe {
   double weight_decay = 0.1;   // on parameters of two dims or more
   double clip = 1.0;           // the gradients' global norm is clipped to this (0: not clipped)
 };
+
+// The recipe as text (name -> value), for a checkpoint's metadata and the PyTorch anchor.
+std::map<std::string, std::string> recipe_metadata(const GPTRecipe& recipe);
 
 class GPTTrainer {
  public:
@@ -51,9 +56,6 @@ class GPTTrainer {
   std::unique_ptr<optim::AdamW> opt_;
   std::unique_ptr<optim::LambdaLR> schedule_;
 };
-
-// The sum of `value` over the ranks of `group` (`value` itself without one).
-double sum_over_ranks(double value, dist::ProcessGroup* group);
 
 // The first `batches` x `batch` windows of `windows.size()`, evenly spaced: the fixed set the
 // validation loss is measured on.

@@ -33,7 +33,7 @@ class ProgressBar {
 
 // A loss measured after some step, e.g. on the validation split.
 struct LossPoint {
-  int64_t step;  // counted from 1, as the training losses' steps
+  int64_t step;  // counted as the training losses' steps (first_step below)
   double loss;
 };
 
@@ -42,6 +42,6 @@ struct LossPoint {
 // a second line, each point at its step.
 void write_loss_curve(const std::string& prefix, const std::vector<double>& losses,
                       const std::string& title, const std::vector<LossPoint>& validation = {},
-                      int64_t first_step = 1);
+                      int64_t first_step = 0);
 
 }  // namespace gw::examples
