@@ -83,6 +83,12 @@ CollectiveSignature scatter(const Tensor& output, const ScatterOptions& o) {
 CollectiveSignature reduce_scatter(const Tensor& output, const CollectiveOptions& o) {
   return CollectiveSignature::of("reduce_scatter", {output}, reduce_text(o.op));
 }
+CollectiveSignature all_gather_into_tensor(const Tensor& input) {
+  return CollectiveSignature::of("all_gather_into_tensor", {input});
+}
+CollectiveSignature reduce_scatter_tensor(const Tensor& output, const CollectiveOptions& o) {
+  return CollectiveSignature::of("reduce_scatter_tensor", {output}, reduce_text(o.op));
+}
 CollectiveSignature alltoall(const std::vector<Tensor>& inputs) {
   return CollectiveSignature::of("alltoall", inputs);
 }
@@ -289,6 +295,20 @@ WorkPtr DebugProcessGroup::reduce_scatter(Tensor& output, const std::vector<Tens
   std::lock_guard lock(mu_);
   check(signature::reduce_scatter(output, o), o.timeout);
   return inner_->reduce_scatter(output, inputs, o);
+}
+
+WorkPtr DebugProcessGroup::all_gather_into_tensor(Tensor& output, const Tensor& input,
+                                                  CollectiveOptions o) {
+  std::lock_guard lock(mu_);
+  check(signature::all_gather_into_tensor(input), o.timeout);
+  return inner_->all_gather_into_tensor(output, input, o);
+}
+
+WorkPtr DebugProcessGroup::reduce_scatter_tensor(Tensor& output, const Tensor& input,
+                                                 CollectiveOptions o) {
+  std::lock_guard lock(mu_);
+  check(signature::reduce_scatter_tensor(output, o), o.timeout);
+  return inner_->reduce_scatter_tensor(output, input, o);
 }
 
 WorkPtr DebugProcessGroup::alltoall(std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,

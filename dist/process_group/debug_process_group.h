@@ -50,6 +50,8 @@ CollectiveSignature allgather(const Tensor& input);
 CollectiveSignature gather(const Tensor& input, const GatherOptions& o);
 CollectiveSignature scatter(const Tensor& output, const ScatterOptions& o);
 CollectiveSignature reduce_scatter(const Tensor& output, const CollectiveOptions& o);
+CollectiveSignature all_gather_into_tensor(const Tensor& input);
+CollectiveSignature reduce_scatter_tensor(const Tensor& output, const CollectiveOptions& o);
 CollectiveSignature alltoall(const std::vector<Tensor>& inputs);
 CollectiveSignature barrier();
 // send/recv: not compared across ranks, recorded with their peer and tag.
@@ -108,6 +110,10 @@ class DebugProcessGroup final : public ProcessGroup {
                   ScatterOptions options = {}) override;
   WorkPtr reduce_scatter(Tensor& output, const std::vector<Tensor>& inputs,
                          CollectiveOptions options = {}) override;
+  WorkPtr all_gather_into_tensor(Tensor& output, const Tensor& input,
+                                 CollectiveOptions options = {}) override;
+  WorkPtr reduce_scatter_tensor(Tensor& output, const Tensor& input,
+                                CollectiveOptions options = {}) override;
   WorkPtr alltoall(std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                    CollectiveOptions options = {}) override;
   WorkPtr barrier(CollectiveOptions options = {}) override;

@@ -145,6 +145,16 @@ void ProcessGroup::check_reduce_scatter(const Tensor& output,
   for (const auto& t : inputs) check_like("reduce_scatter", t, output, "input");
 }
 
+void ProcessGroup::check_flat(const char* op, const Tensor& whole, const char* whole_name,
+                              const Tensor& chunk, const char* chunk_name) const {
+  check_tensor(op, chunk, chunk_name);
+  check_tensor(op, whole, whole_name);
+  GW_CHECK(whole.dtype() == chunk.dtype() && whole.numel() == chunk.numel() * size(),
+           InvalidArgumentError, "[", op, "] the ", whole_name, " must hold ", size(),
+           " chunks like the ", chunk_name, " (", size(), " x ", chunk.numel(), " elements of ",
+           dtype_name(chunk.dtype()), "); got ", whole.numel(), " of ", dtype_name(whole.dtype()));
+}
+
 void ProcessGroup::check_alltoall(const std::vector<Tensor>& outputs,
                                   const std::vector<Tensor>& inputs) const {
   check_count("alltoall", inputs.size(), "inputs");

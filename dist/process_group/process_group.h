@@ -60,6 +60,14 @@ class ProcessGroup {
   // inputs: size() tensors shaped like `output`; output = op over ranks of inputs[rank()].
   virtual WorkPtr reduce_scatter(Tensor& output, const std::vector<Tensor>& inputs,
                                  CollectiveOptions options = {}) = 0;
+  // The flat forms (torch.distributed's all_gather_into_tensor and reduce_scatter_tensor), what
+  // sharded data parallelism runs on: one buffer holds size() equal chunks back to back, rank
+  // r's at r * chunk. `output` gets every rank's `input`:
+  virtual WorkPtr all_gather_into_tensor(Tensor& output, const Tensor& input,
+                                         CollectiveOptions options = {}) = 0;
+  // and `output` = op over ranks of their `input`'s chunk rank().
+  virtual WorkPtr reduce_scatter_tensor(Tensor& output, const Tensor& input,
+                                        CollectiveOptions options = {}) = 0;
   // inputs[i] goes to rank i; outputs[j] comes from rank j.
   virtual WorkPtr alltoall(std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                            CollectiveOptions options = {}) = 0;
@@ -107,6 +115,9 @@ class ProcessGroup {
   void check_coalesced(const char* op, const std::vector<Tensor>& tensors) const;
   void check_allgather(const std::vector<Tensor>& outputs, const Tensor& input) const;
   void check_reduce_scatter(const Tensor& output, const std::vector<Tensor>& inputs) const;
+  // A flat collective's buffers: `whole` holds size() chunks like `chunk` (dtype and count).
+  void check_flat(const char* op, const Tensor& whole, const char* whole_name, const Tensor& chunk,
+                  const char* chunk_name) const;
   void check_alltoall(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs) const;
   // gather's outputs / scatter's inputs: one per rank like `like` on the root, none elsewhere.
   void check_root_parts(const char* op, const std::vector<Tensor>& parts, const Tensor& like,

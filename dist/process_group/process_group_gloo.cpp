@@ -18,6 +18,8 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/scatter.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <gloo/types.h>
 
 #include "core/ops.h"
 #include "core/sigpipe.h"
@@ -140,6 +142,75 @@ void allreduce_now(const std::shared_ptr<gloo::Context>& context, const Tensor& 
     gloo::allreduce(g);
   });
   if (op == ReduceOp::AVG) ProcessGroup::divide(t, context->size, "allreduce");
+}
+
+// Gloo's allgather of `input` into `output` (size() chunks like it), on the group's thread.
+void allgather_now(const std::shared_ptr<gloo::Context>& context, const Tensor& input,
+                   const Tensor& output, uint32_t tag, Milliseconds timeout) {
+  if (input.nbytes() == 0) return;
+  gloo::AllgatherOptions g(context);
+  g.setInput<uint8_t>(bytes_of(input), input.nbytes());
+  g.setOutput<uint8_t>(bytes_of(output), output.nbytes());
+  g.setTag(tag);
+  g.setTimeout(timeout);
+  gloo::allgather(g);
+}
+
+// Our reduce-scatter's slots (Gloo's own collectives use prefixes 0x01-0x08).
+constexpr uint8_t kReduceScatterSlotPrefix = 0x0a;
+
+// A ring reduce-scatter of `input` (size chunks) into `output` (rank's chunk), on the group's
+// thread. Gloo has none for these buffers (PyTorch runs an allreduce per rank), so it is built
+// on Gloo's transport: in size-1 steps every rank passes a partial result to its right and adds
+// its own chunk to the partial arriving from its left; the partial that arrives last is its own
+// chunk, reduced over every rank. Each rank sends and receives (size-1)/size of the buffer, half
+// of an allreduce's traffic, and `input` is only read.
+void reduce_scatter_now(const std::shared_ptr<gloo::Context>& context, const Tensor& input,
+                        const Tensor& output, ReduceOp op, uint32_t tag, Milliseconds timeout) {
+  const size_t bytes = output.nbytes();
+  if (bytes == 0) return;
+  const int n = context->size;
+  const int rank = context->rank;
+  const uint8_t* in = bytes_of(input);
+  if (n == 1) {
+    std::memcpy(bytes_of(output), in, bytes);
+    return;
+  }
+  dispatch_reduce(output.dtype(), op, "reduce_scatter", [&]<typename T>() {
+    const GlooReduce reduce = reduce_function<T>(op);
+    const size_t count = bytes / sizeof(T);
+    // What arrives, then the two partials passed on in turn (one is sent while the other fills).
+    Tensor scratch = empty({3 * output.numel()}, TensorOptions().with_dtype(output.dtype()));
+    uint8_t* arriving = bytes_of(scratch);
+    uint8_t* partial[2] = {arriving + bytes, arriving + 2 * bytes};
+    auto chunk = [&](int c) { return const_cast<uint8_t*>(in) + static_cast<size_t>(c) * bytes; };
+    auto wrap = [n](int c) { return ((c % n) + n) % n; };
+    auto receiving = context->createUnboundBuffer(arriving, bytes);
+    std::unique_ptr<gloo::transport::UnboundBuffer> outgoing[2] = {
+        context->createUnboundBuffer(partial[0], bytes),
+        context->createUnboundBuffer(partial[1], bytes)};
+    // Step 0 passes on this rank's own chunk rank-1 as it is.
+    auto first = context->createUnboundBuffer(chunk(wrap(rank - 1)), bytes);
+    gloo::transport::UnboundBuffer* sending = first.get();
+    const uint64_t slot = gloo::Slot::build(kReduceScatterSlotPrefix, tag);
+    const int right = wrap(rank + 1);
+    const int left = wrap(rank - 1);
+    for (int step = 0; step < n - 1; ++step) {
+      receiving->recv(left, slot);
+      sending->send(right, slot);
+      GW_CHECK(receiving->waitRecv(timeout), IoError, "[reduce_scatter] rank ", rank,
+               ": the receive from rank ", left, " was aborted");
+      // The partial of chunk rank-step-2 arrived: add ours and pass it on (or keep it: the last
+      // one is chunk `rank`).
+      const bool last = step == n - 2;
+      uint8_t* reduced = last ? bytes_of(output) : partial[step % 2];
+      reduce(reduced, chunk(wrap(rank - step - 2)), arriving, count);
+      GW_CHECK(sending->waitSend(timeout), IoError, "[reduce_scatter] rank ", rank,
+               ": the send to rank ", right, " was aborted");
+      sending = outgoing[step % 2].get();
+    }
+  });
+  if (op == ReduceOp::AVG) ProcessGroup::divide(output, n, "reduce_scatter");
 }
 
 }  // namespace
@@ -303,14 +374,18 @@ WorkPtr ProcessGroupGloo::allgather(std::vector<Tensor>& outputs, const Tensor& 
   return impl_->queue->enqueue(
       signature::allgather(input), o.timeout,
       [flat, input, outputs, ctx = impl_->context](uint32_t tag, Milliseconds to) mutable {
-        if (input.nbytes() == 0) return;
-        gloo::AllgatherOptions g(ctx);
-        g.setInput<uint8_t>(bytes_of(input), input.nbytes());
-        g.setOutput<uint8_t>(bytes_of(flat), flat.nbytes());
-        g.setTag(tag);
-        g.setTimeout(to);
-        gloo::allgather(g);
+        allgather_now(ctx, input, flat, tag, to);
         split(flat, outputs);
+      });
+}
+
+WorkPtr ProcessGroupGloo::all_gather_into_tensor(Tensor& output, const Tensor& input,
+                                                 CollectiveOptions o) {
+  check_flat("all_gather_into_tensor", output, "output", input, "input");
+  return impl_->queue->enqueue(
+      signature::all_gather_into_tensor(input), o.timeout,
+      [output, input, ctx = impl_->context](uint32_t tag, Milliseconds to) {
+        allgather_now(ctx, input, output, tag, to);
       });
 }
 
@@ -360,14 +435,22 @@ WorkPtr ProcessGroupGloo::reduce_scatter(Tensor& output, const std::vector<Tenso
                                          CollectiveOptions o) {
   check_reduce_scatter(output, inputs);
   check_reducible("reduce_scatter", output, o.op);
-  // Gloo has no reduce-scatter for these buffers: an allreduce of all inputs, keeping ours.
   Tensor flat = concat(inputs);
   return impl_->queue->enqueue(
       signature::reduce_scatter(output, o), o.timeout,
       [flat, output, op = o.op, ctx = impl_->context](uint32_t tag, Milliseconds to) {
-        allreduce_now(ctx, flat, op, tag, to);
-        const size_t mine = output.nbytes() * static_cast<size_t>(ctx->rank);
-        std::memcpy(output.raw_data(), bytes_of(flat) + mine, output.nbytes());
+        reduce_scatter_now(ctx, flat, output, op, tag, to);
+      });
+}
+
+WorkPtr ProcessGroupGloo::reduce_scatter_tensor(Tensor& output, const Tensor& input,
+                                                CollectiveOptions o) {
+  check_flat("reduce_scatter_tensor", input, "input", output, "output");
+  check_reducible("reduce_scatter_tensor", output, o.op);
+  return impl_->queue->enqueue(
+      signature::reduce_scatter_tensor(output, o), o.timeout,
+      [input, output, op = o.op, ctx = impl_->context](uint32_t tag, Milliseconds to) {
+        reduce_scatter_now(ctx, input, output, op, tag, to);
       });
 }
 

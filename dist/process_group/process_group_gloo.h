@@ -56,6 +56,10 @@ class ProcessGroupGloo final : public ProcessGroup {
                   ScatterOptions options = {}) override;
   WorkPtr reduce_scatter(Tensor& output, const std::vector<Tensor>& inputs,
                          CollectiveOptions options = {}) override;
+  WorkPtr all_gather_into_tensor(Tensor& output, const Tensor& input,
+                                 CollectiveOptions options = {}) override;
+  WorkPtr reduce_scatter_tensor(Tensor& output, const Tensor& input,
+                                CollectiveOptions options = {}) override;
   WorkPtr alltoall(std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                    CollectiveOptions options = {}) override;
   WorkPtr barrier(CollectiveOptions options = {}) override;

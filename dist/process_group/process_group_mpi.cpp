@@ -550,6 +550,35 @@ WorkPtr ProcessGroupMPI::reduce_scatter(Tensor& output, const std::vector<Tensor
       });
 }
 
+WorkPtr ProcessGroupMPI::all_gather_into_tensor(Tensor& output, const Tensor& input,
+                                                CollectiveOptions o) {
+  check_flat("all_gather_into_tensor", output, "output", input, "input");
+  const int n = count_of("all_gather_into_tensor", input.numel());
+  count_of("all_gather_into_tensor", output.numel());
+  return impl_->queue->enqueue(signature::all_gather_into_tensor(input), o.timeout,
+                               [c = impl_->comm, output, input, n](uint32_t, Milliseconds) {
+                                 const MPI_Datatype type = mpi_type(input.dtype());
+                                 MPI_Allgather(data(input), n, type, data(output), n, type,
+                                               c->comm);
+                               });
+}
+
+WorkPtr ProcessGroupMPI::reduce_scatter_tensor(Tensor& output, const Tensor& input,
+                                               CollectiveOptions o) {
+  check_flat("reduce_scatter_tensor", input, "input", output, "output");
+  check_avg("reduce_scatter_tensor", output, o.op);
+  mpi_op("reduce_scatter_tensor", output.dtype(), o.op);
+  const int n = count_of("reduce_scatter_tensor", output.numel());
+  count_of("reduce_scatter_tensor", input.numel());
+  return impl_->queue->enqueue(
+      signature::reduce_scatter_tensor(output, o), o.timeout,
+      [c = impl_->comm, size = size(), input, output, n, op = o.op](uint32_t, Milliseconds) {
+        MPI_Reduce_scatter_block(data(input), data(output), n, mpi_type(output.dtype()),
+                                 mpi_op("reduce_scatter_tensor", output.dtype(), op), c->comm);
+        if (op == ReduceOp::AVG) divide(output, size, "reduce_scatter_tensor");
+      });
+}
+
 WorkPtr ProcessGroupMPI::alltoall(std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                                   CollectiveOptions o) {
   check_alltoall(outputs, inputs);

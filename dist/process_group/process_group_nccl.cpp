@@ -561,6 +561,29 @@ WorkPtr ProcessGroupNCCL::reduce_scatter(Tensor& output, const std::vector<Tenso
                        });
 }
 
+WorkPtr ProcessGroupNCCL::all_gather_into_tensor(Tensor& output, const Tensor& input,
+                                                 CollectiveOptions o) {
+  check_flat("all_gather_into_tensor", output, "output", input, "input");
+  const ncclDataType_t type = nccl_type(input.dtype(), "all_gather_into_tensor");
+  return impl_->launch(signature::all_gather_into_tensor(input), o.timeout, {input, output},
+                       [=](ncclComm_t c, cudaStream_t s) {
+                         return ncclAllGather(input.raw_data(), output.raw_data(), count_of(input),
+                                              type, c, s);
+                       });
+}
+
+WorkPtr ProcessGroupNCCL::reduce_scatter_tensor(Tensor& output, const Tensor& input,
+                                                CollectiveOptions o) {
+  check_flat("reduce_scatter_tensor", input, "input", output, "output");
+  const ncclRedOp_t op = nccl_op(o.op, output, "reduce_scatter_tensor");
+  const ncclDataType_t type = nccl_type(output.dtype(), "reduce_scatter_tensor");
+  return impl_->launch(signature::reduce_scatter_tensor(output, o), o.timeout, {input, output},
+                       [=](ncclComm_t c, cudaStream_t s) {
+                         return ncclReduceScatter(input.raw_data(), output.raw_data(),
+                                                  count_of(output), type, op, c, s);
+                       });
+}
+
 WorkPtr ProcessGroupNCCL::alltoall(std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                                    CollectiveOptions o) {
   check_count("alltoall", inputs.size(), "inputs");

@@ -106,6 +106,46 @@ inline void check_exchanges(ProcessGroup& pg, Checks& c) {
   for (int s = 0; s < world; ++s) want = want + values(s * 10 + r, kFloat64);
   EXPECT(c, allclose(on_cpu(out), want));
 
+  // The flat forms, on chunk sizes that do not divide evenly into anything, with every reduce
+  // op: rank r contributes chunk i = values(r * 10 + i); output = op over ranks of chunk r.
+  for (int64_t n : {1, 7, 1001})
+    for (DType dtype : {kFloat32, kFloat64, kInt64})
+      for (ReduceOp op :
+           {ReduceOp::SUM, ReduceOp::AVG, ReduceOp::PRODUCT, ReduceOp::MIN, ReduceOp::MAX}) {
+        if (op == ReduceOp::AVG && !is_floating(dtype)) continue;
+        if (op == ReduceOp::PRODUCT && n > 7) continue;  // overflows
+        std::vector<Tensor> chunks;
+        for (int i = 0; i < world; ++i) chunks.push_back(values(r * 10 + i, dtype, n));
+        Tensor whole = cat(chunks, 0).to(dev);
+        Tensor mine = blank({n}, dtype, dev);
+        pg.reduce_scatter_tensor(mine, whole, {.op = op})->wait();
+        Tensor acc = values(r, kFloat64, n);  // rank 0's chunk r
+        for (int s = 1; s < world; ++s) {
+          Tensor v = values(s * 10 + r, kFloat64, n);
+          acc = op == ReduceOp::PRODUCT ? acc * v
+                : op == ReduceOp::MIN   ? minimum(acc, v)
+                : op == ReduceOp::MAX   ? maximum(acc, v)
+                                        : acc + v;
+        }
+        if (op == ReduceOp::AVG) acc = acc / static_cast<double>(world);
+        c.expect(allclose(on_cpu(mine).to(kFloat64), acc.to(dtype).to(kFloat64)),
+                 gw::detail::str("reduce_scatter_tensor world ", world, " n ", n, " ",
+                                 dtype_name(dtype), " ", to_string(op)));
+        EXPECT(c, equal(on_cpu(whole), cat(chunks, 0)));  // the input is only read
+
+        Tensor gathered = blank({world * n}, dtype, dev);
+        pg.all_gather_into_tensor(gathered, values(r, dtype, n, dev))->wait();
+        for (int i = 0; i < world; ++i)
+          EXPECT(c, equal(on_cpu(gathered).narrow(0, i * n, n), values(i, dtype, n)));
+      }
+  // A whole buffer that does not hold world chunks is refused before anything is sent.
+  Tensor wrong = blank({world * 5 + 1}, kFloat32, dev);
+  Tensor part = blank({5}, kFloat32, dev);
+  EXPECT_THROWS(c, InvalidArgumentError, pg.reduce_scatter_tensor(part, wrong),
+                "[reduce_scatter_tensor]", "chunks");
+  EXPECT_THROWS(c, InvalidArgumentError, pg.all_gather_into_tensor(wrong, part),
+                "[all_gather_into_tensor]", "chunks");
+
   // alltoall: outputs[j] is what rank j sent to this rank.
   std::vector<Tensor> send_parts, recv_parts;
   for (int i = 0; i < world; ++i) {
