@@ -8,7 +8,7 @@ namespace gw::autograd {
 
 class AccumulateGrad final : public Node {
  public:
-  explicit AccumulateGrad(Tensor variable) : variable(std::move(variable)) {}
+  explicit AccumulateGrad(Tensor variable) : Node(First{}), variable(std::move(variable)) {}
   TensorList apply(TensorList&& grads) override;
   std::string name() const override { return "AccumulateGrad"; }
 

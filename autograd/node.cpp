@@ -10,6 +10,7 @@ std::atomic<uint64_t> g_next_sequence_nr{0};
 }  // namespace
 
 Node::Node() : sequence_nr_(g_next_sequence_nr.fetch_add(1, std::memory_order_relaxed)) {}
+Node::Node(First) : sequence_nr_(UINT64_MAX) {}
 
 SavedTensor::SavedTensor(const Tensor& t, bool is_output) {
   if (!t.defined()) return;

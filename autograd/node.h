@@ -59,7 +59,10 @@ class Node : public std::enable_shared_from_this<Node> {
   virtual void release_variables() {}
 
   std::vector<Edge> next_edges;
-  // Later nodes run first when several are ready (PyTorch's order; DDP relies on it).
+  // Later nodes run first when several are ready (PyTorch's order; DDP relies on it), and a
+  // leaf's AccumulateGrad before any of them, as in PyTorch: once a node has run, the gradients
+  // it gave leaves are in their .grad before the engine moves on (fully_shard reduces a unit's
+  // gradients when the gradient of the unit's input is ready).
   uint64_t sequence_nr() const { return sequence_nr_; }
   // Hooks run on the gradient arriving at input `input_nr` before apply (tensor hooks of
   // non-leaf tensors, retain_grad).
@@ -71,6 +74,11 @@ class Node : public std::enable_shared_from_this<Node> {
   bool apply_undefined = false;
   bool released() const { return released_; }
   void mark_released() { released_ = true; }
+
+ protected:
+  // A node that runs before every other ready node (AccumulateGrad).
+  struct First {};
+  explicit Node(First);
 
  private:
   uint64_t sequence_nr_;

@@ -36,6 +36,20 @@ class Storage {
 
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
+
+  // Makes this block other memory, for every tensor that views it, and releases the old memory
+  // now (PyTorch's storage resize_). Sharded data parallelism frees a gathered parameter after
+  // its module's forward with reset(nullptr, 0, {}) and points it at freshly gathered memory
+  // before its backward, while the tensors autograd saved still view this block. A tensor of a
+  // released block refuses to be read (Tensor::raw_data). Not safe while another thread reads.
+  void reset(void* data, size_t nbytes, Deleter deleter) {
+    Deleter old = deleter_;
+    void* old_data = data_;
+    data_ = data;
+    nbytes_ = nbytes;
+    deleter_ = deleter;
+    old(old_data);
+  }
   Device device() const { return device_; }
 
   uint64_t version() const { return version_.load(std::memory_order_relaxed); }

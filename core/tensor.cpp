@@ -35,6 +35,11 @@ TensorOptions Tensor::options() const {
 
 void* Tensor::raw_data() const {
   auto* p = static_cast<char*>(storage()->data());
+  GW_CHECK(p != nullptr || numel() == 0, StateError, "[tensor] the memory of this ",
+           shape_str(sizes()), " ", dtype(),
+           " tensor was released (Storage::reset): a sharded "
+           "parameter read outside its module's call, or a module called through forward() "
+           "instead of operator() so that fully_shard's hooks did not gather it");
   return p + impl_->offset * static_cast<int64_t>(element_size());
 }
 

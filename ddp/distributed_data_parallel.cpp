@@ -116,7 +116,7 @@ Tensor DistributedDataParallel::forward(const Tensor& input) {
   }
   reducer_->set_iteration(authority, divide_by);
   if (options_.broadcast_buffers) broadcast_from(authority, module_->buffers());
-  Tensor output = module_->forward(input);
+  Tensor output = (*module_)(input);
   if (grad) output = reducer_->prepare_for_backward(output, options_.find_unused_parameters);
   if (reduces) {  // a forward that threw announced nothing the joined ranks wait for
     due_in_join_ = join_id();

@@ -309,7 +309,7 @@ std::pair<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, const
     heads = functional::scaled_dot_product_attention(qh, kh, vh, mask, dropout_p,
                                                      causal && !mask.defined());
   }
-  Tensor out = out_proj->forward(heads.transpose(1, 2).reshape({n, l, embed_dim}));
+  Tensor out = (*out_proj)(heads.transpose(1, 2).reshape({n, l, embed_dim}));
   if (!batched) return {out.squeeze(0), weights};
   return {options.batch_first ? out : out.transpose(0, 1), weights};
 }

@@ -10,7 +10,7 @@ Sequential::Sequential(const std::vector<std::shared_ptr<Module>>& modules) : Mo
 
 Tensor Sequential::forward(const Tensor& input) {
   Tensor x = input;
-  for (const auto& [name, child] : named_children()) x = child->forward(x);
+  for (const auto& [name, child] : named_children()) x = (*child)(x);
   return x;
 }
 

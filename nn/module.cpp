@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "autograd/grad_mode.h"
 #include "core/ops.h"
@@ -34,6 +35,39 @@ std::vector<std::pair<std::string, Tensor>> unique(
 
 Tensor Module::forward(const Tensor&) {
   throw StateError(detail::str("[", type_name_, "] forward(Tensor) is not implemented"));
+}
+
+Tensor Module::operator()(const Tensor& input) {
+  if (pre_hooks_.empty() && hooks_.empty()) return forward(input);
+  // Copies: a hook may register or remove hooks.
+  const auto pre_hooks = pre_hooks_;
+  const auto hooks = hooks_;
+  Tensor x = input;
+  for (const auto& [id, hook] : pre_hooks)
+    if (Tensor replaced = hook(*this, x); replaced.defined()) x = std::move(replaced);
+  Tensor y = forward(x);
+  for (const auto& [id, hook] : hooks)
+    if (Tensor replaced = hook(*this, x, y); replaced.defined()) y = std::move(replaced);
+  return y;
+}
+
+int64_t Module::register_forward_pre_hook(ForwardPreHook hook) {
+  GW_CHECK(hook != nullptr, InvalidArgumentError, "[", type_name_,
+           "] register_forward_pre_hook: the hook is empty");
+  pre_hooks_.emplace_back(next_hook_id_, std::move(hook));
+  return next_hook_id_++;
+}
+
+int64_t Module::register_forward_hook(ForwardHook hook) {
+  GW_CHECK(hook != nullptr, InvalidArgumentError, "[", type_name_,
+           "] register_forward_hook: the hook is empty");
+  hooks_.emplace_back(next_hook_id_, std::move(hook));
+  return next_hook_id_++;
+}
+
+void Module::remove_hook(int64_t id) {
+  std::erase_if(pre_hooks_, [&](const auto& h) { return h.first == id; });
+  std::erase_if(hooks_, [&](const auto& h) { return h.first == id; });
 }
 
 // --- registration ---------------------------------------------------------------------------
@@ -101,6 +135,16 @@ void Module::set_tensor(const std::string& name, const Tensor& tensor) {
     t.requires_grad_(requires_grad);
   }
   *slot = t;
+}
+
+Tensor Module::swap_parameter(const std::string& name, const Tensor& replacement) {
+  auto it = std::find_if(parameters_.begin(), parameters_.end(),
+                         [&](const auto& e) { return e.first == name; });
+  GW_CHECK(it != parameters_.end(), InvalidArgumentError, "[", type_name_,
+           "] swap_parameter: no parameter named \"", name, "\"");
+  GW_CHECK(replacement.defined() && replacement.is_leaf(), InvalidArgumentError, "[", type_name_,
+           "] swap_parameter(\"", name, "\"): the replacement must be a defined leaf tensor");
+  return std::exchange(it->second, replacement);
 }
 
 Tensor Module::tie_parameter(const std::string& name, const Tensor& parameter) {

@@ -39,7 +39,28 @@ class Module : public std::enable_shared_from_this<Module> {
 
   // Single-input modules override this; others define their own forward signature.
   virtual Tensor forward(const Tensor& input);
-  Tensor operator()(const Tensor& input) { return forward(input); }
+  // Calls forward through the module's hooks (PyTorch's __call__). As in PyTorch, hooks run on
+  // this path only: modules call their children as (*child)(x), and model->forward(x) skips
+  // the model's own hooks.
+  Tensor operator()(const Tensor& input);
+
+  // Hooks around each call, run in registration order (PyTorch's forward pre-hooks and forward
+  // hooks). A pre-hook sees the input and may replace it by returning a defined tensor; a hook
+  // sees the input forward got and its output, and may replace the output the same way.
+  // fully_shard gathers a unit's parameters in one and frees them in the other.
+  using ForwardPreHook = std::function<Tensor(Module& module, const Tensor& input)>;
+  using ForwardHook =
+      std::function<Tensor(Module& module, const Tensor& input, const Tensor& output)>;
+  int64_t register_forward_pre_hook(ForwardPreHook hook);
+  int64_t register_forward_hook(ForwardHook hook);
+  void remove_hook(int64_t id);  // an id not registered (or removed already): nothing
+
+  // Registers `replacement` as this module's own parameter `name` (no dots) in place of the
+  // tensor there, which it returns; a member that holds the old tensor keeps it. fully_shard
+  // does this so that parameters() and state_dict() list the shards an optimizer steps on,
+  // while forward reads the members it gathers around each call. The replacement must be a
+  // leaf.
+  Tensor swap_parameter(const std::string& name, const Tensor& replacement);
 
   std::vector<Tensor> parameters(bool recurse = true) const;
   std::vector<std::pair<std::string, Tensor>> named_parameters(bool recurse = true) const;
@@ -118,6 +139,9 @@ class Module : public std::enable_shared_from_this<Module> {
   std::vector<std::pair<std::string, Tensor>> parameters_;
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  std::vector<std::pair<int64_t, ForwardPreHook>> pre_hooks_;
+  std::vector<std::pair<int64_t, ForwardHook>> hooks_;
+  int64_t next_hook_id_ = 0;
 };
 
 }  // namespace gw::nn

@@ -40,10 +40,9 @@ GPTBlock::GPTBlock(int64_t embed_dim, int64_t num_heads, const GPTBlockOptions& 
 Tensor GPTBlock::forward(const Tensor& x) {
   GW_CHECK(x.dim() == 3, ShapeError, "[GPTBlock] expects x of shape (N, L, E), got ",
            shape_str(x.sizes()));
-  const Tensor h = ln_1->forward(x);
-  Tensor y =
-      x + residual_dropout_->forward(attn->forward(h, h, h, {}, false, {}, true, true).first);
-  return y + residual_dropout_->forward(mlp->forward(ln_2->forward(y)));
+  const Tensor h = (*ln_1)(x);
+  Tensor y = x + (*residual_dropout_)(attn->forward(h, h, h, {}, false, {}, true, true).first);
+  return y + (*residual_dropout_)((*mlp)((*ln_2)(y)));
 }
 
 // --- GPT ------------------------------------------------------------------------------------
@@ -117,14 +116,14 @@ Tensor GPT::forward(const Tensor& tokens) {
            " tokens (tokens ", shape_str(tokens.sizes()), ") does not fit the context of ",
            options.context);
   const Tensor positions = arange(length, TensorOptions(kInt64).with_device(tokens.device()));
-  Tensor x = drop->forward(wte->forward(tokens) + wpe->forward(positions));
-  return lm_head->forward(ln_f->forward(h->forward(x)));
+  Tensor x = (*drop)((*wte)(tokens) + (*wpe)(positions));
+  return (*lm_head)((*ln_f)((*h)(x)));
 }
 
 Tensor GPT::loss(const Tensor& tokens, const Tensor& targets) {
   GW_CHECK(targets.sizes() == tokens.sizes(), ShapeError, "[GPT] loss: targets ",
            shape_str(targets.sizes()), " must have the tokens' shape ", shape_str(tokens.sizes()));
-  const Tensor logits = forward(tokens);
+  const Tensor logits = (*this)(tokens);
   return functional::cross_entropy(logits.reshape({-1, options.vocab_size}), targets.reshape({-1}));
 }
 
@@ -155,7 +154,7 @@ std::vector<int64_t> GPT::generate(std::vector<int64_t> prompt, int64_t count, G
   for (int64_t i = 0; i < count; ++i) {
     const int64_t n = std::min<int64_t>(static_cast<int64_t>(prompt.size()), options.context);
     std::vector<int64_t> window(prompt.end() - n, prompt.end());
-    const std::vector<double> l = forward(from_vector(window, {1, n}, device))
+    const std::vector<double> l = (*this)(from_vector(window, {1, n}, device))
                                       .select(1, n - 1)
                                       .reshape({-1})
                                       .to(kCPU)

@@ -412,3 +412,47 @@ TEST_CASE("Sequential chains its children and indexes them", "[nn][module][seque
   Sequential empty;
   CHECK(gw::equal(empty.forward(x), x));
 }
+
+namespace {
+struct HookedPass : Module {
+  HookedPass() : Module("HookedPass") {}
+  Tensor forward(const Tensor& x) override { return x; }
+};
+}  // namespace
+
+TEST_CASE("forward hooks run around operator(), in order, and may replace input and output",
+          "[nn][module]") {
+  auto seq =
+      std::make_shared<Sequential>(std::make_shared<HookedPass>(), std::make_shared<HookedPass>());
+  std::vector<std::string> seen;
+  auto inner = seq->children()[1];
+  const int64_t pre = inner->register_forward_pre_hook([&](Module&, const Tensor& x) {
+    seen.push_back("pre");
+    return x * 2.0;  // the input forward gets
+  });
+  inner->register_forward_hook([&](Module& m, const Tensor& x, const Tensor& y) {
+    seen.push_back("post " + m.type_name());
+    CHECK(gw::equal(x, y));  // forward saw the replaced input
+    return y + 1.0;          // the output the caller gets
+  });
+  // Sequential calls its children through operator(), so the hooks run inside it.
+  CHECK(gw::equal((*seq)(gw::ones({2})), gw::full({2}, 3.0)));
+  CHECK(seen == std::vector<std::string>{"pre", "post HookedPass"});
+  // As in PyTorch, calling forward() directly skips a module's own hooks.
+  CHECK(gw::equal(inner->forward(gw::ones({2})), gw::ones({2})));
+  inner->remove_hook(pre);
+  inner->remove_hook(pre);  // again: nothing
+  CHECK(gw::equal((*inner)(gw::ones({2})), gw::full({2}, 2.0)));
+  CHECK_THROWS_WITH(inner->register_forward_hook(nullptr), Catch::Contains("empty"));
+}
+
+TEST_CASE("swap_parameter registers another leaf in place of a parameter", "[nn][module]") {
+  gw::Generator gen(0);
+  auto fc = std::make_shared<Linear>(3, 2, gen);
+  const Tensor replacement = gw::zeros({1, 3}).requires_grad_();
+  const Tensor old = fc->swap_parameter("weight", replacement);
+  CHECK(old.same(fc->weight));  // the member keeps the old tensor
+  CHECK(fc->parameters()[0].same(replacement));
+  CHECK(fc->state_dict().at("weight").sizes() == gw::Shape({1, 3}));
+  CHECK_THROWS_WITH(fc->swap_parameter("nope", replacement), Catch::Contains("no parameter"));
+}
