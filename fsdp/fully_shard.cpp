@@ -1,0 +1,522 @@
+#include "fsdp/fully_shard.h"
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include "autograd/autograd.h"
+#include "core/ops.h"
+
+namespace gw::fsdp {
+
+namespace detail {
+
+struct Root;
+
+// One parameter of a unit, and where its rows live. Rank r holds rows
+// [r * rows_per_rank, (r + 1) * rows_per_rank) of it, clipped to `rows`; in every rank's chunk
+// of the unit's flat buffers those rows start at `offset` (elements), padded to rows_per_rank.
+struct ShardedParam {
+  std::string name;                                         // dotted, from the unit's module
+  std::vector<std::pair<nn::Module*, std::string>> owners;  // the registrations it replaces
+  Tensor full;       // what the members hold: gathered around calls and backward, else released
+  Tensor shard;      // this rank's rows, a view of the unit's shard buffer, registered in its place
+  int64_t rows = 0;  // dim 0 (1 for a scalar)
+  int64_t row_numel = 1;
+  int64_t rows_per_rank = 0;
+  int64_t offset = 0;       // in a rank's chunk
+  int64_t full_offset = 0;  // in the gathered parameters, one after another
+
+  int64_t rows_of(int rank) const {
+    return std::clamp<int64_t>(rows - rank * rows_per_rank, 0, rows_per_rank);
+  }
+  // Where rank's rows start in the whole parameter, flattened (its end when it has none).
+  int64_t start_of(int rank) const { return std::min(rank * rows_per_rank, rows) * row_numel; }
+};
+
+// The state of one module given to fully_shard. All of it is used on the thread that runs the
+// model (forward, and backward's hooks, which run on the thread that called backward).
+struct Unit : std::enable_shared_from_this<Unit> {
+  std::shared_ptr<dist::ProcessGroup> group;
+  nn::Module* module = nullptr;  // owns this unit through its hooks
+  std::string type_name;
+  FullyShardOptions options;
+  std::vector<ShardedParam> params;
+  DType dtype = kFloat32;
+  int64_t chunk = 0;       // elements of one rank's shards, padded
+  int64_t full_numel = 0;  // elements of the gathered parameters
+  Tensor shard_buffer;     // (chunk): this rank's shards back to back; the shards view it
+  bool sync = true;
+  std::shared_ptr<Root> root;
+
+  // Gathering: the all-gather in flight and the buffer it fills (every rank's chunk in rank
+  // order), then `gathered` once the members view their rows.
+  dist::WorkPtr gather_work;
+  Tensor gathering;
+  bool gathered = false;
+
+  // Reduce-scatters issued by this backward, written into the shards' .grad at its end. Each
+  // rank's chunk of a reduction carries, after the gradients, one count per parameter: how many
+  // ranks had a gradient for it, so that a parameter no rank used keeps no .grad, as it would
+  // without sharding.
+  struct Reduction {
+    Tensor output;  // (chunk + params): this rank's summed rows, then the counts
+    dist::WorkPtr work;
+  };
+  std::vector<Reduction> reductions;
+  bool reduced = false;  // this backward reduced it at least once
+
+  int world() const { return group->size(); }
+  int rank() const { return group->rank(); }
+  bool is_root() const;
+
+  void start_gather();
+  void finish_gather();
+  void reshard();
+  bool has_gradients() const;
+  void reduce_gradients();
+  void finish_reductions();
+
+  Tensor pre_forward(const Tensor& input);
+  Tensor post_forward(const Tensor& output);
+  void pre_backward();
+  void post_backward();
+};
+
+// What the units below one root share: who they are, the orders the first iteration recorded
+// (for prefetching) and the end-of-backward callback.
+struct Root {
+  Unit* owner = nullptr;
+  std::vector<std::weak_ptr<Unit>> units;  // the root first, then the module walk's order
+  std::vector<std::weak_ptr<Unit>> forward_order, backward_order;
+  bool forward_recorded = false, backward_recorded = false;
+  size_t forward_calls = 0, backward_calls = 0;
+  bool callback_queued = false;
+
+  // The unit called after the `position`-th call (or backward) of this iteration.
+  static std::shared_ptr<Unit> next(const std::vector<std::weak_ptr<Unit>>& order, bool recorded,
+                                    size_t position) {
+    return recorded && position + 1 < order.size() ? order[position + 1].lock() : nullptr;
+  }
+  // A backward that threw never ran end_of_backward: its reductions are dropped (they finish on
+  // the group's thread), and the next iteration starts afresh.
+  void forget_failed_backward();
+  template <typename F>
+  void for_each_unit(F&& f) {
+    for (auto& weak : units)
+      if (auto unit = weak.lock()) f(*unit);
+  }
+  void queue_end_of_backward();
+  void end_of_backward();
+};
+
+bool Unit::is_root() const { return root && root->owner == this; }
+
+namespace {
+
+// Which modules are units and which tensors they manage (by identity). An entry whose unit is
+// gone no longer counts.
+struct Registry {
+  std::mutex mu;
+  std::unordered_map<const nn::Module*, std::weak_ptr<Unit>> modules;
+  std::unordered_map<const TensorImpl*, std::weak_ptr<Unit>> tensors;
+
+  static Registry& get() {
+    static Registry registry;
+    return registry;
+  }
+  std::shared_ptr<Unit> unit_of(const nn::Module* m) {
+    std::lock_guard lock(mu);
+    auto it = modules.find(m);
+    return it == modules.end() ? nullptr : it->second.lock();
+  }
+  std::shared_ptr<Unit> holder_of(const Tensor& t) {
+    std::lock_guard lock(mu);
+    auto it = tensors.find(t.impl());
+    return it == tensors.end() ? nullptr : it->second.lock();
+  }
+};
+
+void release_storage(void* ctx, void*) { delete static_cast<std::shared_ptr<Storage>*>(ctx); }
+
+// The gradient of a unit's input passes through this node: when it runs, the unit's backward
+// has ended (every node that fed the unit's input has run, and AccumulateGrad runs as soon as
+// it is ready), so the unit's gradients can be reduced.
+class PostBackward final : public autograd::Node {
+ public:
+  explicit PostBackward(std::weak_ptr<Unit> unit) : unit_(std::move(unit)) {}
+  autograd::TensorList apply(autograd::TensorList&& grads) override {
+    if (auto unit = unit_.lock()) unit->post_backward();
+    return std::move(grads);
+  }
+  std::string name() const override { return "fsdp::PostBackward"; }
+
+ private:
+  std::weak_ptr<Unit> unit_;
+};
+
+}  // namespace
+
+// --- gathering --------------------------------------------------------------------------------
+
+void Unit::start_gather() {
+  if (gathered || gather_work) return;
+  if (params.empty()) {  // a container of units: nothing to gather (the same on every rank)
+    gathered = true;
+    return;
+  }
+  for (const ShardedParam& p : params)
+    GW_CHECK(p.shard.storage() == shard_buffer.storage(), StateError, "[fully_shard] ", p.name,
+             "'s shard was moved or converted (Module::to?) after fully_shard: shard the module "
+             "on its device and in its dtype");
+  gathering = empty({chunk * world()}, TensorOptions(dtype).with_device(group->device()));
+  gather_work = group->all_gather_into_tensor(gathering, shard_buffer);
+}
+
+void Unit::finish_gather() {
+  start_gather();
+  if (gathered) return;
+  dist::WorkPtr work = std::exchange(gather_work, nullptr);
+  Tensor all = std::exchange(gathering, Tensor());
+  work->wait();
+  // Rank order to parameter order: each parameter's rows come from every rank's chunk.
+  Tensor flat = world() == 1 ? all : empty({full_numel}, all.options());
+  const size_t item = itemsize(dtype);
+  if (world() > 1)
+    for (const ShardedParam& p : params)
+      for (int r = 0; r < world(); ++r) {
+        const int64_t count = p.rows_of(r) * p.row_numel;
+        if (count == 0) continue;
+        if (flat.device().is_cpu())
+          std::memcpy(
+              static_cast<uint8_t*>(flat.raw_data()) + (p.full_offset + p.start_of(r)) * item,
+              static_cast<const uint8_t*>(all.raw_data()) + (r * chunk + p.offset) * item,
+              static_cast<size_t>(count) * item);
+        else  // on the device's stream
+          flat.narrow(0, p.full_offset + p.start_of(r), count)
+              .copy_(all.narrow(0, r * chunk + p.offset, count));
+      }
+  auto* to = static_cast<uint8_t*>(flat.raw_data());
+  for (const ShardedParam& p : params) {
+    const size_t nbytes = p.full.nbytes();
+    p.full.storage()->reset(to + p.full_offset * item, nbytes,
+                            {&release_storage, new std::shared_ptr<Storage>(flat.storage())});
+  }
+  gathered = true;
+}
+
+void Unit::reshard() {
+  if (gather_work) {  // a prefetch nobody used: it still has to finish on every rank
+    std::exchange(gather_work, nullptr)->wait();
+    gathering = Tensor();
+  }
+  if (!gathered) return;
+  for (const ShardedParam& p : params) p.full.storage()->reset(nullptr, 0, {});
+  gathered = false;
+}
+
+// --- reducing ---------------------------------------------------------------------------------
+
+bool Unit::has_gradients() const {
+  return std::any_of(params.begin(), params.end(),
+                     [](const ShardedParam& p) { return p.full.grad().defined(); });
+}
+
+void Unit::reduce_gradients() {
+  reduced = true;
+  if (!sync || params.empty()) return;
+  const int64_t n = static_cast<int64_t>(params.size());
+  const int64_t stride = chunk + n;  // a rank's gradients, then its counts
+  Tensor input = zeros({stride * world()}, TensorOptions(dtype).with_device(group->device()));
+  for (int64_t i = 0; i < n; ++i) {
+    ShardedParam& p = params[static_cast<size_t>(i)];
+    Tensor grad = p.full.grad();
+    if (!grad.defined()) continue;
+    grad = grad.contiguous().reshape({-1});
+    for (int r = 0; r < world(); ++r) {
+      const int64_t count = p.rows_of(r) * p.row_numel;
+      if (count > 0)
+        input.narrow(0, r * stride + p.offset, count).copy_(grad.narrow(0, p.start_of(r), count));
+      input.narrow(0, r * stride + chunk + i, 1).fill_(1);
+    }
+    p.full.set_grad(Tensor());
+  }
+  Tensor output = empty({stride}, input.options());
+  reductions.push_back({output, group->reduce_scatter_tensor(output, input)});
+}
+
+void Unit::finish_reductions() {
+  for (Reduction& red : reductions) {
+    red.work->wait();
+    const std::vector<double> counts =
+        red.output.narrow(0, chunk, static_cast<int64_t>(params.size())).to_vector<double>();
+    Tensor summed = red.output.narrow(0, 0, chunk);
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (counts[i] == 0) continue;  // no rank had a gradient for it
+      ShardedParam& p = params[i];
+      Tensor grad = summed.narrow(0, p.offset, p.shard.numel()).view(p.shard.sizes()) /
+                    static_cast<double>(world());
+      Tensor old = p.shard.grad();
+      p.shard.set_grad(old.defined() ? old + grad : grad);
+    }
+  }
+  reductions.clear();
+}
+
+// --- the hooks --------------------------------------------------------------------------------
+
+Tensor Unit::pre_forward(const Tensor& input) {
+  if (!root) {  // the first call below no root: this unit is the root of what it holds
+    auto r = std::make_shared<Root>();
+    r->owner = this;
+    std::vector<nn::Module*> stack{module};
+    while (!stack.empty()) {  // depth first, in registration order
+      nn::Module* m = stack.back();
+      stack.pop_back();
+      if (auto unit = Registry::get().unit_of(m)) {
+        unit->root = r;
+        r->units.push_back(unit);
+      }
+      const auto& children = m->named_children();
+      for (auto it = children.rbegin(); it != children.rend(); ++it)
+        stack.push_back(it->second.get());
+    }
+  }
+  if (is_root()) {
+    root->forget_failed_backward();
+    root->forward_calls = 0;
+    if (!root->forward_recorded) root->forward_order.clear();  // a first forward that threw
+  }
+  const size_t position = root->forward_calls++;
+  if (!root->forward_recorded) root->forward_order.push_back(weak_from_this());
+  finish_gather();
+  if (auto next = Root::next(root->forward_order, root->forward_recorded, position))
+    next->start_gather();
+  if (!grad_mode_enabled() || !input.requires_grad()) return {};
+  // The input's gradient passes through PostBackward on its way out of the unit.
+  auto node = std::make_shared<PostBackward>(weak_from_this());
+  node->next_edges = autograd::collect_edges({&input});
+  Tensor passed = input.detach();
+  autograd::set_history(passed, node);
+  return passed;
+}
+
+Tensor Unit::post_forward(const Tensor& output) {
+  const bool backward_follows = grad_mode_enabled() && output.requires_grad();
+  if (is_root()) root->forward_recorded = true;
+  if (!backward_follows || (options.reshard_after_forward && !is_root())) reshard();
+  if (!backward_follows) return {};
+  autograd::Edge edge = autograd::gradient_edge(output);
+  if (edge.valid())
+    edge.fn->pre_hooks.emplace_back(edge.input_nr, [weak = weak_from_this()](const Tensor&) {
+      if (auto unit = weak.lock()) unit->pre_backward();
+      return Tensor();
+    });
+  return {};
+}
+
+void Unit::pre_backward() {
+  root->queue_end_of_backward();
+  const size_t position = root->backward_calls++;
+  if (!root->backward_recorded) root->backward_order.push_back(weak_from_this());
+  finish_gather();
+  if (auto next = Root::next(root->backward_order, root->backward_recorded, position))
+    next->start_gather();
+}
+
+void Unit::post_backward() {
+  root->queue_end_of_backward();
+  reduce_gradients();
+  reshard();
+}
+
+void Root::queue_end_of_backward() {
+  if (callback_queued) return;
+  autograd::queue_callback([this] { end_of_backward(); });
+  callback_queued = true;
+}
+
+void Root::forget_failed_backward() {
+  if (!callback_queued) return;
+  callback_queued = false;
+  backward_calls = 0;
+  if (!backward_recorded) backward_order.clear();
+  for_each_unit([](Unit& u) {
+    u.reductions.clear();
+    u.reduced = false;
+    u.reshard();
+  });
+}
+
+// Every unit takes part in a reduction, in the same order on every rank: those whose backward
+// did not end through their input (the root, whose input is tokens; a unit no rank's loss
+// reached) and those that got gradients after they were reduced.
+void Root::end_of_backward() {
+  callback_queued = false;
+  backward_recorded = true;
+  backward_calls = 0;
+  for_each_unit([](Unit& u) {
+    if (u.sync && (!u.reduced || u.has_gradients())) u.reduce_gradients();
+  });
+  for_each_unit([](Unit& u) {
+    u.finish_reductions();
+    u.reshard();
+    u.reduced = false;
+  });
+}
+
+}  // namespace detail
+
+using detail::Registry;
+using detail::ShardedParam;
+using detail::Unit;
+
+namespace {
+
+// The parameters `unit` manages: those of its module and of descendants that are not units,
+// each once however many modules register it.
+void collect_params(Unit& unit, nn::Module& top) {
+  std::unordered_map<const TensorImpl*, size_t> index;
+  std::vector<std::pair<std::string, nn::Module*>> stack{{"", &top}};
+  while (!stack.empty()) {
+    auto [prefix, m] = stack.back();
+    stack.pop_back();
+    for (const auto& [name, t] : m->named_parameters(false)) {
+      auto [it, fresh] = index.emplace(t.impl(), unit.params.size());
+      if (fresh) {
+        if (auto other = Registry::get().holder_of(t))
+          throw InvalidArgumentError(gw::detail::str(
+              "[fully_shard] ", unit.type_name, "'s parameter ", prefix + name,
+              " belongs to another unit (", other->type_name,
+              "): a parameter shared by two "
+              "units cannot be sharded by both; shard the module that holds both uses, and the "
+              "blocks before the root"));
+        ShardedParam p;
+        p.name = prefix + name;
+        p.full = t;
+        unit.params.push_back(std::move(p));
+      }
+      unit.params[it->second].owners.emplace_back(m, name);
+    }
+    const auto& children = m->named_children();
+    for (auto it = children.rbegin(); it != children.rend(); ++it) {
+      if (Registry::get().unit_of(it->second.get())) continue;  // its own unit
+      stack.emplace_back(prefix + it->first + ".", it->second.get());
+    }
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<FSDPModule> fully_shard(const std::shared_ptr<nn::Module>& module,
+                                        std::shared_ptr<dist::ProcessGroup> group,
+                                        FullyShardOptions options) {
+  GW_CHECK(module != nullptr, InvalidArgumentError, "[fully_shard] the module is null");
+  GW_CHECK(group != nullptr, InvalidArgumentError, "[fully_shard] the process group is null");
+  GW_CHECK(!Registry::get().unit_of(module.get()), InvalidArgumentError, "[fully_shard] this ",
+           module->type_name(), " is sharded already");
+  auto unit = std::make_shared<Unit>();
+  unit->group = std::move(group);
+  unit->module = module.get();
+  unit->type_name = module->type_name();
+  unit->options = options;
+  collect_params(*unit, *module);
+
+  // Every rank must hold the same parameters: checked on every rank before anything changes.
+  std::vector<Tensor> fulls;
+  std::vector<std::string> names;
+  for (const ShardedParam& p : unit->params) {
+    fulls.push_back(p.full);
+    names.push_back(p.name);
+  }
+  unit->group->check_same_shapes(fulls, names, "fully_shard");
+  for (const ShardedParam& p : unit->params) {
+    GW_CHECK(p.full.device() == unit->group->device(), InvalidArgumentError, "[fully_shard] ",
+             p.name, " is on ", p.full.device().str(), "; the ", unit->group->backend(),
+             " group takes tensors on ", unit->group->device().str());
+    GW_CHECK(p.full.dtype() == unit->params[0].full.dtype(), InvalidArgumentError,
+             "[fully_shard] a unit's parameters share one flat buffer, so one dtype: ", p.name,
+             " is ", p.full.dtype(), ", ", unit->params[0].name, " ", unit->params[0].full.dtype());
+  }
+
+  // The layout: each parameter's rows, padded to the same count on every rank.
+  const int world = unit->world();
+  for (ShardedParam& p : unit->params) {
+    p.rows = p.full.dim() == 0 ? 1 : p.full.size(0);
+    p.row_numel = p.full.dim() == 0 ? 1 : p.full.numel() / std::max<int64_t>(p.rows, 1);
+    p.rows_per_rank = (p.rows + world - 1) / world;
+    p.offset = unit->chunk;
+    p.full_offset = unit->full_numel;
+    unit->chunk += p.rows_per_rank * p.row_numel;
+    unit->full_numel += p.full.numel();
+  }
+  if (!unit->params.empty()) unit->dtype = unit->params[0].full.dtype();
+  unit->shard_buffer =
+      zeros({unit->chunk}, TensorOptions(unit->dtype).with_device(unit->group->device()));
+
+  // Keep this rank's rows, make them the module's parameters, and release the whole ones.
+  autograd::NoGradGuard no_grad;
+  const int rank = unit->rank();
+  for (ShardedParam& p : unit->params) {
+    const int64_t count = p.rows_of(rank) * p.row_numel;
+    Tensor mine = unit->shard_buffer.narrow(0, p.offset, count);
+    mine.copy_(p.full.contiguous().reshape({-1}).narrow(0, p.start_of(rank), count));
+    Shape shape = p.full.sizes();
+    if (shape.empty())
+      shape = {p.rows_of(rank)};
+    else
+      shape[0] = p.rows_of(rank);
+    p.shard = mine.view(shape).detach();
+    p.shard.requires_grad_(p.full.requires_grad());
+    for (auto& [owner, name] : p.owners) owner->swap_parameter(name, p.shard);
+    // Its own block (so that releasing it touches nothing else), released until gathered.
+    p.full.set_grad(Tensor());
+    p.full.set_data(empty(p.full.sizes(), p.full.options()));
+    p.full.storage()->reset(nullptr, 0, {});
+  }
+
+  {
+    Registry& registry = Registry::get();
+    std::lock_guard lock(registry.mu);
+    registry.modules[module.get()] = unit;
+    for (const ShardedParam& p : unit->params) {
+      registry.tensors[p.full.impl()] = unit;
+      registry.tensors[p.shard.impl()] = unit;  // a unit made below this one later is refused
+    }
+  }
+  // The module's hooks own the unit.
+  module->register_forward_pre_hook(
+      [unit](nn::Module&, const Tensor& input) { return unit->pre_forward(input); });
+  module->register_forward_hook([unit](nn::Module&, const Tensor&, const Tensor& output) {
+    return unit->post_forward(output);
+  });
+  return std::make_shared<FSDPModule>(unit, module);
+}
+
+void FSDPModule::unshard() { unit_->finish_gather(); }
+void FSDPModule::reshard() { unit_->reshard(); }
+
+void FSDPModule::set_requires_gradient_sync(bool sync, bool recurse) {
+  unit_->sync = sync;
+  if (!recurse) return;
+  std::vector<nn::Module*> stack{unit_->module};
+  while (!stack.empty()) {
+    nn::Module* m = stack.back();
+    stack.pop_back();
+    if (auto unit = Registry::get().unit_of(m)) unit->sync = sync;
+    for (const auto& [name, child] : m->named_children()) stack.push_back(child.get());
+  }
+}
+
+std::vector<Tensor> FSDPModule::shards() const {
+  std::vector<Tensor> out;
+  for (const ShardedParam& p : unit_->params) out.push_back(p.shard);
+  return out;
+}
+
+const std::shared_ptr<dist::ProcessGroup>& FSDPModule::group() const { return unit_->group; }
+
+}  // namespace gw::fsdp

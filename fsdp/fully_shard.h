@@ -1,0 +1,98 @@
+// gw::fsdp::fully_shard — fully sharded data parallelism (PyTorch's FSDP2 `fully_shard`;
+// ZeRO stage 3, Rajbhandari et al., arxiv.org/abs/1910.02054).
+//
+// Mental model: DDP keeps a whole copy of the parameters, their gradients and the optimizer's
+// state on every rank; fully_shard keeps 1/world of each. Every parameter is cut along dim 0
+// into one shard per rank (the last ranks' may be shorter, or empty; the padding that makes
+// the pieces equal never shows). A *unit* is a module given to fully_shard:
+// - its call gathers its parameters from every rank into one buffer that its members view,
+//   and frees them after the call (reshard_after_forward);
+// - its backward gathers them again, and when it ends reduce-scatters their gradients, so that
+//   each rank keeps the average gradient of its own shard in the shard's .grad;
+// - the module's parameters() become the shards, so any optimizer steps on them unchanged.
+//
+//   auto model = std::make_shared<gw::nn::GPT>(options, gen);   // the same init on every rank
+//   for (auto& block : model->h->children()) gw::fsdp::fully_shard(block, pg);  // one per block
+//   gw::fsdp::fully_shard(model, pg);          // the root: embeddings, final norm, head
+//   gw::optim::AdamW opt(model->parameters(), {.lr = 1e-3});   // the shards
+//   for (auto [x, y] : my_batches) {
+//     opt.zero_grad();
+//     model->loss(x, y).backward();   // gathers, computes, reduce-scatters, unit by unit
+//     opt.step();                     // on this rank's shards
+//   }
+//
+// Overlap: collectives run on the group's thread. The first iteration records the order in
+// which units are called and run backward; from then on a unit's call issues the next unit's
+// all-gather before it computes, and its backward the previous unit's, so at most two units
+// besides the root are gathered at once. Reduce-scatters run while earlier units' backward
+// computes; the end of backward waits for them and writes the shards' .grad (adding to a
+// .grad already there, as autograd does).
+//
+// Rules, as PyTorch's:
+// - Call units through operator(), where their hooks run (model->loss and GPT's own calls do);
+//   the first unit called is the root, and owns the units below it. The root keeps its own
+//   parameters gathered from its call to the end of backward (its backward comes first).
+// - Every rank calls the same units in the same order, as every rank runs the same collectives.
+//   A unit whose backward no rank reached still takes part in the reduction at the end.
+// - Ranks start from the same parameters (same seed): each keeps its own rows of its own copy.
+// - A parameter belongs to one unit: one that two units share is refused, as are a module
+//   given to fully_shard twice and a unit made below one that exists (shard blocks first).
+// - Shard on the group's device, in the training dtype: a shard moved afterwards is refused.
+// - Not yet: activation checkpointing of a unit (autograd::checkpoint's inner backward would
+//   end the outer one's reductions early), mixed precision, CPU offload, and state dicts that
+//   know the global shapes (the module's state_dict() lists this rank's shards).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "dist/process_group/process_group.h"
+#include "nn/module.h"
+
+namespace gw::fsdp {
+
+namespace detail {
+struct Unit;
+}
+
+struct FullyShardOptions {
+  // Free the gathered parameters after the unit's call and gather them again for its backward;
+  // false keeps them from the call to the end of backward (less traffic, more memory). The
+  // root keeps its own either way; without grad mode every unit frees them after its call.
+  bool reshard_after_forward = true;
+};
+
+// What fully_shard returns (FSDP2's FSDPModule): the unit's handle. Dropping it changes
+// nothing: the module's hooks keep the unit.
+class FSDPModule {
+ public:
+  FSDPModule(std::shared_ptr<detail::Unit> unit, std::shared_ptr<nn::Module> module)
+      : unit_(std::move(unit)), module_(std::move(module)) {}
+
+  // Gathers this unit's parameters now (to read the members outside a call), or frees them.
+  void unshard();
+  void reshard();
+  // false: backward leaves whole gradients on the members and adds to them, with no
+  // communication; the next backward with sync reduce-scatters the sum (gradient accumulation,
+  // DDP's no_sync). `recurse` applies it to the units below this one too.
+  void set_requires_gradient_sync(bool sync, bool recurse = true);
+  // This unit's shards, as the module's parameters() lists them (in order, each once).
+  std::vector<Tensor> shards() const;
+  const std::shared_ptr<dist::ProcessGroup>& group() const;
+
+ private:
+  std::shared_ptr<detail::Unit> unit_;
+  std::shared_ptr<nn::Module> module_;  // the unit's module outlives this handle
+};
+
+// Makes `module` a unit over `group` (Gloo, MPI or NCCL; every rank calls it the same way).
+// The unit manages the parameters of `module` and its descendants, except those of descendants
+// that are units already (shard the blocks first, then the root). Checks on every rank that
+// the ranks' parameters have the same names, shapes and dtypes (InvalidArgumentError on every
+// rank otherwise); a module sharded already, a parameter another unit holds, or parameters of
+// more than one dtype in a unit: InvalidArgumentError.
+std::shared_ptr<FSDPModule> fully_shard(const std::shared_ptr<nn::Module>& module,
+                                        std::shared_ptr<dist::ProcessGroup> group,
+                                        FullyShardOptions options = {});
+
+}  // namespace gw::fsdp

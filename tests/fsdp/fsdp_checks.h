@@ -1,0 +1,141 @@
+// fully_shard against single-process training, run by every rank of a group, whether the ranks
+// are threads over Gloo (test_fsdp) or processes under mpirun (fsdp_probe). The model is small
+// and float64, and holds what sharding must get right: rows that do not divide by the world
+// size (width 6, vocabulary 11 on 4 ranks: a rank whose shard of a bias is empty), weights tied
+// between the embedding and the head, a unit called twice per forward, and a parameter no
+// forward uses (it must keep no .grad, so that AdamW leaves it alone as it would unsharded),
+// five rows on 4 ranks (the last rank's rows start past the end) and a 0-dim parameter.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/ops.h"
+#include "core/random.h"
+#include "fsdp/fully_shard.h"
+#include "nn/nn.h"
+#include "optim/adamw.h"
+#include "tests/dist/process_group/checks.h"
+
+namespace gw::fsdp::testing {
+
+constexpr int64_t kVocab = 11;
+constexpr int64_t kLength = 8;
+constexpr int64_t kPerRank = 2;  // sequences per rank per micro-batch
+
+struct Net : nn::Module {
+  std::shared_ptr<nn::Embedding> emb;
+  std::shared_ptr<nn::GPTBlock> a, b;
+  std::shared_ptr<nn::Linear> unused;
+  std::shared_ptr<nn::LayerNorm> ln;
+  std::shared_ptr<nn::Linear> head;
+  Tensor scale;  // 0-dim: one row, on rank 0
+
+  explicit Net(int64_t width = 6) : Module("Net") {
+    Generator gen(7);
+    emb = register_module("emb", std::make_shared<nn::Embedding>(kVocab, width, gen));
+    // Without biases in the blocks' projections: attention ignores the key's bias, whose
+    // gradient is zero up to rounding, and AdamW would turn that rounding into steps of lr.
+    const nn::GPTBlockOptions block{.mlp_ratio = 4, .dropout = 0.0, .bias = false};
+    a = register_module("a", std::make_shared<nn::GPTBlock>(width, 2, block, gen));
+    b = register_module("b", std::make_shared<nn::GPTBlock>(width, 2, block, gen));
+    unused = register_module("unused", std::make_shared<nn::Linear>(width, 5, true, gen));
+    ln = register_module("ln", std::make_shared<nn::LayerNorm>(width));
+    head = register_module("head", std::make_shared<nn::Linear>(width, kVocab, false, gen));
+    head->tie_weight(emb->weight);
+    scale = register_parameter("scale", full({}, 1.5));
+    to(kFloat64);
+  }
+  Tensor forward(const Tensor& tokens) override {
+    Tensor x = (*a)((*emb)(tokens));
+    x = (*b)((*b)(x));
+    return (*head)((*ln)(x)) * scale;
+  }
+  Tensor loss(const Tensor& tokens, const Tensor& targets) {
+    return nn::functional::cross_entropy((*this)(tokens).reshape({-1, kVocab}),
+                                         targets.reshape({-1}));
+  }
+};
+
+// The blocks, then the root, as a user shards a transformer.
+inline std::shared_ptr<FSDPModule> shard(const std::shared_ptr<Net>& net,
+                                         std::shared_ptr<dist::ProcessGroup> pg,
+                                         FullyShardOptions options = {}) {
+  fully_shard(net->a, pg, options);
+  fully_shard(net->b, pg, options);
+  return fully_shard(net, pg, options);
+}
+
+// Micro-batch `micro` of step `step`, for every rank: (world * kPerRank, kLength) tokens and
+// their targets. Rank r trains on rows [r * kPerRank, (r + 1) * kPerRank).
+inline std::pair<Tensor, Tensor> batch(int world, int step, int micro) {
+  Generator gen(1000 + static_cast<uint64_t>(step) * 10 + static_cast<uint64_t>(micro));
+  Tensor t = randint(0, kVocab, {world * kPerRank, kLength + 1}, gen);
+  return {t.narrow(1, 0, kLength).contiguous(), t.narrow(1, 1, kLength).contiguous()};
+}
+
+struct Case {
+  FullyShardOptions options;
+  int micro_batches = 1;  // the first ones without gradient sync
+  int steps = 20;
+};
+
+inline std::string describe(const Case& k) {
+  return gw::detail::str("reshard_after_forward ", k.options.reshard_after_forward,
+                         ", micro-batches ", k.micro_batches);
+}
+
+// Trains the sharded model beside the unsharded one (which sees every rank's rows) with AdamW
+// and checks, after the last step, that each shard equals its rows of the unsharded parameter
+// to 1e-12 relative, and that the unused parameter has no .grad and never moved.
+inline void check_matches_single_process(std::shared_ptr<dist::ProcessGroup> pg,
+                                         dist::testing::Checks& c, const Case& k) {
+  const int world = pg->size(), r = pg->rank();
+  auto net = std::make_shared<Net>();
+  auto reference = std::make_shared<Net>();
+  const Tensor unused_before = reference->unused->weight.clone();
+  std::shared_ptr<FSDPModule> root = shard(net, pg, k.options);
+  const optim::AdamWOptions adamw{.lr = 0.01, .weight_decay = 0.1};
+  optim::AdamW opt(net->parameters(), adamw);
+  optim::AdamW ref_opt(reference->parameters(), adamw);
+  for (int step = 0; step < k.steps; ++step) {
+    opt.zero_grad();
+    ref_opt.zero_grad();
+    for (int micro = 0; micro < k.micro_batches; ++micro) {
+      auto [x, y] = batch(world, step, micro);
+      root->set_requires_gradient_sync(micro + 1 == k.micro_batches);
+      net->loss(x.narrow(0, r * kPerRank, kPerRank), y.narrow(0, r * kPerRank, kPerRank))
+          .backward();
+      reference->loss(x, y).backward();
+    }
+    opt.step();
+    ref_opt.step();
+  }
+  const auto shards = net->named_parameters();
+  const auto whole = reference->named_parameters();
+  c.expect(shards.size() == whole.size(), "the sharded model lists every parameter once");
+  for (size_t i = 0; i < std::min(shards.size(), whole.size()); ++i) {
+    const auto& [name, shard_t] = shards[i];
+    const Tensor& full_t = whole[i].second;
+    const int64_t rows = full_t.dim() == 0 ? 1 : full_t.size(0);
+    const int64_t per_rank = (rows + world - 1) / world;
+    const int64_t mine = std::clamp<int64_t>(rows - r * per_rank, 0, per_rank);
+    const Tensor want = full_t.reshape({rows, -1}).narrow(0, std::min(r * per_rank, rows), mine);
+    const bool ok = shard_t.numel() == want.numel() &&
+                    allclose(shard_t.reshape(want.sizes()), want, 1e-12, 1e-12);
+    c.expect(ok, gw::detail::str("rank ", r, " of ", world, ", ", describe(k), ": ", name,
+                                 " shard ", shape_str(shard_t.sizes()), " equals rows ",
+                                 r * per_rank, "+", mine, " of the unsharded one"));
+  }
+  c.expect(net->parameters()[0].grad().defined(), "the embedding's shard has a gradient");
+  const auto per_rank = (unused_before.size(0) + world - 1) / world;
+  const auto mine = std::clamp<int64_t>(unused_before.size(0) - r * per_rank, 0, per_rank);
+  for (const Tensor& p : net->unused->parameters())
+    c.expect(!p.grad().defined(), "unused: no grad");
+  c.expect(equal(net->unused->parameters()[0].reshape({-1}),
+                 unused_before.narrow(0, std::min(r * per_rank, unused_before.size(0)), mine)
+                     .reshape({-1})),
+           "the unused weight never moved");
+}
+
+}  // namespace gw::fsdp::testing

@@ -1,0 +1,20 @@
+// One rank of test_fsdp's MPI case, started by `mpirun -np N fsdp_probe`: fully_shard on
+// init_process_group("mpi") against single-process training (fsdp_checks.h). Prints
+// "rank R: C checks, F failed" and its failures, and exits 1 on any.
+#include <iostream>
+
+#include "dist/process_group/init_process_group.h"
+#include "tests/fsdp/fsdp_checks.h"
+
+int main() {
+  using namespace gw;
+  auto pg = dist::init_process_group("mpi");
+  dist::testing::Checks checks;
+  fsdp::testing::check_matches_single_process(pg, checks, {});
+  fsdp::testing::check_matches_single_process(pg, checks,
+                                              {.options = {}, .micro_batches = 2, .steps = 5});
+  std::cout << "rank " << pg->rank() << ": " << checks.count << " checks, "
+            << checks.failures.size() << " failed\n";
+  for (const auto& f : checks.failures) std::cout << "  " << f << "\n";
+  return checks.failures.empty() ? 0 : 1;
+}

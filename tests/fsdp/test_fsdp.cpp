@@ -1,0 +1,129 @@
+// fully_shard on 2 and 4 ranks: threads over real Gloo here, processes under OpenMPI's mpirun
+// (fsdp_probe). After 20 AdamW steps the shards equal single-process training on the global
+// batch (fsdp_checks.h), with and without resharding after forward and with gradient
+// accumulation; what fully_shard refuses, on every rank.
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <regex>
+
+#include "dist/process_group/init_process_group.h"
+#include "tests/dist/process_group/ranks.h"
+#include "tests/fsdp/fsdp_checks.h"
+#include "tests/skip.h"
+
+using namespace gw;
+using gw::dist::testing::Checks;
+using gw::dist::testing::run_ranks;
+using gw::fsdp::testing::Net;
+
+namespace {
+std::shared_ptr<dist::ProcessGroup> borrow(dist::ProcessGroupGloo& pg) {
+  return {&pg, [](dist::ProcessGroup*) {}};
+}
+}  // namespace
+
+TEST_CASE("fully_shard trains like one process on the global batch, on 2 and 4 Gloo ranks",
+          "[fsdp]") {
+  const std::vector<fsdp::testing::Case> cases{{},
+                                               {.options = {.reshard_after_forward = false}},
+                                               {.options = {}, .micro_batches = 2, .steps = 10}};
+  for (int world : {2, 4})
+    run_ranks(world, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+      for (const auto& k : cases) fsdp::testing::check_matches_single_process(borrow(pg), c, k);
+    });
+}
+
+TEST_CASE("fully_shard at world size 1 is the unsharded model", "[fsdp]") {
+  run_ranks(1, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+    fsdp::testing::check_matches_single_process(borrow(pg), c, {.options = {}, .steps = 3});
+  });
+}
+
+TEST_CASE("fully_shard frees a unit's parameters outside its call and gathers them in it",
+          "[fsdp]") {
+  run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+    auto net = std::make_shared<Net>();
+    auto root = fsdp::testing::shard(net, borrow(pg));
+    const Tensor member = net->a->ln_1->weight;             // what the block's forward reads
+    EXPECT(c, net->a->ln_1->parameters()[0].numel() == 3);  // the shard: 6 rows over 2 ranks
+    EXPECT_THROWS(c, StateError, member.sum(), "released");
+    // Called through forward() instead of operator(), the unit's hooks do not run.
+    EXPECT_THROWS(c, StateError, net->a->forward(zeros({1, 2, 6}, kFloat64)), "operator()");
+    auto [x, y] = fsdp::testing::batch(1, 0, 0);
+    Tensor loss = net->loss(x, y);  // the blocks were gathered and freed again; the root stays
+    EXPECT_THROWS(c, StateError, member.sum(), "released");
+    loss.backward();
+    EXPECT(c, net->emb->parameters()[0].grad().defined());
+    // unshard() makes the whole parameter readable, on every rank alike.
+    root->unshard();
+    EXPECT(c, net->emb->weight.sizes() == Shape({fsdp::testing::kVocab, 6}));
+    EXPECT(c, std::isfinite(net->emb->weight.sum().item<double>()));
+    root->reshard();
+  });
+}
+
+TEST_CASE("fully_shard refuses a module sharded twice and a parameter two units share", "[fsdp]") {
+  run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+    auto net = std::make_shared<Net>();
+    fsdp::fully_shard(net->a, borrow(pg));
+    EXPECT_THROWS(c, InvalidArgumentError, fsdp::fully_shard(net->a, borrow(pg)), "[fully_shard]",
+                  "sharded already");
+    // The head's weight is the embedding's: sharding the head alone leaves the embedding,
+    // which the root would hold, reading a tensor another unit manages.
+    fsdp::fully_shard(net->head, borrow(pg));
+    EXPECT_THROWS(c, InvalidArgumentError, fsdp::fully_shard(net, borrow(pg)), "[fully_shard]",
+                  "emb.weight", "belongs to another unit");
+
+    // The root first, then a block it holds already: refused, not sharded twice.
+    auto other = std::make_shared<Net>();
+    fsdp::fully_shard(other, borrow(pg));
+    EXPECT_THROWS(c, InvalidArgumentError, fsdp::fully_shard(other->b, borrow(pg)),
+                  "belongs to another unit", "blocks before the root");
+    // Shards converted after sharding would leave the gathers reading the old buffer.
+    other->to(kFloat32);
+    auto [x, y] = fsdp::testing::batch(1, 0, 0);
+    EXPECT_THROWS(c, StateError, other->loss(x, y), "moved or converted");
+  });
+}
+
+TEST_CASE("fully_shard fails on every rank when the ranks' models differ", "[fsdp]") {
+  run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+    auto net = std::make_shared<Net>(pg.rank() == 0 ? 6 : 4);
+    EXPECT_THROWS(c, InvalidArgumentError, fsdp::fully_shard(net->a, borrow(pg)), "[fully_shard]",
+                  "rank");
+  });
+}
+
+#ifdef GW_FSDP_PROBE
+TEST_CASE("fully_shard on the MPI group under mpirun -np 2 and -np 4", "[fsdp][mpi][process]") {
+  std::string why;
+  if (!dist::mpi_available(&why)) GW_SKIP(why);
+  if (std::system("command -v mpirun >/dev/null 2>&1") != 0)
+    GW_SKIP("no mpirun (Debian: openmpi-bin)");
+  for (int ranks : {2, 4}) {
+    std::string cmd = "timeout -k 5 300 mpirun --oversubscribe -np " + std::to_string(ranks);
+    if (::geteuid() == 0) cmd += " --allow-run-as-root";
+    cmd += std::string(" ") + GW_FSDP_PROBE + " 2>&1";
+    std::string output;
+    FILE* pipe = ::popen(cmd.c_str(), "r");
+    REQUIRE(pipe);
+    std::array<char, 4096> buf;
+    for (size_t n; (n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0;)
+      output.append(buf.data(), n);
+    const int status = ::pclose(pipe);
+    INFO("mpirun -np " << ranks << "\n" << output);
+    CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+    for (int r = 0; r < ranks; ++r) {
+      std::smatch m;
+      const std::regex line("rank " + std::to_string(r) + ": ([0-9]+) checks, 0 failed");
+      CHECK(std::regex_search(output, m, line));
+      if (!m.empty()) CHECK(std::stoi(m[1]) > 20);
+    }
+  }
+}
+#endif
