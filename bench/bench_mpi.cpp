@@ -1,6 +1,8 @@
 // ProcessGroupMPI allreduce from 4 B to 64 MiB on two ranks of one machine (OpenMPI's shared
 // memory), beside raw MPI_Allreduce of the same buffers and beside the Gloo group between the
-// same two processes (loopback TCP), in alternating rounds of one run.
+// same two processes (loopback TCP), in alternating rounds of one run. Then the flat
+// reduce_scatter_tensor and all_gather_into_tensor beside raw MPI_Reduce_scatter_block and
+// MPI_Allgather (bus bandwidth: whole buffer * (n - 1) / n per second).
 //
 // Started as a plain program it runs itself under `mpirun -np 2`; rank 0 reports.
 #include <mpi.h>
@@ -85,6 +87,38 @@ int main(int argc, char** argv) {
         report.add({"mpi", name, bus / ours, "GB/s", "raw MPI_Allreduce", bus / anchor});
         report.add({"mpi", name, bus / ours, "GB/s", "gradwire gloo group", bus / over_gloo});
       }
+    }
+    for (size_t bytes : {size_t{4} << 20, size_t{64} << 20}) {
+      const std::string size = gw::bench::size_label(bytes);
+      const bool rs = report.wants("mpi", "reduce_scatter_tensor " + size);
+      const bool ag = report.wants("mpi", "all_gather_into_tensor " + size);
+      if (!rs && !ag) continue;
+      const int chunk = static_cast<int>(bytes / 4 / kRanks);
+      const int iters = bytes > (size_t{8} << 20) ? 8 : 40;
+      gw::Tensor whole = gw::ones({chunk * kRanks}), mine = gw::ones({chunk});
+      double ours_rs = 1e30, raw_rs = 1e30, ours_ag = 1e30, raw_ag = 1e30;
+      for (int round = 0; round < 5; ++round) {
+        ours_rs =
+            std::min(ours_rs, loop(iters, [&] { mpi.reduce_scatter_tensor(mine, whole)->wait(); }));
+        raw_rs = std::min(raw_rs, loop(iters, [&] {
+                            MPI_Reduce_scatter_block(whole.raw_data(), mine.raw_data(), chunk,
+                                                     MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+                          }));
+        ours_ag = std::min(ours_ag,
+                           loop(iters, [&] { mpi.all_gather_into_tensor(whole, mine)->wait(); }));
+        raw_ag = std::min(raw_ag, loop(iters, [&] {
+                            MPI_Allgather(mine.raw_data(), chunk, MPI_FLOAT, whole.raw_data(),
+                                          chunk, MPI_FLOAT, MPI_COMM_WORLD);
+                          }));
+      }
+      if (rank != 0) continue;
+      const double bus = static_cast<double>(bytes) * (kRanks - 1) / kRanks / 1e9;
+      if (rs)
+        report.add({"mpi", "reduce_scatter_tensor " + size, bus / ours_rs, "GB/s",
+                    "raw MPI_Reduce_scatter_block", bus / raw_rs});
+      if (ag)
+        report.add({"mpi", "all_gather_into_tensor " + size, bus / ours_ag, "GB/s",
+                    "raw MPI_Allgather", bus / raw_ag});
     }
     gloo->barrier()->wait();
   }

@@ -4,13 +4,21 @@
 // and beside PyTorch 1.13's torch.distributed.all_reduce over its gloo backend (two processes,
 // torch_anchor_allreduce.py). Bus bandwidth is bytes * 2 (n - 1) / n per second, as
 // nccl-tests counts it.
+//
+// Then the flat collectives sharded data parallelism runs on, at 4 ranks (threads): the ring
+// reduce_scatter_tensor beside raw Gloo's own reduce-scatter (ReduceScatterHalvingDoubling, an
+// algorithm object made once, in place) and all_gather_into_tensor beside raw gloo::allgather.
+// Bus bandwidth of both: whole buffer * (n - 1) / n per second. PyTorch 1.13's Gloo backend
+// has no reduce_scatter, so no PyTorch row.
 #include <chrono>
 #include <future>
 #include <string>
 #include <vector>
 
+#include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/math.h>
+#include <gloo/reduce_scatter.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/hash_store.h>
 #include <gloo/transport/tcp/device.h>
@@ -99,10 +107,82 @@ Times measure(const Case& c, int rounds = 5) {
   return rank0;
 }
 
+constexpr int kFlatRanks = 4;
+
+struct FlatTimes {
+  double reduce_scatter = 1e30, raw_reduce_scatter = 1e30, all_gather = 1e30, raw_all_gather = 1e30;
+};
+
+// `bytes`: the whole buffer (kFlatRanks chunks). Alternating rounds, rank 0's best of each.
+FlatTimes measure_flat(size_t bytes, int iters, int rounds = 5) {
+  auto store = std::make_shared<gw::store::HashStore>();
+  gloo::rendezvous::HashStore raw_store;
+  auto rank_main = [&](int rank) {
+    gw::dist::ProcessGroupGloo pg(store, rank, kFlatRanks);
+    gloo::transport::tcp::attr attr;
+    attr.hostname = "127.0.0.1";
+    auto context = std::make_shared<gloo::rendezvous::Context>(rank, kFlatRanks);
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    context->connectFullMesh(raw_store, device);
+    const int64_t chunk = static_cast<int64_t>(bytes / 4 / kFlatRanks);
+    gw::Tensor whole = gw::ones({chunk * kFlatRanks});
+    gw::Tensor mine = gw::ones({chunk});
+    std::vector<float> raw(static_cast<size_t>(chunk * kFlatRanks), 1.f);
+    gloo::ReduceScatterHalvingDoubling<float> raw_rs(
+        context, {raw.data()}, static_cast<int>(raw.size()),
+        std::vector<int>(kFlatRanks, static_cast<int>(chunk)));
+    std::vector<float> raw_in(static_cast<size_t>(chunk), 1.f);
+    uint32_t tag = 0;
+    auto raw_allgather = [&] {
+      gloo::AllgatherOptions o(context);
+      o.setInput<float>(raw_in.data(), raw_in.size());
+      o.setOutput<float>(raw.data(), raw.size());
+      o.setTag(tag++);
+      gloo::allgather(o);
+    };
+    FlatTimes best;
+    for (int round = 0; round < rounds; ++round) {
+      best.reduce_scatter = std::min(
+          best.reduce_scatter, loop(iters, [&] { pg.reduce_scatter_tensor(mine, whole)->wait(); }));
+      best.raw_reduce_scatter =
+          std::min(best.raw_reduce_scatter, loop(iters, [&] { raw_rs.run(); }));
+      best.all_gather = std::min(
+          best.all_gather, loop(iters, [&] { pg.all_gather_into_tensor(whole, mine)->wait(); }));
+      best.raw_all_gather = std::min(best.raw_all_gather, loop(iters, raw_allgather));
+    }
+    return best;
+  };
+  std::vector<std::future<FlatTimes>> ranks;
+  for (int r = 0; r < kFlatRanks; ++r)
+    ranks.push_back(std::async(std::launch::async, rank_main, r));
+  FlatTimes rank0 = ranks[0].get();
+  for (int r = 1; r < kFlatRanks; ++r) ranks[r].get();
+  return rank0;
+}
+
+void report_flat(gw::bench::Reporter& report) {
+  for (size_t bytes : {size_t{4} << 20, size_t{64} << 20}) {
+    const std::string size = gw::bench::size_label(bytes) + ", 4 ranks";
+    const bool rs = report.wants("process_group", "reduce_scatter_tensor " + size);
+    const bool ag = report.wants("process_group", "all_gather_into_tensor " + size);
+    if (!rs && !ag) continue;
+    const int iters = bytes > (size_t{8} << 20) ? 4 : 20;
+    const FlatTimes t = measure_flat(bytes, iters);
+    const double bus = static_cast<double>(bytes) * (kFlatRanks - 1) / kFlatRanks / 1e9;
+    if (rs)
+      report.add({"process_group", "reduce_scatter_tensor " + size, bus / t.reduce_scatter, "GB/s",
+                  "raw gloo halving-doubling", bus / t.raw_reduce_scatter});
+    if (ag)
+      report.add({"process_group", "all_gather_into_tensor " + size, bus / t.all_gather, "GB/s",
+                  "raw gloo allgather", bus / t.raw_all_gather});
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   gw::bench::Reporter report(argc, argv);
+  report_flat(report);
   std::vector<Case> wanted;
   for (const auto& c : cases())
     if (report.wants("process_group", "allreduce " + gw::bench::size_label(c.bytes)))
