@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/cpu/cpu_allocator.h"
+#include "core/memory.h"
 #include "core/ops.h"
 #include "test_util.h"
 
@@ -595,4 +596,20 @@ TEST_CASE("the CPU allocator counts the bytes in use and their peak", "[core]") 
   CHECK(after.peak_allocated_bytes == before + 4 * mib);
   gw::reset_peak_cpu_memory_stats();
   CHECK(gw::cpu_memory_stats().peak_allocated_bytes == before);
+}
+
+TEST_CASE("memory_stats(device) is the CPU allocator's counters on the CPU", "[core]") {
+  const size_t mib = size_t{1} << 20;
+  gw::reset_peak_memory_stats(gw::kCPU);
+  const gw::MemoryStats before = gw::memory_stats(gw::kCPU);
+  CHECK(before.allocated_bytes == gw::cpu_memory_stats().allocated_bytes);
+  CHECK(before.peak_allocated_bytes == before.allocated_bytes);
+  CHECK(before.reserved_bytes == before.allocated_bytes + gw::cpu_memory_stats().cached_bytes);
+  {
+    Tensor a = gw::empty({int64_t{2} << 20 >> 2});  // 2 MiB
+    CHECK(gw::memory_stats().allocated_bytes == before.allocated_bytes + 2 * mib);
+  }
+  CHECK(gw::memory_stats(gw::kCPU).peak_allocated_bytes == before.allocated_bytes + 2 * mib);
+  gw::reset_peak_memory_stats();
+  CHECK(gw::memory_stats().peak_allocated_bytes == before.allocated_bytes);
 }
