@@ -4,6 +4,7 @@
 //   build/examples/gpt_train [--steps 2000] [--width 128] [--context 128] ...
 //   build/tools/gwrun/gwrun --nproc-per-node 2 build/examples/gpt_train --ddp gloo
 //   mpirun -np 2 build/examples/gpt_train --ddp mpi
+//   build/tools/gwrun/gwrun --nproc-per-node 4 build/examples/gpt_train --fsdp gloo
 //
 // The model is gw::nn::GPT (4 blocks of 4 heads, width 128, context 128, its head tied to the
 // token embedding: 0.8M parameters); AdamW with weight decay on the matrices only, a linear
@@ -12,7 +13,10 @@
 // each rank takes its own share of the same shuffled order, and DDP averages the gradients);
 // rank 0 shows a progress bar (loss, tokens/s over all ranks), the validation loss every
 // --eval-every steps (over --eval-batches fixed batches of the validation split, shared among
-// the ranks), and at the end a passage the model writes (--sample characters).
+// the ranks), and at the end a passage the model writes (--sample characters). --fsdp instead
+// of --ddp shards the model (fully_shard on each block, then on the root): each rank keeps
+// 1/ranks of the parameters, gradients and AdamW's state, and rank 0 reports the largest
+// rank's peak memory. Checkpoints are whole-model files, so --fsdp does not take them yet.
 //
 // With --checkpoint-every N, rank 0 saves the model, the optimizer and the step every N steps
 // and at the end (one safetensors file, written aside and renamed into place), and a run that
@@ -38,6 +42,7 @@
 #include <vector>
 
 #include "core/checkpoint.h"
+#include "core/memory.h"
 #include "core/ops.h"
 #include "core/parallel.h"
 #include "dist/checkpoint/dist_checkpoint.h"
@@ -62,6 +67,7 @@ struct Args {
   double target = 0;  // > 0: the final validation loss must be at most this
   uint64_t seed = 0;
   std::string ddp, device = "cpu", curve, prompt = "And ";
+  bool fsdp = false;  // the group (--fsdp gloo|mpi, kept in `ddp`) shards instead of replicating
   gw::examples::CheckpointArgs checkpoint{"gpt_train"};
   gw::examples::TraceArgs trace;
 };
@@ -70,7 +76,8 @@ constexpr const char* kUsage =
     "usage: gpt_train [--steps N] [--batch-size N (per rank)] [--context N] [--layers N] "
     "[--heads N] [--width N] [--dropout P] [--lr X] [--warmup N] [--min-lr-factor X] "
     "[--weight-decay X] [--clip X] [--eval-every N] [--eval-batches N] [--sample N] "
-    "[--prompt TEXT] [--temperature X] [--top-k N] [--seed N] [--threads N] [--ddp gloo|mpi] "
+    "[--prompt TEXT] [--temperature X] [--top-k N] [--seed N] [--threads N] [--ddp gloo|mpi | "
+    "--fsdp gloo|mpi] "
     "[--device cpu|cuda] [--curve PREFIX] [--target LOSS] [--checkpoint-every N] "
     "[--checkpoint-dir DIR] [--trace FILE]\n";
 
@@ -121,9 +128,10 @@ Args parse(int argc, char** argv) {
       a.seed = static_cast<uint64_t>(n);
     else if (k == "--threads")
       a.threads = n;
-    else if (k == "--ddp" && (v == "gloo" || v == "mpi"))
+    else if ((k == "--ddp" || k == "--fsdp") && (v == "gloo" || v == "mpi") && a.ddp.empty()) {
       a.ddp = v;
-    else if (k == "--device" && (v == "cpu" || v == "cuda"))
+      a.fsdp = k == "--fsdp";
+    } else if (k == "--device" && (v == "cpu" || v == "cuda"))
       a.device = v;
     else if (k == "--curve")
       a.curve = v;
@@ -138,21 +146,23 @@ Args parse(int argc, char** argv) {
   }
   if (a.recipe.warmup == -1) a.recipe.warmup = std::min<int64_t>(100, a.recipe.steps / 10);
   // Values the flags parsed to that cannot run, named.
-  const char* bad = a.recipe.steps < 1 ? "--steps must be at least 1"
-                    : a.batch_size < 1 ? "--batch-size must be at least 1"
-                    : a.recipe.warmup < 0 || a.recipe.warmup >= a.recipe.steps
-                        ? "--warmup must be in [0, --steps)"
-                    : a.eval_every < 1 || a.eval_batches < 1
-                        ? "--eval-every and --eval-batches must be at least 1"
-                    : a.sample < 0          ? "--sample must not be negative"
-                    : a.threads < 1         ? "--threads must be at least 1"
-                    : !(a.recipe.lr > 0)    ? "--lr must be positive"
-                    : !(a.recipe.clip >= 0) ? "--clip must not be negative (0: no clipping)"
-                    : !(a.temperature > 0) || a.top_k < 0
-                        ? "--temperature must be positive, --top-k >= 0"
-                    : !a.ddp.empty() && a.device == "cuda"
-                        ? "--ddp runs on the CPU (gloo, mpi): drop it or --device cuda"
-                        : nullptr;
+  const char* bad =
+      a.recipe.steps < 1 ? "--steps must be at least 1"
+      : a.batch_size < 1 ? "--batch-size must be at least 1"
+      : a.recipe.warmup < 0 || a.recipe.warmup >= a.recipe.steps
+          ? "--warmup must be in [0, --steps)"
+      : a.eval_every < 1 || a.eval_batches < 1
+          ? "--eval-every and --eval-batches must be at least 1"
+      : a.sample < 0                        ? "--sample must not be negative"
+      : a.threads < 1                       ? "--threads must be at least 1"
+      : !(a.recipe.lr > 0)                  ? "--lr must be positive"
+      : !(a.recipe.clip >= 0)               ? "--clip must not be negative (0: no clipping)"
+      : !(a.temperature > 0) || a.top_k < 0 ? "--temperature must be positive, --top-k >= 0"
+      : !a.ddp.empty() && a.device == "cuda"
+          ? "--ddp and --fsdp run on the CPU (gloo, mpi): drop them or --device cuda"
+      : a.fsdp && a.checkpoint.every > 0
+          ? "--fsdp does not take --checkpoint-every yet (checkpoints are whole models)"
+          : nullptr;
   if (bad) {
     std::fprintf(stderr,
                  "gpt_train: %s (steps %lld, batch size %lld, warmup %lld, lr %g, clip %g, "
@@ -240,7 +250,12 @@ int main(int argc, char** argv) {
     gw::Generator gen(args.seed);
     auto model = std::make_shared<gw::nn::GPT>(options, gen);
     model->to(device);
-    gw::examples::GPTTrainer trainer(model, args.recipe, group);
+    int64_t parameter_count = 0;  // before sharding
+    for (const gw::Tensor& p : model->parameters()) parameter_count += p.numel();
+    gw::examples::GPTTrainer trainer(
+        model, args.recipe, group,
+        args.fsdp ? gw::examples::Parallelism::fsdp : gw::examples::Parallelism::ddp);
+    gw::reset_peak_memory_stats(device);
     const auto identity = run_identity(args, corpus.vocab_size(), world);
     // A collective: what throws on one rank throws on all (without a group, just f).
     auto on_every_rank = [&](const std::function<void()>& f) {
@@ -270,15 +285,16 @@ int main(int argc, char** argv) {
 
     const int64_t tokens_per_step = args.batch_size * args.model.context * world;
     if (rank == 0) {
-      int64_t count = 0;
-      for (const gw::Tensor& p : model->parameters()) count += p.numel();
+      const std::string parallel = !group
+                                       ? ""
+                                       : gw::detail::str(", ", args.fsdp ? "FSDP" : "DDP", " on ",
+                                                         world, " ranks (", args.ddp, ")");
       std::printf(
           "%s\n%.2fM parameters; %zu characters of text, vocabulary of %lld; %s%s\n"
           "AdamW lr %g (warm-up %lld, cosine to %g), weight decay %g, clip %g; %lld steps of "
           "%lld tokens\n",
-          model->repr().c_str(), static_cast<double>(count) / 1e6, corpus.text.size(),
-          static_cast<long long>(corpus.vocab_size()), args.device.c_str(),
-          group ? (", DDP on " + std::to_string(world) + " ranks (" + args.ddp + ")").c_str() : "",
+          model->repr().c_str(), static_cast<double>(parameter_count) / 1e6, corpus.text.size(),
+          static_cast<long long>(corpus.vocab_size()), args.device.c_str(), parallel.c_str(),
           args.recipe.lr, static_cast<long long>(args.recipe.warmup),
           args.recipe.lr * args.recipe.min_lr_factor, args.recipe.weight_decay, args.recipe.clip,
           static_cast<long long>(args.recipe.steps), static_cast<long long>(tokens_per_step));
@@ -348,19 +364,29 @@ int main(int argc, char** argv) {
       final_val = validate();
       if (rank == 0) std::printf("val loss %.4f\n", final_val);
     }
+    {  // each rank's peak in training, from the allocator's counters
+      const double mine = static_cast<double>(gw::memory_stats(device).peak_allocated_bytes);
+      gw::Tensor largest = gw::full({1}, mine, gw::kFloat64);
+      if (group) group->allreduce(largest, {.op = gw::dist::ReduceOp::MAX})->wait();
+      if (rank == 0)
+        std::printf("peak memory allocated in training: rank 0 %.1f MiB, largest rank %.1f MiB\n",
+                    mine / 1048576.0, largest.item<double>() / 1048576.0);
+    }
 
+    // Sharded, every rank runs the model (its calls gather); each draws the same passage.
+    if ((rank == 0 || args.fsdp) && args.sample > 0) {
+      gw::Generator sampling(args.seed);
+      const std::vector<int64_t> text = model->generate(
+          prompt, args.sample, sampling, {.temperature = args.temperature, .top_k = args.top_k});
+      if (rank == 0)
+        std::printf("--- a sample (%lld characters, temperature %g) ---\n%s\n---\n",
+                    static_cast<long long>(args.sample), args.temperature,
+                    corpus.decode(text).c_str());
+    }
     if (rank == 0 && !args.curve.empty()) {
       gw::examples::write_loss_curve(args.curve, losses, "char-GPT on the King James Bible",
                                      val_losses, first + 1);
       std::printf("wrote %s.csv and %s.svg\n", args.curve.c_str(), args.curve.c_str());
-    }
-    if (rank == 0 && args.sample > 0) {
-      gw::Generator sampling(args.seed);
-      const std::vector<int64_t> text = model->generate(
-          prompt, args.sample, sampling, {.temperature = args.temperature, .top_k = args.top_k});
-      std::printf("--- a sample (%lld characters, temperature %g) ---\n%s\n---\n",
-                  static_cast<long long>(args.sample), args.temperature,
-                  corpus.decode(text).c_str());
     }
     const bool reached = args.target <= 0 || final_val <= args.target;
     if (rank == 0 && args.target > 0)

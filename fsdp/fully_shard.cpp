@@ -1,6 +1,7 @@
 #include "fsdp/fully_shard.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -253,14 +254,16 @@ void Unit::finish_reductions() {
     red.work->wait();
     const std::vector<double> counts =
         red.output.narrow(0, chunk, static_cast<int64_t>(params.size())).to_vector<double>();
-    Tensor summed = red.output.narrow(0, 0, chunk);
+    // The average, in place: each shard's .grad views the buffer (no second copy of them).
+    Tensor summed = red.output.narrow(0, 0, chunk).div_(static_cast<double>(world()));
     for (size_t i = 0; i < params.size(); ++i) {
       if (counts[i] == 0) continue;  // no rank had a gradient for it
       ShardedParam& p = params[i];
-      Tensor grad = summed.narrow(0, p.offset, p.shard.numel()).view(p.shard.sizes()) /
-                    static_cast<double>(world());
-      Tensor old = p.shard.grad();
-      p.shard.set_grad(old.defined() ? old + grad : grad);
+      Tensor grad = summed.narrow(0, p.offset, p.shard.numel()).view(p.shard.sizes());
+      if (Tensor old = p.shard.grad(); old.defined())
+        old.add_(grad);
+      else
+        p.shard.set_grad(grad);
     }
   }
   reductions.clear();
@@ -287,6 +290,9 @@ Tensor Unit::pre_forward(const Tensor& input) {
   }
   if (is_root()) {
     root->forget_failed_backward();
+    // Nothing stays gathered from an earlier call (a forward whose backward never ran, an
+    // unused prefetch): an optimizer step may have changed the shards since.
+    root->for_each_unit([](Unit& u) { u.reshard(); });
     root->forward_calls = 0;
     if (!root->forward_recorded) root->forward_order.clear();  // a first forward that threw
   }
@@ -347,7 +353,9 @@ void Root::forget_failed_backward() {
   for_each_unit([](Unit& u) {
     u.reductions.clear();
     u.reduced = false;
-    u.reshard();
+    // What the failed pass left on the members (and what accumulated without sync before it)
+    // would otherwise be added into the next step.
+    for (const ShardedParam& p : u.params) p.full.set_grad(Tensor());
   });
 }
 
@@ -355,9 +363,6 @@ void Root::forget_failed_backward() {
 // did not end through their input (the root, whose input is tokens; a unit no rank's loss
 // reached) and those that got gradients after they were reduced.
 void Root::end_of_backward() {
-  callback_queued = false;
-  backward_recorded = true;
-  backward_calls = 0;
   for_each_unit([](Unit& u) {
     if (u.sync && (!u.reduced || u.has_gradients())) u.reduce_gradients();
   });
@@ -366,6 +371,10 @@ void Root::end_of_backward() {
     u.reshard();
     u.reduced = false;
   });
+  // Only now: when the above throws, the next call forgets this pass (forget_failed_backward).
+  callback_queued = false;
+  backward_recorded = true;
+  backward_calls = 0;
 }
 
 }  // namespace detail
@@ -494,6 +503,27 @@ std::shared_ptr<FSDPModule> fully_shard(const std::shared_ptr<nn::Module>& modul
     return unit->post_forward(output);
   });
   return std::make_shared<FSDPModule>(unit, module);
+}
+
+double clip_grad_norm_(const std::vector<Tensor>& shards, double max_norm,
+                       dist::ProcessGroup& group) {
+  GW_CHECK(max_norm >= 0, InvalidArgumentError, "[fsdp::clip_grad_norm_] max_norm ", max_norm,
+           " is negative");
+  autograd::NoGradGuard no_grad;
+  // This rank's sum of squares in float64, then the ranks'.
+  double mine = 0;
+  for (const Tensor& p : shards)
+    if (Tensor g = p.grad(); g.defined() && g.numel() > 0)
+      mine += (g.to(kFloat64) * g.to(kFloat64)).sum().to(kCPU).item<double>();
+  Tensor squares = full({1}, mine, TensorOptions(kFloat64).with_device(group.device()));
+  group.allreduce(squares)->wait();
+  const double total = std::sqrt(squares.to(kCPU).item<double>());
+  // As PyTorch's: a non-finite norm makes the gradients NaN or zero.
+  const double scale = max_norm / (total + 1e-6);
+  if (!(scale >= 1.0))
+    for (const Tensor& p : shards)
+      if (Tensor g = p.grad(); g.defined()) g.mul_(scale);
+  return total;
 }
 
 void FSDPModule::unshard() { unit_->finish_gather(); }

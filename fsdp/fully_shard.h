@@ -23,10 +23,11 @@
 //
 // Overlap: collectives run on the group's thread. The first iteration records the order in
 // which units are called and run backward; from then on a unit's call issues the next unit's
-// all-gather before it computes, and its backward the previous unit's, so at most two units
-// besides the root are gathered at once. Reduce-scatters run while earlier units' backward
-// computes; the end of backward waits for them and writes the shards' .grad (adding to a
-// .grad already there, as autograd does).
+// all-gather before it computes, and its backward the previous unit's, so with
+// reshard_after_forward at most two units besides the root are gathered at once.
+// Reduce-scatters run while earlier units' backward computes; the end of backward waits for
+// them and makes each shard's .grad a view of its reduction (or adds to a .grad already there,
+// as autograd does).
 //
 // Rules, as PyTorch's:
 // - Call units through operator(), where their hooks run (model->loss and GPT's own calls do);
@@ -84,6 +85,13 @@ class FSDPModule {
   std::shared_ptr<detail::Unit> unit_;
   std::shared_ptr<nn::Module> module_;  // the unit's module outlives this handle
 };
+
+// clip_grad_norm_ over shards (torch.nn.utils.clip_grad_norm_ on FSDP's DTensors): the total
+// 2-norm of every rank's shard gradients (one allreduce of a number), and each rank scales its
+// own by max_norm / (norm + 1e-6), clamped to 1. Returns the total norm from before. Every rank
+// of `group` calls it.
+double clip_grad_norm_(const std::vector<Tensor>& shards, double max_norm,
+                       dist::ProcessGroup& group);
 
 // Makes `module` a unit over `group` (Gloo, MPI or NCCL; every rank calls it the same way).
 // The unit manages the parameters of `module` and its descendants, except those of descendants

@@ -4,15 +4,22 @@
 
 #include "autograd/grad_mode.h"
 #include "core/ops.h"
+#include "fsdp/fully_shard.h"
 #include "nn/functional.h"
 #include "optim/clip_grad.h"
 
 namespace gw::examples {
 
 GPTTrainer::GPTTrainer(std::shared_ptr<nn::GPT> model, const GPTRecipe& recipe,
-                       std::shared_ptr<dist::ProcessGroup> group)
+                       std::shared_ptr<dist::ProcessGroup> group, Parallelism parallelism)
     : recipe_(recipe), model_(std::move(model)) {
-  if (group) ddp_ = std::make_unique<ddp::DistributedDataParallel>(model_, std::move(group));
+  if (group && parallelism == Parallelism::fsdp) {
+    for (const auto& block : model_->h->children()) fsdp::fully_shard(block, group);
+    fsdp::fully_shard(model_, group);  // the embeddings, the final norm and the tied head
+    sharded_over_ = std::move(group);
+  } else if (group) {
+    ddp_ = std::make_unique<ddp::DistributedDataParallel>(model_, std::move(group));
+  }
   opt_ = std::make_unique<optim::AdamW>(
       optim::weight_decay_groups(model_->parameters(), recipe.weight_decay),
       optim::AdamWOptions{.lr = recipe.lr, .betas = {0.9, 0.99}});
@@ -28,11 +35,14 @@ void GPTTrainer::schedule_from(int64_t step) {
 double GPTTrainer::step(const Tensor& x, const Tensor& y) {
   const Device device = model_->wte->weight.device();
   opt_->zero_grad();
-  const Tensor logits = ddp_ ? ddp_->forward(x.to(device)) : model_->forward(x.to(device));
+  const Tensor logits = ddp_ ? ddp_->forward(x.to(device)) : (*model_)(x.to(device));
   Tensor loss = nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}),
                                               y.to(device).reshape({-1}));
   loss.backward();
-  if (recipe_.clip > 0) optim::clip_grad_norm_(model_->parameters(), recipe_.clip);
+  if (recipe_.clip > 0 && sharded_over_)
+    fsdp::clip_grad_norm_(model_->parameters(), recipe_.clip, *sharded_over_);
+  else if (recipe_.clip > 0)
+    optim::clip_grad_norm_(model_->parameters(), recipe_.clip);
   opt_->step();
   schedule_->step();
   return loss.item<double>();

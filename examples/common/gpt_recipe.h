@@ -33,15 +33,20 @@ struct GPTRecipe {
 // The recipe as text (name -> value), for a checkpoint's metadata and the PyTorch anchor.
 std::map<std::string, std::string> recipe_metadata(const GPTRecipe& recipe);
 
+// How a trainer with a group spreads the model over its ranks: a whole replica on each (DDP),
+// or 1/ranks of it (fully_shard on every block, then on the root).
+enum class Parallelism { ddp, fsdp };
+
 class GPTTrainer {
  public:
-  // Trains `model` (already on its device); with a group, through DDP over it. The schedule
-  // starts at step 0 (see schedule_from).
+  // Trains `model` (already on its device); with a group, through DDP or fully_shard over it.
+  // The schedule starts at step 0 (see schedule_from).
   GPTTrainer(std::shared_ptr<nn::GPT> model, const GPTRecipe& recipe,
-             std::shared_ptr<dist::ProcessGroup> group = nullptr);
+             std::shared_ptr<dist::ProcessGroup> group = nullptr,
+             Parallelism parallelism = Parallelism::ddp);
 
   // One step on inputs and targets (N, L) int64 (moved to the model's device); returns this
-  // rank's loss (with DDP, the ranks' gradients are averaged).
+  // rank's loss (with a group, the ranks' gradients are averaged).
   double step(const Tensor& x, const Tensor& y);
   // Puts the learning rate where step `step` has it, e.g. after resuming at that step.
   void schedule_from(int64_t step);
@@ -52,6 +57,7 @@ class GPTTrainer {
  private:
   GPTRecipe recipe_;
   std::shared_ptr<nn::GPT> model_;
+  std::shared_ptr<dist::ProcessGroup> sharded_over_;  // with fully_shard
   std::unique_ptr<ddp::DistributedDataParallel> ddp_;
   std::unique_ptr<optim::AdamW> opt_;
   std::unique_ptr<optim::LambdaLR> schedule_;

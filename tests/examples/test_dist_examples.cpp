@@ -308,6 +308,21 @@ TEST_CASE("gpt_train: DDP on 2 ranks trains as one process on the same global ba
   CHECK(count(ddp.out, "--- a sample (80 characters, temperature 0.8) ---") == 1);  // rank 0's
   CHECK(count(ddp.out, "] And ") == 1);  // the sample goes on from the prompt
 
+  // Sharded instead of replicated: the same sums of the same gradients, only the clipping
+  // norm is summed from shards.
+  std::vector<std::string> sharded = gpt_args(2);
+  *std::find(sharded.begin(), sharded.end(), "--ddp") = "--fsdp";
+  const auto fsdp = run_gwrun(sharded);
+  INFO(fsdp.out << fsdp.err);
+  REQUIRE(fsdp.exit_code == 0);
+  CHECK(count(fsdp.out, "FSDP on 2 ranks (gloo)") == 1);
+  for (int step : {100, 200}) {
+    INFO("step " << step);
+    CHECK(std::abs(gpt_val_loss_at(fsdp.out, step) - gpt_val_loss_at(ddp.out, step)) < 1e-3);
+  }
+  CHECK(count(fsdp.out, "peak memory allocated in training: rank 0") == 1);
+  CHECK(count(fsdp.out, "] And ") == 1);  // rank 0 printed the passage (every rank drew it)
+
   // The curve: a row per step, the validation loss in the rows of the steps it followed.
   std::ifstream csv(dir.path + "/curve.csv");
   std::vector<std::string> rows;

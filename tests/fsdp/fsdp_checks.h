@@ -7,6 +7,8 @@
 // five rows on 4 ranks (the last rank's rows start past the end) and a 0-dim parameter.
 #pragma once
 
+#include <algorithm>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -74,6 +76,32 @@ inline std::pair<Tensor, Tensor> batch(int world, int step, int micro) {
   return {t.narrow(1, 0, kLength).contiguous(), t.narrow(1, 1, kLength).contiguous()};
 }
 
+// Rank r's rows of a whole parameter (what its shard must equal), flattened to (rows, -1).
+inline Tensor rows_of(const Tensor& whole, int r, int world) {
+  const int64_t rows = whole.dim() == 0 ? 1 : whole.size(0);
+  const int64_t per_rank = (rows + world - 1) / world;
+  const int64_t mine = std::clamp<int64_t>(rows - r * per_rank, 0, per_rank);
+  return whole.reshape({rows, -1}).narrow(0, std::min(r * per_rank, rows), mine);
+}
+
+// Each of `shards` (the sharded model's, by name) equals rank r's rows of the same-named tensor
+// of `wholes` to 1e-12 relative; `what` picks the tensor (the parameter, or its .grad).
+inline void check_rows(dist::testing::Checks& c, const nn::Module& sharded, const nn::Module& whole,
+                       int r, int world, const std::string& context,
+                       const std::function<Tensor(const Tensor&)>& what) {
+  const auto shards = sharded.named_parameters();
+  const auto wholes = whole.named_parameters();
+  c.expect(shards.size() == wholes.size(), "the sharded model lists every parameter once");
+  for (size_t i = 0; i < std::min(shards.size(), wholes.size()); ++i) {
+    const Tensor got = what(shards[i].second);
+    const Tensor want = rows_of(what(wholes[i].second), r, world);
+    const bool ok =
+        got.numel() == want.numel() && allclose(got.reshape(want.sizes()), want, 1e-12, 1e-12);
+    c.expect(ok, gw::detail::str("rank ", r, " of ", world, ", ", context, ": ", shards[i].first,
+                                 " shard ", shape_str(got.sizes()), " equals its rows"));
+  }
+}
+
 struct Case {
   FullyShardOptions options;
   int micro_batches = 1;  // the first ones without gradient sync
@@ -111,30 +139,12 @@ inline void check_matches_single_process(std::shared_ptr<dist::ProcessGroup> pg,
     opt.step();
     ref_opt.step();
   }
-  const auto shards = net->named_parameters();
-  const auto whole = reference->named_parameters();
-  c.expect(shards.size() == whole.size(), "the sharded model lists every parameter once");
-  for (size_t i = 0; i < std::min(shards.size(), whole.size()); ++i) {
-    const auto& [name, shard_t] = shards[i];
-    const Tensor& full_t = whole[i].second;
-    const int64_t rows = full_t.dim() == 0 ? 1 : full_t.size(0);
-    const int64_t per_rank = (rows + world - 1) / world;
-    const int64_t mine = std::clamp<int64_t>(rows - r * per_rank, 0, per_rank);
-    const Tensor want = full_t.reshape({rows, -1}).narrow(0, std::min(r * per_rank, rows), mine);
-    const bool ok = shard_t.numel() == want.numel() &&
-                    allclose(shard_t.reshape(want.sizes()), want, 1e-12, 1e-12);
-    c.expect(ok, gw::detail::str("rank ", r, " of ", world, ", ", describe(k), ": ", name,
-                                 " shard ", shape_str(shard_t.sizes()), " equals rows ",
-                                 r * per_rank, "+", mine, " of the unsharded one"));
-  }
-  c.expect(net->parameters()[0].grad().defined(), "the embedding's shard has a gradient");
-  const auto per_rank = (unused_before.size(0) + world - 1) / world;
-  const auto mine = std::clamp<int64_t>(unused_before.size(0) - r * per_rank, 0, per_rank);
+  check_rows(c, *net, *reference, r, world, describe(k), [](const Tensor& t) { return t; });
+  c.expect(net->emb->parameters()[0].grad().defined(), "the embedding's shard has a gradient");
   for (const Tensor& p : net->unused->parameters())
     c.expect(!p.grad().defined(), "unused: no grad");
-  c.expect(equal(net->unused->parameters()[0].reshape({-1}),
-                 unused_before.narrow(0, std::min(r * per_rank, unused_before.size(0)), mine)
-                     .reshape({-1})),
+  const Tensor unused_rows = rows_of(unused_before, r, world);
+  c.expect(equal(net->unused->parameters()[0].reshape(unused_rows.sizes()), unused_rows),
            "the unused weight never moved");
 }
 

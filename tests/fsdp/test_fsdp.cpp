@@ -11,7 +11,9 @@
 #include <cstdio>
 #include <regex>
 
+#include "autograd/autograd.h"
 #include "dist/process_group/init_process_group.h"
+#include "optim/clip_grad.h"
 #include "tests/dist/process_group/ranks.h"
 #include "tests/fsdp/fsdp_checks.h"
 #include "tests/skip.h"
@@ -127,3 +129,65 @@ TEST_CASE("fully_shard on the MPI group under mpirun -np 2 and -np 4", "[fsdp][m
   }
 }
 #endif
+
+TEST_CASE("fsdp::clip_grad_norm_ over shards is the unsharded model's norm and clipping",
+          "[fsdp]") {
+  run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+    auto net = std::make_shared<Net>();
+    auto reference = std::make_shared<Net>();
+    fsdp::testing::shard(net, borrow(pg));
+    auto [x, y] = fsdp::testing::batch(2, 0, 0);
+    const int64_t n = fsdp::testing::kPerRank;
+    net->loss(x.narrow(0, pg.rank() * n, n), y.narrow(0, pg.rank() * n, n)).backward();
+    reference->loss(x, y).backward();
+    const double norm = fsdp::clip_grad_norm_(net->parameters(), 0.01, pg);
+    const double want = optim::clip_grad_norm_(reference->parameters(), 0.01).item<double>();
+    EXPECT(c, std::abs(norm - want) <= 1e-12 * want);
+    EXPECT(c, want > 0.01);  // so both were scaled
+    fsdp::testing::check_rows(
+        c, *net, *reference, pg.rank(), 2, "clipped gradients",
+        [](const Tensor& t) { return t.grad().defined() ? t.grad() : t * 0; });
+  });
+}
+
+TEST_CASE(
+    "a backward that throws on every rank is forgotten: the next steps train as if it "
+    "never ran",
+    "[fsdp]") {
+  run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+    const int r = pg.rank(), n = fsdp::testing::kPerRank;
+    auto net = std::make_shared<Net>();
+    auto reference = std::make_shared<Net>();
+    fsdp::testing::shard(net, borrow(pg));
+    const optim::AdamWOptions adamw{.lr = 0.01, .weight_decay = 0.1};
+    optim::AdamW opt(net->parameters(), adamw), ref_opt(reference->parameters(), adamw);
+    for (int step = 0; step < 3; ++step) {
+      auto [x, y] = fsdp::testing::batch(2, step, 0);
+      if (step == 1) {
+        // The gradient reaching block a's output throws, after block b's reductions were issued
+        // and the root's gradients were left on its members.
+        const int64_t hook =
+            net->a->register_forward_hook([](nn::Module&, const Tensor&, const Tensor& out) {
+              autograd::Edge edge = autograd::gradient_edge(out);
+              edge.fn->pre_hooks.emplace_back(edge.input_nr, [](const Tensor&) -> Tensor {
+                throw std::runtime_error("injected");
+              });
+              return Tensor();
+            });
+        opt.zero_grad();
+        EXPECT_THROWS(c, std::exception,
+                      net->loss(x.narrow(0, r * n, n), y.narrow(0, r * n, n)).backward(),
+                      "injected");
+        net->a->remove_hook(hook);
+      }
+      opt.zero_grad();
+      ref_opt.zero_grad();
+      net->loss(x.narrow(0, r * n, n), y.narrow(0, r * n, n)).backward();
+      reference->loss(x, y).backward();
+      opt.step();
+      ref_opt.step();
+    }
+    fsdp::testing::check_rows(c, *net, *reference, r, 2, "after a failed backward",
+                              [](const Tensor& t) { return t; });
+  });
+}

@@ -1,0 +1,209 @@
+// Memory per rank of a 50M-parameter GPT trained on 4 ranks three ways, from the CPU allocator's
+// counters (gw::memory_stats): DDP (a whole replica, gradients and AdamW state on every rank),
+// ZeRO-1 (DDP with AdamW's state sharded by ZeroRedundancyOptimizer) and fully_shard (everything
+// sharded). Each is set beside what it must hold at its peak (P parameters, 4 B each):
+//   DDP    20 B x P: weights, gradients, AdamW's two moments, DDP's buckets (the optimizer step,
+//          after the activations are gone)
+//   ZeRO-1 12 B x P + 8 B x P / ranks, likewise
+//   FSDP   16 B x P / ranks + two gathered blocks + the root gathered + A (backward's start)
+// with A the activations one rank's forward keeps for backward, measured separately on the
+// unsharded model.
+// The step time of each is reported against DDP's in the same run (FSDP's extra all-gather is
+// expected to cost time on 2 cores).
+//
+// Started as a plain program it runs itself under `mpirun -np 4`; the ranks train over a Gloo
+// group (the MPI group only starts them); rank 0 reports.
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "bench/harness.h"
+#include "bench/mpi_peers.h"
+#include "core/memory.h"
+#include "core/ops.h"
+#include "ddp/distributed_data_parallel.h"
+#include "dist/optim/zero_redundancy_optimizer.h"
+#include "dist/process_group/process_group_mpi.h"
+#include "fsdp/fully_shard.h"
+#include "nn/functional.h"
+#include "nn/transformer.h"
+#include "optim/adamw.h"
+#include "store/launch_env.h"
+
+namespace {
+
+constexpr int kRanks = 4;
+constexpr int kSteps = 3;
+constexpr double kMiB = 1024.0 * 1024.0;
+// 16 blocks of width 512: 50.4M parameters.
+const gw::nn::GPTOptions kModel{
+    .vocab_size = 65, .context = 64, .layers = 16, .heads = 8, .width = 512};
+constexpr int64_t kBatch = 2;  // sequences per rank
+
+std::shared_ptr<gw::nn::GPT> make_model() {
+  gw::Generator gen(0);
+  return std::make_shared<gw::nn::GPT>(kModel, gen);
+}
+
+std::pair<gw::Tensor, gw::Tensor> batch(int rank, int step) {
+  gw::Generator gen(100 + static_cast<uint64_t>(step * kRanks + rank));
+  gw::Tensor t = gw::randint(0, kModel.vocab_size, {kBatch, kModel.context + 1}, gen);
+  return {t.narrow(1, 0, kModel.context).contiguous(), t.narrow(1, 1, kModel.context).contiguous()};
+}
+
+struct Measured {
+  double peak_mib = 0;
+  double step_s = 1e30;  // the best step after the first
+};
+
+// kSteps AdamW steps of `forward_loss` + `step`; the peak from just before the first.
+template <typename Loss, typename Step>
+Measured train(int rank, Loss forward_loss, Step step) {
+  gw::reset_peak_memory_stats(gw::kCPU);
+  Measured m;
+  for (int s = 0; s < kSteps; ++s) {
+    auto [x, y] = batch(rank, s);
+    const auto start = std::chrono::steady_clock::now();
+    forward_loss(x, y).backward();
+    step();
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (s > 0) m.step_s = std::min(m.step_s, took);
+  }
+  m.peak_mib = static_cast<double>(gw::memory_stats(gw::kCPU).peak_allocated_bytes) / kMiB;
+  return m;
+}
+
+// The activations one rank's forward keeps for backward: its peak over the bytes held before.
+double activations_mib(int rank) {
+  auto model = make_model();
+  auto [x, y] = batch(rank, 0);
+  const size_t before = gw::memory_stats(gw::kCPU).allocated_bytes;
+  gw::reset_peak_memory_stats(gw::kCPU);
+  gw::Tensor loss = model->loss(x, y);
+  const size_t peak = gw::memory_stats(gw::kCPU).peak_allocated_bytes;
+  return static_cast<double>(peak - before) / kMiB;
+}
+
+void run_under_mpirun(int argc, char** argv) {
+  std::vector<std::string> args = gw::bench::mpirun_args(kRanks);
+  args.push_back(gw::bench::executable_dir() + "/bench_fsdp");
+  for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
+  std::vector<char*> c_args;
+  for (auto& a : args) c_args.push_back(a.data());
+  c_args.push_back(nullptr);
+  ::execvp("mpirun", c_args.data());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gw::bench::Reporter report(argc, argv);
+  const std::string what = "GPT 50M, 4 ranks";
+  if (!report.wants("fsdp", what)) return 0;
+  if (gw::store::detect_launch_env().launcher != "openmpi") {
+    run_under_mpirun(argc, argv);
+    report.skip("fsdp", what, "no mpirun (Debian: openmpi-bin)");
+    return 0;
+  }
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  {
+    gw::dist::ProcessGroupMPI mpi;
+    std::shared_ptr<gw::dist::ProcessGroup> pg = gw::bench::gloo_beside(mpi);
+    const gw::optim::AdamWOptions adamw{.lr = 1e-4};
+
+    int64_t params = 0, block_params = 0, root_params = 0;
+    {
+      auto model = make_model();
+      for (const auto& p : model->parameters()) params += p.numel();
+      for (const auto& p : model->h->children()[0]->parameters()) block_params += p.numel();
+      root_params = params - block_params * kModel.layers;
+    }
+    const double p_mib = static_cast<double>(params) * 4 / kMiB;
+    const double act = activations_mib(rank);
+
+    Measured ddp_m, zero_m, fsdp_m;
+    {
+      auto model = make_model();
+      gw::ddp::DistributedDataParallel ddp(model, pg);
+      gw::optim::AdamW opt(model->parameters(), adamw);
+      ddp_m = train(
+          rank,
+          [&](const gw::Tensor& x, const gw::Tensor& y) {
+            gw::Tensor logits = ddp.forward(x);
+            return gw::nn::functional::cross_entropy(logits.reshape({-1, kModel.vocab_size}),
+                                                     y.reshape({-1}));
+          },
+          [&] {
+            opt.step();
+            opt.zero_grad();
+          });
+    }
+    {
+      auto model = make_model();
+      gw::ddp::DistributedDataParallel ddp(model, pg);
+      gw::dist::ZeroRedundancyOptimizer opt(model->parameters(), adamw, pg);
+      zero_m = train(
+          rank,
+          [&](const gw::Tensor& x, const gw::Tensor& y) {
+            gw::Tensor logits = ddp.forward(x);
+            return gw::nn::functional::cross_entropy(logits.reshape({-1, kModel.vocab_size}),
+                                                     y.reshape({-1}));
+          },
+          [&] {
+            opt.step();
+            opt.zero_grad();
+          });
+    }
+    {
+      auto model = make_model();
+      for (const auto& block : model->h->children()) gw::fsdp::fully_shard(block, pg);
+      gw::fsdp::fully_shard(model, pg);
+      gw::optim::AdamW opt(model->parameters(), adamw);
+      fsdp_m = train(
+          rank, [&](const gw::Tensor& x, const gw::Tensor& y) { return model->loss(x, y); },
+          [&] {
+            opt.step();
+            opt.zero_grad();
+          });
+    }
+    // Every rank's peak: the largest is what a machine must hold.
+    auto largest = [&](double v) {
+      gw::Tensor t = gw::full({1}, v, gw::kFloat64);
+      pg->allreduce(t, {.op = gw::dist::ReduceOp::MAX})->wait();
+      return t.item<double>();
+    };
+    const double ddp_peak = largest(ddp_m.peak_mib), zero_peak = largest(zero_m.peak_mib),
+                 fsdp_peak = largest(fsdp_m.peak_mib);
+    if (rank == 0) {
+      const double unit = static_cast<double>(block_params) * 4 / kMiB;
+      const double root = static_cast<double>(root_params) * 4 / kMiB;
+      const double ddp_model = 5 * p_mib;
+      const double zero_model = 3 * p_mib + 2 * p_mib / kRanks;
+      const double fsdp_model = 4 * p_mib / kRanks + 2 * unit + root + act;
+      const std::string note =
+          gw::detail::str(params / 1000000.0, "M parameters (", p_mib,
+                          " MiB of weights), activations ", act, " MiB, a block ", unit, " MiB");
+      report.add({"fsdp", what + ": peak memory per rank, DDP", ddp_peak, "MiB", "model: 20 B x P",
+                  ddp_model, note});
+      report.add({"fsdp", what + ": peak memory per rank, ZeRO-1", zero_peak, "MiB",
+                  "model: 12 B x P + 8 B x P / ranks", zero_model, note});
+      report.add({"fsdp", what + ": peak memory per rank, FSDP", fsdp_peak, "MiB",
+                  "model: 16 B x P / ranks + 2 blocks + root + activations", fsdp_model, note});
+      report.add(
+          {"fsdp", what + ": peak memory per rank, FSDP", fsdp_peak, "MiB", "DDP", ddp_peak});
+      report.add({"fsdp", what + ": step, ZeRO-1", zero_m.step_s, "s", "DDP", ddp_m.step_s});
+      report.add({"fsdp", what + ": step, FSDP", fsdp_m.step_s, "s", "DDP", ddp_m.step_s});
+    }
+    pg->barrier()->wait();
+  }
+  MPI_Finalize();
+  return 0;
+}
