@@ -16,7 +16,9 @@
 // the ranks), and at the end a passage the model writes (--sample characters). --fsdp instead
 // of --ddp shards the model (fully_shard on each block, then on the root): each rank keeps
 // 1/ranks of the parameters, gradients and AdamW's state, and rank 0 reports the largest
-// rank's peak memory. Checkpoints are whole-model files, so --fsdp does not take them yet.
+// rank's peak memory. Its checkpoints are sharded (gw::dist::checkpoint, in
+// --checkpoint-dir/sharded): each rank writes its rows, and a run on another number of ranks
+// with the same global batch reads its own rows of them.
 //
 // With --checkpoint-every N, rank 0 saves the model, the optimizer and the step every N steps
 // and at the end (one safetensors file, written aside and renamed into place), and a run that
@@ -146,23 +148,21 @@ Args parse(int argc, char** argv) {
   }
   if (a.recipe.warmup == -1) a.recipe.warmup = std::min<int64_t>(100, a.recipe.steps / 10);
   // Values the flags parsed to that cannot run, named.
-  const char* bad =
-      a.recipe.steps < 1 ? "--steps must be at least 1"
-      : a.batch_size < 1 ? "--batch-size must be at least 1"
-      : a.recipe.warmup < 0 || a.recipe.warmup >= a.recipe.steps
-          ? "--warmup must be in [0, --steps)"
-      : a.eval_every < 1 || a.eval_batches < 1
-          ? "--eval-every and --eval-batches must be at least 1"
-      : a.sample < 0                        ? "--sample must not be negative"
-      : a.threads < 1                       ? "--threads must be at least 1"
-      : !(a.recipe.lr > 0)                  ? "--lr must be positive"
-      : !(a.recipe.clip >= 0)               ? "--clip must not be negative (0: no clipping)"
-      : !(a.temperature > 0) || a.top_k < 0 ? "--temperature must be positive, --top-k >= 0"
-      : !a.ddp.empty() && a.device == "cuda"
-          ? "--ddp and --fsdp run on the CPU (gloo, mpi): drop them or --device cuda"
-      : a.fsdp && a.checkpoint.every > 0
-          ? "--fsdp does not take --checkpoint-every yet (checkpoints are whole models)"
-          : nullptr;
+  const char* bad = a.recipe.steps < 1 ? "--steps must be at least 1"
+                    : a.batch_size < 1 ? "--batch-size must be at least 1"
+                    : a.recipe.warmup < 0 || a.recipe.warmup >= a.recipe.steps
+                        ? "--warmup must be in [0, --steps)"
+                    : a.eval_every < 1 || a.eval_batches < 1
+                        ? "--eval-every and --eval-batches must be at least 1"
+                    : a.sample < 0          ? "--sample must not be negative"
+                    : a.threads < 1         ? "--threads must be at least 1"
+                    : !(a.recipe.lr > 0)    ? "--lr must be positive"
+                    : !(a.recipe.clip >= 0) ? "--clip must not be negative (0: no clipping)"
+                    : !(a.temperature > 0) || a.top_k < 0
+                        ? "--temperature must be positive, --top-k >= 0"
+                    : !a.ddp.empty() && a.device == "cuda"
+                        ? "--ddp and --fsdp run on the CPU (gloo, mpi): drop them or --device cuda"
+                        : nullptr;
   if (bad) {
     std::fprintf(stderr,
                  "gpt_train: %s (steps %lld, batch size %lld, warmup %lld, lr %g, clip %g, "
@@ -194,22 +194,66 @@ std::map<std::string, std::string> run_identity(const Args& a, int64_t vocab, in
 // Loads checkpoint `c` into the trainer after checking that it is this run's; throws naming
 // what differs before anything is loaded (load_state_dict checks every tensor before it copies
 // one).
-void restore(gw::examples::GPTTrainer& trainer, const gw::Checkpoint& c, const Args& args,
-             const std::map<std::string, std::string>& identity) {
+void check_identity(const std::map<std::string, std::string>& saved, int64_t step, uint64_t seed,
+                    const Args& args, const std::map<std::string, std::string>& identity) {
   for (const auto& [key, want] : identity) {
-    auto it = c.extra.find(key);
-    GW_CHECK(it != c.extra.end() && it->second == want, gw::InvalidArgumentError,
+    auto it = saved.find(key);
+    GW_CHECK(it != saved.end() && it->second == want, gw::InvalidArgumentError,
              "[gpt_train] the checkpoint in ", args.checkpoint.dir, " is of another run: its ", key,
-             " is ", it == c.extra.end() ? std::string("missing") : it->second, ", this run's ",
+             " is ", it == saved.end() ? std::string("missing") : it->second, ", this run's ",
              want);
   }
-  GW_CHECK(c.step >= 0 && c.step <= args.recipe.steps && c.seed == args.seed,
-           gw::InvalidArgumentError, "[gpt_train] the checkpoint in ", args.checkpoint.dir,
-           " is at step ", c.step, " of seed ", c.seed, "; this run has ", args.recipe.steps,
-           " steps of seed ", args.seed);
+  GW_CHECK(step >= 0 && step <= args.recipe.steps && seed == args.seed, gw::InvalidArgumentError,
+           "[gpt_train] the checkpoint in ", args.checkpoint.dir, " is at step ", step, " of seed ",
+           seed, "; this run has ", args.recipe.steps, " steps of seed ", args.seed);
+}
+
+void restore(gw::examples::GPTTrainer& trainer, const gw::Checkpoint& c, const Args& args,
+             const std::map<std::string, std::string>& identity) {
+  check_identity(c.extra, c.step, c.seed, args, identity);
   trainer.model().load_state_dict(c.model);
   trainer.optimizer().load_state_dict(c.optimizer);
   trainer.schedule_from(c.step);
+}
+
+// The sharded form (--fsdp): every rank's rows through gw::dist::checkpoint, the run's identity,
+// step and seed in its metadata.
+std::string sharded_dir(const Args& args) { return args.checkpoint.dir + "/sharded"; }
+
+void save_sharded(gw::examples::GPTTrainer& trainer, gw::dist::ProcessGroup& group,
+                  const Args& args, std::map<std::string, std::string> identity, int64_t step) {
+  namespace dcp = gw::dist::checkpoint;
+  dcp::ShardedState state = trainer.sharded()->sharded_state_dict("model.");
+  state.merge(trainer.sharded()->sharded_optimizer_state(trainer.optimizer(), "optim."));
+  identity["step"] = std::to_string(step);
+  identity["seed"] = std::to_string(args.seed);
+  dcp::save(sharded_dir(args), state, group, identity);
+}
+
+// Returns the step it resumes at. A collective: every rank opens and checks the checkpoint, and
+// when any cannot, every rank throws before anything is loaded; dcp::load and
+// load_optimizer_state change nothing on any rank when one cannot load.
+int64_t restore_sharded(gw::examples::GPTTrainer& trainer, gw::dist::ProcessGroup& group,
+                        const Args& args, const std::map<std::string, std::string>& identity) {
+  namespace dcp = gw::dist::checkpoint;
+  std::optional<dcp::Reader> ckpt;
+  int64_t step = 0;
+  dcp::on_every_rank(group, [&] {
+    ckpt.emplace(sharded_dir(args));
+    const auto& saved = ckpt->metadata();
+    const auto value = [&](const char* key) {
+      auto it = saved.find(key);
+      GW_CHECK(it != saved.end(), gw::InvalidArgumentError, "[gpt_train] the checkpoint in ",
+               args.checkpoint.dir, " has no ", key);
+      return it->second;
+    };
+    step = std::stoll(value("step"));
+    check_identity(saved, step, std::stoull(value("seed")), args, identity);
+  });
+  dcp::load(*ckpt, trainer.sharded()->sharded_state_dict("model."), group);
+  trainer.sharded()->load_optimizer_state(trainer.optimizer(), *ckpt, "optim.");
+  trainer.schedule_from(step);
+  return step;
 }
 
 }  // namespace
@@ -265,12 +309,16 @@ int main(int argc, char** argv) {
     // Resuming: rank 0 says whether there is a checkpoint, so that all ranks agree; every rank
     // loads it, and when one cannot, every rank stops.
     int64_t first = 0;
-    const bool exists = args.checkpoint.every > 0 &&
-                        std::filesystem::exists(args.checkpoint.dir + "/checkpoint.safetensors");
+    const bool exists =
+        args.checkpoint.every > 0 &&
+        std::filesystem::exists(args.fsdp ? sharded_dir(args) + "/index.json"
+                                          : args.checkpoint.dir + "/checkpoint.safetensors");
     const bool resume =
         group ? gw::dist::broadcast_bytes(*group, {static_cast<uint8_t>(exists)}, 0)[0] != 0
               : exists;
-    if (resume) {
+    if (resume && args.fsdp) {
+      first = restore_sharded(trainer, *group, args, identity);
+    } else if (resume) {
       on_every_rank([&] {
         std::optional<gw::Checkpoint> c = gw::load_checkpoint(args.checkpoint.dir);
         GW_CHECK(c.has_value(), gw::IoError, "[gpt_train] no checkpoint in ", args.checkpoint.dir,
@@ -278,10 +326,10 @@ int main(int argc, char** argv) {
         restore(trainer, *c, args, identity);
         first = c->step;
       });
-      if (rank == 0)
-        std::printf("resuming from %s at step %lld\n", args.checkpoint.dir.c_str(),
-                    static_cast<long long>(first));
     }
+    if (resume && rank == 0)
+      std::printf("resuming from %s at step %lld\n", args.checkpoint.dir.c_str(),
+                  static_cast<long long>(first));
 
     const int64_t tokens_per_step = args.batch_size * args.model.context * world;
     if (rank == 0) {
@@ -307,6 +355,11 @@ int main(int argc, char** argv) {
           std::make_unique<gw::examples::ProgressBar>("train", args.recipe.steps - first, "tokens");
     // Rank 0 writes; when it cannot, every rank stops (rather than wait for it in a collective).
     auto save = [&](int64_t step) {
+      if (args.fsdp) {  // a collective: every rank writes its rows
+        save_sharded(trainer, *group, args, identity, step);
+        if (bar) bar->print("checkpoint saved: step " + std::to_string(step));
+        return;
+      }
       on_every_rank([&] {
         if (rank != 0) return;
         gw::save_checkpoint(args.checkpoint.dir, {.model = model->state_dict(),

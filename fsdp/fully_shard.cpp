@@ -141,6 +141,22 @@ struct Registry {
   }
 };
 
+// The units of `top` and its descendants (`top`'s own first), depth first in registration order:
+// the same on every rank.
+std::vector<std::shared_ptr<Unit>> units_below(nn::Module* top) {
+  std::vector<std::shared_ptr<Unit>> units;
+  std::vector<nn::Module*> stack{top};
+  while (!stack.empty()) {
+    nn::Module* m = stack.back();
+    stack.pop_back();
+    if (auto unit = Registry::get().unit_of(m)) units.push_back(std::move(unit));
+    const auto& children = m->named_children();
+    for (auto it = children.rbegin(); it != children.rend(); ++it)
+      stack.push_back(it->second.get());
+  }
+  return units;
+}
+
 void release_storage(void* ctx, void*) { delete static_cast<std::shared_ptr<Storage>*>(ctx); }
 
 // The gradient of a unit's input passes through this node: when it runs, the unit's backward
@@ -275,17 +291,9 @@ Tensor Unit::pre_forward(const Tensor& input) {
   if (!root) {  // the first call below no root: this unit is the root of what it holds
     auto r = std::make_shared<Root>();
     r->owner = this;
-    std::vector<nn::Module*> stack{module};
-    while (!stack.empty()) {  // depth first, in registration order
-      nn::Module* m = stack.back();
-      stack.pop_back();
-      if (auto unit = Registry::get().unit_of(m)) {
-        unit->root = r;
-        r->units.push_back(unit);
-      }
-      const auto& children = m->named_children();
-      for (auto it = children.rbegin(); it != children.rend(); ++it)
-        stack.push_back(it->second.get());
+    for (auto& unit : units_below(module)) {
+      unit->root = r;
+      r->units.push_back(unit);
     }
   }
   if (is_root()) {
@@ -531,14 +539,8 @@ void FSDPModule::reshard() { unit_->reshard(); }
 
 void FSDPModule::set_requires_gradient_sync(bool sync, bool recurse) {
   unit_->sync = sync;
-  if (!recurse) return;
-  std::vector<nn::Module*> stack{unit_->module};
-  while (!stack.empty()) {
-    nn::Module* m = stack.back();
-    stack.pop_back();
-    if (auto unit = Registry::get().unit_of(m)) unit->sync = sync;
-    for (const auto& [name, child] : m->named_children()) stack.push_back(child.get());
-  }
+  if (recurse)
+    for (auto& unit : detail::units_below(unit_->module)) unit->sync = sync;
 }
 
 std::vector<Tensor> FSDPModule::shards() const {
@@ -548,5 +550,104 @@ std::vector<Tensor> FSDPModule::shards() const {
 }
 
 const std::shared_ptr<dist::ProcessGroup>& FSDPModule::group() const { return unit_->group; }
+
+namespace {
+
+using ShardRef = std::pair<std::shared_ptr<Unit>, const ShardedParam*>;
+
+// The unit among `units` and the parameter whose shard `t` is or views (state_dict() hands out
+// detached views), or nulls for a tensor no unit holds.
+ShardRef shard_of(const std::vector<std::shared_ptr<Unit>>& units, const Tensor& t) {
+  for (const auto& unit : units)
+    if (unit->shard_buffer.defined() && t.storage() == unit->shard_buffer.storage())
+      for (const ShardedParam& p : unit->params)
+        if (p.shard.storage_offset() == t.storage_offset() && p.shard.sizes() == t.sizes())
+          return {unit, &p};
+  return {nullptr, nullptr};
+}
+
+}  // namespace
+
+dist::checkpoint::ShardedState FSDPModule::sharded_state_dict(const std::string& prefix) const {
+  namespace dcp = dist::checkpoint;
+  dcp::ShardedState out;
+  const auto units = detail::units_below(unit_->module);
+  for (const auto& [name, t] : module_->state_dict()) {
+    auto [unit, p] = shard_of(units, t);
+    if (p)
+      out.emplace(prefix + name, dcp::Shard{t, p->full.sizes(), p->start_of(unit->rank())});
+    else
+      out.emplace(prefix + name, dcp::Shard{t, t.sizes(), 0});
+  }
+  return out;
+}
+
+dist::checkpoint::ShardedState FSDPModule::sharded_optimizer_state(
+    const optim::Optimizer& optimizer, const std::string& prefix) const {
+  namespace dcp = dist::checkpoint;
+  dcp::ShardedState out;
+  const auto units = detail::units_below(unit_->module);
+  const std::vector<Tensor>& params = optimizer.parameters();
+  for (const auto& [key, t] : optimizer.state_dict()) {
+    size_t i = 0;
+    std::string name;
+    auto [unit, p] = optim::parse_state_key(key, i, name) && i < params.size()
+                         ? shard_of(units, params[i])
+                         : ShardRef{};
+    if (p && t.sizes() == p->shard.sizes())  // a moment of the shard: its rows
+      out.emplace(prefix + key, dcp::Shard{t, p->full.sizes(), p->start_of(unit->rank())});
+    else  // "lr", step counts: the same on every rank
+      out.emplace(prefix + key, dcp::Shard{t, t.sizes(), 0});
+  }
+  return out;
+}
+
+void FSDPModule::load_optimizer_state(optim::Optimizer& optimizer,
+                                      const dist::checkpoint::Reader& checkpoint,
+                                      const std::string& prefix) const {
+  // Every rank reads (all the I/O and shape checks), then, once all have, loads.
+  NamedTensors state;
+  const auto units = detail::units_below(unit_->module);
+  dist::checkpoint::on_every_rank(*unit_->group, [&] {
+    const std::vector<Tensor>& params = optimizer.parameters();
+    for (const auto& [full_name, info] : checkpoint.tensors()) {
+      if (!full_name.starts_with(prefix)) continue;
+      const std::string key = full_name.substr(prefix.size());
+      size_t i = 0;
+      std::string name;
+      auto [unit, p] = optim::parse_state_key(key, i, name) && i < params.size()
+                           ? shard_of(units, params[i])
+                           : ShardRef{};
+      if (p && info.shape == p->full.sizes() && name != "step") {
+        Tensor rows =
+            empty(p->shard.sizes(), TensorOptions(info.dtype).with_device(p->shard.device()));
+        checkpoint.read(full_name, rows, p->start_of(unit->rank()));
+        state.emplace(key, rows);
+      } else {
+        state.emplace(key, checkpoint.read(full_name));
+      }
+    }
+  });
+  dist::checkpoint::on_every_rank(*unit_->group, [&] { optimizer.load_state_dict(state); });
+}
+
+NamedTensors FSDPModule::full_state_dict() const {
+  NamedTensors out;
+  autograd::NoGradGuard no_grad;
+  // Unit by unit in module order, the same on every rank: gather, copy, release.
+  std::map<const ShardedParam*, Tensor> whole;
+  const auto units = detail::units_below(unit_->module);
+  for (const auto& unit : units) {
+    const bool was_gathered = unit->gathered;
+    unit->finish_gather();
+    for (const ShardedParam& p : unit->params) whole[&p] = p.full.clone();
+    if (!was_gathered) unit->reshard();
+  }
+  for (const auto& [name, t] : module_->state_dict()) {
+    const ShardedParam* p = shard_of(units, t).second;
+    out.emplace(name, p ? whole.at(p) : t.clone());
+  }
+  return out;
+}
 
 }  // namespace gw::fsdp

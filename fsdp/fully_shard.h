@@ -39,16 +39,19 @@
 // - A parameter belongs to one unit: one that two units share is refused, as are a module
 //   given to fully_shard twice and a unit made below one that exists (shard blocks first).
 // - Shard on the group's device, in the training dtype: a shard moved afterwards is refused.
+// - The module's state_dict() lists this rank's shards; FSDPModule's sharded_state_dict (for
+//   gw::dist::checkpoint, loadable at any world size) and full_state_dict are the forms to save.
 // - Not yet: activation checkpointing of a unit (autograd::checkpoint's inner backward would
-//   end the outer one's reductions early), mixed precision, CPU offload, and state dicts that
-//   know the global shapes (the module's state_dict() lists this rank's shards).
+//   end the outer one's reductions early), mixed precision and CPU offload.
 #pragma once
 
 #include <memory>
 #include <vector>
 
+#include "dist/checkpoint/dist_checkpoint.h"
 #include "dist/process_group/process_group.h"
 #include "nn/module.h"
+#include "optim/optimizer.h"
 
 namespace gw::fsdp {
 
@@ -80,6 +83,25 @@ class FSDPModule {
   // This unit's shards, as the module's parameters() lists them (in order, each once).
   std::vector<Tensor> shards() const;
   const std::shared_ptr<dist::ProcessGroup>& group() const;
+
+  // --- checkpoints (through gw::dist::checkpoint; every rank calls these) -----------------
+  // The module's state as this rank holds it: each parameter's shard as its rows of the whole
+  // tensor, each buffer whole, named "<prefix><name>". dcp::save writes each rank's rows;
+  // dcp::load(ckpt, sharded_state_dict(prefix), group) fills the shards in place at any world
+  // size (each rank reads its rows now), or changes nothing when any rank cannot load.
+  dist::checkpoint::ShardedState sharded_state_dict(const std::string& prefix = "") const;
+  // An optimizer's state over this module's parameters (in parameters() order), likewise:
+  // "<prefix>state.<i>.<name>" as rows of the parameter's whole shape, step counts and "lr"
+  // whole.
+  dist::checkpoint::ShardedState sharded_optimizer_state(const optim::Optimizer& optimizer,
+                                                         const std::string& prefix = "") const;
+  // Reads that state for this rank's rows from `checkpoint` into `optimizer` (a collective:
+  // when any rank cannot, every rank throws and no optimizer changed).
+  void load_optimizer_state(optim::Optimizer& optimizer, const dist::checkpoint::Reader& checkpoint,
+                            const std::string& prefix = "") const;
+  // Every parameter whole (gathered unit by unit) and every buffer, by the module's state_dict
+  // names, on every rank: PyTorch's full state dict (save it from rank 0).
+  NamedTensors full_state_dict() const;
 
  private:
   std::shared_ptr<detail::Unit> unit_;

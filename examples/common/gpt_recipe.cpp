@@ -15,7 +15,7 @@ GPTTrainer::GPTTrainer(std::shared_ptr<nn::GPT> model, const GPTRecipe& recipe,
     : recipe_(recipe), model_(std::move(model)) {
   if (group && parallelism == Parallelism::fsdp) {
     for (const auto& block : model_->h->children()) fsdp::fully_shard(block, group);
-    fsdp::fully_shard(model_, group);  // the embeddings, the final norm and the tied head
+    sharded_ = fsdp::fully_shard(model_, group);  // the embeddings, the final norm, the head
     sharded_over_ = std::move(group);
   } else if (group) {
     ddp_ = std::make_unique<ddp::DistributedDataParallel>(model_, std::move(group));

@@ -15,6 +15,7 @@
 
 #include "ddp/distributed_data_parallel.h"
 #include "examples/common/char_corpus.h"
+#include "fsdp/fully_shard.h"
 #include "nn/transformer.h"
 #include "optim/adamw.h"
 #include "optim/lr_scheduler.h"
@@ -53,11 +54,14 @@ class GPTTrainer {
 
   nn::GPT& model() { return *model_; }
   optim::AdamW& optimizer() { return *opt_; }
+  // With Parallelism::fsdp, the root unit (its checkpoints); otherwise null.
+  fsdp::FSDPModule* sharded() { return sharded_.get(); }
 
  private:
   GPTRecipe recipe_;
   std::shared_ptr<nn::GPT> model_;
   std::shared_ptr<dist::ProcessGroup> sharded_over_;  // with fully_shard
+  std::shared_ptr<fsdp::FSDPModule> sharded_;
   std::unique_ptr<ddp::DistributedDataParallel> ddp_;
   std::unique_ptr<optim::AdamW> opt_;
   std::unique_ptr<optim::LambdaLR> schedule_;

@@ -371,6 +371,31 @@ TEST_CASE(
   CHECK(count(torn.err, "checkpoint.safetensors: header length") == 1);
 }
 
+TEST_CASE(
+    "gpt_train --fsdp: a sharded checkpoint saved by 2 ranks resumes on 4, each rank "
+    "reading its own rows",
+    "[examples][dist][gpt]") {
+  gw::test::TempDir dir;
+  auto sharded = [&](int ranks) {
+    std::vector<std::string> a = gpt_args(
+        ranks, {"--sample", "0", "--checkpoint-every", "100", "--checkpoint-dir", dir.path});
+    *std::find(a.begin(), a.end(), "--ddp") = "--fsdp";
+    return a;
+  };
+  const auto saved = run_gwrun(sharded(2));
+  INFO(saved.out << saved.err);
+  REQUIRE(saved.exit_code == 0);
+  CHECK(std::filesystem::exists(dir.path + "/sharded/index.json"));
+  const auto resumed = run_gwrun(sharded(4));  // the same global batch of 16
+  INFO(resumed.out << resumed.err);
+  REQUIRE(resumed.exit_code == 0);
+  CHECK(count(resumed.out, "resuming from " + dir.path + " at step 200") == 1);
+  // Only the validation runs again, on the loaded rows: the same loss.
+  std::smatch m;
+  REQUIRE(std::regex_search(resumed.out, m, std::regex("\\] val loss ([0-9.]+)")));
+  CHECK(std::abs(std::stod(m[1]) - gpt_val_loss_at(saved.out, 200)) < 1e-4);
+}
+
 TEST_CASE("gpt_train: a checkpoint saved by 2 ranks resumes on 1 with the same global batch",
           "[examples][dist][gpt]") {
   constexpr int kSteps = 1000;

@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
 #include <regex>
 
 #include "autograd/autograd.h"
@@ -17,6 +18,7 @@
 #include "tests/dist/process_group/ranks.h"
 #include "tests/fsdp/fsdp_checks.h"
 #include "tests/skip.h"
+#include "tests/temp_dir.h"
 
 using namespace gw;
 using gw::dist::testing::Checks;
@@ -189,5 +191,70 @@ TEST_CASE(
     }
     fsdp::testing::check_rows(c, *net, *reference, r, 2, "after a failed backward",
                               [](const Tensor& t) { return t; });
+  });
+}
+
+TEST_CASE(
+    "a sharded checkpoint saved at 4 ranks loads at 2 and training goes on identically; "
+    "the full state dict is the unsharded model's",
+    "[fsdp][checkpoint]") {
+  namespace dcp = gw::dist::checkpoint;
+  gw::test::TempDir dir("gw_fsdp_ckpt");
+  const optim::AdamWOptions adamw{.lr = 0.01, .weight_decay = 0.1};
+  // Steps [from, to) on `world` ranks, each rank its rows of every global batch.
+  auto train = [](Net& net, optim::AdamW& opt, int r, int world, int from, int to) {
+    const int64_t n = fsdp::testing::kPerRank * 4 / world;  // the global batch of 4 ranks
+    for (int step = from; step < to; ++step) {
+      auto [x, y] = fsdp::testing::batch(4, step, 0);
+      opt.zero_grad();
+      net.loss(x.narrow(0, r * n, n), y.narrow(0, r * n, n)).backward();
+      opt.step();
+    }
+  };
+  run_ranks(4, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+    auto net = std::make_shared<Net>();
+    auto root = fsdp::testing::shard(net, borrow(pg));
+    optim::AdamW opt(net->parameters(), adamw);
+    train(*net, opt, pg.rank(), 4, 0, 3);
+    dcp::ShardedState state = root->sharded_state_dict("model.");
+    state.merge(root->sharded_optimizer_state(opt, "optim."));
+    dcp::save(dir.path, state, pg);
+    EXPECT(c, std::filesystem::exists(dir.path + "/index.json"));
+  });
+  run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+    auto net = std::make_shared<Net>();
+    auto root = fsdp::testing::shard(net, borrow(pg));
+    optim::AdamW opt(net->parameters(), adamw);
+    dcp::Reader ckpt(dir.path);
+    dcp::load(ckpt, root->sharded_state_dict("model."), pg);
+    root->load_optimizer_state(opt, ckpt, "optim.");
+    train(*net, opt, pg.rank(), 2, 3, 6);
+
+    // The same six steps unsharded, on the whole global batches.
+    auto reference = std::make_shared<Net>();
+    optim::AdamW ref_opt(reference->parameters(), adamw);
+    for (int step = 0; step < 6; ++step) {
+      auto [x, y] = fsdp::testing::batch(4, step, 0);
+      ref_opt.zero_grad();
+      reference->loss(x, y).backward();
+      ref_opt.step();
+    }
+    fsdp::testing::check_rows(c, *net, *reference, pg.rank(), 2, "resumed at 2 ranks",
+                              [](const Tensor& t) { return t; });
+    // Gathered whole on every rank: the unsharded model's state dict, both names of the tied
+    // weight included.
+    const NamedTensors full = root->full_state_dict();
+    const NamedTensors want = reference->state_dict();
+    EXPECT(c, full.size() == want.size());
+    for (const auto& [name, t] : want)
+      c.expect(full.contains(name) && allclose(full.at(name), t, 1e-12, 1e-12),
+               "full_state_dict " + name);
+    // A checkpoint of another model is refused on every rank, and nothing changes.
+    auto wider = std::make_shared<Net>(8);
+    auto wider_root = fsdp::testing::shard(wider, borrow(pg));
+    const Tensor before = wider->parameters()[1].clone();
+    EXPECT_THROWS(c, std::exception, dcp::load(ckpt, wider_root->sharded_state_dict("model."), pg),
+                  "model.");
+    EXPECT(c, equal(wider->parameters()[1], before));
   });
 }
