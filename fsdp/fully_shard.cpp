@@ -46,7 +46,9 @@ struct Unit : std::enable_shared_from_this<Unit> {
   std::string type_name;
   FullyShardOptions options;
   std::vector<ShardedParam> params;
-  DType dtype = kFloat32;
+  DType dtype = kFloat32;          // the shards'
+  DType compute_dtype = kFloat32;  // the gathered parameters' (the policy's param_dtype)
+  DType reduce_dtype = kFloat32;   // the reductions'
   int64_t chunk = 0;       // elements of one rank's shards, padded
   int64_t full_numel = 0;  // elements of the gathered parameters
   Tensor shard_buffer;     // (chunk): this rank's shards back to back; the shards view it
@@ -76,6 +78,8 @@ struct Unit : std::enable_shared_from_this<Unit> {
 
   void start_gather();
   void finish_gather();
+  // `all`, every rank's chunk in rank order, laid out parameter by parameter (full_numel).
+  Tensor in_parameter_order(const Tensor& all) const;
   void reshard();
   bool has_gradients() const;
   void reduce_gradients();
@@ -189,8 +193,8 @@ void Unit::start_gather() {
     GW_CHECK(p.shard.storage() == shard_buffer.storage(), StateError, "[fully_shard] ", p.name,
              "'s shard was moved or converted (Module::to?) after fully_shard: shard the module "
              "on its device and in its dtype");
-  gathering = empty({chunk * world()}, TensorOptions(dtype).with_device(group->device()));
-  gather_work = group->all_gather_into_tensor(gathering, shard_buffer);
+  gathering = empty({chunk * world()}, TensorOptions(compute_dtype).with_device(group->device()));
+  gather_work = group->all_gather_into_tensor(gathering, shard_buffer.to(compute_dtype));
 }
 
 void Unit::finish_gather() {
@@ -199,9 +203,21 @@ void Unit::finish_gather() {
   dist::WorkPtr work = std::exchange(gather_work, nullptr);
   Tensor all = std::exchange(gathering, Tensor());
   work->wait();
-  // Rank order to parameter order: each parameter's rows come from every rank's chunk.
+  const Tensor flat = in_parameter_order(all);
+  const size_t item = itemsize(compute_dtype);
+  auto* to = static_cast<uint8_t*>(flat.raw_data());
+  for (const ShardedParam& p : params) {
+    const size_t nbytes = p.full.nbytes();
+    p.full.storage()->reset(to + p.full_offset * item, nbytes,
+                            {&release_storage, new std::shared_ptr<Storage>(flat.storage())});
+  }
+  gathered = true;
+}
+
+Tensor Unit::in_parameter_order(const Tensor& all) const {
+  // Each parameter's rows come from every rank's chunk.
   Tensor flat = world() == 1 ? all : empty({full_numel}, all.options());
-  const size_t item = itemsize(dtype);
+  const size_t item = all.element_size();
   if (world() > 1)
     for (const ShardedParam& p : params)
       for (int r = 0; r < world(); ++r) {
@@ -216,13 +232,7 @@ void Unit::finish_gather() {
           flat.narrow(0, p.full_offset + p.start_of(r), count)
               .copy_(all.narrow(0, r * chunk + p.offset, count));
       }
-  auto* to = static_cast<uint8_t*>(flat.raw_data());
-  for (const ShardedParam& p : params) {
-    const size_t nbytes = p.full.nbytes();
-    p.full.storage()->reset(to + p.full_offset * item, nbytes,
-                            {&release_storage, new std::shared_ptr<Storage>(flat.storage())});
-  }
-  gathered = true;
+  return flat;
 }
 
 void Unit::reshard() {
@@ -247,7 +257,8 @@ void Unit::reduce_gradients() {
   if (!sync || params.empty()) return;
   const int64_t n = static_cast<int64_t>(params.size());
   const int64_t stride = chunk + n;  // a rank's gradients, then its counts
-  Tensor input = zeros({stride * world()}, TensorOptions(dtype).with_device(group->device()));
+  Tensor input =
+      zeros({stride * world()}, TensorOptions(reduce_dtype).with_device(group->device()));
   for (int64_t i = 0; i < n; ++i) {
     ShardedParam& p = params[static_cast<size_t>(i)];
     Tensor grad = p.full.grad();
@@ -270,8 +281,9 @@ void Unit::finish_reductions() {
     red.work->wait();
     const std::vector<double> counts =
         red.output.narrow(0, chunk, static_cast<int64_t>(params.size())).to_vector<double>();
-    // The average, in place: each shard's .grad views the buffer (no second copy of them).
-    Tensor summed = red.output.narrow(0, 0, chunk).div_(static_cast<double>(world()));
+    // The average, in place: each shard's .grad views the buffer (no second copy of them), in
+    // the shards' dtype.
+    Tensor summed = red.output.narrow(0, 0, chunk).div_(static_cast<double>(world())).to(dtype);
     for (size_t i = 0; i < params.size(); ++i) {
       if (counts[i] == 0) continue;  // no rank had a gradient for it
       ShardedParam& p = params[i];
@@ -309,11 +321,14 @@ Tensor Unit::pre_forward(const Tensor& input) {
   finish_gather();
   if (auto next = Root::next(root->forward_order, root->forward_recorded, position))
     next->start_gather();
-  if (!grad_mode_enabled() || !input.requires_grad()) return {};
+  Tensor x = input;
+  if (is_root() && options.mp_policy.cast_forward_inputs && x.is_floating_point())
+    x = x.to(compute_dtype);  // itself when it is that dtype already
+  if (!grad_mode_enabled() || !x.requires_grad()) return x.same(input) ? Tensor() : x;
   // The input's gradient passes through PostBackward on its way out of the unit.
   auto node = std::make_shared<PostBackward>(weak_from_this());
-  node->next_edges = autograd::collect_edges({&input});
-  Tensor passed = input.detach();
+  node->next_edges = autograd::collect_edges({&x});
+  Tensor passed = x.detach();
   autograd::set_history(passed, node);
   return passed;
 }
@@ -471,6 +486,14 @@ std::shared_ptr<FSDPModule> fully_shard(const std::shared_ptr<nn::Module>& modul
     unit->full_numel += p.full.numel();
   }
   if (!unit->params.empty()) unit->dtype = unit->params[0].full.dtype();
+  const MixedPrecisionPolicy& mp = options.mp_policy;
+  unit->compute_dtype = mp.param_dtype.value_or(unit->dtype);
+  unit->reduce_dtype = mp.reduce_dtype.value_or(unit->compute_dtype);
+  for (DType d : {unit->compute_dtype, unit->reduce_dtype})
+    GW_CHECK(is_floating(d), InvalidArgumentError,
+             "[fully_shard] the mixed precision policy's "
+             "dtypes must be floating point, got ",
+             d);
   unit->shard_buffer =
       zeros({unit->chunk}, TensorOptions(unit->dtype).with_device(unit->group->device()));
 
@@ -491,7 +514,7 @@ std::shared_ptr<FSDPModule> fully_shard(const std::shared_ptr<nn::Module>& modul
     for (auto& [owner, name] : p.owners) owner->swap_parameter(name, p.shard);
     // Its own block (so that releasing it touches nothing else), released until gathered.
     p.full.set_grad(Tensor());
-    p.full.set_data(empty(p.full.sizes(), p.full.options()));
+    p.full.set_data(empty(p.full.sizes(), p.full.options().with_dtype(unit->compute_dtype)));
     p.full.storage()->reset(nullptr, 0, {});
   }
 
@@ -634,14 +657,17 @@ void FSDPModule::load_optimizer_state(optim::Optimizer& optimizer,
 NamedTensors FSDPModule::full_state_dict() const {
   NamedTensors out;
   autograd::NoGradGuard no_grad;
-  // Unit by unit in module order, the same on every rank: gather, copy, release.
+  // Unit by unit in module order, the same on every rank: the shards themselves (the master
+  // weights, in their dtype under a mixed precision policy), gathered.
   std::map<const ShardedParam*, Tensor> whole;
   const auto units = detail::units_below(unit_->module);
   for (const auto& unit : units) {
-    const bool was_gathered = unit->gathered;
-    unit->finish_gather();
-    for (const ShardedParam& p : unit->params) whole[&p] = p.full.clone();
-    if (!was_gathered) unit->reshard();
+    if (unit->params.empty()) continue;
+    Tensor all = empty({unit->chunk * unit->world()}, unit->shard_buffer.options());
+    unit->group->all_gather_into_tensor(all, unit->shard_buffer)->wait();
+    const Tensor flat = unit->in_parameter_order(all);
+    for (const ShardedParam& p : unit->params)
+      whole[&p] = flat.narrow(0, p.full_offset, p.full.numel()).view(p.full.sizes());
   }
   for (const auto& [name, t] : module_->state_dict()) {
     const ShardedParam* p = shard_of(units, t).second;

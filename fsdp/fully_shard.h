@@ -42,10 +42,11 @@
 // - The module's state_dict() lists this rank's shards; FSDPModule's sharded_state_dict (for
 //   gw::dist::checkpoint, loadable at any world size) and full_state_dict are the forms to save.
 // - Not yet: activation checkpointing of a unit (autograd::checkpoint's inner backward would
-//   end the outer one's reductions early), mixed precision and CPU offload.
+//   end the outer one's reductions early) and CPU offload.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "dist/checkpoint/dist_checkpoint.h"
@@ -59,11 +60,24 @@ namespace detail {
 struct Unit;
 }
 
+// FSDP2's MixedPrecisionPolicy: the shards (the optimizer's master weights) keep their dtype;
+// a unit's parameters are gathered and computed in param_dtype, and its gradients reduced in
+// reduce_dtype (default: param_dtype) and stored on the shards in the shards' dtype. E.g.
+// bfloat16 compute over float32 master weights, reductions in float32. The root casts floating
+// inputs to param_dtype (cast_forward_inputs). CPU kernels compute in float32 and float64 only:
+// there, float32 compute over float64 shards.
+struct MixedPrecisionPolicy {
+  std::optional<DType> param_dtype;
+  std::optional<DType> reduce_dtype;
+  bool cast_forward_inputs = true;
+};
+
 struct FullyShardOptions {
   // Free the gathered parameters after the unit's call and gather them again for its backward;
   // false keeps them from the call to the end of backward (less traffic, more memory). The
   // root keeps its own either way; without grad mode every unit frees them after its call.
   bool reshard_after_forward = true;
+  MixedPrecisionPolicy mp_policy = {};
 };
 
 // What fully_shard returns (FSDP2's FSDPModule): the unit's handle. Dropping it changes
@@ -99,8 +113,9 @@ class FSDPModule {
   // when any rank cannot, every rank throws and no optimizer changed).
   void load_optimizer_state(optim::Optimizer& optimizer, const dist::checkpoint::Reader& checkpoint,
                             const std::string& prefix = "") const;
-  // Every parameter whole (gathered unit by unit) and every buffer, by the module's state_dict
-  // names, on every rank: PyTorch's full state dict (save it from rank 0).
+  // Every parameter whole (its shards gathered unit by unit, in the shards' dtype) and every
+  // buffer, by the module's state_dict names, on every rank: PyTorch's full state dict (save
+  // it from rank 0).
   NamedTensors full_state_dict() const;
 
  private:

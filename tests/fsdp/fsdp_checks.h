@@ -85,20 +85,25 @@ inline Tensor rows_of(const Tensor& whole, int r, int world) {
 }
 
 // Each of `shards` (the sharded model's, by name) equals rank r's rows of the same-named tensor
-// of `wholes` to 1e-12 relative; `what` picks the tensor (the parameter, or its .grad).
+// of `wholes` to `tolerance` (relative, and absolute near zero); `what` picks the tensor (the
+// parameter, or its .grad).
 inline void check_rows(dist::testing::Checks& c, const nn::Module& sharded, const nn::Module& whole,
                        int r, int world, const std::string& context,
-                       const std::function<Tensor(const Tensor&)>& what) {
+                       const std::function<Tensor(const Tensor&)>& what, double tolerance = 1e-12) {
   const auto shards = sharded.named_parameters();
   const auto wholes = whole.named_parameters();
   c.expect(shards.size() == wholes.size(), "the sharded model lists every parameter once");
   for (size_t i = 0; i < std::min(shards.size(), wholes.size()); ++i) {
     const Tensor got = what(shards[i].second);
     const Tensor want = rows_of(what(wholes[i].second), r, world);
-    const bool ok =
-        got.numel() == want.numel() && allclose(got.reshape(want.sizes()), want, 1e-12, 1e-12);
+    const bool ok = got.numel() == want.numel() &&
+                    allclose(got.reshape(want.sizes()), want, tolerance, tolerance);
+    const double off = ok || got.numel() != want.numel()
+                           ? 0
+                           : (got.reshape(want.sizes()) - want).abs().max().item<double>();
     c.expect(ok, gw::detail::str("rank ", r, " of ", world, ", ", context, ": ", shards[i].first,
-                                 " shard ", shape_str(got.sizes()), " equals its rows"));
+                                 " shard ", shape_str(got.sizes()), " equals its rows (off by ",
+                                 off, ")"));
   }
 }
 
@@ -106,11 +111,13 @@ struct Case {
   FullyShardOptions options;
   int micro_batches = 1;  // the first ones without gradient sync
   int steps = 20;
+  double tolerance = 1e-12;
 };
 
 inline std::string describe(const Case& k) {
   return gw::detail::str("reshard_after_forward ", k.options.reshard_after_forward,
-                         ", micro-batches ", k.micro_batches);
+                         ", micro-batches ", k.micro_batches,
+                         k.options.mp_policy.param_dtype ? ", float32 compute" : "");
 }
 
 // Trains the sharded model beside the unsharded one (which sees every rank's rows) with AdamW
@@ -139,7 +146,8 @@ inline void check_matches_single_process(std::shared_ptr<dist::ProcessGroup> pg,
     opt.step();
     ref_opt.step();
   }
-  check_rows(c, *net, *reference, r, world, describe(k), [](const Tensor& t) { return t; });
+  check_rows(
+      c, *net, *reference, r, world, describe(k), [](const Tensor& t) { return t; }, k.tolerance);
   c.expect(net->emb->parameters()[0].grad().defined(), "the embedding's shard has a gradient");
   for (const Tensor& p : net->unused->parameters())
     c.expect(!p.grad().defined(), "unused: no grad");

@@ -42,6 +42,30 @@ TEST_CASE("fully_shard trains like one process on the global batch, on 2 and 4 G
     });
 }
 
+TEST_CASE("fully_shard with float32 compute over float64 shards stays close to float64", "[fsdp]") {
+  // Mixed precision as on a GPU (bfloat16 over float32), one step up: CPU kernels compute in
+  // float32 and float64 only. The members, activations and gradients are float32; reductions
+  // and AdamW's state float64. The bound: float32 gradients are right to about 1e-7 relative,
+  // AdamW's normalized steps of lr = 0.01 carry that into each parameter, and 20 steps add up
+  // to about 1e-7 (measured: at most 1.1e-7); 1e-5 leaves room, and float32 compute cannot
+  // pass 1e-12 (the exact case above).
+  const fsdp::FullyShardOptions mixed{
+      .reshard_after_forward = true,
+      .mp_policy = {.param_dtype = kFloat32, .reduce_dtype = kFloat64}};
+  run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+    fsdp::testing::check_matches_single_process(
+        borrow(pg), c, {.options = mixed, .micro_batches = 1, .steps = 20, .tolerance = 1e-5});
+    auto net = std::make_shared<Net>();
+    fsdp::testing::shard(net, borrow(pg), mixed);
+    auto [x, y] = fsdp::testing::batch(1, 0, 0);
+    const Tensor loss = net->loss(x, y);
+    EXPECT(c, loss.dtype() == kFloat32);  // computed in float32
+    loss.backward();
+    EXPECT(c, net->emb->parameters()[0].dtype() == kFloat64);
+    EXPECT(c, net->emb->parameters()[0].grad().dtype() == kFloat64);
+  });
+}
+
 TEST_CASE("fully_shard at world size 1 is the unsharded model", "[fsdp]") {
   run_ranks(1, [&](dist::ProcessGroupGloo& pg, Checks& c) {
     fsdp::testing::check_matches_single_process(borrow(pg), c, {.options = {}, .steps = 3});
