@@ -10,7 +10,9 @@
 // says whether they were and whether the test accuracy reached --target (default 0.88).
 //
 // With --zero, the optimizer's momentum is sharded across the ranks (ZeroRedundancyOptimizer):
-// each rank keeps and updates 1/world of it.
+// each rank keeps and updates 1/world of it. With --fsdp on, the parameters, gradients and
+// momentum are (fully_shard on each layer, then on the model; docs/fsdp.md), and checkpoints
+// hold each rank's rows.
 //
 // With --checkpoint-every N, every rank saves its part of the model, the optimizer's state and
 // the position into the distributed checkpoint in --checkpoint-dir (dist/checkpoint) every N
@@ -49,6 +51,7 @@
 #include "examples/common/launch.h"
 #include "examples/common/models.h"
 #include "examples/common/progress.h"
+#include "fsdp/fully_shard.h"
 #include "nn/functional.h"
 #include "optim/sgd.h"
 
@@ -61,6 +64,7 @@ struct Args : gw::examples::TrainArgs {
   int64_t powersgd_rank = 1, powersgd_start = 10;
   double lr_decay = 0.6;
   bool zero = false;
+  bool fsdp = false;  // shard the model (fully_shard) instead of replicating it
   gw::examples::CheckpointArgs checkpoint{"ddp_train"};
   gw::examples::TraceArgs trace;
 };
@@ -82,6 +86,8 @@ Args parse(int argc, char** argv) {
       a.powersgd_start = std::atoll(v.c_str());
     else if (k == "--zero" && (v == "on" || v == "off"))
       a.zero = v == "on";
+    else if (k == "--fsdp" && (v == "on" || v == "off"))
+      a.fsdp = v == "on";
     else
       return a.checkpoint.parse(k, v) || a.trace.parse(k, v);
     return true;
@@ -90,9 +96,15 @@ Args parse(int argc, char** argv) {
       "ddp_train", argc, argv, {.epochs = 5, .batch_size = 32, .lr = 0.02, .target = 0.88}, extra,
       (std::string(" [--model mlp|cnn] [--backend gloo|mpi] [--lr-decay X] [--curve PATH]"
                    " [--hook none|fp16|bf16|powersgd|batched-powersgd] [--powersgd-rank R]"
-                   " [--powersgd-start ITER] [--zero on|off]") +
+                   " [--powersgd-start ITER] [--zero on|off] [--fsdp on|off]") +
        gw::examples::CheckpointArgs::kUsage + gw::examples::TraceArgs::kUsage)
           .c_str());
+  if (a.fsdp && (a.zero || a.hook != "none")) {
+    std::fprintf(stderr,
+                 "ddp_train: --fsdp shards the optimizer's state and reduces the "
+                 "gradients itself: drop --zero and --hook\n");
+    std::exit(2);
+  }
   return a;
 }
 
@@ -110,11 +122,13 @@ std::shared_ptr<gw::ddp::PowerSGDState> register_hook(gw::ddp::DistributedDataPa
   return state;
 }
 
-// SGD with momentum 0.9: on every rank whole, or with --zero sharded across the ranks.
+// SGD with momentum 0.9: on every rank whole, or with --zero sharded across the ranks, or with
+// --fsdp on the model's shards (`sharded`: the root unit).
 class Optimizer {
  public:
-  Optimizer(const Args& args, gw::nn::Module& model, std::shared_ptr<gw::dist::ProcessGroup> pg)
-      : group_(pg) {
+  Optimizer(const Args& args, gw::nn::Module& model, std::shared_ptr<gw::dist::ProcessGroup> pg,
+            gw::fsdp::FSDPModule* sharded)
+      : group_(pg), sharded_(sharded) {
     const gw::optim::SGDOptions options{.lr = args.lr, .momentum = 0.9};
     if (args.zero)
       zero_ = std::make_unique<gw::dist::ZeroRedundancyOptimizer>(model.parameters(), options,
@@ -129,11 +143,14 @@ class Optimizer {
   // What a checkpoint holds of it: the plain optimizer's state, which every rank holds (and one
   // writes), or each rank's ranges of it.
   dcp::ShardedState state() const {
+    if (sharded_) return sharded_->sharded_optimizer_state(*plain_, "optim.");
     return zero_ ? zero_->sharded_state_dict("optim.") : dcp::whole(plain_->state_dict(), "optim.");
   }
   // A collective: a rank that cannot load makes every rank raise.
   void load(const dcp::Reader& ckpt) {
-    if (zero_)
+    if (sharded_)
+      sharded_->load_optimizer_state(*plain_, ckpt, "optim.");
+    else if (zero_)
       zero_->load_state_dict(ckpt, "optim.");
     else
       dcp::on_every_rank(*group_, [&] { plain_->load_state_dict(ckpt.read_all("optim.")); });
@@ -141,6 +158,7 @@ class Optimizer {
 
  private:
   std::shared_ptr<gw::dist::ProcessGroup> group_;
+  gw::fsdp::FSDPModule* sharded_;
   std::unique_ptr<gw::optim::SGD> plain_;
   std::unique_ptr<gw::dist::ZeroRedundancyOptimizer> zero_;
 };
@@ -174,10 +192,26 @@ int main(int argc, char** argv) {
     world = pg->size();
     auto train = gw::data::load_fashion_mnist(gw::data::Split::Train, args.limit);
     auto test = gw::data::load_fashion_mnist(gw::data::Split::Test);
-    gw::Generator gen(static_cast<uint64_t>(rank));  // DDP starts every replica from rank 0's
-    gw::ddp::DistributedDataParallel model(gw::examples::fashion_model(args.model, gen), pg);
-    auto powersgd = register_hook(model, args);
-    Optimizer opt(args, *model.module(), pg);
+    // DDP starts every replica from rank 0's; fully_shard keeps each rank's rows of its own copy,
+    // so every rank draws the same.
+    gw::Generator gen(static_cast<uint64_t>(args.fsdp ? 0 : rank));
+    std::shared_ptr<gw::nn::Module> module = gw::examples::fashion_model(args.model, gen);
+    std::unique_ptr<gw::ddp::DistributedDataParallel> ddp;
+    std::shared_ptr<gw::fsdp::FSDPModule> sharded;
+    std::shared_ptr<gw::ddp::PowerSGDState> powersgd;
+    if (args.fsdp) {
+      for (const auto& layer : module->children())  // a unit per layer with parameters
+        if (!layer->parameters().empty()) gw::fsdp::fully_shard(layer, pg);
+      sharded = gw::fsdp::fully_shard(module, pg);
+    } else {
+      ddp = std::make_unique<gw::ddp::DistributedDataParallel>(module, pg);
+      powersgd = register_hook(*ddp, args);
+    }
+    auto model_state = [&] {  // this rank's, for the distributed checkpoint
+      return sharded ? sharded->sharded_state_dict("model.")
+                     : dcp::whole(module->state_dict(), "model.");
+    };
+    Optimizer opt(args, *module, pg, sharded.get());
     constexpr uint64_t kDataSeed = 0;
     gw::data::Loader loader(
         train,
@@ -196,7 +230,7 @@ int main(int argc, char** argv) {
     if (resume) {
       std::optional<dcp::Reader> ckpt;
       dcp::on_every_rank(*pg, [&] { ckpt.emplace(args.checkpoint.dir); });
-      dcp::load(*ckpt, dcp::whole(model.module()->state_dict(), "model."), *pg);
+      dcp::load(*ckpt, model_state(), *pg);
       opt.load(*ckpt);
       const auto& meta = ckpt->metadata();
       first_epoch = std::stoll(meta.at("epoch"));
@@ -208,7 +242,7 @@ int main(int argc, char** argv) {
     }
     auto checkpoint = [&](int64_t epoch, int64_t step) {  // every rank writes its part
       if (args.checkpoint.every == 0) return;
-      dcp::ShardedState state = dcp::whole(model.module()->state_dict(), "model.");
+      dcp::ShardedState state = model_state();
       state.merge(opt.state());
       dcp::save(args.checkpoint.dir, state, *pg,
                 {{"epoch", std::to_string(epoch)},
@@ -220,9 +254,9 @@ int main(int argc, char** argv) {
     };
     if (rank == 0) {
       std::printf(
-          "%s\nDDP on %d ranks (%s), SGD lr %g momentum 0.9%s, batch %lld per rank, "
+          "%s\n%s on %d ranks (%s), SGD lr %g momentum 0.9%s, batch %lld per rank, "
           "%lld epochs\n",
-          model.module()->repr().c_str(), world, args.backend.c_str(), args.lr,
+          module->repr().c_str(), args.fsdp ? "FSDP" : "DDP", world, args.backend.c_str(), args.lr,
           args.zero ? " sharded across the ranks (ZeRO)" : "",
           static_cast<long long>(args.batch_size), static_cast<long long>(args.epochs));
       std::fflush(stdout);
@@ -240,7 +274,9 @@ int main(int argc, char** argv) {
         auto [x, y] = loader.batch(epoch, b);
         opt.zero_grad();
         gw::Tensor loss = gw::nn::functional::cross_entropy(
-            model.forward(gw::examples::shape_input(x, args.model)), y);
+            ddp ? ddp->forward(gw::examples::shape_input(x, args.model))
+                : (*module)(gw::examples::shape_input(x, args.model)),
+            y);
         loss.backward();  // the gradients are averaged across ranks here
         opt.step();
         losses.push_back(loss.item<double>());
@@ -251,20 +287,24 @@ int main(int argc, char** argv) {
           checkpoint(epoch, b + 1);
       }
       if (bar) bar->finish();
-      acc = gw::examples::test_accuracy(*model.module(), test, args.model);
+      acc = gw::examples::test_accuracy(*module, test, args.model);
       if (rank == 0)
         std::printf("epoch %lld: test accuracy %.2f%% (lr %g)\n", static_cast<long long>(epoch + 1),
                     acc * 100, opt.lr());
       checkpoint(epoch + 1, 0);
     }
     if (first_epoch >= args.epochs)  // resumed after the last epoch's checkpoint
-      acc = gw::examples::test_accuracy(*model.module(), test, args.model);
+      acc = gw::examples::test_accuracy(*module, test, args.model);
     if (powersgd && rank == 0)
       std::printf("PowerSGD rank %lld: %.1fx fewer numbers on the wire than the gradients\n",
                   static_cast<long long>(args.powersgd_rank), powersgd->compression_stats().rate());
-    const bool identical = identical_on_all_ranks(*model.module(), *pg);
-    std::printf("rank %d: parameters identical to rank 0's: %s\n", rank,
-                identical ? "yes" : "NO");
+    // Sharded, each rank holds other rows: nothing to compare.
+    const bool identical = sharded || identical_on_all_ranks(*module, *pg);
+    if (sharded)
+      std::printf("rank %d: holds 1/%d of the parameters\n", rank, world);
+    else
+      std::printf("rank %d: parameters identical to rank 0's: %s\n", rank,
+                  identical ? "yes" : "NO");
     if (rank == 0) {
       std::printf("test accuracy %.2f%% (target %.0f%%)\n", acc * 100, args.target * 100);
       if (!args.curve.empty()) {

@@ -44,7 +44,7 @@ double test_accuracy(nn::Module& model, const data::Dataset& test, const std::st
   int64_t correct = 0;
   for (int64_t start = 0; start < test.size(); start += 1000) {
     int64_t n = std::min<int64_t>(1000, test.size() - start);
-    Tensor logits = model.forward(shape_input(test.images.narrow(0, start, n), kind));
+    Tensor logits = model(shape_input(test.images.narrow(0, start, n), kind));
     correct += eq(argmax(logits, 1), test.labels.narrow(0, start, n)).sum().item<int64_t>();
   }
   model.train();

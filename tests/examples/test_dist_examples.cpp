@@ -103,6 +103,30 @@ double final_accuracy(const std::string& out) {
 }
 }  // namespace
 
+TEST_CASE("ddp_train --fsdp on trains as DDP does, each rank holding half the model",
+          "[examples][dist][ddp][fsdp]") {
+  const std::vector<std::string> args{"--nproc-per-node", "2",    GW_DDP_EXAMPLE, "--epochs", "1",
+                                      "--limit",          "3200", "--target",     "0.5"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = args;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  const auto ddp = run_gwrun(args);
+  const auto fsdp = run_gwrun(with({"--fsdp", "on"}));
+  INFO(ddp.out << ddp.err << fsdp.out << fsdp.err);
+  REQUIRE(ddp.exit_code == 0);
+  REQUIRE(fsdp.exit_code == 0);
+  CHECK(count(fsdp.out, "FSDP on 2 ranks (gloo)") == 1);
+  CHECK(count(fsdp.out, "holds 1/2 of the parameters") == 2);
+  // The same initial weights, batches and averaged gradients: the same model.
+  CHECK(std::abs(final_accuracy(fsdp.out) - final_accuracy(ddp.out)) < 0.05);
+  CHECK(final_accuracy(fsdp.out) > 50);
+  const auto refused = run_gwrun(with({"--fsdp", "on", "--zero", "on"}));
+  CHECK(refused.exit_code != 0);
+  CHECK(count(refused.err, "drop --zero and --hook") >= 1);
+}
+
 namespace {
 // Runs gwrun with `args` (--max-restarts among them), kills worker `rank` with SIGKILL once
 // `line` is on its standard output, and waits for the job: its result, and the pid killed.

@@ -282,3 +282,19 @@ TEST_CASE(
     EXPECT(c, equal(wider->parameters()[1], before));
   });
 }
+
+TEST_CASE("a rank that stops early fails the other's next call within the group's timeout",
+          "[fsdp]") {
+  run_ranks(2,
+            [&](dist::ProcessGroupGloo& pg, Checks& c) {
+              auto net = std::make_shared<Net>();
+              fsdp::testing::shard(net, borrow(pg));
+              if (pg.rank() == 1) return;  // stops: its group goes with it
+              auto [x, y] = fsdp::testing::batch(1, 0, 0);
+              const auto start = std::chrono::steady_clock::now();
+              EXPECT_THROWS(c, std::exception, net->loss(x, y).backward(),
+                            "[all_gather_into_tensor]", "rank 0 of 2");
+              EXPECT(c, std::chrono::steady_clock::now() - start < std::chrono::seconds(30));
+            },
+            {.timeout = std::chrono::seconds(5)});
+}
