@@ -521,6 +521,8 @@ std::shared_ptr<FSDPModule> fully_shard(const std::shared_ptr<nn::Module>& modul
   {
     Registry& registry = Registry::get();
     std::lock_guard lock(registry.mu);
+    std::erase_if(registry.modules, [](const auto& e) { return e.second.expired(); });
+    std::erase_if(registry.tensors, [](const auto& e) { return e.second.expired(); });
     registry.modules[module.get()] = unit;
     for (const ShardedParam& p : unit->params) {
       registry.tensors[p.full.impl()] = unit;

@@ -1,8 +1,9 @@
 // Attention in nn. scaled_dot_product_attention (nn/functional.h): the checks, the fused kernel
 // of the tensors' backend (on the CPU core/cpu/attention_kernels.cpp) with its derivative, and
 // the composition softmax(q kᵀ · scale + mask) v, which runs where the fused kernel does not: on
-// a backend without one (CUDA: cuBLAS products and the softmax kernel), for dtypes other than
-// float32 and float64, with dropout, and when a float mask needs its own gradient. Then
+// a backend without one (CUDA: cuBLAS products and the softmax kernel), with dropout, and when a
+// float mask needs its own gradient; 16-bit tensors on the CPU go through the float32 kernel.
+// Then
 // MultiheadAttention (nn/attention.h), the module on top of it.
 #include <array>
 #include <cmath>
@@ -151,6 +152,16 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     }
     GW_CHECK(fits, ShapeError, "[", op, "] attn_mask of shape ", shape_str(attn_mask.sizes()),
              " does not broadcast to the scores' shape ", shape_str(scores), " (", shapes(), ")");
+  }
+  // bfloat16 and float16 storage on the CPU, whose kernels compute in float32 and float64: the
+  // fused float32 kernel between conversions (recorded, so gradients come back in the inputs'
+  // dtype).
+  if (q.device().is_cpu() && (q.dtype() == kBFloat16 || q.dtype() == kFloat16)) {
+    const Tensor m =
+        attn_mask.defined() && attn_mask.dtype() != kBool ? attn_mask.to(kFloat32) : attn_mask;
+    return scaled_dot_product_attention(q.to(kFloat32), k.to(kFloat32), v.to(kFloat32), m,
+                                        dropout_p, is_causal, scale)
+        .to(q.dtype());
   }
   const double sc = scale.value_or(1 / std::sqrt(static_cast<double>(e)));
   const Tensor mask = additive(attn_mask, q);

@@ -303,6 +303,34 @@ TEST_CASE("attention takes a scale, unbatched inputs, and a float mask's gradien
   CHECK(rel_error(bias.grad(), bias_ref.grad()) < 1e-12);
 }
 
+TEST_CASE("bfloat16 and float16 attention on the CPU: stored in 16 bits, computed in float32",
+          "[nn][attention]") {
+  gw::Generator gen(12);
+  const Tensor q = randn64({2, 5, 8}, gen, false), k = randn64({2, 7, 8}, gen, false);
+  const Tensor v = randn64({2, 7, 4}, gen, false);
+  const Tensor mask = gw::gt(gw::rand({5, 7}, gen), 0.3);
+  for (gw::DType dtype : {gw::kBFloat16, gw::kFloat16}) {
+    INFO(gw::dtype_name(dtype));
+    // The inputs rounded to 16 bits, then the float64 reference on those values.
+    Tensor q16 = q.to(dtype).requires_grad_(), k16 = k.to(dtype).requires_grad_();
+    Tensor v16 = v.to(dtype).requires_grad_();
+    const Tensor out = F::scaled_dot_product_attention(q16, k16, v16, mask);
+    CHECK(out.dtype() == dtype);
+    out.to(gw::kFloat64).sum().backward();
+    Tensor qr = q16.detach().to(gw::kFloat64).requires_grad_();
+    Tensor kr = k16.detach().to(gw::kFloat64).requires_grad_();
+    Tensor vr = v16.detach().to(gw::kFloat64).requires_grad_();
+    const Tensor want = F::scaled_dot_product_attention(qr, kr, vr, mask);
+    want.sum().backward();
+    // Within the output's own rounding (bfloat16 keeps 8 bits: 2^-8 relative).
+    CHECK(rel_error(out.to(gw::kFloat64), want) < 1e-2);
+    REQUIRE(q16.grad().defined());
+    CHECK(q16.grad().dtype() == dtype);
+    CHECK(rel_error(q16.grad().to(gw::kFloat64), qr.grad()) < 2e-2);
+    CHECK(rel_error(v16.grad().to(gw::kFloat64), vr.grad()) < 2e-2);
+  }
+}
+
 TEST_CASE("a row whose every key is masked gives zeros, and leaves the gradients finite",
           "[nn][attention]") {
   gw::Generator gen(10);
