@@ -31,7 +31,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # bench/harness.h: the notes that say an anchor value was not measured in this run.
 PUBLISHED_FIGURE = "published figure"
 GOAL = "a goal, not a measurement"
-LOWER_IS_BETTER = {"ns", "us", "ms", "s", "B", "KiB", "MiB", "GiB", "nats"}
+LOWER_IS_BETTER = {"ns", "us", "ms", "s", "B", "KiB", "MiB", "GiB", "nats", "% idle"}
 
 HEADER = """\
 # Benchmarks

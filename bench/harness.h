@@ -13,8 +13,8 @@
 // bench, case, value, unit, anchor, anchor_value and speedup (> 1: gradwire is faster). A row
 // whose anchor did not run (note kPublishedFigure) says so in the speedup column instead of
 // showing a ratio; one against a goal (kGoal) says whether it is met.
-// Units decide the direction: times (ns, us, ms, s), sizes (B, KiB, MiB, GiB) and losses
-// (nats) are lower-is-better, rates higher.
+// Units decide the direction: times (ns, us, ms, s), sizes (B, KiB, MiB, GiB), losses (nats)
+// and idle time ("% idle") are lower-is-better, rates higher.
 #pragma once
 
 #include <chrono>

@@ -1,12 +1,14 @@
 #include "pipeline/schedule.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <utility>
 
 #include "autograd/autograd.h"
 #include "core/ops.h"
+#include "core/trace.h"
 #include "dist/process_group/c10d.h"
 
 namespace gw::pipeline {
@@ -297,6 +299,19 @@ void Schedule::step(const Tensor& input, const Tensor& target, std::vector<doubl
   PipelineStage& stage = *im.stage;
   const int s = stage.index(), m = im.microbatches;
   if (!im.checked) im.exchange_shapes(input, target);
+  const auto started = std::chrono::steady_clock::now();
+  double busy = 0;
+  const int track = trace::enabled() ? trace::track("pipeline stage " + std::to_string(s)) : 0;
+  // Times the work of action `a` (after its input arrived, before its output leaves).
+  auto timed = [&](const Action& a, const auto& work) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t t0_us = trace::enabled() ? trace::now_us() : 0;
+    work();
+    busy += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (trace::enabled())
+      trace::complete("pipeline", text(a), t0_us, trace::now_us(), track,
+                      detail::str("{\"stage\": ", s, ", \"microbatch\": ", a.microbatch, "}"));
+  };
   auto split = [&](const Tensor& t, const char* what) {
     GW_CHECK(t.defined() && t.dim() >= 1 && t.size(0) % m == 0, InvalidArgumentError,
              "[pipeline] stage ", s, "'s ", what, " must split along dim 0 into ", m,
@@ -336,12 +351,15 @@ void Schedule::step(const Tensor& input, const Tensor& target, std::vector<doubl
         x.set_grad(Tensor());
         stage.group().recv(x, s - 1, tag)->wait();
       }
-      Tensor y = stage.module()(x);
-      if (stage.is_last()) {
+      Tensor y;
+      timed(a, [&] {
+        y = stage.module()(x);
+        if (!stage.is_last()) return;
         Tensor l = im.loss(y, targets[mb]);
         if (losses) losses->push_back(l.item<double>());
         y = l / static_cast<double>(m);  // what its backward starts from
-      } else {
+      });
+      if (!stage.is_last()) {
         GW_CHECK(y.sizes() == im.out_shape && y.dtype() == im.out_dtype, InvalidArgumentError,
                  "[pipeline] stage ", s, " gave ", shape_str(y.sizes()), " ", y.dtype(),
                  " for micro-batch ", mb, " but passed ", shape_str(im.out_shape), " ",
@@ -352,11 +370,13 @@ void Schedule::step(const Tensor& input, const Tensor& target, std::vector<doubl
       stage_outputs[mb] = y;
     } else {
       if (stage.is_last()) {
-        stage_outputs[mb].backward();
+        timed(a, [&] { stage_outputs[mb].backward(); });
       } else {
         Tensor& g = im.output_grads[mb];
         stage.group().recv(g, s + 1, tag)->wait();
-        if (stage_outputs[mb].requires_grad()) autograd::backward({stage_outputs[mb]}, {g});
+        timed(a, [&] {
+          if (stage_outputs[mb].requires_grad()) autograd::backward({stage_outputs[mb]}, {g});
+        });
       }
       if (!stage.is_first()) {
         Tensor gx = stage_inputs[mb].grad();
@@ -368,6 +388,8 @@ void Schedule::step(const Tensor& input, const Tensor& target, std::vector<doubl
     }
   }
   for (auto& w : sends) w->wait();
+  last_step_ = {std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(),
+                busy};
 }
 
 }  // namespace gw::pipeline

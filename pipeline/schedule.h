@@ -20,6 +20,10 @@
 // backward, so with a loss that is a mean over the micro-batch (and micro-batches of equal size)
 // the stages' .grad equal those of the whole model on the whole batch's mean loss.
 //
+// Time: every forward and backward is a span on the track "pipeline stage S" of the timeline
+// (core/trace.h, GW_TRACE=FILE), from after its input arrived to before its output leaves, so
+// the gaps between spans are the stage's idle time; last_step() gives the same sums.
+//
 // Transport: activations and their gradients go point to point on the stage's process group
 // (Gloo or MPI), sends posted without waiting and received into buffers kept from step to
 // step. Before the first step the stages exchange the shape and dtype of what they pass, and run
@@ -107,10 +111,19 @@ class Schedule {
 
   int microbatches() const { return microbatches_; }
 
+  // The last step on this rank: its wall time, from the start of step() to the end of its last
+  // send, and the time spent in forwards and backwards (the rest is waiting: the bubble).
+  struct StepTimes {
+    double wall_s = 0, busy_s = 0;
+    double idle_fraction() const { return wall_s > 0 ? 1 - busy_s / wall_s : 0; }
+  };
+  const StepTimes& last_step() const { return last_step_; }
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
   int microbatches_;
+  StepTimes last_step_;
 };
 
 }  // namespace gw::pipeline
