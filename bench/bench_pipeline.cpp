@@ -1,10 +1,14 @@
-// The bubble of each pipeline schedule, measured: 4 stages (ranks as threads over Gloo on
-// 127.0.0.1) whose compute is replaced by calibrated sleeps (a forward sleeps 20 ms, its
-// backward 40 ms), so that 4 ranks on 2 cores measure the schedule, not the CPU. Each stage's
-// idle fraction (1 - time in forwards and backwards / the step's wall time, Schedule::
-// last_step) is set beside the theory for uniform stages, (p - 1) / (m + p - 1) for GPipe and
-// 1F1B; the largest over the stages is reported (stage 0, which waits longest). Also the
-// activations stage 0 holds at once: m micro-batches under GPipe, p under 1F1B.
+// The bubble of each pipeline schedule, measured: 4 ranks (threads over Gloo on 127.0.0.1)
+// whose compute is replaced by calibrated sleeps, so that 4 ranks on 2 cores measure the
+// schedule, not the CPU: a forward sleeps 20 ms, a backward 40 ms, its halves under zero bubble
+// (I and W) 20 ms each; with two stages per rank (interleaved) each stage is half as long. Each
+// rank's idle fraction (1 - time in forwards and backwards / the step's wall time,
+// Schedule::last_step) is set beside the theory for uniform stages, (p - 1) / (m + p - 1) for
+// GPipe and 1F1B and (p - 1) / (v m + p - 1) interleaved; zero bubble is set beside 1F1B's
+// measured idle at the same micro-batches. The largest over the ranks is reported, the median
+// of 5 steps. Also the
+// micro-batches rank 0 holds at once: m under GPipe, p under 1F1B.
+#include <algorithm>
 #include <chrono>
 #include <future>
 #include <thread>
@@ -23,21 +27,35 @@ using std::chrono::milliseconds;
 constexpr int kStages = 4;
 constexpr milliseconds kForward{20}, kBackward{40};
 
-// A stage whose forward sleeps kForward and whose backward sleeps kBackward; it holds one
-// parameter so that it has a gradient to make. Counts the micro-batches it holds at once.
+// A stage whose forward and backward sleep instead of computing (`scale`: its share of a
+// rank's work); it holds one parameter so that it has a gradient to make. Counts the
+// micro-batches a rank holds at once (`held` is shared by the rank's stages).
 struct Sleeper : gw::nn::Module {
   gw::Tensor w;
-  int held = 0, most_held = 0;
-  Sleeper() : Module("Sleeper") { w = register_parameter("w", gw::ones({1})); }
+  double scale;
+  std::shared_ptr<int> held, most_held;
+  Sleeper(double scale, std::shared_ptr<int> held, std::shared_ptr<int> most)
+      : Module("Sleeper"), scale(scale), held(std::move(held)), most_held(std::move(most)) {
+    w = register_parameter("w", gw::ones({1}));
+  }
+  void sleep(milliseconds t) const {
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(t.count() * scale));
+  }
   gw::Tensor forward(const gw::Tensor& x) override {
-    std::this_thread::sleep_for(kForward);
     gw::Tensor y = x * w;
     if (!y.requires_grad()) return y;  // the shape check before the first step
-    most_held = std::max(most_held, ++held);
+    sleep(kForward);
+    *most_held = std::max(*most_held, ++*held);
     gw::autograd::Edge edge = gw::autograd::gradient_edge(y);
     edge.fn->pre_hooks.emplace_back(edge.input_nr, [this](const gw::Tensor&) {
-      std::this_thread::sleep_for(kBackward);
-      --held;
+      // Zero bubble: I and W take half a backward each; the first stage has no input gradient
+      // to make, so its I does nothing and its W the whole backward.
+      const gw::pipeline::Action* a = gw::pipeline::current_action();
+      const bool half =
+          a && (a->type == gw::pipeline::ActionType::BackwardInput ||
+                (a->type == gw::pipeline::ActionType::BackwardWeight && a->stage > 0));
+      sleep(half ? kBackward / 2 : kBackward);
+      if (!a || a->type != gw::pipeline::ActionType::BackwardInput) --*held;
       return gw::Tensor();
     });
     return y;
@@ -45,31 +63,38 @@ struct Sleeper : gw::nn::Module {
 };
 
 struct Measured {
-  double idle = 0;  // the largest stage's idle fraction, best step
+  double idle = 0;  // the largest rank's idle fraction, median step
   int stage0_held = 0;
 };
 
-Measured measure(const std::string& schedule, int microbatches) {
+Measured measure(const gw::pipeline::Plan& plan) {
   auto store = std::make_shared<gw::store::HashStore>();
+  const int stages = gw::pipeline::stages_of(plan), per_rank = stages / kStages;
+  int microbatches = 0;
+  for (const auto& a : plan[0]) microbatches = std::max(microbatches, a.microbatch + 1);
   std::vector<std::future<std::pair<double, int>>> ranks;
   for (int r = 0; r < kStages; ++r)
     ranks.push_back(std::async(std::launch::async, [&, r] {
       auto pg = std::make_shared<gw::dist::ProcessGroupGloo>(store, r, kStages);
-      auto module = std::make_shared<Sleeper>();
-      auto stage = std::make_shared<gw::pipeline::PipelineStage>(module, r, kStages, pg);
-      gw::pipeline::Schedule s(stage, gw::pipeline::make_plan(schedule, kStages, microbatches),
+      auto held = std::make_shared<int>(0), most = std::make_shared<int>(0);
+      std::vector<std::shared_ptr<gw::pipeline::PipelineStage>> mine;
+      for (int st = r; st < stages; st += kStages)
+        mine.push_back(std::make_shared<gw::pipeline::PipelineStage>(
+            std::make_shared<Sleeper>(1.0 / per_rank, held, most), st, stages, pg));
+      gw::pipeline::Schedule s(mine, plan,
                                [](const gw::Tensor& y, const gw::Tensor&) { return y.sum(); });
-      const gw::Tensor x = gw::ones({microbatches, 4}).requires_grad_(false);
-      double best = 1;
-      for (int step = 0; step < 3; ++step) {
+      const gw::Tensor x = gw::ones({microbatches, 4});
+      std::vector<double> idles;
+      for (int step = 0; step < 5; ++step) {
         pg->barrier()->wait();
         s.step(x, x);
-        // The largest idle fraction over the stages, this step.
+        // The largest idle fraction over the ranks, this step.
         gw::Tensor idle = gw::full({1}, s.last_step().idle_fraction(), gw::kFloat64);
         pg->allreduce(idle, {.op = gw::dist::ReduceOp::MAX})->wait();
-        best = std::min(best, idle.item<double>());
+        idles.push_back(idle.item<double>());
       }
-      return std::pair{best, module->most_held};
+      std::sort(idles.begin(), idles.end());
+      return std::pair{idles[idles.size() / 2], *most};  // the median step
     }));
   Measured m;
   for (int r = 0; r < kStages; ++r) {
@@ -83,15 +108,36 @@ Measured measure(const std::string& schedule, int microbatches) {
 
 int main(int argc, char** argv) {
   gw::bench::Reporter report(argc, argv);
-  for (const char* schedule : {"gpipe", "1f1b"})
-    for (int m : {4, 8, 16}) {
-      const std::string name =
-          gw::detail::str(schedule, ", ", kStages, " stages, ", m, " micro-batches: idle");
-      if (!report.wants("pipeline", name)) continue;
-      const Measured got = measure(schedule, m);
-      const double theory = static_cast<double>(kStages - 1) / (m + kStages - 1);
-      report.add({"pipeline", name, got.idle * 100, "% idle", "theory (p-1)/(m+p-1)", theory * 100,
-                  gw::detail::str("stage 0 held ", got.stage0_held, " micro-batches at once")});
+  for (int m : {4, 8, 16}) {
+    auto name = [&](const std::string& schedule) {
+      return gw::detail::str(schedule, ", ", kStages, " ranks, ", m, " micro-batches: idle");
+    };
+    auto held = [](const Measured& got) {
+      return gw::detail::str("rank 0 held ", got.stage0_held, " micro-batches at once");
+    };
+    // GPipe, 1F1B and interleaved against the theory for uniform stages.
+    double one_f_one_b = -1;
+    for (const std::string schedule : {"gpipe", "1f1b", "interleaved"}) {
+      const bool zb_wanted = report.wants("pipeline", name("zb")) ||
+                             report.wants("pipeline", name("zb, 3 extra in flight"));
+      if (!report.wants("pipeline", name(schedule)) && !(schedule == "1f1b" && zb_wanted)) continue;
+      const Measured got = measure(gw::pipeline::make_plan(schedule, kStages, m));
+      if (schedule == "1f1b") one_f_one_b = got.idle;
+      if (!report.wants("pipeline", name(schedule))) continue;
+      const int v = schedule == "interleaved" ? 2 : 1;
+      const double theory = static_cast<double>(kStages - 1) / (v * m + kStages - 1);
+      report.add({"pipeline", name(schedule), got.idle * 100, "% idle",
+                  v == 1 ? "theory (p-1)/(m+p-1)" : "theory (p-1)/(vm+p-1)", theory * 100,
+                  held(got)});
     }
+    // Zero bubble against 1F1B, measured in the same run at the same micro-batches.
+    for (int extra : {1, 3}) {
+      const std::string zb = extra == 1 ? "zb" : "zb, 3 extra in flight";
+      if (!report.wants("pipeline", name(zb)) || one_f_one_b < 0) continue;
+      const Measured got = measure(gw::pipeline::zero_bubble(kStages, m, extra));
+      report.add({"pipeline", name(zb), got.idle * 100, "% idle", "1f1b, measured",
+                  one_f_one_b * 100, held(got)});
+    }
+  }
   return 0;
 }

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <utility>
 
 #include "autograd/autograd.h"
@@ -23,18 +24,46 @@ void check_sizes(const char* who, int stages, int microbatches) {
            microbatches, " micro-batches");
 }
 
-std::string text(const Action& a) {
-  return (a.type == ActionType::Forward ? "F" : "B") + std::to_string(a.microbatch);
+const char* letter(ActionType t) {
+  switch (t) {
+    case ActionType::Forward:
+      return "F";
+    case ActionType::Backward:
+      return "B";
+    case ActionType::BackwardInput:
+      return "I";
+    case ActionType::BackwardWeight:
+      return "W";
+  }
+  return "?";
+}
+
+std::string text(const Action& a, bool with_stage = true) {
+  return letter(a.type) + std::to_string(a.microbatch) +
+         (with_stage ? "@" + std::to_string(a.stage) : "");
+}
+
+bool is_backward(ActionType t) {
+  return t == ActionType::Backward ||
+         t == ActionType::BackwardInput;  // what the previous waits for
 }
 
 }  // namespace
 
+int stages_of(const Plan& plan) {
+  int stages = 0;
+  for (const auto& actions : plan)
+    for (const Action& a : actions) stages = std::max(stages, a.stage + 1);
+  return stages;
+}
+
 Plan gpipe(int stages, int microbatches) {
   check_sizes("gpipe", stages, microbatches);
   Plan plan(static_cast<size_t>(stages));
-  for (auto& actions : plan) {
-    for (int mb = 0; mb < microbatches; ++mb) actions.push_back({ActionType::Forward, mb});
-    for (int mb = microbatches - 1; mb >= 0; --mb) actions.push_back({ActionType::Backward, mb});
+  for (int s = 0; s < stages; ++s) {
+    auto& actions = plan[static_cast<size_t>(s)];
+    for (int mb = 0; mb < microbatches; ++mb) actions.push_back({ActionType::Forward, mb, s});
+    for (int mb = microbatches - 1; mb >= 0; --mb) actions.push_back({ActionType::Backward, mb, s});
   }
   return plan;
 }
@@ -46,28 +75,103 @@ Plan one_f_one_b(int stages, int microbatches) {
     auto& actions = plan[static_cast<size_t>(s)];
     const int warmup = std::min(stages - s - 1, microbatches);
     int forward = 0, backward = 0;
-    while (forward < warmup) actions.push_back({ActionType::Forward, forward++});
+    while (forward < warmup) actions.push_back({ActionType::Forward, forward++, s});
     while (forward < microbatches) {  // steady state: one forward, one backward
-      actions.push_back({ActionType::Forward, forward++});
-      actions.push_back({ActionType::Backward, backward++});
+      actions.push_back({ActionType::Forward, forward++, s});
+      actions.push_back({ActionType::Backward, backward++, s});
     }
-    while (backward < microbatches) actions.push_back({ActionType::Backward, backward++});
+    while (backward < microbatches) actions.push_back({ActionType::Backward, backward++, s});
   }
   return plan;
 }
 
-Plan make_plan(const std::string& name, int stages, int microbatches) {
-  if (name == "gpipe") return gpipe(stages, microbatches);
-  if (name == "1f1b") return one_f_one_b(stages, microbatches);
+Plan interleaved_one_f_one_b(int ranks, int stages_per_rank, int microbatches) {
+  check_sizes("interleaved 1f1b", ranks * stages_per_rank, microbatches);
+  GW_CHECK(stages_per_rank >= 1 && microbatches % ranks == 0, InvalidArgumentError,
+           "[pipeline] interleaved 1F1B runs micro-batches in groups of the ranks: ", microbatches,
+           " micro-batches is not a multiple of ", ranks, " ranks");
+  const int p = ranks, v = stages_per_rank, total = microbatches * stages_per_rank;
+  Plan plan(static_cast<size_t>(p));
+  // The k-th forward of a rank: chunk (k / p) % v of micro-batch (k / (p v)) p + k % p; its
+  // backwards go through the chunks the other way round.
+  auto microbatch_of = [&](int k) { return (k / (p * v)) * p + k % p; };
+  for (int r = 0; r < p; ++r) {
+    auto& actions = plan[static_cast<size_t>(r)];
+    auto forward = [&](int k) {
+      actions.push_back({ActionType::Forward, microbatch_of(k), ((k / p) % v) * p + r});
+    };
+    auto backward = [&](int k) {
+      actions.push_back({ActionType::Backward, microbatch_of(k), (v - 1 - (k / p) % v) * p + r});
+    };
+    const int warmup = std::min((p - r - 1) * 2 + (v - 1) * p, total);
+    int f = 0, b = 0;
+    while (f < warmup) forward(f++);
+    while (f < total) {
+      forward(f++);
+      backward(b++);
+    }
+    while (b < total) backward(b++);
+  }
+  return plan;
+}
+
+Plan zero_bubble(int stages, int microbatches, int extra_in_flight) {
+  check_sizes("zb", stages, microbatches);
+  GW_CHECK(extra_in_flight >= 1, InvalidArgumentError,
+           "[pipeline] zero_bubble needs at least "
+           "one micro-batch in flight beyond 1F1B's, got ",
+           extra_in_flight);
+  const int p = stages, m = microbatches;
+  Plan plan(static_cast<size_t>(p));
+  // Unit-time actions. done_at[type][s][mb]: when it finished (-1: not yet).
+  std::vector<std::vector<int>> f_done(p, std::vector<int>(m, -1)),
+      i_done(p, std::vector<int>(m, -1));
+  std::vector<int> next_f(p, 0), next_i(p, 0), next_w(p, 0);
+  for (int t = 0, left = 3 * p * m; left > 0; ++t) {
+    GW_CHECK(t < 8 * p * m + 8, StateError, "[pipeline] zero_bubble: no plan for ", p,
+             " stages and ", m, " micro-batches");
+    for (int s = 0; s < p; ++s) {
+      auto& actions = plan[static_cast<size_t>(s)];
+      const int i = next_i[s], f = next_f[s], w = next_w[s];
+      // An I whose gradient arrived (or the last stage's, after its forward) comes first.
+      const bool i_ready = i < f && f_done[s][i] >= 0 && f_done[s][i] < t &&
+                           (s == p - 1 || (i_done[s + 1][i] >= 0 && i_done[s + 1][i] < t));
+      const bool f_ready = f < m && (s == 0 || (f_done[s - 1][f] >= 0 && f_done[s - 1][f] < t)) &&
+                           f - w < p - s + extra_in_flight;
+      if (i_ready) {
+        i_done[s][i] = t;
+        actions.push_back({ActionType::BackwardInput, next_i[s]++, s});
+      } else if (f_ready) {
+        f_done[s][f] = t;
+        actions.push_back({ActionType::Forward, next_f[s]++, s});
+      } else if (w < i) {
+        actions.push_back({ActionType::BackwardWeight, next_w[s]++, s});
+      } else {
+        continue;  // idle this unit
+      }
+      --left;
+    }
+  }
+  return plan;
+}
+
+Plan make_plan(const std::string& name, int ranks, int microbatches) {
+  if (name == "gpipe") return gpipe(ranks, microbatches);
+  if (name == "1f1b") return one_f_one_b(ranks, microbatches);
+  if (name == "interleaved") return interleaved_one_f_one_b(ranks, 2, microbatches);
+  if (name == "zb") return zero_bubble(ranks, microbatches);
   throw InvalidArgumentError(
-      detail::str("[pipeline] unknown schedule \"", name, "\" (gpipe or 1f1b)"));
+      detail::str("[pipeline] unknown schedule \"", name, "\" (gpipe, 1f1b, interleaved or zb)"));
 }
 
 std::string to_string(const Plan& plan) {
+  bool one_per_rank = true;
+  for (size_t r = 0; r < plan.size(); ++r)
+    for (const Action& a : plan[r]) one_per_rank = one_per_rank && a.stage == static_cast<int>(r);
   std::string out;
-  for (size_t s = 0; s < plan.size(); ++s) {
-    out += "stage " + std::to_string(s) + ":";
-    for (const Action& a : plan[s]) out += " " + text(a);
+  for (size_t r = 0; r < plan.size(); ++r) {
+    out += (one_per_rank ? "stage " : "rank ") + std::to_string(r) + ":";
+    for (const Action& a : plan[r]) out += " " + text(a, !one_per_rank);
     out += "\n";
   }
   return out;
@@ -75,60 +179,78 @@ std::string to_string(const Plan& plan) {
 
 void check_plan(const Plan& plan, int stages, int microbatches) {
   check_sizes("check_plan", stages, microbatches);
-  GW_CHECK(static_cast<int>(plan.size()) == stages, InvalidArgumentError,
-           "[pipeline] the plan has ", plan.size(), " stages, the pipeline ", stages);
+  const int ranks = static_cast<int>(plan.size());
+  GW_CHECK(ranks >= 1 && stages % ranks == 0, InvalidArgumentError, "[pipeline] ", stages,
+           " stages do not spread evenly over the plan's ", ranks, " ranks");
   const auto n = static_cast<size_t>(microbatches);
-  // Each stage: every forward and backward once, each backward after its forward.
-  for (int s = 0; s < stages; ++s) {
-    std::vector<int> forwards(n, 0), backwards(n, 0);
-    for (const Action& a : plan[static_cast<size_t>(s)]) {
+  // count[type][stage][mb]; each stage's actions on its rank, in order.
+  std::vector<std::vector<std::vector<int>>> count(
+      4, std::vector<std::vector<int>>(static_cast<size_t>(stages), std::vector<int>(n, 0)));
+  auto counted = [&](ActionType t, int s, int mb) -> int& {
+    return count[static_cast<size_t>(t)][static_cast<size_t>(s)][static_cast<size_t>(mb)];
+  };
+  for (int r = 0; r < ranks; ++r)
+    for (const Action& a : plan[static_cast<size_t>(r)]) {
+      GW_CHECK(a.stage >= 0 && a.stage < stages && a.stage % ranks == r, InvalidArgumentError,
+               "[pipeline] rank ", r, " runs ", text(a),
+               ", a stage that is not its own (stage s "
+               "runs on rank s % ",
+               ranks, ")");
       GW_CHECK(a.microbatch >= 0 && a.microbatch < microbatches, InvalidArgumentError,
-               "[pipeline] stage ", s, "'s ", text(a), " names a micro-batch outside 0..",
+               "[pipeline] rank ", r, "'s ", text(a), " names a micro-batch outside 0..",
                microbatches - 1);
-      const auto mb = static_cast<size_t>(a.microbatch);
-      if (a.type == ActionType::Forward) {
-        ++forwards[mb];
-      } else {
-        GW_CHECK(forwards[mb] == 1, InvalidArgumentError, "[pipeline] stage ", s, " runs ", text(a),
-                 " before its forward");
-        ++backwards[mb];
-      }
+      const bool after =
+          a.type == ActionType::Forward || counted(ActionType::Forward, a.stage, a.microbatch) == 1;
+      GW_CHECK(after && (a.type != ActionType::BackwardWeight ||
+                         counted(ActionType::BackwardInput, a.stage, a.microbatch) == 1),
+               InvalidArgumentError, "[pipeline] rank ", r, " runs ", text(a), " before its ",
+               a.type == ActionType::BackwardWeight ? "I" : "forward");
+      ++counted(a.type, a.stage, a.microbatch);
     }
-    for (size_t mb = 0; mb < n; ++mb)
-      GW_CHECK(forwards[mb] == 1 && backwards[mb] == 1, InvalidArgumentError, "[pipeline] stage ",
-               s, " runs micro-batch ", mb, "'s forward ", forwards[mb], " times and its backward ",
-               backwards[mb], " times; once each, for ", microbatches, " micro-batches");
-  }
+  for (int s = 0; s < stages; ++s)
+    for (int mb = 0; mb < microbatches; ++mb) {
+      const int f = counted(ActionType::Forward, s, mb), b = counted(ActionType::Backward, s, mb),
+                i = counted(ActionType::BackwardInput, s, mb),
+                w = counted(ActionType::BackwardWeight, s, mb);
+      GW_CHECK(f == 1 && ((b == 1 && i == 0 && w == 0) || (b == 0 && i == 1 && w == 1)),
+               InvalidArgumentError, "[pipeline] stage ", s, " runs micro-batch ", mb,
+               "'s forward ", f, " times and its backward ", b, " times (I ", i, ", W ", w,
+               "); a forward, and a backward or an I and a W, once each for ", microbatches,
+               " micro-batches");
+    }
   // Simulated: sends never block, a receive waits for its sender. Each round runs at least one
-  // action, so at most 2 * stages * microbatches rounds.
+  // action, so at most as many rounds as actions.
   std::vector<std::vector<bool>> forward_done(static_cast<size_t>(stages), std::vector<bool>(n)),
       backward_done(static_cast<size_t>(stages), std::vector<bool>(n));
-  std::vector<size_t> next(static_cast<size_t>(stages), 0);
-  auto ready = [&](int s, const Action& a) {
+  std::vector<size_t> next(static_cast<size_t>(ranks), 0);
+  auto ready = [&](const Action& a) {
     const auto mb = static_cast<size_t>(a.microbatch);
-    if (a.type == ActionType::Forward) return s == 0 || forward_done[s - 1][mb];
-    return s == stages - 1 || backward_done[s + 1][mb];  // its own forward ran (checked above)
+    if (a.type == ActionType::Forward) return a.stage == 0 || forward_done[a.stage - 1][mb];
+    if (a.type == ActionType::BackwardWeight) return true;  // after its I, on this rank
+    return a.stage == stages - 1 || backward_done[a.stage + 1][mb];
   };
   for (bool progress = true; progress;) {
     progress = false;
-    for (int s = 0; s < stages; ++s) {
-      const auto& actions = plan[static_cast<size_t>(s)];
-      auto& i = next[static_cast<size_t>(s)];
-      while (i < actions.size() && ready(s, actions[i])) {
+    for (int r = 0; r < ranks; ++r) {
+      const auto& actions = plan[static_cast<size_t>(r)];
+      auto& i = next[static_cast<size_t>(r)];
+      while (i < actions.size() && ready(actions[i])) {
         const Action& a = actions[i++];
-        (a.type == ActionType::Forward ? forward_done : backward_done)[s][a.microbatch] = true;
+        if (a.type == ActionType::Forward) forward_done[a.stage][a.microbatch] = true;
+        if (is_backward(a.type)) backward_done[a.stage][a.microbatch] = true;
         progress = true;
       }
     }
   }
   std::string stuck;
-  for (int s = 0; s < stages; ++s) {
-    const auto& actions = plan[static_cast<size_t>(s)];
-    const size_t i = next[static_cast<size_t>(s)];
+  for (int r = 0; r < ranks; ++r) {
+    const auto& actions = plan[static_cast<size_t>(r)];
+    const size_t i = next[static_cast<size_t>(r)];
     if (i == actions.size()) continue;
     const Action& a = actions[i];
-    stuck += detail::str(stuck.empty() ? "" : "; ", "stage ", s, " waits in ", text(a),
-                         " for stage ", a.type == ActionType::Forward ? s - 1 : s + 1);
+    const int from = a.type == ActionType::Forward ? a.stage - 1 : a.stage + 1;
+    stuck += detail::str(stuck.empty() ? "" : "; ", ranks == stages ? "stage " : "rank ", r,
+                         " waits in ", text(a, ranks != stages), " for stage ", from);
   }
   GW_CHECK(stuck.empty(), InvalidArgumentError, "[pipeline] the plan deadlocks: ", stuck, "\n",
            to_string(plan));
@@ -143,22 +265,23 @@ PipelineStage::PipelineStage(std::shared_ptr<nn::Module> module, int stage_index
       num_stages_(num_stages),
       group_(std::move(group)) {
   GW_CHECK(module_ && group_, InvalidArgumentError,
-           "[PipelineStage] the module and the group "
-           "must not be null");
-  GW_CHECK(num_stages_ == group_->size() && index_ == group_->rank(), InvalidArgumentError,
-           "[PipelineStage] stage ", index_, " of ", num_stages_, " must sit on rank ", index_,
-           " of a group of ", num_stages_, " (rank ", group_->rank(), " of ", group_->size(), ")");
+           "[PipelineStage] the module and the group must not be null");
+  GW_CHECK(index_ >= 0 && index_ < num_stages_ && num_stages_ % group_->size() == 0 &&
+               index_ % group_->size() == group_->rank(),
+           InvalidArgumentError, "[PipelineStage] stage ", index_, " of ", num_stages_,
+           " sits on rank ", index_ % std::max(group_->size(), 1), " of a group of ",
+           group_->size(), " (whose size must divide the stages), not on rank ", group_->rank());
 }
 
 // --- running a plan ----------------------------------------------------------------------------
 
 namespace {
 
-// Tags: a micro-batch's activation and its gradient travel apart; the shapes before either.
-int tag_of(int microbatch, ActionType type) {
-  return 2 * microbatch + (type == ActionType::Backward ? 1 : 0);
-}
-constexpr int kShapeTag = 1 << 20;
+thread_local const Action* t_current_action = nullptr;
+
+// Tags: 0 for the shapes before the first step (between two ranks they go in stage order),
+// then one per receiving stage, micro-batch and direction: small, as MPI guarantees only 32767.
+constexpr int kShapeTag = 0;
 constexpr int64_t kMaxDims = 8;
 
 // What a stage passes on, as an int64 tensor: dtype, dims (or -1: the stage failed), sizes.
@@ -175,92 +298,143 @@ Tensor describe(const Tensor* t) {
 
 }  // namespace
 
-struct Schedule::Impl {
+const Action* current_action() { return t_current_action; }
+
+// One of this rank's stages, and what it keeps from step to step and within one.
+struct LocalStage {
   std::shared_ptr<PipelineStage> stage;
-  Plan plan;
-  LossFn loss;
-  int microbatches = 0;
-  bool checked = false;  // the shapes were exchanged and every stage ran them
   Shape in_shape, out_shape;
   DType in_dtype = kFloat32, out_dtype = kFloat32;
-  // Kept from step to step: each micro-batch's received activation and output gradient.
-  std::vector<Tensor> activations, output_grads;
+  std::vector<Tensor> activations, output_grads;  // per micro-batch, kept between steps
+  std::vector<Tensor> inputs, outputs;            // per micro-batch, within a step
+};
 
-  int rank() const { return stage->index(); }
-  dist::ProcessGroup& group() { return stage->group(); }
+struct Schedule::Impl {
+  std::vector<LocalStage> stages;  // by stage index / ranks
+  Plan plan;
+  LossFn loss;
+  int microbatches = 0, num_stages = 0, ranks = 0;
+  bool checked = false;  // the shapes were exchanged and every stage ran them
+  bool broken = false;   // a step failed midway: messages of it may still be on their way
+  Shape input_shape, target_shape;  // of the first step's micro-batches, kept from then on
+  // A stage's messages to a stage on the same rank (one rank only: every stage here).
+  std::map<int, Tensor> local_mail;
+
+  dist::ProcessGroup& group() { return stages.front().stage->group(); }
+  int rank() { return group().rank(); }
+  LocalStage& local(int s) { return stages[static_cast<size_t>(s / ranks)]; }
+  int rank_of(int s) const { return s % ranks; }
+  // A message's tag: the receiving stage, the micro-batch and the direction.
+  int tag(int to_stage, int microbatch, bool gradient) const {
+    return 1 + (to_stage * microbatches + microbatch) * 2 + (gradient ? 1 : 0);
+  }
+  dist::WorkPtr send(const Tensor& t, int to_stage, int tag_value);
+  void recv(Tensor& t, int from_stage, int tag_value);
   void exchange_shapes(const Tensor& input, const Tensor& target);
 };
+
+dist::WorkPtr Schedule::Impl::send(const Tensor& t, int to_stage, int tag_value) {
+  if (rank_of(to_stage) == rank()) {
+    local_mail[tag_value] = t.clone();
+    return nullptr;
+  }
+  return group().send(t, rank_of(to_stage), tag_value);
+}
+
+void Schedule::Impl::recv(Tensor& t, int from_stage, int tag_value) {
+  if (rank_of(from_stage) == rank()) {
+    auto it = local_mail.find(tag_value);
+    GW_CHECK(it != local_mail.end(), StateError, "[pipeline] stage ", from_stage,
+             "'s message (tag ", tag_value, ") was not sent before it is received");
+    autograd::NoGradGuard no_grad;
+    t.copy_(it->second);
+    local_mail.erase(it);
+    return;
+  }
+  group().recv(t, rank_of(from_stage), tag_value)->wait();
+}
 
 // Before the first step: stage by stage, what each passes on (a forward of the first
 // micro-batch's shape, in eval mode and without gradients, so that nothing is drawn or
 // recorded), then every rank learns whether every stage could run, and whether every rank runs
 // the same plan. Any failure is raised on every rank, naming the first stage that failed.
 void Schedule::Impl::exchange_shapes(const Tensor& input, const Tensor& target) {
-  const int s = rank();
   std::string failure;
-  Tensor output;
-  bool previous_failed = false;
-  if (!stage->is_first()) {
-    Tensor meta = empty({2 + kMaxDims}, kInt64);
-    group().recv(meta, s - 1, kShapeTag)->wait();
-    const std::vector<int64_t> v = meta.to_vector<int64_t>();
-    previous_failed = v[1] < 0;
-    if (!previous_failed) {
-      in_dtype = static_cast<DType>(v[0]);
-      in_shape = Shape(v.begin() + 2, v.begin() + 2 + v[1]);
-    }
-  }
-  if (!previous_failed) {
-    try {
-      autograd::NoGradGuard no_grad;
-      nn::Module& m = stage->module();
-      const bool training = m.is_training();
-      m.eval();
-      struct Restore {
-        nn::Module& m;
-        bool training;
-        ~Restore() { m.train(training); }
-      } restore{m, training};
-      Tensor x;
-      if (stage->is_first()) {
-        GW_CHECK(input.defined() && input.dim() >= 1 && input.size(0) % microbatches == 0,
-                 InvalidArgumentError,
-                 "[pipeline] the first stage's input must split along dim 0 "
-                 "into ",
-                 microbatches, " micro-batches, got ",
-                 input.defined() ? shape_str(input.sizes()) : std::string("none"));
-        x = input.narrow(0, 0, input.size(0) / microbatches);
-      } else {
-        x = zeros(in_shape, in_dtype);
+  for (LocalStage& ls : stages) {  // in stage order: a chain across the ranks
+    PipelineStage& stage = *ls.stage;
+    const int s = stage.index();
+    bool previous_failed = false;
+    if (!stage.is_first()) {
+      Tensor meta = empty({2 + kMaxDims}, kInt64);
+      recv(meta, s - 1, kShapeTag);
+      const std::vector<int64_t> v = meta.to_vector<int64_t>();
+      previous_failed = v[1] < 0 || v[1] > kMaxDims;
+      if (!previous_failed) {
+        ls.in_dtype = static_cast<DType>(v[0]);
+        ls.in_shape = Shape(v.begin() + 2, v.begin() + 2 + v[1]);
       }
-      output = m(x);
-      if (stage->is_last()) {
-        GW_CHECK(target.defined() && target.dim() >= 1 && target.size(0) % microbatches == 0,
-                 InvalidArgumentError,
-                 "[pipeline] the last stage's target must split along dim 0 "
-                 "into ",
-                 microbatches, " micro-batches, got ",
-                 target.defined() ? shape_str(target.sizes()) : std::string("none"));
-        loss(output, target.narrow(0, 0, target.size(0) / microbatches));
-      }
-    } catch (const std::exception& e) {
-      failure =
-          detail::str("stage ", s, " cannot run ",
-                      stage->is_first() ? "its input"
-                                        : detail::str("what stage ", s - 1, " passes (",
-                                                      shape_str(in_shape), " ", in_dtype, ")"),
-                      ": ", e.what());
-      output = Tensor();
     }
-  }
-  if (!stage->is_last())
-    group().send(describe(output.defined() ? &output : nullptr), s + 1, kShapeTag)->wait();
-  if (output.defined()) {
-    out_shape = output.sizes();
-    out_dtype = output.dtype();
+    Tensor output;
+    if (!previous_failed && failure.empty()) {
+      try {
+        autograd::NoGradGuard no_grad;
+        nn::Module& m = stage.module();
+        // Every module's mode, to restore each (some may be in eval mode on purpose).
+        struct Restore {
+          std::vector<std::pair<nn::Module*, bool>> modes;
+          ~Restore() {
+            for (auto& [module, training] : modes) module->train(training);  // parents first
+          }
+        } restore;
+        std::vector<nn::Module*> walk{&m};
+        while (!walk.empty()) {
+          nn::Module* mod = walk.back();
+          walk.pop_back();
+          restore.modes.emplace_back(mod, mod->is_training());
+          for (const auto& child : mod->children()) walk.push_back(child.get());
+        }
+        m.eval();
+        Tensor x;
+        if (stage.is_first()) {
+          GW_CHECK(input.defined() && input.dim() >= 1 && input.size(0) % microbatches == 0,
+                   InvalidArgumentError, "the first stage's input must split along dim 0 into ",
+                   microbatches, " micro-batches, got ",
+                   input.defined() ? shape_str(input.sizes()) : std::string("none"));
+          x = input.narrow(0, 0, input.size(0) / microbatches);
+        } else {
+          x = zeros(ls.in_shape, ls.in_dtype);
+        }
+        output = m(x);
+        GW_CHECK(stage.is_last() || output.dim() <= kMaxDims, InvalidArgumentError,
+                 "its output has ", output.dim(), " dims; a stage passes at most ", kMaxDims);
+        if (stage.is_last()) {
+          GW_CHECK(target.defined() && target.dim() >= 1 && target.size(0) % microbatches == 0,
+                   InvalidArgumentError, "the last stage's target must split along dim 0 into ",
+                   microbatches, " micro-batches, got ",
+                   target.defined() ? shape_str(target.sizes()) : std::string("none"));
+          loss(output, target.narrow(0, 0, target.size(0) / microbatches));
+        }
+      } catch (const std::exception& e) {
+        failure = detail::str("stage ", s, " cannot run ",
+                              stage.is_first()
+                                  ? std::string("its input")
+                                  : detail::str("what stage ", s - 1, " passes (",
+                                                shape_str(ls.in_shape), " ", ls.in_dtype, ")"),
+                              ": ", e.what());
+        output = Tensor();
+      }
+    }
+    if (!stage.is_last()) {
+      dist::WorkPtr w = send(describe(output.defined() ? &output : nullptr), s + 1, kShapeTag);
+      if (w) w->wait();
+    }
+    if (output.defined()) {
+      ls.out_shape = output.sizes();
+      ls.out_dtype = output.dtype();
+    }
   }
   // Every rank: the first failure, and the plans.
-  std::string mine = (failure.empty() ? "0" : "1") + failure;
+  const std::string mine = (failure.empty() ? "0" : "1") + failure;
   const std::string plan_text = to_string(plan);
   const auto reports =
       dist::all_gather_bytes(group(), std::vector<uint8_t>(mine.begin(), mine.end()));
@@ -277,18 +451,43 @@ void Schedule::Impl::exchange_shapes(const Tensor& input, const Tensor& target) 
   checked = true;
 }
 
-Schedule::Schedule(std::shared_ptr<PipelineStage> stage, Plan plan, LossFn loss)
+Schedule::Schedule(std::vector<std::shared_ptr<PipelineStage>> stages, Plan plan, LossFn loss)
     : impl_(std::make_unique<Impl>()) {
-  GW_CHECK(stage != nullptr && loss != nullptr, InvalidArgumentError,
-           "[pipeline] Schedule needs a stage and a loss function");
-  GW_CHECK(!plan.empty() && !plan[0].empty(), InvalidArgumentError, "[pipeline] the plan is empty");
+  GW_CHECK(!stages.empty() && loss != nullptr, InvalidArgumentError,
+           "[pipeline] Schedule needs this rank's stages and a loss function");
+  for (const auto& st : stages)
+    GW_CHECK(st != nullptr, InvalidArgumentError, "[pipeline] a stage is null");
+  std::sort(stages.begin(), stages.end(),
+            [](const auto& a, const auto& b) { return a->index() < b->index(); });
+  const int ranks = stages.front()->group().size(), rank = stages.front()->group().rank();
+  const int num_stages = stages.front()->num_stages();
   int microbatches = 0;
-  for (const Action& a : plan[0]) microbatches = std::max(microbatches, a.microbatch + 1);
-  check_plan(plan, stage->num_stages(), microbatches);
-  impl_->stage = std::move(stage);
+  for (const auto& actions : plan)
+    for (const Action& a : actions) microbatches = std::max(microbatches, a.microbatch + 1);
+  GW_CHECK(static_cast<int>(plan.size()) == ranks && stages_of(plan) == num_stages,
+           InvalidArgumentError, "[pipeline] the plan is for ", plan.size(), " ranks and ",
+           stages_of(plan), " stages; the group has ", ranks, " ranks and the stages say ",
+           num_stages);
+  check_plan(plan, num_stages, microbatches);
+  // This rank's stages: exactly r, r + ranks, ...
+  GW_CHECK(static_cast<int>(stages.size()) == num_stages / ranks, InvalidArgumentError,
+           "[pipeline] rank ", rank, " holds ", num_stages / ranks, " of the ", num_stages,
+           " stages, but was given ", stages.size());
+  for (size_t i = 0; i < stages.size(); ++i)
+    GW_CHECK(stages[i]->index() == rank + static_cast<int>(i) * ranks &&
+                 stages[i]->num_stages() == num_stages,
+             InvalidArgumentError, "[pipeline] rank ", rank, "'s stages must be ", rank, ", ",
+             rank + ranks, ", ... of ", num_stages, "; got stage ", stages[i]->index(), " of ",
+             stages[i]->num_stages());
+  for (auto& st : stages) {
+    impl_->stages.emplace_back();
+    impl_->stages.back().stage = std::move(st);
+  }
   impl_->plan = std::move(plan);
   impl_->loss = std::move(loss);
   impl_->microbatches = microbatches;
+  impl_->num_stages = num_stages;
+  impl_->ranks = ranks;
   microbatches_ = microbatches;
 }
 
@@ -296,98 +495,149 @@ Schedule::~Schedule() = default;
 
 void Schedule::step(const Tensor& input, const Tensor& target, std::vector<double>* losses) {
   Impl& im = *impl_;
-  PipelineStage& stage = *im.stage;
-  const int s = stage.index(), m = im.microbatches;
+  const int m = im.microbatches, last = im.num_stages - 1;
+  GW_CHECK(!im.broken, StateError, "[pipeline] an earlier step failed midway on rank ", im.rank(),
+           ": its messages may still be on their way, so this schedule runs no more steps");
+  im.broken = true;  // until this step ends
   if (!im.checked) im.exchange_shapes(input, target);
   const auto started = std::chrono::steady_clock::now();
   double busy = 0;
-  const int track = trace::enabled() ? trace::track("pipeline stage " + std::to_string(s)) : 0;
-  // Times the work of action `a` (after its input arrived, before its output leaves).
+  // Times the work of action `a` (after its input arrived, before its output leaves), on the
+  // stage's track of the timeline.
   auto timed = [&](const Action& a, const auto& work) {
     const auto t0 = std::chrono::steady_clock::now();
     const int64_t t0_us = trace::enabled() ? trace::now_us() : 0;
+    t_current_action = &a;
+    struct Clear {
+      ~Clear() { t_current_action = nullptr; }
+    } clear;
     work();
     busy += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (trace::enabled())
-      trace::complete("pipeline", text(a), t0_us, trace::now_us(), track,
-                      detail::str("{\"stage\": ", s, ", \"microbatch\": ", a.microbatch, "}"));
+      trace::complete(
+          "pipeline", text(a, false), t0_us, trace::now_us(),
+          trace::track("pipeline stage " + std::to_string(a.stage)),
+          detail::str("{\"stage\": ", a.stage, ", \"microbatch\": ", a.microbatch, "}"));
   };
   auto split = [&](const Tensor& t, const char* what) {
     GW_CHECK(t.defined() && t.dim() >= 1 && t.size(0) % m == 0, InvalidArgumentError,
-             "[pipeline] stage ", s, "'s ", what, " must split along dim 0 into ", m,
+             "[pipeline] rank ", im.rank(), "'s ", what, " must split along dim 0 into ", m,
              " micro-batches, got ", t.defined() ? shape_str(t.sizes()) : std::string("none"));
     std::vector<Tensor> parts;
     const int64_t n = t.size(0) / m;
     for (int i = 0; i < m; ++i) parts.push_back(t.narrow(0, i * n, n));
     return parts;
   };
-  const std::vector<Tensor> inputs =
-      stage.is_first() ? split(input, "input") : std::vector<Tensor>{};
-  const std::vector<Tensor> targets =
-      stage.is_last() ? split(target, "target") : std::vector<Tensor>{};
-  if (im.activations.empty()) {
+  const bool has_first = im.rank_of(0) == im.rank(), has_last = im.rank_of(last) == im.rank();
+  const std::vector<Tensor> inputs = has_first ? split(input, "input") : std::vector<Tensor>{};
+  const std::vector<Tensor> targets = has_last ? split(target, "target") : std::vector<Tensor>{};
+  // The stages exchanged the first step's shapes: later micro-batches must have them.
+  auto same_as_first = [&](const std::vector<Tensor>& parts, Shape& first, const char* what) {
+    if (parts.empty()) return;
+    if (first.empty()) first = parts[0].sizes();
+    GW_CHECK(parts[0].sizes() == first, InvalidArgumentError, "[pipeline] rank ", im.rank(), "'s ",
+             what, " micro-batches are ", shape_str(parts[0].sizes()), "; the pipeline's are ",
+             shape_str(first), " since its first step");
+  };
+  same_as_first(inputs, im.input_shape, "input");
+  same_as_first(targets, im.target_shape, "target");
+  for (LocalStage& ls : im.stages) {
+    ls.inputs.assign(static_cast<size_t>(m), Tensor());
+    ls.outputs.assign(static_cast<size_t>(m), Tensor());
+    if (!ls.activations.empty()) continue;
     for (int i = 0; i < m; ++i) {
-      if (!stage.is_first()) {
-        Tensor a = empty(im.in_shape, im.in_dtype);
-        if (is_floating(im.in_dtype)) a.requires_grad_();
-        im.activations.push_back(a);
+      if (!ls.stage->is_first()) {
+        Tensor a = empty(ls.in_shape, ls.in_dtype);
+        if (is_floating(ls.in_dtype)) a.requires_grad_();
+        ls.activations.push_back(a);
       }
-      if (!stage.is_last()) im.output_grads.push_back(empty(im.out_shape, im.out_dtype));
+      if (!ls.stage->is_last()) ls.output_grads.push_back(empty(ls.out_shape, ls.out_dtype));
     }
   }
 
-  // A micro-batch's state between its forward and its backward.
-  std::vector<Tensor> stage_inputs(static_cast<size_t>(m)), stage_outputs(static_cast<size_t>(m));
   std::vector<dist::WorkPtr> sends;
-  for (const Action& a : im.plan[static_cast<size_t>(s)]) {
+  auto send = [&](const Tensor& t, int to_stage, int tag) {
+    if (dist::WorkPtr w = im.send(t, to_stage, tag)) sends.push_back(std::move(w));
+  };
+  for (const Action& a : im.plan[static_cast<size_t>(im.rank())]) {
+    LocalStage& ls = im.local(a.stage);
+    PipelineStage& stage = *ls.stage;
     const auto mb = static_cast<size_t>(a.microbatch);
-    const int tag = tag_of(a.microbatch, a.type);
-    if (a.type == ActionType::Forward) {
-      Tensor x;
-      if (stage.is_first()) {
-        x = inputs[mb];
-      } else {
-        x = im.activations[mb];
-        x.set_grad(Tensor());
-        stage.group().recv(x, s - 1, tag)->wait();
-      }
-      Tensor y;
-      timed(a, [&] {
-        y = stage.module()(x);
-        if (!stage.is_last()) return;
-        Tensor l = im.loss(y, targets[mb]);
-        if (losses) losses->push_back(l.item<double>());
-        y = l / static_cast<double>(m);  // what its backward starts from
-      });
-      if (!stage.is_last()) {
-        GW_CHECK(y.sizes() == im.out_shape && y.dtype() == im.out_dtype, InvalidArgumentError,
-                 "[pipeline] stage ", s, " gave ", shape_str(y.sizes()), " ", y.dtype(),
-                 " for micro-batch ", mb, " but passed ", shape_str(im.out_shape), " ",
-                 im.out_dtype, " before: the micro-batches' shapes must not change");
-        sends.push_back(stage.group().send(y.detach().contiguous(), s + 1, tag));
-      }
-      stage_inputs[mb] = x;
-      stage_outputs[mb] = y;
-    } else {
-      if (stage.is_last()) {
-        timed(a, [&] { stage_outputs[mb].backward(); });
-      } else {
-        Tensor& g = im.output_grads[mb];
-        stage.group().recv(g, s + 1, tag)->wait();
+    Tensor& x = ls.inputs[mb];
+    Tensor& y = ls.outputs[mb];  // the last stage's: its loss, divided
+    switch (a.type) {
+      case ActionType::Forward: {
+        if (stage.is_first()) {
+          x = inputs[mb];
+        } else {
+          x = ls.activations[mb];
+          x.set_grad(Tensor());
+          im.recv(x, a.stage - 1, im.tag(a.stage, a.microbatch, false));
+        }
         timed(a, [&] {
-          if (stage_outputs[mb].requires_grad()) autograd::backward({stage_outputs[mb]}, {g});
+          y = stage.module()(x);
+          if (!stage.is_last()) return;
+          Tensor l = im.loss(y, targets[mb]);
+          if (losses) losses->push_back(l.item<double>());
+          y = l / static_cast<double>(m);  // what its backward starts from
         });
+        if (!stage.is_last()) {
+          GW_CHECK(y.sizes() == ls.out_shape && y.dtype() == ls.out_dtype, InvalidArgumentError,
+                   "[pipeline] stage ", a.stage, " gave ", shape_str(y.sizes()), " ", y.dtype(),
+                   " for micro-batch ", mb, " but passed ", shape_str(ls.out_shape), " ",
+                   ls.out_dtype, " before: the micro-batches' shapes must not change");
+          send(y.detach().contiguous(), a.stage + 1, im.tag(a.stage + 1, a.microbatch, false));
+        }
+        break;
       }
-      if (!stage.is_first()) {
-        Tensor gx = stage_inputs[mb].grad();
-        sends.push_back(stage.group().send(
-            gx.defined() ? gx.contiguous() : zeros(im.in_shape, im.in_dtype), s - 1, tag));
+      case ActionType::Backward:
+      case ActionType::BackwardInput: {
+        const bool whole = a.type == ActionType::Backward;
+        Tensor g;  // d loss / d y
+        if (!stage.is_last()) {
+          g = ls.output_grads[mb];
+          im.recv(g, a.stage + 1, im.tag(a.stage, a.microbatch, true));
+        }
+        Tensor gx;  // d loss / d x, for the previous stage
+        timed(a, [&] {
+          if (!y.requires_grad()) return;
+          const std::vector<Tensor> grad_outputs =
+              stage.is_last() ? std::vector<Tensor>{} : std::vector<Tensor>{g};
+          if (whole) {
+            autograd::backward({y}, grad_outputs);
+            if (!stage.is_first()) gx = x.grad();
+          } else if (!stage.is_first() && x.requires_grad()) {
+            // The input's gradient only; the graph stays for W.
+            gx = autograd::grad(
+                {y}, {x},
+                {.grad_outputs = grad_outputs, .retain_graph = true, .allow_unused = true})[0];
+          }
+        });
+        if (!stage.is_first())
+          send(gx.defined() ? gx.contiguous() : zeros(ls.in_shape, ls.in_dtype), a.stage - 1,
+               im.tag(a.stage - 1, a.microbatch, true));
+        if (whole) {
+          x = Tensor();
+          y = Tensor();
+        }
+        break;
       }
-      stage_inputs[mb] = Tensor();
-      stage_outputs[mb] = Tensor();
+      case ActionType::BackwardWeight: {
+        // The weights' gradients: backward again through the graph I kept (its input's
+        // gradient is made again and dropped).
+        timed(a, [&] {
+          if (y.requires_grad())
+            autograd::backward({y}, stage.is_last() ? std::vector<Tensor>{}
+                                                    : std::vector<Tensor>{ls.output_grads[mb]});
+        });
+        x = Tensor();
+        y = Tensor();
+        break;
+      }
     }
   }
   for (auto& w : sends) w->wait();
+  im.broken = false;
   last_step_ = {std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(),
                 busy};
 }

@@ -1,14 +1,21 @@
 // gw::pipeline — pipeline parallelism (torch.distributed.pipelining): a model cut into stages,
 // one per rank, with micro-batches streamed through them.
 //
-// Mental model: rank s holds stage s (a module: the part of the model between two cuts). A step
-// splits the batch along dim 0 into micro-batches; stage 0 runs each through its part and sends
-// the activation to stage 1, and so on; the last stage computes each micro-batch's loss and
-// starts its backward, whose input gradients travel back the same way. A *schedule* decides the
-// order in which each rank runs its forwards (F) and backwards (B): GPipe runs every forward
-// and then every backward; 1F1B starts backwards as soon as the pipeline is full, so a stage
-// holds at most (stages - s) micro-batches' activations instead of all of them. A schedule is
-// data, a list of actions per rank, checked for deadlock before it runs and printable:
+// Mental model: a stage is a module, the part of the model between two cuts; stage s sits on
+// rank s % ranks (one stage per rank, or several: interleaved). A step splits the batch along
+// dim 0 into micro-batches; stage 0 runs each through its part and sends the activation to
+// stage 1, and so on; the last stage computes each micro-batch's loss and starts its backward,
+// whose input gradients travel back the same way. A *schedule* decides the order in which each
+// rank runs its forwards (F) and backwards (B):
+// - GPipe runs every forward, then every backward;
+// - 1F1B starts backwards as soon as the pipeline is full, so stage s holds at most
+//   (stages - s) micro-batches' activations instead of all of them;
+// - interleaved 1F1B gives each rank several thinner stages, which shrinks the bubble by that
+//   factor;
+// - zero bubble (ZB-H1) splits each backward into the input gradient (I), which the previous
+//   stage waits for, and the weight gradient (W), which fills the bubble.
+// A schedule is data, a list of actions per rank, checked for deadlock before it runs and
+// printable:
 //
 //   auto stage = std::make_shared<gw::pipeline::PipelineStage>(my_part, rank, 4, pg);
 //   gw::pipeline::Schedule schedule(stage, gw::pipeline::one_f_one_b(4, 8), loss_fn);
@@ -43,38 +50,61 @@ namespace gw::pipeline {
 
 // --- schedules as data ---------------------------------------------------------------------
 
-enum class ActionType { Forward, Backward };
+// F: forward; B: the whole backward; I and W: its input-gradient and weight-gradient parts.
+enum class ActionType { Forward, Backward, BackwardInput, BackwardWeight };
 
 struct Action {
   ActionType type;
   int microbatch;
+  int stage;
   bool operator==(const Action&) const = default;
 };
 
-// plan[s]: the actions of stage s (on rank s), in order.
+// plan[r]: the actions of rank r, in order; plan.size() is the number of ranks, and stage s
+// runs on rank s % ranks.
 using Plan = std::vector<std::vector<Action>>;
 
 // GPipe (Huang et al. 2019): every forward, then every backward (in reverse order).
 Plan gpipe(int stages, int microbatches);
 // 1F1B (PipeDream-Flush, Narayanan et al. 2021): stage s runs min(stages - s - 1, microbatches)
-// forwards to fill the pipeline, then one forward and one backward in turn, then the remaining
-// backwards.
+// forwards to fill the pipeline, then one forward and one backward in turn, then the rest.
 Plan one_f_one_b(int stages, int microbatches);
-// By name: "gpipe" or "1f1b" (InvalidArgumentError naming the others).
-Plan make_plan(const std::string& name, int stages, int microbatches);
+// Interleaved 1F1B (Megatron-LM, Narayanan et al. 2021): `ranks` x `stages_per_rank` stages,
+// rank r holding stages r, r + ranks, ...; micro-batches go through in groups of `ranks`, so
+// their number must be a multiple of it. Bubble: (p-1)/(v m + p - 1) for v stages per rank.
+Plan interleaved_one_f_one_b(int ranks, int stages_per_rank, int microbatches);
+// ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism"): each backward split into I, which
+// the previous stage waits for, and W, which only this stage needs. Built by simulating unit-time
+// actions: I first, then F while stage s holds fewer than stages - s + extra_in_flight
+// micro-batches whose W has not run, then W. Here W runs the stage's backward again, so it keeps
+// a micro-batch's activations until it ran (the paper's W keeps only the weights' inputs): with
+// one extra micro-batch over 1F1B the bubble is about 0.6x 1F1B's, with three about 0.4x
+// (bench_pipeline measures both).
+Plan zero_bubble(int stages, int microbatches, int extra_in_flight = 1);
+// By name: "gpipe", "1f1b", "interleaved" (2 stages per rank: `stages` counts ranks x 2) or
+// "zb" (InvalidArgumentError naming them).
+Plan make_plan(const std::string& name, int ranks, int microbatches);
 
-// Throws InvalidArgumentError unless `plan` runs every forward and backward of every micro-batch
-// once on each stage, each backward after its forward, and cannot deadlock: simulated with
-// sends that never block and receives that wait for their sender, every rank reaches its end.
-// The error names the stuck ranks and the action each waits in.
+// Throws InvalidArgumentError unless `plan` runs, on each stage's rank, every micro-batch's
+// forward once and either its backward once or its I and then its W once, each backward after
+// its forward; and cannot deadlock: simulated with sends that never block and receives that
+// wait for their sender (F after the previous stage's F, B or I after the next stage's B or I),
+// every rank reaches its end. The error names the stuck ranks and the action each waits in.
 void check_plan(const Plan& plan, int stages, int microbatches);
 
-// One row per stage: "stage 0: F0 F1 B0 F2 B1 ...".
+// One row per rank: "stage 0: F0 F1 B0 F2 B1 ..." with one stage per rank, else
+// "rank 0: F0@0 F0@2 ..." (action, micro-batch, @ stage).
 std::string to_string(const Plan& plan);
+// The stages a plan runs (one more than the largest stage it names).
+int stages_of(const Plan& plan);
 
 // --- running a plan --------------------------------------------------------------------------
 
-// The part of the model rank `stage_index` of `group` runs; stage s sits on rank s.
+// The action the schedule runs on this thread now (its module's forward or its backward hooks
+// can ask), or null: for instrumentation, and for benchmarks that stand in for a stage's work.
+const Action* current_action();
+
+// A part of the model: stage s of `num_stages`, which sits on rank s % group->size().
 class PipelineStage {
  public:
   PipelineStage(std::shared_ptr<nn::Module> module, int stage_index, int num_stages,
@@ -98,21 +128,28 @@ using LossFn = std::function<Tensor(const Tensor& output, const Tensor& target)>
 
 class Schedule {
  public:
-  // `plan`: for every stage (checked by check_plan); its micro-batch count is the schedule's.
-  Schedule(std::shared_ptr<PipelineStage> stage, Plan plan, LossFn loss);
+  // `plan`: for every rank (checked by check_plan); its micro-batch count is the schedule's.
+  // `stages`: this rank's, every stage the plan gives it.
+  Schedule(std::vector<std::shared_ptr<PipelineStage>> stages, Plan plan, LossFn loss);
+  Schedule(std::shared_ptr<PipelineStage> stage, Plan plan, LossFn loss)
+      : Schedule(std::vector<std::shared_ptr<PipelineStage>>{std::move(stage)}, std::move(plan),
+                 std::move(loss)) {}
   ~Schedule();
 
-  // One step, on every rank: `input` on the first stage (ignored elsewhere) and `target` on the
-  // last, each split along dim 0 into the plan's micro-batches (their size must divide);
-  // gradients accumulate into the stage's parameters' .grad. The last stage appends each
-  // micro-batch's loss (undivided) to `losses`.
+  // One step, on every rank: `input` on the first stage's rank (ignored elsewhere) and `target`
+  // on the last's, each split along dim 0 into the plan's micro-batches (their size must
+  // divide, and their shapes stay those of the first step); gradients accumulate into the
+  // stages' parameters' .grad. The last stage's rank appends each micro-batch's loss
+  // (undivided) to `losses`. A step that throws midway (a rank died, a bad batch) leaves the
+  // schedule refusing further steps: messages of it may still be on their way.
   void step(const Tensor& input = {}, const Tensor& target = {},
             std::vector<double>* losses = nullptr);
 
   int microbatches() const { return microbatches_; }
 
-  // The last step on this rank: its wall time, from the start of step() to the end of its last
-  // send, and the time spent in forwards and backwards (the rest is waiting: the bubble).
+  // The last step on this rank: its wall time, from the start of its actions (after the first
+  // step's shape exchange) to the end of its last send, and the time spent in its stages'
+  // forwards and backwards (the rest is waiting: the bubble).
   struct StepTimes {
     double wall_s = 0, busy_s = 0;
     double idle_fraction() const { return wall_s > 0 ? 1 - busy_s / wall_s : 0; }

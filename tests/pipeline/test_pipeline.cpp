@@ -23,17 +23,18 @@ using gw::pipeline::Plan;
 
 namespace {
 
-// The most micro-batches stage s holds at once (forwards run, backwards not yet).
-int most_in_flight(const Plan& plan, size_t s) {
+// The most micro-batches rank r holds at once (forwards run, backwards or Ws not yet).
+int most_in_flight(const Plan& plan, size_t r) {
   int held = 0, most = 0;
-  for (const auto& a : plan[s]) {
-    held += a.type == ActionType::Forward ? 1 : -1;
+  for (const auto& a : plan[r]) {
+    if (a.type == ActionType::Forward) ++held;
+    if (a.type == ActionType::Backward || a.type == ActionType::BackwardWeight) --held;
     most = std::max(most, held);
   }
   return most;
 }
 
-constexpr int64_t kVocab = 11, kLength = 8, kLayers = 4;
+constexpr int64_t kVocab = 11, kLength = 8, kLayers = 8;
 
 std::shared_ptr<nn::GPT> gpt() {
   Generator gen(5);
@@ -99,23 +100,42 @@ std::shared_ptr<dist::ProcessGroup> borrow(dist::ProcessGroupGloo& pg) {
 
 }  // namespace
 
-TEST_CASE("GPipe and 1F1B plans are complete, deadlock-free, and 1F1B holds fewer activations",
+TEST_CASE("every schedule's plans are complete and deadlock-free; what each stage holds",
           "[pipeline]") {
   for (int p : {1, 2, 3, 4})
     for (int m : {1, 2, 3, 4, 5, 8, 9}) {
       INFO(p << " stages, " << m << " micro-batches");
-      const Plan g = pipeline::gpipe(p, m), f = pipeline::one_f_one_b(p, m);
+      const Plan g = pipeline::gpipe(p, m), f = pipeline::one_f_one_b(p, m),
+                 z = pipeline::zero_bubble(p, m);
       CHECK_NOTHROW(pipeline::check_plan(g, p, m));
       CHECK_NOTHROW(pipeline::check_plan(f, p, m));
+      CHECK_NOTHROW(pipeline::check_plan(z, p, m));
       for (size_t s = 0; s < static_cast<size_t>(p); ++s) {
         CHECK(most_in_flight(g, s) == m);
         CHECK(most_in_flight(f, s) == std::min(m, p - static_cast<int>(s)));
+        CHECK(most_in_flight(z, s) <= std::min(m, p - static_cast<int>(s) + 1));
+      }
+      for (int v : {2, 3}) {
+        if (m % p != 0) {
+          CHECK_THROWS_WITH(pipeline::interleaved_one_f_one_b(p, v, m),
+                            Catch::Contains("not a multiple of"));
+          continue;
+        }
+        const Plan i = pipeline::interleaved_one_f_one_b(p, v, m);
+        CHECK(pipeline::stages_of(i) == p * v);
+        CHECK_NOTHROW(pipeline::check_plan(i, p * v, m));
       }
     }
   CHECK(pipeline::to_string(pipeline::one_f_one_b(2, 3)) ==
         "stage 0: F0 F1 B0 F2 B1 B2\nstage 1: F0 B0 F1 B1 F2 B2\n");
+  CHECK(pipeline::to_string(pipeline::zero_bubble(2, 2)) ==
+        "stage 0: F0 F1 I0 W0 I1 W1\nstage 1: F0 I0 F1 I1 W0 W1\n");
+  CHECK(pipeline::to_string(pipeline::interleaved_one_f_one_b(2, 2, 2)) ==
+        "rank 0: F0@0 F1@0 F0@2 F1@2 B0@2 B1@2 B0@0 B1@0\n"
+        "rank 1: F0@1 F1@1 F0@3 B0@3 F1@3 B1@3 B0@1 B1@1\n");
   CHECK(pipeline::make_plan("gpipe", 2, 2) == pipeline::gpipe(2, 2));
-  CHECK_THROWS_WITH(pipeline::make_plan("zb", 2, 2), Catch::Contains("gpipe or 1f1b"));
+  CHECK_THROWS_WITH(pipeline::make_plan("zb-v", 2, 2),
+                    Catch::Contains("gpipe, 1f1b, interleaved or zb"));
 }
 
 TEST_CASE("a plan that would deadlock or skips a micro-batch is refused, naming why",
@@ -124,58 +144,74 @@ TEST_CASE("a plan that would deadlock or skips a micro-batch is refused, naming 
   constexpr auto F = ActionType::Forward;
   constexpr auto B = ActionType::Backward;
   // Stage 0 waits for B0 from stage 1, which waits for F1 from stage 0.
-  const Plan crossed{{A{F, 0}, A{B, 0}, A{F, 1}, A{B, 1}}, {A{F, 1}, A{F, 0}, A{B, 0}, A{B, 1}}};
+  const Plan crossed{{A{F, 0, 0}, A{B, 0, 0}, A{F, 1, 0}, A{B, 1, 0}},
+                     {A{F, 1, 1}, A{F, 0, 1}, A{B, 0, 1}, A{B, 1, 1}}};
   CHECK_THROWS_WITH(pipeline::check_plan(crossed, 2, 2),
                     Catch::Contains("deadlocks") && Catch::Contains("stage 0 waits in B0") &&
                         Catch::Contains("stage 1 waits in F1"));
-  const Plan missing{{A{F, 0}, A{B, 0}}, {A{F, 0}}};
+  const Plan missing{{A{F, 0, 0}, A{B, 0, 0}}, {A{F, 0, 1}}};
   CHECK_THROWS_WITH(
       pipeline::check_plan(missing, 2, 1),
       Catch::Contains("stage 1 runs micro-batch 0's forward 1 times and its backward 0"));
-  const Plan early{{A{B, 0}, A{F, 0}}};
-  CHECK_THROWS_WITH(pipeline::check_plan(early, 1, 1), Catch::Contains("B0 before its forward"));
+  const Plan early{{A{B, 0, 0}, A{F, 0, 0}}};
+  CHECK_THROWS_WITH(pipeline::check_plan(early, 1, 1), Catch::Contains("B0@0 before its forward"));
+  const Plan w_first{
+      {A{F, 0, 0}, A{ActionType::BackwardWeight, 0, 0}, A{ActionType::BackwardInput, 0, 0}}};
+  CHECK_THROWS_WITH(pipeline::check_plan(w_first, 1, 1), Catch::Contains("W0@0 before its I"));
+  const Plan elsewhere{{A{F, 0, 1}, A{B, 0, 1}}, {A{F, 0, 0}, A{B, 0, 0}}};
+  CHECK_THROWS_WITH(pipeline::check_plan(elsewhere, 2, 1), Catch::Contains("not its own"));
 }
 
 TEST_CASE(
-    "a GPT cut into 2 and 4 stages: float64 gradients equal the whole model's, for every "
-    "schedule and micro-batch count",
+    "a GPT cut into stages on 2 and 4 ranks: float64 gradients equal the whole model's, for "
+    "every schedule and micro-batch count",
     "[pipeline]") {
   for (int p : {2, 4})
-    for (const char* name : {"gpipe", "1f1b"})
-      for (int m : {1, p, 2 * p + 1}) {
-        INFO(p << " stages, " << name << ", " << m << " micro-batches");
+    for (const std::string name : {"gpipe", "1f1b", "interleaved", "zb"}) {
+      const bool interleaved = name == "interleaved";
+      const int per_rank = interleaved ? 2 : 1, stages = p * per_rank;
+      // Interleaving needs whole groups of p micro-batches; 2p + 1 is refused (below).
+      const std::vector<int> counts =
+          interleaved ? std::vector<int>{p, 2 * p} : std::vector<int>{1, p, 2 * p + 1};
+      for (int m : counts) {
+        INFO(p << " ranks, " << name << ", " << m << " micro-batches");
         run_ranks(p, [&](dist::ProcessGroupGloo& pg, Checks& c) {
-          const int s = pg.rank();
+          const int r = pg.rank();
           auto model = gpt();
-          auto stage =
-              std::make_shared<pipeline::PipelineStage>(stage_of(*model, s, p), s, p, borrow(pg));
-          pipeline::Schedule schedule(stage, pipeline::make_plan(name, p, m), loss_fn);
+          std::vector<std::shared_ptr<pipeline::PipelineStage>> mine;
+          for (int s = r; s < stages; s += p)
+            mine.push_back(std::make_shared<pipeline::PipelineStage>(stage_of(*model, s, stages), s,
+                                                                     stages, borrow(pg)));
+          pipeline::Schedule schedule(mine, pipeline::make_plan(name, p, m), loss_fn);
           auto [x, y] = batch(2 * m);
+          const bool first = r == 0, last = r == (stages - 1) % p;
           std::vector<double> losses;
           for (int step = 0; step < 2; ++step) {  // the second reuses the buffers
             model->zero_grad();
             losses.clear();
-            schedule.step(s == 0 ? x : Tensor(), s == p - 1 ? y : Tensor(), &losses);
+            schedule.step(first ? x : Tensor(), last ? y : Tensor(), &losses);
           }
           auto reference = gpt();
           const Tensor whole = reference->loss(x, y);
           whole.backward();
-          if (s == p - 1) {
+          if (last) {
             double mean = 0;
             for (double l : losses) mean += l / m;
             c.expect(static_cast<int>(losses.size()) == m &&
                          std::abs(mean - whole.item<double>()) < 1e-12,
                      "the micro-batches' mean loss is the whole batch's");
           }
-          const auto mine = stage->module().parameters();
+          std::vector<Tensor> held;
+          for (const auto& st : mine)
+            for (const Tensor& t : st->module().parameters()) held.push_back(t);
           const auto params = model->named_parameters(), wants = reference->named_parameters();
           int compared = 0;
           for (size_t i = 0; i < params.size(); ++i) {
             const Tensor& p_i = params[i].second;
-            const bool in_stage =
-                std::any_of(mine.begin(), mine.end(), [&](const Tensor& t) { return t.same(p_i); });
-            if (!in_stage) {
-              c.expect(!p_i.grad().defined(), params[i].first + ": no gradient off its stage");
+            const bool here =
+                std::any_of(held.begin(), held.end(), [&](const Tensor& t) { return t.same(p_i); });
+            if (!here) {
+              c.expect(!p_i.grad().defined(), params[i].first + ": no gradient off this rank");
               continue;
             }
             ++compared;
@@ -183,10 +219,11 @@ TEST_CASE(
                 p_i.grad().defined() && allclose(p_i.grad(), wants[i].second.grad(), 1e-12, 1e-14),
                 params[i].first + "'s gradient");
           }
-          c.expect(compared == static_cast<int>(mine.size()) && compared > 0,
-                   "every parameter of the stage compared");
+          c.expect(compared == static_cast<int>(held.size()) && compared > 0,
+                   "every parameter of the rank's stages compared");
         });
       }
+    }
 }
 
 TEST_CASE(
@@ -223,7 +260,7 @@ TEST_CASE(
 }
 
 namespace {
-// A stage that sleeps a random 0-100 us in each forward: the ranks drift apart.
+// A stage that sleeps a random 0-500 us in each forward: the ranks drift apart.
 struct Jittery : nn::Module {
   Tensor w;
   std::mt19937 rng;
@@ -231,13 +268,13 @@ struct Jittery : nn::Module {
     w = register_parameter("w", ones({3}));
   }
   Tensor forward(const Tensor& x) override {
-    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 100));
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 500));
     return x * w;
   }
 };
 }  // namespace
 
-TEST_CASE("1000 steps with random delays per stage finish on 4 Gloo ranks, both schedules",
+TEST_CASE("1000 steps with random delays per stage finish on 4 Gloo ranks, three schedules",
           "[pipeline]") {
   run_ranks(4, [&](dist::ProcessGroupGloo& pg, Checks& c) {
     const int s = pg.rank();
@@ -246,14 +283,41 @@ TEST_CASE("1000 steps with random delays per stage finish on 4 Gloo ranks, both 
     auto sum = [](const Tensor& y, const Tensor&) { return y.sum(); };
     pipeline::Schedule gpipe(stage, pipeline::gpipe(4, 3), sum);
     pipeline::Schedule one_f_one_b(stage, pipeline::one_f_one_b(4, 3), sum);
+    pipeline::Schedule zb(stage, pipeline::zero_bubble(4, 3), sum);
+    pipeline::Schedule* schedules[] = {&gpipe, &one_f_one_b, &zb};
     const Tensor x = ones({6, 3});
-    int steps = 0;
-    for (int step = 0; step < 1000; ++step, ++steps) {
+    for (int step = 0; step < 1000; ++step) {
       module->zero_grad();
-      (step % 2 ? gpipe : one_f_one_b).step(x, x);
+      schedules[step % 3]->step(x, x);
     }
-    EXPECT(c, steps == 1000);
     // d(sum of x * w^4 over the batch)/dw on each stage, every w 1: 6 rows, each loss / 3.
     EXPECT(c, allclose(module->w.grad(), full({3}, 6.0 / 3)));
   });
+}
+
+TEST_CASE(
+    "a batch of another shape fails its rank at once and the other within the group's "
+    "timeout; both schedules then refuse to step",
+    "[pipeline]") {
+  run_ranks(
+      2,
+      [&](dist::ProcessGroupGloo& pg, Checks& c) {
+        const int s = pg.rank();
+        auto model = gpt();
+        auto stage =
+            std::make_shared<pipeline::PipelineStage>(stage_of(*model, s, 2), s, 2, borrow(pg));
+        pipeline::Schedule schedule(stage, pipeline::one_f_one_b(2, 2), loss_fn);
+        auto [x, y] = batch(4);
+        schedule.step(s == 0 ? x : Tensor(), s == 1 ? y : Tensor());
+        // The last stage is given targets of 3 tokens per sequence instead of 8.
+        const Tensor shorter = y.narrow(1, 0, 3).contiguous();
+        if (s == 1)
+          EXPECT_THROWS(c, InvalidArgumentError, schedule.step(Tensor(), shorter),
+                        "target micro-batches are (2,3)", "(2,8) since its first step");
+        else
+          EXPECT_THROWS(c, std::exception, schedule.step(x, Tensor()), "rank 0");
+        EXPECT_THROWS(c, StateError, schedule.step(s == 0 ? x : Tensor(), s == 1 ? y : Tensor()),
+                      "an earlier step failed midway");
+      },
+      {.timeout = std::chrono::seconds(2)});
 }
