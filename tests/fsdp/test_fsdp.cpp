@@ -4,11 +4,6 @@
 // accumulation; what fully_shard refuses, on every rank.
 #include <catch2/catch.hpp>
 
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <regex>
 
@@ -17,6 +12,7 @@
 #include "optim/clip_grad.h"
 #include "tests/dist/process_group/ranks.h"
 #include "tests/fsdp/fsdp_checks.h"
+#include "tests/mpirun.h"
 #include "tests/skip.h"
 #include "tests/temp_dir.h"
 
@@ -129,27 +125,15 @@ TEST_CASE("fully_shard fails on every rank when the ranks' models differ", "[fsd
 
 #ifdef GW_FSDP_PROBE
 TEST_CASE("fully_shard on the MPI group under mpirun -np 2 and -np 4", "[fsdp][mpi][process]") {
-  std::string why;
-  if (!dist::mpi_available(&why)) GW_SKIP(why);
-  if (std::system("command -v mpirun >/dev/null 2>&1") != 0)
-    GW_SKIP("no mpirun (Debian: openmpi-bin)");
+  GW_SKIP_WITHOUT_MPIRUN();
   for (int ranks : {2, 4}) {
-    std::string cmd = "timeout -k 5 300 mpirun --oversubscribe -np " + std::to_string(ranks);
-    if (::geteuid() == 0) cmd += " --allow-run-as-root";
-    cmd += std::string(" ") + GW_FSDP_PROBE + " 2>&1";
-    std::string output;
-    FILE* pipe = ::popen(cmd.c_str(), "r");
-    REQUIRE(pipe);
-    std::array<char, 4096> buf;
-    for (size_t n; (n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0;)
-      output.append(buf.data(), n);
-    const int status = ::pclose(pipe);
-    INFO("mpirun -np " << ranks << "\n" << output);
-    CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+    const auto run = gw::test::mpirun(ranks, GW_FSDP_PROBE, "", 300);
+    INFO("mpirun -np " << ranks << "\n" << run.output);
+    CHECK(run.exit_code == 0);
     for (int r = 0; r < ranks; ++r) {
       std::smatch m;
       const std::regex line("rank " + std::to_string(r) + ": ([0-9]+) checks, 0 failed");
-      CHECK(std::regex_search(output, m, line));
+      CHECK(std::regex_search(run.output, m, line));
       if (!m.empty()) CHECK(std::stoi(m[1]) > 20);
     }
   }

@@ -2,58 +2,28 @@
 // watchdog that ends a job whose collective passed its timeout, and a rank that dies.
 #include <catch2/catch.hpp>
 
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <array>
-#include <cstdio>
 #include <cstdlib>
 #include <regex>
 #include <string>
 
 #include "dist/process_group/init_process_group.h"
+#include "tests/mpirun.h"
 #include "tests/skip.h"
 #include "tests/temp_dir.h"
 
 namespace {
 
-struct Run {
-  std::string output;  // stdout and stderr
-  int exit_code = -1;
-};
+using Run = gw::test::MpiRun;
 
 // `mpirun -np <ranks> mpi_probe <scenario>`, bounded by 120 s; the ranks' flight-recorder
 // dumps go to a directory of the test's.
 Run mpirun(int ranks, const std::string& scenario) {
   gw::test::TempDir dumps("gw_mpi");
-  std::string cmd;
-  // Under ASan: OpenMPI's own leaks are suppressed (tests/lsan.supp), which needs whole stacks
-  // through its libraries (the fast unwinder stops in them).
-  if (const char* lsan = std::getenv("LSAN_OPTIONS"))
-    cmd += "LSAN_OPTIONS='" + std::string(lsan) + ":fast_unwind_on_malloc=0' ";
-  cmd += "timeout -k 5 120 mpirun --oversubscribe -x GW_DEBUG_DUMP_DIR=" + dumps.path + " -np " +
-         std::to_string(ranks);
-  if (::geteuid() == 0) cmd += " --allow-run-as-root";  // CI runs as root
-  cmd += std::string(" ") + GW_MPI_PROBE + " " + scenario + " 2>&1";
-  Run run;
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  REQUIRE(pipe);
-  std::array<char, 4096> buf;
-  for (size_t n; (n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0;)
-    run.output.append(buf.data(), n);
-  const int status = ::pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return run;
+  return gw::test::mpirun(ranks, std::string(GW_MPI_PROBE) + " " + scenario,
+                          "-x GW_DEBUG_DUMP_DIR=" + dumps.path);
 }
 
-bool have_mpirun() { return std::system("command -v mpirun >/dev/null 2>&1") == 0; }
-
-#define SKIP_WITHOUT_MPI()                                          \
-  do {                                                              \
-    std::string why;                                                \
-    if (!gw::dist::mpi_available(&why)) GW_SKIP(why);               \
-    if (!have_mpirun()) GW_SKIP("no mpirun (Debian: openmpi-bin)"); \
-  } while (0)
+#define SKIP_WITHOUT_MPI() GW_SKIP_WITHOUT_MPIRUN()
 
 }  // namespace
 
