@@ -120,6 +120,62 @@ Tensor GPT::forward(const Tensor& tokens) {
   return (*lm_head)((*ln_f)((*h)(x)));
 }
 
+namespace {
+
+// A GPT's embeddings (and their dropout) and its head, as modules of their own.
+class GPTEmbeddings : public Module {
+ public:
+  explicit GPTEmbeddings(const GPT& g) : Module("GPTEmbeddings"), context_(g.options.context) {
+    wte = register_module("wte", g.wte);
+    wpe = register_module("wpe", g.wpe);
+    drop = register_module("drop", g.drop);
+  }
+  Tensor forward(const Tensor& tokens) override {
+    GW_CHECK(tokens.dim() == 2 && tokens.size(1) >= 1 && tokens.size(1) <= context_, ShapeError,
+             "[GPT] stage 0 expects tokens (N, L) with L in 1..", context_, ", got ",
+             shape_str(tokens.sizes()));
+    const Tensor positions =
+        arange(tokens.size(1), TensorOptions(kInt64).with_device(tokens.device()));
+    return (*drop)((*wte)(tokens) + (*wpe)(positions));
+  }
+  std::shared_ptr<Embedding> wte, wpe;
+  std::shared_ptr<Dropout> drop;
+
+ private:
+  int64_t context_;
+};
+
+class GPTHead : public Module {
+ public:
+  explicit GPTHead(const GPT& g) : Module("GPTHead") {
+    ln_f = register_module("ln_f", g.ln_f);
+    lm_head = register_module("lm_head", g.lm_head);
+  }
+  Tensor forward(const Tensor& x) override { return (*lm_head)((*ln_f)(x)); }
+  std::shared_ptr<LayerNorm> ln_f;
+  std::shared_ptr<Linear> lm_head;
+};
+
+}  // namespace
+
+std::shared_ptr<Module> GPT::stage(int64_t index, int64_t count) const {
+  GW_CHECK(count >= 1 && index >= 0 && index < count && options.layers % count == 0,
+           InvalidArgumentError, "[GPT] stage ", index, " of ", count, ": the ", options.layers,
+           " blocks must divide evenly among the stages");
+  GW_CHECK(count == 1 || !options.tie_weights, InvalidArgumentError, "[GPT] stage ", index, " of ",
+           count,
+           ": the head is tied to the token embedding, which a pipeline would cut apart "
+           "(build the model with tie_weights = false)");
+  auto part = std::make_shared<Sequential>();
+  if (index == 0) part->push_back(std::make_shared<GPTEmbeddings>(*this));
+  const auto blocks = h->children();
+  const int64_t per_stage = options.layers / count;
+  for (int64_t b = index * per_stage; b < (index + 1) * per_stage; ++b)
+    part->push_back(blocks[static_cast<size_t>(b)]);
+  if (index == count - 1) part->push_back(std::make_shared<GPTHead>(*this));
+  return part;
+}
+
 Tensor GPT::loss(const Tensor& tokens, const Tensor& targets) {
   GW_CHECK(targets.sizes() == tokens.sizes(), ShapeError, "[GPT] loss: targets ",
            shape_str(targets.sizes()), " must have the tokens' shape ", shape_str(tokens.sizes()));

@@ -94,6 +94,12 @@ class GPT : public Module {
   // (the mode is restored after).
   std::vector<int64_t> generate(std::vector<int64_t> prompt, int64_t count, Generator& gen,
                                 const SamplingOptions& sampling = {});
+  // The part of the model that stage `index` of `count` runs in a pipeline
+  // (pipeline/schedule.h), sharing this model's parameters: layers / count blocks, with the
+  // embeddings before the first and the final norm and head after the last. Stage 0 takes tokens
+  // (N, L), the last gives logits. InvalidArgumentError when the blocks do not divide, or when
+  // the head is tied to the embedding and would be cut from it.
+  std::shared_ptr<Module> stage(int64_t index, int64_t count) const;
 
   const GPTOptions options;
   std::shared_ptr<Embedding> wte, wpe;  // token and position embeddings

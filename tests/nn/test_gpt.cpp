@@ -188,3 +188,20 @@ TEST_CASE("GPT: generate continues the prompt, reproducibly, and learns a patter
   CHECK_THROWS_WITH(model.generate({1}, 3, a), Catch::Contains("non-finite logit"));
   CHECK(model.is_training());
 }
+
+TEST_CASE("GPT::stage cuts the model into parts that compose to it, sharing its parameters",
+          "[nn][gpt]") {
+  gw::Generator gen(3);
+  gw::nn::GPTOptions options = tiny_gpt(false);
+  options.layers = 2;
+  gw::nn::GPT model(options, gen);
+  const Tensor tokens = gw::randint(0, options.vocab_size, {2, 5}, gen);
+  const Tensor whole = model(tokens);
+  const Tensor staged = (*model.stage(1, 2))((*model.stage(0, 2))(tokens));
+  CHECK(gw::allclose(staged, whole, 1e-6, 1e-6));
+  CHECK(model.stage(0, 2)->parameters()[0].same(model.wte->weight));  // shared, not copied
+  CHECK_THROWS_WITH(model.stage(0, 3), Catch::Contains("must divide evenly"));
+  gw::nn::GPT tied(tiny_gpt(true), gen);
+  CHECK_THROWS_WITH(tied.stage(0, 2), Catch::Contains("tie_weights = false"));
+  CHECK_NOTHROW(tied.stage(0, 1));
+}

@@ -51,37 +51,10 @@ std::shared_ptr<nn::GPT> gpt() {
   return model;
 }
 
-// The GPT's embeddings and its head, as modules of their own (sharing its parameters).
-struct Embed : nn::Module {
-  std::shared_ptr<nn::Embedding> wte, wpe;
-  explicit Embed(const nn::GPT& g) : Module("Embed") {
-    wte = register_module("wte", g.wte);
-    wpe = register_module("wpe", g.wpe);
-  }
-  Tensor forward(const Tensor& tokens) override {
-    return (*wte)(tokens) + (*wpe)(arange(tokens.size(1), kInt64));
-  }
-};
-struct Head : nn::Module {
-  std::shared_ptr<nn::LayerNorm> ln_f;
-  std::shared_ptr<nn::Linear> lm_head;
-  explicit Head(const nn::GPT& g) : Module("Head") {
-    ln_f = register_module("ln_f", g.ln_f);
-    lm_head = register_module("lm_head", g.lm_head);
-  }
-  Tensor forward(const Tensor& x) override { return (*lm_head)((*ln_f)(x)); }
-};
-
 // Stage s of `stages`: its share of the blocks, the embeddings before the first, the head after
 // the last.
 std::shared_ptr<nn::Module> stage_of(const nn::GPT& g, int s, int stages) {
-  auto part = std::make_shared<nn::Sequential>();
-  if (s == 0) part->push_back(std::make_shared<Embed>(g));
-  const auto blocks = g.h->children();
-  const int per_stage = static_cast<int>(blocks.size()) / stages;
-  for (int b = s * per_stage; b < (s + 1) * per_stage; ++b) part->push_back(blocks[b]);
-  if (s == stages - 1) part->push_back(std::make_shared<Head>(g));
-  return part;
+  return g.stage(s, stages);
 }
 
 Tensor loss_fn(const Tensor& logits, const Tensor& targets) {
