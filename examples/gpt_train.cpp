@@ -5,6 +5,7 @@
 //   build/tools/gwrun/gwrun --nproc-per-node 2 build/examples/gpt_train --ddp gloo
 //   mpirun -np 2 build/examples/gpt_train --ddp mpi
 //   build/tools/gwrun/gwrun --nproc-per-node 4 build/examples/gpt_train --fsdp gloo
+//   build/tools/gwrun/gwrun --nproc-per-node 2 build/examples/gpt_train --pp 2 --schedule 1f1b
 //
 // The model is gw::nn::GPT (4 blocks of 4 heads, width 128, context 128, its head tied to the
 // token embedding: 0.8M parameters); AdamW with weight decay on the matrices only, a linear
@@ -19,6 +20,11 @@
 // rank's peak memory. Its checkpoints are sharded (gw::dist::checkpoint, in
 // --checkpoint-dir/sharded): each rank writes its rows, and a run on another number of ranks
 // with the same global batch reads its own rows of them.
+//
+// --pp N instead cuts the model into a pipeline of N ranks (GPT::stage; its head untied from
+// the embedding), each rank training its stages on every batch, cut into --microbatches under
+// --schedule (pipeline/schedule.h). Every rank builds the whole model, and before each
+// evaluation and the sample the ranks bring each other's stages over.
 //
 // With --checkpoint-every N, rank 0 saves the model, the optimizer and the step every N steps
 // and at the end (one safetensors file, written aside and renamed into place), and a run that
@@ -70,6 +76,9 @@ struct Args {
   uint64_t seed = 0;
   std::string ddp, device = "cpu", curve, prompt = "And ";
   bool fsdp = false;  // the group (--fsdp gloo|mpi, kept in `ddp`) shards instead of replicating
+  int64_t pp = 0;     // --pp N: a pipeline of N ranks (its backend: --pp-backend, gloo)
+  std::string pp_backend = "gloo";
+  gw::examples::PipelineOptions pipeline;
   gw::examples::CheckpointArgs checkpoint{"gpt_train"};
   gw::examples::TraceArgs trace;
 };
@@ -79,7 +88,8 @@ constexpr const char* kUsage =
     "[--heads N] [--width N] [--dropout P] [--lr X] [--warmup N] [--min-lr-factor X] "
     "[--weight-decay X] [--clip X] [--eval-every N] [--eval-batches N] [--sample N] "
     "[--prompt TEXT] [--temperature X] [--top-k N] [--seed N] [--threads N] [--ddp gloo|mpi | "
-    "--fsdp gloo|mpi] "
+    "--fsdp gloo|mpi | --pp N [--pp-backend gloo|mpi] [--schedule gpipe|1f1b|interleaved|zb] "
+    "[--microbatches N]] "
     "[--device cpu|cuda] [--curve PREFIX] [--target LOSS] [--checkpoint-every N] "
     "[--checkpoint-dir DIR] [--trace FILE]\n";
 
@@ -137,6 +147,14 @@ Args parse(int argc, char** argv) {
       a.device = v;
     else if (k == "--curve")
       a.curve = v;
+    else if (k == "--pp")
+      a.pp = n;
+    else if (k == "--pp-backend" && (v == "gloo" || v == "mpi"))
+      a.pp_backend = v;
+    else if (k == "--schedule")
+      a.pipeline.schedule = v;
+    else if (k == "--microbatches")
+      a.pipeline.microbatches = static_cast<int>(n);
     else if (k == "--target")
       a.target = x;
     else
@@ -148,21 +166,27 @@ Args parse(int argc, char** argv) {
   }
   if (a.recipe.warmup == -1) a.recipe.warmup = std::min<int64_t>(100, a.recipe.steps / 10);
   // Values the flags parsed to that cannot run, named.
-  const char* bad = a.recipe.steps < 1 ? "--steps must be at least 1"
-                    : a.batch_size < 1 ? "--batch-size must be at least 1"
-                    : a.recipe.warmup < 0 || a.recipe.warmup >= a.recipe.steps
-                        ? "--warmup must be in [0, --steps)"
-                    : a.eval_every < 1 || a.eval_batches < 1
-                        ? "--eval-every and --eval-batches must be at least 1"
-                    : a.sample < 0          ? "--sample must not be negative"
-                    : a.threads < 1         ? "--threads must be at least 1"
-                    : !(a.recipe.lr > 0)    ? "--lr must be positive"
-                    : !(a.recipe.clip >= 0) ? "--clip must not be negative (0: no clipping)"
-                    : !(a.temperature > 0) || a.top_k < 0
-                        ? "--temperature must be positive, --top-k >= 0"
-                    : !a.ddp.empty() && a.device == "cuda"
-                        ? "--ddp and --fsdp run on the CPU (gloo, mpi): drop them or --device cuda"
-                        : nullptr;
+  const char* bad =
+      a.recipe.steps < 1 ? "--steps must be at least 1"
+      : a.batch_size < 1 ? "--batch-size must be at least 1"
+      : a.recipe.warmup < 0 || a.recipe.warmup >= a.recipe.steps
+          ? "--warmup must be in [0, --steps)"
+      : a.eval_every < 1 || a.eval_batches < 1
+          ? "--eval-every and --eval-batches must be at least 1"
+      : a.sample < 0                        ? "--sample must not be negative"
+      : a.threads < 1                       ? "--threads must be at least 1"
+      : !(a.recipe.lr > 0)                  ? "--lr must be positive"
+      : !(a.recipe.clip >= 0)               ? "--clip must not be negative (0: no clipping)"
+      : !(a.temperature > 0) || a.top_k < 0 ? "--temperature must be positive, --top-k >= 0"
+      : !a.ddp.empty() && a.device == "cuda"
+          ? "--ddp and --fsdp run on the CPU (gloo, mpi): drop them or --device cuda"
+      : a.pp < 0 || (a.pp > 0 && (!a.ddp.empty() || a.device == "cuda"))
+          ? "--pp N runs a pipeline of N ranks on the CPU, alone (with --ddp or "
+            "--fsdp: not yet)"
+      : a.pp > 0 && a.checkpoint.every > 0 ? "--pp does not take --checkpoint-every yet"
+      : a.pp > 0 && (a.pipeline.microbatches < 1 || a.batch_size % a.pipeline.microbatches != 0)
+          ? "--batch-size must split into --microbatches micro-batches of one size"
+          : nullptr;
   if (bad) {
     std::fprintf(stderr,
                  "gpt_train: %s (steps %lld, batch size %lld, warmup %lld, lr %g, clip %g, "
@@ -260,7 +284,8 @@ int64_t restore_sharded(gw::examples::GPTTrainer& trainer, gw::dist::ProcessGrou
 
 int main(int argc, char** argv) {
   Args args = parse(argc, argv);
-  if (args.ddp == "gloo") gw::examples::launch_env("gpt_train");  // one line on a bad launcher
+  if (args.ddp == "gloo" || (args.pp > 0 && args.pp_backend == "gloo"))
+    gw::examples::launch_env("gpt_train");  // one line on a bad launcher
   int rank = 0, world = 1;
   try {
     // What can fail on one rank alone is checked before the ranks meet.
@@ -275,13 +300,19 @@ int main(int argc, char** argv) {
     args.trace.start();
     gw::set_num_threads(static_cast<int>(args.threads));
     std::shared_ptr<gw::dist::ProcessGroup> group;
-    if (!args.ddp.empty()) {
-      group = gw::dist::init_process_group(args.ddp);  // ranks, master: from the launcher
+    if (!args.ddp.empty() || args.pp > 0) {
+      // Ranks, master: from the launcher.
+      group = gw::dist::init_process_group(args.pp > 0 ? args.pp_backend : args.ddp);
       rank = group->rank();
       world = group->size();
+      GW_CHECK(args.pp == 0 || args.pp == world, gw::InvalidArgumentError, "[gpt_train] --pp ",
+               args.pp, " needs ", args.pp, " ranks; the launcher started ", world);
     }
+    // The data-parallel ranks: a pipeline's ranks all train on the same batches.
+    const int replicas = args.pp > 0 ? 1 : world, replica = args.pp > 0 ? 0 : rank;
     gw::dist::DistributedSampler sampler(
-        train.size(), {.num_replicas = world, .rank = rank, .seed = args.seed, .drop_last = true});
+        train.size(),
+        {.num_replicas = replicas, .rank = replica, .seed = args.seed, .drop_last = true});
     const int64_t steps_per_epoch = sampler.num_samples() / args.batch_size;
     GW_CHECK(steps_per_epoch > 0, gw::InvalidArgumentError, "[gpt_train] a batch of ",
              args.batch_size, " windows on each of ", world, " ranks is more than the ",
@@ -289,6 +320,7 @@ int main(int argc, char** argv) {
 
     gw::nn::GPTOptions options = args.model;
     options.vocab_size = corpus.vocab_size();
+    if (args.pp > 0) options.tie_weights = false;  // a pipeline cuts the head from the embedding
     // The same on every rank (and DDP broadcasts rank 0's weights anyway); the model's dropout
     // draws from it, so it lives as long as the model.
     gw::Generator gen(args.seed);
@@ -296,11 +328,13 @@ int main(int argc, char** argv) {
     model->to(device);
     int64_t parameter_count = 0;  // before sharding
     for (const gw::Tensor& p : model->parameters()) parameter_count += p.numel();
-    gw::examples::GPTTrainer trainer(
-        model, args.recipe, group,
-        args.fsdp ? gw::examples::Parallelism::fsdp : gw::examples::Parallelism::ddp);
+    gw::examples::GPTTrainer trainer(model, args.recipe, group,
+                                     args.pp > 0 ? gw::examples::Parallelism::pipeline
+                                     : args.fsdp ? gw::examples::Parallelism::fsdp
+                                                 : gw::examples::Parallelism::ddp,
+                                     args.pipeline);
     gw::reset_peak_memory_stats(device);
-    const auto identity = run_identity(args, corpus.vocab_size(), world);
+    const auto identity = run_identity(args, corpus.vocab_size(), replicas);
     // A collective: what throws on one rank throws on all (without a group, just f).
     auto on_every_rank = [&](const std::function<void()>& f) {
       group ? gw::dist::checkpoint::on_every_rank(*group, f) : f();
@@ -331,12 +365,16 @@ int main(int argc, char** argv) {
       std::printf("resuming from %s at step %lld\n", args.checkpoint.dir.c_str(),
                   static_cast<long long>(first));
 
-    const int64_t tokens_per_step = args.batch_size * args.model.context * world;
+    const int64_t tokens_per_step = args.batch_size * args.model.context * replicas;
     if (rank == 0) {
-      const std::string parallel = !group
-                                       ? ""
-                                       : gw::detail::str(", ", args.fsdp ? "FSDP" : "DDP", " on ",
-                                                         world, " ranks (", args.ddp, ")");
+      std::string parallel;
+      if (group && args.pp > 0)
+        parallel =
+            gw::detail::str(", a pipeline of ", world, " ranks (", args.pipeline.schedule, ", ",
+                            args.pipeline.microbatches, " micro-batches, ", args.pp_backend, ")");
+      else if (group)
+        parallel = gw::detail::str(", ", args.fsdp ? "FSDP" : "DDP", " on ", world, " ranks (",
+                                   args.ddp, ")");
       std::printf(
           "%s\n%.2fM parameters; %zu characters of text, vocabulary of %lld; %s%s\n"
           "AdamW lr %g (warm-up %lld, cosine to %g), weight decay %g, clip %g; %lld steps of "
@@ -370,10 +408,12 @@ int main(int argc, char** argv) {
       });
       if (bar) bar->print("checkpoint saved: step " + std::to_string(step));
     };
-    // The validation loss on the same windows at any number of ranks.
+    // The validation loss on the same windows at any number of ranks (a pipeline's ranks first
+    // bring each other's stages over: every rank then holds the whole model).
     auto validate = [&] {
-      return gw::examples::validation_loss(*model, val, args.eval_batches, args.batch_size * world,
-                                           group.get());
+      trainer.gather_stages();
+      return gw::examples::validation_loss(*model, val, args.eval_batches,
+                                           args.batch_size * replicas, group.get());
     };
     // losses[i]: step first + i + 1's loss, this rank's until averaged over the ranks (one
     // collective per evaluation, for the steps since the last).
@@ -426,6 +466,7 @@ int main(int argc, char** argv) {
                     mine / 1048576.0, largest.item<double>() / 1048576.0);
     }
 
+    trainer.gather_stages();  // a pipeline's: the whole model on every rank
     // Sharded, every rank runs the model (its calls gather); each draws the same passage.
     if ((rank == 0 || args.fsdp) && args.sample > 0) {
       gw::Generator sampling(args.seed);

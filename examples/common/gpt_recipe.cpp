@@ -11,18 +11,38 @@
 namespace gw::examples {
 
 GPTTrainer::GPTTrainer(std::shared_ptr<nn::GPT> model, const GPTRecipe& recipe,
-                       std::shared_ptr<dist::ProcessGroup> group, Parallelism parallelism)
-    : recipe_(recipe), model_(std::move(model)) {
-  if (group && parallelism == Parallelism::fsdp) {
+                       std::shared_ptr<dist::ProcessGroup> group, Parallelism parallelism,
+                       const PipelineOptions& pipeline)
+    : recipe_(recipe), model_(std::move(model)), group_(group) {
+  std::vector<Tensor> trained = model_->parameters();
+  if (group && parallelism == Parallelism::pipeline) {
+    const int ranks = group->size(), rank = group->rank();
+    pipeline::Plan plan = pipeline::make_plan(pipeline.schedule, ranks, pipeline.microbatches);
+    const int stages = pipeline::stages_of(plan);
+    std::vector<std::shared_ptr<pipeline::PipelineStage>> mine;
+    trained.clear();
+    for (int s = 0; s < stages; ++s) {
+      std::shared_ptr<nn::Module> part = model_->stage(s, stages);
+      stage_parameters_.push_back(part->parameters());
+      if (s % ranks != rank) continue;
+      for (const Tensor& p : part->parameters()) trained.push_back(p);
+      mine.push_back(std::make_shared<pipeline::PipelineStage>(part, s, stages, group));
+    }
+    pipeline_ = std::make_unique<pipeline::Schedule>(
+        mine, std::move(plan), [](const Tensor& logits, const Tensor& targets) {
+          return nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}),
+                                               targets.reshape({-1}));
+        });
+  } else if (group && parallelism == Parallelism::fsdp) {
     for (const auto& block : model_->h->children()) fsdp::fully_shard(block, group);
     sharded_ = fsdp::fully_shard(model_, group);  // the embeddings, the final norm, the head
     sharded_over_ = std::move(group);
   } else if (group) {
     ddp_ = std::make_unique<ddp::DistributedDataParallel>(model_, std::move(group));
   }
-  opt_ = std::make_unique<optim::AdamW>(
-      optim::weight_decay_groups(model_->parameters(), recipe.weight_decay),
-      optim::AdamWOptions{.lr = recipe.lr, .betas = {0.9, 0.99}});
+  if (sharded_) trained = model_->parameters();  // the shards
+  opt_ = std::make_unique<optim::AdamW>(optim::weight_decay_groups(trained, recipe.weight_decay),
+                                        optim::AdamWOptions{.lr = recipe.lr, .betas = {0.9, 0.99}});
   schedule_from(0);
 }
 
@@ -35,6 +55,20 @@ void GPTTrainer::schedule_from(int64_t step) {
 double GPTTrainer::step(const Tensor& x, const Tensor& y) {
   const Device device = model_->wte->weight.device();
   opt_->zero_grad();
+  if (pipeline_) {
+    // Every rank passes the batch; the first stage's rank reads the tokens, the last's the
+    // targets. The loss is the last stage's mean over the micro-batches, sent to every rank.
+    std::vector<double> losses;
+    pipeline_->step(x.to(device), y.to(device), &losses);
+    if (recipe_.clip > 0) fsdp::clip_grad_norm_(opt_->parameters(), recipe_.clip, *group_);
+    opt_->step();
+    schedule_->step();
+    double mean = 0;
+    for (double l : losses) mean += l / static_cast<double>(losses.size());
+    Tensor total = full({1}, mean, kFloat64);
+    group_->allreduce(total)->wait();  // only the last stage's rank has a loss
+    return total.item<double>();
+  }
   const Tensor logits = ddp_ ? ddp_->forward(x.to(device)) : (*model_)(x.to(device));
   Tensor loss = nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}),
                                               y.to(device).reshape({-1}));
@@ -46,6 +80,15 @@ double GPTTrainer::step(const Tensor& x, const Tensor& y) {
   opt_->step();
   schedule_->step();
   return loss.item<double>();
+}
+
+void GPTTrainer::gather_stages() {
+  if (!pipeline_) return;
+  autograd::NoGradGuard no_grad;
+  for (size_t s = 0; s < stage_parameters_.size(); ++s)
+    for (Tensor p : stage_parameters_[s])
+      group_->broadcast(p, {.root = static_cast<int>(s % static_cast<size_t>(group_->size()))})
+          ->wait();
 }
 
 namespace {

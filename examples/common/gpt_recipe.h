@@ -19,6 +19,7 @@
 #include "nn/transformer.h"
 #include "optim/adamw.h"
 #include "optim/lr_scheduler.h"
+#include "pipeline/schedule.h"
 
 namespace gw::examples {
 
@@ -35,8 +36,14 @@ struct GPTRecipe {
 std::map<std::string, std::string> recipe_metadata(const GPTRecipe& recipe);
 
 // How a trainer with a group spreads the model over its ranks: a whole replica on each (DDP),
-// or 1/ranks of it (fully_shard on every block, then on the root).
-enum class Parallelism { ddp, fsdp };
+// 1/ranks of it (fully_shard on every block, then on the root), or a pipeline of its stages
+// (each rank trains its stages on the whole batch, cut into micro-batches).
+enum class Parallelism { ddp, fsdp, pipeline };
+
+struct PipelineOptions {
+  std::string schedule = "1f1b";  // pipeline::make_plan's names
+  int microbatches = 4;
+};
 
 class GPTTrainer {
  public:
@@ -44,7 +51,7 @@ class GPTTrainer {
   // The schedule starts at step 0 (see schedule_from).
   GPTTrainer(std::shared_ptr<nn::GPT> model, const GPTRecipe& recipe,
              std::shared_ptr<dist::ProcessGroup> group = nullptr,
-             Parallelism parallelism = Parallelism::ddp);
+             Parallelism parallelism = Parallelism::ddp, const PipelineOptions& pipeline = {});
 
   // One step on inputs and targets (N, L) int64 (moved to the model's device); returns this
   // rank's loss (with a group, the ranks' gradients are averaged).
@@ -56,12 +63,19 @@ class GPTTrainer {
   optim::AdamW& optimizer() { return *opt_; }
   // With Parallelism::fsdp, the root unit (its checkpoints); otherwise null.
   fsdp::FSDPModule* sharded() { return sharded_.get(); }
+  // With Parallelism::pipeline: brings every stage's parameters to every rank (a broadcast from
+  // each stage's rank), so that the whole model on each rank is the one trained, to evaluate or
+  // sample from. A collective; nothing without a pipeline.
+  void gather_stages();
 
  private:
   GPTRecipe recipe_;
   std::shared_ptr<nn::GPT> model_;
   std::shared_ptr<dist::ProcessGroup> sharded_over_;  // with fully_shard
   std::shared_ptr<fsdp::FSDPModule> sharded_;
+  std::shared_ptr<dist::ProcessGroup> group_;
+  std::unique_ptr<pipeline::Schedule> pipeline_;
+  std::vector<std::vector<Tensor>> stage_parameters_;  // with a pipeline: by stage
   std::unique_ptr<ddp::DistributedDataParallel> ddp_;
   std::unique_ptr<optim::AdamW> opt_;
   std::unique_ptr<optim::LambdaLR> schedule_;

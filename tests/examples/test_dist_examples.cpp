@@ -420,6 +420,32 @@ TEST_CASE(
   CHECK(std::abs(std::stod(m[1]) - gpt_val_loss_at(saved.out, 200)) < 1e-4);
 }
 
+TEST_CASE(
+    "gpt_train --pp: a pipeline of 2 ranks trains as the whole model in one, under 1F1B "
+    "and zero bubble",
+    "[examples][dist][gpt][pipeline]") {
+  auto piped = [](int ranks, const std::string& schedule) {
+    std::vector<std::string> a = gpt_args(1, {"--sample", "0", "--layers", "2"});
+    a[1] = std::to_string(ranks);  // --nproc-per-node: every rank sees the whole batch
+    a.insert(a.end(),
+             {"--pp", std::to_string(ranks), "--schedule", schedule, "--microbatches", "4"});
+    return a;
+  };
+  const auto whole = run_gwrun(piped(1, "1f1b"));  // one stage: the whole (untied) model
+  INFO(whole.out << whole.err);
+  REQUIRE(whole.exit_code == 0);
+  for (const char* schedule : {"1f1b", "zb"}) {
+    const auto two = run_gwrun(piped(2, schedule));
+    INFO(schedule << "\n" << two.out << two.err);
+    REQUIRE(two.exit_code == 0);
+    CHECK(count(two.out, std::string("a pipeline of 2 ranks (") + schedule) == 1);
+    for (int step : {100, 200}) {
+      INFO("step " << step);
+      CHECK(std::abs(gpt_val_loss_at(two.out, step) - gpt_val_loss_at(whole.out, step)) < 2e-3);
+    }
+  }
+}
+
 TEST_CASE("gpt_train: a checkpoint saved by 2 ranks resumes on 1 with the same global batch",
           "[examples][dist][gpt]") {
   constexpr int kSteps = 1000;
