@@ -89,16 +89,6 @@ double activations_mib(int rank) {
   return static_cast<double>(peak - before) / kMiB;
 }
 
-void run_under_mpirun(int argc, char** argv) {
-  std::vector<std::string> args = gw::bench::mpirun_args(kRanks);
-  args.push_back(gw::bench::executable_dir() + "/bench_fsdp");
-  for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
-  std::vector<char*> c_args;
-  for (auto& a : args) c_args.push_back(a.data());
-  c_args.push_back(nullptr);
-  ::execvp("mpirun", c_args.data());
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -106,7 +96,7 @@ int main(int argc, char** argv) {
   const std::string what = "GPT 50M, 4 ranks";
   if (!report.wants("fsdp", what)) return 0;
   if (gw::store::detect_launch_env().launcher != "openmpi") {
-    run_under_mpirun(argc, argv);
+    gw::bench::run_under_mpirun("bench_fsdp", kRanks, argc, argv);
     report.skip("fsdp", what, "no mpirun (Debian: openmpi-bin)");
     return 0;
   }
@@ -129,12 +119,12 @@ int main(int argc, char** argv) {
     const double p_mib = static_cast<double>(params) * 4 / kMiB;
     const double act = activations_mib(rank);
 
-    Measured ddp_m, zero_m, fsdp_m;
-    {
+    // DDP with `Optimizer` over its parameters: the plain one, or ZeRO's.
+    auto with_ddp = [&]<typename Optimizer>(auto&&... optimizer_args) {
       auto model = make_model();
       gw::ddp::DistributedDataParallel ddp(model, pg);
-      gw::optim::AdamW opt(model->parameters(), adamw);
-      ddp_m = train(
+      Optimizer opt(model->parameters(), optimizer_args...);
+      return train(
           rank,
           [&](const gw::Tensor& x, const gw::Tensor& y) {
             gw::Tensor logits = ddp.forward(x);
@@ -145,23 +135,11 @@ int main(int argc, char** argv) {
             opt.step();
             opt.zero_grad();
           });
-    }
-    {
-      auto model = make_model();
-      gw::ddp::DistributedDataParallel ddp(model, pg);
-      gw::dist::ZeroRedundancyOptimizer opt(model->parameters(), adamw, pg);
-      zero_m = train(
-          rank,
-          [&](const gw::Tensor& x, const gw::Tensor& y) {
-            gw::Tensor logits = ddp.forward(x);
-            return gw::nn::functional::cross_entropy(logits.reshape({-1, kModel.vocab_size}),
-                                                     y.reshape({-1}));
-          },
-          [&] {
-            opt.step();
-            opt.zero_grad();
-          });
-    }
+    };
+    const Measured ddp_m = with_ddp.operator()<gw::optim::AdamW>(adamw);
+    const Measured zero_m = with_ddp.operator()<gw::dist::ZeroRedundancyOptimizer>(
+        gw::optim::OptimizerOptions(adamw), pg);
+    Measured fsdp_m;
     {
       auto model = make_model();
       for (const auto& block : model->h->children()) gw::fsdp::fully_shard(block, pg);

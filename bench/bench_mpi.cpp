@@ -33,23 +33,12 @@ double loop(int iters, Op op) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iters;
 }
 
-// Runs this program again under mpirun with the same arguments; returns only if it cannot.
-void run_under_mpirun(int argc, char** argv) {
-  std::vector<std::string> args = gw::bench::mpirun_args(kRanks);
-  args.push_back(gw::bench::executable_dir() + "/bench_mpi");
-  for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
-  std::vector<char*> c_args;
-  for (auto& a : args) c_args.push_back(a.data());
-  c_args.push_back(nullptr);
-  ::execvp("mpirun", c_args.data());
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   gw::bench::Reporter report(argc, argv);
   if (gw::store::detect_launch_env().launcher != "openmpi") {
-    run_under_mpirun(argc, argv);
+    gw::bench::run_under_mpirun("bench_mpi", kRanks, argc, argv);
     report.skip("mpi", "allreduce", "no mpirun (Debian: openmpi-bin)");
     return 0;
   }

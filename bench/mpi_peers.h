@@ -1,5 +1,5 @@
-// What the benchmarks run under mpirun share (bench_mpi, bench_ddp's MPI rows): the mpirun
-// command, and a Gloo group between the same processes for comparison.
+// What the benchmarks run under mpirun share (bench_mpi, bench_fsdp, bench_ddp's MPI rows): the
+// mpirun command, and a Gloo group between the same processes for comparison.
 #pragma once
 
 #include <unistd.h>
@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/harness.h"
 #include "core/ops.h"
 #include "dist/process_group/process_group_gloo.h"
 #include "store/tcp_store.h"
@@ -21,6 +22,18 @@ inline std::vector<std::string> mpirun_args(int ranks) {
   std::vector<std::string> args{"mpirun", "--oversubscribe", "-np", std::to_string(ranks)};
   if (::geteuid() == 0) args.push_back("--allow-run-as-root");
   return args;
+}
+
+// Runs the program `name` of the benchmarks' folder again, under `mpirun -np <ranks>`, with the
+// arguments this one got; returns only if it cannot start mpirun.
+inline void run_under_mpirun(const char* name, int ranks, int argc, char** argv) {
+  std::vector<std::string> args = mpirun_args(ranks);
+  args.push_back(executable_dir() + "/" + name);
+  for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
+  std::vector<char*> c_args;
+  for (auto& a : args) c_args.push_back(a.data());
+  c_args.push_back(nullptr);
+  ::execvp("mpirun", c_args.data());
 }
 
 // The Gloo group between the processes of `group` (an MPI group): rank 0's store port travels
