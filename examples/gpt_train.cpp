@@ -186,6 +186,8 @@ Args parse(int argc, char** argv) {
       : a.pp > 0 && a.checkpoint.every > 0 ? "--pp does not take --checkpoint-every yet"
       : a.pp > 0 && (a.pipeline.microbatches < 1 || a.batch_size % a.pipeline.microbatches != 0)
           ? "--batch-size must split into --microbatches micro-batches of one size"
+      : a.pp > 0 && a.batch_size % a.pp != 0
+          ? "--batch-size must split among the --pp ranks (they share the evaluation)"
           : nullptr;
   if (bad) {
     std::fprintf(stderr,

@@ -306,6 +306,7 @@ struct LocalStage {
   Shape in_shape, out_shape;
   DType in_dtype = kFloat32, out_dtype = kFloat32;
   std::vector<Tensor> activations, output_grads;  // per micro-batch, kept between steps
+  bool allocated = false;                         // those two, at the first step
   std::vector<Tensor> inputs, outputs;            // per micro-batch, within a step
 };
 
@@ -544,7 +545,8 @@ void Schedule::step(const Tensor& input, const Tensor& target, std::vector<doubl
   for (LocalStage& ls : im.stages) {
     ls.inputs.assign(static_cast<size_t>(m), Tensor());
     ls.outputs.assign(static_cast<size_t>(m), Tensor());
-    if (!ls.activations.empty()) continue;
+    if (ls.allocated) continue;
+    ls.allocated = true;
     for (int i = 0; i < m; ++i) {
       if (!ls.stage->is_first()) {
         Tensor a = empty(ls.in_shape, ls.in_dtype);
@@ -613,9 +615,11 @@ void Schedule::step(const Tensor& input, const Tensor& target, std::vector<doubl
                 {.grad_outputs = grad_outputs, .retain_graph = true, .allow_unused = true})[0];
           }
         });
-        if (!stage.is_first())
+        if (!stage.is_first()) {
           send(gx.defined() ? gx.contiguous() : zeros(ls.in_shape, ls.in_dtype), a.stage - 1,
                im.tag(a.stage - 1, a.microbatch, true));
+          if (whole) x.set_grad(Tensor());  // the send holds what it sends
+        }
         if (whole) {
           x = Tensor();
           y = Tensor();
@@ -630,6 +634,7 @@ void Schedule::step(const Tensor& input, const Tensor& target, std::vector<doubl
             autograd::backward({y}, stage.is_last() ? std::vector<Tensor>{}
                                                     : std::vector<Tensor>{ls.output_grads[mb]});
         });
+        if (!stage.is_first()) x.set_grad(Tensor());  // made again by W, and not needed
         x = Tensor();
         y = Tensor();
         break;
