@@ -11,9 +11,14 @@
 #include <thread>
 
 #include "core/ops.h"
+#include "dist/process_group/init_process_group.h"
 #include "nn/nn.h"
 #include "pipeline/schedule.h"
+#include "store/tcp_store.h"
 #include "tests/dist/process_group/ranks.h"
+#include "tests/mpirun.h"
+#include "tests/pipeline/jittery.h"
+#include "tests/process_util.h"
 
 using namespace gw;
 using gw::dist::testing::Checks;
@@ -232,39 +237,10 @@ TEST_CASE(
   });
 }
 
-namespace {
-// A stage that sleeps a random 0-500 us in each forward: the ranks drift apart.
-struct Jittery : nn::Module {
-  Tensor w;
-  std::mt19937 rng;
-  explicit Jittery(int seed) : Module("Jittery"), rng(static_cast<uint32_t>(seed)) {
-    w = register_parameter("w", ones({3}));
-  }
-  Tensor forward(const Tensor& x) override {
-    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 500));
-    return x * w;
-  }
-};
-}  // namespace
-
 TEST_CASE("1000 steps with random delays per stage finish on 4 Gloo ranks, three schedules",
           "[pipeline]") {
   run_ranks(4, [&](dist::ProcessGroupGloo& pg, Checks& c) {
-    const int s = pg.rank();
-    auto module = std::make_shared<Jittery>(s);
-    auto stage = std::make_shared<pipeline::PipelineStage>(module, s, 4, borrow(pg));
-    auto sum = [](const Tensor& y, const Tensor&) { return y.sum(); };
-    pipeline::Schedule gpipe(stage, pipeline::gpipe(4, 3), sum);
-    pipeline::Schedule one_f_one_b(stage, pipeline::one_f_one_b(4, 3), sum);
-    pipeline::Schedule zb(stage, pipeline::zero_bubble(4, 3), sum);
-    pipeline::Schedule* schedules[] = {&gpipe, &one_f_one_b, &zb};
-    const Tensor x = ones({6, 3});
-    for (int step = 0; step < 1000; ++step) {
-      module->zero_grad();
-      schedules[step % 3]->step(x, x);
-    }
-    // d(sum of x * w^4 over the batch)/dw on each stage, every w 1: 6 rows, each loss / 3.
-    EXPECT(c, allclose(module->w.grad(), full({3}, 6.0 / 3)));
+    EXPECT(c, allclose(pipeline::testing::run_jittery(borrow(pg), 1000), full({3}, 2.0)));
   });
 }
 
@@ -293,4 +269,51 @@ TEST_CASE(
                       "an earlier step failed midway");
       },
       {.timeout = std::chrono::seconds(2)});
+}
+
+namespace {
+// `world_size - 1` pipeline_peer processes running `scenario` over Gloo, and this process as
+// rank 0 of the default group (it runs the store).
+struct PeerPipeline {
+  std::shared_ptr<store::TCPStore> store =
+      std::make_shared<store::TCPStore>("127.0.0.1", 0, -1, true, std::chrono::seconds(60));
+  test::PeerProcesses peers;
+  std::shared_ptr<dist::ProcessGroup> pg;
+  PeerPipeline(int world_size, const std::string& scenario)
+      : peers(GW_PIPELINE_PEER, world_size, store->port(), {scenario}),
+        pg(dist::init_process_group("gloo", store, 0, world_size)) {}
+  ~PeerPipeline() {
+    pg.reset();
+    dist::destroy_process_group();
+  }
+};
+}  // namespace
+
+TEST_CASE(
+    "a pipeline of 4 processes runs 1000 jittery steps; a rank that dies mid-step fails "
+    "the other at once",
+    "[pipeline][process]") {
+  {
+    PeerPipeline p(4, "steps");
+    CHECK(allclose(pipeline::testing::run_jittery(p.pg, 1000), full({3}, 2.0)));
+    CHECK(p.peers.wait() == std::vector<int>{0, 0, 0});
+  }
+  PeerPipeline p(2, "die");
+  const auto started = std::chrono::steady_clock::now();
+  // Rank 1 ends its process in step 20's forward; rank 0 waits for its gradient then. The
+  // group's timeout is 30 minutes: the error comes from the lost connection.
+  CHECK_THROWS_WITH(pipeline::testing::run_jittery(p.pg, 1000),
+                    Catch::Contains("rank 0 of 2") && Catch::Contains("recv"));
+  CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(30));
+  CHECK(p.peers.wait() == std::vector<int>{3});
+}
+
+TEST_CASE("a pipeline of 4 MPI processes runs 1000 jittery steps under mpirun",
+          "[pipeline][mpi][process]") {
+  GW_SKIP_WITHOUT_MPIRUN();
+  const auto run = test::mpirun(4, std::string(GW_PIPELINE_PEER) + " mpi steps", "", 300);
+  INFO(run.output);
+  CHECK(run.exit_code == 0);
+  for (int r = 0; r < 4; ++r)
+    CHECK(run.output.find("rank " + std::to_string(r) + ": ok") != std::string::npos);
 }
