@@ -276,6 +276,9 @@ TEST_CASE("without Join, a rank that runs out of data makes the others raise in 
         EXPECT_THROWS(c, TimeoutError, train(), "timed out");
         EXPECT(c, std::chrono::steady_clock::now() - started < 60s);
         if (++finished == 2) others_done.set_value();
+        // Alive until the other one timed out too: leaving would close its connections, and it
+        // would see a closed connection instead of its own timeout.
+        EXPECT(c, done.wait_for(120s) == std::future_status::ready);
       },
       {.timeout = 3s});
 }
