@@ -489,10 +489,11 @@ Schedule::Schedule(std::vector<std::shared_ptr<PipelineStage>> stages, Plan plan
   impl_->microbatches = microbatches;
   impl_->num_stages = num_stages;
   impl_->ranks = ranks;
-  microbatches_ = microbatches;
 }
 
 Schedule::~Schedule() = default;
+
+int Schedule::microbatches() const { return impl_->microbatches; }
 
 void Schedule::step(const Tensor& input, const Tensor& target, std::vector<double>* losses) {
   Impl& im = *impl_;

@@ -145,7 +145,7 @@ class Schedule {
   void step(const Tensor& input = {}, const Tensor& target = {},
             std::vector<double>* losses = nullptr);
 
-  int microbatches() const { return microbatches_; }
+  int microbatches() const;
 
   // The last step on this rank: its wall time, from the start of its actions (after the first
   // step's shape exchange) to the end of its last send, and the time spent in its stages'
@@ -159,7 +159,6 @@ class Schedule {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
-  int microbatches_;
   StepTimes last_step_;
 };
 

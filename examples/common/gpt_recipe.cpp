@@ -36,7 +36,6 @@ GPTTrainer::GPTTrainer(std::shared_ptr<nn::GPT> model, const GPTRecipe& recipe,
   } else if (group && parallelism == Parallelism::fsdp) {
     for (const auto& block : model_->h->children()) fsdp::fully_shard(block, group);
     sharded_ = fsdp::fully_shard(model_, group);  // the embeddings, the final norm, the head
-    sharded_over_ = std::move(group);
   } else if (group) {
     ddp_ = std::make_unique<ddp::DistributedDataParallel>(model_, std::move(group));
   }
@@ -55,31 +54,31 @@ void GPTTrainer::schedule_from(int64_t step) {
 double GPTTrainer::step(const Tensor& x, const Tensor& y) {
   const Device device = model_->wte->weight.device();
   opt_->zero_grad();
+  double loss = 0;
   if (pipeline_) {
     // Every rank passes the batch; the first stage's rank reads the tokens, the last's the
     // targets. The loss is the last stage's mean over the micro-batches, sent to every rank.
     std::vector<double> losses;
     pipeline_->step(x.to(device), y.to(device), &losses);
-    if (recipe_.clip > 0) fsdp::clip_grad_norm_(opt_->parameters(), recipe_.clip, *group_);
-    opt_->step();
-    schedule_->step();
-    double mean = 0;
-    for (double l : losses) mean += l / static_cast<double>(losses.size());
-    Tensor total = full({1}, mean, kFloat64);
+    for (double l : losses) loss += l / static_cast<double>(losses.size());
+    Tensor total = full({1}, loss, kFloat64);
     group_->allreduce(total)->wait();  // only the last stage's rank has a loss
-    return total.item<double>();
+    loss = total.item<double>();
+  } else {
+    const Tensor logits = ddp_ ? ddp_->forward(x.to(device)) : (*model_)(x.to(device));
+    Tensor l = nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}),
+                                             y.to(device).reshape({-1}));
+    l.backward();
+    loss = l.item<double>();
   }
-  const Tensor logits = ddp_ ? ddp_->forward(x.to(device)) : (*model_)(x.to(device));
-  Tensor loss = nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}),
-                                              y.to(device).reshape({-1}));
-  loss.backward();
-  if (recipe_.clip > 0 && sharded_over_)
-    fsdp::clip_grad_norm_(model_->parameters(), recipe_.clip, *sharded_over_);
+  // Sharded or cut into stages, each parameter lives on one rank: the norm sums over the ranks.
+  if (recipe_.clip > 0 && (sharded_ || pipeline_))
+    fsdp::clip_grad_norm_(opt_->parameters(), recipe_.clip, *group_);
   else if (recipe_.clip > 0)
-    optim::clip_grad_norm_(model_->parameters(), recipe_.clip);
+    optim::clip_grad_norm_(opt_->parameters(), recipe_.clip);
   opt_->step();
   schedule_->step();
-  return loss.item<double>();
+  return loss;
 }
 
 void GPTTrainer::gather_stages() {

@@ -71,7 +71,6 @@ class GPTTrainer {
  private:
   GPTRecipe recipe_;
   std::shared_ptr<nn::GPT> model_;
-  std::shared_ptr<dist::ProcessGroup> sharded_over_;  // with fully_shard
   std::shared_ptr<fsdp::FSDPModule> sharded_;
   std::shared_ptr<dist::ProcessGroup> group_;
   std::unique_ptr<pipeline::Schedule> pipeline_;
