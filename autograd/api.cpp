@@ -5,6 +5,7 @@
 #include "autograd/autograd.h"
 
 #include <atomic>
+#include <utility>
 
 #include "autograd/functions/recorder.h"
 
@@ -150,6 +151,39 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
   }
   return result;
 }
+
+std::vector<Tensor> backward_input(const std::vector<Tensor>& outputs,
+                                   const std::vector<Tensor>& inputs,
+                                   const std::vector<Tensor>& grad_outputs, WeightGradients& rest) {
+  GW_CHECK(rest.empty(), InvalidArgumentError,
+           "[backward_input] the WeightGradients given still hold a backward pass's rest (",
+           rest.nodes_.size(), " nodes): run it, or pass an empty one");
+  GW_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(), InvalidArgumentError,
+           "[backward_input] got ", grad_outputs.size(), " grad_outputs for ", outputs.size(),
+           " outputs");
+  std::vector<Edge> roots;
+  std::vector<Tensor> grads;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    grads.push_back(root_gradient(outputs[i], grad_outputs.empty() ? Tensor() : grad_outputs[i],
+                                  "backward_input", i));
+    roots.push_back(gradient_edge(outputs[i]));
+  }
+  if (inputs.empty()) {  // nothing to capture: all of it is the rest
+    rest.nodes_.push_back(
+        {make_graph_root(roots, std::move(grads)), {}, std::vector<bool>(roots.size(), true)});
+    return {};
+  }
+  ExecuteOptions exec;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    GW_CHECK(inputs[i].requires_grad(), InvalidArgumentError, "[backward_input] input ", i,
+             " does not require grad");
+    exec.capture.push_back(gradient_edge(inputs[i]));
+  }
+  exec.defer_rest = &rest.nodes_;
+  return run_backward(roots, grads, std::move(exec));
+}
+
+void WeightGradients::run() { run_deferred(std::exchange(nodes_, {})); }
 
 RemovableHandle register_post_accumulate_grad_hook(const Tensor& leaf, PostAccumulateHook hook) {
   GW_CHECK(leaf.requires_grad() && leaf.is_leaf(), InvalidArgumentError,

@@ -42,6 +42,38 @@ struct GradOptions {
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const GradOptions& options = {});
 
+// The backward pass in two parts, as zero-bubble pipelines run it: the previous stage waits only
+// for the first. backward_input returns d(outputs)/d(inputs) as grad() does, and computes only
+// what leads there: a linear layer on the way gives its input's gradient, not its weight's.
+// What backward() would have added to the leaves' .grad besides (the weights' gradients) is
+// left in `rest`, which keeps only what that needs: the nodes that owe such a gradient, with
+// the gradients they received and their saved tensors (a linear layer's input); the graph's
+// other saved tensors are freed. rest.run() then accumulates it, once.
+//
+//   autograd::WeightGradients rest;
+//   Tensor dx = autograd::backward_input({y}, {x}, {dy}, rest)[0];  // send dx on at once
+//   ...
+//   rest.run();                                                     // later, in a bubble
+class WeightGradients {
+ public:
+  WeightGradients() = default;
+  WeightGradients(WeightGradients&&) = default;
+  WeightGradients& operator=(WeightGradients&&) = default;
+  // Accumulates the deferred gradients into the leaves' .grad; then this is empty.
+  void run();
+  bool empty() const { return nodes_.empty(); }
+
+ private:
+  friend std::vector<Tensor> backward_input(const std::vector<Tensor>&, const std::vector<Tensor>&,
+                                            const std::vector<Tensor>&, WeightGradients&);
+  std::vector<DeferredNode> nodes_;
+};
+// `grad_outputs` may be empty for scalar outputs; an input the outputs do not depend on gets an
+// undefined gradient. `rest` must be empty (InvalidArgumentError).
+std::vector<Tensor> backward_input(const std::vector<Tensor>& outputs,
+                                   const std::vector<Tensor>& inputs,
+                                   const std::vector<Tensor>& grad_outputs, WeightGradients& rest);
+
 // Unregisters the hook it was returned for (PyTorch's RemovableHandle). remove() again, or
 // once the tensor is gone, does nothing; dropping the handle leaves the hook registered.
 class RemovableHandle {

@@ -214,6 +214,18 @@ void GraphTask::run() {
   }
 }
 
+std::vector<bool> GraphTask::wanted_edges(const Node& node) const {
+  std::vector<bool> wanted(node.next_edges.size(), false);
+  for (size_t i = 0; i < wanted.size(); ++i) {
+    const Edge& e = node.next_edges[i];
+    if (!e.valid()) continue;
+    auto it = needed_.find(e.fn.get());
+    wanted[i] = it != needed_.end() && it->second;
+    for (const Edge& c : options_.capture) wanted[i] = wanted[i] || c.fn == e.fn;
+  }
+  return wanted;
+}
+
 void GraphTask::execute(const std::shared_ptr<Node>& node, std::vector<Tensor> inputs) {
   inputs.resize(node->num_inputs);
   for (auto& [input_nr, hook] : node->pre_hooks) {
@@ -224,10 +236,32 @@ void GraphTask::execute(const std::shared_ptr<Node>& node, std::vector<Tensor> i
   }
   bool any_defined = node->num_inputs == 0 || node->apply_undefined;
   for (const Tensor& g : inputs) any_defined = any_defined || g.defined();
+  // A capturing pass asks a node only for the gradients on the captured paths; one that owes
+  // others is deferred whole when the options say so.
+  std::vector<bool> wanted;
+  bool deferred = false;
+  if (!options_.capture.empty()) {
+    wanted = wanted_edges(*node);
+    std::vector<bool> owed(wanted.size());
+    for (size_t i = 0; i < owed.size(); ++i) {
+      owed[i] = node->next_edges[i].valid() && !wanted[i];
+      deferred = deferred || owed[i];
+    }
+    deferred = deferred && any_defined && options_.defer_rest != nullptr;
+    if (deferred) {
+      std::lock_guard lock(mu_);
+      options_.defer_rest->push_back({node, inputs, std::move(owed)});
+    }
+  }
   TensorList outputs;
-  if (any_defined) outputs = node->apply(std::move(inputs));
-  if (!options_.keep_graph) node->release_variables();
+  if (any_defined) {
+    WantedOutputs scope(wanted.empty() ? nullptr : node.get(), &wanted);
+    outputs = node->apply(std::move(inputs));
+  }
+  if (!options_.keep_graph && !deferred) node->release_variables();
   outputs.resize(node->next_edges.size());
+  for (size_t i = 0; i < wanted.size(); ++i)
+    if (!wanted[i]) outputs[i] = Tensor();  // computed anyway by a rule that does not ask
   std::lock_guard lock(mu_);
   for (size_t i = 0; i < node->next_edges.size(); ++i) {
     const Edge& e = node->next_edges[i];
@@ -285,6 +319,45 @@ std::vector<Tensor> run_backward(const std::vector<Edge>& roots, const std::vect
     callback();
   }
   return task.captured();
+}
+
+namespace {
+
+// A deferred node's owed gradients: its apply runs the node again on the gradients it received
+// then, asking only for the edges it owes. Its one input takes nothing (it is a root).
+class OwedGradients final : public Node {
+ public:
+  explicit OwedGradients(DeferredNode d) : d_(std::move(d)) {
+    num_inputs = 1;
+    apply_undefined = true;
+    next_edges.resize(d_.node->next_edges.size());
+    for (size_t i = 0; i < next_edges.size(); ++i)
+      if (d_.owed[i]) next_edges[i] = d_.node->next_edges[i];
+  }
+  TensorList apply(TensorList&&) override {
+    WantedOutputs scope(d_.node.get(), &d_.owed);
+    TensorList out = d_.node->apply(std::move(d_.grads));
+    out.resize(d_.owed.size());
+    for (size_t i = 0; i < out.size(); ++i)
+      if (!d_.owed[i]) out[i] = Tensor();
+    return out;
+  }
+  void release_variables() override { d_.node->release_variables(); }
+  std::string name() const override { return d_.node->name() + " (deferred)"; }
+
+ private:
+  DeferredNode d_;
+};
+
+}  // namespace
+
+void run_deferred(std::vector<DeferredNode> deferred) {
+  std::vector<Edge> roots;
+  // Made last for the node that ran first, so that they run in the order they were deferred.
+  for (auto it = deferred.rbegin(); it != deferred.rend(); ++it)
+    roots.push_back({std::make_shared<OwedGradients>(std::move(*it)), 0});
+  std::reverse(roots.begin(), roots.end());
+  run_backward(roots, std::vector<Tensor>(roots.size()), {});
 }
 
 void queue_callback(std::function<void()> callback) {

@@ -31,6 +31,14 @@ namespace gw::autograd {
 
 using LeafSink = std::function<void(const Tensor& leaf, const Tensor& grad)>;
 
+// A node that a pass capturing gradients ran only in part (ExecuteOptions::defer_rest): the
+// gradients it received, and which of its edges it still owes a gradient.
+struct DeferredNode {
+  std::shared_ptr<Node> node;
+  std::vector<Tensor> grads;
+  std::vector<bool> owed;
+};
+
 struct ExecuteOptions {
   bool keep_graph = false;  // retain_graph: saved tensors survive for another backward
   // Further nodes whose gradients arrive later (add_gradient); their dependencies are counted
@@ -40,6 +48,10 @@ struct ExecuteOptions {
   LeafSink leaf_sink;
   // When set, run only what leads to these edges and return their gradients (autograd::grad).
   std::vector<Edge> capture;
+  // With capture: a node on a path to a captured edge that also has edges leading elsewhere
+  // (to weights) computes only the captured paths' gradients, keeps its saved tensors, and
+  // lands here; run_deferred later gives the rest.
+  std::vector<DeferredNode>* defer_rest = nullptr;
 };
 
 class GraphTask {
@@ -114,6 +126,8 @@ class GraphTask {
   void accumulate_input_locked(Node* node, uint32_t input_nr, Tensor grad);
   void release_dependency_locked(Node* node, const std::shared_ptr<Node>& owner);
   void execute(const std::shared_ptr<Node>& node, std::vector<Tensor> inputs);
+  // With capture: which of `node`'s edges lead to a captured edge.
+  std::vector<bool> wanted_edges(const Node& node) const;
 
   ExecuteOptions options_;
   const bool gated_ = false;
@@ -143,5 +157,9 @@ std::vector<Tensor> run_backward(const std::vector<Edge>& roots, const std::vect
 // reentrant pass (a backward run by a node of another, as autograd::checkpoint does) has its
 // own callbacks. Outside a pass that runs them (autograd::backward, grad), StateError.
 void queue_callback(std::function<void()> callback);
+
+// Runs what a capturing pass deferred (defer_rest): each node again for the gradients it owes,
+// and from there the rest of the graph as a backward pass, into the leaves' .grad.
+void run_deferred(std::vector<DeferredNode> deferred);
 
 }  // namespace gw::autograd

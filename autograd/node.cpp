@@ -7,7 +7,25 @@ namespace gw::autograd {
 
 namespace {
 std::atomic<uint64_t> g_next_sequence_nr{0};
+// The node whose apply runs on this thread in a pass that wants only some of its outputs.
+thread_local const Node* t_masked_node = nullptr;
+thread_local const std::vector<bool>* t_wanted = nullptr;
 }  // namespace
+
+bool wants(const Node& n, size_t i) {
+  if (!n.next_edges[i].valid()) return false;
+  return t_masked_node != &n || (*t_wanted)[i];
+}
+
+WantedOutputs::WantedOutputs(const Node* node, const std::vector<bool>* wanted)
+    : prev_node_(t_masked_node), prev_wanted_(t_wanted) {
+  t_masked_node = node;
+  t_wanted = wanted;
+}
+WantedOutputs::~WantedOutputs() {
+  t_masked_node = prev_node_;
+  t_wanted = prev_wanted_;
+}
 
 Node::Node() : sequence_nr_(g_next_sequence_nr.fetch_add(1, std::memory_order_relaxed)) {}
 Node::Node(First) : sequence_nr_(UINT64_MAX) {}

@@ -85,6 +85,24 @@ class Node : public std::enable_shared_from_this<Node> {
   bool released_ = false;
 };
 
+// Whether the running pass wants the gradient of input `i` from `n`'s apply: the edge leads
+// somewhere and, in a pass that computes only some gradients (autograd::grad, backward_input
+// and the weight part it leaves), that one. Derivative rules skip the work for the others.
+bool wants(const Node& n, size_t i);
+
+// Set by the engine while `node`'s apply runs: the outputs it wants (wants() reads it).
+class WantedOutputs {
+ public:
+  WantedOutputs(const Node* node, const std::vector<bool>* wanted);
+  ~WantedOutputs();
+  WantedOutputs(const WantedOutputs&) = delete;
+  WantedOutputs& operator=(const WantedOutputs&) = delete;
+
+ private:
+  const Node* prev_node_;
+  const std::vector<bool>* prev_wanted_;
+};
+
 // Edge to where the gradient of `t` should flow: its grad_fn, or its AccumulateGrad when it is
 // a leaf that requires grad; invalid when t needs no gradient.
 Edge gradient_edge(const Tensor& t);

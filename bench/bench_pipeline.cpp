@@ -15,9 +15,12 @@
 
 #include "autograd/autograd.h"
 #include "bench/harness.h"
+#include "core/memory.h"
 #include "core/ops.h"
 #include "dist/process_group/process_group_gloo.h"
+#include "nn/container.h"
 #include "nn/module.h"
+#include "nn/transformer.h"
 #include "pipeline/schedule.h"
 #include "store/hash_store.h"
 
@@ -29,7 +32,8 @@ constexpr milliseconds kForward{20}, kBackward{40};
 
 // A stage whose forward and backward sleep instead of computing (`scale`: its share of a
 // rank's work); it holds one parameter so that it has a gradient to make. Counts the
-// micro-batches a rank holds at once (`held` is shared by the rank's stages).
+// micro-batches whose activations a rank holds at once, from F to B or I (`held` is shared by
+// the rank's stages).
 struct Sleeper : gw::nn::Module {
   gw::Tensor w;
   double scale;
@@ -41,23 +45,43 @@ struct Sleeper : gw::nn::Module {
   void sleep(milliseconds t) const {
     std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(t.count() * scale));
   }
+  // y = x * w, whose backward sleeps a whole backward in B and half of one in I (x's gradient)
+  // and in W (w's); the first stage, with no input gradient to make, sleeps a whole backward in
+  // its W, so that every stage's backward is as long.
+  class Backward final : public gw::autograd::Node {
+   public:
+    Backward(const Sleeper& owner, const gw::Tensor& x, const gw::Tensor& w)
+        : owner_(owner), x_(x.detach()), w_(w.detach()) {}
+    gw::autograd::TensorList apply(gw::autograd::TensorList&& grads) override {
+      const bool dx = gw::autograd::wants(*this, 0), dw = gw::autograd::wants(*this, 1);
+      const gw::pipeline::Action* a = gw::pipeline::current_action();
+      const bool whole = !a || a->type == gw::pipeline::ActionType::Backward ||
+                         (a->type == gw::pipeline::ActionType::BackwardWeight && a->stage == 0);
+      owner_.sleep(whole ? kBackward : kBackward / 2);
+      // The activations go with B or I; the first stage's I does nothing, so with its W.
+      if (!a || a->type != gw::pipeline::ActionType::BackwardWeight || a->stage == 0)
+        --*owner_.held;
+      return {dx ? grads[0] * w_ : gw::Tensor(),
+              dw ? (grads[0] * x_).sum().reshape({1}) : gw::Tensor()};
+    }
+    std::string name() const override { return "SleeperBackward"; }
+
+   private:
+    const Sleeper& owner_;
+    gw::Tensor x_, w_;
+  };
   gw::Tensor forward(const gw::Tensor& x) override {
-    gw::Tensor y = x * w;
-    if (!y.requires_grad()) return y;  // the shape check before the first step
+    gw::Tensor y;
+    {
+      gw::autograd::NoGradGuard no_grad;
+      y = x * w;
+    }
+    if (!gw::autograd::is_grad_enabled()) return y;  // the shape check before the first step
     sleep(kForward);
     *most_held = std::max(*most_held, ++*held);
-    gw::autograd::Edge edge = gw::autograd::gradient_edge(y);
-    edge.fn->pre_hooks.emplace_back(edge.input_nr, [this](const gw::Tensor&) {
-      // Zero bubble: I and W take half a backward each; the first stage has no input gradient
-      // to make, so its I does nothing and its W the whole backward.
-      const gw::pipeline::Action* a = gw::pipeline::current_action();
-      const bool half =
-          a && (a->type == gw::pipeline::ActionType::BackwardInput ||
-                (a->type == gw::pipeline::ActionType::BackwardWeight && a->stage > 0));
-      sleep(half ? kBackward / 2 : kBackward);
-      if (!a || a->type != gw::pipeline::ActionType::BackwardInput) --*held;
-      return gw::Tensor();
-    });
+    auto node = std::make_shared<Backward>(*this, x, w);
+    node->next_edges = gw::autograd::collect_edges({&x, &w});
+    gw::autograd::set_history(y, node);
     return y;
   }
 };
@@ -104,10 +128,60 @@ Measured measure(const gw::pipeline::Plan& plan) {
   return m;
 }
 
+// Zero bubble's split backward on real compute, one thread: 4 GPT blocks (width 256, 4 heads,
+// 8 x 128 tokens), float32. I + W must cost what one backward does (nothing computed twice),
+// and between them only what W needs stays: the blocks' matrix inputs and output gradients.
+void split_backward(gw::bench::Reporter& report) {
+  const std::string time_row = "4 GPT blocks, I + W: time",
+                    memory_row = "4 GPT blocks, kept from I to W";
+  if (!report.wants("pipeline", time_row) && !report.wants("pipeline", memory_row)) return;
+  gw::Generator gen(1);
+  gw::nn::Sequential blocks;
+  for (int i = 0; i < 4; ++i)
+    blocks.push_back(std::make_shared<gw::nn::GPTBlock>(256, 4, gw::nn::GPTBlockOptions{}, gen));
+  const gw::Tensor x0 = gw::randn({8, 128, 256}, gen);
+  using Clock = std::chrono::steady_clock;
+  auto seconds = [](Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  std::vector<double> whole, split;
+  size_t activations = 0, kept = 0;
+  for (int rep = 0; rep < 7; ++rep) {
+    for (int how = 0; how < 2; ++how) {  // alternating, so that both see the same machine
+      gw::Tensor x = x0.clone().requires_grad_();
+      const size_t before = gw::memory_stats().allocated_bytes;
+      gw::Tensor y = blocks(x).sum();
+      const size_t after_forward = gw::memory_stats().allocated_bytes;
+      const auto t0 = Clock::now();
+      if (how == 0) {
+        y.backward();
+        whole.push_back(seconds(t0));
+      } else {
+        gw::autograd::WeightGradients rest;
+        gw::Tensor dx = gw::autograd::backward_input({y}, {x}, {}, rest)[0];
+        y = gw::Tensor();
+        activations = after_forward - before;
+        kept = gw::memory_stats().allocated_bytes - before - dx.nbytes();
+        rest.run();
+        split.push_back(seconds(t0));
+      }
+      blocks.zero_grad();
+    }
+  }
+  std::sort(whole.begin(), whole.end());
+  std::sort(split.begin(), split.end());
+  report.add({"pipeline", time_row, split[split.size() / 2] * 1e3, "ms", "B (one backward)",
+              whole[whole.size() / 2] * 1e3, "median of 7, 1 thread, float32"});
+  report.add({"pipeline", memory_row, static_cast<double>(kept) / (1 << 20), "MiB",
+              "activations after F", static_cast<double>(activations) / (1 << 20),
+              "CPU allocator's bytes in use"});
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   gw::bench::Reporter report(argc, argv);
+  split_backward(report);
   for (int m : {4, 8, 16}) {
     auto name = [&](const std::string& schedule) {
       return gw::detail::str(schedule, ", ", kStages, " ranks, ", m, " micro-batches: idle");
@@ -118,8 +192,7 @@ int main(int argc, char** argv) {
     // GPipe, 1F1B and interleaved against the theory for uniform stages.
     double one_f_one_b = -1;
     for (const std::string schedule : {"gpipe", "1f1b", "interleaved"}) {
-      const bool zb_wanted = report.wants("pipeline", name("zb")) ||
-                             report.wants("pipeline", name("zb, 3 extra in flight"));
+      const bool zb_wanted = report.wants("pipeline", name("zb"));
       if (!report.wants("pipeline", name(schedule)) && !(schedule == "1f1b" && zb_wanted)) continue;
       const Measured got = measure(gw::pipeline::make_plan(schedule, kStages, m));
       if (schedule == "1f1b") one_f_one_b = got.idle;
@@ -131,11 +204,9 @@ int main(int argc, char** argv) {
                   held(got)});
     }
     // Zero bubble against 1F1B, measured in the same run at the same micro-batches.
-    for (int extra : {1, 3}) {
-      const std::string zb = extra == 1 ? "zb" : "zb, 3 extra in flight";
-      if (!report.wants("pipeline", name(zb)) || one_f_one_b < 0) continue;
-      const Measured got = measure(gw::pipeline::zero_bubble(kStages, m, extra));
-      report.add({"pipeline", name(zb), got.idle * 100, "% idle", "1f1b, measured",
+    if (report.wants("pipeline", name("zb")) && one_f_one_b >= 0) {
+      const Measured got = measure(gw::pipeline::zero_bubble(kStages, m));
+      report.add({"pipeline", name("zb"), got.idle * 100, "% idle", "1f1b, measured",
                   one_f_one_b * 100, held(got)});
     }
   }

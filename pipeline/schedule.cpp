@@ -115,41 +115,52 @@ Plan interleaved_one_f_one_b(int ranks, int stages_per_rank, int microbatches) {
   return plan;
 }
 
-Plan zero_bubble(int stages, int microbatches, int extra_in_flight) {
+Plan zero_bubble(int stages, int microbatches, int pending_weights) {
   check_sizes("zb", stages, microbatches);
-  GW_CHECK(extra_in_flight >= 1, InvalidArgumentError,
-           "[pipeline] zero_bubble needs at least "
-           "one micro-batch in flight beyond 1F1B's, got ",
-           extra_in_flight);
+  if (pending_weights == 0) pending_weights = stages;
+  GW_CHECK(pending_weights >= 1, InvalidArgumentError,
+           "[pipeline] zero_bubble needs at least one micro-batch allowed to wait for its W, got ",
+           pending_weights);
   const int p = stages, m = microbatches;
+  // Each action's length: F, I and W one unit each, but on the first stage, whose input needs no
+  // gradient, I is empty and W is the whole backward.
+  auto length = [](int s, ActionType t) {
+    if (s > 0 || t == ActionType::Forward) return 1;
+    return t == ActionType::BackwardInput ? 0 : 2;
+  };
   Plan plan(static_cast<size_t>(p));
-  // Unit-time actions. done_at[type][s][mb]: when it finished (-1: not yet).
-  std::vector<std::vector<int>> f_done(p, std::vector<int>(m, -1)),
-      i_done(p, std::vector<int>(m, -1));
-  std::vector<int> next_f(p, 0), next_i(p, 0), next_w(p, 0);
+  // When each F and I ends (-1: not yet run), where each stage is, and when it is free.
+  std::vector<std::vector<int>> f_end(p, std::vector<int>(m, -1)),
+      i_end(p, std::vector<int>(m, -1));
+  std::vector<int> next_f(p, 0), next_i(p, 0), next_w(p, 0), free_at(p, 0);
   for (int t = 0, left = 3 * p * m; left > 0; ++t) {
     GW_CHECK(t < 8 * p * m + 8, StateError, "[pipeline] zero_bubble: no plan for ", p,
              " stages and ", m, " micro-batches");
+    auto arrived = [t](int end) { return end >= 0 && end <= t; };
     for (int s = 0; s < p; ++s) {
-      auto& actions = plan[static_cast<size_t>(s)];
-      const int i = next_i[s], f = next_f[s], w = next_w[s];
-      // An I whose gradient arrived (or the last stage's, after its forward) comes first.
-      const bool i_ready = i < f && f_done[s][i] >= 0 && f_done[s][i] < t &&
-                           (s == p - 1 || (i_done[s + 1][i] >= 0 && i_done[s + 1][i] < t));
-      const bool f_ready = f < m && (s == 0 || (f_done[s - 1][f] >= 0 && f_done[s - 1][f] < t)) &&
-                           f - w < p - s + extra_in_flight;
-      if (i_ready) {
-        i_done[s][i] = t;
-        actions.push_back({ActionType::BackwardInput, next_i[s]++, s});
-      } else if (f_ready) {
-        f_done[s][f] = t;
-        actions.push_back({ActionType::Forward, next_f[s]++, s});
-      } else if (w < i) {
-        actions.push_back({ActionType::BackwardWeight, next_w[s]++, s});
-      } else {
-        continue;  // idle this unit
+      while (free_at[s] <= t && left > 0) {
+        const int i = next_i[s], f = next_f[s], w = next_w[s];
+        // An I whose gradient arrived (or the last stage's, after its forward) comes first.
+        const bool i_ready =
+            i < f && arrived(f_end[s][i]) && (s == p - 1 || arrived(i_end[s + 1][i]));
+        const bool f_ready = f < m && (s == 0 || arrived(f_end[s - 1][f])) && f - i < p - s &&
+                             i - w < pending_weights;
+        Action a;
+        if (i_ready) {
+          a = {ActionType::BackwardInput, next_i[s]++, s};
+          i_end[s][i] = t + length(s, a.type);
+        } else if (f_ready) {
+          a = {ActionType::Forward, next_f[s]++, s};
+          f_end[s][f] = t + length(s, a.type);
+        } else if (w < i) {
+          a = {ActionType::BackwardWeight, next_w[s]++, s};
+        } else {
+          break;  // idle this unit
+        }
+        plan[static_cast<size_t>(s)].push_back(a);
+        free_at[s] = t + length(s, a.type);
+        --left;
       }
-      --left;
     }
   }
   return plan;
@@ -308,6 +319,7 @@ struct LocalStage {
   std::vector<Tensor> activations, output_grads;  // per micro-batch, kept between steps
   bool allocated = false;                         // those two, at the first step
   std::vector<Tensor> inputs, outputs;            // per micro-batch, within a step
+  std::vector<autograd::WeightGradients> weights;  // what each I leaves for its W
 };
 
 struct Schedule::Impl {
@@ -546,6 +558,8 @@ void Schedule::step(const Tensor& input, const Tensor& target, std::vector<doubl
   for (LocalStage& ls : im.stages) {
     ls.inputs.assign(static_cast<size_t>(m), Tensor());
     ls.outputs.assign(static_cast<size_t>(m), Tensor());
+    ls.weights.clear();
+    ls.weights.resize(static_cast<size_t>(m));
     if (ls.allocated) continue;
     ls.allocated = true;
     for (int i = 0; i < m; ++i) {
@@ -609,37 +623,27 @@ void Schedule::step(const Tensor& input, const Tensor& target, std::vector<doubl
           if (whole) {
             autograd::backward({y}, grad_outputs);
             if (!stage.is_first()) gx = x.grad();
-          } else if (!stage.is_first() && x.requires_grad()) {
-            // The input's gradient only; the graph stays for W.
-            gx = autograd::grad(
-                {y}, {x},
-                {.grad_outputs = grad_outputs, .retain_graph = true, .allow_unused = true})[0];
+            return;
           }
+          // The input's gradient only; what the weights' gradients need waits for W.
+          const bool has_input = !stage.is_first() && x.requires_grad();
+          const auto got = autograd::backward_input(
+              {y}, has_input ? std::vector<Tensor>{x} : std::vector<Tensor>{}, grad_outputs,
+              ls.weights[mb]);
+          if (has_input) gx = got[0];
         });
         if (!stage.is_first()) {
           send(gx.defined() ? gx.contiguous() : zeros(ls.in_shape, ls.in_dtype), a.stage - 1,
                im.tag(a.stage - 1, a.microbatch, true));
           if (whole) x.set_grad(Tensor());  // the send holds what it sends
         }
-        if (whole) {
-          x = Tensor();
-          y = Tensor();
-        }
-        break;
-      }
-      case ActionType::BackwardWeight: {
-        // The weights' gradients: backward again through the graph I kept (its input's
-        // gradient is made again and dropped).
-        timed(a, [&] {
-          if (y.requires_grad())
-            autograd::backward({y}, stage.is_last() ? std::vector<Tensor>{}
-                                                    : std::vector<Tensor>{ls.output_grads[mb]});
-        });
-        if (!stage.is_first()) x.set_grad(Tensor());  // made again by W, and not needed
-        x = Tensor();
+        x = Tensor();  // the graph's other activations go with them (W keeps its own)
         y = Tensor();
         break;
       }
+      case ActionType::BackwardWeight:
+        timed(a, [&] { ls.weights[mb].run(); });
+        break;
     }
   }
   for (auto& w : sends) w->wait();

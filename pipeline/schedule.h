@@ -74,13 +74,14 @@ Plan one_f_one_b(int stages, int microbatches);
 // their number must be a multiple of it. Bubble: (p-1)/(v m + p - 1) for v stages per rank.
 Plan interleaved_one_f_one_b(int ranks, int stages_per_rank, int microbatches);
 // ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism"): each backward split into I, which
-// the previous stage waits for, and W, which only this stage needs. Built by simulating unit-time
-// actions: I first, then F while stage s holds fewer than stages - s + extra_in_flight
-// micro-batches whose W has not run, then W. Here W runs the stage's backward again, so it keeps
-// a micro-batch's activations until it ran (the paper's W keeps only the weights' inputs): with
-// one extra micro-batch over 1F1B the bubble is about 0.6x 1F1B's, with three about 0.4x
-// (bench_pipeline measures both).
-Plan zero_bubble(int stages, int microbatches, int extra_in_flight = 1);
+// the previous stage waits for, and W, which only this stage needs and which fills the bubble
+// (autograd::backward_input: I computes only the input's gradient and frees the activations W
+// does not need; W keeps a layer's input and output gradient). Built by simulating actions of
+// one unit each (but on the first stage, whose input needs no gradient, I is empty and W two
+// units): I first, then F while stage s holds fewer than stages - s micro-batches between their
+// F and I (1F1B's activations) and fewer than `pending_weights` (0: `stages`) between their I
+// and W, then W. With equal F, I and W the bubble is p - 1 units against 1F1B's 3 (p - 1).
+Plan zero_bubble(int stages, int microbatches, int pending_weights = 0);
 // By name: "gpipe", "1f1b", "interleaved" (2 stages per rank: `stages` counts ranks x 2) or
 // "zb" (InvalidArgumentError naming them).
 Plan make_plan(const std::string& name, int ranks, int microbatches);

@@ -28,7 +28,4 @@ std::shared_ptr<N> record(std::initializer_list<const Tensor*> inputs, const Ten
   return node;
 }
 
-// Whether edge i of the node wants a gradient (skips work for inputs that need none).
-inline bool wants(const Node& n, size_t i) { return n.next_edges[i].valid(); }
-
 }  // namespace gw::autograd
