@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <tuple>
 #include <utility>
 
 #include "autograd/autograd.h"
@@ -290,15 +291,39 @@ namespace {
 
 thread_local const Action* t_current_action = nullptr;
 
-// Tags: 0 for the shapes before the first step (between two ranks they go in stage order),
-// then one per receiving stage, micro-batch and direction: small, as MPI guarantees only 32767.
-constexpr int kShapeTag = 0;
+// Tags: 0 and 1 for the shapes and the skips before the first step (between two ranks they go
+// in stage order), then one per receiving stage, micro-batch and direction, then one per skip,
+// micro-batch and direction: small, as MPI guarantees only 32767.
+constexpr int kShapeTag = 0, kSkipTableTag = 1;
 constexpr int64_t kMaxDims = 8;
 
-// What a stage passes on, as an int64 tensor: dtype, dims (or -1: the stage failed), sizes.
-Tensor describe(const Tensor* t) {
-  std::vector<int64_t> v(2 + kMaxDims, 0);
+// What stash and pop work on: the running stage's forward (the schedule's), or outside a
+// schedule this thread's own table, so that the same modules also run unpipelined.
+struct SkipScope {
+  int stage = -1;
+  std::map<std::string, Tensor>* incoming = nullptr;  // what pop takes, by name
+  std::map<std::string, Tensor>* outgoing = nullptr;  // what stash gives, by name
+};
+thread_local const SkipScope* t_skips = nullptr;
+thread_local std::map<std::string, Tensor> t_unpipelined_skips;
+
+class InSkipScope {
+ public:
+  explicit InSkipScope(const SkipScope* scope) : prev_(t_skips) { t_skips = scope; }
+  ~InSkipScope() { t_skips = prev_; }
+  InSkipScope(const InSkipScope&) = delete;
+  InSkipScope& operator=(const InSkipScope&) = delete;
+
+ private:
+  const SkipScope* prev_;
+};
+
+// What a stage passes on, as an int64 tensor: dtype, dims (or -1: the stage failed), sizes, and
+// the length of the skips message that follows (skips stashed and not popped yet).
+Tensor describe(const Tensor* t, int64_t skips_length) {
+  std::vector<int64_t> v(3 + kMaxDims, 0);
   v[1] = -1;
+  v[2 + kMaxDims] = skips_length;
   if (t) {
     v[0] = static_cast<int64_t>(t->dtype());
     v[1] = t->dim();
@@ -311,6 +336,29 @@ Tensor describe(const Tensor* t) {
 
 const Action* current_action() { return t_current_action; }
 
+void stash(const std::string& name, const Tensor& t) {
+  GW_CHECK(t.defined(), InvalidArgumentError, "[pipeline] stash(\"", name,
+           "\"): the tensor is undefined");
+  if (!t_skips) {
+    t_unpipelined_skips[name] = t;
+    return;
+  }
+  GW_CHECK(t_skips->outgoing->emplace(name, t).second, InvalidArgumentError, "[pipeline] stage ",
+           t_skips->stage, " stashes \"", name, "\" twice in one forward");
+}
+
+Tensor pop(const std::string& name) {
+  auto& table = t_skips ? *t_skips->incoming : t_unpipelined_skips;
+  auto it = table.find(name);
+  GW_CHECK(it != table.end(), InvalidArgumentError, "[pipeline] ",
+           t_skips ? detail::str("stage ", t_skips->stage, " pops") : std::string("pop of"), " \"",
+           name, "\", which no ", t_skips ? "earlier stage" : "forward on this thread", " stashed",
+           t_skips ? " (or another stage popped already)" : "");
+  Tensor t = std::move(it->second);
+  table.erase(it);
+  return t;
+}
+
 // One of this rank's stages, and what it keeps from step to step and within one.
 struct LocalStage {
   std::shared_ptr<PipelineStage> stage;
@@ -320,6 +368,19 @@ struct LocalStage {
   bool allocated = false;                         // those two, at the first step
   std::vector<Tensor> inputs, outputs;            // per micro-batch, within a step
   std::vector<autograd::WeightGradients> weights;  // what each I leaves for its W
+  // Skip connections: indices into Impl::skips of those this stage stashes and pops; per
+  // micro-batch, the tensors it stashed (within a step), and the buffers it receives popped
+  // skips and their gradients into (kept between steps).
+  std::vector<int> skips_out, skips_in;
+  std::vector<std::vector<Tensor>> stashed, popped, stash_grads;
+};
+
+// A skip connection: `name`, stashed by stage `from` and popped by stage `to`.
+struct Skip {
+  std::string name;
+  int from = 0, to = 0;
+  Shape shape;
+  DType dtype = kFloat32;
 };
 
 struct Schedule::Impl {
@@ -337,9 +398,14 @@ struct Schedule::Impl {
   int rank() { return group().rank(); }
   LocalStage& local(int s) { return stages[static_cast<size_t>(s / ranks)]; }
   int rank_of(int s) const { return s % ranks; }
+  std::vector<Skip> skips;  // every stage's, in one order on every rank
+  const Skip& skip(int k) const { return skips[static_cast<size_t>(k)]; }
   // A message's tag: the receiving stage, the micro-batch and the direction.
   int tag(int to_stage, int microbatch, bool gradient) const {
-    return 1 + (to_stage * microbatches + microbatch) * 2 + (gradient ? 1 : 0);
+    return 2 + (to_stage * microbatches + microbatch) * 2 + (gradient ? 1 : 0);
+  }
+  int skip_tag(int skip, int microbatch, bool gradient) const {
+    return tag(num_stages, 0, false) + (skip * microbatches + microbatch) * 2 + (gradient ? 1 : 0);
   }
   dist::WorkPtr send(const Tensor& t, int to_stage, int tag_value);
   void recv(Tensor& t, int from_stage, int tag_value);
@@ -367,24 +433,63 @@ void Schedule::Impl::recv(Tensor& t, int from_stage, int tag_value) {
   group().recv(t, rank_of(from_stage), tag_value)->wait();
 }
 
+// Skips as int64s: per skip its stages, dtype, dims, sizes, and its name's length and bytes.
+std::vector<int64_t> encode(const std::vector<Skip>& skips) {
+  std::vector<int64_t> v;
+  for (const Skip& k : skips) {
+    v.insert(v.end(),
+             {k.from, k.to, static_cast<int64_t>(k.dtype), static_cast<int64_t>(k.shape.size())});
+    for (int64_t d = 0; d < kMaxDims; ++d)
+      v.push_back(d < static_cast<int64_t>(k.shape.size()) ? k.shape[static_cast<size_t>(d)] : 0);
+    v.push_back(static_cast<int64_t>(k.name.size()));
+    for (char c : k.name) v.push_back(static_cast<unsigned char>(c));
+  }
+  return v;
+}
+
+std::vector<Skip> decode(const std::vector<int64_t>& v) {
+  std::vector<Skip> skips;
+  for (size_t i = 0; i < v.size();) {
+    Skip k;
+    k.from = static_cast<int>(v.at(i));
+    k.to = static_cast<int>(v.at(i + 1));
+    k.dtype = static_cast<DType>(v.at(i + 2));
+    k.shape = Shape(v.begin() + static_cast<ptrdiff_t>(i + 4),
+                    v.begin() + static_cast<ptrdiff_t>(i + 4 + static_cast<size_t>(v.at(i + 3))));
+    i += 4 + static_cast<size_t>(kMaxDims);
+    const auto length = static_cast<size_t>(v.at(i++));
+    for (size_t c = 0; c < length; ++c) k.name += static_cast<char>(v.at(i++));
+    skips.push_back(std::move(k));
+  }
+  return skips;
+}
+
 // Before the first step: stage by stage, what each passes on (a forward of the first
 // micro-batch's shape, in eval mode and without gradients, so that nothing is drawn or
 // recorded), then every rank learns whether every stage could run, and whether every rank runs
 // the same plan. Any failure is raised on every rank, naming the first stage that failed.
 void Schedule::Impl::exchange_shapes(const Tensor& input, const Tensor& target) {
   std::string failure;
+  std::vector<Skip> popped;  // by this rank's stages, with the stage that stashed each
+  skips.clear();
   for (LocalStage& ls : stages) {  // in stage order: a chain across the ranks
     PipelineStage& stage = *ls.stage;
     const int s = stage.index();
     bool previous_failed = false;
+    std::vector<Skip> carried;  // stashed by earlier stages, not popped yet
     if (!stage.is_first()) {
-      Tensor meta = empty({2 + kMaxDims}, kInt64);
+      Tensor meta = empty({3 + kMaxDims}, kInt64);
       recv(meta, s - 1, kShapeTag);
       const std::vector<int64_t> v = meta.to_vector<int64_t>();
       previous_failed = v[1] < 0 || v[1] > kMaxDims;
       if (!previous_failed) {
         ls.in_dtype = static_cast<DType>(v[0]);
         ls.in_shape = Shape(v.begin() + 2, v.begin() + 2 + v[1]);
+      }
+      if (v[2 + kMaxDims] > 0) {
+        Tensor table = empty({v[2 + kMaxDims]}, kInt64);
+        recv(table, s - 1, kSkipTableTag);
+        carried = decode(table.to_vector<int64_t>());
       }
     }
     Tensor output;
@@ -417,7 +522,14 @@ void Schedule::Impl::exchange_shapes(const Tensor& input, const Tensor& target) 
         } else {
           x = zeros(ls.in_shape, ls.in_dtype);
         }
-        output = m(x);
+        // What it may pop: every skip carried to it, as zeros of the skip's shape.
+        std::map<std::string, Tensor> incoming, outgoing;
+        for (const Skip& k : carried) incoming[k.name] = zeros(k.shape, k.dtype);
+        const SkipScope scope{s, &incoming, &outgoing};
+        {
+          InSkipScope in_scope(&scope);
+          output = m(x);
+        }
         GW_CHECK(stage.is_last() || output.dim() <= kMaxDims, InvalidArgumentError,
                  "its output has ", output.dim(), " dims; a stage passes at most ", kMaxDims);
         if (stage.is_last()) {
@@ -427,6 +539,29 @@ void Schedule::Impl::exchange_shapes(const Tensor& input, const Tensor& target) 
                    target.defined() ? shape_str(target.sizes()) : std::string("none"));
           loss(output, target.narrow(0, 0, target.size(0) / microbatches));
         }
+        // What it popped leaves the carried list for the routes; what it stashed joins it.
+        std::vector<Skip> left;
+        for (Skip& k : carried) {
+          if (incoming.count(k.name)) {
+            left.push_back(std::move(k));
+          } else {
+            k.to = s;
+            popped.push_back(std::move(k));
+          }
+        }
+        for (auto& [name, t] : outgoing) {
+          for (const Skip& k : left)
+            GW_CHECK(k.name != name, InvalidArgumentError, "it stashes \"", name,
+                     "\", which stage ", k.from, " stashed and no stage popped yet");
+          GW_CHECK(t.dim() <= kMaxDims, InvalidArgumentError, "its skip \"", name, "\" has ",
+                   t.dim(), " dims; a skip passes at most ", kMaxDims);
+          left.push_back({name, s, -1, t.sizes(), t.dtype()});
+        }
+        carried = std::move(left);
+        if (stage.is_last())
+          for (const Skip& k : carried)
+            GW_CHECK(false, InvalidArgumentError, "no stage pops \"", k.name, "\", which stage ",
+                     k.from, " stashes");
       } catch (const std::exception& e) {
         failure = detail::str("stage ", s, " cannot run ",
                               stage.is_first()
@@ -438,13 +573,37 @@ void Schedule::Impl::exchange_shapes(const Tensor& input, const Tensor& target) 
       }
     }
     if (!stage.is_last()) {
-      dist::WorkPtr w = send(describe(output.defined() ? &output : nullptr), s + 1, kShapeTag);
+      const std::vector<int64_t> table = encode(carried);
+      dist::WorkPtr w =
+          send(describe(output.defined() ? &output : nullptr, static_cast<int64_t>(table.size())),
+               s + 1, kShapeTag);
       if (w) w->wait();
+      if (!table.empty()) {
+        w = send(from_vector<int64_t>(table), s + 1, kSkipTableTag);
+        if (w) w->wait();
+      }
     }
     if (output.defined()) {
       ls.out_shape = output.sizes();
       ls.out_dtype = output.dtype();
     }
+  }
+  // Every rank: the skips' routes, which their popping stages learnt.
+  std::vector<int64_t> routes = encode(popped);
+  std::vector<uint8_t> route_bytes(routes.size() * sizeof(int64_t));
+  if (!routes.empty()) std::memcpy(route_bytes.data(), routes.data(), route_bytes.size());
+  for (const auto& bytes : dist::all_gather_bytes(group(), route_bytes)) {
+    std::vector<int64_t> v(bytes.size() / sizeof(int64_t));
+    if (!v.empty()) std::memcpy(v.data(), bytes.data(), bytes.size());
+    for (Skip& k : decode(v)) skips.push_back(std::move(k));
+  }
+  std::sort(skips.begin(), skips.end(), [](const Skip& a, const Skip& b) {
+    return std::tie(a.from, a.to, a.name) < std::tie(b.from, b.to, b.name);
+  });
+  for (int k = 0; k < static_cast<int>(skips.size()); ++k) {
+    const Skip& skip = skips[static_cast<size_t>(k)];
+    if (rank_of(skip.from) == rank()) local(skip.from).skips_out.push_back(k);
+    if (rank_of(skip.to) == rank()) local(skip.to).skips_in.push_back(k);
   }
   // Every rank: the first failure, and the plans.
   const std::string mine = (failure.empty() ? "0" : "1") + failure;
@@ -560,15 +719,23 @@ void Schedule::step(const Tensor& input, const Tensor& target, std::vector<doubl
     ls.outputs.assign(static_cast<size_t>(m), Tensor());
     ls.weights.clear();
     ls.weights.resize(static_cast<size_t>(m));
+    ls.stashed.assign(static_cast<size_t>(m), {});
     if (ls.allocated) continue;
     ls.allocated = true;
+    auto receiving = [](const Shape& shape, DType dtype) {
+      Tensor a = empty(shape, dtype);
+      if (is_floating(dtype)) a.requires_grad_();
+      return a;
+    };
     for (int i = 0; i < m; ++i) {
-      if (!ls.stage->is_first()) {
-        Tensor a = empty(ls.in_shape, ls.in_dtype);
-        if (is_floating(ls.in_dtype)) a.requires_grad_();
-        ls.activations.push_back(a);
-      }
+      if (!ls.stage->is_first()) ls.activations.push_back(receiving(ls.in_shape, ls.in_dtype));
       if (!ls.stage->is_last()) ls.output_grads.push_back(empty(ls.out_shape, ls.out_dtype));
+      ls.popped.emplace_back();
+      for (int k : ls.skips_in)
+        ls.popped.back().push_back(receiving(im.skip(k).shape, im.skip(k).dtype));
+      ls.stash_grads.emplace_back();
+      for (int k : ls.skips_out)
+        ls.stash_grads.back().push_back(empty(im.skip(k).shape, im.skip(k).dtype));
     }
   }
 
@@ -591,7 +758,18 @@ void Schedule::step(const Tensor& input, const Tensor& target, std::vector<doubl
           x.set_grad(Tensor());
           im.recv(x, a.stage - 1, im.tag(a.stage, a.microbatch, false));
         }
+        // The skips it pops, received; those it stashes, collected.
+        std::map<std::string, Tensor> incoming, outgoing;
+        for (size_t j = 0; j < ls.skips_in.size(); ++j) {
+          const int k = ls.skips_in[j];
+          Tensor& buffer = ls.popped[mb][j];
+          buffer.set_grad(Tensor());
+          im.recv(buffer, im.skip(k).from, im.skip_tag(k, a.microbatch, false));
+          incoming[im.skip(k).name] = buffer;
+        }
+        const SkipScope scope{a.stage, &incoming, &outgoing};
         timed(a, [&] {
+          InSkipScope in_scope(&scope);
           y = stage.module()(x);
           if (!stage.is_last()) return;
           Tensor l = im.loss(y, targets[mb]);
@@ -605,40 +783,87 @@ void Schedule::step(const Tensor& input, const Tensor& target, std::vector<doubl
                    ls.out_dtype, " before: the micro-batches' shapes must not change");
           send(y.detach().contiguous(), a.stage + 1, im.tag(a.stage + 1, a.microbatch, false));
         }
+        for (int k : ls.skips_out) {
+          const Skip& skip = im.skip(k);
+          auto it = outgoing.find(skip.name);
+          GW_CHECK(it != outgoing.end() && it->second.sizes() == skip.shape &&
+                       it->second.dtype() == skip.dtype,
+                   InvalidArgumentError, "[pipeline] stage ", a.stage, " stashed \"", skip.name,
+                   "\" as ", shape_str(skip.shape), " ", skip.dtype, " before the first step, but ",
+                   it == outgoing.end() ? std::string("not in micro-batch ") + std::to_string(mb)
+                                        : detail::str(shape_str(it->second.sizes()), " ",
+                                                      it->second.dtype(), " in micro-batch ", mb));
+          send(it->second.detach().contiguous(), skip.to, im.skip_tag(k, a.microbatch, false));
+          ls.stashed[mb].push_back(it->second);
+          outgoing.erase(it);
+        }
+        GW_CHECK(outgoing.empty(), InvalidArgumentError, "[pipeline] stage ", a.stage,
+                 " stashed \"", outgoing.empty() ? "" : outgoing.begin()->first,
+                 "\" in micro-batch ", mb, " but not before the first step: no stage pops it");
         break;
       }
       case ActionType::Backward:
       case ActionType::BackwardInput: {
         const bool whole = a.type == ActionType::Backward;
-        Tensor g;  // d loss / d y
-        if (!stage.is_last()) {
-          g = ls.output_grads[mb];
-          im.recv(g, a.stage + 1, im.tag(a.stage, a.microbatch, true));
+        // What the backward starts from: the output and the stashed skips that need a
+        // gradient, with the gradients the later stages sent for them.
+        std::vector<Tensor> outputs, grad_outputs;
+        if (y.requires_grad()) {
+          outputs.push_back(y);
+          grad_outputs.emplace_back();  // the last stage's loss: a scalar, ones
         }
-        Tensor gx;  // d loss / d x, for the previous stage
-        timed(a, [&] {
-          if (!y.requires_grad()) return;
-          const std::vector<Tensor> grad_outputs =
-              stage.is_last() ? std::vector<Tensor>{} : std::vector<Tensor>{g};
-          if (whole) {
-            autograd::backward({y}, grad_outputs);
-            if (!stage.is_first()) gx = x.grad();
-            return;
+        if (!stage.is_last()) {
+          Tensor& g = ls.output_grads[mb];  // d loss / d y
+          im.recv(g, a.stage + 1, im.tag(a.stage, a.microbatch, true));
+          if (!grad_outputs.empty()) grad_outputs.back() = g;
+        }
+        for (size_t j = 0; j < ls.skips_out.size(); ++j) {
+          const int k = ls.skips_out[j];
+          if (!is_floating(im.skip(k).dtype)) continue;
+          Tensor& g = ls.stash_grads[mb][j];
+          im.recv(g, im.skip(k).to, im.skip_tag(k, a.microbatch, true));
+          if (ls.stashed[mb][j].requires_grad()) {
+            outputs.push_back(ls.stashed[mb][j]);
+            grad_outputs.push_back(g);
           }
-          // The input's gradient only; what the weights' gradients need waits for W.
-          const bool has_input = !stage.is_first() && x.requires_grad();
-          const auto got = autograd::backward_input(
-              {y}, has_input ? std::vector<Tensor>{x} : std::vector<Tensor>{}, grad_outputs,
-              ls.weights[mb]);
-          if (has_input) gx = got[0];
+        }
+        // ... and what the earlier stages wait for: the gradients of its input and its popped
+        // skips.
+        std::vector<Tensor> inputs;
+        if (!stage.is_first() && x.requires_grad()) inputs.push_back(x);
+        for (const Tensor& p : ls.popped[mb])
+          if (p.requires_grad()) inputs.push_back(p);
+        std::vector<Tensor> grads(inputs.size());
+        timed(a, [&] {
+          if (outputs.empty()) return;
+          if (whole) {
+            autograd::backward(outputs, grad_outputs);
+            for (size_t i = 0; i < inputs.size(); ++i) grads[i] = inputs[i].grad();
+          } else {
+            grads = autograd::backward_input(outputs, inputs, grad_outputs, ls.weights[mb]);
+          }
         });
+        auto send_back = [&](const Tensor& grad, const Shape& shape, DType dtype, int to_stage,
+                             int tag_value) {
+          send(grad.defined() ? grad.contiguous() : zeros(shape, dtype), to_stage, tag_value);
+        };
+        size_t next = 0;
         if (!stage.is_first()) {
-          send(gx.defined() ? gx.contiguous() : zeros(ls.in_shape, ls.in_dtype), a.stage - 1,
-               im.tag(a.stage - 1, a.microbatch, true));
+          send_back(x.requires_grad() ? grads[next++] : Tensor(), ls.in_shape, ls.in_dtype,
+                    a.stage - 1, im.tag(a.stage - 1, a.microbatch, true));
           if (whole) x.set_grad(Tensor());  // the send holds what it sends
+        }
+        for (size_t j = 0; j < ls.skips_in.size(); ++j) {
+          const int k = ls.skips_in[j];
+          Tensor& p = ls.popped[mb][j];
+          if (!p.requires_grad()) continue;
+          send_back(grads[next++], im.skip(k).shape, im.skip(k).dtype, im.skip(k).from,
+                    im.skip_tag(k, a.microbatch, true));
+          if (whole) p.set_grad(Tensor());
         }
         x = Tensor();  // the graph's other activations go with them (W keeps its own)
         y = Tensor();
+        ls.stashed[mb].clear();
         break;
       }
       case ActionType::BackwardWeight:

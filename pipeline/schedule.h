@@ -105,6 +105,28 @@ int stages_of(const Plan& plan);
 // can ask), or null: for instrumentation, and for benchmarks that stand in for a stage's work.
 const Action* current_action();
 
+// Skip connections across stages (torchgpipe's stash and pop): a stage's forward stashes a
+// tensor under a name, and a later stage's forward pops it, as if the stages between passed it
+// on; its gradient comes back the same way. The pipeline learns who stashes and who pops from
+// the forward it runs before the first step, and sends the skip straight from the one stage's
+// rank to the other's. Outside a pipeline the same calls hand the tensor over on this thread,
+// so the modules run unpipelined too:
+//
+//   Tensor Embed::forward(const Tensor& ids) {           // stage 0
+//     Tensor e = wte(ids);
+//     gw::pipeline::stash("embedding", e);
+//     return e;
+//   }
+//   Tensor Head::forward(const Tensor& h) {              // stage 2
+//     return lm_head(h + gw::pipeline::pop("embedding"));
+//   }
+//
+// Each name is stashed by one stage and popped by one later stage, in every micro-batch, with
+// the shape it had before the first step; a name stashed twice, popped by no stage or by a
+// stage before its stasher fails on every rank before the first step, naming the stages.
+void stash(const std::string& name, const Tensor& t);
+Tensor pop(const std::string& name);
+
 // A part of the model: stage s of `num_stages`, which sits on rank s % group->size().
 class PipelineStage {
  public:
