@@ -177,10 +177,16 @@ std::vector<Tensor> backward_input(const std::vector<Tensor>& outputs,
   for (size_t i = 0; i < inputs.size(); ++i) {
     GW_CHECK(inputs[i].requires_grad(), InvalidArgumentError, "[backward_input] input ", i,
              " does not require grad");
+    GW_CHECK(inputs[i].is_leaf(), InvalidArgumentError, "[backward_input] input ", i,
+             " is not a leaf (made by ", inputs[i].grad_fn()->name(),
+             "): the pass stops at its inputs, so what lies behind one would be lost");
     exec.capture.push_back(gradient_edge(inputs[i]));
   }
-  exec.defer_rest = &rest.nodes_;
-  return run_backward(roots, grads, std::move(exec));
+  std::vector<DeferredNode> deferred;  // into `rest` only once the pass succeeded
+  exec.defer_rest = &deferred;
+  std::vector<Tensor> result = run_backward(roots, grads, std::move(exec));
+  rest.nodes_ = std::move(deferred);
+  return result;
 }
 
 void WeightGradients::run() { run_deferred(std::exchange(nodes_, {})); }

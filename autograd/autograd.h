@@ -43,12 +43,15 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
                          const GradOptions& options = {});
 
 // The backward pass in two parts, as zero-bubble pipelines run it: the previous stage waits only
-// for the first. backward_input returns d(outputs)/d(inputs) as grad() does, and computes only
-// what leads there: a linear layer on the way gives its input's gradient, not its weight's.
-// What backward() would have added to the leaves' .grad besides (the weights' gradients) is
-// left in `rest`, which keeps only what that needs: the nodes that owe such a gradient, with
-// the gradients they received and their saved tensors (a linear layer's input); the graph's
-// other saved tensors are freed. rest.run() then accumulates it, once.
+// for the first. backward_input returns d(outputs)/d(inputs) (leaves) as grad() does, and
+// computes only what leads there: a linear layer on the way gives its input's gradient, not its
+// weight's. What backward() would have added to the other leaves' .grad (the weights') is left
+// in `rest`, which keeps what that needs: the nodes on the way that owe such a gradient, with
+// the gradients they received and their saved tensors (a linear layer's input); the other
+// nodes on the way free theirs. rest.run() then accumulates it, once; its nodes go as they run.
+// Hooks on tensors and leaves run once, in the part that reaches them; but what runs at the
+// end of a backward pass (queue_callback: DDP's and fully_shard's reductions) runs at the end
+// of each part. A node that runs a backward of its own (activation checkpoint) is refused.
 //
 //   autograd::WeightGradients rest;
 //   Tensor dx = autograd::backward_input({y}, {x}, {dy}, rest)[0];  // send dx on at once

@@ -221,7 +221,8 @@ std::vector<bool> GraphTask::wanted_edges(const Node& node) const {
     if (!e.valid()) continue;
     auto it = needed_.find(e.fn.get());
     wanted[i] = it != needed_.end() && it->second;
-    for (const Edge& c : options_.capture) wanted[i] = wanted[i] || c.fn == e.fn;
+    for (const Edge& c : options_.capture)
+      wanted[i] = wanted[i] || (c.fn == e.fn && c.input_nr == e.input_nr);
   }
   return wanted;
 }
@@ -248,6 +249,10 @@ void GraphTask::execute(const std::shared_ptr<Node>& node, std::vector<Tensor> i
       deferred = deferred || owed[i];
     }
     deferred = deferred && any_defined && options_.defer_rest != nullptr;
+    GW_CHECK(options_.defer_rest == nullptr || !any_defined || !node->runs_backward(),
+             InvalidArgumentError, "[backward_input] ", node->name(),
+             " runs a backward pass of its own, which cannot leave its weights' gradients for "
+             "later: run the whole backward instead");
     if (deferred) {
       std::lock_guard lock(mu_);
       options_.defer_rest->push_back({node, inputs, std::move(owed)});
@@ -327,26 +332,32 @@ namespace {
 // then, asking only for the edges it owes. Its one input takes nothing (it is a root).
 class OwedGradients final : public Node {
  public:
-  explicit OwedGradients(DeferredNode d) : d_(std::move(d)) {
+  explicit OwedGradients(DeferredNode d) : d_(std::move(d)), name_(d_.node->name() + " (rest)") {
     num_inputs = 1;
     apply_undefined = true;
     next_edges.resize(d_.node->next_edges.size());
     for (size_t i = 0; i < next_edges.size(); ++i)
       if (d_.owed[i]) next_edges[i] = d_.node->next_edges[i];
   }
+  // Runs once: the node, its saved tensors and the gradients it kept go as soon as it ran.
   TensorList apply(TensorList&&) override {
-    WantedOutputs scope(d_.node.get(), &d_.owed);
-    TensorList out = d_.node->apply(std::move(d_.grads));
+    std::shared_ptr<Node> node = std::move(d_.node);
+    TensorList grads = std::move(d_.grads), out;
+    {
+      WantedOutputs scope(node.get(), &d_.owed);
+      out = node->apply(std::move(grads));
+    }
+    node->release_variables();
     out.resize(d_.owed.size());
     for (size_t i = 0; i < out.size(); ++i)
       if (!d_.owed[i]) out[i] = Tensor();
     return out;
   }
-  void release_variables() override { d_.node->release_variables(); }
-  std::string name() const override { return d_.node->name() + " (deferred)"; }
+  std::string name() const override { return name_; }
 
  private:
   DeferredNode d_;
+  std::string name_;
 };
 
 }  // namespace

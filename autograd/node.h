@@ -72,6 +72,9 @@ class Node : public std::enable_shared_from_this<Node> {
   // Run apply even when every incoming gradient is undefined (distributed autograd's recv
   // functions must always answer their sender). Otherwise such a node is skipped.
   bool apply_undefined = false;
+  // A node whose apply runs a backward pass of its own (activation checkpoint): it gives its
+  // leaves' gradients itself, so backward_input cannot leave them for later and refuses it.
+  virtual bool runs_backward() const { return false; }
   bool released() const { return released_; }
   void mark_released() { released_ = true; }
 

@@ -144,8 +144,11 @@ Plan zero_bubble(int stages, int microbatches, int pending_weights) {
         // An I whose gradient arrived (or the last stage's, after its forward) comes first.
         const bool i_ready =
             i < f && arrived(f_end[s][i]) && (s == p - 1 || arrived(i_end[s + 1][i]));
-        const bool f_ready = f < m && (s == 0 || arrived(f_end[s - 1][f])) && f - i < p - s &&
-                             i - w < pending_weights;
+        // Activations held as 1F1B holds them: from F to I, but on the first stage, whose I
+        // frees nothing, to W.
+        const bool holds_room = s == 0 ? f - w < p : f - i < p - s;
+        const bool f_ready =
+            f < m && (s == 0 || arrived(f_end[s - 1][f])) && holds_room && i - w < pending_weights;
         Action a;
         if (i_ready) {
           a = {ActionType::BackwardInput, next_i[s]++, s};

@@ -79,8 +79,9 @@ Plan interleaved_one_f_one_b(int ranks, int stages_per_rank, int microbatches);
 // does not need; W keeps a layer's input and output gradient). Built by simulating actions of
 // one unit each (but on the first stage, whose input needs no gradient, I is empty and W two
 // units): I first, then F while stage s holds fewer than stages - s micro-batches between their
-// F and I (1F1B's activations) and fewer than `pending_weights` (0: `stages`) between their I
-// and W, then W. With equal F, I and W the bubble is p - 1 units against 1F1B's 3 (p - 1).
+// F and I (1F1B's activations; on the first stage, between F and W) and fewer than
+// `pending_weights` (0: `stages`) between their I and W, then W. With equal F, I and W the
+// bubble is p - 1 units against 1F1B's 3 (p - 1).
 Plan zero_bubble(int stages, int microbatches, int pending_weights = 0);
 // By name: "gpipe", "1f1b", "interleaved" (2 stages per rank: `stages` counts ranks x 2) or
 // "zb" (InvalidArgumentError naming them).

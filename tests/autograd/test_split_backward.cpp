@@ -3,6 +3,7 @@
 
 #include <utility>
 
+#include "autograd/activation_checkpoint.h"
 #include "autograd/autograd.h"
 #include "tests/autograd/engine_test_util.h"
 
@@ -181,4 +182,72 @@ TEST_CASE("backward_input frees what only the input's gradient needed",
   CHECK_THROWS_WITH(apply_again(product_node, gw::ones({2, 2}, gw::kFloat64)),
                     Catch::Contains("second time"));
   CHECK(w.grad().defined());
+}
+
+TEST_CASE("backward_input and the rest run each hook once, in the part that reaches it",
+          "[autograd][split_backward]") {
+  SplitNet net;
+  gw::Generator gen(11);
+  Tensor x = gw::randn({4, 5}, gen, gw::kFloat64).requires_grad_();
+  int on_hidden = 0, on_w1 = 0, after_w2 = 0;
+  Tensor h = gw::matmul(x, net.w1);
+  h.register_hook([&](const Tensor&) {
+    ++on_hidden;
+    return Tensor();
+  });
+  h.retain_grad();
+  net.w1.register_hook([&](const Tensor&) {
+    ++on_w1;
+    return Tensor();
+  });
+  auto handle = ag::register_post_accumulate_grad_hook(net.w2, [&](const Tensor&) { ++after_w2; });
+  Tensor loss = (gw::matmul(gw::gelu(h + net.b1), net.w2) * 2.0).sum();
+  ag::WeightGradients rest;
+  ag::backward_input({loss}, {x}, {}, rest);
+  CHECK(on_hidden == 1);  // on the way to x: in I
+  CHECK(h.grad().defined());
+  CHECK(on_w1 == 0);
+  CHECK(after_w2 == 0);
+  rest.run();
+  CHECK(on_hidden == 1);
+  CHECK(on_w1 == 1);  // the weights': in the rest
+  CHECK(after_w2 == 1);
+  handle.remove();
+}
+
+TEST_CASE(
+    "backward_input: a failing node leaves no rest; a checkpoint and a non-leaf input are "
+    "refused",
+    "[autograd][split_backward]") {
+  SECTION("a hook that throws after a node was left for the rest") {
+    Tensor x = engine_test::leaf({1.0, 2.0}), w = engine_test::leaf({3.0, 4.0});
+    Tensor h = x * x;
+    std::shared_ptr<SplitProbe> node;
+    Tensor y = probe_mul(h, w, &node);  // owes w's gradient: left for the rest, then h's hook
+    h.register_hook([](const Tensor&) -> Tensor { throw gw::StateError("hook failed"); });
+    ag::WeightGradients rest;
+    CHECK_THROWS_WITH(ag::backward_input({y.sum()}, {x}, {}, rest), Catch::Contains("hook failed"));
+    REQUIRE(node->asked.size() == 1);  // it ran, and was left for the rest
+    CHECK(rest.empty());               // but the failed pass leaves none
+  }
+  SECTION("activation checkpoint") {
+    SplitNet net;
+    gw::Generator gen(12);
+    Tensor x = gw::randn({4, 5}, gen, gw::kFloat64).requires_grad_();
+    auto outs = ag::checkpoint(
+        [&](const std::vector<Tensor>& in) {
+          return std::vector<Tensor>{gw::matmul(in[0], net.w1).sum()};
+        },
+        {x});
+    ag::WeightGradients rest;
+    CHECK_THROWS_WITH(ag::backward_input({outs[0]}, {x}, {}, rest),
+                      Catch::Contains("runs a backward pass of its own"));
+  }
+  SECTION("an input made by an op") {
+    Tensor x = engine_test::leaf({1.0, 2.0});
+    Tensor h = x * 2.0;
+    ag::WeightGradients rest;
+    CHECK_THROWS_WITH(ag::backward_input({(h * h).sum()}, {h}, {}, rest),
+                      Catch::Contains("input 0 is not a leaf"));
+  }
 }

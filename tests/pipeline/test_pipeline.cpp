@@ -28,17 +28,18 @@ using gw::pipeline::Plan;
 
 namespace {
 
-// The most micro-batches rank r holds at once (forwards run, backwards or Ws not yet).
 // The most micro-batches rank r holds at once between their forward and their backward (or I:
-// the activations), and between their I and their W (what the weights' gradients need).
-int most_in_flight(const Plan& plan, size_t r, bool waiting_for_w = false) {
+// the activations), between their I and their W (what the weights' gradients need), or between
+// their forward and their backward or W (the first stage's, whose I frees nothing).
+enum class Held { activations, until_w, forward_to_w };
+int most_in_flight(const Plan& plan, size_t r, Held what = Held::activations) {
   int held = 0, most = 0;
   for (const auto& a : plan[r]) {
     const bool starts =
-        waiting_for_w ? a.type == ActionType::BackwardInput : a.type == ActionType::Forward;
-    const bool ends = waiting_for_w
-                          ? a.type == ActionType::BackwardWeight
-                          : a.type == ActionType::Backward || a.type == ActionType::BackwardInput;
+        what == Held::until_w ? a.type == ActionType::BackwardInput : a.type == ActionType::Forward;
+    const bool ends = what == Held::activations
+                          ? a.type == ActionType::Backward || a.type == ActionType::BackwardInput
+                          : a.type == ActionType::Backward || a.type == ActionType::BackwardWeight;
     held += starts - ends;
     most = std::max(most, held);
   }
@@ -89,16 +90,23 @@ TEST_CASE("every schedule's plans are complete and deadlock-free; what each stag
   for (int p : {1, 2, 3, 4})
     for (int m : {1, 2, 3, 4, 5, 8, 9}) {
       INFO(p << " stages, " << m << " micro-batches");
-      const Plan g = pipeline::gpipe(p, m), f = pipeline::one_f_one_b(p, m),
-                 z = pipeline::zero_bubble(p, m);
+      const Plan g = pipeline::gpipe(p, m), f = pipeline::one_f_one_b(p, m);
       CHECK_NOTHROW(pipeline::check_plan(g, p, m));
       CHECK_NOTHROW(pipeline::check_plan(f, p, m));
-      CHECK_NOTHROW(pipeline::check_plan(z, p, m));
       for (size_t s = 0; s < static_cast<size_t>(p); ++s) {
         CHECK(most_in_flight(g, s) == m);
         CHECK(most_in_flight(f, s) == std::min(m, p - static_cast<int>(s)));
-        CHECK(most_in_flight(z, s) == std::min(m, p - static_cast<int>(s)));
-        CHECK(most_in_flight(z, s, true) <= std::min(m, p));
+      }
+      for (int pending : {0, 1, 2}) {
+        INFO("zero bubble, " << pending << " pending W at most (0: as many as stages)");
+        const Plan z = pipeline::zero_bubble(p, m, pending);
+        CHECK_NOTHROW(pipeline::check_plan(z, p, m));
+        const int w = pending == 0 ? p : pending;
+        CHECK(most_in_flight(z, 0, Held::forward_to_w) == std::min(m, p));
+        for (size_t s = 1; s < static_cast<size_t>(p); ++s)
+          CHECK(most_in_flight(z, s) == std::min(m, p - static_cast<int>(s)));
+        for (size_t s = 0; s < static_cast<size_t>(p); ++s)
+          CHECK(most_in_flight(z, s, Held::until_w) <= std::min(m, w));
       }
       for (int v : {2, 3}) {
         if (m % p != 0) {
