@@ -6,6 +6,7 @@
 //   mpirun -np 2 build/examples/gpt_train --ddp mpi
 //   build/tools/gwrun/gwrun --nproc-per-node 4 build/examples/gpt_train --fsdp gloo
 //   build/tools/gwrun/gwrun --nproc-per-node 2 build/examples/gpt_train --pp 2 --schedule 1f1b
+//   build/tools/gwrun/gwrun --nproc-per-node 4 build/examples/gpt_train --pp 2 --ddp gloo
 //
 // The model is gw::nn::GPT (4 blocks of 4 heads, width 128, context 128, its head tied to the
 // token embedding: 0.8M parameters); AdamW with weight decay on the matrices only, a linear
@@ -24,7 +25,9 @@
 // --pp N instead cuts the model into a pipeline of N ranks (GPT::stage; its head untied from
 // the embedding), each rank training its stages on every batch, cut into --microbatches under
 // --schedule (pipeline/schedule.h). Every rank builds the whole model, and before each
-// evaluation and the sample the ranks bring each other's stages over.
+// evaluation and the sample the ranks bring each other's stages over. --pp N with --ddp on
+// N x R ranks runs R replicas of the pipeline (2D: a DeviceMesh of R x N ranks), each on its own
+// share of the batches, the stages' gradients averaged over the replicas.
 //
 // With --checkpoint-every N, rank 0 saves the model, the optimizer and the step every N steps
 // and at the end (one safetensors file, written aside and renamed into place), and a run that
@@ -88,8 +91,8 @@ constexpr const char* kUsage =
     "[--heads N] [--width N] [--dropout P] [--lr X] [--warmup N] [--min-lr-factor X] "
     "[--weight-decay X] [--clip X] [--eval-every N] [--eval-batches N] [--sample N] "
     "[--prompt TEXT] [--temperature X] [--top-k N] [--seed N] [--threads N] [--ddp gloo|mpi | "
-    "--fsdp gloo|mpi | --pp N [--pp-backend gloo|mpi] [--schedule gpipe|1f1b|interleaved|zb] "
-    "[--microbatches N]] "
+    "--fsdp gloo|mpi] [--pp N [--pp-backend gloo|mpi] "
+    "[--schedule gpipe|1f1b|interleaved|zb] [--microbatches N]] "
     "[--device cpu|cuda] [--curve PREFIX] [--target LOSS] [--checkpoint-every N] "
     "[--checkpoint-dir DIR] [--trace FILE]\n";
 
@@ -180,9 +183,9 @@ Args parse(int argc, char** argv) {
       : !(a.temperature > 0) || a.top_k < 0 ? "--temperature must be positive, --top-k >= 0"
       : !a.ddp.empty() && a.device == "cuda"
           ? "--ddp and --fsdp run on the CPU (gloo, mpi): drop them or --device cuda"
-      : a.pp < 0 || (a.pp > 0 && (!a.ddp.empty() || a.device == "cuda"))
-          ? "--pp N runs a pipeline of N ranks on the CPU, alone (with --ddp or "
-            "--fsdp: not yet)"
+      : a.pp < 0 || (a.pp > 0 && (a.fsdp || a.device == "cuda"))
+          ? "--pp N runs a pipeline of N ranks on the CPU, alone or with --ddp (with --fsdp: "
+            "not yet)"
       : a.pp > 0 && a.checkpoint.every > 0 ? "--pp does not take --checkpoint-every yet"
       : a.pp > 0 && (a.pipeline.microbatches < 1 || a.batch_size % a.pipeline.microbatches != 0)
           ? "--batch-size must split into --microbatches micro-batches of one size"
@@ -286,6 +289,7 @@ int64_t restore_sharded(gw::examples::GPTTrainer& trainer, gw::dist::ProcessGrou
 
 int main(int argc, char** argv) {
   Args args = parse(argc, argv);
+  if (args.pp > 0 && !args.ddp.empty()) args.pp_backend = args.ddp;  // 2D: one backend
   if (args.ddp == "gloo" || (args.pp > 0 && args.pp_backend == "gloo"))
     gw::examples::launch_env("gpt_train");  // one line on a bad launcher
   int rank = 0, world = 1;
@@ -307,11 +311,23 @@ int main(int argc, char** argv) {
       group = gw::dist::init_process_group(args.pp > 0 ? args.pp_backend : args.ddp);
       rank = group->rank();
       world = group->size();
-      GW_CHECK(args.pp == 0 || args.pp == world, gw::InvalidArgumentError, "[gpt_train] --pp ",
-               args.pp, " needs ", args.pp, " ranks; the launcher started ", world);
+      GW_CHECK(args.pp == 0 || (args.ddp.empty() ? args.pp == world : world % args.pp == 0),
+               gw::InvalidArgumentError, "[gpt_train] --pp ", args.pp, " needs ",
+               args.ddp.empty() ? gw::detail::str(args.pp, " ranks")
+                                : gw::detail::str("a multiple of ", args.pp, " ranks with --ddp"),
+               "; the launcher started ", world);
     }
     // The data-parallel ranks: a pipeline's ranks all train on the same batches.
-    const int replicas = args.pp > 0 ? 1 : world, replica = args.pp > 0 ? 0 : rank;
+    const int replicas = args.pp > 0 ? world / static_cast<int>(args.pp) : world,
+              replica = args.pp > 0 ? rank / static_cast<int>(args.pp) : rank;
+    // 2D: rank = replica x pp + its place in the pipeline, which runs over the mesh's "pp" group.
+    std::shared_ptr<gw::dist::ProcessGroup> pipeline_group = group;
+    if (args.pp > 0 && replicas > 1) {
+      const gw::dist::DeviceMesh mesh =
+          gw::dist::init_device_mesh({replicas, static_cast<int>(args.pp)}, {"dp", "pp"});
+      pipeline_group = mesh.group("pp");
+      args.pipeline.data_parallel = mesh.group("dp");
+    }
     gw::dist::DistributedSampler sampler(
         train.size(),
         {.num_replicas = replicas, .rank = replica, .seed = args.seed, .drop_last = true});
@@ -330,7 +346,7 @@ int main(int argc, char** argv) {
     model->to(device);
     int64_t parameter_count = 0;  // before sharding
     for (const gw::Tensor& p : model->parameters()) parameter_count += p.numel();
-    gw::examples::GPTTrainer trainer(model, args.recipe, group,
+    gw::examples::GPTTrainer trainer(model, args.recipe, pipeline_group,
                                      args.pp > 0 ? gw::examples::Parallelism::pipeline
                                      : args.fsdp ? gw::examples::Parallelism::fsdp
                                                  : gw::examples::Parallelism::ddp,
@@ -371,9 +387,10 @@ int main(int argc, char** argv) {
     if (rank == 0) {
       std::string parallel;
       if (group && args.pp > 0)
-        parallel =
-            gw::detail::str(", a pipeline of ", world, " ranks (", args.pipeline.schedule, ", ",
-                            args.pipeline.microbatches, " micro-batches, ", args.pp_backend, ")");
+        parallel = gw::detail::str(
+            ", ", replicas > 1 ? gw::detail::str(replicas, " replicas of ") : std::string(),
+            "a pipeline of ", args.pp, " ranks (", args.pipeline.schedule, ", ",
+            args.pipeline.microbatches, " micro-batches, ", args.pp_backend, ")");
       else if (group)
         parallel = gw::detail::str(", ", args.fsdp ? "FSDP" : "DDP", " on ", world, " ranks (",
                                    args.ddp, ")");

@@ -401,6 +401,7 @@ struct Schedule::Impl {
   int rank() { return group().rank(); }
   LocalStage& local(int s) { return stages[static_cast<size_t>(s / ranks)]; }
   int rank_of(int s) const { return s % ranks; }
+  std::shared_ptr<dist::ProcessGroup> data_parallel;  // ScheduleOptions::data_parallel
   std::vector<Skip> skips;  // every stage's, in one order on every rank
   const Skip& skip(int k) const { return skips[static_cast<size_t>(k)]; }
   // A message's tag: the receiving stage, the micro-batch and the direction.
@@ -626,7 +627,8 @@ void Schedule::Impl::exchange_shapes(const Tensor& input, const Tensor& target) 
   checked = true;
 }
 
-Schedule::Schedule(std::vector<std::shared_ptr<PipelineStage>> stages, Plan plan, LossFn loss)
+Schedule::Schedule(std::vector<std::shared_ptr<PipelineStage>> stages, Plan plan, LossFn loss,
+                   ScheduleOptions options)
     : impl_(std::make_unique<Impl>()) {
   GW_CHECK(!stages.empty() && loss != nullptr, InvalidArgumentError,
            "[pipeline] Schedule needs this rank's stages and a loss function");
@@ -663,6 +665,7 @@ Schedule::Schedule(std::vector<std::shared_ptr<PipelineStage>> stages, Plan plan
   impl_->microbatches = microbatches;
   impl_->num_stages = num_stages;
   impl_->ranks = ranks;
+  impl_->data_parallel = std::move(options.data_parallel);
 }
 
 Schedule::~Schedule() = default;
@@ -746,7 +749,29 @@ void Schedule::step(const Tensor& input, const Tensor& target, std::vector<doubl
   auto send = [&](const Tensor& t, int to_stage, int tag) {
     if (dist::WorkPtr w = im.send(t, to_stage, tag)) sends.push_back(std::move(w));
   };
-  for (const Action& a : im.plan[static_cast<size_t>(im.rank())]) {
+  // With replicas: each stage's gradients, averaged over them once its last backward ran.
+  const std::vector<Action>& actions = im.plan[static_cast<size_t>(im.rank())];
+  std::map<int, size_t> last_backward;  // stage -> index in `actions`
+  for (size_t i = 0; i < actions.size(); ++i)
+    if (actions[i].type != ActionType::Forward && actions[i].type != ActionType::BackwardInput)
+      last_backward[actions[i].stage] = i;
+  std::vector<dist::WorkPtr> averages;
+  auto average = [&](PipelineStage& stage) {
+    std::map<DType, std::vector<Tensor>> grads;
+    for (const Tensor& p : stage.module().parameters()) {
+      if (!p.requires_grad()) continue;
+      Tensor g = p.grad();
+      if (!g.defined() || !g.is_contiguous()) {
+        g = g.defined() ? g.contiguous() : zeros_like(p);
+        p.set_grad(g);
+      }
+      grads[g.dtype()].push_back(g);
+    }
+    for (auto& [dtype, same] : grads)
+      averages.push_back(im.data_parallel->allreduce_coalesced(same, {.op = dist::ReduceOp::AVG}));
+  };
+  for (size_t index = 0; index < actions.size(); ++index) {
+    const Action& a = actions[index];
     LocalStage& ls = im.local(a.stage);
     PipelineStage& stage = *ls.stage;
     const auto mb = static_cast<size_t>(a.microbatch);
@@ -873,8 +898,10 @@ void Schedule::step(const Tensor& input, const Tensor& target, std::vector<doubl
         timed(a, [&] { ls.weights[mb].run(); });
         break;
     }
+    if (im.data_parallel && last_backward[a.stage] == index) average(stage);
   }
   for (auto& w : sends) w->wait();
+  for (auto& w : averages) w->wait();
   im.broken = false;
   last_step_ = {std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(),
                 busy};

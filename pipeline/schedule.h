@@ -150,14 +150,27 @@ class PipelineStage {
 // The loss of one micro-batch from the last stage's output and its targets.
 using LossFn = std::function<Tensor(const Tensor& output, const Tensor& target)>;
 
+struct ScheduleOptions {
+  // 2D parallelism: replicas of the pipeline, each fed its own share of the batch. This group
+  // holds the ranks that run this rank's stages in the other replicas (a DeviceMesh's "dp"
+  // group, dist/process_group/init_process_group.h); as each stage's last backward (B or W) of a
+  // step ends, its parameters' gradients are averaged over it while the other stages still run,
+  // and step() returns once that is done. DDP's arithmetic: every replica's stages end the step
+  // with the gradient of the mean loss over all replicas' micro-batches (a parameter without a
+  // gradient gets zeros). Null: one replica.
+  std::shared_ptr<dist::ProcessGroup> data_parallel;
+};
+
 class Schedule {
  public:
   // `plan`: for every rank (checked by check_plan); its micro-batch count is the schedule's.
   // `stages`: this rank's, every stage the plan gives it.
-  Schedule(std::vector<std::shared_ptr<PipelineStage>> stages, Plan plan, LossFn loss);
-  Schedule(std::shared_ptr<PipelineStage> stage, Plan plan, LossFn loss)
+  Schedule(std::vector<std::shared_ptr<PipelineStage>> stages, Plan plan, LossFn loss,
+           ScheduleOptions options = {});
+  Schedule(std::shared_ptr<PipelineStage> stage, Plan plan, LossFn loss,
+           ScheduleOptions options = {})
       : Schedule(std::vector<std::shared_ptr<PipelineStage>>{std::move(stage)}, std::move(plan),
-                 std::move(loss)) {}
+                 std::move(loss), std::move(options)) {}
   ~Schedule();
 
   // One step, on every rank: `input` on the first stage's rank (ignored elsewhere) and `target`

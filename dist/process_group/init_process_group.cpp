@@ -202,6 +202,66 @@ void destroy_process_group() {
   s.store.reset();
 }
 
+namespace {
+template <typename T>
+std::string joined(const std::vector<T>& items, const char* between) {
+  std::string out;
+  for (const T& item : items) out += (out.empty() ? "" : between) + gw::detail::str(item);
+  return out;
+}
+}  // namespace
+
+DeviceMesh init_device_mesh(std::vector<int> shape, std::vector<std::string> names,
+                            Milliseconds timeout) {
+  auto world = default_process_group();
+  int product = 1;
+  for (int n : shape) product *= n;
+  GW_CHECK(!shape.empty() && shape.size() == names.size() && product == world->size() &&
+               *std::min_element(shape.begin(), shape.end()) >= 1,
+           InvalidArgumentError, "[init_device_mesh] a mesh of ", shape.size(), " dims (",
+           joined(shape, " x "), ") named ", names.size(), " times for ", world->size(),
+           " ranks: give one name per dim, and dims whose product is the world size");
+  for (size_t d = 0; d < names.size(); ++d)
+    for (size_t e = d + 1; e < names.size(); ++e)
+      GW_CHECK(names[d] != names[e], InvalidArgumentError, "[init_device_mesh] the dim name \"",
+               names[d], "\" is given twice");
+  DeviceMesh mesh;
+  mesh.shape_ = std::move(shape);
+  mesh.names_ = std::move(names);
+  const size_t dims = mesh.shape_.size();
+  // Row-major: the last dim's stride is 1.
+  std::vector<int> stride(dims, 1);
+  for (size_t d = dims - 1; d > 0; --d) stride[d - 1] = stride[d] * mesh.shape_[d];
+  for (size_t d = 0; d < dims; ++d)
+    mesh.coordinates_.push_back(world->rank() / stride[d] % mesh.shape_[d]);
+  // Every rank makes every group, in one order: dim by dim, each line of ranks along it by its
+  // first rank.
+  for (size_t d = 0; d < dims; ++d) {
+    std::shared_ptr<ProcessGroup> mine;
+    for (int first = 0; first < world->size(); ++first) {
+      if (first / stride[d] % mesh.shape_[d] != 0) continue;  // not the start of a line
+      std::vector<int> line;
+      for (int i = 0; i < mesh.shape_[d]; ++i) line.push_back(first + i * stride[d]);
+      if (auto g = new_group(line, timeout)) mine = std::move(g);
+    }
+    mesh.groups_.push_back(std::move(mine));
+  }
+  return mesh;
+}
+
+size_t DeviceMesh::dim(const std::string& name) const {
+  auto it = std::find(names_.begin(), names_.end(), name);
+  GW_CHECK(it != names_.end(), InvalidArgumentError, "[DeviceMesh] no dim named \"", name,
+           "\" (the mesh's: ", joined(names_, ", "), ")");
+  return static_cast<size_t>(it - names_.begin());
+}
+
+std::shared_ptr<ProcessGroup> DeviceMesh::group(const std::string& name) const {
+  return groups_[dim(name)];
+}
+
+int DeviceMesh::coordinate(const std::string& name) const { return coordinates_[dim(name)]; }
+
 std::shared_ptr<ProcessGroup> new_group(std::vector<int> ranks, Milliseconds timeout) {
   auto world = default_process_group();
   std::sort(ranks.begin(), ranks.end());

@@ -5,6 +5,8 @@
 //   gw::dist::init_process_group("gloo", "env://", rank, world_size);   // MASTER_ADDR/PORT
 //   auto pg = gw::dist::default_process_group();
 //   auto evens = gw::dist::new_group({0, 2});   // every rank calls it; others get nullptr
+//   auto mesh = gw::dist::init_device_mesh({2, 2}, {"dp", "pp"});   // a grid of the ranks
+//   auto pipeline = mesh.group("pp");           // this rank's row: ranks 0,1 or 2,3
 //   gw::dist::destroy_process_group();
 #pragma once
 
@@ -53,5 +55,29 @@ void destroy_process_group();
 // `ranks` get nullptr.
 std::shared_ptr<ProcessGroup> new_group(std::vector<int> ranks,
                                         Milliseconds timeout = kDefaultCollectiveTimeout);
+
+// The default group's ranks as a grid (PyTorch's DeviceMesh): shape {2, 2} with names
+// {"dp", "pp"} puts rank r at (r / 2, r % 2), row-major. group(name) is the group of the ranks
+// that share this rank's place on every other dimension: with that mesh, ranks 0 and 1 form
+// one "pp" group and ranks 0 and 2 one "dp" group. Made by init_device_mesh, on every rank (the
+// product of `shape` must be the world size, names distinct).
+class DeviceMesh {
+ public:
+  const std::vector<int>& shape() const { return shape_; }
+  const std::vector<std::string>& names() const { return names_; }
+  std::shared_ptr<ProcessGroup> group(const std::string& name) const;
+  // This rank's place along `name`, which is its rank in group(name).
+  int coordinate(const std::string& name) const;
+
+ private:
+  friend DeviceMesh init_device_mesh(std::vector<int>, std::vector<std::string>, Milliseconds);
+  size_t dim(const std::string& name) const;
+  std::vector<int> shape_;
+  std::vector<std::string> names_;
+  std::vector<int> coordinates_;
+  std::vector<std::shared_ptr<ProcessGroup>> groups_;
+};
+DeviceMesh init_device_mesh(std::vector<int> shape, std::vector<std::string> names,
+                            Milliseconds timeout = kDefaultCollectiveTimeout);
 
 }  // namespace gw::dist

@@ -28,11 +28,14 @@ GPTTrainer::GPTTrainer(std::shared_ptr<nn::GPT> model, const GPTRecipe& recipe,
       for (const Tensor& p : part->parameters()) trained.push_back(p);
       mine.push_back(std::make_shared<pipeline::PipelineStage>(part, s, stages, group));
     }
+    data_parallel_ = pipeline.data_parallel;
     pipeline_ = std::make_unique<pipeline::Schedule>(
-        mine, std::move(plan), [](const Tensor& logits, const Tensor& targets) {
+        mine, std::move(plan),
+        [](const Tensor& logits, const Tensor& targets) {
           return nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}),
                                                targets.reshape({-1}));
-        });
+        },
+        pipeline::ScheduleOptions{.data_parallel = pipeline.data_parallel});
   } else if (group && parallelism == Parallelism::fsdp) {
     for (const auto& block : model_->h->children()) fsdp::fully_shard(block, group);
     sharded_ = fsdp::fully_shard(model_, group);  // the embeddings, the final norm, the head
@@ -63,6 +66,7 @@ double GPTTrainer::step(const Tensor& x, const Tensor& y) {
     for (double l : losses) loss += l / static_cast<double>(losses.size());
     Tensor total = full({1}, loss, kFloat64);
     group_->allreduce(total)->wait();  // only the last stage's rank has a loss
+    if (data_parallel_) data_parallel_->allreduce(total, {.op = dist::ReduceOp::AVG})->wait();
     loss = total.item<double>();
   } else {
     const Tensor logits = ddp_ ? ddp_->forward(x.to(device)) : (*model_)(x.to(device));

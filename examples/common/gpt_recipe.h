@@ -43,11 +43,16 @@ enum class Parallelism { ddp, fsdp, pipeline };
 struct PipelineOptions {
   std::string schedule = "1f1b";  // pipeline::make_plan's names
   int microbatches = 4;
+  // 2D: the ranks holding this rank's stages in the other replicas of the pipeline (a
+  // DeviceMesh's "dp" group); the stages' gradients are averaged over them. Null: one pipeline.
+  std::shared_ptr<dist::ProcessGroup> data_parallel;
 };
 
 class GPTTrainer {
  public:
-  // Trains `model` (already on its device); with a group, through DDP or fully_shard over it.
+  // Trains `model` (already on its device); with a group, through DDP or fully_shard over it,
+  // or as a pipeline over it (then the loss of step() is averaged over pipeline.data_parallel
+  // too).
   // The schedule starts at step 0 (see schedule_from).
   GPTTrainer(std::shared_ptr<nn::GPT> model, const GPTRecipe& recipe,
              std::shared_ptr<dist::ProcessGroup> group = nullptr,
@@ -74,6 +79,7 @@ class GPTTrainer {
   std::shared_ptr<fsdp::FSDPModule> sharded_;
   std::shared_ptr<dist::ProcessGroup> group_;
   std::unique_ptr<pipeline::Schedule> pipeline_;
+  std::shared_ptr<dist::ProcessGroup> data_parallel_;  // with a pipeline: its replicas
   std::vector<std::vector<Tensor>> stage_parameters_;  // with a pipeline: by stage
   std::unique_ptr<ddp::DistributedDataParallel> ddp_;
   std::unique_ptr<optim::AdamW> opt_;

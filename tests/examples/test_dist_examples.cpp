@@ -422,7 +422,7 @@ TEST_CASE(
 
 TEST_CASE(
     "gpt_train --pp: a pipeline of 2 ranks trains as the whole model in one, under 1F1B "
-    "and zero bubble",
+    "and zero bubble, and so do two replicas of it on 4 ranks (--pp 2 --ddp)",
     "[examples][dist][gpt][pipeline]") {
   auto piped = [](int ranks, const std::string& schedule) {
     std::vector<std::string> a = gpt_args(1, {"--sample", "0", "--layers", "2"});
@@ -444,6 +444,17 @@ TEST_CASE(
       CHECK(std::abs(gpt_val_loss_at(two.out, step) - gpt_val_loss_at(whole.out, step)) < 2e-3);
     }
   }
+  // 2D: two replicas of the 2-rank pipeline on 4 ranks, each on half of every batch.
+  std::vector<std::string> a = gpt_args(2, {"--sample", "0", "--layers", "2"});  // 8 a replica
+  a[1] = "4";
+  a.insert(a.end(), {"--pp", "2", "--schedule", "1f1b", "--microbatches", "4"});
+  const auto two_by_two = run_gwrun(a);
+  INFO(two_by_two.out << two_by_two.err);
+  REQUIRE(two_by_two.exit_code == 0);
+  CHECK(count(two_by_two.out, "2 replicas of a pipeline of 2 ranks (1f1b") == 1);
+  for (int step : {100, 200})
+    CHECK(std::abs(gpt_val_loss_at(two_by_two.out, step) - gpt_val_loss_at(whole.out, step)) <
+          2e-3);
 }
 
 TEST_CASE("gpt_train: a checkpoint saved by 2 ranks resumes on 1 with the same global batch",
