@@ -476,6 +476,10 @@ void Schedule::Impl::exchange_shapes(const Tensor& input, const Tensor& target) 
   std::string failure;
   std::vector<Skip> popped;  // by this rank's stages, with the stage that stashed each
   skips.clear();
+  for (LocalStage& ls : stages) {
+    ls.skips_out.clear();
+    ls.skips_in.clear();
+  }
   for (LocalStage& ls : stages) {  // in stage order: a chain across the ranks
     PipelineStage& stage = *ls.stage;
     const int s = stage.index();
@@ -562,10 +566,6 @@ void Schedule::Impl::exchange_shapes(const Tensor& input, const Tensor& target) 
           left.push_back({name, s, -1, t.sizes(), t.dtype()});
         }
         carried = std::move(left);
-        if (stage.is_last())
-          for (const Skip& k : carried)
-            GW_CHECK(false, InvalidArgumentError, "no stage pops \"", k.name, "\", which stage ",
-                     k.from, " stashes");
       } catch (const std::exception& e) {
         failure = detail::str("stage ", s, " cannot run ",
                               stage.is_first()
@@ -576,6 +576,9 @@ void Schedule::Impl::exchange_shapes(const Tensor& input, const Tensor& target) 
         output = Tensor();
       }
     }
+    if (stage.is_last() && failure.empty() && !carried.empty())
+      failure = detail::str("no stage pops \"", carried.front().name, "\", which stage ",
+                            carried.front().from, " stashes");
     if (!stage.is_last()) {
       const std::vector<int64_t> table = encode(carried);
       dist::WorkPtr w =
@@ -604,6 +607,12 @@ void Schedule::Impl::exchange_shapes(const Tensor& input, const Tensor& target) 
   std::sort(skips.begin(), skips.end(), [](const Skip& a, const Skip& b) {
     return std::tie(a.from, a.to, a.name) < std::tie(b.from, b.to, b.name);
   });
+  // MPI promises tags up to 32767 only: every rank sees the same plan and skips, so every rank
+  // refuses alike, before any step.
+  const int largest_tag = skip_tag(static_cast<int>(skips.size()), 0, false);
+  GW_CHECK(largest_tag <= 32767, InvalidArgumentError, "[pipeline] ", num_stages, " stages, ",
+           microbatches, " micro-batches and ", skips.size(), " skips need message tags up to ",
+           largest_tag, "; MPI promises 32767");
   for (int k = 0; k < static_cast<int>(skips.size()); ++k) {
     const Skip& skip = skips[static_cast<size_t>(k)];
     if (rank_of(skip.from) == rank()) local(skip.from).skips_out.push_back(k);
@@ -804,13 +813,11 @@ void Schedule::step(const Tensor& input, const Tensor& target, std::vector<doubl
           if (losses) losses->push_back(l.item<double>());
           y = l / static_cast<double>(m);  // what its backward starts from
         });
-        if (!stage.is_last()) {
-          GW_CHECK(y.sizes() == ls.out_shape && y.dtype() == ls.out_dtype, InvalidArgumentError,
-                   "[pipeline] stage ", a.stage, " gave ", shape_str(y.sizes()), " ", y.dtype(),
-                   " for micro-batch ", mb, " but passed ", shape_str(ls.out_shape), " ",
-                   ls.out_dtype, " before: the micro-batches' shapes must not change");
-          send(y.detach().contiguous(), a.stage + 1, im.tag(a.stage + 1, a.microbatch, false));
-        }
+        // Everything it passes on is checked before any of it leaves.
+        GW_CHECK(stage.is_last() || (y.sizes() == ls.out_shape && y.dtype() == ls.out_dtype),
+                 InvalidArgumentError, "[pipeline] stage ", a.stage, " gave ", shape_str(y.sizes()),
+                 " ", y.dtype(), " for micro-batch ", mb, " but passed ", shape_str(ls.out_shape),
+                 " ", ls.out_dtype, " before: the micro-batches' shapes must not change");
         for (int k : ls.skips_out) {
           const Skip& skip = im.skip(k);
           auto it = outgoing.find(skip.name);
@@ -821,13 +828,19 @@ void Schedule::step(const Tensor& input, const Tensor& target, std::vector<doubl
                    it == outgoing.end() ? std::string("not in micro-batch ") + std::to_string(mb)
                                         : detail::str(shape_str(it->second.sizes()), " ",
                                                       it->second.dtype(), " in micro-batch ", mb));
-          send(it->second.detach().contiguous(), skip.to, im.skip_tag(k, a.microbatch, false));
           ls.stashed[mb].push_back(it->second);
           outgoing.erase(it);
         }
         GW_CHECK(outgoing.empty(), InvalidArgumentError, "[pipeline] stage ", a.stage,
                  " stashed \"", outgoing.empty() ? "" : outgoing.begin()->first,
                  "\" in micro-batch ", mb, " but not before the first step: no stage pops it");
+        if (!stage.is_last())
+          send(y.detach().contiguous(), a.stage + 1, im.tag(a.stage + 1, a.microbatch, false));
+        for (size_t j = 0; j < ls.skips_out.size(); ++j) {
+          const int k = ls.skips_out[j];
+          send(ls.stashed[mb][j].detach().contiguous(), im.skip(k).to,
+               im.skip_tag(k, a.microbatch, false));
+        }
         break;
       }
       case ActionType::Backward:

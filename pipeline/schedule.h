@@ -125,6 +125,9 @@ const Action* current_action();
 // Each name is stashed by one stage and popped by one later stage, in every micro-batch, with
 // the shape it had before the first step; a name stashed twice, popped by no stage or by a
 // stage before its stasher fails on every rank before the first step, naming the stages.
+// Outside a pipeline a stashed tensor waits on the thread until popped (stashing the name
+// again replaces it). Not inside an activation checkpoint's segment: its recomputation in
+// backward runs outside the step.
 void stash(const std::string& name, const Tensor& t);
 Tensor pop(const std::string& name);
 

@@ -364,6 +364,24 @@ TEST_CASE(
                       "stage 0 stashes");
     });
   }
+  // A middle stage fails before the first step while a skip travels past it: every rank hears.
+  run_ranks(3, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+    struct Part : nn::Module {
+      int index;
+      explicit Part(int index) : Module("Part"), index(index) {}
+      Tensor forward(const Tensor& x) override {
+        if (index == 0) pipeline::stash("past", x);
+        GW_CHECK(index != 1, InvalidArgumentError, "stage 1 breaks");
+        return index == 2 ? x + pipeline::pop("past") : x * 2.0;
+      }
+    };
+    auto stage = std::make_shared<pipeline::PipelineStage>(std::make_shared<Part>(pg.rank()),
+                                                           pg.rank(), 3, borrow(pg));
+    pipeline::Schedule schedule(stage, pipeline::one_f_one_b(3, 2), mse);
+    const Tensor x = ones({4, 3}, kFloat64);
+    EXPECT_THROWS(c, InvalidArgumentError, schedule.step(x, x), "stage 1 cannot run",
+                  "stage 1 breaks");
+  });
   CHECK_THROWS_WITH(pipeline::pop("never"), Catch::Contains("pop of \"never\"") &&
                                                 Catch::Contains("no forward on this thread"));
 }
