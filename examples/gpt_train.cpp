@@ -81,6 +81,7 @@ struct Args {
   bool fsdp = false;  // the group (--fsdp gloo|mpi, kept in `ddp`) shards instead of replicating
   int64_t pp = 0;     // --pp N: a pipeline of N ranks (its backend: --pp-backend, gloo)
   std::string pp_backend = "gloo";
+  bool pp_backend_given = false;
   gw::examples::PipelineOptions pipeline;
   gw::examples::CheckpointArgs checkpoint{"gpt_train"};
   gw::examples::TraceArgs trace;
@@ -152,9 +153,10 @@ Args parse(int argc, char** argv) {
       a.curve = v;
     else if (k == "--pp")
       a.pp = n;
-    else if (k == "--pp-backend" && (v == "gloo" || v == "mpi"))
+    else if (k == "--pp-backend" && (v == "gloo" || v == "mpi")) {
       a.pp_backend = v;
-    else if (k == "--schedule")
+      a.pp_backend_given = true;
+    } else if (k == "--schedule")
       a.pipeline.schedule = v;
     else if (k == "--microbatches")
       a.pipeline.microbatches = static_cast<int>(n);
@@ -186,6 +188,8 @@ Args parse(int argc, char** argv) {
       : a.pp < 0 || (a.pp > 0 && (a.fsdp || a.device == "cuda"))
           ? "--pp N runs a pipeline of N ranks on the CPU, alone or with --ddp (with --fsdp: "
             "not yet)"
+      : a.pp > 0 && !a.ddp.empty() && a.pp_backend_given && a.pp_backend != a.ddp
+          ? "--pp with --ddp runs on --ddp's backend: drop --pp-backend"
       : a.pp > 0 && a.checkpoint.every > 0 ? "--pp does not take --checkpoint-every yet"
       : a.pp > 0 && (a.pipeline.microbatches < 1 || a.batch_size % a.pipeline.microbatches != 0)
           ? "--batch-size must split into --microbatches micro-batches of one size"
@@ -289,7 +293,7 @@ int64_t restore_sharded(gw::examples::GPTTrainer& trainer, gw::dist::ProcessGrou
 
 int main(int argc, char** argv) {
   Args args = parse(argc, argv);
-  if (args.pp > 0 && !args.ddp.empty()) args.pp_backend = args.ddp;  // 2D: one backend
+  if (args.pp > 0 && !args.ddp.empty()) args.pp_backend = args.ddp;  // 2D: --ddp's backend
   if (args.ddp == "gloo" || (args.pp > 0 && args.pp_backend == "gloo"))
     gw::examples::launch_env("gpt_train");  // one line on a bad launcher
   int rank = 0, world = 1;

@@ -13,8 +13,8 @@ namespace {
 // stage's of the previous stage's output, fetched from its worker (in the caller's distributed
 // autograd context, so the fetch is recorded both ways).
 Tensor first_stage(std::shared_ptr<nn::Module> module, Tensor input) { return (*module)(input); }
-Tensor next_stage(std::shared_ptr<nn::Module> module, rpc::RRef<Tensor> input) {
-  return (*module)(input.to_here());
+Tensor next_stage(std::shared_ptr<nn::Module> module, rpc::RRef<Tensor> input, int64_t timeout_ms) {
+  return (*module)(input.to_here(rpc::Milliseconds(timeout_ms)));
 }
 
 }  // namespace
@@ -28,8 +28,9 @@ void register_remote_stages() {
   });
 }
 
-RemotePipeline::RemotePipeline(std::vector<dist::RemoteModule> stages, int microbatches)
-    : stages_(std::move(stages)), microbatches_(microbatches) {
+RemotePipeline::RemotePipeline(std::vector<dist::RemoteModule> stages, int microbatches,
+                               rpc::Milliseconds timeout)
+    : stages_(std::move(stages)), microbatches_(microbatches), timeout_(timeout) {
   GW_CHECK(!stages_.empty() && microbatches_ >= 1, InvalidArgumentError,
            "[RemotePipeline] needs at least one stage and one micro-batch, got ", stages_.size(),
            " stages and ", microbatches_, " micro-batches");
@@ -48,11 +49,12 @@ Tensor RemotePipeline::forward(const Tensor& input) const {
     auto activation = stages_.front().get_module_rref().remote<Tensor>(
         "pipeline_first", input.narrow(0, i * rows, rows).contiguous());
     for (size_t s = 1; s < stages_.size(); ++s)
-      activation = stages_[s].get_module_rref().remote<Tensor>("pipeline_next", activation);
+      activation = stages_[s].get_module_rref().remote<Tensor>(
+          "pipeline_next", activation, static_cast<int64_t>(timeout_.count()));
     last.push_back(std::move(activation));
   }
   std::vector<Tensor> outputs;
-  for (const auto& r : last) outputs.push_back(r.to_here());
+  for (const auto& r : last) outputs.push_back(r.to_here(timeout_));
   return cat(outputs, 0);
 }
 

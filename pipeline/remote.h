@@ -5,11 +5,13 @@
 // Mental model: each stage is a RemoteModule on its worker. forward() cuts the batch into
 // micro-batches and sends each down the stages without waiting: stage 0 runs it on its worker
 // and keeps the output there (an RRef), stage 1's worker fetches it from stage 0's, and so on;
-// only the last stage's outputs come back. All micro-batches are under way at once, so stage s
-// works on micro-batch i while stage s + 1 works on i - 1 (GPipe's forward). Inside a
+// only the last stage's outputs come back. All micro-batches are under way at once, so stage
+// s + 1 works on micro-batch i while stage s works on later ones (GPipe's forward; a stage's
+// worker runs as many of its micro-batches at once as its RPC pool has threads). Inside a
 // distributed autograd context every fetch is recorded, so one dist::autograd::backward from a
 // loss on the outputs runs back through every stage and micro-batch, and each stage's worker
-// holds its parameters' gradients in the context, for a DistributedOptimizer:
+// holds its parameters' gradients in the context, for a DistributedOptimizer (outside a
+// context nothing is recorded across workers):
 //
 //   // Every worker: the stages' constructors, and the stage functions.
 //   gw::dist::add_module_constructor<Part, int64_t>("Part");
@@ -43,7 +45,10 @@ void register_remote_stages();
 class RemotePipeline {
  public:
   // The stages in order (at least one), and the micro-batches forward() cuts a batch into.
-  RemotePipeline(std::vector<dist::RemoteModule> stages, int microbatches);
+  // `timeout` bounds each fetch of an activation, which waits for the stage before to make it
+  // (the agent's default: RpcBackendOptions::rpc_timeout).
+  RemotePipeline(std::vector<dist::RemoteModule> stages, int microbatches,
+                 rpc::Milliseconds timeout = rpc::kUseDefaultTimeout);
 
   // `input` cut along dim 0 into the micro-batches (its size must divide), through every stage;
   // the last stage's outputs, concatenated along dim 0, on this worker.
@@ -56,6 +61,7 @@ class RemotePipeline {
  private:
   std::vector<dist::RemoteModule> stages_;
   int microbatches_;
+  rpc::Milliseconds timeout_;
 };
 
 }  // namespace gw::pipeline
