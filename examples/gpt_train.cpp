@@ -27,7 +27,8 @@
 // --schedule (pipeline/schedule.h). Every rank builds the whole model, and before each
 // evaluation and the sample the ranks bring each other's stages over. --pp N with --ddp on
 // N x R ranks runs R replicas of the pipeline (2D: a DeviceMesh of R x N ranks), each on its own
-// share of the batches, the stages' gradients averaged over the replicas.
+// share of the batches, the stages' gradients averaged over the replicas; with --fsdp instead,
+// each stage is sharded over its replicas.
 //
 // With --checkpoint-every N, rank 0 saves the model, the optimizer and the step every N steps
 // and at the end (one safetensors file, written aside and renamed into place), and a run that
@@ -185,11 +186,13 @@ Args parse(int argc, char** argv) {
       : !(a.temperature > 0) || a.top_k < 0 ? "--temperature must be positive, --top-k >= 0"
       : !a.ddp.empty() && a.device == "cuda"
           ? "--ddp and --fsdp run on the CPU (gloo, mpi): drop them or --device cuda"
-      : a.pp < 0 || (a.pp > 0 && (a.fsdp || a.device == "cuda"))
-          ? "--pp N runs a pipeline of N ranks on the CPU, alone or with --ddp (with --fsdp: "
-            "not yet)"
+      : a.pp < 0 || (a.pp > 0 && a.device == "cuda")
+          ? "--pp N runs a pipeline of N ranks on the CPU, alone or with --ddp or --fsdp"
+      : a.pp > 0 && a.fsdp && a.pipeline.schedule == "zb"
+          ? "--pp with --fsdp runs gpipe, 1f1b or interleaved: zero bubble's weight part would "
+            "come after fully_shard's reductions"
       : a.pp > 0 && !a.ddp.empty() && a.pp_backend_given && a.pp_backend != a.ddp
-          ? "--pp with --ddp runs on --ddp's backend: drop --pp-backend"
+          ? "--pp with --ddp or --fsdp runs on their backend: drop --pp-backend"
       : a.pp > 0 && a.checkpoint.every > 0 ? "--pp does not take --checkpoint-every yet"
       : a.pp > 0 && (a.pipeline.microbatches < 1 || a.batch_size % a.pipeline.microbatches != 0)
           ? "--batch-size must split into --microbatches micro-batches of one size"
@@ -326,11 +329,17 @@ int main(int argc, char** argv) {
               replica = args.pp > 0 ? rank / static_cast<int>(args.pp) : rank;
     // 2D: rank = replica x pp + its place in the pipeline, which runs over the mesh's "pp" group.
     std::shared_ptr<gw::dist::ProcessGroup> pipeline_group = group;
+    GW_CHECK(!(args.pp > 0 && args.fsdp) || replicas > 1, gw::InvalidArgumentError,
+             "[gpt_train] --pp ", args.pp,
+             " with --fsdp shards each stage over its replicas: it "
+             "needs at least ",
+             2 * args.pp, " ranks; the launcher started ", world);
     if (args.pp > 0 && replicas > 1) {
       const gw::dist::DeviceMesh mesh =
           gw::dist::init_device_mesh({replicas, static_cast<int>(args.pp)}, {"dp", "pp"});
       pipeline_group = mesh.group("pp");
       args.pipeline.data_parallel = mesh.group("dp");
+      args.pipeline.shard = args.fsdp;
     }
     gw::dist::DistributedSampler sampler(
         train.size(),
@@ -394,7 +403,8 @@ int main(int argc, char** argv) {
         parallel = gw::detail::str(
             ", ", replicas > 1 ? gw::detail::str(replicas, " replicas of ") : std::string(),
             "a pipeline of ", args.pp, " ranks (", args.pipeline.schedule, ", ",
-            args.pipeline.microbatches, " micro-batches, ", args.pp_backend, ")");
+            args.pipeline.microbatches, " micro-batches, ", args.pp_backend, ")",
+            args.fsdp ? ", each stage sharded over the replicas (FSDP)" : "");
       else if (group)
         parallel = gw::detail::str(", ", args.fsdp ? "FSDP" : "DDP", " on ", world, " ranks (",
                                    args.ddp, ")");
@@ -435,7 +445,7 @@ int main(int argc, char** argv) {
     // bring each other's stages over: every rank then holds the whole model).
     auto validate = [&] {
       trainer.gather_stages();
-      return gw::examples::validation_loss(*model, val, args.eval_batches,
+      return gw::examples::validation_loss(trainer.evaluation_model(), val, args.eval_batches,
                                            args.batch_size * replicas, group.get());
     };
     // losses[i]: step first + i + 1's loss, this rank's until averaged over the ranks (one
@@ -491,9 +501,10 @@ int main(int argc, char** argv) {
 
     trainer.gather_stages();  // a pipeline's: the whole model on every rank
     // Sharded, every rank runs the model (its calls gather); each draws the same passage.
-    if ((rank == 0 || args.fsdp) && args.sample > 0) {
+    // Sharded pipeline stages: rank 0 samples from its whole copy.
+    if ((rank == 0 || (args.fsdp && args.pp == 0)) && args.sample > 0) {
       gw::Generator sampling(args.seed);
-      const std::vector<int64_t> text = model->generate(
+      const std::vector<int64_t> text = trainer.evaluation_model().generate(
           prompt, args.sample, sampling, {.temperature = args.temperature, .top_k = args.top_k});
       if (rank == 0)
         std::printf("--- a sample (%lld characters, temperature %g) ---\n%s\n---\n",

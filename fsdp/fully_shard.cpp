@@ -540,6 +540,12 @@ std::shared_ptr<FSDPModule> fully_shard(const std::shared_ptr<nn::Module>& modul
 
 double clip_grad_norm_(const std::vector<Tensor>& shards, double max_norm,
                        dist::ProcessGroup& group) {
+  return clip_grad_norm_(shards, max_norm, std::vector<dist::ProcessGroup*>{&group});
+}
+
+double clip_grad_norm_(const std::vector<Tensor>& shards, double max_norm,
+                       const std::vector<dist::ProcessGroup*>& groups) {
+  GW_CHECK(!groups.empty(), InvalidArgumentError, "[fsdp::clip_grad_norm_] no group given");
   GW_CHECK(max_norm >= 0, InvalidArgumentError, "[fsdp::clip_grad_norm_] max_norm ", max_norm,
            " is negative");
   autograd::NoGradGuard no_grad;
@@ -548,8 +554,8 @@ double clip_grad_norm_(const std::vector<Tensor>& shards, double max_norm,
   for (const Tensor& p : shards)
     if (Tensor g = p.grad(); g.defined() && g.numel() > 0)
       mine += (g.to(kFloat64) * g.to(kFloat64)).sum().to(kCPU).item<double>();
-  Tensor squares = full({1}, mine, TensorOptions(kFloat64).with_device(group.device()));
-  group.allreduce(squares)->wait();
+  Tensor squares = full({1}, mine, TensorOptions(kFloat64).with_device(groups[0]->device()));
+  for (dist::ProcessGroup* group : groups) group->allreduce(squares)->wait();
   const double total = std::sqrt(squares.to(kCPU).item<double>());
   // As PyTorch's: a non-finite norm makes the gradients NaN or zero.
   const double scale = max_norm / (total + 1e-6);

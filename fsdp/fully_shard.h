@@ -129,6 +129,11 @@ class FSDPModule {
 // of `group` calls it.
 double clip_grad_norm_(const std::vector<Tensor>& shards, double max_norm,
                        dist::ProcessGroup& group);
+// The same over ranks that several groups reach together, e.g. a pipeline's stages sharded over
+// their replicas: the sum goes over each group in turn (a DeviceMesh's "pp" then "dp"), which
+// must reach every rank once through the product of the groups.
+double clip_grad_norm_(const std::vector<Tensor>& shards, double max_norm,
+                       const std::vector<dist::ProcessGroup*>& groups);
 
 // Makes `module` a unit over `group` (Gloo, MPI or NCCL; every rank calls it the same way).
 // The unit manages the parameters of `module` and its descendants, except those of descendants

@@ -17,6 +17,12 @@ GPTTrainer::GPTTrainer(std::shared_ptr<nn::GPT> model, const GPTRecipe& recipe,
   std::vector<Tensor> trained = model_->parameters();
   if (group && parallelism == Parallelism::pipeline) {
     const int ranks = group->size(), rank = group->rank();
+    GW_CHECK(!pipeline.shard || (pipeline.data_parallel && pipeline.schedule != "zb"),
+             InvalidArgumentError,
+             "[GPTTrainer] sharded pipeline stages need a data-parallel group and a schedule "
+             "other than zero bubble, whose weight part would come after fully_shard's "
+             "reductions (got ",
+             pipeline.data_parallel ? "a group" : "none", " and \"", pipeline.schedule, "\")");
     pipeline::Plan plan = pipeline::make_plan(pipeline.schedule, ranks, pipeline.microbatches);
     const int stages = pipeline::stages_of(plan);
     std::vector<std::shared_ptr<pipeline::PipelineStage>> mine;
@@ -25,7 +31,13 @@ GPTTrainer::GPTTrainer(std::shared_ptr<nn::GPT> model, const GPTRecipe& recipe,
       std::shared_ptr<nn::Module> part = model_->stage(s, stages);
       stage_parameters_.push_back(part->parameters());
       if (s % ranks != rank) continue;
-      for (const Tensor& p : part->parameters()) trained.push_back(p);
+      if (pipeline.shard) {  // its blocks, then the stage: each rank keeps 1/replicas of it
+        for (const auto& child : part->children())
+          if (std::dynamic_pointer_cast<nn::GPTBlock>(child))
+            fsdp::fully_shard(child, pipeline.data_parallel);
+        sharded_stages_.emplace_back(s, fsdp::fully_shard(part, pipeline.data_parallel));
+      }
+      for (const Tensor& p : part->parameters()) trained.push_back(p);  // sharded: the shards
       mine.push_back(std::make_shared<pipeline::PipelineStage>(part, s, stages, group));
     }
     data_parallel_ = pipeline.data_parallel;
@@ -35,7 +47,13 @@ GPTTrainer::GPTTrainer(std::shared_ptr<nn::GPT> model, const GPTRecipe& recipe,
           return nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}),
                                                targets.reshape({-1}));
         },
-        pipeline::ScheduleOptions{.data_parallel = pipeline.data_parallel});
+        pipeline::ScheduleOptions{.data_parallel =
+                                      pipeline.shard ? nullptr : pipeline.data_parallel});
+    if (pipeline.shard) {
+      Generator unused(0);  // gather_stages fills it
+      evaluation_ = std::make_shared<nn::GPT>(model_->options, unused);
+      evaluation_->to(model_->wte->weight.device());
+    }
   } else if (group && parallelism == Parallelism::fsdp) {
     for (const auto& block : model_->h->children()) fsdp::fully_shard(block, group);
     sharded_ = fsdp::fully_shard(model_, group);  // the embeddings, the final norm, the head
@@ -76,7 +94,9 @@ double GPTTrainer::step(const Tensor& x, const Tensor& y) {
     loss = l.item<double>();
   }
   // Sharded or cut into stages, each parameter lives on one rank: the norm sums over the ranks.
-  if (recipe_.clip > 0 && (sharded_ || pipeline_))
+  if (recipe_.clip > 0 && evaluation_)  // stages sharded over the replicas: over both
+    fsdp::clip_grad_norm_(opt_->parameters(), recipe_.clip, {group_.get(), data_parallel_.get()});
+  else if (recipe_.clip > 0 && (sharded_ || pipeline_))
     fsdp::clip_grad_norm_(opt_->parameters(), recipe_.clip, *group_);
   else if (recipe_.clip > 0)
     optim::clip_grad_norm_(opt_->parameters(), recipe_.clip);
@@ -88,10 +108,24 @@ double GPTTrainer::step(const Tensor& x, const Tensor& y) {
 void GPTTrainer::gather_stages() {
   if (!pipeline_) return;
   autograd::NoGradGuard no_grad;
-  for (size_t s = 0; s < stage_parameters_.size(); ++s)
-    for (Tensor p : stage_parameters_[s])
-      group_->broadcast(p, {.root = static_cast<int>(s % static_cast<size_t>(group_->size()))})
-          ->wait();
+  const int stages = static_cast<int>(stage_parameters_.size()), ranks = group_->size();
+  for (int s = 0; s < stages; ++s) {
+    const int root = s % ranks;
+    if (!evaluation_) {
+      for (Tensor p : stage_parameters_[static_cast<size_t>(s)])
+        group_->broadcast(p, {.root = root})->wait();
+      continue;
+    }
+    // Sharded: the stage's rank gathers it whole over its replicas (they all do, each for its
+    // pipeline), then sends it down its pipeline into every rank's copy.
+    NamedTensors whole;
+    for (const auto& [index, unit] : sharded_stages_)
+      if (index == s) whole = unit->full_state_dict();
+    for (auto [name, p] : evaluation_->stage(s, stages)->named_parameters()) {
+      if (root == group_->rank()) p.copy_(whole.at(name));
+      group_->broadcast(p, {.root = root})->wait();
+    }
+  }
 }
 
 namespace {

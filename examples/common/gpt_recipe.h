@@ -46,6 +46,9 @@ struct PipelineOptions {
   // 2D: the ranks holding this rank's stages in the other replicas of the pipeline (a
   // DeviceMesh's "dp" group); the stages' gradients are averaged over them. Null: one pipeline.
   std::shared_ptr<dist::ProcessGroup> data_parallel;
+  // With data_parallel: each stage is sharded over it instead (fully_shard on its blocks, then
+  // on the stage), and evaluation runs on a whole copy (evaluation_model). Not with "zb".
+  bool shard = false;
 };
 
 class GPTTrainer {
@@ -69,9 +72,12 @@ class GPTTrainer {
   // With Parallelism::fsdp, the root unit (its checkpoints); otherwise null.
   fsdp::FSDPModule* sharded() { return sharded_.get(); }
   // With Parallelism::pipeline: brings every stage's parameters to every rank (a broadcast from
-  // each stage's rank), so that the whole model on each rank is the one trained, to evaluate or
-  // sample from. A collective; nothing without a pipeline.
+  // each stage's rank), so that evaluation_model() on each rank is the one trained, to evaluate
+  // or sample from. A collective; nothing without a pipeline.
   void gather_stages();
+  // The model to evaluate and sample from: model(), but for sharded pipeline stages a whole
+  // copy of it that gather_stages fills.
+  nn::GPT& evaluation_model() { return evaluation_ ? *evaluation_ : *model_; }
 
  private:
   GPTRecipe recipe_;
@@ -80,6 +86,9 @@ class GPTTrainer {
   std::shared_ptr<dist::ProcessGroup> group_;
   std::unique_ptr<pipeline::Schedule> pipeline_;
   std::shared_ptr<dist::ProcessGroup> data_parallel_;  // with a pipeline: its replicas
+  // With sharded stages: this rank's (stage index, unit), and the whole copy to evaluate.
+  std::vector<std::pair<int, std::shared_ptr<fsdp::FSDPModule>>> sharded_stages_;
+  std::shared_ptr<nn::GPT> evaluation_;
   std::vector<std::vector<Tensor>> stage_parameters_;  // with a pipeline: by stage
   std::unique_ptr<ddp::DistributedDataParallel> ddp_;
   std::unique_ptr<optim::AdamW> opt_;

@@ -422,7 +422,7 @@ TEST_CASE(
 
 TEST_CASE(
     "gpt_train --pp: a pipeline of 2 ranks trains as the whole model in one, under 1F1B "
-    "and zero bubble, and so do two replicas of it on 4 ranks (--pp 2 --ddp)",
+    "and zero bubble, and so do two replicas of it on 4 ranks (--pp 2 --ddp, --pp 2 --fsdp)",
     "[examples][dist][gpt][pipeline]") {
   auto piped = [](int ranks, const std::string& schedule) {
     std::vector<std::string> a = gpt_args(1, {"--sample", "0", "--layers", "2"});
@@ -455,6 +455,14 @@ TEST_CASE(
   for (int step : {100, 200})
     CHECK(std::abs(gpt_val_loss_at(two_by_two.out, step) - gpt_val_loss_at(whole.out, step)) <
           2e-3);
+  // The same with each stage sharded over the two replicas.
+  *std::find(a.begin(), a.end(), "--ddp") = "--fsdp";
+  const auto sharded = run_gwrun(a);
+  INFO(sharded.out << sharded.err);
+  REQUIRE(sharded.exit_code == 0);
+  CHECK(count(sharded.out, "each stage sharded over the replicas (FSDP)") == 1);
+  for (int step : {100, 200})
+    CHECK(std::abs(gpt_val_loss_at(sharded.out, step) - gpt_val_loss_at(whole.out, step)) < 2e-3);
 }
 
 TEST_CASE("gpt_train: a checkpoint saved by 2 ranks resumes on 1 with the same global batch",

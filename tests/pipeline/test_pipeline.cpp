@@ -10,9 +10,12 @@
 #include <random>
 #include <thread>
 
+#include "autograd/grad_mode.h"
 #include "core/ops.h"
 #include "dist/process_group/init_process_group.h"
+#include "fsdp/fully_shard.h"
 #include "nn/nn.h"
+#include "optim/sgd.h"
 #include "pipeline/schedule.h"
 #include "store/hash_store.h"
 #include "store/prefix_store.h"
@@ -429,6 +432,58 @@ TEST_CASE(
         }
       c.expect(compared == static_cast<int>(part->parameters().size()) && compared > 0,
                "every parameter of the stage compared");
+    });
+  }
+}
+
+TEST_CASE(
+    "2D with FSDP: two replicas of a 2-stage GPT pipeline on 4 ranks, each stage sharded over "
+    "its replicas: after an SGD step the gathered parameters equal the whole model's, under "
+    "GPipe and 1F1B",
+    "[pipeline][fsdp]") {
+  constexpr int kStages = 2, kReplicas = 2, kMicro = 3;
+  constexpr double kLr = 0.5;
+  auto [x, y] = batch(2 * kReplicas * kMicro);
+  auto reference = gpt();
+  reference->loss(x, y).backward();
+  {
+    autograd::NoGradGuard no_grad;
+    for (Tensor p : reference->parameters()) p.sub_(p.grad() * kLr);
+  }
+  std::vector<NamedTensors> wants;  // by stage, named as the stage module names them
+  for (int s = 0; s < kStages; ++s) wants.push_back(stage_of(*reference, s, kStages)->state_dict());
+  for (const std::string name : {"gpipe", "1f1b"}) {
+    INFO(name);
+    auto groups = std::make_shared<store::HashStore>();
+    run_ranks(kStages * kReplicas, [&](dist::ProcessGroupGloo& world, Checks& c) {
+      const int replica = world.rank() / kStages, s = world.rank() % kStages;
+      auto pp = std::make_shared<dist::ProcessGroupGloo>(
+          std::make_shared<store::PrefixStore>("pp" + std::to_string(replica), groups), s, kStages);
+      auto dp = std::make_shared<dist::ProcessGroupGloo>(
+          std::make_shared<store::PrefixStore>("dp" + std::to_string(s), groups), replica,
+          kReplicas);
+      auto model = gpt();
+      auto part = stage_of(*model, s, kStages);
+      for (const auto& child : part->children())
+        if (std::dynamic_pointer_cast<nn::GPTBlock>(child)) fsdp::fully_shard(child, dp);
+      auto sharded = fsdp::fully_shard(part, dp);
+      optim::SGD opt(part->parameters(), optim::SGD::options(kLr));  // the shards
+      pipeline::Schedule schedule(std::make_shared<pipeline::PipelineStage>(part, s, kStages, pp),
+                                  pipeline::make_plan(name, kStages, kMicro), loss_fn);
+      const int64_t rows = x.size(0) / kReplicas;
+      opt.zero_grad();
+      schedule.step(s == 0 ? x.narrow(0, replica * rows, rows) : Tensor(),
+                    s == kStages - 1 ? y.narrow(0, replica * rows, rows) : Tensor());
+      opt.step();
+      const NamedTensors got = sharded->full_state_dict();
+      const NamedTensors& want = wants[static_cast<size_t>(s)];
+      c.expect(got.size() == want.size() && !got.empty(), "every parameter gathered");
+      for (const auto& [key, value] : got) {
+        auto it = want.find(key);
+        c.expect(
+            it != want.end() && allclose(value, it->second, 1e-12, 1e-14),
+            "replica " + std::to_string(replica) + ", stage " + std::to_string(s) + ": " + key);
+      }
     });
   }
 }
