@@ -1,8 +1,9 @@
 // Timelines (core/trace.h) of real distributed runs, parsed and checked: a DDP run of two steps
-// on two ranks (ddp_train --trace), and the parameter server under gwrun with GW_TRACE (gwrun
-// merges the ranks' files).
+// on two ranks (ddp_train --trace), the parameter server under gwrun with GW_TRACE (gwrun
+// merges the ranks' files), and a zero-bubble pipeline's stages (gpt_train --pp --trace).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -117,4 +118,72 @@ TEST_CASE("GW_TRACE under gwrun: the parameter server's RPCs on both sides, with
     if (e["ph"] == "M" && e["name"] == "process_name") processes.insert(e["args"]["name"]);
   CHECK(processes == std::set<std::string>{"rank 0 (ps)", "rank 1 (trainer0)"});
   check_flows_matched(trace, 4);
+}
+
+TEST_CASE(
+    "gpt_train --pp 2 --schedule zb --trace: each stage's F, I and W on its own track, in "
+    "the plan's order, never overlapping",
+    "[examples][trace][pipeline]") {
+  gw::test::TempDir dir;
+  const std::string path = dir.path + "/pipeline.json";
+  constexpr int kSteps = 2, kMicro = 4;
+  auto r = gw::test::run_gwrun({"--nproc-per-node",
+                                "2",
+                                GW_GPT_EXAMPLE,
+                                "--width",
+                                "16",
+                                "--layers",
+                                "2",
+                                "--heads",
+                                "2",
+                                "--context",
+                                "16",
+                                "--batch-size",
+                                "8",
+                                "--steps",
+                                std::to_string(kSteps),
+                                "--eval-every",
+                                "2",
+                                "--eval-batches",
+                                "1",
+                                "--sample",
+                                "0",
+                                "--pp",
+                                "2",
+                                "--schedule",
+                                "zb",
+                                "--microbatches",
+                                std::to_string(kMicro),
+                                "--trace",
+                                path});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  const json trace = load(path);
+  for (int rank = 0; rank < 2; ++rank) {
+    INFO("rank " << rank);
+    // The track this rank's stage runs on.
+    int64_t track = -1;
+    for (const auto& e : trace["traceEvents"])
+      if (e["ph"] == "M" && e["name"] == "thread_name" && e["pid"] == rank &&
+          e["args"]["name"] == "pipeline stage " + std::to_string(rank))
+        track = e["tid"];
+    REQUIRE(track >= 0);
+    auto actions = spans(trace, rank, "pipeline");
+    std::sort(actions.begin(), actions.end(),
+              [](const json& a, const json& b) { return a["ts"] < b["ts"]; });
+    REQUIRE(actions.size() == static_cast<size_t>(3 * kMicro * kSteps));  // F, I and W each
+    std::map<char, int> seen;
+    for (size_t i = 0; i < actions.size(); ++i) {
+      const json& a = actions[i];
+      CHECK(a["tid"] == track);
+      CHECK(a["args"]["stage"] == rank);
+      const std::string name = a["name"];
+      ++seen[name[0]];
+      if (i > 0)  // one action at a time: the gaps are the stage's idle time
+        CHECK(a["ts"].get<int64_t>() >=
+              actions[i - 1]["ts"].get<int64_t>() + actions[i - 1]["dur"].get<int64_t>());
+    }
+    CHECK(seen == std::map<char, int>{
+                      {'F', kMicro * kSteps}, {'I', kMicro * kSteps}, {'W', kMicro * kSteps}});
+  }
 }
