@@ -10,6 +10,9 @@
 // algorithm object made once, in place) and all_gather_into_tensor beside raw gloo::allgather.
 // Bus bandwidth of both: whole buffer * (n - 1) / n per second. PyTorch 1.13's Gloo backend
 // has no reduce_scatter, so no PyTorch row.
+//
+// And point to point, what pipelines run on: a send/recv ping-pong of 4 B and 1 MiB between two
+// ranks (threads), beside the same ping-pong on raw Gloo's unbound buffers.
 #include <chrono>
 #include <future>
 #include <string>
@@ -160,6 +163,64 @@ FlatTimes measure_flat(size_t bytes, int iters, int rounds = 5) {
   return rank0;
 }
 
+struct P2PTimes {
+  double gradwire = 1e30, raw = 1e30;  // one round trip
+};
+
+P2PTimes measure_p2p(size_t bytes, int iters, int rounds = 5) {
+  auto store = std::make_shared<gw::store::HashStore>();
+  gloo::rendezvous::HashStore raw_store;
+  auto rank_main = [&](int rank) {
+    gw::dist::ProcessGroupGloo pg(store, rank, 2);
+    gloo::transport::tcp::attr attr;
+    attr.hostname = "127.0.0.1";
+    auto context = std::make_shared<gloo::rendezvous::Context>(rank, 2);
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    context->connectFullMesh(raw_store, device);
+    gw::Tensor t = gw::ones({static_cast<int64_t>(bytes / 4)});
+    std::vector<float> raw(bytes / 4, 1.f);
+    auto buf = context->createUnboundBuffer(raw.data(), bytes);
+    const int peer = 1 - rank;
+    auto ours = [&] {
+      if (rank == 0) pg.send(t, peer, 7)->wait();
+      pg.recv(t, peer, 7)->wait();
+      if (rank == 1) pg.send(t, peer, 7)->wait();
+    };
+    auto raw_ping_pong = [&] {
+      if (rank == 0) {
+        buf->send(peer, 7);
+        buf->waitSend();
+      }
+      buf->recv(peer, 7);
+      buf->waitRecv();
+      if (rank == 1) {
+        buf->send(peer, 7);
+        buf->waitSend();
+      }
+    };
+    P2PTimes best;
+    for (int round = 0; round < rounds; ++round) {
+      best.gradwire = std::min(best.gradwire, loop(iters, ours));
+      best.raw = std::min(best.raw, loop(iters, raw_ping_pong));
+    }
+    return best;
+  };
+  auto other = std::async(std::launch::async, rank_main, 1);
+  P2PTimes rank0 = rank_main(0);
+  other.get();
+  return rank0;
+}
+
+void report_p2p(gw::bench::Reporter& report) {
+  for (size_t bytes : {size_t{4}, size_t{1} << 20}) {
+    const std::string name = "send/recv ping-pong " + gw::bench::size_label(bytes) + ", 2 ranks";
+    if (!report.wants("process_group", name)) continue;
+    const P2PTimes t = measure_p2p(bytes, bytes > 4096 ? 50 : 200);
+    report.add({"process_group", name, t.gradwire * 1e6, "us", "raw gloo unbound buffers",
+                t.raw * 1e6, "one round trip, best of 5"});
+  }
+}
+
 void report_flat(gw::bench::Reporter& report) {
   for (size_t bytes : {size_t{4} << 20, size_t{64} << 20}) {
     const std::string size = gw::bench::size_label(bytes) + ", 4 ranks";
@@ -182,6 +243,7 @@ void report_flat(gw::bench::Reporter& report) {
 
 int main(int argc, char** argv) {
   gw::bench::Reporter report(argc, argv);
+  report_p2p(report);
   report_flat(report);
   std::vector<Case> wanted;
   for (const auto& c : cases())

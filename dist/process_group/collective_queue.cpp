@@ -184,6 +184,24 @@ std::exception_ptr SideThreads::start(std::function<void()> body, WorkPtr work,
   return nullptr;
 }
 
+std::exception_ptr SideThreads::watch(WorkPtr work, std::function<void()> wake, uint64_t* token) {
+  std::lock_guard lock(mu_);
+  if (closed_) return closed_;
+  *token = next_token_++;
+  watched_.emplace(*token, std::make_pair(std::move(work), std::move(wake)));
+  return nullptr;
+}
+
+std::exception_ptr SideThreads::closed() {
+  std::lock_guard lock(mu_);
+  return closed_;
+}
+
+void SideThreads::unwatch(uint64_t token) {
+  std::lock_guard lock(mu_);
+  watched_.erase(token);
+}
+
 std::vector<WorkPtr> SideThreads::close(std::exception_ptr failure) {
   std::vector<WorkPtr> running;
   std::vector<std::function<void()>> wake;
@@ -192,9 +210,13 @@ std::vector<WorkPtr> SideThreads::close(std::exception_ptr failure) {
     if (!closed_) closed_ = std::move(failure);
     for (auto& s : sides_)
       if (!s.done->load()) {
-        running.push_back(s.work);
+        if (s.work) running.push_back(s.work);
         if (s.wake) wake.push_back(s.wake);
       }
+    for (auto& [token, watched] : watched_) {
+      running.push_back(watched.first);
+      if (watched.second) wake.push_back(watched.second);
+    }
   }
   for (auto& w : wake) w();
   return running;

@@ -39,6 +39,7 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -128,10 +129,19 @@ class CollectiveQueue : public std::enable_shared_from_this<CollectiveQueue> {
   std::thread thread_;
 };
 
-// Send and receive, each on a thread of its own that completes its Work: they take no part in
-// the collectives' order. Finished threads are joined as new ones start.
+// What waits for sends and receives besides the caller's own wait(): a thread of its own each,
+// which completes its Work (they take no part in the collectives' order). Finished threads are
+// joined as new ones start. A wait on the caller's thread is watched here too, so that closing
+// wakes it like a side thread.
 class SideThreads {
  public:
+  // A wait running on the caller's thread: close() wakes it with `wake` and returns `work` with
+  // the others. Returns the failure it was closed with instead, if it was. unwatch(token) when
+  // the wait is over.
+  std::exception_ptr watch(WorkPtr work, std::function<void()> wake, uint64_t* token);
+  void unwatch(uint64_t token);
+  // The failure it was closed with, or null.
+  std::exception_ptr closed();
   // Runs `body` on a new thread (as a group thread: a Work's callbacks run there); `wake`, if
   // given, makes a blocked body return. Once closed, runs nothing and returns the failure it
   // was closed with.
@@ -152,6 +162,8 @@ class SideThreads {
   };
   std::mutex mu_;
   std::vector<Side> sides_;
+  std::map<uint64_t, std::pair<WorkPtr, std::function<void()>>> watched_;
+  uint64_t next_token_ = 0;
   std::exception_ptr closed_;
 };
 

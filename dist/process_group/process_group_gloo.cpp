@@ -215,7 +215,7 @@ void reduce_scatter_now(const std::shared_ptr<gloo::Context>& context, const Ten
 
 }  // namespace
 
-struct ProcessGroupGloo::Impl {
+struct ProcessGroupGloo::Impl : std::enable_shared_from_this<ProcessGroupGloo::Impl> {
   int rank = 0, size = 0;
   GlooOptions options;
   std::shared_ptr<gloo::rendezvous::Context> context;
@@ -239,6 +239,22 @@ void ProcessGroupGloo::Impl::abort(const std::string& why) {
   if (!queue->abort(failure)) return;
   for (auto& w : sides) w->finish(failure);
 }
+
+namespace {
+
+// A send or receive posted to Gloo, until one waiter claims it: the caller's wait() on its own
+// thread, or a side thread (for future() and wait(timeout)), or, when the Work is dropped
+// unwaited, a side thread that waits for the buffer and the tensor to be done with.
+struct PostedP2P {
+  std::atomic<bool> claimed{false};
+  std::function<void()> if_unclaimed;  // hands the wait to a side thread
+  ~PostedP2P() {
+    if (!claimed.load() && if_unclaimed) if_unclaimed();
+  }
+  bool claim() { return !claimed.exchange(true); }
+};
+
+}  // namespace
 
 ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<store::Store> store, int rank, int size,
                                    GlooOptions options)
@@ -483,26 +499,62 @@ WorkPtr ProcessGroupGloo::barrier(CollectiveOptions o) {
                                });
 }
 
-// Point-to-point transfers do not take part in the collectives' order: each runs on its own
-// thread, which waits for Gloo's transfer and completes the Work.
+// Point-to-point transfers do not take part in the collectives' order: each is posted to Gloo at
+// once, on the caller's thread, and waited for by whoever comes first (PostedP2P): a wait() on
+// its own thread (no hand-off: a ping-pong costs what raw Gloo's does), or a side thread of its
+// own when the Work is used asynchronously (future(), wait(timeout), is_completed()) or dropped.
 template <typename Post, typename Wait, typename Abort>
 WorkPtr ProcessGroupGloo::Impl::p2p(const char* op, const Tensor& tensor, int peer, int tag,
                                     Milliseconds timeout, Post post, Wait wait, Abort abort_wait) {
   auto work = std::make_shared<Work>(op);
   record_collective(options.group_name, rank, size, -1, signature::p2p(op, tensor, peer, tag),
                     work);
-  const std::exception_ptr refused = p2p_threads.start(
-      [work, op, peer, tag, rank = rank, size = size, timeout = queue->timeout_of(timeout), post,
-       wait] {
-        work->finish(attempt(rank, size, op, timeout, [&] {
-          post();
-          GW_CHECK(wait(timeout), TimeoutError, "[", op, "] rank ", rank, " of ", size,
-                   " with peer ", peer, ", tag ", tag, ": timed out after ", timeout.count(),
-                   " ms");
-        }));
-      },
-      work, abort_wait);
-  if (refused) work->finish(queue->unusable(op, refused));
+  timeout = queue->timeout_of(timeout);
+  if (std::exception_ptr refused = p2p_threads.closed()) {
+    work->finish(queue->unusable(op, refused));
+    return work;
+  }
+  // Posted now, on the caller's thread: Gloo's send and recv only hand the buffer to its pair.
+  if (std::exception_ptr failed = attempt(rank, size, op, timeout, post)) {
+    work->finish(failed);
+    return work;
+  }
+  // The wait: the outcome of the op, once it is done (or timed out, or aborted). It holds the
+  // buffer and the tensor.
+  auto outcome = [op, peer, tag, rank = rank, size = size, timeout, wait] {
+    return attempt(rank, size, op, timeout, [&] {
+      GW_CHECK(wait(timeout), TimeoutError, "[", op, "] rank ", rank, " of ", size, " with peer ",
+               peer, ", tag ", tag, ": timed out after ", timeout.count(), " ms");
+    });
+  };
+  const std::weak_ptr<Impl> self = weak_from_this();
+  auto posted = std::make_shared<PostedP2P>();
+  posted->if_unclaimed = [self, outcome, abort_wait] {
+    if (auto impl = self.lock())  // else the group and its pairs are gone: nothing to wait for
+      impl->p2p_threads.start([outcome] { outcome(); }, nullptr, abort_wait);
+  };
+  // These live in the Work, so they hold it weakly (whoever waits holds it).
+  const std::weak_ptr<Work> weak_work = work;
+  work->set_run_inline([self, posted, weak_work, outcome, abort_wait, op] {
+    WorkPtr w = weak_work.lock();
+    auto impl = self.lock();
+    if (!w || !impl || !posted->claim()) return;
+    uint64_t token = 0;  // closing the group wakes this wait as it wakes a side thread's
+    if (std::exception_ptr closed = impl->p2p_threads.watch(w, abort_wait, &token)) {
+      w->finish(impl->queue->unusable(op, closed));
+      return;
+    }
+    w->finish(outcome());
+    impl->p2p_threads.unwatch(token);
+  });
+  work->set_launch([self, posted, weak_work, outcome, abort_wait, op] {
+    WorkPtr w = weak_work.lock();
+    auto impl = self.lock();
+    if (!w || !impl || !posted->claim()) return;
+    if (std::exception_ptr refused =
+            impl->p2p_threads.start([w, outcome] { w->finish(outcome()); }, w, abort_wait))
+      w->finish(impl->queue->unusable(op, refused));
+  });
   return work;
 }
 

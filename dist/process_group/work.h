@@ -51,7 +51,12 @@ class Work {
                                          " ms (it keeps running)"));
     }
   }
-  bool is_completed() const { return done_.done(); }
+  // Polling is asynchronous use too: a collective (or a send or receive) not started yet is
+  // started now, so that it completes without a wait().
+  bool is_completed() const {
+    ask_launch();
+    return done_.done();
+  }
   bool is_success() const { return done_.done() && !done_.has_error(); }
   std::exception_ptr exception() const { return done_.exception(); }
   const std::string& op() const { return op_; }
