@@ -322,8 +322,11 @@ Tensor Unit::pre_forward(const Tensor& input) {
   if (auto next = Root::next(root->forward_order, root->forward_recorded, position))
     next->start_gather();
   Tensor x = input;
-  if (is_root() && options.mp_policy.cast_forward_inputs && x.is_floating_point())
-    x = x.to(compute_dtype);  // itself when it is that dtype already
+  // Only a policy's param_dtype casts (as PyTorch's): a root without parameters of its own (a
+  // pipeline stage of blocks) has no dtype to cast to.
+  const auto& mp = options.mp_policy;
+  if (is_root() && mp.cast_forward_inputs && mp.param_dtype && x.is_floating_point())
+    x = x.to(*mp.param_dtype);  // itself when it is that dtype already
   if (!grad_mode_enabled() || !x.requires_grad()) return x.same(input) ? Tensor() : x;
   // The input's gradient passes through PostBackward on its way out of the unit.
   auto node = std::make_shared<PostBackward>(weak_from_this());
@@ -546,6 +549,10 @@ double clip_grad_norm_(const std::vector<Tensor>& shards, double max_norm,
 double clip_grad_norm_(const std::vector<Tensor>& shards, double max_norm,
                        const std::vector<dist::ProcessGroup*>& groups) {
   GW_CHECK(!groups.empty(), InvalidArgumentError, "[fsdp::clip_grad_norm_] no group given");
+  for (const dist::ProcessGroup* g : groups)
+    GW_CHECK(g->device() == groups[0]->device(), InvalidArgumentError,
+             "[fsdp::clip_grad_norm_] the groups reduce on ", groups[0]->device().str(), " and ",
+             g->device().str(), ": give groups of one device");
   GW_CHECK(max_norm >= 0, InvalidArgumentError, "[fsdp::clip_grad_norm_] max_norm ", max_norm,
            " is negative");
   autograd::NoGradGuard no_grad;

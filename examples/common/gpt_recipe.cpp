@@ -49,10 +49,11 @@ GPTTrainer::GPTTrainer(std::shared_ptr<nn::GPT> model, const GPTRecipe& recipe,
         },
         pipeline::ScheduleOptions{.data_parallel =
                                       pipeline.shard ? nullptr : pipeline.data_parallel});
-    if (pipeline.shard) {
-      Generator unused(0);  // gather_stages fills it
-      evaluation_ = std::make_shared<nn::GPT>(model_->options, unused);
+    if (pipeline.shard) {  // a model's memory more on each rank; gather_stages fills it
+      evaluation_ = std::make_shared<nn::GPT>(model_->options, evaluation_gen_);
       evaluation_->to(model_->wte->weight.device());
+      evaluation_->to(model_->wte->weight.dtype());
+      evaluation_->eval();
     }
   } else if (group && parallelism == Parallelism::fsdp) {
     for (const auto& block : model_->h->children()) fsdp::fully_shard(block, group);

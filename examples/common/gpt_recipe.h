@@ -88,6 +88,7 @@ class GPTTrainer {
   std::shared_ptr<dist::ProcessGroup> data_parallel_;  // with a pipeline: its replicas
   // With sharded stages: this rank's (stage index, unit), and the whole copy to evaluate.
   std::vector<std::pair<int, std::shared_ptr<fsdp::FSDPModule>>> sharded_stages_;
+  Generator evaluation_gen_{0};  // its dropout's, which it keeps a pointer to
   std::shared_ptr<nn::GPT> evaluation_;
   std::vector<std::vector<Tensor>> stage_parameters_;  // with a pipeline: by stage
   std::unique_ptr<ddp::DistributedDataParallel> ddp_;

@@ -437,52 +437,62 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "2D with FSDP: two replicas of a 2-stage GPT pipeline on 4 ranks, each stage sharded over "
-    "its replicas: after an SGD step the gathered parameters equal the whole model's, under "
-    "GPipe and 1F1B",
+    "2D with FSDP: two replicas of a GPT pipeline on 4 ranks, each stage sharded over its "
+    "replicas: after an SGD step the gathered parameters equal the whole model's, under GPipe, "
+    "1F1B and interleaved (two sharded stages a rank)",
     "[pipeline][fsdp]") {
-  constexpr int kStages = 2, kReplicas = 2, kMicro = 3;
+  constexpr int kRanks = 2, kReplicas = 2;
   constexpr double kLr = 0.5;
-  auto [x, y] = batch(2 * kReplicas * kMicro);
-  auto reference = gpt();
-  reference->loss(x, y).backward();
-  {
-    autograd::NoGradGuard no_grad;
-    for (Tensor p : reference->parameters()) p.sub_(p.grad() * kLr);
-  }
-  std::vector<NamedTensors> wants;  // by stage, named as the stage module names them
-  for (int s = 0; s < kStages; ++s) wants.push_back(stage_of(*reference, s, kStages)->state_dict());
-  for (const std::string name : {"gpipe", "1f1b"}) {
+  for (const auto& [name, m] :
+       std::vector<std::pair<std::string, int>>{{"gpipe", 3}, {"1f1b", 3}, {"interleaved", 2}}) {
     INFO(name);
-    auto groups = std::make_shared<store::HashStore>();
-    run_ranks(kStages * kReplicas, [&](dist::ProcessGroupGloo& world, Checks& c) {
-      const int replica = world.rank() / kStages, s = world.rank() % kStages;
+    const int stages = pipeline::stages_of(pipeline::make_plan(name, kRanks, m));
+    auto [x, y] = batch(2 * kReplicas * m);
+    auto reference = gpt();
+    reference->loss(x, y).backward();
+    {
+      autograd::NoGradGuard no_grad;
+      for (Tensor p : reference->parameters()) p.sub_(p.grad() * kLr);
+    }
+    std::vector<NamedTensors> wants;  // by stage, named as the stage module names them
+    for (int s = 0; s < stages; ++s) wants.push_back(stage_of(*reference, s, stages)->state_dict());
+    auto groups = std::make_shared<store::HashStore>();  // the mesh's rows and columns
+    run_ranks(kRanks * kReplicas, [&](dist::ProcessGroupGloo& world, Checks& c) {
+      const int replica = world.rank() / kRanks, r = world.rank() % kRanks;
       auto pp = std::make_shared<dist::ProcessGroupGloo>(
-          std::make_shared<store::PrefixStore>("pp" + std::to_string(replica), groups), s, kStages);
+          std::make_shared<store::PrefixStore>("pp" + std::to_string(replica), groups), r, kRanks);
       auto dp = std::make_shared<dist::ProcessGroupGloo>(
-          std::make_shared<store::PrefixStore>("dp" + std::to_string(s), groups), replica,
+          std::make_shared<store::PrefixStore>("dp" + std::to_string(r), groups), replica,
           kReplicas);
       auto model = gpt();
-      auto part = stage_of(*model, s, kStages);
-      for (const auto& child : part->children())
-        if (std::dynamic_pointer_cast<nn::GPTBlock>(child)) fsdp::fully_shard(child, dp);
-      auto sharded = fsdp::fully_shard(part, dp);
-      optim::SGD opt(part->parameters(), optim::SGD::options(kLr));  // the shards
-      pipeline::Schedule schedule(std::make_shared<pipeline::PipelineStage>(part, s, kStages, pp),
-                                  pipeline::make_plan(name, kStages, kMicro), loss_fn);
+      std::vector<std::shared_ptr<pipeline::PipelineStage>> mine;
+      std::vector<std::pair<int, std::shared_ptr<fsdp::FSDPModule>>> sharded;
+      std::vector<Tensor> shards;
+      for (int s = r; s < stages; s += kRanks) {
+        auto part = stage_of(*model, s, stages);
+        for (const auto& child : part->children())
+          if (std::dynamic_pointer_cast<nn::GPTBlock>(child)) fsdp::fully_shard(child, dp);
+        sharded.emplace_back(s, fsdp::fully_shard(part, dp));
+        for (const Tensor& t : part->parameters()) shards.push_back(t);
+        mine.push_back(std::make_shared<pipeline::PipelineStage>(part, s, stages, pp));
+      }
+      optim::SGD opt(shards, optim::SGD::options(kLr));
+      pipeline::Schedule schedule(mine, pipeline::make_plan(name, kRanks, m), loss_fn);
       const int64_t rows = x.size(0) / kReplicas;
       opt.zero_grad();
-      schedule.step(s == 0 ? x.narrow(0, replica * rows, rows) : Tensor(),
-                    s == kStages - 1 ? y.narrow(0, replica * rows, rows) : Tensor());
+      schedule.step(r == 0 ? x.narrow(0, replica * rows, rows) : Tensor(),
+                    r == (stages - 1) % kRanks ? y.narrow(0, replica * rows, rows) : Tensor());
       opt.step();
-      const NamedTensors got = sharded->full_state_dict();
-      const NamedTensors& want = wants[static_cast<size_t>(s)];
-      c.expect(got.size() == want.size() && !got.empty(), "every parameter gathered");
-      for (const auto& [key, value] : got) {
-        auto it = want.find(key);
-        c.expect(
-            it != want.end() && allclose(value, it->second, 1e-12, 1e-14),
-            "replica " + std::to_string(replica) + ", stage " + std::to_string(s) + ": " + key);
+      for (const auto& [s, unit] : sharded) {
+        const NamedTensors got = unit->full_state_dict();
+        const NamedTensors& want = wants[static_cast<size_t>(s)];
+        c.expect(got.size() == want.size() && !got.empty(), "every parameter gathered");
+        for (const auto& [key, value] : got) {
+          auto it = want.find(key);
+          c.expect(
+              it != want.end() && allclose(value, it->second, 1e-12, 1e-14),
+              "replica " + std::to_string(replica) + ", stage " + std::to_string(s) + ": " + key);
+        }
       }
     });
   }
