@@ -224,12 +224,15 @@ std::vector<WorkPtr> SideThreads::close(std::exception_ptr failure) {
 
 // Joined outside the lock: a Work's callback on one of them may start another.
 void SideThreads::join_all() {
-  std::vector<Side> sides;
-  {
-    std::lock_guard lock(mu_);
-    sides.swap(sides_);
+  while (true) {
+    std::vector<Side> sides;
+    {
+      std::lock_guard lock(mu_);
+      if (sides_.empty()) return;
+      sides.swap(sides_);
+    }
+    for (auto& s : sides) s.thread.join();
   }
-  for (auto& s : sides) s.thread.join();
 }
 
 void SideThreads::detach_all() {

@@ -149,9 +149,15 @@ class SideThreads {
                            std::function<void()> wake = {});
   // Refuses later bodies with `failure`, wakes those still running and returns their Works.
   std::vector<WorkPtr> close(std::exception_ptr failure);
-  // Joins every thread, or leaves them to end by themselves.
+  // Joins every thread, also those started meanwhile (a finishing Work's callback may drop
+  // another transfer's Work, which starts a thread to wait for it), or leaves them to end by
+  // themselves. The destructor joins what is left.
   void join_all();
   void detach_all();
+  SideThreads() = default;
+  SideThreads(const SideThreads&) = delete;
+  SideThreads& operator=(const SideThreads&) = delete;
+  ~SideThreads() { join_all(); }
 
  private:
   struct Side {

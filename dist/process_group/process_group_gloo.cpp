@@ -215,12 +215,36 @@ void reduce_scatter_now(const std::shared_ptr<gloo::Context>& context, const Ten
 
 }  // namespace
 
+namespace {
+
+// A send or receive posted to Gloo, until one waiter claims it: the caller's wait() on its own
+// thread, or a side thread (for future(), wait(timeout) and is_completed()), or, when the Work is
+// dropped unwaited or the group destroyed first, a side thread that waits for the buffer and the
+// tensor to be done with.
+struct PostedP2P {
+  std::atomic<bool> claimed{false};
+  std::weak_ptr<Work> work;
+  std::function<void(WorkPtr)> to_side_thread;  // waits there, then finishes the Work if any
+  bool claim() { return !claimed.exchange(true); }
+  ~PostedP2P() {
+    if (!claimed.load() && to_side_thread) to_side_thread(nullptr);
+  }
+};
+
+}  // namespace
+
 struct ProcessGroupGloo::Impl : std::enable_shared_from_this<ProcessGroupGloo::Impl> {
   int rank = 0, size = 0;
   GlooOptions options;
   std::shared_ptr<gloo::rendezvous::Context> context;
   std::shared_ptr<detail::CollectiveQueue> queue;
   detail::SideThreads p2p_threads;  // send and receive
+  std::mutex posted_mu;
+  std::vector<std::weak_ptr<PostedP2P>> unclaimed;  // sends and receives, maybe claimed since
+
+  // Before the group goes: every transfer still unclaimed gets a side thread, which join_all
+  // then waits for, so that no Work is left unfinished and no buffer freed while in flight.
+  void claim_posted();
 
   // A rank was declared dead (group_liveness.h): fails the running collective, everything queued
   // and every send/recv with IoError(why) now, and every later one at once. The collective's thread
@@ -239,22 +263,6 @@ void ProcessGroupGloo::Impl::abort(const std::string& why) {
   if (!queue->abort(failure)) return;
   for (auto& w : sides) w->finish(failure);
 }
-
-namespace {
-
-// A send or receive posted to Gloo, until one waiter claims it: the caller's wait() on its own
-// thread, or a side thread (for future() and wait(timeout)), or, when the Work is dropped
-// unwaited, a side thread that waits for the buffer and the tensor to be done with.
-struct PostedP2P {
-  std::atomic<bool> claimed{false};
-  std::function<void()> if_unclaimed;  // hands the wait to a side thread
-  ~PostedP2P() {
-    if (!claimed.load() && if_unclaimed) if_unclaimed();
-  }
-  bool claim() { return !claimed.exchange(true); }
-};
-
-}  // namespace
 
 ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<store::Store> store, int rank, int size,
                                    GlooOptions options)
@@ -304,6 +312,7 @@ ProcessGroupGloo::~ProcessGroupGloo() {
   // aborts the group instead of holding this destructor for the collective's timeout; then this
   // rank leaves, not to be declared dead.
   impl_->queue->shutdown([&] { liveness_.reset(); });
+  impl_->claim_posted();
   // Each woken by an abort; left behind on a group thread, which cannot join itself.
   if (detail::t_on_group_thread)
     impl_->p2p_threads.detach_all();
@@ -519,43 +528,83 @@ WorkPtr ProcessGroupGloo::Impl::p2p(const char* op, const Tensor& tensor, int pe
     work->finish(failed);
     return work;
   }
-  // The wait: the outcome of the op, once it is done (or timed out, or aborted). It holds the
-  // buffer and the tensor.
-  auto outcome = [op, peer, tag, rank = rank, size = size, timeout, wait] {
+  // The wait: the outcome of the op, by the timeout counted from now (or its abort: then the
+  // group's failure). It holds the buffer and the tensor.
+  const std::weak_ptr<Impl> self = weak_from_this();
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto outcome = [self, op, peer, tag, rank = rank, size = size, timeout, deadline, wait] {
     return attempt(rank, size, op, timeout, [&] {
-      GW_CHECK(wait(timeout), TimeoutError, "[", op, "] rank ", rank, " of ", size, " with peer ",
-               peer, ", tag ", tag, ": timed out after ", timeout.count(), " ms");
+      const auto left =
+          std::chrono::duration_cast<Milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (wait(std::max(left, Milliseconds(1)))) return;
+      if (auto impl = self.lock())
+        if (std::exception_ptr closed = impl->p2p_threads.closed()) std::rethrow_exception(closed);
+      throw TimeoutError(gw::detail::str("[", op, "] rank ", rank, " of ", size, " with peer ",
+                                         peer, ", tag ", tag, ": timed out after ", timeout.count(),
+                                         " ms"));
     });
   };
-  const std::weak_ptr<Impl> self = weak_from_this();
   auto posted = std::make_shared<PostedP2P>();
-  posted->if_unclaimed = [self, outcome, abort_wait] {
-    if (auto impl = self.lock())  // else the group and its pairs are gone: nothing to wait for
-      impl->p2p_threads.start([outcome] { outcome(); }, nullptr, abort_wait);
+  posted->work = work;
+  posted->to_side_thread = [self, outcome, abort_wait, op](WorkPtr w) {
+    auto body = [w, outcome] {
+      std::exception_ptr result = outcome();
+      if (w) w->finish(result);
+    };
+    auto impl = self.lock();
+    if (!impl) return body();  // the group is gone, the buffer keeps its transport: wait here
+    try {
+      if (std::exception_ptr refused = impl->p2p_threads.start(body, w, abort_wait))
+        if (w) w->finish(impl->queue->unusable(op, refused));
+    } catch (...) {  // no thread to be had
+      if (w) w->finish(std::current_exception());
+    }
   };
+  {
+    std::lock_guard lock(posted_mu);
+    std::erase_if(unclaimed, [](const std::weak_ptr<PostedP2P>& p) {
+      auto alive = p.lock();
+      return !alive || alive->claimed.load();
+    });
+    unclaimed.push_back(posted);
+  }
   // These live in the Work, so they hold it weakly (whoever waits holds it).
   const std::weak_ptr<Work> weak_work = work;
   work->set_run_inline([self, posted, weak_work, outcome, abort_wait, op] {
     WorkPtr w = weak_work.lock();
+    if (!w || !posted->claim()) return;
     auto impl = self.lock();
-    if (!w || !impl || !posted->claim()) return;
+    if (!impl) {  // the group is gone; the buffer keeps its transport
+      w->finish(outcome());
+      return;
+    }
     uint64_t token = 0;  // closing the group wakes this wait as it wakes a side thread's
     if (std::exception_ptr closed = impl->p2p_threads.watch(w, abort_wait, &token)) {
       w->finish(impl->queue->unusable(op, closed));
       return;
     }
+    struct Unwatch {
+      detail::SideThreads& threads;
+      uint64_t token;
+      ~Unwatch() { threads.unwatch(token); }
+    } unwatch{impl->p2p_threads, token};
     w->finish(outcome());
-    impl->p2p_threads.unwatch(token);
   });
-  work->set_launch([self, posted, weak_work, outcome, abort_wait, op] {
+  work->set_launch([posted, weak_work] {
     WorkPtr w = weak_work.lock();
-    auto impl = self.lock();
-    if (!w || !impl || !posted->claim()) return;
-    if (std::exception_ptr refused =
-            impl->p2p_threads.start([w, outcome] { w->finish(outcome()); }, w, abort_wait))
-      w->finish(impl->queue->unusable(op, refused));
+    if (w && posted->claim()) posted->to_side_thread(w);
   });
   return work;
+}
+
+void ProcessGroupGloo::Impl::claim_posted() {
+  std::vector<std::weak_ptr<PostedP2P>> all;
+  {
+    std::lock_guard lock(posted_mu);
+    all.swap(unclaimed);
+  }
+  for (const auto& weak : all)
+    if (auto p = weak.lock(); p && p->claim()) p->to_side_thread(p->work.lock());
 }
 
 WorkPtr ProcessGroupGloo::send(const Tensor& tensor, int dst, int tag, CollectiveOptions o) {

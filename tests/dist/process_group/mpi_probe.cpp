@@ -27,12 +27,12 @@ using namespace std::chrono_literals;
 namespace {
 
 // Waits, bounded, for `work` that nobody runs inline or asked to start: the group's own thread
-// must start it.
+// must start it. (is_completed() would ask it to start; is_success() and exception() do not.)
 bool completes_unasked(const dist::WorkPtr& work) {
   const auto until = std::chrono::steady_clock::now() + 30s;
-  while (!work->is_completed() && std::chrono::steady_clock::now() < until)
-    std::this_thread::yield();
-  return work->is_completed();
+  auto done = [&] { return work->is_success() || work->exception() != nullptr; };
+  while (!done() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+  return done();
 }
 
 // Collectives that are not waited for at once: several in flight waited in reverse order,

@@ -3,7 +3,10 @@
 // default group's rank and size.
 #include <catch2/catch.hpp>
 
+#include <chrono>
+#include <future>
 #include <string>
+#include <thread>
 
 #include "core/ops.h"
 #include "dist/process_group/c10d.h"
@@ -112,6 +115,46 @@ TEST_CASE("batch_isend_irecv: a ring of sends and receives started together", "[
                             "operation 1", "got peer " + std::to_string(me));
             },
             {.timeout = 20s});
+}
+
+TEST_CASE(
+    "send and recv complete however they are waited for: at once, by polling, through the "
+    "future, never (the Work dropped), or after their group is gone",
+    "[c10d]") {
+  auto store = std::make_shared<gw::store::HashStore>();
+  Checks c;
+  auto sender = std::async(std::launch::async, [&] {
+    auto pg = std::make_shared<dist::ProcessGroupGloo>(store, 0, 2);
+    for (int i = 0; i < 4; ++i) pg->send(full({3}, static_cast<double>(i), kFloat64), 1, i);
+    // Waited through its future, then after the group went.
+    auto later = pg->send(full({3}, 4.0, kFloat64), 1, 4);
+    later->future().wait();
+    auto after = pg->send(full({3}, 5.0, kFloat64), 1, 5);
+    pg->barrier()->wait();  // the receiver has everything
+    pg.reset();
+    after->wait();
+    EXPECT(c, after->is_success());
+  });
+  std::vector<Tensor> got;
+  for (int i = 0; i < 6; ++i) got.push_back(zeros({3}, kFloat64));
+  {
+    dist::ProcessGroupGloo pg(store, 1, 2);
+    pg.recv(got[0], 0, 0)->wait();        // at once
+    auto polled = pg.recv(got[1], 0, 1);  // by polling, bounded
+    const auto until = std::chrono::steady_clock::now() + 20s;
+    while (!polled->is_completed() && std::chrono::steady_clock::now() < until)
+      std::this_thread::yield();
+    EXPECT(c, polled->is_success());
+    pg.recv(got[2], 0, 2)->future().wait();  // through the future
+    auto dropped = pg.recv(got[3], 0, 3);    // dropped: still lands
+    dropped.reset();
+    for (int i = 4; i < 6; ++i) pg.recv(got[static_cast<size_t>(i)], 0, i)->wait();
+    pg.barrier()->wait();
+  }  // the group waits for the dropped receive before it goes
+  sender.get();
+  for (int i = 0; i < 6; ++i)
+    EXPECT(c, allclose(got[static_cast<size_t>(i)], full({3}, static_cast<double>(i), kFloat64)));
+  gw::dist::testing::require_passed(c);
 }
 
 TEST_CASE("byte buffers broadcast and gathered, of any length", "[c10d]") {
