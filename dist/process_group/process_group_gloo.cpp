@@ -241,6 +241,13 @@ struct ProcessGroupGloo::Impl : std::enable_shared_from_this<ProcessGroupGloo::I
   detail::SideThreads p2p_threads;  // send and receive
   std::mutex posted_mu;
   std::vector<std::weak_ptr<PostedP2P>> unclaimed;  // sends and receives, maybe claimed since
+  // The buffers and tensors of transfers that failed or timed out (their Work is finished):
+  // Gloo may still hold them, so they go with the group only.
+  std::vector<std::function<std::exception_ptr()>> failed_transfers;
+  void hold(std::function<std::exception_ptr()> transfer) {
+    std::lock_guard lock(posted_mu);
+    failed_transfers.push_back(std::move(transfer));
+  }
 
   // Before the group goes: every transfer still unclaimed gets a side thread, which join_all
   // then waits for, so that no Work is left unfinished and no buffer freed while in flight.
@@ -531,12 +538,12 @@ WorkPtr ProcessGroupGloo::Impl::p2p(const char* op, const Tensor& tensor, int pe
   // The wait: the outcome of the op, by the timeout counted from now (or its abort: then the
   // group's failure). It holds the buffer and the tensor.
   const std::weak_ptr<Impl> self = weak_from_this();
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  auto outcome = [self, op, peer, tag, rank = rank, size = size, timeout, deadline, wait] {
+  const auto posted_at = std::chrono::steady_clock::now();
+  auto outcome = [self, op, peer, tag, rank = rank, size = size, timeout, posted_at, wait] {
     return attempt(rank, size, op, timeout, [&] {
-      const auto left =
-          std::chrono::duration_cast<Milliseconds>(deadline - std::chrono::steady_clock::now());
-      if (wait(std::max(left, Milliseconds(1)))) return;
+      const auto elapsed =
+          std::chrono::duration_cast<Milliseconds>(std::chrono::steady_clock::now() - posted_at);
+      if (wait(std::max(timeout - elapsed, Milliseconds(1)))) return;
       if (auto impl = self.lock())
         if (std::exception_ptr closed = impl->p2p_threads.closed()) std::rethrow_exception(closed);
       throw TimeoutError(gw::detail::str("[", op, "] rank ", rank, " of ", size, " with peer ",
@@ -546,18 +553,21 @@ WorkPtr ProcessGroupGloo::Impl::p2p(const char* op, const Tensor& tensor, int pe
   };
   auto posted = std::make_shared<PostedP2P>();
   posted->work = work;
-  posted->to_side_thread = [self, outcome, abort_wait, op](WorkPtr w) {
-    auto body = [w, outcome] {
-      std::exception_ptr result = outcome();
-      if (w) w->finish(result);
-    };
+  // The Work finishes with `result`; a transfer that failed stays held by the group.
+  auto conclude = [self, outcome](const WorkPtr& w, std::exception_ptr result) {
+    if (result)
+      if (auto impl = self.lock()) impl->hold(outcome);
+    if (w) w->finish(std::move(result));
+  };
+  posted->to_side_thread = [self, outcome, conclude, abort_wait, op](WorkPtr w) {
+    auto body = [w, outcome, conclude] { conclude(w, outcome()); };
     auto impl = self.lock();
     if (!impl) return body();  // the group is gone, the buffer keeps its transport: wait here
     try {
       if (std::exception_ptr refused = impl->p2p_threads.start(body, w, abort_wait))
-        if (w) w->finish(impl->queue->unusable(op, refused));
+        conclude(w, impl->queue->unusable(op, refused));
     } catch (...) {  // no thread to be had
-      if (w) w->finish(std::current_exception());
+      conclude(w, std::current_exception());
     }
   };
   {
@@ -570,7 +580,7 @@ WorkPtr ProcessGroupGloo::Impl::p2p(const char* op, const Tensor& tensor, int pe
   }
   // These live in the Work, so they hold it weakly (whoever waits holds it).
   const std::weak_ptr<Work> weak_work = work;
-  work->set_run_inline([self, posted, weak_work, outcome, abort_wait, op] {
+  work->set_run_inline([self, posted, weak_work, outcome, conclude, abort_wait, op] {
     WorkPtr w = weak_work.lock();
     if (!w || !posted->claim()) return;
     auto impl = self.lock();
@@ -580,7 +590,7 @@ WorkPtr ProcessGroupGloo::Impl::p2p(const char* op, const Tensor& tensor, int pe
     }
     uint64_t token = 0;  // closing the group wakes this wait as it wakes a side thread's
     if (std::exception_ptr closed = impl->p2p_threads.watch(w, abort_wait, &token)) {
-      w->finish(impl->queue->unusable(op, closed));
+      conclude(w, impl->queue->unusable(op, closed));
       return;
     }
     struct Unwatch {
@@ -588,7 +598,7 @@ WorkPtr ProcessGroupGloo::Impl::p2p(const char* op, const Tensor& tensor, int pe
       uint64_t token;
       ~Unwatch() { threads.unwatch(token); }
     } unwatch{impl->p2p_threads, token};
-    w->finish(outcome());
+    conclude(w, outcome());
   });
   work->set_launch([posted, weak_work] {
     WorkPtr w = weak_work.lock();

@@ -118,34 +118,35 @@ TEST_CASE("batch_isend_irecv: a ring of sends and receives started together", "[
 }
 
 TEST_CASE(
-    "send and recv complete however they are waited for: at once, by polling, through the "
-    "future, never (the Work dropped), or after their group is gone",
+    "send and recv complete however they are waited for: at once, by polling, on a thread of "
+    "their own, never (the Work dropped), or after their group is gone",
     "[c10d]") {
   auto store = std::make_shared<gw::store::HashStore>();
   Checks c;
   auto sender = std::async(std::launch::async, [&] {
-    auto pg = std::make_shared<dist::ProcessGroupGloo>(store, 0, 2);
+    auto pg =
+        std::make_shared<dist::ProcessGroupGloo>(store, 0, 2, dist::GlooOptions{.timeout = 20s});
     for (int i = 0; i < 4; ++i) pg->send(full({3}, static_cast<double>(i), kFloat64), 1, i);
-    // Waited through its future, then after the group went.
+    // Waited on a thread of its own, then after the group went.
     auto later = pg->send(full({3}, 4.0, kFloat64), 1, 4);
-    later->future().wait();
+    later->wait(20s);
     auto after = pg->send(full({3}, 5.0, kFloat64), 1, 5);
     pg->barrier()->wait();  // the receiver has everything
     pg.reset();
-    after->wait();
+    after->wait(20s);
     EXPECT(c, after->is_success());
   });
   std::vector<Tensor> got;
   for (int i = 0; i < 6; ++i) got.push_back(zeros({3}, kFloat64));
   {
-    dist::ProcessGroupGloo pg(store, 1, 2);
+    dist::ProcessGroupGloo pg(store, 1, 2, dist::GlooOptions{.timeout = 20s});
     pg.recv(got[0], 0, 0)->wait();        // at once
     auto polled = pg.recv(got[1], 0, 1);  // by polling, bounded
     const auto until = std::chrono::steady_clock::now() + 20s;
     while (!polled->is_completed() && std::chrono::steady_clock::now() < until)
       std::this_thread::yield();
     EXPECT(c, polled->is_success());
-    pg.recv(got[2], 0, 2)->future().wait();  // through the future
+    pg.recv(got[2], 0, 2)->wait(20s);        // on a thread of its own
     auto dropped = pg.recv(got[3], 0, 3);    // dropped: still lands
     dropped.reset();
     for (int i = 4; i < 6; ++i) pg.recv(got[static_cast<size_t>(i)], 0, i)->wait();
