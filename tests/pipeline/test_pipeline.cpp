@@ -23,6 +23,7 @@
 #include "tests/dist/process_group/ranks.h"
 #include "tests/mpirun.h"
 #include "tests/pipeline/jittery.h"
+#include "tests/pipeline/tiny_gpt.h"
 #include "tests/process_util.h"
 
 using namespace gw;
@@ -53,20 +54,7 @@ int most_in_flight(const Plan& plan, size_t r, Held what = Held::activations) {
 
 constexpr int64_t kVocab = 11, kLength = 8, kLayers = 8;
 
-std::shared_ptr<nn::GPT> gpt() {
-  Generator gen(5);
-  auto model = std::make_shared<nn::GPT>(nn::GPTOptions{.vocab_size = kVocab,
-                                                        .context = kLength,
-                                                        .layers = kLayers,
-                                                        .heads = 2,
-                                                        .width = 8,
-                                                        .dropout = 0.0,
-                                                        .bias = true,
-                                                        .tie_weights = false},
-                                         gen);
-  model->to(kFloat64);
-  return model;
-}
+std::shared_ptr<nn::GPT> gpt() { return pipeline_test::tiny_gpt(kVocab, kLength, kLayers, 5); }
 
 // Stage s of `stages`: its share of the blocks, the embeddings before the first, the head after
 // the last.
@@ -389,6 +377,25 @@ TEST_CASE(
                                                 Catch::Contains("no forward on this thread"));
 }
 
+namespace {
+
+// This thread-rank's groups in a mesh of (world / ranks) replicas of a pipeline of `ranks`,
+// placed as init_device_mesh({replicas, ranks}, {"dp", "pp"}) places them: its pipeline (a row)
+// and its replicas (a column), made over `groups`, which the test's ranks share.
+std::pair<std::shared_ptr<dist::ProcessGroupGloo>, std::shared_ptr<dist::ProcessGroupGloo>>
+mesh_groups(const dist::ProcessGroupGloo& world, int ranks,
+            const std::shared_ptr<store::HashStore>& groups) {
+  const int replica = world.rank() / ranks, r = world.rank() % ranks;
+  return {
+      std::make_shared<dist::ProcessGroupGloo>(
+          std::make_shared<store::PrefixStore>("pp" + std::to_string(replica), groups), r, ranks),
+      std::make_shared<dist::ProcessGroupGloo>(
+          std::make_shared<store::PrefixStore>("dp" + std::to_string(r), groups), replica,
+          world.size() / ranks)};
+}
+
+}  // namespace
+
 TEST_CASE(
     "2D: two replicas of a 2-stage GPT pipeline on 4 ranks, each on half the batch: float64 "
     "gradients equal the whole model's on the whole batch, under 1F1B and zero bubble",
@@ -402,13 +409,8 @@ TEST_CASE(
     INFO(name);
     auto groups = std::make_shared<store::HashStore>();  // the mesh's rows and columns
     run_ranks(kStages * kReplicas, [&](dist::ProcessGroupGloo& world, Checks& c) {
-      // rank = replica * stages + stage, as init_device_mesh({replicas, stages}) places them
-      const int replica = world.rank() / kStages, s = world.rank() % kStages;
-      auto pp = std::make_shared<dist::ProcessGroupGloo>(
-          std::make_shared<store::PrefixStore>("pp" + std::to_string(replica), groups), s, kStages);
-      auto dp = std::make_shared<dist::ProcessGroupGloo>(
-          std::make_shared<store::PrefixStore>("dp" + std::to_string(s), groups), replica,
-          kReplicas);
+      const auto [pp, dp] = mesh_groups(world, kStages, groups);
+      const int replica = dp->rank(), s = pp->rank();
       auto model = gpt();
       auto part = stage_of(*model, s, kStages);
       pipeline::Schedule schedule(std::make_shared<pipeline::PipelineStage>(part, s, kStages, pp),
@@ -458,12 +460,8 @@ TEST_CASE(
     for (int s = 0; s < stages; ++s) wants.push_back(stage_of(*reference, s, stages)->state_dict());
     auto groups = std::make_shared<store::HashStore>();  // the mesh's rows and columns
     run_ranks(kRanks * kReplicas, [&](dist::ProcessGroupGloo& world, Checks& c) {
-      const int replica = world.rank() / kRanks, r = world.rank() % kRanks;
-      auto pp = std::make_shared<dist::ProcessGroupGloo>(
-          std::make_shared<store::PrefixStore>("pp" + std::to_string(replica), groups), r, kRanks);
-      auto dp = std::make_shared<dist::ProcessGroupGloo>(
-          std::make_shared<store::PrefixStore>("dp" + std::to_string(r), groups), replica,
-          kReplicas);
+      const auto [pp, dp] = mesh_groups(world, kRanks, groups);
+      const int replica = dp->rank(), r = pp->rank();
       auto model = gpt();
       std::vector<std::shared_ptr<pipeline::PipelineStage>> mine;
       std::vector<std::pair<int, std::shared_ptr<fsdp::FSDPModule>>> sharded;

@@ -9,6 +9,7 @@
 #include "optim/sgd.h"
 #include "pipeline/remote.h"
 #include "tests/dist/autograd/dist_group.h"
+#include "tests/pipeline/tiny_gpt.h"
 
 using namespace gw;
 
@@ -17,18 +18,7 @@ namespace {
 constexpr int64_t kRemoteVocab = 13, kRemoteLength = 6;
 
 std::shared_ptr<nn::GPT> remote_test_gpt() {
-  Generator gen(8);
-  auto model = std::make_shared<nn::GPT>(nn::GPTOptions{.vocab_size = kRemoteVocab,
-                                                        .context = kRemoteLength,
-                                                        .layers = 2,
-                                                        .heads = 2,
-                                                        .width = 8,
-                                                        .dropout = 0.0,
-                                                        .bias = true,
-                                                        .tie_weights = false},
-                                         gen);
-  model->to(kFloat64);
-  return model;
+  return pipeline_test::tiny_gpt(kRemoteVocab, kRemoteLength, 2, 8);
 }
 
 // On a stage's worker: stage s of 2 of the same GPT; and a parameter's gradient in a context.
