@@ -51,6 +51,24 @@ Tensor root_gradient(const Tensor& t, const Tensor& given, const char* op, size_
            shape_str(t.sizes()), ", pass a gradient");
   return ones_like(t);
 }
+
+// Where a pass from `outputs` starts: their gradient edges, and the gradients given for them
+// (`given`: none, or one each, which the message calls `given_name`), or ones for scalars.
+struct Roots {
+  std::vector<autograd::Edge> edges;
+  std::vector<Tensor> grads;
+};
+Roots roots_of(const std::vector<Tensor>& outputs, const std::vector<Tensor>& given, const char* op,
+               const char* given_name, const char* outputs_name) {
+  GW_CHECK(given.empty() || given.size() == outputs.size(), InvalidArgumentError, "[", op, "] got ",
+           given.size(), " ", given_name, " for ", outputs.size(), " ", outputs_name);
+  Roots roots;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    roots.grads.push_back(root_gradient(outputs[i], given.empty() ? Tensor() : given[i], op, i));
+    roots.edges.push_back(autograd::gradient_edge(outputs[i]));
+  }
+  return roots;
+}
 }  // namespace
 
 void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
@@ -112,31 +130,15 @@ namespace autograd {
 
 void backward(const std::vector<Tensor>& tensors, const std::vector<Tensor>& grad_tensors,
               bool retain_graph) {
-  GW_CHECK(grad_tensors.empty() || grad_tensors.size() == tensors.size(), InvalidArgumentError,
-           "[backward] got ", grad_tensors.size(), " gradients for ", tensors.size(), " tensors");
-  std::vector<Edge> roots;
-  std::vector<Tensor> grads;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    grads.push_back(root_gradient(tensors[i], grad_tensors.empty() ? Tensor() : grad_tensors[i],
-                                  "backward", i));
-    roots.push_back(gradient_edge(tensors[i]));
-  }
+  Roots roots = roots_of(tensors, grad_tensors, "backward", "gradients", "tensors");
   ExecuteOptions options;
   options.keep_graph = retain_graph;
-  run_backward(roots, grads, std::move(options));
+  run_backward(roots.edges, roots.grads, std::move(options));
 }
 
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const GradOptions& options) {
-  const auto& given = options.grad_outputs;
-  GW_CHECK(given.empty() || given.size() == outputs.size(), InvalidArgumentError, "[grad] got ",
-           given.size(), " grad_outputs for ", outputs.size(), " outputs");
-  std::vector<Edge> roots;
-  std::vector<Tensor> grads;
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    grads.push_back(root_gradient(outputs[i], given.empty() ? Tensor() : given[i], "grad", i));
-    roots.push_back(gradient_edge(outputs[i]));
-  }
+  Roots roots = roots_of(outputs, options.grad_outputs, "grad", "grad_outputs", "outputs");
   ExecuteOptions exec;
   exec.keep_graph = options.retain_graph;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -144,7 +146,7 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
              " does not require grad");
     exec.capture.push_back(gradient_edge(inputs[i]));
   }
-  std::vector<Tensor> result = run_backward(roots, grads, std::move(exec));
+  std::vector<Tensor> result = run_backward(roots.edges, roots.grads, std::move(exec));
   for (size_t i = 0; i < result.size(); ++i) {
     GW_CHECK(result[i].defined() || options.allow_unused, InvalidArgumentError, "[grad] input ", i,
              " was not used to compute the outputs; pass allow_unused = true");
@@ -158,19 +160,11 @@ std::vector<Tensor> backward_input(const std::vector<Tensor>& outputs,
   GW_CHECK(rest.empty(), InvalidArgumentError,
            "[backward_input] the WeightGradients given still hold a backward pass's rest (",
            rest.nodes_.size(), " nodes): run it, or pass an empty one");
-  GW_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(), InvalidArgumentError,
-           "[backward_input] got ", grad_outputs.size(), " grad_outputs for ", outputs.size(),
-           " outputs");
-  std::vector<Edge> roots;
-  std::vector<Tensor> grads;
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    grads.push_back(root_gradient(outputs[i], grad_outputs.empty() ? Tensor() : grad_outputs[i],
-                                  "backward_input", i));
-    roots.push_back(gradient_edge(outputs[i]));
-  }
+  Roots roots = roots_of(outputs, grad_outputs, "backward_input", "grad_outputs", "outputs");
   if (inputs.empty()) {  // nothing to capture: all of it is the rest
-    rest.nodes_.push_back(
-        {make_graph_root(roots, std::move(grads)), {}, std::vector<bool>(roots.size(), true)});
+    rest.nodes_.push_back({make_graph_root(roots.edges, std::move(roots.grads)),
+                           {},
+                           std::vector<bool>(roots.edges.size(), true)});
     return {};
   }
   ExecuteOptions exec;
@@ -184,7 +178,7 @@ std::vector<Tensor> backward_input(const std::vector<Tensor>& outputs,
   }
   std::vector<DeferredNode> deferred;  // into `rest` only once the pass succeeded
   exec.defer_rest = &deferred;
-  std::vector<Tensor> result = run_backward(roots, grads, std::move(exec));
+  std::vector<Tensor> result = run_backward(roots.edges, roots.grads, std::move(exec));
   rest.nodes_ = std::move(deferred);
   return result;
 }
