@@ -121,8 +121,8 @@ TEST_CASE("GW_TRACE under gwrun: the parameter server's RPCs on both sides, with
 }
 
 TEST_CASE(
-    "gpt_train --pp 2 --schedule zb --trace: each stage's F, I and W on its own track, in "
-    "the plan's order, never overlapping",
+    "gpt_train --pp 2 --schedule zb --trace: each stage's F, I and W on its own track, as many "
+    "as the plan has, never overlapping",
     "[examples][trace][pipeline]") {
   gw::test::TempDir dir;
   const std::string path = dir.path + "/pipeline.json";
