@@ -97,6 +97,8 @@ void check_plan(const Plan& plan, int stages, int microbatches);
 // One row per rank: "stage 0: F0 F1 B0 F2 B1 ..." with one stage per rank, else
 // "rank 0: F0@0 F0@2 ..." (action, micro-batch, @ stage).
 std::string to_string(const Plan& plan);
+// One action: "F3", "I0", "W1", or with its stage "F3@2".
+std::string to_string(const Action& a, bool with_stage = true);
 // The stages a plan runs (one more than the largest stage it names).
 int stages_of(const Plan& plan);
 
