@@ -94,12 +94,13 @@ double GPTTrainer::step(const Tensor& x, const Tensor& y) {
     l.backward();
     loss = l.item<double>();
   }
-  // Sharded or cut into stages, each parameter lives on one rank: the norm sums over the ranks.
-  if (recipe_.clip > 0 && evaluation_)  // stages sharded over the replicas: over both
-    fsdp::clip_grad_norm_(opt_->parameters(), recipe_.clip, {group_.get(), data_parallel_.get()});
-  else if (recipe_.clip > 0 && (sharded_ || pipeline_))
-    fsdp::clip_grad_norm_(opt_->parameters(), recipe_.clip, *group_);
-  else if (recipe_.clip > 0)
+  // Sharded or cut into stages, each parameter (or shard) lives on one rank of these groups: the
+  // norm sums over them (the replicas too, when the stages are sharded over them).
+  if (recipe_.clip > 0 && (sharded_ || pipeline_)) {
+    std::vector<dist::ProcessGroup*> holders{group_.get()};
+    if (!sharded_stages_.empty()) holders.push_back(data_parallel_.get());
+    fsdp::clip_grad_norm_(opt_->parameters(), recipe_.clip, holders);
+  } else if (recipe_.clip > 0)
     optim::clip_grad_norm_(opt_->parameters(), recipe_.clip);
   opt_->step();
   schedule_->step();
