@@ -88,10 +88,7 @@ class Future {
     return f;
   }
 
-  bool done() const {
-    std::lock_guard lock(state_->mu);
-    return state_->done;
-  }
+  bool done() const { return state_->ready.load(std::memory_order_acquire); }
   bool has_error() const {
     std::lock_guard lock(state_->mu);
     return state_->done && state_->error;
@@ -100,10 +97,11 @@ class Future {
   // Blocks until done; returns the value or rethrows the error.
   T wait() const {
     check_may_wait();
+    if (state_->ready.load(std::memory_order_acquire)) return completed_result();  // no lock
     spin_briefly();
     std::unique_lock lock(state_->mu);
     state_->cv.wait(lock, [&] { return state_->done; });
-    return result_locked();
+    return completed_result();
   }
   // Like wait(), but throws gw::TimeoutError if the future is not done within `timeout`.
   template <typename Rep, typename Period>
@@ -115,13 +113,13 @@ class Future {
       throw TimeoutError(gw::detail::str(
           "[Future::wait] not completed within ",
           std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count(), " ms"));
-    return result_locked();
+    return completed_result();
   }
   // The value of a completed future; throws StateError if it is still pending.
   T value() const {
     std::lock_guard lock(state_->mu);
     GW_CHECK(state_->done, StateError, "[Future::value] the future is not completed yet");
-    return result_locked();
+    return completed_result();
   }
   // The error of a completed future, or nullptr.
   std::exception_ptr exception() const {
@@ -219,7 +217,7 @@ class Future {
     std::mutex mu;
     std::condition_variable cv;
     bool done = false;
-    std::atomic<bool> ready{false};  // `done`, readable without the lock (spin_briefly)
+    std::atomic<bool> ready{false};  // `done`, readable without the lock (done(), wait())
     std::optional<Stored> value;
     std::exception_ptr error;
     std::vector<Callback> callbacks;
@@ -234,17 +232,22 @@ class Future {
   // A reply often comes within tens of microseconds: waiting that long without sleeping saves
   // the wake-up of a blocked thread, which costs about as much. Bounded, then wait() blocks.
   void spin_briefly() const {
+    if (state_->ready.load(std::memory_order_acquire)) return;  // no clock to read
     auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
     while (!state_->ready.load(std::memory_order_acquire) &&
            std::chrono::steady_clock::now() < until)
       std::this_thread::yield();
   }
 
-  T result_locked() const {
+  // Under the lock, or once `ready`: after that nothing writes them.
+  T completed_result() const {
     if (state_->error) std::rethrow_exception(state_->error);
     if constexpr (!std::is_void_v<T>) return *state_->value;
   }
 
+  // A waiter may return as soon as `ready` is set, and drop its copy: whoever completes a
+  // future keeps its own alive until this returns (a Future member of an object the waiter may
+  // free is completed through a copy, or by a caller that holds the object).
   template <typename Fill>
   void complete(Fill fill) {
     std::vector<Callback> callbacks;
@@ -257,6 +260,7 @@ class Future {
       callbacks.swap(state_->callbacks);
     }
     state_->cv.notify_all();
+    if (callbacks.empty()) return;
     Future self = *this;
     // One callback that throws must not keep the others (e.g. an RPC response) from running.
     for (auto& cb : callbacks) {

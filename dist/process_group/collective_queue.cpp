@@ -24,12 +24,13 @@ std::exception_ptr CollectiveQueue::unusable(const std::string& op,
 WorkPtr CollectiveQueue::enqueue(const CollectiveSignature& sig, Milliseconds timeout, Job job) {
   auto work = std::make_shared<Work>(sig.op);
   if (options_.run_inline)
-    work->set_run_inline([weak = weak_from_this(), w = work.get()] {
-      if (auto self = weak.lock()) self->run_inline(w);
-    });
-  if (lazy())
-    work->set_launch([weak = weak_from_this()] {
-      if (auto self = weak.lock()) self->launch();
+    work->set_driver([weak = weak_from_this()](const Work* w, Work::Drive drive) {
+      auto self = weak.lock();
+      if (!self) return;
+      if (drive == Work::Drive::kRunInline)
+        self->run_inline(w);
+      else if (self->lazy())
+        self->launch();
     });
   std::exception_ptr refused;
   {
@@ -38,9 +39,8 @@ WorkPtr CollectiveQueue::enqueue(const CollectiveSignature& sig, Milliseconds ti
     const uint64_t record = record_collective(options_.group_name, options_.rank, options_.size,
                                               next_seq_++, sig, work);
     if (!aborted_ && !stopping_) {
-      const auto now = Clock::now();
-      queue_.push_back({work, timeout_of(timeout), std::move(job), record, now});
-      last_enqueued_ = now;
+      queue_.push_back({work, timeout_of(timeout), std::move(job), record});
+      ++enqueued_;
       if (thread_asleep_ || !lazy()) cv_.notify_all();
       return work;
     }
@@ -59,7 +59,7 @@ bool CollectiveQueue::abort(std::exception_ptr failure) {
     if (aborted_) return false;
     aborted_ = failure;
     if (!broken_) broken_ = failure;
-    if (current_) failing.push_back(current_);
+    if (current_) failing.push_back(*current_);
     for (auto& q : queue_) failing.push_back(q.work);
     queue_.clear();
   }
@@ -70,24 +70,39 @@ bool CollectiveQueue::abort(std::exception_ptr failure) {
 
 void CollectiveQueue::run() {
   std::unique_lock lock(mu_);
+  // Lazily (see the header): the time between looks, and how long no collective came.
+  auto look_every = kLaunchDelay;
+  auto idle = std::chrono::milliseconds(0);
+  uint64_t enqueued_before = enqueued_;
   while (true) {
     if (!current_ && !queue_.empty()) {
-      // Unless asked to start it, leave the front to a wait() that runs it inline for a while.
-      const auto unclaimed_until = queue_.front().enqueued + kLaunchDelay;
-      if (!lazy() || launch_ || stopping_ || Clock::now() >= unclaimed_until)
+      // Unless asked to start it, leave the front to a wait() that runs it inline: until the
+      // next look.
+      Queued& front = queue_.front();
+      if (!lazy() || launch_ || stopping_ || front.seen) {
         run_front(lock);
-      else
-        cv_.wait_until(lock, unclaimed_until);
-      continue;
+        continue;
+      }
+      front.seen = true;
+      look_every = kLaunchDelay;
+    } else if (queue_.empty()) {  // nothing waited to be claimed: look less often
+      look_every = std::min(look_every * 2, kMaxLaunchDelay);
     }
     if (queue_.empty()) launch_ = false;
     if (queue_.empty() && !current_ && stopping_) return;  // everything queued is done
-    if (lazy() && Clock::now() - last_enqueued_ < kStayAwake) {
-      cv_.wait_for(lock, kLaunchDelay);  // collectives come often: look again soon
+    idle = enqueued_ == enqueued_before ? idle + look_every : std::chrono::milliseconds(0);
+    enqueued_before = enqueued_;
+    // Never asleep while a collective waits to be claimed: only a look would start it.
+    const bool unclaimed = !current_ && !queue_.empty();
+    if (lazy() && (unclaimed || idle < kStayAwake)) {
+      cv_.wait_for(lock, look_every);  // collectives come often: look again soon
     } else {
       thread_asleep_ = true;
       cv_.wait(lock);
       thread_asleep_ = false;
+      look_every = kLaunchDelay;
+      idle = std::chrono::milliseconds(0);
+      enqueued_before = enqueued_;
     }
   }
 }
@@ -110,7 +125,7 @@ void CollectiveQueue::run_inline(const Work* work) {
 void CollectiveQueue::run_front(std::unique_lock<std::mutex>& lock) {
   Queued q = std::move(queue_.front());
   queue_.pop_front();
-  current_ = q.work;
+  current_ = &q.work;
   const uint32_t tag = next_tag_++;  // every rank numbers its collectives alike
   std::exception_ptr failed = broken_;
   lock.unlock();
@@ -125,17 +140,19 @@ void CollectiveQueue::run_front(std::unique_lock<std::mutex>& lock) {
     } catch (...) {  // the queue must go on: current_ is cleared below whatever happened
       failed = std::current_exception();
     }
-    lock.lock();
-    // A backend's connections are unusable after an error in a collective: later ones would
-    // hang.
-    if (failed && !broken_) broken_ = failed;
-    lock.unlock();
+    if (failed) {
+      // A backend's connections are unusable after an error in a collective: later ones would
+      // hang.
+      lock.lock();
+      if (!broken_) broken_ = failed;
+      lock.unlock();
+    }
     // Completed (and its callbacks run) before the next collective may start: Works complete
     // in order.
     q.work->finish(failed);
   }
   lock.lock();
-  current_.reset();
+  current_ = nullptr;
   // The group's thread when there is more to run (unless it looks by itself soon), or a
   // shutdown waiting.
   if (stopping_ || (!queue_.empty() && (thread_asleep_ || launch_ || !lazy()))) cv_.notify_all();

@@ -13,9 +13,13 @@
 //   - wait() runs the collective inline;
 //   - future() and wait(timeout) — asynchronous use, like DDP's — start it on the group's
 //     thread at once;
-//   - anything else queued starts on the group's thread within kLaunchDelay: the thread looks
-//     that often while collectives come, and sleeps kStayAwake after the last one (the next
-//     one wakes it).
+//   - anything else queued starts on the group's thread when it finds the collective still
+//     unclaimed at two looks in a row. While collectives come, the thread looks every
+//     kLaunchDelay, and less often (up to kMaxLaunchDelay) while waits claim them all: each
+//     look is a wake, and with long collectives one a millisecond cost MPI 3% of its bandwidth
+//     at 4 MiB. So a collective nobody claims starts at most kMaxLaunchDelay + kLaunchDelay
+//     after it is queued. The thread sleeps kStayAwake after the last collective (the next one
+//     wakes it), never while one waits to be claimed.
 // A failure makes the group unusable:
 // every later collective fails at once naming the first failure. abort() fails what runs and
 // what is queued now, for a rank declared dead (group_liveness.h).
@@ -92,9 +96,10 @@ class CollectiveQueue : public std::enable_shared_from_this<CollectiveQueue> {
 
  private:
   using Clock = std::chrono::steady_clock;
-  // How long a queued collective nobody asked to start waits for a wait() to run it inline;
-  // also how often the awake group thread looks at the queue.
+  // How often the awake group thread looks at the queue while collectives wait to be claimed,
+  // and at most how long it leaves between looks while waits claim them all.
   static constexpr std::chrono::milliseconds kLaunchDelay{1};
+  static constexpr std::chrono::milliseconds kMaxLaunchDelay{8};
   // How long after the last collective the group's thread stays awake; then it sleeps until
   // the next one wakes it.
   static constexpr std::chrono::milliseconds kStayAwake{20};
@@ -103,7 +108,7 @@ class CollectiveQueue : public std::enable_shared_from_this<CollectiveQueue> {
     Milliseconds timeout;
     Job job;
     uint64_t record = 0;  // in the flight recorder
-    Clock::time_point enqueued;
+    bool seen = false;    // by a look of the group's thread: the next look runs it
   };
   explicit CollectiveQueue(Options options) : options_(std::move(options)) {}
   bool lazy() const { return options_.run_inline && options_.lazy_start; }
@@ -120,10 +125,12 @@ class CollectiveQueue : public std::enable_shared_from_this<CollectiveQueue> {
   bool stopping_ = false;
   bool thread_asleep_ = false;  // the group's thread waits to be woken
   bool launch_ = false;         // launch(): run what is queued without waiting for kLaunchDelay
-  Clock::time_point last_enqueued_;
+  uint64_t enqueued_ = 0;       // collectives ever queued: the thread stays awake while it grows
   std::exception_ptr broken_;   // the failure that made the group unusable
   std::exception_ptr aborted_;  // abort(): everything fails at once
-  WorkPtr current_;  // the collective running, on the group's thread or inline in a wait()
+  // The collective running, on the group's thread or inline in a wait(): run_front's, which
+  // holds it meanwhile.
+  const WorkPtr* current_ = nullptr;
   uint32_t next_tag_ = 0;
   int64_t next_seq_ = 1;  // the flight recorder's number of the next collective
   std::thread thread_;

@@ -1,6 +1,7 @@
 #include "dist/process_group/debug_process_group.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -24,11 +25,19 @@ DebugLevel distributed_debug_level() {
 }
 
 namespace {
-// "[4096] float32"
+// "[4096] float32": made for every collective, so in one buffer.
 std::string describe(const Tensor& t) {
-  std::string s = "[";
-  for (int64_t d = 0; d < t.dim(); ++d) s += (d ? ", " : "") + std::to_string(t.size(d));
-  return s + "] " + std::string(dtype_name(t.dtype()));
+  std::string s;
+  s.reserve(16 + 8 * static_cast<size_t>(t.dim()));
+  s += '[';
+  char digits[24];
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (d) s += ", ";
+    s.append(digits, std::to_chars(digits, digits + sizeof digits, t.size(d)).ptr);
+  }
+  s += "] ";
+  s += dtype_name(t.dtype());
+  return s;
 }
 }  // namespace
 
@@ -57,7 +66,9 @@ std::string reduce_text(ReduceOp op) { return op == ReduceOp::SUM ? "" : to_stri
 }  // namespace
 
 CollectiveSignature allreduce(const Tensor& tensor, const AllreduceOptions& o) {
-  return CollectiveSignature::of("allreduce", {tensor}, reduce_text(o.op));
+  std::string detail = describe(tensor);  // the most frequent collective: no vector to build
+  if (o.op != ReduceOp::SUM) detail += " " + to_string(o.op);
+  return {"allreduce", std::move(detail)};
 }
 CollectiveSignature allreduce_coalesced(const std::vector<Tensor>& tensors,
                                         const AllreduceOptions& o) {
@@ -144,7 +155,9 @@ uint64_t record_collective(const std::string& group, int rank, int size, int64_t
                                      .op = sig.op,
                                      .detail = sig.detail});
   const int64_t scheduled = trace::enabled() ? trace::now_us() : 0;
-  work->set_on_finish([=, op = sig.op, name = sig.str()](const std::exception_ptr& failure) {
+  // The timeline's name is made only for a timeline: this runs for every collective.
+  std::string name = scheduled != 0 ? sig.str() : std::string();
+  work->set_on_finish([=, op = sig.op, name = std::move(name)](const std::exception_ptr& failure) {
     debug::finish(id, failure);
     if (trace::enabled() && scheduled != 0)  // not for one begun before tracing was
       trace_collective(group, rank, size, seq,

@@ -580,30 +580,31 @@ WorkPtr ProcessGroupGloo::Impl::p2p(const char* op, const Tensor& tensor, int pe
   }
   // These live in the Work, so they hold it weakly (whoever waits holds it).
   const std::weak_ptr<Work> weak_work = work;
-  work->set_run_inline([self, posted, weak_work, outcome, conclude, abort_wait, op] {
-    WorkPtr w = weak_work.lock();
-    if (!w || !posted->claim()) return;
-    auto impl = self.lock();
-    if (!impl) {  // the group is gone; the buffer keeps its transport
-      w->finish(outcome());
-      return;
-    }
-    uint64_t token = 0;  // closing the group wakes this wait as it wakes a side thread's
-    if (std::exception_ptr closed = impl->p2p_threads.watch(w, abort_wait, &token)) {
-      conclude(w, impl->queue->unusable(op, closed));
-      return;
-    }
-    struct Unwatch {
-      detail::SideThreads& threads;
-      uint64_t token;
-      ~Unwatch() { threads.unwatch(token); }
-    } unwatch{impl->p2p_threads, token};
-    conclude(w, outcome());
-  });
-  work->set_launch([posted, weak_work] {
-    WorkPtr w = weak_work.lock();
-    if (w && posted->claim()) posted->to_side_thread(w);
-  });
+  work->set_driver(
+      [self, posted, weak_work, outcome, conclude, abort_wait, op](const Work*, Work::Drive drive) {
+        WorkPtr w = weak_work.lock();
+        if (!w || !posted->claim()) return;
+        if (drive == Work::Drive::kLaunch) {
+          posted->to_side_thread(w);
+          return;
+        }
+        auto impl = self.lock();
+        if (!impl) {  // the group is gone; the buffer keeps its transport
+          w->finish(outcome());
+          return;
+        }
+        uint64_t token = 0;  // closing the group wakes this wait as it wakes a side thread's
+        if (std::exception_ptr closed = impl->p2p_threads.watch(w, abort_wait, &token)) {
+          conclude(w, impl->queue->unusable(op, closed));
+          return;
+        }
+        struct Unwatch {
+          detail::SideThreads& threads;
+          uint64_t token;
+          ~Unwatch() { threads.unwatch(token); }
+        } unwatch{impl->p2p_threads, token};
+        conclude(w, outcome());
+      });
   return work;
 }
 

@@ -63,28 +63,42 @@ class Runtime {
 
   // While alive, operation `op` of `where` ("rank 0 of 2 in group default_pg") is in MPI and
   // must leave within `timeout`. Both strings outlive it; the message is made only if it fires.
+  // It links itself into the runtime's list of operations in MPI: nothing is allocated, as
+  // this runs for every collective.
   class Watch {
    public:
-    Watch(const std::string& op, const std::string& where, Milliseconds timeout) : runtime_(get()) {
-      const auto deadline = Clock::now() + timeout;
+    Watch(const std::string& op, const std::string& where, Milliseconds timeout)
+        : runtime_(get()),
+          deadline_(Clock::now() + timeout),
+          op_(op),
+          where_(where),
+          timeout_(timeout) {
       std::lock_guard lock(runtime_.mu_);
       runtime_.check_open_locked(op);
-      id_ = runtime_.next_++;
-      runtime_.in_mpi_.emplace(id_, InMpi{deadline, &op, &where, timeout});
+      older_ = runtime_.in_mpi_;
+      if (older_) older_->newer_ = this;
+      runtime_.in_mpi_ = this;
       // The watchdog sleeps until the earliest deadline it knew of: woken only for an earlier
       // one (a collective's costs no system call on the common path).
-      if (deadline < runtime_.wake_at_) runtime_.cv_.notify_all();
+      if (deadline_ < runtime_.wake_at_) runtime_.cv_.notify_all();
     }
     ~Watch() {
       std::lock_guard lock(runtime_.mu_);
-      runtime_.in_mpi_.erase(id_);
+      (newer_ ? newer_->older_ : runtime_.in_mpi_) = older_;
+      if (older_) older_->newer_ = newer_;
     }
     Watch(const Watch&) = delete;
     Watch& operator=(const Watch&) = delete;
 
    private:
+    friend class Runtime;
     Runtime& runtime_;
-    uint64_t id_;
+    const Clock::time_point deadline_;
+    const std::string& op_;
+    const std::string& where_;
+    const Milliseconds timeout_;
+    Watch* newer_ = nullptr;  // neighbours in the runtime's list (newest first), under its lock
+    Watch* older_ = nullptr;
   };
 
   // StateError naming `op` once the process is exiting (MPI is being finalized).
@@ -108,13 +122,6 @@ class Runtime {
   int tag_upper_bound = 32767;  // the least MPI guarantees
 
  private:
-  struct InMpi {
-    Clock::time_point deadline;
-    const std::string* op;
-    const std::string* where;
-    Milliseconds timeout;
-  };
-
   Runtime() {
     int initialized = 0, finalized = 0, provided = 0;
     MPI_Initialized(&initialized);
@@ -146,23 +153,23 @@ class Runtime {
   void watchdog() {
     std::unique_lock lock(mu_);
     while (!stopping_) {
-      if (in_mpi_.empty()) {
+      if (!in_mpi_) {
         wake_at_ = Clock::time_point::max();
         cv_.wait(lock);
         continue;
       }
-      auto late = in_mpi_.begin();
-      for (auto it = in_mpi_.begin(); it != in_mpi_.end(); ++it)
-        if (it->second.deadline < late->second.deadline) late = it;
-      if (Clock::now() < late->second.deadline) {
-        wake_at_ = late->second.deadline;
+      const Watch* late = in_mpi_;
+      for (const Watch* w = in_mpi_; w; w = w->older_)
+        if (w->deadline_ < late->deadline_) late = w;
+      if (Clock::now() < late->deadline_) {
+        wake_at_ = late->deadline_;
         cv_.wait_until(lock, wake_at_);
         continue;
       }
-      const InMpi& in = late->second;
       try {
-        const std::string what = gw::detail::str(
-            "[", *in.op, "] ", *in.where, ": not completed within ", in.timeout.count(), " ms");
+        const std::string what =
+            gw::detail::str("[", late->op_, "] ", late->where_, ": not completed within ",
+                            late->timeout_.count(), " ms");
         lock.unlock();
         std::fprintf(stderr,
                      "%s; MPI cannot cancel it: aborting the job (MPI_Abort, exit code 1)\n",
@@ -194,7 +201,7 @@ class Runtime {
       std::lock_guard lock(mu_);
       closing_ = true;
       stopping_ = true;
-      busy = !in_mpi_.empty();
+      busy = in_mpi_ != nullptr;
     }
     cv_.notify_all();
     thread_.join();
@@ -206,7 +213,7 @@ class Runtime {
   bool owned_ = false;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::map<uint64_t, InMpi> in_mpi_;
+  Watch* in_mpi_ = nullptr;  // the operations in MPI now: a list through the Watches
   Clock::time_point wake_at_ = Clock::time_point::min();  // when the watchdog looks next
   uint64_t next_ = 1;
   bool stopping_ = false;

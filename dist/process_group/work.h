@@ -30,13 +30,19 @@ struct GroupThreadScope {
 
 class Work {
  public:
+  // What a Work's driver is asked (set_driver).
+  enum class Drive {
+    kRunInline,  // wait(): run the collective here if it has not started
+    kLaunch,     // future(), wait(timeout), is_completed(): start it now, elsewhere
+  };
+
   explicit Work(std::string op) : op_(std::move(op)) {}
 
   // Throws what the collective raised. With a timeout: TimeoutError if it is still running
   // then (the collective itself goes on and fails by its own timeout).
   void wait() const {
     check_not_on_group_thread();
-    if (run_inline_ && !done_.done()) run_inline_();
+    if (driver_ && !done_.done()) driver_(this, Drive::kRunInline);
     done_.wait();
   }
   void wait(std::chrono::milliseconds timeout) const {
@@ -88,12 +94,11 @@ class Work {
   void set_on_finish(std::function<void(const std::exception_ptr&)> f) {
     on_finish_ = std::move(f);
   }
-  // How wait() may run the collective itself when it has not started yet: a collective waited
-  // for at once then costs no hand-off to the group's thread and back.
-  void set_run_inline(std::function<void()> run) { run_inline_ = std::move(run); }
-  // How future() and wait(timeout) ask the group to start the collective now rather than leave
-  // it for a wait() to run inline (collective_queue.h).
-  void set_launch(std::function<void()> launch) { launch_ = std::move(launch); }
+  // How wait() may run the collective itself when it has not started yet (a collective waited
+  // for at once then costs no hand-off to the group's thread and back), and how future(),
+  // wait(timeout) and is_completed() ask the group to start it now rather than leave it for a
+  // wait() (collective_queue.h). It is given the Work, so that it need not hold it.
+  void set_driver(std::function<void(const Work*, Drive)> driver) { driver_ = std::move(driver); }
 
  private:
   void check_not_on_group_thread() const {
@@ -103,15 +108,14 @@ class Work {
   }
 
   void ask_launch() const {
-    if (launch_ && !done_.done() && !launch_asked_.exchange(true)) launch_();
+    if (driver_ && !done_.done() && !launch_asked_.exchange(true)) driver_(this, Drive::kLaunch);
   }
 
   std::string op_;
   Future<void> done_;
   std::atomic<bool> finished_{false};
   mutable std::atomic<bool> launch_asked_{false};
-  std::function<void()> run_inline_;
-  std::function<void()> launch_;
+  std::function<void(const Work*, Drive)> driver_;
   std::function<void(const std::exception_ptr&)> on_finish_;
 };
 

@@ -68,6 +68,18 @@ void check_async(dist::ProcessGroup& pg, dist::testing::Checks& checks) {
   Tensor f = ones({6}) * static_cast<double>(r + 1);
   EXPECT(checks, completes_unasked(pg.allreduce(f)));  // on an awake group thread
   EXPECT(checks, allclose(f, full({6}, sum)));
+
+  // One queued behind a collective that runs inline for about as long as the group's thread
+  // stays awake without new collectives (20 ms; the other ranks wait in MPI for rank 1
+  // meanwhile): the thread must not go to sleep while it waits to be claimed.
+  for (int delay_ms = 14; delay_ms <= 26; ++delay_ms) {
+    Tensor g = ones({3}) * static_cast<double>(r + 1), h = ones({3}) * static_cast<double>(r + 1);
+    if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    dist::WorkPtr wg = pg.allreduce(g), wh = pg.allreduce(h);
+    wg->wait();
+    EXPECT(checks, completes_unasked(wh));
+    EXPECT(checks, allclose(h, full({3}, sum)));
+  }
 }
 
 void check_mpi_specifics(dist::ProcessGroup& pg, dist::testing::Checks& checks) {
