@@ -146,6 +146,7 @@ struct Schedule::Impl {
   LocalStage& local(int s) { return stages[static_cast<size_t>(s / ranks)]; }
   int rank_of(int s) const { return s % ranks; }
   std::shared_ptr<dist::ProcessGroup> data_parallel;  // ScheduleOptions::data_parallel
+  std::function<void(int, bool)> before_backward;     // ScheduleOptions::before_backward
   std::vector<Skip> skips;  // every stage's, in one order on every rank
   const Skip& skip(int k) const { return skips[static_cast<size_t>(k)]; }
   // A message's tag: the receiving stage, the micro-batch and the direction.
@@ -419,6 +420,7 @@ Schedule::Schedule(std::vector<std::shared_ptr<PipelineStage>> stages, Plan plan
   impl_->num_stages = num_stages;
   impl_->ranks = ranks;
   impl_->data_parallel = std::move(options.data_parallel);
+  impl_->before_backward = std::move(options.before_backward);
 }
 
 Schedule::~Schedule() = default;
@@ -528,6 +530,8 @@ void Schedule::step(const Tensor& input, const Tensor& target, std::vector<doubl
     LocalStage& ls = im.local(a.stage);
     PipelineStage& stage = *ls.stage;
     const auto mb = static_cast<size_t>(a.microbatch);
+    if (im.before_backward && a.type != ActionType::Forward)
+      im.before_backward(a.stage, last_backward[a.stage] == index);
     Tensor& x = ls.inputs[mb];
     Tensor& y = ls.outputs[mb];  // the last stage's: its loss, divided
     switch (a.type) {

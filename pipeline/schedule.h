@@ -164,6 +164,13 @@ struct ScheduleOptions {
   // with the gradient of the mean loss over all replicas' micro-batches (a parameter without a
   // gradient gets zeros). Null: one replica.
   std::shared_ptr<dist::ProcessGroup> data_parallel;
+  // Runs before each backward action (B, I or W) of a stage with whether it is the stage's last
+  // of the step. Stages sharded over the replicas (fsdp::fully_shard) give their
+  // set_requires_gradient_sync(last): their gradients add up whole on the rank until the last
+  // micro-batch's backward reduce-scatters the sum, one reduce-scatter a step rather than one a
+  // micro-batch (torch.distributed.pipelining does the same), for the price of each stage's
+  // whole gradients kept on the rank between its first and last backward.
+  std::function<void(int stage, bool last)> before_backward = {};
 };
 
 class Schedule {

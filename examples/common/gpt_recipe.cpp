@@ -41,14 +41,21 @@ GPTTrainer::GPTTrainer(std::shared_ptr<nn::GPT> model, const GPTRecipe& recipe,
       mine.push_back(std::make_shared<pipeline::PipelineStage>(part, s, stages, group));
     }
     data_parallel_ = pipeline.data_parallel;
+    pipeline::ScheduleOptions options;
+    if (pipeline.shard)  // one reduce-scatter a step, after each stage's last micro-batch
+      options.before_backward = [sharded = sharded_stages_](int stage, bool last) {
+        for (const auto& [s, unit] : sharded)
+          if (s == stage) unit->set_requires_gradient_sync(last);
+      };
+    else
+      options.data_parallel = pipeline.data_parallel;
     pipeline_ = std::make_unique<pipeline::Schedule>(
         mine, std::move(plan),
         [](const Tensor& logits, const Tensor& targets) {
           return nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}),
                                                targets.reshape({-1}));
         },
-        pipeline::ScheduleOptions{.data_parallel =
-                                      pipeline.shard ? nullptr : pipeline.data_parallel});
+        std::move(options));
     if (pipeline.shard) {  // a model's memory more on each rank; gather_stages fills it
       evaluation_ = std::make_shared<nn::GPT>(model_->options, evaluation_gen_);
       evaluation_->to(model_->wte->weight.device());

@@ -441,13 +441,18 @@ TEST_CASE(
 TEST_CASE(
     "2D with FSDP: two replicas of a GPT pipeline on 4 ranks, each stage sharded over its "
     "replicas: after an SGD step the gathered parameters equal the whole model's, under GPipe, "
-    "1F1B and interleaved (two sharded stages a rank)",
+    "1F1B and interleaved (two sharded stages a rank), reduce-scattering each micro-batch's "
+    "gradients or only their sum after the last (before_backward)",
     "[pipeline][fsdp]") {
   constexpr int kRanks = 2, kReplicas = 2;
   constexpr double kLr = 0.5;
-  for (const auto& [name, m] :
-       std::vector<std::pair<std::string, int>>{{"gpipe", 3}, {"1f1b", 3}, {"interleaved", 2}}) {
-    INFO(name);
+  for (const auto& [name, m, once] :
+       std::vector<std::tuple<std::string, int, bool>>{{"gpipe", 3, false},
+                                                       {"1f1b", 3, false},
+                                                       {"interleaved", 2, false},
+                                                       {"1f1b", 3, true},
+                                                       {"interleaved", 2, true}}) {
+    INFO(name << (once ? ", one reduce-scatter a step" : ""));
     const int stages = pipeline::stages_of(pipeline::make_plan(name, kRanks, m));
     auto [x, y] = batch(2 * kReplicas * m);
     auto reference = gpt();
@@ -475,12 +480,22 @@ TEST_CASE(
         mine.push_back(std::make_shared<pipeline::PipelineStage>(part, s, stages, pp));
       }
       optim::SGD opt(shards, optim::SGD::options(kLr));
-      pipeline::Schedule schedule(mine, pipeline::make_plan(name, kRanks, m), loss_fn);
+      pipeline::ScheduleOptions options;
+      int lasts = 0;  // backwards told they are their stage's last
+      if (once)
+        options.before_backward = [&](int stage, bool last) {
+          lasts += last;
+          for (const auto& [s, unit] : sharded)
+            if (s == stage) unit->set_requires_gradient_sync(last);
+        };
+      pipeline::Schedule schedule(mine, pipeline::make_plan(name, kRanks, m), loss_fn,
+                                  std::move(options));
       const int64_t rows = x.size(0) / kReplicas;
       opt.zero_grad();
       schedule.step(r == 0 ? x.narrow(0, replica * rows, rows) : Tensor(),
                     r == (stages - 1) % kRanks ? y.narrow(0, replica * rows, rows) : Tensor());
       opt.step();
+      if (once) c.expect(lasts == static_cast<int>(sharded.size()), "one last backward a stage");
       for (const auto& [s, unit] : sharded) {
         const NamedTensors got = unit->full_state_dict();
         const NamedTensors& want = wants[static_cast<size_t>(s)];
