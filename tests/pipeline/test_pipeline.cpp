@@ -485,8 +485,14 @@ TEST_CASE(
       if (once)
         options.before_backward = [&](int stage, bool last) {
           lasts += last;
-          for (const auto& [s, unit] : sharded)
-            if (s == stage) unit->set_requires_gradient_sync(last);
+          for (const auto& [s, unit] : sharded) {
+            if (s != stage) continue;
+            // Nothing was reduce-scattered into the shards before the last backward.
+            if (last)
+              for (const Tensor& t : unit->shards())
+                c.expect(!t.grad().defined(), "no gradient in the shards before the last");
+            unit->set_requires_gradient_sync(last);
+          }
         };
       pipeline::Schedule schedule(mine, pipeline::make_plan(name, kRanks, m), loss_fn,
                                   std::move(options));
