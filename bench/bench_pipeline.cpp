@@ -1,5 +1,6 @@
-// The bubble of each pipeline schedule, measured: 4 ranks (threads over Gloo on 127.0.0.1)
-// whose compute is replaced by calibrated sleeps, so that 4 ranks on 2 cores measure the
+// The bubble of each pipeline schedule, measured: 4 ranks (processes under mpirun, over Gloo
+// on 127.0.0.1; threads where there is no MPI) whose compute is replaced by calibrated sleeps,
+// each rank's timer slack cut to 1 ns, so that 4 ranks on 2 cores measure the
 // schedule, not the CPU: a forward sleeps 20 ms, a backward 40 ms, its halves under zero bubble
 // (I and W) 20 ms each; with two stages per rank (interleaved) each stage is half as long. Each
 // rank's idle fraction (1 - time in forwards and backwards / the step's wall time,
@@ -25,6 +26,14 @@
 #include "nn/transformer.h"
 #include "pipeline/schedule.h"
 #include "store/hash_store.h"
+#include "store/launch_env.h"
+
+#ifdef GW_HAVE_MPI
+#include <mpi.h>
+
+#include "bench/mpi_peers.h"
+#include "dist/process_group/process_group_mpi.h"
+#endif
 
 namespace {
 
@@ -93,42 +102,53 @@ struct Measured {
   int stage0_held = 0;
 };
 
-Measured measure(const gw::pipeline::Plan& plan) {
-  auto store = std::make_shared<gw::store::HashStore>();
+// One rank's part: its stages of `plan` over `pg` (kStages ranks), 5 steps. Every rank returns
+// the largest idle fraction over the ranks (median step) and its own most held micro-batches.
+Measured measure_rank(const gw::pipeline::Plan& plan,
+                      const std::shared_ptr<gw::dist::ProcessGroup>& pg) {
+  prctl(PR_SET_TIMERSLACK, 1UL);  // the sleeps stand for compute: no 50 us of slack each
+  const int r = pg->rank();
   const int stages = gw::pipeline::stages_of(plan), per_rank = stages / kStages;
   int microbatches = 0;
   for (const auto& a : plan[0]) microbatches = std::max(microbatches, a.microbatch + 1);
-  std::vector<std::future<std::pair<double, int>>> ranks;
+  auto held = std::make_shared<int>(0), most = std::make_shared<int>(0);
+  std::vector<std::shared_ptr<gw::pipeline::PipelineStage>> mine;
+  for (int st = r; st < stages; st += kStages)
+    mine.push_back(std::make_shared<gw::pipeline::PipelineStage>(
+        std::make_shared<Sleeper>(1.0 / per_rank, held, most), st, stages, pg));
+  gw::pipeline::Schedule s(mine, plan,
+                           [](const gw::Tensor& y, const gw::Tensor&) { return y.sum(); });
+  const gw::Tensor x = gw::ones({microbatches, 4});
+  std::vector<double> idles;
+  for (int step = 0; step < 5; ++step) {
+    pg->barrier()->wait();
+    s.step(x, x);
+    // The largest idle fraction over the ranks, this step.
+    gw::Tensor idle = gw::full({1}, s.last_step().idle_fraction(), gw::kFloat64);
+    pg->allreduce(idle, {.op = gw::dist::ReduceOp::MAX})->wait();
+    idles.push_back(idle.item<double>());
+  }
+  std::sort(idles.begin(), idles.end());
+  return {idles[idles.size() / 2], *most};  // the median step
+}
+
+// The ranks: kStages processes under mpirun (`world`, a Gloo group between them), or, without
+// MPI, kStages threads of this process.
+Measured measure(const gw::pipeline::Plan& plan,
+                 const std::shared_ptr<gw::dist::ProcessGroup>& world) {
+  if (world) return measure_rank(plan, world);
+  auto store = std::make_shared<gw::store::HashStore>();
+  std::vector<std::future<Measured>> ranks;
   for (int r = 0; r < kStages; ++r)
     ranks.push_back(std::async(std::launch::async, [&, r] {
-      prctl(PR_SET_TIMERSLACK, 1UL);  // the sleeps stand for compute: no 50 us of slack each
-      auto pg = std::make_shared<gw::dist::ProcessGroupGloo>(store, r, kStages);
-      auto held = std::make_shared<int>(0), most = std::make_shared<int>(0);
-      std::vector<std::shared_ptr<gw::pipeline::PipelineStage>> mine;
-      for (int st = r; st < stages; st += kStages)
-        mine.push_back(std::make_shared<gw::pipeline::PipelineStage>(
-            std::make_shared<Sleeper>(1.0 / per_rank, held, most), st, stages, pg));
-      gw::pipeline::Schedule s(mine, plan,
-                               [](const gw::Tensor& y, const gw::Tensor&) { return y.sum(); });
-      const gw::Tensor x = gw::ones({microbatches, 4});
-      std::vector<double> idles;
-      for (int step = 0; step < 5; ++step) {
-        pg->barrier()->wait();
-        s.step(x, x);
-        // The largest idle fraction over the ranks, this step.
-        gw::Tensor idle = gw::full({1}, s.last_step().idle_fraction(), gw::kFloat64);
-        pg->allreduce(idle, {.op = gw::dist::ReduceOp::MAX})->wait();
-        idles.push_back(idle.item<double>());
-      }
-      std::sort(idles.begin(), idles.end());
-      return std::pair{idles[idles.size() / 2], *most};  // the median step
+      return measure_rank(plan, std::make_shared<gw::dist::ProcessGroupGloo>(store, r, kStages));
     }));
-  Measured m;
+  Measured rank0;
   for (int r = 0; r < kStages; ++r) {
-    auto [idle, held] = ranks[r].get();
-    if (r == 0) m = {idle, held};
+    Measured got = ranks[r].get();
+    if (r == 0) rank0 = got;
   }
-  return m;
+  return rank0;
 }
 
 // Zero bubble's split backward on real compute, one thread: 4 GPT blocks (width 256, 4 heads,
@@ -180,26 +200,25 @@ void split_backward(gw::bench::Reporter& report) {
               "CPU allocator's bytes in use"});
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  gw::bench::Reporter report(argc, argv);
-  split_backward(report);
+// The schedules' rows, on every rank of `world` (null: threads); rank 0 reports.
+void bubbles(gw::bench::Reporter& report, const std::shared_ptr<gw::dist::ProcessGroup>& world) {
+  const bool reports = !world || world->rank() == 0;
   for (int m : {4, 8, 16}) {
     auto name = [&](const std::string& schedule) {
       return gw::detail::str(schedule, ", ", kStages, " ranks, ", m, " micro-batches: idle");
     };
-    auto held = [](const Measured& got) {
-      return gw::detail::str("rank 0 held ", got.stage0_held, " micro-batches at once");
+    auto held = [&](const Measured& got) {
+      return gw::detail::str(world ? "processes" : "threads", "; rank 0 held ", got.stage0_held,
+                             " micro-batches at once");
     };
     // GPipe, 1F1B and interleaved against the theory for uniform stages.
     double one_f_one_b = -1;
     for (const std::string schedule : {"gpipe", "1f1b", "interleaved"}) {
       const bool zb_wanted = report.wants("pipeline", name("zb"));
       if (!report.wants("pipeline", name(schedule)) && !(schedule == "1f1b" && zb_wanted)) continue;
-      const Measured got = measure(gw::pipeline::make_plan(schedule, kStages, m));
+      const Measured got = measure(gw::pipeline::make_plan(schedule, kStages, m), world);
       if (schedule == "1f1b") one_f_one_b = got.idle;
-      if (!report.wants("pipeline", name(schedule))) continue;
+      if (!report.wants("pipeline", name(schedule)) || !reports) continue;
       const int v = schedule == "interleaved" ? 2 : 1;
       const double theory = static_cast<double>(kStages - 1) / (v * m + kStages - 1);
       report.add({"pipeline", name(schedule), got.idle * 100, "% idle",
@@ -208,10 +227,42 @@ int main(int argc, char** argv) {
     }
     // Zero bubble against 1F1B, measured in the same run at the same micro-batches.
     if (report.wants("pipeline", name("zb")) && one_f_one_b >= 0) {
-      const Measured got = measure(gw::pipeline::zero_bubble(kStages, m));
-      report.add({"pipeline", name("zb"), got.idle * 100, "% idle", "1f1b, measured",
-                  one_f_one_b * 100, held(got)});
+      const Measured got = measure(gw::pipeline::zero_bubble(kStages, m), world);
+      if (reports)
+        report.add({"pipeline", name("zb"), got.idle * 100, "% idle", "1f1b, measured",
+                    one_f_one_b * 100, held(got)});
     }
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gw::bench::Reporter report(argc, argv);
+#ifdef GW_HAVE_MPI
+  // Four processes, as a pipeline runs: the program runs itself under mpirun -np 4, whose
+  // ranks talk over a Gloo group (MPI only starts them: its waits spin, and would take the
+  // cores the sleeping stages leave).
+  if (gw::store::detect_launch_env().launcher != "openmpi") {
+    std::fflush(stdout);
+    gw::bench::run_under_mpirun("bench_pipeline", kStages, argc, argv);
+    std::fprintf(stderr, "bench_pipeline: no mpirun (Debian: openmpi-bin): ranks as threads\n");
+  } else {
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    {
+      gw::dist::ProcessGroupMPI mpi;
+      std::shared_ptr<gw::dist::ProcessGroup> world = gw::bench::gloo_beside(mpi);
+      if (world->rank() == 0) split_backward(report);
+      world->barrier()->wait();
+      bubbles(report, world);
+      world->barrier()->wait();
+    }
+    MPI_Finalize();
+    return 0;
+  }
+#endif
+  split_backward(report);
+  bubbles(report, nullptr);
   return 0;
 }
