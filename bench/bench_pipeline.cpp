@@ -248,8 +248,16 @@ int main(int argc, char** argv) {
     gw::bench::run_under_mpirun("bench_pipeline", kStages, argc, argv);
     std::fprintf(stderr, "bench_pipeline: no mpirun (Debian: openmpi-bin): ranks as threads\n");
   } else {
-    int provided = 0;
+    int provided = 0, size = 0, rank = 0;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (size != kStages) {  // started by hand under an mpirun of another size
+      if (rank == 0)
+        std::fprintf(stderr, "bench_pipeline: needs %d ranks, mpirun started %d\n", kStages, size);
+      MPI_Finalize();
+      return 1;
+    }
     {
       gw::dist::ProcessGroupMPI mpi;
       std::shared_ptr<gw::dist::ProcessGroup> world = gw::bench::gloo_beside(mpi);
