@@ -41,7 +41,7 @@ std::string describe(const Tensor& t) {
 }
 }  // namespace
 
-CollectiveSignature CollectiveSignature::of(std::string op, const std::vector<Tensor>& tensors,
+CollectiveSignature CollectiveSignature::of(std::string op, std::span<const Tensor> tensors,
                                             const std::string& extra) {
   std::string detail;
   if (!tensors.empty()) {
@@ -66,46 +66,44 @@ std::string reduce_text(ReduceOp op) { return op == ReduceOp::SUM ? "" : to_stri
 }  // namespace
 
 CollectiveSignature allreduce(const Tensor& tensor, const AllreduceOptions& o) {
-  std::string detail = describe(tensor);  // the most frequent collective: no vector to build
-  if (o.op != ReduceOp::SUM) detail += " " + to_string(o.op);
-  return {"allreduce", std::move(detail)};
+  return CollectiveSignature::of("allreduce", tensor, reduce_text(o.op));
 }
 CollectiveSignature allreduce_coalesced(const std::vector<Tensor>& tensors,
                                         const AllreduceOptions& o) {
   return CollectiveSignature::of("allreduce_coalesced", tensors, reduce_text(o.op));
 }
 CollectiveSignature broadcast(const Tensor& tensor, const BroadcastOptions& o) {
-  return CollectiveSignature::of("broadcast", {tensor}, root_text(o.root));
+  return CollectiveSignature::of("broadcast", tensor, root_text(o.root));
 }
 CollectiveSignature reduce(const Tensor& tensor, const ReduceOptions& o) {
   std::string extra = root_text(o.root);
   if (const std::string op = reduce_text(o.op); !op.empty()) extra += " " + op;
-  return CollectiveSignature::of("reduce", {tensor}, extra);
+  return CollectiveSignature::of("reduce", tensor, extra);
 }
 CollectiveSignature allgather(const Tensor& input) {
-  return CollectiveSignature::of("allgather", {input});
+  return CollectiveSignature::of("allgather", input);
 }
 CollectiveSignature gather(const Tensor& input, const GatherOptions& o) {
-  return CollectiveSignature::of("gather", {input}, root_text(o.root));
+  return CollectiveSignature::of("gather", input, root_text(o.root));
 }
 CollectiveSignature scatter(const Tensor& output, const ScatterOptions& o) {
-  return CollectiveSignature::of("scatter", {output}, root_text(o.root));
+  return CollectiveSignature::of("scatter", output, root_text(o.root));
 }
 CollectiveSignature reduce_scatter(const Tensor& output, const CollectiveOptions& o) {
-  return CollectiveSignature::of("reduce_scatter", {output}, reduce_text(o.op));
+  return CollectiveSignature::of("reduce_scatter", output, reduce_text(o.op));
 }
 CollectiveSignature all_gather_into_tensor(const Tensor& input) {
-  return CollectiveSignature::of("all_gather_into_tensor", {input});
+  return CollectiveSignature::of("all_gather_into_tensor", input);
 }
 CollectiveSignature reduce_scatter_tensor(const Tensor& output, const CollectiveOptions& o) {
-  return CollectiveSignature::of("reduce_scatter_tensor", {output}, reduce_text(o.op));
+  return CollectiveSignature::of("reduce_scatter_tensor", output, reduce_text(o.op));
 }
 CollectiveSignature alltoall(const std::vector<Tensor>& inputs) {
   return CollectiveSignature::of("alltoall", inputs);
 }
 CollectiveSignature barrier() { return {"barrier", ""}; }
 CollectiveSignature p2p(const char* op, const Tensor& tensor, int peer, int tag) {
-  return CollectiveSignature::of(op, {tensor},
+  return CollectiveSignature::of(op, tensor,
                                  gw::detail::str(std::string_view(op) == "send" ? "to" : "from",
                                                  " rank ", peer, " tag ", tag));
 }

@@ -16,6 +16,7 @@
 
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -33,8 +34,13 @@ struct CollectiveSignature {
   std::string op;
   std::string detail;  // shapes, dtype, and what else must match (the root, the reduce op)
   // `extra` follows the shapes: "root 0", "MAX". Several tensors of one shape: "3 x [4]".
-  static CollectiveSignature of(std::string op, const std::vector<Tensor>& tensors,
+  static CollectiveSignature of(std::string op, std::span<const Tensor> tensors,
                                 const std::string& extra = "");
+  // One tensor (most collectives): made for every call, so without a vector.
+  static CollectiveSignature of(std::string op, const Tensor& tensor,
+                                const std::string& extra = "") {
+    return of(std::move(op), std::span<const Tensor>(&tensor, 1), extra);
+  }
   std::string str() const { return detail.empty() ? op : op + " " + detail; }
   // send/recv: outside the collectives' numbering.
   bool is_p2p() const { return op == "send" || op == "recv"; }

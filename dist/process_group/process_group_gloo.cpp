@@ -589,10 +589,8 @@ WorkPtr ProcessGroupGloo::Impl::p2p(const char* op, const Tensor& tensor, int pe
           return;
         }
         auto impl = self.lock();
-        if (!impl) {  // the group is gone; the buffer keeps its transport
-          w->finish(outcome());
-          return;
-        }
+        if (!impl)
+          return conclude(w, outcome());  // the group is gone; the buffer keeps its transport
         uint64_t token = 0;  // closing the group wakes this wait as it wakes a side thread's
         if (std::exception_ptr closed = impl->p2p_threads.watch(w, abort_wait, &token)) {
           conclude(w, impl->queue->unusable(op, closed));
