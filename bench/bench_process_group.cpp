@@ -1,9 +1,11 @@
 // ProcessGroupGloo allreduce: latency and bus bandwidth from 4 B to 64 MiB with two ranks as
-// threads of this process over 127.0.0.1, beside raw Gloo doing the same allreduce (the same
+// threads of this process, beside raw Gloo doing the same allreduce over 127.0.0.1 (the same
 // ring algorithm on a Gloo context made directly, no ProcessGroup, no Work) in the same run,
 // and beside PyTorch 1.13's torch.distributed.all_reduce over its gloo backend (two processes,
-// torch_anchor_allreduce.py). Bus bandwidth is bytes * 2 (n - 1) / n per second, as
-// nccl-tests counts it.
+// torch_anchor_allreduce.py). The group's allreduce goes through shared memory, as it does for
+// any ranks on one host (dist/process_group/shm_collectives.h); the rows marked "TCP" turn that
+// off (GlooOptions::shared_memory) and measure the group on Gloo's own allreduce. Bus bandwidth
+// is bytes * 2 (n - 1) / n per second, as nccl-tests counts it.
 //
 // Then the flat collectives sharded data parallelism runs on, at 4 ranks (threads): the ring
 // reduce_scatter_tensor beside raw Gloo's own reduce-scatter (ReduceScatterHalvingDoubling, an
@@ -61,10 +63,10 @@ double loop(int iters, Op op) {
 }
 
 struct Times {
-  // Best seconds per allreduce over the rounds: gradwire as it comes (liveness on, so the
-  // collective runs on the group's thread), with liveness off (failure_timeout 0: a waited
-  // collective runs on the waiting thread), raw Gloo.
-  double gradwire = 1e30, unwatched = 1e30, raw = 1e30;
+  // Best seconds per allreduce over the rounds: gradwire as it comes (shared memory, liveness
+  // on, so the collective runs on the group's thread), with liveness off (failure_timeout 0: a
+  // waited collective runs on the waiting thread), on Gloo's TCP allreduce, raw Gloo.
+  double gradwire = 1e30, unwatched = 1e30, tcp = 1e30, raw = 1e30;
 };
 
 // Both ranks run, in alternating rounds, the ProcessGroupGloo allreduce and the raw Gloo one,
@@ -72,11 +74,13 @@ struct Times {
 Times measure(const Case& c, int rounds = 5) {
   auto store = std::make_shared<gw::store::HashStore>();
   auto unwatched_store = std::make_shared<gw::store::HashStore>();
+  auto tcp_store = std::make_shared<gw::store::HashStore>();
   gloo::rendezvous::HashStore raw_store;
   auto rank_main = [&](int rank) {
     gw::dist::ProcessGroupGloo pg(store, rank, kRanks);
     gw::dist::ProcessGroupGloo unwatched(unwatched_store, rank, kRanks,
                                          {.failure_timeout = std::chrono::milliseconds(0)});
+    gw::dist::ProcessGroupGloo tcp(tcp_store, rank, kRanks, {.shared_memory = false});
     gloo::transport::tcp::attr attr;
     attr.hostname = "127.0.0.1";
     auto device = gloo::transport::tcp::CreateDevice(attr);
@@ -99,6 +103,7 @@ Times measure(const Case& c, int rounds = 5) {
       best.gradwire = std::min(best.gradwire, loop(c.iters, [&] { pg.allreduce(t)->wait(); }));
       best.unwatched =
           std::min(best.unwatched, loop(c.iters, [&] { unwatched.allreduce(t)->wait(); }));
+      best.tcp = std::min(best.tcp, loop(c.iters, [&] { tcp.allreduce(t)->wait(); }));
       best.raw = std::min(best.raw, loop(c.iters, raw_allreduce));
     }
     return best;
@@ -266,8 +271,10 @@ int main(int argc, char** argv) {
       report.add({"process_group", name, ours * 1e6, "us", "raw gloo", raw * 1e6});
       report.add({"process_group", name, ours * 1e6, "us", "gradwire, liveness off",
                   times.unwatched * 1e6});
+      report.add({"process_group", name + ", TCP", times.tcp * 1e6, "us", "raw gloo", raw * 1e6});
     } else {
       report.add({"process_group", name, bus / ours, "GB/s", "raw gloo", bus / raw});
+      report.add({"process_group", name + ", TCP", bus / times.tcp, "GB/s", "raw gloo", bus / raw});
     }
     auto t = torch ? gw::bench::json_number(*torch, "allreduce_" + std::to_string(c.bytes) + "_us")
                    : std::nullopt;

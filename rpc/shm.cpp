@@ -14,6 +14,7 @@
 #include <cstring>
 #include <fstream>
 #include <new>
+#include <utility>
 
 #include "core/error.h"
 
@@ -45,6 +46,82 @@ long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* 
 }
 
 }  // namespace
+
+void futex_wait(std::atomic<uint32_t>* word, uint32_t seen, std::chrono::nanoseconds limit) {
+  const auto s = std::chrono::duration_cast<std::chrono::seconds>(limit);
+  const timespec ts{static_cast<time_t>(s.count()), static_cast<long>((limit - s).count())};
+  futex(word, FUTEX_WAIT, seen, &ts);  // returns at once if the word is no longer `seen`
+}
+
+void futex_wake_all(std::atomic<uint32_t>* word) { futex(word, FUTEX_WAKE, INT32_MAX, nullptr); }
+
+// --- mappings --------------------------------------------------------------------------------
+
+Mapping Mapping::create(size_t bytes, const char* what) {
+  const int fd = ::memfd_create(what, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  GW_CHECK(fd >= 0, IoError, "[", what, "] memfd_create: ", std::strerror(errno));
+  // Sized and sealed before anyone else can see it: a peer cannot shrink it beneath us (which
+  // would turn our reads into SIGBUS).
+  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
+      ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    const int e = errno;
+    ::close(fd);
+    throw IoError(gw::detail::str("[", what, "] sizing a shared mapping of ", bytes,
+                                  " bytes: ", std::strerror(e)));
+  }
+  void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    const int e = errno;
+    ::close(fd);
+    throw IoError(
+        gw::detail::str("[", what, "] mapping ", bytes, " shared bytes: ", std::strerror(e)));
+  }
+  return Mapping(fd, base, bytes);
+}
+
+Mapping Mapping::open(int32_t pid, int32_t fd_there, size_t bytes, const char* what) {
+  const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd_there);
+  // Looked at before it is opened for real: O_PATH opens nothing (no device's open runs, no
+  // FIFO waits), so only a sealed regular file of the offered size is opened, through our own
+  // descriptor of it.
+  const int where = ::open(path.c_str(), O_PATH | O_CLOEXEC);
+  GW_CHECK(where >= 0, InvalidArgumentError, "[", what, "] cannot open the peer's mapping ", path,
+           ": ", std::strerror(errno));
+  struct stat st {};
+  const bool regular =
+      ::fstat(where, &st) == 0 && S_ISREG(st.st_mode) && static_cast<size_t>(st.st_size) == bytes;
+  const int fd = regular ? ::open(("/proc/self/fd/" + std::to_string(where)).c_str(),
+                                  O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK)
+                         : -1;
+  ::close(where);
+  const int seals = fd >= 0 ? ::fcntl(fd, F_GET_SEALS) : -1;
+  // The size again, now that it can no longer shrink.
+  if (seals < 0 || (seals & F_SEAL_SHRINK) == 0 || ::fstat(fd, &st) != 0 ||
+      static_cast<size_t>(st.st_size) != bytes) {
+    if (fd >= 0) ::close(fd);
+    throw InvalidArgumentError(gw::detail::str(
+        "[", what, "] ", path, " is not a sealed mapping of the offered size ", bytes));
+  }
+  void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);  // the mapping keeps it
+  GW_CHECK(base != MAP_FAILED, IoError, "[", what, "] mapping ", path, ": ", std::strerror(errno));
+  return Mapping(-1, base, bytes);
+}
+
+Mapping::Mapping(Mapping&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)),
+      base_(std::exchange(other.base_, nullptr)),
+      bytes_(other.bytes_) {}
+
+Mapping::~Mapping() {
+  if (base_ != nullptr) ::munmap(base_, bytes_);
+  close_fd();
+}
+
+void Mapping::close_fd() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
 
 const std::string& host_identity() {
   static const std::string id = [] {
@@ -82,26 +159,18 @@ namespace {
 constexpr size_t kControlBytes = 4096;
 }
 
-Segment::Segment(int fd, void* base, size_t bytes, int side, uint64_t ring_bytes)
-    : fd_(fd),
-      base_(base),
-      bytes_(bytes),
+Segment::Segment(Mapping mapping, int side, uint64_t ring_bytes)
+    : mapping_(std::move(mapping)),
       side_(side),
       ring_bytes_(ring_bytes),
-      control_(static_cast<Control*>(base)) {}
+      control_(static_cast<Control*>(mapping_.base())) {}
 
-Segment::~Segment() {
-  ::munmap(base_, bytes_);
-  close_fd();
-}
+Segment::~Segment() = default;
 
-void Segment::close_fd() {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
-}
+void Segment::close_fd() { mapping_.close_fd(); }
 
 uint8_t* Segment::ring(int direction) const {
-  return static_cast<uint8_t*>(base_) + kControlBytes +
+  return static_cast<uint8_t*>(mapping_.base()) + kControlBytes +
          static_cast<size_t>(direction) * ring_bytes_;
 }
 
@@ -110,39 +179,17 @@ std::unique_ptr<Segment> Segment::create(uint64_t ring_bytes) {
            InvalidArgumentError, "[rpc shm] ring of ", ring_bytes,
            " bytes: must be a multiple of 4096 in [", kMinRingBytes, ", ", kMaxRingBytes, "]");
   static_assert(sizeof(Control) <= kControlBytes);
-  const size_t bytes = kControlBytes + 2 * ring_bytes;
-  const int fd = ::memfd_create("gradwire-rpc", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  GW_CHECK(fd >= 0, IoError, "[rpc shm] memfd_create: ", std::strerror(errno));
-  // Sized and sealed before anyone else can see it: a peer cannot shrink it beneath us (which
-  // would turn our reads into SIGBUS).
-  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
-      ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
-    const int e = errno;
-    ::close(fd);
-    throw IoError(
-        gw::detail::str("[rpc shm] sizing a segment of ", bytes, " bytes: ", std::strerror(e)));
-  }
-  void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (base == MAP_FAILED) {
-    const int e = errno;
-    ::close(fd);
-    throw IoError(
-        gw::detail::str("[rpc shm] mapping a segment of ", bytes, " bytes: ", std::strerror(e)));
-  }
-  auto* c = new (base) Control{};
+  Mapping mapping = Mapping::create(kControlBytes + 2 * ring_bytes, "rpc shm");
+  auto* c = new (mapping.base()) Control{};
   c->magic = kMagic;
   c->ring_bytes = ring_bytes;
-  if (::getrandom(c->token, kTokenBytes, 0) != static_cast<ssize_t>(kTokenBytes)) {
-    const int e = errno;
-    ::munmap(base, bytes);
-    ::close(fd);
-    throw IoError(gw::detail::str("[rpc shm] getrandom: ", std::strerror(e)));
-  }
-  return std::unique_ptr<Segment>(new Segment(fd, base, bytes, 0, ring_bytes));
+  GW_CHECK(::getrandom(c->token, kTokenBytes, 0) == static_cast<ssize_t>(kTokenBytes), IoError,
+           "[rpc shm] getrandom: ", std::strerror(errno));
+  return std::unique_ptr<Segment>(new Segment(std::move(mapping), 0, ring_bytes));
 }
 
 Offer Segment::offer() const {
-  return {host_identity(), static_cast<int32_t>(::getpid()), fd_, ring_bytes_,
+  return {host_identity(), static_cast<int32_t>(::getpid()), mapping_.fd(), ring_bytes_,
           std::string(control_->token, kTokenBytes)};
 }
 
@@ -154,33 +201,10 @@ std::unique_ptr<Segment> Segment::attach(const Offer& offer) {
                offer.ring_bytes % 4096 == 0 && offer.token.size() == kTokenBytes,
            InvalidArgumentError, "[rpc shm] a malformed offer: ring of ", offer.ring_bytes,
            " bytes, token of ", offer.token.size());
+  Mapping mapping =
+      Mapping::open(offer.pid, offer.fd, kControlBytes + 2 * offer.ring_bytes, "rpc shm");
   const std::string path = "/proc/" + std::to_string(offer.pid) + "/fd/" + std::to_string(offer.fd);
-  // Looked at before it is opened for real: O_PATH opens nothing (no device's open runs, no
-  // FIFO waits), so only a sealed regular file of the offered size is opened, through our own
-  // descriptor of it.
-  const int where = ::open(path.c_str(), O_PATH | O_CLOEXEC);
-  GW_CHECK(where >= 0, InvalidArgumentError, "[rpc shm] cannot open the peer's segment ", path,
-           ": ", std::strerror(errno));
-  const size_t bytes = kControlBytes + 2 * offer.ring_bytes;
-  struct stat st {};
-  const bool regular =
-      ::fstat(where, &st) == 0 && S_ISREG(st.st_mode) && static_cast<size_t>(st.st_size) == bytes;
-  const int fd = regular ? ::open(("/proc/self/fd/" + std::to_string(where)).c_str(),
-                                  O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK)
-                         : -1;
-  ::close(where);
-  const int seals = fd >= 0 ? ::fcntl(fd, F_GET_SEALS) : -1;
-  // The size again, now that it can no longer shrink.
-  if (seals < 0 || (seals & F_SEAL_SHRINK) == 0 || ::fstat(fd, &st) != 0 ||
-      static_cast<size_t>(st.st_size) != bytes) {
-    if (fd >= 0) ::close(fd);
-    throw InvalidArgumentError(gw::detail::str(
-        "[rpc shm] ", path, " is not a sealed segment of the offered size ", bytes));
-  }
-  void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  ::close(fd);  // the mapping keeps it
-  GW_CHECK(base != MAP_FAILED, IoError, "[rpc shm] mapping ", path, ": ", std::strerror(errno));
-  auto seg = std::unique_ptr<Segment>(new Segment(-1, base, bytes, 1, offer.ring_bytes));
+  auto seg = std::unique_ptr<Segment>(new Segment(std::move(mapping), 1, offer.ring_bytes));
   Control* c = seg->control_;
   GW_CHECK(c->magic == kMagic && c->ring_bytes == offer.ring_bytes &&
                std::memcmp(c->token, offer.token.data(), kTokenBytes) == 0,
@@ -266,12 +290,7 @@ void Segment::sleep(const std::function<bool()>& ready, std::chrono::millisecond
   const uint32_t seen = b.seq.load(std::memory_order_acquire);
   b.sleeping.store(1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (!ready()) {
-    const auto s = std::chrono::duration_cast<std::chrono::seconds>(limit);
-    const timespec ts{static_cast<time_t>(s.count()),
-                      static_cast<long>(std::chrono::nanoseconds(limit - s).count())};
-    futex(&b.seq, FUTEX_WAIT, seen, &ts);  // returns at once if rung since `seen`
-  }
+  if (!ready()) futex_wait(&b.seq, seen, limit);  // returns at once if rung since `seen`
   b.sleeping.store(0, std::memory_order_relaxed);
 }
 

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -41,6 +42,38 @@ inline constexpr uint64_t kMaxRingBytes = uint64_t{1} << 30;
 // as separate hosts). What keeps a segment to its two processes is /proc's access check (same
 // user, ptrace rules) and the token, not this string.
 const std::string& host_identity();
+
+// A sealed, anonymous memory file mapped shared: the bytes under a Segment, and under the
+// process groups' shared-memory collectives (dist/process_group/shm_collectives.h). Another
+// process of this host maps it through /proc/<pid>/fd/<fd>; nothing outlives the processes.
+class Mapping {
+ public:
+  // A zero-filled file of `bytes`, sealed against resizing, its descriptor open until
+  // close_fd(). `what` names the user in errors. Throws IoError.
+  static Mapping create(size_t bytes, const char* what);
+  // Maps descriptor `fd` of process `pid` if it is a sealed regular file of exactly `bytes`.
+  // Throws InvalidArgumentError naming what did not match, IoError if mapping fails.
+  static Mapping open(int32_t pid, int32_t fd, size_t bytes, const char* what);
+  Mapping(Mapping&& other) noexcept;
+  Mapping& operator=(Mapping&&) = delete;
+  ~Mapping();
+
+  void* base() const { return base_; }
+  size_t bytes() const { return bytes_; }
+  int fd() const { return fd_; }
+  void close_fd();  // the peers have mapped it, or never will
+
+ private:
+  Mapping(int fd, void* base, size_t bytes) : fd_(fd), base_(base), bytes_(bytes) {}
+  int fd_;
+  void* base_;
+  size_t bytes_;
+};
+
+// Futex waits and wake-ups on a word shared between processes. wait returns when the word is no
+// longer `seen`, when woken, or after `limit`.
+void futex_wait(std::atomic<uint32_t>* word, uint32_t seen, std::chrono::nanoseconds limit);
+void futex_wake_all(std::atomic<uint32_t>* word);
 
 // What the connecting side sends so that its peer can map the segment.
 struct Offer {
@@ -87,13 +120,11 @@ class Segment {
 
  private:
   struct Control;
-  Segment(int fd, void* base, size_t bytes, int side, uint64_t ring_bytes);
+  Segment(Mapping mapping, int side, uint64_t ring_bytes);
   uint8_t* ring(int direction) const;
   void ring_bell(int side);
 
-  int fd_;  // side 0's descriptor until close_fd(); -1 after
-  void* base_;
-  size_t bytes_;
+  Mapping mapping_;  // side 0 keeps its descriptor until close_fd()
   int side_;
   uint64_t ring_bytes_;
   Control* control_;

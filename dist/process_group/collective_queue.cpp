@@ -21,9 +21,10 @@ std::exception_ptr CollectiveQueue::unusable(const std::string& op,
                       " group is unusable after an earlier failure: ", what_of(failure))));
 }
 
-WorkPtr CollectiveQueue::enqueue(const CollectiveSignature& sig, Milliseconds timeout, Job job) {
+WorkPtr CollectiveQueue::enqueue(const CollectiveSignature& sig, Milliseconds timeout, Job job,
+                                 bool returns_on_abort) {
   auto work = std::make_shared<Work>(sig.op);
-  if (options_.run_inline)
+  if (options_.run_inline || returns_on_abort)
     work->set_driver([weak = weak_from_this()](const Work* w, Work::Drive drive) {
       auto self = weak.lock();
       if (!self) return;

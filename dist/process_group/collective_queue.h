@@ -77,8 +77,11 @@ class CollectiveQueue : public std::enable_shared_from_this<CollectiveQueue> {
   // Starts the group's thread, which shares the queue: after an abort it may outlive the group.
   static std::shared_ptr<CollectiveQueue> start(Options options);
 
-  // Queues `job` as the next collective, recorded in the flight recorder under `sig`.
-  WorkPtr enqueue(const CollectiveSignature& sig, Milliseconds timeout, Job job);
+  // Queues `job` as the next collective, recorded in the flight recorder under `sig`. A job that
+  // `returns_on_abort` (its backend wakes it when the group aborts: shared memory) may run on
+  // a waiting thread even when Options::run_inline is off.
+  WorkPtr enqueue(const CollectiveSignature& sig, Milliseconds timeout, Job job,
+                  bool returns_on_abort = false);
   // Fails the running collective, everything queued and everything later with `failure`, now.
   // Returns false when the queue was aborted already.
   bool abort(std::exception_ptr failure);

@@ -27,6 +27,7 @@
 #include "dist/process_group/collective_queue.h"
 #include "dist/process_group/debug_process_group.h"
 #include "dist/process_group/group_liveness.h"
+#include "dist/process_group/shm_collectives.h"
 #include "store/liveness.h"
 
 namespace gw::dist {
@@ -107,6 +108,13 @@ GlooReduce reduce_function(ReduceOp op) {
 
 uint8_t* bytes_of(const Tensor& t) { return static_cast<uint8_t*>(t.raw_data()); }
 
+// GlooOptions::shared_memory, or when unset, not GW_GLOO_SHM=0.
+bool wants_shared_memory(const std::optional<bool>& given) {
+  if (given) return *given;
+  const char* env = std::getenv("GW_GLOO_SHM");
+  return env == nullptr || std::string_view(env) != "0";
+}
+
 // Runs `job` and turns Gloo's errors into ours, naming the op and this rank.
 std::exception_ptr attempt(int rank, int size, const std::string& op, Milliseconds timeout,
                            const std::function<void()>& job) {
@@ -129,11 +137,29 @@ std::exception_ptr attempt(int rank, int size, const std::string& op, Millisecon
   }
 }
 
+// How a group's allreduce moves its bytes: Gloo's pairs, or, with every rank on this host, the
+// group's shared memory (null otherwise).
+struct Transport {
+  std::shared_ptr<gloo::Context> context;
+  std::shared_ptr<detail::ShmCollectives> shm;
+};
+
 // An allreduce of `t` on the group's thread (the body of the reducing collectives).
-void allreduce_now(const std::shared_ptr<gloo::Context>& context, const Tensor& t, ReduceOp op,
-                   uint32_t tag, Milliseconds timeout) {
+void allreduce_now(const Transport& via, const Tensor& t, ReduceOp op, uint32_t tag,
+                   Milliseconds timeout) {
   if (t.numel() == 0) return;
+  const std::shared_ptr<gloo::Context>& context = via.context;
   dispatch_reduce(t.dtype(), op, "allreduce", [&]<typename T>() {
+    if (via.shm) {
+      const uint64_t kind = static_cast<uint64_t>(t.dtype()) << 8 | static_cast<uint64_t>(op);
+      auto describe = [](uint64_t k) {
+        return std::string(dtype_name(static_cast<DType>(k >> 8))) + " " +
+               to_string(static_cast<ReduceOp>(k & 0xff));
+      };
+      via.shm->allreduce("allreduce", t.raw_data(), static_cast<size_t>(t.numel()), sizeof(T),
+                         reduce_function<T>(op), kind, describe, timeout);
+      return;
+    }
     gloo::AllreduceOptions g(context);
     g.setOutput<T>(static_cast<T*>(t.raw_data()), static_cast<size_t>(t.numel()));
     g.setReduceFunction(reduce_function<T>(op));
@@ -237,6 +263,7 @@ struct ProcessGroupGloo::Impl : std::enable_shared_from_this<ProcessGroupGloo::I
   int rank = 0, size = 0;
   GlooOptions options;
   std::shared_ptr<gloo::rendezvous::Context> context;
+  std::shared_ptr<detail::ShmCollectives> shm;  // every rank on this host, and wanted
   std::shared_ptr<detail::CollectiveQueue> queue;
   detail::SideThreads p2p_threads;  // send and receive
   std::mutex posted_mu;
@@ -244,6 +271,7 @@ struct ProcessGroupGloo::Impl : std::enable_shared_from_this<ProcessGroupGloo::I
   // The buffers and tensors of transfers that failed or timed out (their Work is finished):
   // Gloo may still hold them, so they go with the group only.
   std::vector<std::function<std::exception_ptr()>> failed_transfers;
+  Transport transport() const { return {context, shm}; }
   void hold(std::function<std::exception_ptr()> transfer) {
     std::lock_guard lock(posted_mu);
     failed_transfers.push_back(std::move(transfer));
@@ -267,6 +295,7 @@ void ProcessGroupGloo::Impl::abort(const std::string& why) {
       IoError(gw::detail::str("[process_group] rank ", rank, " of ", size, ": ", why)));
   // Send and receive are woken first: a Work's callback may destroy the group, joining them.
   std::vector<WorkPtr> sides = p2p_threads.close(failure);
+  if (shm) shm->abort(gw::detail::str("[process_group] rank ", rank, " of ", size, ": ", why));
   if (!queue->abort(failure)) return;
   for (auto& w : sides) w->finish(failure);
 }
@@ -288,10 +317,12 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<store::Store> store, int rank
     auto device = gloo::transport::tcp::CreateDevice(attr);
     impl_->context = std::make_shared<gloo::rendezvous::Context>(rank, size);
     impl_->context->setTimeout(options.timeout);
-    GlooStore gloo_store(std::move(store));
+    GlooStore gloo_store(store);
     impl_->context->connectFullMesh(gloo_store, device);
   });
   if (failed) std::rethrow_exception(failed);
+  impl_->shm = detail::ShmCollectives::connect(
+      *store, rank, size, wants_shared_memory(options.shared_memory), options.timeout);
   const bool watched = impl_->options.failure_timeout.count() > 0;
   impl_->queue = detail::CollectiveQueue::start(
       {.backend = "gloo",
@@ -300,7 +331,8 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<store::Store> store, int rank
        .size = size,
        .timeout = options.timeout,
        // Inline, a collective would run on the waiter's thread, which a dead rank could then
-       // hold in Gloo: with liveness on, collectives run on the group's thread only.
+       // hold in Gloo: with liveness on, collectives run on the group's thread only, but for
+       // those through shared memory, which abort() wakes.
        .run_inline = !watched,
        .attempt = [rank, size](const std::string& op, Milliseconds timeout,
                                const std::function<void()>& job) {
@@ -327,6 +359,8 @@ ProcessGroupGloo::~ProcessGroupGloo() {
     impl_->p2p_threads.join_all();
 }
 
+bool ProcessGroupGloo::uses_shared_memory() const { return impl_->shm != nullptr; }
+
 // The checks every reducing collective makes before anything is queued.
 static void check_reducible(const char* name, const Tensor& t, ReduceOp op) {
   ProcessGroupGloo::check_avg(name, t, op);
@@ -338,9 +372,10 @@ WorkPtr ProcessGroupGloo::allreduce(Tensor& tensor, AllreduceOptions o) {
   check_reducible("allreduce", tensor, o.op);
   return impl_->queue->enqueue(
       signature::allreduce(tensor, o), o.timeout,
-      [t = tensor, op = o.op, ctx = impl_->context](uint32_t tag, Milliseconds to) {
-        allreduce_now(ctx, t, op, tag, to);
-      });
+      [t = tensor, op = o.op, via = impl_->transport()](uint32_t tag, Milliseconds to) {
+        allreduce_now(via, t, op, tag, to);
+      },
+      impl_->shm != nullptr);
 }
 
 WorkPtr ProcessGroupGloo::allreduce_coalesced(std::vector<Tensor>& tensors, AllreduceOptions o) {
@@ -349,10 +384,11 @@ WorkPtr ProcessGroupGloo::allreduce_coalesced(std::vector<Tensor>& tensors, Allr
   Tensor flat = concat(tensors);
   return impl_->queue->enqueue(
       signature::allreduce_coalesced(tensors, o), o.timeout,
-      [flat, tensors, op = o.op, ctx = impl_->context](uint32_t tag, Milliseconds to) mutable {
-        allreduce_now(ctx, flat, op, tag, to);
+      [flat, tensors, op = o.op, via = impl_->transport()](uint32_t tag, Milliseconds to) mutable {
+        allreduce_now(via, flat, op, tag, to);
         split(flat, tensors);
-      });
+      },
+      impl_->shm != nullptr);
 }
 
 WorkPtr ProcessGroupGloo::broadcast(Tensor& tensor, BroadcastOptions o) {

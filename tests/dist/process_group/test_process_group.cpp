@@ -2,7 +2,9 @@
 // computed locally, at world sizes 1 to 4, and its errors.
 #include <catch2/catch.hpp>
 
+#include <cstring>
 #include <future>
+#include <optional>
 #include <string>
 
 #include "core/ops.h"
@@ -10,6 +12,7 @@
 #include "store/hash_store.h"
 #include "tests/dist/process_group/collective_checks.h"
 #include "tests/dist/process_group/ranks.h"
+#include "tests/scoped_env.h"
 
 using namespace gw;
 using namespace gw::dist;
@@ -21,10 +24,75 @@ using gw::dist::testing::run_ranks;
 using gw::dist::testing::values;
 
 TEST_CASE("every collective, dtype and op at world sizes 1 to 4", "[process_group][gloo]") {
+  const bool shm = GENERATE(true, false);  // allreduce through shared memory, or Gloo's TCP
   for (int world = 1; world <= 4; ++world) {
-    INFO("world " << world);
-    run_ranks(world, [](ProcessGroupGloo& pg, Checks& c) { check_every_collective(pg, c); });
+    INFO("world " << world << (shm ? ", shared memory" : ", TCP"));
+    run_ranks(world,
+              [&](ProcessGroupGloo& pg, Checks& c) {
+                EXPECT(c, pg.uses_shared_memory() == (shm && world > 1));
+                check_every_collective(pg, c);
+              },
+              {.shared_memory = shm});
   }
+}
+
+// Shared memory (dist/process_group/shm_collectives.h) goes through a buffer in chunks of a
+// slot, each split in one part per rank: sizes around a chunk's, at a world size that does not
+// divide them, reduce exactly (int64) and leave the same bits on every rank (float32, whose sum
+// depends on its order).
+TEST_CASE("allreduce through shared memory across chunks, exact and the same on every rank",
+          "[process_group][gloo][shm]") {
+  constexpr int kWorld = 3;
+  const int64_t chunk = (int64_t{1} << 20) / 8;  // int64 elements in a slot of 1 MiB
+  for (int64_t n : {int64_t{1}, int64_t{17}, chunk - 1, 2 * chunk + 7}) {
+    INFO(n << " elements");
+    std::vector<Tensor> floats(kWorld);
+    run_ranks(kWorld, [&](ProcessGroupGloo& pg, Checks& c) {
+      EXPECT(c, pg.uses_shared_memory());
+      Tensor t = arange(n, kInt64) * (pg.rank() + 1);
+      pg.allreduce(t)->wait();
+      EXPECT(c, equal(t, arange(n, kInt64) * (kWorld * (kWorld + 1) / 2)));
+      Generator gen(static_cast<uint64_t>(pg.rank()));
+      Tensor f = randn({n}, gen);
+      pg.allreduce(f, {.op = dist::ReduceOp::AVG})->wait();
+      floats[pg.rank()] = f;
+    });
+    for (int r = 1; r < kWorld; ++r)
+      CHECK(std::memcmp(floats[r].raw_data(), floats[0].raw_data(), floats[0].nbytes()) == 0);
+  }
+}
+
+TEST_CASE("shared memory is off for the whole group when one rank turns it off",
+          "[process_group][gloo][shm]") {
+  const bool by_env = GENERATE(false, true);
+  auto store = std::make_shared<gw::store::HashStore>();
+  Checks checks;
+  std::vector<std::future<void>> ranks;
+  std::optional<test::ScopedEnv> off;
+  if (by_env) off.emplace("GW_GLOO_SHM", "0");  // read by each rank's constructor
+  for (int r = 0; r < 2; ++r)
+    ranks.push_back(std::async(std::launch::async, [&, r] {
+      GlooOptions options;
+      if (!by_env && r == 1) options.shared_memory = false;
+      if (by_env && r == 0) options.shared_memory = true;  // the options win over the variable
+      ProcessGroupGloo pg(store, r, 2, options);
+      EXPECT(checks, !pg.uses_shared_memory());
+      Tensor t = values(r, kFloat64);
+      pg.allreduce(t)->wait();
+      EXPECT(checks, allclose(t, expected(dist::ReduceOp::SUM, 2, kFloat64)));
+    }));
+  for (auto& f : ranks) f.get();
+  gw::dist::testing::require_passed(checks);
+}
+
+TEST_CASE("ranks that disagree on an allreduce through shared memory all fail, naming both",
+          "[process_group][gloo][shm][errors]") {
+  run_ranks(2, [](ProcessGroupGloo& pg, Checks& c) {
+    Tensor t = ones({pg.rank() == 0 ? 4 : 8});
+    EXPECT_THROWS(c, InvalidArgumentError, pg.allreduce(t)->wait(), "disagree",
+                  "4 elements of float32 SUM", "8 elements of float32 SUM");
+    EXPECT_THROWS(c, std::exception, pg.allreduce(t)->wait(), "unusable");
+  });
 }
 
 TEST_CASE("collectives reject bad arguments with clear errors", "[process_group][gloo][errors]") {

@@ -1,0 +1,321 @@
+#include "dist/process_group/shm_collectives.h"
+
+#include <poll.h>
+#include <sched.h>
+#include <sys/random.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace gw::dist::detail {
+
+namespace {
+
+constexpr uint64_t kMagic = 0x31676d6873677767;  // "gwgshmg1"
+constexpr size_t kTokenBytes = 16;
+constexpr size_t kPage = 4096;
+constexpr size_t kLine = 64;
+constexpr size_t kMaxSlotBytes = size_t{1} << 20;
+constexpr size_t kAllSlotsBytes = size_t{32} << 20;  // over every rank, each of the two sets
+// A waiter polls this long before it sleeps: a barrier's peers are usually microseconds behind.
+constexpr auto kSpin = std::chrono::microseconds(50);
+// A sleeper looks at the clock and whether the ranks it waits for still live at least this
+// often (a dead process rings nothing; abort(), fail() and a leaving rank do ring).
+constexpr auto kMaxSleep = std::chrono::milliseconds(10);
+
+std::string hex(const char* data, size_t n) {
+  static const char* digits = "0123456789abcdef";
+  std::string s;
+  for (size_t i = 0; i < n; ++i) {
+    s += digits[(static_cast<uint8_t>(data[i]) >> 4) & 0xf];
+    s += digits[static_cast<uint8_t>(data[i]) & 0xf];
+  }
+  return s;
+}
+
+}  // namespace
+
+// The segment's first page; the ranks' lines follow it, then the slots.
+struct ShmCollectives::Control {
+  uint64_t magic;
+  uint64_t size;
+  uint64_t slot_bytes;
+  char token[kTokenBytes];
+  alignas(kLine) std::atomic<uint32_t> bell;  // the futex word sleepers wait on
+  std::atomic<uint32_t> sleepers;
+  std::atomic<int32_t> failed_rank;  // the first rank whose collective failed, or -1
+};
+
+struct alignas(kLine) ShmCollectives::RankLine {
+  std::atomic<uint64_t> arrived;  // barriers passed through (published with release)
+  std::atomic<int32_t> pid;       // the rank's process
+  std::atomic<uint32_t> left;     // its group was destroyed
+  std::atomic<uint64_t> count;    // this collective's element count and kind, for the check
+  std::atomic<uint64_t> kind;     // (ordered by `arrived`: relaxed)
+};
+
+static_assert(std::atomic<uint64_t>::is_always_lock_free &&
+                  std::atomic<uint32_t>::is_always_lock_free &&
+                  std::atomic<int32_t>::is_always_lock_free,
+              "the segment's words are shared between processes: they must be lock-free");
+
+namespace {
+
+size_t lines_bytes(int size) { return (size * kLine + kPage - 1) / kPage * kPage; }
+
+size_t segment_bytes(int size, size_t slot_bytes) {
+  return kPage + lines_bytes(size) + 2 * static_cast<size_t>(size) * slot_bytes;
+}
+
+std::string key(const std::string& what, int rank) {
+  return "gw_shm/" + what + "/" + std::to_string(rank);
+}
+
+}  // namespace
+
+std::shared_ptr<ShmCollectives> ShmCollectives::connect(store::Store& store, int rank, int size,
+                                                        bool wanted, Milliseconds timeout) {
+  // 1. Where is everyone? A rank that does not want shared memory says so with an empty host.
+  store.set(key("host", rank), wanted ? rpc::shm::host_identity() : std::string());
+  std::vector<std::string> hosts;
+  std::vector<std::string> keys;
+  for (int r = 0; r < size; ++r) keys.push_back(key("host", r));
+  store.wait(keys, timeout);
+  for (int r = 0; r < size; ++r) hosts.push_back(store.get_string(keys[r]));
+  const bool together =
+      size > 1 && std::all_of(hosts.begin(), hosts.end(),
+                              [&](const std::string& h) { return !h.empty() && h == hosts[0]; });
+  if (!together) return nullptr;
+
+  // 2. Rank 0 offers a segment; every rank maps it and says whether it could.
+  const size_t slot_bytes =
+      std::clamp(kAllSlotsBytes / static_cast<size_t>(size) / kPage * kPage, kPage, kMaxSlotBytes);
+  const size_t bytes = segment_bytes(size, slot_bytes);
+  std::shared_ptr<ShmCollectives> shm;
+  std::string failure;
+  try {
+    if (rank == 0) {
+      rpc::shm::Mapping mapping = rpc::shm::Mapping::create(bytes, "process_group shm");
+      auto* c = new (mapping.base()) Control{};
+      c->magic = kMagic;
+      c->size = static_cast<uint64_t>(size);
+      c->slot_bytes = slot_bytes;
+      c->failed_rank.store(-1);
+      GW_CHECK(::getrandom(c->token, kTokenBytes, 0) == static_cast<ssize_t>(kTokenBytes), IoError,
+               "[process_group shm] getrandom: ", std::strerror(errno));
+      store.set("gw_shm/offer", std::to_string(::getpid()) + " " + std::to_string(mapping.fd()) +
+                                    " " + hex(c->token, kTokenBytes));
+      shm.reset(new ShmCollectives(std::move(mapping), rank, size, slot_bytes));
+    } else {
+      std::istringstream offer(store.get_string("gw_shm/offer"));
+      int32_t pid = 0, fd = -1;
+      std::string token;
+      offer >> pid >> fd >> token;
+      rpc::shm::Mapping mapping = rpc::shm::Mapping::open(pid, fd, bytes, "process_group shm");
+      const auto* c = static_cast<const Control*>(mapping.base());
+      GW_CHECK(c->magic == kMagic && c->size == static_cast<uint64_t>(size) &&
+                   c->slot_bytes == slot_bytes && hex(c->token, kTokenBytes) == token,
+               InvalidArgumentError, "[process_group shm] /proc/", pid, "/fd/", fd,
+               " does not hold the offered segment");
+      shm.reset(new ShmCollectives(std::move(mapping), rank, size, slot_bytes));
+    }
+  } catch (const Error& e) {
+    failure = e.what();
+    if (rank == 0) store.set("gw_shm/offer", std::string("none"));
+  }
+  if (shm) shm->line(rank).pid.store(static_cast<int32_t>(::getpid()));
+  store.set(key("mapped", rank), failure.empty() ? std::string("ok") : failure);
+  keys.clear();
+  for (int r = 0; r < size; ++r) keys.push_back(key("mapped", r));
+  store.wait(keys, timeout);
+  for (int r = 0; r < size; ++r) {
+    const std::string said = store.get_string(keys[r]);
+    if (said != "ok") {
+      if (r == rank)
+        log_error("[process_group] rank ", rank, " of ", size,
+                  ": collectives go through Gloo, not shared memory: ", said);
+      return nullptr;  // on every rank
+    }
+  }
+  if (rank == 0) shm->mapping_.close_fd();  // every rank has it mapped
+  // The other processes' pidfds tell when one ends without leaving (killed, or exited).
+  shm->exits_.assign(size, -1);
+  for (int r = 0; r < size; ++r) {
+    const int32_t pid = shm->line(r).pid.load();
+    if (pid != ::getpid()) shm->exits_[r] = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  }
+  return shm;
+}
+
+ShmCollectives::ShmCollectives(rpc::shm::Mapping mapping, int rank, int size, size_t slot_bytes)
+    : mapping_(std::move(mapping)),
+      rank_(rank),
+      size_(size),
+      slot_bytes_(slot_bytes),
+      control_(static_cast<Control*>(mapping_.base())) {
+  static_assert(sizeof(Control) <= kPage && sizeof(RankLine) == kLine);
+}
+
+ShmCollectives::~ShmCollectives() {
+  line(rank_).left.store(1);
+  control_->bell.fetch_add(1);
+  rpc::shm::futex_wake_all(&control_->bell);  // a rank waiting for this one fails now
+  for (int fd : exits_)
+    if (fd >= 0) ::close(fd);
+}
+
+void ShmCollectives::check_waited_for(const char* op, uint64_t target) {
+  for (int r = 0; r < size_; ++r) {
+    if (line(r).arrived.load(std::memory_order_acquire) >= target) continue;
+    if (line(r).left.load() != 0)
+      fail(op, gw::detail::str("rank ", r, " left the group"), Failure::kPeer);
+    pollfd exit{.fd = exits_[r], .events = POLLIN, .revents = 0};
+    if (exit.fd >= 0 && ::poll(&exit, 1, 0) > 0)
+      fail(op, gw::detail::str("rank ", r, " (pid ", line(r).pid.load(), ") exited"),
+           Failure::kPeer);
+  }
+}
+
+ShmCollectives::RankLine& ShmCollectives::line(int rank) const {
+  return reinterpret_cast<RankLine*>(static_cast<uint8_t*>(mapping_.base()) + kPage)[rank];
+}
+
+uint8_t* ShmCollectives::slot(int set, int rank) const {
+  return static_cast<uint8_t*>(mapping_.base()) + kPage + lines_bytes(size_) +
+         (static_cast<size_t>(set) * size_ + rank) * slot_bytes_;
+}
+
+void ShmCollectives::abort(const std::string& why) {
+  {
+    std::lock_guard lock(failure_mu_);
+    if (failure_.empty()) failure_ = why;
+  }
+  failed_.store(true);
+  control_->bell.fetch_add(1);
+  rpc::shm::futex_wake_all(&control_->bell);  // our waiter, and any other rank's
+}
+
+void ShmCollectives::fail(const char* op, const std::string& why, Failure failure) {
+  int32_t none = -1;
+  control_->failed_rank.compare_exchange_strong(none, rank_);
+  const std::string what =
+      gw::detail::str("[", op, "] rank ", rank_, " of ", size_, " (shared memory): ", why);
+  abort(what);
+  if (failure == Failure::kTimeout) throw TimeoutError(what);
+  if (failure == Failure::kMismatch) throw InvalidArgumentError(what);
+  throw IoError(what);
+}
+
+void ShmCollectives::check_usable(const char* op) {
+  if (failed_.load()) {
+    std::lock_guard lock(failure_mu_);
+    throw IoError(gw::detail::str("[", op, "] rank ", rank_, " of ", size_,
+                                  ": the group's shared memory failed earlier: ", failure_));
+  }
+  const int32_t failed = control_->failed_rank.load();
+  if (failed >= 0)
+    fail(op, gw::detail::str("rank ", failed, " failed a collective"), Failure::kPeer);
+}
+
+void ShmCollectives::barrier(const char* op, std::chrono::steady_clock::time_point deadline) {
+  const uint64_t target = ++barriers_;
+  line(rank_).arrived.store(target, std::memory_order_release);
+  // Pairs with the fence of a sleeper below: either it sees our count, or we see it sleeping.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (control_->sleepers.load(std::memory_order_relaxed) != 0) {
+    control_->bell.fetch_add(1, std::memory_order_release);
+    rpc::shm::futex_wake_all(&control_->bell);
+  }
+  auto all_here = [&] {
+    for (int r = 0; r < size_; ++r)
+      if (line(r).arrived.load(std::memory_order_acquire) < target) return false;
+    return true;
+  };
+  const auto spin_until = std::chrono::steady_clock::now() + kSpin;
+  for (uint32_t polls = 0;; ++polls) {
+    if (all_here()) return;
+    check_usable(op);
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline)
+      fail(op, gw::detail::str("timed out waiting for the other ranks at barrier ", target),
+           Failure::kTimeout);
+    if (now < spin_until) {
+      // Yield now and then: with more ranks than cores, the rank we wait for needs ours.
+      if (polls % 16 == 15) sched_yield();
+      continue;
+    }
+    const uint32_t seen = control_->bell.load(std::memory_order_acquire);
+    control_->sleepers.fetch_add(1);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (!all_here() && !failed_.load() && control_->failed_rank.load() < 0)
+      rpc::shm::futex_wait(&control_->bell, seen,
+                           std::min<std::chrono::nanoseconds>(deadline - now, kMaxSleep));
+    control_->sleepers.fetch_sub(1);
+    check_waited_for(op, target);
+  }
+}
+
+void ShmCollectives::allreduce(const char* op, void* data, size_t count, size_t element_bytes,
+                               ReduceFunction reduce, uint64_t kind, DescribeKind describe,
+                               Milliseconds timeout) {
+  check_usable(op);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto* bytes = static_cast<uint8_t*>(data);
+  const size_t chunk = slot_bytes_ / element_bytes;  // elements per chunk
+  // Each rank's part of a chunk, in whole cache lines where the chunk allows.
+  const size_t line_elements = std::max<size_t>(1, kLine / element_bytes);
+  line(rank_).count.store(count, std::memory_order_relaxed);
+  line(rank_).kind.store(kind, std::memory_order_relaxed);
+  for (size_t first = 0; first < count; first += chunk) {
+    const size_t n = std::min(chunk, count - first);
+    const int set = static_cast<int>(chunks_++ % 2);
+    uint8_t* in = bytes + first * element_bytes;
+    const size_t per = (n + size_ - 1) / size_ + line_elements - 1;
+    const size_t part = per - per % line_elements;
+    auto range = [&](int r) {
+      const size_t lo = std::min(n, static_cast<size_t>(r) * part);
+      return std::pair<size_t, size_t>{lo * element_bytes, std::min(n, lo + part) * element_bytes};
+    };
+    // The others reduce their parts from our slot; ours we reduce from `in` itself.
+    const auto [mine, mine_end] = range(rank_);
+    uint8_t* own = slot(set, rank_);
+    std::memcpy(own, in, mine);
+    std::memcpy(own + mine_end, in + mine_end, n * element_bytes - mine_end);
+    barrier(op, deadline);
+    if (first == 0) {
+      for (int r = 0; r < size_; ++r) {
+        const uint64_t their_count = line(r).count.load(std::memory_order_relaxed);
+        const uint64_t their_kind = line(r).kind.load(std::memory_order_relaxed);
+        if (their_count != count || their_kind != kind)
+          fail(op,
+               gw::detail::str("the ranks disagree: rank ", r, " called it with ", their_count,
+                               " elements of ", describe(their_kind), ", this rank with ", count,
+                               " elements of ", describe(kind)),
+               Failure::kMismatch);
+      }
+    }
+    // Our part: ours, then every other rank's in rank order, in place; then into our slot.
+    if (mine_end > mine) {
+      for (int r = 0; r < size_; ++r)
+        if (r != rank_)
+          reduce(in + mine, in + mine, slot(set, r) + mine, (mine_end - mine) / element_bytes);
+      std::memcpy(own + mine, in + mine, mine_end - mine);
+    }
+    barrier(op, deadline);
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      if (auto [lo, hi] = range(r); hi > lo) std::memcpy(in + lo, slot(set, r) + lo, hi - lo);
+    }
+  }
+}
+
+}  // namespace gw::dist::detail
