@@ -1,6 +1,7 @@
 // Across hosts: RPC, allreduce and DDP between two processes in two network namespaces joined by
-// a veth pair on a bridge (tests/netns_bed.h), each beside the same two processes over loopback
-// in the same run:
+// a veth pair on a bridge (tests/netns_bed.h), each beside the same two processes on one host in
+// the same run (where RPC and the Gloo group's allreduce go through shared memory, not
+// loopback TCP):
 //   - rpc_sync small call (min(1, 2)) and a 16 MiB tensor round trip,
 //   - Gloo allreduce (SUM) of 4 MiB of float32, and of one float,
 //   - DDP training of the Fashion-MNIST MLP 784-256-128-10, batch 32 per rank (random data);
@@ -239,8 +240,7 @@ int main(int argc, char** argv) {
         report.skip("hosts", c.name, "a worker failed: " + (v ? lo : veth));
         continue;
       }
-      report.add(
-          {"hosts", c.name, *v, c.unit, "the same two processes over loopback, same run", *l});
+      report.add({"hosts", c.name, *v, c.unit, "the same two processes on one host, same run", *l});
     }
   }
   // Compression where the link is the bottleneck: both hosts' cables limited to 1 Gbit/s.
