@@ -7,9 +7,10 @@
 // off (GlooOptions::shared_memory) and measure the group on Gloo's own allreduce. Bus bandwidth
 // is bytes * 2 (n - 1) / n per second, as nccl-tests counts it.
 //
-// Then the flat collectives sharded data parallelism runs on, at 4 ranks (threads): the ring
-// reduce_scatter_tensor beside raw Gloo's own reduce-scatter (ReduceScatterHalvingDoubling, an
-// algorithm object made once, in place) and all_gather_into_tensor beside raw gloo::allgather.
+// Then the flat collectives sharded data parallelism runs on, at 4 ranks (threads, so through
+// shared memory): reduce_scatter_tensor beside raw Gloo's own reduce-scatter
+// (ReduceScatterHalvingDoubling, an algorithm object made once, in place) and
+// all_gather_into_tensor beside raw gloo::allgather.
 // Bus bandwidth of both: whole buffer * (n - 1) / n per second. PyTorch 1.13's Gloo backend
 // has no reduce_scatter, so no PyTorch row.
 //
@@ -63,9 +64,10 @@ double loop(int iters, Op op) {
 }
 
 struct Times {
-  // Best seconds per allreduce over the rounds: gradwire as it comes (shared memory, liveness
-  // on, so the collective runs on the group's thread), with liveness off (failure_timeout 0: a
-  // waited collective runs on the waiting thread), on Gloo's TCP allreduce, raw Gloo.
+  // Best seconds per allreduce over the rounds: gradwire as it comes (shared memory, run on the
+  // waiting thread since abort() wakes it), with liveness off (failure_timeout 0: no liveness
+  // thread beside it), on Gloo's TCP allreduce (liveness on, so on the group's thread), raw
+  // Gloo.
   double gradwire = 1e30, unwatched = 1e30, tcp = 1e30, raw = 1e30;
 };
 

@@ -144,20 +144,30 @@ struct Transport {
   std::shared_ptr<detail::ShmCollectives> shm;
 };
 
+// What ranks must agree on about a collective through shared memory: its tag (the same on every
+// rank, by call order), the dtype and the op (none for an all-gather), and the element count.
+detail::ShmCollectives::Call shm_call(const char* op, uint32_t tag, DType dtype,
+                                      std::optional<ReduceOp> reduce_op, int64_t count,
+                                      Milliseconds timeout) {
+  const uint64_t kind = uint64_t{tag} << 32 | static_cast<uint64_t>(dtype) << 8 |
+                        (reduce_op ? static_cast<uint64_t>(*reduce_op) + 1 : 0);
+  auto describe = [](uint64_t k) {
+    std::string what(dtype_name(static_cast<DType>((k >> 8) & 0xff)));
+    if (k & 0xff) what += " " + to_string(static_cast<ReduceOp>((k & 0xff) - 1));
+    return what + " (collective #" + std::to_string(k >> 32) + ")";
+  };
+  return {op, static_cast<uint64_t>(count), kind, describe, timeout};
+}
+
 // An allreduce of `t` on the group's thread (the body of the reducing collectives).
-void allreduce_now(const Transport& via, const Tensor& t, ReduceOp op, uint32_t tag,
-                   Milliseconds timeout) {
-  if (t.numel() == 0) return;
+void allreduce_now(const char* name, const Transport& via, const Tensor& t, ReduceOp op,
+                   uint32_t tag, Milliseconds timeout) {
+  if (t.numel() == 0 && !via.shm) return;  // through shared memory, the ranks still check
   const std::shared_ptr<gloo::Context>& context = via.context;
   dispatch_reduce(t.dtype(), op, "allreduce", [&]<typename T>() {
     if (via.shm) {
-      const uint64_t kind = static_cast<uint64_t>(t.dtype()) << 8 | static_cast<uint64_t>(op);
-      auto describe = [](uint64_t k) {
-        return std::string(dtype_name(static_cast<DType>(k >> 8))) + " " +
-               to_string(static_cast<ReduceOp>(k & 0xff));
-      };
-      via.shm->allreduce("allreduce", t.raw_data(), static_cast<size_t>(t.numel()), sizeof(T),
-                         reduce_function<T>(op), kind, describe, timeout);
+      via.shm->allreduce(shm_call(name, tag, t.dtype(), op, t.numel(), timeout), t.raw_data(),
+                         sizeof(T), reduce_function<T>(op));
       return;
     }
     gloo::AllreduceOptions g(context);
@@ -170,10 +180,16 @@ void allreduce_now(const Transport& via, const Tensor& t, ReduceOp op, uint32_t 
   if (op == ReduceOp::AVG) ProcessGroup::divide(t, context->size, "allreduce");
 }
 
-// Gloo's allgather of `input` into `output` (size() chunks like it), on the group's thread.
-void allgather_now(const std::shared_ptr<gloo::Context>& context, const Tensor& input,
+// An allgather of `input` into `output` (size() chunks like it), on the group's thread.
+void allgather_now(const char* name, const Transport& via, const Tensor& input,
                    const Tensor& output, uint32_t tag, Milliseconds timeout) {
+  if (via.shm) {
+    return via.shm->all_gather(shm_call(name, tag, input.dtype(), std::nullopt,
+                                        static_cast<int64_t>(input.nbytes()), timeout),
+                               input.raw_data(), output.raw_data());
+  }
   if (input.nbytes() == 0) return;
+  const std::shared_ptr<gloo::Context>& context = via.context;
   gloo::AllgatherOptions g(context);
   g.setInput<uint8_t>(bytes_of(input), input.nbytes());
   g.setOutput<uint8_t>(bytes_of(output), output.nbytes());
@@ -191,8 +207,18 @@ constexpr uint8_t kReduceScatterSlotPrefix = 0x0a;
 // its own chunk to the partial arriving from its left; the partial that arrives last is its own
 // chunk, reduced over every rank. Each rank sends and receives (size-1)/size of the buffer, half
 // of an allreduce's traffic, and `input` is only read.
-void reduce_scatter_now(const std::shared_ptr<gloo::Context>& context, const Tensor& input,
+void reduce_scatter_now(const char* name, const Transport& via, const Tensor& input,
                         const Tensor& output, ReduceOp op, uint32_t tag, Milliseconds timeout) {
+  if (via.shm) {
+    dispatch_reduce(output.dtype(), op, name, [&]<typename T>() {
+      via.shm->reduce_scatter(shm_call(name, tag, output.dtype(), op, output.numel(), timeout),
+                              input.raw_data(), output.raw_data(), sizeof(T),
+                              reduce_function<T>(op));
+    });
+    if (op == ReduceOp::AVG) ProcessGroup::divide(output, via.context->size, name);
+    return;
+  }
+  const std::shared_ptr<gloo::Context>& context = via.context;
   const size_t bytes = output.nbytes();
   if (bytes == 0) return;
   const int n = context->size;
@@ -373,7 +399,7 @@ WorkPtr ProcessGroupGloo::allreduce(Tensor& tensor, AllreduceOptions o) {
   return impl_->queue->enqueue(
       signature::allreduce(tensor, o), o.timeout,
       [t = tensor, op = o.op, via = impl_->transport()](uint32_t tag, Milliseconds to) {
-        allreduce_now(via, t, op, tag, to);
+        allreduce_now("allreduce", via, t, op, tag, to);
       },
       impl_->shm != nullptr);
 }
@@ -385,7 +411,7 @@ WorkPtr ProcessGroupGloo::allreduce_coalesced(std::vector<Tensor>& tensors, Allr
   return impl_->queue->enqueue(
       signature::allreduce_coalesced(tensors, o), o.timeout,
       [flat, tensors, op = o.op, via = impl_->transport()](uint32_t tag, Milliseconds to) mutable {
-        allreduce_now(via, flat, op, tag, to);
+        allreduce_now("allreduce_coalesced", via, flat, op, tag, to);
         split(flat, tensors);
       },
       impl_->shm != nullptr);
@@ -441,10 +467,11 @@ WorkPtr ProcessGroupGloo::allgather(std::vector<Tensor>& outputs, const Tensor& 
   Tensor flat = empty({input.numel() * size()}, TensorOptions().with_dtype(input.dtype()));
   return impl_->queue->enqueue(
       signature::allgather(input), o.timeout,
-      [flat, input, outputs, ctx = impl_->context](uint32_t tag, Milliseconds to) mutable {
-        allgather_now(ctx, input, flat, tag, to);
+      [flat, input, outputs, via = impl_->transport()](uint32_t tag, Milliseconds to) mutable {
+        allgather_now("allgather", via, input, flat, tag, to);
         split(flat, outputs);
-      });
+      },
+      impl_->shm != nullptr);
 }
 
 WorkPtr ProcessGroupGloo::all_gather_into_tensor(Tensor& output, const Tensor& input,
@@ -452,9 +479,10 @@ WorkPtr ProcessGroupGloo::all_gather_into_tensor(Tensor& output, const Tensor& i
   check_flat("all_gather_into_tensor", output, "output", input, "input");
   return impl_->queue->enqueue(
       signature::all_gather_into_tensor(input), o.timeout,
-      [output, input, ctx = impl_->context](uint32_t tag, Milliseconds to) {
-        allgather_now(ctx, input, output, tag, to);
-      });
+      [output, input, via = impl_->transport()](uint32_t tag, Milliseconds to) {
+        allgather_now("all_gather_into_tensor", via, input, output, tag, to);
+      },
+      impl_->shm != nullptr);
 }
 
 WorkPtr ProcessGroupGloo::gather(std::vector<Tensor>& outputs, const Tensor& input,
@@ -506,9 +534,10 @@ WorkPtr ProcessGroupGloo::reduce_scatter(Tensor& output, const std::vector<Tenso
   Tensor flat = concat(inputs);
   return impl_->queue->enqueue(
       signature::reduce_scatter(output, o), o.timeout,
-      [flat, output, op = o.op, ctx = impl_->context](uint32_t tag, Milliseconds to) {
-        reduce_scatter_now(ctx, flat, output, op, tag, to);
-      });
+      [flat, output, op = o.op, via = impl_->transport()](uint32_t tag, Milliseconds to) {
+        reduce_scatter_now("reduce_scatter", via, flat, output, op, tag, to);
+      },
+      impl_->shm != nullptr);
 }
 
 WorkPtr ProcessGroupGloo::reduce_scatter_tensor(Tensor& output, const Tensor& input,
@@ -517,9 +546,10 @@ WorkPtr ProcessGroupGloo::reduce_scatter_tensor(Tensor& output, const Tensor& in
   check_reducible("reduce_scatter_tensor", output, o.op);
   return impl_->queue->enqueue(
       signature::reduce_scatter_tensor(output, o), o.timeout,
-      [input, output, op = o.op, ctx = impl_->context](uint32_t tag, Milliseconds to) {
-        reduce_scatter_now(ctx, input, output, op, tag, to);
-      });
+      [input, output, op = o.op, via = impl_->transport()](uint32_t tag, Milliseconds to) {
+        reduce_scatter_now("reduce_scatter_tensor", via, input, output, op, tag, to);
+      },
+      impl_->shm != nullptr);
 }
 
 WorkPtr ProcessGroupGloo::alltoall(std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,

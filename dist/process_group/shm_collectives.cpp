@@ -59,8 +59,10 @@ struct alignas(kLine) ShmCollectives::RankLine {
   std::atomic<uint64_t> arrived;  // barriers passed through (published with release)
   std::atomic<int32_t> pid;       // the rank's process
   std::atomic<uint32_t> left;     // its group was destroyed
-  std::atomic<uint64_t> count;    // this collective's element count and kind, for the check
-  std::atomic<uint64_t> kind;     // (ordered by `arrived`: relaxed)
+  // A collective's element count and kind, for the check, at the slot set of its first chunk:
+  // a rank ahead by one collective writes the other one. (Ordered by `arrived`: relaxed.)
+  std::atomic<uint64_t> count[2];
+  std::atomic<uint64_t> kind[2];
 };
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free &&
@@ -86,17 +88,23 @@ std::shared_ptr<ShmCollectives> ShmCollectives::connect(store::Store& store, int
                                                         bool wanted, Milliseconds timeout) {
   // 1. Where is everyone? A rank that does not want shared memory says so with an empty host.
   store.set(key("host", rank), wanted ? rpc::shm::host_identity() : std::string());
-  std::vector<std::string> hosts;
-  std::vector<std::string> keys;
-  for (int r = 0; r < size; ++r) keys.push_back(key("host", r));
-  store.wait(keys, timeout);
-  for (int r = 0; r < size; ++r) hosts.push_back(store.get_string(keys[r]));
+  store.set(key("pid", rank), std::to_string(::getpid()));
+  auto all = [&](const std::string& what) {
+    std::vector<std::string> keys, values;
+    for (int r = 0; r < size; ++r) keys.push_back(key(what, r));
+    store.wait(keys, timeout);
+    for (const auto& k : keys) values.push_back(store.get_string(k));
+    return values;
+  };
+  const std::vector<std::string> hosts = all("host");
   const bool together =
       size > 1 && std::all_of(hosts.begin(), hosts.end(),
                               [&](const std::string& h) { return !h.empty() && h == hosts[0]; });
   if (!together) return nullptr;
+  const std::vector<std::string> pids = all("pid");
 
-  // 2. Rank 0 offers a segment; every rank maps it and says whether it could.
+  // 2. Rank 0 offers a segment; every rank maps it, opens a pidfd of every other process, and
+  // says whether it could.
   const size_t slot_bytes =
       std::clamp(kAllSlotsBytes / static_cast<size_t>(size) / kPage * kPage, kPage, kMaxSlotBytes);
   const size_t bytes = segment_bytes(size, slot_bytes);
@@ -110,13 +118,17 @@ std::shared_ptr<ShmCollectives> ShmCollectives::connect(store::Store& store, int
       c->size = static_cast<uint64_t>(size);
       c->slot_bytes = slot_bytes;
       c->failed_rank.store(-1);
+      for (int r = 0; r < size; ++r)
+        new (static_cast<uint8_t*>(mapping.base()) + kPage + r * kLine) RankLine{};
       GW_CHECK(::getrandom(c->token, kTokenBytes, 0) == static_cast<ssize_t>(kTokenBytes), IoError,
                "[process_group shm] getrandom: ", std::strerror(errno));
       store.set("gw_shm/offer", std::to_string(::getpid()) + " " + std::to_string(mapping.fd()) +
                                     " " + hex(c->token, kTokenBytes));
       shm.reset(new ShmCollectives(std::move(mapping), rank, size, slot_bytes));
     } else {
-      std::istringstream offer(store.get_string("gw_shm/offer"));
+      const std::string said = store.get_string("gw_shm/offer");
+      GW_CHECK(said != "none", IoError, "[process_group shm] rank 0 could not make the segment");
+      std::istringstream offer(said);
       int32_t pid = 0, fd = -1;
       std::string token;
       offer >> pid >> fd >> token;
@@ -128,31 +140,29 @@ std::shared_ptr<ShmCollectives> ShmCollectives::connect(store::Store& store, int
                " does not hold the offered segment");
       shm.reset(new ShmCollectives(std::move(mapping), rank, size, slot_bytes));
     }
-  } catch (const Error& e) {
-    failure = e.what();
-    if (rank == 0) store.set("gw_shm/offer", std::string("none"));
-  }
-  if (shm) shm->line(rank).pid.store(static_cast<int32_t>(::getpid()));
-  store.set(key("mapped", rank), failure.empty() ? std::string("ok") : failure);
-  keys.clear();
-  for (int r = 0; r < size; ++r) keys.push_back(key("mapped", r));
-  store.wait(keys, timeout);
-  for (int r = 0; r < size; ++r) {
-    const std::string said = store.get_string(keys[r]);
-    if (said != "ok") {
-      if (r == rank)
-        log_error("[process_group] rank ", rank, " of ", size,
-                  ": collectives go through Gloo, not shared memory: ", said);
-      return nullptr;  // on every rank
+    // The other processes' pidfds tell when one ends without leaving (killed, or exited).
+    shm->exits_.assign(size, -1);
+    for (int r = 0; r < size; ++r) {
+      const int32_t pid = static_cast<int32_t>(std::stol(pids[r]));
+      shm->line(r).pid.store(pid, std::memory_order_relaxed);  // for errors
+      if (pid == ::getpid()) continue;
+      shm->exits_[r] = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+      GW_CHECK(shm->exits_[r] >= 0, IoError, "[process_group shm] pidfd_open of rank ", r, " (pid ",
+               pid, "): ", std::strerror(errno));
     }
+  } catch (const std::exception& e) {
+    failure = e.what();
+    shm.reset();
+    if (rank == 0 && !store.check({"gw_shm/offer"})) store.set("gw_shm/offer", std::string("none"));
   }
+  store.set(key("mapped", rank), failure.empty() ? std::string("ok") : failure);
+  if (!failure.empty())
+    log_error("[process_group] rank ", rank, " of ", size,
+              ": collectives go through Gloo, not shared memory: ", failure);
+  const std::vector<std::string> mapped = all("mapped");
+  if (!shm || std::any_of(mapped.begin(), mapped.end(), [](const auto& m) { return m != "ok"; }))
+    return nullptr;                         // on every rank
   if (rank == 0) shm->mapping_.close_fd();  // every rank has it mapped
-  // The other processes' pidfds tell when one ends without leaving (killed, or exited).
-  shm->exits_.assign(size, -1);
-  for (int r = 0; r < size; ++r) {
-    const int32_t pid = shm->line(r).pid.load();
-    if (pid != ::getpid()) shm->exits_[r] = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-  }
   return shm;
 }
 
@@ -200,13 +210,13 @@ void ShmCollectives::abort(const std::string& why) {
     if (failure_.empty()) failure_ = why;
   }
   failed_.store(true);
+  int32_t none = -1;  // the other ranks' waits fail too
+  control_->failed_rank.compare_exchange_strong(none, rank_);
   control_->bell.fetch_add(1);
   rpc::shm::futex_wake_all(&control_->bell);  // our waiter, and any other rank's
 }
 
 void ShmCollectives::fail(const char* op, const std::string& why, Failure failure) {
-  int32_t none = -1;
-  control_->failed_rank.compare_exchange_strong(none, rank_);
   const std::string what =
       gw::detail::str("[", op, "] rank ", rank_, " of ", size_, " (shared memory): ", why);
   abort(what);
@@ -226,7 +236,8 @@ void ShmCollectives::check_usable(const char* op) {
     fail(op, gw::detail::str("rank ", failed, " failed a collective"), Failure::kPeer);
 }
 
-void ShmCollectives::barrier(const char* op, std::chrono::steady_clock::time_point deadline) {
+void ShmCollectives::barrier(const char* op) {
+  const auto deadline = deadline_;
   const uint64_t target = ++barriers_;
   line(rank_).arrived.store(target, std::memory_order_release);
   // Pairs with the fence of a sleeper below: either it sees our count, or we see it sleeping.
@@ -240,14 +251,27 @@ void ShmCollectives::barrier(const char* op, std::chrono::steady_clock::time_poi
       if (line(r).arrived.load(std::memory_order_acquire) < target) return false;
     return true;
   };
+  auto failing = [&] { return failed_.load() || control_->failed_rank.load() >= 0; };
   const auto spin_until = std::chrono::steady_clock::now() + kSpin;
   for (uint32_t polls = 0;; ++polls) {
+    // A failure seen first, then everyone here: the failing rank arrived before it failed (it
+    // publishes its count first), and this rank goes on to find the cause itself (a mismatch
+    // fails every rank with its own InvalidArgumentError, not a report of another's).
+    const bool failure = failing();
     if (all_here()) return;
-    check_usable(op);
+    if (failure) check_usable(op);
     const auto now = std::chrono::steady_clock::now();
-    if (now >= deadline)
-      fail(op, gw::detail::str("timed out waiting for the other ranks at barrier ", target),
+    if (now >= deadline) {
+      std::string missing;
+      for (int r = 0; r < size_; ++r)
+        if (line(r).arrived.load(std::memory_order_acquire) < target)
+          missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      fail(op,
+           gw::detail::str("timed out after ",
+                           std::chrono::duration_cast<Milliseconds>(timeout_).count(),
+                           " ms waiting for rank(s) ", missing),
            Failure::kTimeout);
+    }
     if (now < spin_until) {
       // Yield now and then: with more ranks than cores, the rank we wait for needs ours.
       if (polls % 16 == 15) sched_yield();
@@ -256,7 +280,7 @@ void ShmCollectives::barrier(const char* op, std::chrono::steady_clock::time_poi
     const uint32_t seen = control_->bell.load(std::memory_order_acquire);
     control_->sleepers.fetch_add(1);
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (!all_here() && !failed_.load() && control_->failed_rank.load() < 0)
+    if (!all_here() && !failing())
       rpc::shm::futex_wait(&control_->bell, seen,
                            std::min<std::chrono::nanoseconds>(deadline - now, kMaxSleep));
     control_->sleepers.fetch_sub(1);
@@ -264,24 +288,57 @@ void ShmCollectives::barrier(const char* op, std::chrono::steady_clock::time_poi
   }
 }
 
-void ShmCollectives::allreduce(const char* op, void* data, size_t count, size_t element_bytes,
-                               ReduceFunction reduce, uint64_t kind, DescribeKind describe,
-                               Milliseconds timeout) {
-  check_usable(op);
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+void ShmCollectives::start(const Call& call, int set) {
+  check_usable(call.op);
+  deadline_ = std::chrono::steady_clock::now() + call.timeout;
+  timeout_ = call.timeout;
+  line(rank_).count[set].store(call.count, std::memory_order_relaxed);
+  line(rank_).kind[set].store(call.kind, std::memory_order_relaxed);
+}
+
+void ShmCollectives::check_agreement(const Call& call, int set) {
+  for (int r = 0; r < size_; ++r) {
+    const uint64_t count = line(r).count[set].load(std::memory_order_relaxed);
+    const uint64_t kind = line(r).kind[set].load(std::memory_order_relaxed);
+    if (count != call.count || kind != call.kind)
+      fail(call.op,
+           gw::detail::str("the ranks disagree: rank ", r, " called it with ", count,
+                           " elements of ", call.describe(kind), ", this rank with ", call.count,
+                           " elements of ", call.describe(call.kind)),
+           Failure::kMismatch);
+  }
+}
+
+// The chunks of a collective of `count` elements, `chunk` at a time, each on the next slot set;
+// with no elements, one empty chunk, so that every rank still meets the others and checks.
+template <typename Body>
+void ShmCollectives::each_chunk(const Call& call, size_t chunk, Body body) {
+  const int first_set = static_cast<int>(chunks_ % 2);
+  start(call, first_set);
+  size_t first = 0;
+  do {
+    const size_t n = std::min<size_t>(chunk, call.count - first);
+    const int set = static_cast<int>(chunks_++ % 2);
+    body(first, n, set, [&, checked = first != 0]() mutable {
+      barrier(call.op);
+      if (!checked) check_agreement(call, first_set);
+      checked = true;
+    });
+    first += n;
+  } while (first < call.count);
+}
+
+void ShmCollectives::allreduce(const Call& call, void* data, size_t element_bytes,
+                               ReduceFunction reduce) {
   auto* bytes = static_cast<uint8_t*>(data);
-  const size_t chunk = slot_bytes_ / element_bytes;  // elements per chunk
   // Each rank's part of a chunk, in whole cache lines where the chunk allows.
   const size_t line_elements = std::max<size_t>(1, kLine / element_bytes);
-  line(rank_).count.store(count, std::memory_order_relaxed);
-  line(rank_).kind.store(kind, std::memory_order_relaxed);
-  for (size_t first = 0; first < count; first += chunk) {
-    const size_t n = std::min(chunk, count - first);
-    const int set = static_cast<int>(chunks_++ % 2);
+  each_chunk(call, slot_bytes_ / element_bytes, [&](size_t first, size_t n, int set, auto meet) {
+    if (n == 0) return meet(), meet();
     uint8_t* in = bytes + first * element_bytes;
     const size_t per = (n + size_ - 1) / size_ + line_elements - 1;
     const size_t part = per - per % line_elements;
-    auto range = [&](int r) {
+    auto range = [&](int r) {  // in bytes
       const size_t lo = std::min(n, static_cast<size_t>(r) * part);
       return std::pair<size_t, size_t>{lo * element_bytes, std::min(n, lo + part) * element_bytes};
     };
@@ -290,19 +347,7 @@ void ShmCollectives::allreduce(const char* op, void* data, size_t count, size_t 
     uint8_t* own = slot(set, rank_);
     std::memcpy(own, in, mine);
     std::memcpy(own + mine_end, in + mine_end, n * element_bytes - mine_end);
-    barrier(op, deadline);
-    if (first == 0) {
-      for (int r = 0; r < size_; ++r) {
-        const uint64_t their_count = line(r).count.load(std::memory_order_relaxed);
-        const uint64_t their_kind = line(r).kind.load(std::memory_order_relaxed);
-        if (their_count != count || their_kind != kind)
-          fail(op,
-               gw::detail::str("the ranks disagree: rank ", r, " called it with ", their_count,
-                               " elements of ", describe(their_kind), ", this rank with ", count,
-                               " elements of ", describe(kind)),
-               Failure::kMismatch);
-      }
-    }
+    meet();
     // Our part: ours, then every other rank's in rank order, in place; then into our slot.
     if (mine_end > mine) {
       for (int r = 0; r < size_; ++r)
@@ -310,12 +355,47 @@ void ShmCollectives::allreduce(const char* op, void* data, size_t count, size_t 
           reduce(in + mine, in + mine, slot(set, r) + mine, (mine_end - mine) / element_bytes);
       std::memcpy(own + mine, in + mine, mine_end - mine);
     }
-    barrier(op, deadline);
+    meet();
     for (int r = 0; r < size_; ++r) {
       if (r == rank_) continue;
       if (auto [lo, hi] = range(r); hi > lo) std::memcpy(in + lo, slot(set, r) + lo, hi - lo);
     }
-  }
+  });
+}
+
+void ShmCollectives::reduce_scatter(const Call& call, const void* input, void* output,
+                                    size_t element_bytes, ReduceFunction reduce) {
+  const auto* in = static_cast<const uint8_t*>(input);
+  auto* out = static_cast<uint8_t*>(output);
+  const size_t block = call.count * element_bytes;  // each rank's block of `input`
+  // A chunk holds the same window of every rank's block: size_ windows per slot.
+  const size_t chunk = std::max<size_t>(1, slot_bytes_ / element_bytes / size_);
+  each_chunk(call, chunk, [&](size_t first, size_t n, int set, auto meet) {
+    if (n == 0) return meet();
+    const size_t at = first * element_bytes, len = n * element_bytes;
+    uint8_t* own = slot(set, rank_);
+    for (int r = 0; r < size_; ++r)  // our window of every other rank's block
+      if (r != rank_) std::memcpy(own + r * len, in + r * block + at, len);
+    meet();
+    // Our block's window: ours, then every other rank's in rank order.
+    std::memcpy(out + at, in + rank_ * block + at, len);
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_) reduce(out + at, out + at, slot(set, r) + rank_ * len, n);
+    // A slot set is written again two chunks on, after the next chunk's meeting, which every
+    // rank reaches only when done reading this one.
+  });
+}
+
+void ShmCollectives::all_gather(const Call& call, const void* input, void* output) {
+  const auto* in = static_cast<const uint8_t*>(input);
+  auto* out = static_cast<uint8_t*>(output);
+  each_chunk(call, slot_bytes_, [&](size_t first, size_t n, int set, auto meet) {
+    if (n == 0) return meet();
+    std::memcpy(slot(set, rank_), in + first, n);
+    meet();
+    for (int r = 0; r < size_; ++r)
+      std::memcpy(out + r * call.count + first, r == rank_ ? in + first : slot(set, r), n);
+  });
 }
 
 }  // namespace gw::dist::detail

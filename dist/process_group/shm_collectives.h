@@ -1,5 +1,5 @@
-// gw::dist::detail::ShmCollectives — a group's allreduce through one shared memory segment,
-// when every rank of the group is a process (or thread) of this host.
+// gw::dist::detail::ShmCollectives — a group's allreduce, reduce-scatter and all-gather through
+// one shared memory segment, when every rank of the group is a process (or thread) of this host.
 //
 // Gloo moves every byte of a collective through loopback TCP, even between two processes of
 // one machine, and pays a socket round trip per step: a 4-byte allreduce costs ~100 µs and a
@@ -8,13 +8,14 @@
 //
 // Mental model: rank 0 makes an anonymous memfd (rpc/shm.h's Mapping) and offers it through the
 // group's store; every rank maps it. It holds, per rank, a cache line with that rank's barrier
-// count, and two sets of slots, one slot per rank each. An allreduce goes through its buffer
-// in chunks of a slot, alternating between the two sets:
+// count, and two sets of slots, one slot per rank each. A collective goes through its buffers
+// in chunks of a slot, alternating between the two sets. An allreduce's chunk:
 //   1. each rank copies its chunk into its own slot, but for its own part r;   barrier
 //   2. rank r reduces part r in place in its buffer: its own values, then every other rank's
 //      slot in rank order; and copies the result into part r of its slot;     barrier
 //   3. each rank copies every other part from its owner's slot.
 // Every element is reduced by one rank in one order, so every rank ends with the same bits. A
+// reduce-scatter is steps 1 and 2 for each rank's own block, an all-gather steps 1 and 3. A
 // slot set is written again two chunks later, after a barrier every reader has passed.
 //
 // A barrier publishes this rank's count (release) and waits until every count reaches it:
@@ -24,8 +25,8 @@
 // ended (a pidfd per peer process, looked at between sleeps), or on abort() (the group's
 // liveness declared a rank dead). After any failure the segment is unusable, on every rank.
 //
-//   auto shm = ShmCollectives::connect(store, rank, size, timeout);  // null: not all here
-//   if (shm) shm->allreduce("allreduce", data, count, sizeof(float), sum, kind, name, timeout);
+//   auto shm = ShmCollectives::connect(store, rank, size, /*wanted=*/true, timeout);
+//   if (shm) shm->allreduce({"allreduce", n, kind, describe, timeout}, data, sizeof(float), sum);
 #pragma once
 
 #include <atomic>
@@ -58,11 +59,24 @@ class ShmCollectives {
                                                  bool wanted, Milliseconds timeout);
   ~ShmCollectives();
 
-  // Reduces `count` elements of `element_bytes` at `data` in place, over every rank. `kind`
-  // stands for the dtype and op: ranks that disagree on it or on `count` all fail with
-  // InvalidArgumentError naming both. `op` names the collective in errors.
-  void allreduce(const char* op, void* data, size_t count, size_t element_bytes,
-                 ReduceFunction reduce, uint64_t kind, DescribeKind describe, Milliseconds timeout);
+  // What every rank must agree on about a collective: ranks that disagree on `count` or `kind`
+  // all fail with InvalidArgumentError naming both (even with no elements: every collective
+  // meets the other ranks once at least).
+  struct Call {
+    const char* op;         // the collective, in errors
+    uint64_t count;         // elements (of each rank's part, for the flat collectives)
+    uint64_t kind;          // the dtype, op and tag, as the group encodes them
+    DescribeKind describe;  // names a kind in errors
+    Milliseconds timeout;   // for the whole collective
+  };
+  // Reduces `call.count` elements of `element_bytes` at `data` in place, over every rank.
+  void allreduce(const Call& call, void* data, size_t element_bytes, ReduceFunction reduce);
+  // `input` holds one block of `call.count` elements per rank; `output` gets this rank's block,
+  // reduced over every rank (its own first, then the others in rank order).
+  void reduce_scatter(const Call& call, const void* input, void* output, size_t element_bytes,
+                      ReduceFunction reduce);
+  // `output` gets every rank's `call.count` bytes of `input`, in rank order.
+  void all_gather(const Call& call, const void* input, void* output);
 
   // Fails the collective waiting now, on every rank, and every later one, with IoError(why).
   void abort(const std::string& why);
@@ -75,8 +89,17 @@ class ShmCollectives {
   ShmCollectives(rpc::shm::Mapping mapping, int rank, int size, size_t slot_bytes);
   uint8_t* slot(int set, int rank) const;
   RankLine& line(int rank) const;
-  // Publishes this rank's next barrier count and waits for every rank's (see the top).
-  void barrier(const char* op, std::chrono::steady_clock::time_point deadline);
+  // Publishes the call in this rank's line (at `set`, its first chunk's) and starts its clock.
+  void start(const Call& call, int set);
+  // After the call's first barrier: every rank's line says the same.
+  void check_agreement(const Call& call, int set);
+  // Runs body(first, n, set, meet) for each chunk of `chunk` elements (one empty chunk when
+  // there are none); meet() is a barrier, and the first one checks the agreement.
+  template <typename Body>
+  void each_chunk(const Call& call, size_t chunk, Body body);
+  // Publishes this rank's next barrier count and waits for every rank's (see the top), until
+  // the running collective's deadline.
+  void barrier(const char* op);
   enum class Failure { kTimeout, kMismatch, kPeer };
   // Marks the segment failed for every rank, wakes them, and throws the error for `failure`.
   [[noreturn]] void fail(const char* op, const std::string& why, Failure failure);
@@ -89,7 +112,9 @@ class ShmCollectives {
   size_t slot_bytes_;
   Control* control_;
   uint64_t barriers_ = 0;  // this rank's count
-  uint64_t chunks_ = 0;    // chunks reduced so far: the next one's slot set is chunks_ % 2
+  uint64_t chunks_ = 0;    // chunks so far: the next one's slot set is chunks_ % 2
+  std::chrono::steady_clock::time_point deadline_;  // of the running collective
+  Milliseconds timeout_{0};
   std::mutex failure_mu_;
   std::string failure_;  // the first failure; set once
   std::atomic<bool> failed_{false};

@@ -38,9 +38,9 @@ TEST_CASE("every collective, dtype and op at world sizes 1 to 4", "[process_grou
 
 // Shared memory (dist/process_group/shm_collectives.h) goes through a buffer in chunks of a
 // slot, each split in one part per rank: sizes around a chunk's, at a world size that does not
-// divide them, reduce exactly (int64) and leave the same bits on every rank (float32, whose sum
-// depends on its order).
-TEST_CASE("allreduce through shared memory across chunks, exact and the same on every rank",
+// divide them, reduce and gather exactly (int64, bfloat16 of small integers) and leave the same
+// bits on every rank (float32, whose sum depends on its order).
+TEST_CASE("collectives through shared memory across chunks, exact and the same on every rank",
           "[process_group][gloo][shm]") {
   constexpr int kWorld = 3;
   const int64_t chunk = (int64_t{1} << 20) / 8;  // int64 elements in a slot of 1 MiB
@@ -52,6 +52,25 @@ TEST_CASE("allreduce through shared memory across chunks, exact and the same on 
       Tensor t = arange(n, kInt64) * (pg.rank() + 1);
       pg.allreduce(t)->wait();
       EXPECT(c, equal(t, arange(n, kInt64) * (kWorld * (kWorld + 1) / 2)));
+      // 0..7 over and over: small integers, which bfloat16 sums exactly.
+      Tensor cycle =
+          arange(8, kInt64).view({1, 8}).expand({(n + 7) / 8, 8}).reshape({-1}).narrow(0, 0, n);
+      Tensor h = (cycle * (pg.rank() + 1)).to(kBFloat16);
+      pg.allreduce(h)->wait();
+      EXPECT(c, equal(h.to(kInt64), cycle * (kWorld * (kWorld + 1) / 2)));
+      // Block b of rank r's input holds index + 10 b + r; rank r gets its block summed.
+      Tensor blocks = arange(n, kInt64).view({1, n}) +
+                      (arange(kWorld, kInt64) * 10).view({kWorld, 1}) + pg.rank();
+      Tensor flat = blocks.reshape({kWorld * n});
+      Tensor mine = empty({n}, kInt64);
+      pg.reduce_scatter_tensor(mine, flat)->wait();
+      EXPECT(c, equal(mine,
+                      (arange(n, kInt64) + pg.rank() * 10) * kWorld + kWorld * (kWorld - 1) / 2));
+      Tensor gathered = empty({kWorld * n}, kInt64);
+      pg.all_gather_into_tensor(gathered, arange(n, kInt64) + pg.rank() * 1000)->wait();
+      EXPECT(c, equal(gathered, (arange(n, kInt64).view({1, n}) +
+                                 (arange(kWorld, kInt64) * 1000).view({kWorld, 1}))
+                                    .reshape({kWorld * n})));
       Generator gen(static_cast<uint64_t>(pg.rank()));
       Tensor f = randn({n}, gen);
       pg.allreduce(f, {.op = dist::ReduceOp::AVG})->wait();
@@ -87,10 +106,11 @@ TEST_CASE("shared memory is off for the whole group when one rank turns it off",
 
 TEST_CASE("ranks that disagree on an allreduce through shared memory all fail, naming both",
           "[process_group][gloo][shm][errors]") {
-  run_ranks(2, [](ProcessGroupGloo& pg, Checks& c) {
-    Tensor t = ones({pg.rank() == 0 ? 4 : 8});
+  const int64_t other = GENERATE(8, 0);  // an empty tensor meets the others too
+  run_ranks(2, [&](ProcessGroupGloo& pg, Checks& c) {
+    Tensor t = ones({pg.rank() == 0 ? 4 : other});
     EXPECT_THROWS(c, InvalidArgumentError, pg.allreduce(t)->wait(), "disagree",
-                  "4 elements of float32 SUM", "8 elements of float32 SUM");
+                  "4 elements of float32 SUM", std::to_string(other) + " elements of float32 SUM");
     EXPECT_THROWS(c, std::exception, pg.allreduce(t)->wait(), "unusable");
   });
 }
