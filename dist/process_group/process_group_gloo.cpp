@@ -144,17 +144,25 @@ struct Transport {
   std::shared_ptr<detail::ShmCollectives> shm;
 };
 
-// What ranks must agree on about a collective through shared memory: its tag (the same on every
-// rank, by call order), the dtype and the op (none for an all-gather), and the element count.
-detail::ShmCollectives::Call shm_call(const char* op, uint32_t tag, DType dtype,
-                                      std::optional<ReduceOp> reduce_op, int64_t count,
-                                      Milliseconds timeout) {
-  const uint64_t kind = uint64_t{tag} << 32 | static_cast<uint64_t>(dtype) << 8 |
+// The shared-memory collectives, as ranks must agree on them.
+enum class ShmKind : uint64_t { kAllreduce = 1, kReduceScatter = 2, kAllGather = 3 };
+
+// What ranks must agree on about a collective through shared memory: which one it is, its tag
+// (the same on every rank, by call order), the dtype and the op (an all-gather has neither: it
+// moves bytes), and the element count.
+detail::ShmCollectives::Call shm_call(const char* op, ShmKind which, uint32_t tag,
+                                      std::optional<DType> dtype, std::optional<ReduceOp> reduce_op,
+                                      int64_t count, Milliseconds timeout) {
+  const uint64_t kind = uint64_t{tag} << 32 | static_cast<uint64_t>(which) << 24 |
+                        (dtype ? static_cast<uint64_t>(*dtype) + 1 : 0) << 8 |
                         (reduce_op ? static_cast<uint64_t>(*reduce_op) + 1 : 0);
   auto describe = [](uint64_t k) {
-    std::string what(dtype_name(static_cast<DType>((k >> 8) & 0xff)));
-    if (k & 0xff) what += " " + to_string(static_cast<ReduceOp>((k & 0xff) - 1));
-    return what + " (collective #" + std::to_string(k >> 32) + ")";
+    const uint64_t d = (k >> 8) & 0xff, o = k & 0xff;
+    std::string what = d ? std::string(dtype_name(static_cast<DType>(d - 1))) : "bytes";
+    if (o) what += " " + to_string(static_cast<ReduceOp>(o - 1));
+    static const char* const names[] = {"?", "an allreduce", "a reduce-scatter", "an all-gather"};
+    return what + " in " + names[std::min<uint64_t>((k >> 24) & 0xff, 3)] + " (collective #" +
+           std::to_string(k >> 32) + ")";
   };
   return {op, static_cast<uint64_t>(count), kind, describe, timeout};
 }
@@ -164,10 +172,11 @@ void allreduce_now(const char* name, const Transport& via, const Tensor& t, Redu
                    uint32_t tag, Milliseconds timeout) {
   if (t.numel() == 0 && !via.shm) return;  // through shared memory, the ranks still check
   const std::shared_ptr<gloo::Context>& context = via.context;
-  dispatch_reduce(t.dtype(), op, "allreduce", [&]<typename T>() {
+  dispatch_reduce(t.dtype(), op, name, [&]<typename T>() {
     if (via.shm) {
-      via.shm->allreduce(shm_call(name, tag, t.dtype(), op, t.numel(), timeout), t.raw_data(),
-                         sizeof(T), reduce_function<T>(op));
+      via.shm->allreduce(
+          shm_call(name, ShmKind::kAllreduce, tag, t.dtype(), op, t.numel(), timeout), t.raw_data(),
+          sizeof(T), reduce_function<T>(op));
       return;
     }
     gloo::AllreduceOptions g(context);
@@ -184,7 +193,7 @@ void allreduce_now(const char* name, const Transport& via, const Tensor& t, Redu
 void allgather_now(const char* name, const Transport& via, const Tensor& input,
                    const Tensor& output, uint32_t tag, Milliseconds timeout) {
   if (via.shm) {
-    return via.shm->all_gather(shm_call(name, tag, input.dtype(), std::nullopt,
+    return via.shm->all_gather(shm_call(name, ShmKind::kAllGather, tag, std::nullopt, std::nullopt,
                                         static_cast<int64_t>(input.nbytes()), timeout),
                                input.raw_data(), output.raw_data());
   }
@@ -211,9 +220,9 @@ void reduce_scatter_now(const char* name, const Transport& via, const Tensor& in
                         const Tensor& output, ReduceOp op, uint32_t tag, Milliseconds timeout) {
   if (via.shm) {
     dispatch_reduce(output.dtype(), op, name, [&]<typename T>() {
-      via.shm->reduce_scatter(shm_call(name, tag, output.dtype(), op, output.numel(), timeout),
-                              input.raw_data(), output.raw_data(), sizeof(T),
-                              reduce_function<T>(op));
+      via.shm->reduce_scatter(
+          shm_call(name, ShmKind::kReduceScatter, tag, output.dtype(), op, output.numel(), timeout),
+          input.raw_data(), output.raw_data(), sizeof(T), reduce_function<T>(op));
     });
     if (op == ReduceOp::AVG) ProcessGroup::divide(output, via.context->size, name);
     return;
@@ -321,8 +330,11 @@ void ProcessGroupGloo::Impl::abort(const std::string& why) {
       IoError(gw::detail::str("[process_group] rank ", rank, " of ", size, ": ", why)));
   // Send and receive are woken first: a Work's callback may destroy the group, joining them.
   std::vector<WorkPtr> sides = p2p_threads.close(failure);
+  // The queue first: a collective that a waiter runs inline through shared memory, woken by the
+  // segment's abort, must find the queue aborted when it returns (a later one is "unusable").
+  const bool first = queue->abort(failure);
   if (shm) shm->abort(gw::detail::str("[process_group] rank ", rank, " of ", size, ": ", why));
-  if (!queue->abort(failure)) return;
+  if (!first) return;
   for (auto& w : sides) w->finish(failure);
 }
 

@@ -105,8 +105,10 @@ std::shared_ptr<ShmCollectives> ShmCollectives::connect(store::Store& store, int
 
   // 2. Rank 0 offers a segment; every rank maps it, opens a pidfd of every other process, and
   // says whether it could.
-  const size_t slot_bytes =
-      std::clamp(kAllSlotsBytes / static_cast<size_t>(size) / kPage * kPage, kPage, kMaxSlotBytes);
+  // A reduce-scatter's chunk holds a window of every rank's block: 8 elements of 8 bytes at least.
+  const size_t slot_bytes = std::max(
+      std::clamp(kAllSlotsBytes / static_cast<size_t>(size) / kPage * kPage, kPage, kMaxSlotBytes),
+      (static_cast<size_t>(size) * kLine + kPage - 1) / kPage * kPage);
   const size_t bytes = segment_bytes(size, slot_bytes);
   std::shared_ptr<ShmCollectives> shm;
   std::string failure;
@@ -126,6 +128,7 @@ std::shared_ptr<ShmCollectives> ShmCollectives::connect(store::Store& store, int
                                     " " + hex(c->token, kTokenBytes));
       shm.reset(new ShmCollectives(std::move(mapping), rank, size, slot_bytes));
     } else {
+      store.wait({"gw_shm/offer"}, timeout);
       const std::string said = store.get_string("gw_shm/offer");
       GW_CHECK(said != "none", IoError, "[process_group shm] rank 0 could not make the segment");
       std::istringstream offer(said);
@@ -266,6 +269,7 @@ void ShmCollectives::barrier(const char* op) {
       for (int r = 0; r < size_; ++r)
         if (line(r).arrived.load(std::memory_order_acquire) < target)
           missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      if (missing.empty()) return;  // they came meanwhile
       fail(op,
            gw::detail::str("timed out after ",
                            std::chrono::duration_cast<Milliseconds>(timeout_).count(),
@@ -369,7 +373,7 @@ void ShmCollectives::reduce_scatter(const Call& call, const void* input, void* o
   auto* out = static_cast<uint8_t*>(output);
   const size_t block = call.count * element_bytes;  // each rank's block of `input`
   // A chunk holds the same window of every rank's block: size_ windows per slot.
-  const size_t chunk = std::max<size_t>(1, slot_bytes_ / element_bytes / size_);
+  const size_t chunk = slot_bytes_ / element_bytes / size_;  // >= 8: see connect()
   each_chunk(call, chunk, [&](size_t first, size_t n, int set, auto meet) {
     if (n == 0) return meet();
     const size_t at = first * element_bytes, len = n * element_bytes;
@@ -378,7 +382,7 @@ void ShmCollectives::reduce_scatter(const Call& call, const void* input, void* o
       if (r != rank_) std::memcpy(own + r * len, in + r * block + at, len);
     meet();
     // Our block's window: ours, then every other rank's in rank order.
-    std::memcpy(out + at, in + rank_ * block + at, len);
+    if (out != in + rank_ * block) std::memcpy(out + at, in + rank_ * block + at, len);
     for (int r = 0; r < size_; ++r)
       if (r != rank_) reduce(out + at, out + at, slot(set, r) + rank_ * len, n);
     // A slot set is written again two chunks on, after the next chunk's meeting, which every
@@ -393,8 +397,10 @@ void ShmCollectives::all_gather(const Call& call, const void* input, void* outpu
     if (n == 0) return meet();
     std::memcpy(slot(set, rank_), in + first, n);
     meet();
-    for (int r = 0; r < size_; ++r)
-      std::memcpy(out + r * call.count + first, r == rank_ ? in + first : slot(set, r), n);
+    for (int r = 0; r < size_; ++r) {
+      const uint8_t* from = r == rank_ ? in + first : slot(set, r);
+      if (out + r * call.count + first != from) std::memcpy(out + r * call.count + first, from, n);
+    }
   });
 }
 

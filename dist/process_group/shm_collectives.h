@@ -24,6 +24,8 @@
 // rank reports a failure in the segment, when a rank waited for left the group or its process
 // ended (a pidfd per peer process, looked at between sleeps), or on abort() (the group's
 // liveness declared a rank dead). After any failure the segment is unusable, on every rank.
+// (A rank that times out at a barrier the others then pass lets them finish that collective:
+// it alone fails it, and every rank fails the next.)
 //
 //   auto shm = ShmCollectives::connect(store, rank, size, /*wanted=*/true, timeout);
 //   if (shm) shm->allreduce({"allreduce", n, kind, describe, timeout}, data, sizeof(float), sum);
@@ -45,7 +47,7 @@ namespace gw::dist::detail {
 
 // c = a (op) b over n elements; c may be a or b (Gloo's reduce functions).
 using ReduceFunction = void (*)(void* c, const void* a, const void* b, size_t n);
-// Names an allreduce's kind (its dtype and op) in errors.
+// Names a collective's kind (which one, its dtype, op and tag) in errors.
 using DescribeKind = std::string (*)(uint64_t kind);
 
 class ShmCollectives {

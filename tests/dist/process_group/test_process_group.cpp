@@ -44,38 +44,42 @@ TEST_CASE("collectives through shared memory across chunks, exact and the same o
           "[process_group][gloo][shm]") {
   constexpr int kWorld = 3;
   const int64_t chunk = (int64_t{1} << 20) / 8;  // int64 elements in a slot of 1 MiB
-  for (int64_t n : {int64_t{1}, int64_t{17}, chunk - 1, 2 * chunk + 7}) {
+  // 4 chunks + 3: past a chunk of 2-byte elements too.
+  for (int64_t n : {int64_t{1}, int64_t{17}, chunk - 1, 2 * chunk + 7, 4 * chunk + 3}) {
     INFO(n << " elements");
     std::vector<Tensor> floats(kWorld);
-    run_ranks(kWorld, [&](ProcessGroupGloo& pg, Checks& c) {
-      EXPECT(c, pg.uses_shared_memory());
-      Tensor t = arange(n, kInt64) * (pg.rank() + 1);
-      pg.allreduce(t)->wait();
-      EXPECT(c, equal(t, arange(n, kInt64) * (kWorld * (kWorld + 1) / 2)));
-      // 0..7 over and over: small integers, which bfloat16 sums exactly.
-      Tensor cycle =
-          arange(8, kInt64).view({1, 8}).expand({(n + 7) / 8, 8}).reshape({-1}).narrow(0, 0, n);
-      Tensor h = (cycle * (pg.rank() + 1)).to(kBFloat16);
-      pg.allreduce(h)->wait();
-      EXPECT(c, equal(h.to(kInt64), cycle * (kWorld * (kWorld + 1) / 2)));
-      // Block b of rank r's input holds index + 10 b + r; rank r gets its block summed.
-      Tensor blocks = arange(n, kInt64).view({1, n}) +
-                      (arange(kWorld, kInt64) * 10).view({kWorld, 1}) + pg.rank();
-      Tensor flat = blocks.reshape({kWorld * n});
-      Tensor mine = empty({n}, kInt64);
-      pg.reduce_scatter_tensor(mine, flat)->wait();
-      EXPECT(c, equal(mine,
-                      (arange(n, kInt64) + pg.rank() * 10) * kWorld + kWorld * (kWorld - 1) / 2));
-      Tensor gathered = empty({kWorld * n}, kInt64);
-      pg.all_gather_into_tensor(gathered, arange(n, kInt64) + pg.rank() * 1000)->wait();
-      EXPECT(c, equal(gathered, (arange(n, kInt64).view({1, n}) +
-                                 (arange(kWorld, kInt64) * 1000).view({kWorld, 1}))
-                                    .reshape({kWorld * n})));
-      Generator gen(static_cast<uint64_t>(pg.rank()));
-      Tensor f = randn({n}, gen);
-      pg.allreduce(f, {.op = dist::ReduceOp::AVG})->wait();
-      floats[pg.rank()] = f;
-    });
+    run_ranks(
+        kWorld,
+        [&](ProcessGroupGloo& pg, Checks& c) {
+          EXPECT(c, pg.uses_shared_memory());
+          Tensor t = arange(n, kInt64) * (pg.rank() + 1);
+          pg.allreduce(t)->wait();
+          EXPECT(c, equal(t, arange(n, kInt64) * (kWorld * (kWorld + 1) / 2)));
+          // 0..7 over and over: small integers, which bfloat16 sums exactly.
+          Tensor cycle =
+              arange(8, kInt64).view({1, 8}).expand({(n + 7) / 8, 8}).reshape({-1}).narrow(0, 0, n);
+          Tensor h = (cycle * (pg.rank() + 1)).to(kBFloat16);
+          pg.allreduce(h)->wait();
+          EXPECT(c, equal(h.to(kInt64), cycle * (kWorld * (kWorld + 1) / 2)));
+          // Block b of rank r's input holds index + 10 b + r; rank r gets its block summed.
+          Tensor blocks = arange(n, kInt64).view({1, n}) +
+                          (arange(kWorld, kInt64) * 10).view({kWorld, 1}) + pg.rank();
+          Tensor flat = blocks.reshape({kWorld * n});
+          Tensor mine = empty({n}, kInt64);
+          pg.reduce_scatter_tensor(mine, flat)->wait();
+          EXPECT(c, equal(mine, (arange(n, kInt64) + pg.rank() * 10) * kWorld +
+                                    kWorld * (kWorld - 1) / 2));
+          Tensor gathered = empty({kWorld * n}, kInt64);
+          pg.all_gather_into_tensor(gathered, arange(n, kInt64) + pg.rank() * 1000)->wait();
+          EXPECT(c, equal(gathered, (arange(n, kInt64).view({1, n}) +
+                                     (arange(kWorld, kInt64) * 1000).view({kWorld, 1}))
+                                        .reshape({kWorld * n})));
+          Generator gen(static_cast<uint64_t>(pg.rank()));
+          Tensor f = randn({n}, gen);
+          pg.allreduce(f, {.op = dist::ReduceOp::AVG})->wait();
+          floats[pg.rank()] = f;
+        },
+        {.shared_memory = true});
     for (int r = 1; r < kWorld; ++r)
       CHECK(std::memcmp(floats[r].raw_data(), floats[0].raw_data(), floats[0].nbytes()) == 0);
   }
@@ -104,15 +108,30 @@ TEST_CASE("shared memory is off for the whole group when one rank turns it off",
   gw::dist::testing::require_passed(checks);
 }
 
-TEST_CASE("ranks that disagree on an allreduce through shared memory all fail, naming both",
+TEST_CASE("ranks that disagree on a collective through shared memory all fail, naming both",
           "[process_group][gloo][shm][errors]") {
   const int64_t other = GENERATE(8, 0);  // an empty tensor meets the others too
-  run_ranks(2, [&](ProcessGroupGloo& pg, Checks& c) {
-    Tensor t = ones({pg.rank() == 0 ? 4 : other});
-    EXPECT_THROWS(c, InvalidArgumentError, pg.allreduce(t)->wait(), "disagree",
-                  "4 elements of float32 SUM", std::to_string(other) + " elements of float32 SUM");
-    EXPECT_THROWS(c, std::exception, pg.allreduce(t)->wait(), "unusable");
-  });
+  run_ranks(2,
+            [&](ProcessGroupGloo& pg, Checks& c) {
+              Tensor t = ones({pg.rank() == 0 ? 4 : other});
+              EXPECT_THROWS(c, InvalidArgumentError, pg.allreduce(t)->wait(), "disagree",
+                            "4 elements of float32 SUM",
+                            std::to_string(other) + " elements of float32");
+              EXPECT_THROWS(c, std::exception, pg.allreduce(t)->wait(), "unusable");
+            },
+            {.shared_memory = true});
+  // The same count, dtype and op in another collective (it would read the slots laid out
+  // otherwise).
+  run_ranks(2,
+            [&](ProcessGroupGloo& pg, Checks& c) {
+              Tensor out = ones({4});
+              Tensor in = ones({8});
+              EXPECT_THROWS(
+                  c, InvalidArgumentError,
+                  (pg.rank() == 0 ? pg.allreduce(out) : pg.reduce_scatter_tensor(out, in))->wait(),
+                  "disagree", "in an allreduce", "in a reduce-scatter");
+            },
+            {.shared_memory = true});
 }
 
 TEST_CASE("collectives reject bad arguments with clear errors", "[process_group][gloo][errors]") {
