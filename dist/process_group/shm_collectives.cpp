@@ -26,8 +26,10 @@ constexpr size_t kPage = 4096;
 constexpr size_t kLine = 64;
 constexpr size_t kMaxSlotBytes = size_t{1} << 20;
 constexpr size_t kAllSlotsBytes = size_t{32} << 20;  // over every rank, each of the two sets
-// A waiter polls this long before it sleeps: a barrier's peers are usually microseconds behind.
-constexpr auto kSpin = std::chrono::microseconds(50);
+// A waiter polls this long before it sleeps: a barrier's peers are usually microseconds behind,
+// and a wake-up costs about as much on a VM. Not longer: DDP's collectives wait on the group's
+// thread beside backward, and on a machine with no core to spare a poll takes a core from it.
+constexpr auto kSpin = std::chrono::microseconds(10);
 // A sleeper looks at the clock and whether the ranks it waits for still live at least this
 // often (a dead process rings nothing; abort(), fail() and a leaving rank do ring).
 constexpr auto kMaxSleep = std::chrono::milliseconds(10);
