@@ -145,23 +145,38 @@ struct Transport {
 };
 
 // The shared-memory collectives, as ranks must agree on them.
-enum class ShmKind : uint64_t { kAllreduce = 1, kReduceScatter = 2, kAllGather = 3 };
+enum class ShmKind : uint64_t {
+  kAllreduce = 1,
+  kReduceScatter = 2,
+  kAllGather = 3,
+  kBroadcast = 4,
+  kBarrier = 5
+};
 
 // What ranks must agree on about a collective through shared memory: which one it is, its tag
-// (the same on every rank, by call order), the dtype and the op (an all-gather has neither: it
-// moves bytes), and the element count.
+// (the same on every rank, by call order), the dtype and the op of a reduction (the others move
+// bytes), a broadcast's root, and the element count.
 detail::ShmCollectives::Call shm_call(const char* op, ShmKind which, uint32_t tag,
                                       std::optional<DType> dtype, std::optional<ReduceOp> reduce_op,
-                                      int64_t count, Milliseconds timeout) {
-  const uint64_t kind = uint64_t{tag} << 32 | static_cast<uint64_t>(which) << 24 |
-                        (dtype ? static_cast<uint64_t>(*dtype) + 1 : 0) << 8 |
+                                      int64_t count, Milliseconds timeout, int root = 0) {
+  // Bits: the tag 32-63, which 24-31, a broadcast's root or a reduction's dtype (+1) 8-23, the
+  // op (+1) 0-7.
+  const uint64_t middle = which == ShmKind::kBroadcast ? static_cast<uint64_t>(root) & 0xffff
+                          : dtype                      ? static_cast<uint64_t>(*dtype) + 1
+                                                       : 0;
+  const uint64_t kind = uint64_t{tag} << 32 | static_cast<uint64_t>(which) << 24 | middle << 8 |
                         (reduce_op ? static_cast<uint64_t>(*reduce_op) + 1 : 0);
   auto describe = [](uint64_t k) {
-    const uint64_t d = (k >> 8) & 0xff, o = k & 0xff;
-    std::string what = d ? std::string(dtype_name(static_cast<DType>(d - 1))) : "bytes";
+    const uint64_t kind_of = (k >> 24) & 0xff, middle = (k >> 8) & 0xffff, o = k & 0xff;
+    std::string what;
+    if (kind_of == static_cast<uint64_t>(ShmKind::kBroadcast))
+      what = "bytes from root " + std::to_string(middle);
+    else
+      what = middle ? std::string(dtype_name(static_cast<DType>(middle - 1))) : "bytes";
     if (o) what += " " + to_string(static_cast<ReduceOp>(o - 1));
-    static const char* const names[] = {"?", "an allreduce", "a reduce-scatter", "an all-gather"};
-    return what + " in " + names[std::min<uint64_t>((k >> 24) & 0xff, 3)] + " (collective #" +
+    static const char* const names[] = {
+        "?", "an allreduce", "a reduce-scatter", "an all-gather", "a broadcast", "a barrier"};
+    return what + " in " + names[std::min<uint64_t>(kind_of, 5)] + " (collective #" +
            std::to_string(k >> 32) + ")";
   };
   return {op, static_cast<uint64_t>(count), kind, describe, timeout};
@@ -434,15 +449,22 @@ WorkPtr ProcessGroupGloo::broadcast(Tensor& tensor, BroadcastOptions o) {
   check_rank("broadcast", o.root, "root");
   return impl_->queue->enqueue(
       signature::broadcast(tensor, o), o.timeout,
-      [t = tensor, root = o.root, ctx = impl_->context](uint32_t tag, Milliseconds to) {
+      [t = tensor, root = o.root, via = impl_->transport()](uint32_t tag, Milliseconds to) {
+        if (via.shm) {
+          return via.shm->broadcast(
+              shm_call("broadcast", ShmKind::kBroadcast, tag, std::nullopt, std::nullopt,
+                       static_cast<int64_t>(t.nbytes()), to, root),
+              t.raw_data(), root);
+        }
         if (t.nbytes() == 0) return;
-        gloo::BroadcastOptions g(ctx);
+        gloo::BroadcastOptions g(via.context);
         g.setOutput<uint8_t>(bytes_of(t), t.nbytes());
         g.setRoot(root);
         g.setTag(tag);
         g.setTimeout(to);
         gloo::broadcast(g);
-      });
+      },
+      impl_->shm != nullptr);
 }
 
 WorkPtr ProcessGroupGloo::reduce(Tensor& tensor, ReduceOptions o) {
@@ -584,13 +606,19 @@ WorkPtr ProcessGroupGloo::alltoall(std::vector<Tensor>& outputs, const std::vect
 }
 
 WorkPtr ProcessGroupGloo::barrier(CollectiveOptions o) {
-  return impl_->queue->enqueue(signature::barrier(), o.timeout,
-                               [ctx = impl_->context](uint32_t tag, Milliseconds to) {
-                                 gloo::BarrierOptions g(ctx);
-                                 g.setTag(tag);
-                                 g.setTimeout(to);
-                                 gloo::barrier(g);
-                               });
+  return impl_->queue->enqueue(
+      signature::barrier(), o.timeout,
+      [via = impl_->transport()](uint32_t tag, Milliseconds to) {
+        if (via.shm) {
+          return via.shm->barrier(
+              shm_call("barrier", ShmKind::kBarrier, tag, std::nullopt, std::nullopt, 0, to));
+        }
+        gloo::BarrierOptions g(via.context);
+        g.setTag(tag);
+        g.setTimeout(to);
+        gloo::barrier(g);
+      },
+      impl_->shm != nullptr);
 }
 
 // Point-to-point transfers do not take part in the collectives' order: each is posted to Gloo at

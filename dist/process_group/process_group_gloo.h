@@ -5,9 +5,9 @@
 // thread per group; each gets the next tag, which is the same on every rank because every rank
 // calls the same collectives in the same order. send/recv run beside them. A GroupLiveness
 // (group_liveness.h) fails everything pending, on every rank, once a rank is declared dead.
-// When every rank is on this host, allreduce, reduce-scatter and all-gather (DDP's buckets,
-// FSDP's shards) go through one shared memory segment instead of loopback TCP
-// (shm_collectives.h); the rest stays on Gloo.
+// When every rank is on this host, allreduce, reduce-scatter, all-gather, broadcast and barrier
+// (DDP's buckets, FSDP's shards, ZeRO's parameters) go through one shared memory segment instead
+// of loopback TCP (shm_collectives.h); the rest stays on Gloo.
 //
 //   auto store = std::make_shared<gw::store::HashStore>();        // threads as ranks
 //   gw::dist::ProcessGroupGloo pg(store, rank, world_size);
@@ -35,9 +35,9 @@ struct GlooOptions {
   // The group's name in the flight recorder (debug/flight_recorder.h): init_process_group
   // names its groups "default_pg" and new_group's "group<N>".
   std::string group_name = "gloo";
-  // Allreduce, reduce-scatter and all-gather through shared memory when every rank is on this
-  // host (same boot, network and pid namespaces, and user). Unset: on, unless GW_GLOO_SHM=0. A
-  // rank that does not want it turns it off for the whole group.
+  // Allreduce, reduce-scatter, all-gather, broadcast and barrier through shared memory when
+  // every rank is on this host (same boot, network and pid namespaces, and user). Unset: on, unless
+  // GW_GLOO_SHM=0. A rank that does not want it turns it off for the whole group.
   std::optional<bool> shared_memory = std::nullopt;
 };
 

@@ -54,7 +54,9 @@ struct ShmCollectives::Control {
   char token[kTokenBytes];
   alignas(kLine) std::atomic<uint32_t> bell;  // the futex word sleepers wait on
   std::atomic<uint32_t> sleepers;
-  std::atomic<int32_t> failed_rank;  // the first rank whose collective failed, or -1
+  // The first failure on any rank: (rank + 1) << 8 | its Failure, or 0. One word, so that who
+  // and how are read together.
+  std::atomic<uint64_t> failure;
 };
 
 struct alignas(kLine) ShmCollectives::RankLine {
@@ -121,7 +123,7 @@ std::shared_ptr<ShmCollectives> ShmCollectives::connect(store::Store& store, int
       c->magic = kMagic;
       c->size = static_cast<uint64_t>(size);
       c->slot_bytes = slot_bytes;
-      c->failed_rank.store(-1);
+      c->failure.store(0);
       for (int r = 0; r < size; ++r)
         new (static_cast<uint8_t*>(mapping.base()) + kPage + r * kLine) RankLine{};
       GW_CHECK(::getrandom(c->token, kTokenBytes, 0) == static_cast<ssize_t>(kTokenBytes), IoError,
@@ -209,14 +211,17 @@ uint8_t* ShmCollectives::slot(int set, int rank) const {
          (static_cast<size_t>(set) * size_ + rank) * slot_bytes_;
 }
 
-void ShmCollectives::abort(const std::string& why) {
+void ShmCollectives::abort(const std::string& why) { mark_failed(why, Failure::kPeer); }
+
+void ShmCollectives::mark_failed(const std::string& why, Failure failure) {
   {
     std::lock_guard lock(failure_mu_);
     if (failure_.empty()) failure_ = why;
   }
   failed_.store(true);
-  int32_t none = -1;  // the other ranks' waits fail too
-  control_->failed_rank.compare_exchange_strong(none, rank_);
+  uint64_t none = 0;  // the other ranks' waits fail too
+  control_->failure.compare_exchange_strong(
+      none, static_cast<uint64_t>(rank_ + 1) << 8 | static_cast<uint64_t>(failure));
   control_->bell.fetch_add(1);
   rpc::shm::futex_wake_all(&control_->bell);  // our waiter, and any other rank's
 }
@@ -224,7 +229,7 @@ void ShmCollectives::abort(const std::string& why) {
 void ShmCollectives::fail(const char* op, const std::string& why, Failure failure) {
   const std::string what =
       gw::detail::str("[", op, "] rank ", rank_, " of ", size_, " (shared memory): ", why);
-  abort(what);
+  mark_failed(what, failure);
   if (failure == Failure::kTimeout) throw TimeoutError(what);
   if (failure == Failure::kMismatch) throw InvalidArgumentError(what);
   throw IoError(what);
@@ -236,9 +241,14 @@ void ShmCollectives::check_usable(const char* op) {
     throw IoError(gw::detail::str("[", op, "] rank ", rank_, " of ", size_,
                                   ": the group's shared memory failed earlier: ", failure_));
   }
-  const int32_t failed = control_->failed_rank.load();
-  if (failed >= 0)
-    fail(op, gw::detail::str("rank ", failed, " failed a collective"), Failure::kPeer);
+  // Another rank's: a timeout is this collective's too (the ranks wait for the same ones).
+  if (const uint64_t failed = control_->failure.load(); failed != 0) {
+    const auto how = static_cast<Failure>(failed & 0xff);
+    const uint64_t who = (failed >> 8) - 1;
+    if (how == Failure::kTimeout)
+      fail(op, gw::detail::str("rank ", who, " timed out in a collective"), Failure::kTimeout);
+    fail(op, gw::detail::str("rank ", who, " failed a collective"), Failure::kPeer);
+  }
 }
 
 void ShmCollectives::barrier(const char* op) {
@@ -256,7 +266,7 @@ void ShmCollectives::barrier(const char* op) {
       if (line(r).arrived.load(std::memory_order_acquire) < target) return false;
     return true;
   };
-  auto failing = [&] { return failed_.load() || control_->failed_rank.load() >= 0; };
+  auto failing = [&] { return failed_.load() || control_->failure.load() != 0; };
   const auto spin_until = std::chrono::steady_clock::now() + kSpin;
   for (uint32_t polls = 0;; ++polls) {
     // A failure seen first, then everyone here: the failing rank arrived before it failed (it
@@ -390,6 +400,20 @@ void ShmCollectives::reduce_scatter(const Call& call, const void* input, void* o
     // A slot set is written again two chunks on, after the next chunk's meeting, which every
     // rank reaches only when done reading this one.
   });
+}
+
+void ShmCollectives::broadcast(const Call& call, void* data, int root) {
+  auto* bytes = static_cast<uint8_t*>(data);
+  each_chunk(call, slot_bytes_, [&](size_t first, size_t n, int set, auto meet) {
+    if (n == 0) return meet();
+    if (rank_ == root) std::memcpy(slot(set, root), bytes + first, n);
+    meet();
+    if (rank_ != root) std::memcpy(bytes + first, slot(set, root), n);
+  });
+}
+
+void ShmCollectives::barrier(const Call& call) {
+  each_chunk(call, 1, [](size_t, size_t, int, auto meet) { meet(); });
 }
 
 void ShmCollectives::all_gather(const Call& call, const void* input, void* output) {

@@ -1,5 +1,6 @@
-// gw::dist::detail::ShmCollectives — a group's allreduce, reduce-scatter and all-gather through
-// one shared memory segment, when every rank of the group is a process (or thread) of this host.
+// gw::dist::detail::ShmCollectives — a group's allreduce, reduce-scatter, all-gather, broadcast
+// and barrier through one shared memory segment, when every rank of the group is a process (or
+// thread) of this host.
 //
 // Gloo moves every byte of a collective through loopback TCP, even between two processes of
 // one machine, and pays a socket round trip per step: a 4-byte allreduce costs ~100 µs and a
@@ -15,17 +16,18 @@
 //      slot in rank order; and copies the result into part r of its slot;     barrier
 //   3. each rank copies every other part from its owner's slot.
 // Every element is reduced by one rank in one order, so every rank ends with the same bits. A
-// reduce-scatter is steps 1 and 2 for each rank's own block, an all-gather steps 1 and 3. A
-// slot set is written again two chunks later, after a barrier every reader has passed.
+// reduce-scatter is steps 1 and 2 for each rank's own block, an all-gather steps 1 and 3, a
+// broadcast the root's step 1 and everyone's step 3. A slot set is written again two chunks
+// later, after a barrier every reader has passed.
 //
 // A barrier publishes this rank's count (release) and waits until every count reaches it:
 // spinning briefly, then asleep on a futex word that arrivals ring when someone sleeps. Waits
 // end in an error, never a hang: past the collective's timeout (TimeoutError), when another
-// rank reports a failure in the segment, when a rank waited for left the group or its process
-// ended (a pidfd per peer process, looked at between sleeps), or on abort() (the group's
-// liveness declared a rank dead). After any failure the segment is unusable, on every rank.
-// (A rank that times out at a barrier the others then pass lets them finish that collective:
-// it alone fails it, and every rank fails the next.)
+// rank reports a failure in the segment (its timeout is a TimeoutError here too), when a rank
+// waited for left the group or its process ended (a pidfd per peer process, looked at between
+// sleeps), or on abort() (the group's liveness declared a rank dead). After any failure the segment
+// is unusable, on every rank. (A rank that times out at a barrier the others then pass lets them
+// finish that collective: it alone fails it, and every rank fails the next.)
 //
 //   auto shm = ShmCollectives::connect(store, rank, size, /*wanted=*/true, timeout);
 //   if (shm) shm->allreduce({"allreduce", n, kind, describe, timeout}, data, sizeof(float), sum);
@@ -79,6 +81,10 @@ class ShmCollectives {
                       ReduceFunction reduce);
   // `output` gets every rank's `call.count` bytes of `input`, in rank order.
   void all_gather(const Call& call, const void* input, void* output);
+  // Every rank's `call.count` bytes at `data` become rank `root`'s.
+  void broadcast(const Call& call, void* data, int root);
+  // Returns once every rank has called it (`call.count` 0).
+  void barrier(const Call& call);
 
   // Fails the collective waiting now, on every rank, and every later one, with IoError(why).
   void abort(const std::string& why);
@@ -102,7 +108,9 @@ class ShmCollectives {
   // Publishes this rank's next barrier count and waits for every rank's (see the top), until
   // the running collective's deadline.
   void barrier(const char* op);
-  enum class Failure { kTimeout, kMismatch, kPeer };
+  enum class Failure : uint8_t { kTimeout = 1, kMismatch = 2, kPeer = 3 };
+  // Marks the segment failed, here (`why`) and for every rank, and wakes them.
+  void mark_failed(const std::string& why, Failure failure);
   // Marks the segment failed for every rank, wakes them, and throws the error for `failure`.
   [[noreturn]] void fail(const char* op, const std::string& why, Failure failure);
   void check_usable(const char* op);
