@@ -20,12 +20,14 @@ namespace gw::dist::detail {
 
 namespace {
 
-constexpr uint64_t kMagic = 0x31676d6873677767;  // "gwgshmg1"
+constexpr uint64_t kMagic = 0x32676d6873677767;  // "gwgshmg2"
 constexpr size_t kTokenBytes = 16;
 constexpr size_t kPage = 4096;
 constexpr size_t kLine = 64;
 constexpr size_t kMaxSlotBytes = size_t{1} << 20;
 constexpr size_t kAllSlotsBytes = size_t{32} << 20;  // over every rank, each of the two sets
+// A broadcast's root travels in 16 bits of the kind ranks agree on (process_group_gloo.cpp).
+constexpr int kMaxRanks = 1 << 16;
 // A waiter polls this long before it sleeps: a barrier's peers are usually microseconds behind,
 // and a wake-up costs about as much on a VM. Not longer: DDP's collectives wait on the group's
 // thread beside backward, and on a machine with no core to spare a poll takes a core from it.
@@ -101,9 +103,10 @@ std::shared_ptr<ShmCollectives> ShmCollectives::connect(store::Store& store, int
     return values;
   };
   const std::vector<std::string> hosts = all("host");
-  const bool together =
-      size > 1 && std::all_of(hosts.begin(), hosts.end(),
-                              [&](const std::string& h) { return !h.empty() && h == hosts[0]; });
+  const bool together = size > 1 && size <= kMaxRanks &&
+                        std::all_of(hosts.begin(), hosts.end(), [&](const std::string& h) {
+                          return !h.empty() && h == hosts[0];
+                        });
   if (!together) return nullptr;
   const std::vector<std::string> pids = all("pid");
 
@@ -251,7 +254,7 @@ void ShmCollectives::check_usable(const char* op) {
   }
 }
 
-void ShmCollectives::barrier(const char* op) {
+void ShmCollectives::meet(const char* op) {
   const auto deadline = deadline_;
   const uint64_t target = ++barriers_;
   line(rank_).arrived.store(target, std::memory_order_release);
@@ -336,7 +339,7 @@ void ShmCollectives::each_chunk(const Call& call, size_t chunk, Body body) {
     const size_t n = std::min<size_t>(chunk, call.count - first);
     const int set = static_cast<int>(chunks_++ % 2);
     body(first, n, set, [&, checked = first != 0]() mutable {
-      barrier(call.op);
+      meet(call.op);
       if (!checked) check_agreement(call, first_set);
       checked = true;
     });

@@ -102,12 +102,12 @@ class ShmCollectives {
   // After the call's first barrier: every rank's line says the same.
   void check_agreement(const Call& call, int set);
   // Runs body(first, n, set, meet) for each chunk of `chunk` elements (one empty chunk when
-  // there are none); meet() is a barrier, and the first one checks the agreement.
+  // there are none); meet() is meet(op), and the first one checks the agreement.
   template <typename Body>
   void each_chunk(const Call& call, size_t chunk, Body body);
-  // Publishes this rank's next barrier count and waits for every rank's (see the top), until
-  // the running collective's deadline.
-  void barrier(const char* op);
+  // A barrier: publishes this rank's next count and waits for every rank's (see the top),
+  // until the running collective's deadline.
+  void meet(const char* op);
   enum class Failure : uint8_t { kTimeout = 1, kMismatch = 2, kPeer = 3 };
   // Marks the segment failed, here (`why`) and for every rank, and wakes them.
   void mark_failed(const std::string& why, Failure failure);

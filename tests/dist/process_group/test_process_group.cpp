@@ -69,6 +69,9 @@ TEST_CASE("collectives through shared memory across chunks, exact and the same o
           pg.reduce_scatter_tensor(mine, flat)->wait();
           EXPECT(c, equal(mine, (arange(n, kInt64) + pg.rank() * 10) * kWorld +
                                     kWorld * (kWorld - 1) / 2));
+          Tensor sent = arange(n, kInt64) + pg.rank() * 1000;  // from rank 2
+          pg.broadcast(sent, {.root = 2})->wait();
+          EXPECT(c, equal(sent, arange(n, kInt64) + 2000));
           Tensor gathered = empty({kWorld * n}, kInt64);
           pg.all_gather_into_tensor(gathered, arange(n, kInt64) + pg.rank() * 1000)->wait();
           EXPECT(c, equal(gathered, (arange(n, kInt64).view({1, n}) +
@@ -130,6 +133,22 @@ TEST_CASE("ranks that disagree on a collective through shared memory all fail, n
                   c, InvalidArgumentError,
                   (pg.rank() == 0 ? pg.allreduce(out) : pg.reduce_scatter_tensor(out, in))->wait(),
                   "disagree", "in an allreduce", "in a reduce-scatter");
+            },
+            {.shared_memory = true});
+  // A barrier beside an allreduce of nothing, a broadcast from another root.
+  run_ranks(2,
+            [&](ProcessGroupGloo& pg, Checks& c) {
+              Tensor none = empty({0});
+              EXPECT_THROWS(c, InvalidArgumentError,
+                            (pg.rank() == 0 ? pg.barrier() : pg.allreduce(none))->wait(),
+                            "disagree", "in a barrier", "in an allreduce");
+            },
+            {.shared_memory = true});
+  run_ranks(2,
+            [&](ProcessGroupGloo& pg, Checks& c) {
+              Tensor t = ones({4});
+              EXPECT_THROWS(c, InvalidArgumentError, pg.broadcast(t, {.root = pg.rank()})->wait(),
+                            "disagree", "from root 0", "from root 1");
             },
             {.shared_memory = true});
 }
