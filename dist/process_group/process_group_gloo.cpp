@@ -4,28 +4,23 @@
 #include <cstring>
 #include <functional>
 
-#include <gloo/allgather.h>
-#include <gloo/allreduce.h>
 #include <gloo/alltoall.h>
-#include <gloo/barrier.h>
-#include <gloo/broadcast.h>
 #include <gloo/common/error.h>
 #include <gloo/common/logging.h>
 #include <gloo/gather.h>
-#include <gloo/math.h>
 #include <gloo/reduce.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/scatter.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
-#include <gloo/types.h>
 
 #include "core/ops.h"
 #include "core/sigpipe.h"
 #include "debug/flight_recorder.h"
 #include "dist/process_group/collective_queue.h"
 #include "dist/process_group/debug_process_group.h"
+#include "dist/process_group/gloo_collectives.h"
 #include "dist/process_group/group_liveness.h"
 #include "dist/process_group/shm_collectives.h"
 #include "store/liveness.h"
@@ -54,59 +49,9 @@ class GlooStore final : public gloo::rendezvous::Store {
   std::shared_ptr<store::Store> store_;
 };
 
-using ReduceTypes = TypeList<float, double, int64_t, int32_t>;
-
-// Calls f.template operator()<T>() with the element type Gloo reduces for `dtype`: ours,
-// Gloo's own float16 for float16 tensors, or our bfloat16 (16-bit types are summed only: DDP's
-// fp16 and bf16 compression).
-template <typename F>
-void dispatch_reduce(DType dtype, ReduceOp op, const char* name, F&& f) {
-  if (dtype == DType::Float16 || dtype == DType::BFloat16) {
-    GW_CHECK(op == ReduceOp::SUM, InvalidArgumentError, "[", name, "] ", dtype_name(dtype),
-             " tensors are reduced with SUM only, got ", to_string(op));
-    if (dtype == DType::Float16)
-      f.template operator()<gloo::float16>();
-    else
-      f.template operator()<BFloat16>();
-  } else {
-    dispatch<ReduceTypes>(dtype, name, std::forward<F>(f));
-  }
-}
-using GlooReduce = void (*)(void*, const void*, const void*, size_t);
 // Point-to-point slots live apart from the collectives' (Gloo builds those from small
 // prefixes in the top byte).
 constexpr uint64_t kSendRecvSlot = uint64_t{1} << 63;
-
-// Gloo has no bfloat16: its sum, through float32, rounded to nearest even.
-void bfloat16_sum(void* c, const void* a, const void* b, size_t n) {
-  auto* out = static_cast<BFloat16*>(c);
-  const auto* x = static_cast<const BFloat16*>(a);
-  const auto* y = static_cast<const BFloat16*>(b);
-  for (size_t i = 0; i < n; ++i)
-    out[i] = float_to_bfloat16(bfloat16_to_float(x[i]) + bfloat16_to_float(y[i]));
-}
-
-template <typename T>
-GlooReduce reduce_function(ReduceOp op) {
-  if constexpr (std::is_same_v<T, BFloat16>) {
-    return &bfloat16_sum;  // SUM only (dispatch_reduce)
-  } else {
-    switch (op) {
-      case ReduceOp::SUM:
-      case ReduceOp::AVG:
-        return static_cast<GlooReduce>(&gloo::sum<T>);
-      case ReduceOp::PRODUCT:
-        return static_cast<GlooReduce>(&gloo::product<T>);
-      case ReduceOp::MIN:
-        return static_cast<GlooReduce>(&gloo::min<T>);
-      case ReduceOp::MAX:
-        return static_cast<GlooReduce>(&gloo::max<T>);
-    }
-  }
-  throw InvalidArgumentError("[process_group] unknown reduce op");
-}
-
-uint8_t* bytes_of(const Tensor& t) { return static_cast<uint8_t*>(t.raw_data()); }
 
 // GlooOptions::shared_memory, or when unset, not GW_GLOO_SHM=0.
 bool wants_shared_memory(const std::optional<bool>& given) {
@@ -135,158 +80,6 @@ std::exception_ptr attempt(int rank, int size, const std::string& op, Millisecon
   } catch (...) {
     return std::current_exception();
   }
-}
-
-// How a group's allreduce moves its bytes: Gloo's pairs, or, with every rank on this host, the
-// group's shared memory (null otherwise).
-struct Transport {
-  std::shared_ptr<gloo::Context> context;
-  std::shared_ptr<detail::ShmCollectives> shm;
-};
-
-// The shared-memory collectives, as ranks must agree on them.
-enum class ShmKind : uint64_t {
-  kAllreduce = 1,
-  kReduceScatter = 2,
-  kAllGather = 3,
-  kBroadcast = 4,
-  kBarrier = 5
-};
-
-// What ranks must agree on about a collective through shared memory: which one it is, its tag
-// (the same on every rank, by call order), the dtype and the op of a reduction (the others move
-// bytes), a broadcast's root, and the element count.
-detail::ShmCollectives::Call shm_call(const char* op, ShmKind which, uint32_t tag,
-                                      std::optional<DType> dtype, std::optional<ReduceOp> reduce_op,
-                                      int64_t count, Milliseconds timeout, int root = 0) {
-  // Bits: the tag 32-63, which 24-31, a broadcast's root or a reduction's dtype (+1) 8-23, the
-  // op (+1) 0-7.
-  const uint64_t middle = which == ShmKind::kBroadcast ? static_cast<uint64_t>(root) & 0xffff
-                          : dtype                      ? static_cast<uint64_t>(*dtype) + 1
-                                                       : 0;
-  const uint64_t kind = uint64_t{tag} << 32 | static_cast<uint64_t>(which) << 24 | middle << 8 |
-                        (reduce_op ? static_cast<uint64_t>(*reduce_op) + 1 : 0);
-  auto describe = [](uint64_t k) {
-    const uint64_t kind_of = (k >> 24) & 0xff, middle = (k >> 8) & 0xffff, o = k & 0xff;
-    std::string what;
-    if (kind_of == static_cast<uint64_t>(ShmKind::kBroadcast))
-      what = "bytes from root " + std::to_string(middle);
-    else
-      what = middle ? std::string(dtype_name(static_cast<DType>(middle - 1))) : "bytes";
-    if (o) what += " " + to_string(static_cast<ReduceOp>(o - 1));
-    static const char* const names[] = {
-        "?", "an allreduce", "a reduce-scatter", "an all-gather", "a broadcast", "a barrier"};
-    return what + " in " + names[std::min<uint64_t>(kind_of, 5)] + " (collective #" +
-           std::to_string(k >> 32) + ")";
-  };
-  return {op, static_cast<uint64_t>(count), kind, describe, timeout};
-}
-
-// An allreduce of `t` on the group's thread (the body of the reducing collectives).
-void allreduce_now(const char* name, const Transport& via, const Tensor& t, ReduceOp op,
-                   uint32_t tag, Milliseconds timeout) {
-  if (t.numel() == 0 && !via.shm) return;  // through shared memory, the ranks still check
-  const std::shared_ptr<gloo::Context>& context = via.context;
-  dispatch_reduce(t.dtype(), op, name, [&]<typename T>() {
-    if (via.shm) {
-      via.shm->allreduce(
-          shm_call(name, ShmKind::kAllreduce, tag, t.dtype(), op, t.numel(), timeout), t.raw_data(),
-          sizeof(T), reduce_function<T>(op));
-      return;
-    }
-    gloo::AllreduceOptions g(context);
-    g.setOutput<T>(static_cast<T*>(t.raw_data()), static_cast<size_t>(t.numel()));
-    g.setReduceFunction(reduce_function<T>(op));
-    g.setTag(tag);
-    g.setTimeout(timeout);
-    gloo::allreduce(g);
-  });
-  if (op == ReduceOp::AVG) ProcessGroup::divide(t, context->size, "allreduce");
-}
-
-// An allgather of `input` into `output` (size() chunks like it), on the group's thread.
-void allgather_now(const char* name, const Transport& via, const Tensor& input,
-                   const Tensor& output, uint32_t tag, Milliseconds timeout) {
-  if (via.shm) {
-    return via.shm->all_gather(shm_call(name, ShmKind::kAllGather, tag, std::nullopt, std::nullopt,
-                                        static_cast<int64_t>(input.nbytes()), timeout),
-                               input.raw_data(), output.raw_data());
-  }
-  if (input.nbytes() == 0) return;
-  const std::shared_ptr<gloo::Context>& context = via.context;
-  gloo::AllgatherOptions g(context);
-  g.setInput<uint8_t>(bytes_of(input), input.nbytes());
-  g.setOutput<uint8_t>(bytes_of(output), output.nbytes());
-  g.setTag(tag);
-  g.setTimeout(timeout);
-  gloo::allgather(g);
-}
-
-// Our reduce-scatter's slots (Gloo's own collectives use prefixes 0x01-0x08).
-constexpr uint8_t kReduceScatterSlotPrefix = 0x0a;
-
-// A ring reduce-scatter of `input` (size chunks) into `output` (rank's chunk), on the group's
-// thread. Gloo has none for these buffers (PyTorch runs an allreduce per rank), so it is built
-// on Gloo's transport: in size-1 steps every rank passes a partial result to its right and adds
-// its own chunk to the partial arriving from its left; the partial that arrives last is its own
-// chunk, reduced over every rank. Each rank sends and receives (size-1)/size of the buffer, half
-// of an allreduce's traffic, and `input` is only read.
-void reduce_scatter_now(const char* name, const Transport& via, const Tensor& input,
-                        const Tensor& output, ReduceOp op, uint32_t tag, Milliseconds timeout) {
-  if (via.shm) {
-    dispatch_reduce(output.dtype(), op, name, [&]<typename T>() {
-      via.shm->reduce_scatter(
-          shm_call(name, ShmKind::kReduceScatter, tag, output.dtype(), op, output.numel(), timeout),
-          input.raw_data(), output.raw_data(), sizeof(T), reduce_function<T>(op));
-    });
-    if (op == ReduceOp::AVG) ProcessGroup::divide(output, via.context->size, name);
-    return;
-  }
-  const std::shared_ptr<gloo::Context>& context = via.context;
-  const size_t bytes = output.nbytes();
-  if (bytes == 0) return;
-  const int n = context->size;
-  const int rank = context->rank;
-  const uint8_t* in = bytes_of(input);
-  if (n == 1) {
-    std::memcpy(bytes_of(output), in, bytes);
-    return;
-  }
-  dispatch_reduce(output.dtype(), op, "reduce_scatter", [&]<typename T>() {
-    const GlooReduce reduce = reduce_function<T>(op);
-    const size_t count = bytes / sizeof(T);
-    // What arrives, then the two partials passed on in turn (one is sent while the other fills).
-    Tensor scratch = empty({3 * output.numel()}, TensorOptions().with_dtype(output.dtype()));
-    uint8_t* arriving = bytes_of(scratch);
-    uint8_t* partial[2] = {arriving + bytes, arriving + 2 * bytes};
-    auto chunk = [&](int c) { return const_cast<uint8_t*>(in) + static_cast<size_t>(c) * bytes; };
-    auto wrap = [n](int c) { return ((c % n) + n) % n; };
-    auto receiving = context->createUnboundBuffer(arriving, bytes);
-    std::unique_ptr<gloo::transport::UnboundBuffer> outgoing[2] = {
-        context->createUnboundBuffer(partial[0], bytes),
-        context->createUnboundBuffer(partial[1], bytes)};
-    // Step 0 passes on this rank's own chunk rank-1 as it is.
-    auto first = context->createUnboundBuffer(chunk(wrap(rank - 1)), bytes);
-    gloo::transport::UnboundBuffer* sending = first.get();
-    const uint64_t slot = gloo::Slot::build(kReduceScatterSlotPrefix, tag);
-    const int right = wrap(rank + 1);
-    const int left = wrap(rank - 1);
-    for (int step = 0; step < n - 1; ++step) {
-      receiving->recv(left, slot);
-      sending->send(right, slot);
-      GW_CHECK(receiving->waitRecv(timeout), IoError, "[reduce_scatter] rank ", rank,
-               ": the receive from rank ", left, " was aborted");
-      // The partial of chunk rank-step-2 arrived: add ours and pass it on (or keep it: the last
-      // one is chunk `rank`).
-      const bool last = step == n - 2;
-      uint8_t* reduced = last ? bytes_of(output) : partial[step % 2];
-      reduce(reduced, chunk(wrap(rank - step - 2)), arriving, count);
-      GW_CHECK(sending->waitSend(timeout), IoError, "[reduce_scatter] rank ", rank,
-               ": the send to rank ", right, " was aborted");
-      sending = outgoing[step % 2].get();
-    }
-  });
-  if (op == ReduceOp::AVG) ProcessGroup::divide(output, n, "reduce_scatter");
 }
 
 }  // namespace
@@ -321,7 +114,7 @@ struct ProcessGroupGloo::Impl : std::enable_shared_from_this<ProcessGroupGloo::I
   // The buffers and tensors of transfers that failed or timed out (their Work is finished):
   // Gloo may still hold them, so they go with the group only.
   std::vector<std::function<std::exception_ptr()>> failed_transfers;
-  Transport transport() const { return {context, shm}; }
+  detail::Transport transport() const { return {context, shm}; }
   void hold(std::function<std::exception_ptr()> transfer) {
     std::lock_guard lock(posted_mu);
     failed_transfers.push_back(std::move(transfer));
@@ -417,7 +210,7 @@ bool ProcessGroupGloo::uses_shared_memory() const { return impl_->shm != nullptr
 // The checks every reducing collective makes before anything is queued.
 static void check_reducible(const char* name, const Tensor& t, ReduceOp op) {
   ProcessGroupGloo::check_avg(name, t, op);
-  dispatch_reduce(t.dtype(), op, name, []<typename T>() {});  // a supported dtype
+  detail::dispatch_reduce(t.dtype(), op, name, []<typename T>() {});  // a supported dtype
 }
 
 WorkPtr ProcessGroupGloo::allreduce(Tensor& tensor, AllreduceOptions o) {
@@ -426,7 +219,7 @@ WorkPtr ProcessGroupGloo::allreduce(Tensor& tensor, AllreduceOptions o) {
   return impl_->queue->enqueue(
       signature::allreduce(tensor, o), o.timeout,
       [t = tensor, op = o.op, via = impl_->transport()](uint32_t tag, Milliseconds to) {
-        allreduce_now("allreduce", via, t, op, tag, to);
+        detail::allreduce_now("allreduce", via, t, op, tag, to);
       },
       impl_->shm != nullptr);
 }
@@ -438,7 +231,7 @@ WorkPtr ProcessGroupGloo::allreduce_coalesced(std::vector<Tensor>& tensors, Allr
   return impl_->queue->enqueue(
       signature::allreduce_coalesced(tensors, o), o.timeout,
       [flat, tensors, op = o.op, via = impl_->transport()](uint32_t tag, Milliseconds to) mutable {
-        allreduce_now("allreduce_coalesced", via, flat, op, tag, to);
+        detail::allreduce_now("allreduce_coalesced", via, flat, op, tag, to);
         split(flat, tensors);
       },
       impl_->shm != nullptr);
@@ -450,19 +243,7 @@ WorkPtr ProcessGroupGloo::broadcast(Tensor& tensor, BroadcastOptions o) {
   return impl_->queue->enqueue(
       signature::broadcast(tensor, o), o.timeout,
       [t = tensor, root = o.root, via = impl_->transport()](uint32_t tag, Milliseconds to) {
-        if (via.shm) {
-          return via.shm->broadcast(
-              shm_call("broadcast", ShmKind::kBroadcast, tag, std::nullopt, std::nullopt,
-                       static_cast<int64_t>(t.nbytes()), to, root),
-              t.raw_data(), root);
-        }
-        if (t.nbytes() == 0) return;
-        gloo::BroadcastOptions g(via.context);
-        g.setOutput<uint8_t>(bytes_of(t), t.nbytes());
-        g.setRoot(root);
-        g.setTag(tag);
-        g.setTimeout(to);
-        gloo::broadcast(g);
+        detail::broadcast_now(via, t, root, tag, to);
       },
       impl_->shm != nullptr);
 }
@@ -480,16 +261,17 @@ WorkPtr ProcessGroupGloo::reduce(Tensor& tensor, ReduceOptions o) {
   return impl_->queue->enqueue(signature::reduce(tensor, o), o.timeout,
                                [out, o, root, ctx = impl_->context](uint32_t tag, Milliseconds to) {
                                  if (out.numel() == 0) return;
-                                 dispatch<ReduceTypes>(out.dtype(), "reduce", [&]<typename T>() {
-                                   gloo::ReduceOptions g(ctx);
-                                   g.setOutput<T>(out.data_ptr<T>(),
-                                                  static_cast<size_t>(out.numel()));
-                                   g.setRoot(o.root);
-                                   g.setReduceFunction(reduce_function<T>(o.op));
-                                   g.setTag(tag);
-                                   g.setTimeout(to);
-                                   gloo::reduce(g);
-                                 });
+                                 dispatch<detail::ReduceTypes>(
+                                     out.dtype(), "reduce", [&]<typename T>() {
+                                       gloo::ReduceOptions g(ctx);
+                                       g.setOutput<T>(out.data_ptr<T>(),
+                                                      static_cast<size_t>(out.numel()));
+                                       g.setRoot(o.root);
+                                       g.setReduceFunction(detail::reduce_function<T>(o.op));
+                                       g.setTag(tag);
+                                       g.setTimeout(to);
+                                       gloo::reduce(g);
+                                     });
                                  if (root && o.op == ReduceOp::AVG)
                                    divide(out, ctx->size, "reduce");
                                });
@@ -502,7 +284,7 @@ WorkPtr ProcessGroupGloo::allgather(std::vector<Tensor>& outputs, const Tensor& 
   return impl_->queue->enqueue(
       signature::allgather(input), o.timeout,
       [flat, input, outputs, via = impl_->transport()](uint32_t tag, Milliseconds to) mutable {
-        allgather_now("allgather", via, input, flat, tag, to);
+        detail::allgather_now("allgather", via, input, flat, tag, to);
         split(flat, outputs);
       },
       impl_->shm != nullptr);
@@ -514,7 +296,7 @@ WorkPtr ProcessGroupGloo::all_gather_into_tensor(Tensor& output, const Tensor& i
   return impl_->queue->enqueue(
       signature::all_gather_into_tensor(input), o.timeout,
       [output, input, via = impl_->transport()](uint32_t tag, Milliseconds to) {
-        allgather_now("all_gather_into_tensor", via, input, output, tag, to);
+        detail::allgather_now("all_gather_into_tensor", via, input, output, tag, to);
       },
       impl_->shm != nullptr);
 }
@@ -531,8 +313,9 @@ WorkPtr ProcessGroupGloo::gather(std::vector<Tensor>& outputs, const Tensor& inp
                                    uint32_t tag, Milliseconds to) mutable {
                                  if (input.nbytes() == 0) return;
                                  gloo::GatherOptions g(ctx);
-                                 g.setInput<uint8_t>(bytes_of(input), input.nbytes());
-                                 if (root) g.setOutput<uint8_t>(bytes_of(flat), flat.nbytes());
+                                 g.setInput<uint8_t>(detail::bytes_of(input), input.nbytes());
+                                 if (root)
+                                   g.setOutput<uint8_t>(detail::bytes_of(flat), flat.nbytes());
                                  g.setRoot(r);
                                  g.setTag(tag);
                                  g.setTimeout(to);
@@ -551,9 +334,9 @@ WorkPtr ProcessGroupGloo::scatter(Tensor& output, const std::vector<Tensor>& inp
         if (output.nbytes() == 0) return;
         gloo::ScatterOptions g(ctx);
         std::vector<uint8_t*> ptrs;
-        for (const auto& t : inputs) ptrs.push_back(bytes_of(t));
+        for (const auto& t : inputs) ptrs.push_back(detail::bytes_of(t));
         if (!ptrs.empty()) g.setInputs<uint8_t>(ptrs, output.nbytes());
-        g.setOutput<uint8_t>(bytes_of(output), output.nbytes());
+        g.setOutput<uint8_t>(detail::bytes_of(output), output.nbytes());
         g.setRoot(r);
         g.setTag(tag);
         g.setTimeout(to);
@@ -569,7 +352,7 @@ WorkPtr ProcessGroupGloo::reduce_scatter(Tensor& output, const std::vector<Tenso
   return impl_->queue->enqueue(
       signature::reduce_scatter(output, o), o.timeout,
       [flat, output, op = o.op, via = impl_->transport()](uint32_t tag, Milliseconds to) {
-        reduce_scatter_now("reduce_scatter", via, flat, output, op, tag, to);
+        detail::reduce_scatter_now("reduce_scatter", via, flat, output, op, tag, to);
       },
       impl_->shm != nullptr);
 }
@@ -581,7 +364,7 @@ WorkPtr ProcessGroupGloo::reduce_scatter_tensor(Tensor& output, const Tensor& in
   return impl_->queue->enqueue(
       signature::reduce_scatter_tensor(output, o), o.timeout,
       [input, output, op = o.op, via = impl_->transport()](uint32_t tag, Milliseconds to) {
-        reduce_scatter_now("reduce_scatter_tensor", via, input, output, op, tag, to);
+        detail::reduce_scatter_now("reduce_scatter_tensor", via, input, output, op, tag, to);
       },
       impl_->shm != nullptr);
 }
@@ -596,8 +379,8 @@ WorkPtr ProcessGroupGloo::alltoall(std::vector<Tensor>& outputs, const std::vect
       [in, out, outputs, ctx = impl_->context](uint32_t tag, Milliseconds to) mutable {
         if (in.nbytes() == 0) return;
         gloo::AlltoallOptions g(ctx);
-        g.setInput<uint8_t>(bytes_of(in), in.nbytes());
-        g.setOutput<uint8_t>(bytes_of(out), out.nbytes());
+        g.setInput<uint8_t>(detail::bytes_of(in), in.nbytes());
+        g.setOutput<uint8_t>(detail::bytes_of(out), out.nbytes());
         g.setTag(tag);
         g.setTimeout(to);
         gloo::alltoall(g);
@@ -609,14 +392,7 @@ WorkPtr ProcessGroupGloo::barrier(CollectiveOptions o) {
   return impl_->queue->enqueue(
       signature::barrier(), o.timeout,
       [via = impl_->transport()](uint32_t tag, Milliseconds to) {
-        if (via.shm) {
-          return via.shm->barrier(
-              shm_call("barrier", ShmKind::kBarrier, tag, std::nullopt, std::nullopt, 0, to));
-        }
-        gloo::BarrierOptions g(via.context);
-        g.setTag(tag);
-        g.setTimeout(to);
-        gloo::barrier(g);
+        detail::barrier_now(via, tag, to);
       },
       impl_->shm != nullptr);
 }
