@@ -111,8 +111,7 @@ Tensor DistributedDataParallel::forward(const Tensor& input) {
   if (auto iteration = notify_join_context()) {
     any_rank_reduces(reduces);
     authority = iteration->training.front();
-    if (!join_options()->divide_by_initial_world_size)
-      divide_by = static_cast<int>(iteration->training.size());
+    divide_by = divisor_in(*iteration);
   }
   reducer_->set_iteration(authority, divide_by);
   if (options_.broadcast_buffers) broadcast_from(authority, module_->buffers());
@@ -123,6 +122,11 @@ Tensor DistributedDataParallel::forward(const Tensor& input) {
     backwards_at_forward_ = reducer_->backwards_ended();
   }
   return output;
+}
+
+int DistributedDataParallel::divisor_in(const dist::JoinIteration& iteration) const {
+  return join_options()->divide_by_initial_world_size ? group_->size()
+                                                      : static_cast<int>(iteration.training.size());
 }
 
 bool DistributedDataParallel::any_rank_reduces(bool mine) {
@@ -142,7 +146,8 @@ class DistributedDataParallel::JoinHook : public dist::JoinHook {
     const int authority = iteration.training.front();
     if (ddp_.options_.broadcast_buffers) ddp_.broadcast_from(authority, ddp_.module_->buffers());
     if (!reduces) return;
-    ddp_.reducer_->set_iteration(authority, ddp_.group_->size());
+    // The others' divisor: it decides which collectives their backward makes.
+    ddp_.reducer_->set_iteration(authority, ddp_.divisor_in(iteration));
     ddp_.reducer_->shadow_backward(ddp_.options_.find_unused_parameters);
   }
 

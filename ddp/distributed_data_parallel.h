@@ -38,7 +38,8 @@ struct DDPOptions {
   bool find_unused_parameters = false;
   // .grad of each parameter becomes a view into its bucket (saves a copy and the memory of a
   // second set of gradients). As in PyTorch, zero_grad() dropping .grad undoes it until the
-  // parameter's next reduction.
+  // parameter's next reduction. Over a group that reduces .grad in place (the Gloo group
+  // through shared memory: see Reducer) it costs a copy instead, and the buckets' memory.
   bool gradient_as_bucket_view = false;
   // The module uses the same parameters, the same number of times, every iteration (PyTorch's
   // static_graph). The first backward counts how often each parameter's gradient hook fires
@@ -97,6 +98,9 @@ class DistributedDataParallel : public dist::Joinable {
   // Inside a Join: whether any rank's backward of this iteration reduces (a joined rank says
   // no), so that the joined ranks know whether to shadow it.
   bool any_rank_reduces(bool mine);
+  // Inside a Join: what the gradients of `iteration` are divided by (the same on every rank:
+  // it decides which collectives the backward makes).
+  int divisor_in(const dist::JoinIteration& iteration) const;
 
   // Inside a Join (join_id() == due_in_join_): the backward the last forward announced has not
   // ended yet if the reducer's count of ended backwards is still backwards_at_forward_.

@@ -66,6 +66,16 @@ class QueueAtEnd final : public autograd::Node {
   std::function<void()> callback_;
 };
 
+// A future of no tensor once `tensors` are averaged where they are across `group`.
+Future<Tensor> averaged_in_place(dist::ProcessGroup& group, std::vector<Tensor> tensors) {
+  return group.allreduce_coalesced(tensors, {.op = dist::ReduceOp::AVG})
+      ->future()
+      .then([](Future<void>& done) {
+        done.wait();
+        return Tensor();
+      });
+}
+
 // A future of `buffer` once `op` reduced it in place across `group`.
 Future<Tensor> reduced_in_place(dist::ProcessGroup& group, Tensor buffer, dist::ReduceOp op) {
   return group.allreduce(buffer, {.op = op})->future().then([buffer](Future<void>& done) {
@@ -119,6 +129,7 @@ Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names,
     : params_(std::move(params)),
       names_(std::move(names)),
       group_(std::move(group)),
+      group_in_place_(group_->coalesces_in_place()),
       options_(options) {
   ready_.assign(params_.size(), false);
   used_since_sync_.assign(params_.size(), false);
@@ -136,13 +147,10 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
   size_t bytes = 0;
   auto close = [&] {
     if (current.params.empty()) return;
-    int64_t numel = 0;
     for (size_t i : current.params) {
-      current.offsets.push_back(numel);
-      numel += params_[i].numel();
+      current.offsets.push_back(current.numel);
+      current.numel += params_[i].numel();
     }
-    const Tensor& first = params_[current.params[0]];
-    current.flat = zeros({numel}, TensorOptions(first.dtype()).with_device(first.device()));
     buckets_.push_back(std::move(current));
     current = Bucket{};
     bytes = 0;
@@ -262,7 +270,14 @@ void Reducer::shadow_backward(bool find_unused) {
   }
   std::vector<Future<Tensor>> reduced;
   for (size_t k = 0; k < buckets_.size(); ++k) {
-    GradBucket view{k, zeros_like(buckets_[k].flat), {}, k + 1 == buckets_.size()};
+    if (reduces_in_place()) {  // the same collective as the others', of zeros
+      std::vector<Tensor> none;
+      for (size_t i : buckets_[k].params) none.push_back(zeros_like(params_[i]));
+      reduced.push_back(averaged_in_place(*group_, std::move(none)));
+      continue;
+    }
+    const Tensor& first = params_[buckets_[k].params[0]];
+    GradBucket view{k, zeros({buckets_[k].numel}, first.options()), {}, k + 1 == buckets_.size()};
     for (size_t i : buckets_[k].params) view.parameters.push_back(params_[i]);
     reduced.push_back(hook_ ? hook_(*group_, view)
                             : reduced_in_place(*group_, view.buffer, dist::ReduceOp::SUM));
@@ -293,8 +308,8 @@ void Reducer::on_gradient(size_t index) {
       used_reduced_ = group_->allreduce(used_map_, {.op = dist::ReduceOp::SUM})->future();
     std::vector<size_t> unused;
     unused.swap(unused_);
-    for (size_t i : unused) mark_ready(i);
-    mark_ready(index);
+    for (size_t i : unused) mark_ready(i, false);
+    mark_ready(index, true);
   } catch (...) {
     reset_iteration();
     throw;
@@ -321,7 +336,7 @@ void Reducer::finish_counted_backward() {
     // iteration's order, the first in which gradients are ready when they really are.)
     std::vector<size_t> order;
     for (const Bucket& b : buckets_) order.insert(order.end(), b.params.begin(), b.params.end());
-    for (size_t i : order) mark_ready(i);
+    for (size_t i : order) mark_ready(i, hook_counts_[i] > 0);
   } catch (...) {
     counting_ = false;
     reset_iteration();
@@ -336,6 +351,7 @@ void Reducer::reset_iteration() {
   for (auto& b : buckets_) {
     finish_quietly(b.reduced);
     b.pending = b.params.size();
+    b.in_place.clear();
   }
   ready_order_.clear();
   ready_.assign(params_.size(), false);
@@ -347,7 +363,12 @@ void Reducer::reset_iteration() {
   used_since_sync_.assign(params_.size(), false);
 }
 
-void Reducer::mark_ready(size_t index) {
+bool Reducer::reduces_in_place() const {
+  return group_in_place_ && !hook_ && !options_.gradient_as_bucket_view &&
+         divide_by_ == group_->size();
+}
+
+void Reducer::mark_ready(size_t index, bool fired) {
   GW_CHECK(!ready_[index], StateError, "[DistributedDataParallel] Expected to mark a variable ",
            "ready only once: parameter ", names_[index], " was marked ready twice in one ",
            "iteration. Either a second backward ran before the reduction of the first finished, ",
@@ -362,6 +383,16 @@ void Reducer::mark_ready(size_t index) {
   const Tensor grad = p.grad();  // undefined for a parameter unused in this iteration
   const size_t slot =
       static_cast<size_t>(std::find(b.params.begin(), b.params.end(), index) - b.params.begin());
+  if (reduces_in_place()) {
+    b.in_place.resize(b.params.size());
+    const bool as_is = fired && grad.defined() && grad.is_contiguous() &&
+                       grad.dtype() == p.dtype() && grad.device() == p.device();
+    b.in_place[slot] = as_is ? grad : grad.defined() ? empty_like(p).copy_(grad) : zeros_like(p);
+    --b.pending;
+    launch_ready_buckets();
+    if (ready_count_ == params_.size()) finish_iteration();
+    return;
+  }
   Tensor dst = grad_slot(b, slot);
   const int divide_by = hook_ ? 1 : divide_by_;  // the built-in reduction sums divided parts
   if (!grad.defined()) {
@@ -384,24 +415,33 @@ void Reducer::launch_ready_buckets() {
   while (next_to_launch_ < buckets_.size() && buckets_[next_to_launch_].pending == 0) {
     const size_t index = next_to_launch_++;
     Bucket& b = buckets_[index];
-    GradBucket view{index, b.flat, {}, index + 1 == buckets_.size()};
+    GradBucket view{
+        index, b.in_place.empty() ? flat_of(b) : Tensor(), {}, index + 1 == buckets_.size()};
     for (size_t i : b.params) view.parameters.push_back(params_[i]);
     std::optional<trace::Scope> span;  // made only when tracing: its name costs allocations
     if (trace::enabled())
-      span.emplace(
-          "ddp", "DDP bucket " + std::to_string(index) + " ready",
-          gw::detail::str("{\"params\":", b.params.size(), ",\"bytes\":", b.flat.nbytes(), "}"));
-    // Without a hook the gradients were divided on their way in: summing them averages.
-    b.reduced =
-        hook_ ? hook_(*group_, view) : reduced_in_place(*group_, view.buffer, dist::ReduceOp::SUM);
+      span.emplace("ddp", "DDP bucket " + std::to_string(index) + " ready",
+                   gw::detail::str(
+                       "{\"params\":", b.params.size(), ",\"bytes\":",
+                       b.numel * static_cast<int64_t>(params_[b.params[0]].element_size()), "}"));
+    // In place, AVG averages; through the bucket without a hook, the gradients were divided on
+    // their way in and summing them averages.
+    b.reduced = !b.in_place.empty() ? averaged_in_place(*group_, b.in_place)
+                : hook_             ? hook_(*group_, view)
+                                    : reduced_in_place(*group_, view.buffer, dist::ReduceOp::SUM);
     ++launched_;
     if (ready_count_ < params_.size()) ++launched_early_;
   }
 }
 
-Tensor Reducer::grad_slot(const Bucket& b, size_t slot) const {
+Tensor Reducer::grad_slot(Bucket& b, size_t slot) const {
   const Tensor& p = params_[b.params[slot]];
-  return b.flat.narrow(0, b.offsets[slot], p.numel()).view(p.sizes());
+  return flat_of(b).narrow(0, b.offsets[slot], p.numel()).view(p.sizes());
+}
+
+const Tensor& Reducer::flat_of(Bucket& b) const {
+  if (!b.flat.defined()) b.flat = zeros({b.numel}, params_[b.params[0]].options());
+  return b.flat;
 }
 
 std::vector<bool> Reducer::used_anywhere() {
@@ -419,10 +459,24 @@ void Reducer::finish_iteration() {
   for (size_t k = 0; k < buckets_.size(); ++k) {
     Bucket& b = buckets_[k];
     Tensor reduced = b.reduced->wait();
-    GW_CHECK(reduced.defined() && reduced.numel() == b.flat.numel(), InvalidArgumentError,
+    if (!b.in_place.empty()) {  // averaged in .grad itself, but for the copies
+      for (size_t s = 0; s < b.params.size(); ++s) {
+        const Tensor& p = params_[b.params[s]];
+        const Tensor& averaged = b.in_place[s];
+        if (!used[b.params[s]]) continue;  // no rank used it: its .grad stays as it was
+        Tensor grad = p.grad();
+        if (!grad.defined())
+          p.set_grad(averaged);  // a parameter unused here but used on another rank
+        else if (!same_memory(grad, averaged))
+          grad.copy_(averaged);
+        else
+          grad.bump_version();  // written by the collective
+      }
+      continue;
+    }
+    GW_CHECK(reduced.defined() && reduced.numel() == b.numel, InvalidArgumentError,
              "[DistributedDataParallel] the communication hook returned ",
-             reduced.defined() ? reduced.numel() : 0, " elements for bucket ", k, " of ",
-             b.flat.numel());
+             reduced.defined() ? reduced.numel() : 0, " elements for bucket ", k, " of ", b.numel);
     for (size_t s = 0; s < b.params.size(); ++s) {
       const Tensor& p = params_[b.params[s]];
       if (!used[b.params[s]]) continue;  // no rank used it: its .grad stays as it was
@@ -458,7 +512,7 @@ void Reducer::rebuild_buckets(int root) {
   for (int64_t k : order.to(kCPU).to_vector<int64_t>()) observed.push_back(static_cast<size_t>(k));
   build_buckets(observed);
   if (!options_.gradient_as_bucket_view) return;
-  for (const Bucket& b : buckets_)  // the gradients move into the new buckets
+  for (Bucket& b : buckets_)  // the gradients move into the new buckets
     for (size_t s = 0; s < b.params.size(); ++s) {
       const Tensor& p = params_[b.params[s]];
       if (!p.grad().defined()) continue;

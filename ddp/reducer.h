@@ -5,13 +5,19 @@
 // gradients become ready in backward), the first bucket capped at 1 MiB so that communication
 // starts early, the others at bucket_cap_mb; after the first iteration the buckets are rebuilt
 // in the order the gradients actually became ready (one rank's, so that all ranks agree: rank
-// 0's, or inside a Join the lowest training rank's). A
-// post-accumulate hook on each parameter copies its gradient into its bucket and marks it
-// ready; a bucket whose parameters are all ready is
-// averaged across ranks with an asynchronous allreduce, always in bucket-index order, so that
-// every rank issues the same collectives in the same order while the rest of backward runs.
-// When the last parameter is ready, the hook waits for every bucket and writes the averaged
-// gradients back to `.grad` before backward returns.
+// 0's, or inside a Join the lowest training rank's). A post-accumulate hook on each parameter
+// marks it ready; a bucket whose parameters are all ready is averaged across ranks with an
+// asynchronous collective, always in bucket-index order, so that every rank issues the same
+// collectives in the same order while the rest of backward runs. When the last parameter is
+// ready, the hook waits for every bucket before backward returns. (So .grad is final when
+// backward returns, not before: a later post-accumulate hook must not read or write it.)
+//
+// How a bucket is averaged depends on the group. One that reduces a list of tensors where they
+// are (ProcessGroup::coalesces_in_place: the Gloo group through shared memory) averages the
+// bucket's .grad tensors themselves with one allreduce_coalesced: no copies. Otherwise the hook
+// copies each gradient into the bucket's flat buffer: divided, to be summed with one allreduce,
+// and copied back to .grad at the end (unless .grad is a view of the bucket:
+// gradient_as_bucket_view); or as it is, for a comm hook to reduce.
 #pragma once
 
 #include <cstdint>
@@ -44,8 +50,9 @@ struct GradBucket {
 using CommHook = std::function<Future<Tensor>(dist::ProcessGroup& group, GradBucket& bucket)>;
 
 namespace hooks {
-// An averaging allreduce of the buffer (what DDP does without a hook, which it does faster: it
-// divides the gradients as it copies them into the bucket).
+// An averaging allreduce of the buffer (what DDP does without a hook, which it does faster:
+// with no copy where the group reduces in place, else dividing the gradients as it copies them
+// into the bucket).
 CommHook allreduce();
 // Halves the bytes on the wire: the buffer is divided by the world size (in place: with
 // gradient_as_bucket_view, a failed iteration leaves .grad at that share), sent as float16,
@@ -73,9 +80,16 @@ struct ReducerOptions {
 struct Bucket {
   std::vector<size_t> params;             // indices into the reducer's parameters
   std::vector<int64_t> offsets;           // of each parameter's gradient in `flat`
-  Tensor flat;                            // the bucket's gradients, back to back
+  int64_t numel = 0;                      // of all its parameters
+  // The bucket's gradients, back to back: made the first time the bucket goes through it (a
+  // bucket reduced in place never does, and costs no memory).
+  Tensor flat;
   size_t pending = 0;                     // parameters not ready yet in this iteration
   std::optional<Future<Tensor>> reduced;  // its reduction, once launched
+  // When this iteration reduces in place (Reducer::reduces_in_place): by slot, what is reduced
+  // instead of the slot of `flat`: the parameter's own .grad, or a copy of it (or zeros) for a
+  // parameter no gradient reached, whose .grad only changes if another rank used it.
+  std::vector<Tensor> in_place;
 };
 
 class Reducer : public std::enable_shared_from_this<Reducer> {
@@ -135,19 +149,27 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   void on_gradient(size_t index);  // a parameter's post-accumulate hook
   // static_graph: the end of the first synced backward, which counted the hooks; reduces all.
   void finish_counted_backward();
-  void mark_ready(size_t index);
+  // `fired`: its gradient hook fired in this backward (else it is unused here).
+  void mark_ready(size_t index, bool fired);
+  // Whether this iteration's built-in reduction averages the gradients where they are, with one
+  // allreduce_coalesced per bucket and no copy into the bucket or back: over a group that
+  // coalesces in place, without a comm hook or gradient_as_bucket_view, dividing by the
+  // group's size.
+  bool reduces_in_place() const;
   void launch_ready_buckets();
   void finish_iteration();
   void reset_iteration();  // after a failure: the next iteration starts clean
   void build_buckets(const std::vector<size_t>& order);  // parameters in `order`, capped
   void rebuild_buckets(int root);
   // The part of bucket `b` that holds the gradient of its `slot`-th parameter, shaped like it.
-  Tensor grad_slot(const Bucket& b, size_t slot) const;
+  Tensor grad_slot(Bucket& b, size_t slot) const;
+  const Tensor& flat_of(Bucket& b) const;  // b.flat, made (zeros) if it is not yet
   std::vector<bool> used_anywhere();  // the summed used maps, or all true without find_unused
 
   std::vector<Tensor> params_;
   std::vector<std::string> names_;
   std::shared_ptr<dist::ProcessGroup> group_;
+  bool group_in_place_;  // group_->coalesces_in_place()
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;  // by parameter
   ReducerOptions options_;
@@ -170,9 +192,9 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   std::vector<bool> static_used_;
   Tensor used_map_;  // int32 by parameter, summed across ranks by the first hook
   std::optional<Future<void>> used_reduced_;
-  // Null: the built-in reduction. Each gradient is divided by divide_by_ as it is copied
-  // into its bucket (one pass over it, as PyTorch's DDP divides before summing), and the bucket
-  // is summed in place.
+  // Null: the built-in reduction: in place (reduces_in_place()), or each gradient divided by
+  // divide_by_ as it is copied into its bucket (one pass over it, as PyTorch's DDP divides
+  // before summing) and the bucket summed.
   CommHook hook_;
   std::vector<autograd::RemovableHandle> hook_handles_;  // one per parameter
   int64_t launched_ = 0, launched_early_ = 0;

@@ -28,11 +28,10 @@ class BlockCache {
   void* take(size_t size) {
     std::lock_guard lock(mu_);
     auto it = free_.find(size);
-    if (it == free_.end()) return nullptr;
+    if (it == free_.end() || it->second.empty()) return nullptr;
     void* p = it->second.back();
     it->second.pop_back();
     cached_ -= size;
-    if (it->second.empty()) free_.erase(it);
     return p;
   }
   // Keeps the block, making room under the limit by freeing the largest cached blocks first
@@ -61,6 +60,7 @@ class BlockCache {
     size_t keep = limit_;
     limit_ = 0;
     trim_locked();
+    free_.clear();  // the sizes' entries, all empty now
     limit_ = keep;
   }
   size_t cached() {
@@ -71,11 +71,11 @@ class BlockCache {
  private:
   // Takes a block of the largest cached size out of the cache (cached_ > 0: there is one).
   void* evict_largest_locked() {
-    auto largest = std::prev(free_.end());  // sizes with no block are erased
+    auto largest = std::prev(free_.end());
+    while (largest->second.empty()) largest = std::prev(free_.erase(largest));
     void* p = largest->second.back();
     largest->second.pop_back();
     cached_ -= largest->first;
-    if (largest->second.empty()) free_.erase(largest);
     return p;
   }
   void trim_locked() {
@@ -83,7 +83,10 @@ class BlockCache {
   }
 
   std::mutex mu_;
-  std::map<size_t, std::vector<void*>> free_;  // by size; every entry has a block
+  // By size. A size's entry stays when its last block is taken: a tensor freed and made again
+  // at the same size, the common case, then costs no allocation of the cache's own. (Evictions
+  // drop the empty entries they pass, clear() all of them.)
+  std::map<size_t, std::vector<void*>> free_;
   size_t cached_ = 0;
   size_t limit_ = size_t{256} << 20;
 };

@@ -102,6 +102,7 @@ class DebugProcessGroup final : public ProcessGroup {
 
   std::string backend() const override { return inner_->backend(); }
   Device device() const override { return inner_->device(); }
+  bool coalesces_in_place() const override { return inner_->coalesces_in_place(); }
   const std::shared_ptr<ProcessGroup>& inner() const { return inner_; }
 
   WorkPtr allreduce(Tensor& tensor, AllreduceOptions options = {}) override;

@@ -11,6 +11,7 @@
 #include <gloo/transport/unbound_buffer.h>
 
 #include "core/ops.h"
+#include "core/small_vector.h"
 #include "dist/process_group/process_group.h"
 
 namespace gw::dist::detail {
@@ -64,20 +65,41 @@ ShmCollectives::Call shm_call(const char* op, ShmKind which, uint32_t tag,
   return {op, static_cast<uint64_t>(count), kind, describe, timeout};
 }
 
+// AVG's division of reduced elements.
+template <typename T>
+void divide_by_size(void* data, size_t n, int size) {
+  ProcessGroup::divide(static_cast<T*>(data), n, size);
+}
+
 }  // namespace
+
+void allreduce_in_place_now(const char* name, const Transport& via, std::span<const Tensor> tensors,
+                            ReduceOp op, uint32_t tag, Milliseconds timeout) {
+  GW_CHECK(via.shm != nullptr && !tensors.empty(), InternalError, "[", name,
+           "] in place through shared memory only, of one tensor at least");
+  const DType dtype = tensors[0].dtype();
+  SmallVector<Piece, 4> pieces;
+  int64_t count = 0;
+  for (const Tensor& t : tensors) {
+    pieces.push_back({t.raw_data(), t.nbytes()});
+    count += t.numel();
+  }
+  dispatch_reduce(dtype, op, name, [&]<typename T>() {
+    FinishFunction finish = nullptr;  // AVG divides each element as it is reduced
+    if constexpr (std::is_floating_point_v<T>)
+      if (op == ReduceOp::AVG) finish = &divide_by_size<T>;
+    via.shm->allreduce(shm_call(name, ShmKind::kAllreduce, tag, dtype, op, count, timeout),
+                       {pieces.data(), pieces.size()}, sizeof(T), reduce_function<T>(op), finish);
+  });
+}
 
 // An allreduce of `t` on the group's thread (the body of the reducing collectives).
 void allreduce_now(const char* name, const Transport& via, const Tensor& t, ReduceOp op,
                    uint32_t tag, Milliseconds timeout) {
-  if (t.numel() == 0 && !via.shm) return;  // through shared memory, the ranks still check
+  if (via.shm) return allreduce_in_place_now(name, via, {&t, 1}, op, tag, timeout);
+  if (t.numel() == 0) return;
   const std::shared_ptr<gloo::Context>& context = via.context;
   dispatch_reduce(t.dtype(), op, name, [&]<typename T>() {
-    if (via.shm) {
-      via.shm->allreduce(
-          shm_call(name, ShmKind::kAllreduce, tag, t.dtype(), op, t.numel(), timeout), t.raw_data(),
-          sizeof(T), reduce_function<T>(op));
-      return;
-    }
     gloo::AllreduceOptions g(context);
     g.setOutput<T>(static_cast<T*>(t.raw_data()), static_cast<size_t>(t.numel()));
     g.setReduceFunction(reduce_function<T>(op));

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include <gloo/context.h>
 #include <gloo/math.h>
@@ -76,6 +77,10 @@ struct Transport {
 // The collectives' bodies; `name` names the collective in errors. Each divides for AVG.
 void allreduce_now(const char* name, const Transport& via, const Tensor& t, ReduceOp op,
                    uint32_t tag, Milliseconds timeout);
+// The tensors (contiguous, of one dtype) reduced where they are, as if laid end to end: through
+// shared memory only (`via.shm`), which needs no flat copy of them.
+void allreduce_in_place_now(const char* name, const Transport& via, std::span<const Tensor> tensors,
+                            ReduceOp op, uint32_t tag, Milliseconds timeout);
 // `input` into `output` (size() chunks like it).
 void allgather_now(const char* name, const Transport& via, const Tensor& input,
                    const Tensor& output, uint32_t tag, Milliseconds timeout);

@@ -111,9 +111,7 @@ void ProcessGroup::split(const Tensor& flat, std::vector<Tensor>& parts) {
 
 void ProcessGroup::divide(const Tensor& t, int n, const char* op) {
   dispatch<FloatTypes>(t.dtype(), op, [&]<typename T>() {
-    T* p = t.data_ptr<T>();
-    const T divisor = static_cast<T>(n);
-    for (int64_t i = 0, count = t.numel(); i < count; ++i) p[i] /= divisor;  // vectorized
+    divide(t.data_ptr<T>(), static_cast<size_t>(t.numel()), n);
   });
 }
 

@@ -45,6 +45,9 @@ class ProcessGroup {
   // Several tensors reduced as one buffer (DDP's buckets, small tensors).
   virtual WorkPtr allreduce_coalesced(std::vector<Tensor>& tensors,
                                       AllreduceOptions options = {}) = 0;
+  // Whether allreduce_coalesced reduces disjoint tensors where they are, with no flat copy of
+  // them (the Gloo group through shared memory): then DDP reduces gradients without its bucket.
+  virtual bool coalesces_in_place() const { return false; }
   virtual WorkPtr broadcast(Tensor& tensor, BroadcastOptions options = {}) = 0;
   // The result lands in `tensor` on the root only.
   virtual WorkPtr reduce(Tensor& tensor, ReduceOptions options = {}) = 0;
@@ -95,6 +98,12 @@ class ProcessGroup {
   static void split(const Tensor& flat, std::vector<Tensor>& parts);
   // t /= n in place (a CPU floating point tensor): AVG after a SUM.
   static void divide(const Tensor& t, int n, const char* op);
+  // The same over `count` elements at `p`.
+  template <typename T>
+  static void divide(T* p, size_t count, int n) {
+    const T divisor = static_cast<T>(n);
+    for (size_t i = 0; i < count; ++i) p[i] /= divisor;  // vectorized
+  }
   // Throws naming `op` unless `reduce` suits `t` (AVG needs a floating point tensor).
   static void check_avg(const char* op, const Tensor& t, ReduceOp reduce);
 

@@ -1,8 +1,10 @@
 #include "dist/process_group/process_group_gloo.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <functional>
+#include <vector>
 
 #include <gloo/alltoall.h>
 #include <gloo/common/error.h>
@@ -207,6 +209,18 @@ ProcessGroupGloo::~ProcessGroupGloo() {
 
 bool ProcessGroupGloo::uses_shared_memory() const { return impl_->shm != nullptr; }
 
+// Whether no two of `tensors` share a byte (reduced in place, a shared byte would be reduced
+// twice).
+static bool disjoint(const std::vector<Tensor>& tensors) {
+  std::vector<std::pair<uintptr_t, size_t>> spans;
+  for (const Tensor& t : tensors)
+    if (t.nbytes() > 0) spans.emplace_back(reinterpret_cast<uintptr_t>(t.raw_data()), t.nbytes());
+  std::sort(spans.begin(), spans.end());
+  for (size_t k = 1; k < spans.size(); ++k)
+    if (spans[k - 1].first + spans[k - 1].second > spans[k].first) return false;
+  return true;
+}
+
 // The checks every reducing collective makes before anything is queued.
 static void check_reducible(const char* name, const Tensor& t, ReduceOp op) {
   ProcessGroupGloo::check_avg(name, t, op);
@@ -227,6 +241,13 @@ WorkPtr ProcessGroupGloo::allreduce(Tensor& tensor, AllreduceOptions o) {
 WorkPtr ProcessGroupGloo::allreduce_coalesced(std::vector<Tensor>& tensors, AllreduceOptions o) {
   check_coalesced("allreduce_coalesced", tensors);
   check_reducible("allreduce_coalesced", tensors[0], o.op);
+  if (impl_->shm && disjoint(tensors))  // each tensor reduced where it is: no flat copy
+    return impl_->queue->enqueue(
+        signature::allreduce_coalesced(tensors, o), o.timeout,
+        [tensors, op = o.op, via = impl_->transport()](uint32_t tag, Milliseconds to) {
+          detail::allreduce_in_place_now("allreduce_coalesced", via, tensors, op, tag, to);
+        },
+        true);
   Tensor flat = concat(tensors);
   return impl_->queue->enqueue(
       signature::allreduce_coalesced(tensors, o), o.timeout,

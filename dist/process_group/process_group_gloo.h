@@ -53,6 +53,7 @@ class ProcessGroupGloo final : public ProcessGroup {
   // Whether those go through shared memory (GlooOptions::shared_memory); the same on
   // every rank.
   bool uses_shared_memory() const;
+  bool coalesces_in_place() const override { return uses_shared_memory(); }
 
   WorkPtr allreduce(Tensor& tensor, AllreduceOptions options = {}) override;
   WorkPtr allreduce_coalesced(std::vector<Tensor>& tensors,

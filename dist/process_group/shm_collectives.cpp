@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/small_vector.h"
 
 namespace gw::dist::detail {
 
@@ -347,37 +348,81 @@ void ShmCollectives::each_chunk(const Call& call, size_t chunk, Body body) {
   } while (first < call.count);
 }
 
-void ShmCollectives::allreduce(const Call& call, void* data, size_t element_bytes,
-                               ReduceFunction reduce) {
-  auto* bytes = static_cast<uint8_t*>(data);
+namespace {
+// Pieces laid end to end, addressed by offset.
+class Pieces {
+ public:
+  explicit Pieces(std::span<const Piece> pieces) {
+    size_t at = 0;
+    for (const Piece& p : pieces) {
+      if (p.bytes == 0) continue;
+      pieces_.push_back(p);
+      starts_.push_back(at);
+      at += p.bytes;
+    }
+  }
+  size_t bytes() const { return starts_.empty() ? 0 : starts_.back() + pieces_.back().bytes; }
+  // f(address, offset, bytes) for each run of [lo, hi) within one piece, in order.
+  template <typename F>
+  void each(size_t lo, size_t hi, F&& f) const {
+    if (lo >= hi) return;
+    size_t k = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), lo) -
+                                   starts_.begin()) -
+               1;
+    for (; lo < hi; ++k) {
+      const size_t end = std::min(hi, starts_[k] + pieces_[k].bytes);
+      f(static_cast<uint8_t*>(pieces_[k].data) + (lo - starts_[k]), lo, end - lo);
+      lo = end;
+    }
+  }
+  void copy_out(size_t lo, size_t hi, uint8_t* to) const {  // to[0] gets byte lo
+    each(lo, hi, [&](uint8_t* p, size_t at, size_t n) { std::memcpy(to + (at - lo), p, n); });
+  }
+  void copy_in(size_t lo, size_t hi, const uint8_t* from) const {  // byte lo gets from[0]
+    each(lo, hi, [&](uint8_t* p, size_t at, size_t n) { std::memcpy(p, from + (at - lo), n); });
+  }
+
+ private:
+  SmallVector<Piece, 4> pieces_;  // none empty
+  SmallVector<size_t, 4> starts_;
+};
+}  // namespace
+
+void ShmCollectives::allreduce(const Call& call, std::span<const Piece> pieces,
+                               size_t element_bytes, ReduceFunction reduce, FinishFunction finish) {
+  const Pieces buffer(pieces);
+  GW_CHECK(buffer.bytes() == call.count * element_bytes, InternalError, "[", call.op, "] ",
+           buffer.bytes(), " bytes given for ", call.count, " elements of ", element_bytes);
   // Each rank's part of a chunk, in whole cache lines where the chunk allows.
   const size_t line_elements = std::max<size_t>(1, kLine / element_bytes);
   each_chunk(call, slot_bytes_ / element_bytes, [&](size_t first, size_t n, int set, auto meet) {
     if (n == 0) return meet(), meet();
-    uint8_t* in = bytes + first * element_bytes;
+    const size_t at = first * element_bytes;  // the chunk's first byte in the buffer
     const size_t per = (n + size_ - 1) / size_ + line_elements - 1;
     const size_t part = per - per % line_elements;
-    auto range = [&](int r) {  // in bytes
+    auto range = [&](int r) {  // in bytes, from the chunk's start
       const size_t lo = std::min(n, static_cast<size_t>(r) * part);
       return std::pair<size_t, size_t>{lo * element_bytes, std::min(n, lo + part) * element_bytes};
     };
-    // The others reduce their parts from our slot; ours we reduce from `in` itself.
+    // The others reduce their parts from our slot; ours we reduce in the buffer itself.
     const auto [mine, mine_end] = range(rank_);
     uint8_t* own = slot(set, rank_);
-    std::memcpy(own, in, mine);
-    std::memcpy(own + mine_end, in + mine_end, n * element_bytes - mine_end);
+    buffer.copy_out(at, at + mine, own);
+    buffer.copy_out(at + mine_end, at + n * element_bytes, own + mine_end);
     meet();
     // Our part: ours, then every other rank's in rank order, in place; then into our slot.
-    if (mine_end > mine) {
+    buffer.each(at + mine, at + mine_end, [&](uint8_t* p, size_t offset, size_t bytes) {
+      const size_t in_slot = offset - at, count = bytes / element_bytes;
       for (int r = 0; r < size_; ++r)
-        if (r != rank_)
-          reduce(in + mine, in + mine, slot(set, r) + mine, (mine_end - mine) / element_bytes);
-      std::memcpy(own + mine, in + mine, mine_end - mine);
-    }
+        if (r != rank_) reduce(p, p, slot(set, r) + in_slot, count);
+      if (finish) finish(p, count, size_);
+      std::memcpy(own + in_slot, p, bytes);
+    });
     meet();
     for (int r = 0; r < size_; ++r) {
       if (r == rank_) continue;
-      if (auto [lo, hi] = range(r); hi > lo) std::memcpy(in + lo, slot(set, r) + lo, hi - lo);
+      const auto [lo, hi] = range(r);
+      buffer.copy_in(at + lo, at + hi, slot(set, r) + lo);
     }
   });
 }

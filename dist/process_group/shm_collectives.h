@@ -30,7 +30,9 @@
 // finish that collective: it alone fails it, and every rank fails the next.)
 //
 //   auto shm = ShmCollectives::connect(store, rank, size, /*wanted=*/true, timeout);
-//   if (shm) shm->allreduce({"allreduce", n, kind, describe, timeout}, data, sizeof(float), sum);
+//   Piece whole{data, n * sizeof(float)};
+//   if (shm) shm->allreduce({"allreduce", n, kind, describe, timeout}, {&whole, 1}, sizeof(float),
+//                           sum);
 #pragma once
 
 #include <atomic>
@@ -38,6 +40,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -49,6 +52,14 @@ namespace gw::dist::detail {
 
 // c = a (op) b over n elements; c may be a or b (Gloo's reduce functions).
 using ReduceFunction = void (*)(void* c, const void* a, const void* b, size_t n);
+// Finishes n reduced elements in place, over `size` ranks (AVG's division), or null.
+using FinishFunction = void (*)(void* data, size_t n, int size);
+// A run of bytes of a collective's buffer; a buffer may be several laid end to end (the tensors
+// of a coalesced allreduce, reduced where they are).
+struct Piece {
+  void* data;
+  size_t bytes;
+};
 // Names a collective's kind (which one, its dtype, op and tag) in errors.
 using DescribeKind = std::string (*)(uint64_t kind);
 
@@ -73,8 +84,11 @@ class ShmCollectives {
     DescribeKind describe;  // names a kind in errors
     Milliseconds timeout;   // for the whole collective
   };
-  // Reduces `call.count` elements of `element_bytes` at `data` in place, over every rank.
-  void allreduce(const Call& call, void* data, size_t element_bytes, ReduceFunction reduce);
+  // Reduces `call.count` elements of `element_bytes` in place, over every rank: the pieces laid
+  // end to end (whole elements each). `finish`, if any, runs on each reduced element before any
+  // rank copies it.
+  void allreduce(const Call& call, std::span<const Piece> pieces, size_t element_bytes,
+                 ReduceFunction reduce, FinishFunction finish = nullptr);
   // `input` holds one block of `call.count` elements per rank; `output` gets this rank's block,
   // reduced over every rank (its own first, then the others in rank order).
   void reduce_scatter(const Call& call, const void* input, void* output, size_t element_bytes,

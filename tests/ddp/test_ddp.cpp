@@ -46,34 +46,42 @@ bool same_grads(nn::Module& a, nn::Module& b) {
 }  // namespace
 
 TEST_CASE("DDP gradients equal single-process gradients on the concatenated batch", "[ddp]") {
+  // Through shared memory, each .grad is averaged where it is (the buckets stay unused); over
+  // TCP, through the buckets.
+  const bool shm = GENERATE(true, false);
   for (int world : {2, 3})
     for (double cap_mb : {1e-4, 25.0}) {  // one bucket per parameter, or a single bucket
-      INFO("world " << world << ", bucket cap " << cap_mb << " MB");
-      run_ranks(world, [&](dist::ProcessGroupGloo& pg, Checks& c) {
-        // Different initial weights per rank: DDP must start every replica from rank 0's.
-        ddp::DistributedDataParallel model(
-            mlp(pg.rank() == 0 ? 7 : 100 + pg.rank()), borrow(pg),
-            {.bucket_cap_mb = cap_mb, .first_bucket_cap_mb = cap_mb});
-        auto reference = mlp(7);
-        optim::SGD opt(model.module()->parameters(), optim::SGD::options(0.1));
-        optim::SGD ref_opt(reference->parameters(), optim::SGD::options(0.1));
-        for (int step = 0; step < 3; ++step) {
-          auto [x, y] = batch(world, step);
-          opt.zero_grad();
-          ref_opt.zero_grad();
-          Tensor mine = shard(x, pg.rank());
-          Tensor my_y = shard(y, pg.rank());
-          nn::functional::cross_entropy(model.forward(mine), my_y).backward();
-          nn::functional::cross_entropy(reference->forward(x), y).backward();
-          EXPECT(c, same_grads(*model.module(), *reference));
-          opt.step();
-          ref_opt.step();
-        }
-        // The replicas trained in lockstep with the single-process model.
-        auto p = model.module()->parameters(), q = reference->parameters();
-        for (size_t i = 0; i < p.size(); ++i) EXPECT(c, allclose(p[i], q[i], 1e-4, 1e-6));
-        EXPECT(c, model.reducer().buckets().size() == (cap_mb < 1 ? 4u : 1u));
-      });
+      INFO("world " << world << ", bucket cap " << cap_mb << " MB" << (shm ? ", shm" : ", TCP"));
+      run_ranks(world,
+                [&](dist::ProcessGroupGloo& pg, Checks& c) {
+                  EXPECT(c, pg.coalesces_in_place() == shm);
+                  // Different initial weights per rank: DDP must start every replica from rank 0's.
+                  ddp::DistributedDataParallel model(
+                      mlp(pg.rank() == 0 ? 7 : 100 + pg.rank()), borrow(pg),
+                      {.bucket_cap_mb = cap_mb, .first_bucket_cap_mb = cap_mb});
+                  auto reference = mlp(7);
+                  optim::SGD opt(model.module()->parameters(), optim::SGD::options(0.1));
+                  optim::SGD ref_opt(reference->parameters(), optim::SGD::options(0.1));
+                  for (int step = 0; step < 3; ++step) {
+                    auto [x, y] = batch(world, step);
+                    opt.zero_grad();
+                    ref_opt.zero_grad();
+                    Tensor mine = shard(x, pg.rank());
+                    Tensor my_y = shard(y, pg.rank());
+                    nn::functional::cross_entropy(model.forward(mine), my_y).backward();
+                    nn::functional::cross_entropy(reference->forward(x), y).backward();
+                    EXPECT(c, same_grads(*model.module(), *reference));
+                    opt.step();
+                    ref_opt.step();
+                  }
+                  // The replicas trained in lockstep with the single-process model.
+                  auto p = model.module()->parameters(), q = reference->parameters();
+                  for (size_t i = 0; i < p.size(); ++i) EXPECT(c, allclose(p[i], q[i], 1e-4, 1e-6));
+                  EXPECT(c, model.reducer().buckets().size() == (cap_mb < 1 ? 4u : 1u));
+                  for (const auto& b : model.reducer().buckets())
+                    EXPECT(c, b.flat.defined() != shm);
+                },
+                {.shared_memory = shm});
     }
 }
 
@@ -322,6 +330,22 @@ TEST_CASE("gradient_as_bucket_view: .grad lives in the bucket and stays correct"
       opt.step();
       ref_opt.step();
     }
+  });
+}
+
+TEST_CASE("a .grad that is not contiguous is averaged and stays the same tensor", "[ddp]") {
+  run_ranks(2, [](dist::ProcessGroupGloo& pg, Checks& c) {
+    ddp::DistributedDataParallel model(mlp(4), borrow(pg));
+    auto reference = mlp(4);
+    Tensor weight = model.module()->parameters()[0];  // 16 x 8
+    Tensor strided = zeros({8, 16}).t();              // backward accumulates into it
+    weight.set_grad(strided);
+    auto [x, y] = batch(2, 0);
+    nn::functional::cross_entropy(model.forward(shard(x, pg.rank())), shard(y, pg.rank()))
+        .backward();
+    nn::functional::cross_entropy(reference->forward(x), y).backward();
+    EXPECT(c, same_grads(*model.module(), *reference));
+    EXPECT(c, weight.grad().storage() == strided.storage() && !weight.grad().is_contiguous());
   });
 }
 

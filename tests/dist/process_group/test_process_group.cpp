@@ -77,10 +77,39 @@ TEST_CASE("collectives through shared memory across chunks, exact and the same o
           EXPECT(c, equal(gathered, (arange(n, kInt64).view({1, n}) +
                                      (arange(kWorld, kInt64) * 1000).view({kWorld, 1}))
                                         .reshape({kWorld * n})));
+          // allreduce_coalesced reduces its tensors where they are: pieces across the chunks and
+          // the ranks' parts (and an empty one); a tensor given twice is still reduced once.
+          const int64_t cut = n / 3;
+          Tensor whole = arange(n, kInt64) * (pg.rank() + 1);
+          std::vector<Tensor> pieces = {whole.narrow(0, 0, cut).clone(), empty({0}, kInt64),
+                                        whole.narrow(0, cut, n - cut).clone()};
+          pg.allreduce_coalesced(pieces)->wait();
+          EXPECT(c, equal(cat(pieces), arange(n, kInt64) * (kWorld * (kWorld + 1) / 2)));
+          // Many pieces of 1 to 4 elements, across the ranks' parts; then one that ends where the
+          // first chunk does, and more small ones after it.
+          std::vector<Tensor> small;
+          for (int64_t at = 0, k = 0; at < n; ++k) {
+            const int64_t len = std::min(n - at, k == 32  ? std::max<int64_t>(chunk - at, 1)
+                                                 : k > 64 ? n
+                                                          : k % 4 + 1);
+            small.push_back(whole.narrow(0, at, len).clone());
+            at += len;
+          }
+          pg.allreduce_coalesced(small)->wait();
+          EXPECT(c, equal(cat(small), arange(n, kInt64) * (kWorld * (kWorld + 1) / 2)));
+          std::vector<Tensor> twice = {whole, whole};
+          pg.allreduce_coalesced(twice)->wait();
+          EXPECT(c, equal(whole, arange(n, kInt64) * (kWorld * (kWorld + 1) / 2)));
           Generator gen(static_cast<uint64_t>(pg.rank()));
           Tensor f = randn({n}, gen);
+          std::vector<Tensor> parts = {f.narrow(0, 0, cut).clone(),
+                                       f.narrow(0, cut, n - cut).clone()};
           pg.allreduce(f, {.op = dist::ReduceOp::AVG})->wait();
           floats[pg.rank()] = f;
+          // Averaged in pieces, the same bits as averaged whole.
+          pg.allreduce_coalesced(parts, {.op = dist::ReduceOp::AVG})->wait();
+          Tensor joined = cat(parts);
+          EXPECT(c, std::memcmp(joined.raw_data(), f.raw_data(), f.nbytes()) == 0);
         },
         {.shared_memory = true});
     for (int r = 1; r < kWorld; ++r)
