@@ -52,7 +52,10 @@ CollectiveSignature CollectiveSignature::of(std::string op, std::span<const Tens
       if (tensors.size() > 1) detail = std::to_string(tensors.size()) + " x ";
       detail += describe(tensors[0]);
     } else {
-      for (size_t i = 0; i < tensors.size(); ++i) detail += (i ? ", " : "") + describe(tensors[i]);
+      for (size_t i = 0; i < tensors.size(); ++i) {  // a DDP bucket's gradients: appended
+        if (i) detail += ", ";
+        detail += describe(tensors[i]);
+      }
     }
   }
   if (!extra.empty()) detail += (detail.empty() ? "" : " ") + extra;
