@@ -2,9 +2,10 @@
 // counters (gw::memory_stats): DDP (a whole replica, gradients and AdamW state on every rank),
 // ZeRO-1 (DDP with AdamW's state sharded by ZeroRedundancyOptimizer) and fully_shard (everything
 // sharded). Each is set beside what it must hold at its peak (P parameters, 4 B each):
-//   DDP    20 B x P: weights, gradients, AdamW's two moments, DDP's buckets (the optimizer step,
-//          after the activations are gone)
-//   ZeRO-1 12 B x P + 8 B x P / ranks, likewise
+//   DDP    16 B x P: weights, gradients and AdamW's two moments (the optimizer step, after the
+//          activations are gone); 20 B x P where DDP's buckets hold a second copy of the
+//          gradients (a group that does not reduce them in place: ProcessGroup::coalesces_in_place)
+//   ZeRO-1 8 B x P + 8 B x P / ranks, likewise (12 B x P + ... with the buckets)
 //   FSDP   16 B x P / ranks + two gathered blocks + the root gathered + A (backward's start)
 // with A the activations one rank's forward keeps for backward, measured separately on the
 // unsharded model.
@@ -163,16 +164,19 @@ int main(int argc, char** argv) {
     if (rank == 0) {
       const double unit = static_cast<double>(block_params) * 4 / kMiB;
       const double root = static_cast<double>(root_params) * 4 / kMiB;
-      const double ddp_model = 5 * p_mib;
-      const double zero_model = 3 * p_mib + 2 * p_mib / kRanks;
+      const int buckets = pg->coalesces_in_place() ? 0 : 1;  // a copy of the gradients, or none
+      const double ddp_model = (4 + buckets) * p_mib;
+      const double zero_model = (2 + buckets) * p_mib + 2 * p_mib / kRanks;
       const double fsdp_model = 4 * p_mib / kRanks + 2 * unit + root + act;
       const std::string note =
           gw::detail::str(params / 1000000.0, "M parameters (", p_mib,
                           " MiB of weights), activations ", act, " MiB, a block ", unit, " MiB");
-      report.add({"fsdp", what + ": peak memory per rank, DDP", ddp_peak, "MiB", "model: 20 B x P",
-                  ddp_model, note});
-      report.add({"fsdp", what + ": peak memory per rank, ZeRO-1", zero_peak, "MiB",
-                  "model: 12 B x P + 8 B x P / ranks", zero_model, note});
+      report.add({"fsdp", what + ": peak memory per rank, DDP", ddp_peak, "MiB",
+                  buckets ? "model: 20 B x P" : "model: 16 B x P", ddp_model, note});
+      report.add(
+          {"fsdp", what + ": peak memory per rank, ZeRO-1", zero_peak, "MiB",
+           buckets ? "model: 12 B x P + 8 B x P / ranks" : "model: 8 B x P + 8 B x P / ranks",
+           zero_model, note});
       report.add({"fsdp", what + ": peak memory per rank, FSDP", fsdp_peak, "MiB",
                   "model: 16 B x P / ranks + 2 blocks + root + activations", fsdp_model, note});
       report.add(
