@@ -37,7 +37,8 @@ class CpuBackend final : public Backend {
   void cross_entropy_backward(const Tensor& logits, const Tensor& target, const Tensor& lse,
                               const Tensor& grad_loss, const Tensor& grad_logits) override;
   bool has_fused_unary_backward(UnaryOp op) const override {
-    return op == UnaryOp::Gelu || op == UnaryOp::GeluTanh || op == UnaryOp::Silu;
+    return op == UnaryOp::Relu || op == UnaryOp::Gelu || op == UnaryOp::GeluTanh ||
+           op == UnaryOp::Silu;
   }
   void unary_backward(UnaryOp op, const Tensor& g, const Tensor& x, const Tensor& out) override;
   bool has_fused_attention() const override { return true; }

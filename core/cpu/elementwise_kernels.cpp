@@ -387,6 +387,8 @@ void CpuBackend::unary_backward(UnaryOp op, const Tensor& g, const Tensor& x, co
       map_binary<T, T>(g, x, out, [&](T gi, T xi) { return gi * derivative(xi); });
     };
     switch (op) {
+      case UnaryOp::Relu:  // the gradient where the output is positive (as where(y > 0, g, 0))
+        return map_binary<T, T>(g, x, out, [](T gi, T xi) { return xi > T(0) ? gi : T(0); });
       case UnaryOp::Gelu:  // lambdas, not function pointers: inlined (GELU's loop vectorizes)
         return map([](T xi) { return gelu_exact_derivative(xi); });
       case UnaryOp::GeluTanh:
