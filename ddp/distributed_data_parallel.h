@@ -39,7 +39,8 @@ struct DDPOptions {
   // .grad of each parameter becomes a view into its bucket (saves a copy and the memory of a
   // second set of gradients). As in PyTorch, zero_grad() dropping .grad undoes it until the
   // parameter's next reduction. Over a group that reduces .grad in place (the Gloo group
-  // through shared memory: see Reducer) it costs a copy instead, and the buckets' memory.
+  // through shared memory: see Reducer), where there is no copy to save, it costs a division
+  // pass, and a copy wherever .grad is not yet the bucket's.
   bool gradient_as_bucket_view = false;
   // The module uses the same parameters, the same number of times, every iteration (PyTorch's
   // static_graph). The first backward counts how often each parameter's gradient hook fires

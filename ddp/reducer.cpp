@@ -40,15 +40,21 @@ void copy_divided(Tensor& dst, const Tensor& src, int n) {
   });
 }
 
-// Waits for a reduction still running and drops it; its error, if any, ended the iteration
-// already (or would be a second one).
+// Waits for a reduction still running; its error, if any, ended the iteration already (or
+// would be a second one).
 template <typename T>
-void finish_quietly(std::optional<Future<T>>& f) {
+void wait_quietly(const std::optional<Future<T>>& f) {
   if (!f) return;
   try {
     f->wait();
   } catch (...) {
   }
+}
+
+// The same, and drops it.
+template <typename T>
+void finish_quietly(std::optional<Future<T>>& f) {
+  wait_quietly(f);
   f.reset();
 }
 
@@ -172,6 +178,8 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
 
 Reducer::~Reducer() {
   for (auto& h : hook_handles_) h.remove();
+  // A reduction in place may still be writing .grad (a backward that threw midway).
+  for (const Bucket& b : buckets_) wait_quietly(b.reduced);
 }
 
 void Reducer::install_hooks() {
@@ -242,6 +250,8 @@ Tensor Reducer::prepare_for_backward(const Tensor& output, bool find_unused) {
 
 void Reducer::prepare_for_forward() {
   if (ready_count_ == 0) return;
+  // Not raised while the reductions launched may still write .grad (in place).
+  for (const Bucket& b : buckets_) wait_quietly(b.reduced);
   std::string missing;
   for (size_t i = 0; i < params_.size(); ++i)
     if (!ready_[i]) missing += (missing.empty() ? "" : ", ") + names_[i];
@@ -270,7 +280,7 @@ void Reducer::shadow_backward(bool find_unused) {
   }
   std::vector<Future<Tensor>> reduced;
   for (size_t k = 0; k < buckets_.size(); ++k) {
-    if (reduces_in_place()) {  // the same collective as the others', of zeros
+    if (reduces_in_place(buckets_[k])) {  // the same collective as the others', of zeros
       std::vector<Tensor> none;
       for (size_t i : buckets_[k].params) none.push_back(zeros_like(params_[i]));
       reduced.push_back(averaged_in_place(*group_, std::move(none)));
@@ -363,9 +373,10 @@ void Reducer::reset_iteration() {
   used_since_sync_.assign(params_.size(), false);
 }
 
-bool Reducer::reduces_in_place() const {
+bool Reducer::reduces_in_place(const Bucket& b) const {
+  const DType dtype = params_[b.params[0]].dtype();  // AVG takes float32 and float64
   return group_in_place_ && !hook_ && !options_.gradient_as_bucket_view &&
-         divide_by_ == group_->size();
+         divide_by_ == group_->size() && (dtype == kFloat32 || dtype == kFloat64);
 }
 
 void Reducer::mark_ready(size_t index, bool fired) {
@@ -383,7 +394,7 @@ void Reducer::mark_ready(size_t index, bool fired) {
   const Tensor grad = p.grad();  // undefined for a parameter unused in this iteration
   const size_t slot =
       static_cast<size_t>(std::find(b.params.begin(), b.params.end(), index) - b.params.begin());
-  if (reduces_in_place()) {
+  if (reduces_in_place(b)) {
     b.in_place.resize(b.params.size());
     const bool as_is = fired && grad.defined() && grad.is_contiguous() &&
                        grad.dtype() == p.dtype() && grad.device() == p.device();
@@ -434,12 +445,12 @@ void Reducer::launch_ready_buckets() {
   }
 }
 
-Tensor Reducer::grad_slot(Bucket& b, size_t slot) const {
+Tensor Reducer::grad_slot(Bucket& b, size_t slot) {
   const Tensor& p = params_[b.params[slot]];
   return flat_of(b).narrow(0, b.offsets[slot], p.numel()).view(p.sizes());
 }
 
-const Tensor& Reducer::flat_of(Bucket& b) const {
+const Tensor& Reducer::flat_of(Bucket& b) {
   if (!b.flat.defined()) b.flat = zeros({b.numel}, params_[b.params[0]].options());
   return b.flat;
 }

@@ -129,8 +129,8 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   void set_iteration(int authority, int divide_by);
   // A rank that joined (dist/algorithms/join.h), after set_iteration: the collectives of the
   // others' synced backward, in their order, with zeros: the used-parameter map (with
-  // `find_unused`), each bucket through the comm hook (so that a hook's own state stays in
-  // step), the first rebuild.
+  // `find_unused`), each bucket as they reduce it (in place, or through the comm hook, so that
+  // a hook's own state stays in step), the first rebuild.
   void shadow_backward(bool find_unused);
   // Gradients accumulate locally and are not reduced for forward passes made while this is
   // false (no_sync()).
@@ -151,19 +151,19 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   void finish_counted_backward();
   // `fired`: its gradient hook fired in this backward (else it is unused here).
   void mark_ready(size_t index, bool fired);
-  // Whether this iteration's built-in reduction averages the gradients where they are, with one
-  // allreduce_coalesced per bucket and no copy into the bucket or back: over a group that
+  // Whether this iteration's built-in reduction averages bucket `b`'s gradients where they are,
+  // with one allreduce_coalesced and no copy into the bucket or back: over a group that
   // coalesces in place, without a comm hook or gradient_as_bucket_view, dividing by the
-  // group's size.
-  bool reduces_in_place() const;
+  // group's size, float32 or float64 gradients. The same on every rank.
+  bool reduces_in_place(const Bucket& b) const;
   void launch_ready_buckets();
   void finish_iteration();
   void reset_iteration();  // after a failure: the next iteration starts clean
   void build_buckets(const std::vector<size_t>& order);  // parameters in `order`, capped
   void rebuild_buckets(int root);
   // The part of bucket `b` that holds the gradient of its `slot`-th parameter, shaped like it.
-  Tensor grad_slot(Bucket& b, size_t slot) const;
-  const Tensor& flat_of(Bucket& b) const;  // b.flat, made (zeros) if it is not yet
+  Tensor grad_slot(Bucket& b, size_t slot);
+  const Tensor& flat_of(Bucket& b);   // b.flat, made (zeros) if it is not yet
   std::vector<bool> used_anywhere();  // the summed used maps, or all true without find_unused
 
   std::vector<Tensor> params_;
@@ -192,7 +192,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   std::vector<bool> static_used_;
   Tensor used_map_;  // int32 by parameter, summed across ranks by the first hook
   std::optional<Future<void>> used_reduced_;
-  // Null: the built-in reduction: in place (reduces_in_place()), or each gradient divided by
+  // Null: the built-in reduction: in place (reduces_in_place(b)), or each gradient divided by
   // divide_by_ as it is copied into its bucket (one pass over it, as PyTorch's DDP divides
   // before summing) and the bucket summed.
   CommHook hook_;

@@ -367,6 +367,17 @@ TEST_CASE("the fused activation derivatives equal their composition from ops",
   }
 }
 
+TEST_CASE("ReLU's fused derivative passes the gradient where the input is positive only",
+          "[autograd][elementwise]") {
+  // As where(relu(x) > 0, g, 0): zero at 0, -0, NaN and below; g itself (even inf) above.
+  Tensor x = gw::from_vector<float>({-INFINITY, -1, -0.0f, 0, 1e-40f, 2, INFINITY, NAN});
+  Tensor g = gw::from_vector<float>({5, 5, 5, 5, 5, INFINITY, 5, 5});
+  gw::detail::NoRecordScope no_record;  // the fused derivative
+  Tensor got = gw::unary_derivative(gw::UnaryOp::Relu, g, x, gw::relu(x));
+  CHECK(got.to_vector<float>() == std::vector<float>{0, 0, 0, 0, 5, INFINITY, 5, 0});
+  CHECK(gw::equal(got, gw::where(gw::gt(gw::relu(x), 0), g, gw::Scalar(0.0))));
+}
+
 TEST_CASE("GELU and its derivative at extremes: infinities, NaN, huge and tiny values",
           "[autograd][elementwise]") {
   // float32 runs on approximations of exp and erf (core/cpu/elementwise_kernels.cpp); their
