@@ -399,23 +399,20 @@ void Reducer::mark_ready(size_t index, bool fired) {
     const bool as_is = fired && grad.defined() && grad.is_contiguous() &&
                        grad.dtype() == p.dtype() && grad.device() == p.device();
     b.in_place[slot] = as_is ? grad : grad.defined() ? empty_like(p).copy_(grad) : zeros_like(p);
-    --b.pending;
-    launch_ready_buckets();
-    if (ready_count_ == params_.size()) finish_iteration();
-    return;
-  }
-  Tensor dst = grad_slot(b, slot);
-  const int divide_by = hook_ ? 1 : divide_by_;  // the built-in reduction sums divided parts
-  if (!grad.defined()) {
-    dst.zero_();
-  } else if (same_memory(grad, dst)) {  // a bucket view already holds it
-    if (divide_by > 1) dst.div_(static_cast<double>(divide_by));
   } else {
-    if (divide_by > 1)
-      copy_divided(dst, grad, divide_by);
-    else
-      dst.copy_(grad);
-    if (options_.gradient_as_bucket_view) p.set_grad(dst);
+    Tensor dst = grad_slot(b, slot);
+    const int divide_by = hook_ ? 1 : divide_by_;  // the built-in reduction sums divided parts
+    if (!grad.defined()) {
+      dst.zero_();
+    } else if (same_memory(grad, dst)) {  // a bucket view already holds it
+      if (divide_by > 1) dst.div_(static_cast<double>(divide_by));
+    } else {
+      if (divide_by > 1)
+        copy_divided(dst, grad, divide_by);
+      else
+        dst.copy_(grad);
+      if (options_.gradient_as_bucket_view) p.set_grad(dst);
+    }
   }
   --b.pending;
   launch_ready_buckets();
@@ -470,34 +467,27 @@ void Reducer::finish_iteration() {
   for (size_t k = 0; k < buckets_.size(); ++k) {
     Bucket& b = buckets_[k];
     Tensor reduced = b.reduced->wait();
-    if (!b.in_place.empty()) {  // averaged in .grad itself, but for the copies
-      for (size_t s = 0; s < b.params.size(); ++s) {
-        const Tensor& p = params_[b.params[s]];
-        const Tensor& averaged = b.in_place[s];
-        if (!used[b.params[s]]) continue;  // no rank used it: its .grad stays as it was
-        Tensor grad = p.grad();
-        if (!grad.defined())
-          p.set_grad(averaged);  // a parameter unused here but used on another rank
-        else if (!same_memory(grad, averaged))
-          grad.copy_(averaged);
-        else
-          grad.bump_version();  // written by the collective
-      }
-      continue;
-    }
-    GW_CHECK(reduced.defined() && reduced.numel() == b.numel, InvalidArgumentError,
+    const bool in_place = !b.in_place.empty();  // averaged in .grad itself, but for the copies
+    GW_CHECK(in_place || (reduced.defined() && reduced.numel() == b.numel), InvalidArgumentError,
              "[DistributedDataParallel] the communication hook returned ",
              reduced.defined() ? reduced.numel() : 0, " elements for bucket ", k, " of ", b.numel);
     for (size_t s = 0; s < b.params.size(); ++s) {
       const Tensor& p = params_[b.params[s]];
       if (!used[b.params[s]]) continue;  // no rank used it: its .grad stays as it was
-      Tensor averaged = reduced.narrow(0, b.offsets[s], p.numel()).view(p.sizes());
+      Tensor averaged =
+          in_place ? b.in_place[s] : reduced.narrow(0, b.offsets[s], p.numel()).view(p.sizes());
       Tensor grad = p.grad();
-      if (!grad.defined()) {  // a parameter unused here but used on another rank
-        grad = options_.gradient_as_bucket_view ? grad_slot(b, s) : averaged.clone();
+      const bool had_grad = grad.defined();
+      if (!had_grad) {  // a parameter unused here but used on another rank
+        grad = in_place                           ? averaged
+               : options_.gradient_as_bucket_view ? grad_slot(b, s)
+                                                  : averaged.clone();
         p.set_grad(grad);
       }
-      if (!same_memory(grad, averaged)) grad.copy_(averaged);
+      if (!same_memory(grad, averaged))
+        grad.copy_(averaged);
+      else if (in_place && had_grad)
+        grad.bump_version();  // written by the collective
     }
   }
   if (!rebuilt_ && !counting_) rebuild_buckets(authority_);

@@ -65,10 +65,16 @@ ShmCollectives::Call shm_call(const char* op, ShmKind which, uint32_t tag,
   return {op, static_cast<uint64_t>(count), kind, describe, timeout};
 }
 
-// AVG's division of reduced elements.
+// AVG's division of reduced elements, done through shared memory by the rank that reduces
+// them (null: nothing to finish).
 template <typename T>
-void divide_by_size(void* data, size_t n, int size) {
-  ProcessGroup::divide(static_cast<T*>(data), n, size);
+FinishFunction finish_function(ReduceOp op) {
+  if constexpr (std::is_floating_point_v<T>)
+    if (op == ReduceOp::AVG)
+      return [](void* data, size_t n, int size) {
+        ProcessGroup::divide(static_cast<T*>(data), n, size);
+      };
+  return nullptr;
 }
 
 }  // namespace
@@ -85,11 +91,9 @@ void allreduce_in_place_now(const char* name, const Transport& via, std::span<co
     count += t.numel();
   }
   dispatch_reduce(dtype, op, name, [&]<typename T>() {
-    FinishFunction finish = nullptr;  // AVG divides each element as it is reduced
-    if constexpr (std::is_floating_point_v<T>)
-      if (op == ReduceOp::AVG) finish = &divide_by_size<T>;
     via.shm->allreduce(shm_call(name, ShmKind::kAllreduce, tag, dtype, op, count, timeout),
-                       {pieces.data(), pieces.size()}, sizeof(T), reduce_function<T>(op), finish);
+                       {pieces.data(), pieces.size()}, sizeof(T), reduce_function<T>(op),
+                       finish_function<T>(op));
   });
 }
 
@@ -143,9 +147,9 @@ void reduce_scatter_now(const char* name, const Transport& via, const Tensor& in
     dispatch_reduce(output.dtype(), op, name, [&]<typename T>() {
       via.shm->reduce_scatter(
           shm_call(name, ShmKind::kReduceScatter, tag, output.dtype(), op, output.numel(), timeout),
-          input.raw_data(), output.raw_data(), sizeof(T), reduce_function<T>(op));
+          input.raw_data(), output.raw_data(), sizeof(T), reduce_function<T>(op),
+          finish_function<T>(op));
     });
-    if (op == ReduceOp::AVG) ProcessGroup::divide(output, via.context->size, name);
     return;
   }
   const std::shared_ptr<gloo::Context>& context = via.context;

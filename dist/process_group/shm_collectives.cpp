@@ -287,9 +287,8 @@ void ShmCollectives::meet(const char* op) {
           missing += (missing.empty() ? "" : ", ") + std::to_string(r);
       if (missing.empty()) return;  // they came meanwhile
       fail(op,
-           gw::detail::str("timed out after ",
-                           std::chrono::duration_cast<Milliseconds>(timeout_).count(),
-                           " ms waiting for rank(s) ", missing),
+           gw::detail::str("timed out after ", timeout_.count(), " ms waiting for rank(s) ",
+                           missing),
            Failure::kTimeout);
     }
     if (now < spin_until) {
@@ -428,7 +427,8 @@ void ShmCollectives::allreduce(const Call& call, std::span<const Piece> pieces,
 }
 
 void ShmCollectives::reduce_scatter(const Call& call, const void* input, void* output,
-                                    size_t element_bytes, ReduceFunction reduce) {
+                                    size_t element_bytes, ReduceFunction reduce,
+                                    FinishFunction finish) {
   const auto* in = static_cast<const uint8_t*>(input);
   auto* out = static_cast<uint8_t*>(output);
   const size_t block = call.count * element_bytes;  // each rank's block of `input`
@@ -445,6 +445,7 @@ void ShmCollectives::reduce_scatter(const Call& call, const void* input, void* o
     if (out != in + rank_ * block) std::memcpy(out + at, in + rank_ * block + at, len);
     for (int r = 0; r < size_; ++r)
       if (r != rank_) reduce(out + at, out + at, slot(set, r) + rank_ * len, n);
+    if (finish) finish(out + at, n, size_);
     // A slot set is written again two chunks on, after the next chunk's meeting, which every
     // rank reaches only when done reading this one.
   });

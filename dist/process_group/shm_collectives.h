@@ -90,9 +90,9 @@ class ShmCollectives {
   void allreduce(const Call& call, std::span<const Piece> pieces, size_t element_bytes,
                  ReduceFunction reduce, FinishFunction finish = nullptr);
   // `input` holds one block of `call.count` elements per rank; `output` gets this rank's block,
-  // reduced over every rank (its own first, then the others in rank order).
+  // reduced over every rank (its own first, then the others in rank order), then finished.
   void reduce_scatter(const Call& call, const void* input, void* output, size_t element_bytes,
-                      ReduceFunction reduce);
+                      ReduceFunction reduce, FinishFunction finish = nullptr);
   // `output` gets every rank's `call.count` bytes of `input`, in rank order.
   void all_gather(const Call& call, const void* input, void* output);
   // Every rank's `call.count` bytes at `data` become rank `root`'s.
