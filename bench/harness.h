@@ -90,8 +90,8 @@ std::optional<std::string> json_string(const std::string& text, const std::strin
 
 // The note of a row where PyTorch multiplies matrices: which BLAS and how many threads each side
 // used, from the "blas" field of the anchor's output (bench/torch_blas.py), e.g.
-// "torch on OpenBLAS 0.3.21 pthread, 1 thread; gradwire on Eigen, 1 thread" (gradwire's GEMMs
-// run on one thread whatever set_num_threads says).
+// "torch on OpenBLAS 0.3.21 pthread, 1 thread; gradwire on its AVX-512 GEMM (float32; Eigen
+// otherwise), 1 thread" (gradwire's GEMMs run on one thread whatever set_num_threads says).
 std::string blas_note(const std::string& anchor_output);
 
 // Keeps the optimizer from deleting a computation whose result is unused.

@@ -2,8 +2,9 @@
 #
 # Debian's python3-torch is built with BLAS_INFO=generic: it calls whatever libblas.so.3 the
 # alternatives system points at, which is the reference (netlib) BLAS unless an optimized one
-# is installed (`./gw bench` installs OpenBLAS). gradwire multiplies on Eigen, on one thread
-# unless told otherwise, so the anchors run their BLAS on one thread too. OpenBLAS reads its
+# is installed (`./gw bench` installs OpenBLAS). gradwire multiplies on one thread (its own
+# AVX-512 GEMM for float32, Eigen otherwise), so the anchors run their BLAS on one thread
+# too. OpenBLAS reads its
 # thread count when it is loaded, so import this module before torch:
 #
 #   import torch_blas  # first: before torch loads the BLAS

@@ -37,9 +37,9 @@ void check_same_device(const char* op, std::initializer_list<const Tensor*> tens
   }
 }
 
-void Backend::mm_accumulate(const Tensor&, const Tensor&, const Tensor&) {
-  throw InternalError(detail::str("[addmm] the backend of ", Device(device_type()),
-                                  " has no accumulating matrix product"));
+void Backend::addmm(const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+  throw InternalError(
+      detail::str("[addmm] the backend of ", Device(device_type()), " has no fused addmm"));
 }
 
 void Backend::unary_backward(UnaryOp op, const Tensor&, const Tensor&, const Tensor&) {

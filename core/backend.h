@@ -137,12 +137,12 @@ class Backend {
   // Batched matrix product: a (B,n,k), b (B,k,m), out (B,n,m) contiguous, or the same without
   // the batch dim. Either input may be strided (transposed views are used without copies).
   virtual void bmm(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
-  // out += a @ b for 2-D a (n,k), b (k,m) and out (n,m) contiguous, floating: addmm's product
-  // accumulated onto the bias it starts from (a GEMM writes its output once instead of zeroing
-  // it, and no pass adds the bias after). Only backends that say so in has_fused_addmm; addmm
-  // composes matmul and add elsewhere.
+  // out = input + a @ b for 2-D a (n,k), b (k,m) and out (n,m) contiguous, floating, input of
+  // their dtype broadcasting to (n,m): the product accumulated onto the bias it starts from (a
+  // GEMM writes its output once instead of zeroing it, and no pass adds the bias after). Only
+  // backends that say so in has_fused_addmm; addmm composes matmul and add elsewhere.
   virtual bool has_fused_addmm() const { return false; }
-  virtual void mm_accumulate(const Tensor& a, const Tensor& b, const Tensor& out);
+  virtual void addmm(const Tensor& input, const Tensor& a, const Tensor& b, const Tensor& out);
   virtual void softmax(const Tensor& in, int64_t dim, bool log, const Tensor& out) = 0;
 
   // Fused row ops, each one pass over memory where the composite would take several. Every

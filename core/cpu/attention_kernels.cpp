@@ -12,15 +12,18 @@
 // D = rowsum(dO ∘ O): dV += Pᵀ dO, dS = P ∘ (dO Vᵀ - D), dQ += scale dS K, dK += scale dSᵀ Q.
 // Threads take whole heads, so that dK and dV of a head have one writer.
 //
-// The tiles' products are Eigen GEMMs; accumulation is in the tensors' dtype, as PyTorch's
-// CPU flash attention does for float32.
+// The tiles' products run on gradwire's float32 GEMM (cpu/sgemm.h) where it takes them, on
+// Eigen's otherwise; accumulation is in the tensors' dtype, as PyTorch's CPU flash attention
+// does for float32.
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "core/cpu/cpu_backend.h"
+#include "core/cpu/sgemm.h"
 #include "core/parallel.h"
 
 namespace gw::cpu {
@@ -35,6 +38,22 @@ template <typename T>
 using In = Eigen::Map<const Mat<T>>;
 template <typename T>
 using Out = Eigen::Map<Mat<T>>;
+
+// c = a b, or c += a b with `accumulate`: matrices and their transposed views, in place.
+template <typename T, typename C, typename A, typename B>
+void product(C&& c, const A& a, const B& b, bool accumulate) {
+  static_assert(std::decay_t<C>::IsRowMajor && std::decay_t<C>::InnerStrideAtCompileTime == 1);
+  if constexpr (std::is_same_v<T, float>) {
+    if (sgemm(c.rows(), c.cols(), a.cols(), {a.data(), a.rowStride(), a.colStride()},
+              {b.data(), b.rowStride(), b.colStride()}, c.data(), c.rowStride(), accumulate,
+              nullptr))
+      return;
+  }
+  if (accumulate)
+    c.noalias() += a * b;
+  else
+    c.noalias() = a * b;
+}
 
 // The problem's sizes, and the additive mask (batch..., L, S) read through its strides.
 template <typename T>
@@ -111,7 +130,7 @@ void forward(const Problem<T>& p, const T* q, const T* k, const T* v, T* out, T*
         const int64_t bc = std::min(kKeyBlock, keys - j0);
         In<T> kb(k + (h * p.s + j0) * p.e, bc, p.e), vb(v + (h * p.s + j0) * p.ev, bc, p.ev);
         auto t = tile.topLeftCorner(br, bc);
-        t.noalias() = qb * kb.transpose();
+        product<T>(t, qb, kb.transpose(), false);
         p.finish_scores(t, h, i0, j0);
         for (int64_t r = 0; r < br; ++r) {
           const T top = std::max(m[r], t.row(r).maxCoeff());
@@ -126,7 +145,7 @@ void forward(const Problem<T>& p, const T* q, const T* k, const T* v, T* out, T*
           t.row(r) = (t.row(r).array() - top).exp();
           sum[r] += t.row(r).sum();
         }
-        a.noalias() += t * vb;
+        product<T>(a, t, vb, true);
       }
       Out<T> ob(out + (h * p.l + i0) * p.ev, br, p.ev);
       for (int64_t r = 0; r < br; ++r) {
@@ -165,15 +184,15 @@ void backward(const Problem<T>& p, const T* gout, const T* q, const T* k, const 
           Out<T> gkb(gk + key * p.e, bc, p.e), gvb(gv + key * p.ev, bc, p.ev);
           auto pt = prob.topLeftCorner(br, bc);
           auto dt = dprob.topLeftCorner(br, bc);
-          pt.noalias() = qb * kb.transpose();
+          product<T>(pt, qb, kb.transpose(), false);
           p.finish_scores(pt, h, i0, j0);
           for (int64_t r = 0; r < br; ++r) pt.row(r) = (pt.row(r).array() - lse[row + r]).exp();
-          gvb.noalias() += pt.transpose() * gob;
-          dt.noalias() = gob * vb.transpose();
+          product<T>(gvb, pt.transpose(), gob, true);
+          product<T>(dt, gob, vb.transpose(), false);
           for (int64_t r = 0; r < br; ++r)
             dt.row(r) = pt.row(r).array() * (dt.row(r).array() - d[r]) * p.scale;
-          gqb.noalias() += dt * kb;
-          gkb.noalias() += dt.transpose() * qb;
+          product<T>(gqb, dt, kb, true);
+          product<T>(gkb, dt.transpose(), qb, true);
         }
       }
     }

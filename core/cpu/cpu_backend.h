@@ -25,7 +25,7 @@ class CpuBackend final : public Backend {
                          const Tensor& indices) override;
   void bmm(const Tensor& a, const Tensor& b, const Tensor& out) override;
   bool has_fused_addmm() const override { return true; }
-  void mm_accumulate(const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void addmm(const Tensor& input, const Tensor& a, const Tensor& b, const Tensor& out) override;
   void softmax(const Tensor& in, int64_t dim, bool log, const Tensor& out) override;
   void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
                   const Tensor& y, const Tensor& mean, const Tensor& rstd) override;

@@ -1,9 +1,13 @@
-// Batched matrix products on Eigen's GEMM. Each operand matrix is mapped in place as
-// row-major (unit column stride) or column-major (unit row stride), so transposed views cost
-// nothing; only matrices with neither layout are copied.
+// Batched matrix products: float32 on gradwire's own AVX-512 GEMM (cpu/sgemm.h) where the
+// build has it, everything else on Eigen's. Each operand matrix is read in place as row-major
+// (unit column stride) or column-major (unit row stride), so transposed views cost nothing;
+// only matrices with neither layout are copied.
 #include <Eigen/Core>
+#include <algorithm>
+#include <type_traits>
 
 #include "core/cpu/cpu_backend.h"
+#include "core/cpu/sgemm.h"
 
 namespace gw::cpu {
 
@@ -46,8 +50,14 @@ void gemm_dispatch(const T* a, MatrixView va, const T* b, MatrixView vb, T* c, i
   return gemm<T, C, C>(a, va.ld, b, vb.ld, c, n, k, m, accumulate);
 }
 
-// bmm, or with `accumulate` out += a @ b.
-void bmm_into(const Tensor& a_in, const Tensor& b_in, const Tensor& out, bool accumulate) {
+StridedMatrix strided(const float* p, MatrixView v) {
+  return v.layout == MatrixLayout::RowMajor ? StridedMatrix{p, v.ld, 1} : StridedMatrix{p, 1, v.ld};
+}
+
+// bmm; with `accumulate` out += a @ b; with `bias` (float32, one per column of out) out =
+// bias + a @ b.
+void bmm_into(const Tensor& a_in, const Tensor& b_in, const Tensor& out, bool accumulate,
+              const float* bias = nullptr) {
   dispatch<NumericTypes>(a_in.dtype(), "matmul", [&]<typename T>() {
     // 2-D operands are a batch of one (saves mm three views).
     const int64_t r = a_in.dim() - 2;
@@ -65,17 +75,43 @@ void bmm_into(const Tensor& a_in, const Tensor& b_in, const Tensor& out, bool ac
       vb = {MatrixLayout::RowMajor, m};
     }
     T* pc = out.data_ptr<T>();
+    // The rows of a product that does not start from its bias in the GEMM: the bias first.
+    auto fill_bias = [&](T* c) {
+      if constexpr (std::is_same_v<T, float>) {
+        for (int64_t row = 0; row < n; ++row) std::copy_n(bias, m, c + row * m);
+      }
+    };
     if (k == 0) {
-      if (!accumulate) std::fill_n(pc, out.numel(), T(0));
+      if (bias) {
+        for (int64_t i = 0; i < batch; ++i) fill_bias(pc + i * n * m);
+      } else if (!accumulate) {
+        std::fill_n(pc, out.numel(), T(0));
+      }
       return;
     }
     const T* pa = a.data_ptr<T>();
     const T* pb = b.data_ptr<T>();
     const int64_t sa = r ? a.stride(0) : 0, sb = r ? b.stride(0) : 0;
     for (int64_t i = 0; i < batch; ++i) {
-      gemm_dispatch<T>(pa + i * sa, va, pb + i * sb, vb, pc + i * n * m, n, k, m, accumulate);
+      if constexpr (std::is_same_v<T, float>) {
+        if (sgemm(n, m, k, strided(pa + i * sa, va), strided(pb + i * sb, vb), pc + i * n * m, m,
+                  accumulate, bias))
+          continue;
+      }
+      if (bias) fill_bias(pc + i * n * m);
+      gemm_dispatch<T>(pa + i * sa, va, pb + i * sb, vb, pc + i * n * m, n, k, m,
+                       accumulate || bias);
     }
   });
+}
+
+// A bias `input` broadcast over out's rows: one float32 per column, contiguous. Null otherwise.
+const float* bias_row(const Tensor& input, const Tensor& out) {
+  if (input.dtype() != kFloat32 || out.dtype() != kFloat32) return nullptr;
+  const Tensor row = input.expand(out.sizes());
+  return (row.stride(0) == 0 || out.size(0) <= 1) && (row.stride(1) == 1 || out.size(1) <= 1)
+             ? row.data_ptr<float>()
+             : nullptr;
 }
 
 }  // namespace
@@ -84,8 +120,13 @@ void CpuBackend::bmm(const Tensor& a, const Tensor& b, const Tensor& out) {
   bmm_into(a, b, out, false);
 }
 
-void CpuBackend::mm_accumulate(const Tensor& a, const Tensor& b, const Tensor& out) {
-  bmm_into(a, b, out, true);
+void CpuBackend::addmm(const Tensor& input, const Tensor& a, const Tensor& b, const Tensor& out) {
+  if (const float* bias = bias_row(input, out)) {
+    bmm_into(a, b, out, false, bias);  // each tile of the product starts from the bias
+  } else {
+    copy(input.expand(out.sizes()), out);
+    bmm_into(a, b, out, true);
+  }
 }
 
 }  // namespace gw::cpu

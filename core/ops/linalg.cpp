@@ -117,8 +117,7 @@ Tensor addmm(const Tensor& input, const Tensor& a, const Tensor& b) {
   GradRecorder* rec = detail::recorder_for({&input, &a, &b});
   detail::NoRecordScope no_record;
   Tensor out = empty(shape, a.options());
-  backend.copy(input.expand(shape), out);
-  backend.mm_accumulate(a, b, out);
+  backend.addmm(input, a, b, out);
   if (rec) rec->addmm(input, a, b, out);
   return out;
 }

@@ -3,11 +3,14 @@
 // broadcasting, and zero-size dims.
 #include <catch2/catch.hpp>
 
+#include <array>
+#include <cmath>
 #include <random>
 #include <vector>
 
 #include "core/ops.h"
 #include "test_util.h"
+#include "tests/skip.h"
 
 using core_test::broadcast_ref;
 using core_test::source_index;
@@ -260,4 +263,89 @@ TEST_CASE("addmm is input + a @ b, the input broadcast", "[core][linalg]") {
   CHECK_THROWS_WITH(gw::addmm(gw::ones({4}), gw::ones({2, 3}), gw::ones({2, 4})),
                     Catch::Contains("[addmm] expects matrices (n,k) and (k,m), got shapes "
                                     "(2,3) and (2,4)"));
+}
+
+namespace {
+
+// |got - a @ b| within float32's rounding of the sum of |a_ik b_kj|, element by element:
+// an element read from the wrong place misses by about |a @ b| itself, far above that.
+void check_float_product(const Tensor& got_t, const Tensor& a, const Tensor& b,
+                         const Tensor& start = Tensor()) {
+  const int64_t n = a.size(0), k = a.size(1), m = b.size(1);
+  const std::vector<double> va = a.to_vector<double>(), vb = b.to_vector<double>();
+  const std::vector<double> s = start.defined() ? start.expand({n, m}).to_vector<double>()
+                                                : std::vector<double>(size_t(n * m), 0.0);
+  const std::vector<double> got = got_t.to_vector<double>();
+  REQUIRE(got_t.sizes() == Shape{n, m});
+  int64_t wrong = 0;
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t c = 0; c < m; ++c) {
+      double want = s[size_t(r * m + c)], bound = std::abs(want);
+      for (int64_t j = 0; j < k; ++j) {
+        const double p = va[size_t(r * k + j)] * vb[size_t(j * m + c)];
+        want += p;
+        bound += std::abs(p);
+      }
+      if (std::abs(got[size_t(r * m + c)] - want) > 1e-5 * bound + 1e-30) {
+        if (wrong++ < 5)
+          FAIL_CHECK("(" << r << ", " << c << "): " << got[size_t(r * m + c)] << " != " << want);
+      }
+    }
+  CHECK(wrong == 0);
+}
+
+// The same (rows, cols) float32 matrix laid out as row-major, column-major (a transposed
+// view) and with rows further apart than its width (a narrowed view).
+std::vector<Tensor> layouts(int64_t rows, int64_t cols, unsigned seed) {
+  return {rnd({rows, cols}, gw::kFloat32, seed), rnd({cols, rows}, gw::kFloat32, seed + 1).t(),
+          rnd({rows, cols + 5}, gw::kFloat32, seed + 2).narrow(1, 3, cols)};
+}
+
+}  // namespace
+
+TEST_CASE("float32 products of every shape the CPU GEMM tiles", "[core][linalg]") {
+  // The AVX-512 GEMM (core/cpu/sgemm.h) works in tiles of 12 rows x 32 columns, slices of 256
+  // of k (its transposed B 16 at a time), 1024 columns and 384 rows of a packed A: each shape
+  // below ends inside or just past one of those, in every layout of A and B.
+  const std::vector<std::array<int64_t, 3>> shapes = {{1, 16, 1},     {11, 31, 15},  {12, 32, 16},
+                                                      {13, 33, 17},   {25, 77, 300}, {400, 40, 20},
+                                                      {30, 1100, 20}, {50, 64, 513}, {3, 20, 256}};
+  for (auto [n, m, k] : shapes) {
+    for (const Tensor& a : layouts(n, k, 10)) {
+      for (const Tensor& b : layouts(k, m, 20)) {
+        CAPTURE(n, m, k, gw::shape_str(a.strides()), gw::shape_str(b.strides()));
+        check_float_product(gw::mm(a, b), a, b);
+        const Tensor bias = rnd({m}, gw::kFloat32, 30), full = rnd({n, m}, gw::kFloat32, 31);
+        check_float_product(gw::addmm(bias, a, b), a, b, bias);  // starts from the bias
+        check_float_product(gw::addmm(full, a, b), a, b, full);  // adds to a copy of the input
+      }
+    }
+  }
+}
+
+TEST_CASE("a float32 product's row does not depend on the rows around it", "[core][linalg]") {
+#if !defined(__AVX512F__)
+  GW_SKIP("built without AVX-512: products go through Eigen, which does not promise this");
+#endif
+  // On AVX-512 builds, for products at least 16 columns wide (core/cpu/sgemm.h): a batch and
+  // its micro-batches give the same bits. A read where it lies, and A packed (transposed).
+  for (const Tensor& a : {rnd({29, 300}, gw::kFloat32, 1), rnd({300, 29}, gw::kFloat32, 4).t()}) {
+    CAPTURE(gw::shape_str(a.strides()));
+    const Tensor b = rnd({300, 70}, gw::kFloat32, 2), bias = rnd({70}, gw::kFloat32, 3);
+    const Tensor whole = gw::mm(a, b), whole_bias = gw::addmm(bias, a, b);
+    for (int64_t r : {0, 11, 12, 28}) {
+      CAPTURE(r);
+      CHECK(gw::equal(gw::mm(a.narrow(0, r, 1), b), whole.narrow(0, r, 1)));
+      CHECK(gw::equal(gw::addmm(bias, a.narrow(0, r, 1), b), whole_bias.narrow(0, r, 1)));
+    }
+  }
+}
+
+TEST_CASE("batched float32 products wide enough for the CPU GEMM", "[core][linalg]") {
+  // Each matrix of the batch at its own offset, and a batch broadcast (stride 0) on one side.
+  const Tensor a = rnd({3, 20, 40}, gw::kFloat32, 1), b = rnd({3, 40, 33}, gw::kFloat32, 2);
+  check_product(gw::bmm(a, b), a, b);
+  const Tensor shared = rnd({40, 33}, gw::kFloat32, 3);
+  check_product(gw::matmul(a.transpose(1, 2).contiguous().transpose(1, 2), shared), a, shared);
+  check_product(gw::matmul(shared.t(), a.transpose(1, 2)), shared.t(), a.transpose(1, 2));
 }

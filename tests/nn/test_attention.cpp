@@ -82,7 +82,8 @@ TEST_CASE("fused attention equals the scores made in full", "[nn][attention]") {
   // More rows and keys than one tile (32 x 64) in some cases, fewer in others.
   const Case cases[] = {{"small", 2, 3, 5, 7, 4, 6},
                         {"one head, long", 1, 1, 70, 130, 8, 8},
-                        {"rows > keys", 2, 2, 40, 9, 16, 5}};
+                        {"rows > keys", 2, 2, 40, 9, 16, 5},
+                        {"head_dim 32: float32 tiles on the CPU GEMM", 1, 2, 45, 100, 32, 24}};
   gw::Generator gen(7);
   for (const Case& c : cases) {
     for (int mode = 0; mode < 4; ++mode) {  // plain, causal, bool mask, float mask

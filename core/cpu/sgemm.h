@@ -1,0 +1,35 @@
+// gradwire's own float32 GEMM, for CPUs with AVX-512 (Eigen does every other case).
+//
+// The product is cut into tiles of 12 rows x 32 columns of C, each held in 24 registers while
+// the k loop runs: per k, two loads of B (32 columns) and 12 broadcasts of A (one per row)
+// feed 24 fused multiply-adds. B is packed in blocks of 256 rows x 1024 columns into 32-column
+// panels (transposed on the way when it is a transposed view, as a Linear's weight is), so a
+// block sits in L2 while every row tile of A streams past it; A is read where it lies when its
+// rows are contiguous, and otherwise packed 384 rows at a time, 12-row tiles interleaved. A tile
+// starts from zero, from C (accumulate) or from the bias (addmm's Linear), so no pass zeroes C or
+// copies the bias first. Each element of C is summed in one order, k = 0, 1, ..., whatever the
+// shape around it: a row's result does not depend on how many rows come with it.
+//
+//   // y (64 x 256) = x (64 x 784) @ w.T + bias, w (256 x 784) row-major
+//   gw::cpu::sgemm(64, 256, 784, {x, 784, 1}, {w, 1, 784}, y, 256, false, bias);
+#pragma once
+
+#include <cstdint>
+
+namespace gw::cpu {
+
+// A matrix of floats: element (i, j) at data[i * row_stride + j * col_stride].
+struct StridedMatrix {
+  const float* data;
+  int64_t row_stride, col_stride;
+};
+
+// c (m x n, rows ldc apart, columns contiguous) = a (m x k) @ b (k x n), plus c's own values
+// when `accumulate`, or plus bias[j] on every row's column j when bias is given (not both).
+// c must not overlap a, b or bias. Returns false and leaves c alone when this build has no AVX-512,
+// or for products it leaves to Eigen (k == 0, n < 16: a matrix-vector product wastes most of a
+// tile).
+bool sgemm(int64_t m, int64_t n, int64_t k, StridedMatrix a, StridedMatrix b, float* c, int64_t ldc,
+           bool accumulate, const float* bias);
+
+}  // namespace gw::cpu
