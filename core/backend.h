@@ -176,17 +176,18 @@ class Backend {
                         const Tensor& cols) = 0;
   virtual void fold2d(const Tensor& cols, const std::array<int64_t, 8>& params,
                       const Tensor& x) = 0;
-  // Attention without the (L x S) score matrix (FlashAttention's online softmax): q (BH,L,E),
-  // k (BH,S,E), v (BH,S,Ev) and out (BH,L,Ev) contiguous; mask undefined or an additive mask
-  // of q's dtype viewed as (BH,L,S), with any strides (0 on broadcast dims); causal: key j
-  // takes part in row i only if j <= i. lse (BH,L) receives each row's log-sum-exp of its
-  // scores, which the backward uses to recompute the probabilities. Only backends that say so
-  // in has_fused_attention implement it; scaled_dot_product_attention composes matmul and
-  // softmax elsewhere.
+  // Attention without the (L x S) score matrix (FlashAttention's online softmax): q (B,H,L,E),
+  // k (B,H,S,E), v (B,H,S,Ev) and out (B,H,L,Ev), each with a unit last stride and any others
+  // (MultiheadAttention's heads are transposed views); mask undefined or an additive mask of
+  // q's dtype viewed as (B,H,L,S) or the batch dims it came with, with any strides (0 on
+  // broadcast dims); causal: key j takes part in row i only if j <= i. lse (BH,L) receives each
+  // row's log-sum-exp of its scores, which the backward uses to recompute the probabilities. Only
+  // backends that say so in has_fused_attention implement it; scaled_dot_product_attention composes
+  // matmul and softmax elsewhere.
   virtual bool has_fused_attention() const { return false; }
   virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                          bool causal, double scale, const Tensor& out, const Tensor& lse);
-  // Its gradients: gout (BH,L,Ev) contiguous; gq, gk, gv overwritten.
+  // Its gradients: gout (B,H,L,Ev), gq, gk, gv (overwritten) laid out as out, q, k, v may be.
   virtual void attention_backward(const Tensor& gout, const Tensor& q, const Tensor& k,
                                   const Tensor& v, const Tensor& mask, bool causal, double scale,
                                   const Tensor& out, const Tensor& lse, const Tensor& gq,

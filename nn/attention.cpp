@@ -53,6 +53,30 @@ namespace {
 
 Shape batch_of(const Tensor& t) { return Shape(t.sizes().begin(), t.sizes().end() - 2); }
 
+// t (..., len, dim) as the fused kernel reads it: (B, H, len, dim) with a unit last stride. A
+// 4-D tensor is read in place (MultiheadAttention's heads: transposed views of its
+// projections); fewer batch dims are added; more are folded into H, through a copy if need be.
+Tensor as_heads(const Tensor& t) {
+  const Tensor u = t.stride(-1) == 1 ? t : t.contiguous();
+  if (u.dim() == 4) return u;
+  if (u.dim() < 4) {
+    Shape shape(static_cast<size_t>(4 - u.dim()), 1);
+    shape.insert(shape.end(), u.sizes().begin(), u.sizes().end());
+    return u.view(std::move(shape));
+  }
+  return u.reshape({1, numel(batch_of(u)), u.size(-2), u.size(-1)});
+}
+
+// An uninitialised (B, H, len, dim) tensor laid out as the heads `like`: as (B, len, H, dim),
+// transposed, when like is (MultiheadAttention's), so that joining the heads again is a view;
+// contiguous otherwise.
+Tensor empty_heads_like(const Tensor& like, int64_t len, int64_t dim) {
+  const int64_t b = like.size(0), h = like.size(1);
+  if (h > 1 && like.size(2) > 1 && like.transpose(1, 2).is_contiguous())
+    return empty({b, len, h, dim}, like.options()).transpose(1, 2);
+  return empty({b, h, len, dim}, like.options());
+}
+
 // A bool mask (true: takes part) as an additive one of q's dtype: 0 or -inf.
 Tensor additive(const Tensor& mask, const Tensor& q) {
   if (!mask.defined() || mask.dtype() != kBool) return mask;
@@ -74,7 +98,8 @@ Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&
 // The fused kernel's derivative: the backend recomputes the probabilities from lse.
 class AttentionBackward final : public autograd::Node {
  public:
-  // q, k, v, out and lse in the kernel's (BH, ., .) layout; shapes: the inputs' own.
+  // q, k, v and out as the kernel reads them (B, H, ., .), lse (B * H, L); shapes: the
+  // inputs' own.
   AttentionBackward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                     const Tensor& out, const Tensor& lse, bool causal, double scale,
                     std::array<Shape, 3> shapes)
@@ -94,12 +119,14 @@ class AttentionBackward final : public autograd::Node {
   autograd::TensorList apply(autograd::TensorList&& grads) override {
     Tensor q = q_.unpack(*this), k = k_.unpack(*this), v = v_.unpack(*this);
     Tensor out = out_.unpack(*this);
-    Tensor gq = empty_like(q), gk = empty_like(k), gv = empty_like(v);
+    Tensor gq = empty_heads_like(q, q.size(2), q.size(3));
+    Tensor gk = empty_heads_like(k, k.size(2), k.size(3));
+    Tensor gv = empty_heads_like(v, v.size(2), v.size(3));
     backend_for(q, "scaled_dot_product_attention")
-        .attention_backward(grads[0].to(q.dtype()).contiguous().view(out.sizes()), q, k, v,
+        .attention_backward(as_heads(grads[0].to(q.dtype())), q, k, v,
                             mask_.defined() ? mask_.unpack(*this) : Tensor(), causal_, scale_, out,
                             lse_.unpack(*this), gq, gk, gv);
-    return {gq.view(shapes_[0]), gk.view(shapes_[1]), gv.view(shapes_[2])};
+    return {gq.reshape(shapes_[0]), gk.reshape(shapes_[1]), gv.reshape(shapes_[2])};
   }
 
  private:
@@ -172,27 +199,25 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   if (!fused) return composed(q, k, v, mask, dropout_p, is_causal, sc);
 
   GradRecorder* rec = detail::recorder_for({&q, &k, &v});
-  const int64_t bh = numel(batch_of(q));
-  // What the kernel reads and writes, in its (BH, ., .) layout, outside the graph: the node
-  // keeps `flat`, a view of the output without the output's history (no cycle through it).
-  Tensor qc, kc, vc, mc, out, flat, lse;
+  // What the kernel reads and writes, as (B, H, ., .) heads, outside the graph: the node keeps
+  // `heads`, the output without its history (no cycle through it); the caller gets a view.
+  Tensor qh, kh, vh, mc, out, heads, lse;
   {
     autograd::NoGradGuard no_grad;
-    qc = q.contiguous().view({bh, l, e});
-    kc = k.contiguous().view({bh, s, e});
-    vc = v.contiguous().view({bh, s, ev});
+    qh = as_heads(q);
+    kh = as_heads(k);
+    vh = as_heads(v);
     if (mask.defined()) mc = mask.expand(scores);
+    heads = empty_heads_like(qh, l, ev);  // as q is laid out: MultiheadAttention joins it freely
+    lse = empty({numel(batch_of(q)), l}, TensorOptions(q.dtype()).with_device(q.device()));
+    backend_for(q, op).attention(qh, kh, vh, mc, is_causal, sc, heads, lse);
     Shape out_shape = batch_of(q);
     out_shape.insert(out_shape.end(), {l, ev});
-    const TensorOptions options = TensorOptions(q.dtype()).with_device(q.device());
-    out = empty(std::move(out_shape), options);
-    flat = out.view({bh, l, ev});
-    lse = empty({bh, l}, options);
-    backend_for(q, op).attention(qc, kc, vc, mc, is_causal, sc, flat, lse);
+    out = heads.view(std::move(out_shape));
   }
   if (rec) {
-    autograd::record<AttentionBackward>({&q, &k, &v}, out, qc, kc, vc, mc, flat, lse, is_causal, sc,
-                                        std::array<Shape, 3>{q.sizes(), k.sizes(), v.sizes()});
+    autograd::record<AttentionBackward>({&q, &k, &v}, out, qh, kh, vh, mc, heads, lse, is_causal,
+                                        sc, std::array<Shape, 3>{q.sizes(), k.sizes(), v.sizes()});
   }
   return out;
 }

@@ -1,6 +1,10 @@
 // Fused attention on the CPU: FlashAttention's tiling with an online softmax, so that no
 // (L x S) score matrix exists, only a (query block x key block) tile per thread.
 //
+// q, k, v, out and their gradients are (B, H, len, dim) with unit columns and any other strides:
+// MultiheadAttention's heads, transposed views of its projections, are read and written where
+// they lie.
+//
 // Forward, for a block of query rows against successive blocks of keys: the tile's scores
 // s = scale * Q Kᵀ + mask; each row keeps its running maximum m and sum l of exp(s - m), and an
 // accumulator of exp(s - m) V, rescaled by exp(m_old - m_new) whenever the maximum grows. At the
@@ -35,9 +39,34 @@ constexpr int64_t kQueryBlock = 32, kKeyBlock = 64;
 template <typename T>
 using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 template <typename T>
-using In = Eigen::Map<const Mat<T>>;
+using In = Eigen::Map<const Mat<T>, 0, Eigen::OuterStride<>>;
 template <typename T>
-using Out = Eigen::Map<Mat<T>>;
+using Out = Eigen::Map<Mat<T>, 0, Eigen::OuterStride<>>;
+
+// A (B, H, len, dim) tensor as the matrices of its B * H heads: head h = b * H + j.
+template <typename T>
+struct Heads {
+  T* data;
+  int64_t heads, batch_stride, head_stride, row_stride, cols;
+
+  explicit Heads(const Tensor& t)
+      : data(static_cast<T*>(t.raw_data())),
+        heads(t.size(1)),
+        batch_stride(t.stride(0)),
+        head_stride(t.stride(1)),
+        row_stride(t.stride(2)),
+        cols(t.size(3)) {}
+
+  T* at(int64_t h, int64_t row) const {
+    return data + (h / heads) * batch_stride + (h % heads) * head_stride + row * row_stride;
+  }
+  In<T> rows(int64_t h, int64_t row, int64_t n) const {
+    return In<T>(at(h, row), n, cols, Eigen::OuterStride<>(row_stride));
+  }
+  Out<T> rows_out(int64_t h, int64_t row, int64_t n) const {
+    return Out<T>(at(h, row), n, cols, Eigen::OuterStride<>(row_stride));
+  }
+};
 
 // c = a b, or c += a b with `accumulate`: matrices and their transposed views, in place.
 template <typename T, typename C, typename A, typename B>
@@ -66,11 +95,11 @@ struct Problem {
 
   Problem(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& m, bool causal,
           double scale)
-      : bh(q.size(0)),
-        l(q.size(1)),
-        s(k.size(1)),
-        e(q.size(2)),
-        ev(v.size(2)),
+      : bh(q.size(0) * q.size(1)),
+        l(q.size(2)),
+        s(k.size(2)),
+        e(q.size(3)),
+        ev(v.size(3)),
         scale(static_cast<T>(scale)),
         causal(causal) {
     if (!m.defined()) return;
@@ -111,7 +140,8 @@ struct Problem {
 };
 
 template <typename T>
-void forward(const Problem<T>& p, const T* q, const T* k, const T* v, T* out, T* lse) {
+void forward(const Problem<T>& p, const Heads<T>& q, const Heads<T>& k, const Heads<T>& v,
+             const Heads<T>& out, T* lse) {
   const int64_t blocks = (p.l + kQueryBlock - 1) / kQueryBlock;
   const T inf = std::numeric_limits<T>::infinity();
   parallel_for(0, p.bh * blocks, 1, [&](int64_t begin, int64_t end) {
@@ -120,7 +150,7 @@ void forward(const Problem<T>& p, const T* q, const T* k, const T* v, T* out, T*
     for (int64_t w = begin; w < end; ++w) {
       const int64_t h = w / blocks, i0 = (w % blocks) * kQueryBlock;
       const int64_t br = std::min(kQueryBlock, p.l - i0);
-      In<T> qb(q + (h * p.l + i0) * p.e, br, p.e);
+      const In<T> qb = q.rows(h, i0, br);
       auto a = acc.topRows(br);
       a.setZero();
       std::fill(m.begin(), m.end(), -inf);
@@ -128,7 +158,7 @@ void forward(const Problem<T>& p, const T* q, const T* k, const T* v, T* out, T*
       const int64_t keys = p.keys_for(i0 + br);
       for (int64_t j0 = 0; j0 < keys; j0 += kKeyBlock) {
         const int64_t bc = std::min(kKeyBlock, keys - j0);
-        In<T> kb(k + (h * p.s + j0) * p.e, bc, p.e), vb(v + (h * p.s + j0) * p.ev, bc, p.ev);
+        const In<T> kb = k.rows(h, j0, bc), vb = v.rows(h, j0, bc);
         auto t = tile.topLeftCorner(br, bc);
         product<T>(t, qb, kb.transpose(), false);
         p.finish_scores(t, h, i0, j0);
@@ -147,7 +177,7 @@ void forward(const Problem<T>& p, const T* q, const T* k, const T* v, T* out, T*
         }
         product<T>(a, t, vb, true);
       }
-      Out<T> ob(out + (h * p.l + i0) * p.ev, br, p.ev);
+      Out<T> ob = out.rows_out(h, i0, br);
       for (int64_t r = 0; r < br; ++r) {
         if (sum[r] == 0) {  // every key masked: a zero row (PyTorch 2.5+), P = exp(s - inf) = 0
           ob.row(r).setZero();
@@ -162,26 +192,26 @@ void forward(const Problem<T>& p, const T* q, const T* k, const T* v, T* out, T*
 }
 
 template <typename T>
-void backward(const Problem<T>& p, const T* gout, const T* q, const T* k, const T* v, const T* out,
-              const T* lse, T* gq, T* gk, T* gv) {
+void backward(const Problem<T>& p, const Heads<T>& gout, const Heads<T>& q, const Heads<T>& k,
+              const Heads<T>& v, const Heads<T>& out, const T* lse, const Heads<T>& gq,
+              const Heads<T>& gk, const Heads<T>& gv) {
   parallel_for(0, p.bh, 1, [&](int64_t begin, int64_t end) {
     Mat<T> prob(kQueryBlock, kKeyBlock), dprob(kQueryBlock, kKeyBlock);
     std::vector<T> d(kQueryBlock);
     for (int64_t h = begin; h < end; ++h) {
-      Out<T>(gk + h * p.s * p.e, p.s, p.e).setZero();
-      Out<T>(gv + h * p.s * p.ev, p.s, p.ev).setZero();
+      gk.rows_out(h, 0, p.s).setZero();
+      gv.rows_out(h, 0, p.s).setZero();
       for (int64_t i0 = 0; i0 < p.l; i0 += kQueryBlock) {
         const int64_t br = std::min(kQueryBlock, p.l - i0), row = h * p.l + i0;
-        In<T> qb(q + row * p.e, br, p.e), gob(gout + row * p.ev, br, p.ev);
-        In<T> ob(out + row * p.ev, br, p.ev);
-        Out<T> gqb(gq + row * p.e, br, p.e);
+        const In<T> qb = q.rows(h, i0, br), gob = gout.rows(h, i0, br), ob = out.rows(h, i0, br);
+        Out<T> gqb = gq.rows_out(h, i0, br);
         gqb.setZero();
         for (int64_t r = 0; r < br; ++r) d[r] = gob.row(r).dot(ob.row(r));
         const int64_t keys = p.keys_for(i0 + br);
         for (int64_t j0 = 0; j0 < keys; j0 += kKeyBlock) {
-          const int64_t bc = std::min(kKeyBlock, keys - j0), key = h * p.s + j0;
-          In<T> kb(k + key * p.e, bc, p.e), vb(v + key * p.ev, bc, p.ev);
-          Out<T> gkb(gk + key * p.e, bc, p.e), gvb(gv + key * p.ev, bc, p.ev);
+          const int64_t bc = std::min(kKeyBlock, keys - j0);
+          const In<T> kb = k.rows(h, j0, bc), vb = v.rows(h, j0, bc);
+          Out<T> gkb = gk.rows_out(h, j0, bc), gvb = gv.rows_out(h, j0, bc);
           auto pt = prob.topLeftCorner(br, bc);
           auto dt = dprob.topLeftCorner(br, bc);
           product<T>(pt, qb, kb.transpose(), false);
@@ -204,8 +234,8 @@ void backward(const Problem<T>& p, const T* gout, const T* q, const T* k, const 
 void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                            bool causal, double scale, const Tensor& out, const Tensor& lse) {
   dispatch<FloatTypes>(q.dtype(), "scaled_dot_product_attention", [&]<typename T>() {
-    forward(Problem<T>(q, k, v, mask, causal, scale), q.data_ptr<T>(), k.data_ptr<T>(),
-            v.data_ptr<T>(), out.data_ptr<T>(), lse.data_ptr<T>());
+    forward(Problem<T>(q, k, v, mask, causal, scale), Heads<T>(q), Heads<T>(k), Heads<T>(v),
+            Heads<T>(out), lse.data_ptr<T>());
   });
 }
 
@@ -214,9 +244,9 @@ void CpuBackend::attention_backward(const Tensor& gout, const Tensor& q, const T
                                     const Tensor& out, const Tensor& lse, const Tensor& gq,
                                     const Tensor& gk, const Tensor& gv) {
   dispatch<FloatTypes>(q.dtype(), "scaled_dot_product_attention", [&]<typename T>() {
-    backward(Problem<T>(q, k, v, mask, causal, scale), gout.data_ptr<T>(), q.data_ptr<T>(),
-             k.data_ptr<T>(), v.data_ptr<T>(), out.data_ptr<T>(), lse.data_ptr<T>(),
-             gq.data_ptr<T>(), gk.data_ptr<T>(), gv.data_ptr<T>());
+    backward(Problem<T>(q, k, v, mask, causal, scale), Heads<T>(gout), Heads<T>(q), Heads<T>(k),
+             Heads<T>(v), Heads<T>(out), lse.data_ptr<T>(), Heads<T>(gq), Heads<T>(gk),
+             Heads<T>(gv));
   });
 }
 

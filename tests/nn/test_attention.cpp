@@ -408,6 +408,39 @@ TEST_CASE("attention on several threads, causal through the composition, strided
               const Tensor& d) { return F::scaled_dot_product_attention(a, b, d, {}, 0.0, true); },
           q_blhe, k, v, gout);
   check_same(strided, full, 1e-12);
+  // All of them so, the upstream gradient too (given to backward as it is): read where they
+  // lie, and the output comes back in that layout (MultiheadAttention joins its heads again as
+  // a view). In float32 too, with heads wide enough for the CPU GEMM (core/cpu/sgemm.h).
+  auto blhe = [](const Tensor& t) { return t.transpose(1, 2).contiguous().transpose(1, 2); };
+  auto in_place = [&](const Tensor& q0, const Tensor& k0, const Tensor& v0, const Tensor& g0) {
+    std::vector<Tensor> leaves;
+    for (const Tensor& t : {q0, k0, v0}) leaves.push_back(blhe(t).detach().requires_grad_());
+    Tensor out = F::scaled_dot_product_attention(leaves[0], leaves[1], leaves[2], {}, 0.0, true);
+    CHECK(out.transpose(1, 2).is_contiguous());
+    out.backward(blhe(g0));
+    return std::vector<Tensor>{out.detach(), leaves[0].grad(), leaves[1].grad(), leaves[2].grad()};
+  };
+  check_same(in_place(q, k, v, gout), full, 1e-12);
+  Tensor q32 = randn64({2, 3, 45, 32}, gen, false), k32 = randn64({2, 3, 100, 32}, gen, false);
+  Tensor v32 = randn64({2, 3, 100, 24}, gen, false), g32 = randn64({2, 3, 45, 24}, gen, false);
+  auto full32 = run(
+      [&](const Tensor& a, const Tensor& b, const Tensor& d) {
+        return attention_in_full(a, b, d, causal_bias(45, 100), 1 / std::sqrt(32.0));
+      },
+      q32, k32, v32, g32);
+  auto f32 = [](const Tensor& t) { return t.to(gw::kFloat32); };
+  check_same(in_place(f32(q32), f32(k32), f32(v32), f32(g32)), full32, 1e-4);
+  // More batch dims than (B, H): folded into the heads, each with its own mask.
+  Tensor bias = randn64({3, 1, 5, 70, 100}, gen, false);
+  auto folded = run([&](const Tensor& a, const Tensor& b,
+                        const Tensor& d) { return F::scaled_dot_product_attention(a, b, d, bias); },
+                    q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1), gout.unsqueeze(1));
+  for (Tensor& t : folded) t = t.squeeze(1);
+  auto folded_full =
+      run([&](const Tensor& a, const Tensor& b,
+              const Tensor& d) { return attention_in_full(a, b, d, bias.squeeze(1), scale); },
+          q, k, v, gout);
+  check_same(folded, folded_full, 1e-12);
 }
 
 TEST_CASE("fused attention holds no (L x S) matrix, forward or backward", "[nn][attention]") {
