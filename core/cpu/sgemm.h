@@ -2,7 +2,7 @@
 //
 // The product is cut into tiles of 12 rows x 32 columns of C, each held in 24 registers while
 // the k loop runs: per k, two loads of B (32 columns) and 12 broadcasts of A (one per row)
-// feed 24 fused multiply-adds. B is packed in blocks of 256 rows x 1024 columns into 32-column
+// feed 24 fused multiply-adds. B is packed in blocks of 512 rows x 512 columns into 32-column
 // panels (transposed on the way when it is a transposed view, as a Linear's weight is), so a
 // block sits in L2 while every row tile of A streams past it; A is read where it lies when its
 // rows are contiguous, and otherwise packed 384 rows at a time, 12-row tiles interleaved. A tile

@@ -304,8 +304,8 @@ std::vector<Tensor> layouts(int64_t rows, int64_t cols, unsigned seed) {
 }  // namespace
 
 TEST_CASE("float32 products of every shape the CPU GEMM tiles", "[core][linalg]") {
-  // The AVX-512 GEMM (core/cpu/sgemm.h) works in tiles of 12 rows x 32 columns, slices of 256
-  // of k (its transposed B 16 at a time), 1024 columns and 384 rows of a packed A: each shape
+  // The AVX-512 GEMM (core/cpu/sgemm.h) works in tiles of 12 rows x 32 columns, slices of 512
+  // of k (its transposed B 16 at a time), 512 columns and 384 rows of a packed A: each shape
   // below ends inside or just past one of those, in every layout of A and B.
   const std::vector<std::array<int64_t, 3>> shapes = {{1, 16, 1},     {11, 31, 15},  {12, 32, 16},
                                                       {13, 33, 17},   {25, 77, 300}, {400, 40, 20},
