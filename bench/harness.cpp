@@ -1,5 +1,7 @@
 #include "bench/harness.h"
 
+#include "core/cpu/sgemm.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -183,11 +185,9 @@ std::optional<std::string> json_string(const std::string& text, const std::strin
 }
 
 std::string blas_note(const std::string& anchor_output) {
-#if defined(__AVX512F__)
-  const char* ours = "; gradwire on its AVX-512 GEMM (float32; Eigen otherwise), 1 thread";
-#else
-  const char* ours = "; gradwire on Eigen, 1 thread";
-#endif
+  const char* ours = gw::cpu::kHaveSgemm
+                         ? "; gradwire on its AVX-512 GEMM (float32; Eigen otherwise), 1 thread"
+                         : "; gradwire on Eigen, 1 thread";
   return "torch on " + json_string(anchor_output, "blas").value_or("an unreported BLAS") + ours;
 }
 

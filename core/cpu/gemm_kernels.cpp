@@ -82,11 +82,7 @@ void bmm_into(const Tensor& a_in, const Tensor& b_in, const Tensor& out, bool ac
       }
     };
     if (k == 0) {
-      if (bias) {
-        for (int64_t i = 0; i < batch; ++i) fill_bias(pc + i * n * m);
-      } else if (!accumulate) {
-        std::fill_n(pc, out.numel(), T(0));
-      }
+      if (!accumulate) std::fill_n(pc, out.numel(), T(0));
       return;
     }
     const T* pa = a.data_ptr<T>();
@@ -107,7 +103,7 @@ void bmm_into(const Tensor& a_in, const Tensor& b_in, const Tensor& out, bool ac
 
 // A bias `input` broadcast over out's rows: one float32 per column, contiguous. Null otherwise.
 const float* bias_row(const Tensor& input, const Tensor& out) {
-  if (input.dtype() != kFloat32 || out.dtype() != kFloat32) return nullptr;
+  if (input.dtype() != kFloat32) return nullptr;  // addmm's operands share the input's dtype
   const Tensor row = input.expand(out.sizes());
   return (row.stride(0) == 0 || out.size(0) <= 1) && (row.stride(1) == 1 || out.size(1) <= 1)
              ? row.data_ptr<float>()
@@ -121,7 +117,8 @@ void CpuBackend::bmm(const Tensor& a, const Tensor& b, const Tensor& out) {
 }
 
 void CpuBackend::addmm(const Tensor& input, const Tensor& a, const Tensor& b, const Tensor& out) {
-  if (const float* bias = bias_row(input, out)) {
+  const float* bias = a.size(1) > 0 ? bias_row(input, out) : nullptr;  // k = 0: input alone
+  if (bias) {
     bmm_into(a, b, out, false, bias);  // each tile of the product starts from the bias
   } else {
     copy(input.expand(out.sizes()), out);

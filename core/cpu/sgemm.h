@@ -18,6 +18,13 @@
 
 namespace gw::cpu {
 
+// Whether this build has the kernel (sgemm declines everything otherwise).
+#if defined(__AVX512F__)
+inline constexpr bool kHaveSgemm = true;
+#else
+inline constexpr bool kHaveSgemm = false;
+#endif
+
 // A matrix of floats: element (i, j) at data[i * row_stride + j * col_stride].
 struct StridedMatrix {
   const float* data;
