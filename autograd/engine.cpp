@@ -34,6 +34,12 @@ class GraphRoot final : public Node {
 Tensor accumulate(Tensor acc, Tensor grad) {
   if (!acc.defined()) return grad;
   if (!grad.defined()) return acc;
+  // Into acc itself when nothing else can see its memory, as PyTorch's InputBuffer does: no new
+  // buffer, and the sum's stores go to lines it has just read. Not into an expanded gradient
+  // (its elements share memory), nor into a gradient another edge or a node also holds.
+  if (acc.use_count() == 1 && acc.storage().use_count() == 1 && acc.is_contiguous() &&
+      acc.sizes() == grad.sizes() && acc.dtype() == grad.dtype() && acc.device() == grad.device())
+    return acc.add_(grad);
   return add(acc, grad);
 }
 

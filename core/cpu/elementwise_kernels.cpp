@@ -79,12 +79,32 @@ void write_streaming(Out* o, int64_t n, F f, P prefetch) {
 }
 #endif
 
-template <typename Out, typename In, typename F>
-void map_unary(const Tensor& in, const Tensor& out, F f) {
-  for_each_row<2>(out.sizes(), {&out, &in}, [&f](auto& p, auto& s, int64_t n) {
+// A kernel's sixteen-lane form of f, where it has one (float32 on AVX-512: see `lanes` below),
+// runs its contiguous rows; NoLanes leaves them to the compiler's vectorization of f.
+struct NoLanes {};
+#if defined(__AVX512F__)
+// o[i] = fv(x[i]...) for i in [0, n), sixteen at a time; the last partial group masked, so
+// every element goes through fv.
+template <typename FV, typename... In>
+void run_lanes(float* o, int64_t n, FV fv, const In*... x) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(o + i, fv(_mm512_loadu_ps(x + i)...));
+  if (i < n) {
+    const auto m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(o + i, m, fv(_mm512_maskz_loadu_ps(m, x + i)...));
+  }
+}
+#endif
+
+template <typename Out, typename In, typename F, typename FV = NoLanes>
+void map_unary(const Tensor& in, const Tensor& out, F f, FV fv = {}) {
+  for_each_row<2>(out.sizes(), {&out, &in}, [&](auto& p, auto& s, int64_t n) {
     auto* o = reinterpret_cast<Out*>(p[0]);
     auto* x = reinterpret_cast<const In*>(p[1]);
     if (s[0] == sizeof(Out) && s[1] == sizeof(In)) {
+#if defined(__AVX512F__)
+      if constexpr (!std::is_same_v<FV, NoLanes>) return run_lanes(o, n, fv, x);
+#endif
       for (int64_t i = 0; i < n; ++i) o[i] = f(x[i]);
     } else {
       for (int64_t i = 0; i < n; ++i) {
@@ -94,14 +114,17 @@ void map_unary(const Tensor& in, const Tensor& out, F f) {
   });
 }
 
-template <typename Out, typename In, typename F>
-void map_binary(const Tensor& a, const Tensor& b, const Tensor& out, F f) {
-  for_each_row<3>(out.sizes(), {&out, &a, &b}, [&f](auto& p, auto& s, int64_t n) {
+template <typename Out, typename In, typename F, typename FV = NoLanes>
+void map_binary(const Tensor& a, const Tensor& b, const Tensor& out, F f, FV fv = {}) {
+  for_each_row<3>(out.sizes(), {&out, &a, &b}, [&](auto& p, auto& s, int64_t n) {
     auto* o = reinterpret_cast<Out*>(p[0]);
     auto* x = reinterpret_cast<const In*>(p[1]);
     auto* y = reinterpret_cast<const In*>(p[2]);
     constexpr int64_t so = sizeof(Out), si = sizeof(In);
     if (s[0] == so && s[1] == si && s[2] == si) {
+#if defined(__AVX512F__)
+      if constexpr (!std::is_same_v<FV, NoLanes>) return run_lanes(o, n, fv, x, y);
+#endif
 #if defined(__SSE2__)
       if (streamable(o, x, y, n)) {
         write_streaming(
@@ -161,21 +184,80 @@ inline float exp_vectorizable(float x) {
   const float e = p * std::bit_cast<float>((ni + 127) << 23);
   return x < -87.0f ? 0.0f : x > 88.0f ? std::numeric_limits<float>::infinity() : e;  // selects
 }
-inline float erf_vectorizable(float x) {
-  const float a = std::fabs(x);
-  const float t = 1.0f / madd(0.3275911f, a, 1.0f);
+// erf(z) given e = exp(-z²), which GELU's derivative needs again (for z = x/√2, e = √(2π) φ(x)).
+inline float erf_given_exp(float z, float e) {
+  const float t = 1.0f / madd(0.3275911f, std::fabs(z), 1.0f);
   float r = madd(1.061405429f, t, -1.453152027f);
   r = madd(r, t, 1.421413741f);
   r = madd(r, t, -0.284496736f);
   r = madd(r, t, 0.254829592f);
-  const float y = 1.0f - t * r * exp_vectorizable(-a * a);
-  return std::copysign(y, x);
+  return std::copysign(1.0f - t * r * e, z);
 }
+inline float exp_minus_square(float z) { return exp_vectorizable(-std::fabs(z) * std::fabs(z)); }
+constexpr float kSqrtHalf = float(std::numbers::sqrt2 / 2), kInvSqrt2Pi = 0.3989422804014327f;
+
+#if defined(__AVX512F__)
+// The float32 formulas above, sixteen lanes at a time and operation for operation the same, so
+// an element gets the same bits whichever loop it meets. GCC keeps the scalar loops at 256 bits.
+namespace lanes {
+inline __m512 splat(float c) { return _mm512_set1_ps(c); }
+inline __m512 madd(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
+inline __m512 exp(__m512 x) {
+  const __m512 xc = _mm512_min_ps(splat(88.0f), _mm512_max_ps(splat(-87.0f), x));  // NaN stays
+  const __m512 round = splat(12582912.0f);
+  const __m512 shifted = madd(xc, splat(1.44269504088896341f), round);
+  const __m512 n = _mm512_sub_ps(shifted, round);
+  const __m512i ni = _mm512_sub_epi32(_mm512_castps_si512(shifted), _mm512_castps_si512(round));
+  __m512 r = madd(n, splat(-0.693145751953125f), xc);
+  r = madd(n, splat(-1.428606765330187e-6f), r);
+  __m512 p = madd(splat(1.0f / 720), r, splat(1.0f / 120));
+  p = madd(p, r, splat(1.0f / 24));
+  p = madd(p, r, splat(1.0f / 6));
+  p = madd(p, r, splat(0.5f));
+  p = madd(p, r, splat(1.0f));
+  p = madd(p, r, splat(1.0f));
+  const __m512i two_n = _mm512_slli_epi32(_mm512_add_epi32(ni, _mm512_set1_epi32(127)), 23);
+  __m512 e = _mm512_mul_ps(p, _mm512_castsi512_ps(two_n));
+  e = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, splat(-87.0f), _CMP_LT_OQ), e,
+                           _mm512_setzero_ps());
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, splat(88.0f), _CMP_GT_OQ), e,
+                              splat(std::numeric_limits<float>::infinity()));
+}
+inline __m512 erf_given_exp(__m512 z, __m512 e) {
+  const __m512 t =
+      _mm512_div_ps(splat(1.0f), madd(splat(0.3275911f), _mm512_abs_ps(z), splat(1.0f)));
+  __m512 r = madd(splat(1.061405429f), t, splat(-1.453152027f));
+  r = madd(r, t, splat(1.421413741f));
+  r = madd(r, t, splat(-0.284496736f));
+  r = madd(r, t, splat(0.254829592f));
+  const __m512 y = _mm512_sub_ps(splat(1.0f), _mm512_mul_ps(_mm512_mul_ps(t, r), e));
+  const __m512i sign = _mm512_set1_epi32(std::numeric_limits<int32_t>::min());
+  return _mm512_castsi512_ps(_mm512_ternarylogic_epi32(  // copysign(y, z): sign ? z : y, bitwise
+      sign, _mm512_castps_si512(z), _mm512_castps_si512(y), 0xCA));
+}
+inline __m512 exp_minus_square(__m512 z) {
+  const __m512 a = _mm512_abs_ps(z);
+  return exp(_mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), a), a));
+}
+inline __m512 gelu(__m512 x) {
+  const __m512 z = _mm512_mul_ps(x, splat(kSqrtHalf));
+  const __m512 erf = erf_given_exp(z, exp_minus_square(z));
+  return _mm512_mul_ps(_mm512_mul_ps(splat(0.5f), x), _mm512_add_ps(splat(1.0f), erf));
+}
+inline __m512 gelu_derivative(__m512 x) {
+  const __m512 z = _mm512_mul_ps(x, splat(kSqrtHalf));
+  const __m512 e = exp_minus_square(z);
+  const __m512 cdf = _mm512_mul_ps(splat(0.5f), _mm512_add_ps(splat(1.0f), erf_given_exp(z, e)));
+  return _mm512_add_ps(cdf, _mm512_mul_ps(_mm512_mul_ps(x, e), splat(kInvSqrt2Pi)));
+}
+}  // namespace lanes
+#endif
 
 template <typename T>
 T gelu_exact(T x) {
   if constexpr (std::is_same_v<T, float>) {
-    return 0.5f * x * (1.0f + erf_vectorizable(x * float(std::numbers::sqrt2 / 2)));
+    const float z = x * kSqrtHalf;
+    return 0.5f * x * (1.0f + erf_given_exp(z, exp_minus_square(z)));
   } else {
     return T(0.5) * x * (T(1) + std::erf(x * T(std::numbers::sqrt2 / 2)));
   }
@@ -255,7 +337,14 @@ void unary_typed(UnaryOp op, const Tensor& in, const Tensor& out) {
       GW_FLOAT_OP(Reciprocal, return T(1) / x)
       GW_FLOAT_OP(Sigmoid, return sigmoid(x))
       GW_FLOAT_OP(Tanh, return std::tanh(x))
-      GW_FLOAT_OP(Gelu, return gelu_exact(x))
+    case U::Gelu:
+#if defined(__AVX512F__)
+      if constexpr (std::is_same_v<T, float>)
+        return map_unary<T, T>(
+            in, out, [](T x) { return gelu_exact(x); }, [](__m512 x) { return lanes::gelu(x); });
+#endif
+      if constexpr (kFloat) return map([](T x) { return gelu_exact(x); });
+      break;
       GW_FLOAT_OP(GeluTanh, return gelu_tanh(x))
       GW_FLOAT_OP(Sin, return std::sin(x))
       GW_FLOAT_OP(Cos, return std::cos(x))
@@ -271,8 +360,10 @@ void unary_typed(UnaryOp op, const Tensor& in, const Tensor& out) {
 template <typename T>
 T gelu_exact_derivative(T x) {  // Φ(x) + x·φ(x)
   if constexpr (std::is_same_v<T, float>) {
-    const float cdf = 0.5f * (1.0f + erf_vectorizable(x * float(std::numbers::sqrt2 / 2)));
-    return cdf + x * exp_vectorizable(-0.5f * x * x) * 0.3989422804014327f;  // 1 / sqrt(2 pi)
+    const float z = x * kSqrtHalf;
+    const float e = exp_minus_square(z);  // exp(-x²/2), once for erf and for φ
+    const float cdf = 0.5f * (1.0f + erf_given_exp(z, e));
+    return cdf + x * e * kInvSqrt2Pi;
   } else {
     const T cdf = T(0.5) * (T(1) + std::erf(x * T(std::numbers::sqrt2 / 2)));
     return cdf + x * std::exp(T(-0.5) * x * x) * T(0.3989422804014327);
@@ -390,6 +481,12 @@ void CpuBackend::unary_backward(UnaryOp op, const Tensor& g, const Tensor& x, co
       case UnaryOp::Relu:  // the gradient where the output is positive (as where(y > 0, g, 0))
         return map_binary<T, T>(g, x, out, [](T gi, T xi) { return xi > T(0) ? gi : T(0); });
       case UnaryOp::Gelu:  // lambdas, not function pointers: inlined (GELU's loop vectorizes)
+#if defined(__AVX512F__)
+        if constexpr (std::is_same_v<T, float>)
+          return map_binary<T, T>(
+              g, x, out, [](T gi, T xi) { return gi * gelu_exact_derivative(xi); },
+              [](__m512 gi, __m512 xi) { return _mm512_mul_ps(gi, lanes::gelu_derivative(xi)); });
+#endif
         return map([](T xi) { return gelu_exact_derivative(xi); });
       case UnaryOp::GeluTanh:
         return map([](T xi) { return gelu_tanh_derivative(xi); });

@@ -26,6 +26,29 @@ TEST_CASE("diamond graphs sum the gradients that meet at a node", "[autograd][en
   CHECK(vec(x.grad()) == std::vector<double>{60.0});
 }
 
+TEST_CASE("gradients that meet are summed without writing into a tensor another sees",
+          "[autograd][engine]") {
+  // The engine may sum into the gradient it holds when nothing else sees that memory. Not here:
+  // sum's gradient is one value expanded (each element the same memory), and add hands one
+  // gradient tensor to both its edges. Both orders of arrival.
+  Tensor x = leaf({1.0, 2.0, 3.0});
+  (x.sum() + (x * x).sum()).backward();  // 1 + 2x
+  CHECK(vec(x.grad()) == std::vector<double>{3.0, 5.0, 7.0});
+  x.set_grad({});
+  ((x * x).sum() + x.sum()).backward();
+  CHECK(vec(x.grad()) == std::vector<double>{3.0, 5.0, 7.0});
+  x.set_grad({});
+  Tensor a = x * 2.0;
+  ((a + a) * (a + a)).sum().backward();  // 4 a^2 = 16 x^2 -> 32 x
+  CHECK(vec(x.grad()) == std::vector<double>{32.0, 64.0, 96.0});
+  x.set_grad({});
+  Tensor g = gw::ones({3}, gw::kFloat64);
+  Tensor seen = g.clone();
+  (x + x + x).backward(g);  // g itself reaches every edge
+  CHECK(vec(x.grad()) == std::vector<double>{3.0, 3.0, 3.0});
+  CHECK(gw::equal(g, seen));
+}
+
 TEST_CASE("gradients accumulate across backward calls until cleared", "[autograd][engine]") {
   Tensor x = leaf({1.0, -1.0});
   (x * 2.0).sum().backward();
