@@ -36,9 +36,11 @@ Tensor accumulate(Tensor acc, Tensor grad) {
   if (!grad.defined()) return acc;
   // Into acc itself when nothing else can see its memory, as PyTorch's InputBuffer does: no new
   // buffer, and the sum's stores go to lines it has just read. Not into an expanded gradient
-  // (its elements share memory), nor into a gradient another edge or a node also holds.
+  // (its elements share memory), nor into a gradient another edge, a node, the caller or a view
+  // also holds, nor into one that is itself recorded.
   if (acc.use_count() == 1 && acc.storage().use_count() == 1 && acc.is_contiguous() &&
-      acc.sizes() == grad.sizes() && acc.dtype() == grad.dtype() && acc.device() == grad.device())
+      !acc.requires_grad() && acc.sizes() == grad.sizes() && acc.dtype() == grad.dtype() &&
+      acc.device() == grad.device())
     return acc.add_(grad);
   return add(acc, grad);
 }

@@ -191,14 +191,16 @@ inline float erf_given_exp(float z, float e) {
   r = madd(r, t, 1.421413741f);
   r = madd(r, t, -0.284496736f);
   r = madd(r, t, 0.254829592f);
-  return std::copysign(1.0f - t * r * e, z);
+  return std::copysign(madd(-(t * r), e, 1.0f), z);  // fused, as in the lanes below
 }
 inline float exp_minus_square(float z) { return exp_vectorizable(-std::fabs(z) * std::fabs(z)); }
 constexpr float kSqrtHalf = float(std::numbers::sqrt2 / 2), kInvSqrt2Pi = 0.3989422804014327f;
 
 #if defined(__AVX512F__)
 // The float32 formulas above, sixteen lanes at a time and operation for operation the same, so
-// an element gets the same bits whichever loop it meets. GCC keeps the scalar loops at 256 bits.
+// an element gets the same bits whichever loop it meets (each multiply-add fused by hand on both
+// sides, so the compiler's contraction of the rest cannot tell them apart). GCC keeps the
+// scalar loops at 256 bits.
 namespace lanes {
 inline __m512 splat(float c) { return _mm512_set1_ps(c); }
 inline __m512 madd(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
@@ -230,14 +232,16 @@ inline __m512 erf_given_exp(__m512 z, __m512 e) {
   r = madd(r, t, splat(1.421413741f));
   r = madd(r, t, splat(-0.284496736f));
   r = madd(r, t, splat(0.254829592f));
-  const __m512 y = _mm512_sub_ps(splat(1.0f), _mm512_mul_ps(_mm512_mul_ps(t, r), e));
+  const __m512 y = _mm512_fnmadd_ps(_mm512_mul_ps(t, r), e, splat(1.0f));
   const __m512i sign = _mm512_set1_epi32(std::numeric_limits<int32_t>::min());
   return _mm512_castsi512_ps(_mm512_ternarylogic_epi32(  // copysign(y, z): sign ? z : y, bitwise
       sign, _mm512_castps_si512(z), _mm512_castps_si512(y), 0xCA));
 }
 inline __m512 exp_minus_square(__m512 z) {
   const __m512 a = _mm512_abs_ps(z);
-  return exp(_mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), a), a));
+  const __m512i sign = _mm512_set1_epi32(std::numeric_limits<int32_t>::min());
+  const __m512 minus_a = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(a), sign));
+  return exp(_mm512_mul_ps(minus_a, a));  // -a with its sign bit flipped, as the scalar's
 }
 inline __m512 gelu(__m512 x) {
   const __m512 z = _mm512_mul_ps(x, splat(kSqrtHalf));
@@ -248,7 +252,7 @@ inline __m512 gelu_derivative(__m512 x) {
   const __m512 z = _mm512_mul_ps(x, splat(kSqrtHalf));
   const __m512 e = exp_minus_square(z);
   const __m512 cdf = _mm512_mul_ps(splat(0.5f), _mm512_add_ps(splat(1.0f), erf_given_exp(z, e)));
-  return _mm512_add_ps(cdf, _mm512_mul_ps(_mm512_mul_ps(x, e), splat(kInvSqrt2Pi)));
+  return madd(_mm512_mul_ps(x, e), splat(kInvSqrt2Pi), cdf);
 }
 }  // namespace lanes
 #endif
@@ -363,7 +367,7 @@ T gelu_exact_derivative(T x) {  // Φ(x) + x·φ(x)
     const float z = x * kSqrtHalf;
     const float e = exp_minus_square(z);  // exp(-x²/2), once for erf and for φ
     const float cdf = 0.5f * (1.0f + erf_given_exp(z, e));
-    return cdf + x * e * kInvSqrt2Pi;
+    return madd(x * e, kInvSqrt2Pi, cdf);  // fused, as in the lanes
   } else {
     const T cdf = T(0.5) * (T(1) + std::erf(x * T(std::numbers::sqrt2 / 2)));
     return cdf + x * std::exp(T(-0.5) * x * x) * T(0.3989422804014327);

@@ -45,8 +45,8 @@ void DistAutogradContext::accumulate_grad(const Tensor& leaf, const Tensor& grad
   auto [it, inserted] = grads_.try_emplace(leaf, Tensor());
   if (inserted) {
     it->second = grad.clone();  // the map's own: a later pass may add to it in place
-  } else if (it->second.use_count() > 1) {
-    it->second = it->second + grad;  // someone holds it (get_gradients): leave theirs alone
+  } else if (it->second.use_count() > 1 || it->second.storage().use_count() > 1) {
+    it->second = it->second + grad;  // someone holds it or a view of it: leave theirs alone
   } else {
     it->second.add_(grad);
   }

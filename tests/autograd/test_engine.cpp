@@ -47,6 +47,18 @@ TEST_CASE("gradients that meet are summed without writing into a tensor another 
   (x + x + x).backward(g);  // g itself reaches every edge
   CHECK(vec(x.grad()) == std::vector<double>{3.0, 3.0, 3.0});
   CHECK(gw::equal(g, seen));
+  // A view of g (a tensor of its own on g's memory), first or second to arrive.
+  const Tensor g_row = g.view({1, 3}), seen_row = g_row.clone();
+  for (bool view_first : {false, true}) {
+    x.set_grad({});
+    Tensor viewed, scaled;  // the engine runs the later-made node first
+    if (view_first) scaled = (x * 1.0).view({1, 3});
+    viewed = x.view({1, 3});
+    if (!view_first) scaled = (x * 1.0).view({1, 3});
+    (viewed + scaled).backward(g_row);
+    CHECK(vec(x.grad()) == std::vector<double>{2.0, 2.0, 2.0});
+    CHECK(gw::equal(g_row, seen_row));
+  }
 }
 
 TEST_CASE("gradients accumulate across backward calls until cleared", "[autograd][engine]") {

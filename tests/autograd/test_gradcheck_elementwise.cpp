@@ -2,6 +2,10 @@
 // elementwise.cpp): every unary op, every differentiable binary op broadcasting both ways and
 // with Scalar operands, where, clamp, masked_fill, the values at kinks and ties (hand-computed,
 // PyTorch's conventions), and the gradient dtypes of float32 op float64.
+#include <bit>
+#include <cstdint>
+#include <vector>
+
 #include "tests/autograd/gradcheck_support.h"
 
 using namespace gwtest;
@@ -409,18 +413,28 @@ TEST_CASE("GELU and its derivative at extremes: infinities, NaN, huge and tiny v
 TEST_CASE("float32 GELU and its derivative give the same bits on contiguous and strided tensors",
           "[autograd][elementwise]") {
   // Contiguous rows may run a sixteen-lane form of the formulas (AVX-512), the last partial
-  // group masked; strided ones run the scalar form. Every element must get the same value.
+  // group masked; strided ones run the scalar form. Every element must get the same bits, the
+  // extremes' (zeros, infinities, NaNs, denormals, the ends of exp's range) included.
+  auto bits = [](const Tensor& t) {
+    std::vector<uint32_t> out;
+    for (float v : t.to_vector<float>()) out.push_back(std::bit_cast<uint32_t>(v));
+    return out;
+  };
+  const std::vector<float> extremes = {0.0f,   -0.0f,   INFINITY, -INFINITY, NAN,    -NAN,
+                                       1e-40f, -1e-40f, 3e38f,    -3e38f,    -87.5f, 88.5f};
   gw::Generator gen(3);
   for (int64_t n : {2, 15, 16, 17, 1003}) {
     INFO("n = " << n);
     Tensor base = gw::randn({2 * n}, gen) * 6;
+    for (int64_t i = 0; i < n && i < static_cast<int64_t>(extremes.size()); ++i)
+      base.narrow(0, 2 * i, 1).fill_(extremes[static_cast<size_t>(i)]);
     Tensor strided = base.slice(0, 0, 2 * n, 2);
     Tensor dense = strided.contiguous();
     REQUIRE_FALSE(strided.is_contiguous());
-    CHECK(gw::equal(gw::gelu(dense), gw::gelu(strided)));
+    CHECK(bits(gw::gelu(dense)) == bits(gw::gelu(strided)));
     Tensor g = gw::randn({2 * n}, gen).slice(0, 0, 2 * n, 2);
     gw::detail::NoRecordScope no_record;  // the fused derivative
-    CHECK(gw::equal(gw::unary_derivative(gw::UnaryOp::Gelu, g.contiguous(), dense, {}),
-                    gw::unary_derivative(gw::UnaryOp::Gelu, g, strided, {})));
+    CHECK(bits(gw::unary_derivative(gw::UnaryOp::Gelu, g.contiguous(), dense, {})) ==
+          bits(gw::unary_derivative(gw::UnaryOp::Gelu, g, strided, {})));
   }
 }
