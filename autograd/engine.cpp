@@ -37,7 +37,7 @@ Tensor accumulate(Tensor acc, Tensor grad) {
   // Into acc itself when nothing else can see its memory, as PyTorch's InputBuffer does: no new
   // buffer, and the sum's stores go to lines it has just read. Not into an expanded gradient
   // (its elements share memory), nor into a gradient another edge, a node, the caller or a view
-  // also holds, nor into one that is itself recorded.
+  // also holds, nor (defensively: backward does not record) into one that requires grad.
   if (acc.use_count() == 1 && acc.storage().use_count() == 1 && acc.is_contiguous() &&
       !acc.requires_grad() && acc.sizes() == grad.sizes() && acc.dtype() == grad.dtype() &&
       acc.device() == grad.device())

@@ -196,7 +196,8 @@ inline float erf_given_exp(float z, float e) {
 inline float exp_minus_square(float z) { return exp_vectorizable(-std::fabs(z) * std::fabs(z)); }
 constexpr float kSqrtHalf = float(std::numbers::sqrt2 / 2), kInvSqrt2Pi = 0.3989422804014327f;
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) && defined(__FMA__)  // FMA: the scalar madd must fuse as these do
+#define GW_GELU_LANES 1
 // The float32 formulas above, sixteen lanes at a time and operation for operation the same, so
 // an element gets the same bits whichever loop it meets (each multiply-add fused by hand on both
 // sides, so the compiler's contraction of the rest cannot tell them apart). GCC keeps the
@@ -342,7 +343,7 @@ void unary_typed(UnaryOp op, const Tensor& in, const Tensor& out) {
       GW_FLOAT_OP(Sigmoid, return sigmoid(x))
       GW_FLOAT_OP(Tanh, return std::tanh(x))
     case U::Gelu:
-#if defined(__AVX512F__)
+#if defined(GW_GELU_LANES)
       if constexpr (std::is_same_v<T, float>)
         return map_unary<T, T>(
             in, out, [](T x) { return gelu_exact(x); }, [](__m512 x) { return lanes::gelu(x); });
@@ -485,7 +486,7 @@ void CpuBackend::unary_backward(UnaryOp op, const Tensor& g, const Tensor& x, co
       case UnaryOp::Relu:  // the gradient where the output is positive (as where(y > 0, g, 0))
         return map_binary<T, T>(g, x, out, [](T gi, T xi) { return xi > T(0) ? gi : T(0); });
       case UnaryOp::Gelu:  // lambdas, not function pointers: inlined (GELU's loop vectorizes)
-#if defined(__AVX512F__)
+#if defined(GW_GELU_LANES)
         if constexpr (std::is_same_v<T, float>)
           return map_binary<T, T>(
               g, x, out, [](T gi, T xi) { return gi * gelu_exact_derivative(xi); },

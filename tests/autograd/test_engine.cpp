@@ -51,7 +51,7 @@ TEST_CASE("gradients that meet are summed without writing into a tensor another 
   const Tensor g_row = g.view({1, 3}), seen_row = g_row.clone();
   for (bool view_first : {false, true}) {
     x.set_grad({});
-    Tensor viewed, scaled;  // the engine runs the later-made node first
+    Tensor viewed, scaled;  // of the ready nodes, the engine runs the later-made first
     if (view_first) scaled = (x * 1.0).view({1, 3});
     viewed = x.view({1, 3});
     if (!view_first) scaled = (x * 1.0).view({1, 3});

@@ -327,11 +327,17 @@ TEST_CASE("a context adds to a gradient out of place while get_gradients' copy i
   ctx.accumulate_grad(w, full({3, 3}, 2.0));
   CHECK(allclose(held.at(w), full({3, 3}, 1.0)));  // what the caller got stays as it was
   CHECK(allclose(ctx.gradients().at(w), full({3, 3}, 3.0)));
-  const Tensor row = ctx.gradients().at(w).select(0, 0);  // a view of it
-  held.clear();
-  ctx.accumulate_grad(w, full({3, 3}, 4.0));
-  CHECK(allclose(row, full({3}, 3.0)));  // the view's memory is left alone too
+  {
+    const Tensor row = ctx.gradients().at(w).select(0, 0);  // a view of it
+    held.clear();
+    ctx.accumulate_grad(w, full({3, 3}, 4.0));
+    CHECK(allclose(row, full({3}, 3.0)));  // the view's memory is left alone too
+  }
   CHECK(allclose(ctx.gradients().at(w), full({3, 3}, 7.0)));
+  const void* before = ctx.gradients().at(w).raw_data();
+  ctx.accumulate_grad(w, full({3, 3}, 1.0));  // nobody else holds it now: in place
+  CHECK(ctx.gradients().at(w).raw_data() == before);
+  CHECK(allclose(ctx.gradients().at(w), full({3, 3}, 8.0)));
 }
 
 TEST_CASE("gradients of an older backward pass do not start it again", "[dist_autograd]") {
