@@ -14,8 +14,7 @@ void accumulate_into_grad(const Tensor& leaf, const Tensor& grad) {
   if (!m.grad.defined()) {
     // The first gradient becomes .grad without a copy when nothing else can see it; a
     // gradient shared with another leaf or a view must not alias .grad.
-    bool exclusive = grad.use_count() == 1 && grad.storage().use_count() == 1 &&
-                     grad.is_contiguous() && grad.storage_offset() == 0;
+    bool exclusive = sole_owner(grad) && grad.is_contiguous() && grad.storage_offset() == 0;
     m.grad = exclusive ? grad : grad.clone();
   } else {
     m.grad.add_(grad);

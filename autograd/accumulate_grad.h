@@ -18,4 +18,10 @@ class AccumulateGrad final : public Node {
 // Adds `grad` to the leaf's .grad (steals it when nothing else refers to it).
 void accumulate_into_grad(const Tensor& leaf, const Tensor& grad);
 
+// Whether `t` alone reaches its memory: no other handle on it or on its storage (views
+// included). Such a gradient may become .grad without a copy, or be added to in place, unseen.
+inline bool sole_owner(const Tensor& t) {
+  return t.use_count() == 1 && t.storage().use_count() == 1;
+}
+
 }  // namespace gw::autograd

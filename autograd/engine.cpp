@@ -4,6 +4,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "autograd/accumulate_grad.h"
 #include "autograd/meta.h"
 #include "core/grad_hooks.h"
 #include "core/ops.h"
@@ -38,9 +39,8 @@ Tensor accumulate(Tensor acc, Tensor grad) {
   // buffer, and the sum's stores go to lines it has just read. Not into an expanded gradient
   // (its elements share memory), nor into a gradient another edge, a node, the caller or a view
   // also holds, nor (defensively: backward does not record) into one that requires grad.
-  if (acc.use_count() == 1 && acc.storage().use_count() == 1 && acc.is_contiguous() &&
-      !acc.requires_grad() && acc.sizes() == grad.sizes() && acc.dtype() == grad.dtype() &&
-      acc.device() == grad.device())
+  if (sole_owner(acc) && acc.is_contiguous() && !acc.requires_grad() &&
+      acc.sizes() == grad.sizes() && acc.dtype() == grad.dtype() && acc.device() == grad.device())
     return acc.add_(grad);
   return add(acc, grad);
 }

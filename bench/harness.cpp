@@ -1,7 +1,5 @@
 #include "bench/harness.h"
 
-#include "core/cpu/sgemm.h"
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +9,8 @@
 #include <iomanip>
 #include <iostream>
 #include <sstream>
+
+#include "core/cpu/sgemm.h"
 
 namespace gw::bench {
 

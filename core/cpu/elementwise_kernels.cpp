@@ -205,6 +205,7 @@ constexpr float kSqrtHalf = float(std::numbers::sqrt2 / 2), kInvSqrt2Pi = 0.3989
 namespace lanes {
 inline __m512 splat(float c) { return _mm512_set1_ps(c); }
 inline __m512 madd(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
+inline __m512i sign_bits() { return _mm512_set1_epi32(std::numeric_limits<int32_t>::min()); }
 inline __m512 exp(__m512 x) {
   const __m512 xc = _mm512_min_ps(splat(88.0f), _mm512_max_ps(splat(-87.0f), x));  // NaN stays
   const __m512 round = splat(12582912.0f);
@@ -234,15 +235,14 @@ inline __m512 erf_given_exp(__m512 z, __m512 e) {
   r = madd(r, t, splat(-0.284496736f));
   r = madd(r, t, splat(0.254829592f));
   const __m512 y = _mm512_fnmadd_ps(_mm512_mul_ps(t, r), e, splat(1.0f));
-  const __m512i sign = _mm512_set1_epi32(std::numeric_limits<int32_t>::min());
   return _mm512_castsi512_ps(_mm512_ternarylogic_epi32(  // copysign(y, z): sign ? z : y, bitwise
-      sign, _mm512_castps_si512(z), _mm512_castps_si512(y), 0xCA));
+      sign_bits(), _mm512_castps_si512(z), _mm512_castps_si512(y), 0xCA));
 }
 inline __m512 exp_minus_square(__m512 z) {
   const __m512 a = _mm512_abs_ps(z);
-  const __m512i sign = _mm512_set1_epi32(std::numeric_limits<int32_t>::min());
-  const __m512 minus_a = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(a), sign));
-  return exp(_mm512_mul_ps(minus_a, a));  // -a with its sign bit flipped, as the scalar's
+  // -a by flipping its sign bit, as the scalar's negation does.
+  const __m512 minus_a = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(a), sign_bits()));
+  return exp(_mm512_mul_ps(minus_a, a));
 }
 inline __m512 gelu(__m512 x) {
   const __m512 z = _mm512_mul_ps(x, splat(kSqrtHalf));

@@ -1,5 +1,6 @@
 #include "dist/autograd/context.h"
 
+#include "autograd/accumulate_grad.h"
 #include "core/ops.h"
 #include "dist/autograd/dist_engine.h"
 
@@ -45,7 +46,7 @@ void DistAutogradContext::accumulate_grad(const Tensor& leaf, const Tensor& grad
   auto [it, inserted] = grads_.try_emplace(leaf, Tensor());
   if (inserted) {
     it->second = grad.clone();  // the map's own: a later pass may add to it in place
-  } else if (it->second.use_count() > 1 || it->second.storage().use_count() > 1) {
+  } else if (!gw::autograd::sole_owner(it->second)) {
     it->second = it->second + grad;  // someone holds it or a view of it: leave theirs alone
   } else {
     it->second.add_(grad);
