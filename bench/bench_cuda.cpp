@@ -10,14 +10,29 @@
 //   - the cost of one tiny op (checks, allocation, dispatch, launch) against launching a
 //     one-thread kernel;
 //   - a Fashion-MNIST MLP training step on the GPU against the same step on the CPU;
-//   - DDP at world size 1 over NCCL against the same training without DDP.
+//   - DDP at world size 1 over NCCL against the same training without DDP;
+//   - gpt_train's GPT (4 blocks, width 128, context 128, batch 32) training on the GPU, float32,
+//     in tokens/s over the fastest 50 steps after 10, against the same step on the CPU;
+//     bench/torch_anchor_gpt_cuda.py times PyTorch eager on the same GPU;
+//   - CUDA tensors through RPC between two processes on one GPU (this one as worker0, a copy of
+//     it as worker1, device map cuda:0 -> cuda:0): an echo rpc_sync of 1 and 64 MiB, by IPC
+//     handle (shared memory on, as between any two processes of one host), against two raw
+//     device-to-device copies of the same bytes and against the same echo staged through host
+//     memory (shared memory off); bench/torch_anchor_rpc_cuda.py times PyTorch's TensorPipe.
 // Without a device every case prints "skipped: no device (...)".
 #include <cuda_runtime_api.h>
 
 #include <cublas_v2.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
+#include <numeric>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "bench/cuda_anchor_kernels.h"
 #include "bench/harness.h"
@@ -26,17 +41,26 @@
 #include "core/cuda/cuda_error.h"
 #include "core/cuda/device.h"
 #include "core/cuda/stream.h"
+#include "core/ipc.h"
 #include "core/ops.h"
 #include "core/random.h"
+#include "examples/common/gpt_recipe.h"
 #include "nn/functional.h"
 #include "nn/nn.h"
 #include "optim/adam.h"
 #include "optim/sgd.h"
+#include "rpc/rpc.h"
+#include "store/tcp_store.h"
+#include "tests/process_util.h"
 #ifdef GW_HAVE_NCCL
 #include "ddp/distributed_data_parallel.h"
 #include "dist/process_group/process_group_nccl.h"
 #include "store/hash_store.h"
 #endif
+
+// The RPC echo's function: the tensor goes there and back with no work in between.
+gw::Tensor echo(gw::Tensor t) { return t; }
+GW_RPC_FUNCTION(echo);
 
 namespace {
 
@@ -278,9 +302,116 @@ void training(gw::bench::Reporter& report) {
 #endif
 }
 
+// gpt_train's model and recipe, one step after another on random tokens (the speed does not
+// depend on them), reading the loss every step as gpt_train's progress line does.
+double gpt_tokens_per_s(gw::Device device, int64_t steps) {
+  constexpr int64_t kBatch = 32, kContext = 128, kVocab = 80, kUntimed = 10, kWindow = 50;
+  gw::Generator gen(0);
+  auto model = std::make_shared<gw::nn::GPT>(
+      gw::nn::GPTOptions{.vocab_size = kVocab, .context = kContext}, gen);
+  model->to(device);
+  gw::examples::GPTTrainer trainer(model, {.steps = steps, .warmup = 10});
+  Tensor xs = gw::randint(0, kVocab, {steps, kBatch, kContext}, gen).to(device);
+  Tensor ys = gw::randint(0, kVocab, {steps, kBatch, kContext}, gen).to(device);
+  std::vector<double> seconds;
+  for (int64_t s = 0; s < steps; ++s) {
+    const auto start = std::chrono::steady_clock::now();
+    trainer.step(xs.select(0, s), ys.select(0, s));
+    seconds.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  double best = 1e300;
+  for (int64_t s = kUntimed; s + kWindow <= steps; ++s)
+    best = std::min(best, std::accumulate(seconds.begin() + s, seconds.begin() + s + kWindow, 0.0));
+  return static_cast<double>(kWindow * kBatch * kContext) / best;
+}
+
+void gpt(gw::bench::Reporter& report) {
+  const char* name = "gpt step f32, gpt_train's model, 4096 tokens";
+  if (!report.wants("cuda", name)) return;
+  const double gpu = gpt_tokens_per_s(kGpu, 110), cpu = gpt_tokens_per_s(gw::kCPU, 62);
+  report.add({"cuda", name, gpu, "tokens/s", "the same step on the CPU", cpu});
+}
+
+// worker1 of rpc_transfers' world: bench_cuda --rpc-peer STORE_PORT SHARED_MEMORY(0|1).
+int rpc_peer(const char* port, bool shared_memory) {
+  gw::rpc::RpcBackendOptions o;
+  o.init_method = std::string("tcp://127.0.0.1:") + port;
+  o.shared_memory = shared_memory;
+  gw::rpc::init_rpc("worker1", 1, 2, o);
+  gw::rpc::shutdown();  // returns once worker0 is done
+  return 0;
+}
+
+std::string rpc_case(int64_t mib) {
+  return "rpc echo " + std::to_string(mib) + " MiB, cuda:0 -> cuda:0, two processes";
+}
+
+void rpc_transfers(gw::bench::Reporter& report) {
+  const std::vector<int64_t> sizes{1, 64};
+  if (std::ranges::none_of(sizes, [&](int64_t mib) { return report.wants("cuda", rpc_case(mib)); }))
+    return;
+  std::vector<double> shared(sizes.size()), staged(sizes.size()), raw(sizes.size());
+  for (const bool shared_memory : {true, false}) {
+    auto store = std::make_shared<gw::store::TCPStore>("127.0.0.1", 0, -1, true);
+    const pid_t peer = gw::test::spawn(
+        {"/proc/self/exe", "--rpc-peer", std::to_string(store->port()), shared_memory ? "1" : "0"});
+    {
+      gw::rpc::RpcBackendOptions o;
+      o.store = store;
+      o.shared_memory = shared_memory;
+      o.set_device_map("worker1", {{0, 0}});
+      gw::rpc::Agent agent("worker0", 0, 2, o);
+      gw::rpc::Agent::Use use(agent);
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        Tensor x = gw::ones({sizes[i] << 18}, kGpu);
+        Tensor y = gw::empty_like(x), z = gw::empty_like(x);
+        auto [ours, anchor] = gw::bench::seconds_per_call_pair(
+            [&] { gw::bench::do_not_optimize(gw::rpc::rpc_sync(1, echo, x)); },
+            [&] {
+              GW_CUDA_CHECK(
+                  cudaMemcpy(y.raw_data(), x.raw_data(), x.nbytes(), cudaMemcpyDeviceToDevice));
+              GW_CUDA_CHECK(
+                  cudaMemcpy(z.raw_data(), y.raw_data(), x.nbytes(), cudaMemcpyDeviceToDevice));
+            });
+        (shared_memory ? shared : staged)[i] = ours;
+        if (shared_memory) raw[i] = anchor;
+      }
+      if (std::getenv("GW_BENCH_DIAG")) {  // where a round trip's time goes
+        Tensor cpu = gw::ones({1}), gpu = gw::ones({1}, kGpu), big = gw::ones({1 << 18}, kGpu);
+        const auto us = [](const std::function<void()>& f) {
+          return gw::bench::seconds_per_call(f) * 1e6;
+        };
+        std::fprintf(stderr, "diag (%s): echo of a 4-byte CPU tensor %.1f us, CUDA %.1f us\n",
+                     shared_memory ? "shared memory" : "tcp",
+                     us([&] { gw::rpc::rpc_sync(1, echo, cpu); }),
+                     us([&] { gw::rpc::rpc_sync(1, echo, gpu); }));
+        if (shared_memory)
+          std::fprintf(
+              stderr, "diag: cuda_ipc_shareable %.2f us, share_cuda_tensor 1 MiB %.2f us\n",
+              us([&] { gw::bench::do_not_optimize(gw::cuda_ipc_shareable(big)); }), us([&] {
+                gw::CudaIpcLease lease;
+                gw::bench::do_not_optimize(gw::share_cuda_tensor(big, lease));
+              }));
+      }
+      agent.shutdown();
+    }
+    GW_CHECK(gw::test::wait_exit(peer) == 0, gw::InternalError, "[bench_cuda] the RPC peer failed");
+  }
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const double bytes = static_cast<double>(sizes[i] << 20);
+    report.add({"cuda", rpc_case(sizes[i]), bytes / shared[i] / 1e9, "GB/s",
+                "two device-to-device copies", bytes / raw[i] / 1e9});
+    report.add({"cuda", rpc_case(sizes[i]), bytes / shared[i] / 1e9, "GB/s",
+                "staged through host memory", bytes / staged[i] / 1e9});
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 4 && std::string_view(argv[1]) == "--rpc-peer")
+    return rpc_peer(argv[2], std::string_view(argv[3]) == "1");
   gw::bench::Reporter report(argc, argv);
   if (!gw::cuda::is_available()) {
     const std::string why = "no device (" + gw::cuda::no_device_reason() + ")";
@@ -292,6 +423,8 @@ int main(int argc, char** argv) {
           "H2D 256 MiB pinned", "D2H 256 MiB pinned",
           "one-element add, per op", "MLP SGD step, batch 64", "DDP step, world size 1 (NCCL)"})
       report.skip("cuda", name, why);
+    for (int64_t mib : {1, 64}) report.skip("cuda", rpc_case(mib), why);
+    report.skip("cuda", "gpt step f32, gpt_train's model, 4096 tokens", why);
     return 0;
   }
   if (!report.json()) std::printf("cuda: %s\n", device_name().c_str());
@@ -300,5 +433,7 @@ int main(int argc, char** argv) {
   transfers(report);
   dispatch(report);
   training(report);
+  gpt(report);
+  rpc_transfers(report);
   return 0;
 }

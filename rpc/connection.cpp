@@ -4,6 +4,7 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -11,6 +12,7 @@
 #include <thread>
 
 #include "core/log.h"
+#include "core/trace.h"
 
 namespace gw::rpc {
 
@@ -28,9 +30,10 @@ constexpr auto kRingSleep = std::chrono::milliseconds(1000);
 // A peer's socket closed: its last frames in the ring are handed on within this, or dropped.
 constexpr auto kDrainLimit = std::chrono::seconds(1);
 
-Message shm_step(SharedMemory::Step step) {
+Message shm_step(SharedMemory::Step step, int32_t pid = 0) {
   Handshake h;
   h.shm.emplace().step = step;
+  h.shm->pid = pid;
   Message m;
   m.body = std::move(h);
   return m;
@@ -190,7 +193,43 @@ void Connection::deliver() {
   GW_CHECK(!shm_in_.load(), IoError, "[rpc] ", remote_,
            " sent a frame on the socket after switching to shared memory");
   if (const auto* h = m->get<Handshake>(); h && h->shm && !on_shm_step(*m)) return;
+  if (!on_cuda_ipc(*m)) return;
   on_message_(shared_from_this(), std::move(*m));
+}
+
+// --- CUDA tensors shared by IPC handle ---------------------------------------------------------
+
+bool Connection::on_cuda_ipc(Message& m) {
+  if (const auto* h = m.get<Handshake>(); h && !h->cuda_ipc_released.empty()) {
+    std::vector<CudaIpcLease> done;  // dropped outside the lock
+    std::lock_guard lock(write_mu_);
+    for (uint64_t id : h->cuda_ipc_released)
+      if (auto node = leases_.extract(id)) done.push_back(std::move(node.mapped()));
+    return false;
+  }
+  if (m.cuda_ipc_lease == 0) return true;
+  m.cuda_ipc_sender = peer_pid_.load(std::memory_order_relaxed);
+  // Whoever drops the message's last copy tells the peer (place_on_devices, once its copies are
+  // done); a closed connection needs no telling, since the peer dropped its leases on closing.
+  std::weak_ptr<Connection> weak = weak_from_this();
+  m.cuda_ipc_release = std::shared_ptr<void>(nullptr, [weak, lease = m.cuda_ipc_lease](void*) {
+    const auto self = weak.lock();
+    if (!self || self->closed()) return;
+    Handshake h;
+    h.cuda_ipc_released = {lease};
+    Message release;
+    release.body = std::move(h);
+    try {
+      self->send(release);
+    } catch (const std::exception&) {  // closed meanwhile
+    }
+  });
+  return true;
+}
+
+size_t Connection::cuda_ipc_leases() const {
+  std::lock_guard lock(write_mu_);
+  return leases_.size();
 }
 
 // --- shared memory ---------------------------------------------------------------------------
@@ -243,9 +282,11 @@ bool Connection::on_shm_step(Message& m) {
           return true;
         }
         shm_ = std::move(seg);
-        enqueue_locked(std::make_unique<Pending>(encode(shm_step(Step::kAccept))));
+        enqueue_locked(std::make_unique<Pending>(encode(shm_step(Step::kAccept, ::getpid()))));
         shm_out_ = true;  // the peer reads the ring after our kAccept
       }
+      peer_pid_ = step.pid;
+      cuda_ipc_ = step.pid != ::getpid();
       start_ring_thread();
       return true;  // the opener's Handshake, for the agent
     }
@@ -259,6 +300,8 @@ bool Connection::on_shm_step(Message& m) {
         enqueue_locked(std::make_unique<Pending>(encode(shm_step(Step::kSwitch))));
         shm_out_ = true;
       }
+      peer_pid_ = step.pid;
+      cuda_ipc_ = step.pid != ::getpid();
       shm_in_ = true;  // what the peer sent after its kAccept is in the ring
       start_ring_thread();
       return false;
@@ -352,7 +395,7 @@ bool Connection::read_ring() {
     const size_t used = ring_reader_.feed(data, n);
     data += used, n -= used;
     shm_->consume(used);
-    if (auto m = ring_reader_.take()) {
+    if (auto m = ring_reader_.take(); m && on_cuda_ipc(*m)) {
       in_handler_.store(true, std::memory_order_release);
       struct Done {
         std::atomic<bool>& flag;
@@ -385,7 +428,12 @@ bool Connection::write_ring_locked() {
 // --- writing (any thread) -------------------------------------------------------------------
 
 void Connection::send(const Message& m) {
-  OutgoingFrame frame = encode(m);
+  const uint64_t lease_id = cuda_ipc_.load(std::memory_order_acquire) ? ++last_lease_ : 0;
+  std::optional<trace::Scope> span;
+  if (trace::enabled()) span.emplace("rpc", "encode");
+  OutgoingFrame frame = encode(m, lease_id);
+  span.reset();
+  CudaIpcLease lease = std::move(frame.lease);
   // Refused here rather than by the peer, which would close the connection and fail every
   // call pending on it.
   const size_t bytes = frame.total_bytes() - frame.prefix.size();
@@ -395,6 +443,7 @@ void Connection::send(const Message& m) {
   auto pending = std::make_unique<Pending>(std::move(frame));
   std::lock_guard lock(write_mu_);
   GW_CHECK(!close_started_, IoError, "[rpc] connection to ", remote_, " is closed");
+  if (!lease.empty()) leases_.emplace(lease_id, std::move(lease));
   enqueue_locked(std::move(pending));
 }
 
@@ -510,6 +559,7 @@ void Connection::close(const std::string& why) {
 
 void Connection::close_on_io_thread(const std::string& why) {
   if (closed_.exchange(true)) return;
+  std::map<uint64_t, CudaIpcLease> leases;  // the peer copies nothing more: dropped unlocked
   {
     // Senders use fd_ under write_mu_: close it under the same lock so the number is not
     // reused beneath them.
@@ -517,12 +567,15 @@ void Connection::close_on_io_thread(const std::string& why) {
     close_started_ = true;
     queue_.clear();
     shm_queue_.clear();
+    leases.swap(leases_);
     std::error_code ignored;
     socket_.shutdown(asio::socket_base::shutdown_both, ignored);
     socket_.close(ignored);
   }
   drain_limit_.cancel();
   if (shm_) shm_->wake_self();  // its ring thread ends
+  // What we opened of the peer's memory would keep it from being freed should the peer be gone.
+  if (cuda_ipc_) forget_cuda_ipc_sender(peer_pid_);
   on_close_(shared_from_this(), why);
 }
 

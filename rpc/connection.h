@@ -23,6 +23,9 @@
 //   accepter: reads the socket until kSwitch, then the ring
 // A decline (another host, no access, shared memory off) leaves both on the socket. Either
 // way the socket stays open and read, so that a peer that dies is seen as fast as over TCP.
+// Between two processes of one host (shared memory set up), CUDA tensors go by IPC handle
+// (core/ipc.h): a frame shares them under a lease that this end keeps until the peer's release
+// says it has copied them, or the connection closes.
 // The ring is read by the connection's own ring thread, which also writes what a sender left
 // when the ring was full; it spins briefly after its last work, then sleeps on a futex (no
 // core is kept busy). Message handlers then run on that thread (the transport runs one handler
@@ -35,6 +38,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -98,6 +102,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void offer_shm(Message& hello);
   // "shm" once frames go both ways through shared memory, else "tcp".
   const char* link() const;
+  // Leases of CUDA tensors shared with the peer that it has not released yet.
+  size_t cuda_ipc_leases() const;
 
   // When bytes last arrived from the peer (the connection's creation at first); now while the
   // ring thread runs a handler, since it reads nothing meanwhile.
@@ -125,6 +131,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void deliver();  // the message the reader completed, if any
   // Asio thread: a shared-memory step from the peer; true if `m` is for the agent too.
   bool on_shm_step(Message& m);
+  // Either reading thread: takes a release of our leases (false: not for the agent), or makes a
+  // message that brings shared CUDA tensors release the peer's lease when dropped.
+  bool on_cuda_ipc(Message& m);
   void start_ring_thread();  // Asio thread
   void ring_loop();          // ring thread
   bool read_ring();          // ring thread: what the ring holds; false if nothing
@@ -173,7 +182,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // Write state.
   std::atomic<Clock::rep> last_sent_{Clock::now().time_since_epoch().count()};
-  std::mutex write_mu_;
+  mutable std::mutex write_mu_;
   std::deque<std::unique_ptr<Pending>> queue_;
   // The Asio thread owns the writing: plain, it waits for the socket to take more; TLS, a
   // write_tls() is scheduled or in flight.
@@ -182,6 +191,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool shm_out_ = false;  // frames go into the ring, through shm_queue_
   std::deque<std::unique_ptr<Pending>> shm_queue_;
   std::deque<std::unique_ptr<Pending>> writing_;  // TLS: the batch being written (Asio thread)
+  // CUDA IPC: set once shared memory shows the peer is another process of this host.
+  std::atomic<bool> cuda_ipc_{false};
+  std::atomic<int32_t> peer_pid_{0};  // set before cuda_ipc_
+  std::atomic<uint64_t> last_lease_{0};
+  std::map<uint64_t, CudaIpcLease> leases_;  // under write_mu_
 };
 
 }  // namespace gw::rpc

@@ -69,8 +69,10 @@ void FrameReader::begin_payload() {
   parsed_.emplace(header_.asPtr(), frame_.payload_bytes);
   tensors_.clear();
   for (const auto& l : parsed_->tensors()) {
-    Tensor t = Tensor::make(Storage::allocate(l.nbytes, kCPU), l.sizes, contiguous_strides(l.sizes),
-                            0, l.dtype);
+    // A tensor shared by IPC handle gets an empty stand-in, replaced on its device later.
+    const Shape sizes = l.shared ? Shape{0} : l.sizes;
+    Tensor t = Tensor::make(Storage::allocate(l.nbytes, kCPU), sizes, contiguous_strides(sizes), 0,
+                            l.dtype);
     if (l.requires_grad) t.requires_grad_(true);
     tensors_.push_back(std::move(t));
   }

@@ -1,11 +1,14 @@
 #include "rpc/message.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
+#include <limits>
 
 #include <capnp/message.h>
 #include <capnp/serialize.h>
 
+#include "core/trace.h"
 #include "rpc/wire.capnp.h"
 
 namespace gw::rpc {
@@ -269,7 +272,7 @@ std::string describe(const Request& r) {
       r);
 }
 
-OutgoingFrame encode(const Message& m) {
+OutgoingFrame encode(const Message& m, uint64_t cuda_ipc_lease) {
   capnp::MallocMessageBuilder builder;
   auto env = builder.initRoot<wire::Envelope>();
   env.setId(m.id);
@@ -295,6 +298,9 @@ OutgoingFrame encode(const Message& m) {
       shm.setToken(kj::arrayPtr(reinterpret_cast<const kj::byte*>(h->shm->token.data()),
                                 h->shm->token.size()));
     }
+    auto released = out.initCudaIpcReleased(static_cast<unsigned>(h->cuda_ipc_released.size()));
+    for (size_t i = 0; i < h->cuda_ipc_released.size(); ++i)
+      released.set(static_cast<unsigned>(i), h->cuda_ipc_released[i]);
   } else if (const auto* r = m.get<Response>()) {
     auto out = body.initResponse();
     if (r->error) {
@@ -319,16 +325,32 @@ OutgoingFrame encode(const Message& m) {
     Tensor& t = frame.tensors[i];
     const bool requires_grad = t.requires_grad();
     const int device = target_device(t.device(), m.device_map);
-    // The payload is row-major host memory; views are sent as their own elements only.
-    t = device >= 0 ? t.detach().to(kCPU) : t.contiguous();
     auto meta = metas[static_cast<unsigned>(i)];
     meta.setDevice(static_cast<int16_t>(device));
     meta.setDtype(static_cast<uint8_t>(t.dtype()));
     auto sizes = meta.initSizes(static_cast<unsigned>(t.dim()));
     for (int64_t d = 0; d < t.dim(); ++d) sizes.set(static_cast<unsigned>(d), t.size(d));
     meta.setRequiresGrad(requires_grad);
+    std::optional<SharedCudaTensor> shared;
+    if (device >= 0 && cuda_ipc_lease != 0 && cuda_ipc_shareable(t)) {
+      try {  // another process of this host copies it out of our device memory
+        shared = share_cuda_tensor(t.detach().contiguous(), frame.lease);
+      } catch (const CudaError&) {  // memory the driver will not share (managed, say): bytes
+      }
+    }
+    if (shared) {
+      auto out = meta.initShared();
+      out.setMemory(kj::arrayPtr(shared->memory.data(), shared->memory.size()));
+      out.setOffset(shared->offset);
+      out.setEvent(kj::arrayPtr(shared->event.data(), shared->event.size()));
+      t = Tensor::make(Storage::allocate(0, kCPU), {0}, {1}, 0, t.dtype());  // no payload bytes
+    } else {
+      // The payload is row-major host memory; views are sent as their own elements only.
+      t = device >= 0 ? t.detach().to(kCPU) : t.contiguous();
+    }
     payload += t.nbytes();
   }
+  if (!frame.lease.empty()) env.setCudaIpcLease(cuda_ipc_lease);
   frame.header = capnp::messageToFlatArray(builder);
   put_u32(frame.prefix.data(), kMagic);
   put_u32(frame.prefix.data() + 4, static_cast<uint32_t>(frame.header.size() * 8));
@@ -369,7 +391,8 @@ std::vector<TensorLayout> layouts_of(wire::Envelope::Reader env, uint64_t payloa
   for (auto meta : metas) {
     GW_CHECK(meta.getDtype() <= static_cast<uint8_t>(DType::Float64), IoError,
              "[rpc] unknown dtype code ", int{meta.getDtype()});
-    TensorLayout l{static_cast<DType>(meta.getDtype()), {}, 0, meta.getRequiresGrad()};
+    TensorLayout l{
+        static_cast<DType>(meta.getDtype()), {}, 0, meta.getRequiresGrad(), meta.hasShared()};
     // `extent`, the product of max(size, 1), is the largest contiguous stride: it must fit in
     // int64 even when a zero size makes the tensor empty (and numel small).
     constexpr uint64_t kMaxExtent = uint64_t{1} << 62;
@@ -381,6 +404,14 @@ std::vector<TensorLayout> layouts_of(wire::Envelope::Reader env, uint64_t payloa
       extent *= at_least_one;
       numel *= static_cast<uint64_t>(s);
       l.sizes.push_back(s);
+    }
+    GW_CHECK(meta.getDevice() >= 0 || !l.shared, IoError,
+             "[rpc] a tensor shared by IPC handle must go to a CUDA device");
+    if (l.shared) {  // its bytes stay in the sender's device memory
+      GW_CHECK(numel <= std::numeric_limits<uint64_t>::max() / itemsize(l.dtype), IoError,
+               "[rpc] a shared tensor of ", numel, " elements is too large");
+      out.push_back(std::move(l));
+      continue;
     }
     GW_CHECK(numel <= (payload_bytes - total) / itemsize(l.dtype), IoError,
              "[rpc] tensors need more bytes than the payload's ", payload_bytes);
@@ -422,6 +453,7 @@ Message message_of(wire::Envelope::Reader env, std::vector<Tensor> tensors) {
                                in.getRingBytes(),
                                std::string(token.begin(), token.end())};
       }
+      for (uint64_t lease : h.getCudaIpcReleased()) out.cuda_ipc_released.push_back(lease);
       m.body = std::move(out);
       break;
     }
@@ -508,8 +540,25 @@ Message message_of(wire::Envelope::Reader env, std::vector<Tensor> tensors) {
   for (unsigned i = 0; i < metas.size() && i < tensors.size(); ++i) {
     const int device = metas[i].getDevice();
     GW_CHECK(device >= -1, IoError, "[rpc] bad device index ", device, " for tensor ", i);
-    if (device >= 0) m.placements.emplace_back(tensors[i], device);
+    if (device < 0) continue;
+    Message::Placement& p = m.placements.emplace_back(Message::Placement{tensors[i], device});
+    if (!metas[i].hasShared()) continue;
+    auto in = metas[i].getShared();
+    SharedCudaTensor& s = p.shared.emplace();
+    auto memory = in.getMemory(), event = in.getEvent();
+    GW_CHECK(memory.size() == s.memory.size() && event.size() == s.event.size(), IoError,
+             "[rpc] shared tensor ", i, " has handles of ", memory.size(), " and ", event.size(),
+             " bytes, not ", s.memory.size());
+    std::copy(memory.begin(), memory.end(), s.memory.begin());
+    std::copy(event.begin(), event.end(), s.event.begin());
+    s.offset = in.getOffset();
+    for (int64_t size : metas[i].getSizes()) p.sizes.push_back(size);
   }
+  m.cuda_ipc_lease = env.getCudaIpcLease();
+  GW_CHECK(
+      m.cuda_ipc_lease != 0 ||
+          std::ranges::none_of(m.placements, [](const auto& p) { return p.shared.has_value(); }),
+      IoError, "[rpc] tensors shared by IPC handle without a lease to return");
   return m;
 }
 }  // namespace
@@ -540,8 +589,13 @@ Message decode(kj::ArrayPtr<const capnp::word> header, std::vector<Tensor> tenso
 }
 
 void place_on_devices(Message& m) {
-  for (auto& [t, device] : m.placements) t.set_data(t.detach().to(cuda_device(device)));
+  trace::Scope span("rpc", "place on devices");
+  for (Message::Placement& p : m.placements)
+    p.tensor.set_data(p.shared ? import_cuda_tensor(*p.shared, p.tensor.dtype(), p.sizes, p.device,
+                                                    m.cuda_ipc_sender)
+                               : p.tensor.detach().to(cuda_device(p.device)));
   m.placements.clear();
+  m.cuda_ipc_release.reset();  // the copies are done: the sender may have its memory back
 }
 
 }  // namespace gw::rpc

@@ -26,17 +26,21 @@ namespace gw::rpc {
 inline constexpr size_t kFramePrefixBytes = 16;
 
 // Moves every placement to its CUDA device in place (Tensor::set_data), so the values that hold
-// the tensors see them there; throws (e.g. CudaError) without a usable device.
+// the tensors see them there, then drops m.cuda_ipc_release; throws (e.g. CudaError) without a
+// usable device.
 void place_on_devices(Message& m);
 
 struct OutgoingFrame {
   std::array<uint8_t, kFramePrefixBytes> prefix{};
   kj::Array<capnp::word> header;
   std::vector<Tensor> tensors;  // contiguous; keeps the payload alive until written
+  CudaIpcLease lease;  // the CUDA tensors shared instead, to keep until the receiver releases it
   size_t total_bytes() const;
 };
 
-OutgoingFrame encode(const Message& m);
+// `cuda_ipc_lease` nonzero: the receiver is another process on this host, and CUDA tensors that
+// can be (core/ipc.h) are shared by IPC handle under that lease instead of sent as bytes.
+OutgoingFrame encode(const Message& m, uint64_t cuda_ipc_lease = 0);
 // The empty frame a connection sends when it has had nothing else to send for a while.
 OutgoingFrame heartbeat_frame();
 
@@ -52,8 +56,9 @@ FramePrefix parse_prefix(const uint8_t* bytes, uint64_t max_frame_bytes);
 struct TensorLayout {
   DType dtype;
   Shape sizes;
-  size_t nbytes;
+  size_t nbytes;  // in the payload: 0 for a tensor shared by IPC handle
   bool requires_grad;
+  bool shared = false;  // by IPC handle: the reader makes an empty stand-in
 };
 
 // A received header, parsed once: first the tensors it announces, checked against the prefix's

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/ipc.h"
 #include "core/tensor.h"
 #include "rpc/ivalue.h"
 #include "rpc/rref_id.h"
@@ -29,8 +30,8 @@ namespace gw::rpc {
 
 // 2: autograd info; 3: CUDA tensors; 4: every system message a typed variant of the body;
 // 5: heartbeats (empty frames); 6: SMART mode distributed autograd (AutogradDiscover,
-// AutogradGradients.smart).
-inline constexpr uint32_t kProtocolVersion = 6;
+// AutogradGradients.smart); 7: CUDA tensors by IPC handle between processes of one host.
+inline constexpr uint32_t kProtocolVersion = 7;
 
 // An error raised by the callee, carried back to the caller.
 struct Failure {
@@ -73,6 +74,9 @@ struct Handshake {
   std::string worker_name;
   int32_t worker_id = -1;
   std::optional<SharedMemory> shm;
+  // Not a handshake but the connection's own note, which never reaches the agent either: the
+  // receiver has copied the CUDA tensors shared under these leases (Message::cuda_ipc_lease).
+  std::vector<uint64_t> cuda_ipc_released{};
 };
 // The answer to a request: its result or the callee's failure.
 struct Response {
@@ -148,13 +152,27 @@ struct Message {
   Body body;
   // Requests and responses: set when sent inside a distributed autograd context.
   std::optional<AutogradInfo> autograd;
-  // Sending: where CUDA tensors go on the receiver (they travel through host memory); a CUDA
-  // tensor on a device the map lacks cannot be sent. A Handshake: the sender's map toward the
-  // receiver, which the receiver inverts for its responses.
+  // Sending: where CUDA tensors go on the receiver; a CUDA tensor on a device the map lacks
+  // cannot be sent. A Handshake: the sender's map toward the receiver, which the receiver
+  // inverts for its responses.
   DeviceMap device_map;
-  // Received: tensors (already in the values) to move to the given CUDA device
-  // (place_on_devices), which the network thread leaves to the agent.
-  std::vector<std::pair<Tensor, int>> placements;
+  // Received: tensors (already in the values) to put on a CUDA device (place_on_devices), which
+  // the network thread leaves to the agent: copied from the host, or from the sender's device
+  // memory when `shared` (then the value holds an empty stand-in until then).
+  struct Placement {
+    Tensor tensor;
+    int device = 0;
+    std::optional<SharedCudaTensor> shared{};
+    Shape sizes{};  // of a shared tensor
+  };
+  std::vector<Placement> placements;
+  // Received: nonzero when the sender shared CUDA tensors by IPC handle (core/ipc.h) and keeps
+  // them until told that they were copied; the connection makes `cuda_ipc_release` tell it when
+  // dropped, which place_on_devices does once its copies are done, and names the sender's
+  // process (cuda_ipc_sender) for import_cuda_tensor.
+  uint64_t cuda_ipc_lease = 0;
+  std::shared_ptr<void> cuda_ipc_release;
+  int64_t cuda_ipc_sender = 0;
 
   template <typename T>
   T* get() {

@@ -1,7 +1,8 @@
-# The RPC protocol (version 4). Every frame on an RPC connection is
+# The RPC protocol (version 7). Every frame on an RPC connection is
 #   prefix (16 bytes: magic "GWR1", u32 header bytes, u64 payload bytes, little endian)
 #   header (this Envelope as a Cap'n Proto flat array)
-#   payload (the raw bytes of each tensor in `tensors`, in order, contiguous row-major)
+#   payload (the raw bytes of each tensor in `tensors` not shared by IPC handle, in order,
+#            contiguous row-major)
 # Tensor bytes never pass through Cap'n Proto: they are written from and read into tensor
 # storage directly. Values refer to tensors by their index in `tensors`. Every message, the RRef
 # protocol's and distributed autograd's included, is one variant of the envelope's body with
@@ -16,6 +17,13 @@ struct TensorMeta {
   sizes @1 :List(Int64);     # the payload holds numel * itemsize bytes for it
   requiresGrad @2 :Bool;
   device @3 :Int16 = -1;     # the receiver's CUDA device to place it on; -1: the CPU
+  shared @4 :SharedCudaTensor; # on one host: the sender's device memory, and no payload bytes
+}
+
+struct SharedCudaTensor {    # core/ipc.h
+  memory @0 :Data;           # cudaIpcMemHandle_t (64 bytes)
+  offset @1 :UInt64;
+  event @2 :Data;            # cudaIpcEventHandle_t (64 bytes)
 }
 
 struct DevicePair {          # a CUDA device of the sender and the receiver's it maps to
@@ -55,6 +63,7 @@ struct Handshake {
   workerId @2 :Int32;
   deviceMap @3 :List(DevicePair);  # where the sender's CUDA tensors go on the receiver
   shm @4 :SharedMemory;            # a connection within one host (protocol.h SharedMemory)
+  cudaIpcReleased @5 :List(UInt64); # leases whose shared CUDA tensors the receiver copied
 }
 
 struct SharedMemory {
@@ -148,4 +157,5 @@ struct Envelope {
     autogradDiscover @14 :AutogradDiscover;
   }
   autograd @5 :AutogradInfo; # absent outside a context
+  cudaIpcLease @15 :UInt64;  # nonzero: tensors shared by IPC handle, kept until released
 }
