@@ -1,7 +1,13 @@
 #include "core/ipc.h"
 
+#include <poll.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <utility>
 
 #include "core/error.h"
@@ -13,7 +19,6 @@
 #include <cuda_runtime_api.h>
 
 #include <map>
-#include <mutex>
 #include <optional>
 
 #include "core/cuda/cuda_error.h"
@@ -26,6 +31,45 @@ namespace gw {
 namespace {
 std::atomic<uint64_t> g_shared{0}, g_imported{0}, g_leases_held{0}, g_handles_opened{0},
     g_handles_mapped{0};
+
+// Leases kept for receivers that may still copy, until their process is gone (a pidfd that
+// polls readable). Leaked: leases may be dropped by threads that outlive static destruction.
+class KeptLeases {
+ public:
+  void keep(CudaIpcLease lease, int64_t pid) {
+    reap();
+    if (lease.empty()) return;
+    const int fd = static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
+    if (fd < 0 && errno == ESRCH) return;  // gone already
+    std::lock_guard lock(mu_);
+    kept_.push_back({fd, std::move(lease)});  // without a pidfd (fd < 0): kept for good
+  }
+
+  void reap() {
+    std::vector<CudaIpcLease> gone;  // dropped outside the lock
+    std::lock_guard lock(mu_);
+    std::erase_if(kept_, [&](Kept& k) {
+      pollfd p{k.pidfd, POLLIN, 0};
+      if (k.pidfd < 0 || ::poll(&p, 1, 0) <= 0) return false;
+      ::close(k.pidfd);
+      gone.push_back(std::move(k.lease));
+      return true;
+    });
+  }
+
+ private:
+  struct Kept {
+    int pidfd;
+    CudaIpcLease lease;
+  };
+  std::mutex mu_;
+  std::vector<Kept> kept_;
+};
+
+KeptLeases& kept_leases() {
+  static auto* kept = new KeptLeases;
+  return *kept;
+}
 }  // namespace
 
 CudaIpcStats cuda_ipc_stats() {
@@ -37,15 +81,17 @@ CudaIpcLease::CudaIpcLease() = default;
 CudaIpcLease::~CudaIpcLease() {
   if (!empty()) --g_leases_held;
 }
-CudaIpcLease::CudaIpcLease(CudaIpcLease&& o) noexcept
-    : tensors_(std::exchange(o.tensors_, {})), events_(std::exchange(o.events_, {})) {}
+CudaIpcLease::CudaIpcLease(CudaIpcLease&& o) noexcept : tensors_(std::exchange(o.tensors_, {})) {}
 CudaIpcLease& CudaIpcLease::operator=(CudaIpcLease&& o) noexcept {
   if (this != &o) {
     if (!empty()) --g_leases_held;
     tensors_ = std::exchange(o.tensors_, {});
-    events_ = std::exchange(o.events_, {});
   }
   return *this;
+}
+
+void keep_cuda_ipc_lease_until_gone(CudaIpcLease lease, int64_t pid) {
+  kept_leases().keep(std::move(lease), pid);
 }
 
 #ifndef GW_HAVE_CUDA
@@ -75,9 +121,14 @@ std::optional<std::pair<char*, size_t> > allocation_of(const void* ptr) {
   static const AddressRange address_range = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault,
-                                         &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
+#if CUDART_VERSION >= 12050
+    const cudaError_t status = cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000,
+                                                                cudaEnableDefault, &found);
+#else
+    const cudaError_t status =
+        cudaGetDriverEntryPoint("cuMemGetAddressRange", &fn, cudaEnableDefault, &found);
+#endif
+    if (status != cudaSuccess || found != cudaDriverEntryPointSuccess) {
       cuda::clear_last_error();
       return AddressRange{nullptr};
     }
@@ -91,58 +142,7 @@ std::optional<std::pair<char*, size_t> > allocation_of(const void* ptr) {
   return std::pair{reinterpret_cast<char*>(base), size};
 }
 
-// Interprocess events, kept per device and reused: creating one and getting its handle costs
-// more than a small transfer. A lease holds each until the receiver is done waiting on it.
-struct IpcEvent {
-  cudaEvent_t event = nullptr;
-  cudaIpcEventHandle_t handle{};
-  int device = 0;
-};
-
-class EventPool {
- public:
-  std::shared_ptr<void> take(int device) {
-    IpcEvent* e = nullptr;
-    {
-      std::lock_guard lock(mu_);
-      auto& free = free_[device];
-      if (!free.empty()) {
-        e = free.back();
-        free.pop_back();
-      }
-    }
-    if (!e) {
-      auto fresh = std::make_unique<IpcEvent>();
-      fresh->device = device;
-      GW_CUDA_CHECK(
-          cudaEventCreateWithFlags(&fresh->event, cudaEventDisableTiming | cudaEventInterprocess));
-      if (cudaIpcGetEventHandle(&fresh->handle, fresh->event) != cudaSuccess) {
-        cuda::clear_last_error();
-        cudaEventDestroy(fresh->event);
-        throw CudaError("[share_cuda_tensor] cudaIpcGetEventHandle failed");
-      }
-      e = fresh.release();
-    }
-    return std::shared_ptr<void>(e, [this](void* p) {
-      std::lock_guard lock(mu_);
-      auto* ev = static_cast<IpcEvent*>(p);
-      free_[ev->device].push_back(ev);
-    });
-  }
-
- private:
-  std::mutex mu_;
-  std::map<int, std::vector<IpcEvent*> > free_;  // never destroyed (see events())
-};
-
-// Leaked: leases may be dropped by threads that outlive static destruction.
-EventPool& events() {
-  static auto* pool = new EventPool;
-  return *pool;
-}
-
-// The receiver's side: memory and events of other processes, opened once and cached. An import
-// holds what it uses, so the cache may forget an entry while a copy still reads through it.
+// Another process's allocation, mapped here until the last holder lets go.
 struct OpenedMemory {
   char* base = nullptr;
   size_t size = 0;
@@ -155,27 +155,26 @@ struct OpenedMemory {
     if (cudaIpcCloseMemHandle(base) != cudaSuccess) cuda::clear_last_error();
   }
 };
-struct OpenedEvent {
-  cudaEvent_t event = nullptr;
-  int64_t sender = 0;
-  ~OpenedEvent() {
-    if (cudaEventDestroy(event) != cudaSuccess) cuda::clear_last_error();
-  }
-};
 
 using Handle = std::array<uint8_t, 64>;
 
+// The receiver's mappings of other processes' memory, opened once and reused: a sender's
+// caching allocator hands out the same blocks again. An import holds what it uses, so an entry
+// may be evicted while a copy still reads through it. Mapped memory cannot be freed by its
+// owner, so the cache is bounded in bytes and entries, evicting the least recently used.
 class ImportCache {
  public:
-  // Senders free and reallocate blocks, which makes new handles: a bound keeps old mappings
-  // from piling up. Past it the cache starts over (imports in flight keep theirs).
   static constexpr size_t kMaxEntries = 1024;
+  static constexpr size_t kMaxBytes = size_t{16} << 30;
 
   std::shared_ptr<OpenedMemory> memory(const Handle& h, int device, int64_t sender) {
+    std::vector<std::shared_ptr<OpenedMemory> > evicted;  // closed outside the lock
     std::lock_guard lock(mu_);
-    auto key = std::pair{h, device};
-    if (auto it = memory_.find(key); it != memory_.end()) return it->second;
-    if (memory_.size() >= kMaxEntries) memory_.clear();
+    const auto key = std::pair{h, device};
+    if (auto it = entries_.find(key); it != entries_.end()) {
+      it->second.last_use = ++clock_;
+      return it->second.memory;
+    }
     cudaIpcMemHandle_t handle;
     std::memcpy(&handle, h.data(), sizeof handle);
     void* ptr = nullptr;
@@ -187,8 +186,9 @@ class ImportCache {
                       "cuda:",
                       device, ": ", cudaGetErrorString(status)));
     }
-    auto opened = std::make_shared<OpenedMemory>();
+    ++g_handles_opened;
     ++g_handles_mapped;
+    auto opened = std::make_shared<OpenedMemory>();
     opened->base = static_cast<char*>(ptr);
     opened->device = device;
     opened->sender = sender;
@@ -196,51 +196,43 @@ class ImportCache {
     GW_CHECK(range && range->first == opened->base, IoError,
              "[import_cuda_tensor] the driver does not say how large the sender's memory is");
     opened->size = range->second;
-    ++g_handles_opened;
-    return memory_[key] = std::move(opened);
-  }
-
-  std::shared_ptr<OpenedEvent> event(const Handle& h, int64_t sender) {
-    std::lock_guard lock(mu_);
-    if (auto it = events_.find(h); it != events_.end()) return it->second;
-    if (events_.size() >= kMaxEntries) events_.clear();
-    cudaIpcEventHandle_t handle;
-    std::memcpy(&handle, h.data(), sizeof handle);
-    auto opened = std::make_shared<OpenedEvent>();
-    opened->sender = sender;
-    const cudaError_t status = cudaIpcOpenEventHandle(&opened->event, handle);
-    if (status != cudaSuccess) {
-      cuda::clear_last_error();
-      opened->event = nullptr;
-      throw IoError(detail::str("[import_cuda_tensor] cannot open the sender's event handle: ",
-                                cudaGetErrorString(status)));
+    while (!entries_.empty() &&
+           (entries_.size() >= kMaxEntries || bytes_ + opened->size > kMaxBytes)) {
+      auto oldest =
+          std::ranges::min_element(entries_, {}, [](const auto& kv) { return kv.second.last_use; });
+      bytes_ -= oldest->second.memory->size;
+      evicted.push_back(std::move(oldest->second.memory));
+      entries_.erase(oldest);
     }
-    return events_[h] = std::move(opened);
+    bytes_ += opened->size;
+    entries_[key] = {opened, ++clock_};
+    return opened;
   }
 
   void forget(int64_t sender) {
-    std::vector<std::shared_ptr<void> > closing;  // closed outside the lock
+    std::vector<std::shared_ptr<OpenedMemory> > closing;  // closed outside the lock
     std::lock_guard lock(mu_);
-    std::erase_if(memory_, [&](auto& kv) {
-      if (kv.second->sender != sender) return false;
-      closing.push_back(std::move(kv.second));
-      return true;
-    });
-    std::erase_if(events_, [&](auto& kv) {
-      if (kv.second->sender != sender) return false;
-      closing.push_back(std::move(kv.second));
+    std::erase_if(entries_, [&](auto& kv) {
+      if (kv.second.memory->sender != sender) return false;
+      bytes_ -= kv.second.memory->size;
+      closing.push_back(std::move(kv.second.memory));
       return true;
     });
   }
 
  private:
+  struct Entry {
+    std::shared_ptr<OpenedMemory> memory;
+    uint64_t last_use = 0;
+  };
   std::mutex mu_;
-  std::map<std::pair<Handle, int>, std::shared_ptr<OpenedMemory> > memory_;
-  std::map<Handle, std::shared_ptr<OpenedEvent> > events_;
+  std::map<std::pair<Handle, int>, Entry> entries_;
+  size_t bytes_ = 0;
+  uint64_t clock_ = 0;
 };
 
 ImportCache& imports() {
-  static auto* cache = new ImportCache;  // leaked, as events()
+  static auto* cache = new ImportCache;  // leaked, as kept_leases()
   return *cache;
 }
 
@@ -253,29 +245,25 @@ bool cuda_ipc_shareable(const Tensor& t) {
 }
 
 SharedCudaTensor share_cuda_tensor(const Tensor& t, CudaIpcLease& lease) {
-  GW_CHECK(t.device().is_cuda() && t.is_contiguous(), InvalidArgumentError,
-           "[share_cuda_tensor] needs a contiguous CUDA tensor, got one on ", t.device(),
-           t.is_contiguous() ? "" : " (not contiguous)");
+  GW_CHECK(t.device().is_cuda(), InvalidArgumentError,
+           "[share_cuda_tensor] needs a CUDA tensor, got one on ", t.device());
+  kept_leases().reap();
   const int device = t.device().index;
   cuda::DeviceGuard guard(device);
-  char* data = static_cast<char*>(t.raw_data());
+  Tensor snapshot = t.detach().clone();
+  GW_CUDA_CHECK(cudaStreamSynchronize(cuda::current_stream(device)));
+  char* data = static_cast<char*>(snapshot.raw_data());
   const auto range = allocation_of(data);
   GW_CHECK(range, InvalidArgumentError, "[share_cuda_tensor] the tensor on ", t.device(),
            " is not in device memory of this process");
   cudaIpcMemHandle_t memory;
   GW_CUDA_CHECK(cudaIpcGetMemHandle(&memory, range->first));
-  std::shared_ptr<void> event = events().take(device);
-  const auto& e = *static_cast<IpcEvent*>(event.get());
-  GW_CUDA_CHECK(cudaEventRecord(e.event, cuda::current_stream(device)));
-
   SharedCudaTensor s;
-  static_assert(sizeof memory == sizeof s.memory && sizeof e.handle == sizeof s.event);
+  static_assert(sizeof memory == sizeof s.memory);
   std::memcpy(s.memory.data(), &memory, sizeof memory);
-  std::memcpy(s.event.data(), &e.handle, sizeof e.handle);
   s.offset = static_cast<uint64_t>(data - range->first);
   if (lease.empty()) ++g_leases_held;
-  lease.tensors_.push_back(t);
-  lease.events_.push_back(std::move(event));
+  lease.tensors_.push_back(std::move(snapshot));
   ++g_shared;
   return s;
 }
@@ -286,7 +274,6 @@ Tensor import_cuda_tensor(const SharedCudaTensor& s, DType dtype, const Shape& s
   cuda::DeviceGuard guard(device);
   trace::Scope span("cuda", "import_cuda_tensor");
   const auto memory = imports().memory(s.memory, device, sender);
-  const auto event = imports().event(s.event, sender);
   const size_t nbytes = static_cast<size_t>(numel(sizes)) * itemsize(dtype);
   GW_CHECK(s.offset <= memory->size && nbytes <= memory->size - s.offset, IoError,
            "[import_cuda_tensor] ", nbytes, " bytes at offset ", s.offset,
@@ -294,8 +281,6 @@ Tensor import_cuda_tensor(const SharedCudaTensor& s, DType dtype, const Shape& s
   Tensor out = empty(sizes, TensorOptions(dtype).with_device(cuda_device(device)));
   if (nbytes == 0) return out;
   cudaStream_t stream = cuda::current_stream(device);
-  trace::Scope copy("cuda", "wait, copy, synchronize");
-  GW_CUDA_CHECK(cudaStreamWaitEvent(stream, event->event, 0));
   GW_CUDA_CHECK(cudaMemcpyAsync(out.raw_data(), memory->base + s.offset, nbytes,
                                 cudaMemcpyDeviceToDevice, stream));
   // The sender may reuse the memory as soon as it hears back: the copy must be over by then.

@@ -1,11 +1,12 @@
 // CUDA tensors handed to another process on this host by reference (CUDA IPC) rather than
 // through host memory: how RPC moves a CUDA tensor between two workers on one machine.
 //
-// The sender shares the device memory that holds the tensor and an event recorded on its current
-// stream after the tensor's last write, and keeps both alive in a lease until the receiver says it
-// has its own copy. The receiver opens the two (once per memory block and event: they are cached),
-// makes its copy wait for the event on its current stream, copies device to device, and waits
-// for that copy before the lease goes back. The bytes never leave the GPU.
+// The sender copies the tensor device to device into a block of its own (a snapshot: the
+// caller may write the tensor again at once, as after a copy to the host), waits for that copy,
+// and shares the block's IPC handle. It keeps the block in a lease until the receiver says it
+// has its own copy. The receiver opens the handle (once per block: mappings are cached), copies
+// device to device into a new tensor, and waits for that copy before the lease goes back. The
+// bytes never leave the GPU.
 //
 //   sender:                                         receiver:
 //     CudaIpcLease lease;
@@ -19,7 +20,6 @@
 
 #include <array>
 #include <cstdint>
-#include <memory>
 #include <vector>
 
 #include "core/shape.h"
@@ -31,11 +31,10 @@ namespace gw {
 struct SharedCudaTensor {
   std::array<uint8_t, 64> memory{};  // cudaIpcMemHandle_t of the allocation holding the tensor
   uint64_t offset = 0;               // of the tensor's first byte in that allocation
-  std::array<uint8_t, 64> event{};   // cudaIpcEventHandle_t, recorded after its last write
 };
 
-// What a sender keeps until the receiver has copied: the shared tensors (their memory) and
-// their events. Movable; dropping it releases them.
+// What a sender keeps until the receiver has copied: the snapshots it shared. Movable;
+// dropping it lets their blocks be reused.
 class CudaIpcLease {
  public:
   CudaIpcLease();
@@ -47,24 +46,27 @@ class CudaIpcLease {
  private:
   friend SharedCudaTensor share_cuda_tensor(const Tensor& t, CudaIpcLease& lease);
   std::vector<Tensor> tensors_;
-  std::vector<std::shared_ptr<void>> events_;  // back to their pool when released
 };
 
-// Whether `t` can be shared: CUDA is built in and `t` lives in device memory of this process's
-// allocations (not host memory labelled as a device).
+// Whether `t` can be shared: CUDA is built in and `t` lives in device memory of this process
+// (not host memory labelled as a device).
 bool cuda_ipc_shareable(const Tensor& t);
-// Shares a contiguous CUDA tensor for which cuda_ipc_shareable holds, adding what must stay
-// alive to `lease`. Throws CudaError when the driver refuses.
+// Snapshots a CUDA tensor for which cuda_ipc_shareable holds and shares the snapshot, which
+// `lease` keeps. Waits for the snapshot (so for the work queued before it on the current
+// stream). Throws CudaError when the driver refuses to share the memory (managed memory, say).
 SharedCudaTensor share_cuda_tensor(const Tensor& t, CudaIpcLease& lease);
-// A new tensor on cuda:`device` with the shared tensor's bytes, copied device to device once the
-// sender's event has fired; the copy is complete when this returns. `s` comes from another
-// process: its memory must hold offset + numel(sizes) * itemsize(dtype) bytes, or this throws
-// IoError; so does a handle the driver cannot open. `sender` names that process (its pid) for
-// forget_cuda_ipc_sender.
+// Keeps `lease` until process `pid` is gone: for a sender that cannot know whether that
+// receiver still copies (its connection closed before the receiver said it was done).
+void keep_cuda_ipc_lease_until_gone(CudaIpcLease lease, int64_t pid);
+
+// A new tensor on cuda:`device` with the shared tensor's bytes, copied device to device; the
+// copy is complete when this returns. `s` comes from another process: its memory must hold
+// offset + numel(sizes) * itemsize(dtype) bytes, or this throws IoError; so does a handle the
+// driver cannot open. `sender` names that process (its pid) for forget_cuda_ipc_sender.
 Tensor import_cuda_tensor(const SharedCudaTensor& s, DType dtype, const Shape& sizes, int device,
                           int64_t sender);
-// Closes the memory and events opened from `sender` and cached (imports under way keep theirs):
-// a process that is gone cannot free its memory while another keeps it mapped.
+// Closes the mappings opened from `sender` and cached (imports under way keep theirs): a
+// process that is gone cannot free its memory while another keeps it mapped.
 void forget_cuda_ipc_sender(int64_t sender);
 
 // Counts since the process started, for tests and benchmarks.

@@ -199,6 +199,46 @@ void Connection::deliver() {
 
 // --- CUDA tensors shared by IPC handle ---------------------------------------------------------
 
+// The receipt of a message whose CUDA tensors the peer shared: copies happen while the
+// connection is open, and its end (the peer's release) waits for them.
+class Connection::Receipt final : public CudaIpcReceipt {
+ public:
+  Receipt(std::weak_ptr<Connection> connection, uint64_t lease, int64_t sender)
+      : connection_(std::move(connection)), lease_(lease), sender_(sender) {}
+
+  // Tells the peer that it may have its memory back; a closed connection needs no telling.
+  ~Receipt() override {
+    const auto c = connection_.lock();
+    if (!c || c->closed()) return;
+    Handshake h;
+    h.cuda_ipc_released = {lease_};
+    Message release;
+    release.body = std::move(h);
+    try {
+      c->send(release);
+    } catch (const std::exception&) {  // closed meanwhile
+    }
+  }
+
+  void while_open(const std::function<void()>& copy) override {
+    const auto c = connection_.lock();
+    const char* closed =
+        "[rpc] the connection that brought these CUDA tensors closed before "
+        "they were copied: the sender may have reused their memory";
+    GW_CHECK(c, IoError, closed);
+    std::shared_lock copying(c->copying_mu_);
+    GW_CHECK(!c->closed(), IoError, closed);
+    copy();
+  }
+
+  int64_t sender() const override { return sender_; }
+
+ private:
+  std::weak_ptr<Connection> connection_;
+  uint64_t lease_;
+  int64_t sender_;
+};
+
 bool Connection::on_cuda_ipc(Message& m) {
   if (const auto* h = m.get<Handshake>(); h && !h->cuda_ipc_released.empty()) {
     std::vector<CudaIpcLease> done;  // dropped outside the lock
@@ -208,28 +248,12 @@ bool Connection::on_cuda_ipc(Message& m) {
     return false;
   }
   if (m.cuda_ipc_lease == 0) return true;
-  m.cuda_ipc_sender = peer_pid_.load(std::memory_order_relaxed);
-  // Whoever drops the message's last copy tells the peer (place_on_devices, once its copies are
-  // done); a closed connection needs no telling, since the peer dropped its leases on closing.
-  std::weak_ptr<Connection> weak = weak_from_this();
-  m.cuda_ipc_release = std::shared_ptr<void>(nullptr, [weak, lease = m.cuda_ipc_lease](void*) {
-    const auto self = weak.lock();
-    if (!self || self->closed()) return;
-    Handshake h;
-    h.cuda_ipc_released = {lease};
-    Message release;
-    release.body = std::move(h);
-    try {
-      self->send(release);
-    } catch (const std::exception&) {  // closed meanwhile
-    }
-  });
+  // Only a peer that shared memory showed to be another process of this host may share.
+  GW_CHECK(cuda_ipc_.load(std::memory_order_acquire), IoError, "[rpc] ", remote_,
+           " shared CUDA tensors by IPC handle, but it is not another process of this host");
+  m.cuda_ipc_receipt =
+      std::make_shared<Receipt>(weak_from_this(), m.cuda_ipc_lease, peer_pid_.load());
   return true;
-}
-
-size_t Connection::cuda_ipc_leases() const {
-  std::lock_guard lock(write_mu_);
-  return leases_.size();
 }
 
 // --- shared memory ---------------------------------------------------------------------------
@@ -559,7 +583,10 @@ void Connection::close(const std::string& why) {
 
 void Connection::close_on_io_thread(const std::string& why) {
   if (closed_.exchange(true)) return;
-  std::map<uint64_t, CudaIpcLease> leases;  // the peer copies nothing more: dropped unlocked
+  // Copies out of the peer's memory that began before the close end before the peer sees it:
+  // it lets go of that memory then.
+  { std::unique_lock copies_done(copying_mu_); }
+  std::map<uint64_t, CudaIpcLease> leases;  // what we shared with the peer, dropped unlocked
   {
     // Senders use fd_ under write_mu_: close it under the same lock so the number is not
     // reused beneath them.
@@ -574,8 +601,14 @@ void Connection::close_on_io_thread(const std::string& why) {
   }
   drain_limit_.cancel();
   if (shm_) shm_->wake_self();  // its ring thread ends
-  // What we opened of the peer's memory would keep it from being freed should the peer be gone.
-  if (cuda_ipc_) forget_cuda_ipc_sender(peer_pid_);
+  if (cuda_ipc_) {
+    // What we opened of the peer's memory would keep it from being freed should it be gone.
+    forget_cuda_ipc_sender(peer_pid_);
+    // The peer is done copying ours once it has closed its end (see copying_mu_). Closed from
+    // this end, we cannot know: what it may still copy stays until its process is gone.
+    if (!peer_closed_.load())
+      for (auto& [id, lease] : leases) keep_cuda_ipc_lease_until_gone(std::move(lease), peer_pid_);
+  }
   on_close_(shared_from_this(), why);
 }
 

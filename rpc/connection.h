@@ -41,6 +41,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -102,8 +103,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void offer_shm(Message& hello);
   // "shm" once frames go both ways through shared memory, else "tcp".
   const char* link() const;
-  // Leases of CUDA tensors shared with the peer that it has not released yet.
-  size_t cuda_ipc_leases() const;
 
   // When bytes last arrived from the peer (the connection's creation at first); now while the
   // ring thread runs a handler, since it reads nothing meanwhile.
@@ -131,8 +130,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void deliver();  // the message the reader completed, if any
   // Asio thread: a shared-memory step from the peer; true if `m` is for the agent too.
   bool on_shm_step(Message& m);
-  // Either reading thread: takes a release of our leases (false: not for the agent), or makes a
-  // message that brings shared CUDA tensors release the peer's lease when dropped.
+  class Receipt;
+  // Either reading thread: takes a release of our leases (false: not for the agent), or gives a
+  // message that brings shared CUDA tensors its Receipt. Throws IoError if the peer may not
+  // share.
   bool on_cuda_ipc(Message& m);
   void start_ring_thread();  // Asio thread
   void ring_loop();          // ring thread
@@ -194,6 +195,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // CUDA IPC: set once shared memory shows the peer is another process of this host.
   std::atomic<bool> cuda_ipc_{false};
   std::atomic<int32_t> peer_pid_{0};  // set before cuda_ipc_
+  // Copies out of the peer's memory hold it shared; closing takes it, so that none runs after.
+  std::shared_mutex copying_mu_;
   std::atomic<uint64_t> last_lease_{0};
   std::map<uint64_t, CudaIpcLease> leases_;  // under write_mu_
 };

@@ -342,7 +342,6 @@ OutgoingFrame encode(const Message& m, uint64_t cuda_ipc_lease) {
       auto out = meta.initShared();
       out.setMemory(kj::arrayPtr(shared->memory.data(), shared->memory.size()));
       out.setOffset(shared->offset);
-      out.setEvent(kj::arrayPtr(shared->event.data(), shared->event.size()));
       t = Tensor::make(Storage::allocate(0, kCPU), {0}, {1}, 0, t.dtype());  // no payload bytes
     } else {
       // The payload is row-major host memory; views are sent as their own elements only.
@@ -545,12 +544,10 @@ Message message_of(wire::Envelope::Reader env, std::vector<Tensor> tensors) {
     if (!metas[i].hasShared()) continue;
     auto in = metas[i].getShared();
     SharedCudaTensor& s = p.shared.emplace();
-    auto memory = in.getMemory(), event = in.getEvent();
-    GW_CHECK(memory.size() == s.memory.size() && event.size() == s.event.size(), IoError,
-             "[rpc] shared tensor ", i, " has handles of ", memory.size(), " and ", event.size(),
-             " bytes, not ", s.memory.size());
+    auto memory = in.getMemory();
+    GW_CHECK(memory.size() == s.memory.size(), IoError, "[rpc] shared tensor ", i,
+             " has a memory handle of ", memory.size(), " bytes, not ", s.memory.size());
     std::copy(memory.begin(), memory.end(), s.memory.begin());
-    std::copy(event.begin(), event.end(), s.event.begin());
     s.offset = in.getOffset();
     for (int64_t size : metas[i].getSizes()) p.sizes.push_back(size);
   }
@@ -590,12 +587,18 @@ Message decode(kj::ArrayPtr<const capnp::word> header, std::vector<Tensor> tenso
 
 void place_on_devices(Message& m) {
   trace::Scope span("rpc", "place on devices");
-  for (Message::Placement& p : m.placements)
-    p.tensor.set_data(p.shared ? import_cuda_tensor(*p.shared, p.tensor.dtype(), p.sizes, p.device,
-                                                    m.cuda_ipc_sender)
-                               : p.tensor.detach().to(cuda_device(p.device)));
+  auto place = [&] {
+    for (Message::Placement& p : m.placements)
+      p.tensor.set_data(p.shared ? import_cuda_tensor(*p.shared, p.tensor.dtype(), p.sizes,
+                                                      p.device, m.cuda_ipc_receipt->sender())
+                                 : p.tensor.detach().to(cuda_device(p.device)));
+  };
+  if (m.cuda_ipc_receipt)
+    m.cuda_ipc_receipt->while_open(place);
+  else
+    place();
   m.placements.clear();
-  m.cuda_ipc_release.reset();  // the copies are done: the sender may have its memory back
+  m.cuda_ipc_receipt.reset();  // the copies are done: the sender may have its memory back
 }
 
 }  // namespace gw::rpc

@@ -13,6 +13,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -46,6 +48,18 @@ struct Failure {
 struct AutogradInfo {
   uint64_t context_id = 0;
   uint64_t message_id = 0;
+};
+
+// What comes with CUDA tensors another process of this host shared by IPC handle, from the
+// connection that read them (rpc/connection.h): the copies out of the sender's memory run inside
+// while_open(), which throws IoError once the connection is closed and holds its closing back
+// meanwhile (the sender lets go of its memory when it sees the close); dropping the receipt
+// tells the sender that it may have its memory back.
+class CudaIpcReceipt {
+ public:
+  virtual ~CudaIpcReceipt() = default;
+  virtual void while_open(const std::function<void()>& copy) = 0;
+  virtual int64_t sender() const = 0;  // the sending process, for import_cuda_tensor
 };
 
 // A worker's CUDA devices and the devices of another worker they map to (RpcBackendOptions
@@ -167,12 +181,10 @@ struct Message {
   };
   std::vector<Placement> placements;
   // Received: nonzero when the sender shared CUDA tensors by IPC handle (core/ipc.h) and keeps
-  // them until told that they were copied; the connection makes `cuda_ipc_release` tell it when
-  // dropped, which place_on_devices does once its copies are done, and names the sender's
-  // process (cuda_ipc_sender) for import_cuda_tensor.
+  // them until told that they were copied; the connection then gives the message a receipt,
+  // which place_on_devices copies under and drops once done.
   uint64_t cuda_ipc_lease = 0;
-  std::shared_ptr<void> cuda_ipc_release;
-  int64_t cuda_ipc_sender = 0;
+  std::shared_ptr<CudaIpcReceipt> cuda_ipc_receipt;
 
   template <typename T>
   T* get() {

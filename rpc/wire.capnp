@@ -21,9 +21,8 @@ struct TensorMeta {
 }
 
 struct SharedCudaTensor {    # core/ipc.h
-  memory @0 :Data;           # cudaIpcMemHandle_t (64 bytes)
-  offset @1 :UInt64;
-  event @2 :Data;            # cudaIpcEventHandle_t (64 bytes)
+  memory @0 :Data;           # cudaIpcMemHandle_t (64 bytes) of a snapshot of the tensor
+  offset @1 :UInt64;         # of the tensor's first byte in that allocation
 }
 
 struct DevicePair {          # a CUDA device of the sender and the receiver's it maps to

@@ -97,15 +97,25 @@ TEST_CASE("between processes of one host CUDA tensors go by IPC handle, and are 
   const CudaIpcStats after = cuda_ipc_stats();
   CHECK(after.shared == before.shared + 3);      // a, b, x.t()
   CHECK(after.imported == before.imported + 2);  // both results
-  // The peer released each call's lease before answering, on the same connection.
+  // A call's handler runs once its arguments are copied, and their lease is released first, on
+  // the connection its answer takes.
   CHECK(after.leases_held == before.leases_held);
   // An RRef's value comes back the same way.
   auto rref = remote("worker1", my_add, a, a);
   CHECK(gw::equal(rref.to_here().to(kCPU), host.narrow(0, 1, 500) * 2));
   CHECK(cuda_ipc_stats().imported == after.imported + 1);
-  // The results are this process's own copies: writing the originals leaves them as they were.
+  // What was sent is a snapshot: writing x at once does not change what the peer gets.
+  auto echoed = rpc_async<Tensor>("worker1", "clone", x);
   x.zero_();
+  CHECK(gw::equal(echoed.wait().to(kCPU), host));
+  // The results are this process's own copies: the write left them as they were.
   CHECK(gw::equal(t.to(kCPU), host.t()));
+  // A call that fails still releases what it shared: its answer may come first (a refusal
+  // does not wait for the arguments), so a few more calls let the release arrive.
+  CHECK_THROWS_WITH(rpc_sync<Tensor>("worker1", "no_such_function", x), Catch::Contains("no_such"));
+  for (int i = 0; i < 100 && cuda_ipc_stats().leases_held != before.leases_held; ++i)
+    rpc_sync("worker1", my_add, ones({1}), ones({1}));
+  CHECK(cuda_ipc_stats().leases_held == before.leases_held);
   // The peer's memory stays mapped here, for the next tensors it shares, until the connection
   // closes: then nothing of it is kept.
   CHECK(cuda_ipc_stats().handles_mapped > before.handles_mapped);

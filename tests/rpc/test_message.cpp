@@ -313,3 +313,53 @@ TEST_CASE("every system message crosses the wire as its own typed variant", "[me
   CHECK(discover.message_ids == std::vector<uint64_t>{16, uint64_t{1} << 62});
   CHECK(discover.closed);
 }
+
+TEST_CASE("a tensor shared by IPC handle is checked before anything is opened", "[message]") {
+  // What a peer on this host sends for a CUDA tensor: a handle, no payload bytes.
+  const auto shared_frame = [](int16_t device, uint64_t lease, unsigned handle_bytes) {
+    OutgoingFrame f = encode(call_message("f", {IValue(ones({4}))}));
+    capnp::FlatArrayMessageReader reader(f.header.asPtr());
+    capnp::MallocMessageBuilder b;
+    b.setRoot(reader.getRoot<rpc::wire::Envelope>());
+    auto env = b.getRoot<rpc::wire::Envelope>();
+    env.setCudaIpcLease(lease);
+    auto meta = env.getTensors()[0];
+    meta.setDevice(device);
+    auto shared = meta.initShared();
+    shared.initMemory(handle_bytes)[0] = 7;
+    shared.setOffset(512);
+    return capnp::messageToFlatArray(b);
+  };
+  auto good = shared_frame(0, 9, 64);
+  auto layouts = tensor_layouts(good.asPtr(), 0);  // no payload bytes for it
+  REQUIRE(layouts.size() == 1);
+  CHECK(layouts[0].shared);
+  CHECK(layouts[0].nbytes == 0);
+  Message m = decode(good.asPtr(), {empty({0})});
+  REQUIRE(m.placements.size() == 1);
+  REQUIRE(m.placements[0].shared);
+  CHECK(m.placements[0].shared->memory[0] == 7);
+  CHECK(m.placements[0].shared->offset == 512);
+  CHECK(m.placements[0].sizes == Shape{4});
+  CHECK(m.cuda_ipc_lease == 9);
+  // Bytes would be read into it as if it were sent as bytes: refused.
+  CHECK_THROWS_WITH(tensor_layouts(good.asPtr(), 16), Catch::Contains("payload has 16"));
+  CHECK_THROWS_WITH(tensor_layouts(shared_frame(-1, 9, 64).asPtr(), 0),
+                    Catch::Contains("must go to a CUDA device"));
+  CHECK_THROWS_WITH(decode(shared_frame(0, 0, 64).asPtr(), {empty({0})}),
+                    Catch::Contains("without a lease"));
+  CHECK_THROWS_WITH(decode(shared_frame(0, 9, 10).asPtr(), {empty({0})}),
+                    Catch::Contains("memory handle of 10 bytes"));
+}
+
+TEST_CASE("a release of CUDA IPC leases survives the codec", "[message]") {
+  Handshake h;
+  h.cuda_ipc_released = {3, 5};
+  Message m;
+  m.body = h;
+  FrameBytes bytes = frame_bytes(encode(m));
+  auto header = words(bytes.header);
+  Message d = decode(header.asPtr(), {});
+  REQUIRE(d.get<Handshake>() != nullptr);
+  CHECK(d.get<Handshake>()->cuda_ipc_released == std::vector<uint64_t>{3, 5});
+}
