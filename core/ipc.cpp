@@ -1,13 +1,16 @@
 #include "core/ipc.h"
 
 #include <poll.h>
+#include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string_view>
 #include <utility>
 
 #include "core/error.h"
@@ -32,35 +35,32 @@ namespace {
 std::atomic<uint64_t> g_shared{0}, g_imported{0}, g_leases_held{0}, g_handles_opened{0},
     g_handles_mapped{0};
 
-// Leases kept for receivers that may still copy, until their process is gone (a pidfd that
-// polls readable). Leaked: leases may be dropped by threads that outlive static destruction.
+// Leases kept for receivers that may still copy, until their process is gone. Reaped whenever
+// something is shared or kept. Leaked: leases may be dropped by threads that outlive static
+// destruction.
 class KeptLeases {
  public:
-  void keep(CudaIpcLease lease, int64_t pid) {
+  void keep(std::vector<CudaIpcLease> leases, std::shared_ptr<const CudaIpcPeer> peer) {
     reap();
-    if (lease.empty()) return;
-    const int fd = static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
-    if (fd < 0 && errno == ESRCH) return;  // gone already
+    if (leases.empty() || peer->gone()) return;
     std::lock_guard lock(mu_);
-    kept_.push_back({fd, std::move(lease)});  // without a pidfd (fd < 0): kept for good
+    kept_.push_back({std::move(peer), std::move(leases)});
   }
 
   void reap() {
-    std::vector<CudaIpcLease> gone;  // dropped outside the lock
+    std::vector<Kept> gone;  // dropped outside the lock
     std::lock_guard lock(mu_);
     std::erase_if(kept_, [&](Kept& k) {
-      pollfd p{k.pidfd, POLLIN, 0};
-      if (k.pidfd < 0 || ::poll(&p, 1, 0) <= 0) return false;
-      ::close(k.pidfd);
-      gone.push_back(std::move(k.lease));
+      if (!k.peer->gone()) return false;
+      gone.push_back(std::move(k));
       return true;
     });
   }
 
  private:
   struct Kept {
-    int pidfd;
-    CudaIpcLease lease;
+    std::shared_ptr<const CudaIpcPeer> peer;
+    std::vector<CudaIpcLease> leases;
   };
   std::mutex mu_;
   std::vector<Kept> kept_;
@@ -90,8 +90,22 @@ CudaIpcLease& CudaIpcLease::operator=(CudaIpcLease&& o) noexcept {
   return *this;
 }
 
-void keep_cuda_ipc_lease_until_gone(CudaIpcLease lease, int64_t pid) {
-  kept_leases().keep(std::move(lease), pid);
+CudaIpcPeer::CudaIpcPeer(int64_t pid)
+    : pid_(pid), pidfd_(static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0))) {}
+
+CudaIpcPeer::~CudaIpcPeer() {
+  if (pidfd_ >= 0) ::close(pidfd_);
+}
+
+bool CudaIpcPeer::gone() const {
+  if (pidfd_ < 0) return ::kill(static_cast<pid_t>(pid_), 0) != 0 && errno == ESRCH;
+  pollfd p{pidfd_, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0;  // readable once the process has exited
+}
+
+void keep_cuda_ipc_leases_until_gone(std::vector<CudaIpcLease> leases,
+                                     std::shared_ptr<const CudaIpcPeer> peer) {
+  kept_leases().keep(std::move(leases), std::move(peer));
 }
 
 #ifndef GW_HAVE_CUDA
@@ -142,26 +156,21 @@ std::optional<std::pair<char*, size_t> > allocation_of(const void* ptr) {
   return std::pair{reinterpret_cast<char*>(base), size};
 }
 
-// Another process's allocation, mapped here until the last holder lets go.
+// Another process's allocation, mapped here (ImportCache::open) until the last holder lets go.
 struct OpenedMemory {
   char* base = nullptr;
   size_t size = 0;
   int device = 0;
   int64_t sender = 0;
-  ~OpenedMemory() {
-    if (!base) return;
-    --g_handles_mapped;
-    cuda::DeviceGuard guard(device);
-    if (cudaIpcCloseMemHandle(base) != cudaSuccess) cuda::clear_last_error();
-  }
 };
 
 using Handle = std::array<uint8_t, 64>;
 
 // The receiver's mappings of other processes' memory, opened once and reused: a sender's
-// caching allocator hands out the same blocks again. An import holds what it uses, so an entry
-// may be evicted while a copy still reads through it. Mapped memory cannot be freed by its
-// owner, so the cache is bounded in bytes and entries, evicting the least recently used.
+// caching allocator hands out the same blocks again. Mapped memory cannot be freed by its
+// owner, so the cache holds a bounded number of bytes and entries, evicting the least recently
+// used. An import holds the mapping it copies from, so one may outlive its entry: `open_`
+// knows every mapping not closed yet, since the driver refuses to open a handle twice.
 class ImportCache {
  public:
   static constexpr size_t kMaxEntries = 1024;
@@ -170,43 +179,24 @@ class ImportCache {
   std::shared_ptr<OpenedMemory> memory(const Handle& h, int device, int64_t sender) {
     std::vector<std::shared_ptr<OpenedMemory> > evicted;  // closed outside the lock
     std::lock_guard lock(mu_);
-    const auto key = std::pair{h, device};
+    const Key key{h, device};
     if (auto it = entries_.find(key); it != entries_.end()) {
       it->second.last_use = ++clock_;
       return it->second.memory;
     }
-    cudaIpcMemHandle_t handle;
-    std::memcpy(&handle, h.data(), sizeof handle);
-    void* ptr = nullptr;
-    const cudaError_t status = cudaIpcOpenMemHandle(&ptr, handle, cudaIpcMemLazyEnablePeerAccess);
-    if (status != cudaSuccess) {
-      cuda::clear_last_error();
-      throw IoError(
-          detail::str("[import_cuda_tensor] cannot open the sender's memory handle on "
-                      "cuda:",
-                      device, ": ", cudaGetErrorString(status)));
-    }
-    ++g_handles_opened;
-    ++g_handles_mapped;
-    auto opened = std::make_shared<OpenedMemory>();
-    opened->base = static_cast<char*>(ptr);
-    opened->device = device;
-    opened->sender = sender;
-    const auto range = allocation_of(ptr);
-    GW_CHECK(range && range->first == opened->base, IoError,
-             "[import_cuda_tensor] the driver does not say how large the sender's memory is");
-    opened->size = range->second;
+    std::shared_ptr<OpenedMemory> memory = open_[key].lock();
+    if (!memory) memory = open(key, sender);
     while (!entries_.empty() &&
-           (entries_.size() >= kMaxEntries || bytes_ + opened->size > kMaxBytes)) {
+           (entries_.size() >= kMaxEntries || bytes_ + memory->size > kMaxBytes)) {
       auto oldest =
           std::ranges::min_element(entries_, {}, [](const auto& kv) { return kv.second.last_use; });
       bytes_ -= oldest->second.memory->size;
       evicted.push_back(std::move(oldest->second.memory));
       entries_.erase(oldest);
     }
-    bytes_ += opened->size;
-    entries_[key] = {opened, ++clock_};
-    return opened;
+    bytes_ += memory->size;
+    entries_[key] = {memory, ++clock_};
+    return memory;
   }
 
   void forget(int64_t sender) {
@@ -221,12 +211,55 @@ class ImportCache {
   }
 
  private:
+  using Key = std::pair<Handle, int>;
   struct Entry {
     std::shared_ptr<OpenedMemory> memory;
     uint64_t last_use = 0;
   };
+
+  // Caller holds mu_. The mapping closes, under mu_, when its last holder lets go.
+  std::shared_ptr<OpenedMemory> open(const Key& key, int64_t sender) {
+    cudaIpcMemHandle_t handle;
+    std::memcpy(&handle, key.first.data(), sizeof handle);
+    void* ptr = nullptr;
+    const cudaError_t status = cudaIpcOpenMemHandle(&ptr, handle, cudaIpcMemLazyEnablePeerAccess);
+    if (status != cudaSuccess) {
+      cuda::clear_last_error();
+      throw IoError(
+          detail::str("[import_cuda_tensor] cannot open the sender's memory handle on "
+                      "cuda:",
+                      key.second, ": ", cudaGetErrorString(status),
+                      " (GW_RPC_CUDA_IPC=0 on the sender stages CUDA tensors through "
+                      "host memory instead)"));
+    }
+    const auto range = allocation_of(ptr);
+    if (!range || range->first != ptr) {
+      if (cudaIpcCloseMemHandle(ptr) != cudaSuccess) cuda::clear_last_error();
+      throw IoError(
+          "[import_cuda_tensor] the driver does not say how large the sender's memory is");
+    }
+    ++g_handles_opened;
+    ++g_handles_mapped;
+    std::shared_ptr<OpenedMemory> memory(
+        new OpenedMemory{static_cast<char*>(ptr), range->second, key.second, sender},
+        [this, key](OpenedMemory* m) {
+          {
+            std::lock_guard lock(mu_);
+            cuda::DeviceGuard guard(m->device);
+            if (cudaIpcCloseMemHandle(m->base) != cudaSuccess) cuda::clear_last_error();
+            if (auto it = open_.find(key); it != open_.end() && it->second.expired())
+              open_.erase(it);
+          }
+          --g_handles_mapped;
+          delete m;
+        });
+    open_[key] = memory;
+    return memory;
+  }
+
   std::mutex mu_;
-  std::map<std::pair<Handle, int>, Entry> entries_;
+  std::map<Key, Entry> entries_;
+  std::map<Key, std::weak_ptr<OpenedMemory> > open_;
   size_t bytes_ = 0;
   uint64_t clock_ = 0;
 };
@@ -239,7 +272,11 @@ ImportCache& imports() {
 }  // namespace
 
 bool cuda_ipc_shareable(const Tensor& t) {
-  if (!t.device().is_cuda() || t.nbytes() == 0) return false;
+  static const bool off = [] {
+    const char* v = std::getenv("GW_RPC_CUDA_IPC");
+    return v != nullptr && std::string_view(v) == "0";
+  }();
+  if (off || !t.device().is_cuda() || t.nbytes() == 0) return false;
   cuda::DeviceGuard guard(t.device().index);
   return allocation_of(t.raw_data()).has_value();
 }

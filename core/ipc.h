@@ -20,6 +20,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/shape.h"
@@ -48,16 +49,33 @@ class CudaIpcLease {
   std::vector<Tensor> tensors_;
 };
 
-// Whether `t` can be shared: CUDA is built in and `t` lives in device memory of this process
-// (not host memory labelled as a device).
+// Whether `t` can be shared: CUDA is built in, GW_RPC_CUDA_IPC is not 0, and `t` lives in
+// device memory of this process (not host memory labelled as a device).
 bool cuda_ipc_shareable(const Tensor& t);
 // Snapshots a CUDA tensor for which cuda_ipc_shareable holds and shares the snapshot, which
 // `lease` keeps. Waits for the snapshot (so for the work queued before it on the current
-// stream). Throws CudaError when the driver refuses to share the memory (managed memory, say).
+// stream). Throws CudaError when the snapshot cannot be made or shared (out of memory, say).
 SharedCudaTensor share_cuda_tensor(const Tensor& t, CudaIpcLease& lease);
-// Keeps `lease` until process `pid` is gone: for a sender that cannot know whether that
-// receiver still copies (its connection closed before the receiver said it was done).
-void keep_cuda_ipc_lease_until_gone(CudaIpcLease lease, int64_t pid);
+
+// A process that tensors were shared with, watched from while it is known to be alive (a
+// pidfd), so that its end is seen even if its pid is reused later.
+class CudaIpcPeer {
+ public:
+  explicit CudaIpcPeer(int64_t pid);
+  ~CudaIpcPeer();
+  CudaIpcPeer(const CudaIpcPeer&) = delete;
+  CudaIpcPeer& operator=(const CudaIpcPeer&) = delete;
+  int64_t pid() const { return pid_; }
+  bool gone() const;
+
+ private:
+  int64_t pid_;
+  int pidfd_;  // -1 where pidfds are not available: then kill(pid, 0) says
+};
+// Keeps `leases` until `peer` is gone: for a sender that cannot know whether that receiver
+// still copies (its connection closed before the receiver said it was done).
+void keep_cuda_ipc_leases_until_gone(std::vector<CudaIpcLease> leases,
+                                     std::shared_ptr<const CudaIpcPeer> peer);
 
 // A new tensor on cuda:`device` with the shared tensor's bytes, copied device to device; the
 // copy is complete when this returns. `s` comes from another process: its memory must hold

@@ -116,7 +116,15 @@ Connection::Connection(store::Stream stream, uint64_t max_frame_bytes, MessageHa
   remote_ = ec ? "?" : ep.address().to_string() + ":" + std::to_string(ep.port());
 }
 
-Connection::~Connection() = default;
+Connection::~Connection() {
+  if (cuda_ipc_) keep_leases(std::move(leases_));  // never closed: nobody told us it copied
+}
+
+void Connection::keep_leases(std::map<uint64_t, CudaIpcLease> leases) {
+  std::vector<CudaIpcLease> kept;
+  for (auto& [id, lease] : leases) kept.push_back(std::move(lease));
+  keep_cuda_ipc_leases_until_gone(std::move(kept), ipc_peer_);
+}
 
 void Connection::start() {
   asio::post(socket_.get_executor(), [self = shared_from_this()] { self->read_more(); });
@@ -252,7 +260,7 @@ bool Connection::on_cuda_ipc(Message& m) {
   GW_CHECK(cuda_ipc_.load(std::memory_order_acquire), IoError, "[rpc] ", remote_,
            " shared CUDA tensors by IPC handle, but it is not another process of this host");
   m.cuda_ipc_receipt =
-      std::make_shared<Receipt>(weak_from_this(), m.cuda_ipc_lease, peer_pid_.load());
+      std::make_shared<Receipt>(weak_from_this(), m.cuda_ipc_lease, ipc_peer_->pid());
   return true;
 }
 
@@ -309,8 +317,10 @@ bool Connection::on_shm_step(Message& m) {
         enqueue_locked(std::make_unique<Pending>(encode(shm_step(Step::kAccept, ::getpid()))));
         shm_out_ = true;  // the peer reads the ring after our kAccept
       }
-      peer_pid_ = step.pid;
-      cuda_ipc_ = step.pid != ::getpid();
+      if (step.pid != ::getpid()) {  // another process of this host
+        ipc_peer_ = std::make_shared<const CudaIpcPeer>(step.pid);
+        cuda_ipc_ = true;
+      }
       start_ring_thread();
       return true;  // the opener's Handshake, for the agent
     }
@@ -324,8 +334,10 @@ bool Connection::on_shm_step(Message& m) {
         enqueue_locked(std::make_unique<Pending>(encode(shm_step(Step::kSwitch))));
         shm_out_ = true;
       }
-      peer_pid_ = step.pid;
-      cuda_ipc_ = step.pid != ::getpid();
+      if (step.pid != ::getpid()) {  // another process of this host
+        ipc_peer_ = std::make_shared<const CudaIpcPeer>(step.pid);
+        cuda_ipc_ = true;
+      }
       shm_in_ = true;  // what the peer sent after its kAccept is in the ring
       start_ring_thread();
       return false;
@@ -603,11 +615,10 @@ void Connection::close_on_io_thread(const std::string& why) {
   if (shm_) shm_->wake_self();  // its ring thread ends
   if (cuda_ipc_) {
     // What we opened of the peer's memory would keep it from being freed should it be gone.
-    forget_cuda_ipc_sender(peer_pid_);
+    forget_cuda_ipc_sender(ipc_peer_->pid());
     // The peer is done copying ours once it has closed its end (see copying_mu_). Closed from
     // this end, we cannot know: what it may still copy stays until its process is gone.
-    if (!peer_closed_.load())
-      for (auto& [id, lease] : leases) keep_cuda_ipc_lease_until_gone(std::move(lease), peer_pid_);
+    if (!peer_closed_.load()) keep_leases(std::move(leases));
   }
   on_close_(shared_from_this(), why);
 }

@@ -25,7 +25,8 @@
 // way the socket stays open and read, so that a peer that dies is seen as fast as over TCP.
 // Between two processes of one host (shared memory set up), CUDA tensors go by IPC handle
 // (core/ipc.h): a frame shares them under a lease that this end keeps until the peer's release
-// says it has copied them, or the connection closes.
+// says it has copied them, or until the peer closes; closed from this end, until the peer's
+// process is gone, since a copy of it may be under way.
 // The ring is read by the connection's own ring thread, which also writes what a sender left
 // when the ring was full; it spins briefly after its last work, then sleeps on a futex (no
 // core is kept busy). Message handlers then run on that thread (the transport runs one handler
@@ -135,6 +136,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // message that brings shared CUDA tensors its Receipt. Throws IoError if the peer may not
   // share.
   bool on_cuda_ipc(Message& m);
+  // Keeps what we shared until the peer's process is gone.
+  void keep_leases(std::map<uint64_t, CudaIpcLease> leases);
   void start_ring_thread();  // Asio thread
   void ring_loop();          // ring thread
   bool read_ring();          // ring thread: what the ring holds; false if nothing
@@ -194,7 +197,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::deque<std::unique_ptr<Pending>> writing_;  // TLS: the batch being written (Asio thread)
   // CUDA IPC: set once shared memory shows the peer is another process of this host.
   std::atomic<bool> cuda_ipc_{false};
-  std::atomic<int32_t> peer_pid_{0};  // set before cuda_ipc_
+  std::shared_ptr<const CudaIpcPeer> ipc_peer_;  // set before cuda_ipc_ (Asio thread)
   // Copies out of the peer's memory hold it shared; closing takes it, so that none runs after.
   std::shared_mutex copying_mu_;
   std::atomic<uint64_t> last_lease_{0};

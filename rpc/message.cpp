@@ -334,8 +334,8 @@ OutgoingFrame encode(const Message& m, uint64_t cuda_ipc_lease) {
     std::optional<SharedCudaTensor> shared;
     if (device >= 0 && cuda_ipc_lease != 0 && cuda_ipc_shareable(t)) {
       try {  // another process of this host copies it out of our device memory
-        shared = share_cuda_tensor(t.detach().contiguous(), frame.lease);
-      } catch (const CudaError&) {  // memory the driver will not share (managed, say): bytes
+        shared = share_cuda_tensor(t, frame.lease);  // a contiguous snapshot
+      } catch (const CudaError&) {  // none could be made or shared (out of memory): as bytes
       }
     }
     if (shared) {

@@ -26,7 +26,7 @@ namespace gw::rpc {
 inline constexpr size_t kFramePrefixBytes = 16;
 
 // Moves every placement to its CUDA device in place (Tensor::set_data), so the values that hold
-// the tensors see them there, then drops m.cuda_ipc_release; throws (e.g. CudaError) without a
+// the tensors see them there, then drops m.cuda_ipc_receipt; throws (e.g. CudaError) without a
 // usable device.
 void place_on_devices(Message& m);
 

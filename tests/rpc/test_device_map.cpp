@@ -87,7 +87,7 @@ TEST_CASE("between processes of one host CUDA tensors go by IPC handle, and are 
   Generator gen(5);
   Tensor host = randn({600, 37}, gen);
   Tensor x = host.to(cuda_device(0));
-  // Rows 1.. and 2.. start inside the allocation (an offset); x.t() is not contiguous.
+  // Views: rows 1.. and 2.. start inside x's storage, and x.t() is not contiguous.
   Tensor a = x.narrow(0, 1, 500), b = x.narrow(0, 2, 500);
   Tensor sum = rpc_sync("worker1", my_add, a, b);
   CHECK(sum.device() == cuda_device(0));
@@ -110,8 +110,8 @@ TEST_CASE("between processes of one host CUDA tensors go by IPC handle, and are 
   CHECK(gw::equal(echoed.wait().to(kCPU), host));
   // The results are this process's own copies: the write left them as they were.
   CHECK(gw::equal(t.to(kCPU), host.t()));
-  // A call that fails still releases what it shared: its answer may come first (a refusal
-  // does not wait for the arguments), so a few more calls let the release arrive.
+  // A call that fails still releases what it shared (whether its answer or the release comes
+  // first depends on where it fails: a few more calls let the release arrive).
   CHECK_THROWS_WITH(rpc_sync<Tensor>("worker1", "no_such_function", x), Catch::Contains("no_such"));
   for (int i = 0; i < 100 && cuda_ipc_stats().leases_held != before.leases_held; ++i)
     rpc_sync("worker1", my_add, ones({1}), ones({1}));
