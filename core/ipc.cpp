@@ -91,13 +91,16 @@ CudaIpcLease& CudaIpcLease::operator=(CudaIpcLease&& o) noexcept {
 }
 
 CudaIpcPeer::CudaIpcPeer(int64_t pid)
-    : pid_(pid), pidfd_(static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0))) {}
+    : pid_(pid), pidfd_(static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0))) {
+  exited_ = pidfd_ < 0 && errno == ESRCH;
+}
 
 CudaIpcPeer::~CudaIpcPeer() {
   if (pidfd_ >= 0) ::close(pidfd_);
 }
 
 bool CudaIpcPeer::gone() const {
+  if (exited_) return true;
   if (pidfd_ < 0) return ::kill(static_cast<pid_t>(pid_), 0) != 0 && errno == ESRCH;
   pollfd p{pidfd_, POLLIN, 0};
   return ::poll(&p, 1, 0) > 0;  // readable once the process has exited
@@ -156,69 +159,73 @@ std::optional<std::pair<char*, size_t> > allocation_of(const void* ptr) {
   return std::pair{reinterpret_cast<char*>(base), size};
 }
 
-// Another process's allocation, mapped here (ImportCache::open) until the last holder lets go.
-struct OpenedMemory {
-  char* base = nullptr;
-  size_t size = 0;
-  int device = 0;
-  int64_t sender = 0;
-};
-
 using Handle = std::array<uint8_t, 64>;
 
 // The receiver's mappings of other processes' memory, opened once and reused: a sender's
-// caching allocator hands out the same blocks again. Mapped memory cannot be freed by its
-// owner, so the cache holds a bounded number of bytes and entries, evicting the least recently
-// used. An import holds the mapping it copies from, so one may outlive its entry: `open_`
-// knows every mapping not closed yet, since the driver refuses to open a handle twice.
+// caching allocator hands out the same blocks again. Mapped memory cannot be freed by its owner,
+// so the cache keeps a bounded number of bytes and entries, evicting the least recently used.
+// Each mapping is open while it is cached or held by a copy (Held), and is closed by whichever
+// lets go last; both happen under mu_, so a handle is never opened twice (the driver refuses).
 class ImportCache {
  public:
   static constexpr size_t kMaxEntries = 1024;
   static constexpr size_t kMaxBytes = size_t{16} << 30;
 
-  std::shared_ptr<OpenedMemory> memory(const Handle& h, int device, int64_t sender) {
-    std::vector<std::shared_ptr<OpenedMemory> > evicted;  // closed outside the lock
+  struct Mapping {
+    char* base = nullptr;
+    size_t size = 0;
+    int device = 0;
+    int64_t sender = 0;
+    int holders = 0;
+    bool cached = false;
+    uint64_t last_use = 0;
+  };
+
+  // A mapping held for one copy; lets go when destroyed.
+  class Held {
+   public:
+    Held(ImportCache& cache, Mapping& m) : cache_(cache), m_(m) {}
+    ~Held() { cache_.let_go(m_); }
+    Held(const Held&) = delete;
+    Held& operator=(const Held&) = delete;
+    const Mapping* operator->() const { return &m_; }
+
+   private:
+    ImportCache& cache_;
+    Mapping& m_;  // a std::map node: stays put while held
+  };
+
+  Held hold(const Handle& h, int device, int64_t sender) {
     std::lock_guard lock(mu_);
     const Key key{h, device};
-    if (auto it = entries_.find(key); it != entries_.end()) {
-      it->second.last_use = ++clock_;
-      return it->second.memory;
+    auto it = mappings_.find(key);
+    if (it == mappings_.end()) it = mappings_.emplace(key, open(key, sender)).first;
+    Mapping& m = it->second;
+    ++m.holders;
+    m.last_use = ++clock_;
+    if (!m.cached) {
+      m.cached = true;
+      ++cached_;
+      bytes_ += m.size;
     }
-    std::shared_ptr<OpenedMemory> memory = open_[key].lock();
-    if (!memory) memory = open(key, sender);
-    while (!entries_.empty() &&
-           (entries_.size() >= kMaxEntries || bytes_ + memory->size > kMaxBytes)) {
-      auto oldest =
-          std::ranges::min_element(entries_, {}, [](const auto& kv) { return kv.second.last_use; });
-      bytes_ -= oldest->second.memory->size;
-      evicted.push_back(std::move(oldest->second.memory));
-      entries_.erase(oldest);
-    }
-    bytes_ += memory->size;
-    entries_[key] = {memory, ++clock_};
-    return memory;
+    while (cached_ > kMaxEntries || (bytes_ > kMaxBytes && cached_ > 1)) evict(&m);
+    return Held(*this, m);
   }
 
   void forget(int64_t sender) {
-    std::vector<std::shared_ptr<OpenedMemory> > closing;  // closed outside the lock
     std::lock_guard lock(mu_);
-    std::erase_if(entries_, [&](auto& kv) {
-      if (kv.second.memory->sender != sender) return false;
-      bytes_ -= kv.second.memory->size;
-      closing.push_back(std::move(kv.second.memory));
-      return true;
-    });
+    for (auto it = mappings_.begin(); it != mappings_.end();) {
+      auto next = std::next(it);
+      if (it->second.sender == sender && it->second.cached) uncache(it);
+      it = next;
+    }
   }
 
  private:
   using Key = std::pair<Handle, int>;
-  struct Entry {
-    std::shared_ptr<OpenedMemory> memory;
-    uint64_t last_use = 0;
-  };
 
-  // Caller holds mu_. The mapping closes, under mu_, when its last holder lets go.
-  std::shared_ptr<OpenedMemory> open(const Key& key, int64_t sender) {
+  // Caller holds mu_.
+  static Mapping open(const Key& key, int64_t sender) {
     cudaIpcMemHandle_t handle;
     std::memcpy(&handle, key.first.data(), sizeof handle);
     void* ptr = nullptr;
@@ -240,27 +247,46 @@ class ImportCache {
     }
     ++g_handles_opened;
     ++g_handles_mapped;
-    std::shared_ptr<OpenedMemory> memory(
-        new OpenedMemory{static_cast<char*>(ptr), range->second, key.second, sender},
-        [this, key](OpenedMemory* m) {
-          {
-            std::lock_guard lock(mu_);
-            cuda::DeviceGuard guard(m->device);
-            if (cudaIpcCloseMemHandle(m->base) != cudaSuccess) cuda::clear_last_error();
-            if (auto it = open_.find(key); it != open_.end() && it->second.expired())
-              open_.erase(it);
-          }
-          --g_handles_mapped;
-          delete m;
-        });
-    open_[key] = memory;
-    return memory;
+    return {static_cast<char*>(ptr), range->second, key.second, sender};
+  }
+
+  // Caller holds mu_: takes the least recently used cached mapping other than `keep` out of the
+  // cache.
+  void evict(const Mapping* keep) {
+    auto oldest = mappings_.end();
+    for (auto it = mappings_.begin(); it != mappings_.end(); ++it)
+      if (it->second.cached && &it->second != keep &&
+          (oldest == mappings_.end() || it->second.last_use < oldest->second.last_use))
+        oldest = it;
+    if (oldest != mappings_.end()) uncache(oldest);
+  }
+
+  // Caller holds mu_.
+  void uncache(std::map<Key, Mapping>::iterator it) {
+    it->second.cached = false;
+    --cached_;
+    bytes_ -= it->second.size;
+    if (it->second.holders == 0) close(it);
+  }
+
+  void let_go(Mapping& m) {
+    std::lock_guard lock(mu_);
+    if (--m.holders > 0 || m.cached) return;
+    for (auto it = mappings_.begin(); it != mappings_.end(); ++it)
+      if (&it->second == &m) return close(it);
+  }
+
+  // Caller holds mu_.
+  void close(std::map<Key, Mapping>::iterator it) {
+    cuda::DeviceGuard guard(it->second.device);
+    if (cudaIpcCloseMemHandle(it->second.base) != cudaSuccess) cuda::clear_last_error();
+    --g_handles_mapped;
+    mappings_.erase(it);
   }
 
   std::mutex mu_;
-  std::map<Key, Entry> entries_;
-  std::map<Key, std::weak_ptr<OpenedMemory> > open_;
-  size_t bytes_ = 0;
+  std::map<Key, Mapping> mappings_;  // every mapping open now
+  size_t cached_ = 0, bytes_ = 0;    // of the cached ones
   uint64_t clock_ = 0;
 };
 
@@ -310,7 +336,7 @@ Tensor import_cuda_tensor(const SharedCudaTensor& s, DType dtype, const Shape& s
   cuda::check_device(cuda_device(device), "import_cuda_tensor");
   cuda::DeviceGuard guard(device);
   trace::Scope span("cuda", "import_cuda_tensor");
-  const auto memory = imports().memory(s.memory, device, sender);
+  const ImportCache::Held memory = imports().hold(s.memory, device, sender);
   const size_t nbytes = static_cast<size_t>(numel(sizes)) * itemsize(dtype);
   GW_CHECK(s.offset <= memory->size && nbytes <= memory->size - s.offset, IoError,
            "[import_cuda_tensor] ", nbytes, " bytes at offset ", s.offset,

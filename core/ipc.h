@@ -70,7 +70,8 @@ class CudaIpcPeer {
 
  private:
   int64_t pid_;
-  int pidfd_;  // -1 where pidfds are not available: then kill(pid, 0) says
+  int pidfd_;            // -1 where pidfds are not available: then kill(pid, 0) says
+  bool exited_ = false;  // already when watched
 };
 // Keeps `leases` until `peer` is gone: for a sender that cannot know whether that receiver
 // still copies (its connection closed before the receiver said it was done).

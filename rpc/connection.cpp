@@ -117,13 +117,15 @@ Connection::Connection(store::Stream stream, uint64_t max_frame_bytes, MessageHa
 }
 
 Connection::~Connection() {
-  if (cuda_ipc_) keep_leases(std::move(leases_));  // never closed: nobody told us it copied
+  keep_leases(std::move(leases_), ipc_peer_);  // never closed: nobody told us it copied
 }
 
-void Connection::keep_leases(std::map<uint64_t, CudaIpcLease> leases) {
+void Connection::keep_leases(std::map<uint64_t, CudaIpcLease> leases,
+                             std::shared_ptr<const CudaIpcPeer> peer) {
+  if (leases.empty()) return;
   std::vector<CudaIpcLease> kept;
   for (auto& [id, lease] : leases) kept.push_back(std::move(lease));
-  keep_cuda_ipc_leases_until_gone(std::move(kept), ipc_peer_);
+  keep_cuda_ipc_leases_until_gone(std::move(kept), std::move(peer));
 }
 
 void Connection::start() {
@@ -260,8 +262,15 @@ bool Connection::on_cuda_ipc(Message& m) {
   GW_CHECK(cuda_ipc_.load(std::memory_order_acquire), IoError, "[rpc] ", remote_,
            " shared CUDA tensors by IPC handle, but it is not another process of this host");
   m.cuda_ipc_receipt =
-      std::make_shared<Receipt>(weak_from_this(), m.cuda_ipc_lease, ipc_peer_->pid());
+      std::make_shared<Receipt>(weak_from_this(), m.cuda_ipc_lease, peer_pid_.load());
   return true;
+}
+
+void Connection::on_peer_process(int32_t pid) {
+  GW_CHECK(pid > 0, IoError, "[rpc] ", remote_, " named process ", pid);
+  if (pid == ::getpid()) return;  // another agent of this process: its tensors go as bytes
+  peer_pid_ = pid;
+  cuda_ipc_.store(true, std::memory_order_release);
 }
 
 // --- shared memory ---------------------------------------------------------------------------
@@ -317,10 +326,7 @@ bool Connection::on_shm_step(Message& m) {
         enqueue_locked(std::make_unique<Pending>(encode(shm_step(Step::kAccept, ::getpid()))));
         shm_out_ = true;  // the peer reads the ring after our kAccept
       }
-      if (step.pid != ::getpid()) {  // another process of this host
-        ipc_peer_ = std::make_shared<const CudaIpcPeer>(step.pid);
-        cuda_ipc_ = true;
-      }
+      on_peer_process(step.pid);
       start_ring_thread();
       return true;  // the opener's Handshake, for the agent
     }
@@ -334,10 +340,7 @@ bool Connection::on_shm_step(Message& m) {
         enqueue_locked(std::make_unique<Pending>(encode(shm_step(Step::kSwitch))));
         shm_out_ = true;
       }
-      if (step.pid != ::getpid()) {  // another process of this host
-        ipc_peer_ = std::make_shared<const CudaIpcPeer>(step.pid);
-        cuda_ipc_ = true;
-      }
+      on_peer_process(step.pid);
       shm_in_ = true;  // what the peer sent after its kAccept is in the ring
       start_ring_thread();
       return false;
@@ -479,7 +482,11 @@ void Connection::send(const Message& m) {
   auto pending = std::make_unique<Pending>(std::move(frame));
   std::lock_guard lock(write_mu_);
   GW_CHECK(!close_started_, IoError, "[rpc] connection to ", remote_, " is closed");
-  if (!lease.empty()) leases_.emplace(lease_id, std::move(lease));
+  if (!lease.empty()) {
+    // Watched from the first lease on (a pidfd), should we have to keep leases for it.
+    if (!ipc_peer_) ipc_peer_ = std::make_shared<const CudaIpcPeer>(peer_pid_.load());
+    leases_.emplace(lease_id, std::move(lease));
+  }
   enqueue_locked(std::move(pending));
 }
 
@@ -599,6 +606,7 @@ void Connection::close_on_io_thread(const std::string& why) {
   // it lets go of that memory then.
   { std::unique_lock copies_done(copying_mu_); }
   std::map<uint64_t, CudaIpcLease> leases;  // what we shared with the peer, dropped unlocked
+  std::shared_ptr<const CudaIpcPeer> peer;
   {
     // Senders use fd_ under write_mu_: close it under the same lock so the number is not
     // reused beneath them.
@@ -607,6 +615,7 @@ void Connection::close_on_io_thread(const std::string& why) {
     queue_.clear();
     shm_queue_.clear();
     leases.swap(leases_);
+    peer = ipc_peer_;
     std::error_code ignored;
     socket_.shutdown(asio::socket_base::shutdown_both, ignored);
     socket_.close(ignored);
@@ -615,10 +624,10 @@ void Connection::close_on_io_thread(const std::string& why) {
   if (shm_) shm_->wake_self();  // its ring thread ends
   if (cuda_ipc_) {
     // What we opened of the peer's memory would keep it from being freed should it be gone.
-    forget_cuda_ipc_sender(ipc_peer_->pid());
+    forget_cuda_ipc_sender(peer_pid_);
     // The peer is done copying ours once it has closed its end (see copying_mu_). Closed from
     // this end, we cannot know: what it may still copy stays until its process is gone.
-    if (!peer_closed_.load()) keep_leases(std::move(leases));
+    if (!peer_closed_.load()) keep_leases(std::move(leases), std::move(peer));
   }
   on_close_(shared_from_this(), why);
 }

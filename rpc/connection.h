@@ -136,8 +136,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // message that brings shared CUDA tensors its Receipt. Throws IoError if the peer may not
   // share.
   bool on_cuda_ipc(Message& m);
+  // Asio thread, once shared memory is set up: the peer is process `pid` of this host (IoError
+  // for a pid no process has); CUDA tensors may go by IPC handle to another process.
+  void on_peer_process(int32_t pid);
   // Keeps what we shared until the peer's process is gone.
-  void keep_leases(std::map<uint64_t, CudaIpcLease> leases);
+  static void keep_leases(std::map<uint64_t, CudaIpcLease> leases,
+                          std::shared_ptr<const CudaIpcPeer> peer);
   void start_ring_thread();  // Asio thread
   void ring_loop();          // ring thread
   bool read_ring();          // ring thread: what the ring holds; false if nothing
@@ -197,7 +201,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::deque<std::unique_ptr<Pending>> writing_;  // TLS: the batch being written (Asio thread)
   // CUDA IPC: set once shared memory shows the peer is another process of this host.
   std::atomic<bool> cuda_ipc_{false};
-  std::shared_ptr<const CudaIpcPeer> ipc_peer_;  // set before cuda_ipc_ (Asio thread)
+  std::atomic<int32_t> peer_pid_{0};             // set before cuda_ipc_ (Asio thread)
+  std::shared_ptr<const CudaIpcPeer> ipc_peer_;  // under write_mu_: made with the first lease
   // Copies out of the peer's memory hold it shared; closing takes it, so that none runs after.
   std::shared_mutex copying_mu_;
   std::atomic<uint64_t> last_lease_{0};
