@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/ipc_cache.h"
 #include "core/ops.h"
 #include "core/trace.h"
 
@@ -21,7 +22,6 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
-#include <map>
 #include <optional>
 
 #include "core/cuda/cuda_error.h"
@@ -159,139 +159,42 @@ std::optional<std::pair<char*, size_t> > allocation_of(const void* ptr) {
   return std::pair{reinterpret_cast<char*>(base), size};
 }
 
-using Handle = std::array<uint8_t, 64>;
-
-// The receiver's mappings of other processes' memory, opened once and reused: a sender's
-// caching allocator hands out the same blocks again. Mapped memory cannot be freed by its owner,
-// so the cache keeps a bounded number of bytes and entries, evicting the least recently used.
-// Each mapping is open while it is cached or held by a copy (Held), and is closed by whichever
-// lets go last; both happen under mu_, so a handle is never opened twice (the driver refuses).
-class ImportCache {
- public:
-  static constexpr size_t kMaxEntries = 1024;
-  static constexpr size_t kMaxBytes = size_t{16} << 30;
-
-  struct Mapping {
-    char* base = nullptr;
-    size_t size = 0;
-    int device = 0;
-    int64_t sender = 0;
-    int holders = 0;
-    bool cached = false;
-    uint64_t last_use = 0;
-  };
-
-  // A mapping held for one copy; lets go when destroyed.
-  class Held {
-   public:
-    Held(ImportCache& cache, Mapping& m) : cache_(cache), m_(m) {}
-    ~Held() { cache_.let_go(m_); }
-    Held(const Held&) = delete;
-    Held& operator=(const Held&) = delete;
-    const Mapping* operator->() const { return &m_; }
-
-   private:
-    ImportCache& cache_;
-    Mapping& m_;  // a std::map node: stays put while held
-  };
-
-  Held hold(const Handle& h, int device, int64_t sender) {
-    std::lock_guard lock(mu_);
-    const Key key{h, device};
-    auto it = mappings_.find(key);
-    if (it == mappings_.end()) it = mappings_.emplace(key, open(key, sender)).first;
-    Mapping& m = it->second;
-    ++m.holders;
-    m.last_use = ++clock_;
-    if (!m.cached) {
-      m.cached = true;
-      ++cached_;
-      bytes_ += m.size;
-    }
-    while (cached_ > kMaxEntries || (bytes_ > kMaxBytes && cached_ > 1)) evict(&m);
-    return Held(*this, m);
+// The CUDA driver's side of the receiver's mappings (core/ipc_cache.h).
+detail::IpcMappingCache::Opened open_mapping(const detail::IpcMappingCache::Handle& h, int device) {
+  cudaIpcMemHandle_t handle;
+  std::memcpy(&handle, h.data(), sizeof handle);
+  void* ptr = nullptr;
+  const cudaError_t status = cudaIpcOpenMemHandle(&ptr, handle, cudaIpcMemLazyEnablePeerAccess);
+  if (status != cudaSuccess) {
+    cuda::clear_last_error();
+    throw IoError(
+        detail::str("[import_cuda_tensor] cannot open the sender's memory handle on cuda:", device,
+                    ": ", cudaGetErrorString(status),
+                    " (GW_RPC_CUDA_IPC=0 on the sender stages CUDA tensors through host "
+                    "memory instead)"));
   }
-
-  void forget(int64_t sender) {
-    std::lock_guard lock(mu_);
-    for (auto it = mappings_.begin(); it != mappings_.end();) {
-      auto next = std::next(it);
-      if (it->second.sender == sender && it->second.cached) uncache(it);
-      it = next;
-    }
+  const auto range = allocation_of(ptr);
+  if (!range || range->first != ptr) {
+    if (cudaIpcCloseMemHandle(ptr) != cudaSuccess) cuda::clear_last_error();
+    throw IoError("[import_cuda_tensor] the driver does not say how large the sender's memory is");
   }
+  ++g_handles_opened;
+  ++g_handles_mapped;
+  return {static_cast<char*>(ptr), range->second};
+}
 
- private:
-  using Key = std::pair<Handle, int>;
-
-  // Caller holds mu_.
-  static Mapping open(const Key& key, int64_t sender) {
-    cudaIpcMemHandle_t handle;
-    std::memcpy(&handle, key.first.data(), sizeof handle);
-    void* ptr = nullptr;
-    const cudaError_t status = cudaIpcOpenMemHandle(&ptr, handle, cudaIpcMemLazyEnablePeerAccess);
-    if (status != cudaSuccess) {
-      cuda::clear_last_error();
-      throw IoError(
-          detail::str("[import_cuda_tensor] cannot open the sender's memory handle on "
-                      "cuda:",
-                      key.second, ": ", cudaGetErrorString(status),
-                      " (GW_RPC_CUDA_IPC=0 on the sender stages CUDA tensors through "
-                      "host memory instead)"));
-    }
-    const auto range = allocation_of(ptr);
-    if (!range || range->first != ptr) {
-      if (cudaIpcCloseMemHandle(ptr) != cudaSuccess) cuda::clear_last_error();
-      throw IoError(
-          "[import_cuda_tensor] the driver does not say how large the sender's memory is");
-    }
-    ++g_handles_opened;
-    ++g_handles_mapped;
-    return {static_cast<char*>(ptr), range->second, key.second, sender};
+void close_mapping(char* base, int device) {
+  try {
+    cuda::DeviceGuard guard(device);
+    if (cudaIpcCloseMemHandle(base) != cudaSuccess) cuda::clear_last_error();
+  } catch (const std::exception&) {  // no device to switch to: nothing left to close
   }
+  --g_handles_mapped;
+}
 
-  // Caller holds mu_: takes the least recently used cached mapping other than `keep` out of the
-  // cache.
-  void evict(const Mapping* keep) {
-    auto oldest = mappings_.end();
-    for (auto it = mappings_.begin(); it != mappings_.end(); ++it)
-      if (it->second.cached && &it->second != keep &&
-          (oldest == mappings_.end() || it->second.last_use < oldest->second.last_use))
-        oldest = it;
-    if (oldest != mappings_.end()) uncache(oldest);
-  }
-
-  // Caller holds mu_.
-  void uncache(std::map<Key, Mapping>::iterator it) {
-    it->second.cached = false;
-    --cached_;
-    bytes_ -= it->second.size;
-    if (it->second.holders == 0) close(it);
-  }
-
-  void let_go(Mapping& m) {
-    std::lock_guard lock(mu_);
-    if (--m.holders > 0 || m.cached) return;
-    for (auto it = mappings_.begin(); it != mappings_.end(); ++it)
-      if (&it->second == &m) return close(it);
-  }
-
-  // Caller holds mu_.
-  void close(std::map<Key, Mapping>::iterator it) {
-    cuda::DeviceGuard guard(it->second.device);
-    if (cudaIpcCloseMemHandle(it->second.base) != cudaSuccess) cuda::clear_last_error();
-    --g_handles_mapped;
-    mappings_.erase(it);
-  }
-
-  std::mutex mu_;
-  std::map<Key, Mapping> mappings_;  // every mapping open now
-  size_t cached_ = 0, bytes_ = 0;    // of the cached ones
-  uint64_t clock_ = 0;
-};
-
-ImportCache& imports() {
-  static auto* cache = new ImportCache;  // leaked, as kept_leases()
+detail::IpcMappingCache& imports() {
+  // Leaked, as kept_leases(): copies may let go from threads that outlive static destruction.
+  static auto* cache = new detail::IpcMappingCache({open_mapping, close_mapping});
   return *cache;
 }
 
@@ -336,7 +239,7 @@ Tensor import_cuda_tensor(const SharedCudaTensor& s, DType dtype, const Shape& s
   cuda::check_device(cuda_device(device), "import_cuda_tensor");
   cuda::DeviceGuard guard(device);
   trace::Scope span("cuda", "import_cuda_tensor");
-  const ImportCache::Held memory = imports().hold(s.memory, device, sender);
+  const detail::IpcMappingCache::Held memory = imports().hold(s.memory, device, sender);
   const size_t nbytes = static_cast<size_t>(numel(sizes)) * itemsize(dtype);
   GW_CHECK(s.offset <= memory->size && nbytes <= memory->size - s.offset, IoError,
            "[import_cuda_tensor] ", nbytes, " bytes at offset ", s.offset,
