@@ -187,9 +187,9 @@ void close_mapping(char* base, int device) {
   try {
     cuda::DeviceGuard guard(device);
     if (cudaIpcCloseMemHandle(base) != cudaSuccess) cuda::clear_last_error();
-  } catch (const std::exception&) {  // no device to switch to: nothing left to close
+    --g_handles_mapped;
+  } catch (const std::exception&) {  // the device is unusable: its context holds the mapping
   }
-  --g_handles_mapped;
 }
 
 detail::IpcMappingCache& imports() {

@@ -3,7 +3,8 @@
 // so that its bookkeeping is tested without a GPU (tests/core/test_ipc_cache.cpp).
 //
 // Mapped memory cannot be freed by its owner, so the cache keeps a bounded number of bytes and
-// entries, evicting the least recently used. A mapping is open while it is cached or held by a
+// entries, evicting the least recently used. The driver's functions run under the cache's lock
+// and must not call back into it. A mapping is open while it is cached or held by a
 // copy (Held), and is closed by whichever lets go last. Opening and closing both happen under
 // the cache's lock, so a handle is never opened while it is open (the driver refuses that).
 //
@@ -99,7 +100,8 @@ class IpcMappingCache {
       ++cached_;
       bytes_ += m.memory.size;
     }
-    while (cached_ > limits_.max_entries || (bytes_ > limits_.max_bytes && cached_ > 1)) evict(&m);
+    // Never the one just held: a single mapping past the limits is still kept while in use.
+    while ((cached_ > limits_.max_entries || bytes_ > limits_.max_bytes) && cached_ > 1) evict(&m);
     return Held(*this, m);
   }
 

@@ -18,16 +18,19 @@ struct FakeDriver {
   int opens = 0, reopened_while_open = 0;
   std::vector<char> memory = std::vector<char>(512);
 
+  // One address per (handle, device).
+  char* base(int id, int device = 0) { return memory.data() + id * 2 + device; }
+
   IpcMappingCache::Driver driver() {
     return {[this](const IpcMappingCache::Handle& h, int device) {
               if (h[0] == 0xFF) throw std::runtime_error("cannot open");
-              char* base = memory.data() + h[0] + device;  // one address per (handle, device)
-              if (open.count(base)) ++reopened_while_open;
-              open[base] = h[0];
+              char* mapped = base(h[0], device);
+              if (open.count(mapped)) ++reopened_while_open;
+              open[mapped] = h[0];
               ++opens;
-              return IpcMappingCache::Opened{base, static_cast<size_t>(100 + h[0])};
+              return IpcMappingCache::Opened{mapped, static_cast<size_t>(100 + h[0])};
             },
-            [this](char* base, int) { open.erase(base); }};
+            [this](char* mapped, int) { open.erase(mapped); }};
   }
 };
 
@@ -70,7 +73,7 @@ TEST_CASE("IPC mappings past the limits are evicted least recently used", "[ipc]
   { auto m = cache.hold(handle(1), 0, 7); }  // 2 is now the least recently used
   { auto m = cache.hold(handle(3), 0, 7); }
   CHECK(d.open.size() == 2);
-  CHECK(d.open.count(d.memory.data() + 2) == 0);
+  CHECK(d.open.count(d.base(2)) == 0);
   // Bytes: 101 + 103 + 110 > 300 evicts down to what fits.
   FakeDriver e;
   IpcMappingCache by_bytes(e.driver(), {.max_entries = 10, .max_bytes = 300});
@@ -78,7 +81,7 @@ TEST_CASE("IPC mappings past the limits are evicted least recently used", "[ipc]
   { auto m = by_bytes.hold(handle(3), 0, 7); }
   { auto m = by_bytes.hold(handle(10), 0, 7); }
   CHECK(e.open.size() == 2);
-  CHECK(e.open.count(e.memory.data() + 1) == 0);
+  CHECK(e.open.count(e.base(1)) == 0);
   // One mapping larger than the limit alone is still kept: it is in use.
   { auto m = by_bytes.hold(handle(250), 0, 7); }
   CHECK(by_bytes.open_count() == 1);
@@ -91,7 +94,7 @@ TEST_CASE("an evicted IPC mapping stays open while a copy holds it, and is not r
   std::optional<IpcMappingCache::Held> copying;
   copying.emplace(cache.hold(handle(1), 0, 7));
   { auto m = cache.hold(handle(2), 0, 7); }  // evicts 1, which the copy still reads
-  CHECK(d.open.count(d.memory.data() + 1) == 1);
+  CHECK(d.open.count(d.base(1)) == 1);
   // Another copy of 1 meanwhile reuses the open mapping (the driver would refuse a second open).
   { auto m = cache.hold(handle(1), 0, 7); }
   CHECK(d.reopened_while_open == 0);
@@ -99,7 +102,7 @@ TEST_CASE("an evicted IPC mapping stays open while a copy holds it, and is not r
   copying.reset();
   // 1 is cached again (the last hold put it back), 2 was evicted by it.
   CHECK(d.open.size() == 1);
-  CHECK(d.open.count(d.memory.data() + 1) == 1);
+  CHECK(d.open.count(d.base(1)) == 1);
 }
 
 TEST_CASE("forgetting a sender closes its mappings once no copy holds them", "[ipc]") {
@@ -110,10 +113,10 @@ TEST_CASE("forgetting a sender closes its mappings once no copy holds them", "[i
   std::optional<IpcMappingCache::Held> copying;
   copying.emplace(cache.hold(handle(3), 0, 7));
   cache.forget(7);
-  CHECK(d.open.count(d.memory.data() + 1) == 0);
-  CHECK(d.open.count(d.memory.data() + 2) == 1);  // another sender's
-  CHECK(d.open.count(d.memory.data() + 3) == 1);  // still being copied from
+  CHECK(d.open.count(d.base(1)) == 0);
+  CHECK(d.open.count(d.base(2)) == 1);  // another sender's
+  CHECK(d.open.count(d.base(3)) == 1);  // still being copied from
   copying.reset();
-  CHECK(d.open.count(d.memory.data() + 3) == 0);
+  CHECK(d.open.count(d.base(3)) == 0);
   CHECK(cache.open_count() == 1);
 }
