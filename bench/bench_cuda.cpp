@@ -19,6 +19,8 @@
 //     handle (shared memory on, as between any two processes of one host), against two raw
 //     device-to-device copies of the same bytes and against the same echo staged through host
 //     memory (shared memory off); bench/torch_anchor_rpc_cuda.py times PyTorch's TensorPipe.
+//     With GW_BENCH_DIAG=1 it also prints where a round trip's time goes (a 4-byte CPU and CUDA
+//     echo, and the sender's share_cuda_tensor alone).
 // Without a device every case prints "skipped: no device (...)".
 #include <cuda_runtime_api.h>
 
@@ -29,7 +31,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
-#include <numeric>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -320,17 +321,16 @@ double gpt_tokens_per_s(gw::Device device, int64_t steps) {
     seconds.push_back(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
-  double best = 1e300;
-  for (int64_t s = kUntimed; s + kWindow <= steps; ++s)
-    best = std::min(best, std::accumulate(seconds.begin() + s, seconds.begin() + s + kWindow, 0.0));
-  return static_cast<double>(kWindow * kBatch * kContext) / best;
+  return static_cast<double>(kWindow * kBatch * kContext) /
+         gw::bench::fastest_window(seconds, kUntimed, kWindow);
 }
 
+constexpr const char* kGptCase = "gpt step f32, gpt_train's model, 4096 tokens";
+
 void gpt(gw::bench::Reporter& report) {
-  const char* name = "gpt step f32, gpt_train's model, 4096 tokens";
-  if (!report.wants("cuda", name)) return;
+  if (!report.wants("cuda", kGptCase)) return;
   const double gpu = gpt_tokens_per_s(kGpu, 110), cpu = gpt_tokens_per_s(gw::kCPU, 62);
-  report.add({"cuda", name, gpu, "tokens/s", "the same step on the CPU", cpu});
+  report.add({"cuda", kGptCase, gpu, "tokens/s", "the same step on the CPU", cpu});
 }
 
 // worker1 of rpc_transfers' world: bench_cuda --rpc-peer STORE_PORT SHARED_MEMORY(0|1).
@@ -424,7 +424,7 @@ int main(int argc, char** argv) {
           "one-element add, per op", "MLP SGD step, batch 64", "DDP step, world size 1 (NCCL)"})
       report.skip("cuda", name, why);
     for (int64_t mib : {1, 64}) report.skip("cuda", rpc_case(mib), why);
-    report.skip("cuda", "gpt step f32, gpt_train's model, 4096 tokens", why);
+    report.skip("cuda", kGptCase, why);
     return 0;
   }
   if (!report.json()) std::printf("cuda: %s\n", device_name().c_str());

@@ -18,7 +18,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <numeric>
 #include <string>
 #include <vector>
 
@@ -104,9 +103,7 @@ int main(int argc, char** argv) {
       if (s + 1 == at)
         val_losses.push_back(gw::examples::validation_loss(*model, val, kEvalBatches, kBatch));
   }
-  double best = 1e300;  // the fastest kWindow consecutive steps
-  for (int64_t s = kUntimed; s + kWindow <= kSteps; ++s)
-    best = std::min(best, std::accumulate(seconds.begin() + s, seconds.begin() + s + kWindow, 0.0));
+  const double best = gw::bench::fastest_window(seconds, kUntimed, kWindow);
   const double tokens_per_s = double(kWindow * kBatch * kContext) / best;
 
   const auto torch_out =

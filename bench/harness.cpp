@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <iomanip>
 #include <iostream>
+#include <numeric>
 #include <sstream>
 
 #include "core/cpu/sgemm.h"
@@ -118,6 +119,15 @@ double seconds_per_call(const std::function<void()>& f, double min_seconds, int 
     best = std::min(best, elapsed / static_cast<double>(batch));
     ++t;
   }
+  return best;
+}
+
+double fastest_window(const std::vector<double>& seconds, size_t skip, size_t window) {
+  double best = 1e300;
+  for (size_t s = skip; s + window <= seconds.size(); ++s)
+    best =
+        std::min(best, std::accumulate(seconds.begin() + static_cast<ptrdiff_t>(s),
+                                       seconds.begin() + static_cast<ptrdiff_t>(s + window), 0.0));
   return best;
 }
 

@@ -76,6 +76,10 @@ std::pair<double, double> seconds_per_call_pair(const std::function<void()>& f,
                                                 const std::function<void()>& g,
                                                 double min_seconds = 0.05, int trials = 9);
 
+// The least total of `window` consecutive entries of `seconds` (a training step's times, say),
+// leaving out the first `skip`: the run's least disturbed stretch.
+double fastest_window(const std::vector<double>& seconds, size_t skip, size_t window);
+
 // "4 B", "4 KiB", "64 MiB": a power-of-two size in its largest whole unit.
 std::string size_label(size_t bytes);
 

@@ -32,8 +32,7 @@
 namespace gw {
 
 namespace {
-std::atomic<uint64_t> g_shared{0}, g_imported{0}, g_leases_held{0}, g_handles_opened{0},
-    g_handles_mapped{0};
+std::atomic<uint64_t> g_shared{0}, g_imported{0}, g_leases_held{0}, g_handles_mapped{0};
 
 // Leases kept for receivers that may still copy, until their process is gone. Reaped whenever
 // something is shared or kept. Leaked: leases may be dropped by threads that outlive static
@@ -73,8 +72,7 @@ KeptLeases& kept_leases() {
 }  // namespace
 
 CudaIpcStats cuda_ipc_stats() {
-  return {g_shared.load(), g_imported.load(), g_leases_held.load(), g_handles_opened.load(),
-          g_handles_mapped.load()};
+  return {g_shared.load(), g_imported.load(), g_leases_held.load(), g_handles_mapped.load()};
 }
 
 CudaIpcLease::CudaIpcLease() = default;
@@ -178,7 +176,6 @@ detail::IpcMappingCache::Opened open_mapping(const detail::IpcMappingCache::Hand
     if (cudaIpcCloseMemHandle(ptr) != cudaSuccess) cuda::clear_last_error();
     throw IoError("[import_cuda_tensor] the driver does not say how large the sender's memory is");
   }
-  ++g_handles_opened;
   ++g_handles_mapped;
   return {static_cast<char*>(ptr), range->second};
 }

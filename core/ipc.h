@@ -93,8 +93,7 @@ struct CudaIpcStats {
   uint64_t shared = 0;          // tensors shared by share_cuda_tensor
   uint64_t imported = 0;        // tensors copied by import_cuda_tensor
   uint64_t leases_held = 0;     // non-empty leases alive now
-  uint64_t handles_opened = 0;  // memory handles the driver opened (the rest came from the cache)
-  uint64_t handles_mapped = 0;  // of those, still open now
+  uint64_t handles_mapped = 0;  // other processes' memory handles open here now
 };
 CudaIpcStats cuda_ipc_stats();
 

@@ -468,10 +468,10 @@ bool Connection::write_ring_locked() {
 
 void Connection::send(const Message& m) {
   const uint64_t lease_id = cuda_ipc_.load(std::memory_order_acquire) ? ++last_lease_ : 0;
-  std::optional<trace::Scope> span;
-  if (trace::enabled()) span.emplace("rpc", "encode");
-  OutgoingFrame frame = encode(m, lease_id);
-  span.reset();
+  OutgoingFrame frame = [&] {
+    trace::Scope span("rpc", "encode");
+    return encode(m, lease_id);
+  }();
   CudaIpcLease lease = std::move(frame.lease);
   // Refused here rather than by the peer, which would close the connection and fail every
   // call pending on it.
