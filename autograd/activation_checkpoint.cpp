@@ -9,7 +9,7 @@ namespace {
 class CheckpointBackward final : public Node {
  public:
   CheckpointBackward(CheckpointFunction fn, const std::vector<Tensor>& inputs)
-      : fn_(std::move(fn)) {
+      : fn_(std::move(fn)), autocast_(autocast_state()) {
     for (const Tensor& t : inputs) {
       inputs_.emplace_back(t);
       requires_grad_.push_back(t.requires_grad());
@@ -33,6 +33,7 @@ class CheckpointBackward final : public Node {
     std::vector<Tensor> outputs;
     {
       EnableGradGuard recording;
+      AutocastGuard as_forward(autocast_);  // the dtypes the first run computed in
       outputs = fn_(leaves);
     }
     GW_CHECK(outputs.size() == grads.size(), StateError, "[checkpoint] the recomputation returned ",
@@ -61,6 +62,7 @@ class CheckpointBackward final : public Node {
   CheckpointFunction fn_;
   std::vector<SavedTensor> inputs_;
   std::vector<bool> requires_grad_;
+  AutocastState autocast_;
 };
 
 }  // namespace

@@ -202,8 +202,10 @@ void GraphTask::run() {
     const LeafSink* prev;
     ~Restore() { t_leaf_sink = prev; }
   } restore{prev_sink};
-  // Backward functions compute with recording off (no higher-order graphs).
+  // Backward functions compute with recording off (no higher-order graphs), and with autocast
+  // off: each runs in the dtypes its forward recorded.
   detail::NoRecordScope no_record;
+  AutocastGuard no_autocast(AutocastState{});
   while (true) {
     std::shared_ptr<Node> node;
     std::vector<Tensor> inputs;

@@ -11,9 +11,10 @@
 //     one-thread kernel;
 //   - a Fashion-MNIST MLP training step on the GPU against the same step on the CPU;
 //   - DDP at world size 1 over NCCL against the same training without DDP;
-//   - gpt_train's GPT (4 blocks, width 128, context 128, batch 32) training on the GPU, float32,
-//     in tokens/s over the fastest 50 steps after 10, against the same step on the CPU;
-//     bench/torch_anchor_gpt_cuda.py times PyTorch eager on the same GPU;
+//   - gpt_train's GPT (4 blocks, width 128, context 128, batch 32) training on the GPU, in
+//     tokens/s over the fastest 50 steps after 10: in float32 against the same step on the CPU,
+//     and with bfloat16 autocast (gpt_train --amp bf16) against the float32 step;
+//     bench/torch_anchor_gpt_cuda.py times PyTorch eager on the same GPU, in both precisions;
 //   - CUDA tensors through RPC between two processes on one GPU (this one as worker0, a copy of
 //     it as worker1, device map cuda:0 -> cuda:0): an echo rpc_sync of 1 and 64 MiB, by IPC
 //     handle (shared memory on, as between any two processes of one host), against two raw
@@ -31,6 +32,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -305,13 +307,14 @@ void training(gw::bench::Reporter& report) {
 
 // gpt_train's model and recipe, one step after another on random tokens (the speed does not
 // depend on them), reading the loss every step as gpt_train's progress line does.
-double gpt_tokens_per_s(gw::Device device, int64_t steps) {
+double gpt_tokens_per_s(gw::Device device, int64_t steps,
+                        std::optional<gw::DType> autocast = std::nullopt) {
   constexpr int64_t kBatch = 32, kContext = 128, kVocab = 80, kUntimed = 10, kWindow = 50;
   gw::Generator gen(0);
   auto model = std::make_shared<gw::nn::GPT>(
       gw::nn::GPTOptions{.vocab_size = kVocab, .context = kContext}, gen);
   model->to(device);
-  gw::examples::GPTTrainer trainer(model, {.steps = steps, .warmup = 10});
+  gw::examples::GPTTrainer trainer(model, {.steps = steps, .warmup = 10, .autocast = autocast});
   Tensor xs = gw::randint(0, kVocab, {steps, kBatch, kContext}, gen).to(device);
   Tensor ys = gw::randint(0, kVocab, {steps, kBatch, kContext}, gen).to(device);
   std::vector<double> seconds;
@@ -326,11 +329,19 @@ double gpt_tokens_per_s(gw::Device device, int64_t steps) {
 }
 
 constexpr const char* kGptCase = "gpt step f32, gpt_train's model, 4096 tokens";
+constexpr const char* kGptBf16Case = "gpt step bf16 autocast, gpt_train's model, 4096 tokens";
 
 void gpt(gw::bench::Reporter& report) {
-  if (!report.wants("cuda", kGptCase)) return;
-  const double gpu = gpt_tokens_per_s(kGpu, 110), cpu = gpt_tokens_per_s(gw::kCPU, 62);
-  report.add({"cuda", kGptCase, gpu, "tokens/s", "the same step on the CPU", cpu});
+  const bool f32 = report.wants("cuda", kGptCase), bf16 = report.wants("cuda", kGptBf16Case);
+  if (!f32 && !bf16) return;
+  const double gpu = gpt_tokens_per_s(kGpu, 110);
+  if (f32)
+    report.add({"cuda", kGptCase, gpu, "tokens/s", "the same step on the CPU",
+                gpt_tokens_per_s(gw::kCPU, 62)});
+  if (bf16) {  // float32 parameters, bfloat16 products and attention (gpt_train --amp bf16)
+    report.add({"cuda", kGptBf16Case, gpt_tokens_per_s(kGpu, 110, gw::kBFloat16), "tokens/s",
+                "the same step in float32", gpu});
+  }
 }
 
 // worker1 of rpc_transfers' world: bench_cuda --rpc-peer STORE_PORT SHARED_MEMORY(0|1).
@@ -425,6 +436,7 @@ int main(int argc, char** argv) {
       report.skip("cuda", name, why);
     for (int64_t mib : {1, 64}) report.skip("cuda", rpc_case(mib), why);
     report.skip("cuda", kGptCase, why);
+    report.skip("cuda", kGptBf16Case, why);
     return 0;
   }
   if (!report.json()) std::printf("cuda: %s\n", device_name().c_str());

@@ -16,6 +16,7 @@
 #include <limits>
 #include <optional>
 #include <span>
+#include <string_view>
 
 #include "core/device.h"
 #include "core/op_list.h"
@@ -74,6 +75,27 @@ constexpr OpRule op_rule(BinaryOp op) {
 #undef GW_OP_RULE
   }
   return OpRule::kArith;
+}
+// Under autocast, whether the op computes a 16-bit input in float32 (`f32` in core/op_list.h).
+constexpr bool autocast_in_float32(UnaryOp op) {
+  switch (op) {
+#define GW_UNARY_AMP(Enum, name, rule, fn, amp) \
+  case UnaryOp::Enum:                           \
+    return std::string_view(#amp) == "f32";
+    GW_UNARY_OPS(GW_UNARY_AMP)
+#undef GW_UNARY_AMP
+  }
+  return false;
+}
+constexpr bool autocast_in_float32(BinaryOp op) {
+  switch (op) {
+#define GW_BINARY_AMP(Enum, name, rule, amp) \
+  case BinaryOp::Enum:                       \
+    return std::string_view(#amp) == "f32";
+    GW_BINARY_OPS(GW_BINARY_AMP)
+#undef GW_BINARY_AMP
+  }
+  return false;
 }
 // Comparisons and logic: bool out.
 constexpr bool is_comparison(BinaryOp op) { return op_rule(op) != OpRule::kArith; }

@@ -2,6 +2,7 @@
 // model and an example.
 #pragma once
 
+#include "core/autocast.h"
 #include "core/ops/conv.h"
 #include "core/ops/creation.h"
 #include "core/ops/elementwise.h"

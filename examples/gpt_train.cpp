@@ -38,9 +38,10 @@
 // or malformed one is refused with the reason before anything is loaded. Every rank reads the
 // checkpoint: across hosts, --checkpoint-dir must be on a shared file system.
 //
-// --device cuda trains on the GPU; --curve PREFIX writes the training and validation loss as
-// PREFIX.csv and PREFIX.svg; --trace FILE writes a timeline; --target LOSS makes the exit status
-// say whether the final validation loss reached it.
+// --device cuda trains on the GPU; --amp bf16 runs the forward under bfloat16 autocast (products
+// and attention in bfloat16, norms and the loss in float32, float32 parameters); --curve PREFIX
+// writes the training and validation loss as PREFIX.csv and PREFIX.svg; --trace FILE writes a
+// timeline; --target LOSS makes the exit status say whether the final validation loss reached it.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -95,7 +96,7 @@ constexpr const char* kUsage =
     "[--prompt TEXT] [--temperature X] [--top-k N] [--seed N] [--threads N] [--ddp gloo|mpi | "
     "--fsdp gloo|mpi] [--pp N [--pp-backend gloo|mpi] "
     "[--schedule gpipe|1f1b|interleaved|zb] [--microbatches N]] "
-    "[--device cpu|cuda] [--curve PREFIX] [--target LOSS] [--checkpoint-every N] "
+    "[--device cpu|cuda] [--amp bf16] [--curve PREFIX] [--target LOSS] [--checkpoint-every N] "
     "[--checkpoint-dir DIR] [--trace FILE]\n";
 
 Args parse(int argc, char** argv) {
@@ -150,6 +151,8 @@ Args parse(int argc, char** argv) {
       a.fsdp = k == "--fsdp";
     } else if (k == "--device" && (v == "cpu" || v == "cuda"))
       a.device = v;
+    else if (k == "--amp" && v == "bf16")  // float16 would need a gradient scaler
+      a.recipe.autocast = gw::kBFloat16;
     else if (k == "--curve")
       a.curve = v;
     else if (k == "--pp")
@@ -194,6 +197,7 @@ Args parse(int argc, char** argv) {
       : a.pp > 0 && !a.ddp.empty() && a.pp_backend_given && a.pp_backend != a.ddp
           ? "--pp with --ddp or --fsdp runs on their backend: drop --pp-backend"
       : a.pp > 0 && a.checkpoint.every > 0 ? "--pp does not take --checkpoint-every yet"
+      : a.pp > 0 && a.recipe.autocast      ? "--pp does not take --amp yet"
       : a.pp > 0 && (a.pipeline.microbatches < 1 || a.batch_size % a.pipeline.microbatches != 0)
           ? "--batch-size must split into --microbatches micro-batches of one size"
       : a.pp > 0 && a.batch_size % a.pp != 0
@@ -409,14 +413,15 @@ int main(int argc, char** argv) {
         parallel = gw::detail::str(", ", args.fsdp ? "FSDP" : "DDP", " on ", world, " ranks (",
                                    args.ddp, ")");
       std::printf(
-          "%s\n%.2fM parameters; %zu characters of text, vocabulary of %lld; %s%s\n"
+          "%s\n%.2fM parameters; %zu characters of text, vocabulary of %lld; %s%s%s\n"
           "AdamW lr %g (warm-up %lld, cosine to %g), weight decay %g, clip %g; %lld steps of "
           "%lld tokens\n",
           model->repr().c_str(), static_cast<double>(parameter_count) / 1e6, corpus.text.size(),
           static_cast<long long>(corpus.vocab_size()), args.device.c_str(), parallel.c_str(),
-          args.recipe.lr, static_cast<long long>(args.recipe.warmup),
-          args.recipe.lr * args.recipe.min_lr_factor, args.recipe.weight_decay, args.recipe.clip,
-          static_cast<long long>(args.recipe.steps), static_cast<long long>(tokens_per_step));
+          args.recipe.autocast ? ", bfloat16 autocast over float32 parameters" : "", args.recipe.lr,
+          static_cast<long long>(args.recipe.warmup), args.recipe.lr * args.recipe.min_lr_factor,
+          args.recipe.weight_decay, args.recipe.clip, static_cast<long long>(args.recipe.steps),
+          static_cast<long long>(tokens_per_step));
       std::fflush(stdout);
     }
 

@@ -64,8 +64,8 @@ struct Unit;
 // a unit's parameters are gathered and computed in param_dtype, and its gradients reduced in
 // reduce_dtype (default: param_dtype) and stored on the shards in the shards' dtype. E.g.
 // bfloat16 compute over float32 master weights, reductions in float32. The root casts floating
-// inputs to param_dtype when one is given (cast_forward_inputs). CPU kernels compute in float32 and
-// float64 only: there, float32 compute over float64 shards.
+// inputs to param_dtype when one is given (cast_forward_inputs). On the CPU, 16-bit compute runs
+// through float32 copies, rounded as on a GPU (core/cpu/half_as_float.h).
 struct MixedPrecisionPolicy {
   std::optional<DType> param_dtype;
   std::optional<DType> reduce_dtype;

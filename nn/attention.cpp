@@ -13,6 +13,7 @@
 
 #include "autograd/functions/common.h"
 #include "autograd/grad_mode.h"
+#include "core/autocast.h"
 #include "core/backend.h"
 #include "core/grad_hooks.h"
 #include "nn/attention.h"
@@ -142,6 +143,10 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                                     const Tensor& attn_mask, double dropout_p, bool is_causal,
                                     std::optional<double> scale) {
   constexpr const char* op = "scaled_dot_product_attention";
+  if (autocast_lowers({&q, &k, &v, &attn_mask})) {
+    return scaled_dot_product_attention(autocast_lower(q), autocast_lower(k), autocast_lower(v),
+                                        autocast_lower(attn_mask), dropout_p, is_causal, scale);
+  }
   auto shapes = [&] {
     return detail::str("query ", shape_str(q.sizes()), ", key ", shape_str(k.sizes()),
                        " and value ", shape_str(v.sizes()));
@@ -180,21 +185,10 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     GW_CHECK(fits, ShapeError, "[", op, "] attn_mask of shape ", shape_str(attn_mask.sizes()),
              " does not broadcast to the scores' shape ", shape_str(scores), " (", shapes(), ")");
   }
-  // bfloat16 and float16 storage on the CPU, whose kernels compute in float32 and float64: the
-  // fused float32 kernel between conversions (recorded, so gradients come back in the inputs'
-  // dtype).
-  if (q.device().is_cpu() && (q.dtype() == kBFloat16 || q.dtype() == kFloat16)) {
-    const Tensor m =
-        attn_mask.defined() && attn_mask.dtype() != kBool ? attn_mask.to(kFloat32) : attn_mask;
-    return scaled_dot_product_attention(q.to(kFloat32), k.to(kFloat32), v.to(kFloat32), m,
-                                        dropout_p, is_causal, scale)
-        .to(q.dtype());
-  }
   const double sc = scale.value_or(1 / std::sqrt(static_cast<double>(e)));
   const Tensor mask = additive(attn_mask, q);
 
-  const bool fused = backend_for(q, op).has_fused_attention() &&
-                     (q.dtype() == kFloat32 || q.dtype() == kFloat64) && dropout_p == 0 &&
+  const bool fused = backend_for(q, op).has_fused_attention() && dropout_p == 0 &&
                      !(mask.defined() && detail::recorder_for(mask)) && l > 0 && s > 0 && e > 0;
   if (!fused) return composed(q, k, v, mask, dropout_p, is_causal, sc);
 
@@ -209,7 +203,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     vh = as_heads(v);
     if (mask.defined()) mc = mask.expand(scores);
     heads = empty_heads_like(qh, l, ev);  // as q is laid out: MultiheadAttention joins it freely
-    lse = empty({numel(batch_of(q)), l}, TensorOptions(q.dtype()).with_device(q.device()));
+    const DType stat = q.element_size() == 2 ? kFloat32 : q.dtype();  // as layer_norm's
+    lse = empty({numel(batch_of(q)), l}, TensorOptions(stat).with_device(q.device()));
     backend_for(q, op).attention(qh, kh, vh, mc, is_causal, sc, heads, lse);
     Shape out_shape = batch_of(q);
     out_shape.insert(out_shape.end(), {l, ev});

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "autograd/functions/common.h"
+#include "core/autocast.h"
 #include "core/backend.h"
 #include "core/grad_hooks.h"
 
@@ -57,6 +58,7 @@ void check_target(const Tensor& input, const Tensor& target, const char* op) {
 
 // -input[target] along the class dim.
 Tensor nll(const Tensor& input, const Tensor& target, Reduction reduction, const char* op) {
+  if (autocast_widens({&input})) return nll(autocast_widen(input), target, reduction, op);
   check_target(input, target, op);
   const int64_t class_dim = input.dim() == 1 ? 0 : 1;
   Tensor picked = gather(input, class_dim, target.unsqueeze(class_dim)).squeeze(class_dim);
@@ -176,6 +178,10 @@ class LayerNormBackward final : public autograd::Node {
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps) {
+  if (autocast_widens({&x, &weight, &bias})) {
+    return layer_norm(autocast_widen(x), normalized_shape, autocast_widen(weight),
+                      autocast_widen(bias), eps);
+  }
   check_floating(x, "layer_norm", "input");
   const auto k = static_cast<int64_t>(normalized_shape.size());
   bool fits = k >= 1 && x.dim() >= k &&
@@ -238,6 +244,9 @@ Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel, std::array<int
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  if (autocast_widens({&input, &target})) {
+    return mse_loss(autocast_widen(input), autocast_widen(target), reduction);
+  }
   check_floating(input, "mse_loss", "input");
   check_floating(target, "mse_loss", "target");
   GW_CHECK(input.sizes() == target.sizes(), ShapeError, "[mse_loss] input of shape ",
@@ -250,6 +259,7 @@ Tensor nll_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
 }
 
 Tensor cross_entropy(const Tensor& input, const Tensor& target, Reduction reduction) {
+  if (autocast_widens({&input})) return cross_entropy(autocast_widen(input), target, reduction);
   check_floating(input, "cross_entropy", "input");
   GW_CHECK(input.dim() >= 1, ShapeError,
            "[cross_entropy] input must be (C) or (N,C,...) scores, got shape ",

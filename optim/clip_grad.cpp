@@ -33,7 +33,7 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, d
   const double scale = std::min(max_norm / (total + 1e-6), 1.0);
   if (scale != 1.0) {  // NaN too
     for (Tensor& g : grads) {
-      if (g.element_size() == 2)  // 16-bit storage: scaled in float32 (no 16-bit mul on the CPU)
+      if (g.element_size() == 2)  // 16-bit: scaled by the float32 factor (not rounded to 16 bits)
         g.copy_(g.to(kFloat32) * scale);
       else
         g.mul_(scale);

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "core/cpu/cpu_backend.h"
+#include "core/cpu/half_as_float.h"
 #include "core/cpu/sgemm.h"
 #include "core/parallel.h"
 
@@ -233,6 +234,10 @@ void backward(const Problem<T>& p, const Heads<T>& gout, const Heads<T>& q, cons
 
 void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                            bool causal, double scale, const Tensor& out, const Tensor& lse) {
+  if (in_float32({&q, &k, &v, &mask}, {&out, &lse}, [&](const auto& t) {
+        attention(t[0], t[1], t[2], t[3], causal, scale, t[4], t[5]);
+      }))
+    return;
   dispatch<FloatTypes>(q.dtype(), "scaled_dot_product_attention", [&]<typename T>() {
     forward(Problem<T>(q, k, v, mask, causal, scale), Heads<T>(q), Heads<T>(k), Heads<T>(v),
             Heads<T>(out), lse.data_ptr<T>());
@@ -243,6 +248,11 @@ void CpuBackend::attention_backward(const Tensor& gout, const Tensor& q, const T
                                     const Tensor& v, const Tensor& mask, bool causal, double scale,
                                     const Tensor& out, const Tensor& lse, const Tensor& gq,
                                     const Tensor& gk, const Tensor& gv) {
+  if (in_float32({&gout, &q, &k, &v, &mask, &out, &lse}, {&gq, &gk, &gv}, [&](const auto& t) {
+        attention_backward(t[0], t[1], t[2], t[3], t[4], causal, scale, t[5], t[6], t[7], t[8],
+                           t[9]);
+      }))
+    return;
   dispatch<FloatTypes>(q.dtype(), "scaled_dot_product_attention", [&]<typename T>() {
     backward(Problem<T>(q, k, v, mask, causal, scale), Heads<T>(gout), Heads<T>(q), Heads<T>(k),
              Heads<T>(v), Heads<T>(out), lse.data_ptr<T>(), Heads<T>(gq), Heads<T>(gk),

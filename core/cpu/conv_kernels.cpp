@@ -1,6 +1,7 @@
 // im2col / col2im. Each (channel, kernel offset) row of the column matrix is filled from one
 // shifted, strided window of the input plane, so the inner loop walks output columns.
 #include "core/cpu/cpu_backend.h"
+#include "core/cpu/half_as_float.h"
 #include "core/parallel.h"
 
 namespace gw::cpu {
@@ -24,6 +25,7 @@ void for_each_tap(const Conv2dGeometry& g, int64_t ki, int64_t kj, F&& f) {
 
 void CpuBackend::unfold2d(const Tensor& x_in, const std::array<int64_t, 8>& params,
                           const Tensor& cols) {
+  if (in_float32({&x_in}, {&cols}, [&](const auto& t) { unfold2d(t[0], params, t[1]); })) return;
   Tensor x = x_in.contiguous();
   const Conv2dGeometry g = conv2d_geometry(x, params);
   dispatch<FloatTypes>(x.dtype(), "unfold", [&]<typename T>() {
@@ -48,6 +50,7 @@ void CpuBackend::unfold2d(const Tensor& x_in, const std::array<int64_t, 8>& para
 
 void CpuBackend::fold2d(const Tensor& cols_in, const std::array<int64_t, 8>& params,
                         const Tensor& x) {
+  if (in_float32({&cols_in}, {&x}, [&](const auto& t) { fold2d(t[0], params, t[1]); })) return;
   Tensor cols = cols_in.contiguous();
   const Conv2dGeometry g = conv2d_geometry(x, params);
   dispatch<FloatTypes>(x.dtype(), "fold", [&]<typename T>() {

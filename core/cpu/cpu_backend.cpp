@@ -1,5 +1,6 @@
 // CPU memory, copies, fills and random numbers; registers the CPU backend at load time.
 #include "core/cpu/cpu_backend.h"
+#include "core/cpu/half_as_float.h"
 
 #include <cstddef>
 #include <cstdlib>
@@ -68,8 +69,7 @@ void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
 }
 
 void CpuBackend::fill(const Tensor& dst, const Scalar& value) {
-  // Every storable dtype: a fill only stores, so float16/bfloat16 tensors (which have no CPU
-  // arithmetic) can still be made with zeros, ones, full and eye.
+  // Every storable dtype directly: a fill only stores (no float32 round trip for 16-bit ones).
   dispatch<CopyTypes>(dst.dtype(), "fill_", [&]<typename T>() {
     const T v = value.to<T>();
     for_each_row<1>(dst.sizes(), {&dst}, [v](auto& p, auto& s, int64_t n) {
@@ -83,6 +83,7 @@ void CpuBackend::fill(const Tensor& dst, const Scalar& value) {
 }
 
 void CpuBackend::iota(const Tensor& out, double start, double step) {
+  if (in_float32({}, {&out}, [&](const auto& t) { iota(t[0], start, step); })) return;
   dispatch<NumericTypes>(out.dtype(), "arange", [&]<typename T>() {
     T* p = out.data_ptr<T>();
     for (int64_t i = 0, n = out.numel(); i < n; ++i) p[i] = static_cast<T>(start + i * step);
@@ -91,6 +92,7 @@ void CpuBackend::iota(const Tensor& out, double start, double step) {
 
 void CpuBackend::random(RandomKind kind, const Tensor& out, double a, double b,
                         Generator& gen) {
+  if (in_float32({}, {&out}, [&](const auto& t) { random(kind, t[0], a, b, gen); })) return;
   std::lock_guard lock(gen.mutex());
   // Always serial and in row-major order: the numbers must not depend on the thread count.
   auto fill_with = [&]<typename T>(auto draw) {
@@ -137,6 +139,7 @@ void CpuBackend::random(RandomKind kind, const Tensor& out, double a, double b,
 }
 
 void CpuBackend::bernoulli(const Tensor& p, const Tensor& out, Generator& gen) {
+  if (in_float32({&p}, {&out}, [&](const auto& t) { bernoulli(t[0], t[1], gen); })) return;
   std::lock_guard lock(gen.mutex());
   dispatch<FloatTypes>(p.dtype(), "bernoulli", [&]<typename T>() {
     Tensor pc = p.contiguous();

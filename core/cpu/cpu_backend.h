@@ -1,5 +1,7 @@
 // The CPU implementation of the Backend interface (core/backend.h). Kernels are split by
-// family across cpu/*_kernels.cpp; this class only ties them together.
+// family across cpu/*_kernels.cpp; this class only ties them together. They compute in float32
+// and float64 (and the integer types); float16 and bfloat16 operands go through float32 copies
+// (cpu/half_as_float.h), moves (copy, fill, where, gather, index_select) take them directly.
 #pragma once
 
 #include "core/backend.h"

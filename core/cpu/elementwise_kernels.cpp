@@ -13,6 +13,7 @@
 #include <numbers>
 
 #include "core/cpu/cpu_backend.h"
+#include "core/cpu/half_as_float.h"
 #include "core/cpu/loops.h"
 
 namespace gw::cpu {
@@ -474,10 +475,13 @@ void binary_typed(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& o
 }  // namespace
 
 void CpuBackend::unary(UnaryOp op, const Tensor& in, const Tensor& out) {
+  if (in_float32({&in}, {&out}, [&](const auto& t) { unary(op, t[0], t[1]); })) return;
   dispatch<AllTypes>(in.dtype(), op_name(op), [&]<typename T>() { unary_typed<T>(op, in, out); });
 }
 
 void CpuBackend::unary_backward(UnaryOp op, const Tensor& g, const Tensor& x, const Tensor& out) {
+  if (in_float32({&g, &x}, {&out}, [&](const auto& t) { unary_backward(op, t[0], t[1], t[2]); }))
+    return;
   dispatch<FloatTypes>(x.dtype(), op_name(op), [&]<typename T>() {
     auto map = [&](auto derivative) {
       map_binary<T, T>(g, x, out, [&](T gi, T xi) { return gi * derivative(xi); });
@@ -504,12 +508,15 @@ void CpuBackend::unary_backward(UnaryOp op, const Tensor& g, const Tensor& x, co
 }
 
 void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  if (in_float32({&a, &b}, {&out}, [&](const auto& t) { binary(op, t[0], t[1], t[2]); })) return;
   dispatch<AllTypes>(a.dtype(), op_name(op),
                      [&]<typename T>() { binary_typed<T>(op, a, b, out); });
 }
 
 void CpuBackend::add_scaled(const Tensor& a, const Tensor& b, const Scalar& alpha,
                             const Tensor& out) {
+  if (in_float32({&a, &b}, {&out}, [&](const auto& t) { add_scaled(t[0], t[1], alpha, t[2]); }))
+    return;
   dispatch<NumericTypes>(out.dtype(), "add", [&]<typename T>() {
     const T k = alpha.to<T>();
     map_binary<T, T>(a, b, out, [k](T x, T y) { return T(x + k * y); });
@@ -517,7 +524,7 @@ void CpuBackend::add_scaled(const Tensor& a, const Tensor& b, const Scalar& alph
 }
 
 void CpuBackend::where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
-  dispatch<AllTypes>(out.dtype(), "where", [&]<typename T>() {
+  dispatch<CopyTypes>(out.dtype(), "where", [&]<typename T>() {  // moves only: 16-bit types too
     for_each_row<4>(out.sizes(), {&out, &cond, &a, &b}, [](auto& p, auto& s, int64_t n) {
       for (int64_t i = 0; i < n; ++i) {
         bool c = *reinterpret_cast<const bool*>(p[1] + i * s[1]);
@@ -530,6 +537,7 @@ void CpuBackend::where(const Tensor& cond, const Tensor& a, const Tensor& b, con
 
 void CpuBackend::clamp(const Tensor& in, std::optional<Scalar> lo, std::optional<Scalar> hi,
                        const Tensor& out) {
+  if (in_float32({&in}, {&out}, [&](const auto& t) { clamp(t[0], lo, hi, t[1]); })) return;
   dispatch<NumericTypes>(in.dtype(), "clamp", [&]<typename T>() {
     // A missing bound is no bound at all: infinities stay infinite, as in PyTorch.
     const T l = lo ? lo->to<T>() : lowest_value<T>();

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "core/cpu/cpu_backend.h"
+#include "core/cpu/half_as_float.h"
 #include "core/cpu/sgemm.h"
 
 namespace gw::cpu {
@@ -113,10 +114,13 @@ const float* bias_row(const Tensor& input, const Tensor& out) {
 }  // namespace
 
 void CpuBackend::bmm(const Tensor& a, const Tensor& b, const Tensor& out) {
+  if (in_float32({&a, &b}, {&out}, [&](const auto& t) { bmm(t[0], t[1], t[2]); })) return;
   bmm_into(a, b, out, false);
 }
 
 void CpuBackend::addmm(const Tensor& input, const Tensor& a, const Tensor& b, const Tensor& out) {
+  if (in_float32({&input, &a, &b}, {&out}, [&](const auto& t) { addmm(t[0], t[1], t[2], t[3]); }))
+    return;
   const float* bias = a.size(1) > 0 ? bias_row(input, out) : nullptr;  // k = 0: input alone
   if (bias) {
     bmm_into(a, b, out, false, bias);  // each tile of the product starts from the bias

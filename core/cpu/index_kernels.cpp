@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/cpu/cpu_backend.h"
+#include "core/cpu/half_as_float.h"
 
 namespace gw::cpu {
 
@@ -57,7 +58,7 @@ void CpuBackend::index_select(const Tensor& in, int64_t dim, const Tensor& index
 }
 
 void CpuBackend::gather(const Tensor& in, int64_t dim, const Tensor& index, const Tensor& out) {
-  dispatch<AllTypes>(in.dtype(), "gather", [&]<typename T>() {
+  dispatch<CopyTypes>(in.dtype(), "gather", [&]<typename T>() {  // moves: 16-bit types too
     const T* px = static_cast<const T*>(in.raw_data());
     const int64_t* pi = static_cast<const int64_t*>(index.raw_data());
     T* po = static_cast<T*>(out.raw_data());
@@ -75,6 +76,9 @@ void CpuBackend::gather(const Tensor& in, int64_t dim, const Tensor& index, cons
 
 void CpuBackend::scatter_add(const Tensor& self, int64_t dim, const Tensor& index,
                              const Tensor& src) {
+  if (in_float32({&index, &src}, {&self},
+                 [&](const auto& t) { scatter_add(t[2], dim, t[0], t[1]); }))
+    return;
   dispatch<NumericTypes>(self.dtype(), "scatter_add", [&]<typename T>() {
     T* ps = static_cast<T*>(self.raw_data());
     const int64_t* pi = static_cast<const int64_t*>(index.raw_data());

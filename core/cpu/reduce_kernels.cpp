@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/cpu/cpu_backend.h"
+#include "core/cpu/half_as_float.h"
 #include "core/cpu/loops.h"
 #include "core/ops/creation.h"
 
@@ -56,6 +57,7 @@ Acc sum_contiguous(const T* x, int64_t n) {
 }  // namespace
 
 void CpuBackend::reduce(ReduceOp op, const Tensor& in, const Tensor& out) {
+  if (in_float32({&in}, {&out}, [&](const auto& t) { reduce(op, t[0], t[1]); })) return;
   dispatch<AllTypes>(in.dtype(), "reduce", [&]<typename T>() {
     // Sums and products accumulate wide (double for floats, int64 for ints and bools);
     // max/min stay in T.
@@ -119,6 +121,9 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& in, const Tensor& out) {
 
 void CpuBackend::reduce_with_index(ReduceOp op, const Tensor& in, int64_t dim,
                                    const Tensor& values, const Tensor& indices) {
+  if (in_float32({&in}, {&values, &indices},
+                 [&](const auto& t) { reduce_with_index(op, t[0], dim, t[1], t[2]); }))
+    return;
   dispatch<NumericTypes>(in.dtype(), op == ReduceOp::Max ? "max" : "min", [&]<typename T>() {
     // Move `dim` last (keeping the others in order) so each output element scans one row.
     Shape perm;
@@ -145,6 +150,7 @@ void CpuBackend::reduce_with_index(ReduceOp op, const Tensor& in, int64_t dim,
 }
 
 void CpuBackend::softmax(const Tensor& in, int64_t dim, bool log, const Tensor& out) {
+  if (in_float32({&in}, {&out}, [&](const auto& t) { softmax(t[0], dim, log, t[1]); })) return;
   dispatch<FloatTypes>(in.dtype(), log ? "log_softmax" : "softmax", [&]<typename T>() {
     Tensor x = in.contiguous();
     // View as (outer, n, inner): elements of one softmax are `inner` apart.

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/cpu/cpu_backend.h"
+#include "core/cpu/half_as_float.h"
 #include "core/cpu/loops.h"
 #include "core/ops/creation.h"
 #include "core/parallel.h"
@@ -41,6 +42,9 @@ A lane_sum(int64_t n, F f) {
 
 void CpuBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
                             const Tensor& y, const Tensor& mean, const Tensor& rstd) {
+  if (in_float32({&x, &weight, &bias}, {&y, &mean, &rstd},
+                 [&](const auto& t) { layer_norm(t[0], t[1], t[2], eps, t[3], t[4], t[5]); }))
+    return;
   dispatch<FloatTypes>(x.dtype(), "layer_norm", [&]<typename T>() {
     using A = acc_type_t<T>;
     const int64_t rows = mean.numel(), n = rows == 0 ? 0 : x.numel() / rows;
@@ -69,6 +73,10 @@ void CpuBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor&
 void CpuBackend::layer_norm_backward(const Tensor& gy, const Tensor& x, const Tensor& weight,
                                      const Tensor& mean, const Tensor& rstd, const Tensor& gx,
                                      const Tensor& gweight, const Tensor& gbias) {
+  if (in_float32({&gy, &x, &weight, &mean, &rstd}, {&gx, &gweight, &gbias}, [&](const auto& t) {
+        layer_norm_backward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7]);
+      }))
+    return;
   dispatch<FloatTypes>(x.dtype(), "layer_norm_backward", [&]<typename T>() {
     using A = acc_type_t<T>;
     const int64_t rows = mean.numel(), n = rows == 0 ? 0 : x.numel() / rows;
@@ -126,6 +134,9 @@ void CpuBackend::layer_norm_backward(const Tensor& gy, const Tensor& x, const Te
 
 void CpuBackend::cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& loss,
                                const Tensor& lse) {
+  if (in_float32({&logits, &target}, {&loss, &lse},
+                 [&](const auto& t) { cross_entropy(t[0], t[1], t[2], t[3]); }))
+    return;
   dispatch<FloatTypes>(logits.dtype(), "cross_entropy", [&]<typename T>() {
     using A = acc_type_t<T>;
     const int64_t rows = loss.numel(), n = rows == 0 ? 0 : logits.numel() / rows;
@@ -151,6 +162,9 @@ void CpuBackend::cross_entropy(const Tensor& logits, const Tensor& target, const
 void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& target,
                                         const Tensor& lse, const Tensor& grad_loss,
                                         const Tensor& grad_logits) {
+  if (in_float32({&logits, &target, &lse, &grad_loss}, {&grad_logits},
+                 [&](const auto& t) { cross_entropy_backward(t[0], t[1], t[2], t[3], t[4]); }))
+    return;
   dispatch<FloatTypes>(logits.dtype(), "cross_entropy_backward", [&]<typename T>() {
     const int64_t rows = lse.numel(), n = rows == 0 ? 0 : logits.numel() / rows;
     const T *px = logits.data_ptr<T>(), *ps = lse.data_ptr<T>(), *pg = grad_loss.data_ptr<T>();

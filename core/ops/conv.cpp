@@ -2,6 +2,7 @@
 
 #include <limits>
 
+#include "core/autocast.h"
 #include "core/backend.h"
 #include "core/grad_hooks.h"
 #include "core/ops/creation.h"
@@ -71,6 +72,9 @@ Tensor fold(const Tensor& cols, std::array<int64_t, 2> output_size, std::array<i
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
               const Conv2dOptions& options) {
+  if (autocast_lowers({&x, &weight, &bias})) {
+    return conv2d(autocast_lower(x), autocast_lower(weight), autocast_lower(bias), options);
+  }
   GW_CHECK(x.dim() == 4 && weight.dim() == 4 && x.size(1) == weight.size(1), ShapeError,
            "[conv2d] input ", shape_str(x.sizes()), " and weight ", shape_str(weight.sizes()),
            " do not fit (expected (N,C,H,W) and (O,C,kh,kw))");

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "core/autocast.h"
 #include "core/grad_hooks.h"
 #include "core/ops/creation.h"
 #include "core/ops/reduce.h"
@@ -30,6 +31,7 @@ DType combine(std::optional<DType> higher, DType lower) {
 }
 
 Tensor unary_op(UnaryOp op, const Tensor& x) {
+  if (autocast_in_float32(op) && autocast_widens({&x})) return unary_op(op, autocast_widen(x));
   GradRecorder* rec = detail::recorder_for(x);
   detail::NoRecordScope no_record;
   const OpRule rule = op_rule(op);
@@ -59,6 +61,10 @@ Device binary_device(const char* op, const Tensor& a, const Tensor& b) {
 
 // Runs a binary kernel with both operands converted to `compute` and broadcast.
 Tensor binary_op(BinaryOp op, const Tensor& a, const Tensor& b, DType compute) {
+  if (autocast_in_float32(op) && autocast_widens({&a, &b})) {
+    return binary_op(op, autocast_widen(a), autocast_widen(b),
+                     compute == kBFloat16 || compute == kFloat16 ? kFloat32 : compute);
+  }
   const Device device = binary_device(op_name(op), a, b);
   // A CPU scalar that wants a gradient joins the device through a recorded copy, so that its
   // gradient comes back to the CPU.
@@ -210,6 +216,7 @@ Tensor pow(const Tensor& a, const Tensor& exponent) {
   return binary_op(BinaryOp::Pow, a, exponent, result_type(a, exponent));
 }
 Tensor pow(const Tensor& a, const Scalar& exponent) {
+  if (autocast_widens({&a})) return pow(autocast_widen(a), exponent);  // before square's branch
   DType t = result_type(a, exponent);
   if (exponent.to_double() == 2.0 && is_floating(t)) return square(a.to(t));
   return binary_op(BinaryOp::Pow, a, wrap(exponent, t), t);

@@ -1,5 +1,6 @@
 #include "core/ops/linalg.h"
 
+#include "core/autocast.h"
 #include "core/backend.h"
 #include "core/grad_hooks.h"
 #include "core/ops/creation.h"
@@ -31,6 +32,7 @@ Tensor bmm_unchecked(const Tensor& a, const Tensor& b) {
 }  // namespace
 
 Tensor mm(const Tensor& a, const Tensor& b) {
+  if (autocast_lowers({&a, &b})) return mm(autocast_lower(a), autocast_lower(b));
   check_operands("mm", a, b);
   GW_CHECK(a.dim() == 2 && b.dim() == 2, ShapeError, "[mm] expects two matrices, got shapes ",
            shape_str(a.sizes()), " and ", shape_str(b.sizes()));
@@ -40,6 +42,7 @@ Tensor mm(const Tensor& a, const Tensor& b) {
 }
 
 Tensor bmm(const Tensor& a, const Tensor& b) {
+  if (autocast_lowers({&a, &b})) return bmm(autocast_lower(a), autocast_lower(b));
   check_operands("bmm", a, b);
   GW_CHECK(a.dim() == 3 && b.dim() == 3, ShapeError, "[bmm] expects two 3-D tensors, got shapes ",
            shape_str(a.sizes()), " and ", shape_str(b.sizes()));
@@ -49,6 +52,7 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
 }
 
 Tensor dot(const Tensor& a, const Tensor& b) {
+  if (autocast_lowers({&a, &b})) return dot(autocast_lower(a), autocast_lower(b));
   check_operands("dot", a, b);
   GW_CHECK(a.dim() == 1 && b.dim() == 1 && a.size(0) == b.size(0), ShapeError,
            "[dot] expects two 1-D tensors of one size, got shapes ", shape_str(a.sizes()),
@@ -57,6 +61,7 @@ Tensor dot(const Tensor& a, const Tensor& b) {
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  if (autocast_lowers({&a, &b})) return matmul(autocast_lower(a), autocast_lower(b));
   check_operands("matmul", a, b);
   GW_CHECK(a.dim() >= 1 && b.dim() >= 1, ShapeError,
            "[matmul] both arguments need at least 1 dim, got shapes ", shape_str(a.sizes()),
@@ -99,6 +104,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor addmm(const Tensor& input, const Tensor& a, const Tensor& b) {
+  if (autocast_lowers({&input, &a, &b}))
+    return addmm(autocast_lower(input), autocast_lower(a), autocast_lower(b));
   check_operands("addmm", a, b);
   GW_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0), ShapeError,
            "[addmm] expects matrices (n,k) and (k,m), got shapes ", shape_str(a.sizes()), " and ",
@@ -123,6 +130,8 @@ Tensor addmm(const Tensor& input, const Tensor& a, const Tensor& b) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  if (autocast_lowers({&x, &weight, &bias}))
+    return linear(autocast_lower(x), autocast_lower(weight), autocast_lower(bias));
   GW_CHECK(weight.dim() == 2, ShapeError, "[linear] weight must be 2-D, got shape ",
            shape_str(weight.sizes()));
   if (bias.defined() && x.dim() >= 2 && x.is_contiguous() && bias.dim() == 1 &&

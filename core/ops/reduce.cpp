@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/autocast.h"
 #include "core/backend.h"
 #include "core/grad_hooks.h"
 #include "core/ops/creation.h"
@@ -30,6 +31,9 @@ std::vector<bool> reduced_mask(const Tensor& x, const Shape& dims, const char* o
 
 Tensor reduce_dims(ReduceOp op, const Tensor& x, const Shape& dims, bool keepdim, DType out_dtype,
                    const char* name) {
+  if ((op == ReduceOp::Sum || op == ReduceOp::Prod) && autocast_widens({&x})) {  // float32 out
+    return reduce_dims(op, autocast_widen(x), dims, keepdim, kFloat32, name);
+  }
   std::vector<bool> mask = reduced_mask(x, dims, name);
   Shape kept_shape = x.sizes(), out_shape;
   for (int64_t d = 0; d < x.dim(); ++d) {
@@ -157,6 +161,7 @@ Tensor std(const Tensor& x, Shape dims, int64_t correction, bool keepdim) {
 
 Tensor logsumexp(const Tensor& x, Shape dims, bool keepdim) {
   check_floating(x, "logsumexp");
+  if (autocast_widens({&x})) return logsumexp(autocast_widen(x), std::move(dims), keepdim);
   Tensor m = amax(x, dims, true);
   // Rows of -inf (or +inf) would give inf - inf: shift those by 0 instead.
   Tensor shift = where(eq(abs(m), std::numeric_limits<double>::infinity()), Scalar(0.0), m);
@@ -174,6 +179,7 @@ namespace {
 Tensor softmax_impl(const Tensor& x, int64_t dim, bool log) {
   const char* name = log ? "log_softmax" : "softmax";
   check_floating(x, name);
+  if (autocast_widens({&x})) return softmax_impl(autocast_widen(x), dim, log);
   if (x.dim() == 0) return softmax_impl(x.reshape({1}), dim, log).reshape({});
   int64_t d = wrap_dim(dim, x.dim(), name);
   GradRecorder* rec = detail::recorder_for(x);

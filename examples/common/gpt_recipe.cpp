@@ -14,6 +14,8 @@ GPTTrainer::GPTTrainer(std::shared_ptr<nn::GPT> model, const GPTRecipe& recipe,
                        std::shared_ptr<dist::ProcessGroup> group, Parallelism parallelism,
                        const PipelineOptions& pipeline)
     : recipe_(recipe), model_(std::move(model)), group_(group) {
+  GW_CHECK(!(recipe.autocast && group && parallelism == Parallelism::pipeline),
+           InvalidArgumentError, "[GPTTrainer] autocast does not run through pipeline stages yet");
   std::vector<Tensor> trained = model_->parameters();
   if (group && parallelism == Parallelism::pipeline) {
     const int ranks = group->size(), rank = group->rank();
@@ -95,10 +97,15 @@ double GPTTrainer::step(const Tensor& x, const Tensor& y) {
     if (data_parallel_) data_parallel_->allreduce(total, {.op = dist::ReduceOp::AVG})->wait();
     loss = total.item<double>();
   } else {
-    const Tensor logits = ddp_ ? ddp_->forward(x.to(device)) : (*model_)(x.to(device));
-    Tensor l = nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}),
-                                             y.to(device).reshape({-1}));
-    l.backward();
+    Tensor l;
+    {
+      std::optional<AutocastGuard> amp;
+      if (recipe_.autocast) amp.emplace(device.type, *recipe_.autocast);
+      const Tensor logits = ddp_ ? ddp_->forward(x.to(device)) : (*model_)(x.to(device));
+      l = nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}),
+                                        y.to(device).reshape({-1}));
+    }
+    l.backward();  // outside autocast, as PyTorch advises (its ops run as recorded either way)
     loss = l.item<double>();
   }
   // Sharded or cut into stages, each parameter (or shard) lives on one rank of these groups: the

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "ddp/distributed_data_parallel.h"
@@ -30,6 +31,9 @@ struct GPTRecipe {
   double min_lr_factor = 0.1;  // the cosine ends at lr * min_lr_factor
   double weight_decay = 0.1;   // on parameters of two dims or more
   double clip = 1.0;           // the gradients' global norm is clipped to this (0: not clipped)
+  // Mixed precision: the forward and the loss under autocast in this 16-bit dtype on the
+  // model's device, over float32 parameters (core/autocast.h); unset: float32 throughout.
+  std::optional<DType> autocast = std::nullopt;
 };
 
 // The recipe as text (name -> value), for a checkpoint's metadata and the PyTorch anchor.

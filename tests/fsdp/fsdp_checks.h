@@ -33,7 +33,7 @@ struct Net : nn::Module {
   std::shared_ptr<nn::Linear> head;
   Tensor scale;  // 0-dim: one row, on rank 0
 
-  explicit Net(int64_t width = 6) : Module("Net") {
+  explicit Net(int64_t width = 6, DType dtype = kFloat64) : Module("Net") {
     Generator gen(7);
     emb = register_module("emb", std::make_shared<nn::Embedding>(kVocab, width, gen));
     // Without biases in the blocks' projections: attention ignores the key's bias, whose
@@ -46,7 +46,7 @@ struct Net : nn::Module {
     head = register_module("head", std::make_shared<nn::Linear>(width, kVocab, false, gen));
     head->tie_weight(emb->weight);
     scale = register_parameter("scale", full({}, 1.5));
-    to(kFloat64);
+    to(dtype);
   }
   Tensor forward(const Tensor& tokens) override {
     Tensor x = (*a)((*emb)(tokens));
@@ -112,12 +112,14 @@ struct Case {
   int micro_batches = 1;  // the first ones without gradient sync
   int steps = 20;
   double tolerance = 1e-12;
+  DType dtype = kFloat64;  // of both models' parameters (the shards')
 };
 
 inline std::string describe(const Case& k) {
-  return gw::detail::str("reshard_after_forward ", k.options.reshard_after_forward,
-                         ", micro-batches ", k.micro_batches,
-                         k.options.mp_policy.param_dtype ? ", float32 compute" : "");
+  return gw::detail::str(
+      "reshard_after_forward ", k.options.reshard_after_forward, ", micro-batches ",
+      k.micro_batches, k.options.mp_policy.param_dtype ? ", compute in " : "",
+      k.options.mp_policy.param_dtype ? dtype_name(*k.options.mp_policy.param_dtype) : "");
 }
 
 // Trains the sharded model beside the unsharded one (which sees every rank's rows) with AdamW
@@ -126,8 +128,8 @@ inline std::string describe(const Case& k) {
 inline void check_matches_single_process(std::shared_ptr<dist::ProcessGroup> pg,
                                          dist::testing::Checks& c, const Case& k) {
   const int world = pg->size(), r = pg->rank();
-  auto net = std::make_shared<Net>();
-  auto reference = std::make_shared<Net>();
+  auto net = std::make_shared<Net>(6, k.dtype);
+  auto reference = std::make_shared<Net>(6, k.dtype);
   const Tensor unused_before = reference->unused->weight.clone();
   std::shared_ptr<FSDPModule> root = shard(net, pg, k.options);
   const optim::AdamWOptions adamw{.lr = 0.01, .weight_decay = 0.1};

@@ -1,0 +1,102 @@
+// float16 and bfloat16 arithmetic on the CPU (core/cpu/half_as_float.h): an op computes on
+// float32 copies of its 16-bit operands and rounds what it writes once. The reference is the same
+// op on the same numbers in float32, rounded after: equal bit for bit.
+#include <catch2/catch.hpp>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/ops.h"
+
+using gw::Tensor;
+
+namespace {
+
+// Numbers exact in both 16-bit formats (multiples of 1/16 below 8), so that the float32
+// reference starts from the very values the 16-bit tensor holds.
+Tensor values(gw::Shape shape, int seed) {
+  std::vector<float> v(static_cast<size_t>(gw::numel(shape)));
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = static_cast<float>((static_cast<int>(i) * 37 + seed * 11) % 113 - 56) / 16.f;
+  return gw::from_vector(v, shape);
+}
+
+std::vector<float> read(const Tensor& t) { return t.to(gw::kFloat32).to_vector<float>(); }
+
+// op on 16-bit operands == op on their float32 values, rounded to the 16-bit type.
+void check_rounded_once(const std::string& name, gw::DType dtype,
+                        const std::function<Tensor(const std::vector<Tensor>&)>& op,
+                        const std::vector<Tensor>& f32) {
+  INFO(name << " in " << gw::dtype_name(dtype));
+  std::vector<Tensor> half;
+  for (const Tensor& t : f32) half.push_back(t.is_floating_point() ? t.to(dtype) : t);
+  const Tensor got = op(half), want = op(f32);
+  CHECK(got.dtype() == (want.is_floating_point() ? dtype : want.dtype()));
+  CHECK(read(got) == read(want.is_floating_point() ? want.to(dtype) : want));
+}
+
+}  // namespace
+
+TEST_CASE("float16 and bfloat16 compute on the CPU in float32, rounded once", "[core][half]") {
+  using V = std::vector<Tensor>;
+  const Tensor a = values({6, 16}, 1), b = values({6, 16}, 2), w = values({16, 24}, 3);
+  const Tensor bias = values({24}, 4), idx = gw::from_vector(std::vector<int64_t>{5, 0, 3}, {3});
+  for (gw::DType dtype : {gw::kBFloat16, gw::kFloat16}) {
+    check_rounded_once("add", dtype, [](const V& t) { return t[0] + t[1]; }, {a, b});
+    check_rounded_once("mul by a scalar", dtype, [](const V& t) { return t[0] * 3; }, {a});
+    check_rounded_once("div", dtype, [](const V& t) { return t[0] / (t[1].abs() + 1); }, {a, b});
+    check_rounded_once("gelu", dtype, [](const V& t) { return gw::gelu(t[0]); }, {a});
+    check_rounded_once("tanh", dtype, [](const V& t) { return gw::tanh(t[0]); }, {a});
+    check_rounded_once("clamp", dtype, [](const V& t) { return gw::clamp(t[0], -1.0, 2.0); }, {a});
+    check_rounded_once("where", dtype,
+                       [](const V& t) { return gw::where(gw::gt(t[0], t[1]), t[0], t[1]); },
+                       {a, b});
+    check_rounded_once("sum over a dim", dtype, [](const V& t) { return gw::sum(t[0], {1}); }, {a});
+    check_rounded_once("max along a dim", dtype, [](const V& t) { return gw::max(t[0], 0).values; },
+                       {a});
+    check_rounded_once("argmax along a dim", dtype,
+                       [](const V& t) { return gw::max(t[0], 1).indices; }, {a});
+    check_rounded_once("softmax", dtype, [](const V& t) { return gw::softmax(t[0], 1); }, {a});
+    check_rounded_once("log_softmax", dtype, [](const V& t) { return gw::log_softmax(t[0], 0); },
+                       {a});
+    check_rounded_once("matmul", dtype, [](const V& t) { return gw::matmul(t[0], t[1]); }, {a, w});
+    check_rounded_once("matmul, transposed operand", dtype,
+                       [](const V& t) { return gw::matmul(t[0], t[1].t()); }, {a, b});
+    check_rounded_once("addmm", dtype, [](const V& t) { return gw::addmm(t[2], t[0], t[1]); },
+                       {a, w, bias});
+    check_rounded_once("bmm", dtype,
+                       [](const V& t) {
+                         return gw::bmm(t[0].view({2, 3, 16}), t[1].view({2, 16, 12}));
+                       },
+                       {a, w});
+    check_rounded_once("gather", dtype, [](const V& t) { return gw::index_select(t[0], 0, t[1]); },
+                       {a, idx});
+    check_rounded_once("scatter_add, which reads its output", dtype,
+                       [](const V& t) {
+                         Tensor index = gw::zeros({2, 16}, gw::kInt64);
+                         return gw::scatter_add(t[0], 0, index, t[1].narrow(0, 0, 2));
+                       },
+                       {a, b});
+    check_rounded_once("add_ in place", dtype,
+                       [](const V& t) {
+                         Tensor x = t[0].clone();
+                         x.add_(t[1]);
+                         return x;
+                       },
+                       {a, b});
+    check_rounded_once("conv2d", dtype,
+                       [](const V& t) {
+                         return gw::conv2d(t[0].view({1, 6, 4, 4}), t[1].view({4, 6, 2, 2}));
+                       },
+                       {a, values({4, 6, 2, 2}, 5)});
+  }
+}
+
+TEST_CASE("16-bit random numbers on the CPU are float32 draws rounded", "[core][half]") {
+  gw::Generator g16(7), g32(7);
+  const Tensor h = gw::randn({64}, g16, gw::kBFloat16);
+  const Tensor f = gw::randn({64}, g32, gw::kFloat32);
+  CHECK(h.dtype() == gw::kBFloat16);
+  CHECK(read(h) == read(f.to(gw::kBFloat16)));
+}
