@@ -329,6 +329,7 @@ std::vector<Tensor> run_backward(const std::vector<Edge>& roots, const std::vect
   t_callbacks = &callbacks;
   task.run();
   detail::NoRecordScope no_record;
+  AutocastGuard no_autocast(AutocastState{});      // the callbacks end the backward (DDP, FSDP)
   for (size_t i = 0; i < callbacks.size(); ++i) {  // a callback may queue more
     auto callback = std::move(callbacks[i]);
     callback();

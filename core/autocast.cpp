@@ -9,9 +9,20 @@ namespace detail {
 thread_local constinit AutocastState t_autocast __attribute__((tls_model("initial-exec")));
 
 namespace {
+bool is_16_bit(DType d) { return d == kBFloat16 || d == kFloat16; }
+
+// Lowered: a floating tensor other than float64 and not in the autocast dtype already (float16
+// under bfloat16 autocast too, as PyTorch's); widened: a 16-bit one.
 bool converted(const Tensor& t, bool lower) {
   if (!t.defined() || !is_autocast_enabled(t.device().type)) return false;
-  return lower ? t.dtype() == kFloat32 : (t.dtype() == kBFloat16 || t.dtype() == kFloat16);
+  const DType d = t.dtype();
+  return lower ? is_floating(d) && d != kFloat64 && d != autocast_dtype(t.device().type)
+               : is_16_bit(d);
+}
+
+void check_dtype(DType dtype) {
+  GW_CHECK(is_16_bit(dtype), InvalidArgumentError,
+           "[autocast] dtype must be bfloat16 or float16, got ", dtype);
 }
 }  // namespace
 
@@ -26,27 +37,21 @@ bool autocast_converts(std::initializer_list<const Tensor*> ts, bool lower) {
 
 AutocastGuard::AutocastGuard(DeviceType device, DType dtype, bool enabled)
     : saved_(detail::t_autocast) {
-  GW_CHECK(dtype == kBFloat16 || dtype == kFloat16, InvalidArgumentError,
-           "[autocast] dtype must be bfloat16 or float16, got ", dtype);
+  if (enabled) detail::check_dtype(dtype);  // a disabled guard ignores it, as torch.autocast
   detail::t_autocast.enabled[static_cast<int>(device)] = enabled;
-  detail::t_autocast.dtype[static_cast<int>(device)] = dtype;
+  if (enabled) detail::t_autocast.dtype[static_cast<int>(device)] = dtype;
 }
 
 AutocastGuard::AutocastGuard(const AutocastState& state) : saved_(detail::t_autocast) {
+  for (int d = 0; d < kNumDeviceTypes; ++d)
+    if (state.enabled[d]) detail::check_dtype(state.dtype[d]);
   detail::t_autocast = state;
 }
 
 Tensor autocast_lower(const Tensor& t) {
-  return t.defined() && t.dtype() == kFloat32 && is_autocast_enabled(t.device().type)
-             ? t.to(autocast_dtype(t.device().type))
-             : t;
+  return detail::converted(t, true) ? t.to(autocast_dtype(t.device().type)) : t;
 }
 
-Tensor autocast_widen(const Tensor& t) {
-  return t.defined() && (t.dtype() == kBFloat16 || t.dtype() == kFloat16) &&
-                 is_autocast_enabled(t.device().type)
-             ? t.to(kFloat32)
-             : t;
-}
+Tensor autocast_widen(const Tensor& t) { return detail::converted(t, false) ? t.to(kFloat32) : t; }
 
 }  // namespace gw

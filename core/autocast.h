@@ -2,14 +2,17 @@
 // device's tensors pick their own precision:
 // - the matrix products (mm, bmm, matmul, addmm, linear), conv2d and scaled_dot_product_attention
 //   run in the guard's 16-bit dtype: their float32 operands are converted first;
-// - the ops that need float32's range or accuracy (softmax, log_softmax, logsumexp, sum, prod,
-//   layer_norm, the losses, exp, log, log1p, expm1, rsqrt, reciprocal, pow) run in float32: their
-//   16-bit operands are converted first;
+// - the ops that need float32's range or accuracy (softmax, log_softmax, logsumexp, sum, prod and
+//   what is built on them: mean, var, std; layer_norm, the losses, exp, log, log1p, expm1, rsqrt,
+//   reciprocal, pow) run in float32: their 16-bit operands are converted first;
 // - every other op runs in the dtype its operands have (a 16-bit product plus a float32 residual
 //   is float32, by promotion).
 // Parameters stay float32: they are the master weights the optimizer steps. The conversions are
 // recorded, so each gradient reaches its parameter in float32, and the products' backward runs
-// in 16 bits as their forward did. float64 tensors are left alone, as in PyTorch.
+// in 16 bits as their forward did. float64 tensors are left alone, as in PyTorch; a float16
+// operand of a product under bfloat16 autocast becomes bfloat16. One set of lists serves both
+// device types (torch's CPU lists differ a little), and casts are not cached: a weight used
+// twice is converted twice.
 //
 //   gw::optim::AdamW opt(model->parameters(), {.lr = 3e-4});       // float32 parameters
 //   Tensor loss;
@@ -36,6 +39,7 @@
 namespace gw {
 
 // What autocast does on each device type: the 16-bit dtype, or nothing.
+static_assert(kNumDeviceTypes == 2, "AutocastState lists the device types");
 struct AutocastState {
   bool enabled[kNumDeviceTypes] = {};
   DType dtype[kNumDeviceTypes] = {kBFloat16, kBFloat16};

@@ -17,11 +17,11 @@ bool same_memory(const Tensor& a, const Tensor& b) {
          a.strides() == b.strides();
 }
 
-// dst = src / n in one pass over both (CPU tensors of one floating dtype, contiguous), else
-// in two.
+// dst = src / n in one pass over both (CPU tensors of one float32 or float64 dtype,
+// contiguous), else in two.
 void copy_divided(Tensor& dst, const Tensor& src, int n) {
   if (dst.device() != kCPU || src.device() != kCPU || dst.dtype() != src.dtype() ||
-      !dst.is_contiguous() || !src.is_contiguous()) {
+      dst.element_size() == 2 || !dst.is_contiguous() || !src.is_contiguous()) {
     dst.copy_(src);
     dst.div_(static_cast<double>(n));
     return;

@@ -92,7 +92,20 @@ void CpuBackend::iota(const Tensor& out, double start, double step) {
 
 void CpuBackend::random(RandomKind kind, const Tensor& out, double a, double b,
                         Generator& gen) {
-  if (in_float32({}, {&out}, [&](const auto& t) { random(kind, t[0], a, b, gen); })) return;
+  if (in_float32({}, {&out}, [&](const auto& t) { random(kind, t[0], a, b, gen); })) {
+    // A float32 draw just below b may round to b: [a, b) maps it to a, as the GPU's kernel does.
+    if (kind == RandomKind::Uniform) {
+      dispatch<TypeList<Half, BFloat16>>(out.dtype(), "uniform_", [&]<typename T>() {
+        for_each_row<1>(out.sizes(), {&out}, [&](auto& p, auto& s, int64_t n) {
+          for (int64_t i = 0; i < n; ++i) {
+            T& v = *reinterpret_cast<T*>(p[0] + i * s[0]);
+            if (convert<float>(v) >= b) v = convert<T>(static_cast<float>(a));
+          }
+        });
+      });
+    }
+    return;
+  }
   std::lock_guard lock(gen.mutex());
   // Always serial and in row-major order: the numbers must not depend on the thread count.
   auto fill_with = [&]<typename T>(auto draw) {

@@ -6,25 +6,42 @@
 namespace gw::cpu::halves {
 
 namespace {
+
 bool is_half(const Tensor& t) {
   return t.defined() && (t.dtype() == kBFloat16 || t.dtype() == kFloat16);
 }
+
+Tensor float32_copy(const Tensor& t) {
+  Tensor w = empty(t.sizes(), TensorOptions(kFloat32));
+  cpu_backend().copy(t, w);
+  return w;
+}
+
+// A read operand in float32: its distinct values converted (one of each along a broadcast dim),
+// then broadcast as the operand was.
+Tensor widen_read(const Tensor& t) {
+  Tensor distinct = t;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.stride(d) == 0 && t.size(d) > 1) distinct = distinct.narrow(d, 0, 1);
+  }
+  Tensor w = float32_copy(distinct);
+  return distinct.sizes() == t.sizes() ? w : w.expand(t.sizes());
+}
+
 }  // namespace
 
 std::vector<Tensor> widen(std::initializer_list<const Tensor*> reads,
-                          std::initializer_list<const Tensor*> writes) {
+                          std::initializer_list<const Tensor*> writes, Written written) {
   std::vector<Tensor> out;
   out.reserve(reads.size() + writes.size());
-  for (auto list : {reads, writes}) {
-    for (const Tensor* t : list) {
-      if (!is_half(*t)) {
-        out.push_back(*t);
-        continue;
-      }
-      Tensor w = empty(t->sizes(), TensorOptions(kFloat32));
-      cpu_backend().copy(*t, w);
-      out.push_back(std::move(w));
-    }
+  for (const Tensor* t : reads) out.push_back(is_half(*t) ? widen_read(*t) : *t);
+  for (const Tensor* t : writes) {
+    if (!is_half(*t))
+      out.push_back(*t);
+    else if (written == Written::accumulated)
+      out.push_back(float32_copy(*t));
+    else
+      out.push_back(empty(t->sizes(), TensorOptions(kFloat32)));
   }
   return out;
 }

@@ -8,11 +8,14 @@
 //       return;
 //     ...                                            // float32, float64, integers, bool
 //
-// `t` holds the operands in the order given, reads then writes. A written operand is copied in
-// as well (scatter_add adds to it) and copied back after. Operands of other dtypes (indices,
-// masks, float32 statistics) and undefined ones are passed as they are. Each 16-bit operand costs
-// a conversion each way: on the CPU these types are for storage and for running a
-// mixed-precision program (autocast, FSDP's param_dtype) where a GPU would, not for speed.
+// `t` holds the operands in the order given, reads then writes. A read is converted where it
+// holds distinct values only (a broadcast operand, such as an attention mask expanded over heads,
+// stays a broadcast of its float32 copy); a write starts empty and is rounded into the operand
+// after, unless the kernel adds to it (Written::accumulated: copied in first). Operands of other
+// dtypes (indices, masks, float32 statistics) and undefined ones are passed as they are. Each
+// 16-bit operand costs a conversion each way: on the CPU these types are for storage and for
+// running a mixed-precision program (autocast, FSDP's param_dtype) where a GPU would, not for
+// speed.
 #pragma once
 
 #include <initializer_list>
@@ -21,6 +24,8 @@
 #include "core/tensor.h"
 
 namespace gw::cpu {
+
+enum class Written { overwritten, accumulated };
 
 namespace halves {
 inline bool any_half(std::initializer_list<const Tensor*> reads,
@@ -33,7 +38,7 @@ inline bool any_half(std::initializer_list<const Tensor*> reads,
   return false;
 }
 std::vector<Tensor> widen(std::initializer_list<const Tensor*> reads,
-                          std::initializer_list<const Tensor*> writes);
+                          std::initializer_list<const Tensor*> writes, Written written);
 void narrow(const std::vector<Tensor>& widened, std::initializer_list<const Tensor*> reads,
             std::initializer_list<const Tensor*> writes);
 }  // namespace halves
@@ -42,10 +47,11 @@ void narrow(const std::vector<Tensor>& widened, std::initializer_list<const Tens
 // returns false, running nothing, otherwise.
 template <typename Run>
 bool in_float32(std::initializer_list<const Tensor*> reads,
-                std::initializer_list<const Tensor*> writes, Run&& run) {
+                std::initializer_list<const Tensor*> writes, Run&& run,
+                Written written = Written::overwritten) {
   if (!halves::any_half(reads, writes)) [[likely]]
     return false;
-  const std::vector<Tensor> widened = halves::widen(reads, writes);
+  const std::vector<Tensor> widened = halves::widen(reads, writes, written);
   run(widened);
   halves::narrow(widened, reads, writes);
   return true;

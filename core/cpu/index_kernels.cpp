@@ -76,8 +76,9 @@ void CpuBackend::gather(const Tensor& in, int64_t dim, const Tensor& index, cons
 
 void CpuBackend::scatter_add(const Tensor& self, int64_t dim, const Tensor& index,
                              const Tensor& src) {
-  if (in_float32({&index, &src}, {&self},
-                 [&](const auto& t) { scatter_add(t[2], dim, t[0], t[1]); }))
+  if (in_float32(
+          {&index, &src}, {&self}, [&](const auto& t) { scatter_add(t[2], dim, t[0], t[1]); },
+          Written::accumulated))
     return;
   dispatch<NumericTypes>(self.dtype(), "scatter_add", [&]<typename T>() {
     T* ps = static_cast<T*>(self.raw_data());

@@ -52,7 +52,6 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
 }
 
 Tensor dot(const Tensor& a, const Tensor& b) {
-  if (autocast_lowers({&a, &b})) return dot(autocast_lower(a), autocast_lower(b));
   check_operands("dot", a, b);
   GW_CHECK(a.dim() == 1 && b.dim() == 1 && a.size(0) == b.size(0), ShapeError,
            "[dot] expects two 1-D tensors of one size, got shapes ", shape_str(a.sizes()),

@@ -25,6 +25,14 @@ Tensor randn(Shape shape, Generator& gen, TensorOptions options) {
 Tensor randint(int64_t low, int64_t high, Shape shape, Generator& gen, TensorOptions options) {
   GW_CHECK(low < high, InvalidArgumentError, "[randint] expects low < high, got ", low, " and ",
            high);
+  // A 16-bit float holds every integer up to 2^8 (bfloat16) or 2^11 (float16), no further.
+  const DType dtype = options.dtype;
+  if (dtype == kBFloat16 || dtype == kFloat16) {
+    const int64_t exact = dtype == kBFloat16 ? 256 : 2048;
+    GW_CHECK(low >= -exact && high - 1 <= exact, InvalidArgumentError, "[randint] [", low, ", ",
+             high, ") holds integers that ", dtype, " cannot: it is exact in [", -exact, ", ",
+             exact, "]");
+  }
   return random_tensor(RandomKind::RandInt, std::move(shape), static_cast<double>(low),
                        static_cast<double>(high), gen, options, "randint");
 }

@@ -70,8 +70,24 @@ TEST_CASE("float16 and bfloat16 compute on the CPU in float32, rounded once", "[
                          return gw::bmm(t[0].view({2, 3, 16}), t[1].view({2, 16, 12}));
                        },
                        {a, w});
-    check_rounded_once("gather", dtype, [](const V& t) { return gw::index_select(t[0], 0, t[1]); },
-                       {a, idx});
+    check_rounded_once("index_select", dtype,
+                       [](const V& t) { return gw::index_select(t[0], 0, t[1]); }, {a, idx});
+    check_rounded_once("gather", dtype,
+                       [](const V& t) {
+                         return gw::gather(t[0], 1, gw::zeros({6, 3}, gw::kInt64) + 2);
+                       },
+                       {a});
+    check_rounded_once("add with alpha", dtype, [](const V& t) { return gw::add(t[0], t[1], 2.5); },
+                       {a, b});
+    check_rounded_once("a broadcast operand", dtype,
+                       [](const V& t) { return t[0] * t[1].narrow(0, 0, 1); }, {a, b});
+    CHECK(read(gw::arange(0, 10, 0.3, dtype)) ==
+          read(gw::arange(0, 10, 0.3, gw::kFloat32).to(dtype)));
+    check_rounded_once("fold", dtype,
+                       [](const V& t) {
+                         return gw::fold(t[0].view({1, 4, 24}), {5, 7}, {2, 2});
+                       },
+                       {values({4, 24}, 6)});
     check_rounded_once("scatter_add, which reads its output", dtype,
                        [](const V& t) {
                          Tensor index = gw::zeros({2, 16}, gw::kInt64);
@@ -94,9 +110,28 @@ TEST_CASE("float16 and bfloat16 compute on the CPU in float32, rounded once", "[
 }
 
 TEST_CASE("16-bit random numbers on the CPU are float32 draws rounded", "[core][half]") {
-  gw::Generator g16(7), g32(7);
-  const Tensor h = gw::randn({64}, g16, gw::kBFloat16);
-  const Tensor f = gw::randn({64}, g32, gw::kFloat32);
-  CHECK(h.dtype() == gw::kBFloat16);
-  CHECK(read(h) == read(f.to(gw::kBFloat16)));
+  for (gw::DType dtype : {gw::kBFloat16, gw::kFloat16}) {
+    INFO(gw::dtype_name(dtype));
+    gw::Generator g16(7), g32(7);
+    const Tensor h = gw::randn({64}, g16, dtype);
+    CHECK(h.dtype() == dtype);
+    CHECK(read(h) == read(gw::randn({64}, g32, gw::kFloat32).to(dtype)));
+    // U[0, 1): a draw that rounds up to 1 becomes 0, as on a GPU (about 1 in 500 in bfloat16).
+    const std::vector<float> u = read(gw::rand({20000}, g16, dtype));
+    const std::vector<float> f = read(gw::rand({20000}, g32, gw::kFloat32).to(dtype));
+    int mapped = 0;
+    for (size_t i = 0; i < u.size(); ++i) {
+      CHECK((u[i] >= 0.f && u[i] < 1.f));
+      if (f[i] == 1.f) {
+        CHECK(u[i] == 0.f);
+        ++mapped;
+      } else {
+        CHECK(u[i] == f[i]);
+      }
+    }
+    if (dtype == gw::kBFloat16) CHECK(mapped > 0);  // the case above did happen
+  }
+  CHECK_THROWS_WITH(gw::randint(0, 1000, {4}, gw::kBFloat16),
+                    Catch::Contains("[randint]") && Catch::Contains("256"));
+  CHECK(gw::randint(-256, 257, {4}, gw::kBFloat16).dtype() == gw::kBFloat16);
 }

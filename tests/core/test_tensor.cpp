@@ -298,8 +298,8 @@ TEST_CASE("to(dtype) truncates floats toward zero and maps nonzero to true", "[c
 }
 
 TEST_CASE("float16 and bfloat16 tensors are made by zeros, ones, full and eye", "[core][tensor]") {
-  // These dtypes have no CPU arithmetic, but a fill only stores; the values read back in
-  // float32 are the rounded scalars.
+  // A fill only stores (no float32 round trip); the values read back in float32 are the
+  // rounded scalars.
   for (gw::DType t : {gw::kFloat16, gw::kBFloat16}) {
     CAPTURE(t);
     CHECK(gw::zeros({2, 3}, t).to(gw::kFloat32).to_vector<float>() == std::vector<float>(6, 0.f));

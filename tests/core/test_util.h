@@ -24,7 +24,7 @@ struct ThreadsGuard {
   ~ThreadsGuard() { gw::set_num_threads(saved); }
 };
 
-// A tensor of a 16-bit float dtype from raw bit patterns (no CPU arithmetic in them), of
+// A tensor of a 16-bit float dtype from raw bit patterns (no conversion on the way), of
 // `shape`, or 1-D when it is empty.
 inline gw::Tensor from_bits(const std::vector<uint16_t>& bits, gw::DType dtype,
                             gw::Shape shape = {}) {

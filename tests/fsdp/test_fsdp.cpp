@@ -39,12 +39,11 @@ TEST_CASE("fully_shard trains like one process on the global batch, on 2 and 4 G
 }
 
 TEST_CASE("fully_shard with float32 compute over float64 shards stays close to float64", "[fsdp]") {
-  // Mixed precision as on a GPU (bfloat16 over float32), one step up: CPU kernels compute in
-  // float32 and float64 only. The members, activations and gradients are float32; reductions
-  // and AdamW's state float64. The bound: float32 gradients are right to about 1e-7 relative,
-  // AdamW's normalized steps of lr = 0.01 carry that into each parameter, and 20 steps add up
-  // to about 1e-7 (measured: at most 1.1e-7); 1e-5 leaves room, and float32 compute cannot
-  // pass 1e-12 (the exact case above).
+  // The policy one step up from bfloat16 over float32: the members, activations and gradients
+  // are float32; reductions and AdamW's state float64. The bound: float32 gradients are right to
+  // about 1e-7 relative, AdamW's normalized steps of lr = 0.01 carry that into each parameter, and
+  // 20 steps add up to about 1e-7 (measured: at most 1.1e-7); 1e-5 leaves room, and float32 compute
+  // cannot pass 1e-12 (the exact case above).
   const fsdp::FullyShardOptions mixed{
       .reshard_after_forward = true,
       .mp_policy = {.param_dtype = kFloat32, .reduce_dtype = kFloat64}};

@@ -14,13 +14,14 @@ namespace F = gw::nn::functional;
 
 namespace {
 
-// layer_norm -> Linear -> GELU -> causal attention -> + a float32 parameter -> Linear ->
-// cross-entropy: every kind of op autocast treats differently, on (2, 4, 16) inputs.
+// layer_norm -> Linear -> GELU -> + a float32 parameter -> masked attention -> + the parameter ->
+// Linear -> cross-entropy: every kind of op autocast treats differently, on (2, 4, 16) inputs.
 struct AmpNet {
   gw::Generator gen{3};
   std::shared_ptr<gw::nn::Linear> fc1 = std::make_shared<gw::nn::Linear>(16, 32, gen);
   std::shared_ptr<gw::nn::Linear> fc2 = std::make_shared<gw::nn::Linear>(32, 8, gen);
   Tensor shift = gw::randn({32}, gen).requires_grad_();
+  Tensor mask = gw::randn({4, 4}, gen);  // additive, float32
 
   std::vector<Tensor> parameters() const {
     return {fc1->weight, fc1->bias, fc2->weight, fc2->bias, shift};
@@ -29,28 +30,29 @@ struct AmpNet {
     for (const Tensor& p : parameters()) p.set_grad(Tensor());
   }
 
-  Tensor attend(const Tensor& h) const {  // (2, 4, 32) as 2 heads of 16
-    const Tensor q = h.view({2, 4, 2, 16}).transpose(1, 2);
-    return F::scaled_dot_product_attention(q, q, q, {}, 0.0, true)
-        .transpose(1, 2)
-        .reshape({2, 4, 32});
-  }
-  // `cast` stands for autocast's conversion where the program writes its casts by hand.
-  Tensor loss(const Tensor& x, const Tensor& y, const std::function<Tensor(const Tensor&)>& cast,
-              bool checkpointed = false) const {
+  // Where autocast converts, the program written by hand converts with `lower` (to bfloat16)
+  // and `widen` (to float32); under autocast both are the identity.
+  struct Casts {
+    std::function<Tensor(const Tensor&)> lower, widen;
+  };
+  Tensor loss(const Tensor& x, const Tensor& y, const Casts& c, bool checkpointed = false) const {
     const Tensor n = F::layer_norm(x, {16});
     auto segment = [&](const Tensor& in) {
-      return gw::gelu(F::linear(cast(in), cast(fc1->weight), cast(fc1->bias)));
+      return gw::gelu(F::linear(c.lower(in), c.lower(fc1->weight), c.lower(fc1->bias)));
     };
     const Tensor h = checkpointed ? gw::autograd::checkpoint(segment, n) : segment(n);
-    const Tensor r = attend(h) + shift;
-    const Tensor logits = F::linear(cast(r), cast(fc2->weight), cast(fc2->bias));
-    return F::cross_entropy(logits.reshape({8, 8}).to(gw::kFloat32), y);
+    const Tensor q = (h + shift).view({2, 4, 2, 16}).transpose(1, 2);  // float32, 2 heads
+    const Tensor a =
+        F::scaled_dot_product_attention(c.lower(q), c.lower(q), c.lower(q), c.lower(mask));
+    const Tensor r = a.transpose(1, 2).reshape({2, 4, 32}) + shift;
+    const Tensor logits = F::linear(c.lower(r), c.lower(fc2->weight), c.lower(fc2->bias));
+    return F::cross_entropy(c.widen(logits.reshape({8, 8})), y);
   }
 };
 
-Tensor amp_as_is(const Tensor& t) { return t; }
-Tensor amp_to_bf16(const Tensor& t) { return t.to(gw::kBFloat16); }
+const AmpNet::Casts amp_as_is{[](const Tensor& t) { return t; }, [](const Tensor& t) { return t; }};
+const AmpNet::Casts amp_by_hand{[](const Tensor& t) { return t.to(gw::kBFloat16); },
+                                [](const Tensor& t) { return t.to(gw::kFloat32); }};
 
 std::vector<Tensor> amp_grads(const AmpNet& net, const Tensor& loss) {
   net.zero_grad();
@@ -93,6 +95,17 @@ TEST_CASE("autocast runs products in bfloat16 and norms, softmax and losses in f
     CHECK(F::cross_entropy(p, gw::zeros({4}, gw::kInt64)).dtype() == gw::kFloat32);
     CHECK(gw::matmul(x64, x64.t()).dtype() == gw::kFloat64);  // float64 is left alone
     CHECK(F::linear(x, w).dtype() == gw::kBFloat16);
+    CHECK(gw::conv2d(x.view({1, 1, 4, 8}), w.view({8, 1, 1, 8})).dtype() == gw::kBFloat16);
+    CHECK(F::scaled_dot_product_attention(x.view({1, 4, 8}), x.view({1, 4, 8}), x.view({1, 4, 8}),
+                                          w.narrow(1, 0, 4).narrow(0, 0, 4))
+              .dtype() == gw::kBFloat16);  // its float32 mask lowered too
+    CHECK(gw::dot(x.reshape({-1}), x.reshape({-1})).dtype() == gw::kFloat32);  // not listed
+    CHECK(gw::matmul(x.to(gw::kFloat16), w).dtype() == gw::kBFloat16);  // float16 lowered too
+    CHECK(F::mse_loss(p, p).dtype() == gw::kFloat32);
+    CHECK(F::nll_loss(p, gw::zeros({4}, gw::kInt64)).dtype() == gw::kFloat32);
+    CHECK(gw::logsumexp(p, {1}).dtype() == gw::kFloat32);
+    CHECK(gw::pow(p, p).dtype() == gw::kFloat32);
+    CHECK(gw::mean(p).dtype() == gw::kFloat32);  // built on sum
     // The products are those of the rounded operands.
     CHECK(p.to_vector<float>() ==
           gw::matmul(x.to(gw::kBFloat16), w.to(gw::kBFloat16)).to(gw::kFloat32).to_vector<float>());
@@ -109,6 +122,13 @@ TEST_CASE("autocast runs products in bfloat16 and norms, softmax and losses in f
   CHECK_THROWS_WITH(gw::AutocastGuard(gw::DeviceType::CPU, gw::kFloat64),
                     Catch::Contains("[autocast]") && Catch::Contains("bfloat16 or float16") &&
                         Catch::Contains("float64"));
+  gw::AutocastState wrong;
+  wrong.enabled[static_cast<int>(gw::DeviceType::CPU)] = true;
+  wrong.dtype[static_cast<int>(gw::DeviceType::CPU)] = gw::kFloat32;
+  CHECK_THROWS_WITH(gw::AutocastGuard(wrong), Catch::Contains("float32"));
+  CHECK_FALSE(gw::is_autocast_enabled(gw::DeviceType::CPU));
+  gw::AutocastGuard disabled(gw::DeviceType::CPU, gw::kFloat64, false);  // the dtype is ignored
+  CHECK(gw::matmul(x, w).dtype() == gw::kFloat32);
 }
 
 TEST_CASE("autocast's gradients reach float32 parameters as the hand-cast program's do",
@@ -119,7 +139,7 @@ TEST_CASE("autocast's gradients reach float32 parameters as the hand-cast progra
   const Tensor x = gw::randn({2, 4, 16}, gen).requires_grad_();
   const Tensor y = gw::from_vector(std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7}, {8});
 
-  const std::vector<Tensor> by_hand = amp_grads(net, net.loss(x, y, amp_to_bf16));
+  const std::vector<Tensor> by_hand = amp_grads(net, net.loss(x, y, amp_by_hand));
   Tensor loss;
   {
     gw::AutocastGuard amp(gw::DeviceType::CPU);
@@ -148,6 +168,38 @@ TEST_CASE("autocast's gradients reach float32 parameters as the hand-cast progra
       const double err = nn_test::rel_error(autocast[i], f32[i]);
       CHECK(err < 0.05);
       CHECK(err > 1e-6);  // it did compute in 16 bits
+    }
+  }
+}
+
+TEST_CASE(
+    "16-bit layer_norm, cross_entropy and GELU on the CPU are float32's rounded once, "
+    "forward and backward",
+    "[nn][autocast]") {
+  gw::Generator gen(9);
+  // Inputs and upstream gradients exact in 16 bits, so that float32 starts from the same values.
+  const Tensor x = gw::randn({6, 10}, gen).to(gw::kBFloat16).to(gw::kFloat32);
+  const Tensor g = gw::randn({6, 10}, gen).to(gw::kBFloat16).to(gw::kFloat32);
+  const Tensor labels = gw::from_vector(std::vector<int64_t>{0, 3, 9, 2, 2, 7}, {6});
+  const std::vector<std::pair<const char*, std::function<Tensor(const Tensor&)>>> ops{
+      {"layer_norm", [](const Tensor& t) { return F::layer_norm(t, {10}); }},
+      {"gelu", [](const Tensor& t) { return gw::gelu(t); }},
+      {"cross_entropy",
+       [&](const Tensor& t) { return F::cross_entropy(t, labels, F::Reduction::kNone); }},
+  };
+  for (gw::DType dtype : {gw::kBFloat16, gw::kFloat16}) {
+    for (const auto& [name, op] : ops) {
+      INFO(name << " in " << gw::dtype_name(dtype));
+      const Tensor x16 = x.to(dtype).requires_grad_(), x32 = x.clone().requires_grad_();
+      const Tensor y16 = op(x16), y32 = op(x32);
+      const Tensor up = y32.dim() == 1 ? g.select(1, 0) : g;
+      y16.backward(up.to(dtype));
+      y32.backward(up);
+      CHECK(y16.dtype() == dtype);
+      CHECK(y16.to(gw::kFloat32).to_vector<float>() ==
+            y32.to(dtype).to(gw::kFloat32).to_vector<float>());
+      CHECK(x16.grad().to(gw::kFloat32).to_vector<float>() ==
+            x32.grad().to(dtype).to(gw::kFloat32).to_vector<float>());
     }
   }
 }
