@@ -93,7 +93,7 @@ void CpuBackend::iota(const Tensor& out, double start, double step) {
 void CpuBackend::random(RandomKind kind, const Tensor& out, double a, double b,
                         Generator& gen) {
   if (in_float32({}, {&out}, [&](const auto& t) { random(kind, t[0], a, b, gen); })) {
-    // A float32 draw just below b may round to b: [a, b) maps it to a, as the GPU's kernel does.
+    // A float32 draw just below b may round to b in 16 bits: mapped to a, as above.
     if (kind == RandomKind::Uniform) {
       dispatch<TypeList<Half, BFloat16>>(out.dtype(), "uniform_", [&]<typename T>() {
         for_each_row<1>(out.sizes(), {&out}, [&](auto& p, auto& s, int64_t n) {
@@ -121,11 +121,14 @@ void CpuBackend::random(RandomKind kind, const Tensor& out, double a, double b,
   switch (kind) {
     case RandomKind::Uniform:
       dispatch<FloatTypes>(out.dtype(), "uniform_", [&]<typename T>() {
+        // a + (b - a) u rounds to b for some u < 1: [a, b) maps it to a, as the GPU's kernel does.
         fill_with.template operator()<T>([&] {
           if constexpr (std::is_same_v<T, float>) {
-            return static_cast<float>(a + (b - a) * gen.next_float());
+            const float v = static_cast<float>(a + (b - a) * gen.next_float());
+            return v >= static_cast<float>(b) ? static_cast<float>(a) : v;
           } else {
-            return a + (b - a) * gen.next_double();
+            const double v = a + (b - a) * gen.next_double();
+            return v >= b ? a : v;
           }
         });
       });

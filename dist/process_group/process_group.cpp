@@ -110,14 +110,6 @@ void ProcessGroup::split(const Tensor& flat, std::vector<Tensor>& parts) {
 }
 
 void ProcessGroup::divide(const Tensor& t, int n, const char* op) {
-  if (t.dtype() == kBFloat16 || t.dtype() == kFloat16) {  // in float32, rounded once
-    dispatch<TypeList<Half, BFloat16>>(t.dtype(), op, [&]<typename T>() {
-      T* p = t.data_ptr<T>();
-      for (int64_t i = 0, count = t.numel(); i < count; ++i)
-        p[i] = convert<T>(convert<float>(p[i]) / static_cast<float>(n));
-    });
-    return;
-  }
   dispatch<FloatTypes>(t.dtype(), op, [&]<typename T>() {
     divide(t.data_ptr<T>(), static_cast<size_t>(t.numel()), n);
   });

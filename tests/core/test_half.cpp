@@ -3,6 +3,7 @@
 // op on the same numbers in float32, rounded after: equal bit for bit.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <functional>
 #include <string>
 #include <vector>
@@ -133,5 +134,15 @@ TEST_CASE("16-bit random numbers on the CPU are float32 draws rounded", "[core][
   }
   CHECK_THROWS_WITH(gw::randint(0, 1000, {4}, gw::kBFloat16),
                     Catch::Contains("[randint]") && Catch::Contains("256"));
-  CHECK(gw::randint(-256, 257, {4}, gw::kBFloat16).dtype() == gw::kBFloat16);
+  const Tensor ints = gw::randint(-256, 257, {1000}, gw::kBFloat16);
+  CHECK(ints.dtype() == gw::kBFloat16);
+  for (float v : read(ints)) CHECK((v == std::floor(v) && v >= -256 && v <= 256));
+  // [a, b) away from 0, and below it: a draw that rounds up to b becomes a.
+  for (auto [lo, hi] : {std::pair{1.0, 2.0}, std::pair{-2.0, -1.0}}) {
+    INFO("uniform_ on [" << lo << ", " << hi << ")");
+    Tensor u = gw::empty({20000}, gw::kBFloat16);
+    gw::Generator g(3);
+    gw::uniform_(u, lo, hi, g);
+    for (float v : read(u)) CHECK((v >= lo && v < hi));  // a remap to 0 fails
+  }
 }

@@ -126,3 +126,45 @@ TEST_CASE("fused Adam and AdamW steps on the GPU match the op-by-op steps on the
       kFloat32);
   run([](std::vector<Tensor> ps) { return optim::Adam(ps, {.lr = 1e-3}); }, kFloat64);
 }
+
+TEST_CASE("a GPT trains under bfloat16 autocast on the GPU as on the CPU", "[cuda][nn][autocast]") {
+  GW_REQUIRE_CUDA_DEVICE();
+  auto make = [](Device device) {
+    Generator gen(5);
+    auto m = std::make_shared<nn::GPT>(
+        nn::GPTOptions{.vocab_size = 16, .context = 8, .layers = 2, .heads = 2, .width = 32}, gen);
+    m->to(device);
+    return m;
+  };
+  auto gpu = make(kGpu), cpu = make(kCPU);
+  optim::AdamW gpu_opt(gpu->parameters(), {.lr = 1e-3});
+  optim::AdamW cpu_opt(cpu->parameters(), {.lr = 1e-3});
+  Generator gen(11);
+  for (int step = 0; step < 3; ++step) {
+    const Tensor x = randint(0, 16, {4, 8}, gen), y = randint(0, 16, {4, 8}, gen);
+    gpu_opt.zero_grad();
+    cpu_opt.zero_grad();
+    Tensor gpu_loss, cpu_loss;
+    {
+      AutocastGuard amp(DeviceType::CUDA);
+      CHECK(matmul(x.to(kFloat32), x.to(kFloat32).t()).dtype() == kFloat32);  // CPU: untouched
+      CHECK((*gpu)(x.to(kGpu)).dtype() == kBFloat16);                         // the head's product
+      gpu_loss = gpu->loss(x.to(kGpu), y.to(kGpu));
+    }
+    {
+      AutocastGuard amp(DeviceType::CPU);
+      cpu_loss = cpu->loss(x, y);
+    }
+    CHECK(gpu_loss.dtype() == kFloat32);
+    gpu_loss.backward();
+    cpu_loss.backward();
+    // Both round each op to bfloat16, but not the same way (the GPU composes attention, the CPU
+    // fuses it): a few bfloat16 steps apart.
+    CHECK(gpu_loss.item<double>() == Approx(cpu_loss.item<double>()).epsilon(3e-2));
+    for (const Tensor& p : gpu->parameters()) CHECK(p.grad().dtype() == kFloat32);
+    gpu_opt.step();
+    cpu_opt.step();
+  }
+  auto p = gpu->parameters(), q = cpu->parameters();
+  for (size_t i = 0; i < p.size(); ++i) CHECK(allclose(p[i].to(kCPU), q[i], 1e-2, 1e-2));
+}

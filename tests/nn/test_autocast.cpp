@@ -173,33 +173,69 @@ TEST_CASE("autocast's gradients reach float32 parameters as the hand-cast progra
 }
 
 TEST_CASE(
-    "16-bit layer_norm, cross_entropy and GELU on the CPU are float32's rounded once, "
-    "forward and backward",
-    "[nn][autocast]") {
+    "16-bit layer_norm, cross_entropy, GELU and attention on the CPU are float32's "
+    "rounded once, forward and backward",
+    "[nn][half]") {
   gw::Generator gen(9);
-  // Inputs and upstream gradients exact in 16 bits, so that float32 starts from the same values.
-  const Tensor x = gw::randn({6, 10}, gen).to(gw::kBFloat16).to(gw::kFloat32);
-  const Tensor g = gw::randn({6, 10}, gen).to(gw::kBFloat16).to(gw::kFloat32);
+  // Multiples of 1/32 below 8 in magnitude: exact in both 16-bit formats (8 significant bits),
+  // so that float32 starts from the very numbers the 16-bit tensors hold.
+  auto exact = [&](gw::Shape shape) {
+    return gw::clamp(gw::round(gw::randn(std::move(shape), gen) * 32), -255, 255) / 32;
+  };
   const Tensor labels = gw::from_vector(std::vector<int64_t>{0, 3, 9, 2, 2, 7}, {6});
-  const std::vector<std::pair<const char*, std::function<Tensor(const Tensor&)>>> ops{
-      {"layer_norm", [](const Tensor& t) { return F::layer_norm(t, {10}); }},
-      {"gelu", [](const Tensor& t) { return gw::gelu(t); }},
+  const Tensor mask = exact({5, 7});  // broadcast over batch and heads
+  using Inputs = std::vector<Tensor>;
+  struct Case {
+    const char* name;
+    Inputs inputs;
+    std::function<Tensor(const Inputs&)> op;
+    size_t checked_grads;  // the first ones (an expanded input's gradient is a second sum)
+    // 0: equal; else within this of float32's relative to its largest (attention's backward reads
+    // its output, which 16 bits hold rounded).
+    double grad_tolerance = 0;
+  };
+  const std::vector<Case> cases{
+      {"layer_norm with weight and bias",
+       {exact({6, 10}), exact({10}), exact({10})},
+       [](const Inputs& t) { return F::layer_norm(t[0], {10}, t[1], t[2]); },
+       3},
+      {"gelu", {exact({6, 10})}, [](const Inputs& t) { return gw::gelu(t[0]); }, 1},
       {"cross_entropy",
-       [&](const Tensor& t) { return F::cross_entropy(t, labels, F::Reduction::kNone); }},
+       {exact({6, 10})},
+       [&](const Inputs& t) { return F::cross_entropy(t[0], labels, F::Reduction::kNone); },
+       1},
+      {"attention, keys and values expanded over heads, a broadcast mask",
+       {exact({1, 2, 5, 8}), exact({1, 1, 7, 8}), exact({1, 1, 7, 8})},
+       [&](const Inputs& t) {
+         return F::scaled_dot_product_attention(t[0], t[1].expand({1, 2, 7, 8}),
+                                                t[2].expand({1, 2, 7, 8}), mask.to(t[0].dtype()));
+       },
+       1,
+       2e-2},
   };
   for (gw::DType dtype : {gw::kBFloat16, gw::kFloat16}) {
-    for (const auto& [name, op] : ops) {
-      INFO(name << " in " << gw::dtype_name(dtype));
-      const Tensor x16 = x.to(dtype).requires_grad_(), x32 = x.clone().requires_grad_();
-      const Tensor y16 = op(x16), y32 = op(x32);
-      const Tensor up = y32.dim() == 1 ? g.select(1, 0) : g;
+    for (const Case& c : cases) {
+      INFO(c.name << " in " << gw::dtype_name(dtype));
+      Inputs in16, in32;
+      for (const Tensor& t : c.inputs) {
+        in16.push_back(t.to(dtype).requires_grad_());
+        in32.push_back(t.clone().requires_grad_());
+      }
+      const Tensor y16 = c.op(in16), y32 = c.op(in32);
+      const Tensor up = exact(y32.sizes());
       y16.backward(up.to(dtype));
       y32.backward(up);
       CHECK(y16.dtype() == dtype);
       CHECK(y16.to(gw::kFloat32).to_vector<float>() ==
             y32.to(dtype).to(gw::kFloat32).to_vector<float>());
-      CHECK(x16.grad().to(gw::kFloat32).to_vector<float>() ==
-            x32.grad().to(dtype).to(gw::kFloat32).to_vector<float>());
+      for (size_t i = 0; i < c.checked_grads; ++i) {
+        INFO("the gradient of input " << i);
+        if (c.grad_tolerance > 0)
+          CHECK(nn_test::rel_error(in16[i].grad(), in32[i].grad()) < c.grad_tolerance);
+        else
+          CHECK(in16[i].grad().to(gw::kFloat32).to_vector<float>() ==
+                in32[i].grad().to(dtype).to(gw::kFloat32).to_vector<float>());
+      }
     }
   }
 }
