@@ -30,6 +30,11 @@
 // (--powersgd-rank R, plain averaging for the first --powersgd-start steps); rank 0 then also
 // prints how much PowerSGD compressed.
 //
+// With --device cuda, each rank trains on its GPU (the one its LOCAL_RANK names) and DDP
+// averages over NCCL, one process per GPU:
+//
+//   build/tools/gwrun/gwrun --nproc-per-node 2 build/examples/ddp_train --device cuda
+//
 // With --trace FILE, FILE gets the run's timeline (open it at https://ui.perfetto.dev): each
 // rank's forwards, backwards, DDP's buckets and their allreduces on the group's track.
 #include <cmath>
@@ -60,7 +65,7 @@ namespace {
 namespace dcp = gw::dist::checkpoint;
 
 struct Args : gw::examples::TrainArgs {
-  std::string model = "mlp", curve, backend = "gloo", hook = "none";
+  std::string model = "mlp", curve, backend = "gloo", hook = "none", device = "cpu";
   int64_t powersgd_rank = 1, powersgd_start = 10;
   double lr_decay = 0.6;
   bool zero = false;
@@ -74,8 +79,10 @@ Args parse(int argc, char** argv) {
   auto extra = [&](const std::string& k, const std::string& v) {
     if (k == "--model" && (v == "mlp" || v == "cnn")) a.model = v;
     else if (k == "--curve") a.curve = v;
-    else if (k == "--backend" && (v == "gloo" || v == "mpi"))
+    else if (k == "--backend" && (v == "gloo" || v == "mpi" || v == "nccl"))
       a.backend = v;
+    else if (k == "--device" && (v == "cpu" || v == "cuda"))
+      a.device = v;
     else if (k == "--lr-decay") a.lr_decay = std::atof(v.c_str());
     else if (k == "--hook" && (v == "none" || v == "fp16" || v == "bf16" || v == "powersgd" ||
                                v == "batched-powersgd"))
@@ -94,15 +101,26 @@ Args parse(int argc, char** argv) {
   };
   static_cast<gw::examples::TrainArgs&>(a) = gw::examples::parse_train_args(
       "ddp_train", argc, argv, {.epochs = 5, .batch_size = 32, .lr = 0.02, .target = 0.88}, extra,
-      (std::string(" [--model mlp|cnn] [--backend gloo|mpi] [--lr-decay X] [--curve PATH]"
+      (std::string(" [--model mlp|cnn] [--device cpu|cuda] [--backend gloo|mpi|nccl]"
+                   " [--lr-decay X] [--curve PATH]"
                    " [--hook none|fp16|bf16|powersgd|batched-powersgd] [--powersgd-rank R]"
                    " [--powersgd-start ITER] [--zero on|off] [--fsdp on|off]") +
        gw::examples::CheckpointArgs::kUsage + gw::examples::TraceArgs::kUsage)
           .c_str());
-  if (a.fsdp && (a.zero || a.hook != "none")) {
-    std::fprintf(stderr,
-                 "ddp_train: --fsdp shards the optimizer's state and reduces the "
-                 "gradients itself: drop --zero and --hook\n");
+  if (a.device == "cuda" && a.backend == "gloo") a.backend = "nccl";  // the default's
+  const char* bad =
+      a.fsdp && (a.zero || a.hook != "none")
+          ? "--fsdp shards the optimizer's state and reduces the gradients itself: drop --zero "
+            "and --hook"
+      : (a.device == "cuda") != (a.backend == "nccl")
+          ? "--device cuda trains over NCCL, and NCCL needs --device cuda"
+      : a.device == "cuda" && (a.fsdp || a.zero || a.checkpoint.every > 0 ||
+                               a.hook.find("powersgd") != std::string::npos)
+          ? "--device cuda runs DDP with --hook none|fp16|bf16: --fsdp, --zero, "
+            "--checkpoint-every and PowerSGD run on the CPU"
+          : nullptr;
+  if (bad) {
+    std::fprintf(stderr, "ddp_train: %s\n", bad);
     std::exit(2);
   }
   return a;
@@ -172,7 +190,7 @@ bool identical_on_all_ranks(gw::nn::Module& model, gw::dist::ProcessGroup& pg) {
     pg.broadcast(theirs, {.root = 0})->wait();
     same = same && gw::equal(theirs, p.detach());
   }
-  gw::Tensor verdict = gw::full({1}, static_cast<double>(same), gw::kInt64);
+  gw::Tensor verdict = gw::full({1}, static_cast<double>(same), gw::kInt64).to(pg.device());
   pg.allreduce(verdict, {.op = gw::dist::ReduceOp::MIN})->wait();
   return verdict.item<int64_t>() == 1;
 }
@@ -190,12 +208,14 @@ int main(int argc, char** argv) {
     auto pg = gw::dist::init_process_group(args.backend);  // ranks, master: from the launcher
     rank = pg->rank();
     world = pg->size();
+    const gw::Device device = pg->device();  // NCCL's: the rank's GPU
     auto train = gw::data::load_fashion_mnist(gw::data::Split::Train, args.limit);
     auto test = gw::data::load_fashion_mnist(gw::data::Split::Test);
     // DDP starts every replica from rank 0's; fully_shard keeps each rank's rows of its own copy,
     // so every rank draws the same.
     gw::Generator gen(static_cast<uint64_t>(args.fsdp ? 0 : rank));
     std::shared_ptr<gw::nn::Module> module = gw::examples::fashion_model(args.model, gen);
+    module->to(device);
     std::unique_ptr<gw::ddp::DistributedDataParallel> ddp;
     std::shared_ptr<gw::fsdp::FSDPModule> sharded;
     std::shared_ptr<gw::ddp::PowerSGDState> powersgd;
@@ -254,9 +274,10 @@ int main(int argc, char** argv) {
     };
     if (rank == 0) {
       std::printf(
-          "%s\n%s on %d ranks (%s), SGD lr %g momentum 0.9%s, batch %lld per rank, "
+          "%s\n%s on %d ranks (%s%s), SGD lr %g momentum 0.9%s, batch %lld per rank, "
           "%lld epochs\n",
-          module->repr().c_str(), args.fsdp ? "FSDP" : "DDP", world, args.backend.c_str(), args.lr,
+          module->repr().c_str(), args.fsdp ? "FSDP" : "DDP", world, args.backend.c_str(),
+          device.is_cpu() ? "" : (", " + device.str()).c_str(), args.lr,
           args.zero ? " sharded across the ranks (ZeRO)" : "",
           static_cast<long long>(args.batch_size), static_cast<long long>(args.epochs));
       std::fflush(stdout);
@@ -271,7 +292,8 @@ int main(int argc, char** argv) {
                                                           loader.num_batches());
       int64_t seen = 0;
       for (int64_t b = epoch == first_epoch ? first_step : 0; b < loader.num_batches(); ++b) {
-        auto [x, y] = loader.batch(epoch, b);
+        auto [images, labels] = loader.batch(epoch, b);
+        const gw::Tensor x = images.to(device), y = labels.to(device);
         opt.zero_grad();
         gw::Tensor loss = gw::nn::functional::cross_entropy(
             ddp ? ddp->forward(gw::examples::shape_input(x, args.model))
@@ -287,14 +309,14 @@ int main(int argc, char** argv) {
           checkpoint(epoch, b + 1);
       }
       if (bar) bar->finish();
-      acc = gw::examples::test_accuracy(*module, test, args.model);
+      acc = gw::examples::test_accuracy(*module, test, args.model, device);
       if (rank == 0)
         std::printf("epoch %lld: test accuracy %.2f%% (lr %g)\n", static_cast<long long>(epoch + 1),
                     acc * 100, opt.lr());
       checkpoint(epoch + 1, 0);
     }
     if (first_epoch >= args.epochs)  // resumed after the last epoch's checkpoint
-      acc = gw::examples::test_accuracy(*module, test, args.model);
+      acc = gw::examples::test_accuracy(*module, test, args.model, device);
     if (powersgd && rank == 0)
       std::printf("PowerSGD rank %lld: %.1fx fewer numbers on the wire than the gradients\n",
                   static_cast<long long>(args.powersgd_rank), powersgd->compression_stats().rate());

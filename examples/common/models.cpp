@@ -38,14 +38,16 @@ Tensor shape_input(const Tensor& x, const std::string& kind) {
   return kind == "cnn" ? x.view({-1, 1, 28, 28}) : x;
 }
 
-double test_accuracy(nn::Module& model, const data::Dataset& test, const std::string& kind) {
+double test_accuracy(nn::Module& model, const data::Dataset& test, const std::string& kind,
+                     Device device) {
   autograd::NoGradGuard no_grad;
   model.eval();
   int64_t correct = 0;
   for (int64_t start = 0; start < test.size(); start += 1000) {
     int64_t n = std::min<int64_t>(1000, test.size() - start);
-    Tensor logits = model(shape_input(test.images.narrow(0, start, n), kind));
-    correct += eq(argmax(logits, 1), test.labels.narrow(0, start, n)).sum().item<int64_t>();
+    Tensor logits = model(shape_input(test.images.narrow(0, start, n), kind).to(device));
+    correct +=
+        eq(argmax(logits, 1), test.labels.narrow(0, start, n).to(device)).sum().item<int64_t>();
   }
   model.train();
   return static_cast<double>(correct) / static_cast<double>(test.size());

@@ -15,7 +15,8 @@ namespace gw::examples {
 std::shared_ptr<nn::Sequential> fashion_model(const std::string& kind, Generator& gen);
 // Images as the model wants them: flat for the MLP, (N, 1, 28, 28) for the CNN.
 Tensor shape_input(const Tensor& x, const std::string& kind);
-// Test accuracy in [0, 1], in eval mode and without recording.
-double test_accuracy(nn::Module& model, const data::Dataset& test, const std::string& kind);
+// Test accuracy in [0, 1], in eval mode and without recording, on the model's device.
+double test_accuracy(nn::Module& model, const data::Dataset& test, const std::string& kind,
+                     Device device = kCPU);
 
 }  // namespace gw::examples

@@ -127,6 +127,37 @@ TEST_CASE("ddp_train --fsdp on trains as DDP does, each rank holding half the mo
   CHECK(count(refused.err, "drop --zero and --hook") >= 1);
 }
 
+TEST_CASE("ddp_train --device cuda trains over NCCL on a GPU, or says in one line why not",
+          "[examples][dist][ddp][cuda]") {
+  const std::vector<std::string> args{
+      "--nproc-per-node", "1",    GW_DDP_EXAMPLE, "--device", "cuda", "--epochs", "1",
+      "--limit",          "3200", "--target",     "0.5"};
+  const auto r = run_gwrun(args);
+  INFO(r.out << r.err);
+  if (count(r.err, "no CUDA device") + count(r.err, "cannot use cuda:") +
+          count(r.err, "has no NCCL") >
+      0) {
+    // No GPU here: the rank fails at once, naming the cause, and nothing trains.
+    CHECK(r.exit_code != 0);
+    CHECK(count(r.err, "ddp_train (rank 0): ") == 1);
+    CHECK(count(r.out, "test accuracy") == 0);
+  } else {
+    CHECK(r.exit_code == 0);
+    CHECK(count(r.out, "DDP on 1 ranks (nccl, cuda:0)") == 1);
+    CHECK(count(r.out, "parameters identical to rank 0's: yes") == 1);
+    CHECK(final_accuracy(r.out) > 50);
+  }
+  // What it does not take, refused before anything starts.
+  for (const auto& extra : std::vector<std::vector<std::string>>{
+           {"--device", "cuda", "--zero", "on"}, {"--backend", "nccl"}}) {
+    std::vector<std::string> a{"--nproc-per-node", "1", GW_DDP_EXAMPLE};
+    a.insert(a.end(), extra.begin(), extra.end());
+    const auto refused = run_gwrun(a);
+    CHECK(refused.exit_code != 0);
+    CHECK(count(refused.err, "--device cuda") >= 1);
+  }
+}
+
 namespace {
 // Runs gwrun with `args` (--max-restarts among them), kills worker `rank` with SIGKILL once
 // `line` is on its standard output, and waits for the job: its result, and the pid killed.
