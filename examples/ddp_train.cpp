@@ -31,7 +31,8 @@
 // prints how much PowerSGD compressed.
 //
 // With --device cuda, each rank trains on its GPU (the one its LOCAL_RANK names) and DDP
-// averages over NCCL, one process per GPU:
+// averages over NCCL, one process per GPU (--hook fp16|bf16 too; --zero, --fsdp,
+// --checkpoint-every and PowerSGD are the CPU's):
 //
 //   build/tools/gwrun/gwrun --nproc-per-node 2 build/examples/ddp_train --device cuda
 //
@@ -65,7 +66,7 @@ namespace {
 namespace dcp = gw::dist::checkpoint;
 
 struct Args : gw::examples::TrainArgs {
-  std::string model = "mlp", curve, backend = "gloo", hook = "none", device = "cpu";
+  std::string model = "mlp", curve, backend, hook = "none", device = "cpu";  // backend: --device's
   int64_t powersgd_rank = 1, powersgd_start = 10;
   double lr_decay = 0.6;
   bool zero = false;
@@ -79,7 +80,7 @@ Args parse(int argc, char** argv) {
   auto extra = [&](const std::string& k, const std::string& v) {
     if (k == "--model" && (v == "mlp" || v == "cnn")) a.model = v;
     else if (k == "--curve") a.curve = v;
-    else if (k == "--backend" && (v == "gloo" || v == "mpi" || v == "nccl"))
+    else if (k == "--backend" && (v == "gloo" || v == "mpi"))
       a.backend = v;
     else if (k == "--device" && (v == "cpu" || v == "cuda"))
       a.device = v;
@@ -101,19 +102,18 @@ Args parse(int argc, char** argv) {
   };
   static_cast<gw::examples::TrainArgs&>(a) = gw::examples::parse_train_args(
       "ddp_train", argc, argv, {.epochs = 5, .batch_size = 32, .lr = 0.02, .target = 0.88}, extra,
-      (std::string(" [--model mlp|cnn] [--device cpu|cuda] [--backend gloo|mpi|nccl]"
+      (std::string(" [--model mlp|cnn] [--device cpu|cuda (nccl)] [--backend gloo|mpi]"
                    " [--lr-decay X] [--curve PATH]"
                    " [--hook none|fp16|bf16|powersgd|batched-powersgd] [--powersgd-rank R]"
                    " [--powersgd-start ITER] [--zero on|off] [--fsdp on|off]") +
        gw::examples::CheckpointArgs::kUsage + gw::examples::TraceArgs::kUsage)
           .c_str());
-  if (a.device == "cuda" && a.backend == "gloo") a.backend = "nccl";  // the default's
   const char* bad =
       a.fsdp && (a.zero || a.hook != "none")
           ? "--fsdp shards the optimizer's state and reduces the gradients itself: drop --zero "
             "and --hook"
-      : (a.device == "cuda") != (a.backend == "nccl")
-          ? "--device cuda trains over NCCL, and NCCL needs --device cuda"
+      : a.device == "cuda" && !a.backend.empty()
+          ? "--device cuda trains over NCCL: drop --backend (gloo and mpi are the CPU's)"
       : a.device == "cuda" && (a.fsdp || a.zero || a.checkpoint.every > 0 ||
                                a.hook.find("powersgd") != std::string::npos)
           ? "--device cuda runs DDP with --hook none|fp16|bf16: --fsdp, --zero, "
@@ -123,6 +123,7 @@ Args parse(int argc, char** argv) {
     std::fprintf(stderr, "ddp_train: %s\n", bad);
     std::exit(2);
   }
+  if (a.backend.empty()) a.backend = a.device == "cuda" ? "nccl" : "gloo";
   return a;
 }
 
@@ -201,8 +202,8 @@ int main(int argc, char** argv) {
   Args args = parse(argc, argv);
   // Under MPI the group knows the ranks; otherwise the launcher's variables say (and a bad set
   // of them ends the program with one line).
-  if (args.backend != "mpi") gw::examples::launch_env("ddp_train");
   int rank = 0, world = 1;
+  if (args.backend != "mpi") rank = gw::examples::launch_env("ddp_train").rank;  // for errors
   try {
     args.trace.start();
     auto pg = gw::dist::init_process_group(args.backend);  // ranks, master: from the launcher

@@ -84,7 +84,12 @@ int default_device(int rank) {
   const int count = cuda::device_count();
   GW_CHECK(count > 0, CudaError, "[ProcessGroupNCCL] no CUDA device: ", cuda::no_device_reason());
   const char* local = std::getenv("LOCAL_RANK");
-  return (local && *local ? std::atoi(local) : rank) % count;
+  if (!local || !*local) return rank % count;
+  const int local_rank = std::atoi(local);
+  GW_CHECK(local_rank < count, CudaError, "[ProcessGroupNCCL] LOCAL_RANK ", local_rank,
+           " has no GPU of its own: ", count, " CUDA device", count == 1 ? "" : "s",
+           " visible (NCCL takes one process per GPU)");
+  return local_rank;
 }
 
 // The communicator is non-blocking, so that a rank that never arrives cannot hang the others:
@@ -355,6 +360,9 @@ ProcessGroupNCCL::ProcessGroupNCCL(std::shared_ptr<store::Store> store, int rank
   m.options = options;
   m.device = options.device >= 0 ? options.device : default_device(rank);
   cuda::check_device(cuda_device(m.device), "ProcessGroupNCCL");
+  // The rank's GPU becomes this thread's current device (PyTorch scripts call
+  // torch.cuda.set_device(local_rank)): a guard restoring device 0 would make a context there.
+  cuda::set_device(m.device);
   cuda::DeviceGuard on_device(m.device);
 
   ncclUniqueId id;

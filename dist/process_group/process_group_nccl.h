@@ -30,7 +30,9 @@ namespace gw::dist {
 
 struct NcclOptions {
   Milliseconds timeout = kDefaultCollectiveTimeout;  // per collective, unless it sets its own
-  int device = -1;  // this rank's CUDA device; -1: LOCAL_RANK (else rank) modulo the count
+  // This rank's CUDA device, made current on the constructing thread; -1: LOCAL_RANK (which
+  // must name a visible device), else the rank modulo the device count.
+  int device = -1;
   // A rank silent for this long is declared dead (dist/process_group/group_liveness.h): the
   // communicator is aborted and every pending Work fails with IoError. Default:
   // GW_FAILURE_TIMEOUT (seconds), else 10 s; 0: never.

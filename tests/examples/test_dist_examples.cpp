@@ -12,8 +12,10 @@
 #include <fstream>
 #include <regex>
 
+#include "dist/process_group/process_group_nccl.h"
 #include "tests/gwrun/gwrun_process.h"
 #include "tests/process_util.h"
+#include "tests/skip.h"
 #include "tests/temp_dir.h"
 #include "tests/tls_pki.h"
 
@@ -127,34 +129,45 @@ TEST_CASE("ddp_train --fsdp on trains as DDP does, each rank holding half the mo
   CHECK(count(refused.err, "drop --zero and --hook") >= 1);
 }
 
-TEST_CASE("ddp_train --device cuda trains over NCCL on a GPU, or says in one line why not",
-          "[examples][dist][ddp][cuda]") {
-  const std::vector<std::string> args{
-      "--nproc-per-node", "1",    GW_DDP_EXAMPLE, "--device", "cuda", "--epochs", "1",
-      "--limit",          "3200", "--target",     "0.5"};
-  const auto r = run_gwrun(args);
+TEST_CASE("ddp_train --device cuda trains over NCCL on a GPU", "[examples][dist][ddp][cuda]") {
+  std::string why;
+  if (!gw::dist::nccl_available(&why)) GW_SKIP(why);
+  const auto r = run_gwrun({"--nproc-per-node", "1", GW_DDP_EXAMPLE, "--device", "cuda", "--epochs",
+                            "1", "--limit", "3200", "--target", "0.5"});
   INFO(r.out << r.err);
-  if (count(r.err, "no CUDA device") + count(r.err, "cannot use cuda:") +
-          count(r.err, "has no NCCL") >
-      0) {
-    // No GPU here: the rank fails at once, naming the cause, and nothing trains.
-    CHECK(r.exit_code != 0);
-    CHECK(count(r.err, "ddp_train (rank 0): ") == 1);
-    CHECK(count(r.out, "test accuracy") == 0);
-  } else {
-    CHECK(r.exit_code == 0);
-    CHECK(count(r.out, "DDP on 1 ranks (nccl, cuda:0)") == 1);
-    CHECK(count(r.out, "parameters identical to rank 0's: yes") == 1);
-    CHECK(final_accuracy(r.out) > 50);
-  }
-  // What it does not take, refused before anything starts.
-  for (const auto& extra : std::vector<std::vector<std::string>>{
-           {"--device", "cuda", "--zero", "on"}, {"--backend", "nccl"}}) {
+  CHECK(r.exit_code == 0);
+  CHECK(count(r.out, "DDP on 1 ranks (nccl, cuda:0)") == 1);
+  CHECK(count(r.out, "parameters identical to rank 0's: yes") == 1);
+  CHECK(final_accuracy(r.out) > 50);
+}
+
+TEST_CASE("ddp_train --device cuda without a GPU fails at once, naming the cause",
+          "[examples][dist][ddp]") {
+  if (gw::dist::nccl_available()) GW_SKIP("a CUDA device is present");
+  const auto r = run_gwrun({"--nproc-per-node", "1", GW_DDP_EXAMPLE, "--device", "cuda", "--epochs",
+                            "1", "--limit", "3200"});
+  INFO(r.out << r.err);
+  CHECK(r.exit_code != 0);
+  CHECK(count(r.err, "ddp_train (rank 0): ") == 1);
+  CHECK(count(r.err, "no CUDA device") + count(r.err, "has no NCCL") == 1);
+  CHECK(count(r.out, "test accuracy") == 0);
+}
+
+TEST_CASE("ddp_train refuses what --device cuda does not take, before anything starts",
+          "[examples][dist][ddp]") {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases{
+      {{"--device", "cuda", "--zero", "on"}, "run on the CPU"},
+      {{"--device", "cuda", "--backend", "gloo"}, "drop --backend"},
+      {{"--backend", "nccl"}, "usage"},  // not a --backend value: --device cuda chooses it
+  };
+  for (const auto& [extra, says] : cases) {
     std::vector<std::string> a{"--nproc-per-node", "1", GW_DDP_EXAMPLE};
     a.insert(a.end(), extra.begin(), extra.end());
     const auto refused = run_gwrun(a);
+    INFO(refused.out << refused.err);
     CHECK(refused.exit_code != 0);
-    CHECK(count(refused.err, "--device cuda") >= 1);
+    CHECK(count(refused.err, says) >= 1);
+    CHECK(count(refused.out, "DDP on") == 0);
   }
 }
 
