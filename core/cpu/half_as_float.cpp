@@ -7,10 +7,6 @@ namespace gw::cpu::halves {
 
 namespace {
 
-bool is_half(const Tensor& t) {
-  return t.defined() && (t.dtype() == kBFloat16 || t.dtype() == kFloat16);
-}
-
 Tensor float32_copy(const Tensor& t) {
   Tensor w = empty(t.sizes(), TensorOptions(kFloat32));
   cpu_backend().copy(t, w);

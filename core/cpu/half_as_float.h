@@ -28,11 +28,14 @@ namespace gw::cpu {
 enum class Written { overwritten, accumulated };
 
 namespace halves {
+inline bool is_half(const Tensor& t) {
+  return t.defined() && (t.dtype() == kBFloat16 || t.dtype() == kFloat16);
+}
 inline bool any_half(std::initializer_list<const Tensor*> reads,
                      std::initializer_list<const Tensor*> writes) {
   for (auto list : {reads, writes}) {
     for (const Tensor* t : list) {
-      if (t->defined() && (t->dtype() == kBFloat16 || t->dtype() == kFloat16)) return true;
+      if (is_half(*t)) return true;
     }
   }
   return false;
