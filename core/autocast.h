@@ -26,8 +26,8 @@
 // The state is per thread, guards nest (enabled = false turns autocast off inside, as
 // torch.autocast(enabled=False)), and autograd's backward runs with autocast off (what it
 // recomputes for activation checkpointing runs under the state its forward had). bfloat16 has
-// float32's range and needs no loss scaling; float16 would need a gradient scaler, which
-// gradwire does not have yet. On the CPU the 16-bit ops compute through float32 copies
+// float32's range and needs no loss scaling; float16 needs gw::optim::GradScaler
+// (optim/grad_scaler.h). On the CPU the 16-bit ops compute through float32 copies
 // (core/cpu/half_as_float.h): CPU autocast checks a mixed-precision program, it does not speed
 // one up.
 #pragma once

@@ -7,6 +7,7 @@
 #include "optim/adamw.h"
 #include "optim/clip_grad.h"
 #include "optim/factory.h"
+#include "optim/grad_scaler.h"
 #include "optim/lr_scheduler.h"
 #include "optim/optimizer.h"
 #include "optim/rmsprop.h"

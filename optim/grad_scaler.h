@@ -1,0 +1,74 @@
+// Loss scaling for float16 mixed precision, as torch.amp.GradScaler. float16 keeps few exponent
+// bits: gradients below about 6e-8 flush to zero. So the loss is multiplied by a large scale
+// before backward (every gradient with it), and the gradients are divided by it before the
+// optimizer steps. A step whose gradients overflowed (an inf or NaN among them) is skipped and
+// the scale halved; after growth_interval steps without one, the scale doubles. bfloat16 has
+// float32's exponent range and needs none of this.
+//
+//   gw::optim::GradScaler scaler;                                  // scale 65536
+//   for (auto [x, y] : batches) {
+//     opt.zero_grad();
+//     Tensor loss;
+//     {
+//       gw::AutocastGuard amp(gw::DeviceType::CUDA, gw::kFloat16);
+//       loss = model->loss(x, y);
+//     }
+//     scaler.scale(loss).backward();
+//     scaler.unscale_(opt);            // optional: to clip the true gradients
+//     gw::optim::clip_grad_norm_(model->parameters(), 1.0);
+//     scaler.step(opt);                // skipped when a gradient is inf or NaN
+//     scaler.update();                 // the scale for the next iteration
+//   }
+//
+// Scales are powers of two (with the default factors), so scaling and unscaling are exact for
+// float32 gradients. Under DDP every rank holds the same averaged gradients and decides alike;
+// gradients sharded by fully_shard would need the decision shared across ranks (PyTorch's
+// ShardedGradScaler), which this does not do.
+#pragma once
+
+#include <cstdint>
+#include <unordered_map>
+
+#include "core/tensor.h"
+#include "optim/optimizer.h"
+
+namespace gw::optim {
+
+struct GradScalerOptions {
+  double init_scale = 65536.0;
+  double growth_factor = 2.0;   // the scale after growth_interval good steps
+  double backoff_factor = 0.5;  // the scale after a step with inf or NaN gradients
+  int64_t growth_interval = 2000;
+  bool enabled = true;  // false: every call passes through (scale 1, plain steps)
+};
+
+class GradScaler {
+ public:
+  explicit GradScaler(GradScalerOptions options = {});
+
+  // loss * scale.
+  Tensor scale(const Tensor& loss) const;
+  // Divides the gradients of `opt`'s parameters by the scale, in place, and notes whether any
+  // is inf or NaN (one read of a number from the device). Once per optimizer per iteration.
+  void unscale_(Optimizer& opt);
+  // unscale_ unless done, then opt.step() unless a gradient was inf or NaN. Returns whether it
+  // stepped. Once per optimizer per iteration.
+  bool step(Optimizer& opt);
+  // After the iteration's steps: backs the scale off if any step was skipped, else counts a
+  // good iteration and grows it after growth_interval of them.
+  void update();
+
+  double get_scale() const { return options_.enabled ? scale_ : 1.0; }
+  bool is_enabled() const { return options_.enabled; }
+
+ private:
+  struct PerOptimizer {
+    bool unscaled = false, stepped = false, found_inf = false;
+  };
+  GradScalerOptions options_;
+  double scale_;
+  int64_t good_steps_ = 0;  // since the scale last changed
+  std::unordered_map<const Optimizer*, PerOptimizer> iteration_;
+};
+
+}  // namespace gw::optim
