@@ -20,27 +20,44 @@ GradScaler::GradScaler(GradScalerOptions options) : options_(options), scale_(op
 }
 
 Tensor GradScaler::scale(const Tensor& loss) const {
-  return options_.enabled ? loss * scale_ : loss;
+  if (!options_.enabled) return loss;
+  // A 16-bit loss is scaled in float32: 65536 is already float16's infinity.
+  const bool narrow = loss.dtype() == kFloat16 || loss.dtype() == kBFloat16;
+  return (narrow ? loss.to(kFloat32) : loss) * scale_;
 }
 
 void GradScaler::unscale_(Optimizer& opt) {
   if (!options_.enabled) return;
   PerOptimizer& state = iteration_[&opt];
-  GW_CHECK(!state.unscaled, StateError,
-           "[GradScaler] unscale_ was called on this optimizer already since the last update()");
   GW_CHECK(!state.stepped, StateError,
            "[GradScaler] unscale_ after step: step() unscales, then update() ends the iteration");
+  GW_CHECK(!state.unscaled, StateError,
+           "[GradScaler] unscale_ was called on this optimizer already since the last update()");
+  std::vector<Tensor> grads;
+  for (const Tensor& p : opt.parameters()) {
+    const Tensor& g = p.grad();
+    if (!g.defined() || g.numel() == 0) continue;
+    GW_CHECK(g.dtype() != kFloat16, InvalidArgumentError,
+             "[GradScaler] cannot unscale float16 gradients (1 / scale may not be a float16): "
+             "keep the parameters in float32 and let autocast compute in float16");
+    grads.push_back(g);
+  }
+  // From here the step is this unscale's: if it fails partway, the step is skipped rather than
+  // taken on gradients of which some were divided.
+  state.unscaled = true;
+  state.found_inf = true;
+  state.checked = !grads.empty();
   autograd::NoGradGuard no_grad;
   const double inverse = 1.0 / scale_;
-  std::vector<Tensor> sums;  // each gradient's sum: inf or NaN if any element is
-  for (const Tensor& p : opt.parameters()) {
-    Tensor g = p.grad();
-    if (!g.defined() || g.numel() == 0) continue;
-    g.mul_(inverse);
-    sums.push_back(g.sum().to(kFloat64).to(opt.parameters()[0].device()));
+  std::vector<Tensor> checks;  // per gradient: 0, or NaN where an element is inf or NaN
+  for (Tensor g : grads) {
+    if (g.dtype() == kBFloat16)
+      g.copy_(g.to(kFloat32) * inverse);  // the factor in float32, rounded once
+    else
+      g.mul_(inverse);
+    checks.push_back((g * 0.0).sum().to(kFloat32).to(grads[0].device()));  // never overflows
   }
-  state.unscaled = true;
-  state.found_inf = !sums.empty() && !std::isfinite(stack(sums).sum().item<double>());
+  state.found_inf = !checks.empty() && !std::isfinite(stack(checks).sum().item<double>());
 }
 
 bool GradScaler::step(Optimizer& opt) {
@@ -52,6 +69,8 @@ bool GradScaler::step(Optimizer& opt) {
   GW_CHECK(!state.stepped, StateError,
            "[GradScaler] step was called on this optimizer already since the last update()");
   if (!state.unscaled) unscale_(opt);
+  GW_CHECK(state.checked, StateError,
+           "[GradScaler] step: none of the optimizer's parameters has a gradient to check");
   state.stepped = true;
   if (state.found_inf) return false;
   opt.step();
@@ -72,6 +91,29 @@ void GradScaler::update() {
     scale_ *= options_.growth_factor;
     good_steps_ = 0;
   }
+}
+
+NamedTensors GradScaler::state_dict() const {
+  return {{"scale", scalar_tensor(scale_, kFloat64)},
+          {"growth_tracker", scalar_tensor(static_cast<double>(good_steps_), kFloat64)}};
+}
+
+void GradScaler::load_state_dict(const NamedTensors& state) {
+  double values[2];
+  const char* names[2] = {"scale", "growth_tracker"};
+  for (int i = 0; i < 2; ++i) {
+    auto it = state.find(names[i]);
+    GW_CHECK(it != state.end() && it->second.numel() == 1, InvalidArgumentError,
+             "[GradScaler] load_state_dict: no one-element \"", names[i], "\" in the state");
+    values[i] = it->second.item<double>();
+  }
+  GW_CHECK(std::isfinite(values[0]) && values[0] > 0 && values[1] >= 0 &&
+               values[1] < static_cast<double>(options_.growth_interval),
+           InvalidArgumentError, "[GradScaler] load_state_dict: scale ", values[0],
+           " and growth_tracker ", values[1], " do not fit (growth_interval ",
+           options_.growth_interval, ")");
+  scale_ = values[0];
+  good_steps_ = static_cast<int64_t>(values[1]);
 }
 
 }  // namespace gw::optim

@@ -20,15 +20,19 @@
 //     scaler.update();                 // the scale for the next iteration
 //   }
 //
-// Scales are powers of two (with the default factors), so scaling and unscaling are exact for
-// float32 gradients. Under DDP every rank holds the same averaged gradients and decides alike;
-// gradients sharded by fully_shard would need the decision shared across ranks (PyTorch's
-// ShardedGradScaler), which this does not do.
+// With a power-of-two init_scale (and the default factors) scaling and unscaling are exact for
+// float32 gradients; bfloat16 ones are unscaled in float32 and rounded once; float16 gradients
+// are refused, as PyTorch refuses them: keep parameters float32 and let autocast compute in
+// float16. A failure partway through unscale_ skips that step. Under DDP every rank holds the
+// same averaged gradients and decides alike; where ranks hold different parameters (fully_shard,
+// pipeline stages) they would need to share the decision (PyTorch's ShardedGradScaler), which
+// this does not do.
 #pragma once
 
 #include <cstdint>
 #include <unordered_map>
 
+#include "core/serialize.h"
 #include "core/tensor.h"
 #include "optim/optimizer.h"
 
@@ -49,10 +53,12 @@ class GradScaler {
   // loss * scale.
   Tensor scale(const Tensor& loss) const;
   // Divides the gradients of `opt`'s parameters by the scale, in place, and notes whether any
-  // is inf or NaN (one read of a number from the device). Once per optimizer per iteration.
+  // holds an inf or NaN (one read of a number from the device). Once per optimizer per
+  // iteration.
   void unscale_(Optimizer& opt);
-  // unscale_ unless done, then opt.step() unless a gradient was inf or NaN. Returns whether it
-  // stepped. Once per optimizer per iteration.
+  // unscale_ unless done, then opt.step() unless a gradient held an inf or NaN. Returns whether
+  // it stepped. Once per optimizer per iteration; an optimizer none of whose parameters has a
+  // gradient is refused (nothing was checked).
   bool step(Optimizer& opt);
   // After the iteration's steps: backs the scale off if any step was skipped, else counts a
   // good iteration and grows it after growth_interval of them.
@@ -60,10 +66,15 @@ class GradScaler {
 
   double get_scale() const { return options_.enabled ? scale_ : 1.0; }
   bool is_enabled() const { return options_.enabled; }
+  // The scale and the count of good iterations since it changed, as 0-dim float64 tensors
+  // ("scale", "growth_tracker"), to checkpoint with the optimizer; load refuses values that do
+  // not fit, changing nothing.
+  NamedTensors state_dict() const;
+  void load_state_dict(const NamedTensors& state);
 
  private:
   struct PerOptimizer {
-    bool unscaled = false, stepped = false, found_inf = false;
+    bool unscaled = false, stepped = false, found_inf = false, checked = false;
   };
   GradScalerOptions options_;
   double scale_;
