@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/ops.h"
@@ -113,13 +114,15 @@ struct Case {
   int steps = 20;
   double tolerance = 1e-12;
   DType dtype = kFloat64;  // of both models' parameters (the shards')
+  bool autocast = false;   // both models' forwards under bfloat16 autocast
 };
 
 inline std::string describe(const Case& k) {
   return gw::detail::str(
       "reshard_after_forward ", k.options.reshard_after_forward, ", micro-batches ",
       k.micro_batches, k.options.mp_policy.param_dtype ? ", compute in " : "",
-      k.options.mp_policy.param_dtype ? dtype_name(*k.options.mp_policy.param_dtype) : "");
+      k.options.mp_policy.param_dtype ? dtype_name(*k.options.mp_policy.param_dtype) : "",
+      k.autocast ? ", under bfloat16 autocast" : "");
 }
 
 // Trains the sharded model beside the unsharded one (which sees every rank's rows) with AdamW
@@ -141,9 +144,15 @@ inline void check_matches_single_process(std::shared_ptr<dist::ProcessGroup> pg,
     for (int micro = 0; micro < k.micro_batches; ++micro) {
       auto [x, y] = batch(world, step, micro);
       root->set_requires_gradient_sync(micro + 1 == k.micro_batches);
-      net->loss(x.narrow(0, r * kPerRank, kPerRank), y.narrow(0, r * kPerRank, kPerRank))
-          .backward();
-      reference->loss(x, y).backward();
+      Tensor mine, whole;
+      {
+        std::optional<AutocastGuard> amp;
+        if (k.autocast) amp.emplace(DeviceType::CPU, kBFloat16);
+        mine = net->loss(x.narrow(0, r * kPerRank, kPerRank), y.narrow(0, r * kPerRank, kPerRank));
+        whole = reference->loss(x, y);
+      }
+      mine.backward();
+      whole.backward();
     }
     opt.step();
     ref_opt.step();
