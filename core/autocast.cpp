@@ -9,19 +9,17 @@ namespace detail {
 thread_local constinit AutocastState t_autocast __attribute__((tls_model("initial-exec")));
 
 namespace {
-bool is_16_bit(DType d) { return d == kBFloat16 || d == kFloat16; }
-
 // Lowered: a floating tensor other than float64 and not in the autocast dtype already (float16
 // under bfloat16 autocast too, as PyTorch's); widened: a 16-bit one.
 bool converted(const Tensor& t, bool lower) {
   if (!t.defined() || !is_autocast_enabled(t.device().type)) return false;
   const DType d = t.dtype();
   return lower ? is_floating(d) && d != kFloat64 && d != autocast_dtype(t.device().type)
-               : is_16_bit(d);
+               : is_16_bit_float(d);
 }
 
 void check_dtype(DType dtype) {
-  GW_CHECK(is_16_bit(dtype), InvalidArgumentError,
+  GW_CHECK(is_16_bit_float(dtype), InvalidArgumentError,
            "[autocast] dtype must be bfloat16 or float16, got ", dtype);
 }
 }  // namespace

@@ -66,6 +66,8 @@ constexpr size_t itemsize(DType t) {
   return 0;
 }
 
+// float16 or bfloat16: storage types that compute in float32 (on the CPU through float32 copies).
+constexpr bool is_16_bit_float(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
 constexpr bool is_floating(DType t) {
   return t == DType::Float16 || t == DType::BFloat16 || t == DType::Float32 ||
          t == DType::Float64;

@@ -22,8 +22,7 @@ GradScaler::GradScaler(GradScalerOptions options) : options_(options), scale_(op
 Tensor GradScaler::scale(const Tensor& loss) const {
   if (!options_.enabled) return loss;
   // A 16-bit loss is scaled in float32: 65536 is already float16's infinity.
-  const bool narrow = loss.dtype() == kFloat16 || loss.dtype() == kBFloat16;
-  return (narrow ? loss.to(kFloat32) : loss) * scale_;
+  return (is_16_bit_float(loss.dtype()) ? loss.to(kFloat32) : loss) * scale_;
 }
 
 void GradScaler::unscale_(Optimizer& opt) {

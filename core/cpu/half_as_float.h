@@ -28,9 +28,7 @@ namespace gw::cpu {
 enum class Written { overwritten, accumulated };
 
 namespace halves {
-inline bool is_half(const Tensor& t) {
-  return t.defined() && (t.dtype() == kBFloat16 || t.dtype() == kFloat16);
-}
+inline bool is_half(const Tensor& t) { return t.defined() && is_16_bit_float(t.dtype()); }
 inline bool any_half(std::initializer_list<const Tensor*> reads,
                      std::initializer_list<const Tensor*> writes) {
   for (auto list : {reads, writes}) {

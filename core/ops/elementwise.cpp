@@ -63,7 +63,7 @@ Device binary_device(const char* op, const Tensor& a, const Tensor& b) {
 Tensor binary_op(BinaryOp op, const Tensor& a, const Tensor& b, DType compute) {
   if (autocast_in_float32(op) && autocast_widens({&a, &b})) {
     return binary_op(op, autocast_widen(a), autocast_widen(b),
-                     compute == kBFloat16 || compute == kFloat16 ? kFloat32 : compute);
+                     is_16_bit_float(compute) ? kFloat32 : compute);
   }
   const Device device = binary_device(op_name(op), a, b);
   // A CPU scalar that wants a gradient joins the device through a recorded copy, so that its

@@ -27,7 +27,7 @@ Tensor randint(int64_t low, int64_t high, Shape shape, Generator& gen, TensorOpt
            high);
   // A 16-bit float holds every integer up to 2^8 (bfloat16) or 2^11 (float16), no further.
   const DType dtype = options.dtype;
-  if (dtype == kBFloat16 || dtype == kFloat16) {
+  if (is_16_bit_float(dtype)) {
     const int64_t exact = dtype == kBFloat16 ? 256 : 2048;
     GW_CHECK(low >= -exact && high - 1 <= exact, InvalidArgumentError, "[randint] [", low, ", ",
              high, ") holds integers that ", dtype, " cannot: it is exact in [", -exact, ", ",
