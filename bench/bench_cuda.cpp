@@ -11,6 +11,9 @@
 //     one-thread kernel;
 //   - a Fashion-MNIST MLP training step on the GPU against the same step on the CPU;
 //   - DDP at world size 1 over NCCL against the same training without DDP;
+//   - causal self-attention forward and backward in bfloat16, the fused kernel against the
+//     composition (time and peak memory), L = 256, 1024, 4096; torch_anchor_cuda.py times
+//     PyTorch's scaled_dot_product_attention;
 //   - gpt_train's GPT (4 blocks, width 128, context 128, batch 32) training on the GPU, in
 //     tokens/s over the fastest 50 steps after 10: in float32 against the same step on the CPU,
 //     and with bfloat16 autocast (gpt_train --amp bf16) against the float32 step;
@@ -344,6 +347,67 @@ void gpt(gw::bench::Reporter& report) {
   }
 }
 
+// Causal self-attention forward and backward in bfloat16 (16 heads of 64, 16384 tokens a
+// step): the fused kernel against the composition (cuBLAS products, the softmax kernel),
+// which scaled_dot_product_attention takes with dropout, in TFLOP/s of FlashAttention's count
+// (the causal half of 4 L² E per head forward, 2.5 times that backward); and the memory each
+// holds at its peak beyond its inputs. torch_anchor_cuda.py times PyTorch's
+// scaled_dot_product_attention on the same case.
+std::string attention_case(int64_t l, bool memory) {
+  return "attention fwd+bwd bf16 causal, L " + std::to_string(l) + ", " +
+         (memory ? "peak extra memory" : "16 heads of 64, 16384 tokens");
+}
+
+void attention(gw::bench::Reporter& report) {
+  namespace F = gw::nn::functional;
+  for (int64_t l : {256, 1024, 4096}) {
+    const bool time = report.wants("cuda", attention_case(l, false));
+    const bool memory = report.wants("cuda", attention_case(l, true));
+    if (!time && !memory) continue;
+    const int64_t b = 16384 / l, h = 16, e = 64;
+    gw::Generator gen(5);
+    auto leaf = [&] {
+      return gw::randn({b, h, l, e}, gen).to(gw::kBFloat16).to(kGpu).requires_grad_(true);
+    };
+    Tensor q = leaf(), k = leaf(), v = leaf();
+    Tensor gout = gw::randn({b, h, l, e}, gen).to(gw::kBFloat16).to(kGpu);
+    // dropout_p = 1e-300 keeps every probability and takes the composition.
+    auto step = [&](double dropout) {
+      for (Tensor* t : {&q, &k, &v}) t->set_grad({});
+      F::scaled_dot_product_attention(q, k, v, {}, dropout, true).backward(gout);
+    };
+    if (time) {
+      auto [fused, composed] = gw::bench::seconds_per_call_pair(
+          [&] {
+            step(0);
+            sync();
+          },
+          [&] {
+            step(1e-300);
+            sync();
+          });
+      const double flop = 3.5 * 4.0 * static_cast<double>(b * h * l * l * e) / 2;
+      report.add({"cuda", attention_case(l, false), flop / fused / 1e12, "TFLOP/s",
+                  "gradwire composed", flop / composed / 1e12});
+    }
+    if (memory) {
+      auto peak_mib = [&](double dropout) {
+        step(dropout);  // the cached blocks are there: the peak counts tensors, not the cache
+        for (Tensor* t : {&q, &k, &v}) t->set_grad({});
+        sync();
+        const size_t base = gw::cuda::memory_stats(0).allocated_bytes;
+        gw::cuda::reset_peak_memory_stats(0);
+        step(dropout);
+        sync();
+        return static_cast<double>(gw::cuda::memory_stats(0).peak_allocated_bytes - base) /
+               (1 << 20);
+      };
+      report.add({"cuda", attention_case(l, true), peak_mib(0), "MiB", "gradwire composed",
+                  peak_mib(1e-300)});
+    }
+  }
+}
+
 // worker1 of rpc_transfers' world: bench_cuda --rpc-peer STORE_PORT SHARED_MEMORY(0|1).
 int rpc_peer(const char* port, bool shared_memory) {
   gw::rpc::RpcBackendOptions o;
@@ -435,6 +499,10 @@ int main(int argc, char** argv) {
           "one-element add, per op", "MLP SGD step, batch 64", "DDP step, world size 1 (NCCL)"})
       report.skip("cuda", name, why);
     for (int64_t mib : {1, 64}) report.skip("cuda", rpc_case(mib), why);
+    for (int64_t l : {256, 1024, 4096}) {
+      report.skip("cuda", attention_case(l, false), why);
+      report.skip("cuda", attention_case(l, true), why);
+    }
     report.skip("cuda", kGptCase, why);
     report.skip("cuda", kGptBf16Case, why);
     return 0;
@@ -445,6 +513,7 @@ int main(int argc, char** argv) {
   transfers(report);
   dispatch(report);
   training(report);
+  attention(report);
   gpt(report);
   rpc_transfers(report);
   return 0;

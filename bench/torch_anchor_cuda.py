@@ -1,8 +1,9 @@
-"""PyTorch on the same GPU: the anchor of bench_cuda's memory-bound rows.
+"""PyTorch on the same GPU: the anchor of bench_cuda's memory-bound and attention rows.
 
 Each case is the same work as the bench_cuda row of the same name, with the same byte count,
 timed with CUDA events (warm-up, then the mean of a batch that lasts at least 50 ms, best of 9
-batches), and printed as "cuda/<case>: <GB/s> GB/s". Needs python3 with torch and a GPU; says
+batches), and printed as "cuda/<case>: <value> <unit>": GB/s for the memory-bound cases,
+TFLOP/s and MiB for attention. Needs python3 with torch and a GPU; says
 why and exits 0 otherwise, so a machine without them skips it.
 """
 import sys
@@ -102,6 +103,37 @@ def main():
         F.cross_entropy(logits, target).backward()
 
     report("cross_entropy fwd+bwd 4096x32000", 3 * f * rows * classes, cross_entropy_step)
+    del logits, target
+    attention(dev, g)
+
+
+def attention(dev, g):
+    # bench_cuda's attention rows: causal self-attention forward and backward in bfloat16,
+    # 16 heads of 64, 16384 tokens, in TFLOP/s of FlashAttention's count; and the memory it
+    # holds at its peak beyond its inputs.
+    for l in (256, 1024, 4096):
+        b, h, e = 16384 // l, 16, 64
+        q, k, v = (torch.randn(b, h, l, e, device=dev, generator=g, dtype=torch.bfloat16)
+                   .requires_grad_(True) for _ in range(3))
+        gout = torch.randn(b, h, l, e, device=dev, generator=g, dtype=torch.bfloat16)
+
+        def step():
+            q.grad = k.grad = v.grad = None
+            F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(gout)
+
+        flop = 3.5 * 4.0 * b * h * l * l * e / 2
+        seconds = seconds_per_call(step)
+        print(f"cuda/attention fwd+bwd bf16 causal, L {l}, 16 heads of 64, 16384 tokens: "
+              f"{flop / seconds / 1e12:.1f} TFLOP/s", flush=True)
+        q.grad = k.grad = v.grad = None
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        step()
+        torch.cuda.synchronize()
+        extra = (torch.cuda.max_memory_allocated() - base) / 2**20
+        print(f"cuda/attention fwd+bwd bf16 causal, L {l}, peak extra memory: {extra:.1f} MiB",
+              flush=True)
 
 
 if __name__ == "__main__":

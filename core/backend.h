@@ -204,9 +204,9 @@ class Backend {
   // q's dtype viewed as (B,H,L,S) or the batch dims it came with, with any strides (0 on
   // broadcast dims); causal: key j takes part in row i only if j <= i. lse (BH,L) receives each
   // row's log-sum-exp of its scores, which the backward uses to recompute the probabilities. Only
-  // backends that say so in has_fused_attention implement it; scaled_dot_product_attention composes
-  // matmul and softmax elsewhere.
-  virtual bool has_fused_attention() const { return false; }
+  // backends that say so in has_fused_attention, for q's device and dtype and the head dims of q
+  // and v, implement it; scaled_dot_product_attention composes matmul and softmax elsewhere.
+  virtual bool has_fused_attention(const Tensor& /*q*/, const Tensor& /*v*/) const { return false; }
   virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                          bool causal, double scale, const Tensor& out, const Tensor& lse);
   // Its gradients: gout (B,H,L,Ev), gq, gk, gv (overwritten) laid out as out, q, k, v may be.

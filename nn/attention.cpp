@@ -1,10 +1,11 @@
 // Attention in nn. scaled_dot_product_attention (nn/functional.h): the checks, the fused kernel
-// of the tensors' backend (on the CPU core/cpu/attention_kernels.cpp) with its derivative, and
-// the composition softmax(q kᵀ · scale + mask) v, which runs where the fused kernel does not: on
-// a backend without one (CUDA: cuBLAS products and the softmax kernel), with dropout, and when a
-// float mask needs its own gradient; 16-bit tensors on the CPU go through the float32 kernel.
-// Then
-// MultiheadAttention (nn/attention.h), the module on top of it.
+// of the tensors' backend with its derivative (core/cpu/attention_kernels.cpp; on CUDA,
+// core/cuda/attention.cu, for bfloat16 and float16 with head dims up to 128), and the
+// composition softmax(q kᵀ · scale + mask) v, which runs where the fused kernel does not: where
+// the backend has none for the dtype and head dims (CUDA float32 and float64: cuBLAS products
+// and the softmax kernel), with dropout, and when a float mask needs its own gradient; 16-bit
+// tensors on the CPU go through the float32 kernel. Then MultiheadAttention (nn/attention.h),
+// the module on top of it.
 #include <array>
 #include <cmath>
 #include <limits>
@@ -188,8 +189,9 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   const double sc = scale.value_or(1 / std::sqrt(static_cast<double>(e)));
   const Tensor mask = additive(attn_mask, q);
 
-  const bool fused = backend_for(q, op).has_fused_attention() && dropout_p == 0 &&
-                     !(mask.defined() && detail::recorder_for(mask)) && l > 0 && s > 0 && e > 0;
+  const bool fused = backend_for(q, op).has_fused_attention(q, v) && dropout_p == 0 &&
+                     !(mask.defined() && detail::recorder_for(mask)) && q.numel() > 0 &&
+                     k.numel() > 0 && v.numel() > 0;
   if (!fused) return composed(q, k, v, mask, dropout_p, is_causal, sc);
 
   GradRecorder* rec = detail::recorder_for({&q, &k, &v});

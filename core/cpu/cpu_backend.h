@@ -43,7 +43,7 @@ class CpuBackend final : public Backend {
            op == UnaryOp::Silu;
   }
   void unary_backward(UnaryOp op, const Tensor& g, const Tensor& x, const Tensor& out) override;
-  bool has_fused_attention() const override { return true; }
+  bool has_fused_attention(const Tensor&, const Tensor&) const override { return true; }
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool causal,
                  double scale, const Tensor& out, const Tensor& lse) override;
   void attention_backward(const Tensor& gout, const Tensor& q, const Tensor& k, const Tensor& v,

@@ -51,6 +51,13 @@ class CudaBackend final : public Backend {
                    const Tensor& src) override;
   void unfold2d(const Tensor& x, const std::array<int64_t, 8>& params, const Tensor& cols) override;
   void fold2d(const Tensor& cols, const std::array<int64_t, 8>& params, const Tensor& x) override;
+  bool has_fused_attention(const Tensor& q, const Tensor& v) const override;
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool causal,
+                 double scale, const Tensor& out, const Tensor& lse) override;
+  void attention_backward(const Tensor& gout, const Tensor& q, const Tensor& k, const Tensor& v,
+                          const Tensor& mask, bool causal, double scale, const Tensor& out,
+                          const Tensor& lse, const Tensor& gq, const Tensor& gk,
+                          const Tensor& gv) override;
   bool has_fused_adam() const override { return true; }
   void adam_step(std::span<const AdamParam> params, const AdamUpdate& update) override;
   void random(RandomKind kind, const Tensor& out, double a, double b, Generator& gen) override;
