@@ -337,13 +337,14 @@ void CudaBackend::unary(UnaryOp op, const Tensor& in, const Tensor& out) {
 void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
   OnDevice on(out);
   // A CPU operand is a broadcast 0-dim tensor (core's wrapped numbers): its value rides in the
-  // kernel's arguments, so the kernel streams one operand fewer.
+  // kernel's arguments, so the kernel streams one operand fewer. It has the other's dtype, or
+  // float32 beside a 16-bit float (core keeps it unrounded: the kernel computes in float).
   const bool scalar_first = a.device().is_cpu();
   const Tensor* scalar = scalar_first ? &a : b.device().is_cpu() ? &b : nullptr;
   const Tensor& tensor = scalar_first ? b : a;
   auto it3 = scalar ? StridedIter<3>{} : make_iter<3>(out.sizes(), {&out, &a, &b}, op_name(op));
   auto it2 = scalar ? make_iter<2>(out.sizes(), {&out, &tensor}, op_name(op)) : StridedIter<2>{};
-  dispatch<CudaAllTypes>(a.dtype(), op_name(op), [&]<typename T>() {
+  dispatch<CudaAllTypes>(tensor.dtype(), op_name(op), [&]<typename T>() {
     using D = cuda_type_t<T>;
     constexpr DType dt = dtype_of_v<T>;
     if constexpr (dt == kBool) {
@@ -355,10 +356,11 @@ void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Te
                a.dtype());
     }
     auto scalar_value = [&] {  // the host scalar in the kernel's compute type
-      const T host = *static_cast<const T*>(scalar->raw_data());
       if constexpr (is_half_v<D>) {
-        return convert<float>(host);
+        if (scalar->dtype() == kFloat32) return *static_cast<const float*>(scalar->raw_data());
+        return convert<float>(*static_cast<const T*>(scalar->raw_data()));
       } else {
+        const T host = *static_cast<const T*>(scalar->raw_data());
         return static_cast<compute_t<D>>(host);
       }
     };

@@ -59,6 +59,20 @@ Device binary_device(const char* op, const Tensor& a, const Tensor& b) {
   return a.device();
 }
 
+// A float32 CPU scalar beside 16-bit floats stays float32 in arithmetic: those kernels compute
+// in float32 and read it as it is, as PyTorch's read a CPU scalar in their compute type
+// (opmath), so that `x / 257` on a bfloat16 x divides by 257, where a bfloat16 257 would be
+// 256. Comparisons take it rounded to the tensor's dtype, as PyTorch's do: eq(x, 0.1) holds for
+// a bfloat16 x made from 0.1.
+bool keeps_float32(BinaryOp op, const Tensor& t, DType compute) {
+  return !is_comparison(op) && is_cpu_scalar(t) && t.dtype() == kFloat32 &&
+         is_16_bit_float(compute);
+}
+// A binary kernel's operand: converted to `compute`, except such a scalar.
+Tensor operand(BinaryOp op, const Tensor& t, DType compute) {
+  return keeps_float32(op, t, compute) ? t : t.to(compute);
+}
+
 // Runs a binary kernel with both operands converted to `compute` and broadcast.
 Tensor binary_op(BinaryOp op, const Tensor& a, const Tensor& b, DType compute) {
   if (autocast_in_float32(op) && autocast_widens({&a, &b})) {
@@ -77,7 +91,7 @@ Tensor binary_op(BinaryOp op, const Tensor& a, const Tensor& b, DType compute) {
   detail::NoRecordScope no_record;
   const bool same_shape = a.sizes() == b.sizes();
   Shape shape = same_shape ? a.sizes() : broadcast_shapes(a.sizes(), b.sizes(), op_name(op));
-  Tensor x = a.to(compute), y = b.to(compute);
+  Tensor x = operand(op, a, compute), y = operand(op, b, compute);
   if (!same_shape) {
     x = x.expand(shape);
     y = y.expand(shape);
@@ -95,6 +109,11 @@ Tensor binary_op(BinaryOp op, const Tensor& a, const Tensor& b, DType compute) {
 Tensor wrap(const Scalar& s, DType dtype, Device device = kCPU) {
   return full({}, s, TensorOptions(dtype).with_device(device));
 }
+// A number as an arithmetic op's operand when the op computes in `compute`: float32 beside
+// 16-bit floats (keeps_float32), `compute` otherwise.
+Tensor wrap_number(const Scalar& s, DType compute) {
+  return wrap(s, is_16_bit_float(compute) ? kFloat32 : compute);
+}
 
 // In-place binary op: the result must fit self's dtype and shape. With `alpha` (Add only),
 // self += alpha * other in one pass.
@@ -110,7 +129,7 @@ Tensor& binary_inplace(BinaryOp op, Tensor& self, const Tensor& other,
              "_] cannot write in place to an expanded tensor (shape ", shape_str(self.sizes()),
              ", strides ", shape_str(self.strides()), ")");
   }
-  Tensor y = other.to(self.dtype());
+  Tensor y = alpha ? other.to(self.dtype()) : operand(op, other, self.dtype());
   // add_scaled takes operands on self's device only (binary takes a CPU scalar as well).
   if (alpha && !(y.device() == self.device())) y = y.to(self.device());
   if (y.sizes() != self.sizes()) {
@@ -182,7 +201,7 @@ Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha) {
 }
 Tensor add(const Tensor& a, const Scalar& b) {
   DType t = result_type(a, b);
-  return binary_op(BinaryOp::Add, a, wrap(b, t), t);
+  return binary_op(BinaryOp::Add, a, wrap_number(b, t), t);
 }
 Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha) {
   GW_CHECK(a.dtype() != kBool || b.dtype() != kBool, DTypeError,
@@ -192,25 +211,25 @@ Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha) {
 }
 Tensor sub(const Tensor& a, const Scalar& b) {
   DType t = result_type(a, b);
-  return binary_op(BinaryOp::Sub, a, wrap(b, t), t);
+  return binary_op(BinaryOp::Sub, a, wrap_number(b, t), t);
 }
 Tensor sub(const Scalar& a, const Tensor& b) {
   DType t = result_type(b, a);
-  return binary_op(BinaryOp::Sub, wrap(a, t), b, t);
+  return binary_op(BinaryOp::Sub, wrap_number(a, t), b, t);
 }
 Tensor mul(const Tensor& a, const Tensor& b) {
   return binary_op(BinaryOp::Mul, a, b, result_type(a, b));
 }
 Tensor mul(const Tensor& a, const Scalar& b) {
   DType t = result_type(a, b);
-  return binary_op(BinaryOp::Mul, a, wrap(b, t), t);
+  return binary_op(BinaryOp::Mul, a, wrap_number(b, t), t);
 }
 Tensor div(const Tensor& a, const Tensor& b) {
   return binary_op(BinaryOp::Div, a, b, division_type(result_type(a, b)));
 }
 Tensor div(const Tensor& a, const Scalar& b) {
   DType t = division_type(result_type(a, b));
-  return binary_op(BinaryOp::Div, a, wrap(b, t), t);
+  return binary_op(BinaryOp::Div, a, wrap_number(b, t), t);
 }
 Tensor pow(const Tensor& a, const Tensor& exponent) {
   return binary_op(BinaryOp::Pow, a, exponent, result_type(a, exponent));
@@ -219,7 +238,7 @@ Tensor pow(const Tensor& a, const Scalar& exponent) {
   if (autocast_widens({&a})) return pow(autocast_widen(a), exponent);  // before square's branch
   DType t = result_type(a, exponent);
   if (exponent.to_double() == 2.0 && is_floating(t)) return square(a.to(t));
-  return binary_op(BinaryOp::Pow, a, wrap(exponent, t), t);
+  return binary_op(BinaryOp::Pow, a, wrap_number(exponent, t), t);
 }
 Tensor maximum(const Tensor& a, const Tensor& b) {
   return binary_op(BinaryOp::Maximum, a, b, result_type(a, b));
@@ -443,7 +462,7 @@ Tensor operator-(const Scalar& a, const Tensor& b) { return sub(a, b); }
 Tensor operator*(const Scalar& a, const Tensor& b) { return mul(b, a); }
 Tensor operator/(const Scalar& a, const Tensor& b) {
   DType t = division_type(result_type(b, a));
-  return div(wrap(a, t), b);
+  return div(wrap_number(a, t), b);
 }
 Tensor operator-(const Tensor& x) { return neg(x); }
 Tensor& operator+=(Tensor& a, const Tensor& b) { return a.add_(b); }
@@ -462,7 +481,7 @@ Tensor& Tensor::add_(const Tensor& other, const Scalar& alpha) {
   return binary_inplace(BinaryOp::Add, *this, other, &alpha);
 }
 Tensor& Tensor::add_(const Scalar& other) {
-  return binary_inplace(BinaryOp::Add, *this, wrap(other, result_type(*this, other)));
+  return binary_inplace(BinaryOp::Add, *this, wrap_number(other, result_type(*this, other)));
 }
 Tensor& Tensor::sub_(const Tensor& other, const Scalar& alpha) {
   if (alpha.to_double() == 1.0) return binary_inplace(BinaryOp::Sub, *this, other);
@@ -470,11 +489,11 @@ Tensor& Tensor::sub_(const Tensor& other, const Scalar& alpha) {
   return binary_inplace(BinaryOp::Add, *this, other, &negated);
 }
 Tensor& Tensor::sub_(const Scalar& other) {
-  return binary_inplace(BinaryOp::Sub, *this, wrap(other, result_type(*this, other)));
+  return binary_inplace(BinaryOp::Sub, *this, wrap_number(other, result_type(*this, other)));
 }
 Tensor& Tensor::mul_(const Tensor& other) { return binary_inplace(BinaryOp::Mul, *this, other); }
 Tensor& Tensor::mul_(const Scalar& other) {
-  return binary_inplace(BinaryOp::Mul, *this, wrap(other, result_type(*this, other)));
+  return binary_inplace(BinaryOp::Mul, *this, wrap_number(other, result_type(*this, other)));
 }
 Tensor& Tensor::div_(const Tensor& other) {
   GW_CHECK(is_floating_point(), DTypeError, "[div_] true division cannot write into a ",
@@ -484,7 +503,7 @@ Tensor& Tensor::div_(const Tensor& other) {
 Tensor& Tensor::div_(const Scalar& other) {
   GW_CHECK(is_floating_point(), DTypeError, "[div_] true division cannot write into a ",
            dtype(), " tensor");
-  return binary_inplace(BinaryOp::Div, *this, wrap(other, dtype()));
+  return binary_inplace(BinaryOp::Div, *this, wrap_number(other, dtype()));
 }
 
 Tensor& Tensor::clamp_(std::optional<Scalar> min, std::optional<Scalar> max) {

@@ -90,8 +90,19 @@ Tensor prod(const Tensor& x, Shape dims, bool keepdim) {
 }
 
 Tensor mean(const Tensor& x) { return mean(x, {}, false); }
+// mean and var of 16-bit floats outside autocast: the sums and the division in float32 with
+// one rounding at the end, as PyTorch's kernels compute them (a bfloat16 sum of 257 ones would
+// round to 256 before the division). Under autocast the sums are float32 anyway, and so is the
+// result.
+namespace {
+bool in_float32_first(const Tensor& x) {
+  return is_16_bit_float(x.dtype()) && !autocast_widens({&x});
+}
+}  // namespace
+
 Tensor mean(const Tensor& x, Shape dims, bool keepdim) {
   check_floating(x, "mean");
+  if (in_float32_first(x)) return mean(x.to(kFloat32), std::move(dims), keepdim).to(x.dtype());
   int64_t n = reduced_count(x, dims, "mean");
   return div(sum(x, dims, keepdim), Scalar(static_cast<double>(n)));
 }
@@ -149,6 +160,8 @@ Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) {
 
 Tensor var(const Tensor& x, Shape dims, int64_t correction, bool keepdim) {
   check_floating(x, "var");
+  if (in_float32_first(x))
+    return var(x.to(kFloat32), std::move(dims), correction, keepdim).to(x.dtype());
   int64_t n = reduced_count(x, dims, "var");
   Tensor centered = sub(x, mean(x, dims, true));
   // PyTorch returns inf/nan when n <= correction rather than raising.

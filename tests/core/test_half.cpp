@@ -146,3 +146,33 @@ TEST_CASE("16-bit random numbers on the CPU are float32 draws rounded", "[core][
     for (float v : read(u)) CHECK((v >= lo && v < hi));  // a remap to 0 fails
   }
 }
+
+TEST_CASE("a number beside 16-bit floats stays float32, and mean and var sum in float32",
+          "[core][half]") {
+  // As PyTorch's kernels: bfloat16's nearest 257 is 256, and a bfloat16 sum of 257 values has
+  // 8 bits; both would be rounded before the division, where PyTorch divides in float32.
+  using V = std::vector<Tensor>;
+  const Tensor x = values({6, 16}, 1), long_row = values({257}, 2);
+  for (gw::DType dtype : {gw::kBFloat16, gw::kFloat16}) {
+    check_rounded_once("divided by 257", dtype, [](const V& t) { return t[0] / 257; }, {x});
+    check_rounded_once("times 0.1", dtype, [](const V& t) { return t[0] * 0.1; }, {x});
+    check_rounded_once("0.3 minus", dtype, [](const V& t) { return 0.3 - t[0]; }, {x});
+    check_rounded_once("257 over", dtype, [](const V& t) { return 257 / (t[0].abs() + 1); }, {x});
+    check_rounded_once("div_ by 257 in place", dtype,
+                       [](const V& t) {
+                         Tensor y = t[0].clone();
+                         y.div_(257);
+                         return y;
+                       },
+                       {x});
+    check_rounded_once("mean of 257", dtype, [](const V& t) { return gw::mean(t[0]); }, {long_row});
+    check_rounded_once("var of 257", dtype, [](const V& t) { return gw::var(t[0], {0}, 1, false); },
+                       {long_row});
+  }
+  const Tensor ones = gw::ones({257}, gw::TensorOptions(gw::kBFloat16));
+  CHECK(gw::mean(ones).item<double>() == 1.0);
+  // Comparisons take the number rounded to the tensor's dtype, as PyTorch's do.
+  const Tensor tenth = gw::full({1}, 0.1, gw::TensorOptions(gw::kBFloat16));
+  CHECK(gw::eq(tenth, 0.1).item<bool>());
+  CHECK(!gw::lt(gw::full({1}, 256.0, gw::TensorOptions(gw::kBFloat16)), 257).item<bool>());
+}

@@ -179,6 +179,16 @@ TEST_CASE("binary ops, broadcasting and promotion match the CPU", "[cuda][parity
     parity_16("div", t, {a, b}, [](const Inputs& in) { return gw::div(in[0], in[1]); });
     parity_16("lt", t, {a, b}, [](const Inputs& in) { return gw::lt(in[0], in[1]); });
     parity_16("add alpha", t, {a, b}, [](const Inputs& in) { return gw::add(in[0], in[1], 2); });
+    // A number beside 16-bit floats is float32 on both devices (bfloat16's 257 would be 256):
+    // the same float32 arithmetic, rounded once, bit for bit.
+    const Tensor h = a.to(t);
+    for (const auto& [name, op] : std::vector<std::pair<const char*, Op>>{
+             {"divided by 257", [](const Inputs& in) { return in[0] / 257; }},
+             {"257 minus", [](const Inputs& in) { return 257 - in[0]; }},
+             {"times 0.1 in place", [](const Inputs& in) { return in[0].clone().mul_(0.1); }}}) {
+      INFO(name << " in " << gw::dtype_name(t));
+      CHECK(gw::equal(op({h.to(kGpu)}).to(gw::kCPU), op({h})));
+    }
   }
 }
 
