@@ -2,8 +2,10 @@
 
 #include "core/cpu/cpu_allocator.h"
 #include "core/error.h"
+#include "core/tensor.h"
 #ifdef GW_HAVE_CUDA
 #include "core/cuda/allocator.h"
+#include "core/cuda/device.h"
 #endif
 
 namespace gw {
@@ -40,6 +42,19 @@ void reset_peak_memory_stats(Device device) {
 #ifdef GW_HAVE_CUDA
   cuda::reset_peak_memory_stats(device.index);
 #endif
+}
+
+Tensor pin_memory(const Tensor& t) {
+  GW_CHECK(t.device().is_cpu(), InvalidArgumentError, "[pin_memory] ", t.device().str(),
+           " memory cannot be pinned: only a CPU tensor's");
+#ifdef GW_HAVE_CUDA
+  if (cuda::is_available()) {
+    Tensor pinned = cuda::empty_pinned(t.sizes(), t.dtype());
+    pinned.copy_(t);
+    return pinned;
+  }
+#endif
+  return t;
 }
 
 }  // namespace gw

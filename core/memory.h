@@ -24,4 +24,10 @@ MemoryStats memory_stats(Device device = kCPU);
 // The peak starts again from the bytes in use now.
 void reset_peak_memory_stats(Device device = kCPU);
 
+class Tensor;
+// A copy of the CPU tensor `t` in page-locked host memory (torch's Tensor.pin_memory()), which
+// copies to and from a GPU read and write directly; `t` itself in a build without CUDA or on a
+// machine without a device, where nothing could use it.
+Tensor pin_memory(const Tensor& t);
+
 }  // namespace gw

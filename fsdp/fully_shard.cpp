@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "autograd/autograd.h"
+#include "core/memory.h"
 #include "core/ops.h"
 
 namespace gw::fsdp {
@@ -52,6 +53,7 @@ struct Unit : std::enable_shared_from_this<Unit> {
   int64_t chunk = 0;       // elements of one rank's shards, padded
   int64_t full_numel = 0;  // elements of the gathered parameters
   Tensor shard_buffer;     // (chunk): this rank's shards back to back; the shards view it
+                           // (on the group's device, or the CPU under a CPUOffloadPolicy)
   bool sync = true;
   std::shared_ptr<Root> root;
 
@@ -76,6 +78,11 @@ struct Unit : std::enable_shared_from_this<Unit> {
   int rank() const { return group->rank(); }
   bool is_root() const;
 
+  // The shards in compute_dtype where the collectives run: copied from host memory first when
+  // they are offloaded, then converted on the device.
+  Tensor on_group_device(const Tensor& shards) const {
+    return shards.to(group->device()).to(compute_dtype);
+  }
   void start_gather();
   void finish_gather();
   // `all`, every rank's chunk in rank order, laid out parameter by parameter (full_numel).
@@ -194,7 +201,7 @@ void Unit::start_gather() {
              "'s shard was moved or converted (Module::to?) after fully_shard: shard the module "
              "on its device and in its dtype");
   gathering = empty({chunk * world()}, TensorOptions(compute_dtype).with_device(group->device()));
-  gather_work = group->all_gather_into_tensor(gathering, shard_buffer.to(compute_dtype));
+  gather_work = group->all_gather_into_tensor(gathering, on_group_device(shard_buffer));
 }
 
 void Unit::finish_gather() {
@@ -283,7 +290,10 @@ void Unit::finish_reductions() {
         red.output.narrow(0, chunk, static_cast<int64_t>(params.size())).to_vector<double>();
     // The average, in place: each shard's .grad views the buffer (no second copy of them), in
     // the shards' dtype.
-    Tensor summed = red.output.narrow(0, 0, chunk).div_(static_cast<double>(world())).to(dtype);
+    Tensor summed = red.output.narrow(0, 0, chunk)
+                        .div_(static_cast<double>(world()))
+                        .to(dtype)
+                        .to(shard_buffer.device());
     for (size_t i = 0; i < params.size(); ++i) {
       if (counts[i] == 0) continue;  // no rank had a gradient for it
       ShardedParam& p = params[i];
@@ -497,8 +507,12 @@ std::shared_ptr<FSDPModule> fully_shard(const std::shared_ptr<nn::Module>& modul
              "[fully_shard] the mixed precision policy's "
              "dtypes must be floating point, got ",
              d);
+  const auto& offload = options.offload_policy;
+  const Device device = unit->group->device();
   unit->shard_buffer =
-      zeros({unit->chunk}, TensorOptions(unit->dtype).with_device(unit->group->device()));
+      zeros({unit->chunk}, TensorOptions(unit->dtype).with_device(offload ? kCPU : device));
+  if (offload && offload->pin_memory && !device.is_cpu())
+    unit->shard_buffer = pin_memory(unit->shard_buffer);
 
   // Keep this rank's rows, make them the module's parameters, and release the whole ones.
   autograd::NoGradGuard no_grad;
@@ -678,9 +692,10 @@ NamedTensors FSDPModule::full_state_dict() const {
   const auto units = detail::units_below(unit_->module);
   for (const auto& unit : units) {
     if (unit->params.empty()) continue;
-    Tensor all = empty({unit->chunk * unit->world()}, unit->shard_buffer.options());
-    unit->group->all_gather_into_tensor(all, unit->shard_buffer)->wait();
-    const Tensor flat = unit->in_parameter_order(all);
+    const Tensor mine = unit->shard_buffer.to(unit->group->device());
+    Tensor all = empty({unit->chunk * unit->world()}, mine.options());
+    unit->group->all_gather_into_tensor(all, mine)->wait();
+    const Tensor flat = unit->in_parameter_order(all).to(unit->shard_buffer.device());
     for (const ShardedParam& p : unit->params)
       whole[&p] = flat.narrow(0, p.full_offset, p.full.numel()).view(p.full.sizes());
   }

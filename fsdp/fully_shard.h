@@ -39,10 +39,11 @@
 // - A parameter belongs to one unit: one that two units share is refused, as are a module
 //   given to fully_shard twice and a unit made below one that exists (shard blocks first).
 // - Shard on the group's device, in the training dtype: a shard moved afterwards is refused.
+//   The shards stay there, or go to host memory under a CPUOffloadPolicy.
 // - The module's state_dict() lists this rank's shards; FSDPModule's sharded_state_dict (for
 //   gw::dist::checkpoint, loadable at any world size) and full_state_dict are the forms to save.
 // - Not yet: activation checkpointing of a unit (autograd::checkpoint's inner backward would
-//   end the outer one's reductions early) and CPU offload.
+//   end the outer one's reductions early).
 #pragma once
 
 #include <memory>
@@ -72,12 +73,26 @@ struct MixedPrecisionPolicy {
   bool cast_forward_inputs = true;
 };
 
+// FSDP2's CPUOffloadPolicy, for models whose shards and optimizer state do not fit the GPU: the
+// shards, their gradients and so the optimizer's state live in host memory, and the optimizer
+// steps there; the GPU holds only the units gathered at the moment and the activations. A
+// unit's gather copies its shards to the group's device first, and its reduction copies this
+// rank's averaged rows back. pin_memory: shards in page-locked memory, which those copies read
+// and write directly. With a CPU group (Gloo, MPI) the shards are in host memory anyway and the
+// policy changes nothing.
+//
+//   gw::fsdp::fully_shard(block, nccl, {.offload_policy = gw::fsdp::CPUOffloadPolicy{}});
+struct CPUOffloadPolicy {
+  bool pin_memory = true;
+};
+
 struct FullyShardOptions {
   // Free the gathered parameters after the unit's call and gather them again for its backward;
   // false keeps them from the call to the end of backward (less traffic, more memory). The
   // root keeps its own either way; without grad mode every unit frees them after its call.
   bool reshard_after_forward = true;
   MixedPrecisionPolicy mp_policy = {};
+  std::optional<CPUOffloadPolicy> offload_policy = std::nullopt;
 };
 
 // What fully_shard returns (FSDP2's FSDPModule): the unit's handle. Dropping it changes
@@ -113,9 +128,9 @@ class FSDPModule {
   // when any rank cannot, every rank throws and no optimizer changed).
   void load_optimizer_state(optim::Optimizer& optimizer, const dist::checkpoint::Reader& checkpoint,
                             const std::string& prefix = "") const;
-  // Every parameter whole (its shards gathered unit by unit, in the shards' dtype) and every
-  // buffer, by the module's state_dict names, on every rank: PyTorch's full state dict (save
-  // it from rank 0).
+  // Every parameter whole (its shards gathered unit by unit, in the shards' dtype, on their
+  // device) and every buffer, by the module's state_dict names, on every rank: PyTorch's full state
+  // dict (save it from rank 0).
   NamedTensors full_state_dict() const;
 
  private:

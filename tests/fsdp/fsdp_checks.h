@@ -115,6 +115,7 @@ struct Case {
   double tolerance = 1e-12;
   DType dtype = kFloat64;  // of both models' parameters (the shards')
   bool autocast = false;   // both models' forwards under bfloat16 autocast
+  Device device = kCPU;    // the sharded model's (the group's); the reference is on the CPU
 };
 
 inline std::string describe(const Case& k) {
@@ -122,7 +123,8 @@ inline std::string describe(const Case& k) {
       "reshard_after_forward ", k.options.reshard_after_forward, ", micro-batches ",
       k.micro_batches, k.options.mp_policy.param_dtype ? ", compute in " : "",
       k.options.mp_policy.param_dtype ? dtype_name(*k.options.mp_policy.param_dtype) : "",
-      k.autocast ? ", under bfloat16 autocast" : "");
+      k.autocast ? ", under bfloat16 autocast" : "",
+      k.options.offload_policy ? ", shards offloaded to the CPU" : "", " on ", k.device.str());
 }
 
 // Trains the sharded model beside the unsharded one (which sees every rank's rows) with AdamW
@@ -132,6 +134,7 @@ inline void check_matches_single_process(std::shared_ptr<dist::ProcessGroup> pg,
                                          dist::testing::Checks& c, const Case& k) {
   const int world = pg->size(), r = pg->rank();
   auto net = std::make_shared<Net>(6, k.dtype);
+  net->to(k.device);
   auto reference = std::make_shared<Net>(6, k.dtype);
   const Tensor unused_before = reference->unused->weight.clone();
   std::shared_ptr<FSDPModule> root = shard(net, pg, k.options);
@@ -148,7 +151,8 @@ inline void check_matches_single_process(std::shared_ptr<dist::ProcessGroup> pg,
       {
         std::optional<AutocastGuard> amp;
         if (k.autocast) amp.emplace(DeviceType::CPU, kBFloat16);
-        mine = net->loss(x.narrow(0, r * kPerRank, kPerRank), y.narrow(0, r * kPerRank, kPerRank));
+        mine = net->loss(x.narrow(0, r * kPerRank, kPerRank).to(k.device),
+                         y.narrow(0, r * kPerRank, kPerRank).to(k.device));
         whole = reference->loss(x, y);
       }
       mine.backward();
@@ -158,13 +162,18 @@ inline void check_matches_single_process(std::shared_ptr<dist::ProcessGroup> pg,
     ref_opt.step();
   }
   check_rows(
-      c, *net, *reference, r, world, describe(k), [](const Tensor& t) { return t; }, k.tolerance);
+      c, *net, *reference, r, world, describe(k), [](const Tensor& t) { return t.to(kCPU); },
+      k.tolerance);
   c.expect(net->emb->parameters()[0].grad().defined(), "the embedding's shard has a gradient");
   for (const Tensor& p : net->unused->parameters())
     c.expect(!p.grad().defined(), "unused: no grad");
   const Tensor unused_rows = rows_of(unused_before, r, world);
-  c.expect(equal(net->unused->parameters()[0].reshape(unused_rows.sizes()), unused_rows),
+  c.expect(equal(net->unused->parameters()[0].to(kCPU).reshape(unused_rows.sizes()), unused_rows),
            "the unused weight never moved");
+  const Device shards_on = k.options.offload_policy ? kCPU : k.device;
+  for (const Tensor& p : net->parameters())
+    c.expect(p.device() == shards_on && (!p.grad().defined() || p.grad().device() == shards_on),
+             gw::detail::str("the shards and their gradients are on ", shards_on.str()));
 }
 
 }  // namespace gw::fsdp::testing
