@@ -57,6 +57,7 @@ void GradScaler::unscale_(Optimizer& opt) {
     checks.push_back((g * 0.0).sum().to(kFloat32).to(grads[0].device()));  // never overflows
   }
   state.found_inf = !checks.empty() && !std::isfinite(stack(checks).sum().item<double>());
+  agree(state.found_inf, state.checked);
 }
 
 bool GradScaler::step(Optimizer& opt) {

@@ -25,8 +25,8 @@
 // are refused, as PyTorch refuses them: keep parameters float32 and let autocast compute in
 // float16. A failure partway through unscale_ skips that step. Under DDP every rank holds the
 // same averaged gradients and decides alike; where ranks hold different parameters (fully_shard,
-// pipeline stages) they would need to share the decision (PyTorch's ShardedGradScaler), which
-// this does not do.
+// pipeline stages) they share the decision through gw::fsdp::ShardedGradScaler
+// (fsdp/sharded_grad_scaler.h), which overrides agree().
 #pragma once
 
 #include <cstdint>
@@ -71,6 +71,15 @@ class GradScaler {
   // not fit, changing nothing.
   NamedTensors state_dict() const;
   void load_state_dict(const NamedTensors& state);
+
+  virtual ~GradScaler() = default;
+
+ protected:
+  // What unscale_ found on this process's gradients of one optimizer: an inf or NaN among them,
+  // and whether there were any. A scaler whose processes hold different gradients makes every
+  // process decide alike here (a collective: every process unscales the same optimizers in the
+  // same order); this one holds all of them.
+  virtual void agree(bool& /*found_inf*/, bool& /*checked*/) {}
 
  private:
   struct PerOptimizer {

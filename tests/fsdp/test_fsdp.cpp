@@ -5,10 +5,12 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <limits>
 #include <regex>
 
 #include "autograd/autograd.h"
 #include "dist/process_group/init_process_group.h"
+#include "fsdp/sharded_grad_scaler.h"
 #include "optim/clip_grad.h"
 #include "store/hash_store.h"
 #include "tests/dist/process_group/ranks.h"
@@ -137,6 +139,49 @@ TEST_CASE("fully_shard under bfloat16 autocast trains as one process under autoc
     nn::functional::cross_entropy(logits.reshape({-1, fsdp::testing::kVocab}), y.reshape({-1}))
         .backward();
     EXPECT(c, net->emb->parameters()[0].grad().dtype() == kFloat32);
+  });
+}
+
+TEST_CASE("ShardedGradScaler: an inf in one rank's shard skips every rank's step", "[fsdp][amp]") {
+  // With optim::GradScaler, rank 1 (finite shards) would step while rank 0 skipped.
+  run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+    auto net = std::make_shared<Net>(6, kFloat32);
+    fsdp::testing::shard(net, borrow(pg));
+    optim::AdamW opt(net->parameters(), {.lr = 0.01});
+    fsdp::ShardedGradScaler scaler(borrow(pg), {.init_scale = 1024});
+    const int64_t first = pg.rank() * fsdp::testing::kPerRank;
+    auto backward = [&](int step) {
+      opt.zero_grad();
+      auto [x, y] = fsdp::testing::batch(2, step, 0);
+      const Tensor loss = net->loss(x.narrow(0, first, fsdp::testing::kPerRank),
+                                    y.narrow(0, first, fsdp::testing::kPerRank));
+      scaler.scale(loss).backward();
+    };
+    auto snapshot = [&] {
+      std::vector<Tensor> out;
+      for (const Tensor& p : net->parameters()) out.push_back(p.clone());
+      return out;
+    };
+    auto unchanged = [&](const std::vector<Tensor>& before) {
+      bool same = true;
+      for (size_t i = 0; i < before.size(); ++i)
+        same = same && equal(net->parameters()[i], before[i]);
+      return same;
+    };
+    backward(0);
+    if (pg.rank() == 0)  // rank 0's rows of the embedding overflowed
+      net->emb->parameters()[0].grad().view({-1}).narrow(0, 0, 1).fill_(
+          std::numeric_limits<double>::infinity());
+    const std::vector<Tensor> before = snapshot();
+    EXPECT(c, !scaler.step(opt));
+    scaler.update();
+    EXPECT(c, scaler.get_scale() == 512);
+    EXPECT(c, unchanged(before));
+    backward(1);  // finite everywhere: every rank steps
+    EXPECT(c, scaler.step(opt));
+    scaler.update();
+    EXPECT(c, scaler.get_scale() == 512);
+    EXPECT(c, !unchanged(before));
   });
 }
 
