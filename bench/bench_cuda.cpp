@@ -350,7 +350,7 @@ void gpt(gw::bench::Reporter& report) {
 }
 
 // Causal self-attention forward and backward in bfloat16 (16 heads of 64, 16384 tokens a
-// step): the fused kernel against the composition written out, softmax(q kᵀ · scale + causal
+// step): the fused kernel against the composition written out, softmax((q · scale) kᵀ + causal
 // mask) v (cuBLAS products, the softmax kernel), in TFLOP/s of FlashAttention's count
 // (the causal half of 4 L² E per head forward, 2.5 times that backward); and the memory each
 // holds at its peak beyond its inputs. torch_anchor_cuda.py times PyTorch's
@@ -386,7 +386,7 @@ void attention(gw::bench::Reporter& report) {
       Tensor out =
           fused
               ? F::scaled_dot_product_attention(q, k, v, {}, 0.0, true)
-              : gw::matmul(gw::softmax(gw::matmul(q, k.transpose(-2, -1)) * scale + causal, -1), v);
+              : gw::matmul(gw::softmax(gw::matmul(q * scale, k.transpose(-2, -1)) + causal, -1), v);
       out.backward(gout);
     };
     if (time) {

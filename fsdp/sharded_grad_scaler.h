@@ -9,8 +9,10 @@
 //   scaler.step(opt);                             // on every rank alike
 //   scaler.update();
 //
-// Every rank of the group calls unscale_ (or step) for the same optimizers in the same order.
-// A rank whose shards hold no gradient at all takes part and steps with the others.
+// Every rank of the group calls unscale_ (or step) for the same optimizers in the same order,
+// with the scaler enabled alike. A rank whose shards hold no gradient at all takes part and
+// steps with the others; a rank whose unscale fails partway throws, and the others skip the
+// step with it.
 #pragma once
 
 #include <memory>

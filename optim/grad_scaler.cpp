@@ -35,28 +35,39 @@ void GradScaler::unscale_(Optimizer& opt) {
   std::vector<Tensor> grads;
   for (const Tensor& p : opt.parameters()) {
     const Tensor& g = p.grad();
-    if (!g.defined() || g.numel() == 0) continue;
+    if (!g.defined()) continue;
+    // Checked on empty ones too, so that processes holding shards refuse alike.
     GW_CHECK(g.dtype() != kFloat16, InvalidArgumentError,
              "[GradScaler] cannot unscale float16 gradients (1 / scale may not be a float16): "
              "keep the parameters in float32 and let autocast compute in float16");
-    grads.push_back(g);
+    if (g.numel() > 0) grads.push_back(g);
   }
   // From here the step is this unscale's: if it fails partway, the step is skipped rather than
   // taken on gradients of which some were divided.
   state.unscaled = true;
   state.found_inf = true;
   state.checked = !grads.empty();
-  autograd::NoGradGuard no_grad;
-  const double inverse = 1.0 / scale_;
-  std::vector<Tensor> checks;  // per gradient: 0, or NaN where an element is inf or NaN
-  for (Tensor g : grads) {
-    if (g.dtype() == kBFloat16)
-      g.copy_(g.to(kFloat32) * inverse);  // the factor in float32, rounded once
-    else
-      g.mul_(inverse);
-    checks.push_back((g * 0.0).sum().to(kFloat32).to(grads[0].device()));  // never overflows
+  try {
+    autograd::NoGradGuard no_grad;
+    const double inverse = 1.0 / scale_;
+    std::vector<Tensor> checks;  // per gradient: 0, or NaN where an element is inf or NaN
+    for (Tensor g : grads) {
+      if (g.dtype() == kBFloat16)
+        g.copy_(g.to(kFloat32) * inverse);  // the factor in float32, rounded once
+      else
+        g.mul_(inverse);
+      checks.push_back((g * 0.0).sum().to(kFloat32).to(grads[0].device()));  // never overflows
+    }
+    state.found_inf = !checks.empty() && !std::isfinite(stack(checks).sum().item<double>());
+  } catch (...) {
+    // The others still hear of it (agree may be their collective), and skip the step too.
+    state.found_inf = true;
+    try {
+      agree(state.found_inf, state.checked);
+    } catch (...) {  // the first failure is the one to report
+    }
+    throw;
   }
-  state.found_inf = !checks.empty() && !std::isfinite(stack(checks).sum().item<double>());
   agree(state.found_inf, state.checked);
 }
 

@@ -72,13 +72,16 @@ class GradScaler {
   NamedTensors state_dict() const;
   void load_state_dict(const NamedTensors& state);
 
+  GradScaler(const GradScaler&) = delete;  // a copy of a ShardedGradScaler would not agree
+  GradScaler& operator=(const GradScaler&) = delete;
   virtual ~GradScaler() = default;
 
  protected:
-  // What unscale_ found on this process's gradients of one optimizer: an inf or NaN among them,
-  // and whether there were any. A scaler whose processes hold different gradients makes every
-  // process decide alike here (a collective: every process unscales the same optimizers in the
-  // same order); this one holds all of them.
+  // What unscale_ found on this process's gradients of one optimizer: an inf or NaN among them
+  // (or a failure partway), and whether there were any. A scaler whose processes hold different
+  // gradients makes every process decide alike here (a collective: every process, with the
+  // scaler enabled alike, unscales the same optimizers in the same order); this one holds all
+  // of them.
   virtual void agree(bool& /*found_inf*/, bool& /*checked*/) {}
 
  private:

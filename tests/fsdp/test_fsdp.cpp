@@ -1,7 +1,8 @@
 // fully_shard on 2 and 4 ranks: threads over real Gloo here, processes under OpenMPI's mpirun
 // (fsdp_probe). After 20 AdamW steps the shards equal single-process training on the global
-// batch (fsdp_checks.h), with and without resharding after forward and with gradient
-// accumulation; what fully_shard refuses, on every rank.
+// batch (fsdp_checks.h), with and without resharding after forward, with gradient accumulation
+// and CPU offload (on NCCL at world size 1 where there is a GPU); ShardedGradScaler's shared
+// decision; what fully_shard refuses, on every rank.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -182,6 +183,21 @@ TEST_CASE("ShardedGradScaler: an inf in one rank's shard skips every rank's step
     scaler.update();
     EXPECT(c, scaler.get_scale() == 512);
     EXPECT(c, !unchanged(before));
+    // An optimizer whose shards on rank 1 hold no gradient (the 0-dim scale lives on rank 0):
+    // rank 1 steps with rank 0 rather than refusing a step with nothing checked.
+    Tensor scale_shard;
+    for (const auto& [name, t] : net->named_parameters())
+      if (name == "scale") scale_shard = t;
+    EXPECT(c, scale_shard.numel() == (pg.rank() == 0 ? 1 : 0));
+    optim::AdamW scale_opt({scale_shard}, {.lr = 0.01});
+    backward(2);
+    try {
+      EXPECT(c, scaler.step(opt));
+      EXPECT(c, scaler.step(scale_opt));
+    } catch (const std::exception& e) {
+      c.expect(false, "rank " + std::to_string(pg.rank()) + " refused to step: " + e.what());
+    }
+    scaler.update();
   });
 }
 
