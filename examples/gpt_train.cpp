@@ -7,6 +7,7 @@
 //   build/tools/gwrun/gwrun --nproc-per-node 4 build/examples/gpt_train --fsdp gloo
 //   build/tools/gwrun/gwrun --nproc-per-node 2 build/examples/gpt_train --pp 2 --schedule 1f1b
 //   build/tools/gwrun/gwrun --nproc-per-node 4 build/examples/gpt_train --pp 2 --ddp gloo
+//   gwrun --nproc-per-node 8 gpt_train --device cuda --fsdp nccl --amp bf16 --cpu-offload on
 //
 // The model is gw::nn::GPT (4 blocks of 4 heads, width 128, context 128, its head tied to the
 // token embedding: 0.8M parameters); AdamW with weight decay on the matrices only, a linear
@@ -21,6 +22,11 @@
 // rank's peak memory. Its checkpoints are sharded (gw::dist::checkpoint, in
 // --checkpoint-dir/sharded): each rank writes its rows, and a run on another number of ranks
 // with the same global batch reads its own rows of them.
+//
+// --device cuda trains on a GPU; with --ddp nccl or --fsdp nccl, one process per GPU (the one
+// its LOCAL_RANK names). --cpu-offload on with --fsdp nccl keeps the shards, their gradients and
+// AdamW's state in host memory (fully_shard's CPUOffloadPolicy), the GPU holding the blocks
+// gathered at the moment and the activations.
 //
 // --pp N instead cuts the model into a pipeline of N ranks (GPT::stage; its head untied from
 // the embedding), each rank training its stages on every batch, cut into --microbatches under
@@ -80,7 +86,8 @@ struct Args {
   double target = 0;  // > 0: the final validation loss must be at most this
   uint64_t seed = 0;
   std::string ddp, device = "cpu", curve, prompt = "And ";
-  bool fsdp = false;  // the group (--fsdp gloo|mpi, kept in `ddp`) shards instead of replicating
+  bool fsdp = false;         // the group (--fsdp gloo|mpi|nccl, kept in `ddp`) shards instead
+  bool cpu_offload = false;  // --cpu-offload on: --fsdp nccl's shards in host memory
   int64_t pp = 0;     // --pp N: a pipeline of N ranks (its backend: --pp-backend, gloo)
   std::string pp_backend = "gloo";
   bool pp_backend_given = false;
@@ -93,8 +100,8 @@ constexpr const char* kUsage =
     "usage: gpt_train [--steps N] [--batch-size N (per rank)] [--context N] [--layers N] "
     "[--heads N] [--width N] [--dropout P] [--lr X] [--warmup N] [--min-lr-factor X] "
     "[--weight-decay X] [--clip X] [--eval-every N] [--eval-batches N] [--sample N] "
-    "[--prompt TEXT] [--temperature X] [--top-k N] [--seed N] [--threads N] [--ddp gloo|mpi | "
-    "--fsdp gloo|mpi] [--pp N [--pp-backend gloo|mpi] "
+    "[--prompt TEXT] [--temperature X] [--top-k N] [--seed N] [--threads N] [--ddp gloo|mpi|nccl"
+    " | --fsdp gloo|mpi|nccl [--cpu-offload on]] [--pp N [--pp-backend gloo|mpi] "
     "[--schedule gpipe|1f1b|interleaved|zb] [--microbatches N]] "
     "[--device cpu|cuda] [--amp bf16] [--curve PREFIX] [--target LOSS] [--checkpoint-every N] "
     "[--checkpoint-dir DIR] [--trace FILE]\n";
@@ -146,10 +153,13 @@ Args parse(int argc, char** argv) {
       a.seed = static_cast<uint64_t>(n);
     else if (k == "--threads")
       a.threads = n;
-    else if ((k == "--ddp" || k == "--fsdp") && (v == "gloo" || v == "mpi") && a.ddp.empty()) {
+    else if ((k == "--ddp" || k == "--fsdp") && (v == "gloo" || v == "mpi" || v == "nccl") &&
+             a.ddp.empty()) {
       a.ddp = v;
       a.fsdp = k == "--fsdp";
-    } else if (k == "--device" && (v == "cpu" || v == "cuda"))
+    } else if (k == "--cpu-offload" && v == "on")
+      a.cpu_offload = true;
+    else if (k == "--device" && (v == "cpu" || v == "cuda"))
       a.device = v;
     else if (k == "--amp" && v == "bf16")  // float16 would need a gradient scaler
       a.recipe.autocast = gw::kBFloat16;
@@ -187,8 +197,15 @@ Args parse(int argc, char** argv) {
       : !(a.recipe.lr > 0)                  ? "--lr must be positive"
       : !(a.recipe.clip >= 0)               ? "--clip must not be negative (0: no clipping)"
       : !(a.temperature > 0) || a.top_k < 0 ? "--temperature must be positive, --top-k >= 0"
-      : !a.ddp.empty() && a.device == "cuda"
-          ? "--ddp and --fsdp run on the CPU (gloo, mpi): drop them or --device cuda"
+      : a.ddp == "nccl" && a.device != "cuda"
+          ? "--ddp nccl and --fsdp nccl train on GPUs: add --device cuda"
+      : !a.ddp.empty() && a.ddp != "nccl" && a.device == "cuda"
+          ? "--device cuda trains data-parallel over NCCL: --ddp nccl or --fsdp nccl"
+      : a.cpu_offload && !(a.fsdp && a.ddp == "nccl")
+          ? "--cpu-offload keeps --fsdp nccl's shards in host memory: it takes --fsdp nccl and "
+            "--device cuda"
+      : a.ddp == "nccl" && a.checkpoint.every > 0
+          ? "--ddp nccl and --fsdp nccl do not take --checkpoint-every yet"
       : a.pp < 0 || (a.pp > 0 && a.device == "cuda")
           ? "--pp N runs a pipeline of N ranks on the CPU, alone or with --ddp or --fsdp"
       : a.pp > 0 && a.fsdp && a.pipeline.schedule == "zb"
@@ -301,14 +318,15 @@ int64_t restore_sharded(gw::examples::GPTTrainer& trainer, gw::dist::ProcessGrou
 int main(int argc, char** argv) {
   Args args = parse(argc, argv);
   if (args.pp > 0 && !args.ddp.empty()) args.pp_backend = args.ddp;  // 2D: --ddp's backend
-  if (args.ddp == "gloo" || (args.pp > 0 && args.pp_backend == "gloo"))
+  if (args.ddp == "gloo" || args.ddp == "nccl" || (args.pp > 0 && args.pp_backend == "gloo"))
     gw::examples::launch_env("gpt_train");  // one line on a bad launcher
   int rank = 0, world = 1;
   try {
     // What can fail on one rank alone is checked before the ranks meet.
-    const gw::Device device = args.device == "cuda" ? gw::cuda_device(0) : gw::kCPU;
-    // Without a GPU, or in a build without CUDA, this throws and says which.
-    if (device.is_cuda()) gw::zeros({1}, device);
+    gw::Device device = args.device == "cuda" ? gw::cuda_device(0) : gw::kCPU;
+    // Without a GPU, or in a build without CUDA, this throws and says which (with NCCL the
+    // group does, and each rank takes its own GPU from it below).
+    if (device.is_cuda() && args.ddp != "nccl") gw::zeros({1}, device);
     const gw::data::CharCorpus corpus = gw::data::load_bible_kjv();
     const std::vector<int64_t> prompt = corpus.encode(args.prompt);
     const gw::data::CharWindows train(corpus, gw::data::CorpusSplit::Train, args.model.context);
@@ -322,6 +340,7 @@ int main(int argc, char** argv) {
       group = gw::dist::init_process_group(args.pp > 0 ? args.pp_backend : args.ddp);
       rank = group->rank();
       world = group->size();
+      if (args.ddp == "nccl") device = group->device();  // cuda:LOCAL_RANK
       GW_CHECK(args.pp == 0 || (args.ddp.empty() ? args.pp == world : world % args.pp == 0),
                gw::InvalidArgumentError, "[gpt_train] --pp ", args.pp, " needs ",
                args.ddp.empty() ? gw::detail::str(args.pp, " ranks")
@@ -363,11 +382,14 @@ int main(int argc, char** argv) {
     model->to(device);
     int64_t parameter_count = 0;  // before sharding
     for (const gw::Tensor& p : model->parameters()) parameter_count += p.numel();
-    gw::examples::GPTTrainer trainer(model, args.recipe, pipeline_group,
-                                     args.pp > 0 ? gw::examples::Parallelism::pipeline
-                                     : args.fsdp ? gw::examples::Parallelism::fsdp
-                                                 : gw::examples::Parallelism::ddp,
-                                     args.pipeline);
+    gw::examples::GPTTrainer trainer(
+        model, args.recipe, pipeline_group,
+        args.pp > 0 ? gw::examples::Parallelism::pipeline
+        : args.fsdp ? gw::examples::Parallelism::fsdp
+                    : gw::examples::Parallelism::ddp,
+        args.pipeline,
+        {.offload_policy =
+             args.cpu_offload ? std::optional(gw::fsdp::CPUOffloadPolicy{}) : std::nullopt});
     gw::reset_peak_memory_stats(device);
     const auto identity = run_identity(args, corpus.vocab_size(), replicas);
     // A collective: what throws on one rank throws on all (without a group, just f).
@@ -410,8 +432,9 @@ int main(int argc, char** argv) {
             args.pipeline.microbatches, " micro-batches, ", args.pp_backend, ")",
             args.fsdp ? ", each stage sharded over the replicas (FSDP)" : "");
       else if (group)
-        parallel = gw::detail::str(", ", args.fsdp ? "FSDP" : "DDP", " on ", world, " ranks (",
-                                   args.ddp, ")");
+        parallel =
+            gw::detail::str(", ", args.fsdp ? "FSDP" : "DDP", " on ", world, " ranks (", args.ddp,
+                            args.cpu_offload ? ", shards in host memory" : "", ")");
       std::printf(
           "%s\n%.2fM parameters; %zu characters of text, vocabulary of %lld; %s%s%s\n"
           "AdamW lr %g (warm-up %lld, cosine to %g), weight decay %g, clip %g; %lld steps of "
@@ -459,9 +482,10 @@ int main(int argc, char** argv) {
     size_t averaged = 0;
     auto average_losses = [&] {
       if (!group || averaged == losses.size()) return;
-      gw::Tensor t = gw::from_vector(std::vector<double>(losses.begin() + averaged, losses.end()));
+      gw::Tensor t = gw::from_vector(std::vector<double>(losses.begin() + averaged, losses.end()))
+                         .to(group->device());  // NCCL's: the GPU
       group->allreduce(t)->wait();
-      const std::vector<double> sums = t.to_vector<double>();
+      const std::vector<double> sums = t.to(gw::kCPU).to_vector<double>();
       for (size_t i = 0; i < sums.size(); ++i) losses[averaged + i] = sums[i] / world;
       averaged = losses.size();
     };
@@ -498,10 +522,13 @@ int main(int argc, char** argv) {
     {  // each rank's peak in training, from the allocator's counters
       const double mine = static_cast<double>(gw::memory_stats(device).peak_allocated_bytes);
       gw::Tensor largest = gw::full({1}, mine, gw::kFloat64);
-      if (group) group->allreduce(largest, {.op = gw::dist::ReduceOp::MAX})->wait();
+      if (group) {
+        largest = largest.to(group->device());
+        group->allreduce(largest, {.op = gw::dist::ReduceOp::MAX})->wait();
+      }
       if (rank == 0)
         std::printf("peak memory allocated in training: rank 0 %.1f MiB, largest rank %.1f MiB\n",
-                    mine / 1048576.0, largest.item<double>() / 1048576.0);
+                    mine / 1048576.0, largest.to(gw::kCPU).item<double>() / 1048576.0);
     }
 
     trainer.gather_stages();  // a pipeline's: the whole model on every rank

@@ -12,7 +12,7 @@ namespace gw::examples {
 
 GPTTrainer::GPTTrainer(std::shared_ptr<nn::GPT> model, const GPTRecipe& recipe,
                        std::shared_ptr<dist::ProcessGroup> group, Parallelism parallelism,
-                       const PipelineOptions& pipeline)
+                       const PipelineOptions& pipeline, const fsdp::FullyShardOptions& sharding)
     : recipe_(recipe), model_(std::move(model)), group_(group) {
   GW_CHECK(!(recipe.autocast && group && parallelism == Parallelism::pipeline),
            InvalidArgumentError, "[GPTTrainer] autocast does not run through pipeline stages yet");
@@ -65,8 +65,9 @@ GPTTrainer::GPTTrainer(std::shared_ptr<nn::GPT> model, const GPTRecipe& recipe,
       evaluation_->eval();
     }
   } else if (group && parallelism == Parallelism::fsdp) {
-    for (const auto& block : model_->h->children()) fsdp::fully_shard(block, group);
-    sharded_ = fsdp::fully_shard(model_, group);  // the embeddings, the final norm, the head
+    for (const auto& block : model_->h->children()) fsdp::fully_shard(block, group, sharding);
+    // the embeddings, the final norm, the head
+    sharded_ = fsdp::fully_shard(model_, group, sharding);
   } else if (group) {
     ddp_ = std::make_unique<ddp::DistributedDataParallel>(model_, std::move(group));
   }
@@ -149,9 +150,9 @@ namespace {
 // The sum of `value` over the ranks of `group` (`value` itself without one).
 double sum_over_ranks(double value, dist::ProcessGroup* group) {
   if (!group) return value;
-  Tensor total = full({1}, value, kFloat64);
+  Tensor total = full({1}, value, TensorOptions(kFloat64).with_device(group->device()));
   group->allreduce(total)->wait();
-  return total.item<double>();
+  return total.to(kCPU).item<double>();
 }
 
 }  // namespace

@@ -57,13 +57,14 @@ struct PipelineOptions {
 
 class GPTTrainer {
  public:
-  // Trains `model` (already on its device); with a group, through DDP or fully_shard over it,
-  // or as a pipeline over it (then the loss of step() is averaged over pipeline.data_parallel
-  // too).
+  // Trains `model` (already on its device); with a group, through DDP or fully_shard over it
+  // (with `sharding`'s options), or as a pipeline over it (then the loss of step() is averaged
+  // over pipeline.data_parallel too).
   // The schedule starts at step 0 (see schedule_from).
   GPTTrainer(std::shared_ptr<nn::GPT> model, const GPTRecipe& recipe,
              std::shared_ptr<dist::ProcessGroup> group = nullptr,
-             Parallelism parallelism = Parallelism::ddp, const PipelineOptions& pipeline = {});
+             Parallelism parallelism = Parallelism::ddp, const PipelineOptions& pipeline = {},
+             const fsdp::FullyShardOptions& sharding = {});
 
   // One step on inputs and targets (N, L) int64 (moved to the model's device); returns this
   // rank's loss (with a group, the ranks' gradients are averaged).

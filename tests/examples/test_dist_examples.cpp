@@ -464,6 +464,41 @@ TEST_CASE(
   CHECK(std::abs(std::stod(m[1]) - gpt_val_loss_at(saved.out, 200)) < 1e-4);
 }
 
+TEST_CASE("gpt_train --fsdp nccl --cpu-offload on trains in bfloat16 on a GPU",
+          "[examples][dist][gpt][cuda]") {
+  std::string why;
+  if (!gw::dist::nccl_available(&why)) GW_SKIP(why);
+  const auto r = run_gwrun(gpt_args(
+      1, {"--device", "cuda", "--fsdp", "nccl", "--cpu-offload", "on", "--amp", "bf16"}, 100));
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(count(r.out, "FSDP on 1 ranks (nccl, shards in host memory)") == 1);
+  const double half = gpt_val_loss_at(r.out, 50), end = gpt_val_loss_at(r.out, 100);
+  CHECK(half > 0);
+  CHECK(end > 0);
+  CHECK(end < half);  // it learns
+}
+
+TEST_CASE("gpt_train refuses the GPU flags that do not fit, before anything starts",
+          "[examples][dist][gpt]") {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases{
+      {{"--fsdp", "nccl"}, "add --device cuda"},
+      {{"--device", "cuda", "--ddp", "gloo"}, "--ddp nccl or --fsdp nccl"},
+      {{"--fsdp", "gloo", "--cpu-offload", "on"}, "it takes --fsdp nccl and --device cuda"},
+      {{"--device", "cuda", "--ddp", "nccl", "--checkpoint-every", "10"},
+       "do not take --checkpoint-every"},
+  };
+  for (const auto& [extra, says] : cases) {
+    std::vector<std::string> a{"--nproc-per-node", "1", GW_GPT_EXAMPLE};
+    a.insert(a.end(), extra.begin(), extra.end());
+    const auto refused = run_gwrun(a);
+    INFO(refused.out << refused.err);
+    CHECK(refused.exit_code != 0);
+    CHECK(count(refused.err, says) >= 1);
+    CHECK(count(refused.out, "parameters") == 0);
+  }
+}
+
 TEST_CASE(
     "gpt_train --pp: a pipeline of 2 ranks trains as the whole model in one, under 1F1B "
     "and zero bubble, and so do two replicas of it on 4 ranks (--pp 2 --ddp, --pp 2 --fsdp)",
