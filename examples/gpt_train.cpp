@@ -7,7 +7,8 @@
 //   build/tools/gwrun/gwrun --nproc-per-node 4 build/examples/gpt_train --fsdp gloo
 //   build/tools/gwrun/gwrun --nproc-per-node 2 build/examples/gpt_train --pp 2 --schedule 1f1b
 //   build/tools/gwrun/gwrun --nproc-per-node 4 build/examples/gpt_train --pp 2 --ddp gloo
-//   gwrun --nproc-per-node 8 gpt_train --device cuda --fsdp nccl --amp bf16 --cpu-offload on
+//   build/tools/gwrun/gwrun --nproc-per-node 8 build/examples/gpt_train --device cuda
+//       --fsdp nccl --amp bf16 --cpu-offload on          (one process per GPU)
 //
 // The model is gw::nn::GPT (4 blocks of 4 heads, width 128, context 128, its head tied to the
 // token embedding: 0.8M parameters); AdamW with weight decay on the matrices only, a linear
@@ -44,7 +45,7 @@
 // or malformed one is refused with the reason before anything is loaded. Every rank reads the
 // checkpoint: across hosts, --checkpoint-dir must be on a shared file system.
 //
-// --device cuda trains on the GPU; --amp bf16 runs the forward under bfloat16 autocast (products
+// --amp bf16 runs the forward under bfloat16 autocast (products
 // and attention in bfloat16, norms and the loss in float32, float32 parameters); --curve PREFIX
 // writes the training and validation loss as PREFIX.csv and PREFIX.svg; --trace FILE writes a
 // timeline; --target LOSS makes the exit status say whether the final validation loss reached it.
@@ -197,6 +198,8 @@ Args parse(int argc, char** argv) {
       : !(a.recipe.lr > 0)                  ? "--lr must be positive"
       : !(a.recipe.clip >= 0)               ? "--clip must not be negative (0: no clipping)"
       : !(a.temperature > 0) || a.top_k < 0 ? "--temperature must be positive, --top-k >= 0"
+      : a.pp > 0 && a.ddp == "nccl"
+          ? "--pp runs on the CPU: with --pp, --ddp and --fsdp take gloo or mpi"
       : a.ddp == "nccl" && a.device != "cuda"
           ? "--ddp nccl and --fsdp nccl train on GPUs: add --device cuda"
       : !a.ddp.empty() && a.ddp != "nccl" && a.device == "cuda"
@@ -431,10 +434,15 @@ int main(int argc, char** argv) {
             "a pipeline of ", args.pp, " ranks (", args.pipeline.schedule, ", ",
             args.pipeline.microbatches, " micro-batches, ", args.pp_backend, ")",
             args.fsdp ? ", each stage sharded over the replicas (FSDP)" : "");
-      else if (group)
-        parallel =
-            gw::detail::str(", ", args.fsdp ? "FSDP" : "DDP", " on ", world, " ranks (", args.ddp,
-                            args.cpu_offload ? ", shards in host memory" : "", ")");
+      else if (group)  // with NCCL, this rank's GPU; where the shards are, as they are
+        parallel = gw::detail::str(
+            ", ", args.fsdp ? "FSDP" : "DDP", " on ", world, " ranks (", args.ddp,
+            args.ddp == "nccl" ? ", " + device.str() : std::string(),
+            trainer.sharded() && device.is_cuda() && !trainer.sharded()->shards().empty() &&
+                    trainer.sharded()->shards()[0].device().is_cpu()
+                ? ", shards in host memory"
+                : "",
+            ")");
       std::printf(
           "%s\n%.2fM parameters; %zu characters of text, vocabulary of %lld; %s%s%s\n"
           "AdamW lr %g (warm-up %lld, cosine to %g), weight decay %g, clip %g; %lld steps of "

@@ -93,10 +93,10 @@ double GPTTrainer::step(const Tensor& x, const Tensor& y) {
     std::vector<double> losses;
     pipeline_->step(x.to(device), y.to(device), &losses);
     for (double l : losses) loss += l / static_cast<double>(losses.size());
-    Tensor total = full({1}, loss, kFloat64);
+    Tensor total = full({1}, loss, TensorOptions(kFloat64).with_device(group_->device()));
     group_->allreduce(total)->wait();  // only the last stage's rank has a loss
     if (data_parallel_) data_parallel_->allreduce(total, {.op = dist::ReduceOp::AVG})->wait();
-    loss = total.item<double>();
+    loss = total.to(kCPU).item<double>();
   } else {
     Tensor l;
     {

@@ -464,25 +464,45 @@ TEST_CASE(
   CHECK(std::abs(std::stod(m[1]) - gpt_val_loss_at(saved.out, 200)) < 1e-4);
 }
 
-TEST_CASE("gpt_train --fsdp nccl --cpu-offload on trains in bfloat16 on a GPU",
+TEST_CASE("gpt_train on a GPU: --ddp nccl, and --fsdp nccl --cpu-offload on in bfloat16",
           "[examples][dist][gpt][cuda]") {
   std::string why;
   if (!gw::dist::nccl_available(&why)) GW_SKIP(why);
-  const auto r = run_gwrun(gpt_args(
-      1, {"--device", "cuda", "--fsdp", "nccl", "--cpu-offload", "on", "--amp", "bf16"}, 100));
+  const std::vector<std::pair<std::vector<std::string>, std::string>> runs{
+      {{"--device", "cuda", "--ddp", "nccl"}, "DDP on 1 ranks (nccl, cuda:0)"},
+      {{"--device", "cuda", "--fsdp", "nccl", "--cpu-offload", "on", "--amp", "bf16"},
+       "FSDP on 1 ranks (nccl, cuda:0, shards in host memory), bfloat16 autocast"},
+  };
+  for (const auto& [extra, says] : runs) {
+    const auto r = run_gwrun(gpt_args(1, extra, 100));
+    INFO(r.out << r.err);
+    CHECK(r.exit_code == 0);
+    CHECK(count(r.out, says) == 1);
+    const double half = gpt_val_loss_at(r.out, 50), end = gpt_val_loss_at(r.out, 100);
+    CHECK(half > 0);
+    CHECK(end > 0);
+    CHECK(end < half);  // it learns
+  }
+}
+
+TEST_CASE("gpt_train --device cuda --fsdp nccl without a GPU fails at once, naming the cause",
+          "[examples][dist][gpt]") {
+  if (gw::dist::nccl_available()) GW_SKIP("a CUDA device is present");
+  const auto r = run_gwrun(gpt_args(1, {"--device", "cuda", "--fsdp", "nccl"}, 10));
   INFO(r.out << r.err);
-  CHECK(r.exit_code == 0);
-  CHECK(count(r.out, "FSDP on 1 ranks (nccl, shards in host memory)") == 1);
-  const double half = gpt_val_loss_at(r.out, 50), end = gpt_val_loss_at(r.out, 100);
-  CHECK(half > 0);
-  CHECK(end > 0);
-  CHECK(end < half);  // it learns
+  CHECK(r.exit_code != 0);
+  CHECK(count(r.err, "gpt_train (rank 0): ") == 1);
+  CHECK(count(r.err, "no CUDA device") + count(r.err, "has no NCCL") == 1);
+  CHECK(count(r.out, "parameters") == 0);
 }
 
 TEST_CASE("gpt_train refuses the GPU flags that do not fit, before anything starts",
           "[examples][dist][gpt]") {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases{
       {{"--fsdp", "nccl"}, "add --device cuda"},
+      {{"--ddp", "nccl"}, "add --device cuda"},
+      {{"--device", "cuda", "--ddp", "nccl", "--cpu-offload", "on"}, "it takes --fsdp nccl"},
+      {{"--pp", "2", "--ddp", "nccl"}, "with --pp, --ddp and --fsdp take gloo or mpi"},
       {{"--device", "cuda", "--ddp", "gloo"}, "--ddp nccl or --fsdp nccl"},
       {{"--fsdp", "gloo", "--cpu-offload", "on"}, "it takes --fsdp nccl and --device cuda"},
       {{"--device", "cuda", "--ddp", "nccl", "--checkpoint-every", "10"},
