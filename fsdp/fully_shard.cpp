@@ -1,3 +1,7 @@
+// fully_shard: a module made a unit (its parameters cut into shards), its parameters gathered
+// around its calls and its backward, its gradients reduce-scattered into the shards after it;
+// clip_grad_norm_ over shards. The units' state is fsdp/unit.h; their checkpoint forms are in
+// fsdp/state_dict.cpp.
 #include "fsdp/fully_shard.h"
 
 #include <algorithm>
@@ -11,119 +15,11 @@
 #include "autograd/autograd.h"
 #include "core/memory.h"
 #include "core/ops.h"
+#include "fsdp/unit.h"
 
 namespace gw::fsdp {
 
 namespace detail {
-
-struct Root;
-
-// One parameter of a unit, and where its rows live. Rank r holds rows
-// [r * rows_per_rank, (r + 1) * rows_per_rank) of it, clipped to `rows`; in every rank's chunk
-// of the unit's flat buffers those rows start at `offset` (elements), padded to rows_per_rank.
-struct ShardedParam {
-  std::string name;                                         // dotted, from the unit's module
-  std::vector<std::pair<nn::Module*, std::string>> owners;  // the registrations it replaces
-  Tensor full;       // what the members hold: gathered around calls and backward, else released
-  Tensor shard;      // this rank's rows, a view of the unit's shard buffer, registered in its place
-  int64_t rows = 0;  // dim 0 (1 for a scalar)
-  int64_t row_numel = 1;
-  int64_t rows_per_rank = 0;
-  int64_t offset = 0;       // in a rank's chunk
-  int64_t full_offset = 0;  // in the gathered parameters, one after another
-
-  int64_t rows_of(int rank) const {
-    return std::clamp<int64_t>(rows - rank * rows_per_rank, 0, rows_per_rank);
-  }
-  // Where rank's rows start in the whole parameter, flattened (its end when it has none).
-  int64_t start_of(int rank) const { return std::min(rank * rows_per_rank, rows) * row_numel; }
-};
-
-// The state of one module given to fully_shard. All of it is used on the thread that runs the
-// model (forward, and backward's hooks, which run on the thread that called backward).
-struct Unit : std::enable_shared_from_this<Unit> {
-  std::shared_ptr<dist::ProcessGroup> group;
-  nn::Module* module = nullptr;  // owns this unit through its hooks
-  std::string type_name;
-  FullyShardOptions options;
-  std::vector<ShardedParam> params;
-  DType dtype = kFloat32;          // the shards'
-  DType compute_dtype = kFloat32;  // the gathered parameters' (the policy's param_dtype)
-  DType reduce_dtype = kFloat32;   // the reductions'
-  int64_t chunk = 0;       // elements of one rank's shards, padded
-  int64_t full_numel = 0;  // elements of the gathered parameters
-  Tensor shard_buffer;     // (chunk): this rank's shards back to back; the shards view it
-                           // (on the group's device, or the CPU under a CPUOffloadPolicy)
-  bool sync = true;
-  std::shared_ptr<Root> root;
-
-  // Gathering: the all-gather in flight and the buffer it fills (every rank's chunk in rank
-  // order), then `gathered` once the members view their rows.
-  dist::WorkPtr gather_work;
-  Tensor gathering;
-  bool gathered = false;
-
-  // Reduce-scatters issued by this backward, written into the shards' .grad at its end. Each
-  // rank's chunk of a reduction carries, after the gradients, one count per parameter: how many
-  // ranks had a gradient for it, so that a parameter no rank used keeps no .grad, as it would
-  // without sharding.
-  struct Reduction {
-    Tensor output;  // (chunk + params): this rank's summed rows, then the counts
-    dist::WorkPtr work;
-  };
-  std::vector<Reduction> reductions;
-  bool reduced = false;  // this backward reduced it at least once
-
-  int world() const { return group->size(); }
-  int rank() const { return group->rank(); }
-  bool is_root() const;
-
-  // The shards in compute_dtype where the collectives run: copied from host memory first when
-  // they are offloaded, then converted on the device.
-  Tensor on_group_device(const Tensor& shards) const {
-    return shards.to(group->device()).to(compute_dtype);
-  }
-  void start_gather();
-  void finish_gather();
-  // `all`, every rank's chunk in rank order, laid out parameter by parameter (full_numel).
-  Tensor in_parameter_order(const Tensor& all) const;
-  void reshard();
-  bool has_gradients() const;
-  void reduce_gradients();
-  void finish_reductions();
-
-  Tensor pre_forward(const Tensor& input);
-  Tensor post_forward(const Tensor& output);
-  void pre_backward();
-  void post_backward();
-};
-
-// What the units below one root share: who they are, the orders the first iteration recorded
-// (for prefetching) and the end-of-backward callback.
-struct Root {
-  Unit* owner = nullptr;
-  std::vector<std::weak_ptr<Unit>> units;  // the root first, then the module walk's order
-  std::vector<std::weak_ptr<Unit>> forward_order, backward_order;
-  bool forward_recorded = false, backward_recorded = false;
-  size_t forward_calls = 0, backward_calls = 0;
-  bool callback_queued = false;
-
-  // The unit called after the `position`-th call (or backward) of this iteration.
-  static std::shared_ptr<Unit> next(const std::vector<std::weak_ptr<Unit>>& order, bool recorded,
-                                    size_t position) {
-    return recorded && position + 1 < order.size() ? order[position + 1].lock() : nullptr;
-  }
-  // A backward that threw never ran end_of_backward: its reductions are dropped (they finish on
-  // the group's thread), and the next iteration starts afresh.
-  void forget_failed_backward();
-  template <typename F>
-  void for_each_unit(F&& f) {
-    for (auto& weak : units)
-      if (auto unit = weak.lock()) f(*unit);
-  }
-  void queue_end_of_backward();
-  void end_of_backward();
-};
 
 bool Unit::is_root() const { return root && root->owner == this; }
 
@@ -152,22 +48,6 @@ struct Registry {
   }
 };
 
-// The units of `top` and its descendants (`top`'s own first), depth first in registration order:
-// the same on every rank.
-std::vector<std::shared_ptr<Unit>> units_below(nn::Module* top) {
-  std::vector<std::shared_ptr<Unit>> units;
-  std::vector<nn::Module*> stack{top};
-  while (!stack.empty()) {
-    nn::Module* m = stack.back();
-    stack.pop_back();
-    if (auto unit = Registry::get().unit_of(m)) units.push_back(std::move(unit));
-    const auto& children = m->named_children();
-    for (auto it = children.rbegin(); it != children.rend(); ++it)
-      stack.push_back(it->second.get());
-  }
-  return units;
-}
-
 void release_storage(void* ctx, void*) { delete static_cast<std::shared_ptr<Storage>*>(ctx); }
 
 // The gradient of a unit's input passes through this node: when it runs, the unit's backward
@@ -187,6 +67,20 @@ class PostBackward final : public autograd::Node {
 };
 
 }  // namespace
+
+std::vector<std::shared_ptr<Unit>> units_below(nn::Module* top) {
+  std::vector<std::shared_ptr<Unit>> units;
+  std::vector<nn::Module*> stack{top};
+  while (!stack.empty()) {
+    nn::Module* m = stack.back();
+    stack.pop_back();
+    if (auto unit = Registry::get().unit_of(m)) units.push_back(std::move(unit));
+    const auto& children = m->named_children();
+    for (auto it = children.rbegin(); it != children.rend(); ++it)
+      stack.push_back(it->second.get());
+  }
+  return units;
+}
 
 // --- gathering --------------------------------------------------------------------------------
 
@@ -602,108 +496,5 @@ std::vector<Tensor> FSDPModule::shards() const {
 }
 
 const std::shared_ptr<dist::ProcessGroup>& FSDPModule::group() const { return unit_->group; }
-
-namespace {
-
-using ShardRef = std::pair<std::shared_ptr<Unit>, const ShardedParam*>;
-
-// The unit among `units` and the parameter whose shard `t` is or views (state_dict() hands out
-// detached views), or nulls for a tensor no unit holds.
-ShardRef shard_of(const std::vector<std::shared_ptr<Unit>>& units, const Tensor& t) {
-  for (const auto& unit : units)
-    if (unit->shard_buffer.defined() && t.storage() == unit->shard_buffer.storage())
-      for (const ShardedParam& p : unit->params)
-        if (p.shard.storage_offset() == t.storage_offset() && p.shard.sizes() == t.sizes())
-          return {unit, &p};
-  return {nullptr, nullptr};
-}
-
-}  // namespace
-
-dist::checkpoint::ShardedState FSDPModule::sharded_state_dict(const std::string& prefix) const {
-  namespace dcp = dist::checkpoint;
-  dcp::ShardedState out;
-  const auto units = detail::units_below(unit_->module);
-  for (const auto& [name, t] : module_->state_dict()) {
-    auto [unit, p] = shard_of(units, t);
-    if (p)
-      out.emplace(prefix + name, dcp::Shard{t, p->full.sizes(), p->start_of(unit->rank())});
-    else
-      out.emplace(prefix + name, dcp::Shard{t, t.sizes(), 0});
-  }
-  return out;
-}
-
-dist::checkpoint::ShardedState FSDPModule::sharded_optimizer_state(
-    const optim::Optimizer& optimizer, const std::string& prefix) const {
-  namespace dcp = dist::checkpoint;
-  dcp::ShardedState out;
-  const auto units = detail::units_below(unit_->module);
-  const std::vector<Tensor>& params = optimizer.parameters();
-  for (const auto& [key, t] : optimizer.state_dict()) {
-    size_t i = 0;
-    std::string name;
-    auto [unit, p] = optim::parse_state_key(key, i, name) && i < params.size()
-                         ? shard_of(units, params[i])
-                         : ShardRef{};
-    if (p && t.sizes() == p->shard.sizes())  // a moment of the shard: its rows
-      out.emplace(prefix + key, dcp::Shard{t, p->full.sizes(), p->start_of(unit->rank())});
-    else  // "lr", step counts: the same on every rank
-      out.emplace(prefix + key, dcp::Shard{t, t.sizes(), 0});
-  }
-  return out;
-}
-
-void FSDPModule::load_optimizer_state(optim::Optimizer& optimizer,
-                                      const dist::checkpoint::Reader& checkpoint,
-                                      const std::string& prefix) const {
-  // Every rank reads (all the I/O and shape checks), then, once all have, loads.
-  NamedTensors state;
-  const auto units = detail::units_below(unit_->module);
-  dist::checkpoint::on_every_rank(*unit_->group, [&] {
-    const std::vector<Tensor>& params = optimizer.parameters();
-    for (const auto& [full_name, info] : checkpoint.tensors()) {
-      if (!full_name.starts_with(prefix)) continue;
-      const std::string key = full_name.substr(prefix.size());
-      size_t i = 0;
-      std::string name;
-      auto [unit, p] = optim::parse_state_key(key, i, name) && i < params.size()
-                           ? shard_of(units, params[i])
-                           : ShardRef{};
-      if (p && info.shape == p->full.sizes() && name != "step") {
-        Tensor rows =
-            empty(p->shard.sizes(), TensorOptions(info.dtype).with_device(p->shard.device()));
-        checkpoint.read(full_name, rows, p->start_of(unit->rank()));
-        state.emplace(key, rows);
-      } else {
-        state.emplace(key, checkpoint.read(full_name));
-      }
-    }
-  });
-  dist::checkpoint::on_every_rank(*unit_->group, [&] { optimizer.load_state_dict(state); });
-}
-
-NamedTensors FSDPModule::full_state_dict() const {
-  NamedTensors out;
-  autograd::NoGradGuard no_grad;
-  // Unit by unit in module order, the same on every rank: the shards themselves (the master
-  // weights, in their dtype under a mixed precision policy), gathered.
-  std::map<const ShardedParam*, Tensor> whole;
-  const auto units = detail::units_below(unit_->module);
-  for (const auto& unit : units) {
-    if (unit->params.empty()) continue;
-    const Tensor mine = unit->shard_buffer.to(unit->group->device());
-    Tensor all = empty({unit->chunk * unit->world()}, mine.options());
-    unit->group->all_gather_into_tensor(all, mine)->wait();
-    const Tensor flat = unit->in_parameter_order(all).to(unit->shard_buffer.device());
-    for (const ShardedParam& p : unit->params)
-      whole[&p] = flat.narrow(0, p.full_offset, p.full.numel()).view(p.full.sizes());
-  }
-  for (const auto& [name, t] : module_->state_dict()) {
-    const ShardedParam* p = shard_of(units, t).second;
-    out.emplace(name, p ? whole.at(p) : t.clone());
-  }
-  return out;
-}
 
 }  // namespace gw::fsdp

@@ -1,0 +1,122 @@
+// FSDPModule's checkpoint forms: the sharded state dicts (each rank's rows, for
+// gw::dist::checkpoint at any world size) and the full one (every parameter gathered).
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "autograd/grad_mode.h"
+#include "core/ops.h"
+#include "fsdp/fully_shard.h"
+#include "fsdp/unit.h"
+#include "optim/optimizer.h"
+
+namespace gw::fsdp {
+
+using detail::ShardedParam;
+using detail::Unit;
+
+namespace {
+
+using ShardRef = std::pair<std::shared_ptr<Unit>, const ShardedParam*>;
+
+// The unit among `units` and the parameter whose shard `t` is or views (state_dict() hands out
+// detached views), or nulls for a tensor no unit holds.
+ShardRef shard_of(const std::vector<std::shared_ptr<Unit>>& units, const Tensor& t) {
+  for (const auto& unit : units)
+    if (unit->shard_buffer.defined() && t.storage() == unit->shard_buffer.storage())
+      for (const ShardedParam& p : unit->params)
+        if (p.shard.storage_offset() == t.storage_offset() && p.shard.sizes() == t.sizes())
+          return {unit, &p};
+  return {nullptr, nullptr};
+}
+
+}  // namespace
+
+dist::checkpoint::ShardedState FSDPModule::sharded_state_dict(const std::string& prefix) const {
+  namespace dcp = dist::checkpoint;
+  dcp::ShardedState out;
+  const auto units = detail::units_below(unit_->module);
+  for (const auto& [name, t] : module_->state_dict()) {
+    auto [unit, p] = shard_of(units, t);
+    if (p)
+      out.emplace(prefix + name, dcp::Shard{t, p->full.sizes(), p->start_of(unit->rank())});
+    else
+      out.emplace(prefix + name, dcp::Shard{t, t.sizes(), 0});
+  }
+  return out;
+}
+
+dist::checkpoint::ShardedState FSDPModule::sharded_optimizer_state(
+    const optim::Optimizer& optimizer, const std::string& prefix) const {
+  namespace dcp = dist::checkpoint;
+  dcp::ShardedState out;
+  const auto units = detail::units_below(unit_->module);
+  const std::vector<Tensor>& params = optimizer.parameters();
+  for (const auto& [key, t] : optimizer.state_dict()) {
+    size_t i = 0;
+    std::string name;
+    auto [unit, p] = optim::parse_state_key(key, i, name) && i < params.size()
+                         ? shard_of(units, params[i])
+                         : ShardRef{};
+    if (p && t.sizes() == p->shard.sizes())  // a moment of the shard: its rows
+      out.emplace(prefix + key, dcp::Shard{t, p->full.sizes(), p->start_of(unit->rank())});
+    else  // "lr", step counts: the same on every rank
+      out.emplace(prefix + key, dcp::Shard{t, t.sizes(), 0});
+  }
+  return out;
+}
+
+void FSDPModule::load_optimizer_state(optim::Optimizer& optimizer,
+                                      const dist::checkpoint::Reader& checkpoint,
+                                      const std::string& prefix) const {
+  // Every rank reads (all the I/O and shape checks), then, once all have, loads.
+  NamedTensors state;
+  const auto units = detail::units_below(unit_->module);
+  dist::checkpoint::on_every_rank(*unit_->group, [&] {
+    const std::vector<Tensor>& params = optimizer.parameters();
+    for (const auto& [full_name, info] : checkpoint.tensors()) {
+      if (!full_name.starts_with(prefix)) continue;
+      const std::string key = full_name.substr(prefix.size());
+      size_t i = 0;
+      std::string name;
+      auto [unit, p] = optim::parse_state_key(key, i, name) && i < params.size()
+                           ? shard_of(units, params[i])
+                           : ShardRef{};
+      if (p && info.shape == p->full.sizes() && name != "step") {
+        Tensor rows =
+            empty(p->shard.sizes(), TensorOptions(info.dtype).with_device(p->shard.device()));
+        checkpoint.read(full_name, rows, p->start_of(unit->rank()));
+        state.emplace(key, rows);
+      } else {
+        state.emplace(key, checkpoint.read(full_name));
+      }
+    }
+  });
+  dist::checkpoint::on_every_rank(*unit_->group, [&] { optimizer.load_state_dict(state); });
+}
+
+NamedTensors FSDPModule::full_state_dict() const {
+  NamedTensors out;
+  autograd::NoGradGuard no_grad;
+  // Unit by unit in module order, the same on every rank: the shards themselves (the master
+  // weights, in their dtype under a mixed precision policy), gathered.
+  std::map<const ShardedParam*, Tensor> whole;
+  const auto units = detail::units_below(unit_->module);
+  for (const auto& unit : units) {
+    if (unit->params.empty()) continue;
+    const Tensor mine = unit->shard_buffer.to(unit->group->device());
+    Tensor all = empty({unit->chunk * unit->world()}, mine.options());
+    unit->group->all_gather_into_tensor(all, mine)->wait();
+    const Tensor flat = unit->in_parameter_order(all).to(unit->shard_buffer.device());
+    for (const ShardedParam& p : unit->params)
+      whole[&p] = flat.narrow(0, p.full_offset, p.full.numel()).view(p.full.sizes());
+  }
+  for (const auto& [name, t] : module_->state_dict()) {
+    const ShardedParam* p = shard_of(units, t).second;
+    out.emplace(name, p ? whole.at(p) : t.clone());
+  }
+  return out;
+}
+
+}  // namespace gw::fsdp
