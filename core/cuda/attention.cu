@@ -564,11 +564,18 @@ bool CudaBackend::has_fused_attention(const Tensor& q, const Tensor& v) const {
   return bytes <= static_cast<size_t>(limit);
 }
 
-void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
-                            bool causal, double scale, const Tensor& out, const Tensor& lse) {
-  GW_CHECK(has_fused_attention(q, v), InternalError,
+namespace {
+// The kernels' entry points run only where has_fused_attention said yes (nn asks it first).
+void check_fused(const CudaBackend& backend, const Tensor& q, const Tensor& v) {
+  GW_CHECK(backend.has_fused_attention(q, v), InternalError,
            "[scaled_dot_product_attention] no fused CUDA kernel for ", q.dtype(),
            " with head dims ", q.size(3), " and ", v.size(3), " on ", q.device().str());
+}
+}  // namespace
+
+void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                            bool causal, double scale, const Tensor& out, const Tensor& lse) {
+  check_fused(*this, q, v);
   if (q.numel() == 0 || k.numel() == 0) return;  // nn composes these; nothing to launch
   const Tensor mask4 = mask.defined() ? mask_4d(mask, q, k.size(2)) : Tensor();
   dispatch<TypeList<Half, BFloat16>>(q.dtype(), "scaled_dot_product_attention", [&]<typename H>() {
@@ -588,9 +595,7 @@ void CudaBackend::attention_backward(const Tensor& gout, const Tensor& q, const 
                                      const Tensor& v, const Tensor& mask, bool causal, double scale,
                                      const Tensor& out, const Tensor& lse, const Tensor& gq,
                                      const Tensor& gk, const Tensor& gv) {
-  GW_CHECK(has_fused_attention(q, v), InternalError,
-           "[scaled_dot_product_attention] no fused CUDA kernel for ", q.dtype(),
-           " with head dims ", q.size(3), " and ", v.size(3), " on ", q.device().str());
+  check_fused(*this, q, v);
   if (q.numel() == 0 || k.numel() == 0) {  // nn composes these; nothing to launch
     for (Tensor g : {gq, gk, gv}) g.zero_();
     return;

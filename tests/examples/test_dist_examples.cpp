@@ -153,22 +153,32 @@ TEST_CASE("ddp_train --device cuda without a GPU fails at once, naming the cause
   CHECK(count(r.out, "test accuracy") == 0);
 }
 
-TEST_CASE("ddp_train refuses what --device cuda does not take, before anything starts",
-          "[examples][dist][ddp]") {
-  const std::vector<std::pair<std::vector<std::string>, std::string>> cases{
-      {{"--device", "cuda", "--zero", "on"}, "run on the CPU"},
-      {{"--device", "cuda", "--backend", "gloo"}, "drop --backend"},
-      {{"--backend", "nccl"}, "usage"},  // not a --backend value: --device cuda chooses it
-  };
+namespace {
+using Refusals = std::vector<std::pair<std::vector<std::string>, std::string>>;
+
+// `example` with each case's flags, one rank under gwrun, refused before anything starts: a
+// non-zero exit, the case's text on stderr, and no `started` line on stdout.
+void check_refused(const std::string& example, const Refusals& cases, const std::string& started) {
   for (const auto& [extra, says] : cases) {
-    std::vector<std::string> a{"--nproc-per-node", "1", GW_DDP_EXAMPLE};
+    std::vector<std::string> a{"--nproc-per-node", "1", example};
     a.insert(a.end(), extra.begin(), extra.end());
     const auto refused = run_gwrun(a);
     INFO(refused.out << refused.err);
     CHECK(refused.exit_code != 0);
     CHECK(count(refused.err, says) >= 1);
-    CHECK(count(refused.out, "DDP on") == 0);
+    CHECK(count(refused.out, started) == 0);
   }
+}
+}  // namespace
+
+TEST_CASE("ddp_train refuses what --device cuda does not take, before anything starts",
+          "[examples][dist][ddp]") {
+  const Refusals cases{
+      {{"--device", "cuda", "--zero", "on"}, "run on the CPU"},
+      {{"--device", "cuda", "--backend", "gloo"}, "drop --backend"},
+      {{"--backend", "nccl"}, "usage"},  // not a --backend value: --device cuda chooses it
+  };
+  check_refused(GW_DDP_EXAMPLE, cases, "DDP on");
 }
 
 namespace {
@@ -498,7 +508,7 @@ TEST_CASE("gpt_train --device cuda --fsdp nccl without a GPU fails at once, nami
 
 TEST_CASE("gpt_train refuses the GPU flags that do not fit, before anything starts",
           "[examples][dist][gpt]") {
-  const std::vector<std::pair<std::vector<std::string>, std::string>> cases{
+  const Refusals cases{
       {{"--fsdp", "nccl"}, "add --device cuda"},
       {{"--ddp", "nccl"}, "add --device cuda"},
       {{"--device", "cuda", "--ddp", "nccl", "--cpu-offload", "on"}, "it takes --fsdp nccl"},
@@ -508,15 +518,7 @@ TEST_CASE("gpt_train refuses the GPU flags that do not fit, before anything star
       {{"--device", "cuda", "--ddp", "nccl", "--checkpoint-every", "10"},
        "do not take --checkpoint-every"},
   };
-  for (const auto& [extra, says] : cases) {
-    std::vector<std::string> a{"--nproc-per-node", "1", GW_GPT_EXAMPLE};
-    a.insert(a.end(), extra.begin(), extra.end());
-    const auto refused = run_gwrun(a);
-    INFO(refused.out << refused.err);
-    CHECK(refused.exit_code != 0);
-    CHECK(count(refused.err, says) >= 1);
-    CHECK(count(refused.out, "parameters") == 0);
-  }
+  check_refused(GW_GPT_EXAMPLE, cases, "parameters");
 }
 
 TEST_CASE(
