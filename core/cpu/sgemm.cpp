@@ -26,15 +26,17 @@ bool sgemm(int64_t, int64_t, int64_t, StridedMatrix, StridedMatrix, float*, int6
 
 namespace {
 
-constexpr int64_t kRows = 12;     // a tile's rows: 12 x 2 accumulators + 2 of B + 1 broadcast
-constexpr int64_t kCols = 32;     // a tile's columns: two vectors of 16 floats
+constexpr int64_t kRows = 6;  // a tile's rows: 6 x 4 accumulators + 4 of B + 1 broadcast
+constexpr int kVecs = 4;      // a tile's vectors of 16 floats across
+constexpr int64_t kCols = 16 * kVecs;
 // k per packed slice: C's tiles are read back once per slice, so deep slices matter for large
-// k (2048 x 2048: 1.03x -> 1.09x raw Eigen from 256 to 512); a panel of B is 64 KiB, from L2.
+// k (a Linear's products with k = 512: 7% from 384 to 512); a panel of B is 128 KiB, from L2.
 constexpr int64_t kDepth = 512;
 constexpr int64_t kWidth = 512;   // columns per packed slice: at most 1 MiB of B, in L2
 constexpr int64_t kHeight = 384;  // rows of A packed at a time (when packed): 768 KiB
+constexpr int64_t kSlack = 2;     // floats pack_a may write past its tiles
 
-// This thread's packing buffer, 64-byte aligned, grown as needed and kept (at most 1.75 MiB
+// This thread's packing buffer, 64-byte aligned, grown as needed and kept (at most ~1.75 MiB
 // a thread, outside the CPU allocator's counters).
 float* scratch(size_t floats) {
   struct Buffer {
@@ -96,8 +98,9 @@ void pack_b(const StridedMatrix& b, int64_t k0, int64_t depth, int64_t j0, int64
       const float* row = b.data + (k0 + k) * b.row_stride + j0;
       for (int64_t p = 0; p < whole; ++p) {
         float* dst = out + p * depth * kCols + k * kCols;
-        _mm512_store_ps(dst, _mm512_loadu_ps(row + p * kCols));
-        _mm512_store_ps(dst + 16, _mm512_loadu_ps(row + p * kCols + 16));
+#pragma GCC unroll 4
+        for (int v = 0; v < kVecs; ++v)
+          _mm512_store_ps(dst + 16 * v, _mm512_loadu_ps(row + p * kCols + 16 * v));
       }
     }
   }
@@ -118,21 +121,31 @@ void pack_b(const StridedMatrix& b, int64_t k0, int64_t depth, int64_t j0, int64
 }
 
 // A's rows i0 .. i0 + rows, k0 .. k0 + depth, as tiles of kRows rows, each interleaved:
-// out[t * depth * kRows + k * kRows + r] = A(i0 + t * kRows + r, k0 + k).
-void pack_a(const StridedMatrix& a, int64_t i0, int64_t rows, int64_t k0, int64_t depth,
-            float* out) {
-  for (int64_t k = 0; k < depth; ++k) {  // along A's columns: contiguous when A is transposed
-    const float* src = a.data + i0 * a.row_stride + (k0 + k) * a.col_stride;
-    for (int64_t t = 0; t * kRows < rows; ++t) {
-      const int64_t n = std::min(kRows, rows - t * kRows);
-      float* dst = out + t * depth * kRows + k * kRows;
-      const float* col = src + t * kRows * a.row_stride;
-      if (a.row_stride == 1) {
-        const __mmask16 mask = static_cast<__mmask16>((1u << n) - 1);
-        _mm512_mask_storeu_ps(dst, mask, _mm512_maskz_loadu_ps(mask, col));
-      } else {
-        for (int64_t r = 0; r < n; ++r) dst[r] = col[r * a.row_stride];
-      }
+// out[t * depth * kRows + k * kRows + r] = A(i0 + t * kRows + r, k0 + k). A tile is written in
+// order, k by k. When A is transposed, a tile's rows at one k lie side by side and go in one
+// unmasked copy of 8 floats, which runs 2 into the next k's place (written next) or past the
+// last tile (kSlack); masked loads and stores of 6 floats cost more than the products of
+// A's transpose (a Linear's weight gradient) on an AMD Zen 4. `available`: A's rows from i0 on,
+// which may be read.
+void pack_a(const StridedMatrix& a, int64_t i0, int64_t rows, int64_t available, int64_t k0,
+            int64_t depth, float* out) {
+  static_assert(kRows == 6, "pack_a copies a transposed tile's rows as 8 floats");
+  for (int64_t t = 0; t * kRows < rows; ++t) {
+    const int64_t n = std::min(kRows, rows - t * kRows);
+    float* dst = out + t * depth * kRows;
+    const float* src = a.data + (i0 + t * kRows) * a.row_stride + k0 * a.col_stride;
+    if (a.row_stride != 1) {
+      for (int64_t k = 0; k < depth; ++k)
+        for (int64_t r = 0; r < n; ++r)
+          dst[k * kRows + r] = src[k * a.col_stride + r * a.row_stride];
+    } else if (t * kRows + 8 <= available) {
+      for (int64_t k = 0; k < depth; ++k)
+        _mm256_storeu_ps(dst + k * kRows, _mm256_loadu_ps(src + k * a.col_stride));
+    } else {  // A's last rows
+      const __mmask16 mask = static_cast<__mmask16>((1u << n) - 1);
+      for (int64_t k = 0; k < depth; ++k)
+        _mm512_mask_storeu_ps(dst + k * kRows, mask,
+                              _mm512_maskz_loadu_ps(mask, src + k * a.col_stride));
     }
   }
 }
@@ -152,53 +165,57 @@ struct Tile {
   const float* bias;  // with Start::Bias: one per column
 };
 
-// C's tile (Rows x kCols) = its start + A B over the tile's depth. Rows is a template
-// parameter so that the 2 x Rows accumulators live in registers.
-template <int Rows, bool kPacked>
+// C's tile (Rows x 16 Vecs columns) = its start + A B over the tile's depth; the panel's
+// columns past the tile's (Vecs < kVecs: the last panel, cut short by n) are not computed.
+// Rows and Vecs are template parameters so that the Rows x Vecs accumulators live in registers.
+template <int Rows, int Vecs, bool kPacked>
 void tile(const Tile& t) {
-  const int64_t cols = t.cols;
-  const __mmask16 m0 = cols >= 16 ? 0xffff : static_cast<__mmask16>((1u << cols) - 1);
-  const __mmask16 m1 = cols >= 32   ? 0xffff
-                       : cols <= 16 ? 0
-                                    : static_cast<__mmask16>((1u << (cols - 16)) - 1);
-  __m512 c0[Rows], c1[Rows];
-  for (int r = 0; r < Rows; ++r) {
-    if (t.start == Start::C) {
-      c0[r] = _mm512_maskz_loadu_ps(m0, t.c + r * t.ldc);
-      c1[r] = _mm512_maskz_loadu_ps(m1, t.c + r * t.ldc + 16);
-    } else if (t.start == Start::Bias) {
-      c0[r] = _mm512_maskz_loadu_ps(m0, t.bias);
-      c1[r] = _mm512_maskz_loadu_ps(m1, t.bias + 16);
-    } else {
-      c0[r] = c1[r] = _mm512_setzero_ps();
-    }
+  __mmask16 mask[Vecs];  // the columns of each vector that exist (each has at least one)
+  for (int v = 0; v < Vecs; ++v) {
+    const int64_t cols = t.cols - 16 * v;
+    mask[v] = cols >= 16 ? 0xffff : static_cast<__mmask16>((1u << cols) - 1);
   }
+  __m512 acc[Rows][Vecs];
+  for (int r = 0; r < Rows; ++r)
+    for (int v = 0; v < Vecs; ++v) {
+      if (t.start == Start::C)
+        acc[r][v] = _mm512_maskz_loadu_ps(mask[v], t.c + r * t.ldc + 16 * v);
+      else if (t.start == Start::Bias)
+        acc[r][v] = _mm512_maskz_loadu_ps(mask[v], t.bias + 16 * v);
+      else
+        acc[r][v] = _mm512_setzero_ps();
+    }
   const float* a[Rows];
   for (int r = 0; r < Rows; ++r) a[r] = kPacked ? t.a + r : t.a + r * t.a_row;
   for (int64_t k = 0; k < t.depth; ++k) {
-    const __m512 b0 = _mm512_load_ps(t.b + k * kCols), b1 = _mm512_load_ps(t.b + k * kCols + 16);
-#pragma GCC unroll 12
+    __m512 b[Vecs];
+    for (int v = 0; v < Vecs; ++v) b[v] = _mm512_load_ps(t.b + k * kCols + 16 * v);
+#pragma GCC unroll 6
     for (int r = 0; r < Rows; ++r) {
       const __m512 x = _mm512_set1_ps(a[r][kPacked ? k * kRows : k]);
-      c0[r] = _mm512_fmadd_ps(x, b0, c0[r]);
-      c1[r] = _mm512_fmadd_ps(x, b1, c1[r]);
+#pragma GCC unroll 4
+      for (int v = 0; v < Vecs; ++v) acc[r][v] = _mm512_fmadd_ps(x, b[v], acc[r][v]);
     }
   }
-  for (int r = 0; r < Rows; ++r) {
-    _mm512_mask_storeu_ps(t.c + r * t.ldc, m0, c0[r]);
-    _mm512_mask_storeu_ps(t.c + r * t.ldc + 16, m1, c1[r]);
-  }
+  for (int r = 0; r < Rows; ++r)
+    for (int v = 0; v < Vecs; ++v)
+      _mm512_mask_storeu_ps(t.c + r * t.ldc + 16 * v, mask[v], acc[r][v]);
 }
 
 using TileFn = void (*)(const Tile&);
-
-template <bool kPacked, int... R>
-constexpr std::array<TileFn, sizeof...(R)> tiles_of(std::integer_sequence<int, R...>) {
-  return {tile<R + 1, kPacked>...};
+// kTiles<kPacked>[vecs - 1][rows - 1]: the tile function for 1 .. kVecs vectors of columns and
+// 1 .. kRows rows of A, where it lies or packed. (Products of at most 32 columns ran 5-7% slower
+// on tiles of 12 rows x 2 vectors than on these: nothing is gained from a second shape.)
+template <bool kPacked, int Vecs, int... R>
+constexpr std::array<TileFn, kRows> rows_of(std::integer_sequence<int, R...>) {
+  return {tile<R + 1, Vecs, kPacked>...};
 }
-// The tile function for `rows` (1 .. kRows) rows of A, where it lies or packed.
-constexpr auto kDirectTiles = tiles_of<false>(std::make_integer_sequence<int, kRows>{});
-constexpr auto kPackedTiles = tiles_of<true>(std::make_integer_sequence<int, kRows>{});
+template <bool kPacked, int... V>
+constexpr std::array<std::array<TileFn, kRows>, kVecs> tiles_of(std::integer_sequence<int, V...>) {
+  return {rows_of<kPacked, V + 1>(std::make_integer_sequence<int, kRows>{})...};
+}
+template <bool kPacked>
+constexpr auto kTiles = tiles_of<kPacked>(std::make_integer_sequence<int, kVecs>{});
 
 }  // namespace
 
@@ -211,7 +228,8 @@ bool sgemm(int64_t m, int64_t n, int64_t k, StridedMatrix a, StridedMatrix b, fl
   const bool direct = a.col_stride == 1;
   const int64_t width_max = std::min((n + kCols - 1) / kCols * kCols, kWidth);
   const int64_t depth_max = std::min(k, kDepth);
-  const int64_t height_max = direct ? 0 : std::min((m + kRows - 1) / kRows * kRows, kHeight);
+  const int64_t height_max =
+      direct ? 0 : std::min((m + kRows - 1) / kRows * kRows, kHeight) + kSlack;
   float* panels = scratch(static_cast<size_t>(depth_max * (width_max + height_max)));
   float* packed_a = panels + depth_max * width_max;
   for (int64_t k0 = 0; k0 < k; k0 += kDepth) {
@@ -223,7 +241,7 @@ bool sgemm(int64_t m, int64_t n, int64_t k, StridedMatrix a, StridedMatrix b, fl
       pack_b(b, k0, depth, j0, width, panels);
       for (int64_t h0 = 0; h0 < m; h0 += kHeight) {
         const int64_t height = std::min(kHeight, m - h0);
-        if (!direct) pack_a(a, h0, height, k0, depth, packed_a);
+        if (!direct) pack_a(a, h0, height, m - h0, k0, depth, packed_a);
         for (int64_t i = 0; i < height; i += kRows) {
           const int64_t rows = std::min(kRows, height - i);
           Tile t{.a = direct ? a.data + (h0 + i) * a.row_stride + k0 : packed_a + i * depth,
@@ -235,13 +253,13 @@ bool sgemm(int64_t m, int64_t n, int64_t k, StridedMatrix a, StridedMatrix b, fl
                  .cols = 0,
                  .start = start,
                  .bias = nullptr};
-          const TileFn fn = (direct ? kDirectTiles : kPackedTiles)[static_cast<size_t>(rows - 1)];
+          const auto& tiles = direct ? kTiles<false> : kTiles<true>;
           for (int64_t j = 0; j < width; j += kCols) {
             t.b = panels + j * depth;
             t.c = c + (h0 + i) * ldc + j0 + j;
             t.cols = std::min(kCols, width - j);
             t.bias = bias ? bias + j0 + j : nullptr;
-            fn(t);
+            tiles[static_cast<size_t>((t.cols + 15) / 16 - 1)][static_cast<size_t>(rows - 1)](t);
           }
         }
       }

@@ -300,12 +300,14 @@ std::vector<Tensor> layouts(int64_t rows, int64_t cols, unsigned seed) {
 }  // namespace
 
 TEST_CASE("float32 products of every shape the CPU GEMM tiles", "[core][linalg]") {
-  // The AVX-512 GEMM (core/cpu/sgemm.h) works in tiles of 12 rows x 32 columns, slices of 512
-  // of k (its transposed B 16 at a time), 512 columns and 384 rows of a packed A: each shape
-  // below ends inside or just past one of those, in every layout of A and B.
-  const std::vector<std::array<int64_t, 3>> shapes = {{1, 16, 1},     {11, 31, 15},  {12, 32, 16},
-                                                      {13, 33, 17},   {25, 77, 300}, {400, 40, 20},
-                                                      {30, 1100, 20}, {50, 64, 513}, {3, 20, 256}};
+  // The AVX-512 GEMM (core/cpu/sgemm.h) works in tiles of 6 rows x 64 columns (4 vectors of 16,
+  // the last panel's cut short), slices of 512 of k (its transposed B 16 at a time), 512 columns
+  // and 384 rows of a packed A (copied 8 rows at a time when A is transposed, but for its last
+  // rows): each shape below ends inside or just past one of those, in every layout of A and B.
+  const std::vector<std::array<int64_t, 3>> shapes = {
+      {1, 16, 1},    {5, 63, 15},  {6, 64, 16},   {7, 65, 17},   {14, 49, 16},
+      {11, 31, 15},  {13, 33, 17}, {25, 77, 300}, {400, 40, 20}, {30, 1100, 20},
+      {50, 64, 513}, {3, 20, 256}, {386, 100, 9}};
   for (auto [n, m, k] : shapes) {
     for (const Tensor& a : layouts(n, k, 10)) {
       for (const Tensor& b : layouts(k, m, 20)) {
@@ -328,7 +330,7 @@ TEST_CASE("a float32 product's row does not depend on the rows around it", "[cor
     CAPTURE(gw::shape_str(a.strides()));
     const Tensor b = rnd({300, 70}, gw::kFloat32, 2), bias = rnd({70}, gw::kFloat32, 3);
     const Tensor whole = gw::mm(a, b), whole_bias = gw::addmm(bias, a, b);
-    for (int64_t r : {0, 11, 12, 28}) {
+    for (int64_t r : {0, 5, 6, 11, 12, 28}) {
       CAPTURE(r);
       CHECK(gw::equal(gw::mm(a.narrow(0, r, 1), b), whole.narrow(0, r, 1)));
       CHECK(gw::equal(gw::addmm(bias, a.narrow(0, r, 1), b), whole_bias.narrow(0, r, 1)));
