@@ -166,7 +166,9 @@ class BlockCache {
 };
 
 cudaError_t device_alloc(void** ptr, size_t n) { return cudaMalloc(ptr, n); }
-cudaError_t host_alloc(void** ptr, size_t n) { return cudaHostAlloc(ptr, n, cudaHostAllocDefault); }
+cudaError_t host_alloc(void** ptr, size_t n) {
+  return cudaHostAlloc(ptr, n, cudaHostAllocPortable);
+}
 
 // Never destroyed: storages freed during static destruction still return their blocks, and
 // cudaFree after the runtime has shut down would fail anyway.

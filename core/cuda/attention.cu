@@ -27,6 +27,7 @@
 #include <mma.h>
 
 #include <atomic>
+#include <cfloat>
 
 #include "core/cuda/cuda_backend.h"
 #include "core/cuda/loops.cuh"
@@ -198,6 +199,14 @@ __device__ __forceinline__ float score2(const Problem<T>& p, float dot, const T*
   if (j >= p.s || (p.causal && j > i)) return -INFINITY;
   float x = dot * p.scale;
   if (mask && i < p.l) x += p.mask.at(mask, i, j);
+  // A finite score stays finite in log2 units: a mask of bfloat16's lowest value (-3.39e38,
+  // torch.finfo's min, the usual "hide this key") would overflow to -inf and make a row whose
+  // every key it hides a row of no keys (zeros), where the CPU averages V. Clamped to half of
+  // float's range, as those keys all are, they still weigh alike. -inf and NaN pass through.
+  // (Such a row's lse loses log(l) to the huge scores, here as on the CPU: its backward is
+  // right only where its upstream gradient is 0, as a padding query's is.)
+  constexpr float kLowest = -FLT_MAX / 2 / kLog2e;
+  if (x < kLowest && x != -INFINITY) x = kLowest;
   return x * kLog2e;
 }
 
@@ -375,7 +384,11 @@ __device__ __forceinline__ void prob_and_grad(const Problem<T>& p, float dot, fl
   if (i >= p.l) return;
   const float x = score2(p, dot, mask, i, j);
   if (x == -INFINITY) return;
-  prob = exp2f(x - lse * kLog2e);  // lse = +inf (every key masked): 0
+  // lse = +inf (every key masked): 0. A probability is at most 1: where lse lost log(l) to
+  // huge scores (a row every key of which a finite mask hides; see score2), rounding must not
+  // make it exp2(+2^100), and a padding query's gradient (dO = 0) inf * 0 = NaN.
+  const float e = x - lse * kLog2e;
+  prob = exp2f(e > 0 ? 0.0f : e);
   grad = prob * (dprob - row_dot) * p.scale;
 }
 
@@ -566,16 +579,20 @@ bool CudaBackend::has_fused_attention(const Tensor& q, const Tensor& v) const {
 
 namespace {
 // The kernels' entry points run only where has_fused_attention said yes (nn asks it first).
-void check_fused(const CudaBackend& backend, const Tensor& q, const Tensor& v) {
+void check_fused(const CudaBackend& backend, const Tensor& q, const Tensor& v, const Tensor& mask) {
   GW_CHECK(backend.has_fused_attention(q, v), InternalError,
            "[scaled_dot_product_attention] no fused CUDA kernel for ", q.dtype(),
            " with head dims ", q.size(3), " and ", v.size(3), " on ", q.device().str());
+  // The kernels read the mask's elements as q's type (nn converts it).
+  GW_CHECK(!mask.defined() || mask.dtype() == q.dtype(), InternalError,
+           "[scaled_dot_product_attention] the fused CUDA kernel takes a ", q.dtype(),
+           " mask, got ", mask.dtype());
 }
 }  // namespace
 
 void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                             bool causal, double scale, const Tensor& out, const Tensor& lse) {
-  check_fused(*this, q, v);
+  check_fused(*this, q, v, mask);
   if (q.numel() == 0 || k.numel() == 0) return;  // nn composes these; nothing to launch
   const Tensor mask4 = mask.defined() ? mask_4d(mask, q, k.size(2)) : Tensor();
   dispatch<TypeList<Half, BFloat16>>(q.dtype(), "scaled_dot_product_attention", [&]<typename H>() {
@@ -595,7 +612,7 @@ void CudaBackend::attention_backward(const Tensor& gout, const Tensor& q, const 
                                      const Tensor& v, const Tensor& mask, bool causal, double scale,
                                      const Tensor& out, const Tensor& lse, const Tensor& gq,
                                      const Tensor& gk, const Tensor& gv) {
-  check_fused(*this, q, v);
+  check_fused(*this, q, v, mask);
   if (q.numel() == 0 || k.numel() == 0) {  // nn composes these; nothing to launch
     for (Tensor g : {gq, gk, gv}) g.zero_();
     return;

@@ -462,7 +462,9 @@ Tensor operator-(const Scalar& a, const Tensor& b) { return sub(a, b); }
 Tensor operator*(const Scalar& a, const Tensor& b) { return mul(b, a); }
 Tensor operator/(const Scalar& a, const Tensor& b) {
   DType t = division_type(result_type(b, a));
-  return div(wrap_number(a, t), b);
+  // The compute type given, as sub(Scalar, Tensor) does: div(Tensor, Tensor) would promote the
+  // float32 number with a 0-dim 16-bit b, and 2 / bf16(3) would come back float32.
+  return binary_op(BinaryOp::Div, wrap_number(a, t), b, t);
 }
 Tensor operator-(const Tensor& x) { return neg(x); }
 Tensor& operator+=(Tensor& a, const Tensor& b) { return a.add_(b); }

@@ -171,6 +171,10 @@ TEST_CASE("a number beside 16-bit floats stays float32, and mean and var sum in 
   }
   const Tensor ones = gw::ones({257}, gw::TensorOptions(gw::kBFloat16));
   CHECK(gw::mean(ones).item<double>() == 1.0);
+  // A number over a 0-dim 16-bit tensor is of its dtype, as every other number beside one.
+  const Tensor three = gw::full({}, 3.0, gw::TensorOptions(gw::kBFloat16));
+  for (const Tensor& r : {2 / three, 2 - three, 2 * three, three / 2})
+    CHECK(r.dtype() == gw::kBFloat16);
   // Comparisons take the number rounded to the tensor's dtype, as PyTorch's do.
   const Tensor tenth = gw::full({1}, 0.1, gw::TensorOptions(gw::kBFloat16));
   CHECK(gw::eq(tenth, 0.1).item<bool>());

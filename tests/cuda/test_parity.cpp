@@ -447,14 +447,18 @@ TEST_CASE("indexing matches the CPU", "[cuda][parity][index]") {
   Tensor tokens = gw::randint(0, 80, {4096}, gen);
   Tensor grads = randn({64, 4096}, 54).t();
   for (gw::DType t : {gw::kFloat32, gw::kBFloat16}) {
-    INFO("embedding gradient rows in " << gw::dtype_name(t));
-    const Tensor base = randn({80, 70}, 55).to(t);
-    auto add_rows = [&](gw::Device d) {
-      Tensor self = base.to(d);
-      self.scatter_add_(0, tokens.to(d).view({4096, 1}).expand({4096, 64}), grads.to(t).to(d));
-      return self.to(gw::kCPU);
-    };
-    CHECK(gw::equal(add_rows(kGpu), add_rows(gw::kCPU)));
+    for (gw::DType index_type : {gw::kInt64, gw::kInt32}) {  // int32 widened, still broadcast
+      INFO("embedding gradient rows in " << gw::dtype_name(t) << ", " << gw::dtype_name(index_type)
+                                         << " index");
+      const Tensor base = randn({80, 70}, 55).to(t);
+      auto add_rows = [&](gw::Device d) {
+        Tensor self = base.clone().to(d);  // to(kCPU) of a CPU tensor is the tensor itself
+        const Tensor index = tokens.to(index_type).to(d).view({4096, 1}).expand({4096, 64});
+        self.scatter_add_(0, index, grads.to(t).to(d));
+        return self.to(gw::kCPU);
+      };
+      CHECK(gw::equal(add_rows(kGpu), add_rows(gw::kCPU)));
+    }
   }
   Tensor bad_rows = gw::full({3, 1}, 80, gw::kInt64).to(kGpu).expand({3, 4});
   CHECK_THROWS_WITH(gw::zeros({80, 4}, kGpu).scatter_add_(0, bad_rows, gw::ones({3, 4}, kGpu)),
