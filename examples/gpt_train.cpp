@@ -217,7 +217,6 @@ Args parse(int argc, char** argv) {
       : a.pp > 0 && !a.ddp.empty() && a.pp_backend_given && a.pp_backend != a.ddp
           ? "--pp with --ddp or --fsdp runs on their backend: drop --pp-backend"
       : a.pp > 0 && a.checkpoint.every > 0 ? "--pp does not take --checkpoint-every yet"
-      : a.pp > 0 && a.recipe.autocast      ? "--pp does not take --amp yet"
       : a.pp > 0 && (a.pipeline.microbatches < 1 || a.batch_size % a.pipeline.microbatches != 0)
           ? "--batch-size must split into --microbatches micro-batches of one size"
       : a.pp > 0 && a.batch_size % a.pp != 0

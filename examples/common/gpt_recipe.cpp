@@ -14,8 +14,6 @@ GPTTrainer::GPTTrainer(std::shared_ptr<nn::GPT> model, const GPTRecipe& recipe,
                        std::shared_ptr<dist::ProcessGroup> group, Parallelism parallelism,
                        const PipelineOptions& pipeline, const fsdp::FullyShardOptions& sharding)
     : recipe_(recipe), model_(std::move(model)), group_(group) {
-  GW_CHECK(!(recipe.autocast && group && parallelism == Parallelism::pipeline),
-           InvalidArgumentError, "[GPTTrainer] autocast does not run through pipeline stages yet");
   std::vector<Tensor> trained = model_->parameters();
   if (group && parallelism == Parallelism::pipeline) {
     const int ranks = group->size(), rank = group->rank();
@@ -87,26 +85,28 @@ double GPTTrainer::step(const Tensor& x, const Tensor& y) {
   const Device device = model_->wte->weight.device();
   opt_->zero_grad();
   double loss = 0;
+  // The forward and the loss under autocast (the backward runs outside it either way: autograd
+  // turns it off, as PyTorch advises).
+  std::optional<AutocastGuard> amp;
+  if (recipe_.autocast) amp.emplace(device.type, *recipe_.autocast);
   if (pipeline_) {
     // Every rank passes the batch; the first stage's rank reads the tokens, the last's the
     // targets. The loss is the last stage's mean over the micro-batches, sent to every rank.
+    // Each stage's forwards run here, under this thread's autocast, and its backwards too.
     std::vector<double> losses;
     pipeline_->step(x.to(device), y.to(device), &losses);
+    amp.reset();
     for (double l : losses) loss += l / static_cast<double>(losses.size());
     Tensor total = full({1}, loss, TensorOptions(kFloat64).with_device(group_->device()));
     group_->allreduce(total)->wait();  // only the last stage's rank has a loss
     if (data_parallel_) data_parallel_->allreduce(total, {.op = dist::ReduceOp::AVG})->wait();
     loss = total.to(kCPU).item<double>();
   } else {
-    Tensor l;
-    {
-      std::optional<AutocastGuard> amp;
-      if (recipe_.autocast) amp.emplace(device.type, *recipe_.autocast);
-      const Tensor logits = ddp_ ? ddp_->forward(x.to(device)) : (*model_)(x.to(device));
-      l = nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}),
-                                        y.to(device).reshape({-1}));
-    }
-    l.backward();  // outside autocast, as PyTorch advises (its ops run as recorded either way)
+    const Tensor logits = ddp_ ? ddp_->forward(x.to(device)) : (*model_)(x.to(device));
+    const Tensor l = nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}),
+                                                   y.to(device).reshape({-1}));
+    amp.reset();
+    l.backward();
     loss = l.item<double>();
   }
   // Sharded or cut into stages, each parameter (or shard) lives on one rank of these groups: the

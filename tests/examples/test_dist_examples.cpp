@@ -88,8 +88,8 @@ TEST_CASE("the model-parallel trainer trains a model split across two workers",
 
 TEST_CASE("DDP training keeps the replicas identical", "[examples][dist][ddp]") {
   // A short run on 3200 samples: above chance, with bit-identical replicas on both ranks.
-  auto r = run_gwrun({"--nproc-per-node", "2", GW_DDP_EXAMPLE, "--epochs", "1", "--limit",
-                      "3200", "--target", "0.5"});
+  auto r = run_gwrun({"--nproc-per-node", "2", GW_DDP_EXAMPLE, "--epochs", "1", "--limit", "3200",
+                      "--target", "0.5"});
   INFO(r.out << r.err);
   CHECK(r.exit_code == 0);
   CHECK(count(r.out, "parameters identical to rank 0's: yes") == 2);
@@ -525,18 +525,20 @@ TEST_CASE(
     "gpt_train --pp: a pipeline of 2 ranks trains as the whole model in one, under 1F1B "
     "and zero bubble, and so do two replicas of it on 4 ranks (--pp 2 --ddp, --pp 2 --fsdp)",
     "[examples][dist][gpt][pipeline]") {
-  auto piped = [](int ranks, const std::string& schedule) {
+  gw::test::TempDir dir;
+  auto piped = [](int ranks, const std::string& schedule, std::vector<std::string> more = {}) {
     std::vector<std::string> a = gpt_args(1, {"--sample", "0", "--layers", "2"});
     a[1] = std::to_string(ranks);  // --nproc-per-node: every rank sees the whole batch
     a.insert(a.end(),
              {"--pp", std::to_string(ranks), "--schedule", schedule, "--microbatches", "4"});
+    a.insert(a.end(), more.begin(), more.end());
     return a;
   };
   const auto whole = run_gwrun(piped(1, "1f1b"));  // one stage: the whole (untied) model
   INFO(whole.out << whole.err);
   REQUIRE(whole.exit_code == 0);
   for (const char* schedule : {"1f1b", "zb"}) {
-    const auto two = run_gwrun(piped(2, schedule));
+    const auto two = run_gwrun(piped(2, schedule, {"--curve", dir.path + "/" + schedule}));
     INFO(schedule << "\n" << two.out << two.err);
     REQUIRE(two.exit_code == 0);
     CHECK(count(two.out, std::string("a pipeline of 2 ranks (") + schedule) == 1);
@@ -545,6 +547,31 @@ TEST_CASE(
       CHECK(std::abs(gpt_val_loss_at(two.out, step) - gpt_val_loss_at(whole.out, step)) < 2e-3);
     }
   }
+  // In bfloat16 autocast: each rank's stages run their forwards under it, the same products
+  // rounded alike as in one process, and not the float32 run's: 1F1B's losses step by step.
+  const auto whole_bf16 = run_gwrun(piped(1, "1f1b", {"--amp", "bf16"}));
+  const auto two_bf16 =
+      run_gwrun(piped(2, "1f1b", {"--amp", "bf16", "--curve", dir.path + "/bf16"}));
+  INFO(whole_bf16.out << whole_bf16.err << two_bf16.out << two_bf16.err);
+  REQUIRE(whole_bf16.exit_code == 0);
+  REQUIRE(two_bf16.exit_code == 0);
+  CHECK(count(two_bf16.out, "bfloat16 autocast over float32 parameters") == 1);
+  for (int step : {100, 200}) {
+    INFO("step " << step);
+    CHECK(std::abs(gpt_val_loss_at(two_bf16.out, step) - gpt_val_loss_at(whole_bf16.out, step)) <
+          2e-3);
+  }
+  auto rows = [](const std::string& csv) {
+    std::ifstream in(csv);
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    return lines;
+  };
+  const std::vector<std::string> f32_rows = rows(dir.path + "/1f1b.csv");
+  const std::vector<std::string> bf16_rows = rows(dir.path + "/bf16.csv");
+  REQUIRE(f32_rows.size() == 201);
+  REQUIRE(bf16_rows.size() == 201);
+  CHECK(f32_rows != bf16_rows);
   // 2D: two replicas of the 2-rank pipeline on 4 ranks, each on half of every batch.
   std::vector<std::string> a = gpt_args(2, {"--sample", "0", "--layers", "2"});  // 8 a replica
   a[1] = "4";
