@@ -52,7 +52,7 @@ class CheckpointBackward final : public Node {
   }
 
   std::string name() const override { return "CheckpointFunctionBackward"; }
-  bool runs_backward() const override { return true; }
+  bool needs_weight_gradients() const override { return true; }
   void release_variables() override {
     for (SavedTensor& s : inputs_) s.reset();
     mark_released();

@@ -259,10 +259,10 @@ void GraphTask::execute(const std::shared_ptr<Node>& node, std::vector<Tensor> i
       deferred = deferred || owed[i];
     }
     deferred = deferred && any_defined && options_.defer_rest != nullptr;
-    GW_CHECK(options_.defer_rest == nullptr || !any_defined || !node->runs_backward(),
+    GW_CHECK(options_.defer_rest == nullptr || !any_defined || !node->needs_weight_gradients(),
              InvalidArgumentError, "[backward_input] ", node->name(),
-             " runs a backward pass of its own, which cannot leave its weights' gradients for "
-             "later: run the whole backward instead");
+             " needs its weights' gradients when it runs (it runs a backward pass of its own, "
+             "or reduces them), so they cannot be left for later: run the whole backward instead");
     if (deferred) {
       std::lock_guard lock(mu_);
       options_.defer_rest->push_back({node, inputs, std::move(owed)});

@@ -72,9 +72,11 @@ class Node : public std::enable_shared_from_this<Node> {
   // Run apply even when every incoming gradient is undefined (distributed autograd's recv
   // functions must always answer their sender). Otherwise such a node is skipped.
   bool apply_undefined = false;
-  // A node whose apply runs a backward pass of its own (activation checkpoint): it gives its
-  // leaves' gradients itself, so backward_input cannot leave them for later and refuses it.
-  virtual bool runs_backward() const { return false; }
+  // A node that needs the gradients of the weights behind it whole when it runs: one whose
+  // apply runs a backward pass of its own and gives them itself (activation checkpoint), or
+  // one that reduces them (fully_shard's). backward_input, which leaves weights' gradients for
+  // later, refuses it.
+  virtual bool needs_weight_gradients() const { return false; }
   bool released() const { return released_; }
   void mark_released() { released_ = true; }
 

@@ -61,6 +61,9 @@ class PostBackward final : public autograd::Node {
     return std::move(grads);
   }
   std::string name() const override { return "fsdp::PostBackward"; }
+  // It reduce-scatters the unit's gradients: a backward_input (zero bubble's I) would leave
+  // them for after it, unreduced.
+  bool needs_weight_gradients() const override { return true; }
 
  private:
   std::weak_ptr<Unit> unit_;
@@ -107,10 +110,14 @@ void Unit::finish_gather() {
   const Tensor flat = in_parameter_order(all);
   const size_t item = itemsize(compute_dtype);
   auto* to = static_cast<uint8_t*>(flat.raw_data());
-  for (const ShardedParam& p : params) {
+  for (ShardedParam& p : params) {
     const size_t nbytes = p.full.nbytes();
     p.full.storage()->reset(to + p.full_offset * item, nbytes,
                             {&release_storage, new std::shared_ptr<Storage>(flat.storage())});
+    // The shard is the parameter the user sees: frozen or unfrozen after fully_shard (as
+    // PyTorch's FSDP2 follows it at every gather), the gathered one follows.
+    if (p.full.requires_grad() != p.shard.requires_grad())
+      p.full.requires_grad_(p.shard.requires_grad());
   }
   gathered = true;
 }
@@ -189,8 +196,9 @@ void Unit::finish_reductions() {
                         .to(dtype)
                         .to(shard_buffer.device());
     for (size_t i = 0; i < params.size(); ++i) {
-      if (counts[i] == 0) continue;  // no rank had a gradient for it
       ShardedParam& p = params[i];
+      // No rank had a gradient for it, or this rank's shard is frozen.
+      if (counts[i] == 0 || !p.shard.requires_grad()) continue;
       Tensor grad = summed.narrow(0, p.offset, p.shard.numel()).view(p.shard.sizes());
       if (Tensor old = p.shard.grad(); old.defined())
         old.add_(grad);

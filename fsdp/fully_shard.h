@@ -153,9 +153,10 @@ double clip_grad_norm_(const std::vector<Tensor>& shards, double max_norm,
 // Makes `module` a unit over `group` (Gloo, MPI or NCCL; every rank calls it the same way).
 // The unit manages the parameters of `module` and its descendants, except those of descendants
 // that are units already (shard the blocks first, then the root). Checks on every rank that
-// the ranks' parameters have the same names, shapes and dtypes (InvalidArgumentError on every
-// rank otherwise); a module sharded already, a parameter another unit holds, or parameters of
-// more than one dtype in a unit: InvalidArgumentError.
+// the ranks' parameters have the same count, shapes and dtypes, in order (InvalidArgumentError
+// on every rank otherwise, naming the parameter; names are not compared, so every rank must
+// shard its units in the same order); a module sharded already, a parameter another unit
+// holds, or parameters of more than one dtype in a unit: InvalidArgumentError.
 std::shared_ptr<FSDPModule> fully_shard(const std::shared_ptr<nn::Module>& module,
                                         std::shared_ptr<dist::ProcessGroup> group,
                                         FullyShardOptions options = {});

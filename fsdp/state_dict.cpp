@@ -83,7 +83,15 @@ void FSDPModule::load_optimizer_state(optim::Optimizer& optimizer,
       auto [unit, p] = optim::parse_state_key(key, i, name) && i < params.size()
                            ? shard_of(units, params[i])
                            : ShardRef{};
-      if (p && info.shape == p->full.sizes() && name != "step") {
+      if (p && name != "step") {
+        // A sharded parameter's state is saved whole (sharded_optimizer_state): each rank reads
+        // its rows. A tensor of another shape is another model's, or a shard saved as it was
+        // (dcp::whole of a sharded optimizer's state_dict): it would fit some ranks' shards and
+        // load one rank's moments into all of them. The same verdict on every rank.
+        GW_CHECK(info.shape == p->full.sizes(), ShapeError, "[load_optimizer_state] ", full_name,
+                 " has shape ", shape_str(info.shape), " but its parameter's whole shape is ",
+                 shape_str(p->full.sizes()),
+                 " (a sharded optimizer's state is saved by sharded_optimizer_state)");
         Tensor rows =
             empty(p->shard.sizes(), TensorOptions(info.dtype).with_device(p->shard.device()));
         checkpoint.read(full_name, rows, p->start_of(unit->rank()));

@@ -170,7 +170,8 @@ struct ScheduleOptions {
   // micro-batch's backward reduce-scatters the sum, one reduce-scatter a step rather than one a
   // micro-batch (torch.distributed.pipelining does the same), for the price of each stage's
   // whole gradients kept on the rank between its first and last backward. Sharded stages leave
-  // `data_parallel` null (fully_shard reduces), and do not run zero bubble. After a step that
+  // `data_parallel` null (fully_shard reduces), and do not run zero bubble (its I refuses a
+  // unit: fully_shard reduces the weights' gradients I leaves for W). After a step that
   // failed midway such units still hold the partial sums: build nothing new over them.
   std::function<void(int stage, bool last)> before_backward = {};
 };

@@ -241,7 +241,7 @@ TEST_CASE(
         {x});
     ag::WeightGradients rest;
     CHECK_THROWS_WITH(ag::backward_input({outs[0]}, {x}, {}, rest),
-                      Catch::Contains("runs a backward pass of its own"));
+                      Catch::Contains("CheckpointFunctionBackward needs its weights' gradients"));
   }
   SECTION("an input made by an op") {
     Tensor x = engine_test::leaf({1.0, 2.0});

@@ -230,6 +230,58 @@ TEST_CASE("fully_shard frees a unit's parameters outside its call and gathers th
   });
 }
 
+TEST_CASE(
+    "fully_shard: frozen parameters get no gradient, before sharding or after; unfrozen, "
+    "they train",
+    "[fsdp]") {
+  run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+    auto net = std::make_shared<Net>();
+    net->a->ln_1->weight.requires_grad_(false);  // frozen before: the shard is born frozen
+    auto root = fsdp::testing::shard(net, borrow(pg));
+    optim::AdamW opt(net->parameters(), {.lr = 0.01});
+    // This rank's 3 of each LayerNorm's 6 rows.
+    Tensor before_sharding = net->a->ln_1->parameters()[0];
+    Tensor after_sharding = net->b->ln_1->parameters()[0];
+    after_sharding.requires_grad_(false);
+    const Tensor other = net->ln->parameters()[0];
+    const std::vector<Tensor> was = {before_sharding.clone(), after_sharding.clone(),
+                                     other.clone()};
+    auto step = [&](int s) {
+      auto [x, y] = fsdp::testing::batch(2, s, 0);
+      const int64_t n = fsdp::testing::kPerRank;
+      opt.zero_grad();
+      net->loss(x.narrow(0, pg.rank() * n, n), y.narrow(0, pg.rank() * n, n)).backward();
+      opt.step();
+    };
+    step(0);
+    step(1);
+    EXPECT(c, !before_sharding.grad().defined() && !after_sharding.grad().defined());
+    EXPECT(c, equal(before_sharding, was[0]) && equal(after_sharding, was[1]));
+    EXPECT(c, !equal(other, was[2]));  // the others train
+    before_sharding.requires_grad_(true);
+    after_sharding.requires_grad_(true);
+    step(2);
+    EXPECT(c, !equal(before_sharding, was[0]) && !equal(after_sharding, was[1]));
+  });
+}
+
+TEST_CASE("a backward that leaves weight gradients for later refuses a unit, which reduces them",
+          "[fsdp]") {
+  run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+    auto net = std::make_shared<Net>();
+    fsdp::fully_shard(net->a, borrow(pg));
+    Generator gen(5);
+    Tensor x = randn({2, 3, 6}, gen, kFloat64).requires_grad_();
+    autograd::WeightGradients rest;
+    EXPECT_THROWS(c, InvalidArgumentError,
+                  autograd::backward_input({(*net->a)(x).sum()}, {x}, {}, rest),
+                  "[backward_input] fsdp::PostBackward needs its weights' gradients");
+    // The whole backward still runs, and reduces.
+    (*net->a)(x).sum().backward();
+    EXPECT(c, net->a->ln_1->parameters()[0].grad().defined());
+  });
+}
+
 TEST_CASE("fully_shard refuses a module sharded twice and a parameter two units share", "[fsdp]") {
   run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
     auto net = std::make_shared<Net>();
@@ -358,6 +410,7 @@ TEST_CASE(
       opt.step();
     }
   };
+  NamedTensors rank0_state;  // at 2 ranks, after loading: see the end
   run_ranks(4, [&](dist::ProcessGroupGloo& pg, Checks& c) {
     auto net = std::make_shared<Net>();
     auto root = fsdp::testing::shard(net, borrow(pg));
@@ -403,6 +456,27 @@ TEST_CASE(
     EXPECT_THROWS(c, std::exception, dcp::load(ckpt, wider_root->sharded_state_dict("model."), pg),
                   "model.");
     EXPECT(c, equal(wider->parameters()[1], before));
+    if (pg.rank() == 0)
+      for (const auto& [key, t] : opt.state_dict()) rank0_state.emplace(key, t.clone());
+  });
+  // Rank 0's sharded optimizer state saved as whole tensors (its state_dict() as is, by one
+  // process): shards' shapes, which fit rank 0's rows (and any rank's with as many) and would
+  // give them rank 0's moments. Refused on every rank, and every optimizer is as it was.
+  const std::string as_is = dir.path + "/as_is";
+  run_ranks(1, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+    EXPECT(c, !rank0_state.empty());
+    dcp::save(as_is, dcp::whole(rank0_state, "optim."), pg);
+  });
+  run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+    auto net = std::make_shared<Net>();
+    auto root = fsdp::testing::shard(net, borrow(pg));
+    optim::AdamW opt(net->parameters(), adamw);
+    train(*net, opt, pg.rank(), 2, 0, 1);
+    const NamedTensors kept = opt.state_dict();
+    EXPECT_THROWS(c, ShapeError, root->load_optimizer_state(opt, dcp::Reader(as_is), "optim."),
+                  "[load_optimizer_state] optim.state.", "but its parameter's whole shape is");
+    for (const auto& [key, t] : opt.state_dict())
+      c.expect(kept.contains(key) && equal(kept.at(key), t), "optimizer state " + key);
   });
 }
 
