@@ -51,7 +51,9 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
 // nodes on the way free theirs. rest.run() then accumulates it, once; its nodes go as they run.
 // Hooks on tensors and leaves run once, in the part that reaches them; but what runs at the
 // end of a backward pass (queue_callback: DDP's and fully_shard's reductions) runs at the end
-// of each part. A node that runs a backward of its own (activation checkpoint) is refused.
+// of each part. A node that needs the weights' gradients when it runs (Node::
+// needs_weight_gradients: an activation checkpoint runs a backward of its own, fully_shard's
+// unit reduces them) is refused.
 //
 //   autograd::WeightGradients rest;
 //   Tensor dx = autograd::backward_input({y}, {x}, {dy}, rest)[0];  // send dx on at once

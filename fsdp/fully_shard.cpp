@@ -15,6 +15,7 @@
 #include "autograd/autograd.h"
 #include "core/memory.h"
 #include "core/ops.h"
+#include "dist/checkpoint/dist_checkpoint.h"
 #include "fsdp/unit.h"
 
 namespace gw::fsdp {
@@ -114,10 +115,13 @@ void Unit::finish_gather() {
     const size_t nbytes = p.full.nbytes();
     p.full.storage()->reset(to + p.full_offset * item, nbytes,
                             {&release_storage, new std::shared_ptr<Storage>(flat.storage())});
-    // The shard is the parameter the user sees: frozen or unfrozen after fully_shard (as
-    // PyTorch's FSDP2 follows it at every gather), the gathered one follows.
-    if (p.full.requires_grad() != p.shard.requires_grad())
+    // Frozen or unfrozen after fully_shard through either handle (PyTorch's FSDP2 has one and
+    // reads it at every gather), the other follows: whichever changed since the last gather.
+    if (p.full.requires_grad() != p.requires_grad)
+      p.shard.requires_grad_(p.full.requires_grad());
+    else if (p.shard.requires_grad() != p.requires_grad)
       p.full.requires_grad_(p.shard.requires_grad());
+    p.requires_grad = p.shard.requires_grad();
   }
   gathered = true;
 }
@@ -363,14 +367,34 @@ std::shared_ptr<FSDPModule> fully_shard(const std::shared_ptr<nn::Module>& modul
                                         FullyShardOptions options) {
   GW_CHECK(module != nullptr, InvalidArgumentError, "[fully_shard] the module is null");
   GW_CHECK(group != nullptr, InvalidArgumentError, "[fully_shard] the process group is null");
-  GW_CHECK(!Registry::get().unit_of(module.get()), InvalidArgumentError, "[fully_shard] this ",
-           module->type_name(), " is sharded already");
   auto unit = std::make_shared<Unit>();
   unit->group = std::move(group);
   unit->module = module.get();
   unit->type_name = module->type_name();
   unit->options = options;
-  collect_params(*unit, *module);
+  // What one rank alone can find wrong (a module sharded already, a parameter another unit
+  // holds, a device or dtype that does not fit) fails every rank at once, naming that rank,
+  // rather than leaving the others in the next collective until its timeout.
+  dist::checkpoint::on_every_rank(*unit->group, [&] {
+    GW_CHECK(!Registry::get().unit_of(module.get()), InvalidArgumentError, "[fully_shard] this ",
+             module->type_name(), " is sharded already");
+    collect_params(*unit, *module);
+    for (const ShardedParam& p : unit->params) {
+      GW_CHECK(p.full.device() == unit->group->device(), InvalidArgumentError, "[fully_shard] ",
+               p.name, " is on ", p.full.device().str(), "; the ", unit->group->backend(),
+               " group takes tensors on ", unit->group->device().str());
+      GW_CHECK(p.full.dtype() == unit->params[0].full.dtype(), InvalidArgumentError,
+               "[fully_shard] a unit's parameters share one flat buffer, so one dtype: ", p.name,
+               " is ", p.full.dtype(), ", ", unit->params[0].name, " ",
+               unit->params[0].full.dtype());
+    }
+    const MixedPrecisionPolicy& mp = options.mp_policy;
+    const DType compute =
+        mp.param_dtype.value_or(unit->params.empty() ? unit->dtype : unit->params[0].full.dtype());
+    for (DType d : {compute, mp.reduce_dtype.value_or(compute)})
+      GW_CHECK(is_floating(d), InvalidArgumentError,
+               "[fully_shard] the mixed precision policy's dtypes must be floating point, got ", d);
+  });
 
   // Every rank must hold the same parameters: checked on every rank before anything changes.
   std::vector<Tensor> fulls;
@@ -380,14 +404,6 @@ std::shared_ptr<FSDPModule> fully_shard(const std::shared_ptr<nn::Module>& modul
     names.push_back(p.name);
   }
   unit->group->check_same_shapes(fulls, names, "fully_shard");
-  for (const ShardedParam& p : unit->params) {
-    GW_CHECK(p.full.device() == unit->group->device(), InvalidArgumentError, "[fully_shard] ",
-             p.name, " is on ", p.full.device().str(), "; the ", unit->group->backend(),
-             " group takes tensors on ", unit->group->device().str());
-    GW_CHECK(p.full.dtype() == unit->params[0].full.dtype(), InvalidArgumentError,
-             "[fully_shard] a unit's parameters share one flat buffer, so one dtype: ", p.name,
-             " is ", p.full.dtype(), ", ", unit->params[0].name, " ", unit->params[0].full.dtype());
-  }
 
   // The layout: each parameter's rows, padded to the same count on every rank.
   const int world = unit->world();
@@ -404,11 +420,6 @@ std::shared_ptr<FSDPModule> fully_shard(const std::shared_ptr<nn::Module>& modul
   const MixedPrecisionPolicy& mp = options.mp_policy;
   unit->compute_dtype = mp.param_dtype.value_or(unit->dtype);
   unit->reduce_dtype = mp.reduce_dtype.value_or(unit->compute_dtype);
-  for (DType d : {unit->compute_dtype, unit->reduce_dtype})
-    GW_CHECK(is_floating(d), InvalidArgumentError,
-             "[fully_shard] the mixed precision policy's "
-             "dtypes must be floating point, got ",
-             d);
   const auto& offload = options.offload_policy;
   const Device device = unit->group->device();
   unit->shard_buffer =
@@ -430,6 +441,7 @@ std::shared_ptr<FSDPModule> fully_shard(const std::shared_ptr<nn::Module>& modul
       shape[0] = p.rows_of(rank);
     p.shard = mine.view(shape).detach();
     p.shard.requires_grad_(p.full.requires_grad());
+    p.requires_grad = p.full.requires_grad();
     for (auto& [owner, name] : p.owners) owner->swap_parameter(name, p.shard);
     // Its own block (so that releasing it touches nothing else), released until gathered.
     p.full.set_grad(Tensor());

@@ -88,8 +88,11 @@ void FSDPModule::load_optimizer_state(optim::Optimizer& optimizer,
         // its rows. A tensor of another shape is another model's, or a shard saved as it was
         // (dcp::whole of a sharded optimizer's state_dict): it would fit some ranks' shards and
         // load one rank's moments into all of them. The same verdict on every rank.
-        GW_CHECK(info.shape == p->full.sizes(), ShapeError, "[load_optimizer_state] ", full_name,
-                 " has shape ", shape_str(info.shape), " but its parameter's whole shape is ",
+        // (A 0-dim parameter's shards are 1-D: at world size 1 its moments are [1] whole.)
+        const bool whole =
+            info.shape == p->full.sizes() || (p->full.dim() == 0 && info.shape == Shape{1});
+        GW_CHECK(whole, ShapeError, "[load_optimizer_state] ", full_name, " has shape ",
+                 shape_str(info.shape), " but its parameter's whole shape is ",
                  shape_str(p->full.sizes()),
                  " (a sharded optimizer's state is saved by sharded_optimizer_state)");
         Tensor rows =

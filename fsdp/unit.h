@@ -30,6 +30,9 @@ struct ShardedParam {
   int64_t rows_per_rank = 0;
   int64_t offset = 0;       // in a rank's chunk
   int64_t full_offset = 0;  // in the gathered parameters, one after another
+  // requires_grad as both handles had it at the last gather: the user may freeze either, the
+  // registered shard (parameters()) or the module's member (the whole one).
+  bool requires_grad = true;
 
   int64_t rows_of(int rank) const {
     return std::clamp<int64_t>(rows - rank * rows_per_rank, 0, rows_per_rank);

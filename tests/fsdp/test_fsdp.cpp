@@ -231,37 +231,50 @@ TEST_CASE("fully_shard frees a unit's parameters outside its call and gathers th
 }
 
 TEST_CASE(
-    "fully_shard: frozen parameters get no gradient, before sharding or after; unfrozen, "
-    "they train",
+    "fully_shard: parameters frozen before sharding or after, through the shard or the module's "
+    "member, train as the same freezes unsharded",
     "[fsdp]") {
   run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
-    auto net = std::make_shared<Net>();
-    net->a->ln_1->weight.requires_grad_(false);  // frozen before: the shard is born frozen
+    auto net = std::make_shared<Net>(), reference = std::make_shared<Net>();
+    // Frozen before sharding, through the member: the shard is born frozen.
+    net->a->ln_1->weight.requires_grad_(false);
     auto root = fsdp::testing::shard(net, borrow(pg));
     optim::AdamW opt(net->parameters(), {.lr = 0.01});
-    // This rank's 3 of each LayerNorm's 6 rows.
-    Tensor before_sharding = net->a->ln_1->parameters()[0];
-    Tensor after_sharding = net->b->ln_1->parameters()[0];
-    after_sharding.requires_grad_(false);
-    const Tensor other = net->ln->parameters()[0];
-    const std::vector<Tensor> was = {before_sharding.clone(), after_sharding.clone(),
-                                     other.clone()};
+    optim::AdamW ref_opt(reference->parameters(), {.lr = 0.01});
+    // This rank's 3 of each LayerNorm's 6 rows (the registered shards), and the whole ones.
+    Tensor a_shard = net->a->ln_1->parameters()[0], b_shard = net->b->ln_1->parameters()[0];
+    Tensor ln_member = net->ln->weight, ln_shard = net->ln->parameters()[0];
+    auto freeze = [&](bool frozen) {
+      b_shard.requires_grad_(!frozen);    // after sharding, through the shard
+      ln_member.requires_grad_(!frozen);  // after sharding, through the member
+      reference->a->ln_1->weight.requires_grad_(!frozen);
+      reference->b->ln_1->weight.requires_grad_(!frozen);
+      reference->ln->weight.requires_grad_(!frozen);
+    };
     auto step = [&](int s) {
       auto [x, y] = fsdp::testing::batch(2, s, 0);
       const int64_t n = fsdp::testing::kPerRank;
       opt.zero_grad();
       net->loss(x.narrow(0, pg.rank() * n, n), y.narrow(0, pg.rank() * n, n)).backward();
       opt.step();
+      ref_opt.zero_grad();
+      reference->loss(x, y).backward();
+      ref_opt.step();
     };
+    const std::vector<Tensor> was = {a_shard.clone(), b_shard.clone(), ln_shard.clone()};
+    freeze(true);
     step(0);
     step(1);
-    EXPECT(c, !before_sharding.grad().defined() && !after_sharding.grad().defined());
-    EXPECT(c, equal(before_sharding, was[0]) && equal(after_sharding, was[1]));
-    EXPECT(c, !equal(other, was[2]));  // the others train
-    before_sharding.requires_grad_(true);
-    after_sharding.requires_grad_(true);
+    EXPECT(c, !a_shard.grad().defined() && !b_shard.grad().defined() && !ln_shard.grad().defined());
+    EXPECT(c, equal(a_shard, was[0]) && equal(b_shard, was[1]) && equal(ln_shard, was[2]));
+    fsdp::testing::check_rows(c, *net, *reference, pg.rank(), 2, "frozen",
+                              [](const Tensor& t) { return t; });
+    a_shard.requires_grad_(true);  // frozen through the member, unfrozen through the shard
+    freeze(false);
     step(2);
-    EXPECT(c, !equal(before_sharding, was[0]) && !equal(after_sharding, was[1]));
+    EXPECT(c, !equal(a_shard, was[0]) && !equal(b_shard, was[1]) && !equal(ln_shard, was[2]));
+    fsdp::testing::check_rows(c, *net, *reference, pg.rank(), 2, "unfrozen",
+                              [](const Tensor& t) { return t; });
   });
 }
 
@@ -288,6 +301,11 @@ TEST_CASE("fully_shard refuses a module sharded twice and a parameter two units 
     fsdp::fully_shard(net->a, borrow(pg));
     EXPECT_THROWS(c, InvalidArgumentError, fsdp::fully_shard(net->a, borrow(pg)), "[fully_shard]",
                   "sharded already");
+    // Refused on one rank only (rank 1 shards `a` again, rank 0 shards `b`): both fail at once,
+    // rank 0 naming rank 1's reason, rather than rank 0 waiting in a collective rank 1 left.
+    EXPECT_THROWS(c, InvalidArgumentError,
+                  fsdp::fully_shard(pg.rank() == 0 ? net->b : net->a, borrow(pg)),
+                  pg.rank() == 0 ? "[rank 1] [fully_shard]" : "[fully_shard]", "sharded already");
     // The head's weight is the embedding's: sharding the head alone leaves the embedding,
     // which the root would hold, reading a tensor another unit manages.
     fsdp::fully_shard(net->head, borrow(pg));
