@@ -117,6 +117,8 @@ void Unit::finish_gather() {
                             {&release_storage, new std::shared_ptr<Storage>(flat.storage())});
     // Frozen or unfrozen after fully_shard through either handle (PyTorch's FSDP2 has one and
     // reads it at every gather), the other follows: whichever changed since the last gather.
+    // A backward already recorded still gives the parameter its gradient, as without sharding
+    // (the next forward is the first that leaves it out).
     if (p.full.requires_grad() != p.requires_grad)
       p.shard.requires_grad_(p.full.requires_grad());
     else if (p.shard.requires_grad() != p.requires_grad)
@@ -200,9 +202,8 @@ void Unit::finish_reductions() {
                         .to(dtype)
                         .to(shard_buffer.device());
     for (size_t i = 0; i < params.size(); ++i) {
+      if (counts[i] == 0) continue;  // no rank had a gradient for it
       ShardedParam& p = params[i];
-      // No rank had a gradient for it, or this rank's shard is frozen.
-      if (counts[i] == 0 || !p.shard.requires_grad()) continue;
       Tensor grad = summed.narrow(0, p.offset, p.shard.numel()).view(p.shard.sizes());
       if (Tensor old = p.shard.grad(); old.defined())
         old.add_(grad);
@@ -365,17 +366,17 @@ void collect_params(Unit& unit, nn::Module& top) {
 std::shared_ptr<FSDPModule> fully_shard(const std::shared_ptr<nn::Module>& module,
                                         std::shared_ptr<dist::ProcessGroup> group,
                                         FullyShardOptions options) {
-  GW_CHECK(module != nullptr, InvalidArgumentError, "[fully_shard] the module is null");
   GW_CHECK(group != nullptr, InvalidArgumentError, "[fully_shard] the process group is null");
   auto unit = std::make_shared<Unit>();
   unit->group = std::move(group);
   unit->module = module.get();
-  unit->type_name = module->type_name();
   unit->options = options;
   // What one rank alone can find wrong (a module sharded already, a parameter another unit
   // holds, a device or dtype that does not fit) fails every rank at once, naming that rank,
   // rather than leaving the others in the next collective until its timeout.
   dist::checkpoint::on_every_rank(*unit->group, [&] {
+    GW_CHECK(module != nullptr, InvalidArgumentError, "[fully_shard] the module is null");
+    unit->type_name = module->type_name();
     GW_CHECK(!Registry::get().unit_of(module.get()), InvalidArgumentError, "[fully_shard] this ",
              module->type_name(), " is sharded already");
     collect_params(*unit, *module);

@@ -157,9 +157,10 @@ double clip_grad_norm_(const std::vector<Tensor>& shards, double max_norm,
 // on every rank otherwise, naming the parameter; names are not compared, so every rank must
 // shard its units in the same order); a module sharded already, a parameter another unit
 // holds, or parameters of more than one dtype in a unit: InvalidArgumentError, on every rank
-// at once when one rank finds it (the others' names that rank). A parameter frozen
+// at once when one rank finds it (the others naming that rank). A parameter frozen
 // (requires_grad_(false)) or unfrozen later, through parameters() (the shards) or through the
-// module's member, is so from the unit's next gather on; freeze alike on every rank.
+// module's member, is so from the next forward on (a backward already recorded still gives it
+// its gradient, as without sharding); freeze alike on every rank.
 std::shared_ptr<FSDPModule> fully_shard(const std::shared_ptr<nn::Module>& module,
                                         std::shared_ptr<dist::ProcessGroup> group,
                                         FullyShardOptions options = {});

@@ -275,6 +275,21 @@ TEST_CASE(
     EXPECT(c, !equal(a_shard, was[0]) && !equal(b_shard, was[1]) && !equal(ln_shard, was[2]));
     fsdp::testing::check_rows(c, *net, *reference, pg.rank(), 2, "unfrozen",
                               [](const Tensor& t) { return t; });
+    // Frozen between a forward and its backward: that backward still gives the gradients, as
+    // without sharding, to a block gathered again for it and to the root, gathered throughout.
+    auto [x, y] = fsdp::testing::batch(2, 3, 0);
+    const int64_t n = fsdp::testing::kPerRank;
+    opt.zero_grad();
+    ref_opt.zero_grad();
+    Tensor loss = net->loss(x.narrow(0, pg.rank() * n, n), y.narrow(0, pg.rank() * n, n));
+    Tensor ref_loss = reference->loss(x, y);
+    freeze(true);
+    loss.backward();
+    ref_loss.backward();
+    opt.step();
+    ref_opt.step();
+    fsdp::testing::check_rows(c, *net, *reference, pg.rank(), 2, "frozen between",
+                              [](const Tensor& t) { return t; });
   });
 }
 
