@@ -29,7 +29,9 @@
 // The gradients are those of the model in one piece on the whole batch: the outputs are the
 // same function of the parameters, cut differently. The backward is distributed autograd's,
 // which runs each worker's part as its gradients arrive: there is no schedule to choose
-// (pipeline::Schedule has them, over the process group's point-to-point operations).
+// (pipeline::Schedule has them, over the process group's point-to-point operations). The
+// stages run on their workers' RPC threads, so the driver's autocast does not reach them:
+// a stage that should run in 16 bits holds its own AutocastGuard in its forward.
 #pragma once
 
 #include <vector>

@@ -35,7 +35,9 @@
 // (Gloo or MPI), sends posted without waiting and received into buffers kept from step to
 // step. Before the first step the stages exchange the shape and dtype of what they pass, and run
 // one forward of them: a stage that cannot take what its predecessor gives fails on every rank,
-// naming both stages and the shapes, before any step.
+// naming both stages and the shapes, before any step. The forwards run on the thread that calls
+// step(), under its autocast state (core/autocast.h): the dtypes exchanged are that state's, so
+// run every step under the same one.
 #pragma once
 
 #include <functional>
