@@ -548,7 +548,8 @@ TEST_CASE(
     }
   }
   // In bfloat16 autocast: each rank's stages run their forwards under it, the same products
-  // rounded alike as in one process, and not the float32 run's: 1F1B's losses step by step.
+  // rounded alike as in one process (1F1B and zero bubble), and not the float32 run's: 1F1B's
+  // losses step by step.
   const auto whole_bf16 = run_gwrun(piped(1, "1f1b", {"--amp", "bf16"}));
   const auto two_bf16 =
       run_gwrun(piped(2, "1f1b", {"--amp", "bf16", "--curve", dir.path + "/bf16"}));
@@ -556,10 +557,15 @@ TEST_CASE(
   REQUIRE(whole_bf16.exit_code == 0);
   REQUIRE(two_bf16.exit_code == 0);
   CHECK(count(two_bf16.out, "bfloat16 autocast over float32 parameters") == 1);
+  // Zero bubble too: its I and W split each backward, with autocast's casts recorded.
+  const auto zb_bf16 = run_gwrun(piped(2, "zb", {"--amp", "bf16"}));
+  INFO(zb_bf16.out << zb_bf16.err);
+  REQUIRE(zb_bf16.exit_code == 0);
   for (int step : {100, 200}) {
     INFO("step " << step);
-    CHECK(std::abs(gpt_val_loss_at(two_bf16.out, step) - gpt_val_loss_at(whole_bf16.out, step)) <
-          2e-3);
+    const double whole = gpt_val_loss_at(whole_bf16.out, step);
+    CHECK(std::abs(gpt_val_loss_at(two_bf16.out, step) - whole) < 2e-3);
+    CHECK(std::abs(gpt_val_loss_at(zb_bf16.out, step) - whole) < 2e-3);
   }
   auto rows = [](const std::string& csv) {
     std::ifstream in(csv);

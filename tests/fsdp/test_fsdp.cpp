@@ -511,6 +511,22 @@ TEST_CASE(
     for (const auto& [key, t] : opt.state_dict())
       c.expect(kept.contains(key) && equal(kept.at(key), t), "optimizer state " + key);
   });
+  // At world size 1 a shard is its parameter: the optimizer's state_dict() saved as is loads,
+  // the 0-dim scale's moments ([1], its shard's shape) among them.
+  run_ranks(1, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+    auto net = std::make_shared<Net>();
+    auto root = fsdp::testing::shard(net, borrow(pg));
+    optim::AdamW opt(net->parameters(), adamw);
+    train(*net, opt, 0, 1, 0, 1);
+    const std::string whole = dir.path + "/whole";
+    dcp::save(whole, dcp::whole(opt.state_dict(), "optim."), pg);
+    optim::AdamW fresh(net->parameters(), adamw);
+    root->load_optimizer_state(fresh, dcp::Reader(whole), "optim.");
+    const NamedTensors want = opt.state_dict(), got = fresh.state_dict();
+    EXPECT(c, got.size() == want.size());
+    for (const auto& [key, t] : want)
+      c.expect(got.contains(key) && equal(got.at(key), t), "loaded " + key);
+  });
 }
 
 TEST_CASE("a rank that stops early fails the other's next call within the group's timeout",
