@@ -239,8 +239,9 @@ Tensor Unit::pre_forward(const Tensor& input) {
   if (auto next = Root::next(root->forward_order, root->forward_recorded, position))
     next->start_gather();
   Tensor x = input;
-  // Only a policy's param_dtype casts (as PyTorch's): a root without parameters of its own (a
-  // pipeline stage of blocks) has no dtype to cast to.
+  // The root casts the model's floating inputs to its policy's param_dtype. (FSDP2 casts at
+  // every unit; with one policy for all, as gradwire's examples give, that is the same, and
+  // different policies would need FSDP2's output_dtype, which gradwire does not have.)
   const auto& mp = options.mp_policy;
   if (is_root() && mp.cast_forward_inputs && mp.param_dtype && x.is_floating_point())
     x = x.to(*mp.param_dtype);  // itself when it is that dtype already
