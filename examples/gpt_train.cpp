@@ -528,14 +528,11 @@ int main(int argc, char** argv) {
     }
     {  // each rank's peak in training, from the allocator's counters
       const double mine = static_cast<double>(gw::memory_stats(device).peak_allocated_bytes);
-      gw::Tensor largest = gw::full({1}, mine, gw::kFloat64);
-      if (group) {
-        largest = largest.to(group->device());
-        group->allreduce(largest, {.op = gw::dist::ReduceOp::MAX})->wait();
-      }
+      const double largest =
+          gw::examples::reduce_over_ranks(mine, group.get(), gw::dist::ReduceOp::MAX);
       if (rank == 0)
         std::printf("peak memory allocated in training: rank 0 %.1f MiB, largest rank %.1f MiB\n",
-                    mine / 1048576.0, largest.to(gw::kCPU).item<double>() / 1048576.0);
+                    mine / 1048576.0, largest / 1048576.0);
     }
 
     trainer.gather_stages();  // a pipeline's: the whole model on every rank

@@ -1,6 +1,7 @@
 #include "optim/grad_scaler.h"
 
 #include <cmath>
+#include <exception>
 #include <vector>
 
 #include "autograd/grad_mode.h"
@@ -47,6 +48,7 @@ void GradScaler::unscale_(Optimizer& opt) {
   state.unscaled = true;
   state.found_inf = true;
   state.checked = !grads.empty();
+  std::exception_ptr failed;
   try {
     autograd::NoGradGuard no_grad;
     const double inverse = 1.0 / scale_;
@@ -60,15 +62,16 @@ void GradScaler::unscale_(Optimizer& opt) {
     }
     state.found_inf = !checks.empty() && !std::isfinite(stack(checks).sum().item<double>());
   } catch (...) {
-    // The others still hear of it (agree may be their collective), and skip the step too.
-    state.found_inf = true;
-    try {
-      agree(state.found_inf, state.checked);
-    } catch (...) {  // the first failure is the one to report
-    }
-    throw;
+    failed = std::current_exception();
   }
-  agree(state.found_inf, state.checked);
+  // A failure partway is agreed on too (agree may be the others' collective): they skip the
+  // step with this one, which reports the first failure.
+  try {
+    agree(state.found_inf, state.checked);
+  } catch (...) {
+    if (!failed) throw;
+  }
+  if (failed) std::rethrow_exception(failed);
 }
 
 bool GradScaler::step(Optimizer& opt) {

@@ -2,6 +2,7 @@
 
 #include "core/cpu/cpu_backend.h"
 #include "core/ops/creation.h"
+#include "core/ops/shape_ops.h"
 
 namespace gw::cpu::halves {
 
@@ -16,10 +17,7 @@ Tensor float32_copy(const Tensor& t) {
 // A read operand in float32: its distinct values converted (one of each along a broadcast dim),
 // then broadcast as the operand was.
 Tensor widen_read(const Tensor& t) {
-  Tensor distinct = t;
-  for (int64_t d = 0; d < t.dim(); ++d) {
-    if (t.stride(d) == 0 && t.size(d) > 1) distinct = distinct.narrow(d, 0, 1);
-  }
+  const Tensor distinct = unexpanded(t);
   Tensor w = float32_copy(distinct);
   return distinct.sizes() == t.sizes() ? w : w.expand(t.sizes());
 }

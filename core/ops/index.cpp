@@ -3,6 +3,7 @@
 #include "core/backend.h"
 #include "core/grad_hooks.h"
 #include "core/ops/creation.h"
+#include "core/ops/shape_ops.h"
 
 namespace gw {
 
@@ -11,12 +12,9 @@ Tensor as_index(const Tensor& index, const char* op) {
   GW_CHECK(index.dtype() == kInt64 || index.dtype() == kInt32, DTypeError, "[", op,
            "] index must be int64 or int32, got ", index.dtype());
   if (index.dtype() == kInt64) return index;
-  // Only the values it reads: a broadcast index (index_select's, the embedding's gradient) stays
-  // broadcast, which the backends' whole-row paths look for.
-  Tensor distinct = index;
-  for (int64_t d = 0; d < index.dim(); ++d)
-    if (index.stride(d) == 0 && index.size(d) > 1) distinct = distinct.narrow(d, 0, 1);
-  return distinct.to(kInt64).expand(index.sizes());
+  // A broadcast index (index_select's, the embedding's gradient) stays broadcast, which the
+  // backends' whole-row paths look for.
+  return unexpanded(index).to(kInt64).expand(index.sizes());
 }
 
 // gather/scatter_add: index has x's rank and is no larger than `other` outside `dim`.

@@ -21,6 +21,12 @@ Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
   return x.narrow(dim, start, length);
 }
 Tensor select(const Tensor& x, int64_t dim, int64_t index) { return x.select(dim, index); }
+Tensor unexpanded(const Tensor& x) {
+  Tensor distinct = x;
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (x.stride(d) == 0 && x.size(d) > 1) distinct = distinct.narrow(d, 0, 1);
+  return distinct;
+}
 
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   GW_CHECK(!tensors.empty(), InvalidArgumentError, "[cat] expects a non-empty list of tensors");

@@ -19,6 +19,9 @@ Tensor expand(const Tensor& x, Shape shape);
 Tensor broadcast_to(const Tensor& x, Shape shape);
 Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length);
 Tensor select(const Tensor& x, int64_t dim, int64_t index);
+// The elements `x` reads, once each: every broadcast dim (stride 0) cut to one. Converted and
+// expanded again to x's shape, a broadcast operand stays broadcast (a copy would not).
+Tensor unexpanded(const Tensor& x);
 
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);

@@ -97,10 +97,8 @@ double GPTTrainer::step(const Tensor& x, const Tensor& y) {
     pipeline_->step(x.to(device), y.to(device), &losses);
     amp.reset();
     for (double l : losses) loss += l / static_cast<double>(losses.size());
-    Tensor total = full({1}, loss, TensorOptions(kFloat64).with_device(group_->device()));
-    group_->allreduce(total)->wait();  // only the last stage's rank has a loss
-    if (data_parallel_) data_parallel_->allreduce(total, {.op = dist::ReduceOp::AVG})->wait();
-    loss = total.to(kCPU).item<double>();
+    loss = reduce_over_ranks(loss, group_.get());  // only the last stage's rank has a loss
+    loss = reduce_over_ranks(loss, data_parallel_.get(), dist::ReduceOp::AVG);
   } else {
     const Tensor logits = ddp_ ? ddp_->forward(x.to(device)) : (*model_)(x.to(device));
     const Tensor l = nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}),
@@ -145,17 +143,12 @@ void GPTTrainer::gather_stages() {
   }
 }
 
-namespace {
-
-// The sum of `value` over the ranks of `group` (`value` itself without one).
-double sum_over_ranks(double value, dist::ProcessGroup* group) {
+double reduce_over_ranks(double value, dist::ProcessGroup* group, dist::ReduceOp op) {
   if (!group) return value;
   Tensor total = full({1}, value, TensorOptions(kFloat64).with_device(group->device()));
-  group->allreduce(total)->wait();
+  group->allreduce(total, {.op = op})->wait();
   return total.to(kCPU).item<double>();
 }
-
-}  // namespace
 
 std::map<std::string, std::string> recipe_metadata(const GPTRecipe& recipe) {
   auto text = [](double x) { return detail::str(x); };
@@ -193,7 +186,7 @@ double validation_loss(nn::GPT& model, const data::CharWindows& windows, int64_t
     sum += model.loss(x.to(device), y.to(device)).item<double>();
   }
   model.train(was_training);
-  return sum_over_ranks(sum, group) / static_cast<double>(batches * world);
+  return reduce_over_ranks(sum, group) / static_cast<double>(batches * world);
 }
 
 }  // namespace gw::examples

@@ -112,4 +112,9 @@ std::vector<int64_t> evenly_spaced_windows(const data::CharWindows& windows, int
 double validation_loss(nn::GPT& model, const data::CharWindows& windows, int64_t batches,
                        int64_t batch, dist::ProcessGroup* group = nullptr);
 
+// `value` reduced by `op` over the ranks of `group` (through the group's device: NCCL's is a
+// GPU); `value` itself without a group.
+double reduce_over_ranks(double value, dist::ProcessGroup* group,
+                         dist::ReduceOp op = dist::ReduceOp::SUM);
+
 }  // namespace gw::examples
