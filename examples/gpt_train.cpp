@@ -492,7 +492,7 @@ int main(int argc, char** argv) {
       gw::Tensor t = gw::from_vector(std::vector<double>(losses.begin() + averaged, losses.end()))
                          .to(group->device());  // NCCL's: the GPU
       group->allreduce(t)->wait();
-      const std::vector<double> sums = t.to(gw::kCPU).to_vector<double>();
+      const std::vector<double> sums = t.to_vector<double>();
       for (size_t i = 0; i < sums.size(); ++i) losses[averaged + i] = sums[i] / world;
       averaged = losses.size();
     };

@@ -15,7 +15,6 @@
 #include "autograd/autograd.h"
 #include "core/memory.h"
 #include "core/ops.h"
-#include "dist/checkpoint/dist_checkpoint.h"
 #include "fsdp/unit.h"
 
 namespace gw::fsdp {
@@ -390,10 +389,11 @@ std::shared_ptr<FSDPModule> fully_shard(const std::shared_ptr<nn::Module>& modul
                " is ", p.full.dtype(), ", ", unit->params[0].name, " ",
                unit->params[0].full.dtype());
     }
+    if (!unit->params.empty()) unit->dtype = unit->params[0].full.dtype();
     const MixedPrecisionPolicy& mp = options.mp_policy;
-    const DType compute =
-        mp.param_dtype.value_or(unit->params.empty() ? unit->dtype : unit->params[0].full.dtype());
-    for (DType d : {compute, mp.reduce_dtype.value_or(compute)})
+    unit->compute_dtype = mp.param_dtype.value_or(unit->dtype);
+    unit->reduce_dtype = mp.reduce_dtype.value_or(unit->compute_dtype);
+    for (DType d : {unit->compute_dtype, unit->reduce_dtype})
       GW_CHECK(is_floating(d), InvalidArgumentError,
                "[fully_shard] the mixed precision policy's dtypes must be floating point, got ", d);
   });
@@ -418,10 +418,6 @@ std::shared_ptr<FSDPModule> fully_shard(const std::shared_ptr<nn::Module>& modul
     unit->chunk += p.rows_per_rank * p.row_numel;
     unit->full_numel += p.full.numel();
   }
-  if (!unit->params.empty()) unit->dtype = unit->params[0].full.dtype();
-  const MixedPrecisionPolicy& mp = options.mp_policy;
-  unit->compute_dtype = mp.param_dtype.value_or(unit->dtype);
-  unit->reduce_dtype = mp.reduce_dtype.value_or(unit->compute_dtype);
   const auto& offload = options.offload_policy;
   const Device device = unit->group->device();
   unit->shard_buffer =

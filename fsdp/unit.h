@@ -4,6 +4,7 @@
 // reads them for checkpoints.
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <utility>

@@ -3,9 +3,9 @@
 // The product is cut into tiles of 6 rows x 64 columns of C, each held in 24 registers while
 // the k loop runs: per k, four loads of B (64 columns) and 6 broadcasts of A (one per row)
 // feed 24 fused multiply-adds. (Tiles of 12 x 32, with twice the broadcasts per multiply-add,
-// ran 8-13% slower on an AMD Zen 4.) B is packed in blocks of 512 rows x 512 columns into
-// 64-column panels (transposed on the way when it is a transposed view, as a Linear's weight
-// is), so a block sits in L2 while every row tile of A streams past it; A is read where it
+// ran 3-14% slower, shape by shape, on an AMD Zen 4.) B is packed in blocks of 512 rows x 512
+// columns into 64-column panels (transposed on the way when it is a transposed view, as a Linear's
+// weight is), so a block sits in L2 while every row tile of A streams past it; A is read where it
 // lies when its rows are contiguous, and otherwise packed 384 rows at a time, 6-row tiles
 // interleaved. A tile starts from zero, from C (accumulate) or from the bias (addmm's Linear),
 // so no pass zeroes C or copies the bias first. Each element of C is summed in one order,

@@ -166,6 +166,8 @@ class BlockCache {
 };
 
 cudaError_t device_alloc(void** ptr, size_t n) { return cudaMalloc(ptr, n); }
+// Portable: a pinned block counts as pinned in every device's context (one process may drive
+// several GPUs), not only in the one current when it was allocated.
 cudaError_t host_alloc(void** ptr, size_t n) {
   return cudaHostAlloc(ptr, n, cudaHostAllocPortable);
 }

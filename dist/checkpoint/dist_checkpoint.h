@@ -135,8 +135,8 @@ void load(const std::string& dir, const ShardedState& state, ProcessGroup& group
 
 // Runs `f` on every rank of `group` and agrees on the outcome (a collective): when it threw on
 // any rank, every rank throws — that rank its own error, the others the first failing rank's as
-// a RemoteFailure<E> naming it ("[rank 1] ..."), so that no rank trains on alone. What load()
-// and ZeroRedundancyOptimizer::load_state_dict(Reader) use.
+// a RemoteFailure<E> naming it ("[rank 1] ..."), so that no rank trains on alone. What load(),
+// ZeroRedundancyOptimizer::load_state_dict(Reader) and fully_shard's own checks use.
 void on_every_rank(ProcessGroup& group, const std::function<void()>& f);
 
 // --- RemoteModule: written and read by the modules' owners, over RPC -------------------------

@@ -92,7 +92,8 @@ double GPTTrainer::step(const Tensor& x, const Tensor& y) {
   if (pipeline_) {
     // Every rank passes the batch; the first stage's rank reads the tokens, the last's the
     // targets. The loss is the last stage's mean over the micro-batches, sent to every rank.
-    // Each stage's forwards run here, under this thread's autocast, and its backwards too.
+    // Each stage's forwards run here, under this thread's autocast; its backwards run here too
+    // (autocast off, as in every backward).
     std::vector<double> losses;
     pipeline_->step(x.to(device), y.to(device), &losses);
     amp.reset();
@@ -147,7 +148,7 @@ double reduce_over_ranks(double value, dist::ProcessGroup* group, dist::ReduceOp
   if (!group) return value;
   Tensor total = full({1}, value, TensorOptions(kFloat64).with_device(group->device()));
   group->allreduce(total, {.op = op})->wait();
-  return total.to(kCPU).item<double>();
+  return total.item<double>();  // from the group's device
 }
 
 std::map<std::string, std::string> recipe_metadata(const GPTRecipe& recipe) {
