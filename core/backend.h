@@ -202,17 +202,19 @@ class Backend {
   // k (B,H,S,E), v (B,H,S,Ev) and out (B,H,L,Ev), each with a unit last stride and any others
   // (MultiheadAttention's heads are transposed views); mask undefined or an additive mask of
   // q's dtype viewed as (B,H,L,S) or the batch dims it came with, with any strides (0 on
-  // broadcast dims); causal: key j takes part in row i only if j <= i. lse (BH,L) receives each
-  // row's log-sum-exp of its scores, which the backward uses to recompute the probabilities. Only
+  // broadcast dims); causal: key j takes part in row i only if j <= i. stats (2,BH,L) receives
+  // each row's maximum score m ([0]; +inf for a row whose every key is masked) and log(l), l its
+  // sum of exp(s - m) ([1]), in the backend's units, from which the backward recomputes the
+  // probabilities (apart, as m + log(l) would lose log(l) where |m| is huge). Only
   // backends that say so in has_fused_attention, for q's device and dtype and the head dims of q
   // and v, implement it; scaled_dot_product_attention composes matmul and softmax elsewhere.
   virtual bool has_fused_attention(const Tensor& /*q*/, const Tensor& /*v*/) const { return false; }
   virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
-                         bool causal, double scale, const Tensor& out, const Tensor& lse);
+                         bool causal, double scale, const Tensor& out, const Tensor& stats);
   // Its gradients: gout (B,H,L,Ev), gq, gk, gv (overwritten) laid out as out, q, k, v may be.
   virtual void attention_backward(const Tensor& gout, const Tensor& q, const Tensor& k,
                                   const Tensor& v, const Tensor& mask, bool causal, double scale,
-                                  const Tensor& out, const Tensor& lse, const Tensor& gq,
+                                  const Tensor& out, const Tensor& stats, const Tensor& gq,
                                   const Tensor& gk, const Tensor& gv);
   // Adam/AdamW on many parameters in a few launches (PyTorch's fused=True). Only backends
   // that say so in has_fused_adam implement it; the optimizers compose the same update from

@@ -97,26 +97,27 @@ Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&
   return matmul(p, v);
 }
 
-// The fused kernel's derivative: the backend recomputes the probabilities from lse.
+// The fused kernel's derivative: the backend recomputes the probabilities from each query
+// row's statistics (its maximum score and log-sum of exponentials).
 class AttentionBackward final : public autograd::Node {
  public:
-  // q, k, v and out as the kernel reads them (B, H, ., .), lse (B * H, L); shapes: the
+  // q, k, v and out as the kernel reads them (B, H, ., .), stats (2, B * H, L); shapes: the
   // inputs' own.
   AttentionBackward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
-                    const Tensor& out, const Tensor& lse, bool causal, double scale,
+                    const Tensor& out, const Tensor& stats, bool causal, double scale,
                     std::array<Shape, 3> shapes)
       : q_(q),
         k_(k),
         v_(v),
         mask_(mask),
         out_(out),
-        lse_(lse),
+        stats_(stats),
         causal_(causal),
         scale_(scale),
         shapes_(std::move(shapes)) {}
   std::string name() const override { return "ScaledDotProductAttentionBackward"; }
   void release_variables() override {
-    for (auto* t : {&q_, &k_, &v_, &mask_, &out_, &lse_}) t->reset();
+    for (auto* t : {&q_, &k_, &v_, &mask_, &out_, &stats_}) t->reset();
   }
   autograd::TensorList apply(autograd::TensorList&& grads) override {
     Tensor q = q_.unpack(*this), k = k_.unpack(*this), v = v_.unpack(*this);
@@ -127,12 +128,12 @@ class AttentionBackward final : public autograd::Node {
     backend_for(q, "scaled_dot_product_attention")
         .attention_backward(as_heads(grads[0].to(q.dtype())), q, k, v,
                             mask_.defined() ? mask_.unpack(*this) : Tensor(), causal_, scale_, out,
-                            lse_.unpack(*this), gq, gk, gv);
+                            stats_.unpack(*this), gq, gk, gv);
     return {gq.reshape(shapes_[0]), gk.reshape(shapes_[1]), gv.reshape(shapes_[2])};
   }
 
  private:
-  autograd::SavedTensor q_, k_, v_, mask_, out_, lse_;
+  autograd::SavedTensor q_, k_, v_, mask_, out_, stats_;
   bool causal_;
   double scale_;
   std::array<Shape, 3> shapes_;
@@ -197,7 +198,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   GradRecorder* rec = detail::recorder_for({&q, &k, &v});
   // What the kernel reads and writes, as (B, H, ., .) heads, outside the graph: the node keeps
   // `heads`, the output without its history (no cycle through it); the caller gets a view.
-  Tensor qh, kh, vh, mc, out, heads, lse;
+  Tensor qh, kh, vh, mc, out, heads, stats;
   {
     autograd::NoGradGuard no_grad;
     qh = as_heads(q);
@@ -206,14 +207,14 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     if (mask.defined()) mc = mask.expand(scores);
     heads = empty_heads_like(qh, l, ev);  // as q is laid out: MultiheadAttention joins it freely
     const DType stat = q.element_size() == 2 ? kFloat32 : q.dtype();  // as layer_norm's
-    lse = empty({numel(batch_of(q)), l}, TensorOptions(stat).with_device(q.device()));
-    backend_for(q, op).attention(qh, kh, vh, mc, is_causal, sc, heads, lse);
+    stats = empty({2, numel(batch_of(q)), l}, TensorOptions(stat).with_device(q.device()));
+    backend_for(q, op).attention(qh, kh, vh, mc, is_causal, sc, heads, stats);
     Shape out_shape = batch_of(q);
     out_shape.insert(out_shape.end(), {l, ev});
     out = heads.view(std::move(out_shape));
   }
   if (rec) {
-    autograd::record<AttentionBackward>({&q, &k, &v}, out, qh, kh, vh, mc, heads, lse, is_causal,
+    autograd::record<AttentionBackward>({&q, &k, &v}, out, qh, kh, vh, mc, heads, stats, is_causal,
                                         sc, std::array<Shape, 3>{q.sizes(), k.sizes(), v.sizes()});
   }
   return out;

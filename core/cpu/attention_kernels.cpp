@@ -8,11 +8,13 @@
 // Forward, for a block of query rows against successive blocks of keys: the tile's scores
 // s = scale * Q Kᵀ + mask; each row keeps its running maximum m and sum l of exp(s - m), and an
 // accumulator of exp(s - m) V, rescaled by exp(m_old - m_new) whenever the maximum grows. At the
-// end out = acc / l and lse = m + log(l); a row whose every key is masked gets zeros (as
-// PyTorch 2.5+ gives) and lse = +inf, so that its probabilities recompute to 0 in the
-// backward. Threads take query blocks of every head.
+// end out = acc / l, and the row keeps m and log(l) for the backward: apart, not as the one
+// log-sum-exp m + log(l) FlashAttention keeps, which loses log(l) where |m| is huge (a row
+// whose every key a finite mask such as finfo.min hides: its probabilities, 1/S each, would
+// recompute to 1). A row whose every key is masked gets zeros (as PyTorch 2.5+ gives) and
+// m = +inf, so that its probabilities recompute to 0. Threads take query blocks of every head.
 //
-// Backward (FlashAttention-2): P = exp(s - lse) is recomputed tile by tile, and with
+// Backward (FlashAttention-2): P = exp(s - m - log(l)) is recomputed tile by tile, and with
 // D = rowsum(dO ∘ O): dV += Pᵀ dO, dS = P ∘ (dO Vᵀ - D), dQ += scale dS K, dK += scale dSᵀ Q.
 // Threads take whole heads, so that dK and dV of a head have one writer.
 //
@@ -140,9 +142,17 @@ struct Problem {
   int64_t keys_for(int64_t i1) const { return causal ? std::min(s, i1) : s; }
 };
 
+// Each query row's maximum score m and log(l), l its sum of exp(s - m): a (2, B * H, L) tensor.
+template <typename T>
+struct RowStats {
+  T *max, *log_sum;
+  RowStats(const Tensor& stats, int64_t rows)
+      : max(static_cast<T*>(stats.raw_data())), log_sum(max + rows) {}
+};
+
 template <typename T>
 void forward(const Problem<T>& p, const Heads<T>& q, const Heads<T>& k, const Heads<T>& v,
-             const Heads<T>& out, T* lse) {
+             const Heads<T>& out, const RowStats<T>& stats) {
   const int64_t blocks = (p.l + kQueryBlock - 1) / kQueryBlock;
   const T inf = std::numeric_limits<T>::infinity();
   parallel_for(0, p.bh * blocks, 1, [&](int64_t begin, int64_t end) {
@@ -180,13 +190,16 @@ void forward(const Problem<T>& p, const Heads<T>& q, const Heads<T>& k, const He
       }
       Out<T> ob = out.rows_out(h, i0, br);
       for (int64_t r = 0; r < br; ++r) {
+        const int64_t row = h * p.l + i0 + r;
         if (sum[r] == 0) {  // every key masked: a zero row (PyTorch 2.5+), P = exp(s - inf) = 0
           ob.row(r).setZero();
-          lse[h * p.l + i0 + r] = inf;
+          stats.max[row] = inf;
+          stats.log_sum[row] = 0;
           continue;
         }
         ob.row(r) = a.row(r) / sum[r];
-        lse[h * p.l + i0 + r] = m[r] + std::log(sum[r]);
+        stats.max[row] = m[r];
+        stats.log_sum[row] = std::log(sum[r]);
       }
     }
   });
@@ -194,7 +207,7 @@ void forward(const Problem<T>& p, const Heads<T>& q, const Heads<T>& k, const He
 
 template <typename T>
 void backward(const Problem<T>& p, const Heads<T>& gout, const Heads<T>& q, const Heads<T>& k,
-              const Heads<T>& v, const Heads<T>& out, const T* lse, const Heads<T>& gq,
+              const Heads<T>& v, const Heads<T>& out, const RowStats<T>& stats, const Heads<T>& gq,
               const Heads<T>& gk, const Heads<T>& gv) {
   parallel_for(0, p.bh, 1, [&](int64_t begin, int64_t end) {
     Mat<T> prob(kQueryBlock, kKeyBlock), dprob(kQueryBlock, kKeyBlock);
@@ -217,7 +230,9 @@ void backward(const Problem<T>& p, const Heads<T>& gout, const Heads<T>& q, cons
           auto dt = dprob.topLeftCorner(br, bc);
           product<T>(pt, qb, kb.transpose(), false);
           p.finish_scores(pt, h, i0, j0);
-          for (int64_t r = 0; r < br; ++r) pt.row(r) = (pt.row(r).array() - lse[row + r]).exp();
+          for (int64_t r = 0; r < br; ++r) {
+            pt.row(r) = ((pt.row(r).array() - stats.max[row + r]) - stats.log_sum[row + r]).exp();
+          }
           product<T>(gvb, pt.transpose(), gob, true);
           product<T>(dt, gob, vb.transpose(), false);
           for (int64_t r = 0; r < br; ++r)
@@ -233,30 +248,30 @@ void backward(const Problem<T>& p, const Heads<T>& gout, const Heads<T>& q, cons
 }  // namespace
 
 void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
-                           bool causal, double scale, const Tensor& out, const Tensor& lse) {
-  if (in_float32({&q, &k, &v, &mask}, {&out, &lse}, [&](const auto& t) {
+                           bool causal, double scale, const Tensor& out, const Tensor& stats) {
+  if (in_float32({&q, &k, &v, &mask}, {&out, &stats}, [&](const auto& t) {
         attention(t[0], t[1], t[2], t[3], causal, scale, t[4], t[5]);
       }))
     return;
   dispatch<FloatTypes>(q.dtype(), "scaled_dot_product_attention", [&]<typename T>() {
     forward(Problem<T>(q, k, v, mask, causal, scale), Heads<T>(q), Heads<T>(k), Heads<T>(v),
-            Heads<T>(out), lse.data_ptr<T>());
+            Heads<T>(out), RowStats<T>(stats, stats.size(1) * stats.size(2)));
   });
 }
 
 void CpuBackend::attention_backward(const Tensor& gout, const Tensor& q, const Tensor& k,
                                     const Tensor& v, const Tensor& mask, bool causal, double scale,
-                                    const Tensor& out, const Tensor& lse, const Tensor& gq,
+                                    const Tensor& out, const Tensor& stats, const Tensor& gq,
                                     const Tensor& gk, const Tensor& gv) {
-  if (in_float32({&gout, &q, &k, &v, &mask, &out, &lse}, {&gq, &gk, &gv}, [&](const auto& t) {
+  if (in_float32({&gout, &q, &k, &v, &mask, &out, &stats}, {&gq, &gk, &gv}, [&](const auto& t) {
         attention_backward(t[0], t[1], t[2], t[3], t[4], causal, scale, t[5], t[6], t[7], t[8],
                            t[9]);
       }))
     return;
   dispatch<FloatTypes>(q.dtype(), "scaled_dot_product_attention", [&]<typename T>() {
     backward(Problem<T>(q, k, v, mask, causal, scale), Heads<T>(gout), Heads<T>(q), Heads<T>(k),
-             Heads<T>(v), Heads<T>(out), lse.data_ptr<T>(), Heads<T>(gq), Heads<T>(gk),
-             Heads<T>(gv));
+             Heads<T>(v), Heads<T>(out), RowStats<T>(stats, stats.size(1) * stats.size(2)),
+             Heads<T>(gq), Heads<T>(gk), Heads<T>(gv));
   });
 }
 

@@ -13,14 +13,15 @@
 // Forward, per key tile: S = Q Kᵀ; each row keeps its running maximum m and sum l of
 // exp(s - m) (in log2 units: exp2 is one instruction); P = exp(s - m) rounded to 16 bits;
 // the float32 accumulator O, in shared memory, is rescaled by exp(m_old - m_new) and gets P V.
-// At the end out = O / l and lse = m + log l; a row whose every key is masked gets zeros and
-// lse = +inf, as on the CPU (core/cpu/attention_kernels.cpp), so that its P recomputes to 0.
+// At the end out = O / l, and the row keeps m and log2 l apart for the backward, as on the CPU
+// (core/cpu/attention_kernels.cpp says why); a row whose every key is masked gets zeros and
+// m = +inf, so that its P recomputes to 0.
 //
 // Backward, with D_i = rowsum(dO ∘ O) from a small kernel: one kernel per key tile walks the
 // query tiles and keeps dK, dV in wmma accumulators (dV += Pᵀ dO, dK += dSᵀ Q); another per
-// query tile walks the key tiles for dQ += dS K. P = exp(s - lse) and dP = dO Vᵀ are computed
-// by both (FlashAttention-2 shares them through an atomically added dQ instead): each gradient
-// has one writer, and the result does not depend on scheduling.
+// query tile walks the key tiles for dQ += dS K. P = exp2(s - m - log2 l) and dP = dO Vᵀ are
+// computed by both (FlashAttention-2 shares them through an atomically added dQ instead): each
+// gradient has one writer, and the result does not depend on scheduling.
 //
 // Causal attention (key j <= query i, PyTorch's top-left alignment) skips the tiles wholly
 // above the diagonal; the forward's blocks go longest first.
@@ -92,7 +93,7 @@ template <typename T>
 struct Problem {
   HeadRows<T> q, k, v, out;
   MaskView<T> mask;
-  float* lse;  // (B * H, L)
+  float *row_max, *log_sum;  // (B * H, L) each, log2 units: m and log2 l of each query row
   int64_t bh, l, s;
   int e, ev;
   float scale;
@@ -203,8 +204,6 @@ __device__ __forceinline__ float score2(const Problem<T>& p, float dot, const T*
   // torch.finfo's min, the usual "hide this key") would overflow to -inf and make a row whose
   // every key it hides a row of no keys (zeros), where the CPU averages V. Clamped to half of
   // float's range, as those keys all are, they still weigh alike. -inf and NaN pass through.
-  // (Such a row's lse loses log(l) to the huge scores, here as on the CPU: its backward is
-  // right only where its upstream gradient is 0, as a padding query's is.)
   constexpr float kLowest = -FLT_MAX / 2 / kLog2e;
   if (x < kLowest && x != -INFINITY) x = kLowest;
   return x * kLog2e;
@@ -304,7 +303,10 @@ __global__ void __launch_bounds__(kBlockThreads) attention_forward(Problem<T> p)
   }
   if (half == 0) {
     row_factor[r] = sum > 0 ? 1 / sum : 0.0f;  // every key masked: a zero row
-    if (i < p.l) p.lse[bh * p.l + i] = sum > 0 ? (m + log2f(sum)) / kLog2e : INFINITY;
+    if (i < p.l) {
+      p.row_max[bh * p.l + i] = sum > 0 ? m : INFINITY;
+      p.log_sum[bh * p.l + i] = sum > 0 ? log2f(sum) : 0.0f;
+    }
   }
   __syncwarp();
   for (int rr = 0; rr < kRows && warp_row0 + rr < p.l; ++rr) {
@@ -338,7 +340,7 @@ struct BackwardShared {
   static constexpr size_t tile = size_t{kTile} * ld * sizeof(T);              // Q, K, V and dO
   static constexpr size_t scores = size_t{kTile} * kScoreLd * sizeof(float);  // S and dP
   static constexpr size_t probs = size_t{kTile} * kProbLd * sizeof(T);        // P and dS
-  static constexpr size_t bytes = 4 * tile + 2 * scores + 2 * probs + 2 * kTile * sizeof(float);
+  static constexpr size_t bytes = 4 * tile + 2 * scores + 2 * probs + 3 * kTile * sizeof(float);
 };
 
 // The shared memory of a backward block, carved from the dynamic allocation.
@@ -347,7 +349,7 @@ struct BackwardTiles {
   T *qs, *ks, *vs, *gos;
   float *scores, *dprobs;  // this warp's
   T *probs, *dscores;      // this warp's
-  float *lse, *dots;       // of the staged query rows
+  float *row_max, *log_sum, *dots;  // of the staged query rows
   __device__ explicit BackwardTiles(unsigned char* shared) {
     using Shared = BackwardShared<T, D>;
     const int warp = threadIdx.x / kWarpSize;
@@ -361,34 +363,35 @@ struct BackwardTiles {
     probs = reinterpret_cast<T*>(rest + 2 * Shared::scores) + warp * kRows * kProbLd;
     dscores =
         reinterpret_cast<T*>(rest + 2 * Shared::scores + Shared::probs) + warp * kRows * kProbLd;
-    lse = reinterpret_cast<float*>(rest + 2 * Shared::scores + 2 * Shared::probs);
-    dots = lse + kTile;
+    row_max = reinterpret_cast<float*>(rest + 2 * Shared::scores + 2 * Shared::probs);
+    log_sum = row_max + kTile;
+    dots = log_sum + kTile;
   }
-  // Query rows [i0, i0 + kTile): their log-sum-exps and dots (+inf and 0 past L: P = 0).
+  // Query rows [i0, i0 + kTile): their statistics and dots (m = +inf past L: P = 0).
   __device__ void stage_rows(const Problem<T>& p, const Gradients<T>& g, int64_t bh, int64_t i0) {
     for (int t = threadIdx.x; t < kTile; t += kBlockThreads) {
       const bool in = i0 + t < p.l;
-      lse[t] = in ? p.lse[bh * p.l + i0 + t] : INFINITY;
+      row_max[t] = in ? p.row_max[bh * p.l + i0 + t] : INFINITY;
+      log_sum[t] = in ? p.log_sum[bh * p.l + i0 + t] : 0.0f;
       dots[t] = in ? g.dots[bh * p.l + i0 + t] : 0.0f;
     }
   }
 };
 
-// P and dS of query i and key j from their score and dP: p = exp(s - lse_i),
+// P and dS of query i and key j from their score and dP: p = exp2(s - m_i - log2 l_i),
 // ds = p (dP - D_i) scale; both 0 where the key does not take part.
 template <typename T>
 __device__ __forceinline__ void prob_and_grad(const Problem<T>& p, float dot, float dprob,
-                                              float lse, float row_dot, const T* mask, int64_t i,
-                                              int64_t j, float& prob, float& grad) {
+                                              float row_max, float log_sum, float row_dot,
+                                              const T* mask, int64_t i, int64_t j, float& prob,
+                                              float& grad) {
   prob = grad = 0;
   if (i >= p.l) return;
   const float x = score2(p, dot, mask, i, j);
   if (x == -INFINITY) return;
-  // lse = +inf (every key masked): 0. A probability is at most 1: where lse lost log(l) to
-  // huge scores (a row every key of which a finite mask hides; see score2), rounding must not
-  // make it exp2(+2^100), and a padding query's gradient (dO = 0) inf * 0 = NaN.
-  const float e = x - lse * kLog2e;
-  prob = exp2f(e > 0 ? 0.0f : e);
+  // m = +inf (every key masked): 0. A probability is at most 1: a score recomputed here (as
+  // K Qᵀ for dK and dV) may round above the forward's maximum.
+  prob = exp2f(fminf((x - row_max) - log_sum, 0.0f));
   grad = prob * (dprob - row_dot) * p.scale;
 }
 
@@ -427,8 +430,8 @@ __global__ void __launch_bounds__(kBlockThreads)
     for (int c = 0; c < kTile / 2; ++c) {
       const int col = 2 * c + half;
       float prob, grad;
-      prob_and_grad(p, s.scores[r * kScoreLd + col], s.dprobs[r * kScoreLd + col], s.lse[col],
-                    s.dots[col], mask, i0 + col, j, prob, grad);
+      prob_and_grad(p, s.scores[r * kScoreLd + col], s.dprobs[r * kScoreLd + col], s.row_max[col],
+                    s.log_sum[col], s.dots[col], mask, i0 + col, j, prob, grad);
       s.probs[r * kProbLd + col] = cast<T>(prob);
       s.dscores[r * kProbLd + col] = cast<T>(grad);
     }
@@ -471,9 +474,9 @@ __global__ void __launch_bounds__(kBlockThreads)
     for (int c = 0; c < kTile / 2; ++c) {
       const int col = 2 * c + half;
       float prob, grad;
-      prob_and_grad(p, s.scores[r * kScoreLd + col], s.dprobs[r * kScoreLd + col],
-                    s.lse[warp * kRows + r], s.dots[warp * kRows + r], mask, i, j0 + col, prob,
-                    grad);
+      const int row = warp * kRows + r;
+      prob_and_grad(p, s.scores[r * kScoreLd + col], s.dprobs[r * kScoreLd + col], s.row_max[row],
+                    s.log_sum[row], s.dots[row], mask, i, j0 + col, prob, grad);
       s.dscores[r * kProbLd + col] = cast<T>(grad);
     }
     __syncwarp();
@@ -496,14 +499,16 @@ Tensor mask_4d(const Tensor& mask, const Tensor& q, int64_t s) {
 
 template <typename T>
 Problem<T> problem(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
-                   bool causal, double scale, const Tensor& out, const Tensor& lse,
+                   bool causal, double scale, const Tensor& out, const Tensor& stats,
                    const Tensor& mask4, std::initializer_list<const Tensor*> staged) {
+  auto* row_max = static_cast<float*>(stats.raw_data());
   Problem<T> p{head_rows<T>(q),
                head_rows<T>(k),
                head_rows<T>(v),
                head_rows<T>(out),
                MaskView<T>{nullptr, 1, 0, 0, 0, 0},
-               static_cast<float*>(lse.raw_data()),
+               row_max,
+               row_max + stats.size(1) * stats.size(2),
                q.size(0) * q.size(1),
                q.size(2),
                k.size(2),
@@ -591,14 +596,14 @@ void check_fused(const CudaBackend& backend, const Tensor& q, const Tensor& v, c
 }  // namespace
 
 void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
-                            bool causal, double scale, const Tensor& out, const Tensor& lse) {
+                            bool causal, double scale, const Tensor& out, const Tensor& stats) {
   check_fused(*this, q, v, mask);
   if (q.numel() == 0 || k.numel() == 0) return;  // nn composes these; nothing to launch
   const Tensor mask4 = mask.defined() ? mask_4d(mask, q, k.size(2)) : Tensor();
   dispatch<TypeList<Half, BFloat16>>(q.dtype(), "scaled_dot_product_attention", [&]<typename H>() {
     using T = cuda_type_t<H>;
     OnDevice on(out);
-    const Problem<T> p = problem<T>(q, k, v, mask, causal, scale, out, lse, mask4, {&q, &k, &v});
+    const Problem<T> p = problem<T>(q, k, v, mask, causal, scale, out, stats, mask4, {&q, &k, &v});
     dispatch_head_dim(p.e, p.ev, [&]<int D>() {
       const size_t bytes = ForwardShared<T, D>::bytes;
       allow_shared<attention_forward<T, D>>(bytes, out.device().index);
@@ -610,7 +615,7 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
 
 void CudaBackend::attention_backward(const Tensor& gout, const Tensor& q, const Tensor& k,
                                      const Tensor& v, const Tensor& mask, bool causal, double scale,
-                                     const Tensor& out, const Tensor& lse, const Tensor& gq,
+                                     const Tensor& out, const Tensor& stats, const Tensor& gq,
                                      const Tensor& gk, const Tensor& gv) {
   check_fused(*this, q, v, mask);
   if (q.numel() == 0 || k.numel() == 0) {  // nn composes these; nothing to launch
@@ -622,7 +627,7 @@ void CudaBackend::attention_backward(const Tensor& gout, const Tensor& q, const 
     using T = cuda_type_t<H>;
     OnDevice on(gq);
     const Problem<T> p =
-        problem<T>(q, k, v, mask, causal, scale, out, lse, mask4, {&q, &k, &v, &gout});
+        problem<T>(q, k, v, mask, causal, scale, out, stats, mask4, {&q, &k, &v, &gout});
     const Tensor dots = empty({p.bh, p.l}, TensorOptions(kFloat32).with_device(q.device()));
     const Gradients<T> g{head_rows<T>(gout), head_rows<T>(gq), head_rows<T>(gk), head_rows<T>(gv),
                          static_cast<const float*>(dots.raw_data())};

@@ -360,6 +360,38 @@ TEST_CASE("a row whose every key is masked gives zeros, and leaves the gradients
   CHECK(rel_error(others, gw::cat({in_full.narrow(2, 0, 2), in_full.narrow(2, 3, 3)}, 2)) < 1e-12);
 }
 
+TEST_CASE("a row whose every key a finite mask hides averages v, and so do its gradients",
+          "[nn][attention]") {
+  // finfo.min hides a key without -inf. Where it hides a whole row, the scores are all that
+  // number (q kᵀ is lost to rounding), the softmax is 1/S each, and the gradients flow as
+  // through any softmax. A log-sum-exp m + log(S) kept as one number would round to m and
+  // recompute the probabilities as 1 each in the backward: S times too large.
+  gw::Generator gen(11);
+  const Tensor q = randn64({2, 2, 5, 4}, gen, false), k = randn64({2, 2, 70, 4}, gen, false);
+  const Tensor v = randn64({2, 2, 70, 3}, gen, false), gout = randn64({2, 2, 5, 3}, gen, false);
+  for (gw::DType dtype : {gw::kFloat64, gw::kFloat32}) {
+    INFO(gw::dtype_name(dtype));
+    const double lowest =
+        dtype == gw::kFloat64 ? std::numeric_limits<double>::lowest() : -3.4028234663852886e38;
+    Tensor bias = gw::zeros({5, 70}, gw::TensorOptions(dtype));
+    bias.narrow(0, 1, 1).fill_(lowest);                   // row 1: every key
+    bias.narrow(0, 3, 1).narrow(1, 0, 40).fill_(lowest);  // row 3: most keys
+    auto as = [&](const Tensor& t) { return t.to(dtype); };
+    auto fused =
+        run([&](const Tensor& a, const Tensor& b,
+                const Tensor& d) { return F::scaled_dot_product_attention(a, b, d, bias); },
+            as(q), as(k), as(v), as(gout));
+    Tensor trainable = bias.detach().requires_grad_();  // takes the composition
+    auto composed =
+        run([&](const Tensor& a, const Tensor& b,
+                const Tensor& d) { return F::scaled_dot_product_attention(a, b, d, trainable); },
+            as(q), as(k), as(v), as(gout));
+    check_same(fused, composed, dtype == gw::kFloat64 ? 1e-12 : 1e-5);
+    CHECK(rel_error(fused[0].narrow(2, 1, 1), as(v).mean({2}, true).expand({2, 2, 1, 3})) <
+          (dtype == gw::kFloat64 ? 1e-12 : 1e-5));
+  }
+}
+
 TEST_CASE("attention on several threads, causal through the composition, strided inputs",
           "[nn][attention]") {
   gw::Generator gen(11);
