@@ -165,8 +165,22 @@ bool Unit::has_gradients() const {
                      [](const ShardedParam& p) { return p.full.grad().defined(); });
 }
 
+void Unit::keep_unsynced_gradients() {
+  if (reduce_dtype == compute_dtype) return;  // autograd adds the members' .grad as it should
+  for (ShardedParam& p : params) {
+    const Tensor grad = p.full.grad();
+    if (!grad.defined()) continue;
+    p.full.set_grad(Tensor());
+    if (p.accumulated.defined())
+      p.accumulated.add_(grad.to(reduce_dtype));
+    else
+      p.accumulated = grad.to(reduce_dtype);
+  }
+}
+
 void Unit::reduce_gradients() {
   reduced = true;
+  if (!sync) keep_unsynced_gradients();
   if (!sync || params.empty()) return;
   const int64_t n = static_cast<int64_t>(params.size());
   const int64_t stride = chunk + n;  // a rank's gradients, then its counts
@@ -175,6 +189,8 @@ void Unit::reduce_gradients() {
   for (int64_t i = 0; i < n; ++i) {
     ShardedParam& p = params[static_cast<size_t>(i)];
     Tensor grad = p.full.grad();
+    if (Tensor sum = std::exchange(p.accumulated, Tensor()); sum.defined())
+      grad = grad.defined() ? sum.add_(grad.to(reduce_dtype)) : sum;
     if (!grad.defined()) continue;
     grad = grad.contiguous().reshape({-1});
     for (int r = 0; r < world(); ++r) {
@@ -298,7 +314,10 @@ void Root::forget_failed_backward() {
     u.reduced = false;
     // What the failed pass left on the members (and what accumulated without sync before it)
     // would otherwise be added into the next step.
-    for (const ShardedParam& p : u.params) p.full.set_grad(Tensor());
+    for (ShardedParam& p : u.params) {
+      p.full.set_grad(Tensor());
+      p.accumulated = Tensor();
+    }
   });
 }
 
@@ -307,7 +326,10 @@ void Root::forget_failed_backward() {
 // reached) and those that got gradients after they were reduced.
 void Root::end_of_backward() {
   for_each_unit([](Unit& u) {
-    if (u.sync && (!u.reduced || u.has_gradients())) u.reduce_gradients();
+    if (!u.sync)
+      u.keep_unsynced_gradients();
+    else if (!u.reduced || u.has_gradients())
+      u.reduce_gradients();
   });
   for_each_unit([](Unit& u) {
     u.finish_reductions();

@@ -105,9 +105,11 @@ class FSDPModule {
   // Gathers this unit's parameters now (to read the members outside a call), or frees them.
   void unshard();
   void reshard();
-  // false: backward leaves whole gradients on the members and adds to them, with no
-  // communication; the next backward with sync reduce-scatters the sum (gradient accumulation,
-  // DDP's no_sync). `recurse` applies it to the units below this one too.
+  // false: backward keeps whole gradients and adds to them, with no communication; the next
+  // backward with sync reduce-scatters the sum (gradient accumulation, DDP's no_sync). They
+  // stay on the members, or, where the policy's reduce_dtype differs from its param_dtype, are
+  // summed apart in reduce_dtype (as FSDP2 does: bfloat16 micro-batch gradients summed in
+  // float32). `recurse` applies it to the units below this one too.
   void set_requires_gradient_sync(bool sync, bool recurse = true);
   // This unit's shards, as the module's parameters() lists them (in order, each once).
   std::vector<Tensor> shards() const;

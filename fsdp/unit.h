@@ -34,6 +34,11 @@ struct ShardedParam {
   // requires_grad as both handles had it at the last gather: the user may freeze either, the
   // registered shard (parameters()) or the module's member (the whole one).
   bool requires_grad = true;
+  // The sum of the whole gradients that backward passes without gradient sync left, in the
+  // unit's reduce_dtype where it differs from compute_dtype (FSDP2's unsharded accumulated
+  // gradient): bfloat16 gradients summed in bfloat16, micro-batch after micro-batch, would lose
+  // what the float32 reduction keeps. Undefined otherwise: the member's .grad holds the sum.
+  Tensor accumulated;
 
   int64_t rows_of(int rank) const {
     return std::clamp<int64_t>(rows - rank * rows_per_rank, 0, rows_per_rank);
@@ -92,6 +97,8 @@ struct Unit : std::enable_shared_from_this<Unit> {
   Tensor in_parameter_order(const Tensor& all) const;
   void reshard();
   bool has_gradients() const;
+  // Without sync: the members' gradients into `accumulated` (where the dtypes differ).
+  void keep_unsynced_gradients();
   void reduce_gradients();
   void finish_reductions();
 
