@@ -107,9 +107,10 @@ class FSDPModule {
   void reshard();
   // false: backward keeps whole gradients and adds to them, with no communication; the next
   // backward with sync reduce-scatters the sum (gradient accumulation, DDP's no_sync). They
-  // stay on the members, or, where the policy's reduce_dtype differs from its param_dtype, are
-  // summed apart in reduce_dtype (as FSDP2 does: bfloat16 micro-batch gradients summed in
-  // float32). `recurse` applies it to the units below this one too.
+  // stay on the members, or, where the policy's reduce_dtype differs from the dtype the unit
+  // computes in (param_dtype, or the shards'), are summed apart in reduce_dtype, as FSDP2 does:
+  // bfloat16 micro-batch gradients summed in float32, which holds a whole float32 copy of the
+  // unit's gradients between steps. `recurse` applies it to the units below this one too.
   void set_requires_gradient_sync(bool sync, bool recurse = true);
   // This unit's shards, as the module's parameters() lists them (in order, each once).
   std::vector<Tensor> shards() const;
