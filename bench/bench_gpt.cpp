@@ -6,8 +6,10 @@
 // thread. Rows: training tokens/s (over the fastest 50 consecutive steps after the fifth, on
 // both sides: a busy moment of the machine slows the whole of one side's run otherwise), and
 // the validation loss after 100 and 200
-// steps (on gpt_train's fixed validation windows; lower is better). With GW_BENCH_GPT_CURVES=FILE,
-// both training loss curves go to FILE as CSV.
+// steps (on gpt_train's fixed validation windows; lower is better); then tokens/s of the same
+// model with dropout 0.1 (after the embeddings, on the attention probabilities and after each
+// residual branch, on both sides) over its first 60 steps. With GW_BENCH_GPT_CURVES=FILE, both
+// training loss curves of the first case go to FILE as CSV.
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -28,9 +30,10 @@
 
 namespace {
 
-constexpr int64_t kSteps = 200, kBatch = 32, kContext = 128, kEvalBatches = 20, kUntimed = 5,
-                  kWindow = 50;
+constexpr int64_t kSteps = 200, kDropoutSteps = 60, kBatch = 32, kContext = 128, kEvalBatches = 20,
+                  kUntimed = 5, kWindow = 50;
 constexpr int64_t kEvalAt[] = {100, 200};
+constexpr double kDropout = 0.1;
 
 // x, y (steps, batch, context): the batches gpt_train takes with --seed 0 on one rank.
 std::pair<gw::Tensor, gw::Tensor> training_batches(const gw::data::CharWindows& train) {
@@ -46,35 +49,30 @@ std::pair<gw::Tensor, gw::Tensor> training_batches(const gw::data::CharWindows& 
   return {gw::stack(xs), gw::stack(ys)};
 }
 
-}  // namespace
+// One case trained on both sides from the same weights on the first `steps` batches.
+struct Run {
+  double tokens_per_s = 0;
+  std::vector<double> losses, val_losses;
+  std::optional<std::string> torch_out;  // the anchor's JSON line
+  std::string skipped;                   // why neither side ran
+};
 
-int main(int argc, char** argv) {
-  gw::bench::Reporter report(argc, argv);
-  const char* curves = std::getenv("GW_BENCH_GPT_CURVES");  // a CSV file for both loss curves
-  const std::string tokens_case = "char-GPT training, 4096 tokens a step";
-  if (!report.wants("gpt", tokens_case) && !report.wants("gpt", "val loss")) return 0;
-
-  std::optional<gw::data::CharCorpus> corpus;
-  try {
-    corpus = gw::data::load_bible_kjv();
-  } catch (const gw::IoError& e) {
-    report.skip("gpt", tokens_case, e.what());
-    return 0;
-  }
-  const gw::data::CharWindows train(*corpus, gw::data::CorpusSplit::Train, kContext);
-  const gw::data::CharWindows val(*corpus, gw::data::CorpusSplit::Validation, kContext);
-  auto [xs, ys] = training_batches(train);
-
+Run train_both(const gw::data::CharCorpus& corpus, const gw::data::CharWindows& val,
+               const gw::Tensor& xs, const gw::Tensor& ys, double dropout) {
+  Run run;
+  const int64_t steps = xs.size(0);
   gw::Generator gen(0);
   auto model = std::make_shared<gw::nn::GPT>(
-      gw::nn::GPTOptions{.vocab_size = corpus->vocab_size(), .context = kContext}, gen);
-  const gw::examples::GPTRecipe recipe{.steps = kSteps, .warmup = kSteps / 10};
+      gw::nn::GPTOptions{
+          .vocab_size = corpus.vocab_size(), .context = kContext, .dropout = dropout},
+      gen);
+  const gw::examples::GPTRecipe recipe{.steps = steps, .warmup = kSteps / 10};
 
   // What the anchor needs: the initial weights, the batches, the validation windows.
   std::string dir = (std::filesystem::temp_directory_path() / "gw_bench_gpt_XXXXXX").string();
   if (::mkdtemp(dir.data()) == nullptr) {
-    report.skip("gpt", tokens_case, "cannot make a temporary directory");
-    return 0;
+    run.skipped = "cannot make a temporary directory";
+    return run;
   }
   {
     gw::NamedTensors file;
@@ -88,52 +86,85 @@ int main(int argc, char** argv) {
     file["val_y"] = vy;
     std::map<std::string, std::string> metadata = gw::examples::recipe_metadata(recipe);
     metadata["heads"] = std::to_string(model->options.heads);
+    metadata["dropout"] = std::to_string(dropout);
     gw::save_safetensors(dir + "/run.safetensors", file, metadata);
   }
 
   gw::examples::GPTTrainer trainer(model, recipe);
-  std::vector<double> losses;
-  std::vector<double> val_losses, seconds;
-  for (int64_t s = 0; s < kSteps; ++s) {
+  std::vector<double> seconds;
+  for (int64_t s = 0; s < steps; ++s) {
     const auto start = std::chrono::steady_clock::now();
-    losses.push_back(trainer.step(xs.select(0, s), ys.select(0, s)));
+    run.losses.push_back(trainer.step(xs.select(0, s), ys.select(0, s)));
     seconds.push_back(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     for (int64_t at : kEvalAt)
       if (s + 1 == at)
-        val_losses.push_back(gw::examples::validation_loss(*model, val, kEvalBatches, kBatch));
+        run.val_losses.push_back(gw::examples::validation_loss(*model, val, kEvalBatches, kBatch));
   }
   const double best = gw::bench::fastest_window(seconds, kUntimed, kWindow);
-  const double tokens_per_s = double(kWindow * kBatch * kContext) / best;
+  run.tokens_per_s = double(kWindow * kBatch * kContext) / best;
 
-  const auto torch_out =
+  run.torch_out =
       gw::bench::run_capture("/usr/bin/python3 " + gw::bench::executable_dir() +
                              "/torch_anchor_gpt.py " + dir + "/run.safetensors 2>/dev/null");
   std::filesystem::remove_all(dir);
-  auto torch_number = [&](const std::string& key) {
-    return torch_out ? gw::bench::json_number(*torch_out, key) : std::nullopt;
-  };
-  auto add = [&](const std::string& name, double value, const std::string& unit,
+  return run;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gw::bench::Reporter report(argc, argv);
+  const char* curves = std::getenv("GW_BENCH_GPT_CURVES");  // a CSV file for both loss curves
+  const std::string tokens_case = "char-GPT training, 4096 tokens a step";
+  const std::string dropout_case = "char-GPT training with dropout 0.1, 4096 tokens a step";
+  const bool main_case = report.wants("gpt", tokens_case) || report.wants("gpt", "val loss");
+  if (!main_case && !report.wants("gpt", dropout_case)) return 0;
+
+  std::optional<gw::data::CharCorpus> corpus;
+  try {
+    corpus = gw::data::load_bible_kjv();
+  } catch (const gw::IoError& e) {
+    report.skip("gpt", tokens_case, e.what());
+    report.skip("gpt", dropout_case, e.what());
+    return 0;
+  }
+  const gw::data::CharWindows train(*corpus, gw::data::CorpusSplit::Train, kContext);
+  const gw::data::CharWindows val(*corpus, gw::data::CorpusSplit::Validation, kContext);
+  auto [xs, ys] = training_batches(train);
+
+  auto add = [&](const Run& run, const std::string& name, double value, const std::string& unit,
                  const std::string& key) {
     if (!report.wants("gpt", name)) return;
-    if (auto t = torch_number(key))
-      report.add({"gpt", name, value, unit, "pytorch 1.13", *t, gw::bench::blas_note(*torch_out)});
+    if (!run.skipped.empty()) return report.skip("gpt", name, run.skipped);
+    const auto t = run.torch_out ? gw::bench::json_number(*run.torch_out, key) : std::nullopt;
+    if (t)
+      report.add(
+          {"gpt", name, value, unit, "pytorch 1.13", *t, gw::bench::blas_note(*run.torch_out)});
     else
       report.add({"gpt", name, value, unit, "pytorch 1.13", 0, "python3-torch not available"});
   };
-  add(tokens_case, tokens_per_s, "tokens/s", "tokens_per_s");
-  for (size_t i = 0; i < std::size(kEvalAt); ++i)
-    add("val loss after " + std::to_string(kEvalAt[i]) + " steps", val_losses[i], "nats",
-        "val_loss_" + std::to_string(kEvalAt[i]));
-
-  if (curves) {  // step, gradwire's training loss, PyTorch's (from the anchor's line)
-    std::ofstream csv(curves);
-    csv << "step,gradwire,pytorch\n";
-    for (int64_t s = 0; s < kSteps; ++s) {
-      const auto t = torch_number("loss_" + std::to_string(s));
-      csv << s + 1 << "," << losses[static_cast<size_t>(s)] << "," << (t ? std::to_string(*t) : "")
-          << "\n";
+  if (main_case) {
+    const Run run = train_both(*corpus, val, xs, ys, 0.0);
+    add(run, tokens_case, run.tokens_per_s, "tokens/s", "tokens_per_s");
+    for (size_t i = 0; i < std::size(kEvalAt) && i < run.val_losses.size(); ++i)
+      add(run, "val loss after " + std::to_string(kEvalAt[i]) + " steps", run.val_losses[i], "nats",
+          "val_loss_" + std::to_string(kEvalAt[i]));
+    if (curves) {  // step, gradwire's training loss, PyTorch's (from the anchor's line)
+      std::ofstream csv(curves);
+      csv << "step,gradwire,pytorch\n";
+      for (size_t s = 0; s < run.losses.size(); ++s) {
+        const auto t = run.torch_out
+                           ? gw::bench::json_number(*run.torch_out, "loss_" + std::to_string(s))
+                           : std::nullopt;
+        csv << s + 1 << "," << run.losses[s] << "," << (t ? std::to_string(*t) : "") << "\n";
+      }
     }
+  }
+  if (report.wants("gpt", dropout_case)) {
+    const Run run = train_both(*corpus, val, xs.narrow(0, 0, kDropoutSteps),
+                               ys.narrow(0, 0, kDropoutSteps), kDropout);
+    add(run, dropout_case, run.tokens_per_s, "tokens/s", "tokens_per_s");
   }
   return 0;
 }

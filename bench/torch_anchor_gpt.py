@@ -1,7 +1,9 @@
 # PyTorch 1.13 on bench_gpt's case: gpt_train's character-level GPT, built from torch.nn
 # (MultiheadAttention batch-first with a causal mask, LayerNorm, Linear-GELU-Linear, the head
 # tied to the token embedding), trained with gpt_train's recipe (AdamW betas 0.9, 0.99, decay on
-# the matrices only; linear warm-up, cosine to min_lr_factor; clip_grad_norm_) on one thread.
+# the matrices only; linear warm-up, cosine to min_lr_factor; clip_grad_norm_) on one thread,
+# with dropout where gpt_train puts it (after the embeddings, on the attention probabilities,
+# after each residual branch) when the file's metadata gives one.
 # Reads the initial weights, the batches and the validation windows bench_gpt wrote (argv[1]:
 # a safetensors file), trains on every batch in order, and prints one JSON line: tokens/s over
 # the fastest 50 consecutive steps after the fifth (as bench_gpt counts), the validation loss
@@ -39,26 +41,28 @@ def read_safetensors(path):
 
 
 class Block(nn.Module):
-    def __init__(self, width, heads):
+    def __init__(self, width, heads, dropout):
         super().__init__()
         self.ln_1 = nn.LayerNorm(width)
-        self.attn = nn.MultiheadAttention(width, heads, batch_first=True)
+        self.attn = nn.MultiheadAttention(width, heads, dropout=dropout, batch_first=True)
         self.ln_2 = nn.LayerNorm(width)
         self.mlp = nn.Sequential(
             nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+        self.drop = nn.Dropout(dropout)
 
     def forward(self, x, causal):
         h = self.ln_1(x)
-        x = x + self.attn(h, h, h, attn_mask=causal, need_weights=False)[0]
-        return x + self.mlp(self.ln_2(x))
+        x = x + self.drop(self.attn(h, h, h, attn_mask=causal, need_weights=False)[0])
+        return x + self.drop(self.mlp(self.ln_2(x)))
 
 
 class GPT(nn.Module):
-    def __init__(self, vocab, context, layers, width, heads):
+    def __init__(self, vocab, context, layers, width, heads, dropout):
         super().__init__()
         self.wte = nn.Embedding(vocab, width)
         self.wpe = nn.Embedding(context, width)
-        self.h = nn.ModuleList(Block(width, heads) for _ in range(layers))
+        self.drop = nn.Dropout(dropout)
+        self.h = nn.ModuleList(Block(width, heads, dropout) for _ in range(layers))
         self.ln_f = nn.LayerNorm(width)
         self.lm_head = nn.Linear(width, vocab, bias=False)
         self.lm_head.weight = self.wte.weight
@@ -66,7 +70,7 @@ class GPT(nn.Module):
     def forward(self, x):
         length = x.shape[1]
         causal = ~torch.ones(length, length, dtype=torch.bool).tril()
-        h = self.wte(x) + self.wpe(torch.arange(length))
+        h = self.drop(self.wte(x) + self.wpe(torch.arange(length)))
         for block in self.h:
             h = block(h, causal)
         return self.lm_head(self.ln_f(h))
@@ -93,7 +97,7 @@ def main():
     vocab, width = state["wte.weight"].shape
     layers = 1 + max(int(k.split(".")[1]) for k in state if k.startswith("h."))
     heads = int(meta["heads"])
-    model = GPT(vocab, context, layers, width, heads)
+    model = GPT(vocab, context, layers, width, heads, float(meta.get("dropout", 0)))
     model.load_state_dict(state)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]

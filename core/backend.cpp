@@ -47,15 +47,15 @@ void Backend::unary_backward(UnaryOp op, const Tensor&, const Tensor&, const Ten
                                   " has no fused derivative kernel for it"));
 }
 
-void Backend::attention(const Tensor&, const Tensor&, const Tensor&, const Tensor&, bool, double,
-                        const Tensor&, const Tensor&) {
+void Backend::attention(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                        const AttentionOptions&, const Tensor&, const Tensor&) {
   throw InternalError(detail::str("[scaled_dot_product_attention] the backend of ",
                                   Device(device_type()), " has no fused attention kernel"));
 }
 
 void Backend::attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                 const Tensor&, bool, double, const Tensor&, const Tensor&,
-                                 const Tensor&, const Tensor&, const Tensor&) {
+                                 const Tensor&, const AttentionOptions&, const Tensor&,
+                                 const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
   throw InternalError(detail::str("[scaled_dot_product_attention] the backend of ",
                                   Device(device_type()), " has no fused attention kernel"));
 }

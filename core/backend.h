@@ -121,6 +121,17 @@ struct AdamUpdate {
   double param_scale;   // decoupled (AdamW); 1 for Adam
   bool amsgrad, maximize;
 };
+// How a fused attention kernel weighs the keys: causal (key j takes part in row i only if
+// j <= i), the scores' scale, and dropout on the probabilities, each dropped with probability
+// dropout_p and the rest scaled by 1 / (1 - dropout_p), as drawn from dropout_seed and the
+// element's place alone, so that the backward draws the same (FlashAttention's Philox seed and
+// offset).
+struct AttentionOptions {
+  bool causal = false;
+  double scale = 1;
+  double dropout_p = 0;
+  uint64_t dropout_seed = 0;
+};
 
 class Backend {
  public:
@@ -202,20 +213,25 @@ class Backend {
   // k (B,H,S,E), v (B,H,S,Ev) and out (B,H,L,Ev), each with a unit last stride and any others
   // (MultiheadAttention's heads are transposed views); mask undefined or an additive mask of
   // q's dtype viewed as (B,H,L,S) or the batch dims it came with, with any strides (0 on
-  // broadcast dims); causal: key j takes part in row i only if j <= i. stats (2,BH,L) receives
+  // broadcast dims); options: causality, scale and dropout. stats (2,BH,L) receives
   // each row's maximum score m ([0]; +inf for a row whose every key is masked) and log(l), l its
   // sum of exp(s - m) ([1]), in the backend's units, from which the backward recomputes the
   // probabilities (apart, as m + log(l) would lose log(l) where |m| is huge). Only
-  // backends that say so in has_fused_attention, for q's device and dtype and the head dims of q
-  // and v, implement it; scaled_dot_product_attention composes matmul and softmax elsewhere.
-  virtual bool has_fused_attention(const Tensor& /*q*/, const Tensor& /*v*/) const { return false; }
+  // backends that say so in has_fused_attention, for q's device and dtype, the head dims of q
+  // and v and whether there is dropout, implement it; scaled_dot_product_attention composes
+  // matmul, softmax and dropout elsewhere.
+  virtual bool has_fused_attention(const Tensor& /*q*/, const Tensor& /*v*/,
+                                   bool /*dropout*/) const {
+    return false;
+  }
   virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
-                         bool causal, double scale, const Tensor& out, const Tensor& stats);
+                         const AttentionOptions& options, const Tensor& out, const Tensor& stats);
   // Its gradients: gout (B,H,L,Ev), gq, gk, gv (overwritten) laid out as out, q, k, v may be.
   virtual void attention_backward(const Tensor& gout, const Tensor& q, const Tensor& k,
-                                  const Tensor& v, const Tensor& mask, bool causal, double scale,
-                                  const Tensor& out, const Tensor& stats, const Tensor& gq,
-                                  const Tensor& gk, const Tensor& gv);
+                                  const Tensor& v, const Tensor& mask,
+                                  const AttentionOptions& options, const Tensor& out,
+                                  const Tensor& stats, const Tensor& gq, const Tensor& gk,
+                                  const Tensor& gv);
   // Adam/AdamW on many parameters in a few launches (PyTorch's fused=True). Only backends
   // that say so in has_fused_adam implement it; the optimizers compose the same update from
   // ops elsewhere (the CPU keeps PyTorch's single-tensor arithmetic, op by op).

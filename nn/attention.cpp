@@ -3,12 +3,14 @@
 // core/cuda/attention.cu, for bfloat16 and float16 with head dims up to 128), and the
 // composition softmax(q kᵀ · scale + mask) v, which runs where the fused kernel does not: where
 // the backend has none for the dtype and head dims (CUDA float32 and float64: cuBLAS products
-// and the softmax kernel), with dropout, and when a float mask needs its own gradient; 16-bit
-// tensors on the CPU go through the float32 kernel. Then MultiheadAttention (nn/attention.h),
-// the module on top of it.
+// and the softmax kernel) or for dropout (CUDA), and when a float mask needs its own gradient;
+// 16-bit tensors on the CPU go through the float32 kernel. The fused kernel's dropout draws its
+// mask from a seed taken from the default generator, as the composition's dropout draws it. Then
+// MultiheadAttention (nn/attention.h), the module on top of it.
 #include <array>
 #include <cmath>
 #include <limits>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -17,6 +19,7 @@
 #include "core/autocast.h"
 #include "core/backend.h"
 #include "core/grad_hooks.h"
+#include "core/random.h"
 #include "nn/attention.h"
 #include "nn/functional.h"
 #include "nn/init.h"
@@ -104,7 +107,7 @@ class AttentionBackward final : public autograd::Node {
   // q, k, v and out as the kernel reads them (B, H, ., .), stats (2, B * H, L); shapes: the
   // inputs' own.
   AttentionBackward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
-                    const Tensor& out, const Tensor& stats, bool causal, double scale,
+                    const Tensor& out, const Tensor& stats, const AttentionOptions& options,
                     std::array<Shape, 3> shapes)
       : q_(q),
         k_(k),
@@ -112,8 +115,7 @@ class AttentionBackward final : public autograd::Node {
         mask_(mask),
         out_(out),
         stats_(stats),
-        causal_(causal),
-        scale_(scale),
+        options_(options),
         shapes_(std::move(shapes)) {}
   std::string name() const override { return "ScaledDotProductAttentionBackward"; }
   void release_variables() override {
@@ -127,15 +129,14 @@ class AttentionBackward final : public autograd::Node {
     Tensor gv = empty_heads_like(v, v.size(2), v.size(3));
     backend_for(q, "scaled_dot_product_attention")
         .attention_backward(as_heads(grads[0].to(q.dtype())), q, k, v,
-                            mask_.defined() ? mask_.unpack(*this) : Tensor(), causal_, scale_, out,
+                            mask_.defined() ? mask_.unpack(*this) : Tensor(), options_, out,
                             stats_.unpack(*this), gq, gk, gv);
     return {gq.reshape(shapes_[0]), gk.reshape(shapes_[1]), gv.reshape(shapes_[2])};
   }
 
  private:
   autograd::SavedTensor q_, k_, v_, mask_, out_, stats_;
-  bool causal_;
-  double scale_;
+  AttentionOptions options_;
   std::array<Shape, 3> shapes_;
 };
 
@@ -190,10 +191,16 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   const double sc = scale.value_or(1 / std::sqrt(static_cast<double>(e)));
   const Tensor mask = additive(attn_mask, q);
 
-  const bool fused = backend_for(q, op).has_fused_attention(q, v) && dropout_p == 0 &&
+  const bool fused = backend_for(q, op).has_fused_attention(q, v, dropout_p > 0) &&
                      !(mask.defined() && detail::recorder_for(mask)) && q.numel() > 0 &&
                      k.numel() > 0 && v.numel() > 0;
   if (!fused) return composed(q, k, v, mask, dropout_p, is_causal, sc);
+  AttentionOptions options{.causal = is_causal, .scale = sc, .dropout_p = dropout_p};
+  if (dropout_p > 0) {
+    Generator& gen = default_generator();
+    std::lock_guard lock(gen.mutex());
+    options.dropout_seed = gen.next_u64();
+  }
 
   GradRecorder* rec = detail::recorder_for({&q, &k, &v});
   // What the kernel reads and writes, as (B, H, ., .) heads, outside the graph: the node keeps
@@ -208,14 +215,14 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     heads = empty_heads_like(qh, l, ev);  // as q is laid out: MultiheadAttention joins it freely
     const DType stat = q.element_size() == 2 ? kFloat32 : q.dtype();  // as layer_norm's
     stats = empty({2, numel(batch_of(q)), l}, TensorOptions(stat).with_device(q.device()));
-    backend_for(q, op).attention(qh, kh, vh, mc, is_causal, sc, heads, stats);
+    backend_for(q, op).attention(qh, kh, vh, mc, options, heads, stats);
     Shape out_shape = batch_of(q);
     out_shape.insert(out_shape.end(), {l, ev});
     out = heads.view(std::move(out_shape));
   }
   if (rec) {
-    autograd::record<AttentionBackward>({&q, &k, &v}, out, qh, kh, vh, mc, heads, stats, is_causal,
-                                        sc, std::array<Shape, 3>{q.sizes(), k.sizes(), v.sizes()});
+    autograd::record<AttentionBackward>({&q, &k, &v}, out, qh, kh, vh, mc, heads, stats, options,
+                                        std::array<Shape, 3>{q.sizes(), k.sizes(), v.sizes()});
   }
   return out;
 }

@@ -65,9 +65,10 @@ Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel,
 //
 //   Tensor y = F::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
 //
-// On the CPU, float32 and float64 run one fused kernel (FlashAttention's online softmax): no
-// (L x S) matrix is made, forward or backward. Elsewhere, and with dropout or a float mask that
-// requires grad, it is the composition of matmul, softmax and dropout.
+// On the CPU, float32 and float64 (and 16-bit floats through float32) run one fused kernel
+// (FlashAttention's online softmax, dropout included): no (L x S) matrix is made, forward or
+// backward. On CUDA, bfloat16 and float16 without dropout do. Elsewhere, and with a float mask
+// that requires grad, it is the composition of matmul, softmax and dropout.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& attn_mask = {}, double dropout_p = 0.0,
                                     bool is_causal = false,

@@ -18,12 +18,18 @@
 // D = rowsum(dO ∘ O): dV += Pᵀ dO, dS = P ∘ (dO Vᵀ - D), dQ += scale dS K, dK += scale dSᵀ Q.
 // Threads take whole heads, so that dK and dV of a head have one writer.
 //
+// Dropout (FlashAttention's): the forward sums l over the probabilities before dropout and
+// accumulates the dropped ones, P ∘ Z with Z = 0 or 1 / (1 - p); the backward draws Z again
+// (a hash of the seed and the element's place: the same whatever thread takes it) and, with
+// D = rowsum(dO ∘ O) as before, dV += (P ∘ Z)ᵀ dO and dS = P ∘ (Z ∘ dO Vᵀ - D).
+//
 // The tiles' products run on gradwire's float32 GEMM (cpu/sgemm.h) where it takes them, on
 // Eigen's otherwise; accumulation is in the tensors' dtype, as PyTorch's CPU flash attention
 // does for float32.
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -87,6 +93,16 @@ void product(C&& c, const A& a, const B& b, bool accumulate) {
     c.noalias() = a * b;
 }
 
+// Dropout's draw for element `index` (its place among the B * H * L * S probabilities) of a
+// call seeded `seed`: splitmix64's finalizer over the counter; the element is dropped where the
+// high 32 bits fall below threshold = p * 2^32.
+inline bool kept(uint64_t seed, uint64_t index, uint64_t threshold) {
+  uint64_t x = seed + index * 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return ((x ^ (x >> 31)) >> 32) >= threshold;
+}
+
 // The problem's sizes, and the additive mask (batch..., L, S) read through its strides.
 template <typename T>
 struct Problem {
@@ -95,16 +111,23 @@ struct Problem {
   bool causal;
   const T* mask = nullptr;
   std::vector<int64_t> mask_sizes, mask_strides;  // of the batch dims, then L and S
+  bool dropout;
+  uint64_t seed, threshold;  // dropout's
+  T keep_scale;              // 1 / (1 - p)
 
-  Problem(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& m, bool causal,
-          double scale)
+  Problem(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& m,
+          const AttentionOptions& options)
       : bh(q.size(0) * q.size(1)),
         l(q.size(2)),
         s(k.size(2)),
         e(q.size(3)),
         ev(v.size(3)),
-        scale(static_cast<T>(scale)),
-        causal(causal) {
+        scale(static_cast<T>(options.scale)),
+        causal(options.causal),
+        dropout(options.dropout_p > 0),
+        seed(options.dropout_seed),
+        threshold(static_cast<uint64_t>(std::ldexp(options.dropout_p, 32))),
+        keep_scale(static_cast<T>(1 / (1 - options.dropout_p))) {
     if (!m.defined()) return;
     mask = m.data_ptr<T>();
     mask_sizes.assign(m.sizes().begin(), m.sizes().end());
@@ -140,6 +163,11 @@ struct Problem {
 
   // Keys a block of query rows ending before `i1` looks at.
   int64_t keys_for(int64_t i1) const { return causal ? std::min(s, i1) : s; }
+
+  // Dropout's factor Z (0 or 1 / (1 - p)) of head h's probability (i, j).
+  T keep_factor(int64_t h, int64_t i, int64_t j) const {
+    return kept(seed, static_cast<uint64_t>((h * l + i) * s + j), threshold) ? keep_scale : T(0);
+  }
 };
 
 // Each query row's maximum score m and log(l), l its sum of exp(s - m): a (2, B * H, L) tensor.
@@ -185,6 +213,8 @@ void forward(const Problem<T>& p, const Heads<T>& q, const Heads<T>& k, const He
           m[r] = top;
           t.row(r) = (t.row(r).array() - top).exp();
           sum[r] += t.row(r).sum();
+          if (p.dropout)
+            for (int64_t c = 0; c < bc; ++c) t(r, c) *= p.keep_factor(h, i0 + r, j0 + c);
         }
         product<T>(a, t, vb, true);
       }
@@ -233,10 +263,19 @@ void backward(const Problem<T>& p, const Heads<T>& gout, const Heads<T>& q, cons
           for (int64_t r = 0; r < br; ++r) {
             pt.row(r) = ((pt.row(r).array() - stats.max[row + r]) - stats.log_sum[row + r]).exp();
           }
+          product<T>(dt, gob, vb.transpose(), false);  // dO Vᵀ
+          for (int64_t r = 0; r < br; ++r) {
+            if (!p.dropout) {
+              dt.row(r) = pt.row(r).array() * (dt.row(r).array() - d[r]) * p.scale;
+              continue;
+            }
+            for (int64_t c = 0; c < bc; ++c) {
+              const T z = p.keep_factor(h, i0 + r, j0 + c);
+              dt(r, c) = pt(r, c) * (z * dt(r, c) - d[r]) * p.scale;
+              pt(r, c) *= z;  // what multiplied V
+            }
+          }
           product<T>(gvb, pt.transpose(), gob, true);
-          product<T>(dt, gob, vb.transpose(), false);
-          for (int64_t r = 0; r < br; ++r)
-            dt.row(r) = pt.row(r).array() * (dt.row(r).array() - d[r]) * p.scale;
           product<T>(gqb, dt, kb, true);
           product<T>(gkb, dt.transpose(), qb, true);
         }
@@ -248,28 +287,28 @@ void backward(const Problem<T>& p, const Heads<T>& gout, const Heads<T>& q, cons
 }  // namespace
 
 void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
-                           bool causal, double scale, const Tensor& out, const Tensor& stats) {
-  if (in_float32({&q, &k, &v, &mask}, {&out, &stats}, [&](const auto& t) {
-        attention(t[0], t[1], t[2], t[3], causal, scale, t[4], t[5]);
-      }))
+                           const AttentionOptions& options, const Tensor& out,
+                           const Tensor& stats) {
+  if (in_float32({&q, &k, &v, &mask}, {&out, &stats},
+                 [&](const auto& t) { attention(t[0], t[1], t[2], t[3], options, t[4], t[5]); }))
     return;
   dispatch<FloatTypes>(q.dtype(), "scaled_dot_product_attention", [&]<typename T>() {
-    forward(Problem<T>(q, k, v, mask, causal, scale), Heads<T>(q), Heads<T>(k), Heads<T>(v),
+    forward(Problem<T>(q, k, v, mask, options), Heads<T>(q), Heads<T>(k), Heads<T>(v),
             Heads<T>(out), RowStats<T>(stats, stats.size(1) * stats.size(2)));
   });
 }
 
 void CpuBackend::attention_backward(const Tensor& gout, const Tensor& q, const Tensor& k,
-                                    const Tensor& v, const Tensor& mask, bool causal, double scale,
-                                    const Tensor& out, const Tensor& stats, const Tensor& gq,
-                                    const Tensor& gk, const Tensor& gv) {
+                                    const Tensor& v, const Tensor& mask,
+                                    const AttentionOptions& options, const Tensor& out,
+                                    const Tensor& stats, const Tensor& gq, const Tensor& gk,
+                                    const Tensor& gv) {
   if (in_float32({&gout, &q, &k, &v, &mask, &out, &stats}, {&gq, &gk, &gv}, [&](const auto& t) {
-        attention_backward(t[0], t[1], t[2], t[3], t[4], causal, scale, t[5], t[6], t[7], t[8],
-                           t[9]);
+        attention_backward(t[0], t[1], t[2], t[3], t[4], options, t[5], t[6], t[7], t[8], t[9]);
       }))
     return;
   dispatch<FloatTypes>(q.dtype(), "scaled_dot_product_attention", [&]<typename T>() {
-    backward(Problem<T>(q, k, v, mask, causal, scale), Heads<T>(gout), Heads<T>(q), Heads<T>(k),
+    backward(Problem<T>(q, k, v, mask, options), Heads<T>(gout), Heads<T>(q), Heads<T>(k),
              Heads<T>(v), Heads<T>(out), RowStats<T>(stats, stats.size(1) * stats.size(2)),
              Heads<T>(gq), Heads<T>(gk), Heads<T>(gv));
   });

@@ -43,12 +43,12 @@ class CpuBackend final : public Backend {
            op == UnaryOp::Silu;
   }
   void unary_backward(UnaryOp op, const Tensor& g, const Tensor& x, const Tensor& out) override;
-  bool has_fused_attention(const Tensor&, const Tensor&) const override { return true; }
-  void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool causal,
-                 double scale, const Tensor& out, const Tensor& lse) override;
+  bool has_fused_attention(const Tensor&, const Tensor&, bool) const override { return true; }
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                 const AttentionOptions& options, const Tensor& out, const Tensor& stats) override;
   void attention_backward(const Tensor& gout, const Tensor& q, const Tensor& k, const Tensor& v,
-                          const Tensor& mask, bool causal, double scale, const Tensor& out,
-                          const Tensor& lse, const Tensor& gq, const Tensor& gk,
+                          const Tensor& mask, const AttentionOptions& options, const Tensor& out,
+                          const Tensor& stats, const Tensor& gq, const Tensor& gk,
                           const Tensor& gv) override;
   void index_select(const Tensor& in, int64_t dim, const Tensor& index,
                     const Tensor& out) override;

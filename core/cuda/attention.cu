@@ -1,7 +1,8 @@
 // Fused attention on CUDA for bfloat16 and float16 (autocast's dtypes): FlashAttention-2's
 // tiling on the tensor cores, so that no (L x S) score matrix exists in memory, and a backward
-// without atomics. float32 and float64, and head dims beyond kMaxHeadDim, take the composition
-// (cuBLAS products and the softmax kernel): has_fused_attention says which.
+// without atomics. float32 and float64, head dims beyond kMaxHeadDim, and dropout take the
+// composition (cuBLAS products, the softmax and dropout kernels): has_fused_attention says
+// which.
 //
 // A block owns 64 rows of one head (query rows in the forward and for dQ, keys for dK and dV):
 // four warps of 16 rows, one wmma tile high each. It walks through the other side 64 rows at a
@@ -206,7 +207,9 @@ __device__ __forceinline__ float score2(const Problem<T>& p, float dot, const T*
   // float's range, as those keys all are, they still weigh alike. -inf and NaN pass through.
   constexpr float kLowest = -FLT_MAX / 2 / kLog2e;
   if (x < kLowest && x != -INFINITY) x = kLowest;
-  return x * kLog2e;
+  // Rounded here, never fused with what is subtracted from it: such a row's scores must equal
+  // its maximum exactly, in the forward and in the backward, for x - m to be 0.
+  return __fmul_rn(x, kLog2e);
 }
 
 // Which (head, tile) a block of a 1-D grid takes: heads outermost, so that the blocks of one
@@ -390,8 +393,9 @@ __device__ __forceinline__ void prob_and_grad(const Problem<T>& p, float dot, fl
   const float x = score2(p, dot, mask, i, j);
   if (x == -INFINITY) return;
   // m = +inf (every key masked): 0. A probability is at most 1: a score recomputed here (as
-  // K Qᵀ for dK and dV) may round above the forward's maximum.
-  prob = exp2f(fminf((x - row_max) - log_sum, 0.0f));
+  // K Qᵀ for dK and dV) may round above the forward's maximum. (Not fminf: NaN stays NaN.)
+  const float e = (x - row_max) - log_sum;
+  prob = exp2f(e > 0.0f ? 0.0f : e);
   grad = prob * (dprob - row_dot) * p.scale;
 }
 
@@ -499,7 +503,7 @@ Tensor mask_4d(const Tensor& mask, const Tensor& q, int64_t s) {
 
 template <typename T>
 Problem<T> problem(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
-                   bool causal, double scale, const Tensor& out, const Tensor& stats,
+                   const AttentionOptions& options, const Tensor& out, const Tensor& stats,
                    const Tensor& mask4, std::initializer_list<const Tensor*> staged) {
   auto* row_max = static_cast<float*>(stats.raw_data());
   Problem<T> p{head_rows<T>(q),
@@ -514,8 +518,8 @@ Problem<T> problem(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
                k.size(2),
                static_cast<int>(q.size(3)),
                static_cast<int>(v.size(3)),
-               static_cast<float>(scale),
-               causal,
+               static_cast<float>(options.scale),
+               options.causal,
                false};
   if (mask.defined()) {
     p.mask = {static_cast<const T*>(mask4.raw_data()),
@@ -571,9 +575,9 @@ unsigned blocks_for(int64_t bh, int64_t rows) {
 
 // D = 128 takes 121 KiB of shared memory, beyond the 99 KiB of GPUs such as the A10, L4 and RTX
 // 30 to 50 series (sm_86, sm_89, sm_120): there, those heads take the composition.
-bool CudaBackend::has_fused_attention(const Tensor& q, const Tensor& v) const {
+bool CudaBackend::has_fused_attention(const Tensor& q, const Tensor& v, bool dropout) const {
   const int64_t e = q.size(-1), ev = v.size(-1);
-  if (!is_16_bit_float(q.dtype()) || std::max(e, ev) > kMaxHeadDim) return false;
+  if (dropout || !is_16_bit_float(q.dtype()) || std::max(e, ev) > kMaxHeadDim) return false;
   int limit = 0;
   GW_CUDA_CHECK(
       cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, q.device().index));
@@ -584,10 +588,12 @@ bool CudaBackend::has_fused_attention(const Tensor& q, const Tensor& v) const {
 
 namespace {
 // The kernels' entry points run only where has_fused_attention said yes (nn asks it first).
-void check_fused(const CudaBackend& backend, const Tensor& q, const Tensor& v, const Tensor& mask) {
-  GW_CHECK(backend.has_fused_attention(q, v), InternalError,
+void check_fused(const CudaBackend& backend, const Tensor& q, const Tensor& v, const Tensor& mask,
+                 const AttentionOptions& options) {
+  GW_CHECK(backend.has_fused_attention(q, v, options.dropout_p > 0), InternalError,
            "[scaled_dot_product_attention] no fused CUDA kernel for ", q.dtype(),
-           " with head dims ", q.size(3), " and ", v.size(3), " on ", q.device().str());
+           " with head dims ", q.size(3), " and ", v.size(3), " on ", q.device().str(),
+           options.dropout_p > 0 ? " with dropout" : "");
   // The kernels read the mask's elements as q's type (nn converts it).
   GW_CHECK(!mask.defined() || mask.dtype() == q.dtype(), InternalError,
            "[scaled_dot_product_attention] the fused CUDA kernel takes a ", q.dtype(),
@@ -596,14 +602,15 @@ void check_fused(const CudaBackend& backend, const Tensor& q, const Tensor& v, c
 }  // namespace
 
 void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
-                            bool causal, double scale, const Tensor& out, const Tensor& stats) {
-  check_fused(*this, q, v, mask);
+                            const AttentionOptions& options, const Tensor& out,
+                            const Tensor& stats) {
+  check_fused(*this, q, v, mask, options);
   if (q.numel() == 0 || k.numel() == 0) return;  // nn composes these; nothing to launch
   const Tensor mask4 = mask.defined() ? mask_4d(mask, q, k.size(2)) : Tensor();
   dispatch<TypeList<Half, BFloat16>>(q.dtype(), "scaled_dot_product_attention", [&]<typename H>() {
     using T = cuda_type_t<H>;
     OnDevice on(out);
-    const Problem<T> p = problem<T>(q, k, v, mask, causal, scale, out, stats, mask4, {&q, &k, &v});
+    const Problem<T> p = problem<T>(q, k, v, mask, options, out, stats, mask4, {&q, &k, &v});
     dispatch_head_dim(p.e, p.ev, [&]<int D>() {
       const size_t bytes = ForwardShared<T, D>::bytes;
       allow_shared<attention_forward<T, D>>(bytes, out.device().index);
@@ -614,10 +621,11 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
 }
 
 void CudaBackend::attention_backward(const Tensor& gout, const Tensor& q, const Tensor& k,
-                                     const Tensor& v, const Tensor& mask, bool causal, double scale,
-                                     const Tensor& out, const Tensor& stats, const Tensor& gq,
-                                     const Tensor& gk, const Tensor& gv) {
-  check_fused(*this, q, v, mask);
+                                     const Tensor& v, const Tensor& mask,
+                                     const AttentionOptions& options, const Tensor& out,
+                                     const Tensor& stats, const Tensor& gq, const Tensor& gk,
+                                     const Tensor& gv) {
+  check_fused(*this, q, v, mask, options);
   if (q.numel() == 0 || k.numel() == 0) {  // nn composes these; nothing to launch
     for (Tensor g : {gq, gk, gv}) g.zero_();
     return;
@@ -626,8 +634,7 @@ void CudaBackend::attention_backward(const Tensor& gout, const Tensor& q, const 
   dispatch<TypeList<Half, BFloat16>>(q.dtype(), "scaled_dot_product_attention", [&]<typename H>() {
     using T = cuda_type_t<H>;
     OnDevice on(gq);
-    const Problem<T> p =
-        problem<T>(q, k, v, mask, causal, scale, out, stats, mask4, {&q, &k, &v, &gout});
+    const Problem<T> p = problem<T>(q, k, v, mask, options, out, stats, mask4, {&q, &k, &v, &gout});
     const Tensor dots = empty({p.bh, p.l}, TensorOptions(kFloat32).with_device(q.device()));
     const Gradients<T> g{head_rows<T>(gout), head_rows<T>(gq), head_rows<T>(gk), head_rows<T>(gv),
                          static_cast<const float*>(dots.raw_data())};

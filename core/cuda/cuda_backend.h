@@ -51,11 +51,11 @@ class CudaBackend final : public Backend {
                    const Tensor& src) override;
   void unfold2d(const Tensor& x, const std::array<int64_t, 8>& params, const Tensor& cols) override;
   void fold2d(const Tensor& cols, const std::array<int64_t, 8>& params, const Tensor& x) override;
-  bool has_fused_attention(const Tensor& q, const Tensor& v) const override;
-  void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool causal,
-                 double scale, const Tensor& out, const Tensor& stats) override;
+  bool has_fused_attention(const Tensor& q, const Tensor& v, bool dropout) const override;
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                 const AttentionOptions& options, const Tensor& out, const Tensor& stats) override;
   void attention_backward(const Tensor& gout, const Tensor& q, const Tensor& k, const Tensor& v,
-                          const Tensor& mask, bool causal, double scale, const Tensor& out,
+                          const Tensor& mask, const AttentionOptions& options, const Tensor& out,
                           const Tensor& stats, const Tensor& gq, const Tensor& gk,
                           const Tensor& gv) override;
   bool has_fused_adam() const override { return true; }

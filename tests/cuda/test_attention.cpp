@@ -176,7 +176,7 @@ TEST_CASE("fused attention on the GPU holds no (L x S) matrix, forward or backwa
           "[cuda][attention]") {
   GW_REQUIRE_CUDA_DEVICE();
   // One head's bfloat16 scores at L = S = 2048: 8 MiB. The fused kernel's extra memory is its
-  // output, gradients and a log-sum-exp and a dot per row; the composition holds several
+  // output, gradients and three numbers per row; the composition holds several
   // (B, H, L, S) matrices, which the same measurement sees.
   const int64_t l = 2048, heads = 2;
   const size_t scores = size_t(l * l) * 2;

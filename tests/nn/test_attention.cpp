@@ -392,8 +392,7 @@ TEST_CASE("a row whose every key a finite mask hides averages v, and so do its g
   }
 }
 
-TEST_CASE("attention on several threads, causal through the composition, strided inputs",
-          "[nn][attention]") {
+TEST_CASE("attention on several threads, causal, masked, strided inputs", "[nn][attention]") {
   gw::Generator gen(11);
   Tensor q = randn64({3, 5, 70, 8}, gen, false), k = randn64({3, 5, 100, 8}, gen, false);
   Tensor v = randn64({3, 5, 100, 6}, gen, false), gout = randn64({3, 5, 70, 6}, gen, false);
@@ -425,7 +424,7 @@ TEST_CASE("attention on several threads, causal through the composition, strided
                         const Tensor& d) { return F::scaled_dot_product_attention(a, b, d, mask); },
                     q, k, v, gout);
   check_same(masked, masked_full, 1e-12);
-  // A dropout probability that rounds to keeping everything takes the composition, exactly.
+  // A dropout probability that rounds to keeping everything keeps everything, exactly.
   auto composed = run(
       [&](const Tensor& a, const Tensor& b, const Tensor& d) {
         return F::scaled_dot_product_attention(a, b, d, {}, 1e-300, true);
@@ -476,23 +475,25 @@ TEST_CASE("attention on several threads, causal through the composition, strided
 }
 
 TEST_CASE("fused attention holds no (L x S) matrix, forward or backward", "[nn][attention]") {
-  // One head's scores at L = S = 512 in float32: 1 MiB. The fused kernel's extra memory is its
-  // outputs, gradients and one log-sum-exp per row; the composition holds several such
+  // One head's scores at L = S = 512 in float32: 1 MiB. The fused kernel's extra memory, with
+  // dropout, is its outputs, gradients and two numbers per row; the composition holds several such
   // matrices (scores, probabilities, their gradients), which the same measurement sees.
   const int64_t l = 512;
   const size_t scores = size_t(l * l) * sizeof(float);
   gw::Generator gen(12);
   auto leaf = [&](int64_t e) { return gw::randn({1, 2, l, e}, gen).requires_grad_(); };
   Tensor q = leaf(16), k = leaf(16), v = leaf(16), gout = gw::randn({1, 2, l, 16}, gen);
+  // A float mask that requires grad takes the composition (dropout takes the kernel).
+  Tensor trainable = gw::zeros({l, l}).requires_grad_();
   auto peak_extra = [&](bool fused) {
     const size_t base = gw::cpu_memory_stats().allocated_bytes;
     gw::reset_peak_cpu_memory_stats();
     {
-      Tensor out = fused ? F::scaled_dot_product_attention(q, k, v, {}, 0.0, true)
-                         : F::scaled_dot_product_attention(q, k, v, {}, 1e-300, true);
+      Tensor out = fused ? F::scaled_dot_product_attention(q, k, v, {}, 0.1)
+                         : F::scaled_dot_product_attention(q, k, v, trainable);
       out.backward(gout);
     }
-    for (Tensor* t : {&q, &k, &v}) t->set_grad({});
+    for (Tensor* t : {&q, &k, &v, &trainable}) t->set_grad({});
     return gw::cpu_memory_stats().peak_allocated_bytes - base;
   };
   const size_t fused = peak_extra(true), composed = peak_extra(false);
@@ -514,6 +515,66 @@ TEST_CASE("attention without keys, or with head_dim 0, gives what PyTorch gives"
   Tensor mean = F::scaled_dot_product_attention(gw::zeros({2, 3, 0}, gw::kFloat64),
                                                 gw::zeros({2, 6, 0}, gw::kFloat64), v2);
   CHECK(rel_error(mean, gw::mean(v2, {1}, true).expand({2, 3, 5})) < 1e-12);
+}
+
+TEST_CASE("fused attention's dropout drops each probability with p and scales the rest",
+          "[nn][attention]") {
+  // With v the identity, the output is the probabilities after dropout: each 0 or P / (1 - p).
+  gw::Generator gen(13);
+  constexpr int64_t kB = 2, kH = 3, kL = 40, kS = 70;
+  const Tensor q = randn64({kB, kH, kL, 8}, gen, false), k = randn64({kB, kH, kS, 8}, gen, false);
+  const Tensor eye = gw::eye(kS, gw::TensorOptions(gw::kFloat64)).expand({kB, kH, kS, kS});
+  const Tensor probs = attention_in_full(q, k, eye, {}, 1 / std::sqrt(8.0));
+  constexpr double p = 0.3;
+  gw::manual_seed(5);
+  const Tensor dropped = F::scaled_dot_product_attention(q, k, eye, {}, p);
+  const Tensor kept = gw::ne(dropped, 0.0);
+  CHECK(rel_error(gw::where(kept, probs / (1 - p), gw::zeros({}, gw::kFloat64)), dropped) < 1e-12);
+  // About p of them dropped: 8400 draws, a standard deviation of 0.005; six of them.
+  const double fraction = 1 - kept.to(gw::kFloat64).mean().item<double>();
+  CHECK(std::abs(fraction - p) < 0.03);
+  // The same seed draws the same mask, another another.
+  gw::manual_seed(5);
+  CHECK(gw::equal(F::scaled_dot_product_attention(q, k, eye, {}, p), dropped));
+  CHECK_FALSE(gw::equal(F::scaled_dot_product_attention(q, k, eye, {}, p), dropped));
+  // Whatever the threads: the mask is a function of the seed and the element's place.
+  const int threads = gw::get_num_threads();
+  gw::set_num_threads(3);
+  gw::manual_seed(5);
+  const Tensor threaded = F::scaled_dot_product_attention(q, k, eye, {}, p);
+  gw::set_num_threads(threads);
+  CHECK(gw::equal(threaded, dropped));
+  // 16-bit inputs draw the same mask (on float32 copies) as float64.
+  gw::manual_seed(5);
+  const Tensor half = F::scaled_dot_product_attention(q.to(gw::kBFloat16), k.to(gw::kBFloat16),
+                                                      eye.to(gw::kBFloat16), {}, p);
+  CHECK(gw::equal(gw::ne(half, 0.0), kept));
+  // In training the GPT's attention takes it: the output and no (L x S) tensor saved.
+  CHECK(F::scaled_dot_product_attention(q.detach().requires_grad_(), k, eye, {}, p)
+            .grad_fn()
+            ->name() == "ScaledDotProductAttentionBackward");
+}
+
+TEST_CASE("gradcheck: fused attention's dropout, causal and masked", "[nn][attention][gradcheck]") {
+  // Each evaluation draws the same mask (the generator seeded again), so the function is
+  // deterministic and its derivative is the backward's, which draws the mask again from the
+  // seed it kept.
+  gw::Generator gen(9);
+  Tensor q = randn64({2, 2, 6, 4}, gen), k = randn64({2, 2, 7, 4}, gen);
+  Tensor v = randn64({2, 2, 7, 3}, gen);
+  NN_GRADCHECK(
+      [](const Inputs& in) {
+        gw::manual_seed(21);
+        return F::scaled_dot_product_attention(in[0], in[1], in[2], {}, 0.4, true);
+      },
+      Inputs{q, k, v});
+  Tensor mask = gw::gt(gw::rand({6, 7}, gen), 0.3);
+  NN_GRADCHECK(
+      [mask](const Inputs& in) {
+        gw::manual_seed(22);
+        return F::scaled_dot_product_attention(in[0], in[1], in[2], mask, 0.4);
+      },
+      Inputs{q, k, v});
 }
 
 TEST_CASE("gradcheck: fused attention, causal and masked", "[nn][attention][gradcheck]") {
