@@ -8,7 +8,7 @@
 // the validation loss after 100 and 200
 // steps (on gpt_train's fixed validation windows; lower is better); then tokens/s of the same
 // model with dropout 0.1 (after the embeddings, on the attention probabilities and after each
-// residual branch, on both sides) over its first 60 steps. With GW_BENCH_GPT_CURVES=FILE, both
+// residual branch, on both sides) over its first 100 steps. With GW_BENCH_GPT_CURVES=FILE, both
 // training loss curves of the first case go to FILE as CSV.
 #include <stdlib.h>
 #include <unistd.h>
@@ -30,7 +30,7 @@
 
 namespace {
 
-constexpr int64_t kSteps = 200, kDropoutSteps = 60, kBatch = 32, kContext = 128, kEvalBatches = 20,
+constexpr int64_t kSteps = 200, kDropoutSteps = 100, kBatch = 32, kContext = 128, kEvalBatches = 20,
                   kUntimed = 5, kWindow = 50;
 constexpr int64_t kEvalAt[] = {100, 200};
 constexpr double kDropout = 0.1;

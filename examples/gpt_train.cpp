@@ -378,7 +378,8 @@ int main(int argc, char** argv) {
     options.vocab_size = corpus.vocab_size();
     if (args.pp > 0) options.tie_weights = false;  // a pipeline cuts the head from the embedding
     // The same on every rank (and DDP broadcasts rank 0's weights anyway); the model's dropout
-    // draws from it, so it lives as long as the model.
+    // modules draw from it, so it lives as long as the model. (Attention's dropout draws its
+    // seed from gw::default_generator(), as PyTorch's from torch's.)
     gw::Generator gen(args.seed);
     auto model = std::make_shared<gw::nn::GPT>(options, gen);
     model->to(device);

@@ -67,8 +67,9 @@ Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel,
 //
 // On the CPU, float32 and float64 (and 16-bit floats through float32) run one fused kernel
 // (FlashAttention's online softmax, dropout included): no (L x S) matrix is made, forward or
-// backward. On CUDA, bfloat16 and float16 without dropout do. Elsewhere, and with a float mask
-// that requires grad, it is the composition of matmul, softmax and dropout.
+// backward. On CUDA, bfloat16 and float16 with head dims up to 128 do, without dropout
+// (docs/training.md). Elsewhere, and with a float mask that requires grad, it is the composition
+// of matmul, softmax and dropout.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& attn_mask = {}, double dropout_p = 0.0,
                                     bool is_causal = false,

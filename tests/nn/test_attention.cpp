@@ -476,29 +476,35 @@ TEST_CASE("attention on several threads, causal, masked, strided inputs", "[nn][
 
 TEST_CASE("fused attention holds no (L x S) matrix, forward or backward", "[nn][attention]") {
   // One head's scores at L = S = 512 in float32: 1 MiB. The fused kernel's extra memory, with
-  // dropout, is its outputs, gradients and two numbers per row; the composition holds several such
-  // matrices (scores, probabilities, their gradients), which the same measurement sees.
+  // dropout or without, is its outputs, gradients and two numbers per row; the composition holds
+  // several such matrices (scores, probabilities, their gradients), which the same measurement
+  // sees.
   const int64_t l = 512;
   const size_t scores = size_t(l * l) * sizeof(float);
   gw::Generator gen(12);
   auto leaf = [&](int64_t e) { return gw::randn({1, 2, l, e}, gen).requires_grad_(); };
   Tensor q = leaf(16), k = leaf(16), v = leaf(16), gout = gw::randn({1, 2, l, 16}, gen);
-  // A float mask that requires grad takes the composition (dropout takes the kernel).
+  // A float mask that requires grad takes the composition.
   Tensor trainable = gw::zeros({l, l}).requires_grad_();
-  auto peak_extra = [&](bool fused) {
+  enum Run { kFused, kDropout, kComposed };
+  auto peak_extra = [&](Run run) {
     const size_t base = gw::cpu_memory_stats().allocated_bytes;
     gw::reset_peak_cpu_memory_stats();
     {
-      Tensor out = fused ? F::scaled_dot_product_attention(q, k, v, {}, 0.1)
-                         : F::scaled_dot_product_attention(q, k, v, trainable);
+      Tensor out = run == kFused     ? F::scaled_dot_product_attention(q, k, v, {}, 0.0, true)
+                   : run == kDropout ? F::scaled_dot_product_attention(q, k, v, {}, 0.1)
+                                     : F::scaled_dot_product_attention(q, k, v, trainable);
       out.backward(gout);
     }
     for (Tensor* t : {&q, &k, &v, &trainable}) t->set_grad({});
     return gw::cpu_memory_stats().peak_allocated_bytes - base;
   };
-  const size_t fused = peak_extra(true), composed = peak_extra(false);
-  INFO("fused " << fused << " B, composed " << composed << " B, one head's scores " << scores);
+  const size_t fused = peak_extra(kFused), dropout = peak_extra(kDropout);
+  const size_t composed = peak_extra(kComposed);
+  INFO("fused " << fused << " B, with dropout " << dropout << " B, composed " << composed
+                << " B, one head's scores " << scores);
   CHECK(fused < scores);
+  CHECK(dropout < scores);
   CHECK(composed > 2 * scores);
 }
 
@@ -519,20 +525,25 @@ TEST_CASE("attention without keys, or with head_dim 0, gives what PyTorch gives"
 
 TEST_CASE("fused attention's dropout drops each probability with p and scales the rest",
           "[nn][attention]") {
-  // With v the identity, the output is the probabilities after dropout: each 0 or P / (1 - p).
+  // With v the identity, the output is the probabilities after dropout, P ∘ Z: each 0 or
+  // P / (1 - p). Three blocks of query rows and two of keys (the kernel's tiles: 32 and 64).
   gw::Generator gen(13);
-  constexpr int64_t kB = 2, kH = 3, kL = 40, kS = 70;
+  constexpr int64_t kB = 2, kH = 3, kL = 70, kS = 100;
+  const double scale = 1 / std::sqrt(8.0);
   const Tensor q = randn64({kB, kH, kL, 8}, gen, false), k = randn64({kB, kH, kS, 8}, gen, false);
   const Tensor eye = gw::eye(kS, gw::TensorOptions(gw::kFloat64)).expand({kB, kH, kS, kS});
-  const Tensor probs = attention_in_full(q, k, eye, {}, 1 / std::sqrt(8.0));
+  const Tensor probs = attention_in_full(q, k, eye, {}, scale);
   constexpr double p = 0.3;
   gw::manual_seed(5);
   const Tensor dropped = F::scaled_dot_product_attention(q, k, eye, {}, p);
   const Tensor kept = gw::ne(dropped, 0.0);
   CHECK(rel_error(gw::where(kept, probs / (1 - p), gw::zeros({}, gw::kFloat64)), dropped) < 1e-12);
-  // About p of them dropped: 8400 draws, a standard deviation of 0.005; six of them.
+  // About p of them dropped: 42000 draws, a standard deviation of 0.0022; 0.02 is nine.
   const double fraction = 1 - kept.to(gw::kFloat64).mean().item<double>();
-  CHECK(std::abs(fraction - p) < 0.03);
+  CHECK(std::abs(fraction - p) < 0.02);
+  // Every head and every sample draws its own mask.
+  CHECK_FALSE(gw::equal(kept.select(1, 0), kept.select(1, 1)));
+  CHECK_FALSE(gw::equal(kept.select(0, 0), kept.select(0, 1)));
   // The same seed draws the same mask, another another.
   gw::manual_seed(5);
   CHECK(gw::equal(F::scaled_dot_product_attention(q, k, eye, {}, p), dropped));
@@ -549,7 +560,32 @@ TEST_CASE("fused attention's dropout drops each probability with p and scales th
   const Tensor half = F::scaled_dot_product_attention(q.to(gw::kBFloat16), k.to(gw::kBFloat16),
                                                       eye.to(gw::kBFloat16), {}, p);
   CHECK(gw::equal(gw::ne(half, 0.0), kept));
-  // In training the GPT's attention takes it: the output and no (L x S) tensor saved.
+
+  // Values and gradients, causal and not, on four threads: those of (softmax(s) ∘ Z) v with the
+  // Z found above (the same seed draws it; causality hides keys, not draws).
+  const Tensor z = kept.to(gw::kFloat64) / (1 - p);
+  const Tensor v = randn64({kB, kH, kS, 6}, gen, false),
+               gout = randn64({kB, kH, kL, 6}, gen, false);
+  for (bool causal : {false, true}) {
+    INFO("causal " << causal);
+    gw::set_num_threads(4);
+    auto fused = run(
+        [&](const Tensor& a, const Tensor& b, const Tensor& d) {
+          gw::manual_seed(5);
+          return F::scaled_dot_product_attention(a, b, d, {}, p, causal);
+        },
+        q, k, v, gout);
+    gw::set_num_threads(threads);
+    auto want = run(
+        [&](const Tensor& a, const Tensor& b, const Tensor& d) {
+          Tensor s = gw::matmul(a, b.transpose(-2, -1)) * scale;
+          if (causal) s = s + causal_bias(kL, kS);
+          return gw::matmul(gw::softmax(s, -1) * z, d);
+        },
+        q, k, v, gout);
+    check_same(fused, want, 1e-12);
+  }
+  // The fused kernel's node, not the composition's.
   CHECK(F::scaled_dot_product_attention(q.detach().requires_grad_(), k, eye, {}, p)
             .grad_fn()
             ->name() == "ScaledDotProductAttentionBackward");
