@@ -125,32 +125,57 @@ TEST_CASE("gradient accumulation under bfloat16 compute sums in the reduction's 
       .mp_policy = {.param_dtype = kBFloat16, .reduce_dtype = kFloat32}};
   run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
     using fsdp::testing::kPerRank;
-    auto gradients = [&](bool sync_each) {
+    constexpr int kMicroBatches = 8;
+    // The shards' gradients after micro-batches [first, 8), the last with sync; `fail_at`: that
+    // micro-batch's backward throws (on both ranks) and the accumulation starts again.
+    auto gradients = [&](bool sync_each, int first, int fail_at) {
       auto net = std::make_shared<Net>(6, kFloat32);
       auto root = fsdp::testing::shard(net, borrow(pg), mixed);
-      constexpr int kMicroBatches = 8;
-      for (int micro = 0; micro < kMicroBatches; ++micro) {
+      for (int micro = first; micro < kMicroBatches; ++micro) {
         auto [x, y] = fsdp::testing::batch(2, 0, micro);
         root->set_requires_gradient_sync(sync_each || micro + 1 == kMicroBatches);
-        net->loss(x.narrow(0, pg.rank() * kPerRank, kPerRank),
-                  y.narrow(0, pg.rank() * kPerRank, kPerRank))
-            .backward();
+        auto loss = [&] {
+          return net->loss(x.narrow(0, pg.rank() * kPerRank, kPerRank),
+                           y.narrow(0, pg.rank() * kPerRank, kPerRank));
+        };
+        if (micro != fail_at) {
+          loss().backward();
+          continue;
+        }
+        // The gradient reaching block a's output throws, after block b kept its gradients.
+        const int64_t hook =
+            net->a->register_forward_hook([](nn::Module&, const Tensor&, const Tensor& out) {
+              autograd::Edge edge = autograd::gradient_edge(out);
+              edge.fn->pre_hooks.emplace_back(edge.input_nr, [](const Tensor&) -> Tensor {
+                throw std::runtime_error("injected");
+              });
+              return Tensor();
+            });
+        EXPECT_THROWS(c, std::exception, loss().backward(), "injected");
+        net->a->remove_hook(hook);
       }
       std::vector<Tensor> grads;
       for (const Tensor& p : net->parameters()) grads.push_back(p.grad());
       return grads;
     };
-    const std::vector<Tensor> once = gradients(false), each = gradients(true);
-    EXPECT(c, once.size() == each.size());
-    for (size_t i = 0; i < std::min(once.size(), each.size()); ++i) {
-      EXPECT(c, once[i].defined() == each[i].defined());
-      if (!once[i].defined() || !each[i].defined() || each[i].numel() == 0) continue;
-      EXPECT(c, once[i].dtype() == kFloat32);
-      const double off = (once[i] - each[i]).abs().max().item<double>();
-      const double largest = each[i].abs().max().item<double>();
-      c.expect(off <= 1e-5 * largest,
-               gw::detail::str("parameter ", i, ": the sums differ by ", off, " of ", largest));
-    }
+    auto expect_same = [&](const std::vector<Tensor>& got, const std::vector<Tensor>& want,
+                           const std::string& what) {
+      EXPECT(c, got.size() == want.size());
+      for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
+        EXPECT(c, got[i].defined() == want[i].defined());
+        if (!got[i].defined() || !want[i].defined() || want[i].numel() == 0) continue;
+        EXPECT(c, got[i].dtype() == kFloat32);
+        const double off = (got[i] - want[i]).abs().max().item<double>();
+        const double largest = want[i].abs().max().item<double>();
+        c.expect(off <= 1e-5 * largest,
+                 gw::detail::str(what, ", parameter ", i, ": the sums differ by ", off, " of ",
+                                 largest));
+      }
+    };
+    expect_same(gradients(false, 0, -1), gradients(true, 0, -1), "summed once or reduced each");
+    // A backward that fails forgets the sum kept before it: after micro-batch 2 fails, the
+    // sum is that of micro-batches 3 to 7, as if they were all there ever was.
+    expect_same(gradients(false, 0, 2), gradients(false, 3, -1), "after a failed backward");
   });
 }
 
