@@ -87,7 +87,43 @@ std::vector<std::shared_ptr<Unit>> units_below(nn::Module* top) {
 
 // --- gathering --------------------------------------------------------------------------------
 
-void Unit::start_gather() {
+void Unit::write_tag(GatherFor why) {
+  const std::vector<double> tag{
+      static_cast<double>(position & 127), static_cast<double>((position >> 7) & 127),
+      static_cast<double>((position >> 14) & 127), static_cast<double>(why)};
+  shard_buffer.narrow(0, chunk, kTagLength).copy_(from_vector<double>(tag));
+}
+
+void Unit::check_tags(const Tensor& all, bool now) {
+  const Tensor tags = all.view({world(), -1}).narrow(1, chunk, kTagLength);
+  if (tags.device().is_cpu() || now || !root) return compare_tags(tags.to(kCPU));
+  root->unchecked_tags.push_back({weak_from_this(), tags.clone()});
+}
+
+void Unit::compare_tags(const Tensor& tags) const {
+  const std::vector<double> t = tags.to(kFloat64).contiguous().to_vector<double>();
+  auto describe = [&](int r) {
+    const double* tag = t.data() + r * kTagLength;
+    const auto at = static_cast<size_t>(tag[0]) | static_cast<size_t>(tag[1]) << 7 |
+                    static_cast<size_t>(tag[2]) << 14;
+    std::shared_ptr<Unit> unit = root && at < root->units.size() ? root->units[at].lock() : nullptr;
+    const char* what[] = {"?", "its forward", "its backward", "unshard()", "a full state dict"};
+    const auto why = static_cast<size_t>(tag[3]);
+    return gw::detail::str("unit ", at, " (", unit ? unit->type_name : "?", ") for ",
+                           what[why < std::size(what) ? why : 0]);
+  };
+  for (int r = 0; r < world(); ++r) {
+    GW_CHECK(std::equal(t.begin() + r * kTagLength, t.begin() + (r + 1) * kTagLength,
+                        t.begin() + rank() * kTagLength),
+             InvalidArgumentError, "[fully_shard] rank ", rank(), " gathered ", describe(rank()),
+             " while rank ", r, " gathered ", describe(r),
+             ": every rank must call the same units in the same order (a unit called on some "
+             "ranks only, or a backward that failed on some ranks, pairs the gathers of "
+             "different units)");
+  }
+}
+
+void Unit::start_gather(GatherFor why) {
   if (gathered || gather_work) return;
   if (params.empty()) {  // a container of units: nothing to gather (the same on every rank)
     gathered = true;
@@ -97,16 +133,19 @@ void Unit::start_gather() {
     GW_CHECK(p.shard.storage() == shard_buffer.storage(), StateError, "[fully_shard] ", p.name,
              "'s shard was moved or converted (Module::to?) after fully_shard: shard the module "
              "on its device and in its dtype");
-  gathering = empty({chunk * world()}, TensorOptions(compute_dtype).with_device(group->device()));
-  gather_work = group->all_gather_into_tensor(gathering, on_group_device(shard_buffer));
+  write_tag(why);
+  const Tensor mine = on_group_device(shard_buffer);
+  gathering = empty({mine.numel() * world()}, mine.options());
+  gather_work = group->all_gather_into_tensor(gathering, mine);
 }
 
-void Unit::finish_gather() {
-  start_gather();
+void Unit::finish_gather(GatherFor why) {
+  start_gather(why);
   if (gathered) return;
   dist::WorkPtr work = std::exchange(gather_work, nullptr);
   Tensor all = std::exchange(gathering, Tensor());
   work->wait();
+  check_tags(all);
   const Tensor flat = in_parameter_order(all);
   const size_t item = itemsize(compute_dtype);
   auto* to = static_cast<uint8_t*>(flat.raw_data());
@@ -130,6 +169,7 @@ void Unit::finish_gather() {
 Tensor Unit::in_parameter_order(const Tensor& all) const {
   // Each parameter's rows come from every rank's chunk.
   Tensor flat = world() == 1 ? all : empty({full_numel}, all.options());
+  const int64_t stride = all.numel() / world();  // a rank's shard buffer
   const size_t item = all.element_size();
   if (world() > 1)
     for (const ShardedParam& p : params)
@@ -139,11 +179,11 @@ Tensor Unit::in_parameter_order(const Tensor& all) const {
         if (flat.device().is_cpu())
           std::memcpy(
               static_cast<uint8_t*>(flat.raw_data()) + (p.full_offset + p.start_of(r)) * item,
-              static_cast<const uint8_t*>(all.raw_data()) + (r * chunk + p.offset) * item,
+              static_cast<const uint8_t*>(all.raw_data()) + (r * stride + p.offset) * item,
               static_cast<size_t>(count) * item);
         else  // on the device's stream
           flat.narrow(0, p.full_offset + p.start_of(r), count)
-              .copy_(all.narrow(0, r * chunk + p.offset, count));
+              .copy_(all.narrow(0, r * stride + p.offset, count));
       }
   return flat;
 }
@@ -237,10 +277,12 @@ Tensor Unit::pre_forward(const Tensor& input) {
     r->owner = this;
     for (auto& unit : units_below(module)) {
       unit->root = r;
+      unit->position = r->units.size();
       r->units.push_back(unit);
     }
   }
   if (is_root()) {
+    root->check_device_tags();  // of an earlier forward without backward
     root->forget_failed_backward();
     // Nothing stays gathered from an earlier call (a forward whose backward never ran, an
     // unused prefetch): an optimizer step may have changed the shards since.
@@ -250,9 +292,9 @@ Tensor Unit::pre_forward(const Tensor& input) {
   }
   const size_t position = root->forward_calls++;
   if (!root->forward_recorded) root->forward_order.push_back(weak_from_this());
-  finish_gather();
+  finish_gather(GatherFor::kForward);
   if (auto next = Root::next(root->forward_order, root->forward_recorded, position))
-    next->start_gather();
+    next->start_gather(GatherFor::kForward);
   Tensor x = input;
   // The root casts the model's floating inputs to its policy's param_dtype. (FSDP2 casts at
   // every unit; with one policy for all, as gradwire's examples give, that is the same, and
@@ -287,9 +329,9 @@ void Unit::pre_backward() {
   root->queue_end_of_backward();
   const size_t position = root->backward_calls++;
   if (!root->backward_recorded) root->backward_order.push_back(weak_from_this());
-  finish_gather();
+  finish_gather(GatherFor::kBackward);
   if (auto next = Root::next(root->backward_order, root->backward_recorded, position))
-    next->start_gather();
+    next->start_gather(GatherFor::kBackward);
 }
 
 void Unit::post_backward() {
@@ -302,6 +344,17 @@ void Root::queue_end_of_backward() {
   if (callback_queued) return;
   autograd::queue_callback([this] { end_of_backward(); });
   callback_queued = true;
+}
+
+void Root::check_device_tags() {
+  if (unchecked_tags.empty()) return;
+  const std::vector<Tags> pending = std::exchange(unchecked_tags, {});
+  std::vector<Tensor> all;
+  for (const Tags& t : pending) all.push_back(t.all);
+  const Tensor tags = cat(all, 0).to(kCPU);  // one copy from the device
+  for (size_t i = 0; i < pending.size(); ++i)
+    if (auto unit = pending[i].unit.lock())
+      unit->compare_tags(tags.narrow(0, static_cast<int64_t>(i) * unit->world(), unit->world()));
 }
 
 void Root::forget_failed_backward() {
@@ -336,6 +389,7 @@ void Root::end_of_backward() {
     u.reshard();
     u.reduced = false;
   });
+  check_device_tags();
   // Only now: when the above throws, the next call forgets this pass (forget_failed_backward).
   callback_queued = false;
   backward_recorded = true;
@@ -442,8 +496,8 @@ std::shared_ptr<FSDPModule> fully_shard(const std::shared_ptr<nn::Module>& modul
   }
   const auto& offload = options.offload_policy;
   const Device device = unit->group->device();
-  unit->shard_buffer =
-      zeros({unit->chunk}, TensorOptions(unit->dtype).with_device(offload ? kCPU : device));
+  unit->shard_buffer = zeros({unit->chunk + Unit::kTagLength},
+                             TensorOptions(unit->dtype).with_device(offload ? kCPU : device));
   if (offload && offload->pin_memory && !device.is_cpu())
     unit->shard_buffer = pin_memory(unit->shard_buffer);
 
@@ -520,7 +574,7 @@ double clip_grad_norm_(const std::vector<Tensor>& shards, double max_norm,
   return total;
 }
 
-void FSDPModule::unshard() { unit_->finish_gather(); }
+void FSDPModule::unshard() { unit_->finish_gather(Unit::GatherFor::kUnshard); }
 void FSDPModule::reshard() { unit_->reshard(); }
 
 void FSDPModule::set_requires_gradient_sync(bool sync, bool recurse) {

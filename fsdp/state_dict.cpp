@@ -116,9 +116,11 @@ NamedTensors FSDPModule::full_state_dict() const {
   const auto units = detail::units_below(unit_->module);
   for (const auto& unit : units) {
     if (unit->params.empty()) continue;
+    unit->write_tag(detail::Unit::GatherFor::kState);
     const Tensor mine = unit->shard_buffer.to(unit->group->device());
-    Tensor all = empty({unit->chunk * unit->world()}, mine.options());
+    Tensor all = empty({mine.numel() * unit->world()}, mine.options());
     unit->group->all_gather_into_tensor(all, mine)->wait();
+    unit->check_tags(all, true);
     const Tensor flat = unit->in_parameter_order(all).to(unit->shard_buffer.device());
     for (const ShardedParam& p : unit->params)
       whole[&p] = flat.narrow(0, p.full_offset, p.full.numel()).view(p.full.sizes());

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <memory>
 #include <string>
 #include <utility>
@@ -60,15 +61,29 @@ struct Unit : std::enable_shared_from_this<Unit> {
   DType reduce_dtype = kFloat32;   // the reductions'
   int64_t chunk = 0;               // elements of one rank's shards, padded
   int64_t full_numel = 0;          // elements of the gathered parameters
-  Tensor shard_buffer;             // (chunk): this rank's shards back to back; the shards view it
-                                   // (on the group's device, or the CPU under a CPUOffloadPolicy)
+  Tensor shard_buffer;  // (chunk + kTagLength): this rank's shards back to back, which the
+                        // shards view, then the tag of the gather it goes into (on the group's
+                        // device, or the CPU under a CPUOffloadPolicy)
+  size_t position = 0;  // among its root's units, the same on every rank
   bool sync = true;
   std::shared_ptr<Root> root;
 
-  // Gathering: the all-gather in flight and the buffer it fills (every rank's chunk in rank
-  // order), then `gathered` once the members view their rows.
+  // Gathering: the all-gather in flight and the buffer it fills (every rank's shard buffer in
+  // rank order), then `gathered` once the members view their rows.
+  //
+  // Each rank's part of a gather ends with a tag naming what it gathers: the unit's position
+  // and what for, as kTagLength integers below 128, which every floating dtype holds exactly.
+  // A gather copies, so each rank reads back every rank's tag and compares it with its own:
+  // ranks that call units in different orders (a unit called on some ranks only, a backward
+  // that failed on one rank) would otherwise pair the gathers of different units of one size
+  // and compute with another unit's parameters, silently. On the CPU (Gloo, MPI) the tags are
+  // read when the gather ends; on a device, at the end of backward (or the next forward), when
+  // the host waits for the device anyway.
+  enum class GatherFor { kForward = 1, kBackward = 2, kUnshard = 3, kState = 4 };
+  static constexpr int64_t kTagLength = 4;
   dist::WorkPtr gather_work;
   Tensor gathering;
+  GatherFor gathering_for = GatherFor::kForward;
   bool gathered = false;
 
   // Reduce-scatters issued by this backward, written into the shards' .grad at its end. Each
@@ -91,9 +106,18 @@ struct Unit : std::enable_shared_from_this<Unit> {
   Tensor on_group_device(const Tensor& shards) const {
     return shards.to(group->device()).to(compute_dtype);
   }
-  void start_gather();
-  void finish_gather();
-  // `all`, every rank's chunk in rank order, laid out parameter by parameter (full_numel).
+  void start_gather(GatherFor why);
+  void finish_gather(GatherFor why);
+  // Writes the tag of a gather for `why` at the end of the shard buffer.
+  void write_tag(GatherFor why);
+  // Checks the tags in `all` (every rank's shard buffer after a gather) now, or, on a device
+  // and under a root, at the root's next check_device_tags; InvalidArgumentError on every rank
+  // when they differ.
+  void check_tags(const Tensor& all, bool now = false);
+  // The same for tags already on the CPU: (world, kTagLength).
+  void compare_tags(const Tensor& tags) const;
+  // `all`, every rank's shard buffer in rank order, laid out parameter by parameter
+  // (full_numel).
   Tensor in_parameter_order(const Tensor& all) const;
   void reshard();
   bool has_gradients() const;
@@ -117,6 +141,12 @@ struct Root {
   bool forward_recorded = false, backward_recorded = false;
   size_t forward_calls = 0, backward_calls = 0;
   bool callback_queued = false;
+  // Tags gathered on a device, checked together (Unit::check_tags).
+  struct Tags {
+    std::weak_ptr<Unit> unit;
+    Tensor all;  // (world, kTagLength) on the device
+  };
+  std::vector<Tags> unchecked_tags;
 
   // The unit called after the `position`-th call (or backward) of this iteration.
   static std::shared_ptr<Unit> next(const std::vector<std::weak_ptr<Unit>>& order, bool recorded,
@@ -133,6 +163,7 @@ struct Root {
   }
   void queue_end_of_backward();
   void end_of_backward();
+  void check_device_tags();
 };
 
 // The units of `top` and its descendants (`top`'s own first), depth first in registration order:

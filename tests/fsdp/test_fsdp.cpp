@@ -412,6 +412,36 @@ TEST_CASE("fully_shard fails on every rank when the ranks' models differ", "[fsd
 }
 
 #ifdef GW_FSDP_PROBE
+TEST_CASE("ranks that call units in different orders fail on every rank, naming both units",
+          "[fsdp]") {
+  // Data-dependent routing: rank 1 calls b before a. Both are Linear(4, 4): their gathers are
+  // one size, and without the tags each rank would compute with the other unit's parameters.
+  struct Routed : nn::Module {
+    std::shared_ptr<nn::Linear> a, b;
+    bool a_first = true;
+    Routed() : Module("Routed") {
+      Generator gen(3);
+      a = register_module("a", std::make_shared<nn::Linear>(4, 4, true, gen));
+      b = register_module("b", std::make_shared<nn::Linear>(4, 4, true, gen));
+      to(kFloat64);
+    }
+    Tensor forward(const Tensor& x) override { return a_first ? (*b)((*a)(x)) : (*a)((*b)(x)); }
+  };
+  run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+    auto net = std::make_shared<Routed>();
+    fsdp::fully_shard(net->a, borrow(pg));
+    fsdp::fully_shard(net->b, borrow(pg));
+    fsdp::fully_shard(net, borrow(pg));
+    // From the first call (later ones prefetch in the order the first recorded).
+    const Tensor x = ones({2, 4}, kFloat64);
+    net->a_first = pg.rank() == 0;
+    EXPECT_THROWS(c, InvalidArgumentError, (*net)(x),
+                  "[fully_shard] rank " + std::to_string(pg.rank()),
+                  "rank 0 gathered unit 1 (Linear) for its forward",
+                  "rank 1 gathered unit 2 (Linear) for its forward", "same order");
+  });
+}
+
 TEST_CASE("fully_shard on the MPI group under mpirun -np 2 and -np 4", "[fsdp][mpi][process]") {
   GW_SKIP_WITHOUT_MPIRUN();
   for (int ranks : {2, 4}) {
