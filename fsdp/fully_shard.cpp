@@ -87,43 +87,62 @@ std::vector<std::shared_ptr<Unit>> units_below(nn::Module* top) {
 
 // --- gathering --------------------------------------------------------------------------------
 
-void Unit::write_tag(GatherFor why) {
-  const std::vector<double> tag{
-      static_cast<double>(position & 127), static_cast<double>((position >> 7) & 127),
-      static_cast<double>((position >> 14) & 127), static_cast<double>(why)};
-  shard_buffer.narrow(0, chunk, kTagLength).copy_(from_vector<double>(tag));
+std::vector<double> Unit::tag(Purpose why) const {
+  std::vector<double> t(kTagLength, 0.0);
+  t[0] = static_cast<double>(position & 127);
+  t[1] = static_cast<double>((position >> 7) & 127);
+  t[2] = static_cast<double>((position >> 14) & 127);
+  t[3] = static_cast<double>(why);
+  return t;
 }
 
-void Unit::check_tags(const Tensor& all, bool now) {
-  const Tensor tags = all.view({world(), -1}).narrow(1, chunk, kTagLength);
-  if (tags.device().is_cpu() || now || !root) return compare_tags(tags.to(kCPU));
-  root->unchecked_tags.push_back({weak_from_this(), tags.clone()});
+void Unit::write_tag(Purpose why) {
+  if (!checks_gathers()) return;
+  // Through the backend, not copy_: the shards share the buffer's version counter, and autograd
+  // would take the shards (saved by an op that read them) for modified.
+  const Tensor t = from_vector<double>(tag(why)).to(shard_buffer.dtype());
+  const Tensor dst = shard_buffer.narrow(0, chunk, kTagLength);
+  backend_for(dst.device().type, "fully_shard").copy(t, dst);
 }
 
-void Unit::compare_tags(const Tensor& tags) const {
-  const std::vector<double> t = tags.to(kFloat64).contiguous().to_vector<double>();
+void Unit::compare_tags(const std::vector<double>& tags, const char* verb) const {
+  const auto mine = tags.begin() + rank() * kTagLength;
   auto describe = [&](int r) {
-    const double* tag = t.data() + r * kTagLength;
-    const auto at = static_cast<size_t>(tag[0]) | static_cast<size_t>(tag[1]) << 7 |
-                    static_cast<size_t>(tag[2]) << 14;
+    const double* t = tags.data() + r * kTagLength;
+    for (int64_t i = 0; i < 4; ++i)
+      if (!(t[i] >= 0 && t[i] < 128 && t[i] == std::floor(t[i])))
+        return std::string("something else");
+    const auto at = static_cast<size_t>(t[0]) | static_cast<size_t>(t[1]) << 7 |
+                    static_cast<size_t>(t[2]) << 14;
     std::shared_ptr<Unit> unit = root && at < root->units.size() ? root->units[at].lock() : nullptr;
-    const char* what[] = {"?", "its forward", "its backward", "unshard()", "a full state dict"};
-    const auto why = static_cast<size_t>(tag[3]);
+    const char* what[] = {"?",         "its forward",       "its backward",
+                          "unshard()", "a full state dict", "its gradients"};
+    const auto why = static_cast<size_t>(t[3]);
     return gw::detail::str("unit ", at, " (", unit ? unit->type_name : "?", ") for ",
                            what[why < std::size(what) ? why : 0]);
   };
   for (int r = 0; r < world(); ++r) {
-    GW_CHECK(std::equal(t.begin() + r * kTagLength, t.begin() + (r + 1) * kTagLength,
-                        t.begin() + rank() * kTagLength),
-             InvalidArgumentError, "[fully_shard] rank ", rank(), " gathered ", describe(rank()),
-             " while rank ", r, " gathered ", describe(r),
-             ": every rank must call the same units in the same order (a unit called on some "
-             "ranks only, or a backward that failed on some ranks, pairs the gathers of "
-             "different units)");
+    if (std::equal(mine, mine + kTagLength, tags.begin() + r * kTagLength)) continue;
+    if (root) root->forget_orders();
+    throw InvalidArgumentError(gw::detail::str(
+        "[fully_shard] rank ", rank(), " ", verb, " ", describe(rank()), " while rank ", r, " ",
+        verb, " ", describe(r),
+        ": every rank must call the same units in the same order (a unit called on some ranks "
+        "only, or a backward that failed on some ranks, pairs the collectives of different "
+        "units)"));
   }
 }
 
-void Unit::start_gather(GatherFor why) {
+void Unit::drop_prefetch() {
+  if (!gather_work) return;
+  std::exchange(gather_work, nullptr)->wait();
+  const Tensor all = std::exchange(gathering, Tensor());
+  if (checks_gathers())
+    compare_tags(all.view({world(), -1}).narrow(1, chunk, kTagLength).to_vector<double>(),
+                 "gathered");
+}
+
+void Unit::start_gather(Purpose why) {
   if (gathered || gather_work) return;
   if (params.empty()) {  // a container of units: nothing to gather (the same on every rank)
     gathered = true;
@@ -139,13 +158,15 @@ void Unit::start_gather(GatherFor why) {
   gather_work = group->all_gather_into_tensor(gathering, mine);
 }
 
-void Unit::finish_gather(GatherFor why) {
+void Unit::finish_gather(Purpose why) {
   start_gather(why);
   if (gathered) return;
   dist::WorkPtr work = std::exchange(gather_work, nullptr);
   Tensor all = std::exchange(gathering, Tensor());
   work->wait();
-  check_tags(all);
+  if (checks_gathers())
+    compare_tags(all.view({world(), -1}).narrow(1, chunk, kTagLength).to_vector<double>(),
+                 "gathered");
   const Tensor flat = in_parameter_order(all);
   const size_t item = itemsize(compute_dtype);
   auto* to = static_cast<uint8_t*>(flat.raw_data());
@@ -189,10 +210,7 @@ Tensor Unit::in_parameter_order(const Tensor& all) const {
 }
 
 void Unit::reshard() {
-  if (gather_work) {  // a prefetch nobody used: it still has to finish on every rank
-    std::exchange(gather_work, nullptr)->wait();
-    gathering = Tensor();
-  }
+  drop_prefetch();  // one nobody used: it still has to finish on every rank
   if (!gathered) return;
   for (const ShardedParam& p : params) p.full.storage()->reset(nullptr, 0, {});
   gathered = false;
@@ -223,9 +241,14 @@ void Unit::reduce_gradients() {
   if (!sync) keep_unsynced_gradients();
   if (!sync || params.empty()) return;
   const int64_t n = static_cast<int64_t>(params.size());
-  const int64_t stride = chunk + n;  // a rank's gradients, then its counts
+  const int64_t stride = chunk + n + world() * kTagLength;  // gradients, counts, tag slots
   Tensor input =
       zeros({stride * world()}, TensorOptions(reduce_dtype).with_device(group->device()));
+  // This rank's tag, in its slot of every rank's part.
+  const Tensor mine =
+      from_vector<double>(tag(Purpose::kReduction)).to(reduce_dtype).to(group->device());
+  for (int r = 0; r < world(); ++r)
+    input.narrow(0, r * stride + chunk + n + rank() * kTagLength, kTagLength).copy_(mine);
   for (int64_t i = 0; i < n; ++i) {
     ShardedParam& p = params[static_cast<size_t>(i)];
     Tensor grad = p.full.grad();
@@ -248,8 +271,11 @@ void Unit::reduce_gradients() {
 void Unit::finish_reductions() {
   for (Reduction& red : reductions) {
     red.work->wait();
+    const auto n = static_cast<int64_t>(params.size());
+    // The counts, then every rank's tag: compared before any of it reaches a .grad.
     const std::vector<double> counts =
-        red.output.narrow(0, chunk, static_cast<int64_t>(params.size())).to_vector<double>();
+        red.output.narrow(0, chunk, n + world() * kTagLength).to_vector<double>();
+    compare_tags(std::vector<double>(counts.begin() + n, counts.end()), "reduced");
     // The average, in place: each shard's .grad views the buffer (no second copy of them), in
     // the shards' dtype.
     Tensor summed = red.output.narrow(0, 0, chunk)
@@ -282,7 +308,6 @@ Tensor Unit::pre_forward(const Tensor& input) {
     }
   }
   if (is_root()) {
-    root->check_device_tags();  // of an earlier forward without backward
     root->forget_failed_backward();
     // Nothing stays gathered from an earlier call (a forward whose backward never ran, an
     // unused prefetch): an optimizer step may have changed the shards since.
@@ -292,9 +317,10 @@ Tensor Unit::pre_forward(const Tensor& input) {
   }
   const size_t position = root->forward_calls++;
   if (!root->forward_recorded) root->forward_order.push_back(weak_from_this());
-  finish_gather(GatherFor::kForward);
+  root->settle_prefetches(root->forward_order, root->forward_recorded, position, *this);
+  finish_gather(Purpose::kForward);
   if (auto next = Root::next(root->forward_order, root->forward_recorded, position))
-    next->start_gather(GatherFor::kForward);
+    next->start_gather(Purpose::kForward);
   Tensor x = input;
   // The root casts the model's floating inputs to its policy's param_dtype. (FSDP2 casts at
   // every unit; with one policy for all, as gradwire's examples give, that is the same, and
@@ -329,9 +355,10 @@ void Unit::pre_backward() {
   root->queue_end_of_backward();
   const size_t position = root->backward_calls++;
   if (!root->backward_recorded) root->backward_order.push_back(weak_from_this());
-  finish_gather(GatherFor::kBackward);
+  root->settle_prefetches(root->backward_order, root->backward_recorded, position, *this);
+  finish_gather(Purpose::kBackward);
   if (auto next = Root::next(root->backward_order, root->backward_recorded, position))
-    next->start_gather(GatherFor::kBackward);
+    next->start_gather(Purpose::kBackward);
 }
 
 void Unit::post_backward() {
@@ -346,15 +373,18 @@ void Root::queue_end_of_backward() {
   callback_queued = true;
 }
 
-void Root::check_device_tags() {
-  if (unchecked_tags.empty()) return;
-  const std::vector<Tags> pending = std::exchange(unchecked_tags, {});
-  std::vector<Tensor> all;
-  for (const Tags& t : pending) all.push_back(t.all);
-  const Tensor tags = cat(all, 0).to(kCPU);  // one copy from the device
-  for (size_t i = 0; i < pending.size(); ++i)
-    if (auto unit = pending[i].unit.lock())
-      unit->compare_tags(tags.narrow(0, static_cast<int64_t>(i) * unit->world(), unit->world()));
+void Root::settle_prefetches(const std::vector<std::weak_ptr<Unit>>& order, bool recorded,
+                             size_t position, const Unit& u) {
+  if (!recorded || (position < order.size() && order[position].lock().get() == &u)) return;
+  for_each_unit([&](Unit& other) {
+    if (&other != &u) other.drop_prefetch();
+  });
+}
+
+void Root::forget_orders() {
+  forward_recorded = backward_recorded = false;
+  forward_order.clear();
+  backward_order.clear();
 }
 
 void Root::forget_failed_backward() {
@@ -389,7 +419,6 @@ void Root::end_of_backward() {
     u.reshard();
     u.reduced = false;
   });
-  check_device_tags();
   // Only now: when the above throws, the next call forgets this pass (forget_failed_backward).
   callback_queued = false;
   backward_recorded = true;
@@ -574,7 +603,7 @@ double clip_grad_norm_(const std::vector<Tensor>& shards, double max_norm,
   return total;
 }
 
-void FSDPModule::unshard() { unit_->finish_gather(Unit::GatherFor::kUnshard); }
+void FSDPModule::unshard() { unit_->finish_gather(Unit::Purpose::kUnshard); }
 void FSDPModule::reshard() { unit_->reshard(); }
 
 void FSDPModule::set_requires_gradient_sync(bool sync, bool recurse) {

@@ -35,8 +35,8 @@
 //   parameters gathered from its call to the end of backward (its backward comes first).
 // - Every rank calls the same units in the same order, as every rank runs the same collectives.
 //   A unit whose backward no rank reached still takes part in the reduction at the end. Ranks
-//   whose gathers are of different units fail on every rank with InvalidArgumentError (each
-//   gather carries a tag naming its unit, which every rank compares).
+//   that call different units fail on every rank with InvalidArgumentError: each collective
+//   carries a tag naming its unit, which every rank compares (gathers on CPU groups only).
 // - Ranks start from the same parameters (same seed): each keeps its own rows of its own copy.
 // - A parameter belongs to one unit: one that two units share is refused, as are a module
 //   given to fully_shard twice and a unit made below one that exists (shard blocks first).

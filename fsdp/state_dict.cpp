@@ -116,11 +116,17 @@ NamedTensors FSDPModule::full_state_dict() const {
   const auto units = detail::units_below(unit_->module);
   for (const auto& unit : units) {
     if (unit->params.empty()) continue;
-    unit->write_tag(detail::Unit::GatherFor::kState);
+    unit->drop_prefetch();
+    unit->write_tag(detail::Unit::Purpose::kState);
     const Tensor mine = unit->shard_buffer.to(unit->group->device());
     Tensor all = empty({mine.numel() * unit->world()}, mine.options());
     unit->group->all_gather_into_tensor(all, mine)->wait();
-    unit->check_tags(all, true);
+    if (unit->checks_gathers()) {
+      unit->compare_tags(all.view({unit->world(), -1})
+                             .narrow(1, unit->chunk, detail::Unit::kTagLength)
+                             .to_vector<double>(),
+                         "gathered");
+    }
     const Tensor flat = unit->in_parameter_order(all).to(unit->shard_buffer.device());
     for (const ShardedParam& p : unit->params)
       whole[&p] = flat.narrow(0, p.full_offset, p.full.numel()).view(p.full.sizes());

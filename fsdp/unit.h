@@ -68,22 +68,23 @@ struct Unit : std::enable_shared_from_this<Unit> {
   bool sync = true;
   std::shared_ptr<Root> root;
 
+  // Tags. Ranks that call units in different orders (a unit called on some ranks only, a
+  // backward that failed on one rank) would pair the collectives of different units of one
+  // size, and compute with another unit's parameters or average one unit's gradients with
+  // another's, silently. So each rank's part of a collective carries a tag naming the unit (its
+  // position under its root) and what for, as integers below 128, which every floating dtype
+  // holds exactly, and every rank compares every rank's tag with its own: a gather's part ends
+  // with the sender's tag (a gather copies it), and a reduction's part has a slot per rank that
+  // only that rank fills (a sum of one tag and zeros). Reductions are compared everywhere, as
+  // their counts are read; gathers on the CPU (Gloo, MPI) only, where reading them costs no
+  // wait for a device. kTagLength pads the tag to 16 bytes or more (alignment).
+  enum class Purpose { kForward = 1, kBackward = 2, kUnshard = 3, kState = 4, kReduction = 5 };
+  static constexpr int64_t kTagLength = 8;
+
   // Gathering: the all-gather in flight and the buffer it fills (every rank's shard buffer in
   // rank order), then `gathered` once the members view their rows.
-  //
-  // Each rank's part of a gather ends with a tag naming what it gathers: the unit's position
-  // and what for, as kTagLength integers below 128, which every floating dtype holds exactly.
-  // A gather copies, so each rank reads back every rank's tag and compares it with its own:
-  // ranks that call units in different orders (a unit called on some ranks only, a backward
-  // that failed on one rank) would otherwise pair the gathers of different units of one size
-  // and compute with another unit's parameters, silently. On the CPU (Gloo, MPI) the tags are
-  // read when the gather ends; on a device, at the end of backward (or the next forward), when
-  // the host waits for the device anyway.
-  enum class GatherFor { kForward = 1, kBackward = 2, kUnshard = 3, kState = 4 };
-  static constexpr int64_t kTagLength = 4;
   dist::WorkPtr gather_work;
   Tensor gathering;
-  GatherFor gathering_for = GatherFor::kForward;
   bool gathered = false;
 
   // Reduce-scatters issued by this backward, written into the shards' .grad at its end. Each
@@ -106,16 +107,19 @@ struct Unit : std::enable_shared_from_this<Unit> {
   Tensor on_group_device(const Tensor& shards) const {
     return shards.to(group->device()).to(compute_dtype);
   }
-  void start_gather(GatherFor why);
-  void finish_gather(GatherFor why);
-  // Writes the tag of a gather for `why` at the end of the shard buffer.
-  void write_tag(GatherFor why);
-  // Checks the tags in `all` (every rank's shard buffer after a gather) now, or, on a device
-  // and under a root, at the root's next check_device_tags; InvalidArgumentError on every rank
-  // when they differ.
-  void check_tags(const Tensor& all, bool now = false);
-  // The same for tags already on the CPU: (world, kTagLength).
-  void compare_tags(const Tensor& tags) const;
+  std::vector<double> tag(Purpose why) const;
+  bool checks_gathers() const { return group->device().is_cpu() && world() > 1; }
+  // Writes the tag of a gather for `why` at the end of the shard buffer (where checked).
+  void write_tag(Purpose why);
+  // Every rank's tag, `tags` (world x kTagLength) from a gather or a reduction, against this
+  // rank's: InvalidArgumentError naming both units where they differ (the same on every rank,
+  // which all read the same tags), after forgetting the recorded call orders.
+  void compare_tags(const std::vector<double>& tags, const char* verb) const;
+  void start_gather(Purpose why);
+  void finish_gather(Purpose why);
+  // A gather started ahead (a prefetch) that will not be used: waited for, and its tags
+  // compared.
+  void drop_prefetch();
   // `all`, every rank's shard buffer in rank order, laid out parameter by parameter
   // (full_numel).
   Tensor in_parameter_order(const Tensor& all) const;
@@ -141,12 +145,6 @@ struct Root {
   bool forward_recorded = false, backward_recorded = false;
   size_t forward_calls = 0, backward_calls = 0;
   bool callback_queued = false;
-  // Tags gathered on a device, checked together (Unit::check_tags).
-  struct Tags {
-    std::weak_ptr<Unit> unit;
-    Tensor all;  // (world, kTagLength) on the device
-  };
-  std::vector<Tags> unchecked_tags;
 
   // The unit called after the `position`-th call (or backward) of this iteration.
   static std::shared_ptr<Unit> next(const std::vector<std::weak_ptr<Unit>>& order, bool recorded,
@@ -163,7 +161,13 @@ struct Root {
   }
   void queue_end_of_backward();
   void end_of_backward();
-  void check_device_tags();
+  // Before unit `u` runs at `position` of a recorded order: where the order named another unit,
+  // the gathers started ahead for it are waited for and compared (the ranks may have started
+  // different ones), so that no rank is left waiting in a gather the others never start.
+  void settle_prefetches(const std::vector<std::weak_ptr<Unit>>& order, bool recorded,
+                         size_t position, const Unit& u);
+  // After ranks were found calling units in different orders: record them afresh.
+  void forget_orders();
 };
 
 // The units of `top` and its descendants (`top`'s own first), depth first in registration order:

@@ -403,6 +403,60 @@ TEST_CASE("fully_shard refuses a module sharded twice and a parameter two units 
   });
 }
 
+TEST_CASE("ranks that call units in different orders fail on every rank, naming both units",
+          "[fsdp]") {
+  // Data-dependent routing over three Linear(4, 4) units: their collectives are one size, and
+  // without the tags each rank would compute with another unit's parameters.
+  struct Routed : nn::Module {
+    std::vector<std::shared_ptr<nn::Linear>> units;
+    std::vector<int> route{0, 1, 2};  // the units called, in order
+    Routed() : Module("Routed") {
+      Generator gen(3);
+      for (const char* name : {"a", "b", "c"})
+        units.push_back(register_module(name, std::make_shared<nn::Linear>(4, 4, true, gen)));
+      to(kFloat64);
+    }
+    Tensor forward(const Tensor& x) override {
+      Tensor y = x;
+      for (int i : route) y = (*units[static_cast<size_t>(i)])(y);
+      return y;
+    }
+  };
+  auto sharded = [](dist::ProcessGroupGloo& pg) {
+    auto net = std::make_shared<Routed>();
+    for (auto& unit : net->units) fsdp::fully_shard(unit, borrow(pg));
+    fsdp::fully_shard(net, borrow(pg));
+    return net;
+  };
+  const Tensor x = ones({2, 4}, kFloat64);
+  run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+    // From the first call: rank 1 calls b before a.
+    auto net = sharded(pg);
+    net->route = pg.rank() == 0 ? std::vector<int>{0, 1, 2} : std::vector<int>{1, 0, 2};
+    EXPECT_THROWS(c, InvalidArgumentError, (*net)(x),
+                  "[fully_shard] rank " + std::to_string(pg.rank()),
+                  "rank 0 gathered unit 1 (Linear) for its forward",
+                  "rank 1 gathered unit 2 (Linear) for its forward", "same order");
+    // After the call order was recorded: rank 0 calls c alone, rank 1 a then c. The gathers
+    // each rank started ahead in the recorded order (b, on rank 1) are compared before it goes
+    // its own way, so both fail, rather than rank 1 waiting for a gather of c that rank 0,
+    // failed already, never starts.
+    net = sharded(pg);
+    net->route = {0, 1, 2};
+    (*net)(x).sum().backward();
+    net->route = pg.rank() == 0 ? std::vector<int>{2} : std::vector<int>{0, 2};
+    EXPECT_THROWS(c, InvalidArgumentError, (*net)(x), "[fully_shard]", "while rank", "same order");
+    // Forgotten after the failure: the next calls record their order afresh and run, and an op
+    // that saved a shard (a penalty on the parameters) still has it in backward: writing the
+    // tags leaves the shards' version alone.
+    net->route = {0, 1, 2};
+    Tensor penalty = zeros({}, kFloat64);
+    for (const Tensor& p : net->parameters()) penalty = penalty + (p * p).sum();
+    ((*net)(x).sum() + penalty).backward();
+    EXPECT(c, net->units[0]->parameters()[0].grad().defined());
+  });
+}
+
 TEST_CASE("fully_shard fails on every rank when the ranks' models differ", "[fsdp]") {
   run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
     auto net = std::make_shared<Net>(pg.rank() == 0 ? 6 : 4);
@@ -412,36 +466,6 @@ TEST_CASE("fully_shard fails on every rank when the ranks' models differ", "[fsd
 }
 
 #ifdef GW_FSDP_PROBE
-TEST_CASE("ranks that call units in different orders fail on every rank, naming both units",
-          "[fsdp]") {
-  // Data-dependent routing: rank 1 calls b before a. Both are Linear(4, 4): their gathers are
-  // one size, and without the tags each rank would compute with the other unit's parameters.
-  struct Routed : nn::Module {
-    std::shared_ptr<nn::Linear> a, b;
-    bool a_first = true;
-    Routed() : Module("Routed") {
-      Generator gen(3);
-      a = register_module("a", std::make_shared<nn::Linear>(4, 4, true, gen));
-      b = register_module("b", std::make_shared<nn::Linear>(4, 4, true, gen));
-      to(kFloat64);
-    }
-    Tensor forward(const Tensor& x) override { return a_first ? (*b)((*a)(x)) : (*a)((*b)(x)); }
-  };
-  run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
-    auto net = std::make_shared<Routed>();
-    fsdp::fully_shard(net->a, borrow(pg));
-    fsdp::fully_shard(net->b, borrow(pg));
-    fsdp::fully_shard(net, borrow(pg));
-    // From the first call (later ones prefetch in the order the first recorded).
-    const Tensor x = ones({2, 4}, kFloat64);
-    net->a_first = pg.rank() == 0;
-    EXPECT_THROWS(c, InvalidArgumentError, (*net)(x),
-                  "[fully_shard] rank " + std::to_string(pg.rank()),
-                  "rank 0 gathered unit 1 (Linear) for its forward",
-                  "rank 1 gathered unit 2 (Linear) for its forward", "same order");
-  });
-}
-
 TEST_CASE("fully_shard on the MPI group under mpirun -np 2 and -np 4", "[fsdp][mpi][process]") {
   GW_SKIP_WITHOUT_MPIRUN();
   for (int ranks : {2, 4}) {
