@@ -133,6 +133,13 @@ void Unit::compare_tags(const std::vector<double>& tags, const char* verb) const
   }
 }
 
+void Unit::check_prefetch() {
+  if (!gather_work || !checks_gathers()) return;
+  gather_work->wait();
+  compare_tags(gathering.view({world(), -1}).narrow(1, chunk, kTagLength).to_vector<double>(),
+               "gathered");
+}
+
 void Unit::drop_prefetch() {
   if (!gather_work) return;
   std::exchange(gather_work, nullptr)->wait();
@@ -241,14 +248,16 @@ void Unit::reduce_gradients() {
   if (!sync) keep_unsynced_gradients();
   if (!sync || params.empty()) return;
   const int64_t n = static_cast<int64_t>(params.size());
-  const int64_t stride = chunk + n + world() * kTagLength;  // gradients, counts, tag slots
+  const int64_t stride = reduction_stride();  // gradients, counts, tag slots
   Tensor input =
       zeros({stride * world()}, TensorOptions(reduce_dtype).with_device(group->device()));
-  // This rank's tag, in its slot of every rank's part.
-  const Tensor mine =
-      from_vector<double>(tag(Purpose::kReduction)).to(reduce_dtype).to(group->device());
-  for (int r = 0; r < world(); ++r)
-    input.narrow(0, r * stride + chunk + n + rank() * kTagLength, kTagLength).copy_(mine);
+  if (tagged_reduction()) {  // this rank's tag, in its slot of every rank's part
+    const Tensor mine =
+        from_vector<double>(tag(Purpose::kReduction)).to(reduce_dtype).to(group->device());
+    input.view({world(), stride})
+        .narrow(1, chunk + n + rank() * kTagLength, kTagLength)
+        .copy_(mine);
+  }
   for (int64_t i = 0; i < n; ++i) {
     ShardedParam& p = params[static_cast<size_t>(i)];
     Tensor grad = p.full.grad();
@@ -265,17 +274,24 @@ void Unit::reduce_gradients() {
     p.full.set_grad(Tensor());
   }
   Tensor output = empty({stride}, input.options());
-  reductions.push_back({output, group->reduce_scatter_tensor(output, input)});
+  reductions.push_back({output, group->reduce_scatter_tensor(output, input), {}});
+}
+
+void Unit::check_reductions() {
+  const auto n = static_cast<int64_t>(params.size());
+  for (Reduction& red : reductions) {
+    if (!red.counts.empty()) continue;
+    red.work->wait();
+    red.counts = red.output.narrow(0, chunk, reduction_stride() - chunk).to_vector<double>();
+    if (tagged_reduction())
+      compare_tags(std::vector<double>(red.counts.begin() + n, red.counts.end()), "reduced");
+  }
 }
 
 void Unit::finish_reductions() {
+  check_reductions();
   for (Reduction& red : reductions) {
-    red.work->wait();
-    const auto n = static_cast<int64_t>(params.size());
-    // The counts, then every rank's tag: compared before any of it reaches a .grad.
-    const std::vector<double> counts =
-        red.output.narrow(0, chunk, n + world() * kTagLength).to_vector<double>();
-    compare_tags(std::vector<double>(counts.begin() + n, counts.end()), "reduced");
+    const std::vector<double>& counts = red.counts;
     // The average, in place: each shard's .grad views the buffer (no second copy of them), in
     // the shards' dtype.
     Tensor summed = red.output.narrow(0, 0, chunk)
@@ -339,7 +355,10 @@ Tensor Unit::pre_forward(const Tensor& input) {
 
 Tensor Unit::post_forward(const Tensor& output) {
   const bool backward_follows = grad_mode_enabled() && output.requires_grad();
-  if (is_root()) root->forward_recorded = true;
+  if (is_root()) {
+    root->forward_recorded = true;
+    root->for_each_unit([](Unit& u) { u.drop_prefetch(); });  // none is used now
+  }
   if (!backward_follows || (options.reshard_after_forward && !is_root())) reshard();
   if (!backward_follows) return {};
   autograd::Edge edge = autograd::gradient_edge(output);
@@ -363,6 +382,8 @@ void Unit::pre_backward() {
 
 void Unit::post_backward() {
   root->queue_end_of_backward();
+  // A gather started ahead is compared before the reduction goes out behind it.
+  root->for_each_unit([](Unit& u) { u.check_prefetch(); });
   reduce_gradients();
   reshard();
 }
@@ -408,12 +429,16 @@ void Root::forget_failed_backward() {
 // did not end through their input (the root, whose input is tokens; a unit no rank's loss
 // reached) and those that got gradients after they were reduced.
 void Root::end_of_backward() {
+  for_each_unit([](Unit& u) { u.drop_prefetch(); });  // none is used now
   for_each_unit([](Unit& u) {
     if (!u.sync)
       u.keep_unsynced_gradients();
     else if (!u.reduced || u.has_gradients())
       u.reduce_gradients();
   });
+  // Every reduction compared before any reaches a .grad: a mismatch leaves the shards' .grad
+  // as it was on every rank.
+  for_each_unit([](Unit& u) { u.check_reductions(); });
   for_each_unit([](Unit& u) {
     u.finish_reductions();
     u.reshard();

@@ -76,10 +76,14 @@ struct Unit : std::enable_shared_from_this<Unit> {
   // holds exactly, and every rank compares every rank's tag with its own: a gather's part ends
   // with the sender's tag (a gather copies it), and a reduction's part has a slot per rank that
   // only that rank fills (a sum of one tag and zeros). Reductions are compared everywhere, as
-  // their counts are read; gathers on the CPU (Gloo, MPI) only, where reading them costs no
-  // wait for a device. kTagLength pads the tag to 16 bytes or more (alignment).
+  // their counts are read, up to kMaxTaggedReduction ranks (the slots grow as the square of
+  // the ranks); gathers on the CPU (Gloo, MPI) only, where reading them costs no wait for a
+  // device. A gather started ahead is compared before this rank issues anything else (at the
+  // end of a unit's backward, of backward, of the root's forward), so that every rank finds a
+  // mismatch before it issues a collective that the others, failed, never will.
   enum class Purpose { kForward = 1, kBackward = 2, kUnshard = 3, kState = 4, kReduction = 5 };
   static constexpr int64_t kTagLength = 8;
+  static constexpr int kMaxTaggedReduction = 64;
 
   // Gathering: the all-gather in flight and the buffer it fills (every rank's shard buffer in
   // rank order), then `gathered` once the members view their rows.
@@ -88,12 +92,13 @@ struct Unit : std::enable_shared_from_this<Unit> {
   bool gathered = false;
 
   // Reduce-scatters issued by this backward, written into the shards' .grad at its end. Each
-  // rank's chunk of a reduction carries, after the gradients, one count per parameter: how many
+  // rank's part of a reduction carries, after the gradients, one count per parameter (how many
   // ranks had a gradient for it, so that a parameter no rank used keeps no .grad, as it would
-  // without sharding.
+  // without sharding), then the ranks' tag slots (tagged_reduction()).
   struct Reduction {
-    Tensor output;  // (chunk + params): this rank's summed rows, then the counts
+    Tensor output;  // (reduction_stride()): this rank's summed rows, the counts, the tags
     dist::WorkPtr work;
+    std::vector<double> counts;  // and the tags, once waited for and compared
   };
   std::vector<Reduction> reductions;
   bool reduced = false;  // this backward reduced it at least once
@@ -120,11 +125,20 @@ struct Unit : std::enable_shared_from_this<Unit> {
   // A gather started ahead (a prefetch) that will not be used: waited for, and its tags
   // compared.
   void drop_prefetch();
+  // One that may still be used: waited for and compared, and kept.
+  void check_prefetch();
   // `all`, every rank's shard buffer in rank order, laid out parameter by parameter
   // (full_numel).
   Tensor in_parameter_order(const Tensor& all) const;
   void reshard();
   bool has_gradients() const;
+  bool tagged_reduction() const { return world() <= kMaxTaggedReduction; }
+  int64_t reduction_stride() const {
+    return chunk + static_cast<int64_t>(params.size()) +
+           (tagged_reduction() ? world() * kTagLength : 0);
+  }
+  // Waits for this backward's reductions and compares their tags, applying nothing.
+  void check_reductions();
   // Without sync: the members' gradients into `accumulated` (where the dtypes differ).
   void keep_unsynced_gradients();
   void reduce_gradients();

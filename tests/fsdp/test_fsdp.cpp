@@ -457,6 +457,40 @@ TEST_CASE("ranks that call units in different orders fail on every rank, naming 
   });
 }
 
+TEST_CASE("ranks that reduce units in different orders fail before any gradient lands", "[fsdp]") {
+  // Two Linear(4, 4) branches called in one order on both ranks (the gathers agree), kept
+  // gathered through backward (no backward gathers). Rank 0's backward reduces b first (its
+  // nodes are the newer), then a; rank 1 detaches b's branch, so its backward reduces a, and b
+  // at the end: without the reductions' tags, each unit's gradients would be averaged with the
+  // other's.
+  struct Branches : nn::Module {
+    std::shared_ptr<nn::Linear> a, b;
+    bool detach_b = false;
+    Branches() : Module("Branches") {
+      Generator gen(5);
+      a = register_module("a", std::make_shared<nn::Linear>(4, 4, true, gen));
+      b = register_module("b", std::make_shared<nn::Linear>(4, 4, true, gen));
+      to(kFloat64);
+    }
+    Tensor forward(const Tensor& x) override {
+      Tensor ya = (*a)(x), yb = (*b)(x);
+      return ya + (detach_b ? yb.detach() : yb);
+    }
+  };
+  run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+    auto net = std::make_shared<Branches>();
+    const fsdp::FullyShardOptions keep{.reshard_after_forward = false};
+    fsdp::fully_shard(net->a, borrow(pg), keep);
+    fsdp::fully_shard(net->b, borrow(pg), keep);
+    fsdp::fully_shard(net, borrow(pg), keep);
+    net->detach_b = pg.rank() == 1;
+    const Tensor x = ones({2, 4}, kFloat64).requires_grad_();
+    EXPECT_THROWS(c, InvalidArgumentError, (*net)(x).sum().backward(), "[fully_shard]",
+                  "reduced unit", "for its gradients while rank");
+    for (const Tensor& p : net->parameters()) EXPECT(c, !p.grad().defined());
+  });
+}
+
 TEST_CASE("fully_shard fails on every rank when the ranks' models differ", "[fsdp]") {
   run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
     auto net = std::make_shared<Net>(pg.rank() == 0 ? 6 : 4);
