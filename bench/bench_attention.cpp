@@ -7,7 +7,8 @@
 // compute every score and mask them. Then the peak memory either takes beyond its inputs (the CPU
 // allocator's peak), by length at batch 1: linear for the fused kernel, quadratic for the
 // composition. Eigen's own scratch (the kernel's tiles, GEMM packing: tens of KiB) comes from
-// malloc and is not counted.
+// malloc and is not counted. Two rows time the same with dropout 0.1 on the probabilities: inside
+// the fused kernel, after the softmax in the compositions.
 #include <cmath>
 #include <limits>
 #include <string>
@@ -21,11 +22,17 @@ namespace {
 constexpr int64_t kHeads = 4, kHeadDim = 64;
 struct Size {
   int64_t batch, length;
+  double dropout = 0;
   std::string name() const {  // the batch-4 rows keep their first names
-    return (batch == 4 ? "" : "B=" + std::to_string(batch) + " ") + "L=" + std::to_string(length);
+    return std::string(dropout > 0 ? "dropout 0.1 " : "") +
+           (batch == 4 ? "" : "B=" + std::to_string(batch) + " ") + "L=" + std::to_string(length);
+  }
+  std::string anchor_case() const {  // batch:length[:dropout], as the anchor takes it
+    return std::to_string(batch) + ":" + std::to_string(length) + (dropout > 0 ? ":0.1" : "");
   }
 };
-constexpr Size kTimed[] = {{4, 128}, {4, 512}, {1, 256}, {1, 1024}, {1, 4096}};
+constexpr Size kTimed[] = {{4, 128},  {4, 512},      {1, 256},      {1, 1024},
+                           {1, 4096}, {4, 512, 0.1}, {1, 1024, 0.1}};
 constexpr int64_t kMemoryLengths[] = {256, 1024, 4096};  // at batch 1
 
 // 0 on and below the diagonal, -inf above: is_causal as an additive mask.
@@ -38,21 +45,25 @@ gw::Tensor causal_bias(int64_t l) {
 // One case: q, k and v (leaves), an upstream gradient and the causal mask, for length l.
 struct Case {
   gw::Tensor q, k, v, gout, bias;
+  double dropout;
   Case(Size size, gw::Generator& gen)
       : q(leaf(size, gen)),
         k(leaf(size, gen)),
         v(leaf(size, gen)),
         gout(gw::randn({size.batch, kHeads, size.length, kHeadDim}, gen)),
-        bias(causal_bias(size.length)) {}
+        bias(causal_bias(size.length)),
+        dropout(size.dropout) {}
   static gw::Tensor leaf(Size size, gw::Generator& gen) {
     return gw::randn({size.batch, kHeads, size.length, kHeadDim}, gen).requires_grad_();
   }
   gw::Tensor fused() const {
-    return gw::nn::functional::scaled_dot_product_attention(q, k, v, {}, 0.0, true);
+    return gw::nn::functional::scaled_dot_product_attention(q, k, v, {}, dropout, true);
   }
   gw::Tensor composed() const {
     gw::Tensor s = gw::matmul(q, k.transpose(-2, -1)) * (1 / std::sqrt(double(kHeadDim)));
-    return gw::matmul(gw::softmax(s + bias, -1), v);
+    gw::Tensor p = gw::softmax(s + bias, -1);
+    if (dropout > 0) p = gw::nn::functional::dropout(p, dropout, true);
+    return gw::matmul(p, v);
   }
   // Backward from `out`; the leaves' gradients are dropped for the next call.
   void backward(const gw::Tensor& out) {
@@ -75,7 +86,7 @@ int main(int argc, char** argv) {
   std::string sizes;  // the anchor's cases: batch:length
   bool timed = false;
   for (Size size : kTimed) {
-    sizes += " " + std::to_string(size.batch) + ":" + std::to_string(size.length);
+    sizes += " " + size.anchor_case();
     timed |= report.wants("attention", "causal fwd+bwd " + size.name());
   }
   const std::string script = gw::bench::executable_dir() + "/torch_anchor_attention.py " +
@@ -90,7 +101,7 @@ int main(int argc, char** argv) {
     auto [fused, composed] = gw::bench::seconds_per_call_pair([&] { c.backward(c.fused()); },
                                                               [&] { c.backward(c.composed()); });
     const double us = fused * 1e6;
-    const std::string key = std::to_string(size.batch) + ":" + std::to_string(size.length) + "_us";
+    const std::string key = size.anchor_case() + "_us";
     const auto torch_us = torch_out ? gw::bench::json_number(*torch_out, key) : std::nullopt;
     if (torch_us) {
       report.add({"attention", name, us, "us", "pytorch 1.13 composed", *torch_us,

@@ -378,9 +378,10 @@ int main(int argc, char** argv) {
     options.vocab_size = corpus.vocab_size();
     if (args.pp > 0) options.tie_weights = false;  // a pipeline cuts the head from the embedding
     // The same on every rank (and DDP broadcasts rank 0's weights anyway); the model's dropout
-    // modules draw from it, so it lives as long as the model. (Attention's dropout draws its
-    // seed from gw::default_generator(), as PyTorch's from torch's.)
+    // modules draw from it, so it lives as long as the model. Attention's dropout draws its
+    // seed from gw::default_generator() (as PyTorch's from torch's), seeded alike.
     gw::Generator gen(args.seed);
+    gw::manual_seed(args.seed);
     auto model = std::make_shared<gw::nn::GPT>(options, gen);
     model->to(device);
     int64_t parameter_count = 0;  // before sharding
