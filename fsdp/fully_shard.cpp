@@ -133,20 +133,22 @@ void Unit::compare_tags(const std::vector<double>& tags, const char* verb) const
   }
 }
 
+void Unit::compare_gathered(const Tensor& all) const {
+  if (checks_gathers())
+    compare_tags(all.view({world(), -1}).narrow(1, chunk, kTagLength).to_vector<double>(),
+                 "gathered");
+}
+
 void Unit::check_prefetch() {
   if (!gather_work || !checks_gathers()) return;
   gather_work->wait();
-  compare_tags(gathering.view({world(), -1}).narrow(1, chunk, kTagLength).to_vector<double>(),
-               "gathered");
+  compare_gathered(gathering);
 }
 
 void Unit::drop_prefetch() {
   if (!gather_work) return;
   std::exchange(gather_work, nullptr)->wait();
-  const Tensor all = std::exchange(gathering, Tensor());
-  if (checks_gathers())
-    compare_tags(all.view({world(), -1}).narrow(1, chunk, kTagLength).to_vector<double>(),
-                 "gathered");
+  compare_gathered(std::exchange(gathering, Tensor()));
 }
 
 void Unit::start_gather(Purpose why) {
@@ -171,9 +173,7 @@ void Unit::finish_gather(Purpose why) {
   dist::WorkPtr work = std::exchange(gather_work, nullptr);
   Tensor all = std::exchange(gathering, Tensor());
   work->wait();
-  if (checks_gathers())
-    compare_tags(all.view({world(), -1}).narrow(1, chunk, kTagLength).to_vector<double>(),
-                 "gathered");
+  compare_gathered(all);
   const Tensor flat = in_parameter_order(all);
   const size_t item = itemsize(compute_dtype);
   auto* to = static_cast<uint8_t*>(flat.raw_data());

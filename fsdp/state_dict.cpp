@@ -121,12 +121,7 @@ NamedTensors FSDPModule::full_state_dict() const {
     const Tensor mine = unit->shard_buffer.to(unit->group->device());
     Tensor all = empty({mine.numel() * unit->world()}, mine.options());
     unit->group->all_gather_into_tensor(all, mine)->wait();
-    if (unit->checks_gathers()) {
-      unit->compare_tags(all.view({unit->world(), -1})
-                             .narrow(1, unit->chunk, detail::Unit::kTagLength)
-                             .to_vector<double>(),
-                         "gathered");
-    }
+    unit->compare_gathered(all);
     const Tensor flat = unit->in_parameter_order(all).to(unit->shard_buffer.device());
     for (const ShardedParam& p : unit->params)
       whole[&p] = flat.narrow(0, p.full_offset, p.full.numel()).view(p.full.sizes());

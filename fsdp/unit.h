@@ -120,6 +120,8 @@ struct Unit : std::enable_shared_from_this<Unit> {
   // rank's: InvalidArgumentError naming both units where they differ (the same on every rank,
   // which all read the same tags), after forgetting the recorded call orders.
   void compare_tags(const std::vector<double>& tags, const char* verb) const;
+  // The same for `all`, every rank's shard buffer after a gather (where checked).
+  void compare_gathered(const Tensor& all) const;
   void start_gather(Purpose why);
   void finish_gather(Purpose why);
   // A gather started ahead (a prefetch) that will not be used: waited for, and its tags
