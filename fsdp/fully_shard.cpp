@@ -142,7 +142,13 @@ void Unit::compare_gathered(const Tensor& all) const {
 void Unit::check_prefetch() {
   if (!gather_work || !checks_gathers()) return;
   gather_work->wait();
-  compare_gathered(gathering);
+  try {
+    compare_gathered(gathering);
+  } catch (...) {  // not compared (and thrown) again at the next reshard
+    gather_work = nullptr;
+    gathering = Tensor();
+    throw;
+  }
 }
 
 void Unit::drop_prefetch() {
@@ -274,6 +280,8 @@ void Unit::reduce_gradients() {
     p.full.set_grad(Tensor());
   }
   Tensor output = empty({stride}, input.options());
+  // A gather started ahead is compared before the reduction goes out behind it.
+  if (root) root->for_each_unit([](Unit& u) { u.check_prefetch(); });
   reductions.push_back({output, group->reduce_scatter_tensor(output, input), {}});
 }
 
@@ -282,9 +290,11 @@ void Unit::check_reductions() {
   for (Reduction& red : reductions) {
     if (!red.counts.empty()) continue;
     red.work->wait();
-    red.counts = red.output.narrow(0, chunk, reduction_stride() - chunk).to_vector<double>();
+    std::vector<double> counts =
+        red.output.narrow(0, chunk, reduction_stride() - chunk).to_vector<double>();
     if (tagged_reduction())
-      compare_tags(std::vector<double>(red.counts.begin() + n, red.counts.end()), "reduced");
+      compare_tags(std::vector<double>(counts.begin() + n, counts.end()), "reduced");
+    red.counts = std::move(counts);  // compared
   }
 }
 
@@ -382,8 +392,6 @@ void Unit::pre_backward() {
 
 void Unit::post_backward() {
   root->queue_end_of_backward();
-  // A gather started ahead is compared before the reduction goes out behind it.
-  root->for_each_unit([](Unit& u) { u.check_prefetch(); });
   reduce_gradients();
   reshard();
 }
