@@ -29,6 +29,17 @@ namespace {
 std::shared_ptr<dist::ProcessGroup> borrow(dist::ProcessGroupGloo& pg) {
   return {&pg, [](dist::ProcessGroup*) {}};
 }
+
+// Makes the gradient reaching `module`'s output throw "injected" (from its next call on);
+// returns the hook to remove.
+int64_t throw_in_backward_of(nn::Module& module) {
+  return module.register_forward_hook([](nn::Module&, const Tensor&, const Tensor& out) {
+    autograd::Edge edge = autograd::gradient_edge(out);
+    edge.fn->pre_hooks.emplace_back(
+        edge.input_nr, [](const Tensor&) -> Tensor { throw std::runtime_error("injected"); });
+    return Tensor();
+  });
+}
 }  // namespace
 
 TEST_CASE("fully_shard trains like one process on the global batch, on 2 and 4 Gloo ranks",
@@ -143,14 +154,7 @@ TEST_CASE("gradient accumulation under bfloat16 compute sums in the reduction's 
           continue;
         }
         // The gradient reaching block a's output throws, after block b kept its gradients.
-        const int64_t hook =
-            net->a->register_forward_hook([](nn::Module&, const Tensor&, const Tensor& out) {
-              autograd::Edge edge = autograd::gradient_edge(out);
-              edge.fn->pre_hooks.emplace_back(edge.input_nr, [](const Tensor&) -> Tensor {
-                throw std::runtime_error("injected");
-              });
-              return Tensor();
-            });
+        const int64_t hook = throw_in_backward_of(*net->a);
         EXPECT_THROWS(c, std::exception, loss().backward(), "injected");
         net->a->remove_hook(hook);
       }
@@ -552,14 +556,7 @@ TEST_CASE(
       if (step == 1) {
         // The gradient reaching block a's output throws, after block b's reductions were issued
         // and the root's gradients were left on its members.
-        const int64_t hook =
-            net->a->register_forward_hook([](nn::Module&, const Tensor&, const Tensor& out) {
-              autograd::Edge edge = autograd::gradient_edge(out);
-              edge.fn->pre_hooks.emplace_back(edge.input_nr, [](const Tensor&) -> Tensor {
-                throw std::runtime_error("injected");
-              });
-              return Tensor();
-            });
+        const int64_t hook = throw_in_backward_of(*net->a);
         opt.zero_grad();
         EXPECT_THROWS(c, std::exception,
                       net->loss(x.narrow(0, r * n, n), y.narrow(0, r * n, n)).backward(),
