@@ -78,9 +78,10 @@ struct Unit : std::enable_shared_from_this<Unit> {
   // only that rank fills (a sum of one tag and zeros). Reductions are compared everywhere, as
   // their counts are read, up to kMaxTaggedReduction ranks (the slots grow as the square of
   // the ranks); gathers on the CPU (Gloo, MPI) only, where reading them costs no wait for a
-  // device. A gather started ahead is compared before this rank issues anything else (at the
-  // end of a unit's backward, of backward, of the root's forward), so that every rank finds a
-  // mismatch before it issues a collective that the others, failed, never will.
+  // device. A gather started ahead is compared before this rank issues anything else (a unit
+  // called out of the recorded order, a reduction, the end of backward and of the root's
+  // forward), so that every rank finds a mismatch before it issues a collective that the
+  // others, failed, never will.
   enum class Purpose { kForward = 1, kBackward = 2, kUnshard = 3, kState = 4, kReduction = 5 };
   static constexpr int64_t kTagLength = 8;
   static constexpr int kMaxTaggedReduction = 64;
