@@ -414,6 +414,7 @@ TEST_CASE("ranks that call units in different orders fail on every rank, naming 
   struct Routed : nn::Module {
     std::vector<std::shared_ptr<nn::Linear>> units;
     std::vector<int> route{0, 1, 2};  // the units called, in order
+    bool detach_last = false;         // the last unit's output leaves the graph (no backward)
     Routed() : Module("Routed") {
       Generator gen(3);
       for (const char* name : {"a", "b", "c"})
@@ -421,9 +422,12 @@ TEST_CASE("ranks that call units in different orders fail on every rank, naming 
       to(kFloat64);
     }
     Tensor forward(const Tensor& x) override {
-      Tensor y = x;
-      for (int i : route) y = (*units[static_cast<size_t>(i)])(y);
-      return y;
+      Tensor y = x, before_last = x;
+      for (int i : route) {
+        before_last = y;
+        y = (*units[static_cast<size_t>(i)])(y);
+      }
+      return detach_last ? before_last + y.detach() : y;
     }
   };
   auto sharded = [](dist::ProcessGroupGloo& pg) {
@@ -458,6 +462,15 @@ TEST_CASE("ranks that call units in different orders fail on every rank, naming 
     for (const Tensor& p : net->parameters()) penalty = penalty + (p * p).sum();
     ((*net)(x).sum() + penalty).backward();
     EXPECT(c, net->units[0]->parameters()[0].grad().defined());
+    // The same calls on both ranks, but rank 1's backward skips c: the backward gathers and
+    // reductions started in the recorded order go apart, and both ranks fail in backward;
+    // the next step runs.
+    net->detach_last = pg.rank() == 1;
+    EXPECT_THROWS(c, InvalidArgumentError, (*net)(x).sum().backward(), "[fully_shard]",
+                  "same order");
+    net->detach_last = false;
+    (*net)(x).sum().backward();
+    for (const Tensor& p : net->parameters()) EXPECT(c, p.grad().defined());
   });
 }
 
@@ -492,6 +505,11 @@ TEST_CASE("ranks that reduce units in different orders fail before any gradient 
     EXPECT_THROWS(c, InvalidArgumentError, (*net)(x).sum().backward(), "[fully_shard]",
                   "reduced unit", "for its gradients while rank");
     for (const Tensor& p : net->parameters()) EXPECT(c, !p.grad().defined());
+    // Forgotten at the next call: the same step on both ranks runs, and gives every shard
+    // its gradient.
+    net->detach_b = false;
+    (*net)(x).sum().backward();
+    for (const Tensor& p : net->parameters()) EXPECT(c, p.grad().defined());
   });
 }
 
