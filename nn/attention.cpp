@@ -58,6 +58,15 @@ namespace {
 
 Shape batch_of(const Tensor& t) { return Shape(t.sizes().begin(), t.sizes().end() - 2); }
 
+// Each of t's heads (dim -3) `group` times in a row, as repeat_interleave(group, -3) makes them:
+// grouped-query attention's keys and values, one per query head.
+Tensor repeat_heads(const Tensor& t, int64_t group) {
+  Shape expanded = t.sizes(), joined = t.sizes();
+  expanded.insert(expanded.end() - 2, group);  // (..., H, group, S, E)
+  joined[joined.size() - 3] *= group;
+  return t.unsqueeze(t.dim() - 2).expand(expanded).reshape(joined);
+}
+
 // t (..., len, dim) as the fused kernel reads it: (B, H, len, dim) with a unit last stride. A
 // 4-D tensor is read in place (MultiheadAttention's heads: transposed views of its
 // projections); fewer batch dims are added; more are folded into H, through a copy if need be.
@@ -144,16 +153,32 @@ class AttentionBackward final : public autograd::Node {
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& attn_mask, double dropout_p, bool is_causal,
-                                    std::optional<double> scale) {
+                                    std::optional<double> scale, bool enable_gqa) {
   constexpr const char* op = "scaled_dot_product_attention";
   if (autocast_lowers({&q, &k, &v, &attn_mask})) {
     return scaled_dot_product_attention(autocast_lower(q), autocast_lower(k), autocast_lower(v),
-                                        autocast_lower(attn_mask), dropout_p, is_causal, scale);
+                                        autocast_lower(attn_mask), dropout_p, is_causal, scale,
+                                        enable_gqa);
   }
   auto shapes = [&] {
     return detail::str("query ", shape_str(q.sizes()), ", key ", shape_str(k.sizes()),
                        " and value ", shape_str(v.sizes()));
   };
+  if (enable_gqa) {
+    GW_CHECK(q.dim() >= 3 && k.dim() == q.dim() && v.dim() == q.dim(), ShapeError, "[", op,
+             "] enable_gqa expects (..., Hq, L, E) query and (..., Hkv, S, E) key and (..., Hkv, "
+             "S, Ev) value of one rank, got ",
+             shapes());
+    const int64_t hq = q.size(-3), hkv = k.size(-3);
+    GW_CHECK(v.size(-3) == hkv && hkv > 0 && hq % hkv == 0, ShapeError, "[", op,
+             "] with enable_gqa the query's heads (", hq,
+             ") must be a multiple of the key's and the value's, which must be equal (", hkv,
+             " and ", v.size(-3), "); got ", shapes());
+    if (hq != hkv) {
+      return scaled_dot_product_attention(q, repeat_heads(k, hq / hkv), repeat_heads(v, hq / hkv),
+                                          attn_mask, dropout_p, is_causal, scale);
+    }
+  }
   GW_CHECK(q.is_floating_point(), DTypeError, "[", op, "] query must be floating point, got ",
            q.dtype());
   GW_CHECK(k.dtype() == q.dtype() && v.dtype() == q.dtype(), DTypeError, "[", op,

@@ -62,6 +62,9 @@ Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel,
 // added to the scores; is_causal lets row i see keys j <= i (not with a mask); scale defaults to
 // 1/sqrt(E); dropout_p drops probabilities (always, as PyTorch's: pass 0 to evaluate). A row
 // whose every key is masked out gives zeros (as PyTorch 2.5+; softmax alone would give NaN).
+// enable_gqa: grouped-query attention (PyTorch 2.5's): key and value may have fewer heads
+// (dim -3) than the query, a divisor of them; query head j reads key and value head
+// j / (Hq / Hkv), as repeat_interleave makes them (a copy of key and value, Hq / Hkv times).
 //
 //   Tensor y = F::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
 //
@@ -73,7 +76,8 @@ Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel,
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& attn_mask = {}, double dropout_p = 0.0,
                                     bool is_causal = false,
-                                    std::optional<double> scale = std::nullopt);
+                                    std::optional<double> scale = std::nullopt,
+                                    bool enable_gqa = false);
 
 // --- losses ---------------------------------------------------------------------------------
 // Mean (or sum) of (input - target)^2; the shapes must be equal.

@@ -613,6 +613,58 @@ TEST_CASE("gradcheck: fused attention's dropout, causal and masked", "[nn][atten
       Inputs{q, k, v});
 }
 
+TEST_CASE("grouped-query attention: each key and value head serves a group of query heads",
+          "[nn][attention]") {
+  // Six query heads over two key/value heads: query head j reads head j / 3, as the same
+  // attention with key and value repeated (repeat_interleave) gives; the gradients of key and
+  // value sum over their group.
+  gw::Generator gen(15);
+  const Tensor q = randn64({2, 6, 9, 4}, gen, false), k = randn64({2, 2, 11, 4}, gen, false);
+  const Tensor v = randn64({2, 2, 11, 3}, gen, false), gout = randn64({2, 6, 9, 3}, gen, false);
+  auto repeated = [](const Tensor& t) {
+    std::vector<Tensor> heads;
+    for (int64_t j = 0; j < 6; ++j) heads.push_back(t.narrow(1, j / 3, 1));
+    return gw::cat(heads, 1);
+  };
+  for (bool causal : {false, true}) {
+    INFO("causal " << causal);
+    auto grouped = run(
+        [&](const Tensor& a, const Tensor& b, const Tensor& d) {
+          return F::scaled_dot_product_attention(a, b, d, {}, 0.0, causal, std::nullopt, true);
+        },
+        q, k, v, gout);
+    auto want = run(
+        [&](const Tensor& a, const Tensor& b, const Tensor& d) {
+          return F::scaled_dot_product_attention(a, repeated(b), repeated(d), {}, 0.0, causal);
+        },
+        q, k, v, gout);
+    check_same(grouped, want, 1e-12);
+    CHECK(grouped[2].sizes() == k.sizes());
+  }
+  // As many heads everywhere: plain attention. Heads that do not divide, or key and value heads
+  // that differ, are refused naming the heads; without enable_gqa, as before.
+  CHECK(gw::equal(F::scaled_dot_product_attention(q, k.narrow(1, 0, 1).expand({2, 6, 11, 4}),
+                                                  v.narrow(1, 0, 1).expand({2, 6, 11, 3}), {}, 0.0,
+                                                  false, std::nullopt, true),
+                  F::scaled_dot_product_attention(q, k.narrow(1, 0, 1).expand({2, 6, 11, 4}),
+                                                  v.narrow(1, 0, 1).expand({2, 6, 11, 3}))));
+  auto refused = [](auto f, const std::string& part) {
+    try {
+      f();
+      FAIL("no exception");
+    } catch (const gw::ShapeError& e) {
+      INFO(e.what());
+      CHECK(std::string(e.what()).find(part) != std::string::npos);
+    }
+  };
+  const Tensor k4 = randn64({2, 4, 11, 4}, gen, false), v4 = randn64({2, 4, 11, 3}, gen, false);
+  refused([&] { F::scaled_dot_product_attention(q, k4, v4, {}, 0.0, false, std::nullopt, true); },
+          "query's heads (6) must be a multiple");
+  refused([&] { F::scaled_dot_product_attention(q, k, v4, {}, 0.0, false, std::nullopt, true); },
+          "(2 and 4)");
+  refused([&] { F::scaled_dot_product_attention(q, k, v); }, "batch and head dims differ");
+}
+
 TEST_CASE("gradcheck: fused attention, causal and masked", "[nn][attention][gradcheck]") {
   gw::Generator gen(9);
   Tensor q = randn64({2, 3, 4}, gen), k = randn64({2, 5, 4}, gen), v = randn64({2, 5, 3}, gen);
