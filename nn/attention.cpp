@@ -166,16 +166,24 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   };
   if (enable_gqa) {
     GW_CHECK(q.dim() >= 3 && k.dim() == q.dim() && v.dim() == q.dim(), ShapeError, "[", op,
-             "] enable_gqa expects (..., Hq, L, E) query and (..., Hkv, S, E) key and (..., Hkv, "
-             "S, Ev) value of one rank, got ",
+             "] enable_gqa expects (..., Hq, L, E) query, (..., Hk, S, E) key and (..., Hv, S, Ev) "
+             "value of one rank, got ",
              shapes());
-    const int64_t hq = q.size(-3), hkv = k.size(-3);
-    GW_CHECK(v.size(-3) == hkv && hkv > 0 && hq % hkv == 0, ShapeError, "[", op,
-             "] with enable_gqa the query's heads (", hq,
-             ") must be a multiple of the key's and the value's, which must be equal (", hkv,
-             " and ", v.size(-3), "); got ", shapes());
-    if (hq != hkv) {
-      return scaled_dot_product_attention(q, repeat_heads(k, hq / hkv), repeat_heads(v, hq / hkv),
+    // As PyTorch's: key and value heads each divide the query's.
+    const int64_t hq = q.size(-3), hk = k.size(-3), hv = v.size(-3);
+    GW_CHECK(hk > 0 && hv > 0 && hq % hk == 0 && hq % hv == 0, ShapeError, "[", op,
+             "] with enable_gqa the key's and the value's heads (", hk, " and ", hv,
+             ") must each divide the query's (", hq, "); got ", shapes());
+    // What the repeated tensors would be refused for, said of the tensors given.
+    auto others = [](const Tensor& t) {
+      Shape s = batch_of(t);
+      s.erase(s.end() - 1);
+      return s;
+    };
+    GW_CHECK(others(k) == others(q) && others(v) == others(q), ShapeError, "[", op,
+             "] the batch dims differ: ", shapes());
+    if (hk != hq || hv != hq) {
+      return scaled_dot_product_attention(q, repeat_heads(k, hq / hk), repeat_heads(v, hq / hv),
                                           attn_mask, dropout_p, is_causal, scale);
     }
   }

@@ -63,8 +63,8 @@ Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel,
 // 1/sqrt(E); dropout_p drops probabilities (always, as PyTorch's: pass 0 to evaluate). A row
 // whose every key is masked out gives zeros (as PyTorch 2.5+; softmax alone would give NaN).
 // enable_gqa: grouped-query attention (PyTorch 2.5's): key and value may have fewer heads
-// (dim -3) than the query, a divisor of them; query head j reads key and value head
-// j / (Hq / Hkv), as repeat_interleave makes them (a copy of key and value, Hq / Hkv times).
+// (dim -3) than the query, each a divisor of them; query head j reads key head j / (Hq / Hk)
+// and value head j / (Hq / Hv), as repeat_interleave makes them (copies of key and value).
 //
 //   Tensor y = F::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
 //

@@ -641,8 +641,8 @@ TEST_CASE("grouped-query attention: each key and value head serves a group of qu
     check_same(grouped, want, 1e-12);
     CHECK(grouped[2].sizes() == k.sizes());
   }
-  // As many heads everywhere: plain attention. Heads that do not divide, or key and value heads
-  // that differ, are refused naming the heads; without enable_gqa, as before.
+  // As many heads everywhere: plain attention. Heads that do not divide the query's are refused
+  // naming them, and without enable_gqa any difference, as before.
   CHECK(gw::equal(F::scaled_dot_product_attention(q, k.narrow(1, 0, 1).expand({2, 6, 11, 4}),
                                                   v.narrow(1, 0, 1).expand({2, 6, 11, 3}), {}, 0.0,
                                                   false, std::nullopt, true),
@@ -657,11 +657,38 @@ TEST_CASE("grouped-query attention: each key and value head serves a group of qu
       CHECK(std::string(e.what()).find(part) != std::string::npos);
     }
   };
+  // Key and value heads that each divide the query's (PyTorch's rule: 6 over 1 and 3), a mask
+  // of the query's heads and a scale, passed on.
+  const Tensor k1 = randn64({2, 1, 11, 4}, gen, false), v3 = randn64({2, 3, 11, 3}, gen, false);
+  const Tensor mask = gw::gt(gw::rand({6, 9, 11}, gen), 0.3);
+  auto each = [](const Tensor& t, int64_t group) {
+    std::vector<Tensor> heads;
+    for (int64_t j = 0; j < 6; ++j) heads.push_back(t.narrow(1, j / group, 1));
+    return gw::cat(heads, 1);
+  };
+  auto mixed = run(
+      [&](const Tensor& a, const Tensor& b, const Tensor& d) {
+        return F::scaled_dot_product_attention(a, b, d, mask, 0.0, false, 0.7, true);
+      },
+      q, k1, v3, gout);
+  auto mixed_want = run(
+      [&](const Tensor& a, const Tensor& b, const Tensor& d) {
+        return F::scaled_dot_product_attention(a, each(b, 6), each(d, 2), mask, 0.0, false, 0.7);
+      },
+      q, k1, v3, gout);
+  check_same(mixed, mixed_want, 1e-12);
   const Tensor k4 = randn64({2, 4, 11, 4}, gen, false), v4 = randn64({2, 4, 11, 3}, gen, false);
   refused([&] { F::scaled_dot_product_attention(q, k4, v4, {}, 0.0, false, std::nullopt, true); },
-          "query's heads (6) must be a multiple");
+          "heads (4 and 4) must each divide the query's (6)");
   refused([&] { F::scaled_dot_product_attention(q, k, v4, {}, 0.0, false, std::nullopt, true); },
           "(2 and 4)");
+  refused(
+      [&] {
+        F::scaled_dot_product_attention(q, randn64({3, 2, 11, 4}, gen, false),
+                                        randn64({3, 2, 11, 3}, gen, false), {}, 0.0, false,
+                                        std::nullopt, true);
+      },
+      "the batch dims differ: query (2,6,9,4), key (3,2,11,4)");
   refused([&] { F::scaled_dot_product_attention(q, k, v); }, "batch and head dims differ");
 }
 
