@@ -174,8 +174,8 @@ struct Problem {
 template <typename T>
 struct RowStats {
   T *max, *log_sum;
-  RowStats(const Tensor& stats, int64_t rows)
-      : max(static_cast<T*>(stats.raw_data())), log_sum(max + rows) {}
+  explicit RowStats(const Tensor& stats)
+      : max(static_cast<T*>(stats.raw_data())), log_sum(max + stats.size(1) * stats.size(2)) {}
 };
 
 template <typename T>
@@ -294,7 +294,7 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
     return;
   dispatch<FloatTypes>(q.dtype(), "scaled_dot_product_attention", [&]<typename T>() {
     forward(Problem<T>(q, k, v, mask, options), Heads<T>(q), Heads<T>(k), Heads<T>(v),
-            Heads<T>(out), RowStats<T>(stats, stats.size(1) * stats.size(2)));
+            Heads<T>(out), RowStats<T>(stats));
   });
 }
 
@@ -309,8 +309,8 @@ void CpuBackend::attention_backward(const Tensor& gout, const Tensor& q, const T
     return;
   dispatch<FloatTypes>(q.dtype(), "scaled_dot_product_attention", [&]<typename T>() {
     backward(Problem<T>(q, k, v, mask, options), Heads<T>(gout), Heads<T>(q), Heads<T>(k),
-             Heads<T>(v), Heads<T>(out), RowStats<T>(stats, stats.size(1) * stats.size(2)),
-             Heads<T>(gq), Heads<T>(gk), Heads<T>(gv));
+             Heads<T>(v), Heads<T>(out), RowStats<T>(stats), Heads<T>(gq), Heads<T>(gk),
+             Heads<T>(gv));
   });
 }
 
