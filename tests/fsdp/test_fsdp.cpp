@@ -2,7 +2,7 @@
 // (fsdp_probe). After 20 AdamW steps the shards equal single-process training on the global
 // batch (fsdp_checks.h), with and without resharding after forward, with gradient accumulation
 // and CPU offload (on NCCL at world size 1 where there is a GPU); ShardedGradScaler's shared
-// decision; what fully_shard refuses, on every rank.
+// decision; checkpoints. What fully_shard refuses and how ranks fail: test_fsdp_errors.cpp.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -16,6 +16,7 @@
 #include "store/hash_store.h"
 #include "tests/dist/process_group/ranks.h"
 #include "tests/fsdp/fsdp_checks.h"
+#include "tests/fsdp/fsdp_test_util.h"
 #include "tests/mpirun.h"
 #include "tests/skip.h"
 #include "tests/temp_dir.h"
@@ -23,24 +24,9 @@
 using namespace gw;
 using gw::dist::testing::Checks;
 using gw::dist::testing::run_ranks;
+using gw::fsdp::testing::borrow;
 using gw::fsdp::testing::Net;
-
-namespace {
-std::shared_ptr<dist::ProcessGroup> borrow(dist::ProcessGroupGloo& pg) {
-  return {&pg, [](dist::ProcessGroup*) {}};
-}
-
-// Makes the gradient reaching `module`'s output throw "injected" (from its next call on);
-// returns the hook to remove.
-int64_t throw_in_backward_of(nn::Module& module) {
-  return module.register_forward_hook([](nn::Module&, const Tensor&, const Tensor& out) {
-    autograd::Edge edge = autograd::gradient_edge(out);
-    edge.fn->pre_hooks.emplace_back(
-        edge.input_nr, [](const Tensor&) -> Tensor { throw std::runtime_error("injected"); });
-    return Tensor();
-  });
-}
-}  // namespace
+using gw::fsdp::testing::throw_in_backward_of;
 
 TEST_CASE("fully_shard trains like one process on the global batch, on 2 and 4 Gloo ranks",
           "[fsdp]") {
@@ -361,166 +347,6 @@ TEST_CASE(
   });
 }
 
-TEST_CASE("a backward that leaves weight gradients for later refuses a unit, which reduces them",
-          "[fsdp]") {
-  run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
-    auto net = std::make_shared<Net>();
-    fsdp::fully_shard(net->a, borrow(pg));
-    Generator gen(5);
-    Tensor x = randn({2, 3, 6}, gen, kFloat64).requires_grad_();
-    autograd::WeightGradients rest;
-    EXPECT_THROWS(c, InvalidArgumentError,
-                  autograd::backward_input({(*net->a)(x).sum()}, {x}, {}, rest),
-                  "[backward_input] fsdp::PostBackward needs its weights' gradients");
-    // The whole backward still runs, and reduces.
-    (*net->a)(x).sum().backward();
-    EXPECT(c, net->a->ln_1->parameters()[0].grad().defined());
-  });
-}
-
-TEST_CASE("fully_shard refuses a module sharded twice and a parameter two units share", "[fsdp]") {
-  run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
-    auto net = std::make_shared<Net>();
-    fsdp::fully_shard(net->a, borrow(pg));
-    EXPECT_THROWS(c, InvalidArgumentError, fsdp::fully_shard(net->a, borrow(pg)), "[fully_shard]",
-                  "sharded already");
-    // Refused on one rank only (rank 1 shards `a` again, rank 0 shards `b`): both fail at once,
-    // rank 0 naming rank 1's reason, rather than rank 0 waiting in a collective rank 1 left.
-    EXPECT_THROWS(c, InvalidArgumentError,
-                  fsdp::fully_shard(pg.rank() == 0 ? net->b : net->a, borrow(pg)),
-                  pg.rank() == 0 ? "[rank 1] [fully_shard]" : "[fully_shard]", "sharded already");
-    // The head's weight is the embedding's: sharding the head alone leaves the embedding,
-    // which the root would hold, reading a tensor another unit manages.
-    fsdp::fully_shard(net->head, borrow(pg));
-    EXPECT_THROWS(c, InvalidArgumentError, fsdp::fully_shard(net, borrow(pg)), "[fully_shard]",
-                  "emb.weight", "belongs to another unit");
-
-    // The root first, then a block it holds already: refused, not sharded twice.
-    auto other = std::make_shared<Net>();
-    fsdp::fully_shard(other, borrow(pg));
-    EXPECT_THROWS(c, InvalidArgumentError, fsdp::fully_shard(other->b, borrow(pg)),
-                  "belongs to another unit", "blocks before the root");
-    // Shards converted after sharding would leave the gathers reading the old buffer.
-    other->to(kFloat32);
-    auto [x, y] = fsdp::testing::batch(1, 0, 0);
-    EXPECT_THROWS(c, StateError, other->loss(x, y), "moved or converted");
-  });
-}
-
-TEST_CASE("ranks that call units in different orders fail on every rank, naming both units",
-          "[fsdp]") {
-  // Data-dependent routing over three Linear(4, 4) units: their collectives are one size, and
-  // without the tags each rank would compute with another unit's parameters.
-  struct Routed : nn::Module {
-    std::vector<std::shared_ptr<nn::Linear>> units;
-    std::vector<int> route{0, 1, 2};  // the units called, in order
-    bool detach_last = false;         // the last unit's output leaves the graph (no backward)
-    Routed() : Module("Routed") {
-      Generator gen(3);
-      for (const char* name : {"a", "b", "c"})
-        units.push_back(register_module(name, std::make_shared<nn::Linear>(4, 4, true, gen)));
-      to(kFloat64);
-    }
-    Tensor forward(const Tensor& x) override {
-      Tensor y = x, before_last = x;
-      for (int i : route) {
-        before_last = y;
-        y = (*units[static_cast<size_t>(i)])(y);
-      }
-      return detach_last ? before_last + y.detach() : y;
-    }
-  };
-  auto sharded = [](dist::ProcessGroupGloo& pg) {
-    auto net = std::make_shared<Routed>();
-    for (auto& unit : net->units) fsdp::fully_shard(unit, borrow(pg));
-    fsdp::fully_shard(net, borrow(pg));
-    return net;
-  };
-  const Tensor x = ones({2, 4}, kFloat64);
-  run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
-    // From the first call: rank 1 calls b before a.
-    auto net = sharded(pg);
-    net->route = pg.rank() == 0 ? std::vector<int>{0, 1, 2} : std::vector<int>{1, 0, 2};
-    EXPECT_THROWS(c, InvalidArgumentError, (*net)(x),
-                  "[fully_shard] rank " + std::to_string(pg.rank()),
-                  "rank 0 gathered unit 1 (Linear) for its forward",
-                  "rank 1 gathered unit 2 (Linear) for its forward", "same order");
-    // After the call order was recorded: rank 0 calls c alone, rank 1 a then c. The gathers
-    // each rank started ahead in the recorded order (b, on rank 1) are compared before it goes
-    // its own way, so both fail, rather than rank 1 waiting for a gather of c that rank 0,
-    // failed already, never starts.
-    net = sharded(pg);
-    net->route = {0, 1, 2};
-    (*net)(x).sum().backward();
-    net->route = pg.rank() == 0 ? std::vector<int>{2} : std::vector<int>{0, 2};
-    EXPECT_THROWS(c, InvalidArgumentError, (*net)(x), "[fully_shard]", "while rank", "same order");
-    // Forgotten after the failure: the next calls record their order afresh and run, and an op
-    // that saved a shard (a penalty on the parameters) still has it in backward: writing the
-    // tags leaves the shards' version alone.
-    net->route = {0, 1, 2};
-    Tensor penalty = zeros({}, kFloat64);
-    for (const Tensor& p : net->parameters()) penalty = penalty + (p * p).sum();
-    ((*net)(x).sum() + penalty).backward();
-    EXPECT(c, net->units[0]->parameters()[0].grad().defined());
-    // The same calls on both ranks, but rank 1's backward skips c: the backward gathers and
-    // reductions started in the recorded order go apart, and both ranks fail in backward;
-    // the next step runs.
-    net->detach_last = pg.rank() == 1;
-    EXPECT_THROWS(c, InvalidArgumentError, (*net)(x).sum().backward(), "[fully_shard]",
-                  "same order");
-    net->detach_last = false;
-    (*net)(x).sum().backward();
-    for (const Tensor& p : net->parameters()) EXPECT(c, p.grad().defined());
-  });
-}
-
-TEST_CASE("ranks that reduce units in different orders fail before any gradient lands", "[fsdp]") {
-  // Two Linear(4, 4) branches called in one order on both ranks (the gathers agree), kept
-  // gathered through backward (no backward gathers). Rank 0's backward reduces b first (its
-  // nodes are the newer), then a; rank 1 detaches b's branch, so its backward reduces a, and b
-  // at the end: without the reductions' tags, each unit's gradients would be averaged with the
-  // other's.
-  struct Branches : nn::Module {
-    std::shared_ptr<nn::Linear> a, b;
-    bool detach_b = false;
-    Branches() : Module("Branches") {
-      Generator gen(5);
-      a = register_module("a", std::make_shared<nn::Linear>(4, 4, true, gen));
-      b = register_module("b", std::make_shared<nn::Linear>(4, 4, true, gen));
-      to(kFloat64);
-    }
-    Tensor forward(const Tensor& x) override {
-      Tensor ya = (*a)(x), yb = (*b)(x);
-      return ya + (detach_b ? yb.detach() : yb);
-    }
-  };
-  run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
-    auto net = std::make_shared<Branches>();
-    const fsdp::FullyShardOptions keep{.reshard_after_forward = false};
-    fsdp::fully_shard(net->a, borrow(pg), keep);
-    fsdp::fully_shard(net->b, borrow(pg), keep);
-    fsdp::fully_shard(net, borrow(pg), keep);
-    net->detach_b = pg.rank() == 1;
-    const Tensor x = ones({2, 4}, kFloat64).requires_grad_();
-    EXPECT_THROWS(c, InvalidArgumentError, (*net)(x).sum().backward(), "[fully_shard]",
-                  "reduced unit", "for its gradients while rank");
-    for (const Tensor& p : net->parameters()) EXPECT(c, !p.grad().defined());
-    // Forgotten at the next call: the same step on both ranks runs, and gives every shard
-    // its gradient.
-    net->detach_b = false;
-    (*net)(x).sum().backward();
-    for (const Tensor& p : net->parameters()) EXPECT(c, p.grad().defined());
-  });
-}
-
-TEST_CASE("fully_shard fails on every rank when the ranks' models differ", "[fsdp]") {
-  run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
-    auto net = std::make_shared<Net>(pg.rank() == 0 ? 6 : 4);
-    EXPECT_THROWS(c, InvalidArgumentError, fsdp::fully_shard(net->a, borrow(pg)), "[fully_shard]",
-                  "rank");
-  });
-}
-
 #ifdef GW_FSDP_PROBE
 TEST_CASE("fully_shard on the MPI group under mpirun -np 2 and -np 4", "[fsdp][mpi][process]") {
   GW_SKIP_WITHOUT_MPIRUN();
@@ -555,41 +381,6 @@ TEST_CASE("fsdp::clip_grad_norm_ over shards is the unsharded model's norm and c
     fsdp::testing::check_rows(
         c, *net, *reference, pg.rank(), 2, "clipped gradients",
         [](const Tensor& t) { return t.grad().defined() ? t.grad() : t * 0; });
-  });
-}
-
-TEST_CASE(
-    "a backward that throws on every rank is forgotten: the next steps train as if it "
-    "never ran",
-    "[fsdp]") {
-  run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
-    const int r = pg.rank(), n = fsdp::testing::kPerRank;
-    auto net = std::make_shared<Net>();
-    auto reference = std::make_shared<Net>();
-    fsdp::testing::shard(net, borrow(pg));
-    const optim::AdamWOptions adamw{.lr = 0.01, .weight_decay = 0.1};
-    optim::AdamW opt(net->parameters(), adamw), ref_opt(reference->parameters(), adamw);
-    for (int step = 0; step < 3; ++step) {
-      auto [x, y] = fsdp::testing::batch(2, step, 0);
-      if (step == 1) {
-        // The gradient reaching block a's output throws, after block b's reductions were issued
-        // and the root's gradients were left on its members.
-        const int64_t hook = throw_in_backward_of(*net->a);
-        opt.zero_grad();
-        EXPECT_THROWS(c, std::exception,
-                      net->loss(x.narrow(0, r * n, n), y.narrow(0, r * n, n)).backward(),
-                      "injected");
-        net->a->remove_hook(hook);
-      }
-      opt.zero_grad();
-      ref_opt.zero_grad();
-      net->loss(x.narrow(0, r * n, n), y.narrow(0, r * n, n)).backward();
-      reference->loss(x, y).backward();
-      opt.step();
-      ref_opt.step();
-    }
-    fsdp::testing::check_rows(c, *net, *reference, r, 2, "after a failed backward",
-                              [](const Tensor& t) { return t; });
   });
 }
 
@@ -694,20 +485,4 @@ TEST_CASE(
     for (const auto& [key, t] : want)
       c.expect(got.contains(key) && equal(got.at(key), t), "loaded " + key);
   });
-}
-
-TEST_CASE("a rank that stops early fails the other's next call within the group's timeout",
-          "[fsdp]") {
-  run_ranks(2,
-            [&](dist::ProcessGroupGloo& pg, Checks& c) {
-              auto net = std::make_shared<Net>();
-              fsdp::testing::shard(net, borrow(pg));
-              if (pg.rank() == 1) return;  // stops: its group goes with it
-              auto [x, y] = fsdp::testing::batch(1, 0, 0);
-              const auto start = std::chrono::steady_clock::now();
-              EXPECT_THROWS(c, std::exception, net->loss(x, y).backward(),
-                            "[all_gather_into_tensor]", "rank 0 of 2");
-              EXPECT(c, std::chrono::steady_clock::now() - start < std::chrono::seconds(30));
-            },
-            {.timeout = std::chrono::seconds(5)});
 }

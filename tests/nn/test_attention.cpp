@@ -1,13 +1,14 @@
 // scaled_dot_product_attention: the fused CPU kernel against softmax(q kᵀ · scale + mask) v
 // written out here with core ops, and against PyTorch's (tests/nn/fixtures/make_reference.py),
-// values and gradients; finite differences; bad input.
+// values and gradients; MultiheadAttention and a GPT block; finite differences; bad input.
+// Dropout inside the kernel and grouped-query attention: test_attention_dropout_gqa.cpp.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <limits>
 
+#include "attention_test_util.h"
 #include "core/cpu/cpu_allocator.h"
-#include "nn_test_util.h"
 #include "optim/adamw.h"
 
 using gw::Tensor;
@@ -15,41 +16,14 @@ namespace F = gw::nn::functional;
 using nn_test::randn64;
 using nn_test::rel_error;
 using Inputs = std::vector<Tensor>;
+using namespace attention_test;
 
 namespace {
-
-constexpr double kNegInf = -std::numeric_limits<double>::infinity();
-
-// The reference: the scores made in full. `bias` is additive (or undefined).
-Tensor attention_in_full(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
-                         double scale) {
-  Tensor s = gw::matmul(q, k.transpose(-2, -1)) * scale;
-  if (bias.defined()) s = s + bias;
-  return gw::matmul(gw::softmax(s, -1), v);
-}
-
-// 0 where key j takes part in row i (j <= i), -inf elsewhere.
-Tensor causal_bias(int64_t l, int64_t s) {
-  std::vector<double> b(static_cast<size_t>(l * s));
-  for (int64_t i = 0; i < l; ++i)
-    for (int64_t j = 0; j < s; ++j) b[static_cast<size_t>(i * s + j)] = j <= i ? 0 : kNegInf;
-  return gw::from_vector(b, {l, s});
-}
 
 struct Case {
   const char* name;
   int64_t b, h, l, s, e, ev;
 };
-
-// Output and the gradients of q, k and v under a fixed upstream gradient.
-std::vector<Tensor> run(const std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)>& f,
-                        const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& gout) {
-  std::vector<Tensor> leaves;
-  for (const Tensor* t : {&q, &k, &v}) leaves.push_back(t->detach().requires_grad_());
-  Tensor out = f(leaves[0], leaves[1], leaves[2]);
-  (out * gout).sum().backward();
-  return {out.detach(), leaves[0].grad(), leaves[1].grad(), leaves[2].grad()};
-}
 
 // PyTorch's values: tests/nn/fixtures/make_reference.py.
 const gw::NamedTensors& reference() {
@@ -66,26 +40,6 @@ Tensor reference_at(const std::string& key) {
   Tensor t = reference_or_none(key);
   REQUIRE(t.defined());
   return t;
-}
-
-// `f` throws a gradwire error that names the op and contains `part`.
-void refused(const std::function<void()>& f, const std::string& part) {
-  try {
-    f();
-    FAIL("no error");
-  } catch (const gw::Error& e) {
-    INFO(e.what());
-    CHECK(std::string(e.what()).find("[scaled_dot_product_attention]") != std::string::npos);
-    CHECK(std::string(e.what()).find(part) != std::string::npos);
-  }
-}
-
-void check_same(const std::vector<Tensor>& got, const std::vector<Tensor>& want, double tol) {
-  const char* names[] = {"output", "grad q", "grad k", "grad v"};
-  for (size_t i = 0; i < got.size(); ++i) {
-    INFO(names[i]);
-    CHECK(rel_error(got[i], want[i]) < tol);
-  }
 }
 
 }  // namespace
@@ -533,166 +487,6 @@ TEST_CASE("attention without keys, or with head_dim 0, gives what PyTorch gives"
   Tensor mean = F::scaled_dot_product_attention(gw::zeros({2, 3, 0}, gw::kFloat64),
                                                 gw::zeros({2, 6, 0}, gw::kFloat64), v2);
   CHECK(rel_error(mean, gw::mean(v2, {1}, true).expand({2, 3, 5})) < 1e-12);
-}
-
-TEST_CASE("fused attention's dropout drops each probability with p and scales the rest",
-          "[nn][attention]") {
-  // With v the identity, the output is the probabilities after dropout, P ∘ Z: each 0 or
-  // P / (1 - p). Three blocks of query rows and two of keys (the kernel's tiles: 32 and 64).
-  gw::Generator gen(13);
-  constexpr int64_t kB = 2, kH = 3, kL = 70, kS = 100;
-  const double scale = 1 / std::sqrt(8.0);
-  const Tensor q = randn64({kB, kH, kL, 8}, gen, false), k = randn64({kB, kH, kS, 8}, gen, false);
-  const Tensor eye = gw::eye(kS, gw::TensorOptions(gw::kFloat64)).expand({kB, kH, kS, kS});
-  const Tensor probs = attention_in_full(q, k, eye, {}, scale);
-  constexpr double p = 0.3;
-  gw::manual_seed(5);
-  const Tensor dropped = F::scaled_dot_product_attention(q, k, eye, {}, p);
-  const Tensor kept = gw::ne(dropped, 0.0);
-  CHECK(rel_error(gw::where(kept, probs / (1 - p), gw::zeros({}, gw::kFloat64)), dropped) < 1e-12);
-  // About p of them dropped: 42000 draws, a standard deviation of 0.0022; 0.02 is nine.
-  const double fraction = 1 - kept.to(gw::kFloat64).mean().item<double>();
-  CHECK(std::abs(fraction - p) < 0.02);
-  // Every head and every sample draws its own mask.
-  CHECK_FALSE(gw::equal(kept.select(1, 0), kept.select(1, 1)));
-  CHECK_FALSE(gw::equal(kept.select(0, 0), kept.select(0, 1)));
-  // The same seed draws the same mask, another another.
-  gw::manual_seed(5);
-  CHECK(gw::equal(F::scaled_dot_product_attention(q, k, eye, {}, p), dropped));
-  CHECK_FALSE(gw::equal(F::scaled_dot_product_attention(q, k, eye, {}, p), dropped));
-  // Whatever the threads: the mask is a function of the seed and the element's place.
-  const int threads = gw::get_num_threads();
-  gw::set_num_threads(3);
-  gw::manual_seed(5);
-  const Tensor threaded = F::scaled_dot_product_attention(q, k, eye, {}, p);
-  gw::set_num_threads(threads);
-  CHECK(gw::equal(threaded, dropped));
-  // 16-bit inputs draw the same mask (on float32 copies) as float64.
-  gw::manual_seed(5);
-  const Tensor half = F::scaled_dot_product_attention(q.to(gw::kBFloat16), k.to(gw::kBFloat16),
-                                                      eye.to(gw::kBFloat16), {}, p);
-  CHECK(gw::equal(gw::ne(half, 0.0), kept));
-
-  // Values and gradients, causal and not, on four threads: those of (softmax(s) ∘ Z) v with the
-  // Z found above (the same seed draws it; causality hides keys, not draws).
-  const Tensor z = kept.to(gw::kFloat64) / (1 - p);
-  const Tensor v = randn64({kB, kH, kS, 6}, gen, false),
-               gout = randn64({kB, kH, kL, 6}, gen, false);
-  for (bool causal : {false, true}) {
-    INFO("causal " << causal);
-    gw::set_num_threads(4);
-    auto fused = run(
-        [&](const Tensor& a, const Tensor& b, const Tensor& d) {
-          gw::manual_seed(5);
-          return F::scaled_dot_product_attention(a, b, d, {}, p, causal);
-        },
-        q, k, v, gout);
-    gw::set_num_threads(threads);
-    auto want = run(
-        [&](const Tensor& a, const Tensor& b, const Tensor& d) {
-          Tensor s = gw::matmul(a, b.transpose(-2, -1)) * scale;
-          if (causal) s = s + causal_bias(kL, kS);
-          return gw::matmul(gw::softmax(s, -1) * z, d);
-        },
-        q, k, v, gout);
-    check_same(fused, want, 1e-12);
-  }
-  // The fused kernel's node, not the composition's.
-  CHECK(F::scaled_dot_product_attention(q.detach().requires_grad_(), k, eye, {}, p)
-            .grad_fn()
-            ->name() == "ScaledDotProductAttentionBackward");
-}
-
-TEST_CASE("gradcheck: fused attention's dropout, causal and masked", "[nn][attention][gradcheck]") {
-  // Each evaluation draws the same mask (the generator seeded again), so the function is
-  // deterministic and its derivative is the backward's, which draws the mask again from the
-  // seed it kept.
-  gw::Generator gen(9);
-  Tensor q = randn64({2, 2, 6, 4}, gen), k = randn64({2, 2, 7, 4}, gen);
-  Tensor v = randn64({2, 2, 7, 3}, gen);
-  NN_GRADCHECK(
-      [](const Inputs& in) {
-        gw::manual_seed(21);
-        return F::scaled_dot_product_attention(in[0], in[1], in[2], {}, 0.4, true);
-      },
-      Inputs{q, k, v});
-  Tensor mask = gw::gt(gw::rand({6, 7}, gen), 0.3);
-  NN_GRADCHECK(
-      [mask](const Inputs& in) {
-        gw::manual_seed(22);
-        return F::scaled_dot_product_attention(in[0], in[1], in[2], mask, 0.4);
-      },
-      Inputs{q, k, v});
-}
-
-TEST_CASE("grouped-query attention: each key and value head serves a group of query heads",
-          "[nn][attention]") {
-  // Six query heads over two key/value heads: query head j reads head j / 3, as the same
-  // attention with key and value repeated (repeat_interleave) gives; the gradients of key and
-  // value sum over their group.
-  gw::Generator gen(15);
-  const Tensor q = randn64({2, 6, 9, 4}, gen, false), k = randn64({2, 2, 11, 4}, gen, false);
-  const Tensor v = randn64({2, 2, 11, 3}, gen, false), gout = randn64({2, 6, 9, 3}, gen, false);
-  auto repeated = [](const Tensor& t) {
-    std::vector<Tensor> heads;
-    for (int64_t j = 0; j < 6; ++j) heads.push_back(t.narrow(1, j / 3, 1));
-    return gw::cat(heads, 1);
-  };
-  for (bool causal : {false, true}) {
-    INFO("causal " << causal);
-    auto grouped = run(
-        [&](const Tensor& a, const Tensor& b, const Tensor& d) {
-          return F::scaled_dot_product_attention(a, b, d, {}, 0.0, causal, std::nullopt, true);
-        },
-        q, k, v, gout);
-    auto want = run(
-        [&](const Tensor& a, const Tensor& b, const Tensor& d) {
-          return F::scaled_dot_product_attention(a, repeated(b), repeated(d), {}, 0.0, causal);
-        },
-        q, k, v, gout);
-    check_same(grouped, want, 1e-12);
-    CHECK(grouped[2].sizes() == k.sizes());
-  }
-  // As many heads everywhere: plain attention. Heads that do not divide the query's are refused
-  // naming them, and without enable_gqa any difference, as before.
-  CHECK(gw::equal(F::scaled_dot_product_attention(q, k.narrow(1, 0, 1).expand({2, 6, 11, 4}),
-                                                  v.narrow(1, 0, 1).expand({2, 6, 11, 3}), {}, 0.0,
-                                                  false, std::nullopt, true),
-                  F::scaled_dot_product_attention(q, k.narrow(1, 0, 1).expand({2, 6, 11, 4}),
-                                                  v.narrow(1, 0, 1).expand({2, 6, 11, 3}))));
-  // Key and value heads that each divide the query's (PyTorch's rule: 6 over 1 and 3), a mask
-  // of the query's heads and a scale, passed on.
-  const Tensor k1 = randn64({2, 1, 11, 4}, gen, false), v3 = randn64({2, 3, 11, 3}, gen, false);
-  const Tensor mask = gw::gt(gw::rand({6, 9, 11}, gen), 0.3);
-  auto each = [](const Tensor& t, int64_t group) {
-    std::vector<Tensor> heads;
-    for (int64_t j = 0; j < 6; ++j) heads.push_back(t.narrow(1, j / group, 1));
-    return gw::cat(heads, 1);
-  };
-  auto mixed = run(
-      [&](const Tensor& a, const Tensor& b, const Tensor& d) {
-        return F::scaled_dot_product_attention(a, b, d, mask, 0.0, false, 0.7, true);
-      },
-      q, k1, v3, gout);
-  auto mixed_want = run(
-      [&](const Tensor& a, const Tensor& b, const Tensor& d) {
-        return F::scaled_dot_product_attention(a, each(b, 6), each(d, 2), mask, 0.0, false, 0.7);
-      },
-      q, k1, v3, gout);
-  check_same(mixed, mixed_want, 1e-12);
-  const Tensor k4 = randn64({2, 4, 11, 4}, gen, false), v4 = randn64({2, 4, 11, 3}, gen, false);
-  refused([&] { F::scaled_dot_product_attention(q, k4, v4, {}, 0.0, false, std::nullopt, true); },
-          "heads (4 and 4) must each divide the query's (6)");
-  refused([&] { F::scaled_dot_product_attention(q, k, v4, {}, 0.0, false, std::nullopt, true); },
-          "(2 and 4)");
-  refused(
-      [&] {
-        F::scaled_dot_product_attention(q, randn64({3, 2, 11, 4}, gen, false),
-                                        randn64({3, 2, 11, 3}, gen, false), {}, 0.0, false,
-                                        std::nullopt, true);
-      },
-      "the batch dims differ: query (2,6,9,4), key (3,2,11,4)");
-  refused([&] { F::scaled_dot_product_attention(q, k, v); }, "batch and head dims differ");
 }
 
 TEST_CASE("gradcheck: fused attention, causal and masked", "[nn][attention][gradcheck]") {
