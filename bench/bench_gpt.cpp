@@ -97,8 +97,8 @@ Run train_both(const gw::data::CharCorpus& corpus, const gw::data::CharWindows& 
     run.losses.push_back(trainer.step(xs.select(0, s), ys.select(0, s)));
     seconds.push_back(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    for (int64_t at : kEvalAt)
-      if (s + 1 == at)
+    for (int64_t at : kEvalAt)  // the main case's (the dropout case reports tokens/s only)
+      if (s + 1 == at && steps == kSteps)
         run.val_losses.push_back(gw::examples::validation_loss(*model, val, kEvalBatches, kBatch));
   }
   const double best = gw::bench::fastest_window(seconds, kUntimed, kWindow);
