@@ -39,11 +39,12 @@
 //
 // With --checkpoint-every N, rank 0 saves the model, the optimizer and the step every N steps
 // and at the end (one safetensors file, written aside and renamed into place), and a run that
-// finds a checkpoint in --checkpoint-dir goes on from it, with the same data order and learning
-// rate as if it had not stopped, also on another number of ranks with the same global batch
-// (--batch-size x ranks). A checkpoint of another run (its width, layers, steps, ...) or a torn
-// or malformed one is refused with the reason before anything is loaded. Every rank reads the
-// checkpoint: across hosts, --checkpoint-dir must be on a shared file system.
+// finds a checkpoint in --checkpoint-dir goes on from it, with the same data order, learning
+// rate and dropout masks as if it had not stopped, also on another number of ranks with the same
+// global batch (--batch-size x ranks; the masks then differ, as each rank draws its own). A
+// checkpoint of another run (its width, layers, steps, ...) or a torn or malformed one is refused
+// with the reason before anything is loaded. Every rank reads the checkpoint: across hosts,
+// --checkpoint-dir must be on a shared file system.
 //
 // --amp bf16 runs the forward under bfloat16 autocast (products
 // and attention in bfloat16, norms and the loss in float32, float32 parameters); --curve PREFIX
@@ -234,6 +235,17 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
+// The seed of step s's dropout masks: a function of the run's seed and the step alone, so that
+// a run resumed from a checkpoint draws the masks the uninterrupted run drew (on as many ranks:
+// each rank draws for its own windows). Hashed (splitmix64's finalizer), as consecutive seeds
+// would give generators whose streams overlap.
+uint64_t step_seed(uint64_t seed, int64_t s) {
+  uint64_t z = seed ^ (0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(s + 1));
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
 // What a checkpoint must agree with to be resumed: the model, the recipe, and the steps and
 // their global batch (each step's windows are the same at any number of ranks with the same
 // global batch, so a run may resume on more or fewer ranks).
@@ -379,7 +391,8 @@ int main(int argc, char** argv) {
     if (args.pp > 0) options.tie_weights = false;  // a pipeline cuts the head from the embedding
     // The same on every rank (and DDP broadcasts rank 0's weights anyway); the model's dropout
     // modules draw from it, so it lives as long as the model. Attention's dropout draws its
-    // seed from gw::default_generator() (as PyTorch's from torch's), seeded alike.
+    // seed from gw::default_generator() (as PyTorch's from torch's), seeded alike; both are
+    // reseeded at every step (step_seed).
     gw::Generator gen(args.seed);
     gw::manual_seed(args.seed);
     auto model = std::make_shared<gw::nn::GPT>(options, gen);
@@ -508,6 +521,9 @@ int main(int argc, char** argv) {
         order = sampler.indices();
       }
       auto [x, y] = train.batch(order, b * args.batch_size, args.batch_size);
+      const uint64_t seed = step_seed(args.seed, s);  // this step's dropout masks
+      gen.manual_seed(seed);
+      gw::manual_seed(seed);
       const double lr = trainer.optimizer().lr();  // this step's
       losses.push_back(trainer.step(x, y));
       if (bar) bar->update(s + 1 - first, losses.back(), (s + 1 - first) * tokens_per_step);

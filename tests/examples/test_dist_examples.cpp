@@ -418,14 +418,18 @@ TEST_CASE(
     "stopped; another run's or a corrupt checkpoint is refused",
     "[examples][dist][gpt]") {
   // Long enough (about 3 s) for the kill to land mid-run. The reference runs on 2 ranks too, so
-  // that every sum is made in the same order and the losses agree to the last printed digit.
+  // that every sum is made in the same order and the losses agree to the last printed digit;
+  // with dropout, so that the resumed run must also draw the masks the reference drew.
   constexpr int kSteps = 1000;
   gw::test::TempDir dir;
-  const auto reference = run_gwrun(gpt_args(2, {"--sample", "0"}, kSteps));
+  const auto reference = run_gwrun(gpt_args(2, {"--sample", "0", "--dropout", "0.1"}, kSteps));
   REQUIRE(reference.exit_code == 0);
 
-  std::vector<std::string> args = gpt_args(
-      2, {"--sample", "0", "--checkpoint-every", "20", "--checkpoint-dir", dir.path}, kSteps);
+  std::vector<std::string> args =
+      gpt_args(2,
+               {"--sample", "0", "--dropout", "0.1", "--checkpoint-every", "20", "--checkpoint-dir",
+                dir.path},
+               kSteps);
   args.insert(args.begin(), {"--max-restarts", "1"});
   const auto [r, victim] = kill_worker_when(args, "checkpoint saved: step 20", 1);
   INFO(r.out << r.err);
@@ -437,8 +441,10 @@ TEST_CASE(
   CHECK(!gpt_losses_at(r.out, kSteps).empty());
 
   // The same directory for a wider model: refused, naming the difference.
-  const auto other = run_gwrun(gpt_args(
-      1, {"--width", "64", "--checkpoint-every", "20", "--checkpoint-dir", dir.path}, kSteps));
+  const auto other = run_gwrun(gpt_args(1,
+                                        {"--width", "64", "--dropout", "0.1", "--checkpoint-every",
+                                         "20", "--checkpoint-dir", dir.path},
+                                        kSteps));
   CHECK(other.exit_code != 0);
   CHECK(count(other.err, "is of another run: its width is 32, this run's 64") == 1);
   // A torn file (a copy cut short, not one save_checkpoint wrote): refused with the reason.
