@@ -348,11 +348,9 @@ Tensor Unit::pre_forward(const Tensor& input) {
   if (auto next = Root::next(root->forward_order, root->forward_recorded, position))
     next->start_gather(Purpose::kForward);
   Tensor x = input;
-  // The root casts the model's floating inputs to its policy's param_dtype. (FSDP2 casts at
-  // every unit; with one policy for all, as gradwire's examples give, that is the same, and
-  // different policies would need FSDP2's output_dtype, which gradwire does not have.)
+  // Each unit casts its floating input to its policy's param_dtype, as FSDP2 does.
   const auto& mp = options.mp_policy;
-  if (is_root() && mp.cast_forward_inputs && mp.param_dtype && x.is_floating_point())
+  if (mp.cast_forward_inputs && mp.param_dtype && x.is_floating_point())
     x = x.to(*mp.param_dtype);  // itself when it is that dtype already
   if (!grad_mode_enabled() || !x.requires_grad()) return x.same(input) ? Tensor() : x;
   // The input's gradient passes through PostBackward on its way out of the unit.
@@ -370,14 +368,19 @@ Tensor Unit::post_forward(const Tensor& output) {
     root->for_each_unit([](Unit& u) { u.drop_prefetch(); });  // none is used now
   }
   if (!backward_follows || (options.reshard_after_forward && !is_root())) reshard();
-  if (!backward_follows) return {};
+  // The policy's output_dtype: a cast after the unit, whose backward casts the gradient back
+  // before it reaches the unit's output (and its hook below).
+  const std::optional<DType> cast = options.mp_policy.output_dtype;
+  Tensor out =
+      cast && output.is_floating_point() && output.dtype() != *cast ? output.to(*cast) : Tensor();
+  if (!backward_follows) return out;
   autograd::Edge edge = autograd::gradient_edge(output);
   if (edge.valid())
     edge.fn->pre_hooks.emplace_back(edge.input_nr, [weak = weak_from_this()](const Tensor&) {
       if (auto unit = weak.lock()) unit->pre_backward();
       return Tensor();
     });
-  return {};
+  return out;
 }
 
 void Unit::pre_backward() {

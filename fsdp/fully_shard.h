@@ -66,12 +66,16 @@ struct Unit;
 // FSDP2's MixedPrecisionPolicy: the shards (the optimizer's master weights) keep their dtype;
 // a unit's parameters are gathered and computed in param_dtype, and its gradients reduced in
 // reduce_dtype (default: param_dtype) and stored on the shards in the shards' dtype. E.g.
-// bfloat16 compute over float32 master weights, reductions in float32. The root casts floating
-// inputs to param_dtype when one is given (cast_forward_inputs). On the CPU, 16-bit compute runs
-// through float32 copies, rounded as on a GPU (core/cpu/half_as_float.h).
+// bfloat16 compute over float32 master weights, reductions in float32. Each unit casts its
+// floating input to its param_dtype when one is given (cast_forward_inputs), and its floating
+// output to output_dtype when one is given, so that units of different policies compose: e.g.
+// the blocks in bfloat16 with output_dtype float32 under a root that computes in float32. On the
+// CPU, 16-bit compute runs through float32 copies, rounded as on a GPU
+// (core/cpu/half_as_float.h).
 struct MixedPrecisionPolicy {
-  std::optional<DType> param_dtype;
-  std::optional<DType> reduce_dtype;
+  std::optional<DType> param_dtype = std::nullopt;
+  std::optional<DType> reduce_dtype = std::nullopt;
+  std::optional<DType> output_dtype = std::nullopt;
   bool cast_forward_inputs = true;
 };
 

@@ -60,12 +60,14 @@ struct Net : nn::Module {
   }
 };
 
-// The blocks, then the root, as a user shards a transformer.
+// The blocks, then the root, as a user shards a transformer; the blocks with `blocks` when
+// given (another policy than the root's).
 inline std::shared_ptr<FSDPModule> shard(const std::shared_ptr<Net>& net,
                                          std::shared_ptr<dist::ProcessGroup> pg,
-                                         FullyShardOptions options = {}) {
-  fully_shard(net->a, pg, options);
-  fully_shard(net->b, pg, options);
+                                         FullyShardOptions options = {},
+                                         std::optional<FullyShardOptions> blocks = std::nullopt) {
+  fully_shard(net->a, pg, blocks.value_or(options));
+  fully_shard(net->b, pg, blocks.value_or(options));
   return fully_shard(net, pg, options);
 }
 
@@ -110,6 +112,7 @@ inline void check_rows(dist::testing::Checks& c, const nn::Module& sharded, cons
 
 struct Case {
   FullyShardOptions options;
+  std::optional<FullyShardOptions> blocks = std::nullopt;  // the blocks', when not `options`
   int micro_batches = 1;  // the first ones without gradient sync
   int steps = 20;
   double tolerance = 1e-12;
@@ -123,6 +126,9 @@ inline std::string describe(const Case& k) {
       "reshard_after_forward ", k.options.reshard_after_forward, ", micro-batches ",
       k.micro_batches, k.options.mp_policy.param_dtype ? ", compute in " : "",
       k.options.mp_policy.param_dtype ? dtype_name(*k.options.mp_policy.param_dtype) : "",
+      k.blocks && k.blocks->mp_policy.param_dtype ? ", blocks in " : "",
+      k.blocks && k.blocks->mp_policy.param_dtype ? dtype_name(*k.blocks->mp_policy.param_dtype)
+                                                  : "",
       k.autocast ? ", under bfloat16 autocast" : "",
       k.options.offload_policy ? ", shards offloaded to the CPU" : "", " on ", k.device.str());
 }
@@ -137,7 +143,7 @@ inline void check_matches_single_process(std::shared_ptr<dist::ProcessGroup> pg,
   net->to(k.device);
   auto reference = std::make_shared<Net>(6, k.dtype);
   const Tensor unused_before = reference->unused->weight.clone();
-  std::shared_ptr<FSDPModule> root = shard(net, pg, k.options);
+  std::shared_ptr<FSDPModule> root = shard(net, pg, k.options, k.blocks);
   const optim::AdamWOptions adamw{.lr = 0.01, .weight_decay = 0.1};
   optim::AdamW opt(net->parameters(), adamw);
   optim::AdamW ref_opt(reference->parameters(), adamw);
