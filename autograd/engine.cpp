@@ -382,6 +382,8 @@ void run_deferred(std::vector<DeferredNode> deferred) {
   run_backward(roots, std::vector<Tensor>(roots.size()), {});
 }
 
+bool in_backward_pass() { return t_callbacks != nullptr; }
+
 void queue_callback(std::function<void()> callback) {
   GW_CHECK(t_callbacks != nullptr, StateError,
            "[queue_callback] no backward pass that runs callbacks is running on this thread");

@@ -158,6 +158,12 @@ std::vector<Tensor> run_backward(const std::vector<Edge>& roots, const std::vect
 // own callbacks. Outside a pass that runs them (autograd::backward, grad), StateError.
 void queue_callback(std::function<void()> callback);
 
+// Whether a backward pass runs on this thread (its nodes, or the callbacks it runs at the end).
+// A module called now with grad mode on is being recomputed inside the pass, as
+// autograd::checkpoint's node does, not called before it: fully_shard gathers such a call's
+// parameters as for the unit's backward.
+bool in_backward_pass();
+
 // Runs what a capturing pass deferred (defer_rest): each node again for the gradients it owes,
 // and from there the rest of the graph as a backward pass, into the leaves' .grad.
 void run_deferred(std::vector<DeferredNode> deferred);

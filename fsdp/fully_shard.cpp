@@ -323,6 +323,10 @@ void Unit::finish_reductions() {
 
 // --- the hooks --------------------------------------------------------------------------------
 
+bool Unit::recomputing() const {
+  return root != nullptr && grad_mode_enabled() && autograd::in_backward_pass();
+}
+
 Tensor Unit::pre_forward(const Tensor& input) {
   if (!root) {  // the first call below no root: this unit is the root of what it holds
     auto r = std::make_shared<Root>();
@@ -333,20 +337,27 @@ Tensor Unit::pre_forward(const Tensor& input) {
       r->units.push_back(unit);
     }
   }
-  if (is_root()) {
-    root->forget_failed_backward();
-    // Nothing stays gathered from an earlier call (a forward whose backward never ran, an
-    // unused prefetch): an optimizer step may have changed the shards since.
-    root->for_each_unit([](Unit& u) { u.reshard(); });
-    root->forward_calls = 0;
-    if (!root->forward_recorded) root->forward_order.clear();  // a first forward that threw
+  if (recomputing()) {
+    // An activation checkpoint runs this unit again inside the backward pass, for its backward
+    // (its first call, without grad, freed the parameters after it): gathered as for the
+    // unit's backward, in the backward's order; the forward's order is not this call's.
+    pre_backward();
+  } else {
+    if (is_root()) {
+      root->forget_failed_backward();
+      // Nothing stays gathered from an earlier call (a forward whose backward never ran, an
+      // unused prefetch): an optimizer step may have changed the shards since.
+      root->for_each_unit([](Unit& u) { u.reshard(); });
+      root->forward_calls = 0;
+      if (!root->forward_recorded) root->forward_order.clear();  // a first forward that threw
+    }
+    const size_t position = root->forward_calls++;
+    if (!root->forward_recorded) root->forward_order.push_back(weak_from_this());
+    root->settle_prefetches(root->forward_order, root->forward_recorded, position, *this);
+    finish_gather(Purpose::kForward);
+    if (auto next = Root::next(root->forward_order, root->forward_recorded, position))
+      next->start_gather(Purpose::kForward);
   }
-  const size_t position = root->forward_calls++;
-  if (!root->forward_recorded) root->forward_order.push_back(weak_from_this());
-  root->settle_prefetches(root->forward_order, root->forward_recorded, position, *this);
-  finish_gather(Purpose::kForward);
-  if (auto next = Root::next(root->forward_order, root->forward_recorded, position))
-    next->start_gather(Purpose::kForward);
   Tensor x = input;
   // Each unit casts its floating input to its policy's param_dtype, as FSDP2 does.
   const auto& mp = options.mp_policy;
@@ -362,12 +373,15 @@ Tensor Unit::pre_forward(const Tensor& input) {
 }
 
 Tensor Unit::post_forward(const Tensor& output) {
-  const bool backward_follows = grad_mode_enabled() && output.requires_grad();
-  if (is_root()) {
+  // A recomputation (pre_forward) keeps the parameters for the backward that follows it, whose
+  // start pre_forward was; the end of the pass frees them if that backward never comes.
+  const bool recompute = recomputing();
+  const bool backward_follows = grad_mode_enabled() && output.requires_grad() && !recompute;
+  if (is_root() && !recompute) {
     root->forward_recorded = true;
     root->for_each_unit([](Unit& u) { u.drop_prefetch(); });  // none is used now
   }
-  if (!backward_follows || (options.reshard_after_forward && !is_root())) reshard();
+  if (!recompute && (!backward_follows || (options.reshard_after_forward && !is_root()))) reshard();
   // The policy's output_dtype: a cast after the unit, whose backward casts the gradient back
   // before it reaches the unit's output (and its hook below).
   const std::optional<DType> cast = options.mp_policy.output_dtype;

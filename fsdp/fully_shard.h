@@ -44,8 +44,11 @@
 //   The shards stay there, or go to host memory under a CPUOffloadPolicy.
 // - The module's state_dict() lists this rank's shards; FSDPModule's sharded_state_dict (for
 //   gw::dist::checkpoint, loadable at any world size) and full_state_dict are the forms to save.
-// - Not yet: activation checkpointing of a unit (autograd::checkpoint's inner backward would
-//   end the outer one's reductions early).
+// - A unit may be called under autograd::checkpoint (a block's call, as
+//   `autograd::checkpoint([&](const Tensor& x) { return (*block)(x); }, h)`): its first call,
+//   without grad, frees the parameters after it; the recomputation inside backward gathers
+//   them as the unit's backward does and keeps them for it, so a step gathers each unit as
+//   often as without checkpointing.
 #pragma once
 
 #include <memory>

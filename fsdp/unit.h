@@ -147,6 +147,8 @@ struct Unit : std::enable_shared_from_this<Unit> {
   void reduce_gradients();
   void finish_reductions();
 
+  // Whether this call runs inside a backward pass (autograd::checkpoint recomputing it).
+  bool recomputing() const;
   Tensor pre_forward(const Tensor& input);
   Tensor post_forward(const Tensor& output);
   void pre_backward();

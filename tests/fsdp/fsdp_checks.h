@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 
+#include "autograd/activation_checkpoint.h"
 #include "core/ops.h"
 #include "core/random.h"
 #include "fsdp/fully_shard.h"
@@ -50,10 +51,16 @@ struct Net : nn::Module {
     to(dtype);
   }
   Tensor forward(const Tensor& tokens) override {
-    Tensor x = (*a)((*emb)(tokens));
-    x = (*b)((*b)(x));
+    Tensor x = block(*a, (*emb)(tokens));
+    x = block(*b, block(*b, x));
     return (*head)((*ln)(x)) * scale;
   }
+  // A block's call, its activations recomputed in backward when checkpoint_blocks is set.
+  Tensor block(nn::GPTBlock& m, const Tensor& x) {
+    if (!checkpoint_blocks) return m(x);
+    return autograd::checkpoint([&m](const Tensor& t) { return m(t); }, x);
+  }
+  bool checkpoint_blocks = false;
   Tensor loss(const Tensor& tokens, const Tensor& targets) {
     return nn::functional::cross_entropy((*this)(tokens).reshape({-1, kVocab}),
                                          targets.reshape({-1}));
@@ -118,6 +125,7 @@ struct Case {
   double tolerance = 1e-12;
   DType dtype = kFloat64;  // of both models' parameters (the shards')
   bool autocast = false;   // both models' forwards under bfloat16 autocast
+  bool checkpoint = false;  // the sharded model's blocks under autograd::checkpoint
   Device device = kCPU;    // the sharded model's (the group's); the reference is on the CPU
 };
 
@@ -129,7 +137,7 @@ inline std::string describe(const Case& k) {
       k.blocks && k.blocks->mp_policy.param_dtype ? ", blocks in " : "",
       k.blocks && k.blocks->mp_policy.param_dtype ? dtype_name(*k.blocks->mp_policy.param_dtype)
                                                   : "",
-      k.autocast ? ", under bfloat16 autocast" : "",
+      k.autocast ? ", under bfloat16 autocast" : "", k.checkpoint ? ", blocks checkpointed" : "",
       k.options.offload_policy ? ", shards offloaded to the CPU" : "", " on ", k.device.str());
 }
 
@@ -141,6 +149,7 @@ inline void check_matches_single_process(std::shared_ptr<dist::ProcessGroup> pg,
   const int world = pg->size(), r = pg->rank();
   auto net = std::make_shared<Net>(6, k.dtype);
   net->to(k.device);
+  net->checkpoint_blocks = k.checkpoint;
   auto reference = std::make_shared<Net>(6, k.dtype);
   const Tensor unused_before = reference->unused->weight.clone();
   std::shared_ptr<FSDPModule> root = shard(net, pg, k.options, k.blocks);

@@ -1,15 +1,19 @@
 // fully_shard on 2 and 4 ranks: threads over real Gloo here, processes under OpenMPI's mpirun
 // (fsdp_probe). After 20 AdamW steps the shards equal single-process training on the global
-// batch (fsdp_checks.h), with and without resharding after forward, with gradient accumulation
-// and CPU offload (on NCCL at world size 1 where there is a GPU); ShardedGradScaler's shared
-// decision; checkpoints. What fully_shard refuses and how ranks fail: test_fsdp_errors.cpp.
+// batch (fsdp_checks.h), with and without resharding after forward, with gradient accumulation,
+// CPU offload (on NCCL at world size 1 where there is a GPU) and activation checkpointing;
+// mixed precision; ShardedGradScaler's shared decision; checkpoints. What fully_shard refuses and
+// how ranks fail: test_fsdp_errors.cpp.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
 #include <limits>
 #include <regex>
 
+#include <nlohmann/json.hpp>
+
 #include "autograd/autograd.h"
+#include "debug/flight_recorder.h"
 #include "dist/process_group/init_process_group.h"
 #include "fsdp/sharded_grad_scaler.h"
 #include "optim/clip_grad.h"
@@ -35,7 +39,8 @@ TEST_CASE("fully_shard trains like one process on the global batch, on 2 and 4 G
       {},
       {.options = {.reshard_after_forward = false}},
       {.options = {}, .micro_batches = 2, .steps = 10},
-      {.options = {.offload_policy = fsdp::CPUOffloadPolicy{}}, .steps = 5}};
+      {.options = {.offload_policy = fsdp::CPUOffloadPolicy{}}, .steps = 5},
+      {.options = {}, .steps = 10, .checkpoint = true}};
   for (int world : {2, 4})
     run_ranks(world, [&](dist::ProcessGroupGloo& pg, Checks& c) {
       for (const auto& k : cases) fsdp::testing::check_matches_single_process(borrow(pg), c, k);
@@ -59,6 +64,38 @@ TEST_CASE(
     fsdp::testing::check_matches_single_process(pg, c, k);
   }
   dist::testing::require_passed(c);
+}
+
+TEST_CASE("a unit under an activation checkpoint gathers once for its recomputation and backward",
+          "[fsdp]") {
+  // The blocks' calls under autograd::checkpoint (trained like one process: the first test):
+  // the recomputation inside backward gathers as the unit's backward does and keeps the
+  // parameters for it, so that a step gathers each unit as often as without checkpointing:
+  // once per call in forward, once per call in backward. Counted in the flight recorder,
+  // which both ranks' threads share, between barriers.
+  run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+    // The flight recorder's collective events, oldest first.
+    auto events = [] { return nlohmann::json::parse(debug::get_debug_info())["events"]; };
+    auto gathers_in_a_step = [&](bool checkpoint) {
+      auto net = std::make_shared<Net>();
+      net->checkpoint_blocks = checkpoint;
+      fsdp::testing::shard(net, borrow(pg));
+      auto [x, y] = fsdp::testing::batch(1, 0, 0);
+      net->loss(x, y).backward();  // the first step records the orders the next prefetches in
+      pg.barrier()->wait();
+      const uint64_t before = events().back()["id"].get<uint64_t>();
+      pg.barrier()->wait();
+      net->loss(x, y).backward();
+      pg.barrier()->wait();
+      int gathers = 0;
+      for (const auto& e : events())
+        gathers += e["id"].get<uint64_t>() > before && e["op"] == "all_gather_into_tensor";
+      return gathers;
+    };
+    // Per rank: the root once, block a once and b twice in each direction.
+    EXPECT(c, gathers_in_a_step(false) == 2 * 7);
+    EXPECT(c, gathers_in_a_step(true) == 2 * 7);
+  });
 }
 
 TEST_CASE("fully_shard with float32 compute over float64 shards stays close to float64", "[fsdp]") {
