@@ -41,7 +41,8 @@
 // and at the end (one safetensors file, written aside and renamed into place), and a run that
 // finds a checkpoint in --checkpoint-dir goes on from it, with the same data order, learning
 // rate and dropout masks as if it had not stopped, also on another number of ranks with the same
-// global batch (--batch-size x ranks; the masks then differ, as each rank draws its own). A
+// global batch (--batch-size x ranks; the masks then differ, as each rank draws for its own
+// windows). A
 // checkpoint of another run (its width, layers, steps, ...) or a torn or malformed one is refused
 // with the reason before anything is loaded. Every rank reads the checkpoint: across hosts,
 // --checkpoint-dir must be on a shared file system.
@@ -235,15 +236,24 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-// The seed of step s's dropout masks: a function of the run's seed and the step alone, so that
-// a run resumed from a checkpoint draws the masks the uninterrupted run drew (on as many ranks:
-// each rank draws for its own windows). Hashed (splitmix64's finalizer), as consecutive seeds
-// would give generators whose streams overlap.
-uint64_t step_seed(uint64_t seed, int64_t s) {
-  uint64_t z = seed ^ (0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(s + 1));
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
+// The seed of step s's dropout masks on `rank` from `stream` (0: the model's Dropout modules, 1:
+// attention's, on the default generator): a function of the run's seed, the step, the rank and
+// the stream alone, so that a run resumed from a checkpoint on as many ranks draws the masks the
+// uninterrupted run drew, each rank its own (on another number of ranks each rank's windows
+// and so their masks differ). The two streams apart: generators seeded alike draw alike, and a
+// mask drawn on one would repeat one drawn on the other. Each part goes through splitmix64's
+// finalizer, so that nearby seeds give unrelated ones.
+uint64_t step_seed(uint64_t seed, int64_t s, int rank, int stream) {
+  auto mix = [](uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  };
+  uint64_t z = seed;
+  for (uint64_t part :
+       {static_cast<uint64_t>(s), static_cast<uint64_t>(rank), static_cast<uint64_t>(stream)})
+    z = mix(z ^ (0x9e3779b97f4a7c15ULL * (part + 1)));
+  return z;
 }
 
 // What a checkpoint must agree with to be resumed: the model, the recipe, and the steps and
@@ -521,9 +531,8 @@ int main(int argc, char** argv) {
         order = sampler.indices();
       }
       auto [x, y] = train.batch(order, b * args.batch_size, args.batch_size);
-      const uint64_t seed = step_seed(args.seed, s);  // this step's dropout masks
-      gen.manual_seed(seed);
-      gw::manual_seed(seed);
+      gen.manual_seed(step_seed(args.seed, s, rank, 0));  // this step's dropout masks
+      gw::manual_seed(step_seed(args.seed, s, rank, 1));
       const double lr = trainer.optimizer().lr();  // this step's
       losses.push_back(trainer.step(x, y));
       if (bar) bar->update(s + 1 - first, losses.back(), (s + 1 - first) * tokens_per_step);
