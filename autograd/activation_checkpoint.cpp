@@ -6,10 +6,50 @@ namespace gw::autograd {
 
 namespace {
 
+// The generators a segment draws from, each with the state it was in when the segment first
+// ran (saved before it runs).
+class RandomStates {
+ public:
+  explicit RandomStates(const CheckpointOptions& options) {
+    if (!options.preserve_rng_state) return;
+    keep(&default_generator());
+    for (Generator* g : options.generators) {
+      GW_CHECK(g != nullptr, InvalidArgumentError, "[checkpoint] a generator to keep is null");
+      keep(g);
+    }
+  }
+  // Sets the saved states while alive; puts back what they were when it goes.
+  class Replay {
+   public:
+    explicit Replay(const RandomStates& saved) {
+      for (const auto& [g, state] : saved.states_) {
+        now_.emplace_back(g, g->get_state());
+        g->set_state(state);
+      }
+    }
+    ~Replay() {
+      for (const auto& [g, state] : now_) g->set_state(state);
+    }
+    Replay(const Replay&) = delete;
+    Replay& operator=(const Replay&) = delete;
+
+   private:
+    std::vector<std::pair<Generator*, Generator::State>> now_;
+  };
+
+ private:
+  void keep(Generator* g) {
+    for (const auto& kept : states_)
+      if (kept.first == g) return;
+    states_.emplace_back(g, g->get_state());
+  }
+  std::vector<std::pair<Generator*, Generator::State>> states_;
+};
+
 class CheckpointBackward final : public Node {
  public:
-  CheckpointBackward(CheckpointFunction fn, const std::vector<Tensor>& inputs)
-      : fn_(std::move(fn)), autocast_(autocast_state()) {
+  CheckpointBackward(CheckpointFunction fn, const std::vector<Tensor>& inputs, RandomStates random)
+      : fn_(std::move(fn)), autocast_(autocast_state()), random_(std::move(random)) {
     for (const Tensor& t : inputs) {
       inputs_.emplace_back(t);
       requires_grad_.push_back(t.requires_grad());
@@ -34,6 +74,7 @@ class CheckpointBackward final : public Node {
     {
       EnableGradGuard recording;
       AutocastGuard as_forward(autocast_);  // the dtypes the first run computed in
+      RandomStates::Replay draws(random_);  // and the numbers it drew
       outputs = fn_(leaves);
     }
     GW_CHECK(outputs.size() == grads.size(), StateError, "[checkpoint] the recomputation returned ",
@@ -63,14 +104,17 @@ class CheckpointBackward final : public Node {
   std::vector<SavedTensor> inputs_;
   std::vector<bool> requires_grad_;
   AutocastState autocast_;
+  RandomStates random_;
 };
 
 }  // namespace
 
-std::vector<Tensor> checkpoint(CheckpointFunction fn, const std::vector<Tensor>& inputs) {
+std::vector<Tensor> checkpoint(CheckpointFunction fn, const std::vector<Tensor>& inputs,
+                               const CheckpointOptions& options) {
   GW_CHECK(fn, InvalidArgumentError, "[checkpoint] the function is empty");
   for (size_t i = 0; i < inputs.size(); ++i)
     GW_CHECK(inputs[i].defined(), InvalidArgumentError, "[checkpoint] input ", i, " is undefined");
+  RandomStates random(options);
   std::vector<Tensor> outputs;
   {
     NoGradGuard no_grad;
@@ -79,7 +123,7 @@ std::vector<Tensor> checkpoint(CheckpointFunction fn, const std::vector<Tensor>&
   bool any = false;
   for (const Tensor& t : inputs) any = any || t.requires_grad();
   if (!any || !is_grad_enabled()) return outputs;
-  auto node = std::make_shared<CheckpointBackward>(std::move(fn), inputs);
+  auto node = std::make_shared<CheckpointBackward>(std::move(fn), inputs, std::move(random));
   for (const Tensor& t : inputs) node->next_edges.push_back(gradient_edge(t));
   node->num_inputs = static_cast<uint32_t>(outputs.size());
   for (size_t i = 0; i < outputs.size(); ++i) {
@@ -91,11 +135,12 @@ std::vector<Tensor> checkpoint(CheckpointFunction fn, const std::vector<Tensor>&
   return outputs;
 }
 
-Tensor checkpoint(std::function<Tensor(const Tensor&)> fn, const Tensor& input) {
+Tensor checkpoint(std::function<Tensor(const Tensor&)> fn, const Tensor& input,
+                  const CheckpointOptions& options) {
   GW_CHECK(fn, InvalidArgumentError, "[checkpoint] the function is empty");
   return checkpoint([fn = std::move(fn)](
                         const std::vector<Tensor>& in) { return std::vector<Tensor>{fn(in[0])}; },
-                    std::vector<Tensor>{input})[0];
+                    std::vector<Tensor>{input}, options)[0];
 }
 
 }  // namespace gw::autograd

@@ -1,7 +1,9 @@
 #include "core/random.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
+#include <iterator>
 #include <numbers>
 
 namespace gw {
@@ -20,6 +22,21 @@ void Generator::manual_seed(uint64_t seed) {
   uint64_t x = seed;
   for (auto& s : s_) s = splitmix64(x);
   has_spare_normal_ = false;
+}
+
+Generator::State Generator::get_state() {
+  std::lock_guard lock(mutex_);
+  State state{.seed = seed_, .has_spare_normal = has_spare_normal_, .spare_normal = spare_normal_};
+  std::copy(std::begin(s_), std::end(s_), state.s);
+  return state;
+}
+
+void Generator::set_state(const State& state) {
+  std::lock_guard lock(mutex_);
+  seed_ = state.seed;
+  std::copy(std::begin(state.s), std::end(state.s), s_);
+  has_spare_normal_ = state.has_spare_normal;
+  spare_normal_ = state.spare_normal;
 }
 
 uint64_t Generator::next_u64() {  // xoshiro256**

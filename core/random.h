@@ -21,6 +21,17 @@ class Generator {
   void manual_seed(uint64_t seed);
   uint64_t initial_seed() const { return seed_; }
 
+  // Where the stream is (PyTorch's get_state/set_state): set_state(s) makes the generator draw
+  // again what it drew after get_state() returned s. Both lock mutex().
+  struct State {
+    uint64_t seed = 0;
+    uint64_t s[4] = {};
+    bool has_spare_normal = false;
+    double spare_normal = 0;
+  };
+  State get_state();
+  void set_state(const State& state);
+
   uint64_t next_u64();
   double next_double();  // [0, 1) with 53 random bits
   float next_float();    // [0, 1) with 24 random bits

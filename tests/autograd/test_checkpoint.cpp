@@ -52,6 +52,36 @@ TEST_CASE("checkpoint: gradients equal those of the plain computation", "[autogr
   CHECK(allclose(ckpt.x, plain.x, 1e-12, 1e-12));
 }
 
+TEST_CASE("checkpoint: the recomputation draws what the first run drew", "[autograd][checkpoint]") {
+  // A segment that drops half its elements twice: with a generator of its own (as a Dropout
+  // module's), then with the default one. Its gradients equal the plain run's with the same
+  // seeds only if the recomputation draws the same masks (without preserve_rng_state it draws
+  // the next ones), and both generators are then where they were before the backward.
+  auto grad_of_x = [](int how) {  // 0: plain, 1: checkpointed, 2: without preserve_rng_state
+    Generator gen(11), own(12);
+    manual_seed(13);
+    Tensor x = randn({4, 6}, gen, kFloat64).requires_grad_();
+    auto segment = [&](const Tensor& t) {
+      const Tensor a = t.tanh() * lt(rand({4, 6}, own, kFloat64), 0.5).to(kFloat64);
+      return a.tanh() * lt(rand({4, 6}, kFloat64), 0.5).to(kFloat64);
+    };
+    const ag::CheckpointOptions keep{.generators = {&own}};
+    const Tensor y = how == 0   ? segment(x * 3)
+                     : how == 1 ? ag::checkpoint(segment, x * 3, keep)
+                                : ag::checkpoint(segment, x * 3, {.preserve_rng_state = false});
+    rand({3}, own, kFloat64);  // draws after the segment (another layer's dropout, say)
+    rand({3}, kFloat64);
+    y.sum().backward();
+    // What each generator draws next: the backward put it back where it was.
+    return std::vector<Tensor>{x.grad(), rand({1}, own, kFloat64), rand({1}, kFloat64)};
+  };
+  const auto plain = grad_of_x(0), kept = grad_of_x(1), fresh = grad_of_x(2);
+  CHECK(equal(kept[0], plain[0]));
+  CHECK(!equal(fresh[0], plain[0]));  // other masks
+  CHECK(equal(kept[1], plain[1]));
+  CHECK(equal(kept[2], plain[2]));
+}
+
 TEST_CASE("checkpoint: a parameter used inside and outside a segment accumulates once per pass",
           "[autograd][checkpoint]") {
   int plain_fired = 0, ckpt_fired = 0;
