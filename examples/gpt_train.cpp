@@ -47,6 +47,10 @@
 // with the reason before anything is loaded. Every rank reads the checkpoint: across hosts,
 // --checkpoint-dir must be on a shared file system.
 //
+// --activation-checkpointing on keeps only each block's input for backward and recomputes the
+// rest there (GPTOptions::checkpoint_activations: less memory for about a third more compute,
+// the same losses; with --fsdp, each block's recomputation and backward share one gather).
+//
 // --amp bf16 runs the forward under bfloat16 autocast (products
 // and attention in bfloat16, norms and the loss in float32, float32 parameters); --curve PREFIX
 // writes the training and validation loss as PREFIX.csv and PREFIX.svg; --trace FILE writes a
@@ -101,7 +105,8 @@ struct Args {
 
 constexpr const char* kUsage =
     "usage: gpt_train [--steps N] [--batch-size N (per rank)] [--context N] [--layers N] "
-    "[--heads N] [--width N] [--dropout P] [--lr X] [--warmup N] [--min-lr-factor X] "
+    "[--heads N] [--width N] [--dropout P] [--activation-checkpointing on|off] [--lr X] [--warmup "
+    "N] [--min-lr-factor X] "
     "[--weight-decay X] [--clip X] [--eval-every N] [--eval-batches N] [--sample N] "
     "[--prompt TEXT] [--temperature X] [--top-k N] [--seed N] [--threads N] [--ddp gloo|mpi|nccl"
     " | --fsdp gloo|mpi|nccl [--cpu-offload on]] [--pp N [--pp-backend gloo|mpi] "
@@ -130,6 +135,8 @@ Args parse(int argc, char** argv) {
       a.model.width = n;
     else if (k == "--dropout")
       a.model.dropout = x;
+    else if (k == "--activation-checkpointing" && (v == "on" || v == "off"))
+      a.model.checkpoint_activations = v == "on";
     else if (k == "--lr")
       a.recipe.lr = x;
     else if (k == "--warmup")
@@ -219,6 +226,8 @@ Args parse(int argc, char** argv) {
       : a.pp > 0 && !a.ddp.empty() && a.pp_backend_given && a.pp_backend != a.ddp
           ? "--pp with --ddp or --fsdp runs on their backend: drop --pp-backend"
       : a.pp > 0 && a.checkpoint.every > 0 ? "--pp does not take --checkpoint-every yet"
+      : a.pp > 0 && a.model.checkpoint_activations
+          ? "--pp does not take --activation-checkpointing yet"
       : a.pp > 0 && (a.pipeline.microbatches < 1 || a.batch_size % a.pipeline.microbatches != 0)
           ? "--batch-size must split into --microbatches micro-batches of one size"
       : a.pp > 0 && a.batch_size % a.pp != 0

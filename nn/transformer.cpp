@@ -5,6 +5,7 @@
 #include <limits>
 #include <mutex>
 
+#include "autograd/activation_checkpoint.h"
 #include "autograd/grad_mode.h"
 #include "core/ops.h"
 #include "nn/activation.h"
@@ -61,7 +62,8 @@ GPTOptions checked(const GPTOptions& o) {
 
 }  // namespace
 
-GPT::GPT(const GPTOptions& opts, Generator& gen) : Module("GPT"), options(checked(opts)) {
+GPT::GPT(const GPTOptions& opts, Generator& gen)
+    : Module("GPT"), options(checked(opts)), dropout_gen_(&gen) {
   wte = register_module("wte", std::make_shared<Embedding>(options.vocab_size, options.width, gen));
   wpe = register_module("wpe", std::make_shared<Embedding>(options.context, options.width, gen));
   drop = register_module("drop", std::make_shared<Dropout>(options.dropout, gen));
@@ -117,7 +119,11 @@ Tensor GPT::forward(const Tensor& tokens) {
            options.context);
   const Tensor positions = arange(length, TensorOptions(kInt64).with_device(tokens.device()));
   Tensor x = (*drop)((*wte)(tokens) + (*wpe)(positions));
-  return (*lm_head)((*ln_f)((*h)(x)));
+  if (!options.checkpoint_activations) return (*lm_head)((*ln_f)((*h)(x)));
+  for (const auto& [name, block] : h->named_children())  // through its hooks (fully_shard's)
+    x = autograd::checkpoint([m = block.get()](const Tensor& t) { return (*m)(t); }, x,
+                             {.generators = {dropout_gen_}});
+  return (*lm_head)((*ln_f)(x));
 }
 
 namespace {
@@ -260,7 +266,8 @@ std::vector<int64_t> GPT::generate(std::vector<int64_t> prompt, int64_t count, G
 
 std::string GPT::extra_repr() const {
   return detail::str("vocab_size=", options.vocab_size, ", context=", options.context,
-                     ", tie_weights=", options.tie_weights ? "True" : "False");
+                     ", tie_weights=", options.tie_weights ? "True" : "False",
+                     options.checkpoint_activations ? ", checkpoint_activations=True" : "");
 }
 
 }  // namespace gw::nn

@@ -67,6 +67,10 @@ struct GPTOptions {
   double dropout = 0.0;     // after the embeddings and in every block, in training
   bool bias = true;         // in the blocks' projections and MLPs (the head has none)
   bool tie_weights = true;  // lm_head.weight is wte.weight
+  // Each block's activations recomputed in backward rather than kept (autograd::checkpoint, its
+  // dropout masks drawn again alike): a block's input is all a block keeps, for a third more
+  // compute. Not in GPT::stage's pipeline stages.
+  bool checkpoint_activations = false;
 };
 
 struct SamplingOptions {
@@ -110,6 +114,9 @@ class GPT : public Module {
 
  protected:
   std::string extra_repr() const override;
+
+ private:
+  Generator* dropout_gen_;  // what the Dropout modules draw from (checkpoint_activations keeps it)
 };
 
 }  // namespace gw::nn

@@ -413,6 +413,34 @@ TEST_CASE("gpt_train: DDP on 2 ranks trains as one process on the same global ba
   CHECK(std::filesystem::file_size(dir.path + "/curve.svg") > 0);
 }
 
+TEST_CASE("gpt_train --activation-checkpointing: the same losses in less memory, alone and sharded",
+          "[examples][dist][gpt]") {
+  // Three blocks, so that what the blocks keep for backward (all of their activations, or
+  // their inputs and one block's recomputed at a time) outweighs the rest; with dropout, so
+  // that the recomputation must draw the same masks.
+  auto peak_mib = [](const std::string& out) {
+    std::smatch m;
+    const std::regex line("peak memory allocated in training: rank 0 ([0-9.]+) MiB");
+    return std::regex_search(out, m, line) ? std::stod(m[1].str()) : -1.0;
+  };
+  for (int ranks : {1, 2}) {
+    std::vector<std::string> args =
+        gpt_args(ranks, {"--layers", "3", "--dropout", "0.1", "--sample", "0"}, 20);
+    if (ranks == 2) *std::find(args.begin(), args.end(), "--ddp") = "--fsdp";
+    const auto kept = run_gwrun(args);
+    args.insert(args.end(), {"--activation-checkpointing", "on"});
+    const auto recomputed = run_gwrun(args);
+    INFO(kept.out << kept.err << recomputed.out << recomputed.err);
+    REQUIRE(kept.exit_code == 0);
+    REQUIRE(recomputed.exit_code == 0);
+    CHECK(!gpt_losses_at(kept.out, 20).empty());
+    for (int step : {10, 20})
+      CHECK(gpt_losses_at(recomputed.out, step) == gpt_losses_at(kept.out, step));
+    CHECK(peak_mib(recomputed.out) > 0);
+    CHECK(peak_mib(recomputed.out) < 0.8 * peak_mib(kept.out));
+  }
+}
+
 TEST_CASE(
     "gpt_train: a rank killed mid-run resumes from the checkpoint and ends as if never "
     "stopped; another run's or a corrupt checkpoint is refused",

@@ -67,6 +67,39 @@ TEST_CASE("a tied head shares the embedding: one parameter, two names, both uses
   CHECK(tied.wte->weight.dtype() == gw::kFloat32);
 }
 
+TEST_CASE("checkpoint_activations: the same loss and gradients, dropout masks included",
+          "[nn][gpt]") {
+  // float32 takes the fused attention kernel (its dropout seed from the default generator),
+  // float64 the composition (its mask drawn from it); the residual dropout draws from the
+  // model's generator. The recomputation must draw every mask again alike.
+  for (gw::DType dtype : {gw::kFloat32, gw::kFloat64}) {
+    CAPTURE(gw::dtype_name(dtype));
+    auto run = [&](bool checkpointed) {
+      gw::nn::GPTOptions options = tiny_gpt();
+      options.dropout = 0.3;
+      options.checkpoint_activations = checkpointed;
+      gw::Generator gen(4);
+      gw::manual_seed(5);
+      gw::nn::GPT model(options, gen);
+      model.to(dtype);
+      Tensor x = random_tokens(3, 8, 11, gen), y = random_tokens(3, 8, 11, gen);
+      const Tensor loss = model.loss(x, y);
+      loss.backward();
+      std::vector<Tensor> out{loss.detach()};
+      for (const Tensor& p : model.parameters()) out.push_back(p.grad());
+      return out;
+    };
+    const auto plain = run(false), checkpointed = run(true);
+    REQUIRE(plain.size() == checkpointed.size());
+    const double tolerance = dtype == gw::kFloat64 ? 1e-12 : 1e-5;
+    for (size_t i = 0; i < plain.size(); ++i) {
+      CAPTURE(i);
+      REQUIRE(checkpointed[i].defined());
+      CHECK(rel_error(checkpointed[i], plain[i]) < tolerance);
+    }
+  }
+}
+
 TEST_CASE("tie_parameter refuses a tensor that is not a parameter of the same shape", "[nn][gpt]") {
   gw::Generator gen(2);
   gw::nn::Linear head(8, 11, false, gen);
