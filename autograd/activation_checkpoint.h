@@ -26,7 +26,8 @@
 //   preserve_rng_state): the states of gw::default_generator() and of the generators named in
 //   the options (a segment's Dropout modules draw from the one they were made with) are saved
 //   before the first run, set for the recomputation, and put back after it. The generators
-//   must outlive the backward.
+//   must outlive the backward. As in PyTorch, a thread that draws from one of them while
+//   another thread's backward recomputes may see its draws undone or replayed.
 #pragma once
 
 #include <functional>

@@ -119,10 +119,13 @@ Tensor GPT::forward(const Tensor& tokens) {
            options.context);
   const Tensor positions = arange(length, TensorOptions(kInt64).with_device(tokens.device()));
   Tensor x = (*drop)((*wte)(tokens) + (*wpe)(positions));
-  if (!options.checkpoint_activations) return (*lm_head)((*ln_f)((*h)(x)));
+  // A checkpoint connects its blocks' parameters to the loss only through an input that
+  // requires grad: with the embeddings frozen, the blocks keep their activations.
+  if (!options.checkpoint_activations || !x.requires_grad()) return (*lm_head)((*ln_f)((*h)(x)));
+  autograd::CheckpointOptions keep;
+  if (options.dropout > 0 && is_training()) keep.generators = {dropout_gen_};  // it draws
   for (const auto& [name, block] : h->named_children())  // through its hooks (fully_shard's)
-    x = autograd::checkpoint([m = block.get()](const Tensor& t) { return (*m)(t); }, x,
-                             {.generators = {dropout_gen_}});
+    x = autograd::checkpoint([m = block.get()](const Tensor& t) { return (*m)(t); }, x, keep);
   return (*lm_head)((*ln_f)(x));
 }
 
@@ -172,6 +175,10 @@ std::shared_ptr<Module> GPT::stage(int64_t index, int64_t count) const {
            count,
            ": the head is tied to the token embedding, which a pipeline would cut apart "
            "(build the model with tie_weights = false)");
+  GW_CHECK(!options.checkpoint_activations, InvalidArgumentError, "[GPT] stage ", index, " of ",
+           count,
+           ": a pipeline's stages do not recompute their activations (build the model with "
+           "checkpoint_activations = false)");
   auto part = std::make_shared<Sequential>();
   if (index == 0) part->push_back(std::make_shared<GPTEmbeddings>(*this));
   const auto blocks = h->children();

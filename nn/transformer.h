@@ -69,7 +69,7 @@ struct GPTOptions {
   bool tie_weights = true;  // lm_head.weight is wte.weight
   // Each block's activations recomputed in backward rather than kept (autograd::checkpoint, its
   // dropout masks drawn again alike): a block's input is all a block keeps, for a third more
-  // compute. Not in GPT::stage's pipeline stages.
+  // compute. Not in GPT::stage's pipeline stages (which refuse it).
   bool checkpoint_activations = false;
 };
 
@@ -80,6 +80,8 @@ struct SamplingOptions {
 
 class GPT : public Module {
  public:
+  // The model's Dropout modules draw from `gen`, which must then outlive the model when
+  // options.dropout > 0.
   GPT(const GPTOptions& options, Generator& gen);
   // Draws from gw::default_generator().
   explicit GPT(const GPTOptions& options);

@@ -90,6 +90,7 @@ TEST_CASE("a unit under an activation checkpoint gathers once for its recomputat
       int gathers = 0;
       for (const auto& e : events())
         gathers += e["id"].get<uint64_t>() > before && e["op"] == "all_gather_into_tensor";
+      pg.barrier()->wait();  // both counted before either gathers again
       return gathers;
     };
     // Per rank: the root once, block a once and b twice in each direction.
