@@ -10,7 +10,8 @@
 // with A the activations one rank's forward keeps for backward, measured separately on the
 // unsharded model.
 // The step time of each is reported against DDP's in the same run (FSDP's extra all-gather is
-// expected to cost time on 2 cores).
+// expected to cost time on 2 cores). Then FSDP with the blocks' activations recomputed in
+// backward (GPTOptions::checkpoint_activations), its peak and step against FSDP's.
 //
 // Started as a plain program it runs itself under `mpirun -np 4`; the ranks train over a Gloo
 // group (the MPI group only starts them); rank 0 reports.
@@ -45,9 +46,11 @@ const gw::nn::GPTOptions kModel{
     .vocab_size = 65, .context = 64, .layers = 16, .heads = 8, .width = 512};
 constexpr int64_t kBatch = 2;  // sequences per rank
 
-std::shared_ptr<gw::nn::GPT> make_model() {
+std::shared_ptr<gw::nn::GPT> make_model(bool checkpoint_activations = false) {
   gw::Generator gen(0);
-  return std::make_shared<gw::nn::GPT>(kModel, gen);
+  gw::nn::GPTOptions options = kModel;
+  options.checkpoint_activations = checkpoint_activations;
+  return std::make_shared<gw::nn::GPT>(options, gen);
 }
 
 std::pair<gw::Tensor, gw::Tensor> batch(int rank, int step) {
@@ -80,8 +83,8 @@ Measured train(int rank, Loss forward_loss, Step step) {
 }
 
 // The activations one rank's forward keeps for backward: its peak over the bytes held before.
-double activations_mib(int rank) {
-  auto model = make_model();
+double activations_mib(int rank, bool checkpoint_activations = false) {
+  auto model = make_model(checkpoint_activations);
   auto [x, y] = batch(rank, 0);
   const size_t before = gw::memory_stats(gw::kCPU).allocated_bytes;
   gw::reset_peak_memory_stats(gw::kCPU);
@@ -118,7 +121,7 @@ int main(int argc, char** argv) {
       root_params = params - block_params * kModel.layers;
     }
     const double p_mib = static_cast<double>(params) * 4 / kMiB;
-    const double act = activations_mib(rank);
+    const double act = activations_mib(rank), act_recomputing = activations_mib(rank, true);
 
     // DDP with `Optimizer` over its parameters: the plain one, or ZeRO's.
     auto with_ddp = [&]<typename Optimizer>(auto&&... optimizer_args) {
@@ -140,19 +143,19 @@ int main(int argc, char** argv) {
     const Measured ddp_m = with_ddp.operator()<gw::optim::AdamW>(adamw);
     const Measured zero_m = with_ddp.operator()<gw::dist::ZeroRedundancyOptimizer>(
         gw::optim::OptimizerOptions(adamw), pg);
-    Measured fsdp_m;
-    {
-      auto model = make_model();
+    auto with_fsdp = [&](bool checkpoint_activations) {
+      auto model = make_model(checkpoint_activations);
       for (const auto& block : model->h->children()) gw::fsdp::fully_shard(block, pg);
       gw::fsdp::fully_shard(model, pg);
       gw::optim::AdamW opt(model->parameters(), adamw);
-      fsdp_m = train(
+      return train(
           rank, [&](const gw::Tensor& x, const gw::Tensor& y) { return model->loss(x, y); },
           [&] {
             opt.step();
             opt.zero_grad();
           });
-    }
+    };
+    const Measured fsdp_m = with_fsdp(false), recomputing_m = with_fsdp(true);
     // Every rank's peak: the largest is what a machine must hold.
     auto largest = [&](double v) {
       gw::Tensor t = gw::full({1}, v, gw::kFloat64);
@@ -160,7 +163,8 @@ int main(int argc, char** argv) {
       return t.item<double>();
     };
     const double ddp_peak = largest(ddp_m.peak_mib), zero_peak = largest(zero_m.peak_mib),
-                 fsdp_peak = largest(fsdp_m.peak_mib);
+                 fsdp_peak = largest(fsdp_m.peak_mib),
+                 recomputing_peak = largest(recomputing_m.peak_mib);
     if (rank == 0) {
       const double unit = static_cast<double>(block_params) * 4 / kMiB;
       const double root = static_cast<double>(root_params) * 4 / kMiB;
@@ -183,6 +187,14 @@ int main(int argc, char** argv) {
           {"fsdp", what + ": peak memory per rank, FSDP", fsdp_peak, "MiB", "DDP", ddp_peak});
       report.add({"fsdp", what + ": step, ZeRO-1", zero_m.step_s, "s", "DDP", ddp_m.step_s});
       report.add({"fsdp", what + ": step, FSDP", fsdp_m.step_s, "s", "DDP", ddp_m.step_s});
+      const std::string recomputing = " + activation checkpointing";
+      report.add({"fsdp", what + ": peak memory per rank, FSDP" + recomputing, recomputing_peak,
+                  "MiB", "FSDP", fsdp_peak,
+                  gw::detail::str("each block's activations recomputed in backward: the forward "
+                                  "keeps ",
+                                  act_recomputing, " MiB instead of ", act, " MiB")});
+      report.add({"fsdp", what + ": step, FSDP" + recomputing, recomputing_m.step_s, "s", "FSDP",
+                  fsdp_m.step_s});
     }
     pg->barrier()->wait();
   }
