@@ -24,6 +24,11 @@
 // --checkpoint-dir/sharded): each rank writes its rows, and a run on another number of ranks
 // with the same global batch reads its own rows of them.
 //
+// --hsdp R with --fsdp splits the ranks into R replicas of world / R ranks each (HSDP, a
+// DeviceMesh (replicate, shard)): each replica shards the model over its ranks, the gathers stay
+// within it, and the gradients are averaged over the replicas too; e.g. a replica per host, the
+// shards within each host.
+//
 // --device cuda trains on a GPU; with --ddp nccl or --fsdp nccl, one process per GPU (the one
 // its LOCAL_RANK names). --cpu-offload on with --fsdp nccl keeps the shards, their gradients and
 // AdamW's state in host memory (fully_shard's CPUOffloadPolicy), the GPU holding the blocks
@@ -95,6 +100,7 @@ struct Args {
   std::string ddp, device = "cpu", curve, prompt = "And ";
   bool fsdp = false;         // the group (--fsdp gloo|mpi|nccl, kept in `ddp`) shards instead
   bool cpu_offload = false;  // --cpu-offload on: --fsdp nccl's shards in host memory
+  int64_t hsdp = 0;          // --hsdp R: --fsdp's ranks as R replicas, each sharded (HSDP)
   int64_t pp = 0;     // --pp N: a pipeline of N ranks (its backend: --pp-backend, gloo)
   std::string pp_backend = "gloo";
   bool pp_backend_given = false;
@@ -109,7 +115,7 @@ constexpr const char* kUsage =
     "N] [--min-lr-factor X] "
     "[--weight-decay X] [--clip X] [--eval-every N] [--eval-batches N] [--sample N] "
     "[--prompt TEXT] [--temperature X] [--top-k N] [--seed N] [--threads N] [--ddp gloo|mpi|nccl"
-    " | --fsdp gloo|mpi|nccl [--cpu-offload on]] [--pp N [--pp-backend gloo|mpi] "
+    " | --fsdp gloo|mpi|nccl [--hsdp R] [--cpu-offload on]] [--pp N [--pp-backend gloo|mpi] "
     "[--schedule gpipe|1f1b|interleaved|zb] [--microbatches N]] "
     "[--device cpu|cuda] [--amp bf16] [--curve PREFIX] [--target LOSS] [--checkpoint-every N] "
     "[--checkpoint-dir DIR] [--trace FILE]\n";
@@ -167,7 +173,9 @@ Args parse(int argc, char** argv) {
              a.ddp.empty()) {
       a.ddp = v;
       a.fsdp = k == "--fsdp";
-    } else if (k == "--cpu-offload" && v == "on")
+    } else if (k == "--hsdp")
+      a.hsdp = n;
+    else if (k == "--cpu-offload" && v == "on")
       a.cpu_offload = true;
     else if (k == "--device" && (v == "cpu" || v == "cuda"))
       a.device = v;
@@ -226,6 +234,10 @@ Args parse(int argc, char** argv) {
       : a.pp > 0 && !a.ddp.empty() && a.pp_backend_given && a.pp_backend != a.ddp
           ? "--pp with --ddp or --fsdp runs on their backend: drop --pp-backend"
       : a.pp > 0 && a.checkpoint.every > 0 ? "--pp does not take --checkpoint-every yet"
+      : a.hsdp < 0 || (a.hsdp > 0 && (!a.fsdp || a.pp > 0))
+          ? "--hsdp R splits --fsdp's ranks into R replicas, each sharded: it takes --fsdp, "
+            "not --pp"
+      : a.hsdp > 0 && a.checkpoint.every > 0 ? "--hsdp does not take --checkpoint-every yet"
       : a.pp > 0 && a.model.checkpoint_activations
           ? "--pp does not take --activation-checkpointing yet"
       : a.pp > 0 && (a.pipeline.microbatches < 1 || a.batch_size % a.pipeline.microbatches != 0)
@@ -418,14 +430,24 @@ int main(int argc, char** argv) {
     model->to(device);
     int64_t parameter_count = 0;  // before sharding
     for (const gw::Tensor& p : model->parameters()) parameter_count += p.numel();
-    gw::examples::GPTTrainer trainer(
-        model, args.recipe, pipeline_group,
-        args.pp > 0 ? gw::examples::Parallelism::pipeline
-        : args.fsdp ? gw::examples::Parallelism::fsdp
-                    : gw::examples::Parallelism::ddp,
-        args.pipeline,
-        {.offload_policy =
-             args.cpu_offload ? std::optional(gw::fsdp::CPUOffloadPolicy{}) : std::nullopt});
+    gw::fsdp::FullyShardOptions sharding{
+        .offload_policy =
+            args.cpu_offload ? std::optional(gw::fsdp::CPUOffloadPolicy{}) : std::nullopt};
+    std::shared_ptr<gw::dist::ProcessGroup> trainer_group = pipeline_group;
+    if (args.hsdp > 0) {  // FSDP2's 2-D mesh: sharded along "shard", replicated along the other
+      GW_CHECK(world % args.hsdp == 0, gw::InvalidArgumentError, "[gpt_train] --hsdp ", args.hsdp,
+               " needs a multiple of ", args.hsdp, " ranks; the launcher started ", world);
+      const gw::dist::DeviceMesh mesh = gw::dist::init_device_mesh(
+          {static_cast<int>(args.hsdp), world / static_cast<int>(args.hsdp)},
+          {"replicate", "shard"});
+      trainer_group = mesh.group("shard");
+      sharding.replicate_group = mesh.group("replicate");
+    }
+    gw::examples::GPTTrainer trainer(model, args.recipe, trainer_group,
+                                     args.pp > 0 ? gw::examples::Parallelism::pipeline
+                                     : args.fsdp ? gw::examples::Parallelism::fsdp
+                                                 : gw::examples::Parallelism::ddp,
+                                     args.pipeline, sharding);
     gw::reset_peak_memory_stats(device);
     const auto identity = run_identity(args, corpus.vocab_size(), replicas);
     // A collective: what throws on one rank throws on all (without a group, just f).
@@ -470,6 +492,9 @@ int main(int argc, char** argv) {
       else if (group)  // with NCCL, this rank's GPU; where the shards are, as they are
         parallel = gw::detail::str(
             ", ", args.fsdp ? "FSDP" : "DDP", " on ", world, " ranks (", args.ddp,
+            args.hsdp > 0 ? gw::detail::str(", HSDP: ", args.hsdp, " replicas of ",
+                                            world / args.hsdp, " shards")
+                          : std::string(),
             args.ddp == "nccl" ? ", " + device.str() : std::string(),
             trainer.sharded() && device.is_cuda() && !trainer.sharded()->shards().empty() &&
                     trainer.sharded()->shards()[0].device().is_cpu()

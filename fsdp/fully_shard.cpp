@@ -15,6 +15,7 @@
 #include "autograd/autograd.h"
 #include "core/memory.h"
 #include "core/ops.h"
+#include "dist/process_group/init_process_group.h"
 #include "fsdp/unit.h"
 
 namespace gw::fsdp {
@@ -287,14 +288,47 @@ void Unit::reduce_gradients() {
 
 void Unit::check_reductions() {
   const auto n = static_cast<int64_t>(params.size());
+  bool fresh = false;
   for (Reduction& red : reductions) {
     if (!red.counts.empty()) continue;
     red.work->wait();
-    std::vector<double> counts =
-        red.output.narrow(0, chunk, reduction_stride() - chunk).to_vector<double>();
     if (tagged_reduction())
-      compare_tags(std::vector<double>(counts.begin() + n, counts.end()), "reduced");
-    red.counts = std::move(counts);  // compared
+      compare_tags(red.output.narrow(0, chunk + n, world() * kTagLength).to_vector<double>(),
+                   "reduced");
+    fresh = true;
+  }
+  if (!fresh) return;
+  if (replicas() > 1) sum_over_replicas();
+  for (Reduction& red : reductions)
+    if (red.counts.empty()) red.counts = red.output.narrow(0, chunk, n).to_vector<double>();
+}
+
+// HSDP: each reduction's sums in this shard group (its rows and counts) summed over the
+// replicas, in place. First every replica's tag and count of reductions are compared with this
+// rank's: the replicas sum them and their squares, which come to replicas x this rank's
+// values and their squares only where every replica's are this rank's (Cauchy-Schwarz).
+void Unit::sum_over_replicas() {
+  dist::ProcessGroup& replicas_group = *options.replicate_group;
+  std::vector<double> mine = tag(Purpose::kReduction);
+  mine.push_back(static_cast<double>(reductions.size()));
+  std::vector<double> both = mine;
+  for (double x : mine) both.push_back(x * x);
+  Tensor sums = from_vector<double>(both).to(replicas_group.device());
+  replicas_group.allreduce(sums)->wait();
+  const std::vector<double> got = sums.to_vector<double>();
+  const auto r = static_cast<double>(replicas());
+  for (size_t i = 0; i < mine.size(); ++i) {
+    if (got[i] == r * mine[i] && got[mine.size() + i] == r * mine[i] * mine[i]) continue;
+    if (root) root->forget_orders();
+    throw InvalidArgumentError(gw::detail::str(
+        "[fully_shard] rank ", rank(), " of replica ", replicas_group.rank(), " reduced ",
+        type_name, " (unit ", position, ") ", reductions.size(),
+        " time(s) in this backward while another replica did not: every replica must call the "
+        "same units in the same order"));
+  }
+  for (Reduction& red : reductions) {
+    Tensor sums_and_counts = red.output.narrow(0, 0, chunk + static_cast<int64_t>(params.size()));
+    replicas_group.allreduce(sums_and_counts)->wait();
   }
 }
 
@@ -305,7 +339,7 @@ void Unit::finish_reductions() {
     // The average, in place: each shard's .grad views the buffer (no second copy of them), in
     // the shards' dtype.
     Tensor summed = red.output.narrow(0, 0, chunk)
-                        .div_(static_cast<double>(world()))
+                        .div_(static_cast<double>(world()) * replicas())
                         .to(dtype)
                         .to(shard_buffer.device());
     for (size_t i = 0; i < params.size(); ++i) {
@@ -551,6 +585,10 @@ std::shared_ptr<FSDPModule> fully_shard(const std::shared_ptr<nn::Module>& modul
     for (DType d : {unit->compute_dtype, unit->reduce_dtype})
       GW_CHECK(is_floating(d), InvalidArgumentError,
                "[fully_shard] the mixed precision policy's dtypes must be floating point, got ", d);
+    if (const auto& replicas = options.replicate_group)
+      GW_CHECK(replicas->device() == unit->group->device(), InvalidArgumentError,
+               "[fully_shard] the replicate group's tensors are on ", replicas->device().str(),
+               ", the shard group's on ", unit->group->device().str(), ": they must be one device");
   });
 
   // Every rank must hold the same parameters: checked on every rank before anything changes.
@@ -620,6 +658,16 @@ std::shared_ptr<FSDPModule> fully_shard(const std::shared_ptr<nn::Module>& modul
     return unit->post_forward(output);
   });
   return std::make_shared<FSDPModule>(unit, module);
+}
+
+std::shared_ptr<FSDPModule> fully_shard(const std::shared_ptr<nn::Module>& module,
+                                        const dist::DeviceMesh& mesh, FullyShardOptions options) {
+  const auto& names = mesh.names();
+  GW_CHECK(names.size() == 1 || names.size() == 2, InvalidArgumentError,
+           "[fully_shard] takes a 1-D mesh (shard) or a 2-D one (replicate, shard), got ",
+           names.size(), " dimensions");
+  if (names.size() == 2) options.replicate_group = mesh.group(names[0]);
+  return fully_shard(module, mesh.group(names.back()), std::move(options));
 }
 
 double clip_grad_norm_(const std::vector<Tensor>& shards, double max_norm,

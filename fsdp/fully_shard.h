@@ -60,6 +60,10 @@
 #include "nn/module.h"
 #include "optim/optimizer.h"
 
+namespace gw::dist {
+class DeviceMesh;
+}
+
 namespace gw::fsdp {
 
 namespace detail {
@@ -102,6 +106,13 @@ struct FullyShardOptions {
   bool reshard_after_forward = true;
   MixedPrecisionPolicy mp_policy = {};
   std::optional<CPUOffloadPolicy> offload_policy = std::nullopt;
+  // HSDP (FSDP2's fully_shard over a 2-D DeviceMesh ("replicate", "shard"); the DeviceMesh
+  // overload below sets it): the unit is sharded over its group and replicated over this one,
+  // the ranks that hold the same rows (e.g. the shards within each host, a replica per host).
+  // Gathers stay within the shard group; each reduction's sums are then summed over the
+  // replicas too, so that every replica's shards take the average over all of them. Every rank
+  // of this group must hold the same place in its shard group. nullptr: one replica.
+  std::shared_ptr<dist::ProcessGroup> replicate_group = nullptr;
 };
 
 // What fully_shard returns (FSDP2's FSDPModule): the unit's handle. Dropping it changes
@@ -175,6 +186,14 @@ double clip_grad_norm_(const std::vector<Tensor>& shards, double max_norm,
 // its gradient, as without sharding); freeze alike on every rank.
 std::shared_ptr<FSDPModule> fully_shard(const std::shared_ptr<nn::Module>& module,
                                         std::shared_ptr<dist::ProcessGroup> group,
+                                        FullyShardOptions options = {});
+// The same over a DeviceMesh, as FSDP2 takes one: 1-D, its group; 2-D (replicate, shard), HSDP:
+// sharded over the mesh's second dimension and replicated over its first (replicate_group).
+//   auto mesh = gw::dist::init_device_mesh({hosts, gpus_per_host}, {"replicate", "shard"});
+//   for (auto& block : model->h->children()) gw::fsdp::fully_shard(block, mesh);
+//   gw::fsdp::fully_shard(model, mesh);
+std::shared_ptr<FSDPModule> fully_shard(const std::shared_ptr<nn::Module>& module,
+                                        const dist::DeviceMesh& mesh,
                                         FullyShardOptions options = {});
 
 }  // namespace gw::fsdp

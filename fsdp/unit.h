@@ -106,6 +106,7 @@ struct Unit : std::enable_shared_from_this<Unit> {
 
   int world() const { return group->size(); }
   int rank() const { return group->rank(); }
+  int replicas() const { return options.replicate_group ? options.replicate_group->size() : 1; }
   bool is_root() const;
 
   // The shards in compute_dtype where the collectives run: copied from host memory first when
@@ -140,8 +141,10 @@ struct Unit : std::enable_shared_from_this<Unit> {
     return chunk + static_cast<int64_t>(params.size()) +
            (tagged_reduction() ? world() * kTagLength : 0);
   }
-  // Waits for this backward's reductions and compares their tags, applying nothing.
+  // Waits for this backward's reductions and compares their tags, applying nothing; with
+  // replicas, sums them over the replicas (sum_over_replicas).
   void check_reductions();
+  void sum_over_replicas();
   // Without sync: the members' gradients into `accumulated` (where the dtypes differ).
   void keep_unsynced_gradients();
   void reduce_gradients();

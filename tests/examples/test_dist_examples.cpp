@@ -401,6 +401,18 @@ TEST_CASE("gpt_train: DDP on 2 ranks trains as one process on the same global ba
   CHECK(count(fsdp.out, "peak memory allocated in training: rank 0") == 1);
   CHECK(count(fsdp.out, "] And ") == 1);  // rank 0 printed the passage (every rank drew it)
 
+  // HSDP: 4 ranks as 2 replicas, each sharding the model over 2: the same global batches.
+  std::vector<std::string> hybrid = gpt_args(4, {"--sample", "0", "--hsdp", "2"});
+  *std::find(hybrid.begin(), hybrid.end(), "--ddp") = "--fsdp";
+  const auto hsdp = run_gwrun(hybrid);
+  INFO(hsdp.out << hsdp.err);
+  REQUIRE(hsdp.exit_code == 0);
+  CHECK(count(hsdp.out, "FSDP on 4 ranks (gloo, HSDP: 2 replicas of 2 shards)") == 1);
+  for (int step : {100, 200}) {
+    INFO("step " << step);
+    CHECK(std::abs(gpt_val_loss_at(hsdp.out, step) - gpt_val_loss_at(ddp.out, step)) < 1e-3);
+  }
+
   // The curve: a row per step, the validation loss in the rows of the steps it followed.
   std::ifstream csv(dir.path + "/curve.csv");
   std::vector<std::string> rows;
@@ -540,7 +552,7 @@ TEST_CASE("gpt_train --device cuda --fsdp nccl without a GPU fails at once, nami
   CHECK(count(r.out, "parameters") == 0);
 }
 
-TEST_CASE("gpt_train refuses the GPU flags that do not fit, before anything starts",
+TEST_CASE("gpt_train refuses flags that do not fit together, before anything starts",
           "[examples][dist][gpt]") {
   const Refusals cases{
       {{"--fsdp", "nccl"}, "add --device cuda"},
@@ -551,6 +563,11 @@ TEST_CASE("gpt_train refuses the GPU flags that do not fit, before anything star
       {{"--fsdp", "gloo", "--cpu-offload", "on"}, "it takes --fsdp nccl and --device cuda"},
       {{"--device", "cuda", "--ddp", "nccl", "--checkpoint-every", "10"},
        "do not take --checkpoint-every"},
+      {{"--ddp", "gloo", "--hsdp", "2"}, "it takes --fsdp, not --pp"},
+      {{"--fsdp", "gloo", "--hsdp", "2", "--checkpoint-every", "10"},
+       "--hsdp does not take --checkpoint-every"},
+      {{"--pp", "2", "--activation-checkpointing", "on"},
+       "--pp does not take --activation-checkpointing"},
   };
   check_refused(GW_GPT_EXAMPLE, cases, "parameters");
 }

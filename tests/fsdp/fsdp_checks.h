@@ -52,7 +52,7 @@ struct Net : nn::Module {
   }
   Tensor forward(const Tensor& tokens) override {
     Tensor x = block(*a, (*emb)(tokens));
-    x = block(*b, block(*b, x));
+    for (int i = 0; i < b_calls; ++i) x = block(*b, x);
     return (*head)((*ln)(x)) * scale;
   }
   // A block's call, its activations recomputed in backward when checkpoint_blocks is set.
@@ -61,6 +61,7 @@ struct Net : nn::Module {
     return autograd::checkpoint([&m](const Tensor& t) { return m(t); }, x);
   }
   bool checkpoint_blocks = false;
+  int b_calls = 2;  // block b is used twice
   Tensor loss(const Tensor& tokens, const Tensor& targets) {
     return nn::functional::cross_entropy((*this)(tokens).reshape({-1, kVocab}),
                                          targets.reshape({-1}));
@@ -131,6 +132,8 @@ struct Case {
 
 inline std::string describe(const Case& k) {
   return gw::detail::str(
+      k.options.replicate_group ? gw::detail::str(k.options.replicate_group->size(), " replicas, ")
+                                : std::string(),
       "reshard_after_forward ", k.options.reshard_after_forward, ", micro-batches ",
       k.micro_batches, k.options.mp_policy.param_dtype ? ", compute in " : "",
       k.options.mp_policy.param_dtype ? dtype_name(*k.options.mp_policy.param_dtype) : "",
@@ -146,7 +149,11 @@ inline std::string describe(const Case& k) {
 // to 1e-12 relative, and that the unused parameter has no .grad and never moved.
 inline void check_matches_single_process(std::shared_ptr<dist::ProcessGroup> pg,
                                          dist::testing::Checks& c, const Case& k) {
-  const int world = pg->size(), r = pg->rank();
+  const int world = pg->size(), r = pg->rank();  // the shard group's
+  // The batch's rows: every rank's, replicas (HSDP) after one another.
+  const auto& replicas = k.options.replicate_group;
+  const int ranks = world * (replicas ? replicas->size() : 1),
+            row = (replicas ? replicas->rank() * world : 0) + r;
   auto net = std::make_shared<Net>(6, k.dtype);
   net->to(k.device);
   net->checkpoint_blocks = k.checkpoint;
@@ -160,14 +167,14 @@ inline void check_matches_single_process(std::shared_ptr<dist::ProcessGroup> pg,
     opt.zero_grad();
     ref_opt.zero_grad();
     for (int micro = 0; micro < k.micro_batches; ++micro) {
-      auto [x, y] = batch(world, step, micro);
+      auto [x, y] = batch(ranks, step, micro);
       root->set_requires_gradient_sync(micro + 1 == k.micro_batches);
       Tensor mine, whole;
       {
         std::optional<AutocastGuard> amp;
         if (k.autocast) amp.emplace(DeviceType::CPU, kBFloat16);
-        mine = net->loss(x.narrow(0, r * kPerRank, kPerRank).to(k.device),
-                         y.narrow(0, r * kPerRank, kPerRank).to(k.device));
+        mine = net->loss(x.narrow(0, row * kPerRank, kPerRank).to(k.device),
+                         y.narrow(0, row * kPerRank, kPerRank).to(k.device));
         whole = reference->loss(x, y);
       }
       mine.backward();

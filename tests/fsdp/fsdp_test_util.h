@@ -3,16 +3,34 @@
 
 #include <memory>
 #include <stdexcept>
+#include <string>
 
 #include "autograd/autograd.h"
 #include "dist/process_group/process_group_gloo.h"
 #include "nn/module.h"
+#include "store/prefix_store.h"
 
 namespace gw::fsdp::testing {
 
 // The group run_ranks lends, as the shared_ptr fully_shard takes (not owned).
 inline std::shared_ptr<dist::ProcessGroup> borrow(dist::ProcessGroupGloo& pg) {
   return {&pg, [](dist::ProcessGroup*) {}};
+}
+
+// HSDP's groups for rank `rank` of 4 as 2 replicas x 2 shards (a mesh (replicate, shard) of
+// {2, 2}): shard groups {0, 1} and {2, 3}, replicate groups {0, 2} and {1, 3}, over `store`
+// (shared by the ranks' threads). Every rank makes both, in this order.
+struct HsdpGroups {
+  std::shared_ptr<dist::ProcessGroup> shard, replicate;
+};
+inline HsdpGroups hsdp_groups(const std::shared_ptr<store::Store>& store, int rank) {
+  auto group = [&](const std::string& name, int index, int place) {
+    return std::make_shared<dist::ProcessGroupGloo>(
+        std::make_shared<store::PrefixStore>(name + std::to_string(index), store), place, 2,
+        dist::GlooOptions{.group_name = name});
+  };
+  auto shard = group("shard", rank / 2, rank % 2);
+  return {shard, group("replicate", rank % 2, rank / 2)};
 }
 
 // Makes the gradient reaching `module`'s output throw "injected" (from its next call on);

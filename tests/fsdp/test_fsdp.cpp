@@ -47,6 +47,21 @@ TEST_CASE("fully_shard trains like one process on the global batch, on 2 and 4 G
     });
 }
 
+TEST_CASE("HSDP: sharded within pairs of ranks and replicated across them, trains like one process",
+          "[fsdp]") {
+  // 4 ranks as FSDP2's 2-D mesh (replicate, shard) of {2, 2}: each pair shards the model, and
+  // the reductions are summed over the pairs, so every shard takes the average over all 4
+  // ranks' rows of the batch.
+  auto store = std::make_shared<store::HashStore>();
+  run_ranks(4, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+    const auto groups = fsdp::testing::hsdp_groups(store, pg.rank());
+    for (bool reshard : {true, false})
+      fsdp::testing::check_matches_single_process(
+          groups.shard, c,
+          {.options = {.reshard_after_forward = reshard, .replicate_group = groups.replicate}});
+  });
+}
+
 TEST_CASE(
     "fully_shard over NCCL at world size 1 trains as one process, shards on the GPU or offloaded",
     "[fsdp][nccl]") {

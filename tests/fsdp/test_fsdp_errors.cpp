@@ -1,12 +1,13 @@
 // What fully_shard refuses and how ranks fail, on 2 ranks as threads over Gloo: a module sharded
 // twice, a parameter two units share, ranks whose models differ, ranks that call or reduce
-// units in different orders (every rank fails, naming both units), a backward that throws or
-// leaves weight gradients for later, a rank that stops early.
+// units in different orders (every rank fails, naming both units), HSDP replicas that disagree,
+// a backward that throws or leaves weight gradients for later, a rank that stops early.
 #include <catch2/catch.hpp>
 
 #include <chrono>
 
 #include "autograd/autograd.h"
+#include "store/hash_store.h"
 #include "tests/dist/process_group/ranks.h"
 #include "tests/fsdp/fsdp_checks.h"
 #include "tests/fsdp/fsdp_test_util.h"
@@ -167,6 +168,23 @@ TEST_CASE("ranks that reduce units in different orders fail before any gradient 
     net->detach_b = false;
     (*net)(x).sum().backward();
     for (const Tensor& p : net->parameters()) EXPECT(c, p.grad().defined());
+  });
+}
+
+TEST_CASE("HSDP replicas that reduce a unit a different number of times fail on every rank",
+          "[fsdp]") {
+  // Replica 1 calls block b once, replica 0 twice: b's reductions would pair with the next
+  // unit's. Every rank finds it comparing the replicas' tags and counts, before any sum.
+  auto store = std::make_shared<store::HashStore>();
+  run_ranks(4, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+    const auto groups = fsdp::testing::hsdp_groups(store, pg.rank());
+    auto net = std::make_shared<Net>();
+    net->b_calls = groups.replicate->rank() == 0 ? 2 : 1;
+    fsdp::testing::shard(net, groups.shard, {.replicate_group = groups.replicate});
+    auto [x, y] = fsdp::testing::batch(1, 0, 0);
+    EXPECT_THROWS(c, InvalidArgumentError, net->loss(x, y).backward(),
+                  "while another replica did not: every replica must call the same units");
+    EXPECT(c, !net->b->parameters()[0].grad().defined());  // nothing reached a shard
   });
 }
 
