@@ -234,9 +234,9 @@ Args parse(int argc, char** argv) {
       : a.pp > 0 && !a.ddp.empty() && a.pp_backend_given && a.pp_backend != a.ddp
           ? "--pp with --ddp or --fsdp runs on their backend: drop --pp-backend"
       : a.pp > 0 && a.checkpoint.every > 0 ? "--pp does not take --checkpoint-every yet"
-      : a.hsdp < 0 || (a.hsdp > 0 && (!a.fsdp || a.pp > 0))
-          ? "--hsdp R splits --fsdp's ranks into R replicas, each sharded: it takes --fsdp, "
-            "not --pp"
+      : a.hsdp < 0 || a.hsdp == 1 || (a.hsdp > 0 && (!a.fsdp || a.pp > 0))
+          ? "--hsdp R splits --fsdp's ranks into R >= 2 replicas, each sharded: it takes "
+            "--fsdp, not --pp"
       : a.hsdp > 0 && a.checkpoint.every > 0 ? "--hsdp does not take --checkpoint-every yet"
       : a.pp > 0 && a.model.checkpoint_activations
           ? "--pp does not take --activation-checkpointing yet"

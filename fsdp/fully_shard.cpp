@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -289,44 +290,61 @@ void Unit::reduce_gradients() {
 void Unit::check_reductions() {
   const auto n = static_cast<int64_t>(params.size());
   bool fresh = false;
+  std::exception_ptr failed;  // this shard group's ranks disagree
   for (Reduction& red : reductions) {
     if (!red.counts.empty()) continue;
     red.work->wait();
-    if (tagged_reduction())
+    fresh = true;
+    if (!tagged_reduction() || failed) continue;
+    try {
       compare_tags(red.output.narrow(0, chunk + n, world() * kTagLength).to_vector<double>(),
                    "reduced");
-    fresh = true;
+    } catch (...) {
+      failed = std::current_exception();
+    }
   }
   if (!fresh) return;
-  if (replicas() > 1) sum_over_replicas();
+  // The replicas learn of it too, and fail here with this group rather than wait for it.
+  if (replicas() > 1) sum_over_replicas(failed != nullptr);
+  if (failed) std::rethrow_exception(failed);
   for (Reduction& red : reductions)
     if (red.counts.empty()) red.counts = red.output.narrow(0, chunk, n).to_vector<double>();
 }
 
-// HSDP: each reduction's sums in this shard group (its rows and counts) summed over the
-// replicas, in place. First every replica's tag and count of reductions are compared with this
-// rank's: the replicas sum them and their squares, which come to replicas x this rank's
-// values and their squares only where every replica's are this rank's (Cauchy-Schwarz).
-void Unit::sum_over_replicas() {
+// HSDP: each new reduction's sums in this shard group (its rows and counts) summed over the
+// replicas, in place. First the replicas compare what must be the same on all of them: the
+// unit's tag, its count of reductions, this rank's place in its shard group and the group's
+// size (a replicate group pairing other places would sum other rows), and whether its shard
+// group failed (`failed`: then nothing is summed, and the caller throws what it found). They
+// sum the values and their squares, which come to replicas x this rank's values and their
+// squares only where every replica's are this rank's (Cauchy-Schwarz).
+void Unit::sum_over_replicas(bool failed) {
   dist::ProcessGroup& replicas_group = *options.replicate_group;
   std::vector<double> mine = tag(Purpose::kReduction);
-  mine.push_back(static_cast<double>(reductions.size()));
+  for (double x : {static_cast<double>(reductions.size()), static_cast<double>(rank()),
+                   static_cast<double>(world()), failed ? 1.0 : 0.0})
+    mine.push_back(x);
   std::vector<double> both = mine;
   for (double x : mine) both.push_back(x * x);
   Tensor sums = from_vector<double>(both).to(replicas_group.device());
   replicas_group.allreduce(sums)->wait();
   const std::vector<double> got = sums.to_vector<double>();
   const auto r = static_cast<double>(replicas());
-  for (size_t i = 0; i < mine.size(); ++i) {
-    if (got[i] == r * mine[i] && got[mine.size() + i] == r * mine[i] * mine[i]) continue;
+  bool agree = true;
+  for (size_t i = 0; i < mine.size(); ++i)
+    agree = agree && got[i] == r * mine[i] && got[mine.size() + i] == r * mine[i] * mine[i];
+  if (failed) return;
+  if (!agree) {
     if (root) root->forget_orders();
     throw InvalidArgumentError(gw::detail::str(
-        "[fully_shard] rank ", rank(), " of replica ", replicas_group.rank(), " reduced ",
-        type_name, " (unit ", position, ") ", reductions.size(),
-        " time(s) in this backward while another replica did not: every replica must call the "
-        "same units in the same order"));
+        "[fully_shard] rank ", rank(), " of ", world(), " in replica ", replicas_group.rank(),
+        " reduced ", type_name, " (unit ", position, ") ", reductions.size(),
+        " time(s) in this backward, and another replica did otherwise (another unit or count, "
+        "another place in its shard group, or its ranks disagreed): every replica must call "
+        "the same units in the same order, and the replicate group pair the same places"));
   }
   for (Reduction& red : reductions) {
+    if (!red.counts.empty()) continue;  // summed by an earlier call
     Tensor sums_and_counts = red.output.narrow(0, 0, chunk + static_cast<int64_t>(params.size()));
     replicas_group.allreduce(sums_and_counts)->wait();
   }
@@ -666,6 +684,8 @@ std::shared_ptr<FSDPModule> fully_shard(const std::shared_ptr<nn::Module>& modul
   GW_CHECK(names.size() == 1 || names.size() == 2, InvalidArgumentError,
            "[fully_shard] takes a 1-D mesh (shard) or a 2-D one (replicate, shard), got ",
            names.size(), " dimensions");
+  GW_CHECK(names.size() == 1 || !options.replicate_group, InvalidArgumentError,
+           "[fully_shard] a 2-D mesh names the replicate group: drop options.replicate_group");
   if (names.size() == 2) options.replicate_group = mesh.group(names[0]);
   return fully_shard(module, mesh.group(names.back()), std::move(options));
 }

@@ -144,7 +144,7 @@ struct Unit : std::enable_shared_from_this<Unit> {
   // Waits for this backward's reductions and compares their tags, applying nothing; with
   // replicas, sums them over the replicas (sum_over_replicas).
   void check_reductions();
-  void sum_over_replicas();
+  void sum_over_replicas(bool failed);
   // Without sync: the members' gradients into `accumulated` (where the dtypes differ).
   void keep_unsynced_gradients();
   void reduce_gradients();

@@ -564,6 +564,7 @@ TEST_CASE("gpt_train refuses flags that do not fit together, before anything sta
       {{"--device", "cuda", "--ddp", "nccl", "--checkpoint-every", "10"},
        "do not take --checkpoint-every"},
       {{"--ddp", "gloo", "--hsdp", "2"}, "it takes --fsdp, not --pp"},
+      {{"--fsdp", "gloo", "--hsdp", "1"}, "into R >= 2 replicas"},
       {{"--fsdp", "gloo", "--hsdp", "2", "--checkpoint-every", "10"},
        "--hsdp does not take --checkpoint-every"},
       {{"--pp", "2", "--activation-checkpointing", "on"},

@@ -18,19 +18,21 @@ inline std::shared_ptr<dist::ProcessGroup> borrow(dist::ProcessGroupGloo& pg) {
 }
 
 // HSDP's groups for rank `rank` of 4 as 2 replicas x 2 shards (a mesh (replicate, shard) of
-// {2, 2}): shard groups {0, 1} and {2, 3}, replicate groups {0, 2} and {1, 3}, over `store`
-// (shared by the ranks' threads). Every rank makes both, in this order.
+// {2, 2}): shard groups {0, 1} and {2, 3}, replicate groups {0, 2} and {1, 3} (`crossed`:
+// {0, 3} and {1, 2}, which pair different places), over `store` (shared by the ranks'
+// threads). Every rank makes both, in this order.
 struct HsdpGroups {
   std::shared_ptr<dist::ProcessGroup> shard, replicate;
 };
-inline HsdpGroups hsdp_groups(const std::shared_ptr<store::Store>& store, int rank) {
+inline HsdpGroups hsdp_groups(const std::shared_ptr<store::Store>& store, int rank,
+                              bool crossed = false) {
   auto group = [&](const std::string& name, int index, int place) {
     return std::make_shared<dist::ProcessGroupGloo>(
         std::make_shared<store::PrefixStore>(name + std::to_string(index), store), place, 2,
         dist::GlooOptions{.group_name = name});
   };
   auto shard = group("shard", rank / 2, rank % 2);
-  return {shard, group("replicate", rank % 2, rank / 2)};
+  return {shard, group("replicate", crossed ? (rank % 2) ^ (rank / 2) : rank % 2, rank / 2)};
 }
 
 // Makes the gradient reaching `module`'s output throw "injected" (from its next call on);

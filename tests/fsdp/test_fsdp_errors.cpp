@@ -132,26 +132,31 @@ TEST_CASE("ranks that call units in different orders fail on every rank, naming 
   });
 }
 
+namespace {
+// Two Linear(4, 4) branches of one input, summed; with detach_b, b's branch gets no gradient, so
+// that backward reduces a first and b at the end, where the others reduce b first.
+struct Branches : nn::Module {
+  std::shared_ptr<nn::Linear> a, b;
+  bool detach_b = false;
+  Branches() : Module("Branches") {
+    Generator gen(5);
+    a = register_module("a", std::make_shared<nn::Linear>(4, 4, true, gen));
+    b = register_module("b", std::make_shared<nn::Linear>(4, 4, true, gen));
+    to(kFloat64);
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor ya = (*a)(x), yb = (*b)(x);
+    return ya + (detach_b ? yb.detach() : yb);
+  }
+};
+}  // namespace
+
 TEST_CASE("ranks that reduce units in different orders fail before any gradient lands", "[fsdp]") {
   // Two Linear(4, 4) branches called in one order on both ranks (the gathers agree), kept
   // gathered through backward (no backward gathers). Rank 0's backward reduces b first (its
   // nodes are the newer), then a; rank 1 detaches b's branch, so its backward reduces a, and b
   // at the end: without the reductions' tags, each unit's gradients would be averaged with the
   // other's.
-  struct Branches : nn::Module {
-    std::shared_ptr<nn::Linear> a, b;
-    bool detach_b = false;
-    Branches() : Module("Branches") {
-      Generator gen(5);
-      a = register_module("a", std::make_shared<nn::Linear>(4, 4, true, gen));
-      b = register_module("b", std::make_shared<nn::Linear>(4, 4, true, gen));
-      to(kFloat64);
-    }
-    Tensor forward(const Tensor& x) override {
-      Tensor ya = (*a)(x), yb = (*b)(x);
-      return ya + (detach_b ? yb.detach() : yb);
-    }
-  };
   run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
     auto net = std::make_shared<Branches>();
     const fsdp::FullyShardOptions keep{.reshard_after_forward = false};
@@ -183,9 +188,40 @@ TEST_CASE("HSDP replicas that reduce a unit a different number of times fail on 
     fsdp::testing::shard(net, groups.shard, {.replicate_group = groups.replicate});
     auto [x, y] = fsdp::testing::batch(1, 0, 0);
     EXPECT_THROWS(c, InvalidArgumentError, net->loss(x, y).backward(),
-                  "while another replica did not: every replica must call the same units");
+                  "and another replica did otherwise");
     EXPECT(c, !net->b->parameters()[0].grad().defined());  // nothing reached a shard
   });
+}
+
+TEST_CASE(
+    "HSDP: the ranks of one replica disagree, or the replicate group pairs other places: "
+    "every rank fails",
+    "[fsdp]") {
+  // As above (ranks that reduce units in different orders), inside replica 1 only: its ranks
+  // fail comparing their tags, and replica 0's ranks, which agree among themselves, fail
+  // comparing theirs with replica 1's instead of waiting for it. Then replicate groups that
+  // pair shard rank 0 of one replica with shard rank 1 of the other, which would sum other rows.
+  for (bool crossed : {false, true}) {
+    auto store = std::make_shared<store::HashStore>();
+    run_ranks(4, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+      const auto groups = fsdp::testing::hsdp_groups(store, pg.rank(), crossed);
+      auto net = std::make_shared<Branches>();
+      const fsdp::FullyShardOptions keep{.reshard_after_forward = false,
+                                         .replicate_group = groups.replicate};
+      fsdp::fully_shard(net->a, groups.shard, keep);
+      fsdp::fully_shard(net->b, groups.shard, keep);
+      fsdp::fully_shard(net, groups.shard, keep);
+      net->detach_b = !crossed && pg.rank() == 3;
+      const Tensor x = ones({2, 4}, kFloat64).requires_grad_();
+      if (!crossed && pg.rank() >= 2)  // replica 1
+        EXPECT_THROWS(c, InvalidArgumentError, (*net)(x).sum().backward(), "reduced unit",
+                      "for its gradients while rank");
+      else
+        EXPECT_THROWS(c, InvalidArgumentError, (*net)(x).sum().backward(),
+                      "and another replica did otherwise");
+      for (const Tensor& p : net->parameters()) EXPECT(c, !p.grad().defined());
+    });
+  }
 }
 
 TEST_CASE("fully_shard fails on every rank when the ranks' models differ", "[fsdp]") {
