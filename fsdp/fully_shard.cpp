@@ -403,12 +403,8 @@ Tensor Unit::pre_forward(const Tensor& input) {
       root->forward_calls = 0;
       if (!root->forward_recorded) root->forward_order.clear();  // a first forward that threw
     }
-    const size_t position = root->forward_calls++;
-    if (!root->forward_recorded) root->forward_order.push_back(weak_from_this());
-    root->settle_prefetches(root->forward_order, root->forward_recorded, position, *this);
-    finish_gather(Purpose::kForward);
-    if (auto next = Root::next(root->forward_order, root->forward_recorded, position))
-      next->start_gather(Purpose::kForward);
+    gather_in_order(root->forward_order, root->forward_recorded, root->forward_calls,
+                    Purpose::kForward);
   }
   Tensor x = input;
   // Each unit casts its floating input to its policy's param_dtype, as FSDP2 does.
@@ -451,12 +447,17 @@ Tensor Unit::post_forward(const Tensor& output) {
 
 void Unit::pre_backward() {
   root->queue_end_of_backward();
-  const size_t position = root->backward_calls++;
-  if (!root->backward_recorded) root->backward_order.push_back(weak_from_this());
-  root->settle_prefetches(root->backward_order, root->backward_recorded, position, *this);
-  finish_gather(Purpose::kBackward);
-  if (auto next = Root::next(root->backward_order, root->backward_recorded, position))
-    next->start_gather(Purpose::kBackward);
+  gather_in_order(root->backward_order, root->backward_recorded, root->backward_calls,
+                  Purpose::kBackward);
+}
+
+void Unit::gather_in_order(std::vector<std::weak_ptr<Unit>>& order, bool recorded, size_t& calls,
+                           Purpose why) {
+  const size_t position = calls++;
+  if (!recorded) order.push_back(weak_from_this());
+  root->settle_prefetches(order, recorded, position, *this);
+  finish_gather(why);
+  if (auto next = Root::next(order, recorded, position)) next->start_gather(why);
 }
 
 void Unit::post_backward() {

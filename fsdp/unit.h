@@ -156,6 +156,11 @@ struct Unit : std::enable_shared_from_this<Unit> {
   Tensor post_forward(const Tensor& output);
   void pre_backward();
   void post_backward();
+  // This unit's call number `calls` (counted up) of this pass in `order` (recorded there in the
+  // first iteration): the gathers started ahead that another unit's call makes useless dropped,
+  // its own finished, and the next unit's in the recorded order started.
+  void gather_in_order(std::vector<std::weak_ptr<Unit>>& order, bool recorded, size_t& calls,
+                       Purpose why);
 };
 
 // What the units below one root share: who they are, the orders the first iteration recorded

@@ -387,31 +387,27 @@ TEST_CASE("gpt_train: DDP on 2 ranks trains as one process on the same global ba
   CHECK(count(ddp.out, "] And ") == 1);  // the sample goes on from the prompt
 
   // Sharded instead of replicated: the same sums of the same gradients, only the clipping
-  // norm is summed from shards.
-  std::vector<std::string> sharded = gpt_args(2);
-  *std::find(sharded.begin(), sharded.end(), "--ddp") = "--fsdp";
-  const auto fsdp = run_gwrun(sharded);
-  INFO(fsdp.out << fsdp.err);
-  REQUIRE(fsdp.exit_code == 0);
-  CHECK(count(fsdp.out, "FSDP on 2 ranks (gloo)") == 1);
-  for (int step : {100, 200}) {
-    INFO("step " << step);
-    CHECK(std::abs(gpt_val_loss_at(fsdp.out, step) - gpt_val_loss_at(ddp.out, step)) < 1e-3);
-  }
+  // norm is summed from shards. Then HSDP: 4 ranks as 2 replicas, each sharding the model over
+  // 2, on the same global batches.
+  auto sharded_like_ddp = [&](int ranks, const std::vector<std::string>& extra,
+                              const std::string& header) {
+    std::vector<std::string> a = gpt_args(ranks, extra);
+    *std::find(a.begin(), a.end(), "--ddp") = "--fsdp";
+    auto r = run_gwrun(a);
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK(count(r.out, header) == 1);
+    for (int step : {100, 200}) {
+      INFO("step " << step);
+      CHECK(std::abs(gpt_val_loss_at(r.out, step) - gpt_val_loss_at(ddp.out, step)) < 1e-3);
+    }
+    return r;
+  };
+  const auto fsdp = sharded_like_ddp(2, {}, "FSDP on 2 ranks (gloo)");
   CHECK(count(fsdp.out, "peak memory allocated in training: rank 0") == 1);
   CHECK(count(fsdp.out, "] And ") == 1);  // rank 0 printed the passage (every rank drew it)
-
-  // HSDP: 4 ranks as 2 replicas, each sharding the model over 2: the same global batches.
-  std::vector<std::string> hybrid = gpt_args(4, {"--sample", "0", "--hsdp", "2"});
-  *std::find(hybrid.begin(), hybrid.end(), "--ddp") = "--fsdp";
-  const auto hsdp = run_gwrun(hybrid);
-  INFO(hsdp.out << hsdp.err);
-  REQUIRE(hsdp.exit_code == 0);
-  CHECK(count(hsdp.out, "FSDP on 4 ranks (gloo, HSDP: 2 replicas of 2 shards)") == 1);
-  for (int step : {100, 200}) {
-    INFO("step " << step);
-    CHECK(std::abs(gpt_val_loss_at(hsdp.out, step) - gpt_val_loss_at(ddp.out, step)) < 1e-3);
-  }
+  sharded_like_ddp(4, {"--sample", "0", "--hsdp", "2"},
+                   "FSDP on 4 ranks (gloo, HSDP: 2 replicas of 2 shards)");
 
   // The curve: a row per step, the validation loss in the rows of the steps it followed.
   std::ifstream csv(dir.path + "/curve.csv");
