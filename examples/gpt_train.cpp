@@ -237,7 +237,6 @@ Args parse(int argc, char** argv) {
       : a.hsdp < 0 || a.hsdp == 1 || (a.hsdp > 0 && (!a.fsdp || a.pp > 0))
           ? "--hsdp R splits --fsdp's ranks into R >= 2 replicas, each sharded: it takes "
             "--fsdp, not --pp"
-
       : a.pp > 0 && a.model.checkpoint_activations
           ? "--pp does not take --activation-checkpointing yet"
       : a.pp > 0 && (a.pipeline.microbatches < 1 || a.batch_size % a.pipeline.microbatches != 0)

@@ -375,6 +375,12 @@ void Unit::finish_reductions() {
 
 // --- the hooks --------------------------------------------------------------------------------
 
+void Unit::on_every_rank(const std::function<void()>& f) const {
+  if (!options.replicate_group) return dist::checkpoint::on_every_rank(*group, f);
+  dist::checkpoint::on_every_rank(*options.replicate_group,
+                                  [&] { dist::checkpoint::on_every_rank(*group, f); });
+}
+
 bool Unit::recomputing() const {
   return root != nullptr && grad_mode_enabled() && autograd::in_backward_pass();
 }
@@ -582,7 +588,7 @@ std::shared_ptr<FSDPModule> fully_shard(const std::shared_ptr<nn::Module>& modul
   // What one rank alone can find wrong (a module sharded already, a parameter another unit
   // holds, a device or dtype that does not fit) fails every rank at once, naming that rank,
   // rather than leaving the others in the next collective until its timeout.
-  dist::checkpoint::on_every_rank(*unit->group, [&] {
+  unit->on_every_rank([&] {
     GW_CHECK(module != nullptr, InvalidArgumentError, "[fully_shard] the module is null");
     unit->type_name = module->type_name();
     GW_CHECK(!Registry::get().unit_of(module.get()), InvalidArgumentError, "[fully_shard] this ",
@@ -618,6 +624,8 @@ std::shared_ptr<FSDPModule> fully_shard(const std::shared_ptr<nn::Module>& modul
     names.push_back(p.name);
   }
   unit->group->check_same_shapes(fulls, names, "fully_shard");
+  if (const auto& replicas = options.replicate_group)
+    replicas->check_same_shapes(fulls, names, "fully_shard");
 
   // The layout: each parameter's rows, padded to the same count on every rank.
   const int world = unit->world();

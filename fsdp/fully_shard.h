@@ -140,15 +140,17 @@ class FSDPModule {
   // The module's state as this rank holds it: each parameter's shard as its rows of the whole
   // tensor, each buffer whole, named "<prefix><name>". dcp::save writes each rank's rows;
   // dcp::load(ckpt, sharded_state_dict(prefix), group) fills the shards in place at any world
-  // size (each rank reads its rows now), or changes nothing when any rank cannot load.
+  // size (each rank reads its rows now), or changes nothing when any rank cannot load. Under
+  // HSDP, save and load over the whole job's group (the replicas' equal rows are written once).
   dist::checkpoint::ShardedState sharded_state_dict(const std::string& prefix = "") const;
   // An optimizer's state over this module's parameters (in parameters() order), likewise:
   // "<prefix>state.<i>.<name>" as rows of the parameter's whole shape, step counts and "lr"
   // whole.
   dist::checkpoint::ShardedState sharded_optimizer_state(const optim::Optimizer& optimizer,
                                                          const std::string& prefix = "") const;
-  // Reads that state for this rank's rows from `checkpoint` into `optimizer` (a collective:
-  // when any rank cannot, every rank throws and no optimizer changed).
+  // Reads that state for this rank's rows from `checkpoint` into `optimizer` (a collective
+  // over the unit's ranks, replicas included: when any rank cannot, every rank throws and no
+  // optimizer changed).
   void load_optimizer_state(optim::Optimizer& optimizer, const dist::checkpoint::Reader& checkpoint,
                             const std::string& prefix = "") const;
   // Every parameter whole (its shards gathered unit by unit, in the shards' dtype, on their
@@ -188,7 +190,8 @@ std::shared_ptr<FSDPModule> fully_shard(const std::shared_ptr<nn::Module>& modul
                                         std::shared_ptr<dist::ProcessGroup> group,
                                         FullyShardOptions options = {});
 // The same over a DeviceMesh, as FSDP2 takes one: 1-D, its group; 2-D (replicate, shard), HSDP:
-// sharded over the mesh's second dimension and replicated over its first (replicate_group).
+// sharded over the mesh's second dimension and replicated over its first (replicate_group,
+// which `options` must then leave unset).
 //   auto mesh = gw::dist::init_device_mesh({hosts, gpus_per_host}, {"replicate", "shard"});
 //   for (auto& block : model->h->children()) gw::fsdp::fully_shard(block, mesh);
 //   gw::fsdp::fully_shard(model, mesh);

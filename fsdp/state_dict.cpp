@@ -73,7 +73,7 @@ void FSDPModule::load_optimizer_state(optim::Optimizer& optimizer,
   // Every rank reads (all the I/O and shape checks), then, once all have, loads.
   NamedTensors state;
   const auto units = detail::units_below(unit_->module);
-  dist::checkpoint::on_every_rank(*unit_->group, [&] {
+  unit_->on_every_rank([&] {
     const std::vector<Tensor>& params = optimizer.parameters();
     for (const auto& [full_name, info] : checkpoint.tensors()) {
       if (!full_name.starts_with(prefix)) continue;
@@ -104,7 +104,7 @@ void FSDPModule::load_optimizer_state(optim::Optimizer& optimizer,
       }
     }
   });
-  dist::checkpoint::on_every_rank(*unit_->group, [&] { optimizer.load_state_dict(state); });
+  unit_->on_every_rank([&] { optimizer.load_state_dict(state); });
 }
 
 NamedTensors FSDPModule::full_state_dict() const {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -107,6 +108,9 @@ struct Unit : std::enable_shared_from_this<Unit> {
   int world() const { return group->size(); }
   int rank() const { return group->rank(); }
   int replicas() const { return options.replicate_group ? options.replicate_group->size() : 1; }
+  // dist::checkpoint::on_every_rank over every rank that holds this unit: its shard group, and
+  // under HSDP the replicas too (each shard group's verdict then goes over the replicate group).
+  void on_every_rank(const std::function<void()>& f) const;
   bool is_root() const;
 
   // The shards in compute_dtype where the collectives run: copied from host memory first when

@@ -493,9 +493,10 @@ TEST_CASE(
 
 TEST_CASE(
     "gpt_train --fsdp: a sharded checkpoint saved by 2 ranks resumes on 4, each rank "
-    "reading its own rows; one saved by 2 HSDP replicas of 2 resumes on 2",
+    "reading its own rows; under HSDP (2 replicas of 2) too",
     "[examples][dist][gpt]") {
-  auto check = [](int save_ranks, std::vector<std::string> save_extra, int load_ranks) {
+  auto check = [](int save_ranks, std::vector<std::string> save_extra, int load_ranks,
+                  std::vector<std::string> load_extra) {
     gw::test::TempDir dir;
     auto sharded = [&](int ranks, const std::vector<std::string>& extra) {
       std::vector<std::string> a = gpt_args(
@@ -508,7 +509,7 @@ TEST_CASE(
     INFO(saved.out << saved.err);
     REQUIRE(saved.exit_code == 0);
     CHECK(std::filesystem::exists(dir.path + "/sharded/index.json"));
-    const auto resumed = run_gwrun(sharded(load_ranks, {}));  // the same global batch of 16
+    const auto resumed = run_gwrun(sharded(load_ranks, load_extra));  // a global batch of 16
     INFO(resumed.out << resumed.err);
     REQUIRE(resumed.exit_code == 0);
     CHECK(count(resumed.out, "resuming from " + dir.path + " at step 200") == 1);
@@ -517,8 +518,9 @@ TEST_CASE(
     REQUIRE(std::regex_search(resumed.out, m, std::regex("\\] val loss ([0-9.]+)")));
     CHECK(std::abs(std::stod(m[1]) - gpt_val_loss_at(saved.out, 200)) < 1e-4);
   };
-  check(2, {}, 4);
-  check(4, {"--hsdp", "2"}, 2);  // the replicas' equal rows written once
+  check(2, {}, 4, {});
+  check(4, {"--hsdp", "2"}, 2, {});  // the replicas' equal rows written once
+  check(2, {}, 4, {"--hsdp", "2"});  // each replica reads its rows
 }
 
 TEST_CASE("gpt_train on a GPU: --ddp nccl, and --fsdp nccl --cpu-offload on in bfloat16",

@@ -22,6 +22,12 @@ int main() {
     fsdp::fully_shard(net->a, mesh);
     checks.expect(fsdp::fully_shard(net, mesh)->group() == mesh.group("shard"),
                   "fully_shard over a 2-D mesh shards over its second dimension");
+    checks.expect_throws<InvalidArgumentError>(
+        [&] {
+          fsdp::fully_shard(std::make_shared<fsdp::testing::Net>(), mesh,
+                            {.replicate_group = mesh.group("replicate")});
+        },
+        {"drop options.replicate_group"}, "a 2-D mesh beside options.replicate_group is refused");
   }
   std::cout << "rank " << pg->rank() << ": " << checks.count << " checks, "
             << checks.failures.size() << " failed\n";
