@@ -51,14 +51,25 @@ TEST_CASE("HSDP: sharded within pairs of ranks and replicated across them, train
           "[fsdp]") {
   // 4 ranks as FSDP2's 2-D mesh (replicate, shard) of {2, 2}: each pair shards the model, and
   // the reductions are summed over the pairs, so every shard takes the average over all 4
-  // ranks' rows of the batch.
+  // ranks' rows of the batch: with and without resharding, accumulating without sync, offloaded,
+  // checkpointed, and in bfloat16 over float32 shards.
   auto store = std::make_shared<store::HashStore>();
   run_ranks(4, [&](dist::ProcessGroupGloo& pg, Checks& c) {
     const auto groups = fsdp::testing::hsdp_groups(store, pg.rank());
-    for (bool reshard : {true, false})
-      fsdp::testing::check_matches_single_process(
-          groups.shard, c,
-          {.options = {.reshard_after_forward = reshard, .replicate_group = groups.replicate}});
+    const fsdp::FullyShardOptions hsdp{.replicate_group = groups.replicate};
+    fsdp::FullyShardOptions kept = hsdp, offloaded = hsdp, mixed = hsdp;
+    kept.reshard_after_forward = false;
+    offloaded.offload_policy = fsdp::CPUOffloadPolicy{};
+    mixed.mp_policy = {.param_dtype = kBFloat16, .reduce_dtype = kFloat32};
+    for (const fsdp::testing::Case& k :
+         {fsdp::testing::Case{.options = hsdp}, fsdp::testing::Case{.options = kept},
+          // accumulated without sync, then summed over the shards and the replicas at once
+          fsdp::testing::Case{.options = hsdp, .micro_batches = 2, .steps = 10},
+          fsdp::testing::Case{.options = offloaded, .steps = 5},
+          fsdp::testing::Case{.options = hsdp, .steps = 10, .checkpoint = true},
+          // the bound of the bfloat16 test below
+          fsdp::testing::Case{.options = mixed, .tolerance = 5e-2, .dtype = kFloat32}})
+      fsdp::testing::check_matches_single_process(groups.shard, c, k);
   });
 }
 
