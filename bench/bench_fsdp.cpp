@@ -11,7 +11,9 @@
 // unsharded model.
 // The step time of each is reported against DDP's in the same run (FSDP's extra all-gather is
 // expected to cost time on 2 cores). Then FSDP with the blocks' activations recomputed in
-// backward (GPTOptions::checkpoint_activations), its peak and step against FSDP's.
+// backward (GPTOptions::checkpoint_activations), its peak and step against FSDP's; then HSDP
+// (2 replicas of 2 shards: 16 B x P / 2 per rank), its peak against its model and its step
+// against FSDP over the 4 ranks.
 //
 // Started as a plain program it runs itself under `mpirun -np 4`; the ranks train over a Gloo
 // group (the MPI group only starts them); rank 0 reports.
@@ -35,6 +37,7 @@
 #include "nn/transformer.h"
 #include "optim/adamw.h"
 #include "store/launch_env.h"
+#include "store/prefix_store.h"
 
 namespace {
 
@@ -110,7 +113,17 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   {
     gw::dist::ProcessGroupMPI mpi;
-    std::shared_ptr<gw::dist::ProcessGroup> pg = gw::bench::gloo_beside(mpi);
+    const std::shared_ptr<gw::store::Store> store = gw::bench::store_beside(mpi);
+    std::shared_ptr<gw::dist::ProcessGroup> pg =
+        std::make_shared<gw::dist::ProcessGroupGloo>(store, rank, kRanks);
+    // HSDP's: 2 replicas (ranks 0, 1 and 2, 3) of 2 shards each.
+    auto pair = [&](const std::string& name, int index, int place) {
+      return std::make_shared<gw::dist::ProcessGroupGloo>(
+          std::make_shared<gw::store::PrefixStore>(name + std::to_string(index), store), place, 2,
+          gw::dist::GlooOptions{.group_name = name});
+    };
+    const std::shared_ptr<gw::dist::ProcessGroup> shard = pair("shard", rank / 2, rank % 2),
+                                                  replicate = pair("replicate", rank % 2, rank / 2);
     const gw::optim::AdamWOptions adamw{.lr = 1e-4};
 
     int64_t params = 0, block_params = 0, root_params = 0;
@@ -143,10 +156,12 @@ int main(int argc, char** argv) {
     const Measured ddp_m = with_ddp.operator()<gw::optim::AdamW>(adamw);
     const Measured zero_m = with_ddp.operator()<gw::dist::ZeroRedundancyOptimizer>(
         gw::optim::OptimizerOptions(adamw), pg);
-    auto with_fsdp = [&](bool checkpoint_activations) {
+    auto with_fsdp = [&](bool checkpoint_activations, bool hybrid = false) {
       auto model = make_model(checkpoint_activations);
-      for (const auto& block : model->h->children()) gw::fsdp::fully_shard(block, pg);
-      gw::fsdp::fully_shard(model, pg);
+      const auto& group = hybrid ? shard : pg;
+      const gw::fsdp::FullyShardOptions options{.replicate_group = hybrid ? replicate : nullptr};
+      for (const auto& block : model->h->children()) gw::fsdp::fully_shard(block, group, options);
+      gw::fsdp::fully_shard(model, group, options);
       gw::optim::AdamW opt(model->parameters(), adamw);
       return train(
           rank, [&](const gw::Tensor& x, const gw::Tensor& y) { return model->loss(x, y); },
@@ -155,7 +170,8 @@ int main(int argc, char** argv) {
             opt.zero_grad();
           });
     };
-    const Measured fsdp_m = with_fsdp(false), recomputing_m = with_fsdp(true);
+    const Measured fsdp_m = with_fsdp(false), recomputing_m = with_fsdp(true),
+                   hybrid_m = with_fsdp(false, true);
     // Every rank's peak: the largest is what a machine must hold.
     auto largest = [&](double v) {
       gw::Tensor t = gw::full({1}, v, gw::kFloat64);
@@ -164,7 +180,8 @@ int main(int argc, char** argv) {
     };
     const double ddp_peak = largest(ddp_m.peak_mib), zero_peak = largest(zero_m.peak_mib),
                  fsdp_peak = largest(fsdp_m.peak_mib),
-                 recomputing_peak = largest(recomputing_m.peak_mib);
+                 recomputing_peak = largest(recomputing_m.peak_mib),
+                 hybrid_peak = largest(hybrid_m.peak_mib);
     if (rank == 0) {
       const double unit = static_cast<double>(block_params) * 4 / kMiB;
       const double root = static_cast<double>(root_params) * 4 / kMiB;
@@ -195,6 +212,14 @@ int main(int argc, char** argv) {
                                   act_recomputing, " MiB instead of ", act, " MiB")});
       report.add({"fsdp", what + ": step, FSDP" + recomputing, recomputing_m.step_s, "s", "FSDP",
                   fsdp_m.step_s});
+      const std::string hybrid = ": HSDP, 2 replicas of 2 shards";
+      const double hybrid_model = 4 * p_mib / (kRanks / 2) + 2 * unit + root + act;
+      report.add({"fsdp", what + hybrid + ", peak memory per rank", hybrid_peak, "MiB",
+                  "model: 16 B x P / 2 + 2 blocks + root + activations", hybrid_model, note});
+      report.add({"fsdp", what + hybrid + ", step", hybrid_m.step_s, "s", "FSDP over 4",
+                  fsdp_m.step_s,
+                  "the gathers between 2 ranks, the gradients summed over the "
+                  "replicas at the end of backward"});
     }
     pg->barrier()->wait();
   }

@@ -36,9 +36,9 @@ inline void run_under_mpirun(const char* name, int ranks, int argc, char** argv)
   ::execvp("mpirun", c_args.data());
 }
 
-// The Gloo group between the processes of `group` (an MPI group): rank 0's store port travels
-// over `group`. Every rank calls it.
-inline std::shared_ptr<dist::ProcessGroupGloo> gloo_beside(dist::ProcessGroup& group) {
+// The store of the Gloo groups between the processes of `group` (an MPI group): rank 0's, its
+// port sent over `group`. Every rank calls it.
+inline std::shared_ptr<store::Store> store_beside(dist::ProcessGroup& group) {
   const int rank = group.rank(), size = group.size();
   std::shared_ptr<store::TCPStore> store;
   Tensor port = zeros({1}, kInt64);
@@ -52,7 +52,12 @@ inline std::shared_ptr<dist::ProcessGroupGloo> gloo_beside(dist::ProcessGroup& g
     store = std::make_shared<gw::store::TCPStore>("127.0.0.1",
                                                   static_cast<uint16_t>(port.item<int64_t>()), size,
                                                   false, std::chrono::seconds(60));
-  return std::make_shared<dist::ProcessGroupGloo>(store, rank, size);
+  return store;
+}
+
+// The Gloo group between the processes of `group` (an MPI group). Every rank calls it.
+inline std::shared_ptr<dist::ProcessGroupGloo> gloo_beside(dist::ProcessGroup& group) {
+  return std::make_shared<dist::ProcessGroupGloo>(store_beside(group), group.rank(), group.size());
 }
 
 }  // namespace gw::bench
