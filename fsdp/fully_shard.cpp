@@ -200,6 +200,7 @@ void Unit::finish_gather(Purpose why) {
     p.requires_grad = p.shard.requires_grad();
   }
   gathered = true;
+  gathered_version = shard_buffer.storage()->version();
 }
 
 Tensor Unit::in_parameter_order(const Tensor& all) const {
@@ -404,8 +405,12 @@ Tensor Unit::pre_forward(const Tensor& input) {
     if (is_root()) {
       root->forget_failed_backward();
       // Nothing stays gathered from an earlier call (a forward whose backward never ran, an
-      // unused prefetch): an optimizer step may have changed the shards since.
-      root->for_each_unit([](Unit& u) { u.reshard(); });
+      // unused prefetch), but what a unit keeps after backward (set_reshard_after_backward)
+      // from shards that have not changed since (no optimizer step, no load in between).
+      root->for_each_unit([](Unit& u) {
+        const bool kept = u.gathered && !u.reshard_after_backward && !u.gathered_stale();
+        if (!kept) u.reshard();
+      });
       root->forward_calls = 0;
       if (!root->forward_recorded) root->forward_order.clear();  // a first forward that threw
     }
@@ -469,7 +474,7 @@ void Unit::gather_in_order(std::vector<std::weak_ptr<Unit>>& order, bool recorde
 void Unit::post_backward() {
   root->queue_end_of_backward();
   reduce_gradients();
-  reshard();
+  if (reshard_after_backward) reshard();
 }
 
 void Root::queue_end_of_backward() {
@@ -525,7 +530,7 @@ void Root::end_of_backward() {
   for_each_unit([](Unit& u) { u.check_reductions(); });
   for_each_unit([](Unit& u) {
     u.finish_reductions();
-    u.reshard();
+    if (u.reshard_after_backward) u.reshard();
     u.reduced = false;
   });
   // Only now: when the above throws, the next call forgets this pass (forget_failed_backward).
@@ -737,6 +742,12 @@ void FSDPModule::set_requires_gradient_sync(bool sync, bool recurse) {
   unit_->sync = sync;
   if (recurse)
     for (auto& unit : detail::units_below(unit_->module)) unit->sync = sync;
+}
+
+void FSDPModule::set_reshard_after_backward(bool reshard, bool recurse) {
+  unit_->reshard_after_backward = reshard;
+  if (recurse)
+    for (auto& unit : detail::units_below(unit_->module)) unit->reshard_after_backward = reshard;
 }
 
 std::vector<Tensor> FSDPModule::shards() const {

@@ -132,6 +132,13 @@ class FSDPModule {
   // bfloat16 micro-batch gradients summed in float32, which holds a whole float32 copy of the
   // unit's gradients between steps. `recurse` applies it to the units below this one too.
   void set_requires_gradient_sync(bool sync, bool recurse = true);
+  // false: backward leaves the parameters gathered, so that the next forward (the next
+  // micro-batch of gradient accumulation) gathers nothing, for a whole copy of the unit in
+  // memory meanwhile (FSDP2's; with reshard_after_forward false, a unit is then gathered once
+  // per step). A unit kept so is gathered again when its shards have changed since (an
+  // optimizer step, a load): forgetting to set it back costs memory, never a stale parameter.
+  // Every rank sets it alike.
+  void set_reshard_after_backward(bool reshard, bool recurse = true);
   // This unit's shards, as the module's parameters() lists them (in order, each once).
   std::vector<Tensor> shards() const;
   const std::shared_ptr<dist::ProcessGroup>& group() const;

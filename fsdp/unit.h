@@ -67,6 +67,8 @@ struct Unit : std::enable_shared_from_this<Unit> {
                         // device, or the CPU under a CPUOffloadPolicy)
   size_t position = 0;  // among its root's units, the same on every rank
   bool sync = true;
+  bool reshard_after_backward = true;  // FSDPModule::set_reshard_after_backward
+  uint64_t gathered_version = 0;       // the shards' version when last gathered
   std::shared_ptr<Root> root;
 
   // Tags. Ranks that call units in different orders (a unit called on some ranks only, a
@@ -139,6 +141,11 @@ struct Unit : std::enable_shared_from_this<Unit> {
   // (full_numel).
   Tensor in_parameter_order(const Tensor& all) const;
   void reshard();
+  // Gathered from shards that have changed since (an optimizer step, a load): what a unit kept
+  // gathered after backward (reshard_after_backward false) must then be gathered again.
+  bool gathered_stale() const {
+    return gathered && !params.empty() && shard_buffer.storage()->version() != gathered_version;
+  }
   bool has_gradients() const;
   bool tagged_reduction() const { return world() <= kMaxTaggedReduction; }
   int64_t reduction_stride() const {

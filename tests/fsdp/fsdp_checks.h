@@ -127,6 +127,7 @@ struct Case {
   DType dtype = kFloat64;  // of both models' parameters (the shards')
   bool autocast = false;   // both models' forwards under bfloat16 autocast
   bool checkpoint = false;  // the sharded model's blocks under autograd::checkpoint
+  bool keep_gathered = false;  // set_reshard_after_backward(false) throughout
   Device device = kCPU;    // the sharded model's (the group's); the reference is on the CPU
 };
 
@@ -141,6 +142,7 @@ inline std::string describe(const Case& k) {
       k.blocks && k.blocks->mp_policy.param_dtype ? dtype_name(*k.blocks->mp_policy.param_dtype)
                                                   : "",
       k.autocast ? ", under bfloat16 autocast" : "", k.checkpoint ? ", blocks checkpointed" : "",
+      k.keep_gathered ? ", kept gathered after backward" : "",
       k.options.offload_policy ? ", shards offloaded to the CPU" : "", " on ", k.device.str());
 }
 
@@ -160,6 +162,7 @@ inline void check_matches_single_process(std::shared_ptr<dist::ProcessGroup> pg,
   auto reference = std::make_shared<Net>(6, k.dtype);
   const Tensor unused_before = reference->unused->weight.clone();
   std::shared_ptr<FSDPModule> root = shard(net, pg, k.options, k.blocks);
+  if (k.keep_gathered) root->set_reshard_after_backward(false);
   const optim::AdamWOptions adamw{.lr = 0.01, .weight_decay = 0.1};
   optim::AdamW opt(net->parameters(), adamw);
   optim::AdamW ref_opt(reference->parameters(), adamw);

@@ -16,6 +16,7 @@
 #include "debug/flight_recorder.h"
 #include "dist/process_group/init_process_group.h"
 #include "fsdp/sharded_grad_scaler.h"
+#include "optim/adamw.h"
 #include "optim/clip_grad.h"
 #include "store/hash_store.h"
 #include "tests/dist/process_group/ranks.h"
@@ -40,7 +41,12 @@ TEST_CASE("fully_shard trains like one process on the global batch, on 2 and 4 G
       {.options = {.reshard_after_forward = false}},
       {.options = {}, .micro_batches = 2, .steps = 10},
       {.options = {.offload_policy = fsdp::CPUOffloadPolicy{}}, .steps = 5},
-      {.options = {}, .steps = 10, .checkpoint = true}};
+      {.options = {}, .steps = 10, .checkpoint = true},
+      // gathered again after each optimizer step only because the shards changed
+      {.options = {.reshard_after_forward = false},
+       .micro_batches = 3,
+       .steps = 5,
+       .keep_gathered = true}};
   for (int world : {2, 4})
     run_ranks(world, [&](dist::ProcessGroupGloo& pg, Checks& c) {
       for (const auto& k : cases) fsdp::testing::check_matches_single_process(borrow(pg), c, k);
@@ -122,6 +128,48 @@ TEST_CASE("a unit under an activation checkpoint gathers once for its recomputat
     // Per rank: the root once, block a once and b twice in each direction.
     EXPECT(c, gathers_in_a_step(false) == 2 * 7);
     EXPECT(c, gathers_in_a_step(true) == 2 * 7);
+  });
+}
+
+TEST_CASE("set_reshard_after_backward(false): micro-batches gather each unit once per step",
+          "[fsdp]") {
+  // Gradient accumulation over 4 micro-batches, the units kept gathered from one to the next
+  // (and through forward: reshard_after_forward false): each unit is gathered once a step,
+  // where resharding after backward gathers it once per micro-batch; the next step's first
+  // forward gathers again, as the optimizer changed the shards (the first test trains so
+  // against one process). Counted in the flight recorder, as above.
+  run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+    auto events = [] { return nlohmann::json::parse(debug::get_debug_info())["events"]; };
+    auto gathers_in_a_step = [&](bool keep) {
+      auto net = std::make_shared<Net>();
+      auto root = fsdp::testing::shard(net, borrow(pg), {.reshard_after_forward = false});
+      root->set_reshard_after_backward(!keep);
+      optim::AdamW opt(net->parameters(), {.lr = 0.01});
+      auto [x, y] = fsdp::testing::batch(1, 0, 0);
+      int gathers = 0;
+      for (int step = 0; step < 2; ++step) {  // the second step's count
+        pg.barrier()->wait();
+        const uint64_t before = events().back()["id"].get<uint64_t>();
+        pg.barrier()->wait();
+        for (int micro = 0; micro < 4; ++micro) {
+          root->set_requires_gradient_sync(micro == 3);
+          net->loss(x, y).backward();
+        }
+        opt.step();
+        opt.zero_grad();
+        pg.barrier()->wait();
+        gathers = 0;
+        for (const auto& e : events())
+          gathers += e["id"].get<uint64_t>() > before && e["op"] == "all_gather_into_tensor";
+        pg.barrier()->wait();
+      }
+      return gathers;
+    };
+    // Per rank, resharding after backward: each micro-batch gathers the root, a and b in
+    // forward, and b again in backward (used twice, it is resharded after its second call's
+    // backward, before its first's). Kept: the root, a and b once.
+    EXPECT(c, gathers_in_a_step(false) == 2 * 4 * 4);
+    EXPECT(c, gathers_in_a_step(true) == 2 * 3);
   });
 }
 
