@@ -160,6 +160,7 @@ void Unit::drop_prefetch() {
 }
 
 void Unit::start_gather(Purpose why) {
+  if (gathered_stale()) reshard();  // kept from shards that changed since (or moved: refused)
   if (gathered || gather_work) return;
   if (params.empty()) {  // a container of units: nothing to gather (the same on every rank)
     gathered = true;
@@ -170,6 +171,7 @@ void Unit::start_gather(Purpose why) {
              "'s shard was moved or converted (Module::to?) after fully_shard: shard the module "
              "on its device and in its dtype");
   write_tag(why);
+  gathering_version = shard_buffer.storage()->version();
   const Tensor mine = on_group_device(shard_buffer);
   gathering = empty({mine.numel() * world()}, mine.options());
   gather_work = group->all_gather_into_tensor(gathering, mine);
@@ -189,18 +191,24 @@ void Unit::finish_gather(Purpose why) {
     const size_t nbytes = p.full.nbytes();
     p.full.storage()->reset(to + p.full_offset * item, nbytes,
                             {&release_storage, new std::shared_ptr<Storage>(flat.storage())});
-    // Frozen or unfrozen after fully_shard through either handle (PyTorch's FSDP2 has one and
-    // reads it at every gather), the other follows: whichever changed since the last gather.
-    // A backward already recorded still gives the parameter its gradient, as without sharding
-    // (the next forward is the first that leaves it out).
+  }
+  sync_requires_grad();
+  gathered = true;
+  gathered_version = gathering_version;
+}
+
+void Unit::sync_requires_grad() {
+  // Frozen or unfrozen after fully_shard through either handle (PyTorch's FSDP2 has one and
+  // reads it at every gather), the other follows: whichever changed since the last look. A
+  // backward already recorded still gives the parameter its gradient, as without sharding (the
+  // next forward is the first that leaves it out).
+  for (ShardedParam& p : params) {
     if (p.full.requires_grad() != p.requires_grad)
       p.shard.requires_grad_(p.full.requires_grad());
     else if (p.shard.requires_grad() != p.requires_grad)
       p.full.requires_grad_(p.shard.requires_grad());
     p.requires_grad = p.shard.requires_grad();
   }
-  gathered = true;
-  gathered_version = shard_buffer.storage()->version();
 }
 
 Tensor Unit::in_parameter_order(const Tensor& all) const {
@@ -227,6 +235,7 @@ Tensor Unit::in_parameter_order(const Tensor& all) const {
 
 void Unit::reshard() {
   drop_prefetch();  // one nobody used: it still has to finish on every rank
+  kept = false;
   if (!gathered) return;
   for (const ShardedParam& p : params) p.full.storage()->reset(nullptr, 0, {});
   gathered = false;
@@ -408,8 +417,10 @@ Tensor Unit::pre_forward(const Tensor& input) {
       // unused prefetch), but what a unit keeps after backward (set_reshard_after_backward)
       // from shards that have not changed since (no optimizer step, no load in between).
       root->for_each_unit([](Unit& u) {
-        const bool kept = u.gathered && !u.reshard_after_backward && !u.gathered_stale();
-        if (!kept) u.reshard();
+        if (!u.kept || u.reshard_after_backward || u.gathered_stale())
+          u.reshard();
+        else
+          u.sync_requires_grad();
       });
       root->forward_calls = 0;
       if (!root->forward_recorded) root->forward_order.clear();  // a first forward that threw
@@ -505,6 +516,7 @@ void Root::forget_failed_backward() {
   for_each_unit([](Unit& u) {
     u.reductions.clear();
     u.reduced = false;
+    u.kept = false;  // nothing kept from before the failed pass either
     // What the failed pass left on the members (and what accumulated without sync before it)
     // would otherwise be added into the next step.
     for (ShardedParam& p : u.params) {
@@ -530,7 +542,10 @@ void Root::end_of_backward() {
   for_each_unit([](Unit& u) { u.check_reductions(); });
   for_each_unit([](Unit& u) {
     u.finish_reductions();
-    if (u.reshard_after_backward) u.reshard();
+    if (u.reshard_after_backward)
+      u.reshard();
+    else
+      u.kept = u.gathered;  // for the next forward: only once this pass has ended
     u.reduced = false;
   });
   // Only now: when the above throws, the next call forgets this pass (forget_failed_backward).

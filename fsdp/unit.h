@@ -68,7 +68,9 @@ struct Unit : std::enable_shared_from_this<Unit> {
   size_t position = 0;  // among its root's units, the same on every rank
   bool sync = true;
   bool reshard_after_backward = true;  // FSDPModule::set_reshard_after_backward
-  uint64_t gathered_version = 0;       // the shards' version when last gathered
+  // Left gathered by a backward that ended (end_of_backward), for the next forward.
+  bool kept = false;
+  uint64_t gathering_version = 0, gathered_version = 0;  // the shards' when the gather began
   std::shared_ptr<Root> root;
 
   // Tags. Ranks that call units in different orders (a unit called on some ranks only, a
@@ -141,11 +143,17 @@ struct Unit : std::enable_shared_from_this<Unit> {
   // (full_numel).
   Tensor in_parameter_order(const Tensor& all) const;
   void reshard();
-  // Gathered from shards that have changed since (an optimizer step, a load): what a unit kept
-  // gathered after backward (reshard_after_backward false) must then be gathered again.
+  // Gathered from shards that have changed since (an optimizer step, a load) or moved: what a
+  // unit kept gathered after backward (reshard_after_backward false) must be gathered again.
   bool gathered_stale() const {
-    return gathered && !params.empty() && shard_buffer.storage()->version() != gathered_version;
+    if (!gathered || params.empty()) return false;
+    if (shard_buffer.storage()->version() != gathered_version) return true;
+    return std::any_of(params.begin(), params.end(), [&](const ShardedParam& p) {
+      return p.shard.storage() != shard_buffer.storage();
+    });
   }
+  // Freezing or unfreezing through either handle (the shard or the member): the other follows.
+  void sync_requires_grad();
   bool has_gradients() const;
   bool tagged_reduction() const { return world() <= kMaxTaggedReduction; }
   int64_t reduction_stride() const {

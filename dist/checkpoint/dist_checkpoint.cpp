@@ -490,6 +490,7 @@ void Reader::read(const std::string& name, const Tensor& dst, int64_t offset) co
              c.numel, " elements)");
     f.read(c.key, lo - c.offset, hi - lo, out + (lo - offset) * item);
   }
+  if (direct) dst.bump_version();  // written in place, as copy_ would have (fully_shard reads it)
   if (!direct) {
     gw::autograd::NoGradGuard no_grad;
     dst.detach().copy_(into.view(dst.sizes()));

@@ -173,6 +173,33 @@ TEST_CASE("set_reshard_after_backward(false): micro-batches gather each unit onc
   });
 }
 
+TEST_CASE("units kept gathered after backward see a checkpoint loaded into their shards",
+          "[fsdp][checkpoint]") {
+  // The checkpoint's reader writes a CPU shard in place, not through an op: it moves the
+  // shards' version counter, so that a kept unit is gathered again before it computes.
+  namespace dcp = gw::dist::checkpoint;
+  gw::test::TempDir dir("gw_fsdp_kept");
+  run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+    auto [x, y] = fsdp::testing::batch(1, 0, 0);
+    auto saved = std::make_shared<Net>();
+    auto saved_root = fsdp::testing::shard(saved, borrow(pg));
+    {
+      autograd::NoGradGuard no_grad;
+      for (Tensor& p : saved->parameters()) p.mul_(0.5);  // other values than a fresh Net's
+    }
+    dcp::save(dir.path, saved_root->sharded_state_dict(), pg);
+    const double want = saved->loss(x, y).item<double>();
+
+    auto net = std::make_shared<Net>();
+    auto root = fsdp::testing::shard(net, borrow(pg));
+    root->set_reshard_after_backward(false);
+    net->loss(x, y).backward();  // every unit kept gathered, from the fresh values
+    dcp::load(dcp::Reader(dir.path), root->sharded_state_dict(), pg);
+    const double got = net->loss(x, y).item<double>();
+    EXPECT(c, got == want);
+  });
+}
+
 TEST_CASE("fully_shard with float32 compute over float64 shards stays close to float64", "[fsdp]") {
   // The policy one step up from bfloat16 over float32: the members, activations and gradients
   // are float32; reductions and AdamW's state float64. The bound: float32 gradients are right to
