@@ -160,7 +160,9 @@ void Unit::drop_prefetch() {
 }
 
 void Unit::start_gather(Purpose why) {
-  if (gathered_stale()) reshard();  // kept from shards that changed since (or moved: refused)
+  // Kept from a backward, from shards that have changed since (or moved: refused below). A
+  // unit gathered in this pass keeps what its forward computed with.
+  if (kept && gathered_stale()) reshard();
   if (gathered || gather_work) return;
   if (params.empty()) {  // a container of units: nothing to gather (the same on every rank)
     gathered = true;
@@ -516,7 +518,6 @@ void Root::forget_failed_backward() {
   for_each_unit([](Unit& u) {
     u.reductions.clear();
     u.reduced = false;
-    u.kept = false;  // nothing kept from before the failed pass either
     // What the failed pass left on the members (and what accumulated without sync before it)
     // would otherwise be added into the next step.
     for (ShardedParam& p : u.params) {
@@ -540,12 +541,13 @@ void Root::end_of_backward() {
   // Every reduction compared before any reaches a .grad: a mismatch leaves the shards' .grad
   // as it was on every rank.
   for_each_unit([](Unit& u) { u.check_reductions(); });
+  // Every rank's pass compared: what stays gathered for the next forward is decided alike on
+  // every rank from here, even where a rank fails below (its failed pass forgotten, what it
+  // keeps is the others').
+  for_each_unit([](Unit& u) { u.kept = !u.reshard_after_backward && u.gathered; });
   for_each_unit([](Unit& u) {
     u.finish_reductions();
-    if (u.reshard_after_backward)
-      u.reshard();
-    else
-      u.kept = u.gathered;  // for the next forward: only once this pass has ended
+    if (u.reshard_after_backward) u.reshard();
     u.reduced = false;
   });
   // Only now: when the above throws, the next call forgets this pass (forget_failed_backward).

@@ -68,7 +68,8 @@ struct Unit : std::enable_shared_from_this<Unit> {
   size_t position = 0;  // among its root's units, the same on every rank
   bool sync = true;
   bool reshard_after_backward = true;  // FSDPModule::set_reshard_after_backward
-  // Left gathered by a backward that ended (end_of_backward), for the next forward.
+  // Left gathered by a backward whose reductions every rank compared (end_of_backward), for
+  // the next forward.
   bool kept = false;
   uint64_t gathering_version = 0, gathered_version = 0;  // the shards' when the gather began
   std::shared_ptr<Root> root;

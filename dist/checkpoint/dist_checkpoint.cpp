@@ -476,6 +476,9 @@ void Reader::read(const std::string& name, const Tensor& dst, int64_t offset) co
   const int64_t n = dst.numel();
   const bool direct = dst.device() == kCPU && dst.is_contiguous();
   Tensor into = direct ? dst : empty({n}, info.dtype);
+  // Written in place below, as copy_ would: its version moves (first, so that a read that fails
+  // halfway counts as a write too; fully_shard regathers what it kept from it).
+  if (direct) dst.bump_version();
   auto* out = static_cast<uint8_t*>(into.raw_data());
   const int64_t item = static_cast<int64_t>(itemsize(info.dtype));
   for (const Chunk& c : chunks_.at(name)) {
@@ -490,7 +493,6 @@ void Reader::read(const std::string& name, const Tensor& dst, int64_t offset) co
              c.numel, " elements)");
     f.read(c.key, lo - c.offset, hi - lo, out + (lo - offset) * item);
   }
-  if (direct) dst.bump_version();  // written in place, as copy_ would have (fully_shard reads it)
   if (!direct) {
     gw::autograd::NoGradGuard no_grad;
     dst.detach().copy_(into.view(dst.sizes()));
