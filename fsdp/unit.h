@@ -1,7 +1,7 @@
 // fully_shard's internal state (not installed): a unit's sharded parameters and where their
 // rows live, the unit's gathering and reducing, and what the units under one root share.
-// fsdp/fully_shard.cpp runs them around a module's calls and backward; fsdp/state_dict.cpp
-// reads them for checkpoints.
+// fsdp/gather.cpp and fsdp/reduce.cpp are the collectives; fsdp/fully_shard.cpp runs them around
+// a module's calls and backward; fsdp/state_dict.cpp reads them for checkpoints.
 #pragma once
 
 #include <algorithm>
