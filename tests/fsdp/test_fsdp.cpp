@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <regex>
 
@@ -32,6 +33,24 @@ using gw::dist::testing::run_ranks;
 using gw::fsdp::testing::borrow;
 using gw::fsdp::testing::Net;
 using gw::fsdp::testing::throw_in_backward_of;
+
+namespace {
+// The all-gathers that every rank starts while `f` runs on each, counted in the flight recorder
+// (which the ranks' threads share, so the count is over all of them) between barriers.
+int gathers_during(dist::ProcessGroup& pg, const std::function<void()>& f) {
+  auto events = [] { return nlohmann::json::parse(debug::get_debug_info())["events"]; };
+  pg.barrier()->wait();
+  const uint64_t before = events().back()["id"].get<uint64_t>();
+  pg.barrier()->wait();  // every rank's `before` taken before any gathers
+  f();
+  pg.barrier()->wait();
+  int gathers = 0;
+  for (const auto& e : events())
+    gathers += e["id"].get<uint64_t>() > before && e["op"] == "all_gather_into_tensor";
+  pg.barrier()->wait();  // every rank counted before any gathers again
+  return gathers;
+}
+}  // namespace
 
 TEST_CASE("fully_shard trains like one process on the global batch, on 2 and 4 Gloo ranks",
           "[fsdp]") {
@@ -106,24 +125,13 @@ TEST_CASE("a unit under an activation checkpoint gathers once for its recomputat
   // once per call in forward, once per call in backward. Counted in the flight recorder,
   // which both ranks' threads share, between barriers.
   run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
-    // The flight recorder's collective events, oldest first.
-    auto events = [] { return nlohmann::json::parse(debug::get_debug_info())["events"]; };
     auto gathers_in_a_step = [&](bool checkpoint) {
       auto net = std::make_shared<Net>();
       net->checkpoint_blocks = checkpoint;
       fsdp::testing::shard(net, borrow(pg));
       auto [x, y] = fsdp::testing::batch(1, 0, 0);
       net->loss(x, y).backward();  // the first step records the orders the next prefetches in
-      pg.barrier()->wait();
-      const uint64_t before = events().back()["id"].get<uint64_t>();
-      pg.barrier()->wait();
-      net->loss(x, y).backward();
-      pg.barrier()->wait();
-      int gathers = 0;
-      for (const auto& e : events())
-        gathers += e["id"].get<uint64_t>() > before && e["op"] == "all_gather_into_tensor";
-      pg.barrier()->wait();  // both counted before either gathers again
-      return gathers;
+      return gathers_during(pg, [&] { net->loss(x, y).backward(); });
     };
     // Per rank: the root once, block a once and b twice in each direction.
     EXPECT(c, gathers_in_a_step(false) == 2 * 7);
@@ -139,31 +147,22 @@ TEST_CASE("set_reshard_after_backward(false): micro-batches gather each unit onc
   // forward gathers again, as the optimizer changed the shards (the first test trains so
   // against one process). Counted in the flight recorder, as above.
   run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
-    auto events = [] { return nlohmann::json::parse(debug::get_debug_info())["events"]; };
     auto gathers_in_a_step = [&](bool keep) {
       auto net = std::make_shared<Net>();
       auto root = fsdp::testing::shard(net, borrow(pg), {.reshard_after_forward = false});
       root->set_reshard_after_backward(!keep);
       optim::AdamW opt(net->parameters(), {.lr = 0.01});
       auto [x, y] = fsdp::testing::batch(1, 0, 0);
-      int gathers = 0;
-      for (int step = 0; step < 2; ++step) {  // the second step's count
-        pg.barrier()->wait();
-        const uint64_t before = events().back()["id"].get<uint64_t>();
-        pg.barrier()->wait();
+      auto step = [&] {
         for (int micro = 0; micro < 4; ++micro) {
           root->set_requires_gradient_sync(micro == 3);
           net->loss(x, y).backward();
         }
         opt.step();
         opt.zero_grad();
-        pg.barrier()->wait();
-        gathers = 0;
-        for (const auto& e : events())
-          gathers += e["id"].get<uint64_t>() > before && e["op"] == "all_gather_into_tensor";
-        pg.barrier()->wait();
-      }
-      return gathers;
+      };
+      step();
+      return gathers_during(pg, step);  // the second step's
     };
     // Per rank, resharding after backward: each micro-batch gathers the root, a and b in
     // forward, and b again in backward (used twice, it is resharded after its second call's
