@@ -1,35 +1,38 @@
 // Fused attention on CUDA for bfloat16 and float16 (autocast's dtypes): FlashAttention-2's
-// tiling on the tensor cores, so that no (L x S) score matrix exists in memory, and a backward
+// algorithm on the tensor cores, so that no (L x S) score matrix exists in memory, and a backward
 // without atomics. float32 and float64, head dims beyond kMaxHeadDim, and dropout take the
 // composition (cuBLAS products, the softmax and dropout kernels): has_fused_attention says
 // which.
 //
 // A block owns 64 rows of one head (query rows in the forward and for dQ, keys for dK and dV):
-// four warps of 16 rows, one wmma tile high each. It walks through the other side 64 rows at a
-// time, staged in shared memory with zeros past the sequence and past the head dim, which is
-// padded to D = 32, 64 or 128. Products run in wmma 16x16x16 tiles, 16-bit operands and float32
-// accumulators; everything per element (scale, mask, causality, exponentials) is float32 on a
-// warp's score tile in shared memory, two lanes per row.
+// four warps of 16 rows. It walks through the other side 64 rows at a time, staged in shared
+// memory (cp.async, the next tile loading while this one is used) with zeros past the sequence
+// and past the head dim, which is padded to D = 32, 64 or 128. Products are mma.sync
+// m16n8k16 instructions: 16-bit operands read from shared memory by ldmatrix, float32
+// accumulators in registers. A product's accumulator tile is in registers in the layout of the
+// next product's left operand (a thread holds the same rows and columns of both), so a warp
+// turns its scores into probabilities and multiplies them by V without leaving registers;
+// everything per element (scale, mask, causality, exponentials) is float32.
 //
 // Forward, per key tile: S = Q Kᵀ; each row keeps its running maximum m and sum l of
 // exp(s - m) (in log2 units: exp2 is one instruction); P = exp(s - m) rounded to 16 bits;
-// the float32 accumulator O, in shared memory, is rescaled by exp(m_old - m_new) and gets P V.
-// At the end out = O / l, and the row keeps m and log2 l apart for the backward, as on the CPU
+// the float32 accumulator O is rescaled by exp(m_old - m_new) and gets P V. At the end
+// out = O / l, and the row keeps m and log2 l apart for the backward, as on the CPU
 // (core/cpu/attention_kernels.cpp says why); a row whose every key is masked gets zeros and
 // m = +inf, so that its P recomputes to 0.
 //
 // Backward, with D_i = rowsum(dO ∘ O) from a small kernel: one kernel per key tile walks the
-// query tiles and keeps dK, dV in wmma accumulators (dV += Pᵀ dO, dK += dSᵀ Q); another per
-// query tile walks the key tiles for dQ += dS K. P = exp2(s - m - log2 l) and dP = dO Vᵀ are
-// computed by both (FlashAttention-2 shares them through an atomically added dQ instead): each
-// gradient has one writer, and the result does not depend on scheduling.
+// query tiles and keeps dK, dV in registers (dV += Pᵀ dO, dK += dSᵀ Q, from Sᵀ = K Qᵀ and
+// dPᵀ = V dOᵀ); another per query tile walks the key tiles for dQ += dS K. P =
+// exp2(s - m - log2 l) and dP = dO Vᵀ are computed by both (FlashAttention-2 shares them
+// through an atomically added dQ instead): each gradient has one writer, and the result does
+// not depend on scheduling.
 //
 // Causal attention (key j <= query i, PyTorch's top-left alignment) skips the tiles wholly
-// above the diagonal; the forward's blocks go longest first.
-#include <mma.h>
-
+// above the diagonal; the blocks with the most tiles go first.
 #include <atomic>
 #include <cfloat>
+#include <type_traits>
 
 #include "core/cuda/cuda_backend.h"
 #include "core/cuda/loops.cuh"
@@ -38,25 +41,88 @@ namespace gw::cuda {
 
 namespace {
 
-namespace wmma = nvcuda::wmma;
-
 constexpr int64_t kMaxHeadDim = 128;
 constexpr int kWarps = 4;
 constexpr int kBlockThreads = kWarps * kWarpSize;
-constexpr int kRows = 16;               // a warp's rows: one wmma tile
-constexpr int kTile = kWarps * kRows;   // a block's rows, and the rows of a tile it walks
-constexpr int kSkew = 8;                // 16-bit elements padding each staged row (banks)
-constexpr int kScoreLd = kTile + 4;     // row stride of a warp's float32 score tile
-constexpr int kProbLd = kTile + kSkew;  // ... and of its 16-bit probability tile
+constexpr int kRows = 16;              // a warp's rows: one mma tile high
+constexpr int kTile = kWarps * kRows;  // a block's rows, and the rows of a tile it walks
+constexpr int kSkew = 8;               // 16-bit elements padding each staged row (banks)
 constexpr float kLog2e = 1.4426950408889634f;
 
+// --- the tensor-core instructions -----------------------------------------------------------
+// m16n8k16 fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16"), with g = lane / 4 and
+// t = lane % 4: the left operand's 4 registers hold rows g and g + 8, columns 2t, 2t + 1 and
+// 2t + 8, 2t + 9 (two 16-bit values each); the right operand's 2 hold rows (k) 2t, 2t + 1 and
+// 2t + 8, 2t + 9 of column (n) g; the float32 accumulator's 4 hold rows g and g + 8, columns
+// 2t and 2t + 1.
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Four 8x8 matrices of 16-bit values from shared memory: lanes 8i to 8i + 7 give the rows of
+// matrix i; register i gets row lane / 4, columns 2 (lane % 4) and the next of matrix i, or
+// (trans) its rows 2 (lane % 4) and the next, column lane / 4.
+// row: a shared-memory address (shared_address).
+template <bool Trans>
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t row) {
+  if constexpr (Trans) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(row));
+  } else {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(row));
+  }
+}
+
+// c += a b for one 16 x 8 tile, 16-bit T operands, float32 c.
 template <typename T>
-using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major>;
+__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                    uint32_t b1) {
+  if constexpr (std::is_same_v<T, __half>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Two floats as the 16-bit pair of one operand register (lo in the low half: the lower column).
 template <typename T>
-using FragB = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major>;
-template <typename T>
-using FragBt = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major>;  // a transpose
-using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+__device__ __forceinline__ uint32_t pack(float lo, float hi) {
+  uint32_t r;
+  if constexpr (std::is_same_v<T, __half>) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    r = *reinterpret_cast<const uint32_t*>(&h);
+  } else {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    r = *reinterpret_cast<const uint32_t*>(&h);
+  }
+  return r;
+}
+
+// 16 bytes from global to shared memory without passing through registers; bytes = 0 writes
+// zeros (src is then not read).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)),
+               "l"(src), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
 
 // A (B, H, len, dim) tensor with a unit last stride, as the rows of its B * H heads.
 template <typename T>
@@ -110,7 +176,8 @@ struct Gradients {
 
 // Rows [row0, row0 + kTile) of head bh, columns [0, D), into shared memory with row stride
 // D + kSkew: zeros past `rows` and past `cols`. vec: cols, the strides and the base are
-// multiples of 8 elements (16 bytes).
+// multiples of 8 elements (16 bytes), and the copy is asynchronous (cp.async: landed after the
+// next cp_async_wait_all); otherwise it is done element by element before this returns.
 template <typename T, int D>
 __device__ void stage(T* tile, const HeadRows<T>& src, int64_t bh, int64_t row0, int64_t rows,
                       int cols, bool vec) {
@@ -121,10 +188,8 @@ __device__ void stage(T* tile, const HeadRows<T>& src, int64_t bh, int64_t row0,
     constexpr int chunks = D / 8;
     for (int i = threadIdx.x; i < kTile * chunks; i += kBlockThreads) {
       const int r = i / chunks, c = (i % chunks) * 8;
-      uint4 x = make_uint4(0, 0, 0, 0);
-      if (r < valid && c < cols)
-        x = *reinterpret_cast<const uint4*>(first + r * src.row_stride + c);
-      *reinterpret_cast<uint4*>(tile + r * ld + c) = x;
+      const bool in = r < valid && c < cols;
+      cp_async16(tile + r * ld + c, in ? first + r * src.row_stride + c : first, in ? 16 : 0);
     }
     return;
   }
@@ -134,61 +199,82 @@ __device__ void stage(T* tile, const HeadRows<T>& src, int64_t bh, int64_t row0,
   }
 }
 
-// out (16 x 64 float32, row stride kScoreLd) = a (16 x D, rows of a staged tile) times bᵀ,
-// b the 64 staged rows of another tile (16 x D each).
-template <typename T, int D>
-__device__ void rows_times_transposed(float* out, const T* a, const T* b) {
-  constexpr int ld = D + kSkew;
-#pragma unroll
-  for (int n = 0; n < kTile / 16; ++n) {
-    FragC c;
-    wmma::fill_fragment(c, 0.0f);
-#pragma unroll
-    for (int k = 0; k < D / 16; ++k) {
-      FragA<T> fa;
-      FragBt<T> fb;
-      wmma::load_matrix_sync(fa, a + k * 16, ld);
-      wmma::load_matrix_sync(fb, b + n * 16 * ld + k * 16, ld);
-      wmma::mma_sync(c, fa, fb, c);
-    }
-    wmma::store_matrix_sync(out + n * 16, c, kScoreLd, wmma::mem_row_major);
-  }
-}
+// --- tiles of a warp ----------------------------------------------------------------------
+// Staged tiles are row-major with row stride D + kSkew (16-byte rows in 8 distinct bank groups:
+// ldmatrix reads them without conflicts).
 
-// acc[d] += p (16 x 64, row stride kProbLd) times the 64 staged rows b, for each 16 columns d.
-template <typename T, int D>
-__device__ void accumulate_product(FragC (&acc)[D / 16], const T* p, const T* b) {
+// c (16 x 8N) += a (16 staged rows of D) times bᵀ, b 8N staged rows of D.
+template <typename T, int D, int N>
+__device__ __forceinline__ void mma_rows_by_rows(float (&c)[N][4], const T* a, const T* b) {
+  static_assert(N % 2 == 0, "n tiles go in pairs");
   constexpr int ld = D + kSkew;
+  const int lane = threadIdx.x % kWarpSize;
+  // The lane's row addresses; what the loops add is a constant (an immediate offset).
+  const uint32_t a_row = shared_address(a + (lane % 16) * ld + (lane / 16) * 8);
+  const uint32_t b_row =
+      shared_address(b + (lane % 8 + (lane / 16) * 8) * ld + ((lane / 8) % 2) * 8);
 #pragma unroll
-  for (int k = 0; k < kTile / 16; ++k) {
-    FragA<T> fa;
-    wmma::load_matrix_sync(fa, p + k * 16, kProbLd);
+  for (int k = 0; k < D / 16; ++k) {
+    uint32_t fa[4];
+    ldmatrix_x4<false>(fa, a_row + k * 16 * sizeof(T));
 #pragma unroll
-    for (int d = 0; d < D / 16; ++d) {
-      FragB<T> fb;
-      wmma::load_matrix_sync(fb, b + k * 16 * ld + d * 16, ld);
-      wmma::mma_sync(acc[d], fa, fb, acc[d]);
+    for (int n = 0; n < N; n += 2) {
+      uint32_t fb[4];  // b0, b1 of n tile n, then of n tile n + 1
+      ldmatrix_x4<false>(fb, b_row + (n * 8 * ld + k * 16) * sizeof(T));
+      mma<T>(c[n], fa, fb[0], fb[1]);
+      mma<T>(c[n + 1], fa, fb[2], fb[3]);
     }
   }
 }
 
-// Writes a warp's 16 x D accumulators to rows [row0, row0 + 16) of head bh (those below
-// `rows`), columns below `cols`, through `scratch`, a 16 x 64 float32 tile.
+// The accumulator tiles c (16 x 16K) as K left-operand fragments, rounded to T.
+template <typename T, int K>
+__device__ __forceinline__ void as_operand(uint32_t (&a)[K][4], const float (&c)[2 * K][4]) {
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    a[k][0] = pack<T>(c[2 * k][0], c[2 * k][1]);
+    a[k][1] = pack<T>(c[2 * k][2], c[2 * k][3]);
+    a[k][2] = pack<T>(c[2 * k + 1][0], c[2 * k + 1][1]);
+    a[k][3] = pack<T>(c[2 * k + 1][2], c[2 * k + 1][3]);
+  }
+}
+
+// acc (16 x D) += a (16 x 16K, operand fragments) times b, 16K staged rows of D.
+template <typename T, int D, int K>
+__device__ __forceinline__ void mma_operand_by_rows(float (&acc)[D / 8][4],
+                                                    const uint32_t (&a)[K][4], const T* b) {
+  constexpr int ld = D + kSkew;
+  const int lane = threadIdx.x % kWarpSize;
+  const uint32_t b_row =
+      shared_address(b + (lane % 8 + ((lane / 8) % 2) * 8) * ld + (lane / 16) * 8);
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+#pragma unroll
+    for (int d = 0; d < D / 8; d += 2) {
+      uint32_t fb[4];  // b0, b1 of column tile d, then of d + 1: b's rows are k, transposed
+      ldmatrix_x4<true>(fb, b_row + (k * 16 * ld + d * 8) * sizeof(T));
+      mma<T>(acc[d], a[k], fb[0], fb[1]);
+      mma<T>(acc[d + 1], a[k], fb[2], fb[3]);
+    }
+  }
+}
+
+// Writes a warp's 16 x D accumulator tiles (rows row0 + g and row0 + g + 8) times the rows'
+// factors to the rows below `rows`, columns below `cols`, of head bh.
 template <typename T, int D>
 __device__ void write_rows(const HeadRows<T>& dst, int64_t bh, int64_t row0, int64_t rows, int cols,
-                           FragC (&acc)[D / 16], float* scratch) {
-  const int lane = threadIdx.x % kWarpSize;
+                           const float (&acc)[D / 8][4], const float (&factor)[2]) {
+  const int lane = threadIdx.x % kWarpSize, g = lane / 4, t = lane % 4;
 #pragma unroll
-  for (int d0 = 0; d0 < D; d0 += kTile) {
-    __syncwarp();
+  for (int half = 0; half < 2; ++half) {
+    const int64_t row = row0 + g + 8 * half;
+    if (row >= rows) continue;
+    T* out = dst.row(bh, row);
 #pragma unroll
-    for (int d = d0 / 16; d < D / 16 && d < (d0 + kTile) / 16; ++d)
-      wmma::store_matrix_sync(scratch + (d * 16 - d0), acc[d], kScoreLd, wmma::mem_row_major);
-    __syncwarp();
-    for (int r = 0; r < kRows && row0 + r < rows; ++r) {
-      T* out = dst.row(bh, row0 + r);
-      for (int c = lane; c < kTile && d0 + c < cols; c += kWarpSize)
-        out[d0 + c] = cast<T>(scratch[r * kScoreLd + c]);
+    for (int d = 0; d < D / 8; ++d) {
+      const int col = d * 8 + 2 * t;
+      if (col < cols) out[col] = cast<T>(acc[d][2 * half] * factor[half]);
+      if (col + 1 < cols) out[col + 1] = cast<T>(acc[d][2 * half + 1] * factor[half]);
     }
   }
 }
@@ -226,97 +312,93 @@ struct BlockTile {
 template <typename T, int D>
 struct ForwardShared {
   static constexpr int ld = D + kSkew;
-  static constexpr size_t tile = size_t{kTile} * ld * sizeof(T);  // Q, K and V
-  static constexpr size_t scores = size_t{kTile} * kScoreLd * sizeof(float);
-  static constexpr size_t probs = size_t{kTile} * kProbLd * sizeof(T);
-  static constexpr size_t acc = size_t{kTile} * (D + 4) * sizeof(float);
-  static constexpr size_t bytes = 3 * tile + scores + probs + acc + kTile * sizeof(float);
+  static constexpr size_t tile = size_t{kTile} * ld * sizeof(T);
+  static constexpr size_t bytes = 5 * tile;  // Q; K and V twice (this tile, the next)
 };
 
 template <typename T, int D>
 __global__ void __launch_bounds__(kBlockThreads) attention_forward(Problem<T> p) {
-  using Shared = ForwardShared<T, D>;
-  constexpr int ld = Shared::ld, acc_ld = D + 4;
+  constexpr int ld = D + kSkew;
   extern __shared__ __align__(128) unsigned char shared[];
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   T* qs = reinterpret_cast<T*>(shared);
-  T* ks = qs + kTile * ld;
-  T* vs = ks + kTile * ld;
-  unsigned char* rest = shared + 3 * Shared::tile;
-  float* scores = reinterpret_cast<float*>(rest) + warp * kRows * kScoreLd;
-  T* probs = reinterpret_cast<T*>(rest + Shared::scores) + warp * kRows * kProbLd;
-  float* acc =
-      reinterpret_cast<float*>(rest + Shared::scores + Shared::probs) + warp * kRows * acc_ld;
-  float* row_factor =
-      reinterpret_cast<float*>(rest + Shared::scores + Shared::probs + Shared::acc) + warp * kRows;
-
+  // K and V of buffer b (0 or 1): this tile's and the next's, in turn.
+  auto ks = [&](int b) { return qs + (1 + 2 * b) * kTile * ld; };
+  auto vs = [&](int b) { return qs + (2 + 2 * b) * kTile * ld; };
+  const int warp = threadIdx.x / kWarpSize, t = threadIdx.x % 4;
   const BlockTile bt((p.l + kTile - 1) / kTile, p.causal);
   const int64_t bh = bt.bh, i0 = bt.row0, warp_row0 = i0 + warp * kRows;
+  const int64_t rows[2] = {warp_row0 + (threadIdx.x % kWarpSize) / 4,
+                           warp_row0 + (threadIdx.x % kWarpSize) / 4 + 8};
   const T* mask = p.mask.head(bh);
-  stage<T, D>(qs, p.q, bh, i0, p.l, p.e, p.vec);
-  for (int i = lane; i < kRows * acc_ld; i += kWarpSize) acc[i] = 0;
-  // This lane's share of the score tile: row r, columns half, half + 2, ... (two lanes a row).
-  const int r = lane / 2, half = lane % 2;
-  const int64_t i = warp_row0 + r;
-  float m = -INFINITY, sum = 0;  // running maximum (log2 units) and sum of exp2(x - m)
   const int64_t keys = p.causal && i0 + kTile < p.s ? i0 + kTile : p.s;
-  for (int64_t j0 = 0; j0 < keys; j0 += kTile) {
-    __syncthreads();  // every warp is done with the last K and V (and Q is staged)
-    stage<T, D>(ks, p.k, bh, j0, p.s, p.e, p.vec);
-    stage<T, D>(vs, p.v, bh, j0, p.s, p.ev, p.vec);
-    __syncthreads();
-    rows_times_transposed<T, D>(scores, qs + warp * kRows * ld, ks);
-    __syncwarp();
-    float x[kTile / 2];
-    float top = -INFINITY;
-#pragma unroll
-    for (int c = 0; c < kTile / 2; ++c) {
-      const int col = 2 * c + half;
-      x[c] = score2(p, scores[r * kScoreLd + col], mask, i, j0 + col);
-      top = fmaxf(top, x[c]);
+  stage<T, D>(qs, p.q, bh, i0, p.l, p.e, p.vec);
+  stage<T, D>(ks(0), p.k, bh, 0, p.s, p.e, p.vec);
+  stage<T, D>(vs(0), p.v, bh, 0, p.s, p.ev, p.vec);
+  cp_async_commit();
+  float o[D / 8][4] = {};
+  // Per row (g, g + 8): the running maximum (log2 units) and this thread's part of the sum of
+  // exp2(x - m) (its quad's four parts are added at the end).
+  float m[2] = {-INFINITY, -INFINITY}, sum[2] = {0, 0};
+  int buf = 0;
+  for (int64_t j0 = 0; j0 < keys; j0 += kTile, buf ^= 1) {
+    cp_async_wait_all();
+    __syncthreads();  // tile j0 has landed, and every warp is done with the other buffer
+    if (j0 + kTile < keys) {
+      stage<T, D>(ks(buf ^ 1), p.k, bh, j0 + kTile, p.s, p.e, p.vec);
+      stage<T, D>(vs(buf ^ 1), p.v, bh, j0 + kTile, p.s, p.ev, p.vec);
     }
-    top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 1));
-    const float m_new = fmaxf(m, top);
-    const float base = m_new == -INFINITY ? 0.0f : m_new;  // every key so far masked: p = 0
-    float part = 0;
+    cp_async_commit();
+    float s[kTile / 8][4] = {};
+    mma_rows_by_rows<T, D, kTile / 8>(s, qs + warp * kRows * ld, ks(buf));
+    float top[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int c = 0; c < kTile / 2; ++c) {
-      const float e = exp2f(x[c] - base);
-      part += e;
-      probs[r * kProbLd + 2 * c + half] = cast<T>(e);
+    for (int n = 0; n < kTile / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[n][e] = score2(p, s[n][e], mask, rows[e / 2], j0 + n * 8 + 2 * t + e % 2);
+        top[e / 2] = fmaxf(top[e / 2], s[n][e]);
+      }
     }
-    part += __shfl_xor_sync(0xffffffffu, part, 1);
-    const float shrink = exp2f(m - base);  // 0 while m is -inf
-    sum = sum * shrink + part;
-    m = m_new;
-    if (half == 0) row_factor[r] = shrink;
-    __syncwarp();
-    for (int t = lane; t < kRows * D; t += kWarpSize)
-      acc[(t / D) * acc_ld + t % D] *= row_factor[t / D];
-    __syncwarp();
-    FragC o[D / 16];
+    float base[2];
 #pragma unroll
-    for (int d = 0; d < D / 16; ++d)
-      wmma::load_matrix_sync(o[d], acc + d * 16, acc_ld, wmma::mem_row_major);
-    accumulate_product<T, D>(o, probs, vs);
+    for (int h = 0; h < 2; ++h) {  // a row's four threads are lanes 4g to 4g + 3
+      top[h] = fmaxf(top[h], __shfl_xor_sync(0xffffffffu, top[h], 1));
+      top[h] = fmaxf(top[h], __shfl_xor_sync(0xffffffffu, top[h], 2));
+      const float m_new = fmaxf(m[h], top[h]);
+      base[h] = m_new == -INFINITY ? 0.0f : m_new;  // every key so far masked: p = 0
+      const float shrink = exp2f(m[h] - base[h]);   // 0 while m is -inf
+      sum[h] *= shrink;
+      m[h] = m_new;
 #pragma unroll
-    for (int d = 0; d < D / 16; ++d)
-      wmma::store_matrix_sync(acc + d * 16, o[d], acc_ld, wmma::mem_row_major);
-    __syncwarp();
+      for (int d = 0; d < D / 8; ++d) {
+        o[d][2 * h] *= shrink;
+        o[d][2 * h + 1] *= shrink;
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < kTile / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[n][e] = exp2f(s[n][e] - base[e / 2]);
+        sum[e / 2] += s[n][e];
+      }
+    }
+    uint32_t probs[kTile / 16][4];
+    as_operand<T, kTile / 16>(probs, s);
+    mma_operand_by_rows<T, D, kTile / 16>(o, probs, vs(buf));  // O += P V
   }
-  if (half == 0) {
-    row_factor[r] = sum > 0 ? 1 / sum : 0.0f;  // every key masked: a zero row
-    if (i < p.l) {
-      p.row_max[bh * p.l + i] = sum > 0 ? m : INFINITY;
-      p.log_sum[bh * p.l + i] = sum > 0 ? log2f(sum) : 0.0f;
+  float factor[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    sum[h] += __shfl_xor_sync(0xffffffffu, sum[h], 1);
+    sum[h] += __shfl_xor_sync(0xffffffffu, sum[h], 2);
+    factor[h] = sum[h] > 0 ? 1 / sum[h] : 0.0f;  // every key masked: a zero row
+    if (t == 0 && rows[h] < p.l) {
+      p.row_max[bh * p.l + rows[h]] = sum[h] > 0 ? m[h] : INFINITY;
+      p.log_sum[bh * p.l + rows[h]] = sum[h] > 0 ? log2f(sum[h]) : 0.0f;
     }
   }
-  __syncwarp();
-  for (int rr = 0; rr < kRows && warp_row0 + rr < p.l; ++rr) {
-    T* out = p.out.row(bh, warp_row0 + rr);
-    for (int c = lane; c < p.ev; c += kWarpSize)
-      out[c] = cast<T>(acc[rr * acc_ld + c] * row_factor[rr]);
-  }
+  write_rows<T, D>(p.out, bh, warp_row0, p.l, p.ev, o, factor);
 }
 
 // dots[row] = rowsum(dO ∘ O) in float32: a warp per row.
@@ -337,50 +419,6 @@ __global__ void attention_row_dots(HeadRows<T> gout, HeadRows<T> out, int64_t bh
   }
 }
 
-template <typename T, int D>
-struct BackwardShared {
-  static constexpr int ld = D + kSkew;
-  static constexpr size_t tile = size_t{kTile} * ld * sizeof(T);              // Q, K, V and dO
-  static constexpr size_t scores = size_t{kTile} * kScoreLd * sizeof(float);  // S and dP
-  static constexpr size_t probs = size_t{kTile} * kProbLd * sizeof(T);        // P and dS
-  static constexpr size_t bytes = 4 * tile + 2 * scores + 2 * probs + 3 * kTile * sizeof(float);
-};
-
-// The shared memory of a backward block, carved from the dynamic allocation.
-template <typename T, int D>
-struct BackwardTiles {
-  T *qs, *ks, *vs, *gos;
-  float *scores, *dprobs;  // this warp's
-  T *probs, *dscores;      // this warp's
-  float *row_max, *log_sum, *dots;  // of the staged query rows
-  __device__ explicit BackwardTiles(unsigned char* shared) {
-    using Shared = BackwardShared<T, D>;
-    const int warp = threadIdx.x / kWarpSize;
-    qs = reinterpret_cast<T*>(shared);
-    ks = qs + kTile * Shared::ld;
-    vs = ks + kTile * Shared::ld;
-    gos = vs + kTile * Shared::ld;
-    unsigned char* rest = shared + 4 * Shared::tile;
-    scores = reinterpret_cast<float*>(rest) + warp * kRows * kScoreLd;
-    dprobs = reinterpret_cast<float*>(rest + Shared::scores) + warp * kRows * kScoreLd;
-    probs = reinterpret_cast<T*>(rest + 2 * Shared::scores) + warp * kRows * kProbLd;
-    dscores =
-        reinterpret_cast<T*>(rest + 2 * Shared::scores + Shared::probs) + warp * kRows * kProbLd;
-    row_max = reinterpret_cast<float*>(rest + 2 * Shared::scores + 2 * Shared::probs);
-    log_sum = row_max + kTile;
-    dots = log_sum + kTile;
-  }
-  // Query rows [i0, i0 + kTile): their statistics and dots (m = +inf past L: P = 0).
-  __device__ void stage_rows(const Problem<T>& p, const Gradients<T>& g, int64_t bh, int64_t i0) {
-    for (int t = threadIdx.x; t < kTile; t += kBlockThreads) {
-      const bool in = i0 + t < p.l;
-      row_max[t] = in ? p.row_max[bh * p.l + i0 + t] : INFINITY;
-      log_sum[t] = in ? p.log_sum[bh * p.l + i0 + t] : 0.0f;
-      dots[t] = in ? g.dots[bh * p.l + i0 + t] : 0.0f;
-    }
-  }
-};
-
 // P and dS of query i and key j from their score and dP: p = exp2(s - m_i - log2 l_i),
 // ds = p (dP - D_i) scale; both 0 where the key does not take part.
 template <typename T>
@@ -400,93 +438,152 @@ __device__ __forceinline__ void prob_and_grad(const Problem<T>& p, float dot, fl
 }
 
 template <typename T, int D>
-__global__ void __launch_bounds__(kBlockThreads)
+struct BackwardShared {
+  static constexpr int ld = D + kSkew;
+  static constexpr size_t tile = size_t{kTile} * ld * sizeof(T);
+  static constexpr size_t stats = 3 * kTile * sizeof(float);  // m, log2 l, D_i of query rows
+  // The two tiles a block keeps (K and V, or Q and dO), the two it walks, twice (this tile and
+  // the next), and the query rows' statistics, twice for the walk over query tiles.
+  static constexpr size_t bytes = 6 * tile + 2 * stats;
+};
+
+// The statistics of query rows [i0, i0 + kTile) into `at`: m, then log2 l, then D_i (m = +inf
+// past L: P = 0).
+template <typename T>
+__device__ void stage_stats(float* at, const Problem<T>& p, const Gradients<T>& g, int64_t bh,
+                            int64_t i0) {
+  for (int t = threadIdx.x; t < kTile; t += kBlockThreads) {
+    const bool in = i0 + t < p.l;
+    at[t] = in ? p.row_max[bh * p.l + i0 + t] : INFINITY;
+    at[kTile + t] = in ? p.log_sum[bh * p.l + i0 + t] : 0.0f;
+    at[2 * kTile + t] = in ? g.dots[bh * p.l + i0 + t] : 0.0f;
+  }
+}
+
+// Three blocks a multiprocessor for head dims up to 64 (their shared memory allows it).
+template <typename T, int D>
+__global__ void __launch_bounds__(kBlockThreads, D > 64 ? 1 : 3)
     attention_backward_kv(Problem<T> p, Gradients<T> g) {
-  constexpr int ld = D + kSkew;
+  using Shared = BackwardShared<T, D>;
+  constexpr int ld = Shared::ld;
+  // Query columns per step: Sᵀ and dPᵀ of 16 x 32 beside dK and dV in registers (16 x 64 would
+  // spill at head dim 128, and leave room for one block less a multiprocessor at 64).
+  constexpr int kStep = 32;
   extern __shared__ __align__(128) unsigned char shared[];
-  BackwardTiles<T, D> s(shared);
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  T* ks = reinterpret_cast<T*>(shared);
+  T* vs = ks + kTile * ld;
+  // Q, dO and the statistics of buffer b (0 or 1): this query tile's and the next's, in turn.
+  auto qs = [&](int b) { return ks + (2 + 2 * b) * kTile * ld; };
+  auto gos = [&](int b) { return ks + (3 + 2 * b) * kTile * ld; };
+  auto stats = [&](int b) {
+    return reinterpret_cast<float*>(shared + 6 * Shared::tile) + b * 3 * kTile;
+  };
+  const int warp = threadIdx.x / kWarpSize, t = threadIdx.x % 4;
   const BlockTile bt((p.s + kTile - 1) / kTile, false);
   const int64_t bh = bt.bh, j0 = bt.row0, warp_key0 = j0 + warp * kRows;
+  const int64_t keys[2] = {warp_key0 + (threadIdx.x % kWarpSize) / 4,
+                           warp_key0 + (threadIdx.x % kWarpSize) / 4 + 8};
   const T* mask = p.mask.head(bh);
-  stage<T, D>(s.ks, p.k, bh, j0, p.s, p.e, p.vec);
-  stage<T, D>(s.vs, p.v, bh, j0, p.s, p.ev, p.vec);
-  FragC gk[D / 16], gv[D / 16];
-#pragma unroll
-  for (int d = 0; d < D / 16; ++d) {
-    wmma::fill_fragment(gk[d], 0.0f);
-    wmma::fill_fragment(gv[d], 0.0f);
+  const int64_t first = p.causal ? j0 : 0;  // causal: no query before j0 sees these keys
+  stage<T, D>(ks, p.k, bh, j0, p.s, p.e, p.vec);
+  stage<T, D>(vs, p.v, bh, j0, p.s, p.ev, p.vec);
+  if (first < p.l) {
+    stage<T, D>(qs(0), p.q, bh, first, p.l, p.e, p.vec);
+    stage<T, D>(gos(0), g.gout, bh, first, p.l, p.ev, p.vec);
+    stage_stats(stats(0), p, g, bh, first);
   }
-  // This lane: key r of the warp's 16 against query columns half, half + 2, ...
-  const int r = lane / 2, half = lane % 2;
-  const int64_t j = warp_key0 + r;
-  // Causal: a query tile before j0 holds no row that sees these keys.
-  for (int64_t i0 = p.causal ? j0 : 0; i0 < p.l; i0 += kTile) {
+  cp_async_commit();
+  float gk[D / 8][4] = {}, gv[D / 8][4] = {};
+  int buf = 0;
+  for (int64_t i0 = first; i0 < p.l; i0 += kTile, buf ^= 1) {
+    cp_async_wait_all();
     __syncthreads();
-    stage<T, D>(s.qs, p.q, bh, i0, p.l, p.e, p.vec);
-    stage<T, D>(s.gos, g.gout, bh, i0, p.l, p.ev, p.vec);
-    s.stage_rows(p, g, bh, i0);
-    __syncthreads();
-    rows_times_transposed<T, D>(s.scores, s.ks + warp * kRows * ld, s.qs);   // Sᵀ
-    rows_times_transposed<T, D>(s.dprobs, s.vs + warp * kRows * ld, s.gos);  // dPᵀ
-    __syncwarp();
-#pragma unroll 4
-    for (int c = 0; c < kTile / 2; ++c) {
-      const int col = 2 * c + half;
-      float prob, grad;
-      prob_and_grad(p, s.scores[r * kScoreLd + col], s.dprobs[r * kScoreLd + col], s.row_max[col],
-                    s.log_sum[col], s.dots[col], mask, i0 + col, j, prob, grad);
-      s.probs[r * kProbLd + col] = cast<T>(prob);
-      s.dscores[r * kProbLd + col] = cast<T>(grad);
+    if (i0 + kTile < p.l) {
+      stage<T, D>(qs(buf ^ 1), p.q, bh, i0 + kTile, p.l, p.e, p.vec);
+      stage<T, D>(gos(buf ^ 1), g.gout, bh, i0 + kTile, p.l, p.ev, p.vec);
+      stage_stats(stats(buf ^ 1), p, g, bh, i0 + kTile);
     }
-    __syncwarp();
-    accumulate_product<T, D>(gv, s.probs, s.gos);   // dV += Pᵀ dO
-    accumulate_product<T, D>(gk, s.dscores, s.qs);  // dK += dSᵀ Q
+    cp_async_commit();
+    const float* st = stats(buf);
+#pragma unroll
+    for (int c0 = 0; c0 < kTile; c0 += kStep) {
+      float sc[kStep / 8][4] = {}, dp[kStep / 8][4] = {};
+      mma_rows_by_rows<T, D, kStep / 8>(sc, ks + warp * kRows * ld, qs(buf) + c0 * ld);   // Sᵀ
+      mma_rows_by_rows<T, D, kStep / 8>(dp, vs + warp * kRows * ld, gos(buf) + c0 * ld);  // dPᵀ
+#pragma unroll
+      for (int n = 0; n < kStep / 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int col = c0 + n * 8 + 2 * t + e % 2;
+          prob_and_grad(p, sc[n][e], dp[n][e], st[col], st[kTile + col], st[2 * kTile + col], mask,
+                        i0 + col, keys[e / 2], sc[n][e], dp[n][e]);
+        }
+      }
+      uint32_t probs[kStep / 16][4], grads[kStep / 16][4];
+      as_operand<T, kStep / 16>(probs, sc);
+      as_operand<T, kStep / 16>(grads, dp);
+      mma_operand_by_rows<T, D, kStep / 16>(gv, probs, gos(buf) + c0 * ld);  // dV += Pᵀ dO
+      mma_operand_by_rows<T, D, kStep / 16>(gk, grads, qs(buf) + c0 * ld);   // dK += dSᵀ Q
+    }
   }
-  write_rows<T, D>(g.gk, bh, warp_key0, p.s, p.e, gk, s.scores);
-  write_rows<T, D>(g.gv, bh, warp_key0, p.s, p.ev, gv, s.scores);
+  cp_async_wait_all();  // none left in flight where no query tile was walked
+  const float one[2] = {1, 1};
+  write_rows<T, D>(g.gk, bh, warp_key0, p.s, p.e, gk, one);
+  write_rows<T, D>(g.gv, bh, warp_key0, p.s, p.ev, gv, one);
 }
 
 template <typename T, int D>
 __global__ void __launch_bounds__(kBlockThreads)
     attention_backward_q(Problem<T> p, Gradients<T> g) {
-  constexpr int ld = D + kSkew;
+  using Shared = BackwardShared<T, D>;
+  constexpr int ld = Shared::ld;
   extern __shared__ __align__(128) unsigned char shared[];
-  BackwardTiles<T, D> s(shared);
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  T* qs = reinterpret_cast<T*>(shared);
+  T* gos = qs + kTile * ld;
+  // K and V of buffer b (0 or 1): this tile's and the next's, in turn.
+  auto ks = [&](int b) { return qs + (2 + 2 * b) * kTile * ld; };
+  auto vs = [&](int b) { return qs + (3 + 2 * b) * kTile * ld; };
+  float* const st = reinterpret_cast<float*>(shared + 6 * Shared::tile);
+  const int warp = threadIdx.x / kWarpSize, t = threadIdx.x % 4;
+  const int g4 = (threadIdx.x % kWarpSize) / 4;
   const BlockTile bt((p.l + kTile - 1) / kTile, p.causal);
   const int64_t bh = bt.bh, i0 = bt.row0, warp_row0 = i0 + warp * kRows;
   const T* mask = p.mask.head(bh);
-  stage<T, D>(s.qs, p.q, bh, i0, p.l, p.e, p.vec);
-  stage<T, D>(s.gos, g.gout, bh, i0, p.l, p.ev, p.vec);
-  s.stage_rows(p, g, bh, i0);
-  FragC gq[D / 16];
-#pragma unroll
-  for (int d = 0; d < D / 16; ++d) wmma::fill_fragment(gq[d], 0.0f);
-  const int r = lane / 2, half = lane % 2;
-  const int64_t i = warp_row0 + r;
   const int64_t keys = p.causal && i0 + kTile < p.s ? i0 + kTile : p.s;
-  for (int64_t j0 = 0; j0 < keys; j0 += kTile) {
+  stage<T, D>(qs, p.q, bh, i0, p.l, p.e, p.vec);
+  stage<T, D>(gos, g.gout, bh, i0, p.l, p.ev, p.vec);
+  stage_stats(st, p, g, bh, i0);
+  stage<T, D>(ks(0), p.k, bh, 0, p.s, p.e, p.vec);
+  stage<T, D>(vs(0), p.v, bh, 0, p.s, p.ev, p.vec);
+  cp_async_commit();
+  float gq[D / 8][4] = {};
+  int buf = 0;
+  for (int64_t j0 = 0; j0 < keys; j0 += kTile, buf ^= 1) {
+    cp_async_wait_all();
     __syncthreads();
-    stage<T, D>(s.ks, p.k, bh, j0, p.s, p.e, p.vec);
-    stage<T, D>(s.vs, p.v, bh, j0, p.s, p.ev, p.vec);
-    __syncthreads();
-    rows_times_transposed<T, D>(s.scores, s.qs + warp * kRows * ld, s.ks);   // S
-    rows_times_transposed<T, D>(s.dprobs, s.gos + warp * kRows * ld, s.vs);  // dP
-    __syncwarp();
-#pragma unroll 4
-    for (int c = 0; c < kTile / 2; ++c) {
-      const int col = 2 * c + half;
-      float prob, grad;
-      const int row = warp * kRows + r;
-      prob_and_grad(p, s.scores[r * kScoreLd + col], s.dprobs[r * kScoreLd + col], s.row_max[row],
-                    s.log_sum[row], s.dots[row], mask, i, j0 + col, prob, grad);
-      s.dscores[r * kProbLd + col] = cast<T>(grad);
+    if (j0 + kTile < keys) {
+      stage<T, D>(ks(buf ^ 1), p.k, bh, j0 + kTile, p.s, p.e, p.vec);
+      stage<T, D>(vs(buf ^ 1), p.v, bh, j0 + kTile, p.s, p.ev, p.vec);
     }
-    __syncwarp();
-    accumulate_product<T, D>(gq, s.dscores, s.ks);  // dQ += dS K
+    cp_async_commit();
+    float sc[kTile / 8][4] = {}, dp[kTile / 8][4] = {};
+    mma_rows_by_rows<T, D, kTile / 8>(sc, qs + warp * kRows * ld, ks(buf));   // S
+    mma_rows_by_rows<T, D, kTile / 8>(dp, gos + warp * kRows * ld, vs(buf));  // dP
+#pragma unroll
+    for (int n = 0; n < kTile / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = warp * kRows + g4 + 8 * (e / 2);
+        prob_and_grad(p, sc[n][e], dp[n][e], st[row], st[kTile + row], st[2 * kTile + row], mask,
+                      i0 + row, j0 + n * 8 + 2 * t + e % 2, sc[n][e], dp[n][e]);
+      }
+    }
+    uint32_t grads[kTile / 16][4];
+    as_operand<T, kTile / 16>(grads, dp);
+    mma_operand_by_rows<T, D, kTile / 16>(gq, grads, ks(buf));  // dQ += dS K
   }
-  write_rows<T, D>(g.gq, bh, warp_row0, p.l, p.e, gq, s.scores);
+  const float one[2] = {1, 1};
+  write_rows<T, D>(g.gq, bh, warp_row0, p.l, p.e, gq, one);
 }
 
 // --- host side ----------------------------------------------------------------------------
@@ -573,8 +670,8 @@ unsigned blocks_for(int64_t bh, int64_t rows) {
 
 }  // namespace
 
-// D = 128 takes 121 KiB of shared memory, beyond the 99 KiB of GPUs such as the A10, L4 and RTX
-// 30 to 50 series (sm_86, sm_89, sm_120): there, those heads take the composition.
+// D = 128 takes 103.5 KiB of shared memory (the backward's), beyond the 99 KiB of GPUs such as
+// the A10, L4 and RTX 30 to 50 series (sm_86, sm_89, sm_120): there, those heads compose.
 bool CudaBackend::has_fused_attention(const Tensor& q, const Tensor& v, bool dropout) const {
   const int64_t e = q.size(-1), ev = v.size(-1);
   if (dropout || !is_16_bit_float(q.dtype()) || std::max(e, ev) > kMaxHeadDim) return false;
