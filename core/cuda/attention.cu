@@ -110,6 +110,14 @@ __device__ __forceinline__ uint32_t pack(float lo, float hi) {
   return r;
 }
 
+// 2^x in one instruction (MUFU.EX2: about 2 ulp, results below float's normal range flushed to
+// 0; the probabilities it makes are rounded to 16 bits). -inf gives 0.
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // 16 bytes from global to shared memory without passing through registers; bytes = 0 writes
 // zeros (src is then not read).
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, int bytes) {
@@ -279,14 +287,30 @@ __device__ void write_rows(const HeadRows<T>& dst, int64_t bh, int64_t row0, int
   }
 }
 
+// The scaled score of a dot product in log2 units, where no mask takes part. Rounded at each
+// step, never fused with what is subtracted from it: the forward and the backward, and tiles with
+// and without bounds or causality to check (score2), must get the same value.
+template <typename T>
+__device__ __forceinline__ float plain_score2(const Problem<T>& p, float dot) {
+  return __fmul_rn(__fmul_rn(dot, p.scale), kLog2e);
+}
+
+// Whether a tile of query rows [i0, i0 + kTile) against keys [j0, j0 + kTile) needs no check:
+// no mask, every row and key exists, and causality hides none (the key tile is wholly before).
+template <typename T>
+__device__ __forceinline__ bool plain_tile(const Problem<T>& p, bool masked, int64_t i0,
+                                           int64_t j0) {
+  return !masked && i0 + kTile <= p.l && j0 + kTile <= p.s && (!p.causal || j0 < i0);
+}
+
 // The scaled, masked score of query i and key j, in log2 units; -inf where the key is
 // past the sequence or causality hides it. mask: the head's, from MaskView::head.
 template <typename T>
 __device__ __forceinline__ float score2(const Problem<T>& p, float dot, const T* mask, int64_t i,
                                         int64_t j) {
   if (j >= p.s || (p.causal && j > i)) return -INFINITY;
-  float x = dot * p.scale;
-  if (mask && i < p.l) x += p.mask.at(mask, i, j);
+  if (!mask || i >= p.l) return plain_score2(p, dot);
+  float x = __fmul_rn(dot, p.scale) + p.mask.at(mask, i, j);
   // A finite score stays finite in log2 units: a mask of bfloat16's lowest value (-3.39e38,
   // torch.finfo's min, the usual "hide this key") would overflow to -inf and make a row whose
   // every key it hides a row of no keys (zeros), where the CPU averages V. Clamped to half of
@@ -351,12 +375,23 @@ __global__ void __launch_bounds__(kBlockThreads) attention_forward(Problem<T> p)
     float s[kTile / 8][4] = {};
     mma_rows_by_rows<T, D, kTile / 8>(s, qs + warp * kRows * ld, ks(buf));
     float top[2] = {-INFINITY, -INFINITY};
+    if (plain_tile(p, mask != nullptr, i0, j0)) {
 #pragma unroll
-    for (int n = 0; n < kTile / 8; ++n) {
+      for (int n = 0; n < kTile / 8; ++n) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[n][e] = score2(p, s[n][e], mask, rows[e / 2], j0 + n * 8 + 2 * t + e % 2);
-        top[e / 2] = fmaxf(top[e / 2], s[n][e]);
+        for (int e = 0; e < 4; ++e) {
+          s[n][e] = plain_score2(p, s[n][e]);
+          top[e / 2] = fmaxf(top[e / 2], s[n][e]);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int n = 0; n < kTile / 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[n][e] = score2(p, s[n][e], mask, rows[e / 2], j0 + n * 8 + 2 * t + e % 2);
+          top[e / 2] = fmaxf(top[e / 2], s[n][e]);
+        }
       }
     }
     float base[2];
@@ -366,7 +401,7 @@ __global__ void __launch_bounds__(kBlockThreads) attention_forward(Problem<T> p)
       top[h] = fmaxf(top[h], __shfl_xor_sync(0xffffffffu, top[h], 2));
       const float m_new = fmaxf(m[h], top[h]);
       base[h] = m_new == -INFINITY ? 0.0f : m_new;  // every key so far masked: p = 0
-      const float shrink = exp2f(m[h] - base[h]);   // 0 while m is -inf
+      const float shrink = exp2_approx(m[h] - base[h]);  // 0 while m is -inf
       sum[h] *= shrink;
       m[h] = m_new;
 #pragma unroll
@@ -379,7 +414,7 @@ __global__ void __launch_bounds__(kBlockThreads) attention_forward(Problem<T> p)
     for (int n = 0; n < kTile / 8; ++n) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        s[n][e] = exp2f(s[n][e] - base[e / 2]);
+        s[n][e] = exp2_approx(s[n][e] - base[e / 2]);
         sum[e / 2] += s[n][e];
       }
     }
@@ -419,8 +454,21 @@ __global__ void attention_row_dots(HeadRows<T> gout, HeadRows<T> out, int64_t bh
   }
 }
 
-// P and dS of query i and key j from their score and dP: p = exp2(s - m_i - log2 l_i),
-// ds = p (dP - D_i) scale; both 0 where the key does not take part.
+// P and dS of a query row and a key from the score x (log2 units) and dP:
+// p = exp2(x - m_i - log2 l_i), ds = p (dP - D_i) scale.
+template <typename T>
+__device__ __forceinline__ void prob_and_grad_of(const Problem<T>& p, float x, float dprob,
+                                                 float row_max, float log_sum, float row_dot,
+                                                 float& prob, float& grad) {
+  // m = +inf (every key masked): 0. A probability is at most 1: a score recomputed here (as
+  // K Qᵀ for dK and dV) may round above the forward's maximum. (Not fminf: NaN stays NaN.)
+  const float e = (x - row_max) - log_sum;
+  prob = exp2_approx(e > 0.0f ? 0.0f : e);
+  grad = prob * (dprob - row_dot) * p.scale;
+}
+
+// The same of query i and key j from their dot product: both 0 where the key does not take
+// part.
 template <typename T>
 __device__ __forceinline__ void prob_and_grad(const Problem<T>& p, float dot, float dprob,
                                               float row_max, float log_sum, float row_dot,
@@ -430,11 +478,7 @@ __device__ __forceinline__ void prob_and_grad(const Problem<T>& p, float dot, fl
   if (i >= p.l) return;
   const float x = score2(p, dot, mask, i, j);
   if (x == -INFINITY) return;
-  // m = +inf (every key masked): 0. A probability is at most 1: a score recomputed here (as
-  // K Qᵀ for dK and dV) may round above the forward's maximum. (Not fminf: NaN stays NaN.)
-  const float e = (x - row_max) - log_sum;
-  prob = exp2f(e > 0.0f ? 0.0f : e);
-  grad = prob * (dprob - row_dot) * p.scale;
+  prob_and_grad_of(p, x, dprob, row_max, log_sum, row_dot, prob, grad);
 }
 
 template <typename T, int D>
@@ -505,18 +549,31 @@ __global__ void __launch_bounds__(kBlockThreads, D > 64 ? 1 : 3)
     }
     cp_async_commit();
     const float* st = stats(buf);
+    const bool plain = plain_tile(p, mask != nullptr, i0, j0);
 #pragma unroll
     for (int c0 = 0; c0 < kTile; c0 += kStep) {
       float sc[kStep / 8][4] = {}, dp[kStep / 8][4] = {};
       mma_rows_by_rows<T, D, kStep / 8>(sc, ks + warp * kRows * ld, qs(buf) + c0 * ld);   // Sᵀ
       mma_rows_by_rows<T, D, kStep / 8>(dp, vs + warp * kRows * ld, gos(buf) + c0 * ld);  // dPᵀ
+      if (plain) {
 #pragma unroll
-      for (int n = 0; n < kStep / 8; ++n) {
+        for (int n = 0; n < kStep / 8; ++n) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int col = c0 + n * 8 + 2 * t + e % 2;
-          prob_and_grad(p, sc[n][e], dp[n][e], st[col], st[kTile + col], st[2 * kTile + col], mask,
-                        i0 + col, keys[e / 2], sc[n][e], dp[n][e]);
+          for (int e = 0; e < 4; ++e) {
+            const int col = c0 + n * 8 + 2 * t + e % 2;
+            prob_and_grad_of(p, plain_score2(p, sc[n][e]), dp[n][e], st[col], st[kTile + col],
+                             st[2 * kTile + col], sc[n][e], dp[n][e]);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int n = 0; n < kStep / 8; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int col = c0 + n * 8 + 2 * t + e % 2;
+            prob_and_grad(p, sc[n][e], dp[n][e], st[col], st[kTile + col], st[2 * kTile + col],
+                          mask, i0 + col, keys[e / 2], sc[n][e], dp[n][e]);
+          }
         }
       }
       uint32_t probs[kStep / 16][4], grads[kStep / 16][4];
@@ -569,13 +626,25 @@ __global__ void __launch_bounds__(kBlockThreads)
     float sc[kTile / 8][4] = {}, dp[kTile / 8][4] = {};
     mma_rows_by_rows<T, D, kTile / 8>(sc, qs + warp * kRows * ld, ks(buf));   // S
     mma_rows_by_rows<T, D, kTile / 8>(dp, gos + warp * kRows * ld, vs(buf));  // dP
+    if (plain_tile(p, mask != nullptr, i0, j0)) {
 #pragma unroll
-    for (int n = 0; n < kTile / 8; ++n) {
+      for (int n = 0; n < kTile / 8; ++n) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = warp * kRows + g4 + 8 * (e / 2);
-        prob_and_grad(p, sc[n][e], dp[n][e], st[row], st[kTile + row], st[2 * kTile + row], mask,
-                      i0 + row, j0 + n * 8 + 2 * t + e % 2, sc[n][e], dp[n][e]);
+        for (int e = 0; e < 4; ++e) {
+          const int row = warp * kRows + g4 + 8 * (e / 2);
+          prob_and_grad_of(p, plain_score2(p, sc[n][e]), dp[n][e], st[row], st[kTile + row],
+                           st[2 * kTile + row], sc[n][e], dp[n][e]);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int n = 0; n < kTile / 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int row = warp * kRows + g4 + 8 * (e / 2);
+          prob_and_grad(p, sc[n][e], dp[n][e], st[row], st[kTile + row], st[2 * kTile + row], mask,
+                        i0 + row, j0 + n * 8 + 2 * t + e % 2, sc[n][e], dp[n][e]);
+        }
       }
     }
     uint32_t grads[kTile / 16][4];
