@@ -295,12 +295,15 @@ __device__ __forceinline__ float plain_score2(const Problem<T>& p, float dot) {
   return __fmul_rn(__fmul_rn(dot, p.scale), kLog2e);
 }
 
-// Whether a tile of query rows [i0, i0 + kTile) against keys [j0, j0 + kTile) needs no check:
-// no mask, every row and key exists, and causality hides none (the key tile is wholly before).
+// Where a tile of query rows [i0, i0 + kTile) against keys [j0, j0 + kTile) needs no check but
+// causality's (no mask, every row and key exists), how far the keys are shifted against the rows:
+// key column c of query row r (both counted within their tiles) is hidden where c > r + shift
+// (kTile: none is). -1 where the tile needs score2's checks element by element.
 template <typename T>
-__device__ __forceinline__ bool plain_tile(const Problem<T>& p, bool masked, int64_t i0,
-                                           int64_t j0) {
-  return !masked && i0 + kTile <= p.l && j0 + kTile <= p.s && (!p.causal || j0 < i0);
+__device__ __forceinline__ int causal_shift(const Problem<T>& p, bool masked, int64_t i0,
+                                            int64_t j0) {
+  if (masked || i0 + kTile > p.l || j0 + kTile > p.s) return -1;
+  return p.causal && j0 + kTile > i0 ? static_cast<int>(i0 - j0) : kTile;  // 0 <= i0 - j0 here
 }
 
 // The scaled, masked score of query i and key j, in log2 units; -inf where the key is
@@ -375,12 +378,13 @@ __global__ void __launch_bounds__(kBlockThreads) attention_forward(Problem<T> p)
     float s[kTile / 8][4] = {};
     mma_rows_by_rows<T, D, kTile / 8>(s, qs + warp * kRows * ld, ks(buf));
     float top[2] = {-INFINITY, -INFINITY};
-    if (plain_tile(p, mask != nullptr, i0, j0)) {
+    if (const int shift = causal_shift(p, mask != nullptr, i0, j0); shift >= 0) {
 #pragma unroll
       for (int n = 0; n < kTile / 8; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          s[n][e] = plain_score2(p, s[n][e]);
+          const bool hidden = n * 8 + 2 * t + e % 2 > static_cast<int>(rows[e / 2] - i0) + shift;
+          s[n][e] = hidden ? -INFINITY : plain_score2(p, s[n][e]);
           top[e / 2] = fmaxf(top[e / 2], s[n][e]);
         }
       }
@@ -549,20 +553,22 @@ __global__ void __launch_bounds__(kBlockThreads, D > 64 ? 1 : 3)
     }
     cp_async_commit();
     const float* st = stats(buf);
-    const bool plain = plain_tile(p, mask != nullptr, i0, j0);
+    const int shift = causal_shift(p, mask != nullptr, i0, j0);
 #pragma unroll
     for (int c0 = 0; c0 < kTile; c0 += kStep) {
       float sc[kStep / 8][4] = {}, dp[kStep / 8][4] = {};
       mma_rows_by_rows<T, D, kStep / 8>(sc, ks + warp * kRows * ld, qs(buf) + c0 * ld);   // Sᵀ
       mma_rows_by_rows<T, D, kStep / 8>(dp, vs + warp * kRows * ld, gos(buf) + c0 * ld);  // dPᵀ
-      if (plain) {
+      if (shift >= 0) {
 #pragma unroll
         for (int n = 0; n < kStep / 8; ++n) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const int col = c0 + n * 8 + 2 * t + e % 2;
-            prob_and_grad_of(p, plain_score2(p, sc[n][e]), dp[n][e], st[col], st[kTile + col],
-                             st[2 * kTile + col], sc[n][e], dp[n][e]);
+            const int col = c0 + n * 8 + 2 * t + e % 2;  // key row keys[e / 2] - j0 of the tile
+            const bool hidden = col + shift < static_cast<int>(keys[e / 2] - j0);
+            const float x = hidden ? -INFINITY : plain_score2(p, sc[n][e]);
+            prob_and_grad_of(p, x, dp[n][e], st[col], st[kTile + col], st[2 * kTile + col],
+                             sc[n][e], dp[n][e]);
           }
         }
       } else {
@@ -626,14 +632,16 @@ __global__ void __launch_bounds__(kBlockThreads)
     float sc[kTile / 8][4] = {}, dp[kTile / 8][4] = {};
     mma_rows_by_rows<T, D, kTile / 8>(sc, qs + warp * kRows * ld, ks(buf));   // S
     mma_rows_by_rows<T, D, kTile / 8>(dp, gos + warp * kRows * ld, vs(buf));  // dP
-    if (plain_tile(p, mask != nullptr, i0, j0)) {
+    if (const int shift = causal_shift(p, mask != nullptr, i0, j0); shift >= 0) {
 #pragma unroll
       for (int n = 0; n < kTile / 8; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int row = warp * kRows + g4 + 8 * (e / 2);
-          prob_and_grad_of(p, plain_score2(p, sc[n][e]), dp[n][e], st[row], st[kTile + row],
-                           st[2 * kTile + row], sc[n][e], dp[n][e]);
+          const bool hidden = n * 8 + 2 * t + e % 2 > row + shift;
+          const float x = hidden ? -INFINITY : plain_score2(p, sc[n][e]);
+          prob_and_grad_of(p, x, dp[n][e], st[row], st[kTile + row], st[2 * kTile + row], sc[n][e],
+                           dp[n][e]);
         }
       }
     } else {
