@@ -6,7 +6,8 @@
 //
 // A block owns 64 rows of one head (query rows in the forward and for dQ, keys for dK and dV):
 // four warps of 16 rows. It walks through the other side 64 rows at a time, staged in shared
-// memory (cp.async, the next tile loading while this one is used) with zeros past the sequence
+// memory (by cp.async where rows are 16-byte aligned, the next tile loading while this one is
+// used; element by element otherwise) with zeros past the sequence
 // and past the head dim, which is padded to D = 32, 64 or 128. Products are mma.sync
 // m16n8k16 instructions: 16-bit operands read from shared memory by ldmatrix, float32
 // accumulators in registers. A product's accumulator tile is in registers in the layout of the
@@ -508,7 +509,8 @@ __device__ void stage_stats(float* at, const Problem<T>& p, const Gradients<T>& 
   }
 }
 
-// Three blocks a multiprocessor for head dims up to 64 (their shared memory allows it).
+// Three blocks a multiprocessor for head dims up to 64, as Hopper's shared memory holds (an
+// A100's holds two).
 template <typename T, int D>
 __global__ void __launch_bounds__(kBlockThreads, D > 64 ? 1 : 3)
     attention_backward_kv(Problem<T> p, Gradients<T> g) {
@@ -566,9 +568,9 @@ __global__ void __launch_bounds__(kBlockThreads, D > 64 ? 1 : 3)
           for (int e = 0; e < 4; ++e) {
             const int col = c0 + n * 8 + 2 * t + e % 2;  // key row keys[e / 2] - j0 of the tile
             const bool hidden = col + shift < static_cast<int>(keys[e / 2] - j0);
-            const float x = hidden ? -INFINITY : plain_score2(p, sc[n][e]);
-            prob_and_grad_of(p, x, dp[n][e], st[col], st[kTile + col], st[2 * kTile + col],
-                             sc[n][e], dp[n][e]);
+            prob_and_grad_of(p, plain_score2(p, sc[n][e]), dp[n][e], st[col], st[kTile + col],
+                             st[2 * kTile + col], sc[n][e], dp[n][e]);
+            if (hidden) sc[n][e] = dp[n][e] = 0;  // as prob_and_grad: a NaN in dO stays out
           }
         }
       } else {
@@ -639,9 +641,9 @@ __global__ void __launch_bounds__(kBlockThreads)
         for (int e = 0; e < 4; ++e) {
           const int row = warp * kRows + g4 + 8 * (e / 2);
           const bool hidden = n * 8 + 2 * t + e % 2 > row + shift;
-          const float x = hidden ? -INFINITY : plain_score2(p, sc[n][e]);
-          prob_and_grad_of(p, x, dp[n][e], st[row], st[kTile + row], st[2 * kTile + row], sc[n][e],
-                           dp[n][e]);
+          prob_and_grad_of(p, plain_score2(p, sc[n][e]), dp[n][e], st[row], st[kTile + row],
+                           st[2 * kTile + row], sc[n][e], dp[n][e]);
+          if (hidden) sc[n][e] = dp[n][e] = 0;  // as prob_and_grad: a NaN in dO stays out
         }
       }
     } else {

@@ -98,6 +98,8 @@ TEST_CASE("fused attention on the GPU matches float64 attention, values and grad
   const AttentionCase cases[] = {
       {"causal self-attention, two tiles and a part", 2, 3, 150, 150, 64, 64, true},
       {"one tile exactly, head dim 128", 2, 2, 64, 64, 128, 128},
+      {"causal, head dim 128, three tiles", 1, 2, 192, 192, 128, 128, true},
+      {"float mask across tiles", 1, 2, 130, 140, 64, 64, false, C::kFloat},
       {"cross-attention, L < S, float mask, head dims 40 and 24", 1, 2, 17, 130, 40, 24, false,
        C::kFloat},
       {"causal with L > S", 2, 2, 130, 70, 32, 32, true},
