@@ -216,8 +216,9 @@ void Root::forget_failed_backward() {
   for_each_unit([](Unit& u) {
     u.reductions.clear();
     u.reduced = false;
-    // What the failed pass left on the members (and what accumulated without sync before it)
-    // would otherwise be added into the next step.
+    // What the failed pass left on the members (and what accumulated without sync, or without
+    // the sum over the replicas, before it) would otherwise be added into the next step.
+    u.unreplicated = Tensor();
     for (ShardedParam& p : u.params) {
       p.full.set_grad(Tensor());
       p.accumulated = Tensor();
@@ -463,6 +464,12 @@ void FSDPModule::set_reshard_after_backward(bool reshard, bool recurse) {
   unit_->reshard_after_backward = reshard;
   if (recurse)
     for (auto& unit : detail::units_below(unit_->module)) unit->reshard_after_backward = reshard;
+}
+
+void FSDPModule::set_requires_all_reduce(bool all_reduce, bool recurse) {
+  unit_->all_reduce = all_reduce;
+  if (recurse)
+    for (auto& unit : detail::units_below(unit_->module)) unit->all_reduce = all_reduce;
 }
 
 std::vector<Tensor> FSDPModule::shards() const {

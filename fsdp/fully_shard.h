@@ -139,6 +139,15 @@ class FSDPModule {
   // optimizer step, a load): forgetting to set it back costs memory, never a stale parameter.
   // Every rank sets it alike.
   void set_reshard_after_backward(bool reshard, bool recurse = true);
+  // HSDP (FSDP2's): false keeps each backward's reduce-scattered sums in this replica (rows and
+  // counts in reduce_dtype, one shard's worth) instead of summing them over the replicas; the
+  // next backward with it true adds them to its own before that sum. Gradient accumulation
+  // across hosts then sends one all-reduce a step, not one a micro-batch, while the shard
+  // groups still reduce-scatter each micro-batch (no whole gradients in memory, as
+  // set_requires_gradient_sync(false) keeps). The .grad of the shards changes only at that
+  // last backward: set it back before the optimizer step. Every rank sets it alike (replicas
+  // that differ fail at the end of backward); without replicas it changes nothing.
+  void set_requires_all_reduce(bool all_reduce, bool recurse = true);
   // This unit's shards, as the module's parameters() lists them (in order, each once).
   std::vector<Tensor> shards() const;
   const std::shared_ptr<dist::ProcessGroup>& group() const;

@@ -1,7 +1,8 @@
 // fully_shard's collectives, reducing: a unit's gradients reduce-scattered into its shards (with
 // the counts that say which parameters had gradients, and every rank's tag), under HSDP summed
 // over the replicas too, and averaged into the shards' .grad at the end of backward; without
-// sync, kept for the next backward instead.
+// sync, kept for the next backward instead (whole); under HSDP without all_reduce, the
+// reduce-scattered sums kept for the next sum over the replicas.
 #include <algorithm>
 #include <exception>
 #include <string>
@@ -94,17 +95,18 @@ void Unit::check_reductions() {
 }
 
 // HSDP: each new reduction's sums in this shard group (its rows and counts) summed over the
-// replicas, in place. First the replicas compare what must be the same on all of them: the
-// unit's tag, its count of reductions, this rank's place in its shard group and the group's
-// size (a replicate group pairing other places would sum other rows), and whether its shard
-// group failed (`failed`: then nothing is summed, and the caller throws what it found). They
-// sum the values and their squares, which come to replicas x this rank's values and their
-// squares only where every replica's are this rank's (Cauchy-Schwarz).
+// replicas, in place, with what earlier backward passes without all_reduce kept. First the
+// replicas compare what must be the same on all of them: the unit's tag, its count of
+// reductions, this rank's place in its shard group and the group's size (a replicate group
+// pairing other places would sum other rows), whether they sum now (all_reduce), and whether
+// its shard group failed (`failed`: then nothing is summed, and the caller throws what it
+// found). They sum the values and their squares, which come to replicas x this rank's values
+// and their squares only where every replica's are this rank's (Cauchy-Schwarz).
 void Unit::sum_over_replicas(bool failed) {
   dist::ProcessGroup& replicas_group = *options.replicate_group;
   std::vector<double> mine = tag(Purpose::kReduction);
   for (double x : {static_cast<double>(reductions.size()), static_cast<double>(rank()),
-                   static_cast<double>(world()), failed ? 1.0 : 0.0})
+                   static_cast<double>(world()), all_reduce ? 1.0 : 0.0, failed ? 1.0 : 0.0})
     mine.push_back(x);
   std::vector<double> both = mine;
   for (double x : mine) both.push_back(x * x);
@@ -122,18 +124,33 @@ void Unit::sum_over_replicas(bool failed) {
         "[fully_shard] rank ", rank(), " of ", world(), " in replica ", replicas_group.rank(),
         " reduced ", type_name, " (unit ", position, ") ", reductions.size(),
         " time(s) in this backward, and another replica did otherwise (another unit or count, "
-        "another place in its shard group, or its ranks disagreed): every replica must call "
-        "the same units in the same order, and the replicate group pair the same places"));
+        "another place in its shard group, set_requires_all_reduce otherwise, or its ranks "
+        "disagreed): every replica must call the same units in the same order and set alike, "
+        "and the replicate group pair the same places"));
   }
+  if (!all_reduce) return;  // finish_reductions keeps them in `unreplicated`
   for (Reduction& red : reductions) {
     if (!red.counts.empty()) continue;  // summed by an earlier call
     Tensor sums_and_counts = red.output.narrow(0, 0, chunk + static_cast<int64_t>(params.size()));
+    if (unreplicated.defined()) sums_and_counts.add_(std::exchange(unreplicated, Tensor()));
     replicas_group.allreduce(sums_and_counts)->wait();
   }
 }
 
 void Unit::finish_reductions() {
   check_reductions();
+  if (!all_reduce && replicas() > 1) {  // no .grad yet: kept for the next sum over the replicas
+    for (Reduction& red : reductions) {
+      const Tensor sums_and_counts =
+          red.output.narrow(0, 0, chunk + static_cast<int64_t>(params.size()));
+      if (unreplicated.defined())
+        unreplicated.add_(sums_and_counts);
+      else
+        unreplicated = sums_and_counts.clone();
+    }
+    reductions.clear();
+    return;
+  }
   for (Reduction& red : reductions) {
     const std::vector<double>& counts = red.counts;
     // The average, in place: each shard's .grad views the buffer (no second copy of them), in

@@ -68,6 +68,10 @@ struct Unit : std::enable_shared_from_this<Unit> {
   size_t position = 0;  // among its root's units, the same on every rank
   bool sync = true;
   bool reshard_after_backward = true;  // FSDPModule::set_reshard_after_backward
+  bool all_reduce = true;              // FSDPModule::set_requires_all_reduce
+  // HSDP without all_reduce: the rows and counts (chunk + params) reduce-scattered by backward
+  // passes since the last sum over the replicas, added to the next one's.
+  Tensor unreplicated;
   // Left gathered by a backward whose reductions every rank compared (end_of_backward), for
   // the next forward.
   bool kept = false;

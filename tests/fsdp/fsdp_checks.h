@@ -122,6 +122,9 @@ struct Case {
   FullyShardOptions options;
   std::optional<FullyShardOptions> blocks = std::nullopt;  // the blocks', when not `options`
   int micro_batches = 1;  // the first ones without gradient sync
+  // HSDP: the first micro-batches with sync but without the sum over the replicas instead
+  // (set_requires_all_reduce(false))
+  bool all_reduce_last = false;
   int steps = 20;
   double tolerance = 1e-12;
   DType dtype = kFloat64;  // of both models' parameters (the shards')
@@ -143,6 +146,7 @@ inline std::string describe(const Case& k) {
                                                   : "",
       k.autocast ? ", under bfloat16 autocast" : "", k.checkpoint ? ", blocks checkpointed" : "",
       k.keep_gathered ? ", kept gathered after backward" : "",
+      k.all_reduce_last ? ", summed over the replicas at the last micro-batch only" : "",
       k.options.offload_policy ? ", shards offloaded to the CPU" : "", " on ", k.device.str());
 }
 
@@ -171,7 +175,10 @@ inline void check_matches_single_process(std::shared_ptr<dist::ProcessGroup> pg,
     ref_opt.zero_grad();
     for (int micro = 0; micro < k.micro_batches; ++micro) {
       auto [x, y] = batch(ranks, step, micro);
-      root->set_requires_gradient_sync(micro + 1 == k.micro_batches);
+      if (k.all_reduce_last)
+        root->set_requires_all_reduce(micro + 1 == k.micro_batches);
+      else
+        root->set_requires_gradient_sync(micro + 1 == k.micro_batches);
       Tensor mine, whole;
       {
         std::optional<AutocastGuard> amp;

@@ -1,11 +1,16 @@
 // Helpers of the fully_shard tests run as threads over Gloo (test_fsdp, test_fsdp_errors).
 #pragma once
 
+#include <functional>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "autograd/autograd.h"
+#include "debug/flight_recorder.h"
 #include "dist/process_group/process_group_gloo.h"
 #include "nn/module.h"
 #include "store/prefix_store.h"
@@ -33,6 +38,28 @@ inline HsdpGroups hsdp_groups(const std::shared_ptr<store::Store>& store, int ra
   };
   auto shard = group("shard", rank / 2, rank % 2);
   return {shard, group("replicate", crossed ? (rank % 2) ^ (rank / 2) : rank % 2, rank / 2)};
+}
+
+// The collectives that every rank starts while `f` runs on each, by op, counted in the flight
+// recorder (which the ranks' threads share, so the count is over all of them, in every group)
+// between barriers of `pg`.
+inline std::map<std::string, int> collectives_during(dist::ProcessGroup& pg,
+                                                     const std::function<void()>& f) {
+  auto events = [] { return nlohmann::json::parse(debug::get_debug_info())["events"]; };
+  pg.barrier()->wait();
+  const uint64_t before = events().back()["id"].get<uint64_t>();
+  pg.barrier()->wait();  // every rank's `before` taken before any collective
+  f();
+  pg.barrier()->wait();
+  std::map<std::string, int> ops;
+  const nlohmann::json recorded = events();
+  for (const auto& e : recorded)
+    if (e["id"].get<uint64_t>() > before && e["op"] != "barrier") ++ops[e["op"].get<std::string>()];
+  pg.barrier()->wait();  // every rank counted before any collective again
+  return ops;
+}
+inline int gathers_during(dist::ProcessGroup& pg, const std::function<void()>& f) {
+  return collectives_during(pg, f)["all_gather_into_tensor"];
 }
 
 // Makes the gradient reaching `module`'s output throw "injected" (from its next call on);

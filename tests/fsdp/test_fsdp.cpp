@@ -10,11 +10,9 @@
 #include <functional>
 #include <limits>
 #include <regex>
-
-#include <nlohmann/json.hpp>
+#include <string>
 
 #include "autograd/autograd.h"
-#include "debug/flight_recorder.h"
 #include "dist/process_group/init_process_group.h"
 #include "fsdp/sharded_grad_scaler.h"
 #include "optim/adamw.h"
@@ -31,26 +29,38 @@ using namespace gw;
 using gw::dist::testing::Checks;
 using gw::dist::testing::run_ranks;
 using gw::fsdp::testing::borrow;
+using gw::fsdp::testing::collectives_during;
+using gw::fsdp::testing::gathers_during;
 using gw::fsdp::testing::Net;
 using gw::fsdp::testing::throw_in_backward_of;
 
-namespace {
-// The all-gathers that every rank starts while `f` runs on each, counted in the flight recorder
-// (which the ranks' threads share, so the count is over all of them) between barriers.
-int gathers_during(dist::ProcessGroup& pg, const std::function<void()>& f) {
-  auto events = [] { return nlohmann::json::parse(debug::get_debug_info())["events"]; };
-  pg.barrier()->wait();
-  const uint64_t before = events().back()["id"].get<uint64_t>();
-  pg.barrier()->wait();  // every rank's `before` taken before any gathers
-  f();
-  pg.barrier()->wait();
-  int gathers = 0;
-  for (const auto& e : events())
-    gathers += e["id"].get<uint64_t>() > before && e["op"] == "all_gather_into_tensor";
-  pg.barrier()->wait();  // every rank counted before any gathers again
-  return gathers;
+TEST_CASE(
+    "HSDP with set_requires_all_reduce(false) reduce-scatters each micro-batch and sums over the "
+    "replicas only when set back",
+    "[fsdp]") {
+  // Each backward reduce-scatters every unit in its shard group, and the replicas compare it in
+  // one small all-reduce a unit; the rows and counts of each reduction go over the replicate
+  // group only with all_reduce on, and only then do the shards get a .grad.
+  auto store = std::make_shared<store::HashStore>();
+  run_ranks(4, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+    const auto groups = fsdp::testing::hsdp_groups(store, pg.rank());
+    auto net = std::make_shared<Net>();
+    auto root = fsdp::testing::shard(net, groups.shard, {.replicate_group = groups.replicate});
+    auto [x, y] = fsdp::testing::batch(1, 0, 0);
+    auto backward = [&] { net->loss(x, y).backward(); };
+    root->set_requires_all_reduce(false);
+    const auto kept = collectives_during(pg, backward);
+    for (const Tensor& p : net->parameters()) EXPECT(c, !p.grad().defined());
+    root->set_requires_all_reduce(true);
+    const auto summed = collectives_during(pg, backward);
+    EXPECT(c, net->emb->parameters()[0].grad().defined());
+    // 3 units (a, b, the root) on 4 ranks, b called twice: 4 reductions a rank
+    EXPECT(c, kept.at("reduce_scatter_tensor") == 4 * 4);
+    EXPECT(c, summed.at("reduce_scatter_tensor") == 4 * 4);
+    EXPECT(c, kept.at("allreduce") == 3 * 4);            // the comparisons alone
+    EXPECT(c, summed.at("allreduce") == 3 * 4 + 4 * 4);  // and every reduction's rows
+  });
 }
-}  // namespace
 
 TEST_CASE("fully_shard trains like one process on the global batch, on 2 and 4 Gloo ranks",
           "[fsdp]") {
@@ -76,8 +86,8 @@ TEST_CASE("HSDP: sharded within pairs of ranks and replicated across them, train
           "[fsdp]") {
   // 4 ranks as FSDP2's 2-D mesh (replicate, shard) of {2, 2}: each pair shards the model, and
   // the reductions are summed over the pairs, so every shard takes the average over all 4
-  // ranks' rows of the batch: with and without resharding, accumulating without sync, offloaded,
-  // checkpointed, and in bfloat16 over float32 shards.
+  // ranks' rows of the batch: with and without resharding, accumulating without sync or without
+  // the sum over the replicas, offloaded, checkpointed, and in bfloat16 over float32 shards.
   auto store = std::make_shared<store::HashStore>();
   run_ranks(4, [&](dist::ProcessGroupGloo& pg, Checks& c) {
     const auto groups = fsdp::testing::hsdp_groups(store, pg.rank());
@@ -90,6 +100,15 @@ TEST_CASE("HSDP: sharded within pairs of ranks and replicated across them, train
          {fsdp::testing::Case{.options = hsdp}, fsdp::testing::Case{.options = kept},
           // accumulated without sync, then summed over the shards and the replicas at once
           fsdp::testing::Case{.options = hsdp, .micro_batches = 2, .steps = 10},
+          // reduce-scattered each micro-batch, summed over the replicas at the last
+          fsdp::testing::Case{
+              .options = hsdp, .micro_batches = 3, .all_reduce_last = true, .steps = 5},
+          fsdp::testing::Case{.options = mixed,
+          .micro_batches = 3,
+          .all_reduce_last = true,
+          .steps = 5,
+          .tolerance = 5e-2,
+          .dtype = kFloat32},
           fsdp::testing::Case{.options = offloaded, .steps = 5},
           fsdp::testing::Case{.options = hsdp, .steps = 10, .checkpoint = true},
           // the bound of the bfloat16 test below

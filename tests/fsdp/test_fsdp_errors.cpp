@@ -193,6 +193,22 @@ TEST_CASE("HSDP replicas that reduce a unit a different number of times fail on 
   });
 }
 
+TEST_CASE("HSDP replicas that set set_requires_all_reduce otherwise fail on every rank", "[fsdp]") {
+  // Replica 0 would sum its rows over the replicate group and replica 1 keep them: the sum
+  // would pair with replica 1's next collective. Every rank finds it comparing the replicas.
+  auto store = std::make_shared<store::HashStore>();
+  run_ranks(4, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+    const auto groups = fsdp::testing::hsdp_groups(store, pg.rank());
+    auto net = std::make_shared<Net>();
+    auto root = fsdp::testing::shard(net, groups.shard, {.replicate_group = groups.replicate});
+    root->set_requires_all_reduce(groups.replicate->rank() == 0);
+    auto [x, y] = fsdp::testing::batch(1, 0, 0);
+    EXPECT_THROWS(c, InvalidArgumentError, net->loss(x, y).backward(),
+                  "set_requires_all_reduce otherwise");
+    for (const Tensor& p : net->parameters()) EXPECT(c, !p.grad().defined());
+  });
+}
+
 TEST_CASE(
     "HSDP: the ranks of one replica disagree, or the replicate group pairs other places: "
     "every rank fails",
@@ -264,6 +280,39 @@ TEST_CASE(
     }
     fsdp::testing::check_rows(c, *net, *reference, r, 2, "after a failed backward",
                               [](const Tensor& t) { return t; });
+  });
+}
+
+TEST_CASE("HSDP: a failed backward forgets the sums kept without the sum over the replicas",
+          "[fsdp]") {
+  // A micro-batch kept in its replica (set_requires_all_reduce(false)), then a backward that
+  // throws: the step is abandoned, and the next one trains as if neither had run.
+  auto store = std::make_shared<store::HashStore>();
+  run_ranks(4, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+    const auto groups = fsdp::testing::hsdp_groups(store, pg.rank());
+    const int n = fsdp::testing::kPerRank;  // this rank's rows: pg.rank()'s of 4
+    auto net = std::make_shared<Net>();
+    auto reference = std::make_shared<Net>();
+    auto root = fsdp::testing::shard(net, groups.shard, {.replicate_group = groups.replicate});
+    const optim::AdamWOptions adamw{.lr = 0.01, .weight_decay = 0.1};
+    optim::AdamW opt(net->parameters(), adamw), ref_opt(reference->parameters(), adamw);
+    auto [x, y] = fsdp::testing::batch(4, 0, 0);
+    auto mine = [&, x = x, y = y] {
+      return net->loss(x.narrow(0, pg.rank() * n, n), y.narrow(0, pg.rank() * n, n));
+    };
+    root->set_requires_all_reduce(false);
+    mine().backward();
+    const int64_t hook = throw_in_backward_of(*net->a);
+    EXPECT_THROWS(c, std::exception, mine().backward(), "injected");
+    net->a->remove_hook(hook);
+    root->set_requires_all_reduce(true);
+    opt.zero_grad();
+    mine().backward();
+    reference->loss(x, y).backward();
+    opt.step();
+    ref_opt.step();
+    fsdp::testing::check_rows(c, *net, *reference, groups.shard->rank(), 2,
+                              "after a failed backward", [](const Tensor& t) { return t; });
   });
 }
 
