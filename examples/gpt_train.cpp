@@ -29,6 +29,11 @@
 // within it, and the gradients are averaged over the replicas too; e.g. a replica per host, the
 // shards within each host.
 //
+// --grad-accum N runs each step's batch as N micro-batches (gradient accumulation: the same
+// step in less activation memory), the ranks' gradients combined once, at the last: DDP's
+// no_sync; --fsdp without gradient sync; --fsdp --hsdp R reduce-scattering within each replica
+// every micro-batch and summing over the replicas at the last (set_requires_all_reduce).
+//
 // --device cuda trains on a GPU; with --ddp nccl or --fsdp nccl, one process per GPU (the one
 // its LOCAL_RANK names). --cpu-offload on with --fsdp nccl keeps the shards, their gradients and
 // AdamW's state in host memory (fully_shard's CPUOffloadPolicy), the GPU holding the blocks
@@ -113,7 +118,8 @@ constexpr const char* kUsage =
     "usage: gpt_train [--steps N] [--batch-size N (per rank)] [--context N] [--layers N] "
     "[--heads N] [--width N] [--dropout P] [--activation-checkpointing on|off] [--lr X] [--warmup "
     "N] [--min-lr-factor X] "
-    "[--weight-decay X] [--clip X] [--eval-every N] [--eval-batches N] [--sample N] "
+    "[--weight-decay X] [--clip X] [--grad-accum N] [--eval-every N] [--eval-batches N] "
+    "[--sample N] "
     "[--prompt TEXT] [--temperature X] [--top-k N] [--seed N] [--threads N] [--ddp gloo|mpi|nccl"
     " | --fsdp gloo|mpi|nccl [--hsdp R] [--cpu-offload on]] [--pp N [--pp-backend gloo|mpi] "
     "[--schedule gpipe|1f1b|interleaved|zb] [--microbatches N]] "
@@ -153,6 +159,8 @@ Args parse(int argc, char** argv) {
       a.recipe.weight_decay = x;
     else if (k == "--clip")
       a.recipe.clip = x;
+    else if (k == "--grad-accum")
+      a.recipe.accumulate = n;
     else if (k == "--eval-every")
       a.eval_every = n;
     else if (k == "--eval-batches")
@@ -210,10 +218,14 @@ Args parse(int argc, char** argv) {
           ? "--warmup must be in [0, --steps)"
       : a.eval_every < 1 || a.eval_batches < 1
           ? "--eval-every and --eval-batches must be at least 1"
-      : a.sample < 0                        ? "--sample must not be negative"
-      : a.threads < 1                       ? "--threads must be at least 1"
-      : !(a.recipe.lr > 0)                  ? "--lr must be positive"
-      : !(a.recipe.clip >= 0)               ? "--clip must not be negative (0: no clipping)"
+      : a.sample < 0          ? "--sample must not be negative"
+      : a.threads < 1         ? "--threads must be at least 1"
+      : !(a.recipe.lr > 0)    ? "--lr must be positive"
+      : !(a.recipe.clip >= 0) ? "--clip must not be negative (0: no clipping)"
+      : a.recipe.accumulate < 1 || a.batch_size % a.recipe.accumulate != 0
+          ? "--batch-size must split into --grad-accum micro-batches of one size"
+      : a.pp > 0 && a.recipe.accumulate > 1
+          ? "--pp cuts the batch into --microbatches itself: drop --grad-accum"
       : !(a.temperature > 0) || a.top_k < 0 ? "--temperature must be positive, --top-k >= 0"
       : a.pp > 0 && a.ddp == "nccl"
           ? "--pp runs on the CPU: with --pp, --ddp and --fsdp take gloo or mpi"
@@ -503,13 +515,16 @@ int main(int argc, char** argv) {
       std::printf(
           "%s\n%.2fM parameters; %zu characters of text, vocabulary of %lld; %s%s%s\n"
           "AdamW lr %g (warm-up %lld, cosine to %g), weight decay %g, clip %g; %lld steps of "
-          "%lld tokens\n",
+          "%lld tokens%s\n",
           model->repr().c_str(), static_cast<double>(parameter_count) / 1e6, corpus.text.size(),
           static_cast<long long>(corpus.vocab_size()), args.device.c_str(), parallel.c_str(),
           args.recipe.autocast ? ", bfloat16 autocast over float32 parameters" : "", args.recipe.lr,
           static_cast<long long>(args.recipe.warmup), args.recipe.lr * args.recipe.min_lr_factor,
           args.recipe.weight_decay, args.recipe.clip, static_cast<long long>(args.recipe.steps),
-          static_cast<long long>(tokens_per_step));
+          static_cast<long long>(tokens_per_step),
+          args.recipe.accumulate > 1
+              ? gw::detail::str(", each in ", args.recipe.accumulate, " micro-batches").c_str()
+              : "");
       std::fflush(stdout);
     }
 

@@ -66,6 +66,7 @@ GPTTrainer::GPTTrainer(std::shared_ptr<nn::GPT> model, const GPTRecipe& recipe,
     for (const auto& block : model_->h->children()) fsdp::fully_shard(block, group, sharding);
     // the embeddings, the final norm, the head
     sharded_ = fsdp::fully_shard(model_, group, sharding);
+    replicated_ = sharding.replicate_group != nullptr;
   } else if (group) {
     ddp_ = std::make_unique<ddp::DistributedDataParallel>(model_, std::move(group));
   }
@@ -101,12 +102,27 @@ double GPTTrainer::step(const Tensor& x, const Tensor& y) {
     loss = reduce_over_ranks(loss, group_.get());  // only the last stage's rank has a loss
     loss = reduce_over_ranks(loss, data_parallel_.get(), dist::ReduceOp::AVG);
   } else {
-    const Tensor logits = ddp_ ? ddp_->forward(x.to(device)) : (*model_)(x.to(device));
-    const Tensor l = nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}),
-                                                   y.to(device).reshape({-1}));
-    amp.reset();
-    l.backward();
-    loss = l.item<double>();
+    const int64_t k = recipe_.accumulate, rows = x.size(0) / k;
+    GW_CHECK(k >= 1 && rows * k == x.size(0), InvalidArgumentError, "[GPTTrainer] a batch of ",
+             x.size(0), " sequences does not split into ", k, " micro-batches of one size");
+    for (int64_t m = 0; m < k; ++m) {
+      const bool last = m + 1 == k;
+      std::optional<ddp::DistributedDataParallel::NoSync> no_sync;
+      if (ddp_ && !last) no_sync.emplace(*ddp_);
+      if (sharded_ && replicated_)
+        sharded_->set_requires_all_reduce(last);
+      else if (sharded_)
+        sharded_->set_requires_gradient_sync(last);
+      if (recipe_.autocast && !amp) amp.emplace(device.type, *recipe_.autocast);
+      const Tensor xm = x.narrow(0, m * rows, rows).to(device);
+      const Tensor logits = ddp_ ? ddp_->forward(xm) : (*model_)(xm);
+      const Tensor l =
+          nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}),
+                                        y.narrow(0, m * rows, rows).to(device).reshape({-1}));
+      amp.reset();
+      (k == 1 ? l : l / static_cast<double>(k)).backward();
+      loss += l.item<double>() / static_cast<double>(k);
+    }
   }
   // Sharded or cut into stages, each parameter (or shard) lives on one rank of these groups: the
   // norm sums over them (the replicas too, when the stages are sharded over them).

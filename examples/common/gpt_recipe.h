@@ -31,6 +31,11 @@ struct GPTRecipe {
   double min_lr_factor = 0.1;  // the cosine ends at lr * min_lr_factor
   double weight_decay = 0.1;   // on parameters of two dims or more
   double clip = 1.0;           // the gradients' global norm is clipped to this (0: not clipped)
+  // Gradient accumulation: each step's batch in this many micro-batches (forward and backward
+  // each, one optimizer step), the ranks' gradients combined at the last: DDP's no_sync, and
+  // fully_shard without gradient sync, or under HSDP reduce-scattering each micro-batch and
+  // summing over the replicas at the last (set_requires_all_reduce). Not with a pipeline.
+  int64_t accumulate = 1;
   // Mixed precision: the forward and the loss under autocast in this 16-bit dtype on the
   // model's device, over float32 parameters (core/autocast.h); unset: float32 throughout.
   std::optional<DType> autocast = std::nullopt;
@@ -97,6 +102,7 @@ class GPTTrainer {
   std::shared_ptr<nn::GPT> evaluation_;
   std::vector<std::vector<Tensor>> stage_parameters_;  // with a pipeline: by stage
   std::unique_ptr<ddp::DistributedDataParallel> ddp_;
+  bool replicated_ = false;  // fully_shard over replicas (HSDP)
   std::unique_ptr<optim::AdamW> opt_;
   std::unique_ptr<optim::LambdaLR> schedule_;
 };

@@ -368,7 +368,9 @@ TEST_CASE("gpt_train: DDP on 2 ranks trains as one process on the same global ba
   const auto single = run_gwrun(gpt_args(1, {"--curve", dir.path + "/curve"}));
   INFO(single.out << single.err);
   REQUIRE(single.exit_code == 0);
-  const auto ddp = run_gwrun(gpt_args(2));
+  // Each rank's batch in 2 micro-batches, the gradients averaged over the ranks at the second
+  // (DDP's no_sync): the same step.
+  const auto ddp = run_gwrun(gpt_args(2, {"--grad-accum", "2"}));
   INFO(ddp.out << ddp.err);
   REQUIRE(ddp.exit_code == 0);
   // Learning: the validation loss falls from ln(63) = 4.14 and on between the two evaluations.
@@ -383,12 +385,14 @@ TEST_CASE("gpt_train: DDP on 2 ranks trains as one process on the same global ba
     CHECK(std::abs(gpt_val_loss_at(ddp.out, step) - gpt_val_loss_at(single.out, step)) < 2e-3);
   }
   CHECK(count(ddp.out, "DDP on 2 ranks (gloo)") == 1);
+  CHECK(count(ddp.out, "steps of 512 tokens, each in 2 micro-batches") == 1);
   CHECK(count(ddp.out, "--- a sample (80 characters, temperature 0.8) ---") == 1);  // rank 0's
   CHECK(count(ddp.out, "] And ") == 1);  // the sample goes on from the prompt
 
   // Sharded instead of replicated: the same sums of the same gradients, only the clipping
   // norm is summed from shards. Then HSDP: 4 ranks as 2 replicas, each sharding the model over
-  // 2, on the same global batches.
+  // 2, on the same global batches, in 2 micro-batches summed over the replicas at the second
+  // (set_requires_all_reduce).
   auto sharded_like_ddp = [&](int ranks, const std::vector<std::string>& extra,
                               const std::string& header) {
     std::vector<std::string> a = gpt_args(ranks, extra);
@@ -406,7 +410,7 @@ TEST_CASE("gpt_train: DDP on 2 ranks trains as one process on the same global ba
   const auto fsdp = sharded_like_ddp(2, {}, "FSDP on 2 ranks (gloo)");
   CHECK(count(fsdp.out, "peak memory allocated in training: rank 0") == 1);
   CHECK(count(fsdp.out, "] And ") == 1);  // rank 0 printed the passage (every rank drew it)
-  sharded_like_ddp(4, {"--sample", "0", "--hsdp", "2"},
+  sharded_like_ddp(4, {"--sample", "0", "--hsdp", "2", "--grad-accum", "2"},
                    "FSDP on 4 ranks (gloo, HSDP: 2 replicas of 2 shards)");
 
   // The curve: a row per step, the validation loss in the rows of the steps it followed.
@@ -568,6 +572,8 @@ TEST_CASE("gpt_train refuses flags that do not fit together, before anything sta
        "do not take --checkpoint-every"},
       {{"--ddp", "gloo", "--hsdp", "2"}, "it takes --fsdp, not --pp"},
       {{"--fsdp", "gloo", "--hsdp", "1"}, "into R >= 2 replicas"},
+      {{"--grad-accum", "3"}, "--batch-size must split into --grad-accum micro-batches"},
+      {{"--pp", "2", "--grad-accum", "2"}, "drop --grad-accum"},
       {{"--pp", "2", "--activation-checkpointing", "on"},
        "--pp does not take --activation-checkpointing"},
   };
