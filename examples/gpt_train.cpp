@@ -218,14 +218,15 @@ Args parse(int argc, char** argv) {
           ? "--warmup must be in [0, --steps)"
       : a.eval_every < 1 || a.eval_batches < 1
           ? "--eval-every and --eval-batches must be at least 1"
-      : a.sample < 0          ? "--sample must not be negative"
-      : a.threads < 1         ? "--threads must be at least 1"
-      : !(a.recipe.lr > 0)    ? "--lr must be positive"
-      : !(a.recipe.clip >= 0) ? "--clip must not be negative (0: no clipping)"
-      : a.recipe.accumulate < 1 || a.batch_size % a.recipe.accumulate != 0
-          ? "--batch-size must split into --grad-accum micro-batches of one size"
+      : a.sample < 0            ? "--sample must not be negative"
+      : a.threads < 1           ? "--threads must be at least 1"
+      : !(a.recipe.lr > 0)      ? "--lr must be positive"
+      : !(a.recipe.clip >= 0)   ? "--clip must not be negative (0: no clipping)"
+      : a.recipe.accumulate < 1 ? "--grad-accum must be at least 1"
       : a.pp > 0 && a.recipe.accumulate > 1
           ? "--pp cuts the batch into --microbatches itself: drop --grad-accum"
+      : a.batch_size % a.recipe.accumulate != 0
+          ? "--batch-size must split into --grad-accum micro-batches of one size"
       : !(a.temperature > 0) || a.top_k < 0 ? "--temperature must be positive, --top-k >= 0"
       : a.pp > 0 && a.ddp == "nccl"
           ? "--pp runs on the CPU: with --pp, --ddp and --fsdp take gloo or mpi"

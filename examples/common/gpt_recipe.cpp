@@ -14,6 +14,9 @@ GPTTrainer::GPTTrainer(std::shared_ptr<nn::GPT> model, const GPTRecipe& recipe,
                        std::shared_ptr<dist::ProcessGroup> group, Parallelism parallelism,
                        const PipelineOptions& pipeline, const fsdp::FullyShardOptions& sharding)
     : recipe_(recipe), model_(std::move(model)), group_(group) {
+  GW_CHECK(recipe.accumulate == 1 || !(group && parallelism == Parallelism::pipeline),
+           InvalidArgumentError, "[GPTTrainer] a pipeline cuts the batch into its own ",
+           "micro-batches: accumulate must be 1, got ", recipe.accumulate);
   std::vector<Tensor> trained = model_->parameters();
   if (group && parallelism == Parallelism::pipeline) {
     const int ranks = group->size(), rank = group->rank();
@@ -102,9 +105,10 @@ double GPTTrainer::step(const Tensor& x, const Tensor& y) {
     loss = reduce_over_ranks(loss, group_.get());  // only the last stage's rank has a loss
     loss = reduce_over_ranks(loss, data_parallel_.get(), dist::ReduceOp::AVG);
   } else {
-    const int64_t k = recipe_.accumulate, rows = x.size(0) / k;
-    GW_CHECK(k >= 1 && rows * k == x.size(0), InvalidArgumentError, "[GPTTrainer] a batch of ",
+    const int64_t k = recipe_.accumulate;
+    GW_CHECK(k >= 1 && x.size(0) % k == 0, InvalidArgumentError, "[GPTTrainer] a batch of ",
              x.size(0), " sequences does not split into ", k, " micro-batches of one size");
+    const int64_t rows = x.size(0) / k;
     for (int64_t m = 0; m < k; ++m) {
       const bool last = m + 1 == k;
       std::optional<ddp::DistributedDataParallel::NoSync> no_sync;

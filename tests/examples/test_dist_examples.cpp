@@ -407,7 +407,8 @@ TEST_CASE("gpt_train: DDP on 2 ranks trains as one process on the same global ba
     }
     return r;
   };
-  const auto fsdp = sharded_like_ddp(2, {}, "FSDP on 2 ranks (gloo)");
+  // in 2 micro-batches too, without gradient sync but at the second
+  const auto fsdp = sharded_like_ddp(2, {"--grad-accum", "2"}, "FSDP on 2 ranks (gloo)");
   CHECK(count(fsdp.out, "peak memory allocated in training: rank 0") == 1);
   CHECK(count(fsdp.out, "] And ") == 1);  // rank 0 printed the passage (every rank drew it)
   sharded_like_ddp(4, {"--sample", "0", "--hsdp", "2", "--grad-accum", "2"},
@@ -573,6 +574,7 @@ TEST_CASE("gpt_train refuses flags that do not fit together, before anything sta
       {{"--ddp", "gloo", "--hsdp", "2"}, "it takes --fsdp, not --pp"},
       {{"--fsdp", "gloo", "--hsdp", "1"}, "into R >= 2 replicas"},
       {{"--grad-accum", "3"}, "--batch-size must split into --grad-accum micro-batches"},
+      {{"--grad-accum", "0"}, "--grad-accum must be at least 1"},
       {{"--pp", "2", "--grad-accum", "2"}, "drop --grad-accum"},
       {{"--pp", "2", "--activation-checkpointing", "on"},
        "--pp does not take --activation-checkpointing"},
