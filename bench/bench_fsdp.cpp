@@ -13,7 +13,8 @@
 // expected to cost time on 2 cores). Then FSDP with the blocks' activations recomputed in
 // backward (GPTOptions::checkpoint_activations), its peak and step against FSDP's; then HSDP
 // (2 replicas of 2 shards: 16 B x P / 2 per rank), its peak against its model and its step
-// against FSDP over the 4 ranks.
+// against FSDP over the 4 ranks; and HSDP's gradient accumulation over 4 micro-batches with the
+// sum over the replicas at the last only (set_requires_all_reduce) against one at each.
 //
 // Started as a plain program it runs itself under `mpirun -np 4`; the ranks train over a Gloo
 // group (the MPI group only starts them); rank 0 reports.
@@ -22,6 +23,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -48,6 +50,7 @@ constexpr double kMiB = 1024.0 * 1024.0;
 const gw::nn::GPTOptions kModel{
     .vocab_size = 65, .context = 64, .layers = 16, .heads = 8, .width = 512};
 constexpr int64_t kBatch = 2;  // sequences per rank
+constexpr int kMicro = 4;      // micro-batches a step, in the gradient accumulation rows
 
 std::shared_ptr<gw::nn::GPT> make_model(bool checkpoint_activations = false) {
   gw::Generator gen(0);
@@ -67,15 +70,21 @@ struct Measured {
   double step_s = 1e30;  // the best step after the first
 };
 
-// kSteps AdamW steps of `forward_loss` + `step`; the peak from just before the first.
+// kSteps AdamW steps of `forward_loss` + `step`, each over `micro` micro-batches (gradient
+// accumulation) with before_micro(last micro-batch?) before each; the peak from just before the
+// first.
 template <typename Loss, typename Step>
-Measured train(int rank, Loss forward_loss, Step step) {
+Measured train(int rank, Loss forward_loss, Step step, int micro = 1,
+               const std::function<void(bool)>& before_micro = nullptr) {
   gw::reset_peak_memory_stats(gw::kCPU);
   Measured m;
   for (int s = 0; s < kSteps; ++s) {
-    auto [x, y] = batch(rank, s);
     const auto start = std::chrono::steady_clock::now();
-    forward_loss(x, y).backward();
+    for (int i = 0; i < micro; ++i) {
+      auto [x, y] = batch(rank, s * micro + i);
+      if (before_micro) before_micro(i + 1 == micro);
+      forward_loss(x, y).backward();
+    }
     step();
     const double took =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -156,22 +165,28 @@ int main(int argc, char** argv) {
     const Measured ddp_m = with_ddp.operator()<gw::optim::AdamW>(adamw);
     const Measured zero_m = with_ddp.operator()<gw::dist::ZeroRedundancyOptimizer>(
         gw::optim::OptimizerOptions(adamw), pg);
-    auto with_fsdp = [&](bool checkpoint_activations, bool hybrid = false) {
+    // micro > 1 (HSDP): that many micro-batches a step, summed over the replicas at each
+    // (every_micro) or at the last only (set_requires_all_reduce).
+    auto with_fsdp = [&](bool checkpoint_activations, bool hybrid = false, int micro = 1,
+                         bool every_micro = true) {
       auto model = make_model(checkpoint_activations);
       const auto& group = hybrid ? shard : pg;
       const gw::fsdp::FullyShardOptions options{.replicate_group = hybrid ? replicate : nullptr};
       for (const auto& block : model->h->children()) gw::fsdp::fully_shard(block, group, options);
-      gw::fsdp::fully_shard(model, group, options);
+      auto root = gw::fsdp::fully_shard(model, group, options);
       gw::optim::AdamW opt(model->parameters(), adamw);
       return train(
           rank, [&](const gw::Tensor& x, const gw::Tensor& y) { return model->loss(x, y); },
           [&] {
             opt.step();
             opt.zero_grad();
-          });
+          },
+          micro, [&](bool last) { root->set_requires_all_reduce(every_micro || last); });
     };
     const Measured fsdp_m = with_fsdp(false), recomputing_m = with_fsdp(true),
                    hybrid_m = with_fsdp(false, true);
+    const Measured accumulating_every_m = with_fsdp(false, true, kMicro, true),
+                   accumulating_last_m = with_fsdp(false, true, kMicro, false);
     // Every rank's peak: the largest is what a machine must hold.
     auto largest = [&](double v) {
       gw::Tensor t = gw::full({1}, v, gw::kFloat64);
@@ -220,6 +235,13 @@ int main(int argc, char** argv) {
                   fsdp_m.step_s,
                   "the gathers between 2 ranks, the gradients summed over the "
                   "replicas at the end of backward"});
+      report.add({"fsdp",
+                  what + hybrid + ", step of " + std::to_string(kMicro) +
+                      " micro-batches, summed over the replicas at the last",
+                  accumulating_last_m.step_s, "s", "summed at each micro-batch",
+                  accumulating_every_m.step_s,
+                  "set_requires_all_reduce(false) but for the last micro-batch: each micro-batch "
+                  "reduce-scattered within its replica, one allreduce of the rows a step"});
     }
     pg->barrier()->wait();
   }
