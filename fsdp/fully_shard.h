@@ -145,8 +145,9 @@ class FSDPModule {
   // across hosts then sends one all-reduce a step, not one a micro-batch, while the shard
   // groups still reduce-scatter each micro-batch (no whole gradients in memory, as
   // set_requires_gradient_sync(false) keeps). The .grad of the shards changes only at that
-  // last backward: set it back before the optimizer step. Every rank sets it alike (replicas
-  // that differ fail at the end of backward); without replicas it changes nothing.
+  // last backward: set it back before the optimizer step. Every rank sets it alike (ranks that
+  // differ, within a shard group or across replicas, all fail at the end of backward); without
+  // replicas it changes nothing.
   void set_requires_all_reduce(bool all_reduce, bool recurse = true);
   // This unit's shards, as the module's parameters() lists them (in order, each once).
   std::vector<Tensor> shards() const;

@@ -26,6 +26,9 @@ std::vector<double> Unit::tag(Purpose why) const {
   t[1] = static_cast<double>((position >> 7) & 127);
   t[2] = static_cast<double>((position >> 14) & 127);
   t[3] = static_cast<double>(why);
+  // Gradients kept in the replica (set_requires_all_reduce(false)): every rank of the shard
+  // group and every replica must keep them alike.
+  t[4] = why == Purpose::kReduction && !all_reduce && replicas() > 1 ? 1.0 : 0.0;
   return t;
 }
 
@@ -51,8 +54,10 @@ void Unit::compare_tags(const std::vector<double>& tags, const char* verb) const
     const char* what[] = {"?",         "its forward",       "its backward",
                           "unshard()", "a full state dict", "its gradients"};
     const auto why = static_cast<size_t>(t[3]);
-    return gw::detail::str("unit ", at, " (", unit ? unit->type_name : "?", ") for ",
-                           what[why < std::size(what) ? why : 0]);
+    return gw::detail::str(
+        "unit ", at, " (", unit ? unit->type_name : "?", ") for ",
+        what[why < std::size(what) ? why : 0],
+        t[4] == 1 ? ", kept in its replica (set_requires_all_reduce(false))" : "");
   };
   for (int r = 0; r < world(); ++r) {
     if (std::equal(mine, mine + kTagLength, tags.begin() + r * kTagLength)) continue;

@@ -98,15 +98,15 @@ void Unit::check_reductions() {
 // replicas, in place, with what earlier backward passes without all_reduce kept. First the
 // replicas compare what must be the same on all of them: the unit's tag, its count of
 // reductions, this rank's place in its shard group and the group's size (a replicate group
-// pairing other places would sum other rows), whether they sum now (all_reduce), and whether
-// its shard group failed (`failed`: then nothing is summed, and the caller throws what it
-// found). They sum the values and their squares, which come to replicas x this rank's values
-// and their squares only where every replica's are this rank's (Cauchy-Schwarz).
+// pairing other places would sum other rows), whether they sum now (all_reduce, in the tag),
+// and whether its shard group failed (`failed`: then nothing is summed, and the caller throws what
+// it found). They sum the values and their squares, which come to replicas x this rank's values and
+// their squares only where every replica's are this rank's (Cauchy-Schwarz).
 void Unit::sum_over_replicas(bool failed) {
   dist::ProcessGroup& replicas_group = *options.replicate_group;
   std::vector<double> mine = tag(Purpose::kReduction);
   for (double x : {static_cast<double>(reductions.size()), static_cast<double>(rank()),
-                   static_cast<double>(world()), all_reduce ? 1.0 : 0.0, failed ? 1.0 : 0.0})
+                   static_cast<double>(world()), failed ? 1.0 : 0.0})
     mine.push_back(x);
   std::vector<double> both = mine;
   for (double x : mine) both.push_back(x * x);

@@ -193,20 +193,24 @@ TEST_CASE("HSDP replicas that reduce a unit a different number of times fail on 
   });
 }
 
-TEST_CASE("HSDP replicas that set set_requires_all_reduce otherwise fail on every rank", "[fsdp]") {
+TEST_CASE("HSDP ranks that set set_requires_all_reduce otherwise fail on every rank", "[fsdp]") {
   // Replica 0 would sum its rows over the replicate group and replica 1 keep them: the sum
   // would pair with replica 1's next collective. Every rank finds it comparing the replicas.
-  auto store = std::make_shared<store::HashStore>();
-  run_ranks(4, [&](dist::ProcessGroupGloo& pg, Checks& c) {
-    const auto groups = fsdp::testing::hsdp_groups(store, pg.rank());
-    auto net = std::make_shared<Net>();
-    auto root = fsdp::testing::shard(net, groups.shard, {.replicate_group = groups.replicate});
-    root->set_requires_all_reduce(groups.replicate->rank() == 0);
-    auto [x, y] = fsdp::testing::batch(1, 0, 0);
-    EXPECT_THROWS(c, InvalidArgumentError, net->loss(x, y).backward(),
-                  "set_requires_all_reduce otherwise");
-    for (const Tensor& p : net->parameters()) EXPECT(c, !p.grad().defined());
-  });
+  // Then the ranks of each shard group differ (place 0 keeps, place 1 sums): they find it
+  // comparing their reductions' tags, and the replicas learn of it.
+  for (bool within : {false, true}) {
+    auto store = std::make_shared<store::HashStore>();
+    run_ranks(4, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+      const auto groups = fsdp::testing::hsdp_groups(store, pg.rank());
+      auto net = std::make_shared<Net>();
+      auto root = fsdp::testing::shard(net, groups.shard, {.replicate_group = groups.replicate});
+      root->set_requires_all_reduce((within ? groups.shard : groups.replicate)->rank() == 1);
+      auto [x, y] = fsdp::testing::batch(1, 0, 0);
+      EXPECT_THROWS(c, InvalidArgumentError, net->loss(x, y).backward(),
+                    within ? "kept in its replica" : "set_requires_all_reduce otherwise");
+      for (const Tensor& p : net->parameters()) EXPECT(c, !p.grad().defined());
+    });
+  }
 }
 
 TEST_CASE(
