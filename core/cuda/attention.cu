@@ -342,6 +342,39 @@ __device__ __forceinline__ void prob_and_grad(const Problem<T>& p, float dot, fl
   prob_and_grad_of(p, x, dprob, row_max, log_sum, row_dot, prob, grad);
 }
 
+// P and dS, in place, over a warp's 16 x 8N accumulator tiles of a backward kernel: `sc` holds
+// the dot products, `dp` dP. The element at the tile's row r (the warp's rows within the block's
+// 64) and column c0 + c pairs query q and key k of the staged tiles, (q, k) = (r, c) where the
+// rows are queries (the dQ kernel), (c, r) where they are keys (the dK and dV kernel). st: the
+// query tile's m, log2 l and D_i; shift: causal_shift(p, mask, i0, j0).
+template <bool QueryRows, typename T, int N>
+__device__ __forceinline__ void probs_and_grads(const Problem<T>& p, float (&sc)[N][4],
+                                                float (&dp)[N][4], const float* st, int shift,
+                                                const T* mask, int64_t i0, int64_t j0, int c0) {
+  const int lane = threadIdx.x % kWarpSize, r0 = (threadIdx.x / kWarpSize) * kRows + lane / 4;
+  // f(element, its query, its key) over every element of the tiles.
+  auto each = [&](auto f) {
+#pragma unroll
+    for (int n = 0; n < N; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = r0 + 8 * (e / 2), c = c0 + n * 8 + 2 * (lane % 4) + e % 2;
+        f(sc[n][e], dp[n][e], QueryRows ? r : c, QueryRows ? c : r);
+      }
+    }
+  };
+  if (shift >= 0) {
+    each([&](float& s, float& d, int q, int k) {
+      prob_and_grad_of(p, plain_score2(p, s), d, st[q], st[kTile + q], st[2 * kTile + q], s, d);
+      if (k > q + shift) s = d = 0;  // as prob_and_grad: a NaN in dO stays out
+    });
+  } else {
+    each([&](float& s, float& d, int q, int k) {
+      prob_and_grad(p, s, d, st[q], st[kTile + q], st[2 * kTile + q], mask, i0 + q, j0 + k, s, d);
+    });
+  }
+}
+
 template <typename T, int D>
 struct BackwardShared {
   static constexpr int ld = D + kSkew;
@@ -384,11 +417,9 @@ __global__ void __launch_bounds__(kBlockThreads, D > 64 ? 1 : 3)
   auto stats = [&](int b) {
     return reinterpret_cast<float*>(shared + 6 * Shared::tile) + b * 3 * kTile;
   };
-  const int warp = threadIdx.x / kWarpSize, t = threadIdx.x % 4;
+  const int warp = threadIdx.x / kWarpSize;
   const BlockTile bt((p.s + kTile - 1) / kTile, false);
   const int64_t bh = bt.bh, j0 = bt.row0, warp_key0 = j0 + warp * kRows;
-  const int64_t keys[2] = {warp_key0 + (threadIdx.x % kWarpSize) / 4,
-                           warp_key0 + (threadIdx.x % kWarpSize) / 4 + 8};
   const T* mask = p.mask.head(bh);
   const int64_t first = p.causal ? j0 : 0;  // causal: no query before j0 sees these keys
   stage<T, D>(ks, p.k, bh, j0, p.s, p.e, p.vec);
@@ -417,29 +448,7 @@ __global__ void __launch_bounds__(kBlockThreads, D > 64 ? 1 : 3)
       float sc[kStep / 8][4] = {}, dp[kStep / 8][4] = {};
       mma_rows_by_rows<T, D, kStep / 8>(sc, ks + warp * kRows * ld, qs(buf) + c0 * ld);   // Sᵀ
       mma_rows_by_rows<T, D, kStep / 8>(dp, vs + warp * kRows * ld, gos(buf) + c0 * ld);  // dPᵀ
-      if (shift >= 0) {
-#pragma unroll
-        for (int n = 0; n < kStep / 8; ++n) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int col = c0 + n * 8 + 2 * t + e % 2;  // key row keys[e / 2] - j0 of the tile
-            const bool hidden = col + shift < static_cast<int>(keys[e / 2] - j0);
-            prob_and_grad_of(p, plain_score2(p, sc[n][e]), dp[n][e], st[col], st[kTile + col],
-                             st[2 * kTile + col], sc[n][e], dp[n][e]);
-            if (hidden) sc[n][e] = dp[n][e] = 0;  // as prob_and_grad: a NaN in dO stays out
-          }
-        }
-      } else {
-#pragma unroll
-        for (int n = 0; n < kStep / 8; ++n) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int col = c0 + n * 8 + 2 * t + e % 2;
-            prob_and_grad(p, sc[n][e], dp[n][e], st[col], st[kTile + col], st[2 * kTile + col],
-                          mask, i0 + col, keys[e / 2], sc[n][e], dp[n][e]);
-          }
-        }
-      }
+      probs_and_grads<false>(p, sc, dp, st, shift, mask, i0, j0, c0);
       uint32_t probs[kStep / 16][4], grads[kStep / 16][4];
       as_operand<T, kStep / 16>(probs, sc);
       as_operand<T, kStep / 16>(grads, dp);
@@ -465,8 +474,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   auto ks = [&](int b) { return qs + (2 + 2 * b) * kTile * ld; };
   auto vs = [&](int b) { return qs + (3 + 2 * b) * kTile * ld; };
   float* const st = reinterpret_cast<float*>(shared + 6 * Shared::tile);
-  const int warp = threadIdx.x / kWarpSize, t = threadIdx.x % 4;
-  const int g4 = (threadIdx.x % kWarpSize) / 4;
+  const int warp = threadIdx.x / kWarpSize;
   const BlockTile bt((p.l + kTile - 1) / kTile, p.causal);
   const int64_t bh = bt.bh, i0 = bt.row0, warp_row0 = i0 + warp * kRows;
   const T* mask = p.mask.head(bh);
@@ -490,29 +498,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     float sc[kTile / 8][4] = {}, dp[kTile / 8][4] = {};
     mma_rows_by_rows<T, D, kTile / 8>(sc, qs + warp * kRows * ld, ks(buf));   // S
     mma_rows_by_rows<T, D, kTile / 8>(dp, gos + warp * kRows * ld, vs(buf));  // dP
-    if (const int shift = causal_shift(p, mask != nullptr, i0, j0); shift >= 0) {
-#pragma unroll
-      for (int n = 0; n < kTile / 8; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int row = warp * kRows + g4 + 8 * (e / 2);
-          const bool hidden = n * 8 + 2 * t + e % 2 > row + shift;
-          prob_and_grad_of(p, plain_score2(p, sc[n][e]), dp[n][e], st[row], st[kTile + row],
-                           st[2 * kTile + row], sc[n][e], dp[n][e]);
-          if (hidden) sc[n][e] = dp[n][e] = 0;  // as prob_and_grad: a NaN in dO stays out
-        }
-      }
-    } else {
-#pragma unroll
-      for (int n = 0; n < kTile / 8; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int row = warp * kRows + g4 + 8 * (e / 2);
-          prob_and_grad(p, sc[n][e], dp[n][e], st[row], st[kTile + row], st[2 * kTile + row], mask,
-                        i0 + row, j0 + n * 8 + 2 * t + e % 2, sc[n][e], dp[n][e]);
-        }
-      }
-    }
+    probs_and_grads<true>(p, sc, dp, st, causal_shift(p, mask != nullptr, i0, j0), mask, i0, j0, 0);
     uint32_t grads[kTile / 16][4];
     as_operand<T, kTile / 16>(grads, dp);
     mma_operand_by_rows<T, D, kTile / 16>(gq, grads, ks(buf));  // dQ += dS K
