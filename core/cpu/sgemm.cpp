@@ -33,7 +33,8 @@ constexpr int64_t kCols = 16 * kVecs;
 // k (a Linear's products with k = 512: 7% from 384 to 512); a panel of B is 128 KiB, from L2.
 constexpr int64_t kDepth = 512;
 constexpr int64_t kWidth = 512;   // columns per packed slice: at most 1 MiB of B, in L2
-constexpr int64_t kHeight = 384;  // rows of A packed at a time (when packed): 768 KiB
+constexpr int64_t kHeight = 384;  // rows of A packed at a time (when packed): ~770 KiB
+constexpr int64_t kColdC = 1 << 18;  // floats of C (1 MiB) past which it is not in L2
 
 // This thread's packing buffer, 64-byte aligned, grown as needed and kept (at most ~1.75 MiB
 // a thread, outside the CPU allocator's counters).
@@ -87,6 +88,11 @@ void transpose16(const float* in, int64_t ldi, float* out, int64_t ldo) {
 }
 #pragma GCC diagnostic pop
 
+// The first min(n, 16) lanes of a vector (n >= 1).
+__mmask16 tail_mask(int64_t n) {
+  return n >= 16 ? __mmask16{0xffff} : static_cast<__mmask16>((1u << n) - 1);
+}
+
 // B's rows k0 .. k0 + depth, columns j0 .. j0 + width, as panels of kCols columns:
 // out[p * depth * kCols + k * kCols + c] = B(k0 + k, j0 + p * kCols + c), zero past n up to
 // the vector of 16 it falls in (a tile reads no further). Panels cut short by n, as the heads'
@@ -94,14 +100,18 @@ void transpose16(const float* in, int64_t ldi, float* out, int64_t ldo) {
 void pack_b(const StridedMatrix& b, int64_t k0, int64_t depth, int64_t j0, int64_t width,
             float* out) {
   if (b.col_stride == 1) {  // rows of B are rows of the panels: read each row once, in order
+    const int64_t whole = width / kCols;  // panels without padding
     for (int64_t k = 0; k < depth; ++k) {
       const float* row = b.data + (k0 + k) * b.row_stride + j0;
-      for (int64_t j = 0; j < width; j += 16) {
-        const int64_t cols = std::min<int64_t>(16, width - j);
-        const auto mask = static_cast<__mmask16>(cols == 16 ? 0xffff : (1u << cols) - 1);
-        _mm512_store_ps(out + j / kCols * depth * kCols + k * kCols + j % kCols,
-                        _mm512_maskz_loadu_ps(mask, row + j));
+      for (int64_t p = 0; p < whole; ++p) {
+        float* dst = out + p * depth * kCols + k * kCols;
+#pragma GCC unroll 4
+        for (int v = 0; v < kVecs; ++v)
+          _mm512_store_ps(dst + 16 * v, _mm512_loadu_ps(row + p * kCols + 16 * v));
       }
+      float* dst = out + whole * depth * kCols + k * kCols;  // the last panel, cut short
+      for (int64_t j = whole * kCols; j < width; j += 16, dst += 16)
+        _mm512_store_ps(dst, _mm512_maskz_loadu_ps(tail_mask(width - j), row + j));
     }
     return;
   }
@@ -155,8 +165,7 @@ void pack_a(const StridedMatrix& a, int64_t i0, int64_t rows, int64_t available,
         if (t * kRows + 8 <= available) {
           _mm256_storeu_ps(dst + t * stride, _mm256_loadu_ps(src + t * kRows));
         } else {
-          const int64_t n = std::min(kRows, rows - t * kRows);
-          const auto mask = static_cast<__mmask16>((1u << n) - 1);
+          const __mmask16 mask = tail_mask(std::min(kRows, rows - t * kRows));
           _mm512_mask_storeu_ps(dst + t * stride, mask,
                                 _mm512_maskz_loadu_ps(mask, src + t * kRows));
         }
@@ -186,6 +195,7 @@ struct Tile {
   int64_t cols;   // columns of C that exist (the rest of the panel is padding)
   Start start;
   const float* bias;  // with Start::Bias: one per column
+  bool cold_c;        // C is larger than L2: its lines are asked for before the products
 };
 
 // C's tile (Rows x 16 Vecs columns) = its start + A B over the tile's depth; the panel's
@@ -194,10 +204,7 @@ struct Tile {
 template <int Rows, int Vecs, bool kPacked>
 void tile(const Tile& t) {
   __mmask16 mask[Vecs];  // the columns of each vector that exist (each has at least one)
-  for (int v = 0; v < Vecs; ++v) {
-    const int64_t cols = t.cols - 16 * v;
-    mask[v] = cols >= 16 ? 0xffff : static_cast<__mmask16>((1u << cols) - 1);
-  }
+  for (int v = 0; v < Vecs; ++v) mask[v] = tail_mask(t.cols - 16 * v);
   __m512 acc[Rows][Vecs];
   for (int r = 0; r < Rows; ++r)
     for (int v = 0; v < Vecs; ++v) {
@@ -208,10 +215,11 @@ void tile(const Tile& t) {
       else
         acc[r][v] = _mm512_setzero_ps();
     }
-  // A tile that does not read C writes it only at the end: ask for its lines now (for writing),
-  // so that the misses of a C larger than the caches overlap the products instead of stalling
-  // the stores (a Linear's forward, k = 128 and 512 columns: 95 -> 101 GFLOP/s on a Zen 4).
-  if (t.start != Start::C)
+  // A tile that does not read C writes it only at the end: when C is larger than the caches,
+  // its lines are asked for (for writing) now, so that their misses overlap the products
+  // instead of stalling the stores (a Linear's forward, k = 128 and 512 columns: 95 -> 101
+  // GFLOP/s on a Zen 4). A C in cache gains nothing and pays the instructions.
+  if (t.cold_c && t.start != Start::C)
     for (int r = 0; r < Rows; ++r)
       for (int v = 0; v < Vecs; ++v) __builtin_prefetch(t.c + r * t.ldc + 16 * v, 1, 3);
   const float* a[Rows];
@@ -282,7 +290,8 @@ bool sgemm(int64_t m, int64_t n, int64_t k, StridedMatrix a, StridedMatrix b, fl
                  .depth = depth,
                  .cols = 0,
                  .start = start,
-                 .bias = nullptr};
+                 .bias = nullptr,
+                 .cold_c = m * ldc > kColdC};
           const auto& tiles = direct ? kTiles<false> : kTiles<true>;
           for (int64_t j = 0; j < width; j += kCols) {
             t.b = panels + j * depth;
