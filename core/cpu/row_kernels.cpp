@@ -65,19 +65,31 @@ void CpuBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor&
       for (int64_t r = begin; r < end; ++r) {
         const T* xr = px + r * n;
         T* yr = py + r * n;
-        const auto mu = static_cast<T>(row_sum<A, T>(n, [&](int64_t i) { return xr[i]; }) / n);
+        // The mean, summed in A (its terms are as large as the elements), in T, and what rounding
+        // it to T lost: x - mean to about A's precision where the mean is large against the
+        // spread; the centred terms that follow are summed in T.
+        const A mean = row_sum<A, A>(n, [&](int64_t i) { return A(xr[i]); }) / static_cast<A>(n);
+        const auto mu = static_cast<T>(mean), mu_lo = static_cast<T>(mean - mu);
+        auto centered = [&](int64_t i) { return (xr[i] - mu) - mu_lo; };
         // Two passes: exact where sum-of-squares formulas cancel.
-        const A squares = row_sum<A, T>(n, [&](int64_t i) { return (xr[i] - mu) * (xr[i] - mu); });
+        const A squares = row_sum<A, T>(n, [&](int64_t i) { return centered(i) * centered(i); });
         const auto inv = static_cast<T>(1 / std::sqrt(squares / static_cast<A>(n) + eps));
-        // A branch outside the loops, so that each vectorizes.
+        // The weight and the bias (or 1 and 0) chosen outside the loop, so that it vectorizes.
+        auto write = [&](auto w, auto b) {
+          for (int64_t i = 0; i < n; ++i) yr[i] = centered(i) * inv * w(i) + b(i);
+        };
+        auto one = [](int64_t) { return T(1); };
+        auto zero = [](int64_t) { return T(0); };
+        auto weight = [&](int64_t i) { return pw[i]; };
+        auto bias = [&](int64_t i) { return pb[i]; };
         if (pw && pb)
-          for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - mu) * inv * pw[i] + pb[i];
+          write(weight, bias);
         else if (pw)
-          for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - mu) * inv * pw[i];
+          write(weight, zero);
         else if (pb)
-          for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - mu) * inv + pb[i];
+          write(one, bias);
         else
-          for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - mu) * inv;
+          write(one, zero);
         pm[r] = mu;
         pr[r] = inv;
       }
