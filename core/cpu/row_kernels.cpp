@@ -7,6 +7,7 @@
 // long.
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "core/cpu/cpu_backend.h"
@@ -74,22 +75,23 @@ void CpuBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor&
         // Two passes: exact where sum-of-squares formulas cancel.
         const A squares = row_sum<A, T>(n, [&](int64_t i) { return centered(i) * centered(i); });
         const auto inv = static_cast<T>(1 / std::sqrt(squares / static_cast<A>(n) + eps));
-        // The weight and the bias (or 1 and 0) chosen outside the loop, so that it vectorizes.
-        auto write = [&](auto w, auto b) {
-          for (int64_t i = 0; i < n; ++i) yr[i] = centered(i) * inv * w(i) + b(i);
+        // With or without the weight and the bias, chosen outside the loop so that it vectorizes.
+        auto write = [&]<bool kWeight, bool kBias>() {
+          for (int64_t i = 0; i < n; ++i) {
+            T v = centered(i) * inv;
+            if constexpr (kWeight) v *= pw[i];
+            if constexpr (kBias) v += pb[i];
+            yr[i] = v;
+          }
         };
-        auto one = [](int64_t) { return T(1); };
-        auto zero = [](int64_t) { return T(0); };
-        auto weight = [&](int64_t i) { return pw[i]; };
-        auto bias = [&](int64_t i) { return pb[i]; };
         if (pw && pb)
-          write(weight, bias);
+          write.template operator()<true, true>();
         else if (pw)
-          write(weight, zero);
+          write.template operator()<true, false>();
         else if (pb)
-          write(one, bias);
+          write.template operator()<false, true>();
         else
-          write(one, zero);
+          write.template operator()<false, false>();
         pm[r] = mu;
         pr[r] = inv;
       }
@@ -109,21 +111,35 @@ void CpuBackend::layer_norm_backward(const Tensor& gy, const Tensor& x, const Te
     const int64_t rows = mean.numel(), n = rows == 0 ? 0 : x.numel() / rows;
     const T *pg = gy.data_ptr<T>(), *px = x.data_ptr<T>(), *pw = data_or_null<T>(weight);
     const T *pm = mean.data_ptr<T>(), *pr = rstd.data_ptr<T>();
+    // What each row's mean lost when the forward stored it in T (its mu_lo, by which it centred
+    // the row), found again while the row is read for gx: x - mean is (x - mu) - lo here too.
+    std::vector<T> lo(static_cast<size_t>(rows));
+    auto find_lo = [&](int64_t r) {
+      if constexpr (std::is_same_v<T, A>) return;  // the stored mean is the mean
+      const T *xr = px + r * n, mu = pm[r];
+      lo[r] = static_cast<T>(row_sum<A, T>(n, [&](int64_t i) { return xr[i] - mu; }) / n);
+    };
+    if (!gx.defined())
+      parallel_for(0, rows, row_grain(n), [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) find_lo(r);
+      });
     if (gx.defined()) {
       // gx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = gy * weight
       T* pgx = gx.data_ptr<T>();
       parallel_for(0, rows, row_grain(n), [&](int64_t begin, int64_t end) {
         for (int64_t r = begin; r < end; ++r) {
+          find_lo(r);
           const T *g = pg + r * n, *xr = px + r * n;
-          const T mu = pm[r], inv = pr[r];
+          const T mu = pm[r], mu_lo = lo[r], inv = pr[r];
+          auto xhat = [&](int64_t i) { return ((xr[i] - mu) - mu_lo) * inv; };
           // The row with g_i given: without a weight, or with one (a branch outside the loops,
           // so that they vectorize).
           auto row = [&](auto gi) {
             const auto mean_g = static_cast<T>(row_sum<A, T>(n, gi) / n);
-            const auto mean_gx = static_cast<T>(
-                row_sum<A, T>(n, [&](int64_t i) { return gi(i) * (xr[i] - mu) * inv; }) / n);
+            const auto mean_gx =
+                static_cast<T>(row_sum<A, T>(n, [&](int64_t i) { return gi(i) * xhat(i); }) / n);
             for (int64_t i = 0; i < n; ++i)
-              pgx[r * n + i] = inv * (gi(i) - mean_g - (xr[i] - mu) * inv * mean_gx);
+              pgx[r * n + i] = inv * (gi(i) - mean_g - xhat(i) * mean_gx);
           };
           if (pw)
             row([&](int64_t i) { return g[i] * pw[i]; });
@@ -140,9 +156,9 @@ void CpuBackend::layer_norm_backward(const Tensor& gy, const Tensor& x, const Te
         std::vector<A> sw(static_cast<size_t>(end - begin)), sb(sw.size());
         for (int64_t r = 0; r < rows; ++r) {
           const T *g = pg + r * n, *xr = px + r * n;
-          const A mu = pm[r], inv = pr[r];
+          const A mu = pm[r], mu_lo = lo[r], inv = pr[r];
           for (int64_t i = begin; i < end; ++i) {
-            sw[i - begin] += A(g[i]) * (xr[i] - mu) * inv;
+            sw[i - begin] += A(g[i]) * ((xr[i] - mu) - mu_lo) * inv;
             sb[i - begin] += g[i];
           }
         }

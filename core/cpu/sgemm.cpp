@@ -109,9 +109,9 @@ void pack_b(const StridedMatrix& b, int64_t k0, int64_t depth, int64_t j0, int64
         for (int v = 0; v < kVecs; ++v)
           _mm512_store_ps(dst + 16 * v, _mm512_loadu_ps(row + p * kCols + 16 * v));
       }
-      float* dst = out + whole * depth * kCols + k * kCols;  // the last panel, cut short
-      for (int64_t j = whole * kCols; j < width; j += 16, dst += 16)
-        _mm512_store_ps(dst, _mm512_maskz_loadu_ps(tail_mask(width - j), row + j));
+      for (int64_t j = whole * kCols; j < width; j += 16)  // the last panel, cut short
+        _mm512_store_ps(out + whole * depth * kCols + k * kCols + (j - whole * kCols),
+                        _mm512_maskz_loadu_ps(tail_mask(width - j), row + j));
     }
     return;
   }
@@ -263,6 +263,8 @@ bool sgemm(int64_t m, int64_t n, int64_t k, StridedMatrix a, StridedMatrix b, fl
            "[sgemm] accumulates or starts from a bias, not both");
   // A's rows are read where they lie when each is contiguous in k; otherwise packed.
   const bool direct = a.col_stride == 1;
+  // C's footprint (its rows may lie far apart: an attention head's columns in a row of heads).
+  const bool cold_c = m * n > kColdC;
   const int64_t width_max = std::min((n + kCols - 1) / kCols * kCols, kWidth);
   const int64_t depth_max = std::min(k, kDepth);
   const int64_t height_max =
@@ -291,7 +293,7 @@ bool sgemm(int64_t m, int64_t n, int64_t k, StridedMatrix a, StridedMatrix b, fl
                  .cols = 0,
                  .start = start,
                  .bias = nullptr,
-                 .cold_c = m * ldc > kColdC};
+                 .cold_c = cold_c};
           const auto& tiles = direct ? kTiles<false> : kTiles<true>;
           for (int64_t j = 0; j < width; j += kCols) {
             t.b = panels + j * depth;
