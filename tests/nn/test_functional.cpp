@@ -225,3 +225,29 @@ TEST_CASE("fused layer_norm and cross_entropy equal their composite definitions"
   CHECK(one.grad().sizes() == gw::Shape{7});
   CHECK(gw::allclose(one.grad(), grads_of(loss, {logits}, gw::eye(5)[0])[0][0]));
 }
+
+TEST_CASE("float32 layer_norm of rows whose mean dwarfs their spread, forward and backward",
+          "[nn][functional]") {
+  // Mean 100, spread 0.1: the float32 kernel centres each row on its mean to about double's
+  // precision (the mean summed in double, and what rounding it to float32 lost taken off again,
+  // forward and backward), so it stays within a few float32 roundings of float64. Centred on
+  // the float32 mean alone, y was 8e-5 off and the gradients 2e-4 and 3e-4.
+  gw::Generator gen(5);
+  const Tensor x = gw::randn({16, 128}, gen) * 0.1 + 100.0, w = gw::randn({128}, gen),
+               b = gw::randn({128}, gen), weights = gw::randn({16, 128}, gen);
+  auto run = [&](gw::DType dtype) {
+    std::vector<Tensor> in;
+    for (const Tensor& t : {x, w, b}) in.push_back(t.to(dtype).detach().requires_grad_(true));
+    const Tensor y = F::layer_norm(in[0], {128}, in[1], in[2]);
+    (y * weights.to(dtype)).sum().backward();
+    return std::vector<Tensor>{y.detach(), in[0].grad(), in[1].grad(), in[2].grad()};
+  };
+  const auto single = run(gw::kFloat32), reference = run(gw::kFloat64);
+  // y is at most ~7, the gradients of x ~60 and of the weight ~13: a few float32 roundings each.
+  const double bound[] = {2e-6, 3e-5, 5e-6, 5e-6};
+  for (size_t i = 0; i < 4; ++i) {
+    INFO("output " << i);
+    const double err = gw::max(gw::abs(single[i].to(gw::kFloat64) - reference[i])).item<double>();
+    CHECK(err < bound[i]);
+  }
+}
