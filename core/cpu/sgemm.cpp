@@ -1,6 +1,7 @@
 #include "core/cpu/sgemm.h"
 
 #include "core/error.h"
+#include "core/parallel.h"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -32,9 +33,10 @@ constexpr int64_t kCols = 16 * kVecs;
 // k per packed slice: C's tiles are read back once per slice, so deep slices matter for large
 // k (a Linear's products with k = 512: 7% from 384 to 512); a panel of B is 128 KiB, from L2.
 constexpr int64_t kDepth = 512;
-constexpr int64_t kWidth = 512;   // columns per packed slice: at most 1 MiB of B, in L2
-constexpr int64_t kHeight = 384;  // rows of A packed at a time (when packed): ~770 KiB
+constexpr int64_t kWidth = 512;      // columns per packed slice: at most 1 MiB of B, in L2
+constexpr int64_t kHeight = 384;     // rows of A packed at a time (when packed): ~770 KiB
 constexpr int64_t kColdC = 1 << 18;  // floats of C (1 MiB) past which it is not in L2
+constexpr int64_t kThreadFlops = int64_t{1} << 21;  // at least a thread's share (~20 us)
 
 // This thread's packing buffer, 64-byte aligned, grown as needed and kept (at most ~1.75 MiB
 // a thread, outside the CPU allocator's counters).
@@ -254,13 +256,9 @@ constexpr std::array<std::array<TileFn, kRows>, kVecs> tiles_of(std::integer_seq
 template <bool kPacked>
 constexpr auto kTiles = tiles_of<kPacked>(std::make_integer_sequence<int, kVecs>{});
 
-}  // namespace
-
-bool sgemm(int64_t m, int64_t n, int64_t k, StridedMatrix a, StridedMatrix b, float* c, int64_t ldc,
-           bool accumulate, const float* bias) {
-  if (k == 0 || n < 16) return false;
-  GW_CHECK(!(accumulate && bias), InternalError,
-           "[sgemm] accumulates or starts from a bias, not both");
+// The product on this thread: sgemm's, for rows [0, m) of A and C.
+void multiply(int64_t m, int64_t n, int64_t k, const StridedMatrix& a, const StridedMatrix& b,
+              float* c, int64_t ldc, bool accumulate, const float* bias) {
   // A's rows are read where they lie when each is contiguous in k; otherwise packed.
   const bool direct = a.col_stride == 1;
   // C's footprint (its rows may lie far apart: an attention head's columns in a row of heads).
@@ -306,6 +304,29 @@ bool sgemm(int64_t m, int64_t n, int64_t k, StridedMatrix a, StridedMatrix b, fl
       }
     }
   }
+}
+
+}  // namespace
+
+bool sgemm(int64_t m, int64_t n, int64_t k, StridedMatrix a, StridedMatrix b, float* c, int64_t ldc,
+           bool accumulate, const float* bias) {
+  if (k == 0 || n < 16) return false;
+  GW_CHECK(!(accumulate && bias), InternalError,
+           "[sgemm] accumulates or starts from a bias, not both");
+  // With several CPU threads, each takes a run of C's row tiles (packing its own B): a row is
+  // summed in the same order whatever thread takes it, so the bits do not depend on the threads.
+  // parallel_for runs it here alone inside another parallel region (attention's heads).
+  const int64_t tiles = (m + kRows - 1) / kRows;
+  if (get_num_threads() == 1 || tiles == 1) {
+    multiply(m, n, k, a, b, c, ldc, accumulate, bias);
+    return true;
+  }
+  const int64_t grain = std::max<int64_t>(1, kThreadFlops / (2 * kRows * n * k));
+  parallel_for(0, tiles, grain, [&](int64_t t0, int64_t t1) {
+    const int64_t i0 = t0 * kRows;
+    const StridedMatrix rows{a.data + i0 * a.row_stride, a.row_stride, a.col_stride};
+    multiply(std::min(m, t1 * kRows) - i0, n, k, rows, b, c + i0 * ldc, ldc, accumulate, bias);
+  });
   return true;
 }
 

@@ -10,7 +10,8 @@
 // interleaved. A tile starts from zero, from C (accumulate) or from the bias (addmm's Linear),
 // so no pass zeroes C or copies the bias first. Each element of C is summed in one order,
 // k = 0, 1, ..., whatever the shape around it: a row's result does not depend on how many rows
-// come with it.
+// come with it, nor on the CPU threads (set_num_threads), which take runs of C's row tiles
+// (each packing its own B) when the product is large enough (2 MFLOP a thread).
 //
 //   // y (64 x 256) = x (64 x 784) @ w.T + bias, w (256 x 784) row-major
 //   gw::cpu::sgemm(64, 256, 784, {x, 784, 1}, {w, 1, 784}, y, 256, false, bias);

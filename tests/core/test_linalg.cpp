@@ -10,6 +10,7 @@
 
 #include "core/cpu/sgemm.h"
 #include "core/ops.h"
+#include "core/parallel.h"
 #include "test_util.h"
 #include "tests/skip.h"
 
@@ -336,6 +337,30 @@ TEST_CASE("a float32 product's row does not depend on the rows around it", "[cor
       CHECK(gw::equal(gw::addmm(bias, a.narrow(0, r, 1), b), whole_bias.narrow(0, r, 1)));
     }
   }
+}
+
+TEST_CASE("a float32 product split over CPU threads gives the same bits as on one",
+          "[core][linalg]") {
+  // The GEMM hands each thread a run of C's row tiles (core/cpu/sgemm.h): each row is summed in
+  // the same order whatever thread takes it. Shapes large enough to split into several runs,
+  // one ending inside a tile; A where it lies and packed (transposed); from zero, the bias and C.
+  const int threads = gw::get_num_threads();
+  for (auto [n, m, k] : std::vector<std::array<int64_t, 3>>{{100, 70, 300}, {389, 64, 520}}) {
+    for (const Tensor& a : layouts(n, k, 40)) {
+      CAPTURE(n, m, k, gw::shape_str(a.strides()));
+      const Tensor b = rnd({k, m}, gw::kFloat32, 41), bias = rnd({m}, gw::kFloat32, 42),
+                   full = rnd({n, m}, gw::kFloat32, 43);
+      gw::set_num_threads(1);
+      const Tensor one = gw::mm(a, b), one_bias = gw::addmm(bias, a, b),
+                   one_full = gw::addmm(full, a, b);
+      gw::set_num_threads(3);
+      CHECK(gw::equal(gw::mm(a, b), one));
+      CHECK(gw::equal(gw::addmm(bias, a, b), one_bias));
+      CHECK(gw::equal(gw::addmm(full, a, b), one_full));
+      check_float_product(one, a, b);
+    }
+  }
+  gw::set_num_threads(threads);
 }
 
 TEST_CASE("batched float32 products wide enough for the CPU GEMM", "[core][linalg]") {
