@@ -8,13 +8,16 @@
 // the validation loss after 100 and 200
 // steps (on gpt_train's fixed validation windows; lower is better); then tokens/s of the same
 // model with dropout 0.1 (after the embeddings, on the attention probabilities and after each
-// residual branch, on both sides) over its first 100 steps. With GW_BENCH_GPT_CURVES=FILE, both
-// training loss curves of the first case go to FILE as CSV.
+// residual branch, on both sides) over its first 100 steps; then tokens/s of the first case on
+// two threads a side (gradwire's set_num_threads, PyTorch's and OpenBLAS's threads) over its
+// first 100 steps. With GW_BENCH_GPT_CURVES=FILE, both training loss curves of the first case
+// go to FILE as CSV.
 #include <stdlib.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -24,13 +27,14 @@
 #include <vector>
 
 #include "bench/harness.h"
+#include "core/parallel.h"
 #include "core/serialize.h"
 #include "dist/data/distributed_sampler.h"
 #include "examples/common/gpt_recipe.h"
 
 namespace {
 
-constexpr int64_t kSteps = 200, kDropoutSteps = 100, kBatch = 32, kContext = 128, kEvalBatches = 20,
+constexpr int64_t kSteps = 200, kShortSteps = 100, kBatch = 32, kContext = 128, kEvalBatches = 20,
                   kUntimed = 5, kWindow = 50;
 constexpr int64_t kEvalAt[] = {100, 200};
 constexpr double kDropout = 0.1;
@@ -54,11 +58,12 @@ struct Run {
   double tokens_per_s = 0;
   std::vector<double> losses, val_losses;
   std::optional<std::string> torch_out;  // the anchor's JSON line
+  std::string torch_remark;              // with several threads: PyTorch's other configuration
   std::string skipped;                   // why neither side ran
 };
 
 Run train_both(const gw::data::CharCorpus& corpus, const gw::data::CharWindows& val,
-               const gw::Tensor& xs, const gw::Tensor& ys, double dropout) {
+               const gw::Tensor& xs, const gw::Tensor& ys, double dropout, int threads = 1) {
   Run run;
   const int64_t steps = xs.size(0);
   gw::Generator gen(0);
@@ -87,10 +92,12 @@ Run train_both(const gw::data::CharCorpus& corpus, const gw::data::CharWindows& 
     std::map<std::string, std::string> metadata = gw::examples::recipe_metadata(recipe);
     metadata["heads"] = std::to_string(model->options.heads);
     metadata["dropout"] = std::to_string(dropout);
+    metadata["threads"] = std::to_string(threads);
     gw::save_safetensors(dir + "/run.safetensors", file, metadata);
   }
 
   gw::examples::GPTTrainer trainer(model, recipe);
+  gw::set_num_threads(threads);
   std::vector<double> seconds;
   for (int64_t s = 0; s < steps; ++s) {
     const auto start = std::chrono::steady_clock::now();
@@ -101,12 +108,30 @@ Run train_both(const gw::data::CharCorpus& corpus, const gw::data::CharWindows& 
       if (s + 1 == at && steps == kSteps)
         run.val_losses.push_back(gw::examples::validation_loss(*model, val, kEvalBatches, kBatch));
   }
+  gw::set_num_threads(1);
   const double best = gw::bench::fastest_window(seconds, kUntimed, kWindow);
   run.tokens_per_s = double(kWindow * kBatch * kContext) / best;
 
-  run.torch_out =
-      gw::bench::run_capture("/usr/bin/python3 " + gw::bench::executable_dir() +
-                             "/torch_anchor_gpt.py " + dir + "/run.safetensors 2>/dev/null");
+  // PyTorch's ops on `threads` threads, its BLAS on as many (its default) or on one, which may
+  // be faster where the two pools would share the cores: the faster is the anchor.
+  auto anchor = [&](int blas_threads) {
+    const std::string n = std::to_string(blas_threads);  // OpenBLAS reads them as it loads
+    return gw::bench::run_capture("OPENBLAS_NUM_THREADS=" + n + " OMP_NUM_THREADS=" + n +
+                                  " /usr/bin/python3 " + gw::bench::executable_dir() +
+                                  "/torch_anchor_gpt.py " + dir + "/run.safetensors 2>/dev/null");
+  };
+  run.torch_out = anchor(threads);
+  if (threads > 1 && run.torch_out) {
+    auto speed = [](const std::optional<std::string>& out) {
+      return out ? gw::bench::json_number(*out, "tokens_per_s").value_or(0) : 0;
+    };
+    std::optional<std::string> one = anchor(1);
+    const bool one_faster = speed(one) > speed(run.torch_out);
+    if (one_faster) std::swap(one, run.torch_out);
+    run.torch_remark =
+        gw::detail::str("; torch's ops on ", threads, " threads; with its BLAS on ",
+                        one_faster ? threads : 1, ", ", std::llround(speed(one)), " tokens/s");
+  }
   std::filesystem::remove_all(dir);
   return run;
 }
@@ -118,8 +143,10 @@ int main(int argc, char** argv) {
   const char* curves = std::getenv("GW_BENCH_GPT_CURVES");  // a CSV file for both loss curves
   const std::string tokens_case = "char-GPT training, 4096 tokens a step";
   const std::string dropout_case = "char-GPT training with dropout 0.1, 4096 tokens a step";
+  const std::string threads_case = "char-GPT training on 2 threads, 4096 tokens a step";
   const bool main_case = report.wants("gpt", tokens_case) || report.wants("gpt", "val loss");
-  if (!main_case && !report.wants("gpt", dropout_case)) return 0;
+  if (!main_case && !report.wants("gpt", dropout_case) && !report.wants("gpt", threads_case))
+    return 0;
 
   std::optional<gw::data::CharCorpus> corpus;
   try {
@@ -127,6 +154,7 @@ int main(int argc, char** argv) {
   } catch (const gw::IoError& e) {
     report.skip("gpt", tokens_case, e.what());
     report.skip("gpt", dropout_case, e.what());
+    report.skip("gpt", threads_case, e.what());
     return 0;
   }
   const gw::data::CharWindows train(*corpus, gw::data::CorpusSplit::Train, kContext);
@@ -134,13 +162,13 @@ int main(int argc, char** argv) {
   auto [xs, ys] = training_batches(train);
 
   auto add = [&](const Run& run, const std::string& name, double value, const std::string& unit,
-                 const std::string& key) {
+                 const std::string& key, int threads = 1) {
     if (!report.wants("gpt", name)) return;
     if (!run.skipped.empty()) return report.skip("gpt", name, run.skipped);
     const auto t = run.torch_out ? gw::bench::json_number(*run.torch_out, key) : std::nullopt;
     if (t)
-      report.add(
-          {"gpt", name, value, unit, "pytorch 1.13", *t, gw::bench::blas_note(*run.torch_out)});
+      report.add({"gpt", name, value, unit, "pytorch 1.13", *t,
+                  gw::bench::blas_note(*run.torch_out, threads) + run.torch_remark});
     else
       report.add({"gpt", name, value, unit, "pytorch 1.13", 0, "python3-torch not available"});
   };
@@ -162,9 +190,14 @@ int main(int argc, char** argv) {
     }
   }
   if (report.wants("gpt", dropout_case)) {
-    const Run run = train_both(*corpus, val, xs.narrow(0, 0, kDropoutSteps),
-                               ys.narrow(0, 0, kDropoutSteps), kDropout);
+    const Run run = train_both(*corpus, val, xs.narrow(0, 0, kShortSteps),
+                               ys.narrow(0, 0, kShortSteps), kDropout);
     add(run, dropout_case, run.tokens_per_s, "tokens/s", "tokens_per_s");
+  }
+  if (report.wants("gpt", threads_case)) {
+    const Run run = train_both(*corpus, val, xs.narrow(0, 0, kShortSteps),
+                               ys.narrow(0, 0, kShortSteps), 0.0, 2);
+    add(run, threads_case, run.tokens_per_s, "tokens/s", "tokens_per_s", 2);
   }
   return 0;
 }

@@ -67,8 +67,7 @@ class Reporter {
 // Mean seconds per call of f: warms up, then times batches of growing size until one batch
 // lasts at least `min_seconds`, and returns the best mean over `trials` such batches (the
 // least disturbed by the rest of the machine).
-double seconds_per_call(const std::function<void()>& f, double min_seconds = 0.1,
-                        int trials = 5);
+double seconds_per_call(const std::function<void()>& f, double min_seconds = 0.1, int trials = 5);
 
 // Times f and its anchor g in alternating rounds (best of `trials` each), so that a busy
 // moment on the machine hits both sides alike. Returns {seconds per f, seconds per g}.
@@ -95,8 +94,8 @@ std::optional<std::string> json_string(const std::string& text, const std::strin
 // The note of a row where PyTorch multiplies matrices: which BLAS and how many threads each side
 // used, from the "blas" field of the anchor's output (bench/torch_blas.py), e.g.
 // "torch on OpenBLAS 0.3.21 pthread, 1 thread; gradwire on its AVX-512 GEMM (float32; Eigen
-// otherwise), 1 thread" (gradwire's GEMMs run on one thread whatever set_num_threads says).
-std::string blas_note(const std::string& anchor_output);
+// otherwise), 1 thread"; `threads`: gradwire's (set_num_threads) in that row.
+std::string blas_note(const std::string& anchor_output, int threads = 1);
 
 // Keeps the optimizer from deleting a computation whose result is unused.
 template <typename T>

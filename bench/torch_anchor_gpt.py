@@ -1,9 +1,9 @@
 # PyTorch 1.13 on bench_gpt's case: gpt_train's character-level GPT, built from torch.nn
 # (MultiheadAttention batch-first with a causal mask, LayerNorm, Linear-GELU-Linear, the head
 # tied to the token embedding), trained with gpt_train's recipe (AdamW betas 0.9, 0.99, decay on
-# the matrices only; linear warm-up, cosine to min_lr_factor; clip_grad_norm_) on one thread,
-# with dropout where gpt_train puts it (after the embeddings, on the attention probabilities,
-# after each residual branch) when the file's metadata gives one.
+# the matrices only; linear warm-up, cosine to min_lr_factor; clip_grad_norm_) on the threads
+# the file's metadata gives (one unless it says), with dropout where gpt_train puts it (after
+# the embeddings, on the attention probabilities, after each residual branch) when it gives one.
 # Reads the initial weights, the batches and the validation windows bench_gpt wrote (argv[1]:
 # a safetensors file), trains on every batch in order, and prints one JSON line: tokens/s over
 # the fastest 50 consecutive steps after the fifth (as bench_gpt counts), the validation loss
@@ -89,8 +89,8 @@ def warmup_cosine(warmup, total, min_factor):
 
 
 def main():
-    torch.set_num_threads(1)
     tensors, meta = read_safetensors(sys.argv[1])
+    torch.set_num_threads(int(meta.get("threads", 1)))  # OpenBLAS's: its environment, from bench_gpt
     state = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
     xs, ys, val_x, val_y = tensors["x"], tensors["y"], tensors["val_x"], tensors["val_y"]
     steps, batch, context = xs.shape

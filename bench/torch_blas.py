@@ -2,10 +2,10 @@
 #
 # Debian's python3-torch is built with BLAS_INFO=generic: it calls whatever libblas.so.3 the
 # alternatives system points at, which is the reference (netlib) BLAS unless an optimized one
-# is installed (`./gw bench` installs OpenBLAS). gradwire multiplies on one thread (its own
-# AVX-512 GEMM for float32, Eigen otherwise), so the anchors run their BLAS on one thread
-# too. OpenBLAS reads its
-# thread count when it is loaded, so import this module before torch:
+# is installed (`./gw bench` installs OpenBLAS). The anchors run their BLAS on one thread unless
+# the caller's environment says otherwise (bench_gpt's two-thread row), as gradwire's side of
+# each row does. OpenBLAS reads its thread count when it is loaded, so import this module
+# before torch:
 #
 #   import torch_blas  # first: before torch loads the BLAS
 #   import torch
