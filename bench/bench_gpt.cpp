@@ -121,16 +121,17 @@ Run train_both(const gw::data::CharCorpus& corpus, const gw::data::CharWindows& 
                                   "/torch_anchor_gpt.py " + dir + "/run.safetensors 2>/dev/null");
   };
   run.torch_out = anchor(threads);
-  if (threads > 1 && run.torch_out) {
+  if (threads > 1) {
     auto speed = [](const std::optional<std::string>& out) {
       return out ? gw::bench::json_number(*out, "tokens_per_s").value_or(0) : 0;
     };
     std::optional<std::string> one = anchor(1);
     const bool one_faster = speed(one) > speed(run.torch_out);
     if (one_faster) std::swap(one, run.torch_out);
-    run.torch_remark =
-        gw::detail::str("; torch's ops on ", threads, " threads; with its BLAS on ",
-                        one_faster ? threads : 1, ", ", std::llround(speed(one)), " tokens/s");
+    run.torch_remark = gw::detail::str("; torch's ops on ", threads, " threads; with its BLAS on ",
+                                       one_faster ? threads : 1, ", ");
+    run.torch_remark +=
+        speed(one) > 0 ? std::to_string(std::llround(speed(one))) + " tokens/s" : "it failed";
   }
   std::filesystem::remove_all(dir);
   return run;

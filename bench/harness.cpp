@@ -76,10 +76,9 @@ void Reporter::add(const Row& row) {
   }
   if (!header_printed_) {
     std::cout << std::left << std::setw(15) << "bench" << std::setw(30) << "case" << std::right
-              << std::setw(12) << "gradwire"
-              << "  " << std::left << std::setw(10) << "unit" << std::setw(16) << "anchor"
-              << std::right << std::setw(12) << "anchor" << std::setw(10) << "speedup"
-              << "\n";
+              << std::setw(12) << "gradwire" << "  " << std::left << std::setw(10) << "unit"
+              << std::setw(16) << "anchor" << std::right << std::setw(12) << "anchor"
+              << std::setw(10) << "speedup" << "\n";
     header_printed_ = true;
   }
   std::cout << std::left << std::setw(15) << row.bench << std::setw(30) << row.name << std::right
@@ -100,8 +99,8 @@ void Reporter::skip(const std::string& bench, const std::string& name, const std
     std::cout << "{\"bench\":\"" << json_escape(bench) << "\",\"case\":\"" << json_escape(name)
               << "\",\"skipped\":\"" << json_escape(why) << "\"}" << std::endl;
   else
-    std::cout << std::left << std::setw(15) << bench << std::setw(30) << name
-              << "  skipped: " << why << std::endl;
+    std::cout << std::left << std::setw(15) << bench << std::setw(30) << name << "  skipped: "
+              << why << std::endl;
 }
 
 double seconds_per_call(const std::function<void()>& f, double min_seconds, int trials) {
@@ -114,8 +113,7 @@ double seconds_per_call(const std::function<void()>& f, double min_seconds, int 
     for (int64_t i = 0; i < batch; ++i) f();
     double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
     if (elapsed < min_seconds) {
-      batch = std::max<int64_t>(batch * 2,
-                                static_cast<int64_t>(batch * min_seconds / (elapsed + 1e-9) * 0.5));
+      batch = std::max<int64_t>(batch * 2, static_cast<int64_t>(batch * min_seconds / (elapsed + 1e-9) * 0.5));
       continue;
     }
     best = std::min(best, elapsed / static_cast<double>(batch));
@@ -134,8 +132,8 @@ double fastest_window(const std::vector<double>& seconds, size_t skip, size_t wi
 }
 
 std::pair<double, double> seconds_per_call_pair(const std::function<void()>& f,
-                                                const std::function<void()>& g, double min_seconds,
-                                                int trials) {
+                                                const std::function<void()>& g,
+                                                double min_seconds, int trials) {
   double best_f = INFINITY, best_g = INFINITY;
   for (int t = 0; t < trials; ++t) {
     best_f = std::min(best_f, seconds_per_call(f, min_seconds, 1));

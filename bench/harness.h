@@ -67,7 +67,8 @@ class Reporter {
 // Mean seconds per call of f: warms up, then times batches of growing size until one batch
 // lasts at least `min_seconds`, and returns the best mean over `trials` such batches (the
 // least disturbed by the rest of the machine).
-double seconds_per_call(const std::function<void()>& f, double min_seconds = 0.1, int trials = 5);
+double seconds_per_call(const std::function<void()>& f, double min_seconds = 0.1,
+                        int trials = 5);
 
 // Times f and its anchor g in alternating rounds (best of `trials` each), so that a busy
 // moment on the machine hits both sides alike. Returns {seconds per f, seconds per g}.

@@ -136,6 +136,9 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain,
     f(begin, end);
     return;
   }
+  // The pool as it is under the lock: set_num_threads may have shrunk it since `threads` was
+  // read, and chunks beyond its workers would never run.
+  chunks = std::min<int64_t>(chunks, pool().size());
   int64_t per = (n + chunks - 1) / chunks;
   pool().run(static_cast<int>(chunks), [&](int c) {
     int64_t b = begin + c * per, e = std::min(end, b + per);

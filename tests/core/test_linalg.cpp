@@ -341,10 +341,15 @@ TEST_CASE("a float32 product's row does not depend on the rows around it", "[cor
 
 TEST_CASE("a float32 product split over CPU threads gives the same bits as on one",
           "[core][linalg]") {
+  if (!gw::cpu::kHaveSgemm)
+    GW_SKIP("built without AVX-512: products go through Eigen, on one thread");
   // The GEMM hands each thread a run of C's row tiles (core/cpu/sgemm.h): each row is summed in
-  // the same order whatever thread takes it. Shapes large enough to split into several runs,
-  // one ending inside a tile; A where it lies and packed (transposed); from zero, the bias and C.
-  const int threads = gw::get_num_threads();
+  // the same order whatever thread takes it. Shapes large enough to split into 3 runs, the last
+  // ending inside a tile; A where it lies and packed (transposed); from zero, the bias and C.
+  struct Threads {  // the count this test found, whatever ends it
+    int before = gw::get_num_threads();
+    ~Threads() { gw::set_num_threads(before); }
+  } restore;
   for (auto [n, m, k] : std::vector<std::array<int64_t, 3>>{{100, 70, 300}, {389, 64, 520}}) {
     for (const Tensor& a : layouts(n, k, 40)) {
       CAPTURE(n, m, k, gw::shape_str(a.strides()));
@@ -360,7 +365,6 @@ TEST_CASE("a float32 product split over CPU threads gives the same bits as on on
       check_float_product(one, a, b);
     }
   }
-  gw::set_num_threads(threads);
 }
 
 TEST_CASE("batched float32 products wide enough for the CPU GEMM", "[core][linalg]") {
