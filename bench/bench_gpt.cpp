@@ -97,6 +97,7 @@ Run train_both(const gw::data::CharCorpus& corpus, const gw::data::CharWindows& 
   }
 
   gw::examples::GPTTrainer trainer(model, recipe);
+  const int threads_before = gw::get_num_threads();
   gw::set_num_threads(threads);
   std::vector<double> seconds;
   for (int64_t s = 0; s < steps; ++s) {
@@ -108,7 +109,7 @@ Run train_both(const gw::data::CharCorpus& corpus, const gw::data::CharWindows& 
       if (s + 1 == at && steps == kSteps)
         run.val_losses.push_back(gw::examples::validation_loss(*model, val, kEvalBatches, kBatch));
   }
-  gw::set_num_threads(1);
+  gw::set_num_threads(threads_before);
   const double best = gw::bench::fastest_window(seconds, kUntimed, kWindow);
   run.tokens_per_s = double(kWindow * kBatch * kContext) / best;
 
