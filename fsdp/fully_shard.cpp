@@ -454,22 +454,20 @@ double clip_grad_norm_(const std::vector<Tensor>& shards, double max_norm,
 void FSDPModule::unshard() { unit_->finish_gather(Unit::Purpose::kUnshard); }
 void FSDPModule::reshard() { unit_->reshard(); }
 
+void FSDPModule::set_flag(bool Unit::*flag, bool value, bool recurse) {
+  (*unit_).*flag = value;
+  if (recurse)
+    for (auto& unit : detail::units_below(unit_->module)) (*unit).*flag = value;
+}
+
 void FSDPModule::set_requires_gradient_sync(bool sync, bool recurse) {
-  unit_->sync = sync;
-  if (recurse)
-    for (auto& unit : detail::units_below(unit_->module)) unit->sync = sync;
+  set_flag(&Unit::sync, sync, recurse);
 }
-
 void FSDPModule::set_reshard_after_backward(bool reshard, bool recurse) {
-  unit_->reshard_after_backward = reshard;
-  if (recurse)
-    for (auto& unit : detail::units_below(unit_->module)) unit->reshard_after_backward = reshard;
+  set_flag(&Unit::reshard_after_backward, reshard, recurse);
 }
-
 void FSDPModule::set_requires_all_reduce(bool all_reduce, bool recurse) {
-  unit_->all_reduce = all_reduce;
-  if (recurse)
-    for (auto& unit : detail::units_below(unit_->module)) unit->all_reduce = all_reduce;
+  set_flag(&Unit::all_reduce, all_reduce, recurse);
 }
 
 std::vector<Tensor> FSDPModule::shards() const {

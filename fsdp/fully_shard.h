@@ -176,6 +176,8 @@ class FSDPModule {
   NamedTensors full_state_dict() const;
 
  private:
+  // `flag` of this unit set to `value`, and of the units below it with `recurse`.
+  void set_flag(bool detail::Unit::*flag, bool value, bool recurse);
   std::shared_ptr<detail::Unit> unit_;
   std::shared_ptr<nn::Module> module_;  // the unit's module outlives this handle
 };

@@ -28,7 +28,7 @@ std::vector<double> Unit::tag(Purpose why) const {
   t[3] = static_cast<double>(why);
   // Gradients kept in the replica (set_requires_all_reduce(false)): every rank of the shard
   // group and every replica must keep them alike.
-  t[4] = why == Purpose::kReduction && !all_reduce && replicas() > 1 ? 1.0 : 0.0;
+  t[4] = why == Purpose::kReduction && keeps_in_replica() ? 1.0 : 0.0;
   return t;
 }
 

@@ -128,7 +128,7 @@ void Unit::sum_over_replicas(bool failed) {
         "disagreed): every replica must call the same units in the same order and set alike, "
         "and the replicate group pair the same places"));
   }
-  if (!all_reduce) return;  // finish_reductions keeps them in `unreplicated`
+  if (keeps_in_replica()) return;  // finish_reductions keeps them in `unreplicated`
   for (Reduction& red : reductions) {
     if (!red.counts.empty()) continue;  // summed by an earlier call
     Tensor sums_and_counts = red.output.narrow(0, 0, chunk + static_cast<int64_t>(params.size()));
@@ -139,7 +139,7 @@ void Unit::sum_over_replicas(bool failed) {
 
 void Unit::finish_reductions() {
   check_reductions();
-  if (!all_reduce && replicas() > 1) {  // no .grad yet: kept for the next sum over the replicas
+  if (keeps_in_replica()) {  // no .grad yet: kept for the next sum over the replicas
     for (Reduction& red : reductions) {
       const Tensor sums_and_counts =
           red.output.narrow(0, 0, chunk + static_cast<int64_t>(params.size()));

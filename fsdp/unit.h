@@ -117,6 +117,8 @@ struct Unit : std::enable_shared_from_this<Unit> {
   int world() const { return group->size(); }
   int rank() const { return group->rank(); }
   int replicas() const { return options.replicate_group ? options.replicate_group->size() : 1; }
+  // HSDP without all_reduce: this backward's reduced rows stay in the replica (`unreplicated`).
+  bool keeps_in_replica() const { return !all_reduce && replicas() > 1; }
   // dist::checkpoint::on_every_rank over every rank that holds this unit: its shard group, and
   // under HSDP the replicas too (each shard group's verdict then goes over the replicate group).
   void on_every_rank(const std::function<void()>& f) const;
