@@ -14,6 +14,8 @@ GPTTrainer::GPTTrainer(std::shared_ptr<nn::GPT> model, const GPTRecipe& recipe,
                        std::shared_ptr<dist::ProcessGroup> group, Parallelism parallelism,
                        const PipelineOptions& pipeline, const fsdp::FullyShardOptions& sharding)
     : recipe_(recipe), model_(std::move(model)), group_(group) {
+  GW_CHECK(recipe.accumulate >= 1, InvalidArgumentError,
+           "[GPTTrainer] accumulate must be at least 1, got ", recipe.accumulate);
   GW_CHECK(recipe.accumulate == 1 || !(group && parallelism == Parallelism::pipeline),
            InvalidArgumentError, "[GPTTrainer] a pipeline cuts the batch into its own ",
            "micro-batches: accumulate must be 1, got ", recipe.accumulate);
@@ -92,8 +94,8 @@ double GPTTrainer::step(const Tensor& x, const Tensor& y) {
   // The forward and the loss under autocast (the backward runs outside it either way: autograd
   // turns it off, as PyTorch advises).
   std::optional<AutocastGuard> amp;
-  if (recipe_.autocast) amp.emplace(device.type, *recipe_.autocast);
   if (pipeline_) {
+    if (recipe_.autocast) amp.emplace(device.type, *recipe_.autocast);
     // Every rank passes the batch; the first stage's rank reads the tokens, the last's the
     // targets. The loss is the last stage's mean over the micro-batches, sent to every rank.
     // Each stage's forwards run here, under this thread's autocast; its backwards run here too
@@ -106,8 +108,8 @@ double GPTTrainer::step(const Tensor& x, const Tensor& y) {
     loss = reduce_over_ranks(loss, data_parallel_.get(), dist::ReduceOp::AVG);
   } else {
     const int64_t k = recipe_.accumulate;
-    GW_CHECK(k >= 1 && x.size(0) % k == 0, InvalidArgumentError, "[GPTTrainer] a batch of ",
-             x.size(0), " sequences does not split into ", k, " micro-batches of one size");
+    GW_CHECK(x.size(0) % k == 0, InvalidArgumentError, "[GPTTrainer] a batch of ", x.size(0),
+             " sequences does not split into ", k, " micro-batches of one size");
     const int64_t rows = x.size(0) / k;
     for (int64_t m = 0; m < k; ++m) {
       const bool last = m + 1 == k;
@@ -117,7 +119,7 @@ double GPTTrainer::step(const Tensor& x, const Tensor& y) {
         sharded_->set_requires_all_reduce(last);
       else if (sharded_)
         sharded_->set_requires_gradient_sync(last);
-      if (recipe_.autocast && !amp) amp.emplace(device.type, *recipe_.autocast);
+      if (recipe_.autocast) amp.emplace(device.type, *recipe_.autocast);
       const Tensor xm = x.narrow(0, m * rows, rows).to(device);
       const Tensor logits = ddp_ ? ddp_->forward(xm) : (*model_)(xm);
       const Tensor l =
