@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/cpu/cpu_backend.h"
+#include "core/cpu/float_math.h"
 #include "core/cpu/half_as_float.h"
 #include "core/cpu/loops.h"
 #include "core/ops/creation.h"
@@ -53,6 +54,32 @@ Acc sum_contiguous(const T* x, int64_t n) {
   for (; i < n; ++i) a0 += static_cast<Acc>(x[i]);
   return (a0 + a1) + (a2 + a3);
 }
+
+#if defined(GW_FLOAT_LANES)
+// One float32 row of softmax (or log_softmax) as the generic loop below computes it, by vectors:
+// the row's maximum m (0 if every element is -inf), sum = Σ exp(x - m) in double over float
+// lanes, then exp(x - m) / sum, or (x - m) - log(sum).
+void softmax_row(const float* x, int64_t n, bool log, float* out) {
+  float m = lanes::row_max(x, n);
+  if (std::isinf(m) && m < 0) m = 0;  // an all -inf row: avoid inf - inf
+  if (!log) {
+    const double sum = lanes::sum_exp(x, n, m, out);
+    const auto inv = static_cast<float>(1 / sum);
+    for (int64_t i = 0; i < n; i += 16) {
+      const __mmask16 k = lanes::tail_mask(n - i);
+      _mm512_mask_storeu_ps(out + i, k,
+                            _mm512_mul_ps(_mm512_maskz_loadu_ps(k, out + i), lanes::splat(inv)));
+    }
+    return;
+  }
+  const auto log_sum = static_cast<float>(std::log(lanes::sum_exp(x, n, m, nullptr)));
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = lanes::tail_mask(n - i);
+    const __m512 centred = _mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), lanes::splat(m));
+    _mm512_mask_storeu_ps(out + i, k, _mm512_sub_ps(centred, lanes::splat(log_sum)));
+  }
+}
+#endif
 
 }  // namespace
 
@@ -160,8 +187,18 @@ void CpuBackend::softmax(const Tensor& in, int64_t dim, bool log, const Tensor& 
     for (int64_t d = dim + 1; d < x.dim(); ++d) inner *= x.size(d);
     const T* px = x.data_ptr<T>();
     T* po = out.data_ptr<T>();
-    parallel_for(0, outer * inner, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(n, 1)),
-                 [&](int64_t b, int64_t e) {
+    const int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(n, 1));
+#if defined(GW_FLOAT_LANES)
+    if constexpr (std::is_same_v<T, float>) {
+      if (inner == 1) {  // contiguous rows: the passes below, in float lanes (float_math.h)
+        parallel_for(0, outer, grain, [&](int64_t b, int64_t e) {
+          for (int64_t r = b; r < e; ++r) softmax_row(px + r * n, n, log, po + r * n);
+        });
+        return;
+      }
+    }
+#endif
+    parallel_for(0, outer * inner, grain, [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {
         const T* xr = px + (r / inner) * n * inner + (r % inner);
         T* orow = po + (r / inner) * n * inner + (r % inner);

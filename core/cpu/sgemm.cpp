@@ -1,5 +1,6 @@
 #include "core/cpu/sgemm.h"
 
+#include "core/cpu/float_math.h"
 #include "core/error.h"
 #include "core/parallel.h"
 
@@ -90,10 +91,7 @@ void transpose16(const float* in, int64_t ldi, float* out, int64_t ldo) {
 }
 #pragma GCC diagnostic pop
 
-// The first min(n, 16) lanes of a vector (n >= 1).
-__mmask16 tail_mask(int64_t n) {
-  return n >= 16 ? __mmask16{0xffff} : static_cast<__mmask16>((1u << n) - 1);
-}
+using lanes::tail_mask;
 
 // B's rows k0 .. k0 + depth, columns j0 .. j0 + width, as panels of kCols columns:
 // out[p * depth * kCols + k * kCols + c] = B(k0 + k, j0 + p * kCols + c), zero past n up to

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 
 #include "nn_test_util.h"
 
@@ -224,6 +225,49 @@ TEST_CASE("fused layer_norm and cross_entropy equal their composite definitions"
   F::cross_entropy(one, target[0]).backward();
   CHECK(one.grad().sizes() == gw::Shape{7});
   CHECK(gw::allclose(one.grad(), grads_of(loss, {logits}, gw::eye(5)[0])[0][0]));
+}
+
+TEST_CASE("float32 softmax, log_softmax and cross_entropy by vectors stay near float64",
+          "[nn][functional]") {
+  // Rows of every length about the kernels' vectors of 16 and blocks of 256, shifted by 30 (the
+  // exp of x - max stays in range), with -inf entries, an all -inf row and a NaN row. The float32
+  // kernels sum float lanes into double and take exp from a polynomial (relative error 2e-7).
+  gw::Generator gen(9);
+  const double inf = std::numeric_limits<double>::infinity();
+  for (int64_t n : {1, 7, 16, 17, 255, 256, 257, 1000}) {
+    CAPTURE(n);
+    Tensor x = gw::randn({5, n}, gen) * 4.0;
+    x.select(0, 1).add_(30.0);
+    if (n > 1) x.select(0, 2).slice(0, 0, n, 2).fill_(-inf);  // every other entry of row 2
+    x.select(0, 3).fill_(-inf);
+    x.select(0, 4).slice(0, n - 1, n).fill_(std::nan(""));
+    const Tensor x64 = x.to(gw::kFloat64);
+    auto close = [](const Tensor& single, const Tensor& reference, double tolerance) {
+      const std::vector<double> a = values(single), b = values(reference);
+      for (size_t i = 0; i < a.size(); ++i) {
+        CAPTURE(i, a[i], b[i]);
+        if (std::isnan(b[i]) || std::isinf(b[i]))
+          CHECK((a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i]))));
+        else
+          CHECK(std::abs(a[i] - b[i]) <= tolerance * (1 + std::abs(b[i])));
+      }
+    };
+    close(gw::softmax(x, 1), gw::softmax(x64, 1), 1e-6);
+    close(gw::log_softmax(x, 1), gw::log_softmax(x64, 1), 1e-6);
+    // cross_entropy of the finite rows, per row and its gradient (of the sum).
+    const Tensor target = gw::randint(0, n, {2}, gen);
+    auto loss_and_grad = [&](gw::DType dtype) {
+      Tensor logits = x.slice(0, 0, 2).to(dtype).detach().requires_grad_(true);
+      Tensor loss = F::cross_entropy(logits, target, Reduction::kNone);
+      loss.sum().backward();
+      return std::pair{loss.detach(), logits.grad()};
+    };
+    const auto [loss, grad] = loss_and_grad(gw::kFloat32);
+    const auto [loss64, grad64] = loss_and_grad(gw::kFloat64);
+    close(loss, loss64, 1e-6);
+    // The gradient's exp(x - lse) has lse rounded to float32: an error of its ulp (2e-6 at 30).
+    close(grad, grad64, 5e-6);
+  }
 }
 
 TEST_CASE("float32 layer_norm of rows whose mean dwarfs their spread, forward and backward",
