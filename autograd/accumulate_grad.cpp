@@ -25,10 +25,7 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
   Tensor grad = std::move(grads[0]);
   if (!grad.defined()) return {};
   AutogradMeta& m = meta(variable);
-  for (const GradHook& hook : m.leaf_hooks) {
-    Tensor replaced = hook(grad);
-    if (replaced.defined()) grad = std::move(replaced);
-  }
+  for (const GradHook& hook : m.leaf_hooks) grad = run_hook(hook, std::move(grad), "backward");
   GW_CHECK(grad.sizes() == variable.sizes(), InternalError, "[AccumulateGrad] gradient of shape ",
            shape_str(grad.sizes()), " for a leaf of shape ", shape_str(variable.sizes()));
   // A task that collects leaf gradients elsewhere (a distributed autograd context) gets them

@@ -85,6 +85,9 @@ Tensor Tensor::grad() const {
 void Tensor::set_grad(const Tensor& grad) const {
   GW_CHECK(!grad.defined() || grad.sizes() == sizes(), ShapeError, "[set_grad] gradient of shape ",
            shape_str(grad.sizes()), " for a tensor of shape ", shape_str(sizes()));
+  GW_CHECK(!grad.defined() || (grad.dtype() == dtype() && grad.device() == device()),
+           InvalidArgumentError, "[set_grad] a ", grad.dtype(), " gradient on ", grad.device(),
+           " for a ", dtype(), " tensor on ", device());
   autograd::AutogradMeta& m = autograd::meta(*this);
   std::lock_guard lock(m.mutex);
   m.grad = grad;

@@ -240,10 +240,8 @@ std::vector<bool> GraphTask::wanted_edges(const Node& node) const {
 void GraphTask::execute(const std::shared_ptr<Node>& node, std::vector<Tensor> inputs) {
   inputs.resize(node->num_inputs);
   for (auto& [input_nr, hook] : node->pre_hooks) {
-    if (input_nr < inputs.size() && inputs[input_nr].defined()) {
-      Tensor replaced = hook(inputs[input_nr]);
-      if (replaced.defined()) inputs[input_nr] = std::move(replaced);
-    }
+    if (input_nr < inputs.size() && inputs[input_nr].defined())
+      inputs[input_nr] = run_hook(hook, std::move(inputs[input_nr]), "backward");
   }
   bool any_defined = node->num_inputs == 0 || node->apply_undefined;
   for (const Tensor& g : inputs) any_defined = any_defined || g.defined();

@@ -20,6 +20,9 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
     // Elements are nudged in place through a flat view of the input itself.
     GW_CHECK(inputs[i].is_contiguous(), InvalidArgumentError, "[gradcheck] input ", i,
              " must be contiguous");
+    // Central differences of 1e-6 in float32 are mostly rounding: every check would fail.
+    GW_CHECK(inputs[i].dtype() == kFloat64, InvalidArgumentError, "[gradcheck] input ", i, " is ",
+             inputs[i].dtype(), "; gradcheck needs float64 inputs");
   }
   const int64_t n_out = fn(inputs).numel();
 
@@ -50,17 +53,22 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
       {
         NoGradGuard no_grad;
         Tensor e = x.view({-1}).select(0, j);
-        double orig = e.item<double>();
+        const double orig = e.item<double>();
+        struct Restore {  // the element as it was, also when fn throws
+          Tensor& e;
+          double value;
+          ~Restore() { e.fill_(value); }
+        } restore{e, orig};
         e.fill_(orig + options.eps);
         plus = flat(fn(inputs));
         e.fill_(orig - options.eps);
         minus = flat(fn(inputs));
-        e.fill_(orig);
       }
       for (int64_t k = 0; k < n_out; ++k) {
         double numerical = (plus[k] - minus[k]) / (2 * options.eps);
         double a = analytical[i][k][j];
-        if (std::abs(a - numerical) > options.atol + options.rtol * std::abs(numerical)) {
+        // Not within tolerance, written so that a NaN on either side fails.
+        if (!(std::abs(a - numerical) <= options.atol + options.rtol * std::abs(numerical))) {
           return {false, detail::str("[gradcheck] input ", i, " element ", j, ", output element ",
                                      k, ": analytical ", a, " vs numerical ", numerical)};
         }

@@ -5,6 +5,18 @@
 
 namespace gw::autograd {
 
+Tensor run_hook(const GradHook& hook, Tensor grad, const char* where) {
+  Tensor replaced = hook(grad);
+  if (!replaced.defined()) return grad;
+  GW_CHECK(replaced.sizes() == grad.sizes() && replaced.dtype() == grad.dtype() &&
+               replaced.device() == grad.device(),
+           InvalidArgumentError, "[", where, "] a gradient hook returned a ",
+           shape_str(replaced.sizes()), " ", replaced.dtype(), " tensor on ", replaced.device(),
+           " for a ", shape_str(grad.sizes()), " ", grad.dtype(), " gradient on ", grad.device(),
+           "; a hook must keep the gradient's shape, dtype and device");
+  return replaced;
+}
+
 namespace {
 std::atomic<uint64_t> g_next_sequence_nr{0};
 // The node whose apply runs on this thread in a pass that wants only some of its outputs.

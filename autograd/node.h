@@ -44,6 +44,11 @@ class SavedTensor {
 // A gradient hook: returns a replacement gradient, or an undefined tensor to keep it.
 using GradHook = std::function<Tensor(const Tensor&)>;
 
+// `hook` applied to `grad`: its replacement, or grad when it returns none. A replacement of
+// another shape, dtype or device is refused (InvalidArgumentError naming `where` and both): the
+// ops before it would sum or convert it into a wrong gradient without a word.
+Tensor run_hook(const GradHook& hook, Tensor grad, const char* where);
+
 class Node : public std::enable_shared_from_this<Node> {
  public:
   Node();

@@ -37,6 +37,16 @@ void check_same_device(const char* op, std::initializer_list<const Tensor*> tens
   }
 }
 
+void check_writable(const char* op, const Tensor& out) {
+  for (int64_t d = 0; d < out.dim(); ++d) {
+    GW_CHECK(out.stride(d) != 0 || out.size(d) <= 1, InvalidArgumentError, "[", op,
+             "] cannot write to an expanded tensor (shape ", shape_str(out.sizes()), ", strides ",
+             shape_str(out.strides()),
+             "): several of its elements are one place in memory; "
+             "clone() it first");
+  }
+}
+
 void Backend::addmm(const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
   throw InternalError(
       detail::str("[addmm] the backend of ", Device(device_type()), " has no fused addmm"));

@@ -303,4 +303,10 @@ inline int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int6
 // of another device would read foreign memory.
 void check_same_device(const char* op, std::initializer_list<const Tensor*> tensors);
 
+// Throws InvalidArgumentError naming `op` when `out` is an expanded view (a dim of stride 0 and
+// size > 1): several of its elements are one place in memory, and a kernel writing them would
+// keep an arbitrary one, or race. In-place ops and out= variants call it (fill_ and
+// masked_fill_ write one value to every place, and do not, as in PyTorch).
+void check_writable(const char* op, const Tensor& out);
+
 }  // namespace gw

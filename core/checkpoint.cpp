@@ -69,6 +69,10 @@ void write_file_atomically(const std::string& path, const void* data, size_t siz
 void save_checkpoint(const std::string& dir, const Checkpoint& c) {
   GW_CHECK(c.epoch >= 0 && c.step >= 0, InvalidArgumentError,
            "[save_checkpoint] epoch and step must be >= 0, got ", c.epoch, " and ", c.step);
+  for (const char* key : {"format", "epoch", "step", "seed"}) {
+    GW_CHECK(!c.extra.contains(key), InvalidArgumentError, "[save_checkpoint] extra key \"", key,
+             "\" is one the checkpoint writes itself; name it otherwise");
+  }
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   GW_CHECK(!ec, IoError, "[save_checkpoint] cannot create directory '", dir, "': ", ec.message());

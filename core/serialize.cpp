@@ -51,9 +51,22 @@ std::optional<uint64_t> checked_nbytes(std::span<const int64_t> shape, DType dty
   return n;
 }
 
-// A fresh tensor that owns a copy of `data` (the caller checked the length).
-Tensor tensor_from_bytes(const uint8_t* data, const Shape& shape, DType dtype) {
+// Refuses bool data with a byte other than 0 or 1 (a bool holding 2 is undefined behaviour: it
+// reads as true and as not true), naming `what`: "[load_safetensors] f.safetensors: tensor
+// \"mask\"".
+void check_bools(const void* data, size_t n, const std::string& what) {
+  const auto* bytes = static_cast<const uint8_t*>(data);
+  const auto* bad = std::find_if(bytes, bytes + n, [](uint8_t b) { return b > 1; });
+  GW_CHECK(bad == bytes + n, IoError, what, ": bool element ", bad - bytes, " is byte ",
+           static_cast<int>(*bad), ", not 0 or 1");
+}
+
+// A fresh tensor that owns a copy of `data` (the caller checked the length); `what` names it
+// in an error.
+Tensor tensor_from_bytes(const uint8_t* data, const Shape& shape, DType dtype,
+                         const std::string& what) {
   Tensor t = empty(shape, dtype);
+  if (dtype == kBool) check_bools(data, t.nbytes(), what);
   if (t.nbytes() > 0) std::memcpy(t.raw_data(), data, t.nbytes());
   return t;
 }
@@ -119,7 +132,7 @@ Tensor deserialize(std::span<const uint8_t> bytes) {
            " overflows the byte count");
   GW_CHECK(bytes.size() - header == *nbytes, IoError, "[deserialize] shape ", shape_str(shape),
            " of ", dtype, " needs ", *nbytes, " data bytes, got ", bytes.size() - header);
-  return tensor_from_bytes(bytes.data() + header, shape, dtype);
+  return tensor_from_bytes(bytes.data() + header, shape, dtype, "[deserialize] the tensor");
 }
 
 // --- safetensors -----------------------------------------------------------------------------
@@ -438,7 +451,8 @@ NamedTensors parse_safetensors(std::span<const uint8_t> bytes, const std::string
   Header header = parse_header(text, data.size(), where);
   NamedTensors out;
   for (const Entry& e : header.entries) {
-    out.emplace(e.name, tensor_from_bytes(data.data() + e.begin, e.shape, e.dtype));
+    out.emplace(e.name, tensor_from_bytes(data.data() + e.begin, e.shape, e.dtype,
+                                          where + "tensor \"" + e.name + "\""));
   }
   if (metadata) *metadata = std::move(header.metadata);
   return out;
@@ -594,6 +608,9 @@ void SafetensorsFile::read(const std::string& name, int64_t offset, int64_t coun
   const uint64_t at = data_start_ + begins_.at(name) + static_cast<uint64_t>(offset) * item;
   if (count > 0 && !read_fully(fd_, out, static_cast<size_t>(count) * item, at))
     throw_errno("SafetensorsFile", path_, "read");
+  if (t.dtype == kBool)
+    check_bools(out, static_cast<size_t>(count),
+                "[SafetensorsFile] " + path_ + ": tensor \"" + name + "\"");
 }
 
 Tensor SafetensorsFile::read(const std::string& name) const {

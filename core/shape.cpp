@@ -63,6 +63,16 @@ int64_t wrap_dim(int64_t dim, int64_t ndim, std::string_view op) {
   return dim < 0 ? dim + std::max<int64_t>(ndim, 1) : dim;
 }
 
+int64_t storage_nbytes(std::span<const int64_t> shape, int64_t itemsize, std::string_view op) {
+  int64_t bytes = itemsize;
+  for (int64_t s : shape) {
+    GW_CHECK(s >= 0, ShapeError, "[", op, "] negative size in shape ", shape_str(shape));
+    GW_CHECK(!__builtin_mul_overflow(bytes, std::max<int64_t>(s, 1), &bytes), ShapeError, "[", op,
+             "] shape ", shape_str(shape), " of ", itemsize, "-byte elements is too large");
+  }
+  return numel(shape) == 0 ? 0 : bytes;
+}
+
 Shape infer_shape(std::span<const int64_t> shape, int64_t total, std::string_view op) {
   Shape out(shape.begin(), shape.end());
   int64_t known = 1;

@@ -31,6 +31,11 @@ Shape broadcast_shapes(std::span<const int64_t> a, std::span<const int64_t> b,
 // Maps dim in [-ndim, ndim) to [0, ndim); an IndexError naming `op` otherwise.
 int64_t wrap_dim(int64_t dim, int64_t ndim, std::string_view op);
 
+// The bytes of a contiguous tensor of `shape` with elements of `itemsize` bytes; a ShapeError
+// naming `op` for a negative size, or when the bytes or a contiguous stride (the product of the
+// sizes, a 0 counted as 1) would not fit in int64.
+int64_t storage_nbytes(std::span<const int64_t> shape, int64_t itemsize, std::string_view op);
+
 // Checks a user-supplied shape (all sizes >= 0) and resolves one -1 against `total` elements.
 Shape infer_shape(std::span<const int64_t> shape, int64_t total, std::string_view op);
 

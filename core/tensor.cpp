@@ -23,8 +23,15 @@ Tensor Tensor::make(std::shared_ptr<Storage> storage, Shape sizes, Shape strides
   return Tensor(std::move(impl));
 }
 
-int64_t Tensor::size(int64_t d) const { return sizes()[wrap_dim(d, dim(), "size")]; }
-int64_t Tensor::stride(int64_t d) const { return strides()[wrap_dim(d, dim(), "stride")]; }
+// A 0-dim tensor has no dim to ask about (wrap_dim lets ops such as sum take dim 0 of one).
+int64_t Tensor::size(int64_t d) const {
+  GW_CHECK(dim() > 0, IndexError, "[size] dim ", d, " of a 0-dim tensor: it has no dims");
+  return sizes()[wrap_dim(d, dim(), "size")];
+}
+int64_t Tensor::stride(int64_t d) const {
+  GW_CHECK(dim() > 0, IndexError, "[stride] dim ", d, " of a 0-dim tensor: it has no dims");
+  return strides()[wrap_dim(d, dim(), "stride")];
+}
 
 TensorOptions Tensor::options() const {
   TensorOptions o;
@@ -286,6 +293,8 @@ Tensor Tensor::expand(Shape shape) const {
     }
     int64_t have = sizes()[i - lead];
     if (shape[i] == -1) shape[i] = have;
+    GW_CHECK(shape[i] >= 0, ShapeError, "[expand] invalid size ", shape[i], " in dim ", i, " of ",
+             shape_str(shape));
     GW_CHECK(shape[i] == have || have == 1, ShapeError, "[expand] cannot expand shape ",
              shape_str(sizes()), " to ", shape_str(shape), " (dim ", i, ": ", have, " vs ",
              shape[i], ")");
@@ -378,10 +387,7 @@ template Tensor tensor(std::initializer_list<std::initializer_list<int32_t>>);
 template Tensor tensor(std::initializer_list<std::initializer_list<bool>>);
 
 Tensor from_blob(void* data, Shape shape, DType dtype, Deleter deleter, Device device) {
-  for (int64_t s : shape) {
-    GW_CHECK(s >= 0, ShapeError, "[from_blob] invalid shape ", shape_str(shape));
-  }
-  size_t nbytes = numel(shape) * itemsize(dtype);
+  const auto nbytes = static_cast<size_t>(storage_nbytes(shape, itemsize(dtype), "from_blob"));
   auto storage = Storage::wrap(data, nbytes, device, deleter);
   Shape strides = contiguous_strides(shape);
   return Tensor::make(std::move(storage), std::move(shape), std::move(strides), 0, dtype);

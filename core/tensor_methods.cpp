@@ -17,6 +17,7 @@ Tensor& Tensor::fill_(const Scalar& value) {
 
 Tensor& Tensor::copy_(const Tensor& src) {
   detail::check_inplace_allowed(*this, "copy_");
+  check_writable("copy_", *this);
   GW_CHECK(!detail::recorder_for(src), InvalidArgumentError,
            "[copy_] copying a tensor that requires grad in place does not record gradients; "
            "use clone() or an out-of-place op, or copy under NoGradGuard");

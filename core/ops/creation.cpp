@@ -8,10 +8,8 @@
 namespace gw {
 
 Tensor empty(Shape shape, TensorOptions options) {
-  for (int64_t s : shape) {
-    GW_CHECK(s >= 0, ShapeError, "[empty] negative size in shape ", shape_str(shape));
-  }
-  auto storage = Storage::allocate(numel(shape) * itemsize(options.dtype), options.device);
+  const int64_t nbytes = storage_nbytes(shape, itemsize(options.dtype), "empty");
+  auto storage = Storage::allocate(static_cast<size_t>(nbytes), options.device);
   Shape strides = contiguous_strides(shape);
   Tensor t = Tensor::make(std::move(storage), std::move(shape), std::move(strides), 0,
                           options.dtype);

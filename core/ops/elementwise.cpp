@@ -124,11 +124,12 @@ Tensor& binary_inplace(BinaryOp op, Tensor& self, const Tensor& other,
   DType rt = result_type(self, other);
   GW_CHECK(category(rt) <= category(self.dtype()), DTypeError, "[", op_name(op),
            "_] result type ", rt, " can't be cast to the in-place output type ", self.dtype());
-  for (int64_t d = 0; d < self.dim(); ++d) {
-    GW_CHECK(self.stride(d) != 0 || self.size(d) <= 1, InvalidArgumentError, "[", op_name(op),
-             "_] cannot write in place to an expanded tensor (shape ", shape_str(self.sizes()),
-             ", strides ", shape_str(self.strides()), ")");
-  }
+  check_writable((std::string(op_name(op)) + "_").c_str(), self);
+  GW_CHECK(is_cpu_scalar(other) || !detail::recorder_for(other), InvalidArgumentError, "[",
+           op_name(op),
+           "_] an in-place op records no gradient, and the other operand requires "
+           "grad; use the out-of-place op (a = a ",
+           op_name(op), " b), or run it under NoGradGuard");
   Tensor y = alpha ? other.to(self.dtype()) : operand(op, other, self.dtype());
   // add_scaled takes operands on self's device only (binary takes a CPU scalar as well).
   if (alpha && !(y.device() == self.device())) y = y.to(self.device());
@@ -258,7 +259,13 @@ Tensor& binary_out(BinaryOp op, Tensor& out, const Tensor& a, const Tensor& b) {
            " but the result has dtype ", t);
   GW_CHECK(!detail::recorder_for({&a, &b, &out}), InvalidArgumentError, "[", op_name(op),
            "_out] out= variants do not record gradients; use ", op_name(op), "()");
-  backend_for(a, op_name(op)).binary(op, a.to(t).expand(shape), b.to(t).expand(shape), out);
+  check_writable((std::string(op_name(op)) + "_out").c_str(), out);
+  // An input that shares memory with out, other than as out itself, is read before it is written.
+  auto apart = [&out](const Tensor& x) {
+    return x.storage() == out.storage() && !x.same(out) ? x.clone() : x;
+  };
+  backend_for(a, op_name(op))
+      .binary(op, apart(a.to(t)).expand(shape), apart(b.to(t)).expand(shape), out);
   out.bump_version();
   return out;
 }

@@ -79,7 +79,17 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
 Tensor& Tensor::scatter_add_(int64_t dim, const Tensor& index, const Tensor& src) {
   check_same_device("scatter_add", {this, &index, &src});
   detail::check_inplace_allowed(*this, "scatter_add_");
+  check_writable("scatter_add_", *this);
+  GW_CHECK(!detail::recorder_for(src), InvalidArgumentError,
+           "[scatter_add_] an in-place op records no gradient, and src requires grad; use "
+           "scatter_add(), or run it under NoGradGuard");
   Tensor idx = as_index(index, "scatter_add");
+  if (this->dim() == 0) {  // a 0-dim tensor scatters like a 1-element vector, as it gathers
+    wrap_dim(dim, 1, "scatter_add");
+    view({1}).scatter_add_(0, idx.reshape({-1}), src.reshape({-1}));
+    bump_version();
+    return *this;
+  }
   int64_t d = wrap_dim(dim, std::max<int64_t>(this->dim(), 1), "scatter_add");
   GW_CHECK(src.dtype() == dtype(), DTypeError, "[scatter_add] src has dtype ", src.dtype(),
            " but self has ", dtype());

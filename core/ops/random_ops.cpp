@@ -61,6 +61,7 @@ Tensor& uniform_(Tensor& t, double from, double to, Generator& gen) {
   GW_CHECK(from <= to, InvalidArgumentError, "[uniform_] expects from <= to, got ", from, " and ",
            to);
   detail::check_inplace_allowed(t, "uniform_");
+  check_writable("uniform_", t);
   backend_for(t, "uniform_").random(RandomKind::Uniform, t, from, to, gen);
   t.bump_version();
   return t;
@@ -69,6 +70,7 @@ Tensor& uniform_(Tensor& t, double from, double to, Generator& gen) {
 Tensor& normal_(Tensor& t, double mean, double std, Generator& gen) {
   GW_CHECK(std >= 0, InvalidArgumentError, "[normal_] std must be non-negative, got ", std);
   detail::check_inplace_allowed(t, "normal_");
+  check_writable("normal_", t);
   backend_for(t, "normal_").random(RandomKind::Normal, t, mean, std, gen);
   t.bump_version();
   return t;
@@ -84,6 +86,7 @@ Tensor bernoulli(const Tensor& p) { return bernoulli(p, default_generator()); }
 Tensor& bernoulli_(Tensor& t, double p, Generator& gen) {
   GW_CHECK(p >= 0 && p <= 1, InvalidArgumentError, "[bernoulli_] p must be in [0, 1], got ", p);
   detail::check_inplace_allowed(t, "bernoulli_");
+  check_writable("bernoulli_", t);
   backend_for(t, "bernoulli_").random(RandomKind::Bernoulli, t, p, 0, gen);
   t.bump_version();
   return t;

@@ -258,6 +258,36 @@ TEST_CASE("roots and inputs that cannot be differentiated are rejected", "[autog
     CHECK_THROWS_AS(ag::register_post_accumulate_grad_hook(x * 2.0, [](const Tensor&) {}),
                     gw::InvalidArgumentError);
   }
+  SECTION("a hook that changes the gradient's shape or dtype") {
+    // g.expand((3, 2)) would be summed back into x's gradient three times over.
+    Tensor h = x * constant({3.0, 4.0});
+    h.register_hook([](const Tensor& g) { return g.expand({3, 2}).contiguous(); });
+    CHECK_THROWS_WITH(h.sum().backward(), Catch::Contains("[backward]") &&
+                                              Catch::Contains("(3,2) float64") &&
+                                              Catch::Contains("(2) float64 gradient"));
+    Tensor y = gw::ones({2}).requires_grad_();
+    y.register_hook([](const Tensor& g) { return g.to(gw::kFloat64); });
+    CHECK_THROWS_WITH((y * 2.0).sum().backward(), Catch::Contains("(2) float64 tensor") &&
+                                                      Catch::Contains("(2) float32 gradient"));
+    CHECK_FALSE(y.grad().defined());
+    CHECK_THROWS_WITH(y.set_grad(gw::ones({2}, gw::kFloat64)),
+                      Catch::Contains("[set_grad]") && Catch::Contains("float64 gradient"));
+  }
+  SECTION("an in-place op whose other operand requires grad") {
+    // acc += w * 3 would leave w without a gradient: refused, as copy_ of it is.
+    Tensor acc = constant({0.0, 0.0});
+    CHECK_THROWS_WITH(acc += x * 3.0,
+                      Catch::Contains("[add_]") && Catch::Contains("requires grad"));
+    CHECK_THROWS_WITH(acc.mul_(x), Catch::Contains("[mul_]"));
+    CHECK_THROWS_WITH(acc.scatter_add_(0, gw::from_vector<int64_t>({0, 1}), x),
+                      Catch::Contains("[scatter_add_]") && Catch::Contains("src requires grad"));
+    CHECK(vec(acc) == std::vector<double>{0.0, 0.0});
+    {
+      ag::NoGradGuard no_grad;  // what optimizers do
+      acc += x * 3.0;
+    }
+    CHECK(vec(acc) == std::vector<double>{3.0, 6.0});
+  }
   SECTION("requires_grad_ on integer and bool tensors") {
     Tensor i = gw::from_vector<int64_t>({1, 2});
     CHECK_THROWS_AS(i.requires_grad_(), gw::DTypeError);

@@ -78,6 +78,34 @@ TEST_CASE("gradcheck itself rejects a wrong gradient", "[autograd][gradcheck]") 
   // The same function written honestly passes.
   CHECK(gw::autograd::gradcheck([](const std::vector<Tensor>& in) { return in[0] * in[0]; },
                                 {x}).ok);
+  // A NaN gradient is not within any tolerance (sqrt(x - 1) at x = 1: infinite slope).
+  Tensor one = gw::ones({1}, gw::kFloat64).requires_grad_();
+  CHECK_FALSE(gw::autograd::gradcheck(
+                  [](const std::vector<Tensor>& in) { return gw::sqrt(in[0] - 1.0); }, {one})
+                  .ok);
+  Tensor y = uniform({2}, 8, 0.5, 1.5);
+  CHECK_FALSE(gw::autograd::gradcheck(
+                  [](const std::vector<Tensor>& in) {
+                    Tensor out = in[0] * 2.0;
+                    if (out.requires_grad())  // not in the finite differences
+                      out.register_hook([](const Tensor& g) { return g * std::nan(""); });
+                    return out;
+                  },
+                  {y})
+                  .ok);
+  // An fn that throws halfway leaves the input as it was; float32 inputs are refused.
+  const std::vector<double> before = y.to_vector<double>();
+  int calls = 0;
+  CHECK_THROWS(gw::autograd::gradcheck(
+      [&calls](const std::vector<Tensor>& in) {
+        if (++calls > 3) throw std::runtime_error("fn failed");
+        return in[0] * 2.0;
+      },
+      {y}));
+  CHECK(y.to_vector<double>() == before);
+  CHECK_THROWS_WITH(gw::autograd::gradcheck([](const std::vector<Tensor>& in) { return in[0]; },
+                                            {gw::ones({2}).requires_grad_()}),
+                    Catch::Contains("[gradcheck]") && Catch::Contains("float32"));
 }
 
 TEST_CASE("gradcheck: unary ops on a matrix", "[autograd][gradcheck][elementwise]") {

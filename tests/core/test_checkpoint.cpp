@@ -91,4 +91,8 @@ TEST_CASE("load_checkpoint refuses what is not a checkpoint, naming the file",
   CHECK_THROWS_AS(load_checkpoint(dir.path), IoError);
   CHECK_THROWS_WITH(save_checkpoint("/proc/no/such/dir", sample_checkpoint(1, 1)),
                     Catch::Contains("/proc/no/such/dir"));
+  Checkpoint own = sample_checkpoint(1, 1);
+  own.extra["seed"] = "mine";  // written by the checkpoint itself: it would be lost
+  CHECK_THROWS_WITH(save_checkpoint(dir.path + "/own", own),
+                    Catch::Contains("extra key \"seed\"") && Catch::Contains("[save_checkpoint]"));
 }

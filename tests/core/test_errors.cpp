@@ -109,6 +109,9 @@ TEST_CASE("dims out of range", "[core][errors]") {
   CHECK_THROWS_MATCHES(gw::softmax(x, 2), gw::IndexError, Says({"[softmax]", "dim 2"}));
   CHECK_THROWS_MATCHES(gw::log_softmax(x, -3), gw::IndexError, Says({"[log_softmax]", "dim -3"}));
   CHECK_THROWS_MATCHES(x.size(5), gw::IndexError, Says({"[size]", "dim 5"}));
+  CHECK_THROWS_MATCHES(gw::scalar_tensor(1.0).size(0), gw::IndexError, Says({"[size]", "0-dim"}));
+  CHECK_THROWS_MATCHES(gw::scalar_tensor(1.0).stride(-1), gw::IndexError,
+                       Says({"[stride]", "0-dim"}));
   CHECK_THROWS_MATCHES(x.unsqueeze(3), gw::IndexError, Says({"[unsqueeze]", "dim 3"}));
   CHECK_THROWS_MATCHES(x.squeeze(2), gw::IndexError, Says({"[squeeze]", "dim 2"}));
   CHECK_THROWS_MATCHES(gw::max(x, 2), gw::IndexError, Says({"[max]", "dim 2"}));
@@ -192,6 +195,12 @@ TEST_CASE("index tensors of the wrong shape or dtype", "[core][errors]") {
 }
 
 TEST_CASE("views that need a copy, and invalid shapes", "[core][errors]") {
+  CHECK_THROWS_MATCHES(gw::ones({1}).expand({-5}), gw::ShapeError, Says({"[expand]", "-5"}));
+  CHECK_THROWS_MATCHES(gw::ones({2, 1}).expand({2, -3}), gw::ShapeError, Says({"[expand]", "-3"}));
+  CHECK_THROWS_MATCHES(gw::zeros({int64_t{1} << 32, int64_t{1} << 32}), gw::ShapeError,
+                       Says({"[empty]", "(4294967296,4294967296)", "too large"}));
+  CHECK_THROWS_MATCHES(gw::empty({int64_t{1} << 62, 2}, gw::kFloat32), gw::ShapeError,
+                       Says({"[empty]", "too large"}));
   Tensor x = m23();
   CHECK_THROWS_MATCHES(x.t().view({6}), gw::ShapeError,
                        Says({"[view]", "(3,2)", "(1,3)", "(6)", "reshape"}));
@@ -243,6 +252,27 @@ TEST_CASE("in-place writes that cannot be done", "[core][errors]") {
                          Says({"[add_]", "expanded", "(2,3)", "(0,1)"}));
     CHECK_THROWS_MATCHES(e.mul_(gw::ones({2, 3})), gw::InvalidArgumentError,
                          Says({"[mul_]", "expanded"}));
+  }
+  SECTION("into an expanded tensor, by any in-place op or out=") {
+    Tensor e = gw::zeros({1}).expand({4});
+    CHECK_THROWS_MATCHES(e.copy_(gw::arange(4).to(gw::kFloat32)), gw::InvalidArgumentError,
+                         Says({"[copy_]", "expanded", "(4)", "(0)"}));
+    CHECK_THROWS_MATCHES(e.clamp_(0.0, 1.0), gw::InvalidArgumentError, Says({"expanded"}));
+    CHECK_THROWS_MATCHES(e.scatter_add_(0, gw::zeros({1}, gw::kInt64), gw::ones({1})),
+                         gw::InvalidArgumentError, Says({"[scatter_add_]", "expanded"}));
+    CHECK_THROWS_MATCHES(e.uniform_(0, 1), gw::InvalidArgumentError,
+                         Says({"[uniform_]", "expanded"}));
+    CHECK_THROWS_MATCHES(gw::add_out(e, gw::ones({4}), gw::ones({4})), gw::InvalidArgumentError,
+                         Says({"[add_out]", "expanded"}));
+    CHECK(e.fill_(2).to_vector<float>() == std::vector<float>(4, 2.f));  // one value: allowed
+  }
+  SECTION("out= overlapping an input is read before it is written") {
+    Tensor a = gw::add(gw::arange(6).to(gw::kFloat32), 1.0);  // 1 .. 6
+    Tensor tail = a.slice(0, 1, 6);
+    gw::mul_out(tail, a.slice(0, 0, 5), gw::full({5}, 2.0));
+    CHECK(a.to_vector<float>() == std::vector<float>{1, 2, 4, 6, 8, 10});
+    gw::add_out(a, a, a);  // out is an input itself: element by element
+    CHECK(a.to_vector<float>() == std::vector<float>{2, 4, 8, 12, 16, 20});
   }
   SECTION("a floating result into an integer tensor") {
     Tensor ints = gw::zeros({3}, gw::kInt64);

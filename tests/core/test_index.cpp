@@ -125,6 +125,14 @@ TEST_CASE("gather and index_select of a 0-dim input", "[core][index]") {
   Tensor s = gw::scalar_tensor(5.0);
   CHECK(gw::gather(s, 0, gw::scalar_tensor(int64_t{0})).item<float>() == 5.f);
   CHECK(gw::index_select(s, 0, idx({0})).item<float>() == 5.f);
+  // torch.zeros(()).scatter_add_(0, torch.tensor(0), torch.tensor(1.)) == tensor(1.)
+  Tensor z = gw::zeros({});
+  z.scatter_add_(0, gw::scalar_tensor(int64_t{0}), gw::scalar_tensor(1.0f));
+  z.scatter_add_(-1, gw::scalar_tensor(int64_t{0}), gw::scalar_tensor(2.0f));
+  CHECK(z.dim() == 0);
+  CHECK(z.item<float>() == 3.f);
+  CHECK_THROWS_AS(z.scatter_add_(1, gw::scalar_tensor(int64_t{0}), gw::scalar_tensor(1.0f)),
+                  gw::IndexError);
 }
 
 // --- scatter_add ----------------------------------------------------------------------------

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "core/ops.h"
+#include "core/safetensors_file.h"
 #include "tests/core/test_util.h"
 
 using Catch::Matchers::Contains;
@@ -165,6 +166,10 @@ TEST_CASE("deserialize: malformed input throws IoError", "[core][serialize]") {
              Contains("needs 24 data bytes, got 23"));
   CHECK_THAT(err(with(6, 3)), Contains("shape (3,3) of float32 needs 36 data bytes, got 24"));
   CHECK(gw::deserialize(good).sizes() == gw::Shape{2, 3});
+  // A bool is byte 0 or 1: any other reads as true and as not true.
+  auto bools = gw::serialize(gw::from_vector<bool>({true, false, true}));
+  bools[bools.size() - 2] = 2;
+  CHECK_THAT(err(bools), Contains("[deserialize] the tensor: bool element 1 is byte 2"));
 }
 
 // --- safetensors -----------------------------------------------------------------------------
@@ -360,6 +365,22 @@ TEST_CASE("safetensors: files", "[core][serialize]") {
   std::ofstream(junk, std::ios::binary) << std::string("\x02\0\0\0\0\0\0\0{x", 10);  // "{x"
   CHECK_THAT(io_error([&] { gw::load_safetensors(junk); }),
              StartsWith("[load_safetensors] " + junk + ": ") && Contains("syntax error"));
+  // A bool byte other than 0 or 1, read whole or through SafetensorsFile.
+  gw::save_safetensors(junk, {{"mask", gw::from_vector<bool>({true, false, true, false})}});
+  {
+    std::fstream f(junk, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-1, std::ios::end);
+    f.put('\xfe');
+  }
+  CHECK_THAT(
+      io_error([&] { gw::load_safetensors(junk); }),
+      Contains("[load_safetensors] " + junk + ": tensor \"mask\": bool element 3 is byte 254"));
+  gw::SafetensorsFile file(junk);
+  CHECK_THAT(io_error([&] { file.read("mask"); }),
+             Contains("tensor \"mask\": bool element 3 is byte 254"));
+  bool first2[2];
+  file.read("mask", 0, 2, first2);  // the good part reads
+  CHECK((first2[0] && !first2[1]));
   std::filesystem::remove(junk);
 }
 
