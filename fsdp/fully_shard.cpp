@@ -432,8 +432,8 @@ double clip_grad_norm_(const std::vector<Tensor>& shards, double max_norm,
     GW_CHECK(g->device() == groups[0]->device(), InvalidArgumentError,
              "[fsdp::clip_grad_norm_] the groups reduce on ", groups[0]->device().str(), " and ",
              g->device().str(), ": give groups of one device");
-  GW_CHECK(max_norm >= 0, InvalidArgumentError, "[fsdp::clip_grad_norm_] max_norm ", max_norm,
-           " is negative");
+  GW_CHECK(max_norm >= 0, InvalidArgumentError,
+           "[fsdp::clip_grad_norm_] max_norm must be >= 0, got ", max_norm);
   autograd::NoGradGuard no_grad;
   // This rank's sum of squares in float64, then the ranks'.
   double mine = 0;

@@ -32,6 +32,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // softmax over the last dim, with zeros for a row whose every score is -inf (every key masked),
 // as PyTorch 2.5+ gives, where softmax alone would give 0/0.
 Tensor masked_softmax(const Tensor& scores) {
+  if (scores.size(-1) == 0) return scores;  // no keys: no weights (the output is then zeros)
   Tensor none = eq(amax(scores.detach(), {-1}, true), -kInf);
   return masked_fill(softmax(masked_fill(scores, none, 0.0), -1), none, 0.0);
 }

@@ -323,6 +323,8 @@ void Module::convert(const std::function<bool(const Tensor&)>& wanted,
 }
 
 void Module::to(DType dtype) {
+  GW_CHECK(is_floating(dtype), DTypeError, "[Module::to] ", type_name(),
+           ": parameters and buffers convert to floating point dtypes only, got ", dtype);
   convert([&](const Tensor& t) { return t.is_floating_point() && t.dtype() != dtype; },
           [&](const Tensor& t) { return t.to(dtype); });
 }

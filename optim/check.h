@@ -2,14 +2,16 @@
 // optimizer, the option and the value, as torch.optim's ValueErrors do.
 #pragma once
 
+#include <cmath>
+
 #include "core/error.h"
 
 namespace gw::optim::detail {
 
-// `!(value >= min)` also rejects NaN, which would otherwise poison every parameter silently.
+// NaN and infinity are refused too: either would poison every parameter silently.
 inline void check_at_least(const char* op, const char* option, double value, double min = 0) {
-  GW_CHECK(value >= min, InvalidArgumentError, "[", op, "] invalid ", option, ": ", value,
-           " (must be >= ", min, ")");
+  GW_CHECK(value >= min && std::isfinite(value), InvalidArgumentError, "[", op, "] invalid ",
+           option, ": ", value, " (must be finite and >= ", min, ")");
 }
 
 // Betas and friends: averaging coefficients in [0, 1).

@@ -11,6 +11,9 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, d
                        bool error_if_nonfinite) {
   GW_CHECK(norm_type > 0 && !std::isnan(norm_type), InvalidArgumentError,
            "[clip_grad_norm_] norm_type must be p > 0 or infinity, got ", norm_type);
+  // Negative would turn the gradients around, NaN make them all NaN (PyTorch does both).
+  GW_CHECK(max_norm >= 0, InvalidArgumentError,
+           "[clip_grad_norm_] max_norm must be >= 0 (infinity: no clipping), got ", max_norm);
   autograd::NoGradGuard no_grad;
   std::vector<Tensor> grads;
   for (const Tensor& p : parameters)

@@ -122,7 +122,8 @@ void GradScaler::load_state_dict(const NamedTensors& state) {
     values[i] = it->second.item<double>();
   }
   GW_CHECK(std::isfinite(values[0]) && values[0] > 0 && values[1] >= 0 &&
-               values[1] < static_cast<double>(options_.growth_interval),
+               values[1] < static_cast<double>(options_.growth_interval) &&
+               values[1] == std::floor(values[1]),
            InvalidArgumentError, "[GradScaler] load_state_dict: scale ", values[0],
            " and growth_tracker ", values[1], " do not fit (growth_interval ",
            options_.growth_interval, ")");

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <unordered_set>
 
 #include "autograd/autograd.h"
@@ -155,6 +156,11 @@ void Optimizer::load_state_dict(const NamedTensors& dict) {
     if (name == "step") {
       GW_CHECK(t.numel() == 1, ShapeError, op, "key \"", key, "\" has shape ", shape_str(t.sizes()),
                " but a step count has one element");
+      // A negative, fractional or NaN count would make the next step's bias correction NaN.
+      const double steps = t.item<double>();
+      GW_CHECK(steps >= 0 && std::isfinite(steps) && steps == std::floor(steps),
+               InvalidArgumentError, op, "key \"", key, "\" holds step count ", steps,
+               ", not a whole number >= 0");
       loaded[index][name] = t.detach().reshape({}).to(kFloat32).clone();
     } else {
       GW_CHECK(t.sizes() == p.sizes(), ShapeError, op, "key \"", key, "\" has shape ",

@@ -204,6 +204,13 @@ TEST_CASE("MultiheadAttention: per-head masks in PyTorch's order, fully padded s
   CHECK(gw::allclose(xg.grad(), xg.grad()));  // no NaN
   CHECK_THROWS_WITH(mha.forward(x, x, x, {}, true, gw::zeros({3, 3}, gw::kInt64)),
                     Catch::Contains("attn_mask must be bool or floating point"));
+
+  // No keys at all: zero outputs and (N, L, 0) weights on both paths, as PyTorch gives.
+  const Tensor none = gw::zeros({2, 0, 4}, gw::kFloat64);
+  auto [empty_out, empty_weights] = mha.forward(x, none, none);
+  CHECK(empty_weights.sizes() == gw::Shape{2, 3, 0});
+  CHECK(rel_error(empty_out, mha.forward(x, none, none, {}, false).first) < 1e-12);
+  CHECK(rel_error(empty_out, mha.out_proj->forward(gw::zeros({2, 3, 4}, gw::kFloat64))) < 1e-12);
 }
 
 TEST_CASE("a GPT block matches PyTorch's, and so do three AdamW steps of it, float64",

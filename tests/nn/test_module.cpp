@@ -318,6 +318,10 @@ TEST_CASE("to(dtype) converts parameters and buffers in place", "[nn][module]") 
   CHECK(y.dtype() == gw::kFloat64);
   y.sum().backward();
   CHECK(w.grad().dtype() == gw::kFloat64);
+  // Integer or bool parameters would truncate the weights and train nothing (PyTorch refuses).
+  CHECK_THROWS_WITH(net.to(gw::kInt64),
+                    Catch::Contains("[Module::to]") && Catch::Contains("int64"));
+  CHECK(w.dtype() == gw::kFloat64);
 }
 
 TEST_CASE("repr prints the module tree like PyTorch", "[nn][module]") {

@@ -55,6 +55,11 @@ TEST_CASE("clip_grad_norm_ scales gradients to a total norm, as PyTorch", "[opti
   clip_check_values(a.grad(), {3, -4});
   CHECK_THROWS_WITH(gw::optim::clip_grad_norm_({a}, 1.0, -1.0), Catch::Contains("norm_type"));
   CHECK_THROWS_WITH(gw::optim::clip_grad_norm_({a}, 1.0, 0.0), Catch::Contains("norm_type"));
+  const std::vector<float> before = a.grad().to_vector<float>();
+  CHECK_THROWS_WITH(gw::optim::clip_grad_norm_({a}, -1.0),
+                    Catch::Contains("[clip_grad_norm_] max_norm") && Catch::Contains("-1"));
+  CHECK_THROWS_WITH(gw::optim::clip_grad_norm_({a}, std::nan("")), Catch::Contains("max_norm"));
+  CHECK(a.grad().to_vector<float>() == before);  // untouched
   // float16 gradients whose squares overflow float16 (300^2 > 65504): the norm is still exact.
   Tensor h = gw::zeros({2}, gw::kFloat16).requires_grad_();
   h.set_grad(gw::from_vector(std::vector<float>{300, 400}, {2}).to(gw::kFloat16));

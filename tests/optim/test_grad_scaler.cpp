@@ -137,6 +137,8 @@ TEST_CASE("GradScaler's state round-trips, and bad state is refused", "[optim][a
   gw::NamedTensors bad = a.state_dict();
   bad["growth_tracker"] = gw::scalar_tensor(7.0, gw::kFloat64);
   CHECK_THROWS_WITH(b.load_state_dict(bad), Catch::Contains("growth_tracker"));
+  bad["growth_tracker"] = gw::scalar_tensor(1.5, gw::kFloat64);  // a count of good steps
+  CHECK_THROWS_WITH(b.load_state_dict(bad), Catch::Contains("growth_tracker 1.5"));
   CHECK(b.get_scale() == 32);
 }
 

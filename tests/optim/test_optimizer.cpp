@@ -2,6 +2,7 @@
 // state_dict round trip and its checks, and the constructor's checks on the parameter list.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <set>
 #include <string>
 
@@ -286,6 +287,11 @@ TEST_CASE("load_state_dict rejects bad dicts, names the key and changes nothing"
   auto wrong_step = good;
   wrong_step["state.1.step"] = gw::zeros({2}, gw::kFloat32);
   expect(wrong_step, "state.1.step", gw::ShapeError("x"));
+  for (double count : {-1.0, 2.5, std::nan("")}) {  // each would make the next step NaN
+    auto bad_count = good;
+    bad_count["state.0.step"] = gw::scalar_tensor(count, gw::kFloat32);
+    expect(bad_count, "state.0.step", gw::InvalidArgumentError("x"));
+  }
 
   auto unknown = good;
   unknown["state.0.momentum_buffer"] = gw::zeros({2, 3}, gw::kFloat64);

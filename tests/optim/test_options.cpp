@@ -2,7 +2,9 @@
 // make_optimizer, and the StepLR and LambdaLR (warmup_cosine) schedules.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <functional>
+#include <limits>
 #include <string>
 
 #include "optim_test_util.h"
@@ -95,6 +97,10 @@ TEST_CASE("invalid hyperparameters throw naming the option and the value", "[opt
   expect_invalid([] { Adam(params(), {.weight_decay = -0.25}); }, "Adam", "weight_decay", "-0.25");
 
   expect_invalid([] { AdamW(params(), {.lr = -2}); }, "AdamW", "lr", "-2");
+  expect_invalid([] { AdamW(params(), {.lr = std::numeric_limits<double>::infinity()}); }, "AdamW",
+                 "lr", "inf");
+  expect_invalid([] { AdamW(params(), {.weight_decay = std::nan("")}); }, "AdamW", "weight_decay",
+                 "nan");
   expect_invalid([] { AdamW(params(), {.betas = {0.9, 1.0}}); }, "AdamW", "betas[1]", "1");
   expect_invalid([] { AdamW(params(), {.weight_decay = -0.01}); }, "AdamW", "weight_decay",
                  "-0.01");
