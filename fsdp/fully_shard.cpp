@@ -69,6 +69,8 @@ class PostBackward final : public autograd::Node {
 
 }  // namespace
 
+std::shared_ptr<Unit> unit_holding(const Tensor& t) { return Registry::get().holder_of(t); }
+
 std::vector<std::shared_ptr<Unit>> units_below(nn::Module* top) {
   std::vector<std::shared_ptr<Unit>> units;
   std::vector<nn::Module*> stack{top};

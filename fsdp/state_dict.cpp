@@ -31,6 +31,15 @@ ShardRef shard_of(const std::vector<std::shared_ptr<Unit>>& units, const Tensor&
   return {nullptr, nullptr};
 }
 
+// The same for a parameter the optimizer holds: the unit that manages it, under whichever root
+// (one optimizer may hold the shards of several roots: an encoder and a decoder, or a pipeline
+// rank's stages), else one among `units`. Looked for only among `units`, another root's shard
+// would be saved as a whole tensor of its shape, and one rank's rows kept for all.
+ShardRef shard_of_param(const std::vector<std::shared_ptr<Unit>>& units, const Tensor& t) {
+  if (auto holder = detail::unit_holding(t)) return shard_of({holder}, t);
+  return shard_of(units, t);
+}
+
 }  // namespace
 
 dist::checkpoint::ShardedState FSDPModule::sharded_state_dict(const std::string& prefix) const {
@@ -57,7 +66,7 @@ dist::checkpoint::ShardedState FSDPModule::sharded_optimizer_state(
     size_t i = 0;
     std::string name;
     auto [unit, p] = optim::parse_state_key(key, i, name) && i < params.size()
-                         ? shard_of(units, params[i])
+                         ? shard_of_param(units, params[i])
                          : ShardRef{};
     if (p && t.sizes() == p->shard.sizes())  // a moment of the shard: its rows
       out.emplace(prefix + key, dcp::Shard{t, p->full.sizes(), p->start_of(unit->rank())});
@@ -81,7 +90,7 @@ void FSDPModule::load_optimizer_state(optim::Optimizer& optimizer,
       size_t i = 0;
       std::string name;
       auto [unit, p] = optim::parse_state_key(key, i, name) && i < params.size()
-                           ? shard_of(units, params[i])
+                           ? shard_of_param(units, params[i])
                            : ShardRef{};
       if (p && name != "step") {
         // A sharded parameter's state is saved whole (sharded_optimizer_state): each rank reads

@@ -227,4 +227,8 @@ struct Root {
 // the same on every rank.
 std::vector<std::shared_ptr<Unit>> units_below(nn::Module* top);
 
+// The unit, under any root, that manages tensor `t` (a parameter as a whole or its shard), or
+// null.
+std::shared_ptr<Unit> unit_holding(const Tensor& t);
+
 }  // namespace gw::fsdp::detail

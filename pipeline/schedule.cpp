@@ -267,9 +267,10 @@ void Schedule::Impl::exchange_shapes(const Tensor& input, const Tensor& target) 
         m.eval();
         Tensor x;
         if (stage.is_first()) {
-          GW_CHECK(input.defined() && input.dim() >= 1 && input.size(0) % microbatches == 0,
+          GW_CHECK(input.defined() && input.dim() >= 1 && input.size(0) >= microbatches &&
+                       input.size(0) % microbatches == 0,
                    InvalidArgumentError, "the first stage's input must split along dim 0 into ",
-                   microbatches, " micro-batches, got ",
+                   microbatches, " micro-batches of one size, got ",
                    input.defined() ? shape_str(input.sizes()) : std::string("none"));
           x = input.narrow(0, 0, input.size(0) / microbatches);
         } else {
@@ -286,9 +287,10 @@ void Schedule::Impl::exchange_shapes(const Tensor& input, const Tensor& target) 
         GW_CHECK(stage.is_last() || output.dim() <= kMaxDims, InvalidArgumentError,
                  "its output has ", output.dim(), " dims; a stage passes at most ", kMaxDims);
         if (stage.is_last()) {
-          GW_CHECK(target.defined() && target.dim() >= 1 && target.size(0) % microbatches == 0,
+          GW_CHECK(target.defined() && target.dim() >= 1 && target.size(0) >= microbatches &&
+                       target.size(0) % microbatches == 0,
                    InvalidArgumentError, "the last stage's target must split along dim 0 into ",
-                   microbatches, " micro-batches, got ",
+                   microbatches, " micro-batches of one size, got ",
                    target.defined() ? shape_str(target.sizes()) : std::string("none"));
           loss(output, target.narrow(0, 0, target.size(0) / microbatches));
         }
@@ -432,8 +434,10 @@ void Schedule::step(const Tensor& input, const Tensor& target, std::vector<doubl
   const int m = im.microbatches, last = im.num_stages - 1;
   GW_CHECK(!im.broken, StateError, "[pipeline] an earlier step failed midway on rank ", im.rank(),
            ": its messages may still be on their way, so this schedule runs no more steps");
-  im.broken = true;  // until this step ends
+  // The shape exchange fails on every rank together and leaves nothing in flight: a step that
+  // fails there can be retried.
   if (!im.checked) im.exchange_shapes(input, target);
+  im.broken = true;  // until this step ends
   const auto started = std::chrono::steady_clock::now();
   double busy = 0;
   // Times the work of action `a` (after its input arrived, before its output leaves), on the
@@ -454,9 +458,10 @@ void Schedule::step(const Tensor& input, const Tensor& target, std::vector<doubl
           detail::str("{\"stage\": ", a.stage, ", \"microbatch\": ", a.microbatch, "}"));
   };
   auto split = [&](const Tensor& t, const char* what) {
-    GW_CHECK(t.defined() && t.dim() >= 1 && t.size(0) % m == 0, InvalidArgumentError,
-             "[pipeline] rank ", im.rank(), "'s ", what, " must split along dim 0 into ", m,
-             " micro-batches, got ", t.defined() ? shape_str(t.sizes()) : std::string("none"));
+    GW_CHECK(t.defined() && t.dim() >= 1 && t.size(0) >= m && t.size(0) % m == 0,
+             InvalidArgumentError, "[pipeline] rank ", im.rank(), "'s ", what,
+             " must split along dim 0 into ", m, " micro-batches of one size, got ",
+             t.defined() ? shape_str(t.sizes()) : std::string("none"));
     std::vector<Tensor> parts;
     const int64_t n = t.size(0) / m;
     for (int i = 0; i < m; ++i) parts.push_back(t.narrow(0, i * n, n));

@@ -575,6 +575,46 @@ TEST_CASE("fsdp::clip_grad_norm_ over shards is the unsharded model's norm and c
   });
 }
 
+TEST_CASE("one optimizer over two roots: each root saves and loads every unit's rows",
+          "[fsdp][checkpoint]") {
+  // Two roots under one AdamW (an encoder and a decoder; a pipeline rank's stages): the moments
+  // of the other root's shards are rows of their parameters too, not tensors of a shard's shape,
+  // of which the checkpoint would keep one rank's.
+  namespace dcp = gw::dist::checkpoint;
+  gw::test::TempDir dir("gw_fsdp_two_roots");
+  auto build = [](dist::ProcessGroupGloo& pg) {
+    Generator gen(3);
+    auto a = std::make_shared<nn::Linear>(4, 4, true, gen);
+    auto b = std::make_shared<nn::Linear>(4, 4, true, gen);
+    auto root_a = fsdp::fully_shard(a, borrow(pg));
+    auto root_b = fsdp::fully_shard(b, borrow(pg));
+    std::vector<Tensor> params = a->parameters();
+    for (const Tensor& t : b->parameters()) params.push_back(t);
+    return std::tuple{a, b, root_a, root_b, params};
+  };
+  std::vector<NamedTensors> saved(2);
+  run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+    auto [a, b, root_a, root_b, params] = build(pg);
+    optim::AdamW opt(params, {.lr = 0.01});
+    Generator gen(10 + pg.rank());  // each rank its own batch: its moments differ
+    (*b)((*a)(randn({3, 4}, gen))).pow(2).sum().backward();
+    opt.step();
+    for (const auto& [key, t] : opt.state_dict()) saved[pg.rank()].emplace(key, t.clone());
+    dcp::save(dir.path, root_a->sharded_optimizer_state(opt, "optim."), pg);
+    EXPECT(c, std::filesystem::exists(dir.path + "/index.json"));
+  });
+  run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+    auto [a, b, root_a, root_b, params] = build(pg);
+    optim::AdamW opt(params, {.lr = 0.01});
+    root_a->load_optimizer_state(opt, dcp::Reader(dir.path), "optim.");
+    const NamedTensors got = opt.state_dict(), want = saved[pg.rank()];
+    EXPECT(c, got.size() == want.size());
+    for (const auto& [key, t] : want)
+      c.expect(got.contains(key) && equal(got.at(key), t),
+               "rank " + std::to_string(pg.rank()) + " restored " + key);
+  });
+}
+
 TEST_CASE(
     "a sharded checkpoint saved at 4 ranks loads at 2 and training goes on identically; "
     "the full state dict is the unsharded model's",

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <random>
 #include <thread>
 
@@ -549,6 +550,35 @@ TEST_CASE(
                       "an earlier step failed midway");
       },
       {.timeout = std::chrono::seconds(2)});
+}
+
+TEST_CASE(
+    "a first batch that does not split, or is empty, is refused on both ranks; a good one "
+    "then steps",
+    "[pipeline]") {
+  run_ranks(2,
+            [&](dist::ProcessGroupGloo& pg, Checks& c) {
+              const int s = pg.rank();
+              auto model = gpt();
+              auto stage = std::make_shared<pipeline::PipelineStage>(stage_of(*model, s, 2), s, 2,
+                                                                     borrow(pg));
+              pipeline::Schedule schedule(stage, pipeline::one_f_one_b(2, 2), loss_fn);
+              auto [x, y] = batch(4);
+              // Before the first step the stages exchange shapes: a refusal there leaves nothing in
+              // flight, so the schedule takes the next batch.
+              EXPECT_THROWS(c, std::exception,
+                            schedule.step(s == 0 ? x.narrow(0, 0, 3) : Tensor(),
+                                          s == 1 ? y.narrow(0, 0, 3) : Tensor()),
+                            "2 micro-batches of one size");
+              EXPECT_THROWS(c, std::exception,
+                            schedule.step(s == 0 ? x.narrow(0, 0, 0) : Tensor(),
+                                          s == 1 ? y.narrow(0, 0, 0) : Tensor()),
+                            "2 micro-batches of one size");
+              std::vector<double> losses;
+              schedule.step(s == 0 ? x : Tensor(), s == 1 ? y : Tensor(), &losses);
+              if (s == 1) EXPECT(c, losses.size() == 2 && std::isfinite(losses[0]));
+            },
+            {.timeout = std::chrono::seconds(10)});
 }
 
 namespace {
