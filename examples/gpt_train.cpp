@@ -66,6 +66,7 @@
 // writes the training and validation loss as PREFIX.csv and PREFIX.svg; --trace FILE writes a
 // timeline; --target LOSS makes the exit status say whether the final validation loss reached it.
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -75,6 +76,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "core/checkpoint.h"
@@ -113,6 +115,9 @@ struct Args {
   gw::examples::CheckpointArgs checkpoint{"gpt_train"};
   gw::examples::TraceArgs trace;
 };
+
+// --eval-batches past this (x the batch: the validation windows read) is a typo, not a plan.
+constexpr int64_t kMaxEvalBatches = 100000;
 
 constexpr const char* kUsage =
     "usage: gpt_train [--steps N] [--batch-size N (per rank)] [--context N] [--layers N] "
@@ -216,11 +221,13 @@ Args parse(int argc, char** argv) {
       : a.batch_size < 1 ? "--batch-size must be at least 1"
       : a.recipe.warmup < 0 || a.recipe.warmup >= a.recipe.steps
           ? "--warmup must be in [0, --steps)"
-      : a.eval_every < 1 || a.eval_batches < 1
-          ? "--eval-every and --eval-batches must be at least 1"
-      : a.sample < 0            ? "--sample must not be negative"
-      : a.threads < 1           ? "--threads must be at least 1"
-      : !(a.recipe.lr > 0)      ? "--lr must be positive"
+      : a.eval_every < 1 || a.eval_batches < 1 || a.eval_batches > kMaxEvalBatches
+          ? "--eval-every must be at least 1, --eval-batches in [1, 100000]"
+      : a.sample < 0                                      ? "--sample must not be negative"
+      : a.threads < 1                                     ? "--threads must be at least 1"
+      : !(a.recipe.lr > 0) || !std::isfinite(a.recipe.lr) ? "--lr must be positive and finite"
+      : !(a.recipe.weight_decay >= 0) || !std::isfinite(a.recipe.weight_decay)
+          ? "--weight-decay must be finite and >= 0"
       : !(a.recipe.clip >= 0)   ? "--clip must not be negative (0: no clipping)"
       : a.recipe.accumulate < 1 ? "--grad-accum must be at least 1"
       : a.pp > 0 && a.recipe.accumulate > 1
@@ -361,8 +368,19 @@ int64_t restore_sharded(gw::examples::GPTTrainer& trainer, gw::dist::ProcessGrou
                args.checkpoint.dir, " has no ", key);
       return it->second;
     };
-    step = std::stoll(value("step"));
-    check_identity(saved, step, std::stoull(value("seed")), args, identity);
+    // A whole number, all of the text: "20x" or "x20" is a damaged checkpoint.
+    const auto whole = [&](const char* key) {
+      const std::string& text = value(key);
+      uint64_t n = 0;
+      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+      GW_CHECK(ec == std::errc() && end == text.data() + text.size(), gw::InvalidArgumentError,
+               "[gpt_train] the checkpoint in ", args.checkpoint.dir, " has ", key, " \"", text,
+               "\", not a whole number");
+      return n;
+    };
+    const uint64_t saved_step = whole("step");
+    step = static_cast<int64_t>(std::min<uint64_t>(saved_step, INT64_MAX));
+    check_identity(saved, step, whole("seed"), args, identity);
   });
   dcp::load(*ckpt, trainer.sharded()->sharded_state_dict("model."), group);
   trainer.sharded()->load_optimizer_state(trainer.optimizer(), *ckpt, "optim.");
@@ -470,13 +488,21 @@ int main(int argc, char** argv) {
     // Resuming: rank 0 says whether there is a checkpoint, so that all ranks agree; every rank
     // loads it, and when one cannot, every rank stops.
     int64_t first = 0;
-    const bool exists =
-        args.checkpoint.every > 0 &&
-        std::filesystem::exists(args.fsdp ? sharded_dir(args) + "/index.json"
-                                          : args.checkpoint.dir + "/checkpoint.safetensors");
-    const bool resume =
-        group ? gw::dist::broadcast_bytes(*group, {static_cast<uint8_t>(exists)}, 0)[0] != 0
-              : exists;
+    // Rank 0's finding: 0 none, 1 a checkpoint to resume, 2 one of the other form (a sharded one
+    // where this run writes one file, or the other way): refused, as resuming from this form's
+    // older file, or ignoring the other, would train on from the wrong step.
+    const std::string single = args.checkpoint.dir + "/checkpoint.safetensors",
+                      sharded = sharded_dir(args) + "/index.json";
+    const std::string& other = args.fsdp ? single : sharded;
+    const uint8_t found = args.checkpoint.every == 0                              ? 0
+                          : std::filesystem::exists(other)                        ? 2
+                          : std::filesystem::exists(args.fsdp ? sharded : single) ? 1
+                                                                                  : 0;
+    const uint8_t agreed = group ? gw::dist::broadcast_bytes(*group, {found}, 0)[0] : found;
+    GW_CHECK(agreed != 2, gw::InvalidArgumentError, "[gpt_train] ", other,
+             " is the checkpoint of a run ", args.fsdp ? "without" : "with",
+             " --fsdp: resume it as it was run, or give another --checkpoint-dir");
+    const bool resume = agreed == 1;
     if (resume && args.fsdp) {
       first = restore_sharded(trainer, *group, args, identity);
     } else if (resume) {

@@ -1,6 +1,7 @@
 #include "examples/common/gpt_recipe.h"
 
 #include <algorithm>
+#include <charconv>
 
 #include "autograd/grad_mode.h"
 #include "core/ops.h"
@@ -174,7 +175,12 @@ double reduce_over_ranks(double value, dist::ProcessGroup* group, dist::ReduceOp
 }
 
 std::map<std::string, std::string> recipe_metadata(const GPTRecipe& recipe) {
-  auto text = [](double x) { return detail::str(x); };
+  // The shortest text that reads back as the same double (detail::str keeps 6 digits: --lr
+  // 0.0010000004 would pass for 0.001).
+  auto text = [](double x) {
+    char buf[32];
+    return std::string(buf, std::to_chars(buf, buf + sizeof buf, x).ptr);
+  };
   return {{"steps", std::to_string(recipe.steps)},
           {"warmup", std::to_string(recipe.warmup)},
           {"lr", text(recipe.lr)},

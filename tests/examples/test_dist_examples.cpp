@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <regex>
 
 #include "dist/process_group/process_group_nccl.h"
@@ -522,6 +523,27 @@ TEST_CASE(
     std::smatch m;
     REQUIRE(std::regex_search(resumed.out, m, std::regex("\\] val loss ([0-9.]+)")));
     CHECK(std::abs(std::stod(m[1]) - gpt_val_loss_at(saved.out, 200)) < 1e-4);
+    if (load_ranks != 4 || !load_extra.empty()) return;
+    // Without --fsdp the run would start afresh beside the sharded checkpoint: refused, naming it.
+    std::vector<std::string> plain = sharded(2, {});
+    *std::find(plain.begin(), plain.end(), "--fsdp") = "--ddp";
+    const auto other = run_gwrun(plain);
+    CHECK(other.exit_code != 0);
+    CHECK(count(other.err, "sharded/index.json is the checkpoint of a run with --fsdp") >= 1);
+    // A step that is not a whole number is a damaged checkpoint, not step 200.
+    const std::string index = dir.path + "/sharded/index.json";
+    std::string text;
+    {
+      std::ifstream in(index);
+      text.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    const std::string damaged =
+        std::regex_replace(text, std::regex("(\"step\": *\")200\""), "$01200x\"");
+    REQUIRE(damaged != text);
+    std::ofstream(index) << damaged;
+    const auto bad = run_gwrun(sharded(2, {}));
+    CHECK(bad.exit_code != 0);
+    CHECK(count(bad.err, "has step \"200x\", not a whole number") >= 1);
   };
   check(2, {}, 4, {});
   check(4, {"--hsdp", "2"}, 2, {});  // the replicas' equal rows written once
@@ -578,6 +600,9 @@ TEST_CASE("gpt_train refuses flags that do not fit together, before anything sta
       {{"--pp", "2", "--grad-accum", "2"}, "drop --grad-accum"},
       {{"--pp", "2", "--activation-checkpointing", "on"},
        "--pp does not take --activation-checkpointing"},
+      {{"--lr", "inf"}, "--lr must be positive and finite"},
+      {{"--weight-decay", "nan"}, "--weight-decay must be finite and >= 0"},
+      {{"--eval-batches", "100000000000"}, "--eval-batches in [1, 100000]"},
   };
   check_refused(GW_GPT_EXAMPLE, cases, "parameters");
 }
