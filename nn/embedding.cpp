@@ -1,5 +1,6 @@
 #include "nn/embedding.h"
 
+#include "autograd/grad_mode.h"
 #include "core/ops.h"
 #include "nn/functional.h"
 #include "nn/init.h"
@@ -10,7 +11,23 @@ Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim)
     : Embedding(num_embeddings, embedding_dim, default_generator()) {}
 
 Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, Generator& gen)
-    : Module("Embedding"), num_embeddings(num_embeddings), embedding_dim(embedding_dim) {
+    : Embedding(num_embeddings, embedding_dim, {}, gen) {}
+
+namespace {
+std::optional<int64_t> checked_padding(int64_t rows, std::optional<int64_t> padding_idx) {
+  if (!padding_idx) return std::nullopt;
+  GW_CHECK(*padding_idx >= -rows && *padding_idx < rows, InvalidArgumentError,
+           "[Embedding] padding_idx ", *padding_idx, " is out of range for ", rows, " embeddings");
+  return *padding_idx < 0 ? *padding_idx + rows : *padding_idx;
+}
+}  // namespace
+
+Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, EmbeddingOptions options,
+                     Generator& gen)
+    : Module("Embedding"),
+      num_embeddings(num_embeddings),
+      embedding_dim(embedding_dim),
+      padding_idx(checked_padding(num_embeddings, options.padding_idx)) {
   GW_CHECK(num_embeddings >= 0 && embedding_dim >= 0, InvalidArgumentError,
            "[Embedding] num_embeddings and embedding_dim must be non-negative, got ",
            num_embeddings, " and ", embedding_dim);
@@ -18,16 +35,23 @@ Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, Generator& g
   reset_parameters(gen);
 }
 
-void Embedding::reset_parameters(Generator& gen) { init::normal_(weight, gen, 0, 1); }
+void Embedding::reset_parameters(Generator& gen) {
+  init::normal_(weight, gen, 0, 1);
+  if (padding_idx) {
+    autograd::NoGradGuard no_grad;
+    weight.select(0, *padding_idx).zero_();
+  }
+}
 
 Tensor Embedding::forward(const Tensor& indices) {
   GW_CHECK(indices.dtype() == kInt64 || indices.dtype() == kInt32, DTypeError,
            "[Embedding] indices must be int64 or int32, got ", indices.dtype());
-  return functional::embedding(indices, weight);
+  return functional::embedding(indices, weight, padding_idx);
 }
 
 std::string Embedding::extra_repr() const {
-  return detail::str(num_embeddings, ", ", embedding_dim);
+  return detail::str(num_embeddings, ", ", embedding_dim,
+                     padding_idx ? detail::str(", padding_idx=", *padding_idx) : "");
 }
 
 }  // namespace gw::nn

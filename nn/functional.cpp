@@ -126,7 +126,7 @@ Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {
   return gw::flatten(x, start_dim, end_dim);
 }
 
-Tensor embedding(const Tensor& indices, const Tensor& weight) {
+Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx) {
   GW_CHECK(weight.dim() == 2, ShapeError,
            "[embedding] weight must be (num_embeddings, dim), got "
            "shape ",
@@ -138,7 +138,14 @@ Tensor embedding(const Tensor& indices, const Tensor& weight) {
     GW_CHECK(i >= 0 && i < n, IndexError, "[embedding] index ", i, " is out of range for ", n,
              " embeddings");
   }
-  return gw::embedding(weight, indices);
+  const Tensor out = gw::embedding(weight, indices);
+  if (!padding_idx) return out;
+  const int64_t pad = *padding_idx;
+  GW_CHECK(pad >= -n && pad < n, IndexError, "[embedding] padding_idx ", pad,
+           " is out of range for ", n, " embeddings");
+  // The padded places read the row cut off from the graph: its value, and no gradient.
+  const Tensor padded = eq(indices, pad < 0 ? pad + n : pad).unsqueeze(-1);
+  return where(padded, out.detach(), out);
 }
 
 namespace {

@@ -42,8 +42,11 @@ Tensor dropout(const Tensor& x, double p = 0.5, bool training = true);  // defau
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 // torch.flatten: dims start_dim..end_dim merged into one.
 Tensor flatten(const Tensor& x, int64_t start_dim = 0, int64_t end_dim = -1);
-// Rows of weight (num_embeddings, dim) picked by int64/int32 indices of any shape.
-Tensor embedding(const Tensor& indices, const Tensor& weight);
+// Rows of weight (num_embeddings, dim) picked by int64/int32 indices of any shape. With
+// padding_idx (negative counts from the end), that row is picked as it is but gets no gradient
+// (PyTorch's padding_idx: the padding token's vector stays what it was).
+Tensor embedding(const Tensor& indices, const Tensor& weight,
+                 std::optional<int64_t> padding_idx = std::nullopt);
 // Normalizes over the trailing dims named by normalized_shape (biased variance, as PyTorch),
 // then scales by weight and shifts by bias where they are defined.
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {},

@@ -276,6 +276,38 @@ TEST_CASE("Embedding picks rows of its weight", "[nn][layers][embedding]") {
   CHECK_THROWS_WITH(emb.forward(gw::ones({2})), Catch::Contains("[Embedding]"));
 }
 
+TEST_CASE("Embedding's padding_idx row starts at zero, is read as it is, and gets no gradient",
+          "[nn][layers][embedding]") {
+  // As torch.nn.Embedding(10, 3, padding_idx=-1): row 9.
+  gw::Generator gen(27);
+  Embedding emb(10, 3, {.padding_idx = -1}, gen);
+  CHECK(emb.padding_idx == 9);
+  CHECK(values(emb.weight.select(0, 9)) == std::vector<double>(3, 0.0));
+  CHECK(emb.repr().find("Embedding(10, 3, padding_idx=9)") != std::string::npos);
+  {
+    gw::autograd::NoGradGuard no_grad;  // a padding vector the user set: read as it is
+    emb.weight.select(0, 9).fill_(2.0);
+  }
+  const Tensor idx = gw::from_vector<int64_t>({9, 2, 9, 2}, {2, 2});
+  const Tensor y = emb.forward(idx);
+  CHECK(values(y.select(0, 0).select(0, 0)) == std::vector<double>(3, 2.0));
+  (y * gw::arange(12).reshape({2, 2, 3}).to(gw::kFloat32)).sum().backward();
+  const std::vector<double> g = values(emb.weight.grad());
+  for (int64_t row = 0; row < 10; ++row) {
+    INFO("row " << row);
+    for (int d = 0; d < 3; ++d) {
+      // Row 2 was read at places 1 and 3 of the batch: their upstream gradients, summed.
+      const double want = row == 2 ? (3 + d) + (9 + d) : 0.0;
+      CHECK(g[static_cast<size_t>(row * 3 + d)] == want);
+    }
+  }
+  CHECK_THROWS_WITH(
+      Embedding(10, 3, {.padding_idx = 10}, gen),
+      Catch::Contains("[Embedding] padding_idx 10") && Catch::Contains("10 embeddings"));
+  CHECK_THROWS_WITH(gw::nn::functional::embedding(idx, emb.weight, -11),
+                    Catch::Contains("[embedding] padding_idx -11"));
+}
+
 TEST_CASE("LayerNorm normalizes the trailing dims and applies its affine",
           "[nn][layers][layernorm]") {
   gw::Generator gen(27);
