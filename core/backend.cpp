@@ -38,6 +38,7 @@ void check_same_device(const char* op, std::initializer_list<const Tensor*> tens
 }
 
 void check_writable(const char* op, const Tensor& out) {
+  if (out.numel() == 0) return;  // nothing is written
   for (int64_t d = 0; d < out.dim(); ++d) {
     GW_CHECK(out.stride(d) != 0 || out.size(d) <= 1, InvalidArgumentError, "[", op,
              "] cannot write to an expanded tensor (shape ", shape_str(out.sizes()), ", strides ",

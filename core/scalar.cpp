@@ -1,6 +1,15 @@
 #include "core/scalar.h"
 
+#include "core/error.h"
+
 namespace gw {
+
+namespace detail {
+void throw_out_of_range(double value, size_t bytes, bool is_signed) {
+  throw InvalidArgumentError(str("[Scalar] ", value, " cannot be converted to ",
+                                 is_signed ? "int" : "uint", bytes * 8, " without overflow"));
+}
+}  // namespace detail
 
 std::ostream& operator<<(std::ostream& os, const Scalar& s) {
   switch (s.kind()) {

@@ -6,11 +6,18 @@
 
 #include <concepts>
 #include <cstdint>
+#include <limits>
 #include <ostream>
+#include <type_traits>
 
 #include "core/dtype.h"
 
 namespace gw {
+
+namespace detail {
+// Throws InvalidArgumentError: `value` does not fit an integer of `bytes` bytes.
+[[noreturn]] void throw_out_of_range(double value, size_t bytes, bool is_signed);
+}  // namespace detail
 
 class Scalar {
  public:
@@ -35,7 +42,16 @@ class Scalar {
     if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
       return convert<T>(to<float>());
     } else {
-      if (kind_ == Kind::Float) return static_cast<T>(d_);
+      if (kind_ == Kind::Float) {
+        if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+          // NaN or a value past T's range would be undefined: refused, as PyTorch does.
+          constexpr double lo = static_cast<double>(std::numeric_limits<T>::min());
+          constexpr double hi = static_cast<double>(std::numeric_limits<T>::max()) + 1.0;
+          if (!(d_ >= lo && d_ < hi))
+            detail::throw_out_of_range(d_, sizeof(T), std::is_signed_v<T>);
+        }
+        return static_cast<T>(d_);
+      }
       return static_cast<T>(i_);
     }
   }

@@ -233,6 +233,7 @@ Tensor Tensor::permute(Shape dims) const {
 }
 
 Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const {
+  GW_CHECK(dim() > 0, IndexError, "[slice] cannot slice a 0-dim tensor");
   d = wrap_dim(d, dim(), "slice");
   GW_CHECK(step > 0, InvalidArgumentError, "[slice] step must be positive, got ", step);
   int64_t n = sizes()[d];
@@ -255,11 +256,12 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
 }
 
 Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
+  GW_CHECK(dim() > 0, IndexError, "[narrow] cannot narrow a 0-dim tensor");
   d = wrap_dim(d, dim(), "narrow");
   int64_t n = sizes()[d];
   if (start < 0) start += n;
-  GW_CHECK(start >= 0 && length >= 0 && start + length <= n, IndexError, "[narrow] start ",
-           start, " and length ", length, " are out of range for dim ", d, " of size ", n);
+  GW_CHECK(start >= 0 && length >= 0 && length <= n - start, IndexError, "[narrow] start ", start,
+           " and length ", length, " are out of range for dim ", d, " of size ", n);
   return slice(d, start, start + length);
 }
 
@@ -317,8 +319,8 @@ Tensor Tensor::squeeze() const {
 }
 
 Tensor Tensor::squeeze(int64_t d) const {
+  d = wrap_dim(d, dim(), "squeeze");  // a 0-dim tensor takes dims 0 and -1, as in PyTorch
   if (dim() == 0) return *this;
-  d = wrap_dim(d, dim(), "squeeze");
   if (sizes()[d] != 1) return *this;
   Shape sz = sizes(), st = strides();
   sz.erase(sz.begin() + d);

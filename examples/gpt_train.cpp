@@ -307,7 +307,7 @@ std::map<std::string, std::string> run_identity(const Args& a, int64_t vocab, in
                    {"layers", std::to_string(m.layers)},
                    {"heads", std::to_string(m.heads)},
                    {"width", std::to_string(m.width)},
-                   {"dropout", gw::detail::str(m.dropout)},
+                   {"dropout", gw::examples::exact_text(m.dropout)},
                    {"global_batch", std::to_string(a.batch_size * world)}});
   return identity;
 }
@@ -319,10 +319,10 @@ void check_identity(const std::map<std::string, std::string>& saved, int64_t ste
                     const Args& args, const std::map<std::string, std::string>& identity) {
   for (const auto& [key, want] : identity) {
     auto it = saved.find(key);
-    GW_CHECK(it != saved.end() && it->second == want, gw::InvalidArgumentError,
-             "[gpt_train] the checkpoint in ", args.checkpoint.dir, " is of another run: its ", key,
-             " is ", it == saved.end() ? std::string("missing") : it->second, ", this run's ",
-             want);
+    GW_CHECK(it != saved.end() && gw::examples::same_value(it->second, want),
+             gw::InvalidArgumentError, "[gpt_train] the checkpoint in ", args.checkpoint.dir,
+             " is of another run: its ", key, " is ",
+             it == saved.end() ? std::string("missing") : it->second, ", this run's ", want);
   }
   GW_CHECK(step >= 0 && step <= args.recipe.steps && seed == args.seed, gw::InvalidArgumentError,
            "[gpt_train] the checkpoint in ", args.checkpoint.dir, " is at step ", step, " of seed ",

@@ -38,9 +38,10 @@ RemotePipeline::RemotePipeline(std::vector<dist::RemoteModule> stages, int micro
 }
 
 Tensor RemotePipeline::forward(const Tensor& input) const {
-  GW_CHECK(input.defined() && input.dim() >= 1 && input.size(0) % microbatches_ == 0,
+  GW_CHECK(input.defined() && input.dim() >= 1 && input.size(0) >= microbatches_ &&
+               input.size(0) % microbatches_ == 0,
            InvalidArgumentError, "[RemotePipeline] the input must split along dim 0 into ",
-           microbatches_, " micro-batches, got ",
+           microbatches_, " micro-batches of one size, got ",
            input.defined() ? shape_str(input.sizes()) : std::string("none"));
   const int64_t rows = input.size(0) / microbatches_;
   // Every micro-batch down every stage, without waiting: each call's result stays on its worker.

@@ -434,10 +434,18 @@ void Schedule::step(const Tensor& input, const Tensor& target, std::vector<doubl
   const int m = im.microbatches, last = im.num_stages - 1;
   GW_CHECK(!im.broken, StateError, "[pipeline] an earlier step failed midway on rank ", im.rank(),
            ": its messages may still be on their way, so this schedule runs no more steps");
-  // The shape exchange fails on every rank together and leaves nothing in flight: a step that
-  // fails there can be retried.
-  if (!im.checked) im.exchange_shapes(input, target);
   im.broken = true;  // until this step ends
+  if (!im.checked) {
+    // A batch or plan the shape exchange refuses is refused on every rank alike, after its
+    // last collective: nothing is in flight, and the next step may try again. Any other
+    // failure (a peer gone, a timeout) may leave messages on their way.
+    try {
+      im.exchange_shapes(input, target);
+    } catch (const InvalidArgumentError&) {
+      im.broken = false;
+      throw;
+    }
+  }
   const auto started = std::chrono::steady_clock::now();
   double busy = 0;
   // Times the work of action `a` (after its input arrived, before its output leaves), on the

@@ -60,8 +60,7 @@ Acc sum_contiguous(const T* x, int64_t n) {
 // the row's maximum m (0 if every element is -inf), sum = Σ exp(x - m) in double over float
 // lanes, then exp(x - m) / sum, or (x - m) - log(sum).
 void softmax_row(const float* x, int64_t n, bool log, float* out) {
-  float m = lanes::row_max(x, n);
-  if (std::isinf(m) && m < 0) m = 0;  // an all -inf row: avoid inf - inf
+  const float m = lanes::softmax_shift(x, n);
   if (!log) {
     const double sum = lanes::sum_exp(x, n, m, out);
     const auto inv = static_cast<float>(1 / sum);

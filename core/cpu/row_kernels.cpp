@@ -194,8 +194,7 @@ void CpuBackend::cross_entropy(const Tensor& logits, const Tensor& target, const
         A sum = 0;
 #if defined(GW_FLOAT_LANES)
         if constexpr (std::is_same_v<T, float>) {  // float lanes, each term's exp in float
-          m = lanes::row_max(xr, n);
-          if (std::isinf(m) && m < 0) m = 0;
+          m = lanes::softmax_shift(xr, n);
           sum = lanes::sum_exp(xr, n, m, nullptr);
         } else
 #endif

@@ -64,7 +64,10 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step,
   GW_CHECK(st != 0, InvalidArgumentError, "[arange] step must be nonzero");
   GW_CHECK((st > 0 && e >= s) || (st < 0 && e <= s), InvalidArgumentError, "[arange] step ",
            st, " does not lead from ", s, " to ", e);
-  auto n = static_cast<int64_t>(std::ceil((e - s) / st));
+  const double count = std::ceil((e - s) / st);  // NaN or huge for infinite bounds
+  GW_CHECK(count < 0x1p62, InvalidArgumentError, "[arange] from ", s, " to ", e, " by ", st,
+           " is not a finite number of elements");
+  auto n = static_cast<int64_t>(count);
   Tensor t = empty({n}, detail::without_grad(options));
   backend_for(t, "arange").iota(t, s, st);
   if (options.requires_grad) detail::mark_requires_grad(t, "arange");

@@ -125,11 +125,9 @@ Tensor& binary_inplace(BinaryOp op, Tensor& self, const Tensor& other,
   GW_CHECK(category(rt) <= category(self.dtype()), DTypeError, "[", op_name(op),
            "_] result type ", rt, " can't be cast to the in-place output type ", self.dtype());
   check_writable((std::string(op_name(op)) + "_").c_str(), self);
-  GW_CHECK(is_cpu_scalar(other) || !detail::recorder_for(other), InvalidArgumentError, "[",
-           op_name(op),
-           "_] an in-place op records no gradient, and the other operand requires "
-           "grad; use the out-of-place op (a = a ",
-           op_name(op), " b), or run it under NoGradGuard");
+  GW_CHECK(!detail::recorder_for(other), InvalidArgumentError, "[", op_name(op),
+           "_] an in-place op records no gradient, and the other operand requires grad; use the "
+           "out-of-place op, or run it under NoGradGuard");
   Tensor y = alpha ? other.to(self.dtype()) : operand(op, other, self.dtype());
   // add_scaled takes operands on self's device only (binary takes a CPU scalar as well).
   if (alpha && !(y.device() == self.device())) y = y.to(self.device());
@@ -517,6 +515,7 @@ Tensor& Tensor::div_(const Scalar& other) {
 
 Tensor& Tensor::clamp_(std::optional<Scalar> min, std::optional<Scalar> max) {
   detail::check_inplace_allowed(*this, "clamp_");
+  check_writable("clamp_", *this);
   return copy_(clamp(*this, min, max));
 }
 

@@ -84,6 +84,7 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
 }
 
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
+  GW_CHECK(x.dim() > 0, ShapeError, "[split] a 0-dim tensor has no dim to split");
   int64_t d = wrap_dim(dim, x.dim(), "split");
   GW_CHECK(split_size > 0 || (split_size == 0 && x.size(d) == 0), InvalidArgumentError,
            "[split] split_size must be positive, got ", split_size);
@@ -97,6 +98,7 @@ std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
 }
 
 std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim) {
+  GW_CHECK(x.dim() > 0, ShapeError, "[split] a 0-dim tensor has no dim to split");
   int64_t d = wrap_dim(dim, x.dim(), "split");
   int64_t total = 0;
   for (int64_t s : sizes) {
@@ -116,6 +118,7 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
 
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
   GW_CHECK(chunks > 0, InvalidArgumentError, "[chunk] chunks must be positive, got ", chunks);
+  GW_CHECK(x.dim() > 0, ShapeError, "[chunk] a 0-dim tensor has no dim to split");
   int64_t d = wrap_dim(dim, x.dim(), "chunk");
   int64_t size = (x.size(d) + chunks - 1) / chunks;
   return split(x, std::max<int64_t>(size, x.size(d) == 0 ? 0 : 1), d);

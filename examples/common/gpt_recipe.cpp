@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <charconv>
+#include <optional>
+#include <string>
+#include <system_error>
 
 #include "autograd/grad_mode.h"
 #include "core/ops.h"
@@ -174,19 +177,31 @@ double reduce_over_ranks(double value, dist::ProcessGroup* group, dist::ReduceOp
   return total.item<double>();  // from the group's device
 }
 
-std::map<std::string, std::string> recipe_metadata(const GPTRecipe& recipe) {
-  // The shortest text that reads back as the same double (detail::str keeps 6 digits: --lr
-  // 0.0010000004 would pass for 0.001).
-  auto text = [](double x) {
-    char buf[32];
-    return std::string(buf, std::to_chars(buf, buf + sizeof buf, x).ptr);
+std::string exact_text(double x) {
+  char buf[32];
+  return std::string(buf, std::to_chars(buf, buf + sizeof buf, x).ptr);
+}
+
+bool same_value(const std::string& a, const std::string& b) {
+  if (a == b) return true;
+  auto number = [](const std::string& s) -> std::optional<double> {
+    double x = 0;
+    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), x);
+    if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
+    return x;
   };
+  const auto x = number(a), y = number(b);
+  return x && y && *x == *y;
+}
+
+std::map<std::string, std::string> recipe_metadata(const GPTRecipe& recipe) {
+  // Exact: with detail::str's 6 digits --lr 0.0010000004 would pass for 0.001.
   return {{"steps", std::to_string(recipe.steps)},
           {"warmup", std::to_string(recipe.warmup)},
-          {"lr", text(recipe.lr)},
-          {"min_lr_factor", text(recipe.min_lr_factor)},
-          {"weight_decay", text(recipe.weight_decay)},
-          {"clip", text(recipe.clip)}};
+          {"lr", exact_text(recipe.lr)},
+          {"min_lr_factor", exact_text(recipe.min_lr_factor)},
+          {"weight_decay", exact_text(recipe.weight_decay)},
+          {"clip", exact_text(recipe.clip)}};
 }
 
 std::vector<int64_t> evenly_spaced_windows(const data::CharWindows& windows, int64_t batches,

@@ -43,6 +43,11 @@ struct GPTRecipe {
 
 // The recipe as text (name -> value), for a checkpoint's metadata and the PyTorch anchor.
 std::map<std::string, std::string> recipe_metadata(const GPTRecipe& recipe);
+// The shortest text that reads back as exactly `x` ("0.001", "3e-04"), for the metadata.
+std::string exact_text(double x);
+// Whether two metadata values are the same: equal texts, or texts of the same double (what
+// earlier runs wrote with 6 digits, "0.0003", is the same lr as "3e-04").
+bool same_value(const std::string& a, const std::string& b);
 
 // How a trainer with a group spreads the model over its ranks: a whole replica on each (DDP),
 // 1/ranks of it (fully_shard on every block, then on the root), or a pipeline of its stages

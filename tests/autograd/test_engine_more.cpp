@@ -279,6 +279,8 @@ TEST_CASE("roots and inputs that cannot be differentiated are rejected", "[autog
     CHECK_THROWS_WITH(acc += x * 3.0,
                       Catch::Contains("[add_]") && Catch::Contains("requires grad"));
     CHECK_THROWS_WITH(acc.mul_(x), Catch::Contains("[mul_]"));
+    const Tensor s = gw::scalar_tensor(2.0).requires_grad_();  // a 0-dim operand as well
+    CHECK_THROWS_WITH(acc.mul_(s), Catch::Contains("[mul_]") && Catch::Contains("requires grad"));
     CHECK_THROWS_WITH(acc.scatter_add_(0, gw::from_vector<int64_t>({0, 1}), x),
                       Catch::Contains("[scatter_add_]") && Catch::Contains("src requires grad"));
     CHECK(vec(acc) == std::vector<double>{0.0, 0.0});

@@ -2,7 +2,9 @@
 // operation and the offending values so a user can act on it.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <initializer_list>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -112,6 +114,19 @@ TEST_CASE("dims out of range", "[core][errors]") {
   CHECK_THROWS_MATCHES(gw::scalar_tensor(1.0).size(0), gw::IndexError, Says({"[size]", "0-dim"}));
   CHECK_THROWS_MATCHES(gw::scalar_tensor(1.0).stride(-1), gw::IndexError,
                        Says({"[stride]", "0-dim"}));
+  CHECK_THROWS_MATCHES(gw::split(gw::scalar_tensor(1.0), 1), gw::ShapeError,
+                       Says({"[split]", "0-dim"}));
+  CHECK_THROWS_MATCHES(gw::scalar_tensor(1.0).slice(0, 0, 1), gw::IndexError,
+                       Says({"[slice]", "0-dim"}));
+  CHECK_THROWS_MATCHES(gw::scalar_tensor(1.0).narrow(0, 0, 1), gw::IndexError,
+                       Says({"[narrow]", "0-dim"}));
+  CHECK_THROWS_MATCHES(gw::scalar_tensor(1.0).squeeze(5), gw::IndexError,
+                       Says({"[squeeze]", "dim 5"}));
+  CHECK(gw::scalar_tensor(1.0).squeeze(-1).dim() == 0);
+  CHECK_THROWS_MATCHES(m23().narrow(1, 1, INT64_MAX), gw::IndexError,
+                       Says({"[narrow]", "start 1", "9223372036854775807"}));
+  CHECK_THROWS_MATCHES(gw::chunk(gw::scalar_tensor(1.0), 1), gw::ShapeError,
+                       Says({"[chunk]", "0-dim"}));
   CHECK_THROWS_MATCHES(x.unsqueeze(3), gw::IndexError, Says({"[unsqueeze]", "dim 3"}));
   CHECK_THROWS_MATCHES(x.squeeze(2), gw::IndexError, Says({"[squeeze]", "dim 2"}));
   CHECK_THROWS_MATCHES(gw::max(x, 2), gw::IndexError, Says({"[max]", "dim 2"}));
@@ -257,7 +272,8 @@ TEST_CASE("in-place writes that cannot be done", "[core][errors]") {
     Tensor e = gw::zeros({1}).expand({4});
     CHECK_THROWS_MATCHES(e.copy_(gw::arange(4).to(gw::kFloat32)), gw::InvalidArgumentError,
                          Says({"[copy_]", "expanded", "(4)", "(0)"}));
-    CHECK_THROWS_MATCHES(e.clamp_(0.0, 1.0), gw::InvalidArgumentError, Says({"expanded"}));
+    CHECK_THROWS_MATCHES(e.clamp_(0.0, 1.0), gw::InvalidArgumentError,
+                         Says({"[clamp_]", "expanded"}));
     CHECK_THROWS_MATCHES(e.scatter_add_(0, gw::zeros({1}, gw::kInt64), gw::ones({1})),
                          gw::InvalidArgumentError, Says({"[scatter_add_]", "expanded"}));
     CHECK_THROWS_MATCHES(e.uniform_(0, 1), gw::InvalidArgumentError,
@@ -265,6 +281,8 @@ TEST_CASE("in-place writes that cannot be done", "[core][errors]") {
     CHECK_THROWS_MATCHES(gw::add_out(e, gw::ones({4}), gw::ones({4})), gw::InvalidArgumentError,
                          Says({"[add_out]", "expanded"}));
     CHECK(e.fill_(2).to_vector<float>() == std::vector<float>(4, 2.f));  // one value: allowed
+    Tensor empty = gw::zeros({1, 0}).expand({3, 0});  // nothing to write: allowed, as in PyTorch
+    CHECK_NOTHROW(empty.copy_(gw::ones({3, 0})));
   }
   SECTION("out= overlapping an input is read before it is written") {
     Tensor a = gw::add(gw::arange(6).to(gw::kFloat32), 1.0);  // 1 .. 6
@@ -312,6 +330,14 @@ TEST_CASE("ranges and random parameters out of their domain", "[core][errors]") 
   CHECK_THROWS_MATCHES(gw::arange(5, 0), gw::InvalidArgumentError, Says({"[arange]", "step 1"}));
   CHECK_THROWS_MATCHES(gw::arange(0, 1, 0), gw::InvalidArgumentError,
                        Says({"[arange]", "nonzero"}));
+  CHECK_THROWS_MATCHES(gw::arange(0, std::numeric_limits<double>::infinity(), 1),
+                       gw::InvalidArgumentError, Says({"[arange]", "inf", "finite number"}));
+  // A float that no integer dtype holds (PyTorch: "cannot be converted ... without overflow").
+  CHECK_THROWS_MATCHES(gw::full({2}, std::nan(""), gw::kInt64), gw::InvalidArgumentError,
+                       Says({"nan", "int64", "overflow"}));
+  CHECK_THROWS_MATCHES(gw::full({2}, 3e9, gw::kInt32), gw::InvalidArgumentError,
+                       Says({"3e+09", "int32"}));
+  CHECK(gw::full({1}, -2.5, gw::kInt64).item<int64_t>() == -2);  // truncated, as PyTorch
   CHECK_THROWS_MATCHES(gw::linspace(0, 1, -2), gw::InvalidArgumentError,
                        Says({"[linspace]", "-2"}));
   gw::Generator gen(0);

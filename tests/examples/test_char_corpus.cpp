@@ -9,6 +9,7 @@
 
 #include "dist/data/distributed_sampler.h"
 #include "examples/common/char_corpus.h"
+#include "examples/common/gpt_recipe.h"
 #include "tests/skip.h"
 
 using gw::data::CharCorpus;
@@ -63,4 +64,17 @@ TEST_CASE("the King James Bible from Debian's bible-kjv", "[examples][corpus]") 
   CHECK(bible.vocab_size() < 100);
   CharWindows val(bible, CorpusSplit::Validation, 256);
   CHECK(val.size() > 400'000);
+}
+
+TEST_CASE("a checkpoint's recipe values are exact, and earlier runs' 6-digit ones still match",
+          "[examples][checkpoint]") {
+  using gw::examples::exact_text;
+  using gw::examples::same_value;
+  CHECK(exact_text(0.001) == "0.001");
+  CHECK(std::stod(exact_text(0.0010000004)) == 0.0010000004);  // not "0.001"
+  CHECK(same_value(exact_text(3e-4), "0.0003"));               // written before: 6 digits
+  CHECK_FALSE(same_value(exact_text(0.0010000004), "0.001"));
+  CHECK_FALSE(same_value("0.001", "0.001x"));
+  CHECK(same_value("gloo", "gloo"));
+  CHECK_FALSE(same_value("gloo", "mpi"));
 }
