@@ -1,12 +1,17 @@
-// Core benchmarks: GEMM against raw Eigen, elementwise add against memcpy bandwidth, and the
+// Core benchmarks: GEMM against raw Eigen, elementwise add against memcpy bandwidth, the
 // dispatch overhead of a one-element add against libtorch 1.13 (measured in the same run by
-// the torch_anchor_core binary when it was built, else its published figure).
+// the torch_anchor_core binary when it was built, else its published figure), and
+// cross-entropy and log_softmax of float32 logits against PyTorch 1.13 in the same run
+// (bench/torch_anchor_softmax.py): the char-GPT's (4096 x 65) and a word vocabulary's.
 #include <Eigen/Core>
 #include <cstring>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/harness.h"
 #include "core/ops.h"
+#include "nn/functional.h"
 
 namespace {
 
@@ -82,6 +87,47 @@ void bench_dispatch(Reporter& report) {
   }
 }
 
+// (rows, classes) of logits: gpt_train's batch of 4096 tokens over its 65 characters, and over
+// a vocabulary of 8192 words.
+constexpr std::pair<int64_t, int64_t> kLogits[] = {{4096, 65}, {4096, 8192}};
+
+void bench_softmax(Reporter& report) {
+  std::string cases;
+  bool wanted = false;
+  for (auto [rows, classes] : kLogits) {
+    const std::string shape = std::to_string(rows) + "x" + std::to_string(classes);
+    cases += " " + shape;
+    wanted |= report.wants("softmax", "cross_entropy fwd+bwd " + shape) ||
+              report.wants("softmax", "log_softmax " + shape);
+  }
+  if (!wanted) return;
+  const auto torch_out =
+      gw::bench::run_capture("/usr/bin/python3 " + gw::bench::executable_dir() +
+                             "/torch_anchor_softmax.py" + cases + " 2>/dev/null");
+  auto add = [&](const std::string& name, const std::string& key, double seconds) {
+    const auto torch_us = torch_out ? gw::bench::json_number(*torch_out, key) : std::nullopt;
+    report.add({"softmax", name, seconds * 1e6, "us", "pytorch 1.13", torch_us.value_or(0),
+                torch_us ? "one thread each side" : "python3-torch not available"});
+  };
+  gw::Generator gen(2);
+  for (auto [rows, classes] : kLogits) {
+    const std::string shape = std::to_string(rows) + "x" + std::to_string(classes);
+    gw::Tensor logits = gw::randn({rows, classes}, gen).requires_grad_();
+    const gw::Tensor target = gw::randint(0, classes, {rows}, gen);
+    if (report.wants("softmax", "cross_entropy fwd+bwd " + shape)) {
+      add("cross_entropy fwd+bwd " + shape, "ce_" + shape + "_us", seconds_per_call([&] {
+            gw::nn::functional::cross_entropy(logits, target).backward();
+            logits.set_grad({});
+          }));
+    }
+    if (report.wants("softmax", "log_softmax " + shape)) {
+      const gw::Tensor x = logits.detach();
+      add("log_softmax " + shape, "lsm_" + shape + "_us",
+          seconds_per_call([&] { gw::bench::do_not_optimize(gw::log_softmax(x, 1)); }));
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -89,5 +135,6 @@ int main(int argc, char** argv) {
   bench_dispatch(report);
   bench_add(report);
   bench_gemm(report);
+  bench_softmax(report);
   return 0;
 }
