@@ -9,14 +9,16 @@
 #include <limits>
 #include <ostream>
 #include <type_traits>
+#include <utility>
 
 #include "core/dtype.h"
 
 namespace gw {
 
 namespace detail {
-// Throws InvalidArgumentError: `value` does not fit an integer of `bytes` bytes.
-[[noreturn]] void throw_out_of_range(double value, size_t bytes, bool is_signed);
+// Throw InvalidArgumentError: `value` does not fit a signed integer of `bytes` bytes.
+[[noreturn]] void throw_out_of_range(double value, size_t bytes);
+[[noreturn]] void throw_out_of_range(int64_t value, size_t bytes);
 }  // namespace detail
 
 class Scalar {
@@ -42,16 +44,17 @@ class Scalar {
     if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
       return convert<T>(to<float>());
     } else {
-      if (kind_ == Kind::Float) {
-        if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-          // NaN or a value past T's range would be undefined: refused, as PyTorch does.
-          constexpr double lo = static_cast<double>(std::numeric_limits<T>::min());
-          constexpr double hi = static_cast<double>(std::numeric_limits<T>::max()) + 1.0;
-          if (!(d_ >= lo && d_ < hi))
-            detail::throw_out_of_range(d_, sizeof(T), std::is_signed_v<T>);
-        }
-        return static_cast<T>(d_);
+      if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+        // NaN or a value past T's range would be undefined, or wrap: refused, as PyTorch does.
+        constexpr auto lo = std::numeric_limits<T>::min();
+        constexpr auto hi = std::numeric_limits<T>::max();
+        if (kind_ == Kind::Float &&
+            !(d_ >= static_cast<double>(lo) && d_ < static_cast<double>(hi) + 1.0))
+          detail::throw_out_of_range(d_, sizeof(T));
+        if (kind_ == Kind::Int && (std::cmp_less(i_, lo) || std::cmp_greater(i_, hi)))
+          detail::throw_out_of_range(i_, sizeof(T));
       }
+      if (kind_ == Kind::Float) return static_cast<T>(d_);
       return static_cast<T>(i_);
     }
   }

@@ -14,7 +14,12 @@ Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, Generator& g
     : Embedding(num_embeddings, embedding_dim, {}, gen) {}
 
 namespace {
-std::optional<int64_t> checked_padding(int64_t rows, std::optional<int64_t> padding_idx) {
+// The options' padding row in [0, rows), after the sizes' check.
+std::optional<int64_t> checked_padding(int64_t rows, int64_t dim,
+                                       std::optional<int64_t> padding_idx) {
+  GW_CHECK(rows >= 0 && dim >= 0, InvalidArgumentError,
+           "[Embedding] num_embeddings and embedding_dim must be non-negative, got ", rows, " and ",
+           dim);
   if (!padding_idx) return std::nullopt;
   GW_CHECK(*padding_idx >= -rows && *padding_idx < rows, InvalidArgumentError,
            "[Embedding] padding_idx ", *padding_idx, " is out of range for ", rows, " embeddings");
@@ -27,10 +32,7 @@ Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, EmbeddingOpt
     : Module("Embedding"),
       num_embeddings(num_embeddings),
       embedding_dim(embedding_dim),
-      padding_idx(checked_padding(num_embeddings, options.padding_idx)) {
-  GW_CHECK(num_embeddings >= 0 && embedding_dim >= 0, InvalidArgumentError,
-           "[Embedding] num_embeddings and embedding_dim must be non-negative, got ",
-           num_embeddings, " and ", embedding_dim);
+      padding_idx(checked_padding(num_embeddings, embedding_dim, options.padding_idx)) {
   weight = register_parameter("weight", empty({num_embeddings, embedding_dim}));
   reset_parameters(gen);
 }

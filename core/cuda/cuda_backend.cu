@@ -150,13 +150,14 @@ void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
 }
 
 void CudaBackend::fill(const Tensor& dst, const Scalar& value) {
-  if (dst.numel() == 0) return;
-  // The element's bits are made on the host (core's conversions), so the kernel only stores.
+  // The element's bits are made on the host (core's conversions, which refuse a value the dtype
+  // cannot hold, empty or not, as on the CPU), so the kernel only stores.
   uint64_t bits = 0;
   dispatch<CudaAllTypes>(dst.dtype(), "fill_", [&]<typename T>() {
     const T v = value.to<T>();
     std::memcpy(&bits, &v, sizeof(T));
   });
+  if (dst.numel() == 0) return;
   OnDevice on(dst);
   const size_t size = dst.element_size();
   if (bits == 0 && dst.is_contiguous()) {

@@ -68,6 +68,11 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step,
   GW_CHECK(count < 0x1p62, InvalidArgumentError, "[arange] from ", s, " to ", e, " by ", st,
            " is not a finite number of elements");
   auto n = static_cast<int64_t>(count);
+  if (n > 0 && !is_floating(options.dtype)) {  // the ends as that dtype: refused if past it
+    const Tensor ends = empty({2}, options.dtype);
+    backend_for(DeviceType::CPU, "arange").fill(ends.narrow(0, 0, 1), Scalar(s));
+    backend_for(DeviceType::CPU, "arange").fill(ends.narrow(0, 1, 1), Scalar(s + (n - 1) * st));
+  }
   Tensor t = empty({n}, detail::without_grad(options));
   backend_for(t, "arange").iota(t, s, st);
   if (options.requires_grad) detail::mark_requires_grad(t, "arange");

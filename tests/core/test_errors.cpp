@@ -337,6 +337,13 @@ TEST_CASE("ranges and random parameters out of their domain", "[core][errors]") 
                        Says({"nan", "int64", "overflow"}));
   CHECK_THROWS_MATCHES(gw::full({2}, 3e9, gw::kInt32), gw::InvalidArgumentError,
                        Says({"3e+09", "int32"}));
+  CHECK_THROWS_MATCHES(gw::full({2}, 2147483648.0, gw::kInt32), gw::InvalidArgumentError,
+                       Says({"2147483648 cannot", "int32"}));  // every digit: it does not fit
+  CHECK_THROWS_MATCHES(gw::full({1}, int64_t{1} << 40, gw::kInt32), gw::InvalidArgumentError,
+                       Says({"1099511627776", "int32"}));  // wrapped to 0 before
+  CHECK_THROWS_MATCHES(gw::arange(0.0, 1e20, 1e19, gw::kInt64), gw::InvalidArgumentError,
+                       Says({"int64", "overflow"}));
+  CHECK(gw::arange(0, 5, 2, gw::kInt32).to_vector<int32_t>() == std::vector<int32_t>{0, 2, 4});
   CHECK(gw::full({1}, -2.5, gw::kInt64).item<int64_t>() == -2);  // truncated, as PyTorch
   CHECK_THROWS_MATCHES(gw::linspace(0, 1, -2), gw::InvalidArgumentError,
                        Says({"[linspace]", "-2"}));

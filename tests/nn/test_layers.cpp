@@ -306,6 +306,10 @@ TEST_CASE("Embedding's padding_idx row starts at zero, is read as it is, and get
       Catch::Contains("[Embedding] padding_idx 10") && Catch::Contains("10 embeddings"));
   CHECK_THROWS_WITH(gw::nn::functional::embedding(idx, emb.weight, -11),
                     Catch::Contains("[embedding] padding_idx -11"));
+  CHECK_THROWS_WITH(Embedding(-1, 3, {.padding_idx = 0}, gen), Catch::Contains("non-negative"));
+  // int32 indices pad alike.
+  const Tensor y32 = gw::nn::functional::embedding(idx.to(gw::kInt32), emb.weight, 9);
+  CHECK(gw::equal(y32, y.detach()));
 }
 
 TEST_CASE("LayerNorm normalizes the trailing dims and applies its affine",

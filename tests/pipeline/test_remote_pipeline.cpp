@@ -93,5 +93,7 @@ TEST_CASE(
   CHECK_THROWS_WITH(pipe.forward(x), Catch::Contains("[RemotePipeline] the input must split") &&
                                          Catch::Contains("3 micro-batches") &&
                                          Catch::Contains("(8,6)"));
+  CHECK_THROWS_WITH(pipe.forward(x.narrow(0, 0, 0)),
+                    Catch::Contains("3 micro-batches of one size") && Catch::Contains("(0,6)"));
   CHECK_THROWS_WITH(pipeline::RemotePipeline({}, 2), Catch::Contains("at least one stage"));
 }
