@@ -52,12 +52,12 @@ std::optional<uint64_t> checked_nbytes(std::span<const int64_t> shape, DType dty
 }
 
 // Refuses bool data with a byte other than 0 or 1 (a bool holding 2 is undefined behaviour: it
-// reads as true and as not true), naming `what`: "[load_safetensors] f.safetensors: tensor
-// \"mask\"".
-void check_bools(const void* data, size_t n, const std::string& what) {
+// reads as true and as not true), naming `what` ("[load_safetensors] f.safetensors: tensor
+// \"mask\"") and the element, counted from `first`.
+void check_bools(const void* data, size_t n, const std::string& what, int64_t first = 0) {
   const auto* bytes = static_cast<const uint8_t*>(data);
   const auto* bad = std::find_if(bytes, bytes + n, [](uint8_t b) { return b > 1; });
-  GW_CHECK(bad == bytes + n, IoError, what, ": bool element ", bad - bytes, " is byte ",
+  GW_CHECK(bad == bytes + n, IoError, what, ": bool element ", first + (bad - bytes), " is byte ",
            static_cast<int>(*bad), ", not 0 or 1");
 }
 
@@ -610,7 +610,7 @@ void SafetensorsFile::read(const std::string& name, int64_t offset, int64_t coun
     throw_errno("SafetensorsFile", path_, "read");
   if (t.dtype == kBool)
     check_bools(out, static_cast<size_t>(count),
-                "[SafetensorsFile] " + path_ + ": tensor \"" + name + "\"");
+                "[SafetensorsFile] " + path_ + ": tensor \"" + name + "\"", offset);
 }
 
 Tensor SafetensorsFile::read(const std::string& name) const {

@@ -381,6 +381,9 @@ TEST_CASE("safetensors: files", "[core][serialize]") {
   bool first2[2];
   file.read("mask", 0, 2, first2);  // the good part reads
   CHECK((first2[0] && !first2[1]));
+  bool last2[2];  // the element is named by its place in the tensor, not in the range read
+  CHECK_THAT(io_error([&] { file.read("mask", 2, 2, last2); }),
+             Contains("bool element 3 is byte 254"));
   std::filesystem::remove(junk);
 }
 
