@@ -3,6 +3,7 @@
 #include <mutex>
 
 #include "core/ops.h"
+#include "pipeline/schedule.h"
 #include "rpc/rpc.h"
 
 namespace gw::pipeline {
@@ -38,17 +39,13 @@ RemotePipeline::RemotePipeline(std::vector<dist::RemoteModule> stages, int micro
 }
 
 Tensor RemotePipeline::forward(const Tensor& input) const {
-  GW_CHECK(input.defined() && input.dim() >= 1 && input.size(0) >= microbatches_ &&
-               input.size(0) % microbatches_ == 0,
-           InvalidArgumentError, "[RemotePipeline] the input must split along dim 0 into ",
-           microbatches_, " micro-batches of one size, got ",
-           input.defined() ? shape_str(input.sizes()) : std::string("none"));
-  const int64_t rows = input.size(0) / microbatches_;
+  const std::vector<Tensor> parts =
+      split_microbatches(input, microbatches_, "[RemotePipeline] the input");
   // Every micro-batch down every stage, without waiting: each call's result stays on its worker.
   std::vector<rpc::RRef<Tensor>> last;
   for (int i = 0; i < microbatches_; ++i) {
     auto activation = stages_.front().get_module_rref().remote<Tensor>(
-        "pipeline_first", input.narrow(0, i * rows, rows).contiguous());
+        "pipeline_first", parts[static_cast<size_t>(i)].contiguous());
     for (size_t s = 1; s < stages_.size(); ++s)
       activation = stages_[s].get_module_rref().remote<Tensor>(
           "pipeline_next", activation, static_cast<int64_t>(timeout_.count()));

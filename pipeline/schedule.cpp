@@ -81,6 +81,19 @@ Tensor describe(const Tensor* t, int64_t skips_length) {
 
 }  // namespace
 
+std::vector<Tensor> split_microbatches(const Tensor& batch, int microbatches,
+                                       const std::string& what) {
+  GW_CHECK(microbatches >= 1 && batch.defined() && batch.dim() >= 1 &&
+               batch.size(0) >= microbatches && batch.size(0) % microbatches == 0,
+           InvalidArgumentError, what, " must split along dim 0 into ", microbatches,
+           " micro-batches of one size, got ",
+           batch.defined() ? shape_str(batch.sizes()) : std::string("none"));
+  const int64_t rows = batch.size(0) / microbatches;
+  std::vector<Tensor> parts;
+  for (int i = 0; i < microbatches; ++i) parts.push_back(batch.narrow(0, i * rows, rows));
+  return parts;
+}
+
 const Action* current_action() { return t_current_action; }
 
 void stash(const std::string& name, const Tensor& t) {
@@ -267,12 +280,7 @@ void Schedule::Impl::exchange_shapes(const Tensor& input, const Tensor& target) 
         m.eval();
         Tensor x;
         if (stage.is_first()) {
-          GW_CHECK(input.defined() && input.dim() >= 1 && input.size(0) >= microbatches &&
-                       input.size(0) % microbatches == 0,
-                   InvalidArgumentError, "the first stage's input must split along dim 0 into ",
-                   microbatches, " micro-batches of one size, got ",
-                   input.defined() ? shape_str(input.sizes()) : std::string("none"));
-          x = input.narrow(0, 0, input.size(0) / microbatches);
+          x = split_microbatches(input, microbatches, "the first stage's input")[0];
         } else {
           x = zeros(ls.in_shape, ls.in_dtype);
         }
@@ -287,12 +295,7 @@ void Schedule::Impl::exchange_shapes(const Tensor& input, const Tensor& target) 
         GW_CHECK(stage.is_last() || output.dim() <= kMaxDims, InvalidArgumentError,
                  "its output has ", output.dim(), " dims; a stage passes at most ", kMaxDims);
         if (stage.is_last()) {
-          GW_CHECK(target.defined() && target.dim() >= 1 && target.size(0) >= microbatches &&
-                       target.size(0) % microbatches == 0,
-                   InvalidArgumentError, "the last stage's target must split along dim 0 into ",
-                   microbatches, " micro-batches of one size, got ",
-                   target.defined() ? shape_str(target.sizes()) : std::string("none"));
-          loss(output, target.narrow(0, 0, target.size(0) / microbatches));
+          loss(output, split_microbatches(target, microbatches, "the last stage's target")[0]);
         }
         // What it popped leaves the carried list for the routes; what it stashed joins it.
         std::vector<Skip> left;
@@ -466,14 +469,7 @@ void Schedule::step(const Tensor& input, const Tensor& target, std::vector<doubl
           detail::str("{\"stage\": ", a.stage, ", \"microbatch\": ", a.microbatch, "}"));
   };
   auto split = [&](const Tensor& t, const char* what) {
-    GW_CHECK(t.defined() && t.dim() >= 1 && t.size(0) >= m && t.size(0) % m == 0,
-             InvalidArgumentError, "[pipeline] rank ", im.rank(), "'s ", what,
-             " must split along dim 0 into ", m, " micro-batches of one size, got ",
-             t.defined() ? shape_str(t.sizes()) : std::string("none"));
-    std::vector<Tensor> parts;
-    const int64_t n = t.size(0) / m;
-    for (int i = 0; i < m; ++i) parts.push_back(t.narrow(0, i * n, n));
-    return parts;
+    return split_microbatches(t, m, detail::str("[pipeline] rank ", im.rank(), "'s ", what));
   };
   const bool has_first = im.rank_of(0) == im.rank(), has_last = im.rank_of(last) == im.rank();
   const std::vector<Tensor> inputs = has_first ? split(input, "input") : std::vector<Tensor>{};

@@ -106,6 +106,12 @@ int stages_of(const Plan& plan);
 
 // --- running a plan --------------------------------------------------------------------------
 
+// `batch` as `microbatches` views along dim 0, of one size; an undefined or 0-dim batch, or one
+// whose first dim does not divide, throws InvalidArgumentError: "<what> must split along dim 0
+// into <microbatches> micro-batches of one size, got <shape>".
+std::vector<Tensor> split_microbatches(const Tensor& batch, int microbatches,
+                                       const std::string& what);
+
 // The action the schedule runs on this thread now (its module's forward or its backward hooks
 // can ask), or null: for instrumentation, and for benchmarks that stand in for a stage's work.
 const Action* current_action();

@@ -516,7 +516,10 @@ Tensor& Tensor::div_(const Scalar& other) {
 Tensor& Tensor::clamp_(std::optional<Scalar> min, std::optional<Scalar> max) {
   detail::check_inplace_allowed(*this, "clamp_");
   check_writable("clamp_", *this);
-  return copy_(clamp(*this, min, max));
+  Tensor clamped = clamp(*this, min, max);  // int clamped by 0.5 is float: not into an int
+  GW_CHECK(clamped.dtype() == dtype(), DTypeError, "[clamp_] result type ", clamped.dtype(),
+           " can't be cast to the in-place output type ", dtype());
+  return copy_(clamped);
 }
 
 Tensor& Tensor::masked_fill_(const Tensor& mask, const Scalar& value) {

@@ -120,8 +120,13 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
   GW_CHECK(chunks > 0, InvalidArgumentError, "[chunk] chunks must be positive, got ", chunks);
   GW_CHECK(x.dim() > 0, ShapeError, "[chunk] a 0-dim tensor has no dim to split");
   int64_t d = wrap_dim(dim, x.dim(), "chunk");
-  int64_t size = (x.size(d) + chunks - 1) / chunks;
-  return split(x, std::max<int64_t>(size, x.size(d) == 0 ? 0 : 1), d);
+  // An empty dim splits into `chunks` empty tensors, as in PyTorch (split alone would give one).
+  if (x.size(d) == 0) {
+    std::vector<Tensor> out;
+    for (int64_t i = 0; i < chunks; ++i) out.push_back(x.narrow(d, 0, 0));
+    return out;
+  }
+  return split(x, (x.size(d) + chunks - 1) / chunks, d);
 }
 
 }  // namespace gw

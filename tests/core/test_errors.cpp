@@ -301,11 +301,14 @@ TEST_CASE("in-place writes that cannot be done", "[core][errors]") {
     CHECK_THROWS_MATCHES(ints.sub_(gw::ones({3}, gw::kFloat64)), gw::DTypeError,
                          Says({"[sub_]", "float64"}));
     CHECK_THROWS_MATCHES(ints.div_(2), gw::DTypeError, Says({"[div_]", "int64"}));
+    CHECK_THROWS_MATCHES(ints.clamp_(0.5, std::nullopt), gw::DTypeError,
+                         Says({"[clamp_]", "float32", "int64"}));
     CHECK_THROWS_MATCHES(gw::zeros({3}, gw::kBool).add_(1), gw::DTypeError,
                          Says({"[add_]", "int64", "bool"}));
     Tensor i32 = gw::zeros({3}, gw::kInt32);
     CHECK_THROWS_MATCHES(i32 += gw::ones({3}), gw::DTypeError, Says({"[add_]", "int32"}));
     CHECK(ints.to_vector<int64_t>() == std::vector<int64_t>{0, 0, 0});  // untouched
+    CHECK(ints.clamp_(1, 2).to_vector<int64_t>() == std::vector<int64_t>{1, 1, 1});
   }
   SECTION("out= tensors of the wrong shape or dtype") {
     Tensor out = gw::zeros({3});

@@ -313,6 +313,7 @@ TEST_CASE("chunk splits into at most n nearly equal pieces", "[core][index][spli
   CHECK(sizes(gw::chunk(gw::arange(6), 4)) == std::vector<int64_t>{2, 2, 2});
   CHECK(sizes(gw::chunk(gw::arange(3), 5)) == std::vector<int64_t>{1, 1, 1});
   CHECK(sizes(gw::chunk(gw::arange(7), 1)) == std::vector<int64_t>{7});
+  CHECK(sizes(gw::chunk(gw::arange(0), 3)) == std::vector<int64_t>{0, 0, 0});
   std::vector<Tensor> parts = gw::chunk(grid(2, 6), 3, 1);
   REQUIRE(parts.size() == 3);
   CHECK(values(parts[2]) == std::vector<float>{4, 5, 14, 15});
