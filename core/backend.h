@@ -176,6 +176,15 @@ class Backend {
   // backends that say so in has_fused_addmm; addmm composes matmul and add elsewhere.
   virtual bool has_fused_addmm() const { return false; }
   virtual void addmm(const Tensor& input, const Tensor& a, const Tensor& b, const Tensor& out);
+  // out = a @ b and row_sums = a's rows summed over k, for 2-D a (n,k), b (k,m), out (n,m) and
+  // row_sums (n), out and row_sums contiguous, all of one floating dtype: a Linear's weight and
+  // bias gradients, dYᵀ X and the column sums of dY, from one read of dY. The sums have sum()'s
+  // bits. Returns false, writing nothing, where the backend does not fuse the two for these
+  // operands (the caller then takes mm and sum): the CPU fuses float32 where a is a transposed
+  // view; CUDA does not (cuBLASLt's BGRADB epilogue is its way).
+  virtual bool mm_row_sums(const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+    return false;
+  }
   virtual void softmax(const Tensor& in, int64_t dim, bool log, const Tensor& out) = 0;
 
   // Fused row ops, each one pass over memory where the composite would take several. Every

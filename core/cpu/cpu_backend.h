@@ -28,6 +28,9 @@ class CpuBackend final : public Backend {
   void bmm(const Tensor& a, const Tensor& b, const Tensor& out) override;
   bool has_fused_addmm() const override { return true; }
   void addmm(const Tensor& input, const Tensor& a, const Tensor& b, const Tensor& out) override;
+  // float32 on the GEMM, where a is a transposed view (packed, and summed as it is).
+  bool mm_row_sums(const Tensor& a, const Tensor& b, const Tensor& out,
+                   const Tensor& row_sums) override;
   void softmax(const Tensor& in, int64_t dim, bool log, const Tensor& out) override;
   void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
                   const Tensor& y, const Tensor& mean, const Tensor& rstd) override;

@@ -5,6 +5,7 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <type_traits>
+#include <vector>
 
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/half_as_float.h"
@@ -128,6 +129,23 @@ void CpuBackend::addmm(const Tensor& input, const Tensor& a, const Tensor& b, co
     copy(input.expand(out.sizes()), out);
     bmm_into(a, b, out, true);
   }
+}
+
+bool CpuBackend::mm_row_sums(const Tensor& a, const Tensor& b, const Tensor& out,
+                             const Tensor& row_sums) {
+  if (a.dtype() != kFloat32) return false;
+  const int64_t n = a.size(0), k = a.size(1), m = b.size(1);
+  const MatrixView va = classify_matrix(n, k, a.stride(0), a.stride(1));
+  const MatrixView vb = classify_matrix(k, m, b.stride(0), b.stride(1));
+  if (va.layout != MatrixLayout::ColMajor || vb.layout == MatrixLayout::Copy) return false;
+  // Summed in double, k in order, as sum() sums float32.
+  std::vector<double> sums(static_cast<size_t>(n), 0.0);
+  if (!sgemm(n, m, k, strided(a.data_ptr<float>(), va), strided(b.data_ptr<float>(), vb),
+             out.data_ptr<float>(), m, false, nullptr, sums.data()))
+    return false;
+  float* to = row_sums.data_ptr<float>();
+  for (int64_t i = 0; i < n; ++i) to[i] = static_cast<float>(sums[static_cast<size_t>(i)]);
+  return true;
 }
 
 }  // namespace gw::cpu

@@ -20,7 +20,7 @@ namespace gw::cpu {
 #if !defined(__AVX512F__)
 
 bool sgemm(int64_t, int64_t, int64_t, StridedMatrix, StridedMatrix, float*, int64_t, bool,
-           const float*) {
+           const float*, double*) {
   return false;
 }
 
@@ -157,9 +157,10 @@ constexpr int64_t kBlockA = 16;
 // whole slice, each k's 6 floats came from a line long evicted: 20% of a weight gradient's time
 // on an AMD Zen 4.) A tile's rows at one k go in one unmasked copy of 8 floats, which runs 2
 // into the next k's place (written next) or into the padding after the tile; masked copies of
-// 6 floats, which cost more, are left to A's last rows.
+// 6 floats, which cost more, are left to A's last rows. With `row_sums`, the transposed A's
+// rows are added to row_sums[0 .. rows) as they pass (sgemm's a_row_sums).
 void pack_a(const StridedMatrix& a, int64_t i0, int64_t rows, int64_t available, int64_t k0,
-            int64_t depth, float* out) {
+            int64_t depth, float* out, double* row_sums) {
   static_assert(kRows == 6, "pack_a copies a transposed tile's rows as 8 floats");
   const int64_t stride = tile_stride(depth);
   if (a.row_stride == 1) {
@@ -168,15 +169,30 @@ void pack_a(const StridedMatrix& a, int64_t i0, int64_t rows, int64_t available,
       for (int64_t t = 0; t * kRows < rows; ++t) {
         const float* src = a.data + i0 + t * kRows + k0 * a.col_stride;
         float* dst = out + t * stride;
-        if (t * kRows + 8 <= available) {
-          for (int64_t k = kb; k < kend; ++k)
-            _mm256_storeu_ps(dst + k * kRows, _mm256_loadu_ps(src + k * a.col_stride));
-        } else {
-          const __mmask16 mask = tail_mask(std::min(kRows, rows - t * kRows));
-          for (int64_t k = kb; k < kend; ++k)
-            _mm512_mask_storeu_ps(dst + k * kRows, mask,
-                                  _mm512_maskz_loadu_ps(mask, src + k * a.col_stride));
+        const int64_t valid = std::min(kRows, rows - t * kRows);
+        const bool whole = t * kRows + 8 <= available;
+        const __mmask16 mask = tail_mask(valid);
+        auto row = [&](int64_t k) {  // the tile's rows at k, copied; returns them (8 floats)
+          const float* from = src + k * a.col_stride;
+          if (whole) {
+            const __m256 x = _mm256_loadu_ps(from);
+            _mm256_storeu_ps(dst + k * kRows, x);
+            return x;
+          }
+          const __m512 x = _mm512_maskz_loadu_ps(mask, from);
+          _mm512_mask_storeu_ps(dst + k * kRows, mask, x);
+          return _mm512_castps512_ps256(x);
+        };
+        if (!row_sums) {
+          for (int64_t k = kb; k < kend; ++k) row(k);
+          continue;
         }
+        // The rows' sums in double, k in order: the bits of sum() over the same values.
+        const __mmask8 lanes = static_cast<__mmask8>(mask);
+        double* sums = row_sums + t * kRows;
+        __m512d acc = _mm512_maskz_loadu_pd(lanes, sums);
+        for (int64_t k = kb; k < kend; ++k) acc = _mm512_add_pd(acc, _mm512_cvtps_pd(row(k)));
+        _mm512_mask_storeu_pd(sums, lanes, acc);
       }
     }
     return;
@@ -264,7 +280,7 @@ constexpr auto kTiles = tiles_of<kPacked>(std::make_integer_sequence<int, kVecs>
 
 // The product on this thread: sgemm's, for rows [0, m) of A and C.
 void multiply(int64_t m, int64_t n, int64_t k, const StridedMatrix& a, const StridedMatrix& b,
-              float* c, int64_t ldc, bool accumulate, const float* bias) {
+              float* c, int64_t ldc, bool accumulate, const float* bias, double* a_row_sums) {
   // A's rows are read where they lie when each is contiguous in k; otherwise packed.
   const bool direct = a.col_stride == 1;
   // C's footprint (its rows may lie far apart: an attention head's columns in a row of heads).
@@ -284,7 +300,10 @@ void multiply(int64_t m, int64_t n, int64_t k, const StridedMatrix& a, const Str
       pack_b(b, k0, depth, j0, width, panels);
       for (int64_t h0 = 0; h0 < m; h0 += kHeight) {
         const int64_t height = std::min(kHeight, m - h0);
-        if (!direct) pack_a(a, h0, height, m - h0, k0, depth, packed_a);
+        // A's rows are packed once per block of columns; summed at the first only.
+        if (!direct)
+          pack_a(a, h0, height, m - h0, k0, depth, packed_a,
+                 a_row_sums && j0 == 0 ? a_row_sums + h0 : nullptr);
         for (int64_t i = 0; i < height; i += kRows) {
           const int64_t rows = std::min(kRows, height - i);
           Tile t{.a = direct ? a.data + (h0 + i) * a.row_stride + k0
@@ -315,8 +334,9 @@ void multiply(int64_t m, int64_t n, int64_t k, const StridedMatrix& a, const Str
 }  // namespace
 
 bool sgemm(int64_t m, int64_t n, int64_t k, StridedMatrix a, StridedMatrix b, float* c, int64_t ldc,
-           bool accumulate, const float* bias) {
+           bool accumulate, const float* bias, double* a_row_sums) {
   if (k == 0 || n < 16) return false;
+  if (a_row_sums && (a.row_stride != 1 || a.col_stride == 1)) return false;  // A is not packed
   GW_CHECK(!(accumulate && bias), InternalError,
            "[sgemm] accumulates or starts from a bias, not both");
   // With several CPU threads, each takes a run of C's row tiles (packing its own B): a row is
@@ -324,14 +344,15 @@ bool sgemm(int64_t m, int64_t n, int64_t k, StridedMatrix a, StridedMatrix b, fl
   // parallel_for runs it here alone inside another parallel region (attention's heads).
   const int64_t tiles = (m + kRows - 1) / kRows;
   if (get_num_threads() == 1 || tiles == 1) {
-    multiply(m, n, k, a, b, c, ldc, accumulate, bias);
+    multiply(m, n, k, a, b, c, ldc, accumulate, bias, a_row_sums);
     return true;
   }
   const int64_t grain = std::max<int64_t>(1, kThreadFlops / (2 * kRows * n * k));
   parallel_for(0, tiles, grain, [&](int64_t t0, int64_t t1) {
     const int64_t i0 = t0 * kRows;
     const StridedMatrix rows{a.data + i0 * a.row_stride, a.row_stride, a.col_stride};
-    multiply(std::min(m, t1 * kRows) - i0, n, k, rows, b, c + i0 * ldc, ldc, accumulate, bias);
+    multiply(std::min(m, t1 * kRows) - i0, n, k, rows, b, c + i0 * ldc, ldc, accumulate, bias,
+             a_row_sums ? a_row_sums + i0 : nullptr);
   });
   return true;
 }

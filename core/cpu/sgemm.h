@@ -39,7 +39,12 @@ struct StridedMatrix {
 // c must not overlap a, b or bias. Returns false and leaves c alone when this build has no AVX-512,
 // or for products it leaves to Eigen (k == 0, n < 16: a matrix-vector product wastes most of a
 // tile).
+//
+// With `a_row_sums` (m doubles), adds A's row i, k = 0, 1, ... in turn, to a_row_sums[i] on the
+// way: a Linear's bias gradient (the column sums of dY) from the read of dY its weight gradient
+// dYᵀ X makes anyway. Only where A is a transposed view (row_stride 1, the rows packed); returns
+// false and does nothing otherwise.
 bool sgemm(int64_t m, int64_t n, int64_t k, StridedMatrix a, StridedMatrix b, float* c, int64_t ldc,
-           bool accumulate, const float* bias);
+           bool accumulate, const float* bias, double* a_row_sums = nullptr);
 
 }  // namespace gw::cpu

@@ -102,6 +102,17 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return r;
 }
 
+std::optional<std::pair<Tensor, Tensor>> detail::mm_and_row_sums(const Tensor& a, const Tensor& b) {
+  if (a.dim() != 2 || b.dim() != 2 || a.size(1) != b.size(0) || !a.is_floating_point() ||
+      a.dtype() != b.dtype() || a.device() != b.device())
+    return std::nullopt;
+  detail::NoRecordScope no_record;
+  Tensor out = empty({a.size(0), b.size(1)}, a.options());
+  Tensor sums = empty({a.size(0)}, a.options());
+  if (!backend_for(a, "mm").mm_row_sums(a, b, out, sums)) return std::nullopt;
+  return std::pair{out, sums};
+}
+
 Tensor addmm(const Tensor& input, const Tensor& a, const Tensor& b) {
   if (autocast_lowers({&input, &a, &b}))
     return addmm(autocast_lower(input), autocast_lower(a), autocast_lower(b));

@@ -351,6 +351,39 @@ TEST_CASE("gradcheck: dot and linear", "[autograd][gradcheck][linalg]") {
   CHECK(w.grad().is_contiguous());  // .grad of a weight read transposed is still row-major
 }
 
+TEST_CASE("a float32 Linear's weight and bias gradients are dYᵀ x and dY's column sums",
+          "[autograd][linalg]") {
+  // The rule takes both from one read of dY where the GEMM can (detail::mm_and_row_sums):
+  // the bits of the two ops it stands for, as when it cannot (one of them alone, below).
+  // 200 rows of 40 (past a GEMM tile and a k block).
+  gw::Generator gen(7);
+  const Tensor x = gw::randn({200, 30}, gen), dy = gw::randn({200, 40}, gen);
+  Tensor w = gw::randn({40, 30}, gen).requires_grad_(), b = gw::randn({40}, gen).requires_grad_();
+  gw::linear(x, w, b).backward(dy);
+  CHECK(gw::equal(b.grad(), gw::sum(dy, {0})));
+  CHECK(gw::equal(w.grad(), gw::mm(dy.t(), x)));
+  CHECK(w.grad().is_contiguous());
+  // Only the weight's, or only the bias's: the same bits.
+  Tensor w2 = w.detach().requires_grad_(), b2 = b.detach();
+  gw::linear(x, w2, b2).backward(dy);
+  CHECK(gw::equal(w2.grad(), w.grad()));
+  Tensor b3 = b.detach().requires_grad_();
+  gw::linear(x, w.detach(), b3).backward(dy);
+  CHECK(gw::equal(b3.grad(), b.grad()));
+  // A dY the GEMM does not take (column-major: the gradient of y.t()) is summed as before, k
+  // in order in double: its first column, 1e20, 1, -1e20, 1, sums to 1 (four running sums: 0).
+  Tensor dyt = gw::zeros({16, 8});
+  for (int64_t r = 0; r < 4; ++r)
+    dyt.narrow(1, r, 1).narrow(0, 0, 1).fill_(
+        std::array{1e20, 1.0, -1e20, 1.0}[static_cast<size_t>(r)]);
+  Tensor b4 = gw::zeros({16}).requires_grad_();
+  gw::linear(gw::randn({8, 30}, gen), gw::randn({16, 30}, gen).requires_grad_(), b4)
+      .t()
+      .backward(dyt);
+  CHECK(b4.grad().to_vector<float>()[0] == 1.0f);
+  CHECK(gw::equal(b4.grad(), gw::sum(dyt.t(), {0})));
+}
+
 TEST_CASE("gradcheck: addmm with a bias row, a column and a full input",
           "[autograd][gradcheck][linalg]") {
   auto f = [](const std::vector<Tensor>& in) { return gw::addmm(in[0], in[1], in[2]); };

@@ -322,6 +322,51 @@ TEST_CASE("float32 products of every shape the CPU GEMM tiles", "[core][linalg]"
   }
 }
 
+TEST_CASE("a product and its left operand's row sums in one pass", "[core][linalg]") {
+  // detail::mm_and_row_sums, autograd's rule for a Linear's weight and bias gradients: dYᵀ X
+  // and the column sums of dY. On AVX-512 the GEMM sums a transposed A's rows as it packs
+  // them: the bits of mm and of sum(dY, {0}), for shapes past the GEMM's blocks (6-row tiles,
+  // 16 k at a time, 512 k, 384 rows, 512 columns), on one thread and on two. Anything else
+  // (A where it lies, fewer than 16 columns, float64, no AVX-512) is declined: nullopt.
+  const std::vector<std::array<int64_t, 3>> shapes = {// A's rows, k, B's columns
+                                                      {7, 5, 16},
+                                                      {64, 17, 130},
+                                                      {390, 600, 520},
+                                                      {6, 1030, 20},
+                                                      {13, 3, 8}};
+  const int threads_before = gw::get_num_threads();
+  for (int threads : {1, 2}) {
+    gw::set_num_threads(threads);
+    for (auto [n, k, m] : shapes) {
+      const Tensor dy = rnd({k, n}, gw::kFloat32, 40), x = rnd({k, m}, gw::kFloat32, 41);
+      CAPTURE(threads, n, k, m);
+      const auto fused = gw::detail::mm_and_row_sums(dy.t(), x);
+      REQUIRE(fused.has_value() == (gw::cpu::kHaveSgemm && m >= 16));
+      if (fused) {
+        CHECK(gw::equal(fused->first, gw::mm(dy.t(), x)));
+        CHECK(gw::equal(fused->second, gw::sum(dy, {0})));
+      }
+      CHECK_FALSE(gw::detail::mm_and_row_sums(dy.t().contiguous(), x).has_value());
+    }
+  }
+  gw::set_num_threads(threads_before);
+  const Tensor a = rnd({30, 40}, gw::kFloat64, 42).t(), b = rnd({30, 20}, gw::kFloat64, 43);
+  CHECK_FALSE(gw::detail::mm_and_row_sums(a, b).has_value());
+  // Sums whose order shows: in double, k in order, a column of dY gives 1 (the 1 after 1e20
+  // is lost, the last is not), where four running sums would give 0.
+  if (gw::cpu::kHaveSgemm) {
+    std::vector<double> v(8 * 16, 0.0);
+    for (int64_t r = 0; r < 8; ++r)
+      v[static_cast<size_t>(r * 16)] =
+          std::array<double, 8>{1e20, 1, -1e20, 1, 0, 0, 0, 0}[static_cast<size_t>(r)];
+    const Tensor dy = core_test::make(v, {8, 16}, gw::kFloat32);
+    const auto fused = gw::detail::mm_and_row_sums(dy.t(), rnd({8, 16}, gw::kFloat32, 44));
+    REQUIRE(fused.has_value());
+    CHECK(fused->second.to_vector<float>()[0] == 1.0f);
+    CHECK(gw::equal(fused->second, gw::sum(dy, {0})));
+  }
+}
+
 TEST_CASE("a float32 product's row does not depend on the rows around it", "[core][linalg]") {
   if (!gw::cpu::kHaveSgemm)
     GW_SKIP("built without AVX-512: products go through Eigen, which does not promise this");
