@@ -21,11 +21,17 @@ void accumulate_into_grad(const Tensor& leaf, const Tensor& grad) {
   }
 }
 
+Tensor AccumulateGrad::run_leaf_hooks(Tensor grad) const {
+  for (const GradHook& hook : meta(variable).leaf_hooks)
+    grad = run_hook(hook, std::move(grad), "backward");
+  return grad;
+}
+
 TensorList AccumulateGrad::apply(TensorList&& grads) {
   Tensor grad = std::move(grads[0]);
   if (!grad.defined()) return {};
   AutogradMeta& m = meta(variable);
-  for (const GradHook& hook : m.leaf_hooks) grad = run_hook(hook, std::move(grad), "backward");
+  grad = run_leaf_hooks(std::move(grad));
   GW_CHECK(grad.sizes() == variable.sizes(), InternalError, "[AccumulateGrad] gradient of shape ",
            shape_str(grad.sizes()), " for a leaf of shape ", shape_str(variable.sizes()));
   // A task that collects leaf gradients elsewhere (a distributed autograd context) gets them

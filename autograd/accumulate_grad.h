@@ -11,6 +11,8 @@ class AccumulateGrad final : public Node {
   explicit AccumulateGrad(Tensor variable) : Node(First{}), variable(std::move(variable)) {}
   TensorList apply(TensorList&& grads) override;
   std::string name() const override { return "AccumulateGrad"; }
+  // The hooks registered on the leaf (Tensor::register_hook), in order, over `grad`.
+  Tensor run_leaf_hooks(Tensor grad) const;
 
   Tensor variable;
 };

@@ -109,7 +109,7 @@ void Tensor::retain_grad() const {
   m.retains_grad = true;
   // The hook holds the meta weakly: it must not keep the tensor's state alive.
   std::weak_ptr<autograd::AutogradMeta> weak_meta = impl()->autograd_meta;
-  m.grad_fn->pre_hooks.emplace_back(m.output_nr, [weak_meta](const Tensor& g) -> Tensor {
+  m.grad_fn->retain_grad_hooks.emplace_back(m.output_nr, [weak_meta](const Tensor& g) -> Tensor {
     if (auto meta = weak_meta.lock()) {
       std::lock_guard lock(meta->mutex);
       meta->grad = meta->grad.defined() ? add(meta->grad, g) : g.clone();

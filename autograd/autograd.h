@@ -11,7 +11,8 @@
 //   gw::Tensor loss = gw::matmul(x, w).relu().sum();
 //   loss.backward();
 //   std::cout << w.grad() << "\n";                     // d loss / d w
-//   auto [gx] = gw::autograd::grad({loss2}, {x2});     // gradients returned, .grad untouched
+//   auto [gx] = gw::autograd::grad({loss2}, {x2});     // returned, .grad untouched (but
+//                                                       // a retain_grad input's)
 //
 // The engine (autograd/engine.h) is also what distributed autograd runs on: extra roots,
 // tasks that stay open for gradients arriving later, and leaf gradients sent to a map.
@@ -38,7 +39,10 @@ struct GradOptions {
   bool retain_graph = false;
   bool allow_unused = false;  // an input the outputs do not depend on gets an undefined tensor
 };
-// d(outputs)/d(inputs) returned rather than accumulated into .grad.
+// d(outputs)/d(inputs) returned rather than accumulated into .grad. As in PyTorch 2, an input's
+// hooks (register_hook, retain_grad) run on its gradient, and return what is captured, where
+// nothing else runs its node; an input on the way to another gets its gradient as it arrived,
+// and the hooks' result flows on.
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const GradOptions& options = {});
 

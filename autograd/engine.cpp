@@ -186,8 +186,9 @@ void GraphTask::release_dependency_locked(Node* node, const std::shared_ptr<Node
       held_.push_back(owner);
       return;
     }
-    bool needed = options_.capture.empty() || needed_[node];
-    if (needed) {
+    auto it = needed_.find(node);
+    bool needed = options_.capture.empty() || (it != needed_.end() && it->second);
+    if (needed || is_captured_only(node)) {
       ready_.push(owner);
     } else {
       pending_.erase(node);
@@ -237,12 +238,41 @@ std::vector<bool> GraphTask::wanted_edges(const Node& node) const {
   return wanted;
 }
 
-void GraphTask::execute(const std::shared_ptr<Node>& node, std::vector<Tensor> inputs) {
-  inputs.resize(node->num_inputs);
-  for (auto& [input_nr, hook] : node->pre_hooks) {
-    if (input_nr < inputs.size() && inputs[input_nr].defined())
-      inputs[input_nr] = run_hook(hook, std::move(inputs[input_nr]), "backward");
+bool GraphTask::is_captured_only(Node* node) const {
+  if (options_.capture.empty()) return false;
+  if (auto it = needed_.find(node); it != needed_.end() && it->second) return false;
+  return std::any_of(options_.capture.begin(), options_.capture.end(),
+                     [node](const Edge& c) { return c.fn.get() == node; });
+}
+
+namespace {
+// A node's tensor hooks over the gradients it received (resized to its inputs): its pre_hooks
+// in order, then retain_grad's, as PyTorch runs them whatever the order they were registered in.
+void run_tensor_hooks(Node& node, std::vector<Tensor>& inputs) {
+  inputs.resize(node.num_inputs);
+  for (const auto* hooks : {&node.pre_hooks, &node.retain_grad_hooks}) {
+    for (const auto& [input_nr, hook] : *hooks) {
+      if (input_nr < inputs.size() && inputs[input_nr].defined())
+        inputs[input_nr] = run_hook(hook, std::move(inputs[input_nr]), "backward");
+    }
   }
+}
+}  // namespace
+
+void GraphTask::run_captured_hooks(Node& node, std::vector<Tensor> inputs) {
+  run_tensor_hooks(node, inputs);
+  if (auto* leaf = dynamic_cast<AccumulateGrad*>(&node); leaf && inputs[0].defined())
+    inputs[0] = leaf->run_leaf_hooks(std::move(inputs[0]));
+  std::lock_guard lock(mu_);
+  for (size_t i = 0; i < options_.capture.size(); ++i) {
+    const Edge& c = options_.capture[i];
+    if (c.fn.get() == &node && c.input_nr < inputs.size()) captured_[i] = inputs[c.input_nr];
+  }
+}
+
+void GraphTask::execute(const std::shared_ptr<Node>& node, std::vector<Tensor> inputs) {
+  if (is_captured_only(node.get())) return run_captured_hooks(*node, std::move(inputs));
+  run_tensor_hooks(*node, inputs);
   bool any_defined = node->num_inputs == 0 || node->apply_undefined;
   for (const Tensor& g : inputs) any_defined = any_defined || g.defined();
   // A capturing pass asks a node only for the gradients on the captured paths; one that owes

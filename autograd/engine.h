@@ -126,6 +126,11 @@ class GraphTask {
   void accumulate_input_locked(Node* node, uint32_t input_nr, Tensor grad);
   void release_dependency_locked(Node* node, const std::shared_ptr<Node>& owner);
   void execute(const std::shared_ptr<Node>& node, std::vector<Tensor> inputs);
+  // With capture, a node that holds a captured edge but is not needed otherwise: it does not
+  // run, but its tensor hooks (and a leaf's) do, and what they return is captured, as in
+  // PyTorch 2. A node that runs captures the gradient it received, before its hooks.
+  bool is_captured_only(Node* node) const;
+  void run_captured_hooks(Node& node, std::vector<Tensor> inputs);
   // With capture: which of `node`'s edges lead to a captured edge.
   std::vector<bool> wanted_edges(const Node& node) const;
 

@@ -70,8 +70,10 @@ class Node : public std::enable_shared_from_this<Node> {
   // gradients when the gradient of the unit's input is ready).
   uint64_t sequence_nr() const { return sequence_nr_; }
   // Hooks run on the gradient arriving at input `input_nr` before apply (tensor hooks of
-  // non-leaf tensors, retain_grad).
+  // non-leaf tensors), in order.
   std::vector<std::pair<uint32_t, GradHook>> pre_hooks;
+  // retain_grad's, run after every pre_hook (PyTorch's order): .grad gets the hooked gradient.
+  std::vector<std::pair<uint32_t, GradHook>> retain_grad_hooks;
   // Number of gradients the node receives (outputs of the forward op).
   uint32_t num_inputs = 1;
   // Run apply even when every incoming gradient is undefined (distributed autograd's recv

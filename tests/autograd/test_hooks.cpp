@@ -242,3 +242,48 @@ TEST_CASE("post-accumulate readiness follows reverse use, not creation", "[autog
   (x * p1).sum().backward();
   CHECK(ready == std::vector<int>{1});
 }
+
+// --- hooks under autograd::grad ---------------------------------------------------------------
+
+TEST_CASE("grad runs a captured input's hooks where nothing else runs its node, as PyTorch 2",
+          "[autograd][hooks]") {
+  Tensor x = leaf({1.0, 2.0});
+  int leaf_calls = 0;
+  x.register_hook([&](const Tensor& g) {
+    ++leaf_calls;
+    return g * 10.0;
+  });
+  // A leaf: its hook's value is the gradient returned, and nothing lands in .grad.
+  std::vector<Tensor> gx = ag::grad({(x * x).sum()}, {x});
+  CHECK(leaf_calls == 1);
+  CHECK(vec(gx[0]) == std::vector<double>{20.0, 40.0});  // 10 * 2x
+  CHECK_FALSE(x.grad().defined());
+
+  // An intermediate, hooked and retained: the hook's value is captured, and .grad keeps it.
+  Tensor h = x * 3.0;
+  h.register_hook([](const Tensor& g) { return g + 1.0; });
+  h.retain_grad();
+  std::vector<Tensor> gh = ag::grad({(h * h).sum()}, {h});
+  CHECK(vec(gh[0]) == std::vector<double>{7.0, 13.0});  // 2h + 1
+  CHECK(vec(h.grad()) == std::vector<double>{7.0, 13.0});
+  CHECK(leaf_calls == 1);  // x's node is not on the way to h
+
+  // h's node runs to reach x: h's gradient is captured as it arrived, before its hooks, and
+  // the hooked one flows on to x (PyTorch's order too).
+  h.set_grad({});
+  std::vector<Tensor> both = ag::grad({(h * h).sum()}, {h, x});
+  CHECK(vec(both[0]) == std::vector<double>{6.0, 12.0});     // 2h
+  CHECK(vec(both[1]) == std::vector<double>{210.0, 390.0});  // 10 * 3 * (2h + 1)
+  CHECK(leaf_calls == 2);
+}
+
+TEST_CASE("retain_grad keeps the gradient after every hook, whenever it was called, as PyTorch",
+          "[autograd][hooks]") {
+  Tensor x = leaf({1.0, 2.0});
+  Tensor h = x * 3.0;
+  h.retain_grad();  // before the hook: .grad still gets the hooked gradient
+  h.register_hook([](const Tensor& g) { return g * 2.0; });
+  (h * 1.0).sum().backward();
+  CHECK(vec(h.grad()) == std::vector<double>{2.0, 2.0});
+  CHECK(vec(x.grad()) == std::vector<double>{6.0, 6.0});
+}

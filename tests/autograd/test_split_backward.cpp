@@ -251,3 +251,22 @@ TEST_CASE(
                       Catch::Contains("input 0 is not a leaf"));
   }
 }
+
+TEST_CASE("backward_input runs its input's hooks once and returns what they give",
+          "[autograd][split_backward][hooks]") {
+  Tensor x = gw::from_vector(std::vector<double>{1.0, 2.0}).requires_grad_();
+  Tensor w = gw::from_vector(std::vector<double>{3.0, 4.0}).requires_grad_();
+  int calls = 0;
+  x.register_hook([&](const Tensor& g) {
+    ++calls;
+    return g * 10.0;
+  });
+  ag::WeightGradients rest;
+  std::vector<Tensor> dx = ag::backward_input({(x * w).sum()}, {x}, {}, rest);
+  CHECK(calls == 1);
+  CHECK(vec(dx[0]) == std::vector<double>{30.0, 40.0});  // 10 w
+  rest.run();
+  CHECK(calls == 1);
+  CHECK(vec(w.grad()) == std::vector<double>{1.0, 2.0});
+  CHECK_FALSE(x.grad().defined());
+}
