@@ -39,14 +39,17 @@ constexpr int64_t kHeight = 384;     // rows of A packed at a time (when packed)
 constexpr int64_t kColdC = 1 << 18;  // floats of C (1 MiB) past which it is not in L2
 constexpr int64_t kThreadFlops = int64_t{1} << 21;  // at least a thread's share (~20 us)
 
-// This thread's packing buffer, 64-byte aligned, grown as needed and kept (at most ~1.75 MiB
-// a thread, outside the CPU allocator's counters).
-float* scratch(size_t floats) {
+// This thread's buffers, 64-byte aligned, grown as needed and kept outside the CPU allocator's
+// counters: kPacking, the packed blocks (at most ~1.75 MiB); kTransposed, a product computed
+// transposed (sgemm's small batches against a transposed weight: m x n floats).
+enum Scratch { kPacking, kTransposed };
+float* scratch(size_t floats, Scratch which = kPacking) {
   struct Buffer {
     std::unique_ptr<float, decltype(&std::free)> data{nullptr, &std::free};
     size_t size = 0;
   };
-  static thread_local Buffer buffer;
+  static thread_local Buffer buffers[2];
+  Buffer& buffer = buffers[which];
   if (buffer.size < floats) {
     const size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
     auto* grown = static_cast<float*>(std::aligned_alloc(64, bytes));
@@ -206,7 +209,7 @@ void pack_a(const StridedMatrix& a, int64_t i0, int64_t rows, int64_t available,
   }
 }
 
-enum class Start { Zero, C, Bias };
+enum class Start { Zero, C, Bias, RowBias };
 
 // What one tile needs: A's rows (where they lie, or packed), a panel of B, the tile of C.
 struct Tile {
@@ -218,7 +221,7 @@ struct Tile {
   int64_t depth;  // k runs over 0 .. depth
   int64_t cols;   // columns of C that exist (the rest of the panel is padding)
   Start start;
-  const float* bias;  // with Start::Bias: one per column
+  const float* bias;  // with Start::Bias: one per column; with Start::RowBias: one per row
   bool cold_c;        // C is larger than L2: its lines are asked for before the products
 };
 
@@ -236,6 +239,8 @@ void tile(const Tile& t) {
         acc[r][v] = _mm512_maskz_loadu_ps(mask[v], t.c + r * t.ldc + 16 * v);
       else if (t.start == Start::Bias)
         acc[r][v] = _mm512_maskz_loadu_ps(mask[v], t.bias + 16 * v);
+      else if (t.start == Start::RowBias)
+        acc[r][v] = _mm512_set1_ps(t.bias[r]);
       else
         acc[r][v] = _mm512_setzero_ps();
     }
@@ -278,9 +283,11 @@ constexpr std::array<std::array<TileFn, kRows>, kVecs> tiles_of(std::integer_seq
 template <bool kPacked>
 constexpr auto kTiles = tiles_of<kPacked>(std::make_integer_sequence<int, kVecs>{});
 
-// The product on this thread: sgemm's, for rows [0, m) of A and C.
+// The product on this thread: sgemm's, for rows [0, m) of A and C; with `row_bias`, bias has
+// one value per row of C (sgemm's product computed transposed), not per column.
 void multiply(int64_t m, int64_t n, int64_t k, const StridedMatrix& a, const StridedMatrix& b,
-              float* c, int64_t ldc, bool accumulate, const float* bias, double* a_row_sums) {
+              float* c, int64_t ldc, bool accumulate, const float* bias, bool row_bias,
+              double* a_row_sums) {
   // A's rows are read where they lie when each is contiguous in k; otherwise packed.
   const bool direct = a.col_stride == 1;
   // C's footprint (its rows may lie far apart: an attention head's columns in a row of heads).
@@ -294,7 +301,10 @@ void multiply(int64_t m, int64_t n, int64_t k, const StridedMatrix& a, const Str
   for (int64_t k0 = 0; k0 < k; k0 += kDepth) {
     const int64_t depth = std::min(kDepth, k - k0);
     // The first slice starts from C, the bias or zero; the later ones add to what it left.
-    const Start start = accumulate || k0 > 0 ? Start::C : bias ? Start::Bias : Start::Zero;
+    const Start start = accumulate || k0 > 0 ? Start::C
+                        : !bias              ? Start::Zero
+                        : row_bias           ? Start::RowBias
+                                             : Start::Bias;
     for (int64_t j0 = 0; j0 < n; j0 += kWidth) {
       const int64_t width = std::min(kWidth, n - j0);
       pack_b(b, k0, depth, j0, width, panels);
@@ -322,13 +332,45 @@ void multiply(int64_t m, int64_t n, int64_t k, const StridedMatrix& a, const Str
             t.b = panels + j * depth;
             t.c = c + (h0 + i) * ldc + j0 + j;
             t.cols = std::min(kCols, width - j);
-            t.bias = bias ? bias + j0 + j : nullptr;
+            t.bias = !bias ? nullptr : row_bias ? bias + h0 + i : bias + j0 + j;
             tiles[static_cast<size_t>((t.cols + 15) / 16 - 1)][static_cast<size_t>(rows - 1)](t);
           }
         }
       }
     }
   }
+}
+
+// sgemm's product over the CPU threads: each takes a run of C's row tiles (packing its own B). A
+// row is summed in the same order whatever thread takes it, so the bits do not depend on the
+// threads. parallel_for runs it here alone inside another parallel region (attention's heads).
+void run(int64_t m, int64_t n, int64_t k, const StridedMatrix& a, const StridedMatrix& b, float* c,
+         int64_t ldc, bool accumulate, const float* bias, bool row_bias, double* a_row_sums) {
+  const int64_t tiles = (m + kRows - 1) / kRows;
+  if (get_num_threads() == 1 || tiles == 1) {
+    multiply(m, n, k, a, b, c, ldc, accumulate, bias, row_bias, a_row_sums);
+    return;
+  }
+  const int64_t grain = std::max<int64_t>(1, kThreadFlops / (2 * kRows * n * k));
+  parallel_for(0, tiles, grain, [&](int64_t t0, int64_t t1) {
+    const int64_t i0 = t0 * kRows;
+    const StridedMatrix rows{a.data + i0 * a.row_stride, a.row_stride, a.col_stride};
+    multiply(std::min(m, t1 * kRows) - i0, n, k, rows, b, c + i0 * ldc, ldc, accumulate,
+             bias && row_bias ? bias + i0 : bias, row_bias, a_row_sums ? a_row_sums + i0 : nullptr);
+  });
+}
+
+// Whether C = A B is cheaper as Cᵀ = Bᵀ Aᵀ, transposed back: B a transposed view (a Linear's
+// weight, which packing transposes, k x n floats), A's rows contiguous (Aᵀ then packs the same
+// way, k x m), C started from zero or the bias, and the batch m at least a vector wide but
+// small beside n, so that transposing A and C moves fewer floats than transposing B. An MLP's
+// 64 x 784 input against its 256 x 784 weight: 66K floats instead of 200K, and the weight's
+// rows become the 256 rows of a tall product (the 64 rows of C ended in a tile of 4). The bits
+// are the same: each element starts from its bias and adds the same products, k in order.
+bool cheaper_transposed(int64_t m, int64_t n, int64_t k, const StridedMatrix& a,
+                        const StridedMatrix& b, bool accumulate, const double* a_row_sums) {
+  return !accumulate && !a_row_sums && b.row_stride == 1 && b.col_stride != 1 &&
+         a.col_stride == 1 && m >= 16 && k * n > k * m + m * n;
 }
 
 }  // namespace
@@ -339,21 +381,23 @@ bool sgemm(int64_t m, int64_t n, int64_t k, StridedMatrix a, StridedMatrix b, fl
   if (a_row_sums && (a.row_stride != 1 || a.col_stride == 1)) return false;  // A is not packed
   GW_CHECK(!(accumulate && bias), InternalError,
            "[sgemm] accumulates or starts from a bias, not both");
-  // With several CPU threads, each takes a run of C's row tiles (packing its own B): a row is
-  // summed in the same order whatever thread takes it, so the bits do not depend on the threads.
-  // parallel_for runs it here alone inside another parallel region (attention's heads).
-  const int64_t tiles = (m + kRows - 1) / kRows;
-  if (get_num_threads() == 1 || tiles == 1) {
-    multiply(m, n, k, a, b, c, ldc, accumulate, bias, a_row_sums);
+  if (!cheaper_transposed(m, n, k, a, b, accumulate, a_row_sums)) {
+    run(m, n, k, a, b, c, ldc, accumulate, bias, false, a_row_sums);
     return true;
   }
-  const int64_t grain = std::max<int64_t>(1, kThreadFlops / (2 * kRows * n * k));
-  parallel_for(0, tiles, grain, [&](int64_t t0, int64_t t1) {
-    const int64_t i0 = t0 * kRows;
-    const StridedMatrix rows{a.data + i0 * a.row_stride, a.row_stride, a.col_stride};
-    multiply(std::min(m, t1 * kRows) - i0, n, k, rows, b, c + i0 * ldc, ldc, accumulate, bias,
-             a_row_sums ? a_row_sums + i0 : nullptr);
-  });
+  // Cᵀ (n x m) = Bᵀ Aᵀ, each of its rows starting from that row's bias, then C = (Cᵀ)ᵀ.
+  float* ct = scratch(static_cast<size_t>(n * m), kTransposed);
+  run(n, m, k, {b.data, b.col_stride, 1}, {a.data, 1, a.row_stride}, ct, m, false, bias, true,
+      nullptr);
+  int64_t i = 0;
+  for (; i + 16 <= m; i += 16) {
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) transpose16(ct + j * m + i, m, c + i * ldc + j, ldc);
+    for (; j < n; ++j)
+      for (int64_t r = i; r < i + 16; ++r) c[r * ldc + j] = ct[j * m + r];
+  }
+  for (; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = ct[j * m + i];
   return true;
 }
 

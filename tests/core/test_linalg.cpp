@@ -384,6 +384,39 @@ TEST_CASE("a float32 product's row does not depend on the rows around it", "[cor
   }
 }
 
+TEST_CASE("a small batch against a transposed weight: the bits of the weight copied",
+          "[core][linalg]") {
+  if (!gw::cpu::kHaveSgemm)
+    GW_SKIP("built without AVX-512: products go through Eigen, which does not promise this");
+  // x @ w.T for a batch of at least 16 rows but few beside w's: the GEMM computes (w @ x.T).T,
+  // each element from its bias and the same products, k in order (core/cpu/sgemm.h), on one
+  // thread and on three. Shapes past its blocks: 512 of k, 16 x 16 transposes, tiles of 6.
+  struct Threads {
+    int before = gw::get_num_threads();
+    ~Threads() { gw::set_num_threads(before); }
+  } restore;
+  const std::vector<std::array<int64_t, 3>> shapes = {// batch, in, out
+                                                      {64, 784, 256},
+                                                      {16, 20, 40},
+                                                      {37, 600, 70},
+                                                      {20, 100, 1030}};
+  for (int threads : {1, 3}) {
+    gw::set_num_threads(threads);
+    for (auto [n, k, m] : shapes) {
+      CAPTURE(threads, n, k, m);
+      const Tensor x = rnd({n, k}, gw::kFloat32, 50), w = rnd({m, k}, gw::kFloat32, 51),
+                   bias = rnd({m}, gw::kFloat32, 52);
+      const Tensor copied = w.t().contiguous();
+      CHECK(gw::equal(gw::mm(x, w.t()), gw::mm(x, copied)));
+      const Tensor y = gw::addmm(bias, x, w.t());
+      CHECK(gw::equal(y, gw::addmm(bias, x, copied)));
+      check_float_product(y, x, w.t(), bias);
+      // One row alone (too few to turn around) gives its row's bits.
+      CHECK(gw::equal(gw::addmm(bias, x.narrow(0, n - 1, 1), w.t()), y.narrow(0, n - 1, 1)));
+    }
+  }
+}
+
 TEST_CASE("a float32 product split over CPU threads gives the same bits as on one",
           "[core][linalg]") {
   if (!gw::cpu::kHaveSgemm)
