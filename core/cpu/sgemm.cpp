@@ -40,8 +40,8 @@ constexpr int64_t kColdC = 1 << 18;  // floats of C (1 MiB) past which it is not
 constexpr int64_t kThreadFlops = int64_t{1} << 21;  // at least a thread's share (~20 us)
 
 // This thread's buffers, 64-byte aligned, grown as needed and kept outside the CPU allocator's
-// counters: kPacking, the packed blocks (at most ~1.75 MiB); kTransposed, a product computed
-// transposed (sgemm's small batches against a transposed weight: m x n floats).
+// counters: kPacking, the packed blocks (at most ~1.75 MiB); kTransposed, a block of a product
+// computed turned around (sgemm's small batches against a transposed weight: at most 1 MiB).
 enum Scratch { kPacking, kTransposed };
 float* scratch(size_t floats, Scratch which = kPacking) {
   struct Buffer {
@@ -362,15 +362,34 @@ void run(int64_t m, int64_t n, int64_t k, const StridedMatrix& a, const StridedM
 
 // Whether C = A B is cheaper as Cᵀ = Bᵀ Aᵀ, transposed back: B a transposed view (a Linear's
 // weight, which packing transposes, k x n floats), A's rows contiguous (Aᵀ then packs the same
-// way, k x m), C started from zero or the bias, and the batch m at least a vector wide but
-// small beside n, so that transposing A and C moves fewer floats than transposing B. An MLP's
-// 64 x 784 input against its 256 x 784 weight: 66K floats instead of 200K, and the weight's
-// rows become the 256 rows of a tall product (the 64 rows of C ended in a tile of 4). The bits
-// are the same: each element starts from its bias and adds the same products, k in order.
-bool cheaper_transposed(int64_t m, int64_t n, int64_t k, const StridedMatrix& a,
-                        const StridedMatrix& b, bool accumulate, const double* a_row_sums) {
+// way, k x m), C started from zero or the bias, and a batch m of 64 to 512 rows (the product
+// turned around has m columns: whole tiles of 64 from 64 on) small beside n, so that
+// transposing A and C moves fewer floats than transposing B. An MLP's 64 x 784 input against
+// its 256 x 784 weight: 66K floats instead of 200K, and the weight's rows become the 256 rows of
+// a tall product (the 64 rows of C ended in a tile of 4). The bits are the same: each element
+// starts from its bias and adds the same products, k in order (but a NaN times a NaN, whose
+// payload x86 picks by operand position).
+constexpr int64_t kTurnRows = 64, kTurnRowsMax = 512;
+// Cᵀ is computed kTurnBlock of its rows at a time (B's columns), each block transposed back while
+// it is in cache: the scratch holds at most 512 x 512 floats (1 MiB) a thread.
+constexpr int64_t kTurnBlock = 512;
+bool cheaper_turned(int64_t m, int64_t n, int64_t k, const StridedMatrix& a, const StridedMatrix& b,
+                    bool accumulate, const double* a_row_sums) {
   return !accumulate && !a_row_sums && b.row_stride == 1 && b.col_stride != 1 &&
-         a.col_stride == 1 && m >= 16 && k * n > k * m + m * n;
+         a.col_stride == 1 && m >= kTurnRows && m <= kTurnRowsMax && k * n > k * m + m * n;
+}
+
+// c[i * ldc + j] = ct[j * m + i] for i < m, j < n: a block of Cᵀ (n x m) back into C.
+void transpose_back(const float* ct, int64_t n, int64_t m, float* c, int64_t ldc) {
+  int64_t i = 0;
+  for (; i + 16 <= m; i += 16) {
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) transpose16(ct + j * m + i, m, c + i * ldc + j, ldc);
+    for (; j < n; ++j)
+      for (int64_t r = i; r < i + 16; ++r) c[r * ldc + j] = ct[j * m + r];
+  }
+  for (; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = ct[j * m + i];
 }
 
 }  // namespace
@@ -381,23 +400,19 @@ bool sgemm(int64_t m, int64_t n, int64_t k, StridedMatrix a, StridedMatrix b, fl
   if (a_row_sums && (a.row_stride != 1 || a.col_stride == 1)) return false;  // A is not packed
   GW_CHECK(!(accumulate && bias), InternalError,
            "[sgemm] accumulates or starts from a bias, not both");
-  if (!cheaper_transposed(m, n, k, a, b, accumulate, a_row_sums)) {
+  if (!cheaper_turned(m, n, k, a, b, accumulate, a_row_sums)) {
     run(m, n, k, a, b, c, ldc, accumulate, bias, false, a_row_sums);
     return true;
   }
-  // Cᵀ (n x m) = Bᵀ Aᵀ, each of its rows starting from that row's bias, then C = (Cᵀ)ᵀ.
-  float* ct = scratch(static_cast<size_t>(n * m), kTransposed);
-  run(n, m, k, {b.data, b.col_stride, 1}, {a.data, 1, a.row_stride}, ct, m, false, bias, true,
-      nullptr);
-  int64_t i = 0;
-  for (; i + 16 <= m; i += 16) {
-    int64_t j = 0;
-    for (; j + 16 <= n; j += 16) transpose16(ct + j * m + i, m, c + i * ldc + j, ldc);
-    for (; j < n; ++j)
-      for (int64_t r = i; r < i + 16; ++r) c[r * ldc + j] = ct[j * m + r];
+  // Cᵀ = Bᵀ Aᵀ a block of its rows at a time, each row starting from its bias, then C = (Cᵀ)ᵀ.
+  float* ct = scratch(static_cast<size_t>(std::min(n, kTurnBlock) * m), kTransposed);
+  for (int64_t j0 = 0; j0 < n; j0 += kTurnBlock) {
+    const int64_t rows = std::min(kTurnBlock, n - j0);
+    const float* row_bias = bias ? bias + j0 : nullptr;
+    run(rows, m, k, {b.data + j0 * b.col_stride, b.col_stride, 1}, {a.data, 1, a.row_stride}, ct, m,
+        false, row_bias, true, nullptr);
+    transpose_back(ct, rows, m, c + j0, ldc);
   }
-  for (; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = ct[j * m + i];
   return true;
 }
 

@@ -8,9 +8,10 @@
 // weight is), so a block sits in L2 while every row tile of A streams past it; A is read where it
 // lies when its rows are contiguous, and otherwise packed 384 rows at a time, 6-row tiles
 // interleaved. A tile starts from zero, from C (accumulate) or from the bias (addmm's Linear),
-// so no pass zeroes C or copies the bias first. A small batch against a transposed view of B
-// (x @ w.T, a Linear's forward at 64 rows against 256) is computed turned around, (w xᵀ)ᵀ,
-// through a scratch buffer: transposing x and the result moves fewer floats than transposing w. Each element of C is summed in one order,
+// so no pass zeroes C or copies the bias first. A batch of 64 to 512 rows against a transposed
+// view of B (x @ w.T, a Linear's forward at 64 rows against 256) is computed turned around,
+// (w xᵀ)ᵀ, through a scratch buffer of at most 1 MiB a thread: transposing x and the result
+// moves fewer floats than transposing w. Each element of C is summed in one order,
 // k = 0, 1, ..., whatever the shape around it: a row's result does not depend on how many rows
 // come with it, nor on the CPU threads (set_num_threads), which take runs of C's row tiles
 // (each packing its own B) when the product is large enough (2 MFLOP a thread).

@@ -388,18 +388,20 @@ TEST_CASE("a small batch against a transposed weight: the bits of the weight cop
           "[core][linalg]") {
   if (!gw::cpu::kHaveSgemm)
     GW_SKIP("built without AVX-512: products go through Eigen, which does not promise this");
-  // x @ w.T for a batch of at least 16 rows but few beside w's: the GEMM computes (w @ x.T).T,
-  // each element from its bias and the same products, k in order (core/cpu/sgemm.h), on one
-  // thread and on three. Shapes past its blocks: 512 of k, 16 x 16 transposes, tiles of 6.
+  // x @ w.T for a batch of 64 to 512 rows, few beside w's: the GEMM computes (w @ x.T).T, each
+  // element from its bias and the same products, k in order (core/cpu/sgemm.h), on one thread
+  // and on three. Shapes past its blocks: 512 of k, 512 of w's rows, 16 x 16 transposes, tiles
+  // of 6.
   struct Threads {
     int before = gw::get_num_threads();
     ~Threads() { gw::set_num_threads(before); }
   } restore;
   const std::vector<std::array<int64_t, 3>> shapes = {// batch, in, out
                                                       {64, 784, 256},
-                                                      {16, 20, 40},
-                                                      {37, 600, 70},
-                                                      {20, 100, 1030}};
+                                                      {70, 600, 1030},
+                                                      {100, 700, 300},
+                                                      {512, 1000, 1100},
+                                                      {63, 784, 256}};  // too few: as it was
   for (int threads : {1, 3}) {
     gw::set_num_threads(threads);
     for (auto [n, k, m] : shapes) {
