@@ -187,8 +187,8 @@ void GraphTask::release_dependency_locked(Node* node, const std::shared_ptr<Node
       return;
     }
     auto it = needed_.find(node);
-    bool needed = options_.capture.empty() || (it != needed_.end() && it->second);
-    if (needed || is_captured_only(node)) {
+    const bool needed = options_.capture.empty() || (it != needed_.end() && it->second);
+    if (needed || is_captured_only(node)) {  // the latter only for its hooks
       ready_.push(owner);
     } else {
       pending_.erase(node);

@@ -408,9 +408,9 @@ bool sgemm(int64_t m, int64_t n, int64_t k, StridedMatrix a, StridedMatrix b, fl
   float* ct = scratch(static_cast<size_t>(std::min(n, kTurnBlock) * m), kTransposed);
   for (int64_t j0 = 0; j0 < n; j0 += kTurnBlock) {
     const int64_t rows = std::min(kTurnBlock, n - j0);
-    const float* row_bias = bias ? bias + j0 : nullptr;
+    const float* block_bias = bias ? bias + j0 : nullptr;
     run(rows, m, k, {b.data + j0 * b.col_stride, b.col_stride, 1}, {a.data, 1, a.row_stride}, ct, m,
-        false, row_bias, true, nullptr);
+        false, block_bias, true, nullptr);
     transpose_back(ct, rows, m, c + j0, ldc);
   }
   return true;
