@@ -8,8 +8,13 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <string_view>
 
 #include "core/error.h"
+
+#if defined(__SSE4_2__)
+#include <nmmintrin.h>
+#endif
 
 namespace gw {
 
@@ -18,6 +23,39 @@ namespace {
 constexpr const char* kFormat = "gradwire-checkpoint-1";
 constexpr const char* kModel = "model/";
 constexpr const char* kOptimizer = "optimizer/";
+// The tensors' bytes' CRC-32C, as 8 hex digits: written by every save, checked by every load
+// (checkpoints from before it have none, and load unchecked).
+constexpr const char* kChecksum = "data_crc32c";
+constexpr const char* kReserved[] = {"format", "epoch", "step", "seed", kChecksum};
+
+// CRC-32C (Castagnoli) of `size` bytes, continuing from `crc` (0 to start): the CPU's crc32
+// instruction, 8 bytes at a time (about 9 GB/s), where the build has SSE 4.2.
+uint32_t crc32c(uint32_t crc, const uint8_t* p, size_t size) {
+  crc = ~crc;
+#if defined(__SSE4_2__)
+  uint64_t c = crc;
+  for (; size >= 8; p += 8, size -= 8) {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    c = _mm_crc32_u64(c, v);
+  }
+  crc = static_cast<uint32_t>(c);
+  for (; size > 0; ++p, --size) crc = _mm_crc32_u8(crc, *p);
+#else
+  for (; size > 0; ++p, --size) {
+    crc ^= *p;
+    for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ (0x82F63B78u & (0u - (crc & 1u)));
+  }
+#endif
+  return ~crc;
+}
+
+std::string hex8(uint32_t v) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out(8, '0');
+  for (int i = 7; i >= 0; --i, v >>= 4) out[static_cast<size_t>(i)] = kDigits[v & 15];
+  return out;
+}
 
 [[noreturn]] void fail(const char* op, const std::string& path, const char* what) {
   throw IoError(detail::str("[", op, "] ", what, " '", path, "' failed: ", std::strerror(errno)));
@@ -69,7 +107,7 @@ void write_file_atomically(const std::string& path, const void* data, size_t siz
 void save_checkpoint(const std::string& dir, const Checkpoint& c) {
   GW_CHECK(c.epoch >= 0 && c.step >= 0, InvalidArgumentError,
            "[save_checkpoint] epoch and step must be >= 0, got ", c.epoch, " and ", c.step);
-  for (const char* key : {"format", "epoch", "step", "seed"}) {
+  for (const char* key : kReserved) {
     GW_CHECK(!c.extra.contains(key), InvalidArgumentError, "[save_checkpoint] extra key \"", key,
              "\" is one the checkpoint writes itself; name it otherwise");
   }
@@ -84,7 +122,22 @@ void save_checkpoint(const std::string& dir, const Checkpoint& c) {
   meta["epoch"] = std::to_string(c.epoch);
   meta["step"] = std::to_string(c.step);
   meta["seed"] = std::to_string(c.seed);
-  const std::vector<uint8_t> bytes = to_safetensors(all, meta);
+  // The checksum lives in the header, before the data it covers: the file is made with 8 zeros in
+  // its place, which are then overwritten with the data section's CRC (the header's length, and
+  // so where the data starts, stay as they were). The data section is the tensors' bytes in name
+  // order, which load_checkpoint sums again from the tensors it read.
+  const std::string placeholder(8, '0');
+  meta[kChecksum] = placeholder;
+  std::vector<uint8_t> bytes = to_safetensors(all, meta);
+  uint64_t header_size = 0;
+  for (int i = 7; i >= 0; --i) header_size = header_size << 8 | bytes[static_cast<size_t>(i)];
+  const std::string_view text(reinterpret_cast<const char*>(bytes.data()) + 8, header_size);
+  const std::string field = detail::str("\"", kChecksum, "\":\"", placeholder, "\"");
+  const size_t at = text.find(field);  // __metadata__ comes first, before any tensor's name
+  GW_CHECK(at != std::string_view::npos, InternalError,
+           "[save_checkpoint] the checksum's place is missing from the header");
+  meta[kChecksum] = hex8(crc32c(0, bytes.data() + 8 + header_size, bytes.size() - 8 - header_size));
+  std::memcpy(bytes.data() + 8 + at + field.size() - 9, meta[kChecksum].data(), 8);
   write_file_atomically(tensors_path(dir), bytes.data(), bytes.size(), "save_checkpoint");
   // For people and scripts: the same metadata as JSON. A safetensors file is an 8-byte length
   // and then JSON: a file of no tensors gives exactly {"__metadata__": {...}}.
@@ -113,6 +166,14 @@ std::optional<Checkpoint> load_checkpoint(const std::string& dir) {
              IoError, "[load_checkpoint] '", path, "': bad ", key, " '", v, "'");
     return static_cast<uint64_t>(n);
   };
+  if (meta.contains(kChecksum)) {
+    uint32_t crc = 0;
+    for (const auto& [k, t] : all)  // name order: the data section's, as save_checkpoint laid it
+      crc = crc32c(crc, static_cast<const uint8_t*>(t.raw_data()), t.nbytes());
+    GW_CHECK(hex8(crc) == meta[kChecksum], IoError, "[load_checkpoint] '", path,
+             "' is corrupt: its tensors' CRC-32C is ", hex8(crc), ", the checkpoint recorded ",
+             meta[kChecksum], "; nothing was loaded");
+  }
   constexpr auto kMaxInt64 = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
   c.epoch = static_cast<int64_t>(number("epoch", kMaxInt64));
   c.step = static_cast<int64_t>(number("step", kMaxInt64));
@@ -125,7 +186,7 @@ std::optional<Checkpoint> load_checkpoint(const std::string& dir) {
     else
       throw IoError(detail::str("[load_checkpoint] '", path, "': unexpected tensor '", k, "'"));
   }
-  for (const char* k : {"format", "epoch", "step", "seed"}) meta.erase(k);
+  for (const char* k : kReserved) meta.erase(k);
   c.extra = std::move(meta);
   return c;
 }

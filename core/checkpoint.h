@@ -5,8 +5,10 @@
 // tensors are "model/<name>" and "optimizer/<key>" and whose metadata holds the position.
 // save_checkpoint writes it next to the old one and renames it into place (after fsync), so a
 // crash mid-write leaves the previous checkpoint whole: a reader sees the old one or the new
-// one, never a torn file. <dir>/checkpoint.json then repeats the metadata for people and
-// scripts (load_checkpoint never reads it).
+// one, never a torn file. The metadata also holds the tensors' CRC-32C, and a checkpoint whose
+// bytes have changed since (a bad disk, a copy cut short) is refused, not loaded.
+// <dir>/checkpoint.json then repeats the metadata for people and scripts (load_checkpoint never
+// reads it).
 //
 //   if (auto c = gw::load_checkpoint(dir)) {                 // resuming
 //     model->load_state_dict(c->model);
@@ -41,7 +43,7 @@ struct Checkpoint {
 // intact, and InvalidArgumentError on a negative epoch or step.
 void save_checkpoint(const std::string& dir, const Checkpoint& c);
 // The checkpoint in `dir`, or nullopt if there is none; throws IoError naming the file if it
-// exists but cannot be read.
+// exists but cannot be read or its tensors' checksum does not match.
 std::optional<Checkpoint> load_checkpoint(const std::string& dir);
 
 // Writes `size` bytes to `path` through a temporary file beside it (mode 0600): written, flushed

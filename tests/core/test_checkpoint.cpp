@@ -4,8 +4,10 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include "core/checkpoint.h"
 #include "core/ops.h"
@@ -78,6 +80,80 @@ TEST_CASE("a checkpoint write that did not finish leaves the previous one whole"
                       std::filesystem::directory_iterator{}) == 3);
 }
 
+namespace {
+
+std::vector<uint8_t> read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void write_all(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
+}
+
+// CRC-32C bit by bit, as any other tool computes it.
+uint32_t reference_crc32c(const uint8_t* p, size_t size) {
+  uint32_t crc = ~0u;
+  for (size_t i = 0; i < size; ++i) {
+    crc ^= p[i];
+    for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ (0x82F63B78u & (0u - (crc & 1u)));
+  }
+  return ~crc;
+}
+
+}  // namespace
+
+TEST_CASE("a checkpoint whose bytes changed after the save is refused, not loaded",
+          "[core][checkpoint][errors]") {
+  gw::test::TempDir dir;
+  save_checkpoint(dir.path, sample_checkpoint(1.5f, 7));
+  const std::string path = dir.path + "/checkpoint.safetensors";
+  const std::vector<uint8_t> good = read_all(path);
+  uint64_t header = 0;
+  for (int i = 7; i >= 0; --i) header = header << 8 | good[static_cast<size_t>(i)];
+  const size_t data = 8 + header;
+  REQUIRE(good.size() > data);
+  // The checksum recorded is the standard CRC-32C of the data section, in the file and in the
+  // JSON beside it.
+  char want[9];
+  std::snprintf(want, sizeof want, "%08x",
+                reference_crc32c(good.data() + data, good.size() - data));
+  const std::string text(good.begin() + 8, good.begin() + static_cast<std::ptrdiff_t>(data));
+  CHECK_THAT(text, Catch::Contains(std::string("\"data_crc32c\":\"") + want + "\""));
+  std::ifstream json(dir.path + "/checkpoint.json");
+  CHECK_THAT(std::string(std::istreambuf_iterator<char>(json), std::istreambuf_iterator<char>()),
+             Catch::Contains(want));
+  // One bit flipped anywhere in the tensors' bytes: the first, one in the middle, the last.
+  for (size_t at : {data, (data + good.size()) / 2, good.size() - 1}) {
+    std::vector<uint8_t> bad = good;
+    bad[at] ^= 0x10;
+    write_all(path, bad);
+    CHECK_THROWS_WITH(load_checkpoint(dir.path), Catch::Contains("checkpoint.safetensors") &&
+                                                     Catch::Contains("is corrupt") &&
+                                                     Catch::Contains(want));
+  }
+  write_all(path, good);
+  auto loaded = load_checkpoint(dir.path);
+  REQUIRE(loaded);
+  check_same(sample_checkpoint(1.5f, 7), *loaded);
+  CHECK_FALSE(loaded->extra.contains("data_crc32c"));  // the checkpoint's own, not the program's
+}
+
+TEST_CASE("a checkpoint from before checksums loads unchecked", "[core][checkpoint]") {
+  gw::test::TempDir dir;
+  save_safetensors(
+      dir.path + "/checkpoint.safetensors",
+      {{"model/w", full({3}, 2.0f)}, {"optimizer/lr", full({}, 0.5, kFloat64)}},
+      {{"format", "gradwire-checkpoint-1"}, {"epoch", "1"}, {"step", "4"}, {"seed", "9"}});
+  auto loaded = load_checkpoint(dir.path);
+  REQUIRE(loaded);
+  CHECK(equal(loaded->model.at("w"), full({3}, 2.0f)));
+  CHECK(loaded->step == 4);
+  CHECK(loaded->extra.empty());
+}
+
 TEST_CASE("load_checkpoint refuses what is not a checkpoint, naming the file",
           "[core][checkpoint][errors]") {
   gw::test::TempDir dir;
@@ -95,4 +171,7 @@ TEST_CASE("load_checkpoint refuses what is not a checkpoint, naming the file",
   own.extra["seed"] = "mine";  // written by the checkpoint itself: it would be lost
   CHECK_THROWS_WITH(save_checkpoint(dir.path + "/own", own),
                     Catch::Contains("extra key \"seed\"") && Catch::Contains("[save_checkpoint]"));
+  own.extra = {{"data_crc32c", "mine"}};
+  CHECK_THROWS_WITH(save_checkpoint(dir.path + "/own", own),
+                    Catch::Contains("extra key \"data_crc32c\""));
 }
