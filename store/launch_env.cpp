@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "store/net_address.h"
 
 namespace gw::store {
 namespace {
@@ -49,11 +50,11 @@ uint16_t parse_port(const char* name, const std::string& text) {
 }
 
 // A port derived from a job's identity, the same on every rank: MASTER_PORT's stand-in for
-// launchers that have none. Below Linux's ephemeral range (32768 and up).
+// launchers that have none. Below Linux's ephemeral range (32768 and up), in a band of its own.
 uint16_t derived_port(const std::string& job) {
   uint64_t h = 14695981039346656037ull;  // FNV-1a: the same in every build
   for (const char c : job) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ull;
-  return static_cast<uint16_t>(20000 + h % 10000);
+  return static_cast<uint16_t>(kDerivedPortFirst + h % (kDerivedPortEnd - kDerivedPortFirst));
 }
 
 void check_ranks(LaunchEnv& e, const char* rank_var, const char* size_var, const char* local_var,

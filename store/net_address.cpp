@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -15,6 +16,7 @@
 #include <random>
 #include <set>
 #include <system_error>
+#include <utility>
 
 #include "core/error.h"
 
@@ -173,8 +175,9 @@ std::string reachable_address(const std::string& master, const char* op) {
 }
 
 namespace {
-// Binds a socket to ip:port (0: the kernel picks) and closes it; the error, and the port bound.
-std::error_code bind_probe(const std::string& ip, uint16_t& port) {
+// Binds a new socket to ip:port (0: the kernel picks) with no SO_REUSEADDR, so that it fails
+// while any other socket is bound there; the error, else the socket and the port bound.
+std::error_code bind_alone(const std::string& ip, uint16_t& port, int& fd_out) {
   sockaddr_storage addr{};
   socklen_t len = 0;
   if (family_of(ip) == AF_INET) {
@@ -201,7 +204,17 @@ std::error_code bind_probe(const std::string& ip, uint16_t& port) {
   else
     port = ntohs(addr.ss_family == AF_INET ? reinterpret_cast<sockaddr_in*>(&addr)->sin_port
                                            : reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
-  ::close(fd);
+  if (ec)
+    ::close(fd);
+  else
+    fd_out = fd;
+  return ec;
+}
+
+std::error_code bind_probe(const std::string& ip, uint16_t port) {
+  int fd = -1;
+  const std::error_code ec = bind_alone(ip, port, fd);
+  if (!ec) ::close(fd);
   return ec;
 }
 
@@ -215,23 +228,48 @@ int ephemeral_ports_start() {
 }
 }  // namespace
 
-uint16_t free_port(const std::string& ip, const char* op) {
-  // Below the ephemeral range, between the window's floor and its start: between our probe and
-  // its user's bind, only a process naming this very port could take it.
+HeldPort::HeldPort(HeldPort&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)), port_(other.port_) {}
+
+HeldPort& HeldPort::operator=(HeldPort&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+    port_ = other.port_;
+  }
+  return *this;
+}
+
+HeldPort::~HeldPort() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+HeldPort hold_free_port(const std::string& ip, const char* op) {
+  // Below the ephemeral range and the derived ports' band: only a process naming this very port
+  // could want it.
   constexpr int kFloor = 10000, kMinWindow = 1000, kTries = 64;
-  const int start = ephemeral_ports_start();
-  if (start - kFloor >= kMinWindow) {
+  const int end = std::min<int>(ephemeral_ports_start(), kDerivedPortFirst);
+  int fd = -1;
+  uint16_t port = 0;
+  bool bound = false;
+  if (end - kFloor >= kMinWindow) {
     std::mt19937 gen(std::random_device{}());
-    std::uniform_int_distribution<int> pick(kFloor, start - 1);
-    for (int i = 0; i < kTries; ++i) {
-      auto port = static_cast<uint16_t>(pick(gen));
-      if (!bind_probe(ip, port)) return port;
+    std::uniform_int_distribution<int> pick(kFloor, end - 1);
+    for (int i = 0; i < kTries && !bound; ++i) {
+      port = static_cast<uint16_t>(pick(gen));
+      bound = !bind_alone(ip, port, fd);
     }
   }
-  uint16_t port = 0;  // the kernel's pick, in the ephemeral range
-  const std::error_code ec = bind_probe(ip, port);
-  GW_CHECK(!ec, IoError, "[", op, "] cannot find a free port on ", ip, ": ", ec.message());
-  return port;
+  if (!bound) {
+    port = 0;  // the kernel's pick, in the ephemeral range
+    const std::error_code ec = bind_alone(ip, port, fd);
+    GW_CHECK(!ec, IoError, "[", op, "] cannot find a free port on ", ip, ": ", ec.message());
+  }
+  const int on = 1;  // now the port's server, which sets it too, may bind beside us
+  HeldPort held(fd, port);
+  GW_CHECK(::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on) == 0, IoError, "[", op,
+           "] cannot hold port ", port, " of ", ip, ": ", std::strerror(errno));
+  return held;
 }
 
 bool port_in_use(const std::string& ip, uint16_t port) {

@@ -32,11 +32,38 @@ bool names_this_host(const std::string& host, const std::string& ip);
 // `master`.
 std::string reachable_address(const std::string& master, const char* op);
 
-// A port that was free on `ip` a moment ago, for a process about to listen on it. Chosen at
-// random below the kernel's ephemeral range (ip_local_port_range), so that no bind(0) and no
-// outgoing connection of this machine takes it meanwhile; the kernel's pick when that range
-// leaves no room below it. Throws IoError naming `op`.
-uint16_t free_port(const std::string& ip, const char* op);
+// The band MASTER_PORT's stand-in comes from for launchers that give none (mpirun, Slurm: a
+// port derived from the job's id, the same on every rank; see launch_env.h). hold_free_port
+// stays out of it, so that a job launched so and one of gwrun's do not pick alike.
+inline constexpr uint16_t kDerivedPortFirst = 20000;
+inline constexpr uint16_t kDerivedPortEnd = 30000;
+
+// A port of an address held for a server that will listen on it later, perhaps in another
+// process: a socket bound to it alone (no SO_REUSEADDR at bind), then marked SO_REUSEADDR, never
+// listening. While it lives, no other process's plain bind (another gwrun's probe, a client's)
+// and no bind(0) or outgoing connection of this machine can take the port, yet a server that
+// sets SO_REUSEADDR, as TCPStore does, can listen on it. A port merely free a moment ago can be
+// taken by a concurrent job before its server binds it.
+//
+//   HeldPort held = hold_free_port("127.0.0.1", "gwrun");
+//   spawn(rank 0 with MASTER_PORT=held.port());   // its TCPStore listens on the held port
+class HeldPort {
+ public:
+  HeldPort(int fd, uint16_t port) : fd_(fd), port_(port) {}
+  HeldPort(HeldPort&& other) noexcept;
+  HeldPort& operator=(HeldPort&& other) noexcept;
+  ~HeldPort();
+  uint16_t port() const { return port_; }
+
+ private:
+  int fd_ = -1;  // owned
+  uint16_t port_ = 0;
+};
+
+// A port free on `ip`, held (HeldPort). Chosen at random below the kernel's ephemeral range
+// (ip_local_port_range) and below kDerivedPortFirst, where no bind(0) of this machine picks;
+// the kernel's pick when that leaves no room. Throws IoError naming `op`.
+HeldPort hold_free_port(const std::string& ip, const char* op);
 // Whether ip:port is bound by another socket of this machine.
 bool port_in_use(const std::string& ip, uint16_t port);
 

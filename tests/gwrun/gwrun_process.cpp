@@ -1,13 +1,10 @@
 // Spawning gwrun from the tests and collecting its output.
 #include "tests/gwrun/gwrun_process.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -183,23 +180,5 @@ std::vector<std::string> split_lines(const std::string& text) {
   for (std::string line; std::getline(in, line);) lines.push_back(std::move(line));
   return lines;
 }
-
-ReservedPort::ReservedPort() {
-  fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  check(fd_ >= 0, "ReservedPort: socket");
-  const int on = 1;
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  const bool ok = ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on) == 0 &&
-                  ::bind(fd_, reinterpret_cast<sockaddr*>(&a), len) == 0 &&
-                  ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0;
-  if (!ok) ::close(fd_);
-  check(ok, "ReservedPort: bind a port of 127.0.0.1");
-  port_ = ntohs(a.sin_port);
-}
-
-ReservedPort::~ReservedPort() { ::close(fd_); }
 
 }  // namespace gw::test

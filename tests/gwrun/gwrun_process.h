@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "store/net_address.h"
+
 namespace gw::test {
 
 struct GwrunResult {
@@ -60,23 +62,16 @@ class GwrunProcess {
 // Runs gwrun with `args` to completion.
 GwrunResult run_gwrun(const std::vector<std::string>& args);
 
-// A port of 127.0.0.1 held for the test while this lives, for an --rdzv-endpoint: a socket bound
-// with SO_REUSEADDR and never listening keeps the kernel from handing the port to anyone else
-// (another test's listener or outgoing connection), while a server that sets SO_REUSEADDR too,
-// as gwrun's store does, can still listen on it. A port merely free a moment ago could be taken
-// by a concurrent test before gwrun binds it.
+// A port of 127.0.0.1 held for the test while this lives (store::HeldPort), for an
+// --rdzv-endpoint: gwrun's store can listen on it, and no concurrent test can take it first.
 class ReservedPort {
  public:
-  ReservedPort();
-  ~ReservedPort();
-  ReservedPort(const ReservedPort&) = delete;
-  ReservedPort& operator=(const ReservedPort&) = delete;
-  int port() const { return port_; }
-  std::string endpoint() const { return "127.0.0.1:" + std::to_string(port_); }
+  ReservedPort() : held_(store::hold_free_port("127.0.0.1", "ReservedPort")) {}
+  int port() const { return held_.port(); }
+  std::string endpoint() const { return "127.0.0.1:" + std::to_string(port()); }
 
  private:
-  int fd_ = -1;
-  int port_ = 0;
+  store::HeldPort held_;
 };
 
 // How many times `needle` occurs in `text`.

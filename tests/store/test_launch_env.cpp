@@ -4,6 +4,7 @@
 
 #include <ifaddrs.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -238,22 +239,32 @@ TEST_CASE("the address to listen on: the route to the master, or the named inter
   ::unsetenv(kSocketIfnameEnv);
 }
 
-// gwrun hands a free port to the rank that will host the store; until that rank binds it, no
-// bind(0) or outgoing connection of this machine may take it: it is chosen below the range
-// the kernel picks those from.
-TEST_CASE("a free port for a master: listenable, and outside the kernel's ephemeral range",
-          "[store][launch]") {
+// gwrun hands a free port to the rank that will host the store, and holds it until that rank
+// listens: chosen below the range the kernel picks bind(0) and outgoing connections from, and
+// below the band launchers without MASTER_PORT derive theirs from; held against every other
+// plain bind (another job's probe), yet open to the store's listen.
+TEST_CASE(
+    "a free port for a master: held against other binds, listenable, outside the kernel's "
+    "and the derived ports' ranges",
+    "[store][launch]") {
   std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
   int low = 0, high = 0;
   if (!(range >> low >> high) || low < 11000)
     GW_SKIP("the ephemeral port range leaves no room below it");
   for (int i = 0; i < 5; ++i) {
-    const uint16_t port = free_port("127.0.0.1", "test");
-    CHECK(port >= 10000);
-    CHECK(port < low);
-    CHECK_FALSE(port_in_use("127.0.0.1", port));
+    const HeldPort held = hold_free_port("127.0.0.1", "test");
+    CHECK(held.port() >= 10000);
+    CHECK(held.port() < std::min<int>(low, kDerivedPortFirst));
+    CHECK(port_in_use("127.0.0.1", held.port()));
+    CHECK(hold_free_port("127.0.0.1", "test").port() != held.port());
     TCPStoreOptions o;
-    o.port = port, o.is_master = true, o.world_size = 1;
-    CHECK(TCPStore("127.0.0.1", o).port() == port);
+    o.port = held.port(), o.is_master = true, o.world_size = 1;
+    CHECK(TCPStore("127.0.0.1", o).port() == held.port());
   }
+  uint16_t port = 0;
+  {
+    const HeldPort held = hold_free_port("127.0.0.1", "test");
+    port = held.port();
+  }
+  CHECK_FALSE(port_in_use("127.0.0.1", port));  // free again once dropped
 }

@@ -63,10 +63,11 @@ int main(int argc, char** argv) {
     }
     const JobKeyFile key(options.nnodes);  // the workers' GW_JOB_KEY_FILE, removed at the end
     std::optional<NodeRendezvous> nodes;   // with --rdzv-endpoint; its store lives with the job
+    std::optional<gw::store::HeldPort> master_port;  // one gwrun picked, held for the job
     if (!options.rdzv_endpoint.empty()) {
       nodes.emplace(options);
     } else {
-      options.master_port = resolve_master_port(options);
+      master_port = resolve_master_port(options);
     }
     const auto started = std::filesystem::file_time_type::clock::now();
     Supervisor supervisor(options, nodes ? &*nodes : nullptr);

@@ -116,6 +116,7 @@ NodeRendezvous::Place NodeRendezvous::join(int round) {
   GW_CHECK(round > 0 || !store_->check({arrived + "/all"}), StateError, "[gwrun] the job at ",
            options_.rdzv_endpoint, " with --rdzv-id ", options_.rdzv_id,
            " is running already with its ", options_.nnodes, " nodes");
+  master_port_.reset();  // the last round's, if this node named it: free for this round's pick
   node_rank_ = static_cast<int>(store_->add(arrived, 1)) - 1;
   if (node_rank_ >= options_.nnodes) {
     store_->add(arrived, -1);
@@ -139,7 +140,8 @@ NodeRendezvous::Place NodeRendezvous::join(int round) {
     }
     if (node_rank_ == 0) {
       const std::string ip = store::reachable_address(options_.rdzv_host, "gwrun");
-      store_->set(master, ip + "\n" + std::to_string(store::free_port(ip, "gwrun")));
+      master_port_ = store::hold_free_port(ip, "gwrun");
+      store_->set(master, ip + "\n" + std::to_string(master_port_->port()));
     }
     GW_CHECK(wait_key(round, master, ms(options_.rdzv_timeout_s), true), TimeoutError,
              "[gwrun] rendezvous at ", options_.rdzv_endpoint, ": node 0 named no master within ",

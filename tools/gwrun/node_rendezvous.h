@@ -106,6 +106,9 @@ class NodeRendezvous {
   bool hosting_ = false;
   bool member_ = false;  // joined a round: this node's reports count
   int node_rank_ = 0;    // in the current round
+  // On node 0: the port it named for the current round's master, held until the next round
+  // (store::HeldPort).
+  std::optional<store::HeldPort> master_port_;
 };
 
 }  // namespace gw::gwrun

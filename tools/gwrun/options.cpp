@@ -146,10 +146,15 @@ LaunchOptions parse_launch_options(int argc, const char* const argv[]) {
   return o;
 }
 
-int resolve_master_port(const LaunchOptions& options) {
-  if (options.master_port != 0) return options.master_port;
-  if (options.nnodes > 1) return kTorchrunDefaultPort;
-  return store::free_port("127.0.0.1", "gwrun");
+std::optional<store::HeldPort> resolve_master_port(LaunchOptions& options) {
+  if (options.master_port != 0) return std::nullopt;
+  if (options.nnodes > 1) {
+    options.master_port = kTorchrunDefaultPort;
+    return std::nullopt;
+  }
+  store::HeldPort held = store::hold_free_port("127.0.0.1", "gwrun");
+  options.master_port = held.port();
+  return held;
 }
 
 const char* usage_text() { return kUsage; }

@@ -1,8 +1,11 @@
 // gwrun's command line: torchrun's flags parsed into LaunchOptions, plus the usage texts.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "store/net_address.h"
 
 namespace gw::gwrun {
 
@@ -37,9 +40,11 @@ struct LaunchOptions {
 // InvalidArgumentError naming the flag and the value on bad usage.
 LaunchOptions parse_launch_options(int argc, const char* const argv[]);
 
-// The port workers rendezvous on: the one given, else on a single node a port that was free
-// on 127.0.0.1 a moment ago (so concurrent jobs don't collide), else torchrun's 29500.
-int resolve_master_port(const LaunchOptions& options);
+// Sets options.master_port to the port workers rendezvous on: the one given, else on a single
+// node a free port of 127.0.0.1, else torchrun's 29500. A port it picked comes back held (see
+// store::HeldPort): keep it while the job runs, so that no concurrent job takes it before rank
+// 0's store listens on it, or between restarts.
+std::optional<store::HeldPort> resolve_master_port(LaunchOptions& options);
 
 const char* usage_text();  // the synopsis, printed after a usage error
 std::string help_text();   // synopsis and flags, for --help
