@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <array>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
@@ -12,7 +13,7 @@
 
 #include "core/error.h"
 
-#if defined(__SSE4_2__)
+#if defined(__SSE4_2__) && defined(__x86_64__)
 #include <nmmintrin.h>
 #endif
 
@@ -29,10 +30,11 @@ constexpr const char* kChecksum = "data_crc32c";
 constexpr const char* kReserved[] = {"format", "epoch", "step", "seed", kChecksum};
 
 // CRC-32C (Castagnoli) of `size` bytes, continuing from `crc` (0 to start): the CPU's crc32
-// instruction, 8 bytes at a time (about 9 GB/s), where the build has SSE 4.2.
+// instruction, 8 bytes at a time (about 9 GB/s), where the build has SSE 4.2; else a table, a
+// byte at a time.
 uint32_t crc32c(uint32_t crc, const uint8_t* p, size_t size) {
   crc = ~crc;
-#if defined(__SSE4_2__)
+#if defined(__SSE4_2__) && defined(__x86_64__)
   uint64_t c = crc;
   for (; size >= 8; p += 8, size -= 8) {
     uint64_t v;
@@ -42,10 +44,16 @@ uint32_t crc32c(uint32_t crc, const uint8_t* p, size_t size) {
   crc = static_cast<uint32_t>(c);
   for (; size > 0; ++p, --size) crc = _mm_crc32_u8(crc, *p);
 #else
-  for (; size > 0; ++p, --size) {
-    crc ^= *p;
-    for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ (0x82F63B78u & (0u - (crc & 1u)));
-  }
+  static constexpr std::array<uint32_t, 256> kTable = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int bit = 0; bit < 8; ++bit) c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1u)));
+      t[i] = c;
+    }
+    return t;
+  }();
+  for (; size > 0; ++p, --size) crc = kTable[(crc ^ *p) & 0xffu] ^ (crc >> 8);
 #endif
   return ~crc;
 }
@@ -133,7 +141,12 @@ void save_checkpoint(const std::string& dir, const Checkpoint& c) {
   for (int i = 7; i >= 0; --i) header_size = header_size << 8 | bytes[static_cast<size_t>(i)];
   const std::string_view text(reinterpret_cast<const char*>(bytes.data()) + 8, header_size);
   const std::string field = detail::str("\"", kChecksum, "\":\"", placeholder, "\"");
-  const size_t at = text.find(field);  // __metadata__ comes first, before any tensor's name
+  // The first key of that name (__metadata__ comes before the tensors): a quote after '{' or ','
+  // opens a key, as inside a JSON string every quote is escaped, so a program's extra key that
+  // merely ends in the field (say "\"data_crc32c") is passed over.
+  size_t at = text.find(field);
+  while (at != std::string_view::npos && text[at - 1] != '{' && text[at - 1] != ',')
+    at = text.find(field, at + 1);
   GW_CHECK(at != std::string_view::npos, InternalError,
            "[save_checkpoint] the checksum's place is missing from the header");
   meta[kChecksum] = hex8(crc32c(0, bytes.data() + 8 + header_size, bytes.size() - 8 - header_size));

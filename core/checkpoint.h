@@ -6,7 +6,8 @@
 // save_checkpoint writes it next to the old one and renames it into place (after fsync), so a
 // crash mid-write leaves the previous checkpoint whole: a reader sees the old one or the new
 // one, never a torn file. The metadata also holds the tensors' CRC-32C, and a checkpoint whose
-// bytes have changed since (a bad disk, a copy cut short) is refused, not loaded.
+// tensors' bytes have changed since (a bad disk, a copy cut short) is refused, not loaded; the
+// header's own few hundred bytes are not covered.
 // <dir>/checkpoint.json then repeats the metadata for people and scripts (load_checkpoint never
 // reads it).
 //

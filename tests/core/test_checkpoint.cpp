@@ -105,10 +105,17 @@ uint32_t reference_crc32c(const uint8_t* p, size_t size) {
 
 }  // namespace
 
-TEST_CASE("a checkpoint whose bytes changed after the save is refused, not loaded",
+TEST_CASE("a checkpoint whose tensors' bytes changed after the save is refused, not loaded",
           "[core][checkpoint][errors]") {
   gw::test::TempDir dir;
-  save_checkpoint(dir.path, sample_checkpoint(1.5f, 7));
+  // Tensors of odd byte counts and none (the checksum's tail and its chaining across tensors),
+  // and a program's extra key that ends as the checksum's field does, placeholder and all.
+  Checkpoint saved = sample_checkpoint(1.5f, 7);
+  saved.model.emplace("mask", full({3}, 1.0f).to(kBool));
+  saved.model.emplace("half", full({3}, 0.25f).to(kFloat16));
+  saved.model.emplace("none", zeros({0}));
+  saved.extra.emplace("\"data_crc32c", "00000000");
+  save_checkpoint(dir.path, saved);
   const std::string path = dir.path + "/checkpoint.safetensors";
   const std::vector<uint8_t> good = read_all(path);
   uint64_t header = 0;
@@ -137,7 +144,7 @@ TEST_CASE("a checkpoint whose bytes changed after the save is refused, not loade
   write_all(path, good);
   auto loaded = load_checkpoint(dir.path);
   REQUIRE(loaded);
-  check_same(sample_checkpoint(1.5f, 7), *loaded);
+  check_same(saved, *loaded);
   CHECK_FALSE(loaded->extra.contains("data_crc32c"));  // the checkpoint's own, not the program's
 }
 
