@@ -4,6 +4,7 @@
 import json
 import sys
 
+import torch_blas  # first: before torch loads the BLAS
 import torch
 
 from torch_timing import seconds_per_call
@@ -26,4 +27,5 @@ for case in sys.argv[1:]:  # rowsxclasses
 
     result[f"ce_{case}_us"] = seconds_per_call(cross_entropy) * 1e6
     result[f"lsm_{case}_us"] = seconds_per_call(log_softmax) * 1e6
+result["blas"] = torch_blas.in_use()
 print(json.dumps(result))

@@ -7,7 +7,8 @@
 # each row does.
 #
 # The anchors multiply on the kernels OpenBLAS picks for this CPU by itself: an OPENBLAS_CORETYPE
-# in the environment is dropped. One that names older kernels than the CPU's halves the anchor:
+# in the environment is dropped. One that names older kernels than the CPU's can halve the
+# anchor's products:
 # with OPENBLAS_CORETYPE=Haswell (AVX2), a 4096 x 128 x 384 product ran at 92 GFLOP/s on one Zen 5
 # core, against 197 on the Cooperlake (AVX-512) kernels OpenBLAS 0.3.21 picks there. The label
 # names the kernels. OpenBLAS reads its threads and kernels when it is loaded, so import this
