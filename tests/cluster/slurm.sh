@@ -29,14 +29,37 @@ cleanup() {
   for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
   for stepd in $(pgrep slurmstepd || true); do
-    if tr '\0' '\n' <"/proc/$stepd/environ" 2>/dev/null | grep -qx "SLURM_CONF=$work/slurm.conf"; then
+    if tr '\0' '\n' 2>/dev/null <"/proc/$stepd/environ" | grep -qx "SLURM_CONF=$work/slurm.conf"; then
       kill -9 "$stepd" 2>/dev/null || true
     fi
   done
   rm -rf "$work"
 }
 trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# Slurm's two ports, held while the cluster lives as gwrun holds its master port (store::HeldPort):
+# each bound alone on every address below the kernel's ephemeral range, then marked SO_REUSEADDR
+# and never listening. No concurrent test can take one before the daemons bind it beside.
+python3 - >"$work/ports" <<'PY' &
+import random, socket, time
+held = []
+for _ in range(1000):  # bounded: 10000 ports to draw from
+    if len(held) == 2:
+        break
+    s = socket.socket()
+    try:
+        s.bind(("0.0.0.0", random.randrange(10000, 20000)))
+    except OSError:
+        s.close()
+        continue
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    held.append(s)
+print(*(s.getsockname()[1] for s in held), flush=True)
+time.sleep(3600)  # until the cleanup kills it
+PY
+pids+=($!)
+for i in $(seq 50); do [[ -s $work/ports ]] && break; sleep 0.1; done
+read -r ctld_port slurmd_port <"$work/ports" || true
+[[ -n ${slurmd_port:-} ]] || { echo "no two free ports for slurmctld and slurmd"; exit 1; }
 
 # munge: its own key, socket and files.
 mkdir -p "$work/munge" && chmod 700 "$work/munge"
@@ -56,8 +79,8 @@ ClusterName=gwtest
 SlurmctldHost=$host
 SlurmUser=root
 SlurmdUser=root
-SlurmctldPort=$(free_port)
-SlurmdPort=$(free_port)
+SlurmctldPort=$ctld_port
+SlurmdPort=$slurmd_port
 AuthType=auth/munge
 AuthInfo=socket=$work/munge/munge.socket
 CredType=cred/munge

@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "store/net_address.h"
 #include "store/tcp_socket.h"
 #include "store/tcp_store.h"
 #include "store/tcp_store_wire.h"
@@ -125,9 +126,9 @@ TEST_CASE("TCPStore rejects oversized values before sending", "[store][tcp]") {
 }
 
 TEST_CASE("TCPStore client waits for a master that starts later", "[store][tcp]") {
-  // Reserve a port by starting and stopping a master, then start a client first.
-  uint16_t port;
-  { port = TCPStore("127.0.0.1", 0, 2, true, milliseconds(1000)).port(); }
+  // A port held for the master (no concurrent test can take it meanwhile); the client first.
+  const HeldPort held = hold_free_port("127.0.0.1", "test");
+  const uint16_t port = held.port();
   std::unique_ptr<TCPStore> master;
   ThreadGroup starter;
   starter.spawn([&] {
@@ -140,8 +141,10 @@ TEST_CASE("TCPStore client waits for a master that starts later", "[store][tcp]"
 }
 
 TEST_CASE("TCPStore surfaces a dead server as an error, not a hang", "[store][tcp]") {
-  auto master = std::make_unique<TCPStore>("127.0.0.1", 0, 2, true, milliseconds(10000));
-  const uint16_t port = master->port();
+  // Held past the server's end, so that no concurrent test listens there by the last connect.
+  const HeldPort held = hold_free_port("127.0.0.1", "test");
+  const uint16_t port = held.port();
+  auto master = std::make_unique<TCPStore>("127.0.0.1", port, 2, true, milliseconds(10000));
   TCPStore client("127.0.0.1", port, 2, false, milliseconds(2000));
   client.set("k", "v");
 
