@@ -9,6 +9,8 @@
 #include <mutex>
 #include <sstream>
 
+#include <time.h>
+
 #include "core/error.h"
 
 namespace gw::trace {
@@ -225,6 +227,12 @@ int64_t now_us() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
+}
+
+int64_t coarse_now_us() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_REALTIME_COARSE, &ts);  // the vDSO's copy of the last tick: no clock read
+  return int64_t{ts.tv_sec} * 1'000'000 + ts.tv_nsec / 1000;
 }
 
 int track(const std::string& name) { return Tracer::tracer().track(name); }

@@ -47,6 +47,10 @@ int rank();
 
 // Microseconds on the system clock, the timeline's time base (shared by the ranks of a host).
 int64_t now_us();
+// The same clock as of the kernel's last tick (behind by up to one tick, 1/HZ: 1-10 ms), for
+// what stamps every collective and call (the flight recorder): a few nanoseconds where now_us()
+// costs tens.
+int64_t coarse_now_us();
 // A named track of this process (a process group's collectives), as a thread id.
 int track(const std::string& name);
 int current_thread();

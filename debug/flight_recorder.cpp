@@ -29,7 +29,10 @@ namespace gw::debug {
 
 namespace {
 
-using trace::now_us;  // the timeline's clock: dumps and traces line up
+// The timeline's clock, so that dumps and traces line up (to the kernel's tick: a dump is read
+// for what hangs or failed, and every collective and call is stamped three times).
+using trace::coarse_now_us;
+using trace::now_us;
 
 // A fixed-size text field: recording never allocates.
 template <size_t N>
@@ -98,7 +101,7 @@ class Recorder {
   uint64_t record(const EventInfo& e) {
     if (progress_) progress_->started();
     if (slots_.empty()) return 0;
-    const int64_t t = now_us();
+    const int64_t t = coarse_now_us();
     std::lock_guard lock(mu_);
     const uint64_t id = next_id_++;
     Slot& s = slots_[id % slots_.size()];
@@ -121,10 +124,12 @@ class Recorder {
     const bool final = state == State::kCompleted || state == State::kFailed;
     if (progress_ && final) progress_->finished();
     if (id == 0) return;
-    const int64_t t = now_us();
+    const int64_t t = coarse_now_us();
     std::lock_guard lock(mu_);
     Slot& s = slots_[id % slots_.size()];
     if (s.id != id) return;  // overwritten
+    // One that ended stays ended: a collective failed by an abort before it was marked started.
+    if (s.state == State::kCompleted || s.state == State::kFailed) return;
     s.state = state;
     (final ? s.finished_us : s.started_us) = t;
     if (state == State::kFailed) s.error.set(error);

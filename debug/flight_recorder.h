@@ -55,8 +55,8 @@ struct EventInfo {
 // Starts an event; returns its id, 0 when the recorder is off. Strings longer than a slot's
 // fields are cut.
 uint64_t record(const EventInfo& event);
-// Moves event `id` (0: ignored) to `state`; kFailed takes the error's first line. Safe to call
-// after the ring has overwritten it (the progress counts still move).
+// Moves event `id` (0: ignored) to `state`, unless it ended already; kFailed takes the error's
+// first line. Safe to call after the ring has overwritten it (the progress counts still move).
 void update(uint64_t id, State state, std::string_view error = {});
 // kCompleted, or kFailed with `failure`'s message.
 void finish(uint64_t id, const std::exception_ptr& failure);
@@ -85,7 +85,8 @@ class Section {
 };
 
 // Everything, as one JSON object: {"rank", "name", "pid", "dumped_at_us", "reason",
-// "events": [...oldest first], "sections": {...}}. Times are microseconds since the epoch.
+// "events": [...oldest first], "sections": {...}}. Times are microseconds since the epoch, the
+// events' as of the kernel's last tick (trace::coarse_now_us), dumped_at_us exact.
 std::string get_debug_info(std::string_view reason = "asked");
 
 // Where this process's dumps go: GW_DEBUG_DUMP_FILE (gwrun names each worker's), else

@@ -6,6 +6,15 @@ namespace gw::dist::detail {
 
 std::shared_ptr<CollectiveQueue> CollectiveQueue::start(Options options) {
   std::shared_ptr<CollectiveQueue> queue(new CollectiveQueue(std::move(options)));
+  queue->driver_ = std::make_shared<const Work::Driver>(
+      [weak = std::weak_ptr<CollectiveQueue>(queue)](const Work* w, Work::Drive drive) {
+        auto self = weak.lock();
+        if (!self) return;
+        if (drive == Work::Drive::kRunInline)
+          self->run_inline(w);
+        else if (self->lazy())
+          self->launch();
+      });
   queue->thread_ = std::thread([queue] { queue->run(); });
   return queue;
 }
@@ -24,15 +33,7 @@ std::exception_ptr CollectiveQueue::unusable(const std::string& op,
 WorkPtr CollectiveQueue::enqueue(const CollectiveSignature& sig, Milliseconds timeout, Job job,
                                  bool returns_on_abort) {
   auto work = std::make_shared<Work>(sig.op);
-  if (options_.run_inline || returns_on_abort)
-    work->set_driver([weak = weak_from_this()](const Work* w, Work::Drive drive) {
-      auto self = weak.lock();
-      if (!self) return;
-      if (drive == Work::Drive::kRunInline)
-        self->run_inline(w);
-      else if (self->lazy())
-        self->launch();
-    });
+  if (options_.run_inline || returns_on_abort) work->set_driver(driver_);
   std::exception_ptr refused;
   {
     std::lock_guard lock(mu_);

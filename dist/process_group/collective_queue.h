@@ -56,7 +56,7 @@
 
 namespace gw::dist::detail {
 
-class CollectiveQueue : public std::enable_shared_from_this<CollectiveQueue> {
+class CollectiveQueue {
  public:
   // A collective's body: the backend's call with the collective's tag and timeout.
   using Job = std::function<void(uint32_t tag, Milliseconds timeout)>;
@@ -135,6 +135,9 @@ class CollectiveQueue : public std::enable_shared_from_this<CollectiveQueue> {
   // holds it meanwhile.
   const WorkPtr* current_ = nullptr;
   uint32_t next_tag_ = 0;
+  // Its Works' driver: runs a collective inline in wait(), or launches it (holds the queue
+  // weakly: a Work may outlive it).
+  std::shared_ptr<const Work::Driver> driver_;
   int64_t next_seq_ = 1;  // the flight recorder's number of the next collective
   std::thread thread_;
 };

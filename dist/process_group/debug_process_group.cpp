@@ -25,10 +25,11 @@ DebugLevel distributed_debug_level() {
 }
 
 namespace {
-// "[4096] float32": made for every collective, so in one buffer.
+// "[4096] float32": made for every collective, so in one buffer; a tensor of one dimension
+// usually fits the string's own 15 characters (no allocation).
 std::string describe(const Tensor& t) {
   std::string s;
-  s.reserve(16 + 8 * static_cast<size_t>(t.dim()));
+  if (t.dim() > 1) s.reserve(16 + 8 * static_cast<size_t>(t.dim()));
   s += '[';
   char digits[24];
   for (int64_t d = 0; d < t.dim(); ++d) {
@@ -155,16 +156,15 @@ uint64_t record_collective(const std::string& group, int rank, int size, int64_t
                                      .seq = seq,
                                      .op = sig.op,
                                      .detail = sig.detail});
-  const int64_t scheduled = trace::enabled() ? trace::now_us() : 0;
-  // The timeline's name is made only for a timeline: this runs for every collective.
-  std::string name = scheduled != 0 ? sig.str() : std::string();
-  work->set_on_finish([=, op = sig.op, name = std::move(name)](const std::exception_ptr& failure) {
-    debug::finish(id, failure);
-    if (trace::enabled() && scheduled != 0)  // not for one begun before tracing was
+  work->set_record(id, seq, group);
+  // The timeline's span, only for a timeline: this runs for every collective.
+  if (!trace::enabled()) return id;
+  work->set_on_finish([=, scheduled = trace::now_us(), op = sig.op,
+                       name = sig.str()](const std::exception_ptr&) {
+    if (trace::enabled())
       trace_collective(group, rank, size, seq,
                        seq >= 0 ? op + " #" + std::to_string(seq) + name.substr(op.size()) : name,
                        scheduled, trace::now_us());
-    if (failure) debug::request_dump(op + " #" + std::to_string(seq) + " failed on " + group);
   });
   return id;
 }

@@ -483,7 +483,7 @@ WorkPtr ProcessGroupGloo::Impl::p2p(const char* op, const Tensor& tensor, int pe
   }
   // These live in the Work, so they hold it weakly (whoever waits holds it).
   const std::weak_ptr<Work> weak_work = work;
-  work->set_driver(
+  work->set_driver(std::make_shared<const Work::Driver>(
       [self, posted, weak_work, outcome, conclude, abort_wait, op](const Work*, Work::Drive drive) {
         WorkPtr w = weak_work.lock();
         if (!w || !posted->claim()) return;
@@ -505,7 +505,7 @@ WorkPtr ProcessGroupGloo::Impl::p2p(const char* op, const Tensor& tensor, int pe
           ~Unwatch() { threads.unwatch(token); }
         } unwatch{impl->p2p_threads, token};
         conclude(w, outcome());
-      });
+      }));
   return work;
 }
 

@@ -14,6 +14,8 @@
 #include <string_view>
 #include <thread>
 
+#include <time.h>
+
 #include "core/ops.h"
 #include "debug/flight_recorder.h"
 #include "dist/process_group/collective_queue.h"
@@ -24,6 +26,24 @@ namespace gw::dist {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Clock::now() as of the kernel's last tick, plus one tick (so normally not earlier than now; a
+// late tick makes it a few ms early at worst): every collective's deadline is stamped with it,
+// for a few nanoseconds where a clock read costs tens. (steady_clock is CLOCK_MONOTONIC.)
+Clock::time_point coarse_now() {
+  using std::chrono::nanoseconds, std::chrono::seconds;
+  static const Clock::duration tick = [] {
+    timespec res{};
+    ::clock_getres(CLOCK_MONOTONIC_COARSE, &res);
+    return std::chrono::duration_cast<Clock::duration>(seconds(res.tv_sec) +
+                                                       nanoseconds(res.tv_nsec));
+  }();
+  timespec now{};
+  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+  return Clock::time_point(
+      std::chrono::duration_cast<Clock::duration>(seconds(now.tv_sec) + nanoseconds(now.tv_nsec)) +
+      tick);
+}
 
 const char* thread_level_name(int level) {
   switch (level) {
@@ -69,7 +89,7 @@ class Runtime {
    public:
     Watch(const std::string& op, const std::string& where, Milliseconds timeout)
         : runtime_(get()),
-          deadline_(Clock::now() + timeout),
+          deadline_(coarse_now() + timeout),
           op_(op),
           where_(where),
           timeout_(timeout) {

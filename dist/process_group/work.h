@@ -35,6 +35,7 @@ class Work {
     kRunInline,  // wait(): run the collective here if it has not started
     kLaunch,     // future(), wait(timeout), is_completed(): start it now, elsewhere
   };
+  using Driver = std::function<void(const Work*, Drive)>;
 
   explicit Work(std::string op) : op_(std::move(op)) {}
 
@@ -42,7 +43,7 @@ class Work {
   // then (the collective itself goes on and fails by its own timeout).
   void wait() const {
     check_not_on_group_thread();
-    if (driver_ && !done_.done()) driver_(this, Drive::kRunInline);
+    if (driver_ && !done_.done()) (*driver_)(this, Drive::kRunInline);
     done_.wait();
   }
   void wait(std::chrono::milliseconds timeout) const {
@@ -77,11 +78,14 @@ class Work {
   // Thread-safe; returns whether this call completed it.
   bool finish(std::exception_ptr failure) {
     if (finished_.exchange(true)) return false;
-    if (on_finish_) {
-      try {
-        on_finish_(failure);
-      } catch (...) {  // a record lost, not the collective's outcome
+    try {
+      if (recorded_) {
+        debug::finish(record_, failure);
+        if (failure)
+          debug::request_dump(op_ + " #" + std::to_string(seq_) + " failed on " + group_);
       }
+      if (on_finish_) on_finish_(failure);
+    } catch (...) {  // a record lost, not the collective's outcome
     }
     if (failure)
       done_.set_exception(std::move(failure));
@@ -89,16 +93,26 @@ class Work {
       done_.set_result();
     return true;
   }
-  // Runs in finish(), before the Work completes, so that what it records (the flight recorder,
-  // the timeline) is done before any waiter wakes. Set before the Work can finish.
+  // Its event `record` in the flight recorder (0: the recorder is off), the collective number
+  // `seq` in `group`: finish() completes the event, and on a failure asks for a dump naming it
+  // ("allreduce #3 failed on default_pg"), before any waiter wakes. Set before it can finish.
+  void set_record(uint64_t record, int64_t seq, std::string group) {
+    recorded_ = true;
+    record_ = record;
+    seq_ = seq;
+    group_ = std::move(group);
+  }
+  // Runs in finish(), after the record and before the Work completes, so that what it records
+  // (the timeline) is done before any waiter wakes. Set before the Work can finish.
   void set_on_finish(std::function<void(const std::exception_ptr&)> f) {
     on_finish_ = std::move(f);
   }
   // How wait() may run the collective itself when it has not started yet (a collective waited
   // for at once then costs no hand-off to the group's thread and back), and how future(),
   // wait(timeout) and is_completed() ask the group to start it now rather than leave it for a
-  // wait() (collective_queue.h). It is given the Work, so that it need not hold it.
-  void set_driver(std::function<void(const Work*, Drive)> driver) { driver_ = std::move(driver); }
+  // wait() (collective_queue.h). It is given the Work, so that it need not hold it; a group's
+  // Works share one (nothing is allocated per collective).
+  void set_driver(std::shared_ptr<const Driver> driver) { driver_ = std::move(driver); }
 
  private:
   void check_not_on_group_thread() const {
@@ -108,15 +122,19 @@ class Work {
   }
 
   void ask_launch() const {
-    if (driver_ && !done_.done() && !launch_asked_.exchange(true)) driver_(this, Drive::kLaunch);
+    if (driver_ && !done_.done() && !launch_asked_.exchange(true)) (*driver_)(this, Drive::kLaunch);
   }
 
   std::string op_;
   Future<void> done_;
   std::atomic<bool> finished_{false};
   mutable std::atomic<bool> launch_asked_{false};
-  std::function<void(const Work*, Drive)> driver_;
+  std::shared_ptr<const Driver> driver_;
   std::function<void(const std::exception_ptr&)> on_finish_;
+  bool recorded_ = false;  // set_record()
+  uint64_t record_ = 0;
+  int64_t seq_ = -1;
+  std::string group_;
 };
 
 using WorkPtr = std::shared_ptr<Work>;

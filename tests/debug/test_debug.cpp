@@ -95,6 +95,10 @@ TEST_CASE("the flight recorder keeps each event's state and the error it failed 
   CHECK(b["kind"] == "rpc_call");
   CHECK(b["peer"] == 1);
   CHECK(b["error"] == "peer gone");  // the first line only
+  // An event that ended stays ended: a collective an abort failed before its start was marked.
+  debug::update(bad, debug::State::kStarted);
+  CHECK(event(bad)["state"] == "failed");
+  CHECK(event(bad)["error"] == "peer gone");
 }
 
 TEST_CASE("the flight recorder is a bounded ring: the oldest events go first",
