@@ -264,7 +264,7 @@ void ProcessGroupNCCL::Impl::fail(std::deque<Pending>& failed) {
     std::lock_guard lock(mu);
     error = broken;
   }
-  for (auto& p : failed) p.work->future().set_exception(error);
+  for (auto& p : failed) p.work->finish(error);  // and its record
   failed.clear();
 }
 
@@ -326,7 +326,7 @@ void ProcessGroupNCCL::Impl::watch() {
         lock.unlock();
         {
           detail::GroupThreadScope on_group_thread;
-          done.work->future().set_result();
+          done.work->finish(nullptr);  // and its record
         }
         lock.lock();
       } else {
