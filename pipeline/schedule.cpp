@@ -357,12 +357,6 @@ void Schedule::Impl::exchange_shapes(const Tensor& input, const Tensor& target) 
   std::sort(skips.begin(), skips.end(), [](const Skip& a, const Skip& b) {
     return std::tie(a.from, a.to, a.name) < std::tie(b.from, b.to, b.name);
   });
-  // MPI promises tags up to 32767 only: every rank sees the same plan and skips, so every rank
-  // refuses alike, before any step.
-  const int largest_tag = skip_tag(static_cast<int>(skips.size()), 0, false);
-  GW_CHECK(largest_tag <= 32767, InvalidArgumentError, "[pipeline] ", num_stages, " stages, ",
-           microbatches, " micro-batches and ", skips.size(), " skips need message tags up to ",
-           largest_tag, "; MPI promises 32767");
   for (int k = 0; k < static_cast<int>(skips.size()); ++k) {
     const Skip& skip = skips[static_cast<size_t>(k)];
     if (rank_of(skip.from) == rank()) local(skip.from).skips_out.push_back(k);
@@ -378,11 +372,22 @@ void Schedule::Impl::exchange_shapes(const Tensor& input, const Tensor& target) 
   for (const auto& r : reports)
     GW_CHECK(r.empty() || r[0] != '1', InvalidArgumentError, "[pipeline] ",
              std::string(r.begin() + 1, r.end()));
+  // A plan's text in the error: its start (one of thousands of micro-batches runs to pages).
+  auto shown = [](const std::vector<uint8_t>& text) {
+    constexpr size_t kShown = 2000;
+    return text.size() <= kShown ? std::string(text.begin(), text.end())
+                                 : std::string(text.begin(), text.begin() + kShown) + " ...\n";
+  };
   for (size_t r = 1; r < plans.size(); ++r)
     GW_CHECK(plans[r] == plans[0], InvalidArgumentError, "[pipeline] rank ", r,
-             " runs another schedule than rank 0:\nrank 0:\n",
-             std::string(plans[0].begin(), plans[0].end()), "rank ", r, ":\n",
-             std::string(plans[r].begin(), plans[r].end()));
+             " runs another schedule than rank 0:\nrank 0:\n", shown(plans[0]), "rank ", r, ":\n",
+             shown(plans[r]));
+  // MPI promises tags up to 32767 only. Checked once every rank is known to run this plan, with
+  // the same skips: every rank refuses alike, before any step.
+  const int largest_tag = skip_tag(static_cast<int>(skips.size()), 0, false);
+  GW_CHECK(largest_tag <= 32767, InvalidArgumentError, "[pipeline] ", num_stages, " stages, ",
+           microbatches, " micro-batches and ", skips.size(), " skips need message tags up to ",
+           largest_tag, "; MPI promises 32767");
   checked = true;
 }
 

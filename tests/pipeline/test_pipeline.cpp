@@ -2,12 +2,13 @@
 // GPT cut into 2 and 4 stages on ranks that are threads over real Gloo, whose float64 gradients
 // equal the whole model's on the whole batch for every schedule and micro-batch count; stages
 // that cannot take what they are given, and ranks that run different schedules, fail on every
-// rank before any step.
+// rank before any step; a weight tied across two stages of one rank trains as in one piece.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <latch>
 #include <random>
 #include <thread>
 
@@ -380,6 +381,109 @@ TEST_CASE(
 
 namespace {
 
+// A 4-stage float64 language model whose token embedding (stage 0) and a projection onto the
+// vocabulary (stage 2) share one weight, as a GPT's embedding and head do: stage 0 embeds the
+// tokens, stage 1 mixes them, stage 2 scores them against the embedding, stage 3 maps the
+// scores to the logits. The same init every time, tied before the model is cut.
+struct TiedPart : nn::Module {
+  int index;
+  std::shared_ptr<nn::Module> layer;
+  TiedPart(int index, std::shared_ptr<nn::Module> inner) : Module("TiedPart"), index(index) {
+    layer = register_module("layer", std::move(inner));
+  }
+  Tensor forward(const Tensor& x) override {
+    const Tensor h = (*layer)(x);
+    return index == 1 || index == 2 ? h.tanh() : h;
+  }
+};
+
+std::vector<std::shared_ptr<nn::Module>> tied_parts() {
+  Generator gen(13);
+  auto emb = std::make_shared<nn::Embedding>(kVocab, 6, gen);
+  auto mix = std::make_shared<nn::Linear>(6, 6, true, gen);
+  auto proj = std::make_shared<nn::Linear>(6, kVocab, false, gen);
+  proj->tie_weight(emb->weight);
+  auto logits = std::make_shared<nn::Linear>(kVocab, kVocab, true, gen);
+  const std::vector<std::shared_ptr<nn::Module>> layers{emb, mix, proj, logits};
+  std::vector<std::shared_ptr<nn::Module>> parts;
+  for (int i = 0; i < 4; ++i) {
+    parts.push_back(std::make_shared<TiedPart>(i, layers[static_cast<size_t>(i)]));
+    parts.back()->to(kFloat64);  // in place: the tie holds
+  }
+  return parts;
+}
+
+// The parameters of `parts`, each once (a tied one is listed by both its stages).
+std::vector<Tensor> each_once(const std::vector<std::shared_ptr<nn::Module>>& parts) {
+  std::vector<Tensor> out;
+  for (const auto& part : parts)
+    for (const Tensor& t : part->parameters())
+      if (std::none_of(out.begin(), out.end(), [&](const Tensor& o) { return o.same(t); }))
+        out.push_back(t);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a weight tied across two stages on one rank (interleaved): it stays one tensor, gets both "
+    "stages' gradients summed, and SGD trains as the unpipelined model",
+    "[pipeline]") {
+  // 2 ranks x 2 stages: rank 0 holds stages 0 and 2, which share the embedding's weight. Each
+  // stage's backward adds its part to the one .grad (stage 2's micro-batches first, then stage
+  // 0's), and the rank's optimizer takes the tensor once (optimizers refuse one listed twice).
+  // 3 SGD steps against the same modules run in one piece on the whole batch, whose tied
+  // weight gets the sum of its two uses' gradients.
+  constexpr int kMicro = 2, kSteps = 3;
+  constexpr double kLr = 0.5;
+  auto [x, y] = batch(2 * kMicro);
+  auto reference = tied_parts();
+  optim::SGD ref_opt(each_once(reference), optim::SGD::options(kLr));
+  for (int step = 0; step < kSteps; ++step) {
+    ref_opt.zero_grad();
+    Tensor h = x;
+    for (const auto& part : reference) h = (*part)(h);
+    loss_fn(h, y).backward();
+    ref_opt.step();
+  }
+  run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+    auto parts = tied_parts();
+    std::vector<std::shared_ptr<pipeline::PipelineStage>> mine;
+    std::vector<std::shared_ptr<nn::Module>> held;
+    for (int s = pg.rank(); s < 4; s += 2) {
+      held.push_back(parts[static_cast<size_t>(s)]);
+      mine.push_back(std::make_shared<pipeline::PipelineStage>(held.back(), s, 4, borrow(pg)));
+    }
+    optim::SGD opt(each_once(held), optim::SGD::options(kLr));
+    pipeline::Schedule schedule(mine, pipeline::make_plan("interleaved", 2, kMicro), loss_fn);
+    for (int step = 0; step < kSteps; ++step) {
+      opt.zero_grad();
+      schedule.step(pg.rank() == 0 ? x : Tensor(), pg.rank() == 1 ? y : Tensor());
+      opt.step();
+    }
+    for (int s = pg.rank(); s < 4; s += 2) {
+      const auto got = parts[static_cast<size_t>(s)]->named_parameters();
+      const auto want = reference[static_cast<size_t>(s)]->named_parameters();
+      c.expect(got.size() == want.size() && !got.empty(), "every parameter compared");
+      for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
+        const Tensor& p = got[i].second;
+        const Tensor& q = want[i].second;
+        c.expect(allclose(p, q, 1e-12, 1e-14) && p.grad().defined() &&
+                     allclose(p.grad(), q.grad(), 1e-12, 1e-14),
+                 "stage " + std::to_string(s) + ": " + got[i].first +
+                     " after 3 steps, and its last gradient");
+      }
+    }
+    if (pg.rank() == 0) {
+      const Tensor embedding = parts[0]->parameters()[0], projection = parts[2]->parameters()[0];
+      EXPECT(c, embedding.same(projection));
+      EXPECT(c, each_once(held).size() == 1);
+    }
+  });
+}
+
+namespace {
+
 // This thread-rank's groups in a mesh of (world / ranks) replicas of a pipeline of `ranks`,
 // placed as init_device_mesh({replicas, ranks}, {"dp", "pp"}) places them: its pipeline (a row)
 // and its replicas (a column), made over `groups`, which the test's ranks share.
@@ -579,6 +683,91 @@ TEST_CASE(
               if (s == 1) EXPECT(c, losses.size() == 2 && std::isfinite(losses[0]));
             },
             {.timeout = std::chrono::seconds(10)});
+}
+
+TEST_CASE(
+    "an error on one rank only in the shape exchange (the first stage's input, the last "
+    "stage's loss) fails every rank of an interleaved pipeline at once, naming it; the next "
+    "step runs",
+    "[pipeline]") {
+  // 2 ranks x 2 stages. Rank 0's tokens are longer than the model's context: stage 0's forward
+  // fails on rank 0 alone, and its failure travels down the chain (stages 1, 2 and 3, across
+  // both ranks twice) in place of the shapes. Then rank 1's targets do not fit the logits: the
+  // loss fails on rank 1 alone (the last stage), and rank 0 learns of it when the ranks compare
+  // their reports. Either way every rank throws the same InvalidArgumentError well within the
+  // group's timeout (5 s): none is left waiting for a message the failed rank never sends. A
+  // refusal in the exchange leaves nothing in flight, so the next, good, step runs.
+  constexpr int kMicro = 2;
+  constexpr auto kTimeout = std::chrono::seconds(5);
+  run_ranks(
+      2,
+      [&](dist::ProcessGroupGloo& pg, Checks& c) {
+        const int r = pg.rank();
+        auto model = gpt();
+        std::vector<std::shared_ptr<pipeline::PipelineStage>> mine;
+        for (int s = r; s < 4; s += 2)
+          mine.push_back(
+              std::make_shared<pipeline::PipelineStage>(stage_of(*model, s, 4), s, 4, borrow(pg)));
+        pipeline::Schedule schedule(mine, pipeline::make_plan("interleaved", 2, kMicro), loss_fn);
+        auto [x, y] = batch(2 * kMicro);
+        Generator gen(3);
+        const Tensor too_long = randint(0, kVocab, {2 * kMicro, kLength + 1}, gen);
+        const Tensor too_short = y.narrow(1, 0, kLength - 1).contiguous();
+        auto fails_fast = [&](const Tensor& input, const Tensor& target, const char* who,
+                              const char* why) {
+          const auto start = std::chrono::steady_clock::now();
+          EXPECT_THROWS(c, InvalidArgumentError,
+                        schedule.step(r == 0 ? input : Tensor(), r == 1 ? target : Tensor()), who,
+                        why);
+          c.expect(std::chrono::steady_clock::now() - start < kTimeout,
+                   "rank " + std::to_string(r) + " failed within the group's timeout");
+        };
+        fails_fast(too_long, y, "[pipeline] stage 0 cannot run its input", "expects tokens");
+        fails_fast(x, too_short, "[pipeline] stage 3 cannot run", "[cross_entropy]");
+        std::vector<double> losses;
+        schedule.step(r == 0 ? x : Tensor(), r == 1 ? y : Tensor(), &losses);
+        if (r == 1) EXPECT(c, losses.size() == size_t{kMicro} && std::isfinite(losses[0]));
+      },
+      {.timeout = kTimeout});
+}
+
+TEST_CASE(
+    "ranks whose plans differ in micro-batches, one past MPI's message tags, fail every rank "
+    "in the shape exchange",
+    "[pipeline]") {
+  // Rank 0 runs GPipe over 8192 micro-batches (message tags up to 32770, past MPI's 32767),
+  // rank 1 over 2. The exchange refuses a plan past MPI's tags only once the ranks compared
+  // their plans (it once refused first, on rank 0 alone, and rank 1 waited for rank 0's report
+  // until the group's timeout): every rank throws InvalidArgumentError naming the plans, at
+  // once. Rank 0 stays alive meanwhile (a latch, not its group), as a process that caught the
+  // error would.
+  constexpr auto kTimeout = std::chrono::seconds(2);
+  std::latch tried(2);
+  run_ranks(
+      2,
+      [&](dist::ProcessGroupGloo& pg, Checks& c) {
+        const int r = pg.rank();
+        struct Double : nn::Module {
+          Double() : Module("Double") {}
+          Tensor forward(const Tensor& x) override { return x * 2.0; }
+        };
+        const int m = r == 0 ? 8192 : 2;
+        auto stage =
+            std::make_shared<pipeline::PipelineStage>(std::make_shared<Double>(), r, 2, borrow(pg));
+        pipeline::Schedule schedule(stage, pipeline::gpipe(2, m), mse);
+        const Tensor batch_rows = ones({m, 3}, kFloat64);
+        struct Arrive {  // however this rank leaves, the other is not left waiting for it
+          std::latch& latch;
+          ~Arrive() { latch.arrive_and_wait(); }
+        } arrive{tried};
+        const auto start = std::chrono::steady_clock::now();
+        EXPECT_THROWS(c, InvalidArgumentError,
+                      schedule.step(r == 0 ? batch_rows : Tensor(), r == 1 ? batch_rows : Tensor()),
+                      "[pipeline] rank 1 runs another schedule than rank 0");
+        c.expect(std::chrono::steady_clock::now() - start < kTimeout,
+                 "rank " + std::to_string(r) + " failed before the group's timeout");
+      },
+      {.timeout = kTimeout});
 }
 
 namespace {
