@@ -2,8 +2,9 @@
 // (fsdp_probe). After 20 AdamW steps the shards equal single-process training on the global
 // batch (fsdp_checks.h), with and without resharding after forward, with gradient accumulation,
 // CPU offload (on NCCL at world size 1 where there is a GPU) and activation checkpointing;
-// mixed precision; ShardedGradScaler's shared decision. Checkpoints: test_fsdp_checkpoint.cpp;
-// what fully_shard refuses and how ranks fail: test_fsdp_errors.cpp.
+// mixed precision; ShardedGradScaler's shared decision; backward driven by autograd::grad, and
+// around autograd nodes with two outputs; clipping under HSDP. Checkpoints:
+// test_fsdp_checkpoint.cpp; what fully_shard refuses and how ranks fail: test_fsdp_errors.cpp.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -155,6 +156,152 @@ TEST_CASE("a unit under an activation checkpoint gathers once for its recomputat
     // Per rank: the root once, block a once and b twice in each direction.
     EXPECT(c, gathers_in_a_step(false) == 2 * 7);
     EXPECT(c, gathers_in_a_step(true) == 2 * 7);
+  });
+}
+
+TEST_CASE(
+    "autograd::grad through resharded units gathers them for its backward: the unsharded "
+    "model's gradient, and no shard's .grad",
+    "[fsdp]") {
+  // autograd::grad returns d(loss)/d(inputs) instead of accumulating into .grad. The blocks
+  // (resharded after their forward) are on the way from the loss to the embedding's output, so
+  // their pre-backward hooks must gather them as for backward(); their reductions then find no
+  // gradient, and no shard gets a .grad (FSDP2 leaves them alike). The first pass records the
+  // backward order; the second, with the graph kept, prefetches in it and is followed by
+  // backward(), which gives the shards the unsharded model's gradients. The shards themselves
+  // are not in the graph (the gathered members are): autograd::grad refuses them as it refuses
+  // any tensor the outputs do not use, as torch.autograd.grad does FSDP2's sharded parameters.
+  run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+    const int64_t n = fsdp::testing::kPerRank;
+    auto net = std::make_shared<Net>(), reference = std::make_shared<Net>();
+    fsdp::testing::shard(net, borrow(pg));
+    // Each model's embedding output (block a's input), what the gradient is taken by.
+    Tensor embedded, ref_embedded;
+    net->emb->register_forward_hook([&](nn::Module&, const Tensor&, const Tensor& out) {
+      embedded = out;
+      return Tensor();
+    });
+    reference->emb->register_forward_hook([&](nn::Module&, const Tensor&, const Tensor& out) {
+      ref_embedded = out;
+      return Tensor();
+    });
+    auto [x, y] = fsdp::testing::batch(2, 0, 0);
+    const Tensor mine_x = x.narrow(0, pg.rank() * n, n), mine_y = y.narrow(0, pg.rank() * n, n);
+    auto no_shard_has_grad = [&] {
+      for (const Tensor& p : net->parameters())
+        if (p.grad().defined()) return false;
+      return true;
+    };
+    for (int pass = 0; pass < 2; ++pass) {
+      const bool then_backward = pass == 1;
+      const Tensor loss = net->loss(mine_x, mine_y);
+      const Tensor got = autograd::grad({loss}, {embedded},
+                                        {.grad_outputs = {}, .retain_graph = then_backward})[0];
+      const Tensor ref_loss = reference->loss(mine_x, mine_y);  // sets ref_embedded
+      const Tensor want = autograd::grad({ref_loss}, {ref_embedded})[0];
+      c.expect(got.sizes() == want.sizes() && allclose(got, want, 1e-12, 1e-12),
+               gw::detail::str("rank ", pg.rank(), ", pass ", pass,
+                               ": autograd::grad by the embedding's output equals the unsharded "
+                               "model's"));
+      EXPECT(c, no_shard_has_grad());
+      if (!then_backward) continue;
+      loss.backward();  // the same graph: every unit gathered again for it
+      reference->zero_grad();
+      reference->loss(x, y).backward();
+      fsdp::testing::check_rows(
+          c, *net, *reference, pg.rank(), 2, "backward after autograd::grad",
+          [](const Tensor& t) { return t.grad().defined() ? t.grad() : t * 0; });
+      EXPECT(c, net->a->parameters()[0].grad().defined());
+    }
+    net->zero_grad();
+    EXPECT_THROWS(c, InvalidArgumentError,
+                  autograd::grad({net->loss(mine_x, mine_y)}, net->parameters()),
+                  "[grad] input 0 was not used");
+    EXPECT(c, no_shard_has_grad());
+  });
+}
+
+namespace {
+
+// A unit whose output is the second output of a two-output node: the unit runs its layer in a
+// checkpointed segment that returns two tensors and returns the second, the first unused. Its
+// pre-backward hook sits on that node's second input; the first gets no gradient.
+struct SecondOfTwo : nn::Module {
+  std::shared_ptr<nn::Linear> lin;
+  explicit SecondOfTwo(Generator& gen) : Module("SecondOfTwo") {
+    lin = register_module("lin", std::make_shared<nn::Linear>(4, 4, true, gen));
+  }
+  Tensor forward(const Tensor& x) override {
+    return autograd::checkpoint(
+        [this](const std::vector<Tensor>& in) {
+          const Tensor h = (*lin)(in[0]);
+          return std::vector<Tensor>{h.tanh(), h.sigmoid()};
+        },
+        {x})[1];
+  }
+};
+
+// Units around two-output nodes (autograd::checkpoint's with two outputs, the only autograd
+// node with several): one such node of the root's feeds units b and c, one output each, and
+// unit a's output is the second of its own.
+struct Forked : nn::Module {
+  std::shared_ptr<nn::Linear> stem, b, c, head;
+  std::shared_ptr<SecondOfTwo> a;
+  Forked() : Module("Forked") {
+    Generator gen(9);
+    stem = register_module("stem", std::make_shared<nn::Linear>(4, 4, true, gen));
+    b = register_module("b", std::make_shared<nn::Linear>(4, 4, true, gen));
+    c = register_module("c", std::make_shared<nn::Linear>(4, 4, true, gen));
+    a = register_module("a", std::make_shared<SecondOfTwo>(gen));
+    head = register_module("head", std::make_shared<nn::Linear>(4, 3, true, gen));
+    to(kFloat64);
+  }
+  Tensor forward(const Tensor& x) override {
+    const std::vector<Tensor> parts = autograd::checkpoint(
+        [](const std::vector<Tensor>& in) {
+          return std::vector<Tensor>{in[0].tanh(), in[0] * in[0]};
+        },
+        {(*stem)(x)});
+    return (*head)((*a)((*b)(parts[0]) + (*c)(parts[1])));
+  }
+};
+
+}  // namespace
+
+TEST_CASE(
+    "units fed by a node with two outputs, and a unit whose output is one of a node's two: "
+    "gradients and AdamW steps equal the unsharded model's",
+    "[fsdp]") {
+  // The blocks resharded after forward: unit a computes in backward only if its hook, on its
+  // node's second input, gathered it. Three steps, the later ones prefetching in the order the
+  // first recorded; each step's gradients and the parameters after it against the unsharded
+  // model on the whole batch.
+  Generator gen(17);
+  const Tensor x = randn({4, 4}, gen, kFloat64), y = randn({4, 3}, gen, kFloat64);
+  auto mse = [](const Tensor& out, const Tensor& target) {
+    return ((out - target) * (out - target)).mean();
+  };
+  run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+    auto net = std::make_shared<Forked>(), reference = std::make_shared<Forked>();
+    for (const auto& unit : std::vector<std::shared_ptr<nn::Module>>{net->a, net->b, net->c})
+      fsdp::fully_shard(unit, borrow(pg));
+    fsdp::fully_shard(net, borrow(pg));
+    const optim::AdamWOptions adamw{.lr = 0.01};
+    optim::AdamW opt(net->parameters(), adamw), ref_opt(reference->parameters(), adamw);
+    for (int step = 0; step < 3; ++step) {
+      opt.zero_grad();
+      ref_opt.zero_grad();
+      mse((*net)(x.narrow(0, 2 * pg.rank(), 2)), y.narrow(0, 2 * pg.rank(), 2)).backward();
+      mse((*reference)(x), y).backward();
+      const std::string when = "step " + std::to_string(step);
+      fsdp::testing::check_rows(
+          c, *net, *reference, pg.rank(), 2, when + ", gradients",
+          [](const Tensor& t) { return t.grad().defined() ? t.grad() : t * 0; });
+      opt.step();
+      ref_opt.step();
+      fsdp::testing::check_rows(c, *net, *reference, pg.rank(), 2, when + ", parameters",
+                                [](const Tensor& t) { return t; });
+    }
   });
 }
 
@@ -571,6 +718,36 @@ TEST_CASE("fsdp::clip_grad_norm_ over shards is the unsharded model's norm and c
     EXPECT(c, want > 0.01);  // so both were scaled
     fsdp::testing::check_rows(
         c, *net, *reference, pg.rank(), 2, "clipped gradients",
+        [](const Tensor& t) { return t.grad().defined() ? t.grad() : t * 0; });
+  });
+}
+
+TEST_CASE(
+    "HSDP: fsdp::clip_grad_norm_ over the shard group is the unsharded model's norm and "
+    "clipping, each row counted once",
+    "[fsdp]") {
+  // 4 ranks as 2 replicas x 2 shards. After backward every replica's shards hold the same
+  // gradients (the average over all 4 ranks' rows), so the squares are summed over the shard
+  // group, as the documentation says to pass it: summed over the replicas too, each row would
+  // count twice (sqrt(2) times the norm), and over this rank's shards alone, half of them.
+  auto store = std::make_shared<store::HashStore>();
+  run_ranks(4, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+    const auto groups = fsdp::testing::hsdp_groups(store, pg.rank());
+    auto net = std::make_shared<Net>(), reference = std::make_shared<Net>();
+    fsdp::testing::shard(net, groups.shard, {.replicate_group = groups.replicate});
+    auto [x, y] = fsdp::testing::batch(4, 0, 0);
+    const int64_t n = fsdp::testing::kPerRank,
+                  row = groups.replicate->rank() * groups.shard->size() + groups.shard->rank();
+    net->loss(x.narrow(0, row * n, n), y.narrow(0, row * n, n)).backward();
+    reference->loss(x, y).backward();
+    const double norm = fsdp::clip_grad_norm_(net->parameters(), 0.01, *groups.shard);
+    const double want = optim::clip_grad_norm_(reference->parameters(), 0.01).item<double>();
+    c.expect(std::abs(norm - want) <= 1e-12 * want,
+             gw::detail::str("rank ", pg.rank(), ": total norm ", norm, ", unsharded ", want));
+    EXPECT(c, want > 0.01);  // so both were scaled
+    fsdp::testing::check_rows(
+        c, *net, *reference, groups.shard->rank(), groups.shard->size(),
+        "replica " + std::to_string(groups.replicate->rank()) + ", clipped gradients",
         [](const Tensor& t) { return t.grad().defined() ? t.grad() : t * 0; });
   });
 }
