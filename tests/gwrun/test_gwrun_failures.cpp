@@ -120,13 +120,13 @@ TEST_CASE("gwrun exits 0 when every worker succeeds", "[gwrun]") {
 
 TEST_CASE("gwrun forwards SIGINT and SIGTERM to its workers", "[gwrun]") {
   int sig = GENERATE(SIGINT, SIGTERM);
-  TempFifo fifo;
-  // Each worker blocks reading a FIFO nobody writes (no child process that could outlive
-  // it), then reports the signal and exits 0: gwrun's own code must still say it was
-  // interrupted.
+  // Each worker waits for a child that sleeps, then reports the signal, stops the child and
+  // exits 0: gwrun's own code must still say it was interrupted. The shell's `wait` takes a
+  // signal that came before it began (a blocking `read` would miss one that came between
+  // "ready" and the read, and block until gwrun's SIGKILL); a background child ignores SIGINT.
   GwrunProcess gwrun({"--nproc-per-node", "2", "sh", "-c",
-                      "trap 'echo got signal; exit 0' INT TERM; exec 3<> " + fifo.path() +
-                          "; echo ready; read x <&3"});
+                      "sleep 600 & trap 'echo got signal; kill $!; exit 0' INT TERM; "
+                      "echo ready; wait $!"});
   REQUIRE(gwrun.wait_for_stdout("[0] ready"));
   REQUIRE(gwrun.wait_for_stdout("[1] ready"));
   REQUIRE(::kill(gwrun.pid(), sig) == 0);  // gwrun alone: only forwarding reaches the workers
