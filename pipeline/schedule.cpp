@@ -524,11 +524,21 @@ void Schedule::step(const Tensor& input, const Tensor& target, std::vector<doubl
   for (size_t i = 0; i < actions.size(); ++i)
     if (actions[i].type != ActionType::Forward && actions[i].type != ActionType::BackwardInput)
       last_backward[actions[i].stage] = i;
+  // A parameter that several of this rank's stages share (a tied weight) is averaged once, by
+  // the stage whose last backward comes last: until then another stage still adds into its
+  // .grad, which an average already running would race with (or, copied flat, overwrite).
+  std::map<const TensorImpl*, size_t> averaged_by;  // parameter -> that last backward's index
+  if (im.data_parallel)
+    for (const LocalStage& ls : im.stages)
+      for (const Tensor& p : ls.stage->module().parameters()) {
+        size_t& at = averaged_by[p.impl()];
+        at = std::max(at, last_backward[ls.stage->index()]);
+      }
   std::vector<dist::WorkPtr> averages;
   auto average = [&](PipelineStage& stage) {
     std::map<DType, std::vector<Tensor>> grads;
     for (const Tensor& p : stage.module().parameters()) {
-      if (!p.requires_grad()) continue;
+      if (!p.requires_grad() || averaged_by[p.impl()] != last_backward[stage.index()]) continue;
       Tensor g = p.grad();
       if (!g.defined() || !g.is_contiguous()) {
         g = g.defined() ? g.contiguous() : zeros_like(p);

@@ -544,6 +544,57 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "2D with a weight tied across two stages of a rank: averaged over the replicas once, after "
+    "both stages' backwards, through TCP Gloo's flat copy; gradients equal the whole model's",
+    "[pipeline]") {
+  // 2 replicas x (2 ranks x 2 stages, interleaved): rank 0 of each pipeline holds stages 0 and
+  // 2, which share the embedding's weight. Stage 2's last backward ends first while stage 0's
+  // still add into the shared .grad: an average started then would race with them, or — on
+  // Gloo over TCP, which reduces a flat copy and copies it back — overwrite what they add. It is
+  // averaged once, at stage 0's last backward (averaged at both, this failed one run in four).
+  // Against the modules run in one piece on the whole batch: every gradient equal, two steps in
+  // a row.
+  constexpr int kRanks = 2, kReplicas = 2, kMicro = 2;
+  auto [x, y] = batch(2 * kReplicas * kMicro);
+  auto reference = tied_parts();
+  Tensor h = x;
+  for (const auto& part : reference) h = (*part)(h);
+  loss_fn(h, y).backward();
+  auto groups = std::make_shared<store::HashStore>();
+  run_ranks(kRanks * kReplicas, [&](dist::ProcessGroupGloo& world, Checks& c) {
+    const int replica = world.rank() / kRanks, r = world.rank() % kRanks;
+    auto pp = std::make_shared<dist::ProcessGroupGloo>(
+        std::make_shared<store::PrefixStore>("pp" + std::to_string(replica), groups), r, kRanks);
+    auto dp = std::make_shared<dist::ProcessGroupGloo>(
+        std::make_shared<store::PrefixStore>("dp" + std::to_string(r), groups), replica, kReplicas,
+        dist::GlooOptions{.shared_memory = false});
+    auto parts = tied_parts();
+    std::vector<std::shared_ptr<pipeline::PipelineStage>> mine;
+    for (int s = r; s < 4; s += kRanks)
+      mine.push_back(
+          std::make_shared<pipeline::PipelineStage>(parts[static_cast<size_t>(s)], s, 4, pp));
+    pipeline::Schedule schedule(mine, pipeline::make_plan("interleaved", kRanks, kMicro), loss_fn,
+                                {.data_parallel = dp});
+    const int64_t rows = x.size(0) / kReplicas;
+    for (int step = 0; step < 2; ++step) {
+      for (const auto& part : parts) part->zero_grad();
+      schedule.step(r == 0 ? x.narrow(0, replica * rows, rows) : Tensor(),
+                    r == kRanks - 1 ? y.narrow(0, replica * rows, rows) : Tensor());
+    }
+    for (int s = r; s < 4; s += kRanks) {
+      const auto got = parts[static_cast<size_t>(s)]->named_parameters();
+      const auto want = reference[static_cast<size_t>(s)]->named_parameters();
+      c.expect(got.size() == want.size() && !got.empty(), "every parameter compared");
+      for (size_t i = 0; i < std::min(got.size(), want.size()); ++i)
+        c.expect(got[i].second.grad().defined() &&
+                     allclose(got[i].second.grad(), want[i].second.grad(), 1e-12, 1e-14),
+                 "replica " + std::to_string(replica) + ", stage " + std::to_string(s) + ": " +
+                     got[i].first);
+    }
+  });
+}
+
+TEST_CASE(
     "2D with FSDP: two replicas of a GPT pipeline on 4 ranks, each stage sharded over its "
     "replicas: after an SGD step the gathered parameters equal the whole model's, under GPipe, "
     "1F1B and interleaved (two sharded stages a rank), reduce-scattering each micro-batch's "
