@@ -226,6 +226,32 @@ std::vector<Skip> decode(const std::vector<int64_t>& v) {
   return skips;
 }
 
+namespace {
+
+// The first line where two plans' texts differ, as "<a_name>: ...\n<b_name>: ...\n", each cut to
+// a window around the first character that differs (a line of thousands of micro-batches runs
+// to pages).
+std::string first_difference(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b,
+                             const std::string& a_name, const std::string& b_name) {
+  size_t at = 0;
+  while (at < a.size() && at < b.size() && a[at] == b[at]) ++at;
+  size_t line = at;  // where that line starts, the same in both
+  while (line > 0 && a[line - 1] != '\n') --line;
+  constexpr size_t kBefore = 60, kShown = 200;
+  const size_t from = std::max(line, at > kBefore ? at - kBefore : size_t{0});
+  auto window = [&](const std::vector<uint8_t>& text) {
+    std::string out = from > line ? "..." : "";
+    size_t i = from;
+    for (; i < text.size() && i < from + kShown && text[i] != '\n'; ++i)
+      out += static_cast<char>(text[i]);
+    if (i < text.size() && text[i] != '\n') out += "...";
+    return out;
+  };
+  return a_name + ": " + window(a) + "\n" + b_name + ": " + window(b) + "\n";
+}
+
+}  // namespace
+
 // Before the first step: stage by stage, what each passes on (a forward of the first
 // micro-batch's shape, in eval mode and without gradients, so that nothing is drawn or
 // recorded), then every rank learns whether every stage could run, and whether every rank runs
@@ -372,19 +398,16 @@ void Schedule::Impl::exchange_shapes(const Tensor& input, const Tensor& target) 
   for (const auto& r : reports)
     GW_CHECK(r.empty() || r[0] != '1', InvalidArgumentError, "[pipeline] ",
              std::string(r.begin() + 1, r.end()));
-  // A plan's text in the error: its start (one of thousands of micro-batches runs to pages).
-  auto shown = [](const std::vector<uint8_t>& text) {
-    constexpr size_t kShown = 2000;
-    return text.size() <= kShown ? std::string(text.begin(), text.end())
-                                 : std::string(text.begin(), text.begin() + kShown) + " ...\n";
-  };
   for (size_t r = 1; r < plans.size(); ++r)
     GW_CHECK(plans[r] == plans[0], InvalidArgumentError, "[pipeline] rank ", r,
-             " runs another schedule than rank 0:\nrank 0:\n", shown(plans[0]), "rank ", r, ":\n",
-             shown(plans[r]));
+             " runs another schedule than rank 0; the first line where they differ:\n",
+             first_difference(plans[0], plans[r], "rank 0", "rank " + std::to_string(r)));
   // MPI promises tags up to 32767 only. Checked once every rank is known to run this plan, with
-  // the same skips: every rank refuses alike, before any step.
-  const int largest_tag = skip_tag(static_cast<int>(skips.size()), 0, false);
+  // the same skips: every rank refuses alike, before any step. (In 64 bits: a plan of millions
+  // of micro-batches must not wrap around to a small tag.)
+  const int64_t m = microbatches;
+  const int64_t largest_tag =
+      2 + 2 * int64_t{num_stages} * m + 2 * static_cast<int64_t>(skips.size()) * m - 1;
   GW_CHECK(largest_tag <= 32767, InvalidArgumentError, "[pipeline] ", num_stages, " stages, ",
            microbatches, " micro-batches and ", skips.size(), " skips need message tags up to ",
            largest_tag, "; MPI promises 32767");

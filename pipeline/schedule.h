@@ -170,7 +170,8 @@ struct ScheduleOptions {
   // step ends, its parameters' gradients are averaged over it while the other stages still run,
   // and step() returns once that is done. DDP's arithmetic: every replica's stages end the step
   // with the gradient of the mean loss over all replicas' micro-batches (a parameter without a
-  // gradient gets zeros). Null: one replica.
+  // gradient gets zeros). A parameter several of the rank's stages share (a tied weight) is
+  // averaged once, by the stage whose last backward comes last. Null: one replica.
   std::shared_ptr<dist::ProcessGroup> data_parallel;
   // Runs before each backward action (B, I or W) of a stage with whether it is the stage's last
   // of the step. Stages sharded over the replicas (fsdp::fully_shard) give their

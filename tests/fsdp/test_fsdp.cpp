@@ -241,9 +241,9 @@ struct SecondOfTwo : nn::Module {
   }
 };
 
-// Units around two-output nodes (autograd::checkpoint's with two outputs, the only autograd
-// node with several): one such node of the root's feeds units b and c, one output each, and
-// unit a's output is the second of its own.
+// Units around two-output nodes (autograd::checkpoint's with two outputs, the only local
+// autograd node with several): one such node of the root's feeds units b and c, one output each,
+// and unit a's output is the second of its own.
 struct Forked : nn::Module {
   std::shared_ptr<nn::Linear> stem, b, c, head;
   std::shared_ptr<SecondOfTwo> a;

@@ -12,8 +12,11 @@
 #include <random>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "autograd/grad_mode.h"
 #include "core/ops.h"
+#include "debug/flight_recorder.h"
 #include "dist/process_group/init_process_group.h"
 #include "fsdp/fully_shard.h"
 #include "nn/nn.h"
@@ -243,7 +246,8 @@ TEST_CASE(
     auto [x, y] = batch(4);
     EXPECT_THROWS(c, InvalidArgumentError,
                   schedule.step(s == 0 ? x : Tensor(), s == 1 ? y : Tensor()),
-                  "rank 1 runs another schedule than rank 0");
+                  "rank 1 runs another schedule than rank 0",
+                  "differ:\nrank 0: stage 0: F0 F1 B1 B0\nrank 1: stage 0: F0 F1 B0 B1\n");
   });
 }
 
@@ -486,17 +490,18 @@ namespace {
 
 // This thread-rank's groups in a mesh of (world / ranks) replicas of a pipeline of `ranks`,
 // placed as init_device_mesh({replicas, ranks}, {"dp", "pp"}) places them: its pipeline (a row)
-// and its replicas (a column), made over `groups`, which the test's ranks share.
+// and its replicas (a column, made with `dp_options`), made over `groups`, which the test's
+// ranks share.
 std::pair<std::shared_ptr<dist::ProcessGroupGloo>, std::shared_ptr<dist::ProcessGroupGloo>>
 mesh_groups(const dist::ProcessGroupGloo& world, int ranks,
-            const std::shared_ptr<store::HashStore>& groups) {
+            const std::shared_ptr<store::HashStore>& groups, dist::GlooOptions dp_options = {}) {
   const int replica = world.rank() / ranks, r = world.rank() % ranks;
   return {
       std::make_shared<dist::ProcessGroupGloo>(
           std::make_shared<store::PrefixStore>("pp" + std::to_string(replica), groups), r, ranks),
       std::make_shared<dist::ProcessGroupGloo>(
           std::make_shared<store::PrefixStore>("dp" + std::to_string(r), groups), replica,
-          world.size() / ranks)};
+          world.size() / ranks, std::move(dp_options))};
 }
 
 }  // namespace
@@ -551,9 +556,10 @@ TEST_CASE(
   // 2, which share the embedding's weight. Stage 2's last backward ends first while stage 0's
   // still add into the shared .grad: an average started then would race with them, or — on
   // Gloo over TCP, which reduces a flat copy and copies it back — overwrite what they add. It is
-  // averaged once, at stage 0's last backward (averaged at both, this failed one run in four).
-  // Against the modules run in one piece on the whole batch: every gradient equal, two steps in
-  // a row.
+  // averaged once a step, at stage 0's last backward: the flight recorder counts the replica
+  // groups' allreduces (averaged at both stages, which is the same arithmetic, the gradients
+  // came out wrong one run in four). Against the modules run in one piece on the whole batch:
+  // every gradient equal, two steps in a row.
   constexpr int kRanks = 2, kReplicas = 2, kMicro = 2;
   auto [x, y] = batch(2 * kReplicas * kMicro);
   auto reference = tied_parts();
@@ -562,12 +568,11 @@ TEST_CASE(
   loss_fn(h, y).backward();
   auto groups = std::make_shared<store::HashStore>();
   run_ranks(kRanks * kReplicas, [&](dist::ProcessGroupGloo& world, Checks& c) {
-    const int replica = world.rank() / kRanks, r = world.rank() % kRanks;
-    auto pp = std::make_shared<dist::ProcessGroupGloo>(
-        std::make_shared<store::PrefixStore>("pp" + std::to_string(replica), groups), r, kRanks);
-    auto dp = std::make_shared<dist::ProcessGroupGloo>(
-        std::make_shared<store::PrefixStore>("dp" + std::to_string(r), groups), replica, kReplicas,
-        dist::GlooOptions{.shared_memory = false});
+    const int r = world.rank() % kRanks;
+    const auto [pp, dp] =
+        mesh_groups(world, kRanks, groups,
+                    {.group_name = "tied dp" + std::to_string(r), .shared_memory = false});
+    const int replica = dp->rank();
     auto parts = tied_parts();
     std::vector<std::shared_ptr<pipeline::PipelineStage>> mine;
     for (int s = r; s < 4; s += kRanks)
@@ -592,6 +597,14 @@ TEST_CASE(
                      got[i].first);
     }
   });
+  // Each step, in each replica: rank 0 averages stage 0's weight (the tied one) and nothing of
+  // stage 2's (only the tied weight); rank 1 stage 1's and stage 3's (weight and bias each).
+  std::map<std::string, int> averages;
+  const nlohmann::json recorded = nlohmann::json::parse(debug::get_debug_info());
+  for (const auto& e : recorded["events"])
+    if (e["op"] == "allreduce_coalesced") ++averages[e["group"].get<std::string>()];
+  CHECK(averages["tied dp0"] == 2 * kReplicas);
+  CHECK(averages["tied dp1"] == 2 * 2 * kReplicas);
 }
 
 TEST_CASE(
@@ -786,7 +799,7 @@ TEST_CASE(
     "ranks whose plans differ in micro-batches, one past MPI's message tags, fail every rank "
     "in the shape exchange",
     "[pipeline]") {
-  // Rank 0 runs GPipe over 8192 micro-batches (message tags up to 32770, past MPI's 32767),
+  // Rank 0 runs GPipe over 8192 micro-batches (message tags up to 32769, past MPI's 32767),
   // rank 1 over 2. The exchange refuses a plan past MPI's tags only once the ranks compared
   // their plans (it once refused first, on rank 0 alone, and rank 1 waited for rank 0's report
   // until the group's timeout): every rank throws InvalidArgumentError naming the plans, at
@@ -797,6 +810,10 @@ TEST_CASE(
   run_ranks(
       2,
       [&](dist::ProcessGroupGloo& pg, Checks& c) {
+        struct Arrive {  // however this rank leaves, the other is not left waiting for it
+          std::latch& latch;
+          ~Arrive() { latch.arrive_and_wait(); }
+        } arrive{tried};  // first: destroyed last, after anything below that throws
         const int r = pg.rank();
         struct Double : nn::Module {
           Double() : Module("Double") {}
@@ -807,10 +824,6 @@ TEST_CASE(
             std::make_shared<pipeline::PipelineStage>(std::make_shared<Double>(), r, 2, borrow(pg));
         pipeline::Schedule schedule(stage, pipeline::gpipe(2, m), mse);
         const Tensor batch_rows = ones({m, 3}, kFloat64);
-        struct Arrive {  // however this rank leaves, the other is not left waiting for it
-          std::latch& latch;
-          ~Arrive() { latch.arrive_and_wait(); }
-        } arrive{tried};
         const auto start = std::chrono::steady_clock::now();
         EXPECT_THROWS(c, InvalidArgumentError,
                       schedule.step(r == 0 ? batch_rows : Tensor(), r == 1 ? batch_rows : Tensor()),
