@@ -5,255 +5,29 @@
 #include <atomic>
 #include <chrono>
 #include <climits>
-#include <condition_variable>
-#include <cstdio>
-#include <cstdlib>
-#include <map>
-#include <mutex>
 #include <optional>
 #include <string_view>
 #include <thread>
-
-#include <time.h>
 
 #include "core/ops.h"
 #include "debug/flight_recorder.h"
 #include "dist/process_group/collective_queue.h"
 #include "dist/process_group/debug_process_group.h"
+#include "dist/process_group/mpi_runtime.h"
 
 namespace gw::dist {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Clock::now() as of the kernel's last tick, plus one tick (so normally not earlier than now; a
-// late tick makes it a few ms early at worst): every collective's deadline is stamped with it,
-// for a few nanoseconds where a clock read costs tens. (steady_clock is CLOCK_MONOTONIC.)
-Clock::time_point coarse_now() {
-  using std::chrono::nanoseconds, std::chrono::seconds;
-  static const Clock::duration tick = [] {
-    timespec res{};
-    ::clock_getres(CLOCK_MONOTONIC_COARSE, &res);
-    return std::chrono::duration_cast<Clock::duration>(seconds(res.tv_sec) +
-                                                       nanoseconds(res.tv_nsec));
-  }();
-  timespec now{};
-  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
-  return Clock::time_point(
-      std::chrono::duration_cast<Clock::duration>(seconds(now.tv_sec) + nanoseconds(now.tv_nsec)) +
-      tick);
-}
-
-const char* thread_level_name(int level) {
-  switch (level) {
-    case MPI_THREAD_SINGLE:
-      return "MPI_THREAD_SINGLE";
-    case MPI_THREAD_FUNNELED:
-      return "MPI_THREAD_FUNNELED";
-    case MPI_THREAD_SERIALIZED:
-      return "MPI_THREAD_SERIALIZED";
-    case MPI_THREAD_MULTIPLE:
-      return "MPI_THREAD_MULTIPLE";
-  }
-  return "an unknown thread level";
-}
-
-// float16 and bfloat16 travel as MPI_UINT16_T and are summed by these (MPI has no such types).
-template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
-void sum_16bit(void* in, void* inout, int* len, MPI_Datatype*) {
-  const auto* a = static_cast<const uint16_t*>(in);
-  auto* b = static_cast<uint16_t*>(inout);
-  for (int i = 0; i < *len; ++i) b[i] = FromFloat(ToFloat(a[i]) + ToFloat(b[i]));
-}
-float half_bits_to_float(uint16_t b) { return half_to_float(Half{b}); }
-uint16_t float_to_half_bits(float f) { return float_to_half(f).bits; }
-float bf16_bits_to_float(uint16_t b) { return bfloat16_to_float(BFloat16{b}); }
-uint16_t float_to_bf16_bits(float f) { return float_to_bfloat16(f).bits; }
-
-// The process's MPI: initialized by the first group (unless the program did), finalized at exit
-// when gradwire initialized it; and the watchdog that ends the job when an operation in MPI
-// passes its timeout (MPI cannot cancel one).
-class Runtime {
- public:
-  static Runtime& get() {
-    static Runtime* runtime = new Runtime();  // a constructor that threw is tried again
-    return *runtime;
-  }
-
-  // While alive, operation `op` of `where` ("rank 0 of 2 in group default_pg") is in MPI and
-  // must leave within `timeout`. Both strings outlive it; the message is made only if it fires.
-  // It links itself into the runtime's list of operations in MPI: nothing is allocated, as
-  // this runs for every collective.
-  class Watch {
-   public:
-    Watch(const std::string& op, const std::string& where, Milliseconds timeout)
-        : runtime_(get()),
-          deadline_(coarse_now() + timeout),
-          op_(op),
-          where_(where),
-          timeout_(timeout) {
-      std::lock_guard lock(runtime_.mu_);
-      runtime_.check_open_locked(op);
-      older_ = runtime_.in_mpi_;
-      if (older_) older_->newer_ = this;
-      runtime_.in_mpi_ = this;
-      // The watchdog sleeps until the earliest deadline it knew of: woken only for an earlier
-      // one (a collective's costs no system call on the common path).
-      if (deadline_ < runtime_.wake_at_) runtime_.cv_.notify_all();
-    }
-    ~Watch() {
-      std::lock_guard lock(runtime_.mu_);
-      (newer_ ? newer_->older_ : runtime_.in_mpi_) = older_;
-      if (older_) older_->newer_ = newer_;
-    }
-    Watch(const Watch&) = delete;
-    Watch& operator=(const Watch&) = delete;
-
-   private:
-    friend class Runtime;
-    Runtime& runtime_;
-    const Clock::time_point deadline_;
-    const std::string& op_;
-    const std::string& where_;
-    const Milliseconds timeout_;
-    Watch* newer_ = nullptr;  // neighbours in the runtime's list (newest first), under its lock
-    Watch* older_ = nullptr;
-  };
-
-  // StateError naming `op` once the process is exiting (MPI is being finalized).
-  void check_open(const std::string& op) {
-    std::lock_guard lock(mu_);
-    check_open_locked(op);
-  }
-  // A group's way to be shut down at exit, before MPI_Finalize (it may outlive main: in a
-  // static, or in init_process_group's default group). Returns the id for forget().
-  uint64_t remember(std::function<void()> shut_down) {
-    std::lock_guard lock(mu_);
-    groups_.emplace(next_, std::move(shut_down));
-    return next_++;
-  }
-  void forget(uint64_t id) {
-    std::lock_guard lock(mu_);
-    groups_.erase(id);
-  }
-
-  MPI_Op half_sum = MPI_OP_NULL, bf16_sum = MPI_OP_NULL;
-  int tag_upper_bound = 32767;  // the least MPI guarantees
-
- private:
-  Runtime() {
-    int initialized = 0, finalized = 0, provided = 0;
-    MPI_Initialized(&initialized);
-    MPI_Finalized(&finalized);
-    GW_CHECK(!finalized, StateError, "[ProcessGroupMPI] MPI was finalized already");
-    if (!initialized) {
-      MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
-      owned_ = true;
-    } else {
-      MPI_Query_thread(&provided);
-    }
-    // Collectives run on the group's thread or on whichever thread waits for them, send and
-    // receive on threads of their own, several groups side by side.
-    GW_CHECK(provided >= MPI_THREAD_MULTIPLE, StateError, "[ProcessGroupMPI] MPI ",
-             owned_ ? "provides" : "was initialized with", " ", thread_level_name(provided),
-             "; gradwire's MPI group calls MPI from several threads and needs "
-             "MPI_THREAD_MULTIPLE",
-             owned_ ? "" : " (MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided))");
-    MPI_Op_create(&sum_16bit<half_bits_to_float, float_to_half_bits>, 1, &half_sum);
-    MPI_Op_create(&sum_16bit<bf16_bits_to_float, float_to_bf16_bits>, 1, &bf16_sum);
-    int* bound = nullptr;
-    int found = 0;
-    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &bound, &found);
-    if (found && bound) tag_upper_bound = *bound;
-    thread_ = std::thread([this] { watchdog(); });
-    std::atexit([] { get().at_exit(); });
-  }
-
-  void watchdog() {
-    std::unique_lock lock(mu_);
-    while (!stopping_) {
-      if (!in_mpi_) {
-        wake_at_ = Clock::time_point::max();
-        cv_.wait(lock);
-        continue;
-      }
-      const Watch* late = in_mpi_;
-      for (const Watch* w = in_mpi_; w; w = w->older_)
-        if (w->deadline_ < late->deadline_) late = w;
-      if (Clock::now() < late->deadline_) {
-        wake_at_ = late->deadline_;
-        cv_.wait_until(lock, wake_at_);
-        continue;
-      }
-      try {
-        const std::string what =
-            gw::detail::str("[", late->op_, "] ", late->where_, ": not completed within ",
-                            late->timeout_.count(), " ms");
-        lock.unlock();
-        std::fprintf(stderr,
-                     "%s; MPI cannot cancel it: aborting the job (MPI_Abort, exit code 1)\n",
-                     what.c_str());
-        debug::dump_now(what);
-      } catch (...) {  // the job ends all the same
-      }
-      MPI_Abort(MPI_COMM_WORLD, 1);
-      return;
-    }
-  }
-
-  void check_open_locked(const std::string& op) const {
-    GW_CHECK(!closing_, StateError, "[", op, "] the process is exiting: MPI is being finalized");
-  }
-
-  // Shuts every live group down (what they queued still runs), then refuses new operations,
-  // stops the watchdog, and finalizes MPI if gradwire initialized it and nothing is in MPI (a
-  // collective still blocked there would hold MPI_Finalize forever).
-  void at_exit() {
-    std::map<uint64_t, std::function<void()>> groups;
-    {
-      std::lock_guard lock(mu_);
-      groups.swap(groups_);
-    }
-    for (auto& [id, shut_down] : groups) shut_down();
-    bool busy = false;
-    {
-      std::lock_guard lock(mu_);
-      closing_ = true;
-      stopping_ = true;
-      busy = in_mpi_ != nullptr;
-    }
-    cv_.notify_all();
-    thread_.join();
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (owned_ && !busy && !finalized) MPI_Finalize();
-  }
-
-  bool owned_ = false;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  Watch* in_mpi_ = nullptr;  // the operations in MPI now: a list through the Watches
-  Clock::time_point wake_at_ = Clock::time_point::min();  // when the watchdog looks next
-  uint64_t next_ = 1;
-  bool stopping_ = false;
-  bool closing_ = false;                              // at exit: MPI calls are refused
-  std::map<uint64_t, std::function<void()>> groups_;  // live groups' shut-downs
-  std::thread thread_;
-};
-
-bool finalized() {
-  int done = 0;
-  MPI_Finalized(&done);
-  return done != 0;
-}
+using Runtime = detail::MpiRuntime;
 
 // A communicator, freed when the group and the last of its queued operations let it go.
 struct Communicator {
   MPI_Comm comm = MPI_COMM_NULL;
   explicit Communicator(MPI_Comm c) : comm(c) {}
   ~Communicator() {
-    if (comm != MPI_COMM_NULL && !finalized()) MPI_Comm_free(&comm);
+    if (comm != MPI_COMM_NULL && !detail::mpi_finalized()) MPI_Comm_free(&comm);
   }
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
