@@ -3,6 +3,7 @@
 // equal the whole model's on the whole batch for every schedule and micro-batch count; stages
 // that cannot take what they are given, and ranks that run different schedules, fail on every
 // rank before any step; a weight tied across two stages of one rank trains as in one piece.
+// Pipelines with data parallelism: test_pipeline_2d.cpp.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -12,23 +13,17 @@
 #include <random>
 #include <thread>
 
-#include <nlohmann/json.hpp>
-
 #include "autograd/grad_mode.h"
 #include "core/ops.h"
-#include "debug/flight_recorder.h"
 #include "dist/process_group/init_process_group.h"
-#include "fsdp/fully_shard.h"
 #include "nn/nn.h"
 #include "optim/sgd.h"
 #include "pipeline/schedule.h"
-#include "store/hash_store.h"
-#include "store/prefix_store.h"
 #include "store/tcp_store.h"
 #include "tests/dist/process_group/ranks.h"
 #include "tests/mpirun.h"
 #include "tests/pipeline/jittery.h"
-#include "tests/pipeline/tiny_gpt.h"
+#include "tests/pipeline/pipeline_models.h"
 #include "tests/process_util.h"
 
 using namespace gw;
@@ -36,6 +31,7 @@ using gw::dist::testing::Checks;
 using gw::dist::testing::run_ranks;
 using gw::pipeline::ActionType;
 using gw::pipeline::Plan;
+using namespace pipeline_test;
 
 namespace {
 
@@ -55,26 +51,6 @@ int most_in_flight(const Plan& plan, size_t r, Held what = Held::activations) {
     most = std::max(most, held);
   }
   return most;
-}
-
-constexpr int64_t kVocab = 11, kLength = 8, kLayers = 8;
-
-std::shared_ptr<nn::GPT> gpt() { return pipeline_test::tiny_gpt(kVocab, kLength, kLayers, 5); }
-
-// Stage s of `stages`: its share of the blocks, the embeddings before the first, the head after
-// the last.
-std::shared_ptr<nn::Module> stage_of(const nn::GPT& g, int s, int stages) {
-  return g.stage(s, stages);
-}
-
-Tensor loss_fn(const Tensor& logits, const Tensor& targets) {
-  return nn::functional::cross_entropy(logits.reshape({-1, kVocab}), targets.reshape({-1}));
-}
-
-std::pair<Tensor, Tensor> batch(int64_t n) {
-  Generator gen(77);
-  Tensor t = randint(0, kVocab, {n, kLength + 1}, gen);
-  return {t.narrow(1, 0, kLength).contiguous(), t.narrow(1, 1, kLength).contiguous()};
 }
 
 std::shared_ptr<dist::ProcessGroup> borrow(dist::ProcessGroupGloo& pg) {
@@ -383,52 +359,6 @@ TEST_CASE(
                                                 Catch::Contains("no forward on this thread"));
 }
 
-namespace {
-
-// A 4-stage float64 language model whose token embedding (stage 0) and a projection onto the
-// vocabulary (stage 2) share one weight, as a GPT's embedding and head do: stage 0 embeds the
-// tokens, stage 1 mixes them, stage 2 scores them against the embedding, stage 3 maps the
-// scores to the logits. The same init every time, tied before the model is cut.
-struct TiedPart : nn::Module {
-  int index;
-  std::shared_ptr<nn::Module> layer;
-  TiedPart(int index, std::shared_ptr<nn::Module> inner) : Module("TiedPart"), index(index) {
-    layer = register_module("layer", std::move(inner));
-  }
-  Tensor forward(const Tensor& x) override {
-    const Tensor h = (*layer)(x);
-    return index == 1 || index == 2 ? h.tanh() : h;
-  }
-};
-
-std::vector<std::shared_ptr<nn::Module>> tied_parts() {
-  Generator gen(13);
-  auto emb = std::make_shared<nn::Embedding>(kVocab, 6, gen);
-  auto mix = std::make_shared<nn::Linear>(6, 6, true, gen);
-  auto proj = std::make_shared<nn::Linear>(6, kVocab, false, gen);
-  proj->tie_weight(emb->weight);
-  auto logits = std::make_shared<nn::Linear>(kVocab, kVocab, true, gen);
-  const std::vector<std::shared_ptr<nn::Module>> layers{emb, mix, proj, logits};
-  std::vector<std::shared_ptr<nn::Module>> parts;
-  for (int i = 0; i < 4; ++i) {
-    parts.push_back(std::make_shared<TiedPart>(i, layers[static_cast<size_t>(i)]));
-    parts.back()->to(kFloat64);  // in place: the tie holds
-  }
-  return parts;
-}
-
-// The parameters of `parts`, each once (a tied one is listed by both its stages).
-std::vector<Tensor> each_once(const std::vector<std::shared_ptr<nn::Module>>& parts) {
-  std::vector<Tensor> out;
-  for (const auto& part : parts)
-    for (const Tensor& t : part->parameters())
-      if (std::none_of(out.begin(), out.end(), [&](const Tensor& o) { return o.same(t); }))
-        out.push_back(t);
-  return out;
-}
-
-}  // namespace
-
 TEST_CASE(
     "a weight tied across two stages on one rank (interleaved): it stays one tensor, gets both "
     "stages' gradients summed, and SGD trains as the unpipelined model",
@@ -484,206 +414,6 @@ TEST_CASE(
       EXPECT(c, each_once(held).size() == 1);
     }
   });
-}
-
-namespace {
-
-// This thread-rank's groups in a mesh of (world / ranks) replicas of a pipeline of `ranks`,
-// placed as init_device_mesh({replicas, ranks}, {"dp", "pp"}) places them: its pipeline (a row)
-// and its replicas (a column, made with `dp_options`), made over `groups`, which the test's
-// ranks share.
-std::pair<std::shared_ptr<dist::ProcessGroupGloo>, std::shared_ptr<dist::ProcessGroupGloo>>
-mesh_groups(const dist::ProcessGroupGloo& world, int ranks,
-            const std::shared_ptr<store::HashStore>& groups, dist::GlooOptions dp_options = {}) {
-  const int replica = world.rank() / ranks, r = world.rank() % ranks;
-  return {
-      std::make_shared<dist::ProcessGroupGloo>(
-          std::make_shared<store::PrefixStore>("pp" + std::to_string(replica), groups), r, ranks),
-      std::make_shared<dist::ProcessGroupGloo>(
-          std::make_shared<store::PrefixStore>("dp" + std::to_string(r), groups), replica,
-          world.size() / ranks, std::move(dp_options))};
-}
-
-}  // namespace
-
-TEST_CASE(
-    "2D: two replicas of a 2-stage GPT pipeline on 4 ranks, each on half the batch: float64 "
-    "gradients equal the whole model's on the whole batch, under 1F1B and zero bubble",
-    "[pipeline]") {
-  constexpr int kStages = 2, kReplicas = 2, kMicro = 3;
-  auto [x, y] = batch(2 * kReplicas * kMicro);
-  auto reference = gpt();
-  reference->loss(x, y).backward();
-  const auto wants = reference->named_parameters();
-  for (const std::string name : {"1f1b", "zb"}) {
-    INFO(name);
-    auto groups = std::make_shared<store::HashStore>();  // the mesh's rows and columns
-    run_ranks(kStages * kReplicas, [&](dist::ProcessGroupGloo& world, Checks& c) {
-      const auto [pp, dp] = mesh_groups(world, kStages, groups);
-      const int replica = dp->rank(), s = pp->rank();
-      auto model = gpt();
-      auto part = stage_of(*model, s, kStages);
-      pipeline::Schedule schedule(std::make_shared<pipeline::PipelineStage>(part, s, kStages, pp),
-                                  pipeline::make_plan(name, kStages, kMicro), loss_fn,
-                                  {.data_parallel = dp});
-      const int64_t rows = x.size(0) / kReplicas;
-      const Tensor my_x = x.narrow(0, replica * rows, rows),
-                   my_y = y.narrow(0, replica * rows, rows);
-      for (int step = 0; step < 2; ++step) {
-        model->zero_grad();
-        schedule.step(s == 0 ? my_x : Tensor(), s == kStages - 1 ? my_y : Tensor());
-      }
-      const auto params = model->named_parameters();
-      int compared = 0;
-      for (const Tensor& t : part->parameters())
-        for (size_t i = 0; i < params.size(); ++i) {
-          if (!params[i].second.same(t)) continue;
-          ++compared;
-          c.expect(t.grad().defined() && allclose(t.grad(), wants[i].second.grad(), 1e-12, 1e-14),
-                   "replica " + std::to_string(replica) + ", " + params[i].first);
-        }
-      c.expect(compared == static_cast<int>(part->parameters().size()) && compared > 0,
-               "every parameter of the stage compared");
-    });
-  }
-}
-
-TEST_CASE(
-    "2D with a weight tied across two stages of a rank: averaged over the replicas once, after "
-    "both stages' backwards, through TCP Gloo's flat copy; gradients equal the whole model's",
-    "[pipeline]") {
-  // 2 replicas x (2 ranks x 2 stages, interleaved): rank 0 of each pipeline holds stages 0 and
-  // 2, which share the embedding's weight. Stage 2's last backward ends first while stage 0's
-  // still add into the shared .grad: an average started then would race with them, or — on
-  // Gloo over TCP, which reduces a flat copy and copies it back — overwrite what they add. It is
-  // averaged once a step, at stage 0's last backward: the flight recorder counts the replica
-  // groups' allreduces (averaged at both stages, which is the same arithmetic, the gradients
-  // came out wrong one run in four). Against the modules run in one piece on the whole batch:
-  // every gradient equal, two steps in a row.
-  constexpr int kRanks = 2, kReplicas = 2, kMicro = 2;
-  auto [x, y] = batch(2 * kReplicas * kMicro);
-  auto reference = tied_parts();
-  Tensor h = x;
-  for (const auto& part : reference) h = (*part)(h);
-  loss_fn(h, y).backward();
-  auto groups = std::make_shared<store::HashStore>();
-  run_ranks(kRanks * kReplicas, [&](dist::ProcessGroupGloo& world, Checks& c) {
-    const int r = world.rank() % kRanks;
-    const auto [pp, dp] =
-        mesh_groups(world, kRanks, groups,
-                    {.group_name = "tied dp" + std::to_string(r), .shared_memory = false});
-    const int replica = dp->rank();
-    auto parts = tied_parts();
-    std::vector<std::shared_ptr<pipeline::PipelineStage>> mine;
-    for (int s = r; s < 4; s += kRanks)
-      mine.push_back(
-          std::make_shared<pipeline::PipelineStage>(parts[static_cast<size_t>(s)], s, 4, pp));
-    pipeline::Schedule schedule(mine, pipeline::make_plan("interleaved", kRanks, kMicro), loss_fn,
-                                {.data_parallel = dp});
-    const int64_t rows = x.size(0) / kReplicas;
-    for (int step = 0; step < 2; ++step) {
-      for (const auto& part : parts) part->zero_grad();
-      schedule.step(r == 0 ? x.narrow(0, replica * rows, rows) : Tensor(),
-                    r == kRanks - 1 ? y.narrow(0, replica * rows, rows) : Tensor());
-    }
-    for (int s = r; s < 4; s += kRanks) {
-      const auto got = parts[static_cast<size_t>(s)]->named_parameters();
-      const auto want = reference[static_cast<size_t>(s)]->named_parameters();
-      c.expect(got.size() == want.size() && !got.empty(), "every parameter compared");
-      for (size_t i = 0; i < std::min(got.size(), want.size()); ++i)
-        c.expect(got[i].second.grad().defined() &&
-                     allclose(got[i].second.grad(), want[i].second.grad(), 1e-12, 1e-14),
-                 "replica " + std::to_string(replica) + ", stage " + std::to_string(s) + ": " +
-                     got[i].first);
-    }
-  });
-  // Each step, in each replica: rank 0 averages stage 0's weight (the tied one) and nothing of
-  // stage 2's (only the tied weight); rank 1 stage 1's and stage 3's (weight and bias each).
-  std::map<std::string, int> averages;
-  const nlohmann::json recorded = nlohmann::json::parse(debug::get_debug_info());
-  for (const auto& e : recorded["events"])
-    if (e["op"] == "allreduce_coalesced") ++averages[e["group"].get<std::string>()];
-  CHECK(averages["tied dp0"] == 2 * kReplicas);
-  CHECK(averages["tied dp1"] == 2 * 2 * kReplicas);
-}
-
-TEST_CASE(
-    "2D with FSDP: two replicas of a GPT pipeline on 4 ranks, each stage sharded over its "
-    "replicas: after an SGD step the gathered parameters equal the whole model's, under GPipe, "
-    "1F1B and interleaved (two sharded stages a rank), reduce-scattering each micro-batch's "
-    "gradients or only their sum after the last (before_backward)",
-    "[pipeline][fsdp]") {
-  constexpr int kRanks = 2, kReplicas = 2;
-  constexpr double kLr = 0.5;
-  for (const auto& [name, m, once] :
-       std::vector<std::tuple<std::string, int, bool>>{{"gpipe", 3, false},
-                                                       {"1f1b", 3, false},
-                                                       {"interleaved", 2, false},
-                                                       {"1f1b", 3, true},
-                                                       {"interleaved", 2, true}}) {
-    INFO(name << (once ? ", one reduce-scatter a step" : ""));
-    const int stages = pipeline::stages_of(pipeline::make_plan(name, kRanks, m));
-    auto [x, y] = batch(2 * kReplicas * m);
-    auto reference = gpt();
-    reference->loss(x, y).backward();
-    {
-      autograd::NoGradGuard no_grad;
-      for (Tensor p : reference->parameters()) p.sub_(p.grad() * kLr);
-    }
-    std::vector<NamedTensors> wants;  // by stage, named as the stage module names them
-    for (int s = 0; s < stages; ++s) wants.push_back(stage_of(*reference, s, stages)->state_dict());
-    auto groups = std::make_shared<store::HashStore>();  // the mesh's rows and columns
-    run_ranks(kRanks * kReplicas, [&](dist::ProcessGroupGloo& world, Checks& c) {
-      const auto [pp, dp] = mesh_groups(world, kRanks, groups);
-      const int replica = dp->rank(), r = pp->rank();
-      auto model = gpt();
-      std::vector<std::shared_ptr<pipeline::PipelineStage>> mine;
-      std::vector<std::pair<int, std::shared_ptr<fsdp::FSDPModule>>> sharded;
-      std::vector<Tensor> shards;
-      for (int s = r; s < stages; s += kRanks) {
-        auto part = stage_of(*model, s, stages);
-        for (const auto& child : part->children())
-          if (std::dynamic_pointer_cast<nn::GPTBlock>(child)) fsdp::fully_shard(child, dp);
-        sharded.emplace_back(s, fsdp::fully_shard(part, dp));
-        for (const Tensor& t : part->parameters()) shards.push_back(t);
-        mine.push_back(std::make_shared<pipeline::PipelineStage>(part, s, stages, pp));
-      }
-      optim::SGD opt(shards, optim::SGD::options(kLr));
-      pipeline::ScheduleOptions options;
-      int lasts = 0;  // backwards told they are their stage's last
-      if (once)
-        options.before_backward = [&](int stage, bool last) {
-          lasts += last;
-          for (const auto& [s, unit] : sharded) {
-            if (s != stage) continue;
-            // Nothing was reduce-scattered into the shards before the last backward.
-            if (last)
-              for (const Tensor& t : unit->shards())
-                c.expect(!t.grad().defined(), "no gradient in the shards before the last");
-            unit->set_requires_gradient_sync(last);
-          }
-        };
-      pipeline::Schedule schedule(mine, pipeline::make_plan(name, kRanks, m), loss_fn,
-                                  std::move(options));
-      const int64_t rows = x.size(0) / kReplicas;
-      opt.zero_grad();
-      schedule.step(r == 0 ? x.narrow(0, replica * rows, rows) : Tensor(),
-                    r == (stages - 1) % kRanks ? y.narrow(0, replica * rows, rows) : Tensor());
-      opt.step();
-      if (once) c.expect(lasts == static_cast<int>(sharded.size()), "one last backward a stage");
-      for (const auto& [s, unit] : sharded) {
-        const NamedTensors got = unit->full_state_dict();
-        const NamedTensors& want = wants[static_cast<size_t>(s)];
-        c.expect(got.size() == want.size() && !got.empty(), "every parameter gathered");
-        for (const auto& [key, value] : got) {
-          auto it = want.find(key);
-          c.expect(
-              it != want.end() && allclose(value, it->second, 1e-12, 1e-14),
-              "replica " + std::to_string(replica) + ", stage " + std::to_string(s) + ": " + key);
-        }
-      }
-    });
-  }
 }
 
 TEST_CASE("1000 steps with random delays per stage finish on 4 Gloo ranks, three schedules",
