@@ -36,7 +36,10 @@ constexpr int64_t kCols = 16 * kVecs;
 constexpr int64_t kDepth = 512;
 constexpr int64_t kWidth = 512;      // columns per packed slice: at most 1 MiB of B, in L2
 constexpr int64_t kHeight = 384;     // rows of A packed at a time (when packed): ~770 KiB
-constexpr int64_t kColdC = 1 << 18;  // floats of C (1 MiB) past which it is not in L2
+// Floats of an operand (1 MiB) past which it is taken not to be in L2: C's lines are then asked
+// for before a tile's products, and A's and B's ahead of their reads (where their rows or
+// columns are contiguous).
+constexpr int64_t kCold = 1 << 18;
 constexpr int64_t kThreadFlops = int64_t{1} << 21;  // at least a thread's share (~20 us)
 
 // This thread's buffers, 64-byte aligned, grown as needed and kept outside the CPU allocator's
@@ -96,16 +99,23 @@ void transpose16(const float* in, int64_t ldi, float* out, int64_t ldo) {
 
 using lanes::tail_mask;
 
+constexpr int64_t kPrefetchB = 4;  // rows of a cold B asked for ahead of its packing
+
 // B's rows k0 .. k0 + depth, columns j0 .. j0 + width, as panels of kCols columns:
 // out[p * depth * kCols + k * kCols + c] = B(k0 + k, j0 + p * kCols + c), zero past n up to
 // the vector of 16 it falls in (a tile reads no further). Panels cut short by n, as the heads'
 // products of attention (n = 32) are, are packed as fast as whole ones.
-void pack_b(const StridedMatrix& b, int64_t k0, int64_t depth, int64_t j0, int64_t width,
+void pack_b(const StridedMatrix& b, int64_t k0, int64_t depth, int64_t j0, int64_t width, bool cold,
             float* out) {
   if (b.col_stride == 1) {  // rows of B are rows of the panels: read each row once, in order
     const int64_t whole = width / kCols;  // panels without padding
     for (int64_t k = 0; k < depth; ++k) {
       const float* row = b.data + (k0 + k) * b.row_stride + j0;
+      // A cold B's row kPrefetchB ahead is asked for: a row of a wide B (a weight gradient's X)
+      // is 0.5-2 KiB long, and the hardware's prefetchers stop at each 4 KiB page.
+      if (cold && k + kPrefetchB < depth)
+        for (int64_t j = 0; j < width; j += 16)
+          __builtin_prefetch(row + kPrefetchB * b.row_stride + j);
       for (int64_t p = 0; p < whole; ++p) {
         float* dst = out + p * depth * kCols + k * kCols;
 #pragma GCC unroll 4
@@ -163,7 +173,7 @@ constexpr int64_t kBlockA = 16;
 // 6 floats, which cost more, are left to A's last rows. With `row_sums`, the transposed A's
 // rows are added to row_sums[0 .. rows) as they pass (sgemm's a_row_sums).
 void pack_a(const StridedMatrix& a, int64_t i0, int64_t rows, int64_t available, int64_t k0,
-            int64_t depth, float* out, double* row_sums) {
+            int64_t depth, bool cold, float* out, double* row_sums) {
   static_assert(kRows == 6, "pack_a copies a transposed tile's rows as 8 floats");
   const int64_t stride = tile_stride(depth);
   if (a.row_stride == 1) {
@@ -177,6 +187,10 @@ void pack_a(const StridedMatrix& a, int64_t i0, int64_t rows, int64_t available,
         const __mmask16 mask = tail_mask(valid);
         auto row = [&](int64_t k) {  // the tile's rows at k, copied; returns them (8 floats)
           const float* from = src + k * a.col_stride;
+          // A cold A's same columns of the next block, asked for now: each k is another row of
+          // A's transpose, 0.5-2 KiB from the last and often on another page, where the
+          // hardware's prefetchers stop (without it, every block waited on memory).
+          if (cold && k + kBlockA < depth) __builtin_prefetch(from + kBlockA * a.col_stride);
           if (whole) {
             const __m256 x = _mm256_loadu_ps(from);
             _mm256_storeu_ps(dst + k * kRows, x);
@@ -222,7 +236,7 @@ struct Tile {
   int64_t cols;   // columns of C that exist (the rest of the panel is padding)
   Start start;
   const float* bias;  // with Start::Bias: one per column; with Start::RowBias: one per row
-  bool cold_c;        // C is larger than L2: its lines are asked for before the products
+  bool cold_c;        // C is larger than L2 (kCold): its lines are asked for before the products
 };
 
 // C's tile (Rows x 16 Vecs columns) = its start + A B over the tile's depth; the panel's
@@ -290,8 +304,9 @@ void multiply(int64_t m, int64_t n, int64_t k, const StridedMatrix& a, const Str
               double* a_row_sums) {
   // A's rows are read where they lie when each is contiguous in k; otherwise packed.
   const bool direct = a.col_stride == 1;
-  // C's footprint (its rows may lie far apart: an attention head's columns in a row of heads).
-  const bool cold_c = m * n > kColdC;
+  // The operands' footprints, which decide what is asked for ahead (C's rows may lie far apart:
+  // an attention head's columns in a row of heads).
+  const bool cold_a = m * k > kCold, cold_b = k * n > kCold, cold_c = m * n > kCold;
   const int64_t width_max = std::min((n + kCols - 1) / kCols * kCols, kWidth);
   const int64_t depth_max = std::min(k, kDepth);
   const int64_t height_max =
@@ -307,12 +322,12 @@ void multiply(int64_t m, int64_t n, int64_t k, const StridedMatrix& a, const Str
                                              : Start::Bias;
     for (int64_t j0 = 0; j0 < n; j0 += kWidth) {
       const int64_t width = std::min(kWidth, n - j0);
-      pack_b(b, k0, depth, j0, width, panels);
+      pack_b(b, k0, depth, j0, width, cold_b, panels);
       for (int64_t h0 = 0; h0 < m; h0 += kHeight) {
         const int64_t height = std::min(kHeight, m - h0);
         // A's rows are packed once per block of columns; summed at the first only.
         if (!direct)
-          pack_a(a, h0, height, m - h0, k0, depth, packed_a,
+          pack_a(a, h0, height, m - h0, k0, depth, cold_a, packed_a,
                  a_row_sums && j0 == 0 ? a_row_sums + h0 : nullptr);
         for (int64_t i = 0; i < height; i += kRows) {
           const int64_t rows = std::min(kRows, height - i);
@@ -328,6 +343,15 @@ void multiply(int64_t m, int64_t n, int64_t k, const StridedMatrix& a, const Str
                  .bias = nullptr,
                  .cold_c = cold_c};
           const auto& tiles = direct ? kTiles<false> : kTiles<true>;
+          // A cold A's next row tile, where it lies, is asked for while this one runs its panels:
+          // its rows, a few hundred floats each, are too short for the hardware's prefetchers to
+          // learn (an activation read once from memory, as a Linear's forward reads it).
+          if (direct && cold_a && i + kRows < height) {
+            const float* next = a.data + (h0 + i + kRows) * a.row_stride + k0;
+            for (int64_t r = 0; r < std::min(kRows, height - i - kRows); ++r)
+              for (int64_t kk = 0; kk < depth; kk += 16)
+                __builtin_prefetch(next + r * a.row_stride + kk);
+          }
           for (int64_t j = 0; j < width; j += kCols) {
             t.b = panels + j * depth;
             t.c = c + (h0 + i) * ldc + j0 + j;
