@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <cerrno>
@@ -10,6 +11,7 @@
 #include <filesystem>
 #include <limits>
 #include <string_view>
+#include <vector>
 
 #include "core/error.h"
 
@@ -21,13 +23,20 @@ namespace gw {
 
 namespace {
 
-constexpr const char* kFormat = "gradwire-checkpoint-1";
+// Format 2 records a checksum of the whole file; format 1 (read still) one of the tensors' bytes,
+// or none.
+constexpr const char* kFormat = "gradwire-checkpoint-2";
+constexpr const char* kFormat1 = "gradwire-checkpoint-1";
 constexpr const char* kModel = "model/";
 constexpr const char* kOptimizer = "optimizer/";
-// The tensors' bytes' CRC-32C, as 8 hex digits: written by every save, checked by every load
-// (checkpoints from before it have none, and load unchecked).
-constexpr const char* kChecksum = "data_crc32c";
-constexpr const char* kReserved[] = {"format", "epoch", "step", "seed", kChecksum};
+// The whole file's CRC-32C, as 8 hex digits read as "00000000" while it is summed: the length,
+// the header (names, dtypes, shapes, offsets, the position) and the tensors' bytes. Written by
+// every save, required and checked by every load of format 2.
+constexpr const char* kChecksum = "crc32c";
+// Format 1's: the tensors' bytes alone, checked where present.
+constexpr const char* kDataChecksum = "data_crc32c";
+constexpr const char* kReserved[] = {"format", "epoch", "step", "seed", kChecksum, kDataChecksum};
+constexpr size_t kDigits = 8;
 
 // CRC-32C (Castagnoli) of `size` bytes, continuing from `crc` (0 to start): the CPU's crc32
 // instruction, 8 bytes at a time (about 9 GB/s), where the build has SSE 4.2; else a table, a
@@ -70,6 +79,19 @@ std::string hex8(uint32_t v) {
 }
 
 std::string tensors_path(const std::string& dir) { return dir + "/checkpoint.safetensors"; }
+
+// Where the digits of metadata key `key`, of value `value`, start in a header's JSON; npos when
+// it is not there. The key's first place as a key: a quote after '{' or ',' opens one, as inside
+// a JSON string every quote is escaped, so a program's extra key that merely ends in the field
+// (say "\"crc32c") is passed over (__metadata__, written first, comes before the tensors).
+size_t digits_of(std::string_view header, const char* key, const std::string& value) {
+  const std::string field = detail::str("\"", key, "\":\"", value, "\"");
+  size_t at = header.find(field);
+  while (at != std::string_view::npos && at > 0 && header[at - 1] != '{' && header[at - 1] != ',')
+    at = header.find(field, at + 1);
+  return at == std::string_view::npos || at == 0 ? std::string_view::npos
+                                                 : at + field.size() - 1 - value.size();
+}
 
 }  // namespace
 
@@ -130,27 +152,21 @@ void save_checkpoint(const std::string& dir, const Checkpoint& c) {
   meta["epoch"] = std::to_string(c.epoch);
   meta["step"] = std::to_string(c.step);
   meta["seed"] = std::to_string(c.seed);
-  // The checksum lives in the header, before the data it covers: the file is made with 8 zeros in
-  // its place, which are then overwritten with the data section's CRC (the header's length, and
-  // so where the data starts, stay as they were). The data section is the tensors' bytes in name
-  // order, which load_checkpoint sums again from the tensors it read.
-  const std::string placeholder(8, '0');
+  // The checksum lives in the header it covers: the file is made with 8 zeros in its place, summed,
+  // and the zeros overwritten with the sum (the header's length, and so where the tensors start,
+  // stay as they were). load_checkpoint sums the header it read with the zeros put back, then
+  // the tensors' bytes in name order (the data section's) from the tensors it read.
+  const std::string placeholder(kDigits, '0');
   meta[kChecksum] = placeholder;
   std::vector<uint8_t> bytes = to_safetensors(all, meta);
   uint64_t header_size = 0;
   for (int i = 7; i >= 0; --i) header_size = header_size << 8 | bytes[static_cast<size_t>(i)];
-  const std::string_view text(reinterpret_cast<const char*>(bytes.data()) + 8, header_size);
-  const std::string field = detail::str("\"", kChecksum, "\":\"", placeholder, "\"");
-  // The first key of that name (__metadata__ comes before the tensors): a quote after '{' or ','
-  // opens a key, as inside a JSON string every quote is escaped, so a program's extra key that
-  // merely ends in the field (say "\"data_crc32c") is passed over.
-  size_t at = text.find(field);
-  while (at != std::string_view::npos && text[at - 1] != '{' && text[at - 1] != ',')
-    at = text.find(field, at + 1);
+  const size_t at = digits_of({reinterpret_cast<const char*>(bytes.data()) + 8, header_size},
+                              kChecksum, placeholder);
   GW_CHECK(at != std::string_view::npos, InternalError,
            "[save_checkpoint] the checksum's place is missing from the header");
-  meta[kChecksum] = hex8(crc32c(0, bytes.data() + 8 + header_size, bytes.size() - 8 - header_size));
-  std::memcpy(bytes.data() + 8 + at + field.size() - 9, meta[kChecksum].data(), 8);
+  meta[kChecksum] = hex8(crc32c(0, bytes.data(), bytes.size()));
+  std::memcpy(bytes.data() + 8 + at, meta[kChecksum].data(), kDigits);
   write_file_atomically(tensors_path(dir), bytes.data(), bytes.size(), "save_checkpoint");
   // For people and scripts: the same metadata as JSON. A safetensors file is an 8-byte length
   // and then JSON: a file of no tensors gives exactly {"__metadata__": {...}}.
@@ -165,8 +181,10 @@ std::optional<Checkpoint> load_checkpoint(const std::string& dir) {
   const std::string path = tensors_path(dir);
   if (!std::filesystem::exists(path)) return std::nullopt;
   std::map<std::string, std::string> meta;
-  NamedTensors all = load_safetensors(path, &meta);
-  GW_CHECK(meta["format"] == kFormat, IoError, "[load_checkpoint] '", path,
+  std::vector<uint8_t> bytes;  // the file's, which the tensors were copied from
+  NamedTensors all = load_safetensors(path, &meta, &bytes);
+  const bool format1 = meta["format"] == kFormat1;
+  GW_CHECK(format1 || meta["format"] == kFormat, IoError, "[load_checkpoint] '", path,
            "' is not a gradwire checkpoint (format '", meta["format"], "')");
   Checkpoint c;
   auto number = [&](const char* key, uint64_t max) {
@@ -179,13 +197,33 @@ std::optional<Checkpoint> load_checkpoint(const std::string& dir) {
              IoError, "[load_checkpoint] '", path, "': bad ", key, " '", v, "'");
     return static_cast<uint64_t>(n);
   };
-  if (meta.contains(kChecksum)) {
+  // Format 2: the whole file with its checksum's digits zeroed; format 1: the tensors alone (the
+  // data section, in name order), where it recorded their sum. A format-2 file whose format reads
+  // 1 would otherwise go unchecked.
+  const char* key = format1 ? kDataChecksum : kChecksum;
+  GW_CHECK(format1 ? !meta.contains(kChecksum) || meta.contains(kDataChecksum)
+                   : meta.contains(kChecksum),
+           IoError, "[load_checkpoint] '", path, "' is corrupt: its header has ",
+           format1 ? "format 1 but format 2's checksum" : "no checksum", "; nothing was loaded");
+  if (meta.contains(key)) {
     uint32_t crc = 0;
-    for (const auto& [k, t] : all)  // name order: the data section's, as save_checkpoint laid it
-      crc = crc32c(crc, static_cast<const uint8_t*>(t.raw_data()), t.nbytes());
-    GW_CHECK(hex8(crc) == meta[kChecksum], IoError, "[load_checkpoint] '", path,
-             "' is corrupt: its tensors' CRC-32C is ", hex8(crc), ", the checkpoint recorded ",
-             meta[kChecksum], "; nothing was loaded");
+    if (format1) {
+      for (const auto& [k, t] : all)
+        crc = crc32c(crc, static_cast<const uint8_t*>(t.raw_data()), t.nbytes());
+    } else {
+      uint64_t header_size = 0;  // sane: from_safetensors read the header it gives the length of
+      for (int i = 7; i >= 0; --i) header_size = header_size << 8 | bytes[static_cast<size_t>(i)];
+      const size_t at = digits_of({reinterpret_cast<const char*>(bytes.data()) + 8, header_size},
+                                  kChecksum, meta[kChecksum]);
+      GW_CHECK(at != std::string_view::npos, IoError, "[load_checkpoint] '", path,
+               "' is corrupt: its checksum is not where save_checkpoint writes it; nothing was "
+               "loaded");
+      std::fill_n(bytes.begin() + static_cast<std::ptrdiff_t>(8 + at), meta[kChecksum].size(), '0');
+      crc = crc32c(0, bytes.data(), bytes.size());
+    }
+    GW_CHECK(hex8(crc) == meta[key], IoError, "[load_checkpoint] '", path, "' is corrupt: its ",
+             format1 ? "tensors' " : "", "CRC-32C is ", hex8(crc), ", the checkpoint recorded ",
+             meta[key], "; nothing was loaded");
   }
   constexpr auto kMaxInt64 = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
   c.epoch = static_cast<int64_t>(number("epoch", kMaxInt64));
@@ -199,7 +237,7 @@ std::optional<Checkpoint> load_checkpoint(const std::string& dir) {
     else
       throw IoError(detail::str("[load_checkpoint] '", path, "': unexpected tensor '", k, "'"));
   }
-  for (const char* k : kReserved) meta.erase(k);
+  for (const char* k : {"format", "epoch", "step", "seed", key}) meta.erase(k);
   c.extra = std::move(meta);
   return c;
 }

@@ -5,9 +5,9 @@
 // tensors are "model/<name>" and "optimizer/<key>" and whose metadata holds the position.
 // save_checkpoint writes it next to the old one and renames it into place (after fsync), so a
 // crash mid-write leaves the previous checkpoint whole: a reader sees the old one or the new
-// one, never a torn file. The metadata also holds the tensors' CRC-32C, and a checkpoint whose
-// tensors' bytes have changed since (a bad disk, a copy cut short) is refused, not loaded; the
-// header's own few hundred bytes are not covered.
+// one, never a torn file. The metadata also holds the whole file's CRC-32C, and a checkpoint
+// whose bytes have changed since (a bad disk, a copy cut short), in the tensors or in the header
+// that names them and holds the position, is refused, not loaded.
 // <dir>/checkpoint.json then repeats the metadata for people and scripts (load_checkpoint never
 // reads it).
 //
@@ -44,7 +44,8 @@ struct Checkpoint {
 // intact, and InvalidArgumentError on a negative epoch or step.
 void save_checkpoint(const std::string& dir, const Checkpoint& c);
 // The checkpoint in `dir`, or nullopt if there is none; throws IoError naming the file if it
-// exists but cannot be read or its tensors' checksum does not match.
+// exists but cannot be read or its checksum does not match (checkpoints of format 1, before the
+// whole file was summed, are checked by their tensors' sum where they have one).
 std::optional<Checkpoint> load_checkpoint(const std::string& dir);
 
 // Writes `size` bytes to `path` through a temporary file beside it (mode 0600): written, flushed

@@ -526,8 +526,8 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   if (!ok) throw_errno("save_safetensors", path, "write");
 }
 
-NamedTensors load_safetensors(const std::string& path,
-                              std::map<std::string, std::string>* metadata) {
+NamedTensors load_safetensors(const std::string& path, std::map<std::string, std::string>* metadata,
+                              std::vector<uint8_t>* file) {
   // Reads the whole file: simple, and the copies into fresh storages follow immediately.
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) throw_errno("load_safetensors", path, "open");
@@ -540,7 +540,9 @@ NamedTensors load_safetensors(const std::string& path,
   std::fclose(f);
   errno = read_errno;
   if (failed) throw_errno("load_safetensors", path, "read");
-  return parse_safetensors(bytes, "[load_safetensors] " + path + ": ", metadata);
+  NamedTensors tensors = parse_safetensors(bytes, "[load_safetensors] " + path + ": ", metadata);
+  if (file) *file = std::move(bytes);
+  return tensors;
 }
 
 // --- reading parts of a safetensors file -----------------------------------------------------

@@ -29,7 +29,10 @@ NamedTensors from_safetensors(std::span<const uint8_t> bytes,
                               std::map<std::string, std::string>* metadata = nullptr);
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata = {});
+// With `file`, the file's bytes as read are left there too (a caller that checks them: a
+// checkpoint's checksum), so that the file is read once.
 NamedTensors load_safetensors(const std::string& path,
-                              std::map<std::string, std::string>* metadata = nullptr);
+                              std::map<std::string, std::string>* metadata = nullptr,
+                              std::vector<uint8_t>* file = nullptr);
 
 }  // namespace gw

@@ -4,9 +4,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <vector>
 
 #include "core/checkpoint.h"
@@ -105,7 +108,7 @@ uint32_t reference_crc32c(const uint8_t* p, size_t size) {
 
 }  // namespace
 
-TEST_CASE("a checkpoint whose tensors' bytes changed after the save is refused, not loaded",
+TEST_CASE("a checkpoint whose bytes changed after the save is refused, not loaded",
           "[core][checkpoint][errors]") {
   gw::test::TempDir dir;
   // Tensors of odd byte counts and none (the checksum's tail and its chaining across tensors),
@@ -114,7 +117,7 @@ TEST_CASE("a checkpoint whose tensors' bytes changed after the save is refused, 
   saved.model.emplace("mask", full({3}, 1.0f).to(kBool));
   saved.model.emplace("half", full({3}, 0.25f).to(kFloat16));
   saved.model.emplace("none", zeros({0}));
-  saved.extra.emplace("\"data_crc32c", "00000000");
+  saved.extra.emplace("\"crc32c", "00000000");
   save_checkpoint(dir.path, saved);
   const std::string path = dir.path + "/checkpoint.safetensors";
   const std::vector<uint8_t> good = read_all(path);
@@ -122,43 +125,95 @@ TEST_CASE("a checkpoint whose tensors' bytes changed after the save is refused, 
   for (int i = 7; i >= 0; --i) header = header << 8 | good[static_cast<size_t>(i)];
   const size_t data = 8 + header;
   REQUIRE(good.size() > data);
-  // The checksum recorded is the standard CRC-32C of the data section, in the file and in the
-  // JSON beside it.
-  char want[9];
-  std::snprintf(want, sizeof want, "%08x",
-                reference_crc32c(good.data() + data, good.size() - data));
+  // The checksum recorded is the standard CRC-32C of the whole file with its own 8 digits read
+  // as zeros, in the file and in the JSON beside it.
   const std::string text(good.begin() + 8, good.begin() + static_cast<std::ptrdiff_t>(data));
-  CHECK_THAT(text, Catch::Contains(std::string("\"data_crc32c\":\"") + want + "\""));
+  const size_t field = text.find(",\"crc32c\":\"");
+  REQUIRE(field != std::string::npos);
+  const size_t digits = 8 + field + 11;
+  std::vector<uint8_t> zeroed = good;
+  std::fill_n(zeroed.begin() + static_cast<std::ptrdiff_t>(digits), 8, '0');
+  char want[9];
+  std::snprintf(want, sizeof want, "%08x", reference_crc32c(zeroed.data(), zeroed.size()));
+  CHECK(std::string(good.begin() + static_cast<std::ptrdiff_t>(digits),
+                    good.begin() + static_cast<std::ptrdiff_t>(digits) + 8) == want);
   std::ifstream json(dir.path + "/checkpoint.json");
   CHECK_THAT(std::string(std::istreambuf_iterator<char>(json), std::istreambuf_iterator<char>()),
              Catch::Contains(want));
-  // One bit flipped anywhere in the tensors' bytes: the first, one in the middle, the last.
-  for (size_t at : {data, (data + good.size()) / 2, good.size() - 1}) {
+  auto refused = [&](size_t at, const std::string& replacement) {
     std::vector<uint8_t> bad = good;
-    bad[at] ^= 0x10;
+    std::copy(replacement.begin(), replacement.end(),
+              bad.begin() + static_cast<std::ptrdiff_t>(at));
     write_all(path, bad);
     CHECK_THROWS_WITH(load_checkpoint(dir.path), Catch::Contains("checkpoint.safetensors") &&
-                                                     Catch::Contains("is corrupt") &&
-                                                     Catch::Contains(want));
-  }
+                                                     Catch::Contains("is corrupt: its CRC-32C"));
+  };
+  // One bit flipped anywhere in the tensors' bytes: the first, one in the middle, the last.
+  for (size_t at : {data, (data + good.size()) / 2, good.size() - 1})
+    refused(at, std::string(1, static_cast<char>(good[at] ^ 0x10)));
+  // ... or in the header, where the JSON still parses and agrees with the tensors' sizes: another
+  // step, a shape of the same size ([2,3] as [3,2]), the checksum's own digits.
+  const size_t step = text.find("\"step\":\"7\"");
+  REQUIRE(step != std::string::npos);
+  refused(8 + step + 8, "6");
+  const size_t shape = text.find("[2,3]");
+  REQUIRE(shape != std::string::npos);
+  refused(8 + shape, "[3,2]");
+  refused(digits + 3, good[digits + 3] == '0' ? "1" : "0");
+  // ... or bytes added after the last tensor's, which safetensors' offsets do not reach.
+  std::vector<uint8_t> longer = good;
+  longer.push_back(0);
+  write_all(path, longer);
+  CHECK_THROWS_WITH(load_checkpoint(dir.path), Catch::Contains("is corrupt: its CRC-32C"));
   write_all(path, good);
   auto loaded = load_checkpoint(dir.path);
   REQUIRE(loaded);
   check_same(saved, *loaded);
-  CHECK_FALSE(loaded->extra.contains("data_crc32c"));  // the checkpoint's own, not the program's
+  CHECK_FALSE(loaded->extra.contains("crc32c"));  // the checkpoint's own, not the program's
+  // A header that lost its checksum (its key's name flipped) is refused too: format 2 has one; and
+  // so is one whose format reads 1, which would have gone unchecked.
+  std::vector<uint8_t> unnamed = good;
+  unnamed[digits - 5] = '3';  // "crc32c" becomes "crc33c"
+  write_all(path, unnamed);
+  CHECK_THROWS_WITH(load_checkpoint(dir.path), Catch::Contains("is corrupt: its header has no "
+                                                               "checksum"));
+  const size_t format = text.find("gradwire-checkpoint-2");
+  REQUIRE(format != std::string::npos);
+  std::vector<uint8_t> older = good;
+  older[8 + format + 20] = '1';
+  write_all(path, older);
+  CHECK_THROWS_WITH(load_checkpoint(dir.path),
+                    Catch::Contains("is corrupt: its header has format 1 but format 2's checksum"));
 }
 
-TEST_CASE("a checkpoint from before checksums loads unchecked", "[core][checkpoint]") {
+TEST_CASE("a checkpoint of format 1 loads, checked by its tensors' checksum where it has one",
+          "[core][checkpoint]") {
   gw::test::TempDir dir;
-  save_safetensors(
-      dir.path + "/checkpoint.safetensors",
-      {{"model/w", full({3}, 2.0f)}, {"optimizer/lr", full({}, 0.5, kFloat64)}},
-      {{"format", "gradwire-checkpoint-1"}, {"epoch", "1"}, {"step", "4"}, {"seed", "9"}});
-  auto loaded = load_checkpoint(dir.path);
-  REQUIRE(loaded);
-  CHECK(equal(loaded->model.at("w"), full({3}, 2.0f)));
-  CHECK(loaded->step == 4);
-  CHECK(loaded->extra.empty());
+  const std::string path = dir.path + "/checkpoint.safetensors";
+  // Written as format 1 was: the tensors' bytes in name order, summed alone.
+  const Tensor w = full({3}, 2.0f), lr = full({}, 0.5, kFloat64);
+  std::vector<uint8_t> bytes(static_cast<size_t>(lr.nbytes() + w.nbytes()));
+  std::memcpy(bytes.data(), w.raw_data(), static_cast<size_t>(w.nbytes()));  // "model/w" first
+  std::memcpy(bytes.data() + w.nbytes(), lr.raw_data(), static_cast<size_t>(lr.nbytes()));
+  char sum[9];
+  std::snprintf(sum, sizeof sum, "%08x", reference_crc32c(bytes.data(), bytes.size()));
+  std::map<std::string, std::string> meta = {
+      {"format", "gradwire-checkpoint-1"}, {"epoch", "1"}, {"step", "4"}, {"seed", "9"}};
+  for (bool summed : {false, true}) {
+    if (summed) meta["data_crc32c"] = sum;
+    save_safetensors(path, {{"model/w", w}, {"optimizer/lr", lr}}, meta);
+    auto loaded = load_checkpoint(dir.path);
+    REQUIRE(loaded);
+    CHECK(equal(loaded->model.at("w"), w));
+    CHECK(loaded->step == 4);
+    CHECK(loaded->extra.empty());
+  }
+  std::vector<uint8_t> bad = read_all(path);
+  bad.back() ^= 0x10;
+  write_all(path, bad);
+  CHECK_THROWS_WITH(load_checkpoint(dir.path), Catch::Contains("is corrupt") &&
+                                                   Catch::Contains("tensors' CRC-32C") &&
+                                                   Catch::Contains(sum));
 }
 
 TEST_CASE("load_checkpoint refuses what is not a checkpoint, naming the file",
@@ -178,7 +233,9 @@ TEST_CASE("load_checkpoint refuses what is not a checkpoint, naming the file",
   own.extra["seed"] = "mine";  // written by the checkpoint itself: it would be lost
   CHECK_THROWS_WITH(save_checkpoint(dir.path + "/own", own),
                     Catch::Contains("extra key \"seed\"") && Catch::Contains("[save_checkpoint]"));
-  own.extra = {{"data_crc32c", "mine"}};
-  CHECK_THROWS_WITH(save_checkpoint(dir.path + "/own", own),
-                    Catch::Contains("extra key \"data_crc32c\""));
+  for (const char* checksum : {"crc32c", "data_crc32c"}) {
+    own.extra = {{checksum, "mine"}};
+    CHECK_THROWS_WITH(save_checkpoint(dir.path + "/own", own),
+                      Catch::Contains(std::string("extra key \"") + checksum + "\""));
+  }
 }
