@@ -38,35 +38,6 @@ constexpr const char* kDataChecksum = "data_crc32c";
 constexpr const char* kReserved[] = {"format", "epoch", "step", "seed", kChecksum, kDataChecksum};
 constexpr size_t kDigits = 8;
 
-// CRC-32C (Castagnoli) of `size` bytes, continuing from `crc` (0 to start): the CPU's crc32
-// instruction, 8 bytes at a time (about 9 GB/s), where the build has SSE 4.2; else a table, a
-// byte at a time.
-uint32_t crc32c(uint32_t crc, const uint8_t* p, size_t size) {
-  crc = ~crc;
-#if defined(__SSE4_2__) && defined(__x86_64__)
-  uint64_t c = crc;
-  for (; size >= 8; p += 8, size -= 8) {
-    uint64_t v;
-    std::memcpy(&v, p, 8);
-    c = _mm_crc32_u64(c, v);
-  }
-  crc = static_cast<uint32_t>(c);
-  for (; size > 0; ++p, --size) crc = _mm_crc32_u8(crc, *p);
-#else
-  static constexpr std::array<uint32_t, 256> kTable = [] {
-    std::array<uint32_t, 256> t{};
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int bit = 0; bit < 8; ++bit) c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1u)));
-      t[i] = c;
-    }
-    return t;
-  }();
-  for (; size > 0; ++p, --size) crc = kTable[(crc ^ *p) & 0xffu] ^ (crc >> 8);
-#endif
-  return ~crc;
-}
-
 std::string hex8(uint32_t v) {
   static constexpr char kDigits[] = "0123456789abcdef";
   std::string out(8, '0');
@@ -94,6 +65,35 @@ size_t digits_of(std::string_view header, const char* key, const std::string& va
 }
 
 }  // namespace
+
+// The CPU's crc32 instruction, 8 bytes at a time (about 9 GB/s), where the build has SSE 4.2;
+// else a table, a byte at a time.
+uint32_t crc32c(uint32_t crc, const void* data, size_t size) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  crc = ~crc;
+#if defined(__SSE4_2__) && defined(__x86_64__)
+  uint64_t c = crc;
+  for (; size >= 8; p += 8, size -= 8) {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    c = _mm_crc32_u64(c, v);
+  }
+  crc = static_cast<uint32_t>(c);
+  for (; size > 0; ++p, --size) crc = _mm_crc32_u8(crc, *p);
+#else
+  static constexpr std::array<uint32_t, 256> kTable = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int bit = 0; bit < 8; ++bit) c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1u)));
+      t[i] = c;
+    }
+    return t;
+  }();
+  for (; size > 0; ++p, --size) crc = kTable[(crc ^ *p) & 0xffu] ^ (crc >> 8);
+#endif
+  return ~crc;
+}
 
 void write_file_atomically(const std::string& path, const void* data, size_t size,
                            const char* op) {
@@ -208,8 +208,7 @@ std::optional<Checkpoint> load_checkpoint(const std::string& dir) {
   if (meta.contains(key)) {
     uint32_t crc = 0;
     if (format1) {
-      for (const auto& [k, t] : all)
-        crc = crc32c(crc, static_cast<const uint8_t*>(t.raw_data()), t.nbytes());
+      for (const auto& [k, t] : all) crc = crc32c(crc, t.raw_data(), t.nbytes());
     } else {
       uint64_t header_size = 0;  // sane: from_safetensors read the header it gives the length of
       for (int i = 7; i >= 0; --i) header_size = header_size << 8 | bytes[static_cast<size_t>(i)];

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <mutex>
 #include <optional>
@@ -27,8 +29,34 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-constexpr const char* kFormat = "gradwire-distributed-checkpoint-1";
+// Format 2 records checksums (CRC-32C): the index's of its own text, and each chunk's of its
+// bytes, a block at a time. Format 1, without them, is read still, unchecked.
+constexpr const char* kFormat = "gradwire-distributed-checkpoint-2";
+constexpr const char* kFormat1 = "gradwire-distributed-checkpoint-1";
 constexpr const char* kIndex = "index.json";
+// A chunk's bytes are summed kCrcBlock at a time, so that a rank reading part of a chunk checks
+// what it read with at most a block more read at either end.
+constexpr int64_t kCrcBlock = int64_t{1} << 20;
+
+std::string hex8(uint32_t v) {
+  char out[9];
+  std::snprintf(out, sizeof out, "%08x", v);
+  return out;
+}
+
+// Where the digits of the index's own checksum, of value `value`, start in its text; npos when
+// they are not there. The index is written with dump(1), its keys in order: "crc32c" first.
+size_t checksum_digits(const std::string& text, const std::string& value) {
+  const std::string field = "\"crc32c\": \"" + value + "\"";
+  const size_t at = text.find(field);
+  return at == std::string::npos ? at : at + field.size() - 1 - value.size();
+}
+
+// `text`'s CRC-32C with the digits at `at` (8 of them) read as zeros.
+std::string index_checksum(std::string text, size_t at) {
+  text.replace(at, 8, 8, '0');
+  return hex8(crc32c(0, text.data(), text.size()));
+}
 
 // --- describing what a writer holds, and who writes what -----------------------------------
 
@@ -240,10 +268,11 @@ void create_dir(const std::string& dir, const char* op) {
   GW_CHECK(!ec, IoError, op, " cannot create directory '", dir, "': ", ec.message());
 }
 
-// Writes the pieces of `state` that `writes` lists into `dir`/`file`.
-void write_shard(const std::string& dir, const std::string& file, int64_t generation,
+// Writes the pieces of `state` that `writes` lists into `dir`/`file`; returns each one's bytes'
+// CRC-32C, kCrcBlock bytes at a time, by its key in the file.
+json write_shard(const std::string& dir, const std::string& file, int64_t generation,
                  const ShardedState& state, const std::vector<Piece>& writes, const char* op) {
-  if (writes.empty()) return;
+  if (writes.empty()) return json::object();
   NamedTensors tensors;
   for (const Piece& p : writes) {
     const Tensor& local = state.at(p.name).local;
@@ -254,31 +283,53 @@ void write_shard(const std::string& dir, const std::string& file, int64_t genera
   }
   const std::vector<uint8_t> bytes =
       to_safetensors(tensors, {{"format", kFormat}, {"generation", std::to_string(generation)}});
+  // The data section holds the tensors' bytes in key order, one after another.
+  uint64_t header = 0;
+  for (int i = 7; i >= 0; --i) header = header << 8 | bytes[static_cast<size_t>(i)];
+  json sums = json::object();
+  size_t at = 8 + header;
+  for (const auto& [key, t] : tensors) {
+    const size_t n = t.nbytes();
+    json blocks = json::array();
+    for (size_t b = 0; b < n; b += kCrcBlock)
+      blocks.push_back(crc32c(0, bytes.data() + at + b, std::min<size_t>(kCrcBlock, n - b)));
+    sums[key] = std::move(blocks);
+    at += n;
+  }
+  GW_CHECK(at == bytes.size(), InternalError, op, " ", file, ": its tensors' bytes end at ", at,
+           " of ", bytes.size());
   write_file_atomically(dir + "/" + file, bytes.data(), bytes.size(), op);
+  return sums;
 }
 
 // Writes the index that makes save `id` the checkpoint, then removes the files of older
-// generations. Refuses when a save of this generation or a later one got there first: two
-// jobs saved into one directory at once.
+// generations. `sums`: what each writer's write_shard returned. Refuses when a save of this
+// generation or a later one got there first: two jobs saved into one directory at once.
 void write_index(const std::string& dir, const SaveId& id, int world_size,
                  const std::map<std::string, std::string>& metadata, const Layout& layout,
-                 const std::function<std::string(size_t)>& file_of, const char* op) {
+                 const std::function<std::string(size_t)>& file_of, const std::vector<json>& sums,
+                 const char* op) {
   json tensors = json::object();
   for (const auto& [name, e] : layout.tensors) {
     json chunks = json::array();
     for (const auto& [p, w] : e.chunks)
-      chunks.push_back(
-          {{"file", file_of(w)}, {"key", p.key()}, {"offset", p.offset}, {"numel", p.numel}});
+      chunks.push_back({{"file", file_of(w)},
+                        {"key", p.key()},
+                        {"offset", p.offset},
+                        {"numel", p.numel},
+                        {"crc32c", sums.at(w).at(p.key())}});
     tensors[name] = {
         {"dtype", dtype_name(e.dtype)}, {"shape", shape_json(e.shape)}, {"chunks", chunks}};
   }
-  const std::string text = json{{"format", kFormat},
-                                {"generation", id.generation},
-                                {"world_size", world_size},
-                                {"metadata", metadata},
-                                {"tensors", tensors}}
-                               .dump(1) +
-                           "\n";
+  const std::string zeros(8, '0');
+  std::string text =
+      json{{"crc32c", zeros},          {"format", kFormat},    {"generation", id.generation},
+           {"world_size", world_size}, {"metadata", metadata}, {"tensors", tensors}}
+          .dump(1) +
+      "\n";
+  const size_t at = checksum_digits(text, zeros);
+  GW_CHECK(at != std::string::npos, InternalError, op, " the index's checksum has no place");
+  text.replace(at, 8, index_checksum(text, at));
   const int64_t found = index_generation(dir);
   GW_CHECK(found < id.generation, IoError, op, " '", dir, "' got a checkpoint of generation ",
            found, " while this save (generation ", id.generation,
@@ -363,14 +414,13 @@ void save(const std::string& dir, const ShardedState& state, ProcessGroup& group
   auto rank_name = [](size_t r) { return "rank " + std::to_string(r); };
   auto file_of = [&id](size_t r) { return id.file("rank" + std::to_string(r)); };
   const Layout layout = plan(held, rank_name, op);  // the same verdict on every rank
-  // 2. Every rank's file; 3. once all are on disk, the index.
-  gather_or_throw(group, [&] {
-    write_shard(dir, file_of(static_cast<size_t>(me)), id.generation, state,
-                layout.writes[static_cast<size_t>(me)], op);
-    return json();
+  // 2. Every rank's file, and its checksums; 3. once all are on disk, the index.
+  const std::vector<json> sums = gather_or_throw(group, [&] {
+    return write_shard(dir, file_of(static_cast<size_t>(me)), id.generation, state,
+                       layout.writes[static_cast<size_t>(me)], op);
   });
   gather_or_throw(group, [&] {
-    if (me == 0) write_index(dir, id, group.size(), metadata, layout, file_of, op);
+    if (me == 0) write_index(dir, id, group.size(), metadata, layout, file_of, sums, op);
     return json();
   });
 }
@@ -402,10 +452,25 @@ void Reader::open() {
   try {
     std::ifstream in(path);
     GW_CHECK(in, IoError, where, "cannot be opened");
-    const json index = json::parse(in);
-    GW_CHECK(index.at("format") == kFormat, IoError, where, "format ", index.at("format").dump(),
-             " is not ", kFormat);
+    const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    const json index = json::parse(text);
+    // First: an index that fails its checks is refused at once (the constructor reads again only
+    // one whose generation changed meanwhile).
     generation_ = index.at("generation").get<int64_t>();
+    const bool format1 = index.at("format") == kFormat1;
+    GW_CHECK(format1 || index.at("format") == kFormat, IoError, where, "format ",
+             index.at("format").dump(), " is neither ", kFormat1, " nor ", kFormat);
+    // Format 2 carries its checksum; format 1 has none (one that does was format 2).
+    GW_CHECK(format1 != index.contains("crc32c"), IoError, where, "is corrupt: format ",
+             format1 ? 1 : 2, " with", format1 ? "" : "out", " the index's checksum");
+    if (!format1) {
+      const std::string recorded = index.at("crc32c").get<std::string>();
+      const size_t at = checksum_digits(text, recorded);
+      const std::string sum = at == std::string::npos ? "" : index_checksum(text, at);
+      GW_CHECK(sum == recorded, IoError, where, "is corrupt: its CRC-32C is ",
+               sum.empty() ? "not where the save writes it" : sum, ", the index recorded ",
+               recorded);
+    }
     world_size_ = index.at("world_size").get<int>();
     metadata_ = index.at("metadata").get<std::map<std::string, std::string>>();
     for (const auto& [name, t] : index.at("tensors").items()) {
@@ -420,8 +485,16 @@ void Reader::open() {
       std::vector<Chunk> chunks;
       int64_t covered = 0;
       for (const json& c : t.at("chunks")) {
-        Chunk chunk{c.at("file").get<std::string>(), c.at("key").get<std::string>(),
-                    c.at("offset").get<int64_t>(), c.at("numel").get<int64_t>()};
+        Chunk chunk{c.at("file").get<std::string>(),
+                    c.at("key").get<std::string>(),
+                    c.at("offset").get<int64_t>(),
+                    c.at("numel").get<int64_t>(),
+                    {}};
+        for (const json& sum : format1 ? json::array() : c.at("crc32c")) {
+          GW_CHECK(sum.is_number_unsigned() && sum.get<uint64_t>() <= 0xffffffffu, IoError, where,
+                   "tensor \"", name, "\" has checksum ", sum.dump());
+          chunk.sums.push_back(sum.get<uint32_t>());
+        }
         GW_CHECK(!chunk.file.empty() && chunk.file.find('/') == std::string::npos &&
                      chunk.file != "." && chunk.file != "..",
                  IoError, where, "tensor \"", name, "\" names file \"", chunk.file,
@@ -430,6 +503,11 @@ void Reader::open() {
                  IoError, where, "tensor \"", name, "\" has a chunk of ", chunk.numel,
                  " elements at ", chunk.offset, " where elements from ", covered, " of ", *total,
                  " were expected");
+        const int64_t bytes = chunk.numel * static_cast<int64_t>(itemsize(*parsed));
+        GW_CHECK(format1 ||
+                     static_cast<int64_t>(chunk.sums.size()) == (bytes + kCrcBlock - 1) / kCrcBlock,
+                 IoError, where, "tensor \"", name, "\" has ", chunk.sums.size(),
+                 " checksums for a chunk of ", bytes, " bytes");
         covered += chunk.numel;
         chunks.push_back(std::move(chunk));
       }
@@ -484,19 +562,61 @@ void Reader::read(const std::string& name, const Tensor& dst, int64_t offset) co
   for (const Chunk& c : chunks_.at(name)) {
     const int64_t lo = std::max(offset, c.offset), hi = std::min(offset + n, c.offset + c.numel);
     if (lo >= hi) continue;
-    const SafetensorsFile& f = file(c.file);
-    auto stored = f.tensors().find(c.key);
-    GW_CHECK(stored != f.tensors().end() && stored->second.dtype == info.dtype &&
-                 gw::numel(stored->second.shape) == c.numel,
-             IoError, "[checkpoint::Reader] ", f.path(), " does not hold chunk \"", c.key,
-             "\" of tensor \"", name, "\" as the index says (", dtype_name(info.dtype), ", ",
-             c.numel, " elements)");
-    f.read(c.key, lo - c.offset, hi - lo, out + (lo - offset) * item);
+    read_chunk(name, c, lo - c.offset, hi - c.offset, out + (lo - offset) * item);
   }
   if (!direct) {
     gw::autograd::NoGradGuard no_grad;
     dst.detach().copy_(into.view(dst.sizes()));
   }
+}
+
+void Reader::read_chunk(const std::string& name, const Chunk& c, int64_t from, int64_t to,
+                        uint8_t* out) const {
+  const DType dtype = tensors_.at(name).dtype;
+  const SafetensorsFile& f = file(c.file);
+  auto stored = f.tensors().find(c.key);
+  GW_CHECK(stored != f.tensors().end() && stored->second.dtype == dtype &&
+               gw::numel(stored->second.shape) == c.numel,
+           IoError, "[checkpoint::Reader] ", f.path(), " does not hold chunk \"", c.key,
+           "\" of tensor \"", name, "\" as the index says (", dtype_name(dtype), ", ", c.numel,
+           " elements)");
+  if (c.sums.empty()) {  // format 1: unchecked
+    f.read(c.key, from, to - from, out);
+    return;
+  }
+  const auto item = static_cast<int64_t>(itemsize(dtype));
+  const int64_t per = kCrcBlock / item;  // elements a block
+  auto end_of = [&](int64_t b) { return std::min((b + 1) * per, c.numel); };
+  // Block b, whose elements are at `bytes`, against the index.
+  auto check = [&](int64_t b, const uint8_t* bytes) {
+    const int64_t lo = b * per, hi = end_of(b);
+    const uint32_t sum = crc32c(0, bytes, static_cast<size_t>((hi - lo) * item));
+    GW_CHECK(sum == c.sums[static_cast<size_t>(b)], IoError, "[checkpoint::Reader] ", f.path(),
+             " is corrupt: elements [", lo, ", ", hi, ") of chunk \"", c.key, "\" of tensor \"",
+             name, "\" have CRC-32C ", hex8(sum), ", the index recorded ",
+             hex8(c.sums[static_cast<size_t>(b)]));
+  };
+  // A block the range starts or ends inside: read whole aside, checked, and its part copied.
+  std::vector<uint8_t> aside;
+  auto partly = [&](int64_t b) {
+    const int64_t lo = b * per, hi = end_of(b);
+    aside.resize(static_cast<size_t>((hi - lo) * item));
+    f.read(c.key, lo, hi - lo, aside.data());
+    check(b, aside.data());
+    const int64_t a = std::max(lo, from), z = std::min(hi, to);
+    std::memcpy(out + (a - from) * item, aside.data() + (a - lo) * item,
+                static_cast<size_t>((z - a) * item));
+  };
+  int64_t b = from / per;
+  if (b * per < from) partly(b++);
+  // The blocks the range holds whole: read in place at once, then checked.
+  const int64_t first = b;
+  while (b * per < to && end_of(b) <= to) ++b;
+  if (b > first) {
+    f.read(c.key, first * per, end_of(b - 1) - first * per, out + (first * per - from) * item);
+    for (int64_t k = first; k < b; ++k) check(k, out + (k * per - from) * item);
+  }
+  if (b * per < to) partly(b);
 }
 
 Tensor Reader::read(const std::string& name) const {
@@ -555,7 +675,8 @@ void wait_all(std::vector<Future<T>>& futures) {
   if (failed) std::rethrow_exception(failed);
 }
 
-// On a module's owner: writes its state_dict, whole, as `file` of `dir`; returns the pieces.
+// On a module's owner: writes its state_dict, whole, as `file` of `dir`; returns the pieces and
+// their checksums.
 std::string write_module(std::shared_ptr<nn::Module> module, std::string dir, std::string file,
                          std::string prefix, int64_t generation) {
   constexpr const char* op = "[checkpoint::save]";
@@ -566,8 +687,8 @@ std::string write_module(std::shared_ptr<nn::Module> module, std::string dir, st
       state.emplace(name, Shard{t.local.clone(), t.global_shape, 0});
   }
   const std::vector<Piece> pieces = describe(state, op);
-  write_shard(dir, file, generation, state, pieces, op);
-  return to_json(pieces).dump();
+  const json sums = write_shard(dir, file, generation, state, pieces, op);
+  return json{{"pieces", to_json(pieces)}, {"sums", sums}}.dump();
 }
 
 // On a module's owner: loads its state_dict from the checkpoint in `dir`.
@@ -604,8 +725,13 @@ void save(const std::string& dir, const std::map<std::string, RemoteModule>& mod
   }
   files.push_back(id.file("local"));
   std::vector<std::vector<Piece>> held;
+  std::vector<json> sums;
   wait_all(written);
-  for (auto& w : written) held.push_back(pieces_from_json(json::parse(w.wait())));
+  for (auto& w : written) {
+    json j = json::parse(w.wait());
+    held.push_back(pieces_from_json(j.at("pieces")));
+    sums.push_back(std::move(j.at("sums")));
+  }
   held.push_back(describe(local, op));
   std::vector<std::string> names;
   for (const auto& [prefix, m] : modules) names.push_back("the module under \"" + prefix + "\"");
@@ -613,10 +739,10 @@ void save(const std::string& dir, const std::map<std::string, RemoteModule>& mod
   const Layout layout = plan(
       held, [&](size_t w) { return names[w]; }, op);
   // The modules' files hold what they described; this worker's holds its share of `local`.
-  write_shard(dir, files.back(), id.generation, local, layout.writes.back(), op);
+  sums.push_back(write_shard(dir, files.back(), id.generation, local, layout.writes.back(), op));
   write_index(
       dir, id, static_cast<int>(modules.size()) + 1, metadata, layout,
-      [&](size_t w) { return files[w]; }, op);
+      [&](size_t w) { return files[w]; }, sums, op);
 }
 
 void load(const std::string& dir, const std::map<std::string, RemoteModule>& modules) {

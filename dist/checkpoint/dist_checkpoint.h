@@ -35,6 +35,12 @@
 // index is in place. Every rank must see the same directory (a shared file system across
 // hosts), and one job at a time saves into it (a save that finds a newer index than its own
 // when it is done refuses to replace it).
+//
+// Integrity: index.json records the CRC-32C of its own text and of every chunk's bytes, a MiB
+// at a time. A Reader refuses an index whose text changed; a read checks every block it touches
+// (reading whole the blocks its range starts or ends inside) and refuses one whose bytes changed
+// with an IoError naming the file and the elements. Checkpoints of format 1, from before the
+// checksums, are read unchecked.
 #pragma once
 
 #include <cstdint>
@@ -96,7 +102,8 @@ class Reader {
 
   // Elements [offset, offset + dst.numel()) of logical tensor `name`, into `dst` (any shape,
   // device or layout, of the checkpoint's dtype). IndexError for an unknown name or a range
-  // outside the tensor, InvalidArgumentError for another dtype.
+  // outside the tensor, InvalidArgumentError for another dtype, IoError naming the file when
+  // bytes it read fail their checksum (what was read before stays in `dst`).
   void read(const std::string& name, const Tensor& dst, int64_t offset = 0) const;
   // The checks read(name, dst, offset) makes, without reading.
   void check(const std::string& name, const Tensor& dst, int64_t offset = 0) const;
@@ -110,9 +117,14 @@ class Reader {
   struct Chunk {
     std::string file, key;
     int64_t offset = 0, numel = 0;
+    std::vector<uint32_t> sums;  // CRC-32C of each block of its bytes (none in format 1)
   };
   const TensorInfo& info(const std::string& name) const;  // IndexError naming an unknown one
   const SafetensorsFile& file(const std::string& name) const;
+  // Elements [from, to) of chunk `c` of tensor `name` into `out`, each block they touch checked
+  // against its sum (read whole where the range starts or ends inside it).
+  void read_chunk(const std::string& name, const Chunk& c, int64_t from, int64_t to,
+                  uint8_t* out) const;
   void open();  // reads the index, opens its files
 
   std::string dir_;
@@ -128,8 +140,8 @@ class Reader {
 // [shard.offset, ...) of the checkpoint's tensor of that name, which must have shard's
 // global_shape and local's dtype. Every rank checks every shard before any is read, and raises
 // on every rank when any rank cannot load (a missing name, another shape or dtype), naming the
-// rank and the tensor; nothing has changed then. (A file that fails to read midway leaves what
-// was read.)
+// rank and the tensor; nothing has changed then. (A file that fails to read midway, or whose
+// bytes fail their checksum, raises on every rank too, and leaves what was read.)
 void load(const Reader& checkpoint, const ShardedState& state, ProcessGroup& group);
 void load(const std::string& dir, const ShardedState& state, ProcessGroup& group);
 

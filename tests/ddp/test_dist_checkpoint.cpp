@@ -8,6 +8,8 @@
 #include <fstream>
 #include <mutex>
 
+#include <nlohmann/json.hpp>
+
 #include "autograd/autograd.h"
 #include "core/ops.h"
 #include "core/random.h"
@@ -271,6 +273,103 @@ TEST_CASE("a damaged index is refused by name", "[dist_checkpoint][errors]") {
             "shape": [3, 6148914691236517206], "chunks": [{"file": "f", "key": "t",
             "offset": 0, "numel": 2}]}}})");
   CHECK_THROWS_WITH(dcp::Reader(dir.path), Catch::Contains("has shape"));
+}
+
+TEST_CASE("a checkpoint whose bytes changed is refused, each block as it is read",
+          "[dist_checkpoint][errors]") {
+  test::TempDir dir("gw_dcp");
+  // Two ranks' halves of 3.5 MiB of floats: each chunk is two blocks of the checksums (1 MiB and
+  // 0.75 MiB, 262144 and 196608 elements); and a replica of 2.3 MiB of int64 (3 blocks).
+  constexpr int64_t kHalf = 458752, kBlock = 262144;
+  const Tensor big = arange(0, 2 * kHalf, 1, kFloat32), ints = arange(0, 300000, 1, kInt64);
+  run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+    const int64_t begin = pg.rank() * kHalf;
+    dcp::save(dir.path,
+              {{"big", {big.narrow(0, begin, kHalf).clone(), big.sizes(), begin}},
+               {"ints", {ints, ints.sizes(), 0}}},
+              pg, {{"step", "3"}});
+    EXPECT(c, dcp::Reader(dir.path).world_size() == 2);
+  });
+  auto range = [](const dcp::Reader& r, int64_t from, int64_t to) {
+    Tensor out = empty({to - from});
+    r.read("big", out, from);
+    return out;
+  };
+  {
+    const dcp::Reader ckpt(dir.path);
+    CHECK(equal(ckpt.read("big"), big));
+    // Ranges that start and end inside blocks, around blocks read in place whole.
+    for (auto [from, to] : {std::pair<int64_t, int64_t>{300000, 700000},
+                            {100000, 2 * kHalf - 1000},
+                            {kHalf, 2 * kHalf},
+                            {5, 6}})
+      CHECK(equal(range(ckpt, from, to), big.narrow(0, from, to - from)));
+    Tensor part = empty({170000}, kInt64);  // inside block 0 to inside block 2
+    ckpt.read("ints", part, 100000);
+    CHECK(equal(part, ints.narrow(0, 100000, 170000)));
+  }
+  auto file_of = [&](const std::string& ending) {
+    for (const auto& f : std::filesystem::directory_iterator(dir.path))
+      if (f.path().string().ends_with(ending)) return f.path().string();
+    FAIL("no file ending in " << ending);
+    return std::string();
+  };
+  auto read_text = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  };
+  auto write_text = [](const std::string& path, const std::string& text) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+  };
+  // One bit of rank 1's second block flipped: reads that touch that block fail, naming the file
+  // and its elements; the others still read.
+  const std::string shard = file_of("-rank1.safetensors");
+  const std::string good_shard = read_text(shard);
+  uint64_t header = 0;
+  for (int i = 7; i >= 0; --i) header = header << 8 | static_cast<uint8_t>(good_shard[i]);
+  std::string bad = good_shard;
+  bad[8 + header + 4 * (kBlock + 1000)] ^= 0x10;
+  write_text(shard, bad);
+  {
+    const dcp::Reader ckpt(dir.path);
+    CHECK(equal(range(ckpt, 0, kHalf + kBlock), big.narrow(0, 0, kHalf + kBlock)));
+    for (auto [from, to] : {std::pair<int64_t, int64_t>{0, 2 * kHalf},
+                            {kHalf + kBlock - 1, kHalf + kBlock + 1},
+                            {2 * kHalf - 1, 2 * kHalf}})
+      CHECK_THROWS_WITH(range(ckpt, from, to),
+                        Catch::Contains("-rank1.safetensors is corrupt: elements [262144, 458752) "
+                                        "of chunk \"big@458752\""));
+    CHECK_THROWS_AS(range(ckpt, 0, 2 * kHalf), IoError);
+  }
+  write_text(shard, good_shard);
+  // The index: a changed value, a format that reads 1 (which has no checksums to check).
+  const std::string index = dir.path + "/index.json", good_index = read_text(index);
+  auto edited = [&](const std::string& from, const std::string& to) {
+    std::string text = good_index;
+    const size_t at = text.find(from);
+    REQUIRE(at != std::string::npos);
+    write_text(index, text.replace(at, from.size(), to));
+  };
+  edited("\"step\": \"3\"", "\"step\": \"4\"");
+  CHECK_THROWS_WITH(dcp::Reader(dir.path), Catch::Contains("index.json: is corrupt: its CRC-32C"));
+  edited("checkpoint-2", "checkpoint-1");
+  CHECK_THROWS_WITH(dcp::Reader(dir.path),
+                    Catch::Contains("is corrupt: format 1 with the index's checksum"));
+  write_text(index, good_index);
+  CHECK(dcp::Reader(dir.path).metadata().at("step") == "3");
+  // The same checkpoint as format 1 wrote it, without checksums: read unchecked, the flipped
+  // block and all.
+  nlohmann::json older = nlohmann::json::parse(good_index);
+  older.erase("crc32c");
+  older["format"] = "gradwire-distributed-checkpoint-1";
+  for (auto& [name, t] : older["tensors"].items())
+    for (auto& chunk : t["chunks"]) chunk.erase("crc32c");
+  write_text(index, older.dump(1));
+  write_text(shard, bad);
+  const dcp::Reader unchecked(dir.path);
+  CHECK(equal(range(unchecked, 0, kHalf + kBlock), big.narrow(0, 0, kHalf + kBlock)));
+  CHECK_FALSE(equal(unchecked.read("big"), big));  // nothing checked the flipped bit
+  CHECK(equal(unchecked.read("ints"), ints));
 }
 
 // --- RemoteModule ------------------------------------------------------------------------------

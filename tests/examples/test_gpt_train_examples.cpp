@@ -7,12 +7,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <regex>
 
+#include "core/checkpoint.h"
 #include "dist/process_group/process_group_nccl.h"
 #include "tests/examples/dist_examples_util.h"
 #include "tests/gwrun/gwrun_process.h"
@@ -240,7 +242,8 @@ TEST_CASE(
     const auto other = run_gwrun(plain);
     CHECK(other.exit_code != 0);
     CHECK(count(other.err, "sharded/index.json is the checkpoint of a run with --fsdp") >= 1);
-    // A step that is not a whole number is a damaged checkpoint, not step 200.
+    // A step that is not a whole number is a damaged checkpoint, not step 200: the index's
+    // checksum no longer holds.
     const std::string index = dir.path + "/sharded/index.json";
     std::string text;
     {
@@ -253,7 +256,19 @@ TEST_CASE(
     std::ofstream(index) << damaged;
     const auto bad = run_gwrun(sharded(2, {}));
     CHECK(bad.exit_code != 0);
-    CHECK(count(bad.err, "has step \"200x\", not a whole number") >= 1);
+    CHECK(count(bad.err, "sharded/index.json: is corrupt: its CRC-32C") >= 1);
+    // ... and with the checksum made to fit, gpt_train's own check of the step refuses it.
+    std::string refit = damaged;
+    const std::string field = "\"crc32c\": \"";
+    const size_t digits = refit.find(field) + field.size();
+    REQUIRE(digits >= field.size());
+    refit.replace(digits, 8, "00000000");
+    char sum[9];
+    std::snprintf(sum, sizeof sum, "%08x", gw::crc32c(0, refit.data(), refit.size()));
+    std::ofstream(index) << refit.replace(digits, 8, sum);
+    const auto stepless = run_gwrun(sharded(2, {}));
+    CHECK(stepless.exit_code != 0);
+    CHECK(count(stepless.err, "has step \"200x\", not a whole number") >= 1);
   };
   check(2, {}, 4, {});
   check(4, {"--hsdp", "2"}, 2, {});  // the replicas' equal rows written once
