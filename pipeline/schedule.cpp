@@ -144,6 +144,14 @@ Schedule::Schedule(std::vector<std::shared_ptr<PipelineStage>> stages, Plan plan
 
 Schedule::~Schedule() = default;
 
+std::map<int, size_t> last_backwards(const std::vector<Action>& actions) {
+  std::map<int, size_t> last;
+  for (size_t i = 0; i < actions.size(); ++i)
+    if (actions[i].type != ActionType::Forward && actions[i].type != ActionType::BackwardInput)
+      last[actions[i].stage] = i;
+  return last;
+}
+
 int Schedule::microbatches() const { return impl_->microbatches; }
 
 void Schedule::step(const Tensor& input, const Tensor& target, std::vector<double>* losses) {
@@ -229,10 +237,7 @@ void Schedule::step(const Tensor& input, const Tensor& target, std::vector<doubl
   };
   // With replicas: each stage's gradients, averaged over them once its last backward ran.
   const std::vector<Action>& actions = im.plan[static_cast<size_t>(im.rank())];
-  std::map<int, size_t> last_backward;  // stage -> index in `actions`
-  for (size_t i = 0; i < actions.size(); ++i)
-    if (actions[i].type != ActionType::Forward && actions[i].type != ActionType::BackwardInput)
-      last_backward[actions[i].stage] = i;
+  std::map<int, size_t> last_backward = last_backwards(actions);
   // A parameter that several of this rank's stages share (a tied weight) is averaged once, by
   // the stage whose last backward comes last: until then another stage still adds into its
   // .grad, which an average already running would race with (or, copied flat, overwrite).

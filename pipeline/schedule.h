@@ -171,7 +171,13 @@ struct ScheduleOptions {
   // and step() returns once that is done. DDP's arithmetic: every replica's stages end the step
   // with the gradient of the mean loss over all replicas' micro-batches (a parameter without a
   // gradient gets zeros). A parameter several of the rank's stages share (a tied weight) is
-  // averaged once, by the stage whose last backward comes last. Null: one replica.
+  // averaged once, by the stage whose last backward comes last. The replicas' stages must
+  // average in the same order with the same parameters (dtype, shape, trained or frozen), tied
+  // alike, or their averages would not pair up: the first step compares them and raises
+  // InvalidArgumentError on every rank of every replica, showing the first difference (as it
+  // does when any replica's first step cannot run). Every rank of every replica passes its
+  // group (a pipeline whose ranks disagree is refused; a rank without one, whose replicas have
+  // theirs, leaves them waiting until the group's timeout). Null: one replica.
   std::shared_ptr<dist::ProcessGroup> data_parallel;
   // Runs before each backward action (B, I or W) of a stage with whether it is the stage's last
   // of the step. Stages sharded over the replicas (fsdp::fully_shard) give their

@@ -63,6 +63,10 @@ struct Skip {
   DType dtype = kFloat32;
 };
 
+// Each of a rank's stages by the index in `actions` (the rank's) of its last backward, B or W:
+// where, with replicas, the stage averages its gradients.
+std::map<int, size_t> last_backwards(const std::vector<Action>& actions);
+
 struct Schedule::Impl {
   std::vector<LocalStage> stages;  // by stage index / ranks
   Plan plan;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <string>
 #include <tuple>
 #include <utility>
 
@@ -79,6 +81,34 @@ std::string first_difference(const std::vector<uint8_t>& a, const std::vector<ui
     return out;
   };
   return a_name + ": " + window(a) + "\n" + b_name + ": " + window(b) + "\n";
+}
+
+// What the replicas of this rank's stages (ScheduleOptions::data_parallel) must agree on for
+// their gradients' averages to pair up, one line each: the order in which the stages average
+// (that of their last backwards in this rank's actions), and every stage's parameters in order
+// (dtype, shape, whether trained, and which earlier one it is where tied: averaged once, by the
+// stage that averages last).
+std::string replica_terms(const std::vector<Action>& actions,
+                          const std::vector<LocalStage>& stages) {
+  std::map<size_t, int> order;  // index of the last backward -> stage
+  for (const auto& [stage, index] : last_backwards(actions)) order[index] = stage;
+  std::string out = "stages average in the order:";
+  for (const auto& [index, stage] : order) out += " " + std::to_string(stage);
+  std::map<const TensorImpl*, std::string> seen;
+  for (const LocalStage& ls : stages) {
+    const std::vector<Tensor> params = ls.stage->module().parameters();
+    for (size_t i = 0; i < params.size(); ++i) {
+      const Tensor& p = params[i];
+      const std::string name =
+          "stage " + std::to_string(ls.stage->index()) + " parameter " + std::to_string(i);
+      out += "\n" + name + ": ";
+      auto [it, fresh] = seen.emplace(p.impl(), name);
+      out += fresh ? gw::detail::str(dtype_name(p.dtype()), " ", shape_str(p.sizes()),
+                                     p.requires_grad() ? " trained" : " frozen")
+                   : "tied to " + it->second;
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -219,29 +249,61 @@ void Schedule::Impl::exchange_shapes(const Tensor& input, const Tensor& target) 
     if (rank_of(skip.from) == rank()) local(skip.from).skips_out.push_back(k);
     if (rank_of(skip.to) == rank()) local(skip.to).skips_in.push_back(k);
   }
+  // With replicas: every replica of this rank's stages, the same terms; a difference is this
+  // rank's failure, which the pipeline's other ranks then learn too.
+  if (data_parallel) {
+    const std::string terms = replica_terms(plan[static_cast<size_t>(rank())], stages);
+    const auto replicas = dist::all_gather_bytes(*data_parallel, {terms.begin(), terms.end()});
+    for (size_t r = 1; r < replicas.size() && failure.empty(); ++r)
+      if (replicas[r] != replicas[0])
+        failure = detail::str(
+            "replica ", r, " of rank ", rank(),
+            "'s stages (ScheduleOptions::data_parallel) differs from replica 0, so that their "
+            "gradients' averages would not pair up; the first line where they differ:\n",
+            first_difference(replicas[0], replicas[r], "replica 0",
+                             "replica " + std::to_string(r)));
+  }
   // Every rank: the first failure, and the plans.
   const std::string mine = (failure.empty() ? "0" : "1") + failure;
-  const std::string plan_text = to_string(plan);
+  // The plan, and whether the rank runs with replicas (and how many): a pipeline whose ranks
+  // disagree there would average on some ranks only.
+  const std::string plan_text =
+      detail::str(to_string(plan), "\nreplicas: ", data_parallel ? data_parallel->size() : 0, "\n");
   const auto reports =
       dist::all_gather_bytes(group(), std::vector<uint8_t>(mine.begin(), mine.end()));
   const auto plans =
       dist::all_gather_bytes(group(), std::vector<uint8_t>(plan_text.begin(), plan_text.end()));
+  // The verdict: why this pipeline cannot run, or nothing.
+  std::string verdict;
   for (const auto& r : reports)
-    GW_CHECK(r.empty() || r[0] != '1', InvalidArgumentError, "[pipeline] ",
-             std::string(r.begin() + 1, r.end()));
-  for (size_t r = 1; r < plans.size(); ++r)
-    GW_CHECK(plans[r] == plans[0], InvalidArgumentError, "[pipeline] rank ", r,
-             " runs another schedule than rank 0; the first line where they differ:\n",
-             first_difference(plans[0], plans[r], "rank 0", "rank " + std::to_string(r)));
+    if (verdict.empty() && !r.empty() && r[0] == '1') verdict.assign(r.begin() + 1, r.end());
+  for (size_t r = 1; r < plans.size() && verdict.empty(); ++r)
+    if (plans[r] != plans[0])
+      verdict =
+          detail::str("rank ", r,
+                      " runs another schedule than rank 0; the first line where they "
+                      "differ:\n",
+                      first_difference(plans[0], plans[r], "rank 0", "rank " + std::to_string(r)));
   // MPI promises tags up to 32767 only. Checked once every rank is known to run this plan, with
   // the same skips: every rank refuses alike, before any step. (In 64 bits: a plan of millions
   // of micro-batches must not wrap around to a small tag.)
   const int64_t m = microbatches;
   const int64_t largest_tag =
       2 + 2 * int64_t{num_stages} * m + 2 * static_cast<int64_t>(skips.size()) * m - 1;
-  GW_CHECK(largest_tag <= 32767, InvalidArgumentError, "[pipeline] ", num_stages, " stages, ",
-           microbatches, " micro-batches and ", skips.size(), " skips need message tags up to ",
-           largest_tag, "; MPI promises 32767");
+  if (verdict.empty() && largest_tag > 32767)
+    verdict =
+        detail::str(num_stages, " stages, ", microbatches, " micro-batches and ", skips.size(),
+                    " skips need message tags up to ", largest_tag, "; MPI promises 32767");
+  // With replicas, every replica's verdict: a pipeline whose replica cannot run does not run
+  // either (it would wait on that replica's averages).
+  if (data_parallel) {
+    const auto verdicts = dist::all_gather_bytes(*data_parallel, {verdict.begin(), verdict.end()});
+    for (size_t r = 0; r < verdicts.size() && verdict.empty(); ++r)
+      if (!verdicts[r].empty())
+        verdict = detail::str("replica ", r, " cannot take its first step: ",
+                              std::string(verdicts[r].begin(), verdicts[r].end()));
+  }
+  GW_CHECK(verdict.empty(), InvalidArgumentError, "[pipeline] ", verdict);
   checked = true;
 }
 

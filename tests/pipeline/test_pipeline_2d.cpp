@@ -50,15 +50,17 @@ mesh_groups(const dist::ProcessGroupGloo& world, int ranks,
 
 TEST_CASE(
     "2D: two replicas of a 2-stage GPT pipeline on 4 ranks, each on half the batch: float64 "
-    "gradients equal the whole model's on the whole batch, under 1F1B and zero bubble",
+    "gradients equal the whole model's on the whole batch, under 1F1B and zero bubble, and with "
+    "one replica on 1F1B, the other on GPipe (one stage a rank: they average alike)",
     "[pipeline]") {
   constexpr int kStages = 2, kReplicas = 2, kMicro = 3;
   auto [x, y] = batch(2 * kReplicas * kMicro);
   auto reference = gpt();
   reference->loss(x, y).backward();
   const auto wants = reference->named_parameters();
-  for (const std::string name : {"1f1b", "zb"}) {
-    INFO(name);
+  for (const auto& [name, other] : std::vector<std::pair<std::string, std::string>>{
+           {"1f1b", "1f1b"}, {"zb", "zb"}, {"1f1b", "gpipe"}}) {
+    INFO(name << " and " << other);
     auto groups = std::make_shared<store::HashStore>();  // the mesh's rows and columns
     run_ranks(kStages * kReplicas, [&](dist::ProcessGroupGloo& world, Checks& c) {
       const auto [pp, dp] = mesh_groups(world, kStages, groups);
@@ -66,8 +68,8 @@ TEST_CASE(
       auto model = gpt();
       auto part = stage_of(*model, s, kStages);
       pipeline::Schedule schedule(std::make_shared<pipeline::PipelineStage>(part, s, kStages, pp),
-                                  pipeline::make_plan(name, kStages, kMicro), loss_fn,
-                                  {.data_parallel = dp});
+                                  pipeline::make_plan(replica == 0 ? name : other, kStages, kMicro),
+                                  loss_fn, {.data_parallel = dp});
       const int64_t rows = x.size(0) / kReplicas;
       const Tensor my_x = x.narrow(0, replica * rows, rows),
                    my_y = y.narrow(0, replica * rows, rows);
@@ -88,6 +90,70 @@ TEST_CASE(
                "every parameter of the stage compared");
     });
   }
+}
+
+TEST_CASE(
+    "2D: replicas whose averages would not pair up, or one that cannot run, are refused on every "
+    "rank before any step",
+    "[pipeline][errors]") {
+  constexpr int kStages = 2, kReplicas = 2, kMicro = 3;
+  auto [x, y] = batch(2 * kReplicas * kMicro);
+  // Replica 1: a frozen parameter in stage 0 only (rank 1's stages agree: it learns from rank 0),
+  // or an input longer than the model's context (its replica 0 would wait on its averages).
+  for (const std::string odd : {"frozen", "too long"}) {
+    INFO(odd);
+    auto groups = std::make_shared<store::HashStore>();
+    run_ranks(kStages * kReplicas, [&](dist::ProcessGroupGloo& world, Checks& c) {
+      const auto [pp, dp] = mesh_groups(world, kStages, groups);
+      const int replica = dp->rank(), s = pp->rank();
+      auto model = gpt();
+      auto part = stage_of(*model, s, kStages);
+      const bool mine = replica == 1;
+      if (mine && odd == "frozen" && s == 0) part->parameters().front().requires_grad_(false);
+      pipeline::Schedule schedule(std::make_shared<pipeline::PipelineStage>(part, s, kStages, pp),
+                                  pipeline::make_plan("1f1b", kStages, kMicro), loss_fn,
+                                  {.data_parallel = dp});
+      const int64_t rows = x.size(0) / kReplicas;
+      Tensor my_x = x.narrow(0, replica * rows, rows);
+      if (mine && odd == "too long") my_x = cat({my_x, my_x}, 1);
+      auto step = [&] {
+        schedule.step(s == 0 ? my_x : Tensor(),
+                      s == kStages - 1 ? y.narrow(0, replica * rows, rows) : Tensor());
+      };
+      if (odd == "frozen")
+        EXPECT_THROWS(c, InvalidArgumentError, step(), "replica 1 of rank 0's stages",
+                      "stage 0 parameter 0: float64");
+      else
+        EXPECT_THROWS(c, InvalidArgumentError, step(),
+                      replica == 0 ? "[pipeline] replica 1 cannot take its first step: stage 0 "
+                                     "cannot run"
+                                   : "[pipeline] stage 0 cannot run");
+      EXPECT(c, !part->parameters().back().grad().defined());  // nothing ran
+    });
+  }
+  // Replica 1's stage 2 with a weight of its own, where replica 0's shares stage 0's: its
+  // averages would leave the two apart (2 ranks x 4 stages, interleaved).
+  auto groups = std::make_shared<store::HashStore>();
+  run_ranks(2 * kReplicas, [&](dist::ProcessGroupGloo& world, Checks& c) {
+    const int r = world.rank() % 2;
+    const auto [pp, dp] = mesh_groups(world, 2, groups);
+    auto parts = tied_parts();
+    if (dp->rank() == 1) {
+      auto proj = std::dynamic_pointer_cast<nn::Linear>(
+          std::dynamic_pointer_cast<TiedPart>(parts[2])->layer);
+      proj->tie_weight(proj->weight.detach().clone().requires_grad_());
+    }
+    std::vector<std::shared_ptr<pipeline::PipelineStage>> mine;
+    for (int s = r; s < 4; s += 2)
+      mine.push_back(
+          std::make_shared<pipeline::PipelineStage>(parts[static_cast<size_t>(s)], s, 4, pp));
+    pipeline::Schedule schedule(mine, pipeline::make_plan("interleaved", 2, 2), loss_fn,
+                                {.data_parallel = dp});
+    EXPECT_THROWS(
+        c, InvalidArgumentError,
+        schedule.step(r == 0 ? x.narrow(0, 0, 4) : Tensor(), r == 1 ? y.narrow(0, 0, 4) : Tensor()),
+        "replica 1 of rank 0's stages", "stage 2 parameter 0: tied to stage 0 parameter 0");
+  });
 }
 
 TEST_CASE(
