@@ -38,13 +38,6 @@ constexpr const char* kDataChecksum = "data_crc32c";
 constexpr const char* kReserved[] = {"format", "epoch", "step", "seed", kChecksum, kDataChecksum};
 constexpr size_t kDigits = 8;
 
-std::string hex8(uint32_t v) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out(8, '0');
-  for (int i = 7; i >= 0; --i, v >>= 4) out[static_cast<size_t>(i)] = kDigits[v & 15];
-  return out;
-}
-
 [[noreturn]] void fail(const char* op, const std::string& path, const char* what) {
   throw IoError(detail::str("[", op, "] ", what, " '", path, "' failed: ", std::strerror(errno)));
 }
@@ -93,6 +86,13 @@ uint32_t crc32c(uint32_t crc, const void* data, size_t size) {
   for (; size > 0; ++p, --size) crc = kTable[(crc ^ *p) & 0xffu] ^ (crc >> 8);
 #endif
   return ~crc;
+}
+
+std::string crc32c_hex(uint32_t v) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out(8, '0');
+  for (int i = 7; i >= 0; --i, v >>= 4) out[static_cast<size_t>(i)] = kHex[v & 15];
+  return out;
 }
 
 void write_file_atomically(const std::string& path, const void* data, size_t size,
@@ -154,18 +154,16 @@ void save_checkpoint(const std::string& dir, const Checkpoint& c) {
   meta["seed"] = std::to_string(c.seed);
   // The checksum lives in the header it covers: the file is made with 8 zeros in its place, summed,
   // and the zeros overwritten with the sum (the header's length, and so where the tensors start,
-  // stay as they were). load_checkpoint sums the header it read with the zeros put back, then
-  // the tensors' bytes in name order (the data section's) from the tensors it read.
+  // stay as they were). load_checkpoint sums the file it read with those digits zeroed again.
   const std::string placeholder(kDigits, '0');
   meta[kChecksum] = placeholder;
   std::vector<uint8_t> bytes = to_safetensors(all, meta);
-  uint64_t header_size = 0;
-  for (int i = 7; i >= 0; --i) header_size = header_size << 8 | bytes[static_cast<size_t>(i)];
-  const size_t at = digits_of({reinterpret_cast<const char*>(bytes.data()) + 8, header_size},
-                              kChecksum, placeholder);
+  const size_t at =
+      digits_of({reinterpret_cast<const char*>(bytes.data()) + 8, safetensors_header_length(bytes)},
+                kChecksum, placeholder);
   GW_CHECK(at != std::string_view::npos, InternalError,
            "[save_checkpoint] the checksum's place is missing from the header");
-  meta[kChecksum] = hex8(crc32c(0, bytes.data(), bytes.size()));
+  meta[kChecksum] = crc32c_hex(crc32c(0, bytes.data(), bytes.size()));
   std::memcpy(bytes.data() + 8 + at, meta[kChecksum].data(), kDigits);
   write_file_atomically(tensors_path(dir), bytes.data(), bytes.size(), "save_checkpoint");
   // For people and scripts: the same metadata as JSON. A safetensors file is an 8-byte length
@@ -210,19 +208,18 @@ std::optional<Checkpoint> load_checkpoint(const std::string& dir) {
     if (format1) {
       for (const auto& [k, t] : all) crc = crc32c(crc, t.raw_data(), t.nbytes());
     } else {
-      uint64_t header_size = 0;  // sane: from_safetensors read the header it gives the length of
-      for (int i = 7; i >= 0; --i) header_size = header_size << 8 | bytes[static_cast<size_t>(i)];
-      const size_t at = digits_of({reinterpret_cast<const char*>(bytes.data()) + 8, header_size},
-                                  kChecksum, meta[kChecksum]);
+      const size_t at = digits_of(
+          {reinterpret_cast<const char*>(bytes.data()) + 8, safetensors_header_length(bytes)},
+          kChecksum, meta[kChecksum]);
       GW_CHECK(at != std::string_view::npos, IoError, "[load_checkpoint] '", path,
                "' is corrupt: its checksum is not where save_checkpoint writes it; nothing was "
                "loaded");
       std::fill_n(bytes.begin() + static_cast<std::ptrdiff_t>(8 + at), meta[kChecksum].size(), '0');
       crc = crc32c(0, bytes.data(), bytes.size());
     }
-    GW_CHECK(hex8(crc) == meta[key], IoError, "[load_checkpoint] '", path, "' is corrupt: its ",
-             format1 ? "tensors' " : "", "CRC-32C is ", hex8(crc), ", the checkpoint recorded ",
-             meta[key], "; nothing was loaded");
+    GW_CHECK(crc32c_hex(crc) == meta[key], IoError, "[load_checkpoint] '", path,
+             "' is corrupt: its ", format1 ? "tensors' " : "", "CRC-32C is ", crc32c_hex(crc),
+             ", the checkpoint recorded ", meta[key], "; nothing was loaded");
   }
   constexpr auto kMaxInt64 = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
   c.epoch = static_cast<int64_t>(number("epoch", kMaxInt64));

@@ -51,6 +51,8 @@ std::optional<Checkpoint> load_checkpoint(const std::string& dir);
 // CRC-32C (Castagnoli, the checksum iSCSI, ext4 and most tools compute) of `size` bytes at
 // `data`, continuing from `crc` (0 to start): what both kinds of checkpoints record.
 uint32_t crc32c(uint32_t crc, const void* data, size_t size);
+// `crc` as the 8 lowercase hex digits the checkpoints record.
+std::string crc32c_hex(uint32_t crc);
 
 // Writes `size` bytes to `path` through a temporary file beside it (mode 0600): written, flushed
 // to disk, renamed over `path`, and the directory flushed, so that `path` is always a whole

@@ -509,6 +509,10 @@ std::vector<uint8_t> to_safetensors(const NamedTensors& tensors,
   return out;
 }
 
+uint64_t safetensors_header_length(std::span<const uint8_t> bytes) {
+  return checked_header_length(bytes.data(), bytes.size(), "[safetensors] ");
+}
+
 NamedTensors from_safetensors(std::span<const uint8_t> bytes,
                               std::map<std::string, std::string>* metadata) {
   return parse_safetensors(bytes, "[from_safetensors] ", metadata);

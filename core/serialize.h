@@ -29,6 +29,9 @@ NamedTensors from_safetensors(std::span<const uint8_t> bytes,
                               std::map<std::string, std::string>* metadata = nullptr);
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata = {});
+// The length of a safetensors buffer's JSON header (its first 8 bytes, little-endian), checked
+// against the buffer: IoError when the buffer is too short for it.
+uint64_t safetensors_header_length(std::span<const uint8_t> bytes);
 // With `file`, the file's bytes as read are left there too (a caller that checks them: a
 // checkpoint's checksum), so that the file is read once.
 NamedTensors load_safetensors(const std::string& path,

@@ -38,12 +38,6 @@ constexpr const char* kIndex = "index.json";
 // what it read with at most a block more read at either end.
 constexpr int64_t kCrcBlock = int64_t{1} << 20;
 
-std::string hex8(uint32_t v) {
-  char out[9];
-  std::snprintf(out, sizeof out, "%08x", v);
-  return out;
-}
-
 // Where the digits of the index's own checksum, of value `value`, start in its text; npos when
 // they are not there. The index is written with dump(1), its keys in order: "crc32c" first.
 size_t checksum_digits(const std::string& text, const std::string& value) {
@@ -55,7 +49,7 @@ size_t checksum_digits(const std::string& text, const std::string& value) {
 // `text`'s CRC-32C with the digits at `at` (8 of them) read as zeros.
 std::string index_checksum(std::string text, size_t at) {
   text.replace(at, 8, 8, '0');
-  return hex8(crc32c(0, text.data(), text.size()));
+  return crc32c_hex(crc32c(0, text.data(), text.size()));
 }
 
 // --- describing what a writer holds, and who writes what -----------------------------------
@@ -284,10 +278,8 @@ json write_shard(const std::string& dir, const std::string& file, int64_t genera
   const std::vector<uint8_t> bytes =
       to_safetensors(tensors, {{"format", kFormat}, {"generation", std::to_string(generation)}});
   // The data section holds the tensors' bytes in key order, one after another.
-  uint64_t header = 0;
-  for (int i = 7; i >= 0; --i) header = header << 8 | bytes[static_cast<size_t>(i)];
   json sums = json::object();
-  size_t at = 8 + header;
+  size_t at = 8 + safetensors_header_length(bytes);
   for (const auto& [key, t] : tensors) {
     const size_t n = t.nbytes();
     json blocks = json::array();
@@ -593,8 +585,8 @@ void Reader::read_chunk(const std::string& name, const Chunk& c, int64_t from, i
     const uint32_t sum = crc32c(0, bytes, static_cast<size_t>((hi - lo) * item));
     GW_CHECK(sum == c.sums[static_cast<size_t>(b)], IoError, "[checkpoint::Reader] ", f.path(),
              " is corrupt: elements [", lo, ", ", hi, ") of chunk \"", c.key, "\" of tensor \"",
-             name, "\" have CRC-32C ", hex8(sum), ", the index recorded ",
-             hex8(c.sums[static_cast<size_t>(b)]));
+             name, "\" have CRC-32C ", crc32c_hex(sum), ", the index recorded ",
+             crc32c_hex(c.sums[static_cast<size_t>(b)]));
   };
   // A block the range starts or ends inside: read whole aside, checked, and its part copied.
   std::vector<uint8_t> aside;

@@ -339,7 +339,6 @@ TEST_CASE("a checkpoint whose bytes changed is refused, each block as it is read
       CHECK_THROWS_WITH(range(ckpt, from, to),
                         Catch::Contains("-rank1.safetensors is corrupt: elements [262144, 458752) "
                                         "of chunk \"big@458752\""));
-    CHECK_THROWS_AS(range(ckpt, 0, 2 * kHalf), IoError);
   }
   write_text(shard, good_shard);
   // The index: a changed value, a format that reads 1 (which has no checksums to check).
