@@ -18,39 +18,58 @@
 #include "autograd/grad_mode.h"
 #include "core/checkpoint.h"
 #include "core/ops.h"
+#include "dist/checkpoint/index_format.h"
 #include "dist/process_group/c10d.h"
 #include "dist/step_lock.h"
 #include "rpc/api.h"
 
 namespace gw::dist::checkpoint {
 
-namespace {
-
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-// Format 2 records checksums (CRC-32C): the index's of its own text, and each chunk's of its
-// bytes, a block at a time. Format 1, without them, is read still, unchecked.
-constexpr const char* kFormat = "gradwire-distributed-checkpoint-2";
-constexpr const char* kFormat1 = "gradwire-distributed-checkpoint-1";
-constexpr const char* kIndex = "index.json";
-// A chunk's bytes are summed kCrcBlock at a time, so that a rank reading part of a chunk checks
-// what it read with at most a block more read at either end.
-constexpr int64_t kCrcBlock = int64_t{1} << 20;
+namespace detail {  // index_format.h
 
-// Where the digits of the index's own checksum, of value `value`, start in its text; npos when
-// they are not there. The index is written with dump(1), its keys in order: "crc32c" first.
 size_t checksum_digits(const std::string& text, const std::string& value) {
   const std::string field = "\"crc32c\": \"" + value + "\"";
   const size_t at = text.find(field);
   return at == std::string::npos ? at : at + field.size() - 1 - value.size();
 }
 
-// `text`'s CRC-32C with the digits at `at` (8 of them) read as zeros.
 std::string index_checksum(std::string text, size_t at) {
   text.replace(at, 8, 8, '0');
   return crc32c_hex(crc32c(0, text.data(), text.size()));
 }
+
+std::optional<int64_t> checked_numel(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    if (d < 0 || __builtin_mul_overflow(n, d, &n)) return std::nullopt;
+  return n;
+}
+Shape shape_of(const json& j) { return Shape(j.get<std::vector<int64_t>>()); }
+
+std::optional<DType> parse_dtype(std::string_view s) {
+  for (int i = 0; i <= static_cast<int>(DType::Float64); ++i)
+    if (dtype_name(static_cast<DType>(i)) == s) return static_cast<DType>(i);
+  return std::nullopt;
+}
+
+int64_t index_generation(const std::string& dir) {
+  try {
+    std::ifstream in(dir + "/" + kIndex);
+    if (!in) return 0;
+    return json::parse(in).at("generation").get<int64_t>();
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+}  // namespace detail
+
+namespace {
+
+using namespace detail;
 
 // --- describing what a writer holds, and who writes what -----------------------------------
 
@@ -66,21 +85,6 @@ struct Piece {
 };
 
 json shape_json(const Shape& s) { return std::vector<int64_t>(s.begin(), s.end()); }
-
-// The elements of `shape`, or nullopt when a size is negative or the product leaves int64.
-std::optional<int64_t> checked_numel(const Shape& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape)
-    if (d < 0 || __builtin_mul_overflow(n, d, &n)) return std::nullopt;
-  return n;
-}
-Shape shape_of(const json& j) { return Shape(j.get<std::vector<int64_t>>()); }
-
-std::optional<DType> parse_dtype(std::string_view s) {
-  for (int i = 0; i <= static_cast<int>(DType::Float64); ++i)
-    if (dtype_name(static_cast<DType>(i)) == s) return static_cast<DType>(i);
-  return std::nullopt;
-}
 
 std::vector<Piece> describe(const ShardedState& state, const char* op) {
   std::vector<Piece> out;
@@ -234,17 +238,6 @@ void for_each_file(const std::string& dir, const std::function<void(const std::s
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
     f(it->path().filename().string());
-}
-
-// The generation of the index in `dir`, or 0 when there is none (or it cannot be read).
-int64_t index_generation(const std::string& dir) {
-  try {
-    std::ifstream in(dir + "/" + kIndex);
-    if (!in) return 0;
-    return json::parse(in).at("generation").get<int64_t>();
-  } catch (const std::exception&) {
-    return 0;
-  }
 }
 
 // A new save's name: one more than any generation in `dir`, its index's or its files'.
@@ -415,238 +408,6 @@ void save(const std::string& dir, const ShardedState& state, ProcessGroup& group
     if (me == 0) write_index(dir, id, group.size(), metadata, layout, file_of, sums, op);
     return json();
   });
-}
-
-// --- reading ---------------------------------------------------------------------------------
-
-Reader::Reader(const std::string& dir) : dir_(dir) {
-  // A save that lands between reading the index and opening its files removes those files; the
-  // index has changed then, and is read again (twice more at most: saves take longer).
-  for (int attempt = 0;; ++attempt) {
-    try {
-      open();
-      return;
-    } catch (const IoError&) {
-      if (attempt == 2 || index_generation(dir_) == generation_) throw;
-    }
-  }
-}
-
-void Reader::open() {
-  tensors_.clear();
-  chunks_.clear();
-  files_.clear();
-  const std::string path = dir_ + "/" + kIndex;
-  const std::string where = "[checkpoint::Reader] " + path + ": ";
-  std::error_code ec;
-  GW_CHECK(fs::exists(path, ec), IoError, "[checkpoint::Reader] no checkpoint in '", dir_, "' (no ",
-           kIndex, ")");
-  try {
-    std::ifstream in(path);
-    GW_CHECK(in, IoError, where, "cannot be opened");
-    const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-    const json index = json::parse(text);
-    // First: an index that fails its checks is refused at once (the constructor reads again only
-    // one whose generation changed meanwhile).
-    generation_ = index.at("generation").get<int64_t>();
-    const bool format1 = index.at("format") == kFormat1;
-    GW_CHECK(format1 || index.at("format") == kFormat, IoError, where, "format ",
-             index.at("format").dump(), " is neither ", kFormat1, " nor ", kFormat);
-    // Format 2 carries its checksum; format 1 has none (one that does was format 2).
-    GW_CHECK(format1 != index.contains("crc32c"), IoError, where, "is corrupt: format ",
-             format1 ? 1 : 2, " with", format1 ? "" : "out", " the index's checksum");
-    if (!format1) {
-      const std::string recorded = index.at("crc32c").get<std::string>();
-      const size_t at = checksum_digits(text, recorded);
-      const std::string sum = at == std::string::npos ? "" : index_checksum(text, at);
-      GW_CHECK(sum == recorded, IoError, where, "is corrupt: its CRC-32C is ",
-               sum.empty() ? "not where the save writes it" : sum, ", the index recorded ",
-               recorded);
-    }
-    world_size_ = index.at("world_size").get<int>();
-    metadata_ = index.at("metadata").get<std::map<std::string, std::string>>();
-    for (const auto& [name, t] : index.at("tensors").items()) {
-      const std::string dtype = t.at("dtype").get<std::string>();
-      const auto parsed = parse_dtype(dtype);
-      GW_CHECK(parsed.has_value(), IoError, where, "tensor \"", name, "\" has dtype \"", dtype,
-               "\"");
-      const Shape shape = shape_of(t.at("shape"));
-      const auto total = checked_numel(shape);
-      GW_CHECK(total.has_value(), IoError, where, "tensor \"", name, "\" has shape ",
-               shape_str(shape));
-      std::vector<Chunk> chunks;
-      int64_t covered = 0;
-      for (const json& c : t.at("chunks")) {
-        Chunk chunk{c.at("file").get<std::string>(),
-                    c.at("key").get<std::string>(),
-                    c.at("offset").get<int64_t>(),
-                    c.at("numel").get<int64_t>(),
-                    {}};
-        for (const json& sum : format1 ? json::array() : c.at("crc32c")) {
-          GW_CHECK(sum.is_number_unsigned() && sum.get<uint64_t>() <= 0xffffffffu, IoError, where,
-                   "tensor \"", name, "\" has checksum ", sum.dump());
-          chunk.sums.push_back(sum.get<uint32_t>());
-        }
-        GW_CHECK(!chunk.file.empty() && chunk.file.find('/') == std::string::npos &&
-                     chunk.file != "." && chunk.file != "..",
-                 IoError, where, "tensor \"", name, "\" names file \"", chunk.file,
-                 "\" outside the checkpoint");
-        GW_CHECK(chunk.offset == covered && chunk.numel >= 0 && chunk.numel <= *total - covered,
-                 IoError, where, "tensor \"", name, "\" has a chunk of ", chunk.numel,
-                 " elements at ", chunk.offset, " where elements from ", covered, " of ", *total,
-                 " were expected");
-        const int64_t bytes = chunk.numel * static_cast<int64_t>(itemsize(*parsed));
-        GW_CHECK(format1 ||
-                     static_cast<int64_t>(chunk.sums.size()) == (bytes + kCrcBlock - 1) / kCrcBlock,
-                 IoError, where, "tensor \"", name, "\" has ", chunk.sums.size(),
-                 " checksums for a chunk of ", bytes, " bytes");
-        covered += chunk.numel;
-        chunks.push_back(std::move(chunk));
-      }
-      GW_CHECK(covered == *total, IoError, where, "the chunks of tensor \"", name, "\" hold ",
-               covered, " of its ", *total, " elements");
-      tensors_.emplace(name, TensorInfo{*parsed, shape});
-      chunks_.emplace(name, std::move(chunks));
-    }
-  } catch (const json::exception& e) {
-    throw IoError(where + "not a valid index: " + e.what());
-  }
-  // Opened now: a later save removes these files, and an open file outlives its name.
-  for (const auto& [name, chunks] : chunks_)
-    for (const Chunk& c : chunks)
-      if (!files_.contains(c.file))
-        files_.emplace(c.file, std::make_unique<SafetensorsFile>(dir_ + "/" + c.file));
-}
-
-const SafetensorsFile& Reader::file(const std::string& name) const { return *files_.at(name); }
-
-const Reader::TensorInfo& Reader::info(const std::string& name) const {
-  auto it = tensors_.find(name);
-  GW_CHECK(it != tensors_.end(), IndexError, "[checkpoint::Reader] the checkpoint in '", dir_,
-           "' has no tensor \"", name, "\"");
-  return it->second;
-}
-
-void Reader::check(const std::string& name, const Tensor& dst, int64_t offset) const {
-  const TensorInfo& saved = info(name);
-  GW_CHECK(dst.defined(), InvalidArgumentError, "[checkpoint::Reader] read \"", name,
-           "\": the destination is undefined");
-  GW_CHECK(dst.dtype() == saved.dtype, InvalidArgumentError, "[checkpoint::Reader] tensor \"", name,
-           "\" is ", dtype_name(saved.dtype), " in the checkpoint but the destination is ",
-           dtype_name(dst.dtype()));
-  const int64_t n = dst.numel(), total = gw::numel(saved.shape);
-  GW_CHECK(offset >= 0 && offset <= total && n <= total - offset, IndexError,
-           "[checkpoint::Reader] elements [", offset, ", ", offset + n, ") are outside tensor \"",
-           name, "\" ", shape_str(saved.shape), " (", total, " elements)");
-}
-
-void Reader::read(const std::string& name, const Tensor& dst, int64_t offset) const {
-  check(name, dst, offset);
-  const TensorInfo& info = tensors_.at(name);
-  const int64_t n = dst.numel();
-  const bool direct = dst.device() == kCPU && dst.is_contiguous();
-  Tensor into = direct ? dst : empty({n}, info.dtype);
-  // Written in place below, as copy_ would: its version moves (first, so that a read that fails
-  // halfway counts as a write too; fully_shard regathers what it kept from it).
-  if (direct) dst.bump_version();
-  auto* out = static_cast<uint8_t*>(into.raw_data());
-  const int64_t item = static_cast<int64_t>(itemsize(info.dtype));
-  for (const Chunk& c : chunks_.at(name)) {
-    const int64_t lo = std::max(offset, c.offset), hi = std::min(offset + n, c.offset + c.numel);
-    if (lo >= hi) continue;
-    read_chunk(name, c, lo - c.offset, hi - c.offset, out + (lo - offset) * item);
-  }
-  if (!direct) {
-    gw::autograd::NoGradGuard no_grad;
-    dst.detach().copy_(into.view(dst.sizes()));
-  }
-}
-
-void Reader::read_chunk(const std::string& name, const Chunk& c, int64_t from, int64_t to,
-                        uint8_t* out) const {
-  const DType dtype = tensors_.at(name).dtype;
-  const SafetensorsFile& f = file(c.file);
-  auto stored = f.tensors().find(c.key);
-  GW_CHECK(stored != f.tensors().end() && stored->second.dtype == dtype &&
-               gw::numel(stored->second.shape) == c.numel,
-           IoError, "[checkpoint::Reader] ", f.path(), " does not hold chunk \"", c.key,
-           "\" of tensor \"", name, "\" as the index says (", dtype_name(dtype), ", ", c.numel,
-           " elements)");
-  if (c.sums.empty()) {  // format 1: unchecked
-    f.read(c.key, from, to - from, out);
-    return;
-  }
-  const auto item = static_cast<int64_t>(itemsize(dtype));
-  const int64_t per = kCrcBlock / item;  // elements a block
-  auto end_of = [&](int64_t b) { return std::min((b + 1) * per, c.numel); };
-  // Block b, whose elements are at `bytes`, against the index.
-  auto check = [&](int64_t b, const uint8_t* bytes) {
-    const int64_t lo = b * per, hi = end_of(b);
-    const uint32_t sum = crc32c(0, bytes, static_cast<size_t>((hi - lo) * item));
-    GW_CHECK(sum == c.sums[static_cast<size_t>(b)], IoError, "[checkpoint::Reader] ", f.path(),
-             " is corrupt: elements [", lo, ", ", hi, ") of chunk \"", c.key, "\" of tensor \"",
-             name, "\" have CRC-32C ", crc32c_hex(sum), ", the index recorded ",
-             crc32c_hex(c.sums[static_cast<size_t>(b)]));
-  };
-  // A block the range starts or ends inside: read whole aside, checked, and its part copied.
-  std::vector<uint8_t> aside;
-  auto partly = [&](int64_t b) {
-    const int64_t lo = b * per, hi = end_of(b);
-    aside.resize(static_cast<size_t>((hi - lo) * item));
-    f.read(c.key, lo, hi - lo, aside.data());
-    check(b, aside.data());
-    const int64_t a = std::max(lo, from), z = std::min(hi, to);
-    std::memcpy(out + (a - from) * item, aside.data() + (a - lo) * item,
-                static_cast<size_t>((z - a) * item));
-  };
-  int64_t b = from / per;
-  if (b * per < from) partly(b++);
-  // The blocks the range holds whole: read in place at once, then checked.
-  const int64_t first = b;
-  while (b * per < to && end_of(b) <= to) ++b;
-  if (b > first) {
-    f.read(c.key, first * per, end_of(b - 1) - first * per, out + (first * per - from) * item);
-    for (int64_t k = first; k < b; ++k) check(k, out + (k * per - from) * item);
-  }
-  if (b * per < to) partly(b);
-}
-
-Tensor Reader::read(const std::string& name) const {
-  const TensorInfo& saved = info(name);
-  Tensor t = empty(saved.shape, saved.dtype);
-  read(name, t);
-  return t;
-}
-
-NamedTensors Reader::read_all(const std::string& prefix) const {
-  NamedTensors out;
-  for (auto it = tensors_.lower_bound(prefix);
-       it != tensors_.end() && it->first.starts_with(prefix); ++it)
-    out.emplace(it->first.substr(prefix.size()), read(it->first));
-  return out;
-}
-
-void load(const Reader& checkpoint, const ShardedState& state, ProcessGroup& group) {
-  // Everything is checked on every rank before anything is read into the live tensors.
-  on_every_rank(group, [&] {
-    for (const auto& [name, s] : state) {
-      GW_CHECK(checkpoint.contains(name), IndexError, "[checkpoint::load] the checkpoint in '",
-               checkpoint.dir(), "' has no tensor \"", name, "\"");
-      const Shape& saved = checkpoint.tensors().at(name).shape;
-      GW_CHECK(saved == s.global_shape, ShapeError, "[checkpoint::load] tensor \"", name, "\" is ",
-               shape_str(saved), " in the checkpoint but ", shape_str(s.global_shape), " here");
-      checkpoint.check(name, s.local, s.offset);  // dtype and range
-    }
-  });
-  on_every_rank(group, [&] {
-    for (const auto& [name, s] : state) checkpoint.read(name, s.local, s.offset);
-  });
-}
-
-void load(const std::string& dir, const ShardedState& state, ProcessGroup& group) {
-  std::unique_ptr<Reader> reader;
-  on_every_rank(group, [&] { reader = std::make_unique<Reader>(dir); });
-  load(*reader, state, group);
 }
 
 // --- RemoteModule ----------------------------------------------------------------------------
