@@ -59,18 +59,66 @@ size_t digits_of(std::string_view header, const char* key, const std::string& va
 
 }  // namespace
 
-// The CPU's crc32 instruction, 8 bytes at a time (about 9 GB/s), where the build has SSE 4.2;
-// else a table, a byte at a time.
+#if defined(__SSE4_2__) && defined(__x86_64__)
+namespace {
+
+// The CRC register `c` advanced over 8 bytes at `p` (the register as the instruction keeps it:
+// no inversions).
+inline uint64_t crc_step(uint64_t c, const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return _mm_crc32_u64(c, v);
+}
+
+// Three streams at a time: the crc32 instruction takes 3 cycles but starts one a cycle, so one
+// stream runs at a third of what three independent ones could (about 9 GB/s alone; 13 GB/s over
+// 160 MiB on a Zen 5 VM, where memory becomes the limit).
+// A run of 3 x kLane bytes is summed as three lanes, each from a zero register, and joined:
+// the register after A then B is shift(register after A) ^ (B's from zero), where shift advances
+// a register over kLane zero bytes. Shift is linear, so it is a table per byte of the register.
+constexpr size_t kLane = 4096;
+
+struct LaneShift {
+  std::array<std::array<uint32_t, 256>, 4> table{};
+  LaneShift() {
+    static constexpr uint8_t kZeros[8] = {};
+    for (int k = 0; k < 4; ++k)
+      for (uint32_t b = 0; b < 256; ++b) {
+        uint64_t c = b << (8 * k);
+        for (size_t i = 0; i < kLane; i += 8) c = crc_step(c, kZeros);
+        table[static_cast<size_t>(k)][b] = static_cast<uint32_t>(c);
+      }
+  }
+  uint32_t operator()(uint32_t c) const {
+    return table[0][c & 0xffu] ^ table[1][(c >> 8) & 0xffu] ^ table[2][(c >> 16) & 0xffu] ^
+           table[3][c >> 24];
+  }
+};
+
+}  // namespace
+#endif
+
+// The CPU's crc32 instruction, three streams at a time on long runs, where the build has
+// SSE 4.2; else a table, a byte at a time.
 uint32_t crc32c(uint32_t crc, const void* data, size_t size) {
   const auto* p = static_cast<const uint8_t*>(data);
   crc = ~crc;
 #if defined(__SSE4_2__) && defined(__x86_64__)
   uint64_t c = crc;
-  for (; size >= 8; p += 8, size -= 8) {
-    uint64_t v;
-    std::memcpy(&v, p, 8);
-    c = _mm_crc32_u64(c, v);
+  if (size >= 3 * kLane) {
+    static const LaneShift shift;
+    for (; size >= 3 * kLane; p += 3 * kLane, size -= 3 * kLane) {
+      uint64_t c1 = 0, c2 = 0;
+      for (size_t i = 0; i < kLane; i += 8) {
+        c = crc_step(c, p + i);
+        c1 = crc_step(c1, p + kLane + i);
+        c2 = crc_step(c2, p + 2 * kLane + i);
+      }
+      c = shift(shift(static_cast<uint32_t>(c)) ^ static_cast<uint32_t>(c1)) ^
+          static_cast<uint32_t>(c2);
+    }
   }
+  for (; size >= 8; p += 8, size -= 8) c = crc_step(c, p);
   crc = static_cast<uint32_t>(c);
   for (; size > 0; ++p, --size) crc = _mm_crc32_u8(crc, *p);
 #else

@@ -108,6 +108,23 @@ uint32_t reference_crc32c(const uint8_t* p, size_t size) {
 
 }  // namespace
 
+TEST_CASE("crc32c is CRC-32C around its lanes, at an odd address, and continued",
+          "[core][checkpoint]") {
+  // Around the three-lane runs (3 x 4096 bytes), their joins and the 8-byte steps.
+  std::vector<uint8_t> bytes(3 * 3 * 4096 + 40);
+  uint32_t x = 12345;
+  for (auto& b : bytes) b = static_cast<uint8_t>((x = x * 1103515245u + 12345u) >> 24);
+  CHECK(gw::crc32c(0, "123456789", 9) == 0xE3069283u);  // the standard check value
+  for (size_t size : {size_t{0}, size_t{7}, size_t{8}, size_t{3 * 4096 - 1}, size_t{3 * 4096},
+                      size_t{3 * 4096 + 13}, size_t{6 * 4096}, size_t{9 * 4096 + 33}})
+    for (size_t at : {size_t{0}, size_t{3}}) {
+      const uint8_t* p = bytes.data() + at;
+      CHECK(gw::crc32c(0, p, size) == reference_crc32c(p, size));
+      const size_t half = size / 2 + 5 > size ? size : size / 2 + 5;
+      CHECK(gw::crc32c(gw::crc32c(0, p, half), p + half, size - half) == reference_crc32c(p, size));
+    }
+}
+
 TEST_CASE("a checkpoint whose bytes changed after the save is refused, not loaded",
           "[core][checkpoint][errors]") {
   gw::test::TempDir dir;
