@@ -107,6 +107,10 @@ class Reader {
   void read(const std::string& name, const Tensor& dst, int64_t offset = 0) const;
   // The checks read(name, dst, offset) makes, without reading.
   void check(const std::string& name, const Tensor& dst, int64_t offset = 0) const;
+  // Reads every block that elements [offset, offset + n) of `name` touch and checks it against
+  // its sum, writing nothing: the IoError read() would raise for a damaged block, before any
+  // live tensor is touched (format 1 has no sums: nothing is read).
+  void verify(const std::string& name, int64_t offset, int64_t n) const;
   // The whole logical tensor `name`.
   Tensor read(const std::string& name) const;
   // Every tensor whose name starts with `prefix`, whole, named without it: e.g. a plain
@@ -121,6 +125,15 @@ class Reader {
   };
   const TensorInfo& info(const std::string& name) const;  // IndexError naming an unknown one
   const SafetensorsFile& file(const std::string& name) const;
+  // The file of chunk `c` of tensor `name`, once it is seen to hold the chunk as the index says
+  // (IoError otherwise).
+  const SafetensorsFile& stored(const std::string& name, const Chunk& c) const;
+  // IndexError unless elements [offset, offset + n) lie inside tensor `name`.
+  void check_range(const std::string& name, int64_t offset, int64_t n) const;
+  int64_t block_elements(const std::string& name) const;  // elements a block of its sums holds
+  // IoError naming the file and the elements unless block `b` of chunk `c`, whose bytes are at
+  // `bytes`, has the sum the index recorded.
+  void check_block(const std::string& name, const Chunk& c, int64_t b, const uint8_t* bytes) const;
   // Elements [from, to) of chunk `c` of tensor `name` into `out`, each block they touch checked
   // against its sum (read whole where the range starts or ends inside it).
   void read_chunk(const std::string& name, const Chunk& c, int64_t from, int64_t to,
@@ -140,8 +153,11 @@ class Reader {
 // [shard.offset, ...) of the checkpoint's tensor of that name, which must have shard's
 // global_shape and local's dtype. Every rank checks every shard before any is read, and raises
 // on every rank when any rank cannot load (a missing name, another shape or dtype), naming the
-// rank and the tensor; nothing has changed then. (A file that fails to read midway, or whose
-// bytes fail their checksum, raises on every rank too, and leaves what was read.)
+// rank and the tensor; nothing has changed then. The bytes are checked first too: every block
+// a rank's ranges touch is read and checked against its sum (Reader::verify) before any is read
+// into a live tensor, so a damaged block also raises on every rank with nothing changed. (Only
+// a file that changes between the check and the read, or fails to read then, leaves what was
+// read.) That costs a second read of the rank's bytes, from the page cache.
 void load(const Reader& checkpoint, const ShardedState& state, ProcessGroup& group);
 void load(const std::string& dir, const ShardedState& state, ProcessGroup& group);
 

@@ -137,10 +137,15 @@ void Reader::check(const std::string& name, const Tensor& dst, int64_t offset) c
   GW_CHECK(dst.dtype() == saved.dtype, InvalidArgumentError, "[checkpoint::Reader] tensor \"", name,
            "\" is ", dtype_name(saved.dtype), " in the checkpoint but the destination is ",
            dtype_name(dst.dtype()));
-  const int64_t n = dst.numel(), total = gw::numel(saved.shape);
-  GW_CHECK(offset >= 0 && offset <= total && n <= total - offset, IndexError,
+  check_range(name, offset, dst.numel());
+}
+
+void Reader::check_range(const std::string& name, int64_t offset, int64_t n) const {
+  const Shape& shape = info(name).shape;
+  const int64_t total = gw::numel(shape);
+  GW_CHECK(offset >= 0 && n >= 0 && offset <= total && n <= total - offset, IndexError,
            "[checkpoint::Reader] elements [", offset, ", ", offset + n, ") are outside tensor \"",
-           name, "\" ", shape_str(saved.shape), " (", total, " elements)");
+           name, "\" ", shape_str(shape), " (", total, " elements)");
 }
 
 void Reader::read(const std::string& name, const Tensor& dst, int64_t offset) const {
@@ -165,39 +170,51 @@ void Reader::read(const std::string& name, const Tensor& dst, int64_t offset) co
   }
 }
 
-void Reader::read_chunk(const std::string& name, const Chunk& c, int64_t from, int64_t to,
-                        uint8_t* out) const {
+const SafetensorsFile& Reader::stored(const std::string& name, const Chunk& c) const {
   const DType dtype = tensors_.at(name).dtype;
   const SafetensorsFile& f = file(c.file);
-  auto stored = f.tensors().find(c.key);
-  GW_CHECK(stored != f.tensors().end() && stored->second.dtype == dtype &&
-               gw::numel(stored->second.shape) == c.numel,
+  auto it = f.tensors().find(c.key);
+  GW_CHECK(it != f.tensors().end() && it->second.dtype == dtype &&
+               gw::numel(it->second.shape) == c.numel,
            IoError, "[checkpoint::Reader] ", f.path(), " does not hold chunk \"", c.key,
            "\" of tensor \"", name, "\" as the index says (", dtype_name(dtype), ", ", c.numel,
            " elements)");
+  return f;
+}
+
+int64_t Reader::block_elements(const std::string& name) const {
+  return kCrcBlock / static_cast<int64_t>(itemsize(tensors_.at(name).dtype));
+}
+
+void Reader::check_block(const std::string& name, const Chunk& c, int64_t b,
+                         const uint8_t* bytes) const {
+  const int64_t per = block_elements(name);
+  const int64_t lo = b * per, hi = std::min((b + 1) * per, c.numel);
+  const auto item = static_cast<int64_t>(itemsize(tensors_.at(name).dtype));
+  const uint32_t sum = crc32c(0, bytes, static_cast<size_t>((hi - lo) * item));
+  GW_CHECK(sum == c.sums[static_cast<size_t>(b)], IoError, "[checkpoint::Reader] ",
+           file(c.file).path(), " is corrupt: elements [", lo, ", ", hi, ") of chunk \"", c.key,
+           "\" of tensor \"", name, "\" have CRC-32C ", crc32c_hex(sum), ", the index recorded ",
+           crc32c_hex(c.sums[static_cast<size_t>(b)]));
+}
+
+void Reader::read_chunk(const std::string& name, const Chunk& c, int64_t from, int64_t to,
+                        uint8_t* out) const {
+  const SafetensorsFile& f = stored(name, c);
   if (c.sums.empty()) {  // format 1: unchecked
     f.read(c.key, from, to - from, out);
     return;
   }
-  const auto item = static_cast<int64_t>(itemsize(dtype));
-  const int64_t per = kCrcBlock / item;  // elements a block
+  const auto item = static_cast<int64_t>(itemsize(tensors_.at(name).dtype));
+  const int64_t per = block_elements(name);
   auto end_of = [&](int64_t b) { return std::min((b + 1) * per, c.numel); };
-  // Block b, whose elements are at `bytes`, against the index.
-  auto check = [&](int64_t b, const uint8_t* bytes) {
-    const int64_t lo = b * per, hi = end_of(b);
-    const uint32_t sum = crc32c(0, bytes, static_cast<size_t>((hi - lo) * item));
-    GW_CHECK(sum == c.sums[static_cast<size_t>(b)], IoError, "[checkpoint::Reader] ", f.path(),
-             " is corrupt: elements [", lo, ", ", hi, ") of chunk \"", c.key, "\" of tensor \"",
-             name, "\" have CRC-32C ", crc32c_hex(sum), ", the index recorded ",
-             crc32c_hex(c.sums[static_cast<size_t>(b)]));
-  };
   // A block the range starts or ends inside: read whole aside, checked, and its part copied.
   std::vector<uint8_t> aside;
   auto partly = [&](int64_t b) {
     const int64_t lo = b * per, hi = end_of(b);
     aside.resize(static_cast<size_t>((hi - lo) * item));
     f.read(c.key, lo, hi - lo, aside.data());
-    check(b, aside.data());
+    check_block(name, c, b, aside.data());
     const int64_t a = std::max(lo, from), z = std::min(hi, to);
     std::memcpy(out + (a - from) * item, aside.data() + (a - lo) * item,
                 static_cast<size_t>((z - a) * item));
@@ -209,9 +226,28 @@ void Reader::read_chunk(const std::string& name, const Chunk& c, int64_t from, i
   while (b * per < to && end_of(b) <= to) ++b;
   if (b > first) {
     f.read(c.key, first * per, end_of(b - 1) - first * per, out + (first * per - from) * item);
-    for (int64_t k = first; k < b; ++k) check(k, out + (k * per - from) * item);
+    for (int64_t k = first; k < b; ++k) check_block(name, c, k, out + (k * per - from) * item);
   }
   if (b * per < to) partly(b);
+}
+
+void Reader::verify(const std::string& name, int64_t offset, int64_t n) const {
+  check_range(name, offset, n);
+  const auto item = static_cast<int64_t>(itemsize(tensors_.at(name).dtype));
+  const int64_t per = block_elements(name);
+  std::vector<uint8_t> block;
+  for (const Chunk& c : chunks_.at(name)) {
+    const int64_t lo = std::max(offset, c.offset), hi = std::min(offset + n, c.offset + c.numel);
+    if (lo >= hi) continue;
+    const SafetensorsFile& f = stored(name, c);
+    if (c.sums.empty()) continue;  // format 1: nothing to check against
+    for (int64_t b = (lo - c.offset) / per; b * per < hi - c.offset; ++b) {
+      const int64_t first = b * per, last = std::min((b + 1) * per, c.numel);
+      block.resize(static_cast<size_t>((last - first) * item));
+      f.read(c.key, first, last - first, block.data());
+      check_block(name, c, b, block.data());
+    }
+  }
 }
 
 Tensor Reader::read(const std::string& name) const {
@@ -240,6 +276,8 @@ void load(const Reader& checkpoint, const ShardedState& state, ProcessGroup& gro
                shape_str(saved), " in the checkpoint but ", shape_str(s.global_shape), " here");
       checkpoint.check(name, s.local, s.offset);  // dtype and range
     }
+    // The bytes too, block by block: a damaged block then changes no rank's live tensors.
+    for (const auto& [name, s] : state) checkpoint.verify(name, s.offset, s.local.numel());
   });
   on_every_rank(group, [&] {
     for (const auto& [name, s] : state) checkpoint.read(name, s.local, s.offset);

@@ -340,6 +340,17 @@ TEST_CASE("a checkpoint whose bytes changed is refused, each block as it is read
                         Catch::Contains("-rank1.safetensors is corrupt: elements [262144, 458752) "
                                         "of chunk \"big@458752\""));
   }
+  // A load whose rank 1 range holds the flipped block, after a good one it would read in place:
+  // every rank raises, and no rank's live tensor changed (rank 0's range is sound).
+  run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+    Tensor live = full({kHalf}, -1.0f), whole_ints = zeros({300000}, kInt64);
+    const dcp::ShardedState state{{"big", {live, big.sizes(), pg.rank() * kHalf}},
+                                  {"ints", {whole_ints, ints.sizes(), 0}}};
+    EXPECT_THROWS(c, std::exception, dcp::load(dir.path, state, pg),
+                  "-rank1.safetensors is corrupt");
+    EXPECT(c, equal(live, full({kHalf}, -1.0f)));
+    EXPECT(c, equal(whole_ints, zeros({300000}, kInt64)));
+  });
   write_text(shard, good_shard);
   // The index: a changed value, a format that reads 1 (which has no checksums to check).
   const std::string index = dir.path + "/index.json", good_index = read_text(index);
