@@ -444,9 +444,14 @@ std::string write_module(std::shared_ptr<nn::Module> module, std::string dir, st
   return json{{"pieces", to_json(pieces)}, {"sums", sums}}.dump();
 }
 
-// On a module's owner: loads its state_dict from the checkpoint in `dir`.
-void read_module(std::shared_ptr<nn::Module> module, std::string dir, std::string prefix) {
+// On a module's owner: loads its state_dict from the checkpoint in `dir`, the one of
+// `generation` that the caller checked (a save that landed since is refused).
+void read_module(std::shared_ptr<nn::Module> module, std::string dir, std::string prefix,
+                 int64_t generation) {
   const Reader reader(dir);
+  GW_CHECK(reader.generation() == generation, IoError, "[checkpoint::load] the checkpoint in '",
+           dir, "' was replaced while it loaded (generation ", reader.generation(), ", not ",
+           generation, ")");
   NamedTensors state = reader.read_all(prefix);
   std::lock_guard lock(optimizer_step_lock());
   module->load_state_dict(state, /*strict=*/true);
@@ -499,10 +504,17 @@ void save(const std::string& dir, const std::map<std::string, RemoteModule>& mod
 }
 
 void load(const std::string& dir, const std::map<std::string, RemoteModule>& modules) {
-  const Reader reader(dir);  // a missing or damaged checkpoint fails here, before any owner
+  // A missing or damaged checkpoint fails here, before any owner loads: the index, and the bytes
+  // of every module's tensors.
+  const Reader reader(dir);
+  for (const auto& [prefix, m] : modules)
+    for (auto it = reader.tensors().lower_bound(prefix);
+         it != reader.tensors().end() && it->first.starts_with(prefix); ++it)
+      reader.verify(it->first, 0, gw::numel(it->second.shape));
   std::vector<Future<void>> done;
   for (const auto& [prefix, m] : modules)
-    done.push_back(m.get_module_rref().rpc_async<void>("checkpoint_read", dir, prefix));
+    done.push_back(
+        m.get_module_rref().rpc_async<void>("checkpoint_read", dir, prefix, reader.generation()));
   wait_all(done);
 }
 

@@ -127,7 +127,7 @@ class Reader {
   const SafetensorsFile& file(const std::string& name) const;
   // The file of chunk `c` of tensor `name`, once it is seen to hold the chunk as the index says
   // (IoError otherwise).
-  const SafetensorsFile& stored(const std::string& name, const Chunk& c) const;
+  const SafetensorsFile& file_holding(const std::string& name, const Chunk& c) const;
   // IndexError unless elements [offset, offset + n) lie inside tensor `name`.
   void check_range(const std::string& name, int64_t offset, int64_t n) const;
   int64_t block_elements(const std::string& name) const;  // elements a block of its sums holds
@@ -178,7 +178,9 @@ void save(const std::string& dir, const std::map<std::string, RemoteModule>& mod
           const ShardedState& local = {}, const std::map<std::string, std::string>& metadata = {});
 // Every module's owner — wherever the module lives now — reads its state_dict from the
 // checkpoint (strict: every parameter and buffer, of the same shapes), all at once; raises the
-// first owner's error.
+// first owner's error. The index and every module's bytes are checked here first, so a damaged
+// checkpoint loads no module; an owner whose module does not fit it (another shape, a missing
+// name) is refused by that owner, and the others may have loaded.
 void load(const std::string& dir, const std::map<std::string, RemoteModule>& modules);
 
 namespace detail {

@@ -144,8 +144,8 @@ void Reader::check_range(const std::string& name, int64_t offset, int64_t n) con
   const Shape& shape = info(name).shape;
   const int64_t total = gw::numel(shape);
   GW_CHECK(offset >= 0 && n >= 0 && offset <= total && n <= total - offset, IndexError,
-           "[checkpoint::Reader] elements [", offset, ", ", offset + n, ") are outside tensor \"",
-           name, "\" ", shape_str(shape), " (", total, " elements)");
+           "[checkpoint::Reader] ", n, " elements from ", offset, " are outside tensor \"", name,
+           "\" ", shape_str(shape), " (", total, " elements)");
 }
 
 void Reader::read(const std::string& name, const Tensor& dst, int64_t offset) const {
@@ -170,7 +170,7 @@ void Reader::read(const std::string& name, const Tensor& dst, int64_t offset) co
   }
 }
 
-const SafetensorsFile& Reader::stored(const std::string& name, const Chunk& c) const {
+const SafetensorsFile& Reader::file_holding(const std::string& name, const Chunk& c) const {
   const DType dtype = tensors_.at(name).dtype;
   const SafetensorsFile& f = file(c.file);
   auto it = f.tensors().find(c.key);
@@ -200,7 +200,7 @@ void Reader::check_block(const std::string& name, const Chunk& c, int64_t b,
 
 void Reader::read_chunk(const std::string& name, const Chunk& c, int64_t from, int64_t to,
                         uint8_t* out) const {
-  const SafetensorsFile& f = stored(name, c);
+  const SafetensorsFile& f = file_holding(name, c);
   if (c.sums.empty()) {  // format 1: unchecked
     f.read(c.key, from, to - from, out);
     return;
@@ -239,7 +239,7 @@ void Reader::verify(const std::string& name, int64_t offset, int64_t n) const {
   for (const Chunk& c : chunks_.at(name)) {
     const int64_t lo = std::max(offset, c.offset), hi = std::min(offset + n, c.offset + c.numel);
     if (lo >= hi) continue;
-    const SafetensorsFile& f = stored(name, c);
+    const SafetensorsFile& f = file_holding(name, c);
     if (c.sums.empty()) continue;  // format 1: nothing to check against
     for (int64_t b = (lo - c.offset) / per; b * per < hi - c.offset; ++b) {
       const int64_t first = b * per, last = std::min((b + 1) * per, c.numel);

@@ -275,7 +275,7 @@ TEST_CASE("a damaged index is refused by name", "[dist_checkpoint][errors]") {
   CHECK_THROWS_WITH(dcp::Reader(dir.path), Catch::Contains("has shape"));
 }
 
-TEST_CASE("a checkpoint whose bytes changed is refused, each block as it is read",
+TEST_CASE("a checkpoint whose bytes changed is refused, before a load changes anything",
           "[dist_checkpoint][errors]") {
   test::TempDir dir("gw_dcp");
   // Two ranks' halves of 3.5 MiB of floats: each chunk is two blocks of the checksums (1 MiB and
@@ -340,15 +340,16 @@ TEST_CASE("a checkpoint whose bytes changed is refused, each block as it is read
                         Catch::Contains("-rank1.safetensors is corrupt: elements [262144, 458752) "
                                         "of chunk \"big@458752\""));
   }
-  // A load whose rank 1 range holds the flipped block, after a good one it would read in place:
-  // every rank raises, and no rank's live tensor changed (rank 0's range is sound).
+  // A load whose rank 1 range holds the flipped block, after sound ones it would read in place:
+  // every rank raises, and no rank's live tensor changed (rank 0's range is sound). The ranges
+  // start and end inside blocks.
   run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
-    Tensor live = full({kHalf}, -1.0f), whole_ints = zeros({300000}, kInt64);
-    const dcp::ShardedState state{{"big", {live, big.sizes(), pg.rank() * kHalf}},
+    const int64_t from = pg.rank() == 0 ? 5 : kHalf + 1000;
+    Tensor live = full({kHalf - 1000}, -1.0f), whole_ints = zeros({300000}, kInt64);
+    const dcp::ShardedState state{{"big", {live, big.sizes(), from}},
                                   {"ints", {whole_ints, ints.sizes(), 0}}};
-    EXPECT_THROWS(c, std::exception, dcp::load(dir.path, state, pg),
-                  "-rank1.safetensors is corrupt");
-    EXPECT(c, equal(live, full({kHalf}, -1.0f)));
+    EXPECT_THROWS(c, IoError, dcp::load(dir.path, state, pg), "-rank1.safetensors is corrupt");
+    EXPECT(c, equal(live, full({kHalf - 1000}, -1.0f)));
     EXPECT(c, equal(whole_ints, zeros({300000}, kInt64)));
   });
   write_text(shard, good_shard);
@@ -465,5 +466,26 @@ TEST_CASE(
         "a.", dist::RemoteModule("worker2/cpu", "d_linear", int64_t{4}, int64_t{7}, int64_t{1}));
     CHECK_THROWS_WITH(dcp::load(dir.path, other), Catch::Contains("weight"));
     CHECK_THROWS_AS(dcp::load(dir.path, other), RemoteError);
+
+    // A flipped bit in b's file (its last tensor's last byte): refused before any owner loads,
+    // so a, which comes first, keeps its own weights too.
+    std::string b_file;
+    for (const auto& f : std::filesystem::directory_iterator(dir.path))
+      if (f.path().string().ends_with("-module1.safetensors")) b_file = f.path().string();
+    REQUIRE(!b_file.empty());
+    std::string bytes;
+    {
+      std::ifstream in(b_file, std::ios::binary);
+      bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    bytes.back() ^= 0x01;
+    std::ofstream(b_file, std::ios::binary | std::ios::trunc) << bytes;
+    Pipeline fresh("worker1/cpu", "worker2/cpu", 60);
+    const std::vector<Tensor> before = fresh.values();
+    CHECK_THROWS_WITH(dcp::load(dir.path, fresh.remote),
+                      Catch::Contains("-module1.safetensors is corrupt"));
+    const std::vector<Tensor> after = fresh.values();
+    REQUIRE(after.size() == before.size());
+    for (size_t i = 0; i < after.size(); ++i) CHECK(equal(after[i], before[i]));
   }
 }
