@@ -12,8 +12,9 @@
 //
 // Nothing busy-polls a core. Each side has a bell (a futex word) and a "sleeping" flag: its ring
 // thread spins briefly after its last work, then sets the flag and sleeps on the bell; the peer,
-// after publishing data or freeing space, rings only when the flag is set (a store, a fence,
-// a load: the sleeper re-checks after setting the flag, so no wake-up is lost).
+// after publishing data, or after freeing space in a ring it found full (only then can the
+// writer wait for room), rings only when the flag is set (a store, a fence, a load: the sleeper
+// re-checks after setting the flag, so no wake-up is lost).
 //
 //   auto seg = shm::Segment::create(2 << 20);                  // connecting side: side 0
 //   send offer(seg->offer()) on the socket ...

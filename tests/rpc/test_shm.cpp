@@ -263,3 +263,24 @@ TEST_CASE("a peer process killed mid-transfer over shared memory fails the call 
   CHECK_THROWS_AS(rpc_sync(1, whoami), IoError);
   p.agent.shutdown(false);
 }
+
+TEST_CASE("a writer asleep on a full ring is woken by its reader's consume", "[rpc][shm]") {
+  auto a = shm::Segment::create(shm::kMinRingBytes);
+  auto b = shm::Segment::attach(a->offer());
+  const auto fill = pattern(shm::kMinRingBytes, 3);
+  REQUIRE(a->write(fill.data(), fill.size()) == fill.size());
+  REQUIRE(a->out_full());
+  // a's ring thread waits for room for up to 20 s unless rung; b consumes once it sees a asleep.
+  auto slept = std::async(std::launch::async, [&] {
+    const auto start = std::chrono::steady_clock::now();
+    a->sleep([&] { return !a->out_full(); }, 20s);
+    return std::chrono::steady_clock::now() - start;
+  });
+  const auto limit = std::chrono::steady_clock::now() + 10s;
+  while (!b->peer_sleeping() && std::chrono::steady_clock::now() < limit)  // bounded
+    std::this_thread::yield();
+  REQUIRE(b->peer_sleeping());
+  b->consume(1);
+  CHECK(slept.get() < 10s);  // rung, not timed out
+  CHECK_FALSE(a->out_full());
+}
