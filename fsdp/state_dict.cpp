@@ -79,8 +79,10 @@ dist::checkpoint::ShardedState FSDPModule::sharded_optimizer_state(
 void FSDPModule::load_optimizer_state(optim::Optimizer& optimizer,
                                       const dist::checkpoint::Reader& checkpoint,
                                       const std::string& prefix) const {
-  // Every rank reads (all the I/O and shape checks), then, once all have, loads.
+  // Every rank reads and checks (all the I/O, shapes, step counts), then, once all have, loads,
+  // which cannot fail.
   NamedTensors state;
+  optim::Optimizer::PreparedState prepared;
   const auto units = detail::units_below(unit_->module);
   unit_->on_every_rank([&] {
     const std::vector<Tensor>& params = optimizer.parameters();
@@ -112,8 +114,9 @@ void FSDPModule::load_optimizer_state(optim::Optimizer& optimizer,
         state.emplace(key, checkpoint.read(full_name));
       }
     }
+    prepared = optimizer.prepare_state_dict(state);  // checked on every rank before any loads
   });
-  unit_->on_every_rank([&] { optimizer.load_state_dict(state); });
+  optimizer.take_state_dict(std::move(prepared));
 }
 
 NamedTensors FSDPModule::full_state_dict() const {

@@ -129,6 +129,18 @@ NamedTensors Optimizer::state_dict() const {
 }
 
 void Optimizer::load_state_dict(const NamedTensors& dict) {
+  take_state_dict(prepare_state_dict(dict));
+}
+
+void Optimizer::take_state_dict(PreparedState&& prepared) {
+  GW_CHECK(prepared.by_ == this, StateError, "[", name_,
+           "] take_state_dict: the state was not prepared by this optimizer");
+  lr_ = prepared.lr_;
+  state_ = std::move(prepared.state_);
+  prepared.by_ = nullptr;  // taken once: a second take throws
+}
+
+Optimizer::PreparedState Optimizer::prepare_state_dict(const NamedTensors& dict) const {
   const std::string op = "[" + name_ + "] load_state_dict: ";
   const std::vector<std::string> names = state_names();
 
@@ -137,7 +149,9 @@ void Optimizer::load_state_dict(const NamedTensors& dict) {
   GW_CHECK(lr_it->second.defined() && lr_it->second.numel() == 1, ShapeError, op,
            "key \"lr\" must hold one element");
   double lr = lr_it->second.item<double>();
-  GW_CHECK(lr >= 0, InvalidArgumentError, op, "key \"lr\" holds an invalid lr: ", lr);
+  // What set_lr takes: finite and not negative.
+  GW_CHECK(lr >= 0 && std::isfinite(lr), InvalidArgumentError, op,
+           "key \"lr\" holds an invalid lr: ", lr);
 
   // Everything is checked and converted into `loaded` first, so a bad dict changes nothing.
   std::vector<NamedTensors> loaded(params_.size());
@@ -178,8 +192,11 @@ void Optimizer::load_state_dict(const NamedTensors& dict) {
                name, "\" (parameter ", i, " has other state)");
     }
   }
-  lr_ = lr;
-  state_ = std::move(loaded);
+  PreparedState prepared;
+  prepared.by_ = this;
+  prepared.lr_ = lr;
+  prepared.state_ = std::move(loaded);
+  return prepared;
 }
 
 }  // namespace gw::optim

@@ -61,6 +61,19 @@ class Optimizer {
   // Replaces all state (parameters absent from `state` start fresh). Keys, names and shapes are
   // checked before anything changes; errors name the key.
   void load_state_dict(const NamedTensors& state);
+  // load_state_dict in two halves, for loads that must change nothing on any rank unless every
+  // rank can load (ZeroRedundancyOptimizer's and fully_shard's loads from a checkpoint):
+  // prepare_state_dict checks and converts `state`, throwing what load_state_dict would, and
+  // changes nothing; take_state_dict installs what this optimizer prepared, and throws only
+  // StateError for anything else (a PreparedState never filled, or taken already).
+  class PreparedState {
+    friend class Optimizer;
+    const Optimizer* by_ = nullptr;
+    double lr_ = 0;
+    std::vector<NamedTensors> state_;  // by parameter
+  };
+  PreparedState prepare_state_dict(const NamedTensors& state) const;
+  void take_state_dict(PreparedState&& prepared);
   const std::string& name() const { return name_; }
 
  protected:

@@ -179,8 +179,9 @@ void save(const std::string& dir, const std::map<std::string, RemoteModule>& mod
 // Every module's owner — wherever the module lives now — reads its state_dict from the
 // checkpoint (strict: every parameter and buffer, of the same shapes), all at once; raises the
 // first owner's error. The index and every module's bytes are checked here first, so a damaged
-// checkpoint loads no module; an owner whose module does not fit it (another shape, a missing
-// name) is refused by that owner, and the others may have loaded.
+// checkpoint loads no module. An owner whose module does not fit it (another shape, a missing
+// name), or that finds the checkpoint replaced by a save since, refuses; the others may have
+// loaded then.
 void load(const std::string& dir, const std::map<std::string, RemoteModule>& modules);
 
 namespace detail {

@@ -1,6 +1,8 @@
 #include "dist/optim/zero_redundancy_optimizer.h"
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
 #include <string>
 
 #include "autograd/autograd.h"
@@ -237,9 +239,11 @@ checkpoint::ShardedState ZeroRedundancyOptimizer::sharded_state_dict(
 
 void ZeroRedundancyOptimizer::load_state_dict(const checkpoint::Reader& ckpt,
                                               const std::string& prefix) {
-  // First every rank reads its ranges (all I/O and shape checks); then, once all have, each
-  // takes them.
+  // First every rank reads its ranges and checks them as its optimizer would load them (all
+  // I/O, shapes, step counts); then, once all have, each takes them, which cannot fail.
   NamedTensors local;
+  std::optional<optim::Optimizer::PreparedState> prepared;
+  double lr = 0;
   checkpoint::on_every_rank(*group_, [&] {
     const std::string op = std::string(kOp) + " load_state_dict: ";
     GW_CHECK(ckpt.contains(prefix + "lr"), InvalidArgumentError, op, "the checkpoint in '",
@@ -266,12 +270,16 @@ void ZeroRedundancyOptimizer::load_state_dict(const checkpoint::Reader& ckpt,
         local.emplace(key, std::move(range));
       }
     }
+    const Tensor& saved_lr = local.at("lr");
+    GW_CHECK(saved_lr.numel() == 1, ShapeError, op, "\"", prefix, "lr\" holds ", saved_lr.numel(),
+             " elements, not one");
+    lr = saved_lr.item<double>();
+    GW_CHECK(lr >= 0 && std::isfinite(lr), InvalidArgumentError, op, "\"", prefix, "lr\" holds ",
+             lr, " (set_lr takes a finite lr >= 0)");
+    if (local_) prepared = local_->prepare_state_dict(local);  // names, shapes, step counts
   });
-  checkpoint::on_every_rank(*group_, [&] {
-    if (local_) local_->load_state_dict(local);  // checks the names; copies
-    set_lr(local.at("lr").item<double>());
-    consolidated_.reset();
-  });
+  if (prepared) local_->take_state_dict(std::move(*prepared));
+  set_lr(lr);
 }
 
 }  // namespace gw::dist

@@ -77,9 +77,9 @@ class ZeroRedundancyOptimizer {
   checkpoint::ShardedState sharded_state_dict(const std::string& prefix = "") const;
   // A collective: each rank reads its ranges of "<prefix>..." from a checkpoint saved at any
   // world size (by a ZeroRedundancyOptimizer or from a plain optimizer's state), and only those.
-  // An error on any rank raises on every rank: while reading (a missing key, another shape, a
-  // file that cannot be read), before any rank changed; a state name this kind of optimizer
-  // does not have, when the ranks that own pieces take them.
+  // An error on any rank raises on every rank before any rank changed: a missing key, another
+  // shape, a file that cannot be read, a state name or step count this kind of optimizer does
+  // not take.
   void load_state_dict(const checkpoint::Reader& checkpoint, const std::string& prefix = "");
 
   // A parameter's elements [offset, offset + length) and the rank that owns them.

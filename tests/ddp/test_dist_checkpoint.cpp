@@ -250,6 +250,34 @@ TEST_CASE("checkpoint errors raise on every rank, naming the rank and the tensor
   }
 }
 
+TEST_CASE("a ZeRO state one rank cannot load is loaded by no rank", "[dist_checkpoint][errors]") {
+  test::TempDir dir("gw_dcp");
+  // A plain Adam's state of two parameters after one step, with step counts edited: parameter
+  // 0's to 5 (sound), parameter 1's to -1 (refused by the optimizer).
+  std::vector<Tensor> plain_params{full({4}, 1.0f).requires_grad_(),
+                                   full({4}, 2.0f).requires_grad_()};
+  auto plain = optim::make_optimizer(plain_params, kAdam);
+  for (auto& p : plain_params) p.set_grad(full({4}, 0.5f));
+  plain->step();
+  NamedTensors saved = plain->state_dict();
+  saved["state.0.step"] = scalar_tensor(5.0, kFloat32);
+  saved["state.1.step"] = scalar_tensor(-1.0, kFloat32);
+  run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
+    dcp::save(dir.path, dcp::whole(saved, "optim."), pg);
+    // 8 elements over 2 ranks: rank 0's range is parameter 0, rank 1's parameter 1.
+    std::vector<Tensor> params{zeros({4}).requires_grad_(), zeros({4}).requires_grad_()};
+    dist::ZeroRedundancyOptimizer zero(params, kAdam, borrow(pg));
+    for (auto& p : params) p.set_grad(ones({4}));
+    zero.step();
+    std::map<std::string, Tensor> before;
+    for (const auto& [name, s] : zero.sharded_state_dict("optim.")) before[name] = s.local.clone();
+    EXPECT_THROWS(c, InvalidArgumentError, zero.load_state_dict(dcp::Reader(dir.path), "optim."),
+                  "step count -1");
+    for (const auto& [name, s] : zero.sharded_state_dict("optim."))
+      EXPECT(c, before.contains(name) && equal(s.local, before.at(name)));
+  });
+}
+
 TEST_CASE("a damaged index is refused by name", "[dist_checkpoint][errors]") {
   test::TempDir dir("gw_dcp");
   auto write = [&](const std::string& text) { std::ofstream(dir.path + "/index.json") << text; };
@@ -341,8 +369,8 @@ TEST_CASE("a checkpoint whose bytes changed is refused, before a load changes an
                                         "of chunk \"big@458752\""));
   }
   // A load whose rank 1 range holds the flipped block, after sound ones it would read in place:
-  // every rank raises, and no rank's live tensor changed (rank 0's range is sound). The ranges
-  // start and end inside blocks.
+  // every rank raises, and no rank's live tensor changed (rank 0's range is sound). Rank 0's
+  // range starts and ends inside blocks, rank 1's starts inside one.
   run_ranks(2, [&](dist::ProcessGroupGloo& pg, Checks& c) {
     const int64_t from = pg.rank() == 0 ? 5 : kHalf + 1000;
     Tensor live = full({kHalf - 1000}, -1.0f), whole_ints = zeros({300000}, kInt64);

@@ -313,6 +313,17 @@ TEST_CASE("load_state_dict rejects bad dicts, names the key and changes nothing"
   no_lr.erase("lr");
   expect(no_lr, "lr", gw::InvalidArgumentError("x"));
 
+  auto infinite_lr = good;  // what set_lr refuses
+  infinite_lr["lr"] = gw::scalar_tensor(INFINITY, gw::kFloat64);
+  expect(infinite_lr, "lr", gw::InvalidArgumentError("x"));
+
+  // Prepared and taken apart: once, and only by the optimizer that prepared it.
+  Adam other(clone_params(p), {.lr = 0.01});
+  auto prepared = opt.prepare_state_dict(good);
+  CHECK_THROWS_AS(other.take_state_dict(std::move(prepared)), gw::StateError);
+  opt.take_state_dict(std::move(prepared));
+  CHECK_THROWS_AS(opt.take_state_dict(std::move(prepared)), gw::StateError);
+
   // None of the failed loads changed the state: it still continues like a twin.
   std::vector<Tensor> twin = clone_params(p);
   Adam opt_twin(twin, {.lr = 0.01});
