@@ -32,8 +32,9 @@ namespace gw::rpc {
 
 // 2: autograd info; 3: CUDA tensors; 4: every system message a typed variant of the body;
 // 5: heartbeats (empty frames); 6: SMART mode distributed autograd (AutogradDiscover,
-// AutogradGradients.smart); 7: CUDA tensors by IPC handle between processes of one host.
-inline constexpr uint32_t kProtocolVersion = 7;
+// AutogradGradients.smart); 7: CUDA tensors by IPC handle between processes of one host; 8: a
+// user's RRef sent to its owner in a request is not answered with RRefAccept.
+inline constexpr uint32_t kProtocolVersion = 8;
 
 // An error raised by the callee, carried back to the caller.
 struct Failure {
@@ -185,6 +186,9 @@ struct Message {
   // which place_on_devices copies under and drops once done.
   uint64_t cuda_ipc_lease = 0;
   std::shared_ptr<CudaIpcReceipt> cuda_ipc_receipt;
+  // Sending: what must live until the message is written, queued behind its connect or handed
+  // back unsent (a user's RRef sent home: its RRefDelete must come after; rpc/rref_context.h).
+  std::vector<std::shared_ptr<const void>> keep_alive;
 
   template <typename T>
   T* get() {

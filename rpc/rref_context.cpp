@@ -25,13 +25,18 @@ std::optional<Object> local_object(const IValue& v) {
   return value.to_object();
 }
 
-void RRefContext::outgoing(int /*to*/, Message& m, uint64_t /*autograd_context*/) {
+void RRefContext::outgoing(int to, Message& m, uint64_t /*autograd_context*/) {
+  const bool request = m.request() != nullptr;
   try {
     for_each_value(m, [&](IValue& v) {
       if (!v.contains(IValue::Kind::kRRef)) return;
       v.transform([&](const IValue& x) -> std::optional<IValue> {
         if (!x.is(IValue::Kind::kRRef)) return std::nullopt;
-        return IValue::rref_fork(fork(x.to_rref()));
+        const auto& h = x.to_rref();
+        const bool home = request && !h->is_owner() && h->owner() == to;
+        // Until the request is written (or queued behind the connect): its delete follows it.
+        if (home) m.keep_alive.push_back(h);
+        return IValue::rref_fork(fork(h, home));
       });
     });
   } catch (...) {
@@ -50,12 +55,14 @@ void RRefContext::cancelled(Message& m) {
   });
 }
 
-void RRefContext::incoming(int /*from*/, Message& m, Arrival /*arrival*/) {
+void RRefContext::incoming(int from, Message& m, Arrival arrival) {
+  const bool request = arrival == Arrival::kRequest;
   for_each_value(m, [&](IValue& v) {
     if (!v.contains(IValue::Kind::kRRefFork)) return;
     v.transform([&](const IValue& x) -> std::optional<IValue> {
       if (!x.is(IValue::Kind::kRRefFork)) return std::nullopt;
-      return IValue::rref(materialize(x.to_rref_fork()));
+      const RRefForkData& d = x.to_rref_fork();
+      return IValue::rref(materialize(d, request && d.parent == from));
     });
   });
 }
@@ -90,7 +97,7 @@ std::shared_ptr<RRefHandle> RRefContext::create_user_for_remote(int owner) {
   return h;
 }
 
-RRefForkData RRefContext::fork(const std::shared_ptr<RRefHandle>& h) {
+RRefForkData RRefContext::fork(const std::shared_ptr<RRefHandle>& h, bool home_by_request) {
   const int self = agent_.get_worker_info().id;
   ForkId fork = new_id();
   std::lock_guard lock(mu_);
@@ -98,13 +105,13 @@ RRefForkData RRefContext::fork(const std::shared_ptr<RRefHandle>& h) {
     // The owner records the fork at once, even one sent to itself: until it is received the
     // message is the only thing referring to the value.
     h->owner_state_->forks.insert(fork);
-  } else {
+  } else if (!home_by_request) {
     pending_children_[fork] = h;  // keeps our own fork alive until the child is accepted
   }
   return {h->owner(), h->rref_id(), fork, self};
 }
 
-std::shared_ptr<RRefHandle> RRefContext::materialize(const RRefForkData& d) {
+std::shared_ptr<RRefHandle> RRefContext::materialize(const RRefForkData& d, bool by_request) {
   const int self = agent_.get_worker_info().id;
   agent_.get_worker_info(d.owner);  // validates the owner id
   auto h = std::make_shared<RRefHandle>(weak_from_this(), d.owner, d.rref_id, d.fork_id);
@@ -117,7 +124,8 @@ std::shared_ptr<RRefHandle> RRefContext::materialize(const RRefForkData& d) {
       ++h->owner_state_->local_handles;
     }
     h->confirmed_.set_result();
-    if (d.parent != self) notify(agent_, d.parent, RRefAccept{d.fork_id});
+    // A request's sender kept no pending child for it (see the header).
+    if (d.parent != self && !by_request) notify(agent_, d.parent, RRefAccept{d.fork_id});
     return h;
   }
   {

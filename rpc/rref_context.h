@@ -9,7 +9,11 @@
 //     does, so the owner creates entries on first sight and fills the value later.
 //   - passing an RRef to worker Y makes a new fork. If the owner sends it, the owner records it
 //     at once. If a user X sends it, X keeps its own handle alive (a pending child) until Y has
-//     registered the fork with the owner (RRefFork) and told X (RRefAccept).
+//     registered the fork with the owner (RRefFork) and told X (RRefAccept). Except when X sends
+//     it home, to the owner, in a request: the request and X's later RRefDelete travel on X's one
+//     connection to the owner and are handled in that order, so the owner holds the value (a
+//     local handle) before it can see the delete. X then only keeps its handle until the request
+//     is on its way (Message::keep_alive), and nobody sends RRefAccept: 2 frames less a call.
 //   - a user handle's last copy going away sends RRefDelete; the owner drops the value when no
 //     fork and no local handle is left.
 // All control messages are handled one at a time by the receiving agent (on its network thread,
@@ -86,10 +90,12 @@ class RRefContext : public Interceptor, public std::enable_shared_from_this<RRef
   // remote() to another worker: a user handle whose fork id is its RRef id, not yet confirmed.
   std::shared_ptr<RRefHandle> create_user_for_remote(int owner);
 
-  // Sending `h` to another worker (or this one): makes the fork that travels.
-  RRefForkData fork(const std::shared_ptr<RRefHandle>& h);
-  // Receiving a fork from worker `from`: the handle this worker now holds.
-  std::shared_ptr<RRefHandle> materialize(const RRefForkData& d);
+  // Sending `h` to another worker (or this one): makes the fork that travels. `home_by_request`:
+  // a user handle goes to its owner in a request, which keeps it alive (no pending child).
+  RRefForkData fork(const std::shared_ptr<RRefHandle>& h, bool home_by_request = false);
+  // Receiving a fork: the handle this worker now holds. `by_request`: it came in a request from
+  // its parent, which then expects no RRefAccept when this worker owns it.
+  std::shared_ptr<RRefHandle> materialize(const RRefForkData& d, bool by_request = false);
 
   // Undoes fork() for a message that could not be sent.
   void cancel_fork(const RRefForkData& d);

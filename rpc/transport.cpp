@@ -90,6 +90,11 @@ std::shared_ptr<Connection> Transport::make_connection(store::Stream s) {
       std::move(s), options_.max_frame_bytes,
       [this](const std::shared_ptr<Connection>& c, Message m) {
         std::lock_guard lock(handling_mu_);
+        // A frame its ring thread took before the connection closed (at the drain limit, while
+        // it waited here) is dropped: the peer's next connection may be in by now, and its
+        // frames must not be overtaken by older ones (rpc/rref_context.h counts on that order).
+        // Its call, or its caller's, failed with the connection.
+        if (c->closed()) return;
         handlers_.on_message(c, std::move(m));
       },
       [this](const std::shared_ptr<Connection>& c, const std::string& why) {

@@ -179,6 +179,27 @@ TEST_CASE("an owner passing its own RRef to itself keeps the value until it arri
   }
 }
 
+TEST_CASE("a user's RRef sent home in a request waits for no acceptance and lives until read",
+          "[rref]") {
+  Group g(2);
+  Agent::Use use(g[0]);
+  for (int64_t n = 1; n <= 20; ++n) {
+    // The request holds worker0's only handle, which goes as its RRef becomes a fork: the
+    // delete it sends must not overtake the request.
+    IValueList args;
+    args.push_back(
+        IValue::rref(remote<Tensor>("worker1", "ones", std::vector<int64_t>{n}).handle_ptr()));
+    Future<IValue> f = g[0].call(1, "rref_sum", std::move(args), timeout(10s).value);
+    // Sent to its owner in a request, the fork is not a pending child: no RRefAccept comes.
+    CHECK(g[0].rrefs().sizes().children_unaccepted == 0);
+    CHECK(f.wait().to_tensor().item<float>() == float(n));
+  }
+  // The handler's handle may go after its reply (see "local RRefs" above): bounded round trips.
+  sync_with(1);
+  for (int trip = 0; trip < 200 && g[1].num_owner_rrefs() != 0; ++trip) sync_with(1);
+  CHECK(g[1].num_owner_rrefs() == 0);
+}
+
 TEST_CASE("a message that cannot be sent does not leave its RRef forks behind", "[rref]") {
   Group g(2);
   Agent::Use use(g[0]);
