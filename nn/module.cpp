@@ -235,6 +235,20 @@ NamedTensors Module::state_dict() const {
 }
 
 void Module::load_state_dict(const NamedTensors& state, bool strict) {
+  std::vector<std::pair<std::string, Tensor>> own = checked_load(state, strict);
+  autograd::NoGradGuard no_grad;
+  for (auto& [name, dst] : own) {
+    auto it = state.find(name);
+    if (it != state.end()) dst.copy_(it->second);
+  }
+}
+
+void Module::check_state_dict(const NamedTensors& state, bool strict) const {
+  checked_load(state, strict);
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::checked_load(const NamedTensors& state,
+                                                                 bool strict) const {
   std::vector<std::pair<std::string, Tensor>> own;
   collect("", true, true, own);
   collect("", false, true, own);
@@ -289,12 +303,7 @@ void Module::load_state_dict(const NamedTensors& state, bool strict) {
     if (!unexpected.empty()) msg += " unexpected key(s) " + quoted_list(unexpected);
     throw InvalidArgumentError(msg);
   }
-
-  autograd::NoGradGuard no_grad;
-  for (auto& [name, dst] : own) {
-    auto it = state.find(name);
-    if (it != state.end()) dst.copy_(it->second);
-  }
+  return own;
 }
 
 void Module::save(const std::string& path) const {

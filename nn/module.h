@@ -86,6 +86,8 @@ class Module : public std::enable_shared_from_this<Module> {
   // names must agree where several are given. Shape mismatches throw even when not strict (as in
   // PyTorch), and nothing is copied unless every check passes.
   void load_state_dict(const NamedTensors& state, bool strict = true);
+  // Throws what load_state_dict(state, strict) would throw, and copies nothing.
+  void check_state_dict(const NamedTensors& state, bool strict = true) const;
   void save(const std::string& path) const;  // safetensors
   void load(const std::string& path, bool strict = true);
 
@@ -129,6 +131,9 @@ class Module : public std::enable_shared_from_this<Module> {
   Tensor* find_tensor(const std::string& name);
   void collect(const std::string& prefix, bool params, bool recurse,
                std::vector<std::pair<std::string, Tensor>>& out) const;
+  // load_state_dict's checks; returns this module's parameters and buffers by name.
+  std::vector<std::pair<std::string, Tensor>> checked_load(const NamedTensors& state,
+                                                           bool strict) const;
   // Replaces, in place, each parameter and buffer that `wanted` selects by convert_one of it.
   void convert(const std::function<bool(const Tensor&)>& wanted,
                const std::function<Tensor(const Tensor&)>& convert_one);

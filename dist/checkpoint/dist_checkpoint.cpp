@@ -444,15 +444,39 @@ std::string write_module(std::shared_ptr<nn::Module> module, std::string dir, st
   return json{{"pieces", to_json(pieces)}, {"sums", sums}}.dump();
 }
 
-// On a module's owner: loads its state_dict from the checkpoint in `dir`, the one of
-// `generation` that the caller checked (a save that landed since is refused).
-void read_module(std::shared_ptr<nn::Module> module, std::string dir, std::string prefix,
-                 int64_t generation) {
-  const Reader reader(dir);
+// On a module's owner: the checkpoint in `dir`, the one of `generation` that the caller checked
+// (a save that landed since is refused).
+Reader open_generation(const std::string& dir, int64_t generation) {
+  Reader reader(dir);
   GW_CHECK(reader.generation() == generation, IoError, "[checkpoint::load] the checkpoint in '",
            dir, "' was replaced while it loaded (generation ", reader.generation(), ", not ",
            generation, ")");
-  NamedTensors state = reader.read_all(prefix);
+  return reader;
+}
+
+// On a module's owner: refuses, as load_state_dict would, a checkpoint whose names or shapes
+// under `prefix` do not fit the module; reads no tensor's bytes (so the values of a tied
+// parameter saved under several names are compared by the read only).
+void check_module(std::shared_ptr<nn::Module> module, std::string dir, std::string prefix,
+                  int64_t generation) {
+  const Reader reader = open_generation(dir, generation);
+  // Stand-ins of the saved shapes: views of one element per dtype, which tied names then share
+  // (load_state_dict compares the values of tied names in different memory).
+  std::map<DType, Tensor> one;
+  NamedTensors saved;
+  for (auto it = reader.tensors().lower_bound(prefix);
+       it != reader.tensors().end() && it->first.starts_with(prefix); ++it) {
+    auto [element, fresh] = one.try_emplace(it->second.dtype);
+    if (fresh) element->second = zeros({}, it->second.dtype);
+    saved.emplace(it->first.substr(prefix.size()), element->second.expand(it->second.shape));
+  }
+  module->check_state_dict(saved, /*strict=*/true);
+}
+
+// On a module's owner: loads its state_dict from the checkpoint in `dir`.
+void read_module(std::shared_ptr<nn::Module> module, std::string dir, std::string prefix,
+                 int64_t generation) {
+  NamedTensors state = open_generation(dir, generation).read_all(prefix);
   std::lock_guard lock(optimizer_step_lock());
   module->load_state_dict(state, /*strict=*/true);
 }
@@ -463,6 +487,7 @@ void register_owner_functions() {
   static std::once_flag once;
   std::call_once(once, [] {
     rpc::functions().add("nn.Module.checkpoint_write", &write_module);
+    rpc::functions().add("nn.Module.checkpoint_check", &check_module);
     rpc::functions().add("nn.Module.checkpoint_read", &read_module);
   });
 }
@@ -505,12 +530,17 @@ void save(const std::string& dir, const std::map<std::string, RemoteModule>& mod
 
 void load(const std::string& dir, const std::map<std::string, RemoteModule>& modules) {
   // A missing or damaged checkpoint fails here, before any owner loads: the index, and the bytes
-  // of every module's tensors.
+  // of every module's tensors; then one that does not fit a module (its names or shapes).
   const Reader reader(dir);
   for (const auto& [prefix, m] : modules)
     for (auto it = reader.tensors().lower_bound(prefix);
          it != reader.tensors().end() && it->first.starts_with(prefix); ++it)
       reader.verify(it->first, 0, gw::numel(it->second.shape));
+  std::vector<Future<void>> checked;
+  for (const auto& [prefix, m] : modules)
+    checked.push_back(
+        m.get_module_rref().rpc_async<void>("checkpoint_check", dir, prefix, reader.generation()));
+  wait_all(checked);
   std::vector<Future<void>> done;
   for (const auto& [prefix, m] : modules)
     done.push_back(

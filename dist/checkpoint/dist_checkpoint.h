@@ -178,10 +178,11 @@ void save(const std::string& dir, const std::map<std::string, RemoteModule>& mod
           const ShardedState& local = {}, const std::map<std::string, std::string>& metadata = {});
 // Every module's owner — wherever the module lives now — reads its state_dict from the
 // checkpoint (strict: every parameter and buffer, of the same shapes), all at once; raises the
-// first owner's error. The index and every module's bytes are checked here first, so a damaged
-// checkpoint loads no module. An owner whose module does not fit it (another shape, a missing
-// name), or that finds the checkpoint replaced by a save since, refuses; the others may have
-// loaded then.
+// first owner's error. The index and every module's bytes are checked here first, and then
+// every owner checks that the checkpoint fits its module (the shapes, no missing or unexpected
+// name), so a damaged or mismatched checkpoint loads no module. What only the reads find — a save
+// that replaced the checkpoint since (each owner refuses it), tied parameters saved with
+// different values — can leave the owners that loaded first.
 void load(const std::string& dir, const std::map<std::string, RemoteModule>& modules);
 
 namespace detail {

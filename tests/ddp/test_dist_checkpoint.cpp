@@ -495,6 +495,21 @@ TEST_CASE(
     CHECK_THROWS_WITH(dcp::load(dir.path, other), Catch::Contains("weight"));
     CHECK_THROWS_AS(dcp::load(dir.path, other), RemoteError);
 
+    // Two modules, the second of other shapes: refused before any owner loads, so a, which
+    // fits and comes first, keeps its own weights.
+    std::map<std::string, dist::RemoteModule> mixed;
+    mixed.emplace(
+        "a.", dist::RemoteModule("worker1/cpu", "d_linear", int64_t{4}, int64_t{6}, int64_t{70}));
+    mixed.emplace(
+        "b.", dist::RemoteModule("worker2/cpu", "d_linear", int64_t{6}, int64_t{4}, int64_t{71}));
+    std::vector<Tensor> a_before;
+    for (auto& w : mixed.at("a.").remote_parameters()) a_before.push_back(w.to_here());
+    CHECK_THROWS_WITH(dcp::load(dir.path, mixed), Catch::Contains("size mismatch for weight"));
+    std::vector<Tensor> a_after;
+    for (auto& w : mixed.at("a.").remote_parameters()) a_after.push_back(w.to_here());
+    REQUIRE(a_after.size() == 2);
+    for (size_t i = 0; i < a_after.size(); ++i) CHECK(equal(a_after[i], a_before[i]));
+
     // A flipped bit in b's file (its last tensor's last byte): refused before any owner loads,
     // so a, which comes first, keeps its own weights too.
     std::string b_file;
