@@ -16,9 +16,10 @@
 //   gw::debug::update(id, gw::debug::State::kCompleted);
 //   std::cout << gw::debug::get_debug_info();
 //
-// Recording costs one uncontended lock and a few copies into a preallocated slot; nothing is
-// allocated. A process whose launcher set GW_PROGRESS_FILE also counts the operations started
-// and finished in that shared file, which gwrun watches to tell a stalled job (progress.h).
+// Recording costs one uncontended lock and a few copies into a preallocated slot; moving an
+// event's state costs one compare-and-swap; nothing is allocated. A process whose launcher set
+// GW_PROGRESS_FILE also counts the operations started and finished in that shared file, which
+// gwrun watches to tell a stalled job (progress.h).
 #pragma once
 
 #include <cstdint>
