@@ -6,17 +6,15 @@ namespace gw::dist::detail {
 
 std::shared_ptr<CollectiveQueue> CollectiveQueue::start(Options options) {
   std::shared_ptr<CollectiveQueue> queue(new CollectiveQueue(std::move(options)));
-  queue->driver_ = std::make_shared<const Work::Driver>(
-      [weak = std::weak_ptr<CollectiveQueue>(queue)](const Work* w, Work::Drive drive) {
-        auto self = weak.lock();
-        if (!self) return;
-        if (drive == Work::Drive::kRunInline)
-          self->run_inline(w);
-        else if (self->lazy())
-          self->launch();
-      });
   queue->thread_ = std::thread([queue] { queue->run(); });
   return queue;
+}
+
+void CollectiveQueue::drive(const Work* work, Work::Drive drive) {
+  if (drive == Work::Drive::kRunInline)
+    run_inline(work);
+  else if (lazy())
+    launch();
 }
 
 Milliseconds CollectiveQueue::timeout_of(Milliseconds t) const {
@@ -33,7 +31,7 @@ std::exception_ptr CollectiveQueue::unusable(const std::string& op,
 WorkPtr CollectiveQueue::enqueue(const CollectiveSignature& sig, Milliseconds timeout, Job job,
                                  bool returns_on_abort) {
   auto work = std::make_shared<Work>(sig.op);
-  if (options_.run_inline || returns_on_abort) work->set_driver(driver_);
+  if (options_.run_inline || returns_on_abort) work->set_driver(shared_from_this());
   std::exception_ptr refused;
   {
     std::lock_guard lock(mu_);

@@ -56,7 +56,8 @@
 
 namespace gw::dist::detail {
 
-class CollectiveQueue {
+class CollectiveQueue final : public Work::Driver,
+                              public std::enable_shared_from_this<CollectiveQueue> {
  public:
   // A collective's body: the backend's call with the collective's tag and timeout.
   using Job = std::function<void(uint32_t tag, Milliseconds timeout)>;
@@ -115,6 +116,9 @@ class CollectiveQueue {
   };
   explicit CollectiveQueue(Options options) : options_(std::move(options)) {}
   bool lazy() const { return options_.run_inline && options_.lazy_start; }
+  // Its Works' driver: runs a collective inline in wait(), or launches it. A Work holds its
+  // queue (only memory, once the group is gone: its thread ends at shutdown).
+  void drive(const Work* work, Work::Drive drive) override;
   void run();                         // the group's thread
   void run_inline(const Work* work);  // runs `work` here if it is next and nothing runs
   void launch();                      // the group's thread starts what is queued now
@@ -135,9 +139,6 @@ class CollectiveQueue {
   // holds it meanwhile.
   const WorkPtr* current_ = nullptr;
   uint32_t next_tag_ = 0;
-  // Its Works' driver: runs a collective inline in wait(), or launches it (holds the queue
-  // weakly: a Work may outlive it).
-  std::shared_ptr<const Work::Driver> driver_;
   int64_t next_seq_ = 1;  // the flight recorder's number of the next collective
   std::thread thread_;
 };

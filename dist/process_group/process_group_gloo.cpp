@@ -483,7 +483,7 @@ WorkPtr ProcessGroupGloo::Impl::p2p(const char* op, const Tensor& tensor, int pe
   }
   // These live in the Work, so they hold it weakly (whoever waits holds it).
   const std::weak_ptr<Work> weak_work = work;
-  work->set_driver(std::make_shared<const Work::Driver>(
+  work->set_driver(Work::driver_of(
       [self, posted, weak_work, outcome, conclude, abort_wait, op](const Work*, Work::Drive drive) {
         WorkPtr w = weak_work.lock();
         if (!w || !posted->claim()) return;
